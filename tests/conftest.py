@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from services import Dockerd, RedisServer, free_port, unavailable, write_scene
+
+
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", help="run the bigger load and fault tests")
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A redis-server of the tests' own on a free loopback port."""
+    workdir = Path(tempfile.mkdtemp(prefix="tpn-redis-"))
+    server = RedisServer(port=free_port(), workdir=workdir)
+    try:
+        server.start()
+    except (OSError, TimeoutError) as e:
+        unavailable(f"cannot start redis-server: {e}")
+    yield server
+    server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def redis_url(redis_server):
+    """The session's server, started again if a test stopped it, and flushed."""
+    if redis_server.proc is None:
+        redis_server.start()
+    import redis as redis_sync
+
+    client = redis_sync.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def dockerd_service():
+    """A dockerd of the tests' own: private socket, data dir, no bridge, no iptables."""
+    root = Path(tempfile.mkdtemp(prefix="tpd-", dir="/tmp"))  # short: unix socket paths are limited
+    daemon = Dockerd(root=root)
+    try:
+        daemon.start()
+        daemon.import_busybox()
+    except (OSError, TimeoutError, RuntimeError) as e:
+        daemon.stop()
+        unavailable(f"cannot start dockerd: {e}")
+    yield daemon
+    daemon.remove_all_containers()
+    daemon.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def dockerd(dockerd_service, monkeypatch):
+    """The session's dockerd with no containers, and DOCKER_HOST pointing at it."""
+    if dockerd_service.proc is None:
+        dockerd_service.start()
+    dockerd_service.remove_all_containers()
+    monkeypatch.setenv("DOCKER_HOST", dockerd_service.host)
+    yield dockerd_service
+    dockerd_service.remove_all_containers()
+
+
+@pytest.fixture
+def scene(tmp_path):
+    """Path of a simulated 8-card idle node; rewrite it with write_scene()."""
+    return write_scene(tmp_path / "node.json")
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    d = tmp_path / "state"
+    d.mkdir()
+    return d

@@ -1,0 +1,6 @@
+"""tpnode-tui: the GPU allocator and live dashboard for one GPU node."""
+from .model import GpuOccupancy, NeverFits, NoCapacity, pick_gpus
+
+__version__ = "0.1.0"
+
+__all__ = ["GpuOccupancy", "NeverFits", "NoCapacity", "pick_gpus", "__version__"]

@@ -1,0 +1,189 @@
+"""Settings, from ``TUNEPLANE_*`` environment variables and command-line flags.
+
+Every value is checked once, at start-up, and a bad one is refused with a
+message that names the variable: a typo in a card count must not silently
+become "detect", and a typo in a probe name must not silently become "blind".
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Mapping, Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from .model import ConfigError
+
+DEFAULT_STATE_DIR = "/var/lib/tpnode-tui"
+
+#: setting name -> (environment variable, what it does). The README's table is
+#: written from this, so the two cannot drift.
+ENV_VARS: dict[str, tuple[str, str]] = {
+    "local_gpu_count": ("TUNEPLANE_LOCAL_GPU_COUNT", "card count; 0 asks the driver"),
+    "cluster_profile": ("TUNEPLANE_CLUSTER_PROFILE", "hardware series to report; empty asks the driver for the card name"),
+    "check_external": ("TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS", "count cards used from outside the platform as held"),
+    "check_health": ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "keep unhealthy cards from being handed out"),
+    "mem_busy_mib": ("TUNEPLANE_MEM_BUSY_MIB", "memory used (MiB) from which a card counts as in use"),
+    "probe": ("TUNEPLANE_PROBE", "nvml, smi, simulated:PATH or auto (NVML, then nvidia-smi, else probe-blind)"),
+    "probe_timeout_s": ("TUNEPLANE_PROBE_TIMEOUT_S", "seconds a probe may take before the node counts as probe-blind"),
+    "runtime": ("TUNEPLANE_RUNTIME", "docker, process or auto (docker when an engine socket exists)"),
+    "docker_gpu_mode": ("TUNEPLANE_DOCKER_GPU_MODE", "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES only) or none (labels only)"),
+    "state_dir": ("TUNEPLANE_STATE_DIR", "lock file and the process runtime's state file and logs"),
+    "redis_url": ("TUNEPLANE_REDIS_URL", "use a Redis lease as the cross-process lock instead of flock"),
+    "lock_lease_ms": ("TUNEPLANE_LOCK_LEASE_MS", "Redis lease length; renewed every third of it"),
+    "lock_retry_ms": ("TUNEPLANE_LOCK_RETRY_MS", "how often a waiting allocation retries the lock"),
+    "hold_image": ("TUNEPLANE_HOLD_IMAGE", "image whose sleep holds a reservation's cards (docker)"),
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    local_gpu_count: int = 0
+    cluster_profile: str = ""
+    check_external: bool = True
+    check_health: bool = True
+    mem_busy_mib: int = 512
+    probe: str = "auto"
+    probe_timeout_s: float = 10.0
+    runtime: str = "auto"
+    docker_gpu_mode: str = "nvidia"
+    state_dir: Path = Path(DEFAULT_STATE_DIR)
+    redis_url: Optional[str] = None
+    lock_lease_ms: int = 120_000
+    lock_retry_ms: int = 100
+    hold_image: str = "busybox:latest"
+
+    @property
+    def simulated_path(self) -> Optional[Path]:
+        if self.probe.startswith("simulated:"):
+            return Path(self.probe.split(":", 1)[1])
+        return None
+
+    @property
+    def redis_url_safe(self) -> Optional[str]:
+        return redact_url(self.redis_url) if self.redis_url else None
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, for logs, errors and the header."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    netloc = f"{user}:***@{host}" if user else f":***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _parse_int(name: str, raw: str, minimum: int) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+def _parse_float(name: str, raw: str, minimum: float) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not value >= minimum:  # also refuses NaN
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum:g}")
+    return value
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    word = str(raw).strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not one of true/false, yes/no, 1/0, on/off")
+
+
+def _parse_choice(name: str, raw: str, choices: tuple[str, ...]) -> str:
+    word = str(raw).strip().lower()
+    if word not in choices:
+        raise ConfigError(f"{name}={raw!r} is not one of {', '.join(choices)}")
+    return word
+
+
+def _parse_probe(name: str, raw: str) -> str:
+    value = str(raw).strip()
+    if value.lower() in ("nvml", "smi", "auto"):
+        return value.lower()
+    if value.startswith("simulated:") and value.split(":", 1)[1]:
+        return value
+    raise ConfigError(f"{name}={raw!r} is not one of nvml, smi, auto or simulated:PATH")
+
+
+def _parse_redis_url(name: str, raw: str) -> Optional[str]:
+    value = str(raw).strip()
+    if not value:
+        return None
+    if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(
+            f"{name}={redact_url(value)!r} is not a redis://, rediss:// or unix:// URL"
+        )
+    return value
+
+
+def _convert(setting: str, raw: object) -> object:
+    name = ENV_VARS[setting][0]
+    text = str(raw)
+    if setting == "local_gpu_count":
+        return _parse_int(name, text, 0)
+    if setting == "mem_busy_mib":
+        return _parse_int(name, text, 1)
+    if setting == "lock_lease_ms":
+        return _parse_int(name, text, 100)
+    if setting == "lock_retry_ms":
+        return _parse_int(name, text, 1)
+    if setting == "probe_timeout_s":
+        return _parse_float(name, text, 0.1)
+    if setting in ("check_external", "check_health"):
+        return raw if isinstance(raw, bool) else _parse_bool(name, text)
+    if setting == "probe":
+        return _parse_probe(name, text)
+    if setting == "runtime":
+        return _parse_choice(name, text, ("docker", "process", "auto"))
+    if setting == "docker_gpu_mode":
+        return _parse_choice(name, text, ("nvidia", "env", "none"))
+    if setting == "state_dir":
+        if not text.strip():
+            raise ConfigError(f"{name} is empty")
+        return Path(text).expanduser()
+    if setting == "redis_url":
+        return _parse_redis_url(name, text)
+    if setting in ("cluster_profile", "hold_image"):
+        return text.strip()
+    raise AssertionError(setting)
+
+
+def load_settings(
+    environ: Optional[Mapping[str, str]] = None, **overrides: object
+) -> Settings:
+    """Settings from the environment, then flags (``overrides``, ``None`` = unset).
+
+    Raises ConfigError naming the first bad value.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for f in fields(Settings):
+        var = ENV_VARS[f.name][0]
+        if overrides.get(f.name) is not None:
+            values[f.name] = _convert(f.name, overrides[f.name])
+        elif env.get(var, "").strip():
+            values[f.name] = _convert(f.name, env[var])
+    unknown = set(overrides) - {f.name for f in fields(Settings)}
+    if unknown:
+        raise TypeError(f"unknown settings: {sorted(unknown)}")
+    return replace(Settings(), **values)

@@ -1,0 +1,289 @@
+"""Pure data for the allocator and everything that displays it: no I/O here.
+
+Snapshots are frozen so that a reading handed to the dashboard can never be
+patched up behind the allocator's back: occupancy is always read afresh, and a
+value that could be mutated in place would be a second copy of the truth.
+
+A field a driver or probe cannot supply is ``None`` (shown as "N/A"), never an
+exception and never a made-up zero: zero MiB used would read as "idle".
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+#: Job statuses that hold cards. A job that exited is still listed until it is
+#: reclaimed, but it gave its GPU memory back when it ended.
+LIVE_STATUSES = frozenset({"running", "created", "paused", "restarting"})
+
+#: The states a card can be shown in. See docs/architecture.md.
+CARD_STATES = ("free", "job", "reservation", "external", "unhealthy", "unverified")
+
+JOB_KINDS = ("job", "reservation")
+
+#: A run id names a job in labels, state files and container names, so it is
+#: kept to what all three accept literally: no spaces, quotes or shell syntax.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+RUN_ID_RULE = "1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+class TpnodeError(Exception):
+    """Base of every error the product reports to a person in plain words."""
+
+
+class NoCapacity(TpnodeError):
+    """Not enough free cards *now*.
+
+    Not a failure: it means "not your turn yet". A queue catches it and tries
+    again next round instead of failing the job. A request that can never fit
+    raises :class:`NeverFits` instead, which is deliberately *not* a subclass,
+    so a ``except NoCapacity`` retry loop cannot keep such a job waiting forever.
+    """
+
+
+class NeverFits(TpnodeError):
+    """The request is larger than this node will ever have: waiting cannot help."""
+
+
+class ConfigError(TpnodeError):
+    """A setting or flag has a value that cannot be used; the message names it."""
+
+
+class RuntimeUnavailable(TpnodeError):
+    """The job runtime (Docker engine, state file) cannot be reached or read.
+
+    While this is raised nobody knows which cards platform jobs hold, so no
+    card may be handed out and none may be shown as free.
+    """
+
+
+class JobNotFound(TpnodeError):
+    """No platform job has the run id or name asked for."""
+
+
+class BadRequest(TpnodeError):
+    """A request that is malformed whatever the node's state (a bad run id, 0 cards)."""
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID_PATTERN.fullmatch(run_id or ""):
+        shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
+        raise BadRequest(f"run id {shown!r} is not valid: use {RUN_ID_RULE}")
+    return run_id
+
+
+@dataclass(frozen=True)
+class GpuOccupancy:
+    """What is physically held at one moment, as the allocator decides on it."""
+
+    total: int
+    #: card index -> run id of the platform job that holds it
+    by_job: dict[int, str] = field(default_factory=dict)
+    #: cards in use by something the platform did not start
+    external: frozenset[int] = frozenset()
+    #: card index -> why it must not be handed out (never includes job-held cards:
+    #: those were never free, so they are not deducted twice)
+    unhealthy: dict[int, str] = field(default_factory=dict)
+    #: False when use from outside could not be probed. Then ``external`` is empty
+    #: and that does *not* mean nobody holds a card: the free count may be too high.
+    external_probe_ok: bool = True
+
+    @property
+    def busy(self) -> frozenset[int]:
+        return frozenset(self.by_job) | self.external | frozenset(self.unhealthy)
+
+    @property
+    def free(self) -> list[int]:
+        busy = self.busy
+        return [i for i in range(self.total) if i not in busy]
+
+    def explain(self) -> str:
+        """The occupancy in plain words, for refusals, the CLI and the dashboard."""
+        parts = [f"{self.total} cards total, {len(self.free)} free"]
+        if self.by_job:
+            parts.append(f"{len(self.by_job)} held by platform jobs")
+        if self.external:
+            cards = ",".join(str(i) for i in sorted(self.external))
+            parts.append(
+                f"{len(self.external)} held by processes outside the platform (cards {cards})"
+            )
+        if self.unhealthy:
+            bad = "; ".join(f"card {i}: {r}" for i, r in sorted(self.unhealthy.items()))
+            parts.append(f"{len(self.unhealthy)} unhealthy ({bad})")
+        if not self.external_probe_ok:
+            parts.append(
+                "cannot probe use from outside the platform, so the free count may be too high"
+            )
+        return "; ".join(parts)
+
+
+def pick_gpus(free: list[int], count: int) -> list[int]:
+    """Choose ``count`` of the ``free`` cards, a run of consecutive indices first.
+
+    Jobs coming and going fragment the free set ({0,3,5,7}). On PCIe machines
+    cards under one switch talk much faster, and a scattered pick makes
+    all-reduce slow in a way that raises nothing. When no consecutive run
+    exists the cards are taken in order: running slowly beats not running.
+    """
+    if count <= 0:
+        return []
+    ordered = sorted(set(free))
+    if len(ordered) < count:
+        raise NoCapacity(f"not enough free cards: need {count}, available {len(ordered)}")
+    for start in range(len(ordered) - count + 1):
+        window = ordered[start : start + count]
+        if window[-1] - window[0] == count - 1:
+            return window
+    return ordered[:count]
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """A compute process the driver reports on a card."""
+
+    pid: int
+    used_memory_mib: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class CardFacts:
+    """What a probe could read about one card. ``None`` means "not available"."""
+
+    index: int
+    uuid: Optional[str] = None
+    name: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    memory_total_mib: Optional[int] = None
+    memory_used_mib: Optional[int] = None
+    utilization_pct: Optional[int] = None
+    temperature_c: Optional[int] = None
+    power_w: Optional[float] = None
+    #: ``None`` when the process list could not be read (not the same as "none")
+    processes: Optional[tuple[ProcessFacts, ...]] = ()
+    #: why the card must not be handed out; empty when healthy or not checked
+    health: tuple[str, ...] = ()
+
+    def in_use(self, mem_busy_mib: int) -> bool:
+        """Whether something holds this card, by either signal.
+
+        The process list names a holder, but inside a container it is empty
+        (the driver reports host pids); memory used is a per-device counter that
+        reads the same everywhere. Either one is enough.
+        """
+        if self.processes:
+            return True
+        return self.memory_used_mib is not None and self.memory_used_mib >= mem_busy_mib
+
+
+@dataclass(frozen=True)
+class ProbeReading:
+    """One reading of the node's cards by one probe."""
+
+    source: str
+    cards: tuple[CardFacts, ...] = ()
+    #: how many cards the probe found; ``None`` when it could not tell
+    count: Optional[int] = None
+    #: False when use from outside the platform could not be read
+    external_probe_ok: bool = True
+    #: in plain words, what could not be read and why (``None`` when all went well)
+    problem: Optional[str] = None
+
+    def card(self, index: int) -> Optional[CardFacts]:
+        for c in self.cards:
+            if c.index == index:
+                return c
+        return None
+
+    @property
+    def model_name(self) -> str:
+        return next((c.name for c in self.cards if c.name), "")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to launch. ``command`` is an argv list, never a shell string."""
+
+    run_id: str
+    cards: int
+    command: tuple[str, ...] = ()
+    image: Optional[str] = None
+    kind: str = "job"
+    owner: str = ""
+    #: unix seconds; reservations end then (their workload exits)
+    expires_at: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A platform job as its source of truth (labels, state file) says now."""
+
+    name: str
+    run_id: str
+    gpus: tuple[int, ...]
+    status: str
+    kind: str = "job"
+    owner: str = ""
+    image: Optional[str] = None
+    command: tuple[str, ...] = ()
+    started_at: Optional[float] = None
+    expires_at: Optional[float] = None
+    exit_code: Optional[int] = None
+    pid: Optional[int] = None
+    #: what could not be understood in its labels or record, in plain words
+    problems: tuple[str, ...] = ()
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """Who a driver-reported process is, as far as this machine can tell.
+
+    ``visible`` is False when the pid does not exist here (the driver reports
+    host pids; from inside a container they belong to another PID namespace).
+    Such a holder is still shown: a card is never hidden because its holder
+    cannot be named.
+    """
+
+    pid: int
+    used_memory_mib: Optional[int] = None
+    visible: bool = False
+    user: Optional[str] = None
+    command: Optional[str] = None
+    container: Optional[str] = None
+    started_at: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class CardView:
+    """One card as displayed: its state and everything said about it."""
+
+    index: int
+    state: str
+    facts: Optional[CardFacts] = None
+    run_id: Optional[str] = None
+    job: Optional[JobState] = None
+    holders: tuple[HolderInfo, ...] = ()
+    #: why the card is unhealthy or unverified, in plain words
+    reason: Optional[str] = None
+    #: a health problem on a card a job holds: it stays "job" but carries this
+    warning: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """Everything one poll learned, for display. Built afresh each time."""
+
+    taken_at: float
+    host: str
+    occupancy: GpuOccupancy
+    cards: tuple[CardView, ...]
+    jobs: tuple[JobState, ...]
+    probe: ProbeReading
+    series: str = ""
+    runtime: str = ""
+    lock: str = ""
+    explain: str = ""

@@ -1,0 +1,1 @@
+"""Probes: what the driver says about each card, asked afresh each time."""

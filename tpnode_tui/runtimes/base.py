@@ -1,0 +1,48 @@
+"""What every job runtime promises.
+
+The runtime is the only source of truth for which cards the platform's own
+jobs hold: container labels (docker) or the state file (process). Nothing is
+kept in memory between calls, so a restarted CLI or dashboard rebuilds the
+same picture from ``ps()``.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..model import JobSpec, JobState
+
+
+class Runtime(Protocol):
+    #: "docker" or "process"
+    name: str
+
+    def describe(self) -> str:
+        """Where the truth lives, for the header: the engine address or the state file."""
+        ...
+
+    async def ps(self) -> list[JobState]:
+        """Every platform job, live or exited, read afresh. Raises
+        RuntimeUnavailable when the truth cannot be read (never an empty list)."""
+        ...
+
+    async def create(self, spec: JobSpec, gpus: list[int]) -> JobState:
+        """Make the job visible to every other reader of ``ps()`` as holding
+        ``gpus``. Called under the allocation lock; keep it short."""
+        ...
+
+    async def start(self, name: str) -> JobState:
+        """Start a created job. Called after the lock is released. On failure
+        the job is removed (so it holds nothing) and the error is raised."""
+        ...
+
+    async def run(self, spec: JobSpec, gpus: list[int]) -> JobState:
+        """create, then start."""
+        ...
+
+    async def stop(self, name: str) -> None: ...
+
+    async def remove(self, name: str) -> None:
+        """Remove a job's record or container. Callers only remove exited jobs."""
+        ...
+
+    async def close(self) -> None: ...
