@@ -1,1 +1,33 @@
 """Runtimes: where the platform's own jobs live (container labels, the state file)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..config import Settings
+
+DEFAULT_DOCKER_SOCKET = Path("/var/run/docker.sock")
+
+
+def choose_runtime(settings: Settings, environ=os.environ) -> str:
+    """"auto" means docker wherever an engine is configured or its socket exists.
+
+    The choice is made from configuration, not from whether the engine answers
+    right now: falling back to the process runtime because dockerd was briefly
+    down would hide every running container and hand their cards out again.
+    """
+    if settings.runtime != "auto":
+        return settings.runtime
+    if environ.get("DOCKER_HOST") or DEFAULT_DOCKER_SOCKET.exists():
+        return "docker"
+    return "process"
+
+
+def make_runtime(settings: Settings):
+    if choose_runtime(settings) == "docker":
+        from .docker import DockerRuntime
+
+        return DockerRuntime(gpu_mode=settings.docker_gpu_mode, hold_image=settings.hold_image)
+    from .process import ProcessRuntime
+
+    return ProcessRuntime(settings.state_dir)

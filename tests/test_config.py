@@ -1,0 +1,69 @@
+"""Settings: every TUNEPLANE_* value is checked at start-up and a bad one is named."""
+from pathlib import Path
+
+import pytest
+
+from tpnode_tui.config import ENV_VARS, Settings, load_settings, redact_url
+from tpnode_tui.model import ConfigError
+
+
+def test_defaults_without_environment():
+    s = load_settings({})
+    assert s == Settings()
+    assert s.probe == "auto" and s.mem_busy_mib == 512 and s.redis_url is None
+
+
+def test_every_variable_is_read():
+    env = {
+        "TUNEPLANE_LOCAL_GPU_COUNT": "4", "TUNEPLANE_CLUSTER_PROFILE": "h200-sxm",
+        "TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS": "false", "TUNEPLANE_LOCAL_CHECK_GPU_HEALTH": "0",
+        "TUNEPLANE_MEM_BUSY_MIB": "1024", "TUNEPLANE_PROBE": "simulated:/tmp/n.json",
+        "TUNEPLANE_PROBE_TIMEOUT_S": "2.5", "TUNEPLANE_RUNTIME": "process",
+        "TUNEPLANE_DOCKER_GPU_MODE": "env", "TUNEPLANE_STATE_DIR": "/tmp/st",
+        "TUNEPLANE_REDIS_URL": "redis://localhost:6379/1", "TUNEPLANE_LOCK_LEASE_MS": "5000",
+        "TUNEPLANE_LOCK_RETRY_MS": "20", "TUNEPLANE_HOLD_IMAGE": "busybox:1.36",
+    }
+    assert set(env) == {var for var, _ in ENV_VARS.values()}
+    s = load_settings(env)
+    assert (s.local_gpu_count, s.cluster_profile, s.check_external, s.check_health) == (4, "h200-sxm", False, False)
+    assert (s.mem_busy_mib, s.probe, s.probe_timeout_s, s.runtime) == (1024, "simulated:/tmp/n.json", 2.5, "process")
+    assert s.simulated_path == Path("/tmp/n.json")
+    assert (s.docker_gpu_mode, s.state_dir, s.redis_url) == ("env", Path("/tmp/st"), "redis://localhost:6379/1")
+    assert (s.lock_lease_ms, s.lock_retry_ms, s.hold_image) == (5000, 20, "busybox:1.36")
+
+
+def test_flags_override_the_environment():
+    s = load_settings({"TUNEPLANE_RUNTIME": "docker"}, runtime="process", probe=None)
+    assert s.runtime == "process" and s.probe == "auto"
+
+
+@pytest.mark.parametrize("var,value", [
+    ("TUNEPLANE_LOCAL_GPU_COUNT", "two"),
+    ("TUNEPLANE_LOCAL_GPU_COUNT", "-1"),
+    ("TUNEPLANE_MEM_BUSY_MIB", "0"),
+    ("TUNEPLANE_PROBE", "nvlm"),
+    ("TUNEPLANE_PROBE", "simulated:"),
+    ("TUNEPLANE_RUNTIME", "podman"),
+    ("TUNEPLANE_DOCKER_GPU_MODE", "all"),
+    ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "maybe"),
+    ("TUNEPLANE_REDIS_URL", "http://x"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "nan"),
+    ("TUNEPLANE_LOCK_LEASE_MS", "5"),
+])
+def test_a_bad_value_is_refused_with_its_name(var, value):
+    with pytest.raises(ConfigError, match=var):
+        load_settings({var: value})
+
+
+def test_redis_password_is_redacted():
+    assert redact_url("redis://:s3cret@h:6380/0") == "redis://:***@h:6380/0"
+    assert redact_url("rediss://user:s3cret@h/0") == "rediss://user:***@h/0"
+    assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
+    s = load_settings({"TUNEPLANE_REDIS_URL": "redis://:s3cret@h:6380/0"})
+    assert "s3cret" not in s.redis_url_safe
+
+
+def test_a_bad_redis_url_error_does_not_print_its_password():
+    with pytest.raises(ConfigError) as err:
+        load_settings({"TUNEPLANE_REDIS_URL": "http://:s3cret@h/0"})
+    assert "s3cret" not in str(err.value)

@@ -1,0 +1,62 @@
+"""The pure model: occupancy arithmetic, its plain-words explanation, and the pick."""
+import pytest
+
+from tpnode_tui import GpuOccupancy, NoCapacity, pick_gpus
+from tpnode_tui.model import BadRequest, CardFacts, ProcessFacts, check_run_id
+
+
+def test_busy_is_the_union_of_jobs_external_and_unhealthy():
+    occ = GpuOccupancy(total=8, by_job={0: "a", 1: "a"}, external=frozenset({3}), unhealthy={5: "ecc"})
+    assert occ.busy == {0, 1, 3, 5}
+    assert occ.free == [2, 4, 6, 7]
+
+
+def test_explain_names_every_kind_of_holder_in_plain_words():
+    occ = GpuOccupancy(total=8, by_job={0: "a", 1: "b"}, external=frozenset({3, 4}),
+                       unhealthy={6: "row remapping pending"})
+    text = occ.explain()
+    assert text.startswith("8 cards total, 3 free")
+    assert "2 held by platform jobs" in text
+    assert "2 held by processes outside the platform (cards 3,4)" in text
+    assert "1 unhealthy (card 6: row remapping pending)" in text
+    assert "free count may be too high" not in text
+
+
+def test_explain_says_the_free_count_may_be_too_high_when_blind():
+    occ = GpuOccupancy(total=4, external_probe_ok=False)
+    assert occ.free == [0, 1, 2, 3]
+    assert "cannot probe use from outside the platform, so the free count may be too high" in occ.explain()
+
+
+def test_pick_prefers_a_consecutive_window():
+    assert pick_gpus([0, 3, 4, 5, 7], 3) == [3, 4, 5]
+    assert pick_gpus([7, 1, 2], 2) == [1, 2]
+
+
+def test_pick_falls_back_to_order_when_no_window_exists():
+    assert pick_gpus([0, 3, 5, 7], 3) == [0, 3, 5]
+
+
+def test_pick_raises_no_capacity_when_short_and_nothing_for_zero():
+    with pytest.raises(NoCapacity, match="need 3, available 2"):
+        pick_gpus([1, 2], 3)
+    assert pick_gpus([1, 2], 0) == []
+
+
+def test_in_use_by_process_or_by_memory():
+    assert CardFacts(0, memory_used_mib=1, processes=(ProcessFacts(10),)).in_use(512)
+    assert CardFacts(0, memory_used_mib=30000, processes=()).in_use(512)
+    assert CardFacts(0, memory_used_mib=512, processes=None).in_use(512)
+    assert not CardFacts(0, memory_used_mib=511, processes=()).in_use(512)
+    assert not CardFacts(0, memory_used_mib=None, processes=None).in_use(512)
+
+
+@pytest.mark.parametrize("bad", ["", " ", "a b", "x;rm", "$(id)", "-lead", "a" * 64, "é", "a\nb", "../x"])
+def test_run_ids_outside_the_documented_pattern_are_refused(bad):
+    with pytest.raises(BadRequest, match="is not valid"):
+        check_run_id(bad)
+
+
+def test_valid_run_ids_pass():
+    for good in ("a", "run-1130-101010-ab12", "exp_3.1", "A" * 63):
+        assert check_run_id(good) == good

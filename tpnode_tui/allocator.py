@@ -1,0 +1,346 @@
+"""The node's GPU allocator: which physical cards a job gets, never one in use.
+
+Without Kubernetes' scheduler and device plugin nobody else prevents two jobs
+landing on one card; both then go OOM or crawl, at random, depending on which
+asked for memory first. Everything here exists to keep that from happening:
+
+- Occupancy is read afresh on every decision from where the truth already
+  lives (container labels or the state file for platform jobs, the driver for
+  everything else). Nothing is cached, so a restart loses nothing and a stale
+  table can never hand out a busy card.
+- "Read occupancy, pick cards, create the job" runs under one lock that spans
+  every process on the node (flock or a Redis lease), so the dashboard and a
+  shell launching at the same moment never pick the same cards.
+- A created job is already visible to every other reader (a docker container
+  in state "created" holds its cards in ``ps``), so the lock is released
+  before the slow part, starting it. A job that fails to start is removed.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Optional, TypeVar
+
+from .config import Settings
+from .model import (
+    BadRequest,
+    GpuOccupancy,
+    JobNotFound,
+    JobSpec,
+    JobState,
+    NeverFits,
+    NoCapacity,
+    NodeSnapshot,
+    ProbeReading,
+    check_run_id,
+    pick_gpus,
+)
+from .occupancy import card_count, card_views, compute_occupancy
+from .procinfo import describe
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SeriesResolver = Callable[[str, str], str]
+
+
+def raw_series(profile: str, gpu_name: str) -> str:
+    """The series a node reports when nobody maps it: the raw name, lower-cased,
+    so that "NVIDIA H200" and "nvidia h200" are one series to a strict comparison."""
+    return (profile or gpu_name or "").strip().lower()
+
+
+def new_run_id(prefix: str = "run") -> str:
+    """A run id that sorts by time and does not collide between two launches in one second."""
+    return f"{prefix}-{time.strftime('%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What a launch or reservation got."""
+
+    gpus: tuple[int, ...]
+    job: JobState
+    #: True when the run id already held cards and nothing new was started
+    existing: bool = False
+    #: set when the cards were handed out while use from outside could not be probed
+    warning: Optional[str] = None
+
+
+class GpuAllocator:
+    """Hands physical cards to jobs, through one runtime, one probe and one lock.
+
+    The lock belongs to the allocator, not to its callers: a caller that forgot
+    it would silently steal cards, which costs far more than one extra wait.
+    """
+
+    def __init__(self, runtime, probe, settings: Settings, lock, *,
+                 series_resolver: Optional[SeriesResolver] = None):
+        self.runtime = runtime
+        self.probe = probe
+        self.settings = settings
+        self.lock = lock
+        self._resolve_series = series_resolver or raw_series
+        self._total: Optional[int] = None
+        self._series = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs) -> "GpuAllocator":
+        from .locks import make_lock
+        from .probes import make_probe
+        from .runtimes import make_runtime
+
+        return cls(make_runtime(settings), make_probe(settings), settings, make_lock(settings), **kwargs)
+
+    async def close(self) -> None:
+        for part in (self.runtime, self.probe, self.lock):
+            await part.close()
+
+    # -- what the node has ----------------------------------------------------
+
+    def _count(self, reading: ProbeReading) -> int:
+        """The card count, caching only a positive answer.
+
+        A failed probe counts 0 cards. Cached, that 0 would pin the node at
+        "no cards" until a restart after one transient miss; so only a real
+        count is kept (a card count does not change while the node runs).
+        """
+        total = card_count(self.settings.local_gpu_count, self._total, reading)
+        if total > 0:
+            self._total = total
+        return total
+
+    async def total_gpus(self) -> int:
+        if self.settings.local_gpu_count or self._total:
+            return self.settings.local_gpu_count or self._total or 0
+        return self._count(await self.probe.read())
+
+    async def series_id(self) -> str:
+        """The hardware series of this node's cards; empty when unknown.
+
+        A configured profile answers first (an operator may have classified the
+        cards on purpose) and then the driver is not asked at all. Only a
+        resolved series is cached: an empty answer after one failed probe must
+        not make the node unclassifiable for the life of the process.
+        """
+        if not self._series:
+            self._series = self._resolve_series(self.settings.cluster_profile, "") or ""
+            if not self._series:
+                reading = await self.probe.read()
+                self._series = self._resolve_series("", reading.model_name) or ""
+        return self._series
+
+    # -- occupancy ------------------------------------------------------------
+
+    async def _read(self) -> tuple[GpuOccupancy, ProbeReading, list[JobState]]:
+        """One fresh look at the node: the runtime and the probe, side by side.
+
+        If the runtime cannot be read this raises: nobody knows which cards
+        platform jobs hold, so no card may be called free.
+        """
+        jobs, reading = await asyncio.gather(self.runtime.ps(), self.probe.read())
+        total = self._count(reading)
+        occ = compute_occupancy(
+            total,
+            jobs,
+            reading,
+            mem_busy_mib=self.settings.mem_busy_mib,
+            check_external=self.settings.check_external,
+            check_health=self.settings.check_health,
+        )
+        return occ, reading, jobs
+
+    async def occupancy(self) -> GpuOccupancy:
+        """Occupancy now, read afresh: a cached answer is how cards get handed out twice."""
+        occ, _reading, _jobs = await self._read()
+        return occ
+
+    async def snapshot(self) -> NodeSnapshot:
+        """Occupancy, per-card facts, holders and jobs, for display."""
+        occ, reading, jobs = await self._read()
+        holders: dict[int, tuple] = {}
+
+        def identify() -> None:
+            for card in reading.cards:
+                if card.processes:
+                    holders[card.index] = tuple(describe(p) for p in card.processes)
+
+        await asyncio.to_thread(identify)
+        if not self._series and (self.settings.cluster_profile or reading.model_name):
+            self._series = self._resolve_series(self.settings.cluster_profile, reading.model_name)
+        return NodeSnapshot(
+            taken_at=time.time(),
+            host=socket.gethostname(),
+            occupancy=occ,
+            cards=card_views(occ, reading, jobs, lambda c: holders.get(c.index, ())),
+            jobs=tuple(sorted(jobs, key=lambda j: (j.started_at or 0, j.name))),
+            probe=reading,
+            series=self._series,
+            runtime=self.runtime.describe(),
+            lock=self.lock.description,
+            explain=occ.explain(),
+        )
+
+    # -- allocation -----------------------------------------------------------
+
+    def _pick(self, run_id: str, count: int, occ: GpuOccupancy) -> list[int]:
+        """Choose cards, with the lock held and occupancy just read.
+
+        Idempotent: a run id that already holds cards gets those back, so a
+        retried submission never takes a second set.
+        """
+        if existing := sorted(i for i, rid in occ.by_job.items() if rid == run_id):
+            log.info("run %s already holds cards %s", run_id, existing)
+            return existing
+        if count > occ.total and occ.total > 0:
+            raise NeverFits(
+                f"{run_id} needs {count} cards and this node has {occ.total}: "
+                "no amount of waiting will place it; ask for fewer cards"
+            )
+        try:
+            return pick_gpus(occ.free, count)
+        except NoCapacity:
+            raise NoCapacity(f"need {count} cards, but {occ.explain()}") from None
+
+    async def allocate(self, run_id: str, count: int) -> list[int]:
+        """Pick cards without starting anything: a dry run.
+
+        Nothing holds the cards once this returns, so a real launch must use
+        ``allocate_and_run`` or ``launch``.
+        """
+        if count <= 0:
+            return []
+        async with self.lock.hold():
+            return self._pick(run_id, count, await self.occupancy())
+
+    async def allocate_and_run(
+        self, run_id: str, count: int, run: Callable[[list[int]], Awaitable[T]]
+    ) -> tuple[list[int], T]:
+        """Pick cards and call ``run(gpus)`` under the same lock.
+
+        ``run`` must leave the job visible to ``ps`` before it returns: until
+        then the cards still look free to every other process.
+        """
+        if count <= 0:
+            return [], await run([])
+        async with self.lock.hold():
+            gpus = self._pick(run_id, count, await self.occupancy())
+            return gpus, await run(gpus)
+
+    async def launch(self, spec: JobSpec) -> Launched:
+        """Place and start a job: pick and create under the lock, start after it.
+
+        A run id that already holds cards gets its job back unchanged. A run id
+        taken by an exited job is refused (its record would be overwritten).
+        """
+        check_run_id(spec.run_id)
+        if spec.cards <= 0:
+            raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
+        async with self.lock.hold():
+            occ, _reading, jobs = await self._read()
+            mine = [j for j in jobs if (j.run_id or j.name) == spec.run_id]
+            if live := [j for j in mine if j.live]:
+                return Launched(tuple(live[0].gpus), live[0], existing=True)
+            if mine:
+                raise BadRequest(
+                    f"run id {spec.run_id} belongs to an exited job that has not been "
+                    f"reclaimed; reclaim it (tpnode-tui reclaim {spec.run_id}) or choose another"
+                )
+            gpus = self._pick(spec.run_id, spec.cards, occ)
+            created = await self.runtime.create(spec, gpus)
+        job = await self.runtime.start(created.name)
+        warning = None
+        if not occ.external_probe_ok:
+            warning = (
+                f"cards {','.join(map(str, gpus))} were handed out unverified: "
+                "use from outside the platform could not be probed"
+            )
+        return Launched(tuple(gpus), job, warning=warning)
+
+    async def reserve(self, cards: int, duration_s: float, owner: str = "",
+                      run_id: Optional[str] = None) -> Launched:
+        """Hold cards for a person until a time: a job whose workload only waits.
+
+        It lives where every job lives, so it needs no sweeper: when its sleep
+        ends it exits, and exited jobs hold nothing.
+        """
+        if not duration_s > 0:
+            raise BadRequest(f"a reservation needs a positive duration, not {duration_s!r}")
+        spec = JobSpec(
+            run_id=run_id or new_run_id("rsv"),
+            cards=cards,
+            kind="reservation",
+            owner=owner or default_owner(),
+            expires_at=time.time() + duration_s,
+        )
+        return await self.launch(spec)
+
+    # -- ending jobs ----------------------------------------------------------
+
+    async def release(self, run_id: str) -> list[JobState]:
+        """Remove the records of ``run_id``'s exited jobs; a running one is left alone.
+
+        Not needed on the normal path (an ended job already holds nothing); it
+        clears records, mostly for the process runtime's state file.
+        """
+        removed = []
+        for job in await self.runtime.ps():
+            if (job.run_id or job.name) == run_id and not job.live:
+                await self._remove(job)
+                removed.append(job)
+        return removed
+
+    async def reclaim(self, run_id: Optional[str] = None) -> list[JobState]:
+        """Remove exited jobs (all, or one run id's) and return what was removed.
+
+        Never removes a live job: that would kill somebody's training without
+        telling them. Asking for a live one by name explains how to stop it.
+        """
+        if run_id is None:
+            removed = []
+            for job in await self.runtime.ps():
+                if not job.live:
+                    await self._remove(job)
+                    removed.append(job)
+            return removed
+        removed = await self.release(run_id)
+        if removed:
+            return removed
+        live = [j for j in await self.runtime.ps() if (j.run_id or j.name) == run_id]
+        if live:
+            raise BadRequest(
+                f"{run_id} is still {live[0].status}; stop it first (tpnode-tui stop {run_id})"
+            )
+        raise JobNotFound(f"no platform job has run id {run_id}")
+
+    async def _remove(self, job: JobState) -> None:
+        try:
+            await self.runtime.remove(job.name)
+        except JobNotFound:
+            pass  # reclaimed by someone else meanwhile: the outcome is the same
+
+    async def stop(self, run_id: str) -> JobState:
+        """Stop the live job with this run id; its cards are free once it has ended."""
+        for job in await self.runtime.ps():
+            if (job.run_id or job.name) == run_id and job.live:
+                await self.runtime.stop(job.name)
+                return job
+        raise JobNotFound(f"no running platform job has run id {run_id}")
+
+
+def default_owner() -> str:
+    for var in ("SUDO_USER", "USER", "LOGNAME"):
+        if os.environ.get(var):
+            return os.environ[var]
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return str(os.getuid())

@@ -1,0 +1,61 @@
+"""Plain-text wording shared by the CLI and the dashboard, so both say the same thing."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .model import CardView, HolderInfo
+
+NA = "N/A"
+
+
+def format_mib(mib: Optional[int]) -> str:
+    if mib is None:
+        return NA
+    if mib >= 1024:
+        return f"{mib / 1024:.1f} GiB"
+    return f"{mib} MiB"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def describe_holder(holder: HolderInfo) -> str:
+    """One holder in plain words, including the one this machine cannot see."""
+    mem = f": {format_mib(holder.used_memory_mib)} in use" if holder.used_memory_mib is not None else ""
+    if not holder.visible:
+        return f"a process this machine cannot see (pid {holder.pid} from another PID namespace){mem}"
+    who = holder.user or "unknown user"
+    what = holder.command or "command not readable"
+    where = f" in container {holder.container[:12]}" if holder.container else ""
+    return f"pid {holder.pid} ({who}){where}: {what}{mem}"
+
+
+def card_summary(card: CardView) -> str:
+    """Who or what holds the card, or why it is not free, in a few words."""
+    if card.state in ("job", "reservation"):
+        owner = f" ({card.job.owner})" if card.job and card.job.owner else ""
+        warn = " ! unhealthy" if card.warning else ""
+        return f"{card.run_id}{owner}{warn}"
+    if card.state == "unhealthy":
+        return card.reason or "unhealthy"
+    if card.state == "external":
+        visible = [h for h in card.holders if h.visible]
+        if visible:
+            h = visible[0]
+            cmd = (h.command or "").split(" ")[0]
+            return f"pid {h.pid} {h.user or ''} {cmd}".strip()
+        if card.holders:
+            return f"pid {card.holders[0].pid} (not visible here)"
+        mem = card.facts.memory_used_mib if card.facts else None
+        return f"memory in use ({format_mib(mem)}), no visible process"
+    if card.state == "unverified":
+        return "not probed"
+    return ""
