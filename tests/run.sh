@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh Debian machine, then run it all.
+#   bash tests/run.sh            the whole suite (what CI runs)
+#   bash tests/run.sh --long     also the bigger load and fault tests
+# System services the tests start themselves: redis-server, dockerd (private
+# socket, no bridge, no iptables) with a busybox image imported from busybox-static.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+for pkg in redis-server docker.io busybox-static; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    if [ "$(id -u)" -eq 0 ]; then
+        echo "installing ${missing[*]}" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+        echo "not root, so not installing ${missing[*]}: tests that need them will be skipped (CI=true fails them)" >&2
+    fi
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+exec .venv/bin/python -m pytest "$@"

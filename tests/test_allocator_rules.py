@@ -1,0 +1,336 @@
+"""Each rule of the reference allocator, as its own test.
+
+The runtime and probe here are in-memory stand-ins (tests/fakes.py) so each
+rule is shown with nothing else moving; the lock is the real flock lock.
+The same rules run against real runtimes in test_integration_*.py.
+"""
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from fakes import MemoryRuntime, StaticProbe, idle_cards
+from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
+from tpnode_tui.config import load_settings
+from tpnode_tui.locks import make_lock
+from tpnode_tui.model import BadRequest, JobNotFound, JobSpec, JobState, ProbeReading, ProcessFacts
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return load_settings({}, state_dir=str(tmp_path / "state"))
+
+
+@pytest.fixture
+async def make(settings):
+    made = []
+
+    def build(runtime=None, probe=None, resolver=None, **overrides):
+        s = replace(settings, **overrides)
+        alloc = GpuAllocator(runtime or MemoryRuntime(), probe or StaticProbe(), s, make_lock(s),
+                             series_resolver=resolver)
+        made.append(alloc)
+        return alloc
+
+    yield build
+    for alloc in made:
+        await alloc.close()
+
+
+def job(run_id, gpus, status="running", kind="job"):
+    return JobState(name=f"tpn-{run_id}", run_id=run_id, gpus=tuple(gpus), status=status, kind=kind)
+
+
+# -- probe results: unknown is not none ------------------------------------------
+
+
+async def test_blind_probe_is_visible_not_free(make):
+    probe = StaticProbe(ProbeReading("smi", (), count=None, external_probe_ok=False,
+                                     problem="nvidia-smi: not found on PATH"))
+    alloc = make(probe=probe, local_gpu_count=4)
+    occ = await alloc.occupancy()
+    assert occ.external_probe_ok is False
+    assert "free count may be too high" in occ.explain()
+    snap = await alloc.snapshot()
+    assert [c.state for c in snap.cards] == ["unverified"] * 4
+    assert snap.cards[0].reason == "nvidia-smi: not found on PATH"
+
+
+async def test_external_use_by_process_or_memory_counts_as_held(make):
+    probe = StaticProbe()
+    probe.set_card(2, processes=(ProcessFacts(4242, 30000),), memory_used_mib=30500)
+    probe.set_card(5, memory_used_mib=20000, processes=())  # host pid invisible from a container
+    alloc = make(probe=probe)
+    occ = await alloc.occupancy()
+    assert occ.external == {2, 5}
+    assert 2 not in occ.free and 5 not in occ.free
+
+
+async def test_external_excludes_cards_platform_jobs_hold(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("a", [0, 1]))
+    probe = StaticProbe()
+    probe.set_card(0, processes=(ProcessFacts(10, 9000),), memory_used_mib=9000)
+    alloc = make(runtime=runtime, probe=probe)
+    occ = await alloc.occupancy()
+    assert occ.by_job == {0: "a", 1: "a"} and occ.external == frozenset()
+
+
+async def test_turning_off_the_external_check_ignores_use_from_outside(make):
+    probe = StaticProbe()
+    probe.set_card(3, memory_used_mib=90000)
+    occ = await make(probe=probe, check_external=False).occupancy()
+    assert 3 in occ.free and occ.external_probe_ok
+
+
+# -- card count and series: a failure is not cached ------------------------------
+
+
+async def test_failed_card_count_is_not_cached(make):
+    probe = StaticProbe(ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: driver not loaded"))
+    alloc = make(probe=probe)
+    assert await alloc.total_gpus() == 0
+    probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
+    assert await alloc.total_gpus() == 8
+    probe.reading = ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: timeout")
+    assert await alloc.total_gpus() == 8  # a real count, once found, is kept
+
+
+async def test_configured_count_wins_and_the_driver_is_not_asked(make):
+    probe = StaticProbe(cards=8)
+    alloc = make(probe=probe, local_gpu_count=2)
+    assert await alloc.total_gpus() == 2
+    assert probe.reads == 0
+
+
+async def test_unresolved_series_is_not_cached(make):
+    probe = StaticProbe(ProbeReading("nvml", (), count=None, external_probe_ok=False))
+    alloc = make(probe=probe)
+    assert await alloc.series_id() == ""
+    probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
+    assert await alloc.series_id() == "nvidia h200"
+
+
+async def test_configured_profile_answers_first_without_asking_the_driver(make):
+    probe = StaticProbe()
+    seen = []
+
+    def resolver(profile, name):
+        seen.append((profile, name))
+        return {"h200-sxm": "h200"}.get(profile, "")
+
+    alloc = make(probe=probe, resolver=resolver, cluster_profile="h200-sxm")
+    assert await alloc.series_id() == "h200"
+    assert probe.reads == 0 and seen == [("h200-sxm", "")]
+
+
+# -- picking ----------------------------------------------------------------------
+
+
+async def test_consecutive_cards_are_picked_first(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("a", [0]))
+    runtime.add(job("b", [2]))
+    alloc = make(runtime=runtime)
+    assert await alloc.allocate("c", 3) == [3, 4, 5]
+
+
+async def test_never_fits_is_not_no_capacity(make):
+    alloc = make()
+    with pytest.raises(NeverFits, match="no amount of waiting"):
+        await alloc.allocate("big", 9)
+    assert not issubclass(NeverFits, NoCapacity)  # a retry loop must not keep it waiting
+
+
+async def test_not_yet_is_no_capacity_with_the_explanation(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("a", range(6)))
+    probe = StaticProbe()
+    probe.set_card(7, health=("row remapping pending (needs a GPU reset)",))
+    alloc = make(runtime=runtime, probe=probe)
+    with pytest.raises(NoCapacity) as err:
+        await alloc.allocate("b", 2)
+    assert "need 2 cards, but 8 cards total, 1 free" in str(err.value)
+    assert "card 7: row remapping pending" in str(err.value)
+
+
+async def test_blind_node_with_no_count_waits_rather_than_never_fits(make):
+    probe = StaticProbe(ProbeReading("none", (), count=None, external_probe_ok=False, problem="NVML: library not found"))
+    with pytest.raises(NoCapacity):
+        await make(probe=probe).allocate("x", 1)
+
+
+async def test_same_run_id_gets_its_cards_back(make):
+    runtime = MemoryRuntime()
+    alloc = make(runtime=runtime)
+    first = await alloc.launch(JobSpec("r1", 2, ("train",)))
+    again = await alloc.launch(JobSpec("r1", 2, ("train",)))
+    assert again.existing and again.gpus == first.gpus
+    assert len(runtime.jobs) == 1
+    assert await alloc.allocate("r1", 2) == list(first.gpus)
+
+
+async def test_a_run_id_of_an_unreclaimed_exited_job_is_refused(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("r1", [0], status="exited"))
+    with pytest.raises(BadRequest, match="reclaim it"):
+        await make(runtime=runtime).launch(JobSpec("r1", 1, ("x",)))
+
+
+async def test_only_live_jobs_hold_cards(make):
+    runtime = MemoryRuntime()
+    for status, cards in (("running", [0]), ("created", [1]), ("paused", [2]), ("exited", [3]), ("dead", [4])):
+        runtime.add(job(f"j-{status}", cards, status=status))
+    occ = await make(runtime=runtime).occupancy()
+    assert sorted(occ.by_job) == [0, 1, 2]
+
+
+async def test_a_job_index_out_of_range_is_not_a_card(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("a", [1, 99]))
+    occ = await make(runtime=runtime).occupancy()
+    assert occ.by_job == {1: "a"} and occ.total == 8
+
+
+async def test_a_card_the_driver_stops_reporting_is_never_free(make):
+    probe = StaticProbe(ProbeReading("nvml", idle_cards(8)[:6], count=6))
+    occ = await make(probe=probe, local_gpu_count=8).occupancy()
+    assert set(occ.unhealthy) == {6, 7} and 6 not in occ.free
+
+
+# -- health -----------------------------------------------------------------------
+
+
+async def test_unhealthy_cards_are_not_handed_out(make):
+    probe = StaticProbe()
+    probe.set_card(0, health=("2 uncorrected ECC errors",))
+    alloc = make(probe=probe)
+    assert await alloc.allocate("a", 1) == [1]
+
+
+async def test_unhealthy_is_not_deducted_twice_but_still_shown(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("a", [0]))
+    probe = StaticProbe()
+    probe.set_card(0, health=("hardware slowdown (thermal)",))
+    alloc = make(runtime=runtime, probe=probe)
+    occ = await alloc.occupancy()
+    assert occ.unhealthy == {} and occ.by_job == {0: "a"}
+    assert len(occ.free) == 7
+    card = (await alloc.snapshot()).cards[0]
+    assert card.state == "job" and card.warning == "hardware slowdown (thermal)"
+
+
+async def test_turning_off_the_health_check_hands_out_unhealthy_cards(make):
+    probe = StaticProbe()
+    probe.set_card(0, health=("2 uncorrected ECC errors",))
+    assert await make(probe=probe, check_health=False).allocate("a", 1) == [0]
+
+
+# -- the lock covers read, pick and create ----------------------------------------
+
+
+async def test_lock_covers_the_run_so_concurrent_allocations_never_share(make):
+    alloc = make()
+
+    async def run(gpus):
+        await asyncio.sleep(0.05)  # the window in which a lock that did not cover the run would fail
+        return gpus
+
+    async def one(i):
+        async def create(gpus):
+            await run(gpus)
+            alloc.runtime.add(job(f"r{i}", gpus))
+            return gpus
+
+        return (await alloc.allocate_and_run(f"r{i}", 2, create))[0]
+
+    results = await asyncio.gather(*(one(i) for i in range(4)))
+    cards = [c for r in results for c in r]
+    assert sorted(cards) == list(range(8))
+
+
+async def test_launches_racing_in_one_process_never_share_a_card(make):
+    runtime = MemoryRuntime(create_delay=0.05)
+    alloc = make(runtime=runtime)
+    outcomes = await asyncio.gather(*(alloc.launch(JobSpec(f"r{i}", 3, ("x",))) for i in range(4)),
+                                    return_exceptions=True)
+    placed = [o for o in outcomes if not isinstance(o, Exception)]
+    refused = [o for o in outcomes if isinstance(o, NoCapacity)]
+    assert len(placed) == 2 and len(refused) == 2
+    held = [c for o in placed for c in o.gpus]
+    assert len(held) == len(set(held)) == 6
+
+
+async def test_launch_creates_under_the_lock_and_starts_after_releasing_it(make):
+    events = []
+
+    class Watching(MemoryRuntime):
+        async def create(self, spec, gpus):
+            events.append(("create", alloc.lock.locked()))
+            return await super().create(spec, gpus)
+
+        async def start(self, name):
+            events.append(("start", alloc.lock.locked()))
+            return await super().start(name)
+
+    alloc = make(runtime=Watching())
+    await alloc.launch(JobSpec("r", 1, ("x",)))
+    assert events == [("create", True), ("start", False)]
+
+
+# -- ending jobs ------------------------------------------------------------------
+
+
+async def test_release_never_removes_a_running_job(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("a", [0]))
+    alloc = make(runtime=runtime)
+    assert await alloc.release("a") == []
+    assert "tpn-a" in runtime.jobs
+    runtime.add(job("a", [0], status="exited"))
+    assert [j.run_id for j in await alloc.release("a")] == ["a"]
+    assert runtime.jobs == {}
+
+
+async def test_reclaim_removes_only_exited_jobs_and_explains_a_running_one(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("live", [0]))
+    runtime.add(job("done", [1], status="exited"))
+    runtime.add(job("also-done", [2], status="dead"))
+    alloc = make(runtime=runtime)
+    with pytest.raises(BadRequest, match="still running; stop it first"):
+        await alloc.reclaim("live")
+    with pytest.raises(JobNotFound):
+        await alloc.reclaim("nope")
+    removed = await alloc.reclaim()
+    assert sorted(j.run_id for j in removed) == ["also-done", "done"]
+    assert list(runtime.jobs) == ["tpn-live"]
+
+
+async def test_stop_stops_only_a_live_job_by_run_id(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("a", [0, 1]))
+    alloc = make(runtime=runtime)
+    stopped = await alloc.stop("a")
+    assert stopped.gpus == (0, 1)
+    assert runtime.jobs["tpn-a"].status == "exited"
+    assert (await alloc.occupancy()).free == list(range(8))
+    with pytest.raises(JobNotFound):
+        await alloc.stop("a")
+
+
+async def test_reservation_is_a_job_of_kind_reservation_with_an_expiry(make):
+    runtime = MemoryRuntime()
+    alloc = make(runtime=runtime)
+    got = await alloc.reserve(2, 3600, owner="alice")
+    assert got.job.kind == "reservation" and got.job.owner == "alice"
+    assert got.job.expires_at is not None and got.gpus == (0, 1)
+    snap = await alloc.snapshot()
+    assert [c.state for c in snap.cards[:3]] == ["reservation", "reservation", "free"]
+
+
+@pytest.mark.parametrize("cards", [0, -1])
+async def test_launch_refuses_no_cards(make, cards):
+    with pytest.raises(BadRequest, match="at least 1 card"):
+        await make().launch(JobSpec("r", cards, ("x",)))
