@@ -1,0 +1,134 @@
+"""Reading and writing the tuneplane.* labels: never raise, never lose a card."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpnode_tui.model import BadRequest, JobSpec
+from tpnode_tui.runtimes.labels import (
+    EXPIRES,
+    GPUS,
+    KIND,
+    OWNER,
+    RUN_ID,
+    job_labels,
+    parse_expires,
+    parse_gpus_label,
+    parse_kind,
+    parse_labels,
+)
+
+
+def test_good_labels_read_back_sorted_and_without_problems():
+    assert parse_gpus_label("0,1") == ((0, 1), ())
+    assert parse_gpus_label(" 3 , 1 ") == ((1, 3), ())
+
+
+def test_bad_entries_are_reported_and_the_good_ones_kept():
+    gpus, problems = parse_gpus_label("0,x,99,-1")
+    # 99 is beyond any 8-card node, but only the allocator knows the card count:
+    # a card a label names is never dropped here.
+    assert gpus == (0, 99)
+    assert len(problems) == 2
+    assert "'x'" in problems[0] and "not a card index" in problems[0]
+    assert "'-1'" in problems[1]
+
+
+@pytest.mark.parametrize("text", ["", "   ", ","])
+def test_a_label_that_names_no_card_says_so(text):
+    gpus, problems = parse_gpus_label(text)
+    assert gpus == ()
+    assert problems, "an empty label must not read as a clean 'no cards'"
+
+
+def test_lookalike_numbers_are_not_card_indices():
+    # int() accepts all of these; a typo must not become a real card.
+    gpus, problems = parse_gpus_label("+1,1_0,١,0x1,2.0")
+    assert gpus == ()
+    assert len(problems) == 5
+
+
+def test_duplicates_and_empty_entries_are_reported():
+    gpus, problems = parse_gpus_label("2,,2")
+    assert gpus == (2,)
+    assert any("empty entry" in p for p in problems)
+    assert any("more than once" in p for p in problems)
+
+
+def test_huge_labels_are_answered_briefly():
+    gpus, problems = parse_gpus_label("9" * 10_000)
+    assert gpus == () and len(problems) == 1
+    assert len(problems[0]) < 200
+    gpus, problems = parse_gpus_label("0" * 10_000 + "1")
+    assert gpus == (1,) and problems == ()
+    gpus, problems = parse_gpus_label("x," * 5_000 + "4")
+    assert gpus == (4,)
+    assert len(problems) <= 5 and "more problems" in problems[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200) | st.from_regex(r"[0-9, x-]{0,40}", fullmatch=True))
+def test_parser_never_raises_and_only_returns_numbers_in_the_text(text):
+    gpus, problems = parse_gpus_label(text)
+    assert all(isinstance(p, str) and p for p in problems)
+    numbers_in_text = {int(n) for n in re.findall(r"[0-9]+", text)}
+    for index in gpus:
+        assert type(index) is int and index >= 0
+        assert index in numbers_in_text
+    assert list(gpus) == sorted(set(gpus))
+    assert gpus or problems, "no cards and no problem would read as 'holds nothing'"
+
+
+def test_expiry():
+    assert parse_expires(None) == (None, ())
+    assert parse_expires("1700000000") == (1700000000.0, ())
+    assert parse_expires("1700000000.250") == (1700000000.25, ())
+    for bad in ("inf", "nan", "-5", "tomorrow", "1e9"):
+        value, problems = parse_expires(bad)
+        assert value is None and problems and EXPIRES in problems[0]
+
+
+def test_unknown_kind_reads_as_a_job_with_a_problem():
+    assert parse_kind(None) == ("job", ())
+    assert parse_kind("Reservation") == ("reservation", ())
+    kind, problems = parse_kind("lease")
+    assert kind == "job" and "'lease'" in problems[0]
+
+
+def test_hand_made_labels_use_the_container_name_as_run_id():
+    facts = parse_labels({GPUS: "3"}, default_run_id="squatter")
+    assert (facts.run_id, facts.gpus, facts.kind, facts.problems) == ("squatter", (3,), "job", ())
+
+
+def test_problems_from_every_label_are_collected():
+    facts = parse_labels(
+        {GPUS: "0,x", KIND: "reservation", RUN_ID: "has space"}, default_run_id="c"
+    )
+    assert facts.gpus == (0,) and facts.kind == "reservation"
+    text = " | ".join(facts.problems)
+    assert "'x'" in text and "run id" in text and EXPIRES in text
+
+
+def test_written_labels_read_back_the_same():
+    spec = JobSpec("r-1", 2, kind="reservation", owner="ann", expires_at=1700000000.5)
+    labels = job_labels(spec, [4, 5])
+    assert labels[GPUS] == "4,5" and labels[OWNER] == "ann"
+    facts = parse_labels(labels, default_run_id="ignored")
+    assert facts == type(facts)(
+        run_id="r-1", gpus=(4, 5), kind="reservation", owner="ann",
+        expires_at=1700000000.5, problems=(),
+    )
+
+
+@pytest.mark.parametrize("expires", [float("inf"), float("nan"), -1.0])
+def test_an_expiry_that_could_not_be_read_back_is_refused(expires):
+    with pytest.raises(BadRequest, match="unix seconds"):
+        job_labels(JobSpec("r", 1, kind="reservation", expires_at=expires), [0])
+
+
+def test_a_bad_run_id_is_refused_before_anything_is_written():
+    with pytest.raises(BadRequest, match="run id"):
+        job_labels(JobSpec("no spaces please", 1), [0])

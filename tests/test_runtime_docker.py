@@ -1,0 +1,316 @@
+"""The Docker runtime against a real dockerd: labels are the whole truth."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tpnode_tui.model import BadRequest, JobNotFound, JobSpec, RuntimeUnavailable, TpnodeError
+from tpnode_tui.runtimes.docker import DockerRuntime
+from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID
+
+
+@pytest.fixture
+async def runtime(dockerd):
+    rt = DockerRuntime(gpu_mode="none", hold_image=dockerd.image, stop_timeout_s=1)
+    yield rt
+    await rt.close()
+
+
+def job(dockerd, run_id: str, *command: str, cards: int = 1) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=cards, command=command, image=dockerd.image, owner="ann")
+
+
+async def by_name(rt: DockerRuntime) -> dict:
+    return {s.name: s for s in await rt.ps()}
+
+
+async def wait_for_status(rt: DockerRuntime, name: str, status: str, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while True:
+        state = (await by_name(rt)).get(name)
+        if state is not None and state.status == status:
+            return state
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name} did not reach {status!r} within {timeout:g}s (last: {state})")
+        await asyncio.sleep(0.1)
+
+
+def inspect(dockerd, name: str, template: str):
+    return json.loads(dockerd.cli("inspect", "-f", "{{json " + template + "}}", name).stdout)
+
+
+# --------------------------------------------------------------- no engine needed
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        (JobSpec("a", 1, ("true",)), "names no image"),
+        (JobSpec("bad id", 1, ("true",), image="x"), "run id"),
+        (JobSpec("a", 1, image="x", kind="lease"), "kind"),
+        (JobSpec("r", 1, ("true",), kind="reservation", expires_at=time.time() + 60), "runs none"),
+        (JobSpec("r", 1, kind="reservation"), "needs an expiry"),
+        (JobSpec("r", 1, kind="reservation", expires_at=time.time() - 5), "in the past"),
+    ],
+)
+async def test_malformed_requests_are_refused_before_the_engine_is_asked(spec, words):
+    rt = DockerRuntime(gpu_mode="none", docker_host="unix:///nonexistent/docker.sock")
+    with pytest.raises(BadRequest, match=words):
+        await rt.create(spec, [0])
+    await rt.close()
+
+
+async def test_a_job_needs_distinct_cards():
+    rt = DockerRuntime(gpu_mode="none", docker_host="unix:///nonexistent/docker.sock")
+    for gpus in ([], [1, 1], [-1]):
+        with pytest.raises(BadRequest):
+            await rt.create(JobSpec("a", 1, ("true",), image="x"), gpus)
+    await rt.close()
+
+
+def test_an_unknown_gpu_mode_is_refused():
+    with pytest.raises(BadRequest, match="nvidia, env, none"):
+        DockerRuntime(gpu_mode="cuda")
+
+
+async def test_an_engine_that_is_not_there_is_unavailable_not_empty(tmp_path, monkeypatch):
+    address = f"unix://{tmp_path}/nope.sock"
+    monkeypatch.setenv("DOCKER_HOST", address)
+    rt = DockerRuntime()
+    assert rt.describe() == f"docker at {address}"
+    with pytest.raises(RuntimeUnavailable) as caught:
+        await rt.ps()
+    assert f"DOCKER_HOST={address}" in str(caught.value)
+    assert "no engine socket" in str(caught.value)
+    await rt.close()
+
+
+async def test_a_socket_nobody_listens_on_is_unavailable(tmp_path):
+    path = tmp_path / "dead.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))  # bound, never listening: connections are refused
+    rt = DockerRuntime(docker_host=f"unix://{path}")
+    with pytest.raises(RuntimeUnavailable, match="connection refused"):
+        await rt.ps()
+    await rt.close()
+
+
+_AS_NOBODY = """
+import asyncio, os, sys
+from tpnode_tui.model import RuntimeUnavailable
+from tpnode_tui.runtimes.docker import DockerRuntime
+
+async def ps(host):
+    rt = DockerRuntime(docker_host=host)
+    try:
+        await rt.ps()
+    except RuntimeUnavailable as e:
+        return str(e)
+    finally:
+        await rt.close()
+
+async def main():
+    # The interpreter lives where only root may read, so the child starts as
+    # root, walks the whole code path once (loading every lazy import), and
+    # only then becomes nobody.
+    await ps("unix:///nonexistent/docker.sock")
+    os.setgid(65534)
+    os.setuid(65534)
+    print(await ps(sys.argv[1]))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a check as another user")
+def test_a_socket_the_user_may_not_open_says_permission_denied():
+    directory = Path(tempfile.mkdtemp(prefix="tpn-perm-", dir="/tmp"))
+    try:
+        directory.chmod(0o755)
+        path = directory / "docker.sock"
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(path))
+            server.listen()
+            path.chmod(0o000)
+            done = subprocess.run(
+                [sys.executable, "-c", _AS_NOBODY, f"unix://{path}"],
+                capture_output=True, text=True, timeout=60,
+            )
+        assert done.returncode == 0, done.stderr
+        assert f"unix://{path}: permission denied" in done.stdout
+        assert "docker group" in done.stdout
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ real dockerd
+
+
+@pytest.mark.docker
+async def test_a_created_job_already_holds_its_cards_then_runs(dockerd, runtime):
+    created = await runtime.create(job(dockerd, "train-1", "sleep", "30", cards=2), [0, 1])
+    assert (created.name, created.status, created.gpus) == ("tpn-train-1", "created", (0, 1))
+    assert created.started_at is None and created.pid is None
+
+    listed = (await by_name(runtime))["tpn-train-1"]
+    assert listed.status == "created" and listed.gpus == (0, 1) and listed.live
+    assert inspect(dockerd, "tpn-train-1", ".Config.Labels") == {
+        GPUS: "0,1", RUN_ID: "train-1", KIND: "job", OWNER: "ann",
+    }
+
+    started = await runtime.start("tpn-train-1")
+    assert started.status == "running" and started.gpus == (0, 1)
+    assert started.pid and started.started_at is not None
+    # Read as UTC: a time-zone slip would put it hours away from now.
+    assert abs(started.started_at - time.time()) < 600
+    assert started.command == ("sleep", "30") and started.image == dockerd.image
+    assert started.owner == "ann" and started.run_id == "train-1"
+
+    # Starting it again is harmless: it is running already.
+    assert (await runtime.start("tpn-train-1")).status == "running"
+
+
+@pytest.mark.docker
+async def test_hand_labelled_containers_count_and_a_new_instance_sees_the_same(dockerd, runtime):
+    await runtime.run(job(dockerd, "mine", "sleep", "30"), [0])
+    dockerd.cli("run", "-d", "--name", "squatter", "--label", f"{GPUS}=3",
+                dockerd.image, "sleep", "30")
+    dockerd.cli("run", "-d", "--name", "typo", "--label", f"{GPUS}=x",
+                dockerd.image, "sleep", "30")
+    dockerd.cli("run", "-d", "--name", "plain", dockerd.image, "sleep", "30")
+
+    jobs = await by_name(runtime)
+    assert set(jobs) == {"tpn-mine", "squatter", "typo"}, "unlabelled containers are not jobs"
+    squatter = jobs["squatter"]
+    assert (squatter.run_id, squatter.gpus, squatter.status, squatter.kind) == (
+        "squatter", (3,), "running", "job",
+    )
+    assert squatter.command == ("sleep", "30") and squatter.problems == ()
+    # A label nobody can read is listed with the reason, not dropped.
+    assert jobs["typo"].gpus == () and "'x'" in jobs["typo"].problems[0]
+
+    restarted = DockerRuntime(gpu_mode="none")
+    try:
+        assert await by_name(restarted) == jobs
+    finally:
+        await restarted.close()
+
+
+@pytest.mark.docker
+async def test_a_job_that_cannot_start_is_removed_and_holds_nothing(dockerd, runtime):
+    with pytest.raises(TpnodeError) as caught:
+        await runtime.run(job(dockerd, "broken", "/nonexistent"), [2])
+    message = str(caught.value)
+    assert "could not start" in message and "/nonexistent" in message
+    assert "holds no cards" in message
+    assert await runtime.ps() == []
+    assert dockerd.cli("ps", "-aq").stdout.strip() == b""
+
+
+@pytest.mark.docker
+async def test_an_exited_job_keeps_its_exit_code_until_removed(dockerd, runtime):
+    await runtime.run(job(dockerd, "fails", "sh", "-c", "exit 3"), [1])
+    exited = await wait_for_status(runtime, "tpn-fails", "exited")
+    assert exited.exit_code == 3 and not exited.live
+    assert exited.gpus == (1,) and exited.command == ("sh", "-c", "exit 3")
+
+    with pytest.raises(BadRequest, match="already run"):
+        await runtime.start("tpn-fails")
+
+    await runtime.remove("tpn-fails")
+    assert await runtime.ps() == []
+
+
+@pytest.mark.docker
+async def test_a_reservation_ends_by_itself(dockerd, runtime):
+    expires = time.time() + 1.5
+    spec = JobSpec("hold-1", 1, kind="reservation", owner="bob", expires_at=expires)
+    held = await runtime.run(spec, [5])
+    assert held.kind == "reservation" and held.status == "running"
+    assert held.owner == "bob" and held.expires_at == pytest.approx(expires, abs=0.001)
+    assert held.command[0] == "sleep" and held.image == dockerd.image
+    assert inspect(dockerd, held.name, ".Config.Labels")[EXPIRES]
+
+    ended = await wait_for_status(runtime, held.name, "exited")
+    assert ended.exit_code == 0 and not ended.live and ended.kind == "reservation"
+
+
+@pytest.mark.docker
+async def test_stop_and_remove_touch_only_platform_jobs(dockerd, runtime):
+    dockerd.cli("run", "-d", "--name", "plain", dockerd.image, "sleep", "30")
+    for action in (runtime.stop, runtime.remove, runtime.start):
+        with pytest.raises(JobNotFound, match="not a platform job"):
+            await action("plain")
+    assert inspect(dockerd, "plain", ".State.Status") == "running"
+
+    with pytest.raises(JobNotFound, match="no container named"):
+        await runtime.stop("tpn-nothing")
+    with pytest.raises(JobNotFound):
+        await runtime.remove("../images")
+
+
+@pytest.mark.docker
+async def test_a_running_job_is_stopped_before_it_is_removed(dockerd, runtime):
+    await runtime.run(job(dockerd, "long", "sleep", "30"), [0])
+    with pytest.raises(BadRequest, match="stop it before removing"):
+        await runtime.remove("tpn-long")
+    await runtime.stop("tpn-long")
+    stopped = (await by_name(runtime))["tpn-long"]
+    assert stopped.status == "exited" and stopped.exit_code is not None
+    await runtime.remove("tpn-long")
+    assert await runtime.ps() == []
+
+
+@pytest.mark.docker
+async def test_a_missing_image_is_named_and_leaves_nothing_behind(dockerd, runtime):
+    spec = JobSpec("x", 1, ("true",), image="not-here:1")
+    with pytest.raises(BadRequest, match=r"'not-here:1' is not on this node; pull it first"):
+        await runtime.run(spec, [0])
+    assert await runtime.ps() == []
+    assert dockerd.cli("ps", "-aq").stdout.strip() == b""
+
+
+@pytest.mark.docker
+async def test_a_run_id_in_use_is_refused(dockerd, runtime):
+    await runtime.create(job(dockerd, "twice", "true"), [0])
+    with pytest.raises(BadRequest, match="already exists"):
+        await runtime.create(job(dockerd, "twice", "true"), [1])
+    assert [s.gpus for s in await runtime.ps()] == [(0,)]
+
+
+@pytest.mark.docker
+async def test_env_mode_hands_the_cards_to_the_job(dockerd):
+    rt = DockerRuntime(gpu_mode="env")
+    try:
+        await rt.run(job(dockerd, "envy", "env", cards=2), [2, 3])
+        await wait_for_status(rt, "tpn-envy", "exited")
+    finally:
+        await rt.close()
+    out = dockerd.cli("logs", "tpn-envy").stdout.decode().splitlines()
+    assert "NVIDIA_VISIBLE_DEVICES=2,3" in out
+    # Inside the container the nvidia runtime numbers its two cards 0 and 1.
+    assert "CUDA_VISIBLE_DEVICES=0,1" in out
+
+
+@pytest.mark.docker
+async def test_nvidia_mode_asks_the_engine_for_exactly_those_devices(dockerd):
+    rt = DockerRuntime(gpu_mode="nvidia")
+    try:
+        created = await rt.create(job(dockerd, "gpu", "true", cards=2), [4, 6])
+        requests = inspect(dockerd, created.name, ".HostConfig.DeviceRequests")
+        assert [(r["Driver"], r["DeviceIDs"], r["Capabilities"]) for r in requests] == [
+            ("nvidia", ["4", "6"], [["gpu"]])
+        ]
+        await rt.remove(created.name)
+    finally:
+        await rt.close()

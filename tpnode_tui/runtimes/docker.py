@@ -1,0 +1,524 @@
+"""Platform jobs as Docker containers; their labels are the record of who holds which card.
+
+A container holds its cards from the moment it is *created*: ``ps()`` lists
+created containers with their labels, so the allocator can release its lock
+before the (slower) start, and every other reader already sees the cards taken.
+An exited container holds nothing. That is also how a reservation ends: its
+workload is a sleep until the expiry, so no sweeper has to free anything.
+
+Nothing is remembered between calls. A new process, or a new instance, reads
+the same picture back from the engine, including containers an earlier process
+started and ones an operator labelled by hand.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import math
+import os
+import re
+import shlex
+import time
+from datetime import datetime
+from typing import Any, AsyncIterator, Optional
+
+import aiodocker
+import aiohttp
+from aiodocker.exceptions import DockerError
+
+from ..model import (
+    JOB_KINDS,
+    LIVE_STATUSES,
+    BadRequest,
+    JobNotFound,
+    JobSpec,
+    JobState,
+    RuntimeUnavailable,
+    TpnodeError,
+    check_run_id,
+)
+from .labels import GPUS, job_labels, parse_labels
+
+GPU_MODES = ("nvidia", "env", "none")
+
+#: Where the engine is looked for when neither the caller nor DOCKER_HOST says:
+#: the same places, in the same order, as aiodocker's own search.
+_SOCKET_PATHS = ("/run/docker.sock", "/var/run/docker.sock")
+_DEFAULT_HOST = "unix:///var/run/docker.sock"
+
+#: How long one engine call may take before the engine counts as unreachable.
+#: Without a bound a hung dockerd would freeze the dashboard and the CLI with it.
+_CALL_TIMEOUT_S = 30.0
+
+#: The engine's own status text is the only place the list endpoint gives an
+#: exit code: "Exited (137) 5 minutes ago".
+_EXITED = re.compile(r"^\s*Exited\s*\((-?\d{1,10})\)")
+
+#: RFC 3339 as the engine writes it: nanoseconds, and "Z" for UTC.
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$")
+
+
+_LIST_FIELDS = ("Id", "Names", "Labels", "State", "Status", "Image", "Command")
+_INSPECT_FIELDS = ("Id", "Name", "Config", "State", "Path", "Args")
+
+#: What the engine accepts as a container name or id; anything else (a "/" or
+#: "..") would change which API path is asked.
+_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _call_timeout(extra_s: float = 0) -> aiohttp.ClientTimeout:
+    """The bound on one engine call. aiodocker leaves stop and delete unbounded
+    unless told, so they are told too."""
+    return aiohttp.ClientTimeout(total=_CALL_TIMEOUT_S + extra_s)
+
+
+def container_name(run_id: str) -> str:
+    return f"tpn-{run_id}"
+
+
+def _resolve_host(docker_host: Optional[str]) -> tuple[str, str]:
+    """The engine address and where it came from, for messages.
+
+    Resolved here rather than left to aiodocker so that the address in every
+    error is the one actually dialled.
+    """
+    if docker_host:
+        return docker_host, "configured"
+    env = os.environ.get("DOCKER_HOST", "").strip()
+    if env:
+        return env, "DOCKER_HOST"
+    for path in _SOCKET_PATHS:
+        if os.path.exists(path):
+            return f"unix://{path}", "default"
+    return _DEFAULT_HOST, "default"
+
+
+def _parse_time(text: Optional[str]) -> Optional[float]:
+    """An engine timestamp as unix seconds; None for "never" (year 1) or unreadable."""
+    m = _TIMESTAMP.match(text or "")
+    if not m or m.group(1).startswith("0001-"):
+        return None
+    fraction = (m.group(2) or "0")[:6].ljust(6, "0")
+    zone = m.group(3) or "Z"
+    zone = "+00:00" if zone == "Z" else zone
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{fraction}{zone}").timestamp()
+    except ValueError:
+        return None
+
+
+def _exit_code(status_text: str) -> Optional[int]:
+    m = _EXITED.match(status_text or "")
+    return int(m.group(1)) if m else None
+
+
+def _split_command(text: str) -> tuple[str, ...]:
+    """The list endpoint's command back as an argv.
+
+    Engines quote arguments that need it ("sh -c 'exit 3'"); older ones only
+    joined them with spaces, and then a plain split is the best there is.
+    """
+    try:
+        return tuple(shlex.split(text))
+    except ValueError:
+        return tuple(text.split())
+
+
+def _os_error(exc: BaseException) -> Optional[OSError]:
+    """The operating-system error under an aiodocker connection failure.
+
+    aiodocker re-raises connection failures as ``DockerError(900, text)``; the
+    original aiohttp error, which carries the errno, is its ``__context__``.
+    """
+    seen: set[int] = set()
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, aiohttp.ClientConnectorError):
+            return current.os_error
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class DockerRuntime:
+    """The ``Runtime`` for a Docker engine, through aiodocker.
+
+    ``gpu_mode`` says how a container is given its cards: ``nvidia`` asks the
+    engine for the devices (needs the NVIDIA container toolkit), ``env`` only
+    sets ``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES`` (an engine
+    whose default runtime is nvidia), ``none`` gives nothing but the labels
+    (engines without GPUs, such as the tests').
+
+    ``stop_timeout_s`` is the grace a job gets between SIGTERM and SIGKILL,
+    room for a training run to write its checkpoint.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        gpu_mode: str = "nvidia",
+        hold_image: str = "busybox:latest",
+        docker_host: Optional[str] = None,
+        stop_timeout_s: int = 10,
+    ) -> None:
+        if gpu_mode not in GPU_MODES:
+            raise BadRequest(f"docker GPU mode {gpu_mode!r} is not one of {', '.join(GPU_MODES)}")
+        self.gpu_mode = gpu_mode
+        self.hold_image = hold_image
+        self.stop_timeout_s = stop_timeout_s
+        self.host, self._host_source = _resolve_host(docker_host)
+        self._docker: Optional[aiodocker.Docker] = None
+
+    def describe(self) -> str:
+        return f"docker at {self.host}"
+
+    # ----------------------------------------------------------------- engine
+
+    def _client(self) -> aiodocker.Docker:
+        """The aiodocker client, made on first use.
+
+        Made lazily because its HTTP session belongs to the running event loop,
+        and constructing the runtime should not need one.
+        """
+        if self._docker is None:
+            try:
+                self._docker = aiodocker.Docker(url=self.host, timeout=_call_timeout())
+            except ValueError as e:
+                raise RuntimeUnavailable(
+                    f"{self._where()} is not an address the Docker client understands ({e}); "
+                    "use unix:///path/to/docker.sock or tcp://host:port"
+                ) from None
+        return self._docker
+
+    def _where(self) -> str:
+        if self._host_source == "DOCKER_HOST":
+            return f"DOCKER_HOST={self.host}"
+        return self.host
+
+    def _unreachable(self, exc: BaseException) -> RuntimeUnavailable:
+        err = _os_error(exc)
+        code = err.errno if err is not None else None
+        hint = "start dockerd or set DOCKER_HOST to the engine's address"
+        if code in (errno.EACCES, errno.EPERM):
+            why = "permission denied"
+            hint = "set DOCKER_HOST or run as a user in the docker group"
+        elif code == errno.ENOENT:
+            why = "no engine socket there"
+        elif code == errno.ECONNREFUSED:
+            why = "connection refused (is dockerd running?)"
+        elif isinstance(exc, asyncio.TimeoutError):
+            why = f"no answer within {_CALL_TIMEOUT_S:g}s"
+        elif err is not None:
+            why = err.strerror or str(err)
+        else:
+            why = str(exc) or type(exc).__name__
+        return RuntimeUnavailable(
+            f"cannot reach the Docker engine at {self._where()}: {why}; {hint}. "
+            "Until it answers, which cards platform jobs hold is unknown."
+        )
+
+    @contextlib.asynccontextmanager
+    async def _engine(self) -> AsyncIterator[aiodocker.Docker]:
+        """Engine calls, with "cannot reach it" turned into RuntimeUnavailable.
+
+        Any other engine error (404, 409, ...) is passed on for the caller to
+        say what it means in its own terms.
+        """
+        try:
+            yield self._client()
+        except DockerError as e:
+            if e.status == 900:
+                raise self._unreachable(e) from None
+            raise
+        except (asyncio.TimeoutError, aiohttp.ClientError) as e:
+            raise self._unreachable(e) from None
+
+    # --------------------------------------------------------------------- ps
+
+    async def ps(self) -> list[JobState]:
+        """Every container carrying ``tuneplane.gpus``, live or not.
+
+        One list call, filtered by the engine, is the record of which containers
+        hold which cards. The list endpoint lacks the start time, the pid and
+        the command as an argv, so *live* containers are also inspected (at the
+        same time); they are few, being bounded by the node's cards. Exited ones,
+        which pile up until they are reclaimed, are not: they hold no cards, their
+        exit code is read from the engine's status text ("Exited (3) ...") and
+        their command from its quoted command text; their start time is None.
+        """
+        return await self._read({"label": [GPUS]})
+
+    async def _read(self, filters: dict[str, list[str]]) -> list[JobState]:
+        async with self._engine() as docker:
+            try:
+                listed = await docker.containers.list(all=True, filters=filters)
+                items = [_fields(c, _LIST_FIELDS) for c in listed]
+                details = await asyncio.gather(
+                    *(self._inspect_live(docker, item) for item in items),
+                    return_exceptions=True,
+                )
+                for detail in details:
+                    if isinstance(detail, BaseException):
+                        raise detail
+            except DockerError as e:
+                if e.status == 900:
+                    raise
+                raise RuntimeUnavailable(
+                    f"the Docker engine at {self._where()} could not list containers: "
+                    f"{e.message}. Until it can, which cards platform jobs hold is unknown."
+                ) from None
+        return [_job_state(item, detail) for item, detail in zip(items, details)]
+
+    async def _inspect_live(
+        self, docker: aiodocker.Docker, item: dict[str, Any]
+    ) -> Optional[dict[str, Any]]:
+        """The details of a live container; None for others, or if it is gone by now.
+
+        A container removed between the list and this call keeps the list's
+        answer for this poll: the next one drops it. Losing a holder because a
+        detail could not be read would show its cards as free.
+        """
+        if item.get("State") not in LIVE_STATUSES:
+            return None
+        try:
+            container = await docker.containers.get(item["Id"])
+        except DockerError as e:
+            if e.status == 404:
+                return None
+            raise
+        return _fields(container, _INSPECT_FIELDS)
+
+    # ------------------------------------------------------------ the guard
+
+    async def _platform_container(self, name: str) -> dict[str, Any]:
+        """Inspect ``name``, refusing anything that is not a platform job.
+
+        The runtime stops and removes only containers whose labels put them on
+        the books. Anything else on the engine belongs to somebody else, even
+        if it uses a card.
+        """
+        if not _CONTAINER_NAME.fullmatch(name or ""):
+            raise JobNotFound(f"{name!r} is not a container name or id")
+        async with self._engine() as docker:
+            try:
+                data = _fields(await docker.containers.get(name), _INSPECT_FIELDS)
+            except DockerError as e:
+                if e.status == 404:
+                    raise JobNotFound(f"no container named {name!r} on {self.host}") from None
+                raise self._engine_error(f"could not look up container {name!r}", e) from None
+        labels = (data.get("Config") or {}).get("Labels") or {}
+        if GPUS not in labels:
+            raise JobNotFound(
+                f"container {name!r} is not a platform job (it has no {GPUS} label); "
+                "tpnode-tui leaves containers it did not account for alone"
+            )
+        return data
+
+    def _engine_error(self, doing: str, e: DockerError) -> TpnodeError:
+        return TpnodeError(f"{doing}: the Docker engine said: {e.message}")
+
+    async def _one(self, container_id: str, name: str) -> JobState:
+        states = await self._read({"label": [GPUS], "id": [container_id]})
+        if not states:
+            raise JobNotFound(f"container {name!r} is gone from {self.host}")
+        return states[0]
+
+    # ---------------------------------------------------------------- create
+
+    def _config(self, spec: JobSpec, gpus: list[int]) -> dict[str, Any]:
+        """The engine's container config for ``spec`` on ``gpus``, or BadRequest."""
+        check_run_id(spec.run_id)
+        if spec.kind not in JOB_KINDS:
+            raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
+        if not gpus:
+            raise BadRequest(f"job {spec.run_id!r} was given no cards; a job needs at least one")
+        if len(set(gpus)) != len(gpus) or any(type(i) is not int or i < 0 for i in gpus):
+            raise BadRequest(f"cards {list(gpus)!r} are not distinct card indices")
+        if spec.kind == "reservation":
+            image, command = self._hold(spec)
+        else:
+            if not spec.image:
+                raise BadRequest(
+                    f"job {spec.run_id!r} names no image; the docker runtime runs every job "
+                    "in an image (give one, e.g. --image IMAGE)"
+                )
+            image, command = spec.image, list(spec.command)
+        config: dict[str, Any] = {
+            "Image": image,
+            "Labels": job_labels(spec, gpus),
+            "HostConfig": {},
+        }
+        if command:
+            config["Cmd"] = command
+        devices = ",".join(str(i) for i in gpus)
+        if self.gpu_mode == "nvidia":
+            config["HostConfig"]["DeviceRequests"] = [
+                {"Driver": "nvidia", "DeviceIDs": devices.split(","), "Capabilities": [["gpu"]]}
+            ]
+        elif self.gpu_mode == "env":
+            # The nvidia runtime shows the container only these cards, numbered
+            # from 0, so CUDA's list counts inside the container: host indices
+            # there would hide cards 2,3 of a job given [2, 3] entirely.
+            inside = ",".join(str(i) for i in range(len(gpus)))
+            config["Env"] = [f"NVIDIA_VISIBLE_DEVICES={devices}", f"CUDA_VISIBLE_DEVICES={inside}"]
+        return config
+
+    def _hold(self, spec: JobSpec) -> tuple[str, list[str]]:
+        """A reservation's workload: sleep until it expires, then exit and free the cards."""
+        if spec.command:
+            raise BadRequest(
+                f"reservation {spec.run_id!r} was given a command; a reservation runs none, "
+                "it only holds its cards until it expires"
+            )
+        if spec.expires_at is None or not math.isfinite(spec.expires_at):
+            raise BadRequest(f"reservation {spec.run_id!r} needs an expiry time")
+        seconds = math.ceil(spec.expires_at - time.time())
+        if seconds <= 0:
+            raise BadRequest(f"reservation {spec.run_id!r} expires in the past; give a later time")
+        return spec.image or self.hold_image, ["sleep", str(seconds)]
+
+    async def create(self, spec: JobSpec, gpus: list[int]) -> JobState:
+        config = self._config(spec, gpus)
+        name = container_name(spec.run_id)
+        async with self._engine() as docker:
+            try:
+                container = await docker.containers.create(config, name=name)
+            except DockerError as e:
+                if e.status == 404:
+                    image = config["Image"]
+                    raise BadRequest(
+                        f"image {image!r} is not on this node; pull it first (docker pull {image})"
+                    ) from None
+                if e.status == 409:
+                    raise BadRequest(
+                        f"a container named {name!r} already exists, so run id "
+                        f"{spec.run_id!r} is taken; use another run id or reclaim the old job"
+                    ) from None
+                raise self._engine_error(f"could not create job {spec.run_id!r}", e) from None
+        return await self._one(container.id, name)
+
+    # ----------------------------------------------------------- start / run
+
+    async def start(self, name: str) -> JobState:
+        """Start a created job; if it cannot start, remove it so it holds nothing.
+
+        Only a *created* job is started. An exited one gave its cards back when
+        it ended and they may belong to another job now: starting it again
+        would take them without the allocator's lock. One already running is
+        left as it is.
+
+        A container that failed to start still carries its labels and would
+        hold its cards until somebody noticed. If even the removal fails the
+        error says so, because then the cards are still held.
+        """
+        data = await self._platform_container(name)
+        status = (data.get("State") or {}).get("Status")
+        if status in LIVE_STATUSES and status != "created":
+            return await self._one(data["Id"], name)
+        if status != "created":
+            raise BadRequest(
+                f"job {name!r} has already run ({status}); its cards may have gone to "
+                "another job since, so launch it afresh instead of starting it again"
+            )
+        async with self._engine() as docker:
+            container = docker.containers.container(data["Id"])
+            try:
+                await container.start()
+            except DockerError as e:
+                try:
+                    await container.delete(force=True, timeout=_call_timeout())
+                except DockerError as removal:
+                    raise TpnodeError(
+                        f"job {name!r} could not start: {e.message}. Removing it failed too "
+                        f"({removal.message}), so it still holds its cards; "
+                        f"remove it with: docker rm -f {name}"
+                    ) from None
+                raise TpnodeError(
+                    f"job {name!r} could not start: {e.message}. "
+                    "Its container was removed, so it holds no cards."
+                ) from None
+        return await self._one(data["Id"], name)
+
+    async def run(self, spec: JobSpec, gpus: list[int]) -> JobState:
+        state = await self.create(spec, gpus)
+        return await self.start(state.name)
+
+    # -------------------------------------------------------- stop / remove
+
+    async def stop(self, name: str) -> None:
+        data = await self._platform_container(name)
+        async with self._engine() as docker:
+            try:
+                await docker.containers.container(data["Id"]).stop(
+                    t=self.stop_timeout_s,
+                    timeout=_call_timeout(extra_s=self.stop_timeout_s),
+                )
+            except DockerError as e:
+                if e.status == 404:
+                    return  # gone already: nothing left to stop
+                raise self._engine_error(f"could not stop job {name!r}", e) from None
+
+    async def remove(self, name: str) -> None:
+        data = await self._platform_container(name)
+        async with self._engine() as docker:
+            try:
+                await docker.containers.container(data["Id"]).delete(timeout=_call_timeout())
+            except DockerError as e:
+                if e.status == 404:
+                    return
+                if e.status == 409:
+                    raise BadRequest(
+                        f"job {name!r} is still running; stop it before removing it"
+                    ) from None
+                raise self._engine_error(f"could not remove job {name!r}", e) from None
+
+    async def close(self) -> None:
+        if self._docker is not None:
+            docker, self._docker = self._docker, None
+            await docker.close()
+
+
+def _fields(container: aiodocker.DockerContainer, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The engine's answer about a container, as a plain dict of the keys used here."""
+    return {k: container[k] for k in keys if k in container}
+
+
+def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobState:
+    """One listed container as a JobState; ``detail`` (inspect) fills in what the list lacks."""
+    names = item.get("Names") or []
+    name = names[0].lstrip("/") if names else str(item.get("Id", ""))[:12]
+    facts = parse_labels(item.get("Labels") or {}, default_run_id=name)
+    status = str(item.get("State") or "")
+    image = item.get("Image") or None
+    command = _split_command(str(item.get("Command") or ""))
+    started_at = pid = None
+    exit_code = _exit_code(str(item.get("Status") or "")) if status == "exited" else None
+    if detail is not None:
+        state = detail.get("State") or {}
+        status = str(state.get("Status") or status)
+        image = (detail.get("Config") or {}).get("Image") or image
+        path = detail.get("Path")
+        command = tuple(str(a) for a in ([path] if path else []) + list(detail.get("Args") or []))
+        started_at = _parse_time(state.get("StartedAt"))
+        pid = state.get("Pid") or None
+        if status == "exited":
+            exit_code = state.get("ExitCode")
+    return JobState(
+        name=name,
+        run_id=facts.run_id,
+        gpus=facts.gpus,
+        status=status,
+        kind=facts.kind,
+        owner=facts.owner,
+        image=image,
+        command=command,
+        started_at=started_at,
+        expires_at=facts.expires_at,
+        exit_code=exit_code,
+        pid=pid,
+        problems=facts.problems,
+    )

@@ -1,0 +1,180 @@
+"""The ``tuneplane.*`` labels: their names, how they are written and how they are read.
+
+Labels are the only record of which cards a platform container holds, so they
+are read from containers this process did not create too: ones an earlier
+process made, and ones an operator labelled by hand. Reading therefore never
+raises. Whatever cannot be understood is reported as a problem in plain words
+next to what could be, because a label nobody can read still belongs to a
+container that may be holding cards: dropping it silently would show those
+cards as free.
+
+Pure: no I/O, so the process runtime, the probes and the tests can share it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from ..model import JOB_KINDS, RUN_ID_PATTERN, RUN_ID_RULE, BadRequest, JobSpec, check_run_id
+
+GPUS = "tuneplane.gpus"
+RUN_ID = "tuneplane.run_id"
+KIND = "tuneplane.kind"
+OWNER = "tuneplane.owner"
+EXPIRES = "tuneplane.expires"
+
+#: A card index with more significant digits than this is not a card on any
+#: machine. The cap also keeps ``int()`` away from Python's limit on converting
+#: very long digit strings, which raises instead of answering.
+_MAX_INDEX_DIGITS = 6
+
+#: A label can be any length; a list of problems shown in a dashboard cell cannot.
+_MAX_PROBLEMS = 5
+
+_DIGITS = re.compile(r"[0-9]+")
+_UNIX_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
+
+
+def _show(text: str, limit: int = 24) -> str:
+    """A piece of a label, quoted and cut short, safe to put in a message."""
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return repr(text)
+
+
+def _capped(problems: list[str]) -> tuple[str, ...]:
+    if len(problems) <= _MAX_PROBLEMS:
+        return tuple(problems)
+    rest = len(problems) - _MAX_PROBLEMS + 1
+    return (*problems[: _MAX_PROBLEMS - 1], f"{GPUS}: and {rest} more problems like these")
+
+
+def parse_gpus_label(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The card indices a ``tuneplane.gpus`` label names, and what is wrong with it.
+
+    Indices come back sorted and once each. Only plain ASCII digits count:
+    ``int()`` alone would also take ``+1``, ``1_0`` or other scripts' digits,
+    which no tool writes and which would make a typo look like a real card.
+    An index beyond the node's last card is kept, not dropped: the allocator
+    compares against the card count and reports it, and a card a label names
+    is never treated as free because the number looked odd here.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return (), (f"{GPUS} is empty, so it does not say which cards the job holds",)
+    found: set[int] = set()
+    problems: list[str] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        if not piece:
+            problems.append(f"{GPUS}={_show(text)} has an empty entry between commas")
+            continue
+        significant = piece.lstrip("0") or "0"
+        if not _DIGITS.fullmatch(piece) or len(significant) > _MAX_INDEX_DIGITS:
+            problems.append(
+                f"{GPUS}: {_show(piece)} is not a card index "
+                "(use whole numbers from 0, separated by commas)"
+            )
+            continue
+        index = int(significant)
+        if index in found:
+            problems.append(f"{GPUS}: card {index} is listed more than once")
+        found.add(index)
+    return tuple(sorted(found)), _capped(problems)
+
+
+def parse_expires(text: Optional[str]) -> tuple[Optional[float], tuple[str, ...]]:
+    """A ``tuneplane.expires`` value as unix seconds, and what is wrong with it.
+
+    No label is no expiry (an ordinary job), not a problem. Only plain decimal
+    seconds are accepted: ``float()`` would also take ``inf`` or ``nan``, and a
+    reservation that "never ends" because of a typo would hold its cards in the
+    dashboard's eyes forever.
+    """
+    if text is None or not text.strip():
+        return None, ()
+    value = text.strip()
+    if not _UNIX_SECONDS.fullmatch(value):
+        return None, (f"{EXPIRES}: {_show(value)} is not a time in unix seconds",)
+    return float(value), ()
+
+
+def parse_kind(text: Optional[str]) -> tuple[str, tuple[str, ...]]:
+    """The job kind a ``tuneplane.kind`` label names; no label means an ordinary job.
+
+    An unknown kind is read as "job": both kinds hold their cards the same way,
+    so the cards stay held either way, and the problem says what was not understood.
+    """
+    if text is None or not text.strip():
+        return "job", ()
+    kind = text.strip().lower()
+    if kind in JOB_KINDS:
+        return kind, ()
+    choices = " or ".join(JOB_KINDS)
+    return "job", (f"{KIND}: {_show(text)} is not {choices}; shown as a job",)
+
+
+@dataclass(frozen=True)
+class LabelFacts:
+    """What a container's labels say about the platform job it runs."""
+
+    run_id: str
+    gpus: tuple[int, ...]
+    kind: str
+    owner: str
+    expires_at: Optional[float]
+    problems: tuple[str, ...]
+
+
+def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
+    """Read every ``tuneplane.*`` label at once; never raises.
+
+    ``default_run_id`` (the container name) stands in for a missing run id, so a
+    container labelled by hand with only ``tuneplane.gpus`` is still named.
+    """
+    gpus, problems = parse_gpus_label(labels.get(GPUS, ""))
+    kind, kind_problems = parse_kind(labels.get(KIND))
+    expires_at, expires_problems = parse_expires(labels.get(EXPIRES))
+    run_id = (labels.get(RUN_ID) or "").strip() or default_run_id
+    extra: list[str] = []
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        extra.append(f"{RUN_ID}: {_show(run_id)} is not a valid run id ({RUN_ID_RULE})")
+    if kind == "reservation" and expires_at is None and not expires_problems:
+        extra.append(f"a reservation without {EXPIRES}: when it ends is not known")
+    return LabelFacts(
+        run_id=run_id,
+        gpus=gpus,
+        kind=kind,
+        owner=(labels.get(OWNER) or "").strip(),
+        expires_at=expires_at,
+        problems=problems + kind_problems + expires_problems + tuple(extra),
+    )
+
+
+def _seconds(value: float) -> str:
+    """Unix seconds as a label: whole seconds when exact, milliseconds otherwise."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.3f}"
+
+
+def job_labels(spec: JobSpec, gpus: list[int] | tuple[int, ...]) -> dict[str, str]:
+    """The labels that make a container hold ``gpus`` for ``spec``.
+
+    Only checked values are written, so the labels always read back without
+    problems: a run id or expiry that could not be read back is refused here
+    (BadRequest) instead of being written for every later reader to stumble on.
+    """
+    labels = {
+        GPUS: ",".join(str(i) for i in gpus),
+        RUN_ID: check_run_id(spec.run_id),
+        KIND: spec.kind,
+    }
+    if spec.owner:
+        labels[OWNER] = spec.owner
+    if spec.expires_at is not None:
+        text = _seconds(spec.expires_at)
+        if parse_expires(text)[1]:
+            raise BadRequest(f"expiry {spec.expires_at!r} is not a time in unix seconds")
+        labels[EXPIRES] = text
+    return labels
