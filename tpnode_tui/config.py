@@ -27,7 +27,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "probe": ("TUNEPLANE_PROBE", "nvml, smi, simulated:PATH or auto (NVML, then nvidia-smi, else probe-blind)"),
     "probe_timeout_s": ("TUNEPLANE_PROBE_TIMEOUT_S", "seconds a probe may take before the node counts as probe-blind"),
     "runtime": ("TUNEPLANE_RUNTIME", "docker, process or auto (docker when an engine socket exists)"),
-    "docker_gpu_mode": ("TUNEPLANE_DOCKER_GPU_MODE", "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES only) or none (labels only)"),
+    "docker_gpu_mode": ("TUNEPLANE_DOCKER_GPU_MODE", "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES with host ids, CUDA_VISIBLE_DEVICES from 0) or none (labels only)"),
     "state_dir": ("TUNEPLANE_STATE_DIR", "lock file and the process runtime's state file and logs"),
     "redis_url": ("TUNEPLANE_REDIS_URL", "use a Redis lease as the cross-process lock instead of flock"),
     "lock_lease_ms": ("TUNEPLANE_LOCK_LEASE_MS", "Redis lease length; renewed every third of it"),

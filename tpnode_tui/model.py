@@ -212,6 +212,8 @@ class JobSpec:
     owner: str = ""
     #: unix seconds; reservations end then (their workload exits)
     expires_at: Optional[float] = None
+    #: the allocation lock's fencing number when the cards were picked; set by the allocator
+    fence: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,8 @@ class JobState:
     expires_at: Optional[float] = None
     exit_code: Optional[int] = None
     pid: Optional[int] = None
+    #: fencing number of the allocation that placed it (None: placed by hand or by an old version)
+    fence: Optional[int] = None
     #: what could not be understood in its labels or record, in plain words
     problems: tuple[str, ...] = ()
 
