@@ -59,6 +59,7 @@ def test_redis_password_is_redacted():
     assert redact_url("redis://:s3cret@h:6380/0") == "redis://:***@h:6380/0"
     assert redact_url("rediss://user:s3cret@h/0") == "rediss://user:***@h/0"
     assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
+    assert redact_url("unix:///run/redis.sock?db=0&password=s3cret") == "unix:///run/redis.sock?db=0&password=***"
     s = load_settings({"TUNEPLANE_REDIS_URL": "redis://:s3cret@h:6380/0"})
     assert "s3cret" not in s.redis_url_safe
 

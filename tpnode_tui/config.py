@@ -7,6 +7,7 @@ become "detect", and a typo in a probe name must not silently become "blind".
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Mapping, Optional
@@ -68,16 +69,20 @@ class Settings:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced, for logs, errors and the header."""
+    """The URL with any password replaced, for logs, errors and the header.
+
+    A password can stand in the authority (``redis://:pw@host``) or, for unix
+    sockets, in the query (``unix:///run/redis.sock?password=pw``).
+    """
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    netloc = f"{user}:***@{host}" if user else f":***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        user = parts.username or ""
+        netloc = f"{user}:***@{host}" if user else f":***@{host}"
+        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
 
 
 def _parse_int(name: str, raw: str, minimum: int) -> int:

@@ -129,6 +129,10 @@ class AllocationLock:
             return "waiting for the allocation lock (held by another allocation in this process)"
         return None
 
+    def locked(self) -> bool:
+        """Whether an allocation in this process is inside the lock now."""
+        return self._local.locked()
+
     def _report(self, why: Optional[str]) -> None:
         self._backend_waiting = why
 
