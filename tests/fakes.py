@@ -58,7 +58,7 @@ class MemoryRuntime:
         await asyncio.sleep(self.create_delay)
         job = JobState(name=f"tpn-{spec.run_id}", run_id=spec.run_id, gpus=tuple(gpus),
                        status="created", kind=spec.kind, owner=spec.owner,
-                       command=spec.command, expires_at=spec.expires_at)
+                       command=spec.command, expires_at=spec.expires_at, fence=spec.fence)
         self.jobs[job.name] = job
         return job
 

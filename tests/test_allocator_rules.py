@@ -279,6 +279,57 @@ async def test_launch_creates_under_the_lock_and_starts_after_releasing_it(make)
     assert events == [("create", True), ("start", False)]
 
 
+async def test_a_lost_lock_never_starts_two_jobs_on_one_card(settings, tmp_path):
+    """Two allocators whose locks do not see each other (as after a lost lease)
+    pick the same cards; the later fence backs off before starting."""
+    runtime = MemoryRuntime(create_delay=0.1)
+    allocs = []
+    for name in ("a", "b"):
+        s = replace(settings, state_dir=tmp_path / name)  # separate flocks: no mutual exclusion
+        allocs.append(GpuAllocator(runtime, StaticProbe(), s, make_lock(s)))
+    outcomes = await asyncio.gather(
+        allocs[0].launch(JobSpec("ra", 8, ("x",))), allocs[1].launch(JobSpec("rb", 8, ("x",))),
+        return_exceptions=True)
+    placed = [o for o in outcomes if not isinstance(o, Exception)]
+    backed_off = [o for o in outcomes if isinstance(o, NoCapacity)]
+    assert len(placed) == 1 and len(backed_off) == 1, outcomes
+    assert "taken meanwhile" in str(backed_off[0])
+    live = [j for j in runtime.jobs.values() if j.live]
+    assert len(live) == 1 and runtime.started == [live[0].name]
+    for a in allocs:
+        await a.close()
+
+
+async def test_an_earlier_job_that_missed_our_record_keeps_its_cards(make):
+    """The later job checked before ours existed and started; ours must go."""
+    runtime = MemoryRuntime()
+    alloc = make(runtime=runtime)
+
+    class LaterStarted(MemoryRuntime):
+        async def create(self, spec, gpus):
+            job_ = await super().create(spec, gpus)
+            self.add(replace(job("later", gpus), fence=spec.fence + 1))
+            return job_
+
+    alloc.runtime = LaterStarted()
+    with pytest.raises(NoCapacity, match="later"):
+        await alloc.launch(JobSpec("r", 2, ("x",)))
+    assert list(alloc.runtime.jobs) == ["tpn-later"] and alloc.runtime.started == []
+
+
+async def test_a_job_placed_by_hand_on_our_cards_meanwhile_makes_us_back_off(make):
+    class Intruded(MemoryRuntime):
+        async def create(self, spec, gpus):
+            job_ = await super().create(spec, gpus)
+            self.add(job("by-hand", gpus))  # a container labelled by hand, no fence
+            return job_
+
+    runtime = Intruded()
+    with pytest.raises(NoCapacity, match="by-hand"):
+        await make(runtime=runtime).launch(JobSpec("r", 2, ("x",)))
+    assert list(runtime.jobs) == ["tpn-by-hand"] and runtime.started == []
+
+
 # -- ending jobs ------------------------------------------------------------------
 
 

@@ -132,3 +132,15 @@ def test_an_expiry_that_could_not_be_read_back_is_refused(expires):
 def test_a_bad_run_id_is_refused_before_anything_is_written():
     with pytest.raises(BadRequest, match="run id"):
         job_labels(JobSpec("no spaces please", 1), [0])
+
+
+def test_fence_label_round_trips_and_a_bad_one_is_a_problem():
+    from tpnode_tui.model import JobSpec
+    from tpnode_tui.runtimes.labels import FENCE, job_labels, parse_labels
+
+    labels = job_labels(JobSpec("r1", 1, ("x",), fence=1732950000123456), [0])
+    assert labels[FENCE] == "1732950000123456"
+    assert parse_labels(labels, "tpn-r1").fence == 1732950000123456
+    bad = parse_labels({**labels, FENCE: "soon"}, "tpn-r1")
+    assert bad.fence is None and any("not a fencing number" in p for p in bad.problems)
+    assert parse_labels({"tuneplane.gpus": "0"}, "hand").fence is None

@@ -23,7 +23,7 @@ import os
 import secrets
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Optional, TypeVar
 
 from .config import Settings
@@ -37,6 +37,7 @@ from .model import (
     NoCapacity,
     NodeSnapshot,
     ProbeReading,
+    TpnodeError,
     check_run_id,
     pick_gpus,
 )
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SeriesResolver = Callable[[str, str], str]
+
+#: how long a job that met a later-fenced rival on its cards waits for that
+#: rival to withdraw before withdrawing itself
+FENCE_GRACE_S = 2.0
 
 
 def raw_series(profile: str, gpu_name: str) -> str:
@@ -242,7 +247,7 @@ class GpuAllocator:
         check_run_id(spec.run_id)
         if spec.cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
-        async with self.lock.hold():
+        async with self.lock.hold() as hold:
             occ, _reading, jobs = await self._read()
             mine = [j for j in jobs if (j.run_id or j.name) == spec.run_id]
             if live := [j for j in mine if j.live]:
@@ -253,7 +258,8 @@ class GpuAllocator:
                     f"reclaimed; reclaim it (tpnode-tui reclaim {spec.run_id}) or choose another"
                 )
             gpus = self._pick(spec.run_id, spec.cards, occ)
-            created = await self.runtime.create(spec, gpus)
+            created = await self.runtime.create(replace(spec, fence=hold.fence), gpus)
+        await self._check_fence(created, hold.fence, hold.lost())
         job = await self.runtime.start(created.name)
         warning = None
         if not occ.external_probe_ok:
@@ -262,6 +268,45 @@ class GpuAllocator:
                 "use from outside the platform could not be probed"
             )
         return Launched(tuple(gpus), job, warning=warning)
+
+    async def _check_fence(self, created: JobState, fence: int, lost: bool) -> None:
+        """Make sure no other live job sits on our cards before ours starts.
+
+        Two jobs can only meet on a card if the lock failed (a Redis lease
+        expired while its holder stalled, a key cleared by hand). Every job
+        carries the fencing number of the allocation that placed it. Meeting an
+        earlier job (lower number, or placed by hand) we remove ours at once.
+        Meeting a later one we give it a moment to remove itself, as it will
+        when it checks; if it is still there it checked before ours existed and
+        may be starting, so ours goes. Either way two jobs never start on one
+        card. If the node cannot be read back, ours is removed too.
+        """
+        deadline = asyncio.get_running_loop().time() + FENCE_GRACE_S
+        while True:
+            try:
+                jobs = await self.runtime.ps()
+            except TpnodeError:
+                await self._withdraw(created)
+                raise
+            rivals = [j for j in jobs if j.live and j.name != created.name
+                      and set(j.gpus) & set(created.gpus)]
+            if not rivals:
+                return
+            earlier = [j for j in rivals if j.fence is None or j.fence < fence]
+            if earlier or asyncio.get_running_loop().time() >= deadline:
+                await self._withdraw(created)
+                names = ", ".join(f"{j.run_id} (cards {','.join(map(str, j.gpus))})" for j in rivals)
+                why = "the allocation lock was lost" if lost else "another allocation placed a job there"
+                log.error("withdrew %s: %s meanwhile; %s", created.run_id, why, names)
+                raise NoCapacity(f"cards were taken meanwhile by {names} ({why}); try again")
+            await asyncio.sleep(FENCE_GRACE_S / 10)
+
+    async def _withdraw(self, job: JobState) -> None:
+        for step in (self.runtime.stop, self.runtime.remove):
+            try:
+                await step(job.name)
+            except TpnodeError as e:
+                log.warning("while withdrawing %s: %s", job.name, e)
 
     async def reserve(self, cards: int, duration_s: float, owner: str = "",
                       run_id: Optional[str] = None) -> Launched:

@@ -520,5 +520,6 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         expires_at=facts.expires_at,
         exit_code=exit_code,
         pid=pid,
+        fence=facts.fence,
         problems=facts.problems,
     )

@@ -23,6 +23,9 @@ RUN_ID = "tuneplane.run_id"
 KIND = "tuneplane.kind"
 OWNER = "tuneplane.owner"
 EXPIRES = "tuneplane.expires"
+#: the allocation lock's fencing number when the cards were picked: of two jobs
+#: found on one card (only possible if a lock was lost) the later one backs off
+FENCE = "tuneplane.fence"
 
 #: A card index with more significant digits than this is not a card on any
 #: machine. The cap also keeps ``int()`` away from Python's limit on converting
@@ -124,6 +127,7 @@ class LabelFacts:
     owner: str
     expires_at: Optional[float]
     problems: tuple[str, ...]
+    fence: Optional[int] = None
 
 
 def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
@@ -141,6 +145,10 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
         extra.append(f"{RUN_ID}: {_show(run_id)} is not a valid run id ({RUN_ID_RULE})")
     if kind == "reservation" and expires_at is None and not expires_problems:
         extra.append(f"a reservation without {EXPIRES}: when it ends is not known")
+    fence_text = (labels.get(FENCE) or "").strip()
+    fence = int(fence_text) if fence_text.isascii() and fence_text.isdigit() and len(fence_text) <= 20 else None
+    if fence_text and fence is None:
+        extra.append(f"{FENCE}: {_show(fence_text)} is not a fencing number")
     return LabelFacts(
         run_id=run_id,
         gpus=gpus,
@@ -148,6 +156,7 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
         owner=(labels.get(OWNER) or "").strip(),
         expires_at=expires_at,
         problems=problems + kind_problems + expires_problems + tuple(extra),
+        fence=fence,
     )
 
 
@@ -172,6 +181,8 @@ def job_labels(spec: JobSpec, gpus: list[int] | tuple[int, ...]) -> dict[str, st
     }
     if spec.owner:
         labels[OWNER] = spec.owner
+    if spec.fence is not None:
+        labels[FENCE] = str(spec.fence)
     if spec.expires_at is not None:
         text = _seconds(spec.expires_at)
         if parse_expires(text)[1]:
