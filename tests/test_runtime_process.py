@@ -1,0 +1,323 @@
+"""The process runtime with real processes: its supervisor, liveness by pid and start, the state file."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from dataclasses import replace
+
+import psutil
+import pytest
+
+from tpnode_tui.model import BadRequest, JobNotFound, JobSpec, RuntimeUnavailable
+from tpnode_tui.runtimes.process import ProcessRuntime, boot_id, process_start
+from tpnode_tui.runtimes.statefile import JobRecord, StateFile
+
+WAIT_S = 20.0
+
+
+@pytest.fixture
+async def runtime(state_dir):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=2.0)
+    yield rt
+    for job in await rt.ps():
+        if job.status == "running":
+            await rt.stop(job.name)
+    await rt.close()
+
+
+def job(run_id: str, *command: str, **kw) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=1, command=command, **kw)
+
+
+async def state_of(rt: ProcessRuntime, name: str):
+    return next(j for j in await rt.ps() if j.name == name)
+
+
+async def wait_for_status(rt: ProcessRuntime, name: str, status: str):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        state = await state_of(rt, name)
+        if state.status == status:
+            return state
+        assert time.monotonic() < deadline, f"{name} still {state.status}, expected {status}"
+        await asyncio.sleep(0.05)
+
+
+async def wait_for_log(path, text: str) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        content = path.read_text(errors="replace") if path.exists() else ""
+        if text in content:
+            return content
+        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}: {content!r}"
+        await asyncio.sleep(0.05)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+async def test_run_records_cards_and_sets_visible_devices_in_the_job(runtime, state_dir):
+    started = await runtime.run(job("train-1", "sh", "-c", "env; echo READY; sleep 30"), [1, 2])
+    assert started.status == "running" and started.gpus == (1, 2)
+    log = state_dir / "logs" / "train-1.log"
+    env = await wait_for_log(log, "READY")
+    assert "CUDA_VISIBLE_DEVICES=1,2\n" in env
+    assert "NVIDIA_VISIBLE_DEVICES=1,2\n" in env
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID\n" in env
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    [seen] = await runtime.ps()
+    assert (seen.name, seen.run_id, seen.status, seen.gpus) == ("train-1", "train-1", "running", (1, 2))
+    assert seen.command == ("sh", "-c", "env; echo READY; sleep 30")
+    assert seen.pid == started.pid and seen.exit_code is None and seen.kind == "job"
+    assert (await runtime.start("train-1")).status == "running"
+    assert runtime.describe() == f"processes recorded in {state_dir / 'jobs.json'}"
+
+
+async def test_exit_code_is_recorded_with_nobody_waiting_and_stays_until_removed(runtime, state_dir):
+    await runtime.create(job("fails", "sh", "-c", "echo bye; exit 3"), [0])
+    ended = await wait_for_status(runtime, "fails", "exited")
+    assert ended.exit_code == 3 and ended.gpus == (0,)
+    assert [j.name for j in await runtime.ps()] == ["fails"]
+    await runtime.remove("fails")
+    assert await runtime.ps() == []
+    assert "bye" in (state_dir / "logs" / "fails.log").read_text()  # the log outlives the record
+    with pytest.raises(JobNotFound):
+        await runtime.remove("fails")
+    with pytest.raises(JobNotFound):
+        await runtime.stop("fails")
+    with pytest.raises(JobNotFound):
+        await runtime.start("fails")
+
+
+async def test_a_running_job_cannot_be_removed_and_a_run_id_cannot_be_reused(runtime):
+    first = await runtime.create(job("busy", "sleep", "30"), [0])
+    with pytest.raises(BadRequest, match="still running"):
+        await runtime.remove("busy")
+    with pytest.raises(BadRequest, match="already recorded"):
+        await runtime.create(job("busy", "sleep", "30"), [1])
+    [still] = await runtime.ps()
+    assert (still.pid, still.gpus, still.status) == (first.pid, (0,), "running")
+
+
+async def test_stop_sends_one_sigterm_and_records_how_the_job_ended(runtime, state_dir):
+    counter = (
+        "import signal, sys, time\n"
+        "got = []\n"
+        "signal.signal(signal.SIGTERM, lambda *a: got.append(1))\n"
+        "print('READY', flush=True)\n"
+        "while not got: time.sleep(0.02)\n"
+        "time.sleep(0.3)\n"
+        "print('TERMS', len(got), flush=True)\n"
+        "sys.exit(5)\n"
+    )
+    await runtime.run(job("graceful", sys.executable, "-c", counter), [0])
+    log = state_dir / "logs" / "graceful.log"
+    await wait_for_log(log, "READY")
+    await runtime.stop("graceful")
+    ended = await state_of(runtime, "graceful")
+    assert (ended.status, ended.exit_code) == ("exited", 5)
+    assert "TERMS 1\n" in log.read_text()
+
+
+async def test_stop_kills_a_job_that_ignores_sigterm_and_everything_it_started(state_dir):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5)
+    started = await rt.run(job("stubborn", "sh", "-c", "trap '' TERM; echo READY; sleep 30"), [0])
+    await wait_for_log(state_dir / "logs" / "stubborn.log", "READY")
+    inside = descendants(started.pid)
+    assert inside
+    await rt.stop("stubborn")
+    _, alive = psutil.wait_procs(inside, timeout=WAIT_S)
+    assert alive == []
+    ended = await state_of(rt, "stubborn")
+    assert ended.status == "exited"
+    assert ended.exit_code is None  # the supervisor was killed too, so nobody knows
+
+
+async def test_a_killed_supervisor_means_exited_and_takes_the_command_with_it(runtime):
+    started = await runtime.run(job("orphan", "sleep", "30"), [0])
+    deadline = time.monotonic() + WAIT_S
+    while not (inside := descendants(started.pid)):
+        assert time.monotonic() < deadline, "the command never started"
+        await asyncio.sleep(0.05)
+    os.kill(started.pid, signal.SIGKILL)
+    ended = await wait_for_status(runtime, "orphan", "exited")
+    assert ended.exit_code is None
+    _, alive = psutil.wait_procs(inside, timeout=WAIT_S)
+    assert alive == []
+
+
+def forged(name: str, pid: int, ticks: int, boot: str) -> JobRecord:
+    return JobRecord(
+        name=name, run_id=name, gpus=(5,), kind="job", owner="", command=("sleep", "1"),
+        started_at=time.time(), expires_at=None, pid=pid, pid_start_ticks=ticks,
+        boot_id=boot, log="",
+    )
+
+
+async def test_a_reused_pid_is_not_the_job_and_is_never_signalled(runtime, state_dir):
+    me = os.getpid()
+    ticks = process_start(me).ticks
+    with StateFile(state_dir).transaction() as jobs:
+        jobs["same"] = forged("same", me, ticks, boot_id())
+        jobs["reused"] = forged("reused", me, ticks - 10_000, boot_id())
+        jobs["rebooted"] = forged("rebooted", me, ticks, "another-boot")
+    states = {j.name: j.status for j in await runtime.ps()}
+    assert states == {"same": "running", "reused": "exited", "rebooted": "exited"}
+    await runtime.stop("reused")  # would SIGTERM this very test if it trusted the pid
+    await runtime.remove("reused")
+    with pytest.raises(BadRequest, match="still running"):
+        await runtime.remove("same")
+    with StateFile(state_dir).transaction() as jobs:
+        del jobs["same"]  # so the fixture does not stop this test process
+
+
+async def test_a_new_runtime_on_the_same_directory_sees_the_same_jobs(runtime, state_dir):
+    await runtime.run(job("long", "sleep", "30"), [0, 1])
+    await runtime.run(job("short", "sh", "-c", "exit 7"), [2])
+    await wait_for_status(runtime, "short", "exited")
+    again = ProcessRuntime(state_dir)
+    assert await again.ps() == await runtime.ps()
+    assert {j.name: (j.status, j.exit_code) for j in await again.ps()} == {
+        "long": ("running", None), "short": ("exited", 7),
+    }
+
+
+async def test_hostile_arguments_are_stored_and_passed_literally(runtime, state_dir, tmp_path):
+    marker = tmp_path / "pwned"
+    hostile = [
+        "with spaces", "it's \"quoted\"", f"$(touch {marker})", f"`touch {marker}`",
+        "line\nbreak", "ünïcødé ☃", "; rm -rf /", "",
+    ]
+    echo = "import json, sys; print(json.dumps(sys.argv[1:]))"
+    await runtime.run(job("args", sys.executable, "-c", echo, *hostile), [0])
+    await wait_for_status(runtime, "args", "exited")
+    printed = (state_dir / "logs" / "args.log").read_text().strip().splitlines()[-1]
+    assert json.loads(printed) == hostile
+    assert (await state_of(runtime, "args")).command == (sys.executable, "-c", echo, *hostile)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "run_id", ["with space", "quote'd", "$(touch /tmp/tpn-x)", "new\nline", "ünï", "../up", ""]
+)
+async def test_a_hostile_run_id_is_refused_before_anything_runs(runtime, state_dir, run_id):
+    with pytest.raises(BadRequest, match="run id"):
+        await runtime.create(job(run_id, "true"), [0])
+    assert await runtime.ps() == []
+    assert not (state_dir / "logs").exists()
+
+
+async def test_a_command_that_cannot_start_is_refused_and_holds_nothing(runtime, state_dir, tmp_path):
+    with pytest.raises(BadRequest, match="'no-such-command-tpn' not found"):
+        await runtime.create(job("missing", "no-such-command-tpn", "--flag"), [0])
+    plain = tmp_path / "notes.txt"
+    plain.write_text("echo hi\n")
+    with pytest.raises(BadRequest, match="not executable"):
+        await runtime.create(job("plain", str(plain)), [0])
+    with pytest.raises(BadRequest, match="no command"):
+        await runtime.create(job("empty"), [0])
+    with pytest.raises(BadRequest, match="NUL"):
+        await runtime.create(job("nul", "echo", "a\0b"), [0])
+    assert await runtime.ps() == []
+
+
+async def test_a_command_that_fails_to_exec_shows_exited_127(runtime, state_dir, tmp_path):
+    script = tmp_path / "broken.sh"
+    script.write_text("#!/no/such/interpreter\n")
+    script.chmod(0o755)
+    await runtime.run(job("broken", str(script)), [0])
+    ended = await wait_for_status(runtime, "broken", "exited")
+    assert ended.exit_code == 127
+    assert "cannot start" in (state_dir / "logs" / "broken.log").read_text()
+
+
+async def test_a_reservation_holds_until_it_expires_by_itself(runtime):
+    expires = time.time() + 1.0
+    spec = JobSpec(run_id="rsv-1", cards=1, kind="reservation", owner="ana", expires_at=expires)
+    held = await runtime.create(spec, [3])
+    assert (held.status, held.kind, held.owner, held.expires_at, held.gpus) == (
+        "running", "reservation", "ana", expires, (3,),
+    )
+    ended = await wait_for_status(runtime, "rsv-1", "exited")
+    assert ended.exit_code == 0
+    with pytest.raises(BadRequest, match="no expiry"):
+        await runtime.create(JobSpec(run_id="rsv-2", cards=1, kind="reservation"), [0])
+    with pytest.raises(BadRequest, match="in the past"):
+        await runtime.create(replace(spec, run_id="rsv-3", expires_at=time.time() - 5), [0])
+
+
+async def test_a_corrupt_state_file_stops_launches_and_is_left_as_it_was(runtime, state_dir):
+    path = state_dir / "jobs.json"
+    path.write_bytes(b'{"version": 1, "jobs": {"a": {"name"')
+    for attempt in (runtime.ps(), runtime.create(job("new", "true"), [0]), runtime.remove("a")):
+        with pytest.raises(RuntimeUnavailable, match=str(path)):
+            await attempt
+    assert path.read_bytes() == b'{"version": 1, "jobs": {"a": {"name"'
+    assert not (state_dir / "logs").exists()  # nothing was started either
+    path.unlink()  # lets the fixture's clean-up read the directory
+
+
+async def test_waiting_for_the_lock_does_not_block_the_event_loop(state_dir):
+    import fcntl
+
+    rt = ProcessRuntime(state_dir, lock_timeout_s=0.5)
+    lock_fd = os.open(state_dir / "jobs.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        task = asyncio.create_task(ticker())
+        with pytest.raises(RuntimeUnavailable, match="held by another process"):
+            await rt.ps()
+        task.cancel()
+    finally:
+        os.close(lock_fd)
+    assert ticks > 1
+
+
+LAUNCHER = """
+import asyncio, sys
+from pathlib import Path
+from tpnode_tui.model import JobSpec
+from tpnode_tui.runtimes.process import ProcessRuntime
+state_dir, prefix, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+sys.stdin.readline()  # start together
+async def main():
+    rt = ProcessRuntime(state_dir)
+    for i in range(count):
+        await rt.create(JobSpec(run_id=f"{prefix}-{i}", cards=1,
+                                command=("sh", "-c", f"exit {10 * int(prefix[1:]) + i}")), [i])
+asyncio.run(main())
+"""
+
+
+async def test_concurrent_launchers_and_exiting_jobs_lose_no_record_or_exit_code(runtime, state_dir):
+    launchers, each = 3, 2
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", LAUNCHER, str(state_dir), f"p{n}", str(each),
+            stdin=asyncio.subprocess.PIPE,
+        )
+        for n in range(launchers)
+    ]
+    for p in procs:
+        p.stdin.write(b"go\n")
+        p.stdin.close()
+    for p in procs:
+        assert await asyncio.wait_for(p.wait(), WAIT_S) == 0
+    expected = {f"p{n}-{i}": 10 * n + i for n in range(launchers) for i in range(each)}
+    for name in expected:
+        await wait_for_status(runtime, name, "exited")
+    assert {j.name: j.exit_code for j in await runtime.ps()} == expected
