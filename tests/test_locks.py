@@ -397,3 +397,38 @@ def test_several_allocating_processes_need_a_cross_process_lock(state_dir):
     redis_lock = _lock(state_dir, "redis://127.0.0.1:1/0")  # connects only when held
     assert redis_lock.kind == "redis"
     check_allocation_safety(redis_lock, 4)
+
+
+async def test_state_tells_a_reader_who_holds_the_flock(tmp_path):
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.locks import make_lock
+
+    settings = load_settings({}, state_dir=str(tmp_path))
+    holder, reader = make_lock(settings), make_lock(settings)
+    assert await reader.state() is None
+    async with holder.hold():
+        state = await reader.state()
+        assert state is not None and f"pid {os.getpid()}" in state
+    assert await reader.state() is None
+    await holder.close()
+    await reader.close()
+
+
+@pytest.mark.redis
+async def test_state_says_when_redis_cannot_be_reached(redis_server, redis_url, tmp_path):
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.locks import make_lock
+
+    lock = make_lock(load_settings({}, state_dir=str(tmp_path), redis_url=redis_url, lock_lease_ms=2000))
+    assert await lock.state() is None
+    async with lock.hold():
+        other = make_lock(load_settings({}, state_dir=str(tmp_path), redis_url=redis_url))
+        assert f"held by pid {os.getpid()}" in await other.state()
+        await other.close()
+    redis_server.stop()
+    try:
+        state = await lock.state()
+        assert "cannot be reached" in state and "launches wait" in state
+    finally:
+        redis_server.start()
+        await lock.close()

@@ -176,7 +176,7 @@ class GpuAllocator:
                 if card.processes:
                     holders[card.index] = tuple(describe(p) for p in card.processes)
 
-        await asyncio.to_thread(identify)
+        _, lock_state = await asyncio.gather(asyncio.to_thread(identify), self.lock.state())
         if not self._series and (self.settings.cluster_profile or reading.model_name):
             self._series = self._resolve_series(self.settings.cluster_profile, reading.model_name)
         return NodeSnapshot(
@@ -189,6 +189,7 @@ class GpuAllocator:
             series=self._series,
             runtime=self.runtime.describe(),
             lock=self.lock.description,
+            lock_state=lock_state,
             explain=occ.explain(),
         )
 

@@ -148,6 +148,7 @@ def snapshot_json(snap: NodeSnapshot) -> dict:
         "probe_problem": snap.probe.problem,
         "runtime": snap.runtime,
         "lock": snap.lock,
+        "lock_state": snap.lock_state,
         "total": occ.total,
         "free": occ.free,
         "by_job": {str(k): v for k, v in sorted(occ.by_job.items())},
@@ -198,6 +199,8 @@ def print_status(snap: NodeSnapshot, out=sys.stdout) -> None:
     print(f"{snap.host} · {model} · probe {snap.probe.source} · {snap.runtime} · lock {snap.lock}", file=out)
     if snap.probe.problem:
         print(f"probe: {snap.probe.problem}", file=out)
+    if snap.lock_state:
+        print(f"lock: {snap.lock_state}", file=out)
     print(snap.explain, file=out)
     if occ.total:
         print(file=out)

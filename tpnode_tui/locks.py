@@ -101,6 +101,10 @@ class _CrossProcessLock(Protocol):
         is waiting on every retry. Raises ConfigError for what waiting cannot fix."""
         ...
 
+    async def inspect(self) -> Optional[str]:
+        """Who holds the lock or why it cannot be had, without taking it; None when free."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -128,6 +132,13 @@ class AllocationLock:
         if self._local_waiters:
             return "waiting for the allocation lock (held by another allocation in this process)"
         return None
+
+    async def state(self) -> Optional[str]:
+        """The lock as another reader of the node should hear of it: what a caller
+        here waits for, else who holds it or why it cannot be had (Redis down),
+        else None. Used by ``status`` and the dashboard header, which do not
+        allocate and so would otherwise never learn that launches are waiting."""
+        return self.waiting or await self._backend.inspect()
 
     def locked(self) -> bool:
         """Whether an allocation in this process is inside the lock now."""
@@ -314,6 +325,21 @@ class _FileLock:
             os.close(fd)
         os.replace(tmp, self._fence_path)
         return fence
+
+    async def inspect(self) -> Optional[str]:
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return f"the allocation lock {self._path} cannot be opened ({e.strerror or e})"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f"allocation lock {self._path} {_flock_holder(fd)}"
+        finally:
+            os.close(fd)  # closing drops the shared lock if it was taken
+        return None
 
     async def close(self) -> None:
         """Nothing stays open between holds."""
@@ -573,6 +599,18 @@ class _RedisLease:
             return
         if hold is not None and not deleted and not hold.lost():
             self._lost(hold, "it was gone or held by another token when released")
+
+    async def inspect(self) -> Optional[str]:
+        try:
+            holder = await self._client.get(self._key)
+        except AuthenticationError as e:
+            return str(self._refused(e))
+        except (RedisError, OSError) as e:
+            reason = self._scrub(str(e)) or type(e).__name__
+            return f"Redis at {self._safe} cannot be reached ({reason}): launches wait until it answers"
+        if holder is None:
+            return None
+        return f"allocation lock {_describe_holder(holder)} (Redis lease at {self._safe})"
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -290,4 +290,6 @@ class NodeSnapshot:
     series: str = ""
     runtime: str = ""
     lock: str = ""
+    #: who holds the allocation lock or why it cannot be had (Redis down); None when free
+    lock_state: Optional[str] = None
     explain: str = ""
