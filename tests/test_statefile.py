@@ -63,7 +63,7 @@ def test_records_round_trip_exactly(state_dir):
     state = StateFile(state_dir)
     hostile = record(
         "b", command=("sh", "-c", "echo 'hi there'; $(touch /tmp/x)", "line\nbreak", "ünï\u2603"),
-        kind="reservation", expires_at=1_700_000_600.25, exit_code=137, gpus=(),
+        kind="reservation", expires_at=1_700_000_600.25, exit_code=137, gpus=(), fence=41,
     )
     with state.transaction() as jobs:
         jobs["a"] = record("a")
@@ -117,6 +117,7 @@ BAD_FILES = {
     "missing pid": json.dumps(
         {"version": 1, "jobs": {"a": {k: v for k, v in record("a").to_json().items() if k != "pid"}}}
     ).encode(),
+    "bad fence": json.dumps({"version": 1, "jobs": {"a": dict(record("a").to_json(), fence=-1)}}).encode(),
     "unknown field": json.dumps({"version": 1, "jobs": {"a": dict(record("a").to_json(), extra=1)}}).encode(),
     "name mismatch": json.dumps({"version": 1, "jobs": {"b": record("a").to_json()}}).encode(),
 }

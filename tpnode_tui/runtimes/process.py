@@ -117,6 +117,7 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         expires_at=record.expires_at,
         exit_code=record.exit_code,
         pid=record.pid,
+        fence=record.fence,
         problems=problems,
     )
 
@@ -255,6 +256,7 @@ class ProcessRuntime:
                     pid_start_ticks=started.ticks,
                     boot_id=current_boot,
                     log=str(log),
+                    fence=spec.fence,
                 )
                 jobs[name] = record
         except BaseException:

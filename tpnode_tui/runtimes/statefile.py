@@ -70,6 +70,8 @@ class JobRecord:
     log: str
     #: ``None`` until the supervisor records how the command ended
     exit_code: Optional[int] = None
+    #: the allocation lock's fencing number when the cards were picked
+    fence: Optional[int] = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -106,6 +108,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "boot_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
     "log": (lambda v: isinstance(v, str), "a string"),
     "exit_code": (lambda v: v is None or _is_int(v), "a whole number or null"),
+    "fence": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
 }
 
 
