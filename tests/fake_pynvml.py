@@ -1,0 +1,240 @@
+"""An in-memory stand-in for the ``pynvml`` module (nvidia-ml-py).
+
+It answers like nvidia-ml-py and raises nvidia-ml-py's own error classes, so
+the probe's ``except pynvml.NVMLError_NotSupported`` is tested against the
+real hierarchy (the real module imports fine without a driver; only
+``nvmlInit`` fails). Every call is a dictionary lookup, so benchmarks can use
+it as a driver that costs nothing.
+
+    fake = FakeNvml([FakeCard(memory_used_mib=30000), FakeCard(lost=True)])
+    fake.cards[0].errors["temperature"] = NVMLError_NotSupported
+    release = fake.hang("memory")          # that call blocks until release.set()
+    probe = NvmlProbe(nvml=fake)
+
+Field names for ``errors`` and ``hang``: handle, uuid, name, pci, memory_v2
+(memory info version 2), memory (version 1), utilization, temperature, power, processes, retired_pages, ecc,
+remapped_rows, clocks_event, clocks_throttle.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Optional
+
+import pynvml
+from pynvml import (  # noqa: F401  (re-exported for tests)
+    NVML_FEATURE_DISABLED,
+    NVML_FEATURE_ENABLED,
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+    NVML_TEMPERATURE_GPU,
+    NVML_VOLATILE_ECC,
+    NVMLError,
+    NVMLError_DriverNotLoaded,
+    NVMLError_FunctionNotFound,
+    NVMLError_GpuIsLost,
+    NVMLError_InvalidArgument,
+    NVMLError_LibraryNotFound,
+    NVMLError_NoPermission,
+    NVMLError_NotSupported,
+    NVMLError_Unknown,
+    NVMLLibraryMismatchError,
+)
+
+MIB = 1024 * 1024
+
+HW_SLOWDOWN = pynvml.nvmlClocksEventReasonHwSlowdown
+HW_THERMAL_SLOWDOWN = pynvml.nvmlClocksEventReasonHwThermalSlowdown
+HW_POWER_BRAKE_SLOWDOWN = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+SW_POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
+
+
+@dataclass(eq=False)  # cards are told apart by identity, like handles
+class FakeCard:
+    name: str = "NVIDIA H200"
+    uuid: Optional[str] = None  # made up from the index when None
+    pci_bus_id: Optional[str] = None
+    memory_total_mib: int = 143771
+    memory_used_mib: int = 1
+    #: what the driver keeps for itself: counted as used by memory info v1 only
+    memory_reserved_mib: int = 0
+    utilization_pct: int = 0
+    temperature_c: int = 31
+    power_w: float = 74.38
+    #: (pid, used MiB or None when the driver cannot say)
+    processes: list[tuple[int, Optional[int]]] = field(default_factory=list)
+    retired_pages_pending: bool = False
+    ecc_uncorrected: int = 0
+    row_remap_pending: bool = False
+    row_remap_failure: bool = False
+    clocks_reasons: int = 0
+    #: every call on this card raises NVMLError_GpuIsLost
+    lost: bool = False
+    #: field name -> error class that call raises
+    errors: dict[str, type] = field(default_factory=dict)
+
+
+class FakeNvml:
+    """Looks like the ``pynvml`` module to the probe."""
+
+    # the parts of nvidia-ml-py the probe uses, taken from the real module
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
+    NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    NVMLError_LibRmVersionMismatch = pynvml.NVMLError_LibRmVersionMismatch
+    NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
+    NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
+    NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
+    nvmlClocksEventReasonHwSlowdown = HW_SLOWDOWN
+    nvmlClocksEventReasonHwThermalSlowdown = HW_THERMAL_SLOWDOWN
+    nvmlClocksEventReasonHwPowerBrakeSlowdown = HW_POWER_BRAKE_SLOWDOWN
+
+    def __init__(
+        self,
+        cards: Optional[list[FakeCard]] = None,
+        *,
+        init_error: Optional[type] = None,
+        init_failures: int = 1,
+        count_error: Optional[type] = None,
+    ) -> None:
+        self.cards = list(cards) if cards is not None else [FakeCard() for _ in range(2)]
+        #: nvmlInit raises this the first ``init_failures`` times it is called
+        self.init_error = init_error
+        self.init_failures = init_failures
+        self.count_error = count_error
+        self.calls: Counter = Counter()
+        self._hangs: dict[str, threading.Event] = {}
+
+    def hang(self, what: str) -> threading.Event:
+        """Make the call for ``what`` (a field name, or "init"/"count") block until the event is set."""
+        event = threading.Event()
+        self._hangs[what] = event
+        return event
+
+    def _enter(self, what: str, card: Optional[FakeCard] = None) -> None:
+        self.calls[what] += 1
+        event = self._hangs.get(what)
+        if event is not None:
+            event.wait()
+        if card is not None:
+            if card.lost:
+                raise NVMLError_GpuIsLost()
+            error = card.errors.get(what)
+            if error is not None:
+                raise error()
+
+    # -- library -----------------------------------------------------------
+    def nvmlInit(self) -> None:
+        self._enter("init")
+        if self.init_error is not None and self.init_failures > 0:
+            self.init_failures -= 1
+            raise self.init_error()
+
+    def nvmlShutdown(self) -> None:
+        self._enter("shutdown")
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("count")
+        if self.count_error is not None:
+            raise self.count_error()
+        return len(self.cards)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeCard:
+        if not 0 <= index < len(self.cards):
+            raise NVMLError_InvalidArgument()
+        card = self.cards[index]
+        self._enter("handle", card)
+        return card
+
+    # -- identity ------------------------------------------------------------
+    def nvmlDeviceGetUUID(self, card: FakeCard) -> str:
+        self._enter("uuid", card)
+        return card.uuid or f"GPU-1c0f8a1e-0000-4000-8000-{self.cards.index(card):012d}"
+
+    def nvmlDeviceGetName(self, card: FakeCard) -> str:
+        self._enter("name", card)
+        return card.name
+
+    def nvmlDeviceGetPciInfo(self, card: FakeCard) -> SimpleNamespace:
+        self._enter("pci", card)
+        bus = card.pci_bus_id or f"00000000:{0x18 + self.cards.index(card):02X}:00.0"
+        return SimpleNamespace(busId=bus)
+
+    # -- use ---------------------------------------------------------------
+    def nvmlDeviceGetMemoryInfo(self, card: FakeCard, version: Optional[int] = None) -> SimpleNamespace:
+        total, used = card.memory_total_mib * MIB, card.memory_used_mib * MIB
+        reserved = card.memory_reserved_mib * MIB
+        if version is None:
+            self._enter("memory", card)
+            return SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
+        self._enter("memory_v2", card)
+        if version != pynvml.nvmlMemory_v2:
+            raise pynvml.NVMLError_ArgumentVersionMismatch()
+        return SimpleNamespace(
+            version=version, total=total, reserved=reserved, used=used, free=total - used - reserved
+        )
+
+    def nvmlDeviceGetUtilizationRates(self, card: FakeCard) -> SimpleNamespace:
+        self._enter("utilization", card)
+        return SimpleNamespace(gpu=card.utilization_pct, memory=0)
+
+    def nvmlDeviceGetTemperature(self, card: FakeCard, sensor: int) -> int:
+        self._enter("temperature", card)
+        if sensor != NVML_TEMPERATURE_GPU:
+            raise NVMLError_InvalidArgument()
+        return card.temperature_c
+
+    def nvmlDeviceGetPowerUsage(self, card: FakeCard) -> int:
+        self._enter("power", card)
+        return int(round(card.power_w * 1000))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, card: FakeCard) -> list[SimpleNamespace]:
+        self._enter("processes", card)
+        return [
+            SimpleNamespace(
+                pid=pid,
+                usedGpuMemory=None if mib is None else mib * MIB,
+                gpuInstanceId=0xFFFFFFFF,
+                computeInstanceId=0xFFFFFFFF,
+            )
+            for pid, mib in card.processes
+        ]
+
+    # -- health --------------------------------------------------------------
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, card: FakeCard) -> int:
+        self._enter("retired_pages", card)
+        return NVML_FEATURE_ENABLED if card.retired_pages_pending else NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetTotalEccErrors(self, card: FakeCard, error_type: int, counter_type: int) -> int:
+        self._enter("ecc", card)
+        if (error_type, counter_type) != (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC):
+            return 0
+        return card.ecc_uncorrected
+
+    def nvmlDeviceGetRemappedRows(self, card: FakeCard) -> tuple[int, int, int, int]:
+        self._enter("remapped_rows", card)
+        return (0, 0, int(card.row_remap_pending), int(card.row_remap_failure))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, card: FakeCard) -> int:
+        self._enter("clocks_event", card)
+        return card.clocks_reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, card: FakeCard) -> int:
+        self._enter("clocks_throttle", card)
+        return card.clocks_reasons
+
+
+def a100_style(**kw) -> FakeCard:
+    """Ampere and Hopper report retired pages as not supported: row remapping replaced them."""
+    card = FakeCard(**kw)
+    card.errors.setdefault("retired_pages", NVMLError_NotSupported)
+    return card

@@ -1,0 +1,311 @@
+"""The NVML probe against an in-memory nvidia-ml-py that raises the real error classes."""
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from fake_pynvml import (
+    HW_POWER_BRAKE_SLOWDOWN,
+    HW_SLOWDOWN,
+    HW_THERMAL_SLOWDOWN,
+    SW_POWER_CAP,
+    FakeCard,
+    FakeNvml,
+    NVMLError_DriverNotLoaded,
+    NVMLError_FunctionNotFound,
+    NVMLError_GpuIsLost,
+    NVMLError_LibraryNotFound,
+    NVMLError_NoPermission,
+    NVMLError_NotSupported,
+    NVMLError_Unknown,
+    NVMLLibraryMismatchError,
+    a100_style,
+)
+from tpnode_tui.model import ProcessFacts
+from tpnode_tui.probes import health
+from tpnode_tui.probes.nvml import NvmlProbe
+
+
+@pytest.fixture
+async def make():
+    """NvmlProbe(nvml=fake), closed after the test."""
+    probes = []
+
+    def _make(fake, timeout_s=10.0):
+        probe = NvmlProbe(timeout_s, nvml=fake)
+        probes.append(probe)
+        return probe
+
+    yield _make
+    for probe in probes:
+        await probe.close()
+
+
+async def test_reads_every_fact_of_every_card(make):
+    fake = FakeNvml([FakeCard(), FakeCard(memory_used_mib=30000, utilization_pct=97, power_w=612.5)])
+    reading = await make(fake).read()
+
+    assert reading.source == "nvml"
+    assert (reading.count, reading.external_probe_ok, reading.problem) == (2, True, None)
+    first, second = reading.cards
+    assert first.index == 0 and second.index == 1
+    assert first.uuid == "GPU-1c0f8a1e-0000-4000-8000-000000000000"
+    assert second.uuid == "GPU-1c0f8a1e-0000-4000-8000-000000000001"
+    assert first.name == "NVIDIA H200"
+    assert first.pci_bus_id == "00000000:18:00.0"
+    assert (first.memory_total_mib, first.memory_used_mib) == (143771, 1)
+    assert (first.temperature_c, first.power_w, first.utilization_pct) == (31, 74.38, 0)
+    assert first.processes == () and first.health == ()
+    assert (second.memory_used_mib, second.utilization_pct, second.power_w) == (30000, 97, 612.5)
+    assert not first.in_use(512) and second.in_use(512)
+
+
+async def test_processes_in_mib_and_unknown_memory_kept_unknown(make):
+    fake = FakeNvml([FakeCard(processes=[(4242, 30000), (777, None)])])
+    (card,) = (await make(fake).read()).cards
+    assert card.processes == (ProcessFacts(4242, 30000), ProcessFacts(777, None))
+    assert card.in_use(512)
+
+
+@pytest.mark.parametrize(
+    "signals, reason",
+    [
+        ({"retired_pages_pending": True}, health.RETIRED_PAGES_PENDING),
+        ({"ecc_uncorrected": 3}, "3 uncorrected ECC errors"),
+        ({"row_remap_pending": True}, health.ROW_REMAP_PENDING),
+        ({"row_remap_failure": True}, health.ROW_REMAP_FAILED),
+        ({"clocks_reasons": HW_SLOWDOWN}, "hardware slowdown (heat or power)"),
+        ({"clocks_reasons": HW_SLOWDOWN | HW_THERMAL_SLOWDOWN}, "hardware slowdown (thermal)"),
+        ({"clocks_reasons": HW_POWER_BRAKE_SLOWDOWN}, "hardware slowdown (power brake)"),
+    ],
+)
+async def test_each_health_signal_makes_only_its_card_unhealthy(make, signals, reason):
+    fake = FakeNvml([FakeCard(), FakeCard(**signals)])
+    reading = await make(fake).read()
+    assert reading.cards[0].health == ()
+    assert reading.cards[1].health == (reason,)
+    assert reading.external_probe_ok and reading.problem is None
+
+
+async def test_software_power_cap_is_normal_not_a_fault(make):
+    fake = FakeNvml([FakeCard(clocks_reasons=SW_POWER_CAP)])
+    assert (await make(fake).read()).cards[0].health == ()
+
+
+async def test_several_faults_are_all_named(make):
+    fake = FakeNvml([FakeCard(ecc_uncorrected=2, row_remap_pending=True, clocks_reasons=HW_THERMAL_SLOWDOWN)])
+    assert (await make(fake).read()).cards[0].health == (
+        "2 uncorrected ECC errors",
+        health.ROW_REMAP_PENDING,
+        "hardware slowdown (thermal)",
+    )
+
+
+async def test_a100_style_card_without_retired_pages_is_caught_by_row_remapping(make):
+    fake = FakeNvml([a100_style(row_remap_pending=True), a100_style()])
+    reading = await make(fake).read()
+    assert reading.cards[0].health == (health.ROW_REMAP_PENDING,)
+    assert reading.cards[1].health == ()
+    # "not supported" is how that card is, not a problem to report
+    assert reading.problem is None
+
+
+@pytest.mark.parametrize("new_call_error", [NVMLError_NotSupported, NVMLError_FunctionNotFound])
+async def test_clock_reasons_fall_back_to_the_deprecated_call(make, new_call_error):
+    card = FakeCard(clocks_reasons=HW_THERMAL_SLOWDOWN)
+    card.errors["clocks_event"] = new_call_error
+    fake = FakeNvml([card])
+    reading = await make(fake).read()
+    assert reading.cards[0].health == ("hardware slowdown (thermal)",)
+    assert fake.calls["clocks_throttle"] == 1
+
+
+async def test_clock_reasons_from_a_binding_without_the_new_call(make):
+    class OldBinding(FakeNvml):
+        nvmlDeviceGetCurrentClocksEventReasons = None
+
+    fake = OldBinding([FakeCard(clocks_reasons=HW_SLOWDOWN)])
+    assert (await make(fake).read()).cards[0].health == ("hardware slowdown (heat or power)",)
+
+
+async def test_unsupported_temperature_degrades_only_temperature(make):
+    card = FakeCard(retired_pages_pending=True)
+    card.errors["temperature"] = NVMLError_NotSupported
+    reading = await make(FakeNvml([card])).read()
+    (facts,) = reading.cards
+    assert facts.temperature_c is None
+    assert (facts.memory_used_mib, facts.power_w, facts.name) == (1, 74.38, "NVIDIA H200")
+    assert facts.health == (health.RETIRED_PAGES_PENDING,)
+    assert reading.external_probe_ok and reading.problem is None
+
+
+async def test_a_failing_field_is_reported_and_degrades_only_that_field(make):
+    card = FakeCard()
+    card.errors["power"] = NVMLError_Unknown
+    reading = await make(FakeNvml([card])).read()
+    (facts,) = reading.cards
+    assert facts.power_w is None and facts.memory_used_mib == 1 and facts.health == ()
+    assert reading.external_probe_ok
+    assert reading.problem == "card 0: NVML could not read power draw (Unknown Error)"
+
+
+@pytest.mark.parametrize("error", [NVMLError_Unknown, NVMLError_NotSupported])
+async def test_unreadable_memory_makes_the_card_unverified(make, error):
+    broken = FakeCard()
+    broken.errors["memory_v2"] = broken.errors["memory"] = error
+    reading = await make(FakeNvml([FakeCard(), broken])).read()
+    assert reading.cards[1].memory_used_mib is None and reading.cards[1].memory_total_mib is None
+    assert reading.cards[1].processes == ()  # the list itself was read
+    assert not reading.external_probe_ok
+    assert "memory use could not be read on card 1" in reading.problem
+
+
+async def test_memory_the_driver_reserves_is_not_counted_as_used(make):
+    fake = FakeNvml([FakeCard(memory_used_mib=1, memory_reserved_mib=912)])
+    (card,) = (await make(fake).read()).cards
+    assert card.memory_used_mib == 1 and not card.in_use(512)
+
+
+async def test_memory_info_version_1_where_version_2_is_missing(make):
+    card = FakeCard(memory_used_mib=1, memory_reserved_mib=600)
+    card.errors["memory_v2"] = NVMLError_FunctionNotFound
+    reading = await make(FakeNvml([card])).read()
+    assert reading.cards[0].memory_used_mib == 601  # all version 1 can say
+    assert reading.problem is None
+
+
+async def test_a_binding_newer_than_the_driver_degrades_only_the_process_list(make):
+    card = FakeCard()
+    card.errors["processes"] = NVMLLibraryMismatchError
+    reading = await make(FakeNvml([card])).read()
+    assert reading.cards[0].processes is None and reading.cards[0].memory_used_mib == 1
+    assert "card 0: NVML could not read the process list" in reading.problem
+
+
+async def test_unreadable_process_list_is_unknown_not_empty(make):
+    card = FakeCard()
+    card.errors["processes"] = NVMLError_NoPermission
+    reading = await make(FakeNvml([card])).read()
+    assert reading.cards[0].processes is None
+    assert "card 0: NVML could not read the process list" in reading.problem
+    assert reading.external_probe_ok  # memory used still shows use from outside
+
+
+@pytest.mark.parametrize("where", ["handle", "memory_v2", "clocks_event"])
+async def test_a_lost_gpu_is_unhealthy_and_still_counted(make, where):
+    lost = FakeCard(memory_used_mib=0)
+    lost.errors[where] = NVMLError_GpuIsLost
+    reading = await make(FakeNvml([FakeCard(), lost, FakeCard()])).read()
+    assert reading.count == 3
+    card = reading.cards[1]
+    assert card.health == (health.GPU_LOST,)
+    assert (card.name, card.memory_used_mib, card.processes) == (None, None, None)
+    assert reading.cards[2].health == () and reading.cards[2].memory_used_mib == 1
+    # a lost card is not handed out anyway, so it does not blind the node
+    assert reading.external_probe_ok
+
+
+async def test_a_card_nvml_cannot_open_is_not_offered(make):
+    card = FakeCard()
+    card.errors["handle"] = NVMLError_NoPermission
+    (facts,) = (await make(FakeNvml([card])).read()).cards
+    assert facts.health == ("NVML cannot open this card (Insufficient Permissions)",)
+
+
+@pytest.mark.parametrize(
+    "error, problem",
+    [
+        (NVMLError_LibraryNotFound, "NVML: library not found (is the NVIDIA driver installed?)"),
+        (NVMLError_DriverNotLoaded, "NVML: driver not loaded"),
+        (NVMLError_Unknown, "NVML could not start: Unknown Error"),
+    ],
+)
+async def test_init_failure_is_blind_with_the_reason(make, error, problem):
+    reading = await make(FakeNvml(init_error=error)).read()
+    assert reading.problem.startswith(problem)
+    assert (reading.cards, reading.count, reading.external_probe_ok) == ((), None, False)
+
+
+async def test_a_failed_init_is_not_cached_and_a_good_one_is(make):
+    fake = FakeNvml(init_error=NVMLError_DriverNotLoaded, init_failures=1)
+    probe = make(fake)
+    assert not (await probe.read()).external_probe_ok
+    assert (await probe.read()).problem is None
+    assert (await probe.read()).count == 2
+    assert fake.calls["init"] == 2
+
+
+async def test_init_once_per_process_across_probes(make):
+    fake = FakeNvml()
+    for probe in (make(fake), make(fake)):
+        assert (await probe.read()).problem is None
+    assert fake.calls["init"] == 1
+
+
+async def test_a_lost_driver_is_initialised_again(make):
+    fake = FakeNvml(count_error=NVMLError_DriverNotLoaded)
+    probe = make(fake)
+    reading = await probe.read()
+    assert reading.problem == "NVML could not count the cards (Driver Not Loaded)"
+    assert not reading.external_probe_ok
+    fake.count_error = None
+    assert (await probe.read()).count == 2
+    assert fake.calls["init"] == 2
+
+
+async def test_a_hung_call_is_blind_and_nothing_queues_behind_it(make):
+    fake = FakeNvml()
+    release = fake.hang("memory_v2")
+    probe = make(fake, timeout_s=0.2)
+    try:
+        first = await probe.read()
+        assert first.problem == "NVML did not answer within 0.2 s"
+        assert (first.cards, first.external_probe_ok) == ((), False)
+
+        second = await probe.read()
+        assert "still stuck" in second.problem and not second.external_probe_ok
+        assert fake.calls["count"] == 1  # answered at once, no second call queued
+    finally:
+        release.set()
+
+    async def recovered():
+        while (reading := await probe.read()).problem is not None:
+            await asyncio.sleep(0.01)
+        return reading
+
+    reading = await asyncio.wait_for(recovered(), 5)
+    assert reading.count == 2 and reading.external_probe_ok
+
+
+async def test_a_hung_init_is_blind(make):
+    fake = FakeNvml()
+    release = fake.hang("init")
+    try:
+        reading = await make(fake, timeout_s=0.2).read()
+    finally:
+        release.set()
+    assert reading.problem == "NVML did not answer within 0.2 s"
+    assert not reading.external_probe_ok
+
+
+async def test_start_says_whether_nvml_works(make):
+    assert await make(FakeNvml()).start() is None
+    problem = await make(FakeNvml(init_error=NVMLError_LibraryNotFound)).start()
+    assert problem == "NVML: library not found (is the NVIDIA driver installed?)"
+
+
+async def test_without_nvidia_ml_py_the_reading_is_blind(make, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    reading = await make(None).read()
+    assert "nvidia-ml-py package is not installed" in reading.problem
+    assert not reading.external_probe_ok
+
+
+async def test_real_nvidia_ml_py_without_a_driver_reads_blind(make):
+    reading = await make(None).read()
+    if reading.problem is None:
+        pytest.skip("this machine has a working NVIDIA driver")
+    assert reading.problem.startswith("NVML: ")
+    assert (reading.cards, reading.external_probe_ok) == ((), False)

@@ -1,0 +1,252 @@
+"""The nvidia-smi probe, running a stub nvidia-smi that prints real-format output."""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from tpnode_tui.model import ProcessFacts
+from tpnode_tui.probes import health
+from tpnode_tui.probes.smi import (
+    SmiProbe,
+    parse_compute_apps,
+    parse_gpu_facts,
+    parse_gpu_health,
+    parse_gpu_memory_busy,
+    parse_index_uuid,
+)
+
+STUBS = Path(__file__).parent / "stubs"
+UUID0 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000000"
+UUID1 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000001"
+
+
+@pytest.fixture
+def smi(monkeypatch):
+    """Put the stub first on PATH; returns a setter for its TPN_SMI_* variables."""
+    for name in list(os.environ):
+        if name.startswith("TPN_SMI_"):
+            monkeypatch.delenv(name)
+    # The stub's "#!/usr/bin/env python3" finds this interpreter first: a
+    # version-manager shim later on PATH can take longer to start than the test.
+    path = os.pathsep.join([str(STUBS), os.path.dirname(sys.executable), os.environ["PATH"]])
+    monkeypatch.setenv("PATH", path)
+
+    def set_env(**values: str) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(f"TPN_SMI_{name}", value)
+
+    return set_env
+
+
+async def test_reads_every_card(smi):
+    reading = await SmiProbe().read()
+    assert reading.source == "nvidia-smi"
+    assert (reading.count, reading.external_probe_ok, reading.problem) == (2, True, None)
+    card = reading.cards[0]
+    assert (card.index, card.uuid, card.name, card.pci_bus_id) == (0, UUID0, "NVIDIA H200", "00000000:18:00.0")
+    assert (card.memory_total_mib, card.memory_used_mib) == (143771, 1)
+    assert (card.utilization_pct, card.temperature_c, card.power_w) == (0, 31, 74.38)
+    assert card.processes == () and card.health == ()
+    assert reading.cards[1].uuid == UUID1
+
+
+async def test_processes_are_put_on_their_card_by_uuid(smi):
+    smi(APPS="1:4242:30000;1:777:[N/A]", SET="1:memory.used=30500")
+    first, second = (await SmiProbe().read()).cards
+    assert first.processes == ()
+    assert second.processes == (ProcessFacts(4242, 30000), ProcessFacts(777, None))
+    assert second.in_use(512) and not first.in_use(512)
+
+
+async def test_na_fields_are_none(smi):
+    smi(NA="name,temperature.gpu,power.draw,pci.bus_id")
+    reading = await SmiProbe().read()
+    card = reading.cards[0]
+    assert (card.name, card.temperature_c, card.power_w, card.pci_bus_id) == (None, None, None, None)
+    assert card.memory_used_mib == 1 and reading.external_probe_ok
+
+
+async def test_memory_not_available_makes_the_cards_unverified(smi):
+    smi(NA="memory.used")
+    reading = await SmiProbe().read()
+    assert reading.count == 2 and not reading.external_probe_ok
+    assert "memory use could not be read on cards 0, 1" in reading.problem
+
+
+async def test_health_signals(smi):
+    smi(
+        SET="0:ecc.errors.uncorrected.volatile.total=4;"
+        "1:remapped_rows.pending=Yes;1:clocks_throttle_reasons.hw_thermal_slowdown=Active;"
+        "1:clocks_throttle_reasons.hw_slowdown=Active"
+    )
+    first, second = (await SmiProbe().read()).cards
+    assert first.health == ("4 uncorrected ECC errors",)
+    assert second.health == ("hardware slowdown (thermal)", health.ROW_REMAP_PENDING)
+
+
+async def test_health_that_cannot_be_read_is_reported_but_not_blind(smi):
+    smi(UNKNOWN="remapped_rows.pending")  # an older driver that does not know the field
+    reading = await SmiProbe().read()
+    assert reading.count == 2 and reading.external_probe_ok
+    assert all(c.health == () for c in reading.cards)
+    assert reading.problem.startswith("card health could not be read (nvidia-smi exited with status 2")
+
+
+async def test_process_list_unknown_is_not_an_empty_list(smi):
+    smi(MODE_APPS="fail")
+    reading = await SmiProbe().read()
+    assert all(c.processes is None for c in reading.cards)
+    assert "compute processes could not be listed (nvidia-smi exited with status 9" in reading.problem
+    assert reading.external_probe_ok  # memory used still shows use from outside
+
+
+async def test_asked_and_nobody_is_not_blind(smi):
+    smi(MODE="empty")
+    reading = await SmiProbe().read()
+    assert (reading.cards, reading.count, reading.external_probe_ok, reading.problem) == ((), 0, True, None)
+
+
+async def test_a_failed_run_is_blind_not_empty(smi):
+    smi(MODE_GPU="fail", EXIT="9")
+    reading = await SmiProbe().read()
+    assert (reading.cards, reading.count, reading.external_probe_ok) == ((), None, False)
+    assert reading.problem.startswith("nvidia-smi exited with status 9: NVIDIA-SMI has failed")
+
+
+async def test_junk_lines_between_cards_are_ignored(smi):
+    smi(MODE="noise", APPS="0:4242:30000")
+    reading = await SmiProbe().read()
+    assert [c.index for c in reading.cards] == [0, 1]
+    assert reading.cards[0].processes == (ProcessFacts(4242, 30000),)
+    assert reading.problem is None
+
+
+async def test_nothing_understandable_is_blind(smi):
+    smi(MODE="junk")
+    reading = await SmiProbe().read()
+    assert not reading.external_probe_ok
+    assert reading.problem.startswith("nvidia-smi answered something this probe does not understand")
+
+
+async def test_a_hung_nvidia_smi_is_blind_and_killed(smi):
+    smi(MODE="hang")
+    reading = await SmiProbe(timeout_s=0.5).read()
+    assert reading.problem == "nvidia-smi did not answer within 0.5 s"
+    assert (reading.cards, reading.external_probe_ok) == ((), False)
+    assert _running_stubs() == []
+
+
+def _running_stubs() -> list[psutil.Process]:
+    """Our nvidia-smi stubs still running (session fixtures' servers are children too)."""
+    alive = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and any("nvidia-smi" in a for a in proc.cmdline()):
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+async def test_not_on_path_is_blind(smi, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reading = await SmiProbe().read()
+    assert reading.problem == "nvidia-smi: not found on PATH"
+    assert not reading.external_probe_ok
+
+
+async def test_a_binary_that_cannot_start_is_blind(tmp_path, monkeypatch):
+    broken = tmp_path / "nvidia-smi"
+    broken.write_text("#!/nonexistent/interpreter\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reading = await SmiProbe().read()
+    assert reading.problem.startswith("nvidia-smi could not be run (")
+    assert not reading.external_probe_ok
+
+
+# -- the parsers, on their own ----------------------------------------------------
+
+
+def test_memory_parser_keeps_the_seed_behaviour():
+    text = "0, 30000\n1, 3\n2, [N/A]\n3, 600 MiB\nWARNING: infoROM is corrupted\n\n4\n"
+    assert parse_gpu_memory_busy(text) == {0, 3}
+    assert parse_gpu_memory_busy(text, threshold_mib=2) == {0, 1, 3}
+
+
+def test_health_parser_reads_the_seed_query_and_the_longer_one():
+    assert parse_gpu_health("0, Yes, 0, Not Active\n1, No, 2, Active\n2, [N/A], [N/A], [N/A]\n") == {
+        0: (health.RETIRED_PAGES_PENDING,),
+        1: ("2 uncorrected ECC errors", "hardware slowdown (heat or power)"),
+    }
+    line = "3, [N/A], 0, Not Active, Not Active, Active, No, Yes"
+    assert parse_gpu_health(line) == {3: ("hardware slowdown (power brake)", health.ROW_REMAP_FAILED)}
+
+
+def test_index_uuid_mapper():
+    text = f"0, {UUID0}, NVIDIA H200\n1, [N/A]\nx, GPU-zzz\n2, {UUID1}\n"
+    assert parse_index_uuid(text) == {UUID0: 0, UUID1: 2}
+
+
+def test_facts_parser_reads_units_and_skips_short_lines():
+    text = (
+        f"0, {UUID0}, NVIDIA H200, 00000000:18:00.0, 143771 MiB, 1 MiB, 0 %, 31, 74.38 W\n"
+        "1, GPU-x, NVIDIA H200, 00000000:19:00.0, 143771\n"
+    )
+    (card,) = parse_gpu_facts(text)
+    assert (card.memory_total_mib, card.memory_used_mib, card.power_w) == (143771, 1, 74.38)
+    assert card.processes is None  # not part of this query: unknown until filled in
+
+
+def test_compute_apps_parser():
+    text = f"{UUID0}, 4242, 30000\n{UUID1}, 777, [N/A]\n{UUID1}, [Not Found], 5\ngarbage\n"
+    assert parse_compute_apps(text) == [
+        (UUID0, ProcessFacts(4242, 30000)),
+        (UUID1, ProcessFacts(777, None)),
+    ]
+
+
+_PARSERS = (parse_gpu_memory_busy, parse_gpu_health, parse_index_uuid, parse_gpu_facts, parse_compute_apps)
+
+#: pieces of real output and of what goes wrong with it, glued at random
+_TOKENS = st.sampled_from(
+    ["0", "1", "17", "-3", "1e999", "nan", "٣", "²", "9" * 5000, "30000 MiB", "74.38", "74.38.1", "[N/A]",
+     "N/A", "[Not Supported]", "Yes", "No", "Active", "Not Active", UUID0, "NVIDIA H200", "", " ", "\x00"]
+)
+_LINES = st.lists(st.lists(st.one_of(_TOKENS, st.text(max_size=8)), max_size=10).map(", ".join), max_size=6).map(
+    "\n".join
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(st.text(), _LINES))
+def test_no_parser_raises_on_any_text(text):
+    for parse in _PARSERS:
+        parse(text)
+    for card in parse_gpu_facts(text):
+        assert isinstance(card.index, int) and card.index >= 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(facts=st.one_of(st.text(), _LINES), health_text=_LINES, apps=_LINES)
+@example(  # a stray line maps an app's uuid to a card that is not in the answer
+    facts=f"7, {UUID1}\n0, {UUID0}, H200, 0:18:00.0, 1, 1, 0, 31, 74", health_text="", apps=f"{UUID1}, 5, 10"
+)
+def test_the_probe_never_raises_on_any_output(facts, health_text, apps):
+    """Whatever nvidia-smi prints, a read gives a reading (stray lines naming a uuid too)."""
+    async def answer(self, path, query):
+        return (apps if "compute-apps" in query else health_text if "retired" in query else facts), ""
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SmiProbe, "_run", answer)
+        patch.setattr("shutil.which", lambda binary: "/usr/bin/nvidia-smi")
+        reading = asyncio.run(SmiProbe().read())
+    assert reading.count is None or reading.count == len(reading.cards)
+    assert reading.external_probe_ok or reading.problem

@@ -1,0 +1,335 @@
+"""The NVML probe: the driver's own library, asked directly. The default.
+
+One library call per fact instead of one nvidia-smi process per query, and
+typed errors instead of text to parse: "not supported on this card" and "the
+GPU fell off the bus" arrive as different exceptions, so each can degrade
+exactly what it affects.
+
+``pynvml`` (nvidia-ml-py) is imported only when a probe first runs, so the
+package imports on machines without it and tests can hand in a fake.
+
+NVML calls block inside the driver, and a wedged GPU can keep one blocked
+for minutes. So every call runs on a daemon thread of the probe's own (a
+daemon, so a stuck driver cannot stop the program from exiting), each read is
+bounded by ``timeout_s``, and while a call that overran is still stuck the
+probe answers blind at once rather than queueing more calls behind it.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from types import ModuleType
+from typing import Any, Callable, Optional, TypeVar
+
+from ..model import CardFacts, ProbeReading, ProcessFacts
+from . import health
+from .base import blind_reading
+
+SOURCE = "nvml"
+_MIB = 1024 * 1024
+_T = TypeVar("_T")
+
+#: nvmlInit is reference-counted and meant to be called once per process, not
+#: on every poll. Kept per module object so a test's fake never inherits the
+#: real library's state. A failed init is not remembered: a driver that was
+#: still loading must not leave the node blind until a restart.
+_init_lock = threading.Lock()
+_initialised: Optional[object] = None
+
+#: nvmlInit failures an operator can act on, in their words.
+_INIT_PROBLEMS = (
+    ("NVMLError_LibraryNotFound", "NVML: library not found (is the NVIDIA driver installed?)"),
+    ("NVMLError_DriverNotLoaded", "NVML: driver not loaded (is the nvidia kernel module loaded? see dmesg)"),
+    ("NVMLError_NoPermission", "NVML: permission denied (this user cannot open /dev/nvidia*)"),
+    (
+        "NVMLError_LibRmVersionMismatch",
+        "NVML: library and kernel driver versions differ (reload the driver or reboot after an upgrade)",
+    ),
+)
+
+
+class _Blind(Exception):
+    """This read cannot go on; the message becomes the reading's problem."""
+
+
+class _Worker:
+    """One daemon thread that makes a probe's NVML calls, one after another."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+
+    def submit(self, fn: Callable[[], _T]) -> "concurrent.futures.Future[_T]":
+        if self._thread is None:
+            self._jobs = queue.SimpleQueue()
+            self._thread = threading.Thread(
+                target=self._serve, args=(self._jobs,), name="tpnode-nvml", daemon=True
+            )
+            self._thread.start()
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((fn, fut))
+        return fut
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread = None
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue) -> None:
+        while (job := jobs.get()) is not None:
+            fn, fut = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # handed to the awaiting reader, never lost
+                fut.set_exception(e)
+
+
+def _init(nv: Any) -> None:
+    global _initialised
+    with _init_lock:
+        if _initialised is nv:
+            return
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as e:
+            raise _Blind(_init_problem(nv, e)) from None
+        _initialised = nv
+
+
+def _forget_init(nv: Any) -> None:
+    global _initialised
+    with _init_lock:
+        if _initialised is nv:
+            _initialised = None
+
+
+def _init_problem(nv: Any, err: Exception) -> str:
+    for name, words in _INIT_PROBLEMS:
+        cls = getattr(nv, name, None)
+        if cls is not None and isinstance(err, cls):
+            return words
+    return f"NVML could not start: {err}"
+
+
+def _text(value: Any) -> Optional[str]:
+    """Older bindings return bytes where newer ones return str."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
+
+
+def _bit(nv: Any, name: str, default: int) -> int:
+    """A clocks-event bit, under its current or its deprecated name."""
+    for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
+        value = getattr(nv, prefix + name, None)
+        if value is not None:
+            return int(value)
+    return default
+
+
+def _memory(nv: Any, handle: Any) -> Any:
+    """Memory info, version 2 where the driver has it.
+
+    Version 1 counts what the driver reserves for itself as used: several
+    hundred MiB on an idle A100 or H100, above the busy threshold, so every
+    idle card would read as held from outside. Version 2 reports it apart,
+    and its "used" is the figure nvidia-smi shows.
+    """
+    version = getattr(nv, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except nv.NVMLError_GpuIsLost:
+            raise
+        except nv.NVMLError:
+            pass
+    return nv.nvmlDeviceGetMemoryInfo(handle)
+
+
+def _clock_reasons(nv: Any, handle: Any) -> int:
+    """Current clocks-event reasons, from the deprecated call where the new
+    one is missing from the binding or the driver."""
+    current = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    if current is not None:
+        try:
+            return current(handle)
+        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
+            pass
+    return nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+
+
+class _CardReader:
+    """Reads one card field by field, so one failing field costs only itself."""
+
+    def __init__(self, nv: Any, index: int, notes: list[str]) -> None:
+        self.nv = nv
+        self.index = index
+        self.notes = notes
+
+    def field(self, what: str, fn: Callable[..., _T], *args: Any) -> Optional[_T]:
+        """The field's value; None when the card does not support it or it
+        failed (noted). A lost GPU is not a field problem: it ends the card.
+
+        NVMLLibraryMismatchError is what nvidia-ml-py raises instead of an
+        NVMLError when it is newer than the driver and lacks a call's old version.
+        """
+        nv = self.nv
+        try:
+            return fn(*args)
+        except nv.NVMLError_GpuIsLost:
+            raise
+        except nv.NVMLError_NotSupported:
+            return None
+        except (nv.NVMLError, getattr(nv, "NVMLLibraryMismatchError", nv.NVMLError)) as e:
+            self.notes.append(f"card {self.index}: NVML could not read {what} ({e})")
+            return None
+
+    def read(self) -> CardFacts:
+        nv, index = self.nv, self.index
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+        except nv.NVMLError_GpuIsLost:
+            raise
+        except nv.NVMLError as e:
+            # A card NVML cannot open cannot be seen, so it must not be handed out.
+            return CardFacts(index=index, processes=None, health=(f"NVML cannot open this card ({e})",))
+
+        memory = self.field("memory use", _memory, nv, handle)
+        pci = self.field("the PCI bus id", nv.nvmlDeviceGetPciInfo, handle)
+        util = self.field("utilization", nv.nvmlDeviceGetUtilizationRates, handle)
+        milliwatts = self.field("power draw", nv.nvmlDeviceGetPowerUsage, handle)
+        procs = self.field("the process list", nv.nvmlDeviceGetComputeRunningProcesses, handle)
+        return CardFacts(
+            index=index,
+            uuid=_text(self.field("the UUID", nv.nvmlDeviceGetUUID, handle)),
+            name=_text(self.field("the name", nv.nvmlDeviceGetName, handle)),
+            pci_bus_id=_text(pci.busId) if pci is not None else None,
+            memory_total_mib=int(memory.total) // _MIB if memory is not None else None,
+            memory_used_mib=int(memory.used) // _MIB if memory is not None else None,
+            utilization_pct=int(util.gpu) if util is not None else None,
+            temperature_c=self.field(
+                "the temperature", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU
+            ),
+            power_w=round(milliwatts / 1000.0, 2) if milliwatts is not None else None,
+            processes=None if procs is None else tuple(
+                ProcessFacts(
+                    pid=int(p.pid),
+                    used_memory_mib=None if p.usedGpuMemory is None else int(p.usedGpuMemory) // _MIB,
+                )
+                for p in procs
+            ),
+            health=self.faults(handle),
+        )
+
+    def faults(self, handle: Any) -> tuple[str, ...]:
+        nv = self.nv
+        reasons: list[str] = []
+        pending = self.field("retired pages", nv.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+        if pending == nv.NVML_FEATURE_ENABLED:
+            reasons.append(health.RETIRED_PAGES_PENDING)
+        ecc = self.field(
+            "ECC errors",
+            nv.nvmlDeviceGetTotalEccErrors,
+            handle,
+            nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            nv.NVML_VOLATILE_ECC,
+        )
+        if ecc:
+            reasons.append(health.uncorrected_ecc(int(ecc)))
+        rows = self.field("row remapping", nv.nvmlDeviceGetRemappedRows, handle)
+        if rows is not None:
+            _corrected, _uncorrected, remap_pending, remap_failed = rows
+            if remap_pending:
+                reasons.append(health.ROW_REMAP_PENDING)
+            if remap_failed:
+                reasons.append(health.ROW_REMAP_FAILED)
+        clocks = self.field("clock slowdown reasons", _clock_reasons, nv, handle)
+        if clocks:
+            thermal = _bit(nv, "HwThermalSlowdown", 0x40)
+            brake = _bit(nv, "HwPowerBrakeSlowdown", 0x80)
+            if clocks & (_bit(nv, "HwSlowdown", 0x8) | thermal | brake):
+                reasons.append(
+                    health.hw_slowdown(thermal=bool(clocks & thermal), power_brake=bool(clocks & brake))
+                )
+        return tuple(reasons)
+
+
+class NvmlProbe:
+    """Reads every card through NVML. ``nvml`` replaces the ``pynvml`` module (tests)."""
+
+    source = SOURCE
+
+    def __init__(self, timeout_s: float = 10.0, *, nvml: Optional[ModuleType] = None) -> None:
+        self.timeout_s = timeout_s
+        self._nvml: Any = nvml
+        self._worker = _Worker()
+        #: a call that overran its timeout and has not returned yet
+        self._stuck: Optional[concurrent.futures.Future] = None
+
+    async def start(self) -> Optional[str]:
+        """Initialise NVML now: None when it is ready, else why not, in plain words."""
+        try:
+            await self._call(lambda: _init(self._module()))
+        except _Blind as e:
+            return str(e)
+        return None
+
+    async def read(self) -> ProbeReading:
+        try:
+            return await self._call(self._read)
+        except _Blind as e:
+            return blind_reading(SOURCE, str(e))
+
+    async def close(self) -> None:
+        self._worker.stop()
+
+    async def _call(self, fn: Callable[[], _T]) -> _T:
+        if self._stuck is not None and not self._stuck.done():
+            raise _Blind(
+                f"NVML is still stuck in a call that did not answer within {self.timeout_s:g} s "
+                "(not asking again until it returns)"
+            )
+        fut = self._worker.submit(fn)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout_s)
+        except asyncio.TimeoutError:
+            self._stuck = fut
+            raise _Blind(f"NVML did not answer within {self.timeout_s:g} s") from None
+
+    def _module(self) -> Any:
+        if self._nvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                raise _Blind(
+                    "NVML: the nvidia-ml-py package is not installed (pip install nvidia-ml-py)"
+                ) from None
+            self._nvml = pynvml
+        return self._nvml
+
+    def _read(self) -> ProbeReading:
+        """The whole reading, on the worker thread."""
+        nv = self._module()
+        _init(nv)
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except nv.NVMLError as e:
+            # The driver may have been unloaded under us: initialise afresh next time.
+            _forget_init(nv)
+            raise _Blind(f"NVML could not count the cards ({e})") from None
+        notes: list[str] = []
+        return health.reading(SOURCE, tuple(self._card(nv, i, notes) for i in range(count)), notes)
+
+    @staticmethod
+    def _card(nv: Any, index: int, notes: list[str]) -> CardFacts:
+        try:
+            return _CardReader(nv, index, notes).read()
+        except nv.NVMLError_GpuIsLost:
+            return CardFacts(index=index, processes=None, health=(health.GPU_LOST,))

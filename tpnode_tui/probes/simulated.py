@@ -1,0 +1,201 @@
+"""The simulated probe: a node described in a JSON file, for the demo and tests.
+
+The file is read again on every read, so a demo or a test changes the node
+while the dashboard runs by rewriting it. Shape (every card key optional;
+a missing one takes its idle value)::
+
+    {"blind": false,
+     "cards": [{"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 0,
+                "uuid": "GPU-...", "pci_bus_id": "00000000:18:00.0",
+                "utilization_pct": 0, "temperature_c": 31, "power_w": 74.4,
+                "processes": [{"pid": 4242, "used_memory_mib": 30000}],
+                "lost": false,
+                "health": {"retired_pages_pending": false, "row_remap_pending": false,
+                           "row_remap_failure": false, "ecc_uncorrected_volatile": 0,
+                           "hw_slowdown": false}}]}
+
+``hw_slowdown`` is true, or names its cause ("thermal", "power brake").
+``null`` for a number means the driver could not say (``memory_used_mib:
+null`` makes that card unverified), ``"processes": null`` that the list
+could not be read. Fault tests may add ``"fail": "reason"`` (the driver
+cannot be read at all) or ``"hang_s": seconds`` (it answers that late; at or
+past the probe's timeout it does not answer).
+
+A file that is missing or malformed gives a blind reading that names the file
+and what is wrong with it: never a traceback, never a free node.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..model import CardFacts, ProbeReading, ProcessFacts
+from . import health
+from .base import blind_reading
+
+SOURCE = "simulated"
+
+_SLOWDOWN_CAUSES = ("thermal", "power brake")
+
+
+class _BadScene(Exception):
+    """What is wrong with the file, in plain words."""
+
+
+def _number(raw: dict, key: str, where: str, default: Any, kind: type = int) -> Any:
+    if key not in raw:
+        return default
+    value = raw[key]
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
+    if isinstance(value, bool) or not ok or value < 0:
+        noun = "number" if kind is float else "whole number"
+        raise _BadScene(f'{where}: "{key}" must be a {noun} of 0 or more, not {json.dumps(value)}')
+    return value
+
+
+def _text(raw: dict, key: str, where: str, default: Optional[str]) -> Optional[str]:
+    value = raw.get(key, default)
+    if value is not None and not isinstance(value, str):
+        raise _BadScene(f'{where}: "{key}" must be text, not {json.dumps(value)}')
+    return value
+
+
+def _flag(raw: dict, key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise _BadScene(f'{where}: "{key}" must be true or false, not {json.dumps(value)}')
+    return value
+
+
+def _object(value: Any, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise _BadScene(f"{what} must be a JSON object, not {json.dumps(value)}")
+    return value
+
+
+def _processes(raw: dict, where: str) -> Optional[tuple[ProcessFacts, ...]]:
+    value = raw.get("processes", [])
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _BadScene(f'{where}: "processes" must be a list, not {json.dumps(value)}')
+    procs = []
+    for n, item in enumerate(value):
+        what = f"{where}, process {n}"
+        proc = _object(item, what)
+        if "pid" not in proc or proc["pid"] is None:
+            raise _BadScene(f'{what}: "pid" is missing')
+        procs.append(
+            ProcessFacts(
+                pid=_number(proc, "pid", what, None),
+                used_memory_mib=_number(proc, "used_memory_mib", what, None),
+            )
+        )
+    return tuple(procs)
+
+
+def _health(raw: dict, where: str) -> tuple[str, ...]:
+    signals = _object(raw.get("health", {}), f'{where}: "health"')
+    reasons: list[str] = []
+    if _flag(signals, "retired_pages_pending", where):
+        reasons.append(health.RETIRED_PAGES_PENDING)
+    ecc = _number(signals, "ecc_uncorrected_volatile", where, 0)
+    if ecc:
+        reasons.append(health.uncorrected_ecc(ecc))
+    slowdown: Union[bool, str] = signals.get("hw_slowdown", False)
+    if not isinstance(slowdown, bool) and slowdown not in _SLOWDOWN_CAUSES:
+        raise _BadScene(
+            f'{where}: "hw_slowdown" must be true, false, "thermal" or "power brake", '
+            f"not {json.dumps(slowdown)}"
+        )
+    if slowdown:
+        reasons.append(
+            health.hw_slowdown(thermal=slowdown == "thermal", power_brake=slowdown == "power brake")
+        )
+    if _flag(signals, "row_remap_pending", where):
+        reasons.append(health.ROW_REMAP_PENDING)
+    if _flag(signals, "row_remap_failure", where):
+        reasons.append(health.ROW_REMAP_FAILED)
+    return tuple(reasons)
+
+
+def _card(index: int, value: Any, blind: bool) -> CardFacts:
+    where = f"card {index}"
+    raw = _object(value, where)
+    if _flag(raw, "lost", where):
+        return CardFacts(index=index, processes=None, health=(health.GPU_LOST,))
+    return CardFacts(
+        index=index,
+        uuid=_text(raw, "uuid", where, f"GPU-00000000-0000-4000-8000-{index:012d}"),
+        name=_text(raw, "name", where, "NVIDIA H200"),
+        pci_bus_id=_text(raw, "pci_bus_id", where, None),
+        memory_total_mib=_number(raw, "memory_total_mib", where, 143771),
+        memory_used_mib=None if blind else _number(raw, "memory_used_mib", where, 0),
+        utilization_pct=_number(raw, "utilization_pct", where, 0),
+        temperature_c=_number(raw, "temperature_c", where, None),
+        power_w=_number(raw, "power_w", where, None, float),
+        processes=None if blind else _processes(raw, where),
+        health=_health(raw, where),
+    )
+
+
+class _Scene:
+    def __init__(self, path: Path) -> None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise _BadScene(f"cannot be read ({e.strerror or e})") from None
+        except UnicodeDecodeError:
+            raise _BadScene("is not UTF-8 text") from None
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise _BadScene(f"is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        top = _object(raw, "the file")
+        cards = top.get("cards")
+        if not isinstance(cards, list):
+            raise _BadScene('must hold a "cards" list (one object per card)')
+        self.blind = _flag(top, "blind", "the file")
+        self.fail = _text(top, "fail", "the file", None)
+        self.hang_s = _number(top, "hang_s", "the file", 0, float) or 0
+        self.cards = tuple(_card(i, c, self.blind) for i, c in enumerate(cards))
+
+
+class SimulatedProbe:
+    """Reads the node described in ``path``, afresh each time."""
+
+    source = SOURCE
+
+    def __init__(self, path: Union[str, Path], timeout_s: float = 10.0) -> None:
+        self.path = Path(path)
+        self.timeout_s = timeout_s
+
+    async def read(self) -> ProbeReading:
+        try:
+            scene = _Scene(self.path)
+        except _BadScene as e:
+            return blind_reading(SOURCE, f"simulated node {self.path}: {e}")
+        if scene.hang_s:
+            await asyncio.sleep(min(scene.hang_s, self.timeout_s))
+            if scene.hang_s >= self.timeout_s:
+                return blind_reading(
+                    SOURCE, f"the simulated driver did not answer within {self.timeout_s:g} s"
+                )
+        if scene.fail:
+            return blind_reading(SOURCE, scene.fail)
+        if scene.blind:
+            return ProbeReading(
+                source=SOURCE,
+                cards=scene.cards,
+                count=len(scene.cards),
+                external_probe_ok=False,
+                problem=f'use from outside the platform cannot be probed ("blind": true in {self.path})',
+            )
+        return health.reading(SOURCE, scene.cards, [])
+
+    async def close(self) -> None:
+        """Nothing is kept between reads."""

@@ -1,0 +1,298 @@
+"""The nvidia-smi probe: for machines where NVML cannot be loaded from Python.
+
+nvidia-smi is run with an argument list (never a shell), its stdout captured,
+and killed when it overruns ``timeout_s``: a hung nvidia-smi makes the node
+probe-blind, never free.
+
+One distinction runs through this module. An nvidia-smi that could not run
+(not on PATH, non-zero exit, timeout) means "detection is broken, nobody
+knows who holds a card"; an empty answer means "asked, and nobody does".
+Reading the first as the second hands a full card out as idle, the failure
+this product exists to prevent, so the two are never merged.
+
+The parsers are pure and public. They take whatever text nvidia-smi printed
+and never raise: a line they do not understand is skipped, a field reported
+as ``[N/A]`` or ``[Not Supported]`` becomes ``None``.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import shutil
+from dataclasses import replace
+from typing import Optional
+
+from ..config import Settings
+from ..model import CardFacts, ProbeReading, ProcessFacts
+from . import health
+from .base import blind_reading
+
+SOURCE = "nvidia-smi"
+
+FACTS_FIELDS = (
+    "index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used",
+    "utilization.gpu", "temperature.gpu", "power.draw",
+)
+#: The old ``clocks_throttle_reasons`` names, because current drivers still
+#: accept them and old ones know no other. A field a card does not support
+#: reads ``[N/A]``, so each column is judged on its own.
+HEALTH_FIELDS = (
+    "index", "retired_pages.pending", "ecc.errors.uncorrected.volatile.total",
+    "clocks_throttle_reasons.hw_slowdown", "clocks_throttle_reasons.hw_thermal_slowdown",
+    "clocks_throttle_reasons.hw_power_brake_slowdown", "remapped_rows.pending",
+    "remapped_rows.failure",
+)
+APPS_FIELDS = ("gpu_uuid", "pid", "used_memory")
+_FORMAT = "--format=csv,noheader,nounits"
+
+# Bounded, ASCII-only numbers: int() would take other scripts' digits, and
+# refuses strings of more than 4300 digits with an error.
+_WHOLE = re.compile(r"[0-9]{1,15}")
+_DECIMAL = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
+
+
+def _columns(line: str) -> list[str]:
+    return [part.strip() for part in line.split(",")]
+
+
+def _present(value: str) -> Optional[str]:
+    """The value, or None where nvidia-smi says it has none ([N/A], [Not Supported], ...)."""
+    value = value.strip()
+    if not value or value.upper() == "N/A" or (value.startswith("[") and value.endswith("]")):
+        return None
+    return value
+
+
+def _first_token(value: str) -> str:
+    """The number without a unit, should the output carry units after all."""
+    parts = value.split()
+    return parts[0] if parts else ""
+
+
+def _whole(value: str) -> Optional[int]:
+    token = _first_token(value)
+    return int(token) if _WHOLE.fullmatch(token) else None
+
+
+def _decimal(value: str) -> Optional[float]:
+    token = _first_token(value)
+    return float(token) if _DECIMAL.fullmatch(token) else None
+
+
+def _index(value: str) -> Optional[int]:
+    return int(value) if _WHOLE.fullmatch(value) else None
+
+
+def _on(value: str) -> bool:
+    """Yes / Active / a count above zero."""
+    word = value.strip().lower()
+    count = _whole(word)
+    return word in ("yes", "active") or (count is not None and count > 0)
+
+
+def parse_gpu_memory_busy(text: str, threshold_mib: int = Settings.mem_busy_mib) -> set[int]:
+    """``--query-gpu=index,memory.used`` output -> indices of cards in use by memory.
+
+    The default threshold is the setting's: an idle card sits at single-digit
+    MiB, a training process holds tens of GB.
+    """
+    busy: set[int] = set()
+    for line in text.splitlines():
+        cols = _columns(line)
+        if len(cols) < 2:
+            continue
+        index, used = _index(cols[0]), _whole(cols[1])
+        if index is not None and used is not None and used >= threshold_mib:
+            busy.add(index)
+    return busy
+
+
+def parse_index_uuid(text: str) -> dict[str, int]:
+    """``--query-gpu=index,uuid,...`` output -> {uuid: index}.
+
+    ``--query-compute-apps`` names cards by UUID only. The order processes
+    are listed in cannot stand in for the index: it is wrong as soon as a card
+    has two processes, or none.
+    """
+    mapping: dict[str, int] = {}
+    for line in text.splitlines():
+        cols = _columns(line)
+        if len(cols) < 2:
+            continue
+        index, uuid = _index(cols[0]), _present(cols[1])
+        if index is not None and uuid is not None:
+            mapping.setdefault(uuid, index)
+    return mapping
+
+
+def parse_gpu_facts(text: str) -> list[CardFacts]:
+    """``--query-gpu=`` :data:`FACTS_FIELDS` output -> one CardFacts per card, by index.
+
+    The process list is not part of this query, so it is left unknown
+    (``None``) until the compute-apps answer fills it in.
+    """
+    cards: dict[int, CardFacts] = {}
+    for line in text.splitlines():
+        cols = _columns(line)
+        if len(cols) != len(FACTS_FIELDS):
+            continue
+        index = _index(cols[0])
+        if index is None or index in cards:
+            continue
+        uuid, name, bus, total, used, util, temp, power = cols[1:]
+        cards[index] = CardFacts(
+            index=index,
+            uuid=_present(uuid),
+            name=_present(name),
+            pci_bus_id=_present(bus),
+            memory_total_mib=_whole(total),
+            memory_used_mib=_whole(used),
+            utilization_pct=_whole(util),
+            temperature_c=_whole(temp),
+            power_w=_decimal(power),
+            processes=None,
+        )
+    return [cards[i] for i in sorted(cards)]
+
+
+def parse_gpu_health(text: str) -> dict[int, tuple[str, ...]]:
+    """``--query-gpu=`` :data:`HEALTH_FIELDS` output -> {index: reasons} for unhealthy cards.
+
+    Lines may carry fewer columns than asked for (the seed's four-column
+    query still parses); a column that is missing or ``[N/A]`` says nothing.
+    """
+    out: dict[int, tuple[str, ...]] = {}
+    for line in text.splitlines():
+        cols = _columns(line)
+        index = _index(cols[0])
+        if index is None or len(cols) < 2:
+            continue
+        col = dict(zip(HEALTH_FIELDS[1:], cols[1:]))
+        reasons: list[str] = []
+        if _on(col.get("retired_pages.pending", "")):
+            reasons.append(health.RETIRED_PAGES_PENDING)
+        ecc = _whole(col.get("ecc.errors.uncorrected.volatile.total", ""))
+        if ecc:
+            reasons.append(health.uncorrected_ecc(ecc))
+        thermal = _on(col.get("clocks_throttle_reasons.hw_thermal_slowdown", ""))
+        brake = _on(col.get("clocks_throttle_reasons.hw_power_brake_slowdown", ""))
+        if thermal or brake or _on(col.get("clocks_throttle_reasons.hw_slowdown", "")):
+            reasons.append(health.hw_slowdown(thermal=thermal, power_brake=brake))
+        if _on(col.get("remapped_rows.pending", "")):
+            reasons.append(health.ROW_REMAP_PENDING)
+        if _on(col.get("remapped_rows.failure", "")):
+            reasons.append(health.ROW_REMAP_FAILED)
+        if reasons:
+            out.setdefault(index, tuple(reasons))
+    return out
+
+
+def parse_compute_apps(text: str) -> list[tuple[str, ProcessFacts]]:
+    """``--query-compute-apps=gpu_uuid,pid,used_memory`` output -> (card uuid, process).
+
+    The pids are the host's: inside a container they belong to another pid
+    namespace, which is why memory used, not this list, decides "in use".
+    """
+    apps: list[tuple[str, ProcessFacts]] = []
+    for line in text.splitlines():
+        cols = _columns(line)
+        if len(cols) != len(APPS_FIELDS):
+            continue
+        uuid, pid = _present(cols[0]), _index(cols[1])
+        if uuid is not None and pid is not None:
+            apps.append((uuid, ProcessFacts(pid=pid, used_memory_mib=_whole(cols[2]))))
+    return apps
+
+
+def _said(raw: bytes) -> str:
+    """The first line nvidia-smi printed, to put in an error message."""
+    line = next((ln.strip() for ln in raw.decode(errors="replace").splitlines() if ln.strip()), "")
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+class SmiProbe:
+    """Reads every card by running nvidia-smi."""
+
+    source = SOURCE
+
+    def __init__(self, timeout_s: float = 10.0, binary: str = "nvidia-smi") -> None:
+        self.timeout_s = timeout_s
+        self.binary = binary
+
+    async def read(self) -> ProbeReading:
+        path = shutil.which(self.binary)
+        if path is None:
+            return blind_reading(SOURCE, f"{self.binary}: not found on PATH")
+        (facts, facts_err), (health_text, health_err), (apps, apps_err) = await asyncio.gather(
+            self._run(path, "--query-gpu=" + ",".join(FACTS_FIELDS)),
+            self._run(path, "--query-gpu=" + ",".join(HEALTH_FIELDS)),
+            self._run(path, "--query-compute-apps=" + ",".join(APPS_FIELDS)),
+        )
+        if facts is None:
+            return blind_reading(SOURCE, facts_err)
+        cards = parse_gpu_facts(facts)
+        if not cards and facts.strip():
+            first = facts.strip().splitlines()[0][:200]
+            return blind_reading(
+                SOURCE, f"nvidia-smi answered something this probe does not understand: {first!r}"
+            )
+
+        notes: list[str] = []
+        held: Optional[dict[int, list[ProcessFacts]]] = None
+        if apps is None:
+            notes.append(f"compute processes could not be listed ({apps_err})")
+        else:
+            held = {c.index: [] for c in cards}
+            where = parse_index_uuid(facts)
+            for uuid, proc in parse_compute_apps(apps):
+                index = where.get(uuid)
+                if index in held:
+                    held[index].append(proc)
+        reasons: dict[int, tuple[str, ...]] = {}
+        if health_text is None:
+            notes.append(f"card health could not be read ({health_err})")
+        else:
+            reasons = parse_gpu_health(health_text)
+
+        return health.reading(
+            SOURCE,
+            tuple(
+                replace(
+                    c,
+                    processes=None if held is None else tuple(held[c.index]),
+                    health=reasons.get(c.index, ()),
+                )
+                for c in cards
+            ),
+            notes,
+        )
+
+    async def close(self) -> None:
+        """Nothing is kept between reads."""
+
+    async def _run(self, path: str, query: str) -> tuple[Optional[str], str]:
+        """nvidia-smi's stdout, or None and why it could not answer."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                path, query, _FORMAT,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as e:
+            return None, f"nvidia-smi could not be run ({e.strerror or e})"
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+        except BaseException as e:
+            # Timed out, or the caller gave up on this read: leave nothing running.
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            if isinstance(e, asyncio.TimeoutError):
+                return None, f"nvidia-smi did not answer within {self.timeout_s:g} s"
+            raise
+        if proc.returncode != 0:
+            said = _said(err) or _said(out)
+            return None, f"nvidia-smi exited with status {proc.returncode}" + (f": {said}" if said else "")
+        return out.decode(errors="replace"), ""
