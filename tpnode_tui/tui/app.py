@@ -1,0 +1,575 @@
+"""The dashboard app: polls the allocator, shows the node, turns keys into allocator calls.
+
+It holds no truth of its own. Every poll asks the allocator for a fresh
+snapshot (the runtime's records and the driver, read now), and every action
+goes through that same allocator and its lock, exactly as the CLI does, so a
+dashboard and a shell can never hand out one card twice. The only state kept
+here is presentation (the selection, a paused flag) and the launch queue,
+which is a list of wishes, not of holdings.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Iterable, Optional
+
+from rich.text import Text
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Static
+
+from ..allocator import GpuAllocator, Launched, default_owner, new_run_id
+from ..model import (
+    BadRequest,
+    CardView,
+    JobNotFound,
+    JobSpec,
+    JobState,
+    NoCapacity,
+    NodeSnapshot,
+    TpnodeError,
+)
+from .detail import DetailPane, describe_card
+from .header import PollState, banner_lines, header_text, no_cards_text
+from .jobs import JOB_PREFIX, QUEUED_PREFIX, JobsTable
+from .queue import LaunchQueue
+from .screens import ConfirmScreen, HelpScreen, LaunchScreen, ReserveRequest, ReserveScreen
+from .tiles import CardGrid
+
+log = logging.getLogger(__name__)
+
+#: actions that change jobs; all refused in read-only mode
+NODE_ACTIONS = frozenset({"launch", "reserve", "stop", "reclaim", "cancel_queued"})
+
+#: action -> (palette title, what it does); the palette lists the ones that apply now
+PALETTE = {
+    "launch": ("Launch a job", "Place a job on free cards (queue it if none are free)"),
+    "reserve": ("Reserve cards", "Hold cards for a person for a while"),
+    "stop": ("Stop the selected job", "Stop the job or reservation on the selected card"),
+    "reclaim": ("Reclaim exited jobs", "Remove the records of jobs that have ended"),
+    "cancel_queued": ("Cancel the queued launch", "Drop the queued launch selected in the jobs table"),
+    "pause": ("Pause polling", "Stop reading the node until resumed"),
+    "resume": ("Resume polling", "Read the node again every interval"),
+    "demo_blind": ("Demo: toggle probe-blind", "Pretend use from outside cannot be probed"),
+    "demo_external": ("Demo: toggle outside use", "Put or remove an outside process on the selected card"),
+    "help": ("Help: keys and card states", "Every key and every card state explained"),
+}
+
+
+class DashboardScreen(Screen):
+    """The main screen. Redraws are held back while a dialog is open (a grid
+    changing under a form is distracting) and caught up when it closes."""
+
+    def on_screen_resume(self) -> None:
+        app = self.app
+        if isinstance(app, NodeDashboard):
+            app.redraw()
+
+
+class NodeDashboard(App[int]):
+    CSS_PATH = "dashboard.tcss"
+    TITLE = "tpnode-tui"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("l", "launch", "Launch", id="launch", tooltip="Launch a job on free cards"),
+        Binding("v", "reserve", "Reserve", id="reserve", tooltip="Hold cards for a person for a while"),
+        Binding("s", "stop", "Stop", id="stop", tooltip="Stop the selected card's job (asks first)"),
+        Binding("r", "reclaim", "Reclaim", id="reclaim", tooltip="Remove exited jobs (asks first)"),
+        Binding("c", "cancel_queued", "Cancel queued", id="cancel-queued",
+                tooltip="Drop the queued launch selected in the jobs table"),
+        Binding("p", "pause", "Pause", id="pause", tooltip="Stop polling the node"),
+        Binding("p", "resume", "Resume", id="resume", tooltip="Poll the node again"),
+        Binding("b", "demo_blind", "Blind", id="demo-blind",
+                tooltip="Demo: toggle 'use from outside cannot be probed'"),
+        Binding("x", "demo_external", "Outside use", id="demo-external",
+                tooltip="Demo: put or remove an outside process on the selected card"),
+        Binding("enter", "focus_detail", "Detail", show=False, id="focus-detail",
+                tooltip="Move into the detail pane"),
+        Binding("escape", "focus_grid", "Grid", show=False, id="focus-grid", tooltip="Back to the card grid"),
+        Binding("question_mark", "help", "Help", id="help", tooltip="Every key and card state explained"),
+        Binding("q", "quit", "Quit", id="quit", tooltip="Leave the dashboard; jobs keep running"),
+    ]
+
+    def __init__(
+        self,
+        allocator: GpuAllocator,
+        *,
+        demo=None,
+        readonly: bool = False,
+        interval: float = 1.0,
+        default_command: tuple[str, ...] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.allocator = allocator
+        self.demo = demo
+        self.readonly = readonly
+        self.interval = max(0.2, interval)
+        self.default_command = default_command
+        self.clock = clock
+        self.snapshot: Optional[NodeSnapshot] = None
+        self.queue = LaunchQueue()
+        self.polls = 0
+        self._paused = False
+        self._polling = False
+        self._poll_again = False
+        self._timer: Optional[Timer] = None
+        self._stale_since: Optional[float] = None
+        self._stale_error = ""
+
+    # -- layout -----------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen:
+        return DashboardScreen(id="_default")
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="header")
+        yield Static(id="summary")
+        yield Static(id="stale-banner", classes="banner")
+        yield Static(id="blind-banner", classes="banner")
+        yield Static(id="no-cards")
+        yield CardGrid(id="grid")
+        yield DetailPane(id="detail")
+        yield JobsTable(id="jobs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(CardGrid).focus()
+        self.query_one(DetailPane).border_title = "Selected card (enter to scroll, escape back)"
+        self.query_one(JobsTable).border_title = "Jobs, reservations and queued launches"
+        self.set_interval(1.0, self._tick)
+        self.redraw()
+        if self.demo is not None:
+            self.run_worker(self._open_demo(), group="demo", exit_on_error=False)
+        self.poll_now()
+
+    # -- polling ----------------------------------------------------------------
+
+    def poll_now(self) -> None:
+        """Poll at once, or right after the poll in flight: polls never overlap."""
+        if self._polling:
+            self._poll_again = True
+            return
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self._polling = True
+        self.run_worker(self._poll(), group="poll", exit_on_error=False)
+
+    async def _poll(self) -> None:
+        try:
+            if not await self._take_snapshot():
+                return
+            if len(self.queue):
+                if await self._drain_queue():
+                    await self._take_snapshot()
+        finally:
+            self._polling = False
+            again, self._poll_again = self._poll_again, False
+            if not self._paused and self.is_running:
+                self._timer = self.set_timer(0.01 if again else self.interval, self.poll_now)
+
+    async def _take_snapshot(self) -> bool:
+        try:
+            snap = await self.allocator.snapshot()
+        except Exception as e:  # a poll must never take the dashboard down
+            if not isinstance(e, TpnodeError):
+                log.warning("poll failed", exc_info=True)
+            if self._stale_since is None:
+                self._stale_since = self.clock()
+            self._stale_error = str(e) or type(e).__name__
+            self.polls += 1
+            self.redraw()
+            return False
+        self.snapshot = snap
+        self._stale_since = None
+        self._stale_error = ""
+        self.polls += 1
+        self.redraw()
+        return True
+
+    async def _drain_queue(self) -> bool:
+        """Retry queued launches in order; True when one was placed."""
+        placed = False
+        for outcome in await self.queue.drain(self.allocator.launch):
+            spec = outcome.item.spec
+            if outcome.launched is not None:
+                placed = True
+                self._report_launched(outcome.launched, "Queued launch started")
+            else:
+                self.notify(f"{spec.run_id} left the queue: {outcome.error}",
+                            title="Queued launch dropped", severity="error", timeout=12)
+        return placed
+
+    def _tick(self) -> None:
+        """Once a second: the header's age and the lock's waiting line move even between polls."""
+        self._redraw_header()
+
+    @property
+    def poll_state(self) -> PollState:
+        return PollState(
+            paused=self._paused,
+            stale_since=self._stale_since,
+            stale_error=self._stale_error,
+            lock_waiting=self.allocator.lock.waiting,
+        )
+
+    # -- drawing ----------------------------------------------------------------
+
+    def _on_main_screen(self) -> bool:
+        return self.screen is self.screen_stack[0]
+
+    def _redraw_header(self) -> None:
+        if self._on_main_screen():
+            self.query_one("#header", Static).update(header_text(self.snapshot, self.clock(), self.poll_state))
+
+    def redraw(self) -> None:
+        if not self._on_main_screen():
+            return
+        now = self.clock()
+        poll = self.poll_state
+        snap = self.snapshot
+        self._redraw_header()
+        shown = dict(banner_lines(snap, poll))
+        for name in ("stale", "blind"):
+            banner = self.query_one(f"#{name}-banner", Static)
+            banner.set_class(name in shown, "-shown")
+            if name in shown:
+                banner.update(shown[name])
+        if snap is None:
+            return
+        self.query_one("#summary", Static).update(snap.explain)
+        grid = self.query_one(CardGrid)
+        no_cards = self.query_one("#no-cards", Static)
+        empty = snap.occupancy.total == 0
+        no_cards.set_class(empty, "-shown")
+        grid.set_class(empty, "-hidden")
+        stale = self._stale_since is not None
+        if empty:
+            no_cards.update(no_cards_text(snap))
+        grid.show(snap.cards, now, stale)
+        self._redraw_detail()
+        self.query_one(JobsTable).show(snap.jobs, self.queue, now)
+        self.refresh_bindings()
+
+    def _redraw_detail(self) -> None:
+        pane = self.query_one(DetailPane)
+        card = self.selected_card()
+        if card is None:
+            pane.show(no_cards_text(self.snapshot) if self.snapshot else Text(""))
+            return
+        stale = f"stale since the last poll failed: {self._stale_error}" if self._stale_since else None
+        text = describe_card(card, self.clock(), self.allocator.settings.mem_busy_mib, stale)
+        pane.show(text)
+
+    def on_card_grid_selected(self, _message: CardGrid.Selected) -> None:
+        if self._on_main_screen() and self.snapshot is not None:
+            self._redraw_detail()
+        self.refresh_bindings()
+
+    def on_data_table_row_highlighted(self, _message) -> None:
+        """Following a job row in the table selects its first card, so s stops what is highlighted."""
+        job = self._job_for_row()
+        grid = self.query_one(CardGrid)
+        if job is not None and job.live and job.gpus and self.query_one(JobsTable).has_focus:
+            grid.select(job.gpus[0])
+        self.refresh_bindings()
+
+    def on_descendant_focus(self, _event) -> None:
+        self.refresh_bindings()
+
+    # -- what the keys act on -----------------------------------------------------
+
+    def selected_card(self) -> Optional[CardView]:
+        if self.snapshot is None:
+            return None
+        index = self.query_one(CardGrid).selected
+        return next((c for c in self.snapshot.cards if c.index == index), None)
+
+    def _job_for_row(self) -> Optional[JobState]:
+        key = self.query_one(JobsTable).selected_key()
+        if self.snapshot is None or not key or not key.startswith(JOB_PREFIX):
+            return None
+        name = key[len(JOB_PREFIX):]
+        return next((j for j in self.snapshot.jobs if j.name == name), None)
+
+    def stop_target(self) -> Optional[JobState]:
+        """The live job the stop key acts on: the highlighted job row, else the selected card's job."""
+        if self.query_one(JobsTable).has_focus:
+            job = self._job_for_row()
+            if job is not None and job.live:
+                return job
+        card = self.selected_card()
+        if card is None or card.job is None or not card.job.live or self._stale_since is not None:
+            return None
+        return card.job
+
+    def exited_jobs(self) -> list[JobState]:
+        return [j for j in self.snapshot.jobs if not j.live] if self.snapshot else []
+
+    def selected_queued(self) -> Optional[str]:
+        table = self.query_one(JobsTable)
+        key = table.selected_key()
+        if not table.has_focus or not key or not key.startswith(QUEUED_PREFIX):
+            return None
+        run_id = key[len(QUEUED_PREFIX):]
+        return run_id if run_id in self.queue else None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
+        if action in NODE_ACTIONS and self.readonly:
+            return False
+        if action == "stop":
+            return self.stop_target() is not None
+        if action == "reclaim":
+            return bool(self.exited_jobs())
+        if action == "cancel_queued":
+            return self.selected_queued() is not None
+        if action == "pause":
+            return not self._paused
+        if action == "resume":
+            return self._paused
+        if action == "demo_blind":
+            return self.demo is not None
+        if action == "demo_external":
+            return self.demo is not None and self.selected_card() is not None
+        return True
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if screen is not self.screen_stack[0]:
+            return
+        for action, (title, help_) in PALETTE.items():
+            if self.check_action(action, ()):
+                yield SystemCommand(title, help_, getattr(self, f"action_{action}"))
+
+    def _refused(self, what: str) -> bool:
+        """The read-only guard inside each action, for calls that bypass the keys."""
+        if self.readonly:
+            self.notify(f"read-only dashboard: {what} is refused (started with --readonly)",
+                        severity="warning")
+        return self.readonly
+
+    # -- actions ------------------------------------------------------------------
+
+    def action_focus_detail(self) -> None:
+        self.query_one(DetailPane).focus()
+
+    def action_focus_grid(self) -> None:
+        self.query_one(CardGrid).focus()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(demo=self.demo is not None, readonly=self.readonly))
+
+    def action_pause(self) -> None:
+        self._paused = True
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self.notify("Polling paused: the grid is not updated until you press p again.", timeout=4)
+        self.redraw()
+
+    def action_resume(self) -> None:
+        self._paused = False
+        self.notify("Polling resumed.", timeout=3)
+        self.poll_now()
+        self.redraw()
+
+    def _total(self) -> int:
+        return self.snapshot.occupancy.total if self.snapshot else 0
+
+    def action_launch(self) -> None:
+        if self._refused("launching"):
+            return
+        screen = LaunchScreen(
+            total=self._total(),
+            docker=self.allocator.runtime.name == "docker",
+            default_command=self.default_command,
+            run_id=new_run_id(),
+            owner=default_owner(),
+        )
+        self.push_screen(screen, self._launch_chosen)
+
+    def _launch_chosen(self, spec: Optional[JobSpec]) -> None:
+        if spec is not None:
+            self.run_worker(self._launch(spec), group="action", exit_on_error=False)
+
+    async def _launch(self, spec: JobSpec) -> None:
+        try:
+            result = await self.allocator.launch(spec)
+        except NoCapacity as e:
+            body = (f"{e}.\n\nQueue {spec.run_id}? It starts by itself as soon as {spec.cards} "
+                    "card(s) are free, after the launches queued before it.")
+            self.push_screen(ConfirmScreen("No capacity now", body, yes="Queue it"),
+                             lambda yes: self._enqueue(spec) if yes else None)
+            return
+        except Exception as e:
+            self._failed("Launch refused", e)
+            return
+        self._report_launched(result, "Launched")
+        self.poll_now()
+
+    def _enqueue(self, spec: JobSpec) -> None:
+        try:
+            self.queue.add(spec, self.clock())
+        except BadRequest as e:
+            self.notify(str(e), severity="error")
+            return
+        self.notify(f"{spec.run_id} is queued (#{self.queue.position(spec.run_id)}); "
+                    "it starts when cards free up.", title="Queued")
+        self.redraw()
+
+    def _report_launched(self, result: Launched, what: str) -> None:
+        cards = ",".join(map(str, result.gpus))
+        if result.existing:
+            self.notify(f"{result.job.run_id} already holds cards {cards}; nothing new was started.",
+                        title=what)
+        else:
+            self.notify(f"{result.job.run_id} got cards {cards}.", title=what)
+        if result.warning:
+            self.notify(result.warning, title="Unverified cards", severity="warning", timeout=12)
+
+    def _failed(self, title: str, error: Exception) -> None:
+        if not isinstance(error, TpnodeError):
+            log.warning("%s", title, exc_info=error)
+            message = f"{type(error).__name__}: {error}"
+        else:
+            message = str(error)
+        self.notify(message, title=title, severity="error", timeout=12)
+
+    def action_reserve(self) -> None:
+        if self._refused("reserving"):
+            return
+        screen = ReserveScreen(total=self._total(), owner=default_owner(), run_id=new_run_id("rsv"))
+        self.push_screen(screen, self._reserve_chosen)
+
+    def _reserve_chosen(self, request: Optional[ReserveRequest]) -> None:
+        if request is not None:
+            self.run_worker(self._reserve(request), group="action", exit_on_error=False)
+
+    async def _reserve(self, r: ReserveRequest) -> None:
+        try:
+            result = await self.allocator.reserve(r.cards, r.duration_s, r.owner, r.run_id)
+        except Exception as e:
+            self._failed("Reservation refused", e)
+            return
+        self._report_launched(result, f"Reserved for {r.owner}")
+        self.poll_now()
+
+    def action_stop(self) -> None:
+        if self._refused("stopping"):
+            return
+        job = self.stop_target()
+        if job is None:
+            self.notify("The selected card holds no running job to stop.", severity="warning")
+            return
+        cards = ",".join(map(str, job.gpus)) or "-"
+        body = (f"Stop {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, cards {cards})?\n\n"
+                "Its processes are ended; the cards are free once they have exited.")
+        self.push_screen(ConfirmScreen(f"Stop {job.run_id}?", body, yes="Stop it"),
+                         lambda yes: self._stop_confirmed(job) if yes else None)
+
+    def _stop_confirmed(self, job: JobState) -> None:
+        self.run_worker(self._stop(job), group="action", exit_on_error=False)
+
+    async def _stop(self, job: JobState) -> None:
+        try:
+            await self.allocator.stop(job.run_id or job.name)
+        except Exception as e:
+            self._failed(f"Could not stop {job.run_id}", e)
+            return
+        self.notify(f"{job.run_id} stopped; cards {','.join(map(str, job.gpus))} are free once it has exited.",
+                    title="Stopped")
+        self.poll_now()
+
+    def action_reclaim(self) -> None:
+        if self._refused("reclaiming"):
+            return
+        exited = self.exited_jobs()
+        if not exited:
+            self.notify("Nothing to reclaim: no job has exited.")
+            return
+        lines = []
+        for job in exited:
+            code = "unknown" if job.exit_code is None else job.exit_code
+            lines.append(f"  {job.run_id}  ({job.kind}, {job.status}, exit code {code})")
+        body = ("Remove the records of these exited jobs? Running jobs are never touched.\n\n"
+                + "\n".join(lines))
+        self.push_screen(ConfirmScreen(f"Reclaim {len(exited)} exited job(s)?", body, yes="Reclaim"),
+                         lambda yes: self._reclaim_confirmed(exited) if yes else None)
+
+    def _reclaim_confirmed(self, jobs: list[JobState]) -> None:
+        self.run_worker(self._reclaim(jobs), group="action", exit_on_error=False)
+
+    async def _reclaim(self, jobs: list[JobState]) -> None:
+        """Only the listed run ids, one by one: a job restarted since the list was
+        shown is live again and is refused by the allocator, not removed."""
+        removed, kept = [], []
+        for run_id in dict.fromkeys(j.run_id or j.name for j in jobs):
+            try:
+                removed += [j.run_id for j in await self.allocator.reclaim(run_id)]
+            except JobNotFound:
+                pass  # reclaimed elsewhere meanwhile: the outcome is the same
+            except BadRequest as e:
+                kept.append(str(e))
+            except Exception as e:
+                self._failed(f"Could not reclaim {run_id}", e)
+        if removed:
+            self.notify("Removed " + ", ".join(dict.fromkeys(removed)) + ".", title="Reclaimed")
+        for why in kept:
+            self.notify(f"Not removed: {why}", severity="warning", timeout=10)
+        self.poll_now()
+
+    def action_cancel_queued(self) -> None:
+        if self._refused("cancelling"):
+            return
+        run_id = self.selected_queued()
+        if run_id is None:
+            self.notify("Select a queued launch in the jobs table first.", severity="warning")
+            return
+        if self.queue.cancel(run_id):
+            self.notify(f"{run_id} is no longer queued.", title="Cancelled")
+        self.redraw()
+
+    def action_demo_blind(self) -> None:
+        if self.demo is None:
+            return
+        blind = self.demo.toggle_blind()
+        self.notify("Probe-blind: use from outside can no longer be seen." if blind
+                    else "The probe sees use from outside again.", title="Demo", timeout=4)
+        self.poll_now()
+
+    def action_demo_external(self) -> None:
+        card = self.selected_card()
+        if self.demo is None or card is None:
+            return
+        on = self.demo.toggle_external(card.index)
+        self.notify(f"An outside process now uses card {card.index}." if on
+                    else f"Card {card.index} has no outside user any more.", title="Demo", timeout=4)
+        self.poll_now()
+
+    async def _open_demo(self) -> None:
+        """Start the demo's job and reservation through the allocator, like any launch."""
+        for spec in self.demo.opening_jobs():
+            try:
+                await self.allocator.launch(spec)
+            except Exception as e:
+                self._failed(f"Demo could not start {spec.run_id}", e)
+        self.poll_now()
+
+
+async def stop_demo_jobs(allocator: GpuAllocator) -> None:
+    """The demo's jobs are its own (its own state dir): stop the live ones on quit."""
+    try:
+        jobs = await allocator.runtime.ps()
+    except TpnodeError:
+        log.warning("cannot list the demo's jobs to stop them", exc_info=True)
+        return
+    for job in jobs:
+        if job.live:
+            try:
+                await allocator.stop(job.run_id or job.name)
+            except TpnodeError:
+                log.warning("could not stop demo job %s", job.run_id, exc_info=True)

@@ -1,0 +1,137 @@
+"""The detail pane: everything known about the selected card, in full sentences.
+
+This is where triage happens ("who is on card 5?"), so nothing is left out for
+lack of a name: a holder this machine cannot see is still listed with its pid
+and memory, and memory in use with no process at all is said out loud.
+"""
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Optional
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ..model import CardView, JobState
+from ..render import NA, describe_holder, format_duration, format_mib
+from .tiles import BADGES, readings
+
+STATE_MEANING = {
+    "free": "nothing holds it",
+    "job": "held by a platform job",
+    "reservation": "held by a reservation",
+    "external": "in use by something the platform did not start",
+    "unhealthy": "must not be handed out",
+    "unverified": "free as far as the platform knows, but use from outside cannot be probed",
+}
+
+
+def clock_time(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def show_command(argv: tuple[str, ...]) -> str:
+    """An argv on one line, quoted for reading rather than pasting: a script given
+    with -c keeps its newlines visible as \\n instead of breaking the line."""
+    words = []
+    for arg in argv:
+        shown = arg.replace("\n", "\\n")
+        if arg and not any(ch.isspace() or ch in "'\"\\$`;&|<>()*?" for ch in arg):
+            words.append(shown)
+        elif '"' not in arg:
+            words.append(f'"{shown}"')
+        else:
+            words.append(shlex.quote(arg).replace("\n", "\\n"))
+    return " ".join(words)
+
+
+def workload(job: JobState) -> str:
+    """What a job runs, on one line. A reservation's workload is only a wait."""
+    if job.kind == "reservation":
+        return "holds its cards until it expires"
+    parts = []
+    if job.image:
+        parts.append(f"image {job.image}")
+    if job.command:
+        parts.append(show_command(job.command))
+    return " ".join(parts) or NA
+
+
+def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
+    """A job in three or four lines: who and where, what it runs, since and until when."""
+    status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
+    facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
+    facts.append(f"owner {job.owner or 'not recorded'}")
+    facts.append(f"cards {','.join(map(str, job.gpus)) or '-'}")
+    rows = [("run id", " · ".join(facts)), ("runs", workload(job))]
+    times = []
+    if job.started_at:
+        times.append(f"started {clock_time(job.started_at)} ({format_duration(now - job.started_at)} ago)")
+    if job.expires_at:
+        left = job.expires_at - now
+        when = f"in {format_duration(left)}" if left > 0 else "passed; it is ending"
+        times.append(f"expires {clock_time(job.expires_at)} ({when})")
+    if times:
+        rows.append(("time", " · ".join(times)))
+    rows.extend(("problem", problem) for problem in job.problems)
+    return rows
+
+
+def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None) -> Text:
+    out = Text()
+    label, colour = BADGES.get(card.state, (card.state.upper(), "grey30"))
+    out.append(f"Card {card.index}  ", style="bold")
+    out.append(f" {label} ", style=f"bold white on {colour}")
+    out.append(f"  {STATE_MEANING.get(card.state, '')}\n")
+    if stale:
+        out.append(f"Last good reading; the card's state now is unknown: {stale}\n", style="bold #ef5350")
+
+    def row(key: str, value: str, style: str = "") -> None:
+        out.append(f"  {key:<8}", style="grey62")
+        out.append(value + "\n", style=style)
+
+    if card.job is not None:
+        for key, value in job_lines(card.job, now):
+            row(key, value, "bold" if key == "run id" else "")
+    elif card.run_id:
+        row("run id", card.run_id, "bold")
+
+    f = card.facts
+    if card.holders:
+        for holder in card.holders:
+            row("process", describe_holder(holder))
+    elif f is not None and f.processes is None:
+        out.append("  The driver's process list could not be read.\n", style="#ffb300")
+    elif f is not None and f.memory_used_mib is not None and f.memory_used_mib >= mem_busy_mib:
+        out.append(
+            f"  {format_mib(f.memory_used_mib)} of memory in use and no process listed at all: "
+            "something this machine cannot see holds the card (another container's or VM's process).\n",
+            style="#ffb300",
+        )
+
+    if card.state == "unhealthy":
+        row("health", f"not handed out: {card.reason}", "bold #ef5350")
+    if card.warning:
+        row("health", card.warning, "bold #ffb300")
+    if card.state == "unverified" and card.reason:
+        row("why", card.reason)
+
+    if f is not None:
+        row("memory", f"{format_mib(f.memory_used_mib)} used of {format_mib(f.memory_total_mib)} · {readings(card)}")
+        row("card", f"{f.name or NA} · uuid {f.uuid or NA} · PCI {f.pci_bus_id or NA}")
+    else:
+        out.append("  The probe reported nothing about this card.\n", style="grey62")
+    out.rstrip()
+    return out
+
+
+class DetailPane(VerticalScroll, can_focus=True):
+    """Focusable (enter from the grid) so a long holder list can be scrolled."""
+
+    def compose(self):
+        yield Static(id="detail-text")
+
+    def show(self, text: Text) -> None:
+        self.query_one("#detail-text", Static).update(text)

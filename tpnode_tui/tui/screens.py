@@ -1,0 +1,316 @@
+"""Dialogs: launch, reserve, confirm, help.
+
+The forms check what can be checked without the node (a whole number of
+cards, a duration, a run id, no more cards than the node has) and refuse it
+next to the field, keeping everything typed: a typo should cost a keystroke,
+not the whole form. What only the node can answer (is there room now?) is
+the allocator's to say, after the form closes.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Optional
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Footer, Input, Label, Static
+
+from ..cli import UsageError, parse_duration
+from ..model import BadRequest, JobSpec, check_run_id
+from .tiles import BADGES
+
+
+class FormScreen(ModalScreen):
+    """A dialog of labelled inputs, each with its own error line."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="form-cancel", tooltip="Close without doing anything")]
+
+    #: (field id, label, value, placeholder)
+    title_text = ""
+    submit_label = "OK"
+
+    def fields(self) -> list[tuple[str, str, str, str]]:
+        raise NotImplementedError
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            for field_id, label, value, placeholder in self.fields():
+                with Horizontal(classes="field"):
+                    yield Label(label, classes="field-label")
+                    with Vertical(classes="field-input"):
+                        yield Input(value=value, placeholder=placeholder, id=field_id)
+                        yield Static("", id=f"{field_id}-error", classes="field-error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button(self.submit_label, id="submit", variant="primary")
+        yield Footer()
+
+    def value(self, field_id: str) -> str:
+        return self.query_one(f"#{field_id}", Input).value.strip()
+
+    def refuse(self, field_id: str, message: str) -> None:
+        self.query_one(f"#{field_id}-error", Static).update(message)
+        self.query_one(f"#{field_id}", Input).add_class("-invalid-field")
+
+    def clear_errors(self) -> None:
+        for error in self.query(".field-error").results(Static):
+            error.update("")
+        for field in self.query(Input):
+            field.remove_class("-invalid-field")
+
+    def on_input_submitted(self) -> None:
+        self.submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "submit":
+            self.submit()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def submit(self) -> None:
+        self.clear_errors()
+        result = self.collect()
+        if result is not None:
+            self.dismiss(result)
+
+    def collect(self):
+        """The dialog's result, or None after refusing at least one field."""
+        raise NotImplementedError
+
+    def card_count(self, field_id: str, total: int) -> Optional[int]:
+        raw = self.value(field_id)
+        try:
+            cards = int(raw)
+        except ValueError:
+            self.refuse(field_id, f"{raw!r} is not a whole number of cards" if raw else "how many cards?")
+            return None
+        if cards < 1:
+            self.refuse(field_id, f"{cards} cards: at least 1 is needed")
+            return None
+        if total and cards > total:
+            self.refuse(field_id, f"this node has {total} cards; {cards} can never fit")
+            return None
+        return cards
+
+    def run_id(self, field_id: str) -> Optional[str]:
+        try:
+            return check_run_id(self.value(field_id))
+        except BadRequest as e:
+            self.refuse(field_id, str(e))
+            return None
+
+
+class LaunchScreen(FormScreen):
+    title_text = "Launch a job"
+    submit_label = "Launch"
+
+    def __init__(self, *, total: int, docker: bool, default_command: tuple[str, ...],
+                 run_id: str, owner: str) -> None:
+        super().__init__()
+        self.total = total
+        self.docker = docker
+        self.default_command = default_command
+        self.default_run_id = run_id
+        self.owner = owner
+
+    def fields(self):
+        if self.default_command:
+            shown = shlex.join(self.default_command).replace("\n", "\\n")
+            hint = "empty runs the default: " + (shown if len(shown) < 60 else shown[:57] + "...")
+        else:
+            hint = "e.g. python train.py --epochs 3"
+        rows = [
+            ("cards", "Cards", "1", f"1 to {self.total}" if self.total else "how many"),
+            ("command", "Command", "", hint),
+        ]
+        if self.docker:
+            rows.append(("image", "Image", "", "container image, e.g. pytorch/pytorch:latest"))
+        rows.append(("run-id", "Run id", self.default_run_id, "letters, digits, . _ -"))
+        return rows
+
+    def collect(self) -> Optional[JobSpec]:
+        cards = self.card_count("cards", self.total)
+        command: Optional[tuple[str, ...]] = None
+        try:
+            command = tuple(shlex.split(self.value("command")))
+        except ValueError as e:
+            self.refuse("command", f"the command cannot be read: {e} (quote it as in a shell)")
+        image = self.value("image") if self.docker else ""
+        if command is not None and not command and not image:
+            if self.default_command:
+                command = self.default_command
+            else:
+                self.refuse("command", "give the command to run, e.g. python train.py"
+                            + (", or an image" if self.docker else ""))
+                command = None
+        run_id = self.run_id("run-id")
+        if cards is None or command is None or run_id is None:
+            return None
+        return JobSpec(run_id=run_id, cards=cards, command=command, image=image or None, owner=self.owner)
+
+
+@dataclass(frozen=True)
+class ReserveRequest:
+    cards: int
+    duration_s: float
+    owner: str
+    run_id: str
+
+
+class ReserveScreen(FormScreen):
+    title_text = "Reserve cards for a person"
+    submit_label = "Reserve"
+
+    def __init__(self, *, total: int, owner: str, run_id: str) -> None:
+        super().__init__()
+        self.total = total
+        self.owner = owner
+        self.default_run_id = run_id
+
+    def fields(self):
+        return [
+            ("cards", "Cards", "1", f"1 to {self.total}" if self.total else "how many"),
+            ("duration", "For", "2h", "e.g. 30m, 2h, 1h30m, 1d"),
+            ("owner", "Owner", self.owner, "who the cards are for"),
+            ("run-id", "Run id", self.default_run_id, "letters, digits, . _ -"),
+        ]
+
+    def collect(self) -> Optional[ReserveRequest]:
+        cards = self.card_count("cards", self.total)
+        duration: Optional[float] = None
+        try:
+            duration = parse_duration(self.value("duration"))
+        except UsageError as e:
+            self.refuse("duration", f"{e}; a reservation always ends")
+        owner = self.value("owner")
+        if not owner:
+            self.refuse("owner", "say who the cards are for")
+        run_id = self.run_id("run-id")
+        if cards is None or duration is None or not owner or run_id is None:
+            return None
+        return ReserveRequest(cards, duration, owner, run_id)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes or no, with the consequence spelled out. Cancel has the focus: a stray
+    enter must not stop somebody's training."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", id="confirm-yes", tooltip="Do it"),
+        Binding("n,escape", "answer(False)", "No", id="confirm-no", tooltip="Do nothing"),
+    ]
+
+    def __init__(self, title: str, body: str, yes: str = "Yes") -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+        self.yes = yes
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            yield Static(self.body, classes="dialog-body")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Cancel (n)", id="no")
+                yield Button(f"{self.yes} (y)", id="yes", variant="warning")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+KEYS_HELP = [
+    ("←/h  →", "select the card to the left / right (l is launch, not right)"),
+    ("↑/k  ↓/j", "select the card above / below"),
+    ("enter", "move into the detail pane (scroll it with the arrows; escape returns)"),
+    ("tab", "move between the grid, the detail pane and the jobs table"),
+    ("l", "launch a job on free cards; if none are free now, offer to queue it"),
+    ("v", "reserve cards for a person for a while (they are freed when it ends)"),
+    ("s", "stop the selected card's job or reservation (asks first, naming it)"),
+    ("r", "reclaim: remove exited jobs' records (lists them and asks first)"),
+    ("c", "cancel the queued launch selected in the jobs table"),
+    ("p", "pause or resume polling"),
+    ("ctrl+p", "command palette: every action by name"),
+    ("?", "this help"),
+    ("q", "quit (jobs keep running; the demo stops its own)"),
+]
+DEMO_KEYS_HELP = [
+    ("b", "demo: toggle probe-blind (use from outside cannot be probed)"),
+    ("x", "demo: put or remove an outside process on the selected card"),
+]
+STATES_HELP = [
+    ("free", "nothing holds it; it can be handed out"),
+    ("job", "held by a platform job (run id, owner, since when)"),
+    ("reservation", "held for a person until it expires (owner, time left)"),
+    ("external", "in use by something the platform did not start: a process with pid, user and "
+                 "command, or memory in use with no process this machine can see"),
+    ("unhealthy", "must not be handed out: retired pages or row remapping pending, uncorrected "
+                  "ECC errors, hardware slowdown, card lost"),
+    ("unverified", "free as far as the platform knows, but use from outside cannot be probed, "
+                   "so it may be held; a banner over the grid says why"),
+    ("?", "unknown: the last poll failed; the header says since when and why. No card is shown "
+          "free until a poll succeeds again"),
+]
+
+
+def _table() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True)
+    table.add_column(ratio=1)
+    return table
+
+
+def help_text(demo: bool, readonly: bool) -> Group:
+    keys = _table()
+    for key, meaning in KEYS_HELP + (DEMO_KEYS_HELP if demo else []):
+        keys.add_row(Text(key, style="bold #4fc3f7"), meaning)
+    states = _table()
+    for state, meaning in STATES_HELP:
+        label, colour = BADGES.get(state, ("?", "#4a4a4a"))
+        states.add_row(Text(f" {label:^10} ", style=f"bold white on {colour}"), meaning)
+    parts = [Text("Keys", style="bold underline"), keys]
+    if readonly:
+        parts.append(Text("Read-only: launch, reserve, stop, reclaim and cancel are refused.",
+                          style="#ffb300"))
+    parts += [
+        Text("\nCard states", style="bold underline"),
+        states,
+        Text("\nEvery action goes through the same allocator and lock as the tpnode-tui command "
+             "line, so the dashboard and a shell never hand out the same card.", style="grey62"),
+    ]
+    return Group(*parts)
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close", id="help-close", tooltip="Close the help")]
+
+    def __init__(self, demo: bool, readonly: bool) -> None:
+        super().__init__()
+        self.demo = demo
+        self.readonly = readonly
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog help"):
+            yield Static("tpnode-tui: keys and card states", classes="dialog-title")
+            yield Static(help_text(self.demo, self.readonly))
+        yield Footer()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
