@@ -82,7 +82,7 @@ async def test_run_records_cards_and_sets_visible_devices_in_the_job(runtime, st
 
 
 async def test_exit_code_is_recorded_with_nobody_waiting_and_stays_until_removed(runtime, state_dir):
-    await runtime.create(job("fails", "sh", "-c", "echo bye; exit 3"), [0])
+    await runtime.run(job("fails", "sh", "-c", "echo bye; exit 3"), [0])
     ended = await wait_for_status(runtime, "fails", "exited")
     assert ended.exit_code == 3 and ended.gpus == (0,)
     assert [j.name for j in await runtime.ps()] == ["fails"]
@@ -98,7 +98,7 @@ async def test_exit_code_is_recorded_with_nobody_waiting_and_stays_until_removed
 
 
 async def test_a_running_job_cannot_be_removed_and_a_run_id_cannot_be_reused(runtime):
-    first = await runtime.create(job("busy", "sleep", "30"), [0])
+    first = await runtime.run(job("busy", "sleep", "30"), [0])
     with pytest.raises(BadRequest, match="still running"):
         await runtime.remove("busy")
     with pytest.raises(BadRequest, match="already recorded"):
@@ -242,7 +242,7 @@ async def test_a_command_that_fails_to_exec_shows_exited_127(runtime, state_dir,
 async def test_a_reservation_holds_until_it_expires_by_itself(runtime):
     expires = time.time() + 1.0
     spec = JobSpec(run_id="rsv-1", cards=1, kind="reservation", owner="ana", expires_at=expires)
-    held = await runtime.create(spec, [3])
+    held = await runtime.run(spec, [3])
     assert (held.status, held.kind, held.owner, held.expires_at, held.gpus) == (
         "running", "reservation", "ana", expires, (3,),
     )
@@ -299,8 +299,8 @@ sys.stdin.readline()  # start together
 async def main():
     rt = ProcessRuntime(state_dir)
     for i in range(count):
-        await rt.create(JobSpec(run_id=f"{prefix}-{i}", cards=1,
-                                command=("sh", "-c", f"exit {10 * int(prefix[1:]) + i}")), [i])
+        await rt.run(JobSpec(run_id=f"{prefix}-{i}", cards=1,
+                             command=("sh", "-c", f"exit {10 * int(prefix[1:]) + i}")), [i])
 asyncio.run(main())
 """
 
@@ -323,3 +323,37 @@ async def test_concurrent_launchers_and_exiting_jobs_lose_no_record_or_exit_code
     for name in expected:
         await wait_for_status(runtime, name, "exited")
     assert {j.name: j.exit_code for j in await runtime.ps()} == expected
+
+
+async def test_a_created_job_holds_its_cards_but_runs_nothing_until_started(runtime, state_dir, tmp_path):
+    marker = tmp_path / "ran"
+    created = await runtime.create(job("gated", "sh", "-c", f"touch {marker}; sleep 30"), [2])
+    assert created.status == "created" and created.gpus == (2,)
+    await asyncio.sleep(0.5)
+    assert not marker.exists()  # the command waits for start
+    [seen] = await ProcessRuntime(state_dir).ps()  # another reader sees it holding its card
+    assert seen.status == "created" and seen.live
+    assert (await runtime.start("gated")).status == "running"
+    deadline = time.monotonic() + WAIT_S
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the command did not run after start"
+        await asyncio.sleep(0.05)
+    await runtime.stop("gated")
+
+
+async def test_a_created_job_whose_launcher_goes_away_never_runs(state_dir, tmp_path):
+    marker = tmp_path / "ran"
+    launcher = ProcessRuntime(state_dir)
+    await launcher.create(job("orphaned", "sh", "-c", f"touch {marker}"), [0])
+    await launcher.close()  # as when the launching process dies before starting it
+    ended = await wait_for_status(ProcessRuntime(state_dir), "orphaned", "exited")
+    assert ended.exit_code == 125 and not marker.exists()
+
+
+async def test_stopping_a_created_job_withdraws_it(runtime, tmp_path):
+    marker = tmp_path / "ran"
+    await runtime.create(job("withdrawn", "sh", "-c", f"touch {marker}"), [0])
+    await runtime.stop("withdrawn")
+    assert (await state_of(runtime, "withdrawn")).status == "exited"
+    await runtime.remove("withdrawn")
+    assert not marker.exists() and await runtime.ps() == []

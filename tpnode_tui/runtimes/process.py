@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -100,7 +100,7 @@ def liveness(record: JobRecord, current_boot: str) -> tuple[str, tuple[str, ...]
         )
     if now is None or now.ticks != record.pid_start_ticks or now.state in ("Z", "X"):
         return "exited", ()
-    return "running", ()
+    return ("created" if record.gated else "running"), ()
 
 
 def _job_state(record: JobRecord, current_boot: str) -> JobState:
@@ -163,6 +163,8 @@ class ProcessRuntime:
         self.state = StateFile(Path(state_dir), lock_timeout_s=lock_timeout_s)
         self.hold_command = tuple(hold_command or DEFAULT_HOLD_COMMAND)
         self.stop_timeout_s = stop_timeout_s
+        #: job name -> write end of its supervisor's gate, for jobs created here and not started
+        self._gates: dict[str, int] = {}
 
     def describe(self) -> str:
         return f"processes recorded in {self.state.path}"
@@ -187,12 +189,14 @@ class ProcessRuntime:
     # ------------------------------------------------------------ creating
 
     async def create(self, spec: JobSpec, gpus: list[int]) -> JobState:
-        """Start the job and record it; the record is written before this returns.
+        """Spawn the job's supervisor, gated, and record it; the record is written
+        before this returns and holds the cards ("created").
 
-        For a process, creating is starting: there is no "created" state that
-        holds cards without running. The supervisor is spawned under the state
-        file's lock and recorded in the same hold, so no reader can see a job
-        that runs without a record; if recording fails, the job is killed.
+        The command itself runs only at ``start``: until then the supervisor
+        waits on a pipe, so the allocator can withdraw a job that met another
+        on its cards before anything ran. The supervisor is spawned under the
+        state file's lock and recorded in the same hold, so no reader can see a
+        job without a record; if recording fails, the job is killed.
         """
         return await asyncio.to_thread(self._create, spec, list(gpus))
 
@@ -239,7 +243,7 @@ class ProcessRuntime:
                         f"a job named {name!r} is already recorded, so run id {name!r} is "
                         "taken; use another run id or reclaim the old job"
                     )
-                proc = self._spawn(name, argv, env, logs, log)
+                proc, gate = self._spawn(name, argv, env, logs, log)
                 started = process_start(proc.pid)
                 if started is None:
                     raise RuntimeUnavailable(f"job {name!r} vanished as it was started")
@@ -257,13 +261,16 @@ class ProcessRuntime:
                     boot_id=current_boot,
                     log=str(log),
                     fence=spec.fence,
+                    gated=True,
                 )
                 jobs[name] = record
         except BaseException:
             if proc is not None:
+                os.close(gate)
                 _kill_group(proc.pid)
                 proc.wait()
             raise
+        self._gates[name] = gate
         # Collects the supervisor when it ends, so a long-lived dashboard does
         # not fill with zombies; the job's truth stays in the state file.
         threading.Thread(target=proc.wait, name=f"reap-{name}", daemon=True).start()
@@ -271,35 +278,61 @@ class ProcessRuntime:
 
     def _spawn(
         self, name: str, argv: Sequence[str], env: dict[str, str], logs: Path, log: Path
-    ) -> subprocess.Popen[bytes]:
+    ) -> tuple[subprocess.Popen[bytes], int]:
+        """The supervisor and the write end of its gate (non-inheritable, so no
+        other child of this process can keep the gate open)."""
         try:
             logs.mkdir(mode=0o700, exist_ok=True)
             log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as e:
             raise RuntimeUnavailable(f"cannot open the log {log}: {e.strerror}") from None
+        gate_r, gate_w = os.pipe()
         try:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "tpnode_tui.runtimes.supervise",
-                 str(self.state.dir), name, "--", *argv],
+                 str(self.state.dir), name, "--gate", str(gate_r), "--", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
                 env=env,
                 start_new_session=True,
+                pass_fds=(gate_r,),
             )
         except OSError as e:
+            os.close(gate_w)
             raise RuntimeUnavailable(
                 f"cannot start the supervisor for job {name!r} ({sys.executable}): {e.strerror}"
             ) from None
         finally:
             os.close(log_fd)
+            os.close(gate_r)
+        return proc, gate_w
 
     async def start(self, name: str) -> JobState:
-        """Nothing to do: ``create`` already started it. Its state now."""
-        return await asyncio.to_thread(self._one, name)
+        """Open the gate of a job created by this runtime, so its command runs.
+
+        A job created by another process (whose gate is not here) is only
+        reported: its own launcher starts it, or its supervisor ends when that
+        launcher is gone.
+        """
+        return await asyncio.to_thread(self._start, name)
+
+    def _start(self, name: str) -> JobState:
+        gate = self._gates.pop(name, None)
+        if gate is not None:
+            try:
+                os.write(gate, b"g")
+            except BrokenPipeError:
+                pass  # the supervisor is gone; the record will say it exited
+            finally:
+                os.close(gate)
+            with self.state.transaction() as jobs:
+                if name in jobs and jobs[name].gated:
+                    jobs[name] = replace(jobs[name], gated=False)
+        return self._one(name)
 
     async def run(self, spec: JobSpec, gpus: list[int]) -> JobState:
-        return await self.create(spec, gpus)
+        return await self.start((await self.create(spec, gpus)).name)
 
     # ------------------------------------------------------ stopping, removing
 
@@ -317,7 +350,7 @@ class ProcessRuntime:
         pid is still the recorded process.
         """
         state = await asyncio.to_thread(self._one, name)
-        if state.status != "running":
+        if state.status not in ("running", "created"):
             return
         if state.problems:
             raise RuntimeUnavailable(
@@ -333,7 +366,7 @@ class ProcessRuntime:
         deadline = time.monotonic() + self.stop_timeout_s
         while time.monotonic() < deadline:
             try:
-                if (await asyncio.to_thread(self._one, name)).status != "running":
+                if (await asyncio.to_thread(self._one, name)).status not in ("running", "created"):
                     break
             except JobNotFound:
                 break  # reclaimed meanwhile, which only happens once it has ended
@@ -354,12 +387,14 @@ class ProcessRuntime:
             record = jobs.get(name)
             if record is None:
                 raise JobNotFound(f"no job named {name!r} in {self.state.path}")
-            if liveness(record, current_boot)[0] == "running":
+            if liveness(record, current_boot)[0] != "exited":
                 raise BadRequest(f"job {name!r} is still running; stop it before removing it")
             del jobs[name]
 
     async def close(self) -> None:
-        return None
+        """Close the gates of jobs never started: their supervisors end unrun."""
+        while self._gates:
+            os.close(self._gates.popitem()[1])
 
 
 def _kill_group(pgid: int) -> None:

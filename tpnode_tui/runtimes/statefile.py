@@ -72,6 +72,9 @@ class JobRecord:
     exit_code: Optional[int] = None
     #: the allocation lock's fencing number when the cards were picked
     fence: Optional[int] = None
+    #: True while the supervisor waits for ``start``: the job holds its cards
+    #: ("created") but its command has not run yet
+    gated: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -109,6 +112,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "log": (lambda v: isinstance(v, str), "a string"),
     "exit_code": (lambda v: v is None or _is_int(v), "a whole number or null"),
     "fence": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
+    "gated": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 

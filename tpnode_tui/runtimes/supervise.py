@@ -12,6 +12,13 @@ Exit codes follow the shell, as Docker reports them too: the command's own
 code, ``128 + N`` when signal N ended it, 127 when the command does not exist
 and 126 when it cannot be executed.
 
+With ``--gate FD`` the supervisor waits for one byte on that pipe before it
+runs the command. That is the process runtime's "created" state: the record
+holds the cards while the allocator checks that no other job landed on them
+(see the allocator's fencing), and the command runs only once ``start``
+writes the byte. If the launcher goes away first, the pipe reads end-of-file
+and the command never runs (exit code 125, as Docker uses for "not started").
+
 The command gets ``PR_SET_PDEATHSIG``: if the supervisor is killed outright
 (``kill -9``), the record can only say "exited, code unknown", and a command
 left running then would hold its cards while the platform counts them free.
@@ -31,7 +38,8 @@ from ..model import RuntimeUnavailable
 from .statefile import StateFile
 
 _PR_SET_PDEATHSIG = 1
-_USAGE = "usage: python -m tpnode_tui.runtimes.supervise STATE_DIR NAME -- COMMAND [ARG...]"
+_USAGE = "usage: python -m tpnode_tui.runtimes.supervise STATE_DIR NAME [--gate FD] -- COMMAND [ARG...]"
+NOT_STARTED = 125
 
 
 def exit_code(returncode: int) -> int:
@@ -95,13 +103,29 @@ def record_exit(state_dir: Path, name: str, code: int) -> None:
             jobs[name] = replace(record, exit_code=code)
 
 
+def wait_for_start(fd: int) -> bool:
+    """Block until ``start`` writes to the gate (True) or the launcher is gone (False)."""
+    try:
+        return os.read(fd, 1) == b"g"
+    finally:
+        os.close(fd)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    gate = None
+    if len(args) >= 4 and args[2] == "--gate" and args[3].isdigit():
+        gate = int(args[3])
+        args = args[:2] + args[4:]
     if len(args) < 4 or args[2] != "--":
         print(_USAGE, file=sys.stderr)
         return 2
     state_dir, name, command = Path(args[0]), args[1], args[3:]
-    code = run(command)
+    if gate is not None and not wait_for_start(gate):
+        print(f"tpnode-tui: job {name!r} was never started (its launcher went away)", file=sys.stderr)
+        code = NOT_STARTED
+    else:
+        code = run(command)
     try:
         record_exit(state_dir, name, code)
     except RuntimeUnavailable as e:
