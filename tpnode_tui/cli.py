@@ -204,12 +204,15 @@ def print_status(snap: NodeSnapshot, out=sys.stdout) -> None:
     print(snap.explain, file=out)
     if occ.total:
         print(file=out)
-        print(f"{'CARD':<5}{'STATE':<13}{'HELD BY / WHY':<40}{'MEMORY':>22}", file=out)
+        print(f"{'CARD':<5}{'STATE':<13}{'HELD BY / WHY':<48}{'MEMORY':>22}", file=out)
         for card in snap.cards:
             mem = "N/A"
             if card.facts:
                 mem = f"{format_mib(card.facts.memory_used_mib)} / {format_mib(card.facts.memory_total_mib)}"
-            print(f"{card.index:<5}{card.state:<13}{card_summary(card)[:39]:<40}{mem:>22}", file=out)
+            summary = card_summary(card)
+            if len(summary) > 47:
+                summary = summary[:46] + "…"
+            print(f"{card.index:<5}{card.state:<13}{summary:<48}{mem:>22}", file=out)
     if snap.jobs:
         print(file=out)
         print(f"{'RUN ID':<28}{'KIND':<13}{'STATUS':<14}{'CARDS':<10}{'AGE':>8}  OWNER", file=out)
