@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from rich.text import Text
@@ -69,7 +70,8 @@ class DashboardScreen(Screen):
 
 
 class NodeDashboard(App[int]):
-    CSS_PATH = "dashboard.tcss"
+    #: absolute, so that a subclass defined elsewhere (tests, screenshots) finds it too
+    CSS_PATH = str(Path(__file__).with_name("dashboard.tcss"))
     TITLE = "tpnode-tui"
     ENABLE_COMMAND_PALETTE = True
 
@@ -279,7 +281,8 @@ class NodeDashboard(App[int]):
         self.refresh_bindings()
 
     def on_descendant_focus(self, _event) -> None:
-        self.refresh_bindings()
+        if self.screen_stack:  # focus also moves while the app shuts down
+            self.refresh_bindings()
 
     # -- what the keys act on -----------------------------------------------------
 

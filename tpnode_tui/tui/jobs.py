@@ -96,6 +96,10 @@ class JobsTable(DataTable):
         if current in rows:
             self.move_cursor(row=keys.index(current), animate=False)
 
+    @property
+    def row_keys(self) -> list[str]:
+        return list(self._keys)
+
     def selected_key(self) -> Optional[str]:
         if not self._keys or not 0 <= self.cursor_row < len(self._keys):
             return None

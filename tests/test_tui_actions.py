@@ -1,0 +1,434 @@
+"""The dashboard driven from the keyboard, over the real pieces.
+
+Each test runs the app (Textual's pilot) on a real GpuAllocator: the simulated
+probe reading a scene file in tmp_path, the process runtime with real
+processes in a tmp state dir, and the flock lock. What a test asserts is what
+an operator would see: the tile, the table, the banner, the notification.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from services import write_scene
+from tpnode_tui.allocator import GpuAllocator
+from tpnode_tui.config import load_settings
+from tpnode_tui.model import JobSpec
+from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
+from tpnode_tui.tui.screens import ConfirmScreen, LaunchScreen, ReserveScreen
+from tpnode_tui.tui.tiles import CardGrid
+
+WAIT_S = 15.0
+SIZE = (120, 40)
+
+
+class Dashboard(NodeDashboard):
+    """The real app, remembering what it told the operator."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.said: list[tuple[str, str]] = []
+
+    def notify(self, message, *, title="", severity="information", **kwargs):
+        self.said.append((f"{title}: {message}" if title else str(message), severity))
+        return super().notify(message, title=title, severity=severity, **kwargs)
+
+    def heard(self, text: str) -> bool:
+        return any(text in message for message, _ in self.said)
+
+
+class Node:
+    def __init__(self, root: Path, cards: int) -> None:
+        self.scene = write_scene(root / "node.json", cards)
+        self.state = root / "state"
+        settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
+                                 state_dir=str(self.state))
+        self.allocator = GpuAllocator.from_settings(settings)
+
+    def app(self, **kwargs) -> Dashboard:
+        kwargs.setdefault("interval", 0.2)
+        kwargs.setdefault("default_command", ("sleep", "60"))
+        return Dashboard(self.allocator, **kwargs)
+
+    async def launch(self, run_id: str, cards: int, *command: str):
+        return await self.allocator.launch(JobSpec(run_id=run_id, cards=cards,
+                                                   command=command or ("sleep", "60"), owner="tester"))
+
+
+@pytest.fixture
+async def node(tmp_path):
+    n = Node(tmp_path, 4)
+    yield n
+    await stop_demo_jobs(n.allocator)  # every job the test started: this state dir is the test's own
+    await n.allocator.close()
+
+
+@pytest.fixture
+async def small_node(tmp_path):
+    n = Node(tmp_path, 2)
+    yield n
+    await stop_demo_jobs(n.allocator)
+    await n.allocator.close()
+
+
+async def until(pilot, condition: Callable[[], object], what: str):
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, (
+            f"timed out waiting for {what}; the dashboard said {getattr(pilot.app, 'said', [])}")
+        await pilot.pause(0.05)
+
+
+async def polled(pilot, app: NodeDashboard, n: int = 1) -> None:
+    """Wait for n more successful or failed polls to land."""
+    target = app.polls + n
+    await until(pilot, lambda: app.polls >= target, f"{n} poll(s)")
+
+
+def tile_text(app: NodeDashboard, index: int) -> str:
+    tile = app.query_one(f"#card-{index}")
+    return tile.render().plain
+
+
+def states(app: NodeDashboard) -> list[str]:
+    return [c.state for c in app.snapshot.cards]
+
+
+async def fill(pilot, screen, field: str, value: str) -> None:
+    from textual.widgets import Input
+
+    box = screen.query_one(f"#{field}", Input)
+    box.value = value
+    await pilot.pause()
+
+
+# -- launch -----------------------------------------------------------------------
+
+
+async def test_launch_from_the_form_puts_the_job_on_the_tiles(node):
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("l")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        await fill(pilot, screen, "cards", "2")
+        await fill(pilot, screen, "command", "sleep 60")
+        await fill(pilot, screen, "run-id", "from-the-form")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on cards 0,1")
+        assert "from-the-form" in tile_text(app, 0) and "from-the-form" in tile_text(app, 1)
+        assert "FREE" in tile_text(app, 2)
+        assert app.heard("from-the-form got cards 0,1")
+        [job] = [j for j in app.snapshot.jobs if j.run_id == "from-the-form"]
+        assert job.command == ("sleep", "60") and job.live
+
+
+async def test_the_launch_form_refuses_bad_input_next_to_the_field(node):
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("l")
+        screen = app.screen
+        for typed, said in [("two", "not a whole number"), ("0", "at least 1"),
+                            ("-1", "at least 1"), ("5", "this node has 4 cards")]:
+            await fill(pilot, screen, "cards", typed)
+            await pilot.press("enter")
+            assert app.screen is screen, f"{typed!r} was accepted"
+            assert said in str(screen.query_one("#cards-error").render())
+        await fill(pilot, screen, "cards", "1")
+        await fill(pilot, screen, "command", "python -c 'unclosed")
+        await pilot.press("enter")
+        assert app.screen is screen
+        assert "cannot be read" in str(screen.query_one("#command-error").render())
+        await fill(pilot, screen, "command", "sleep 60")
+        await fill(pilot, screen, "run-id", "has spaces")
+        await pilot.press("enter")
+        assert app.screen is screen
+        assert "not valid" in str(screen.query_one("#run-id-error").render())
+        await pilot.press("escape")
+        assert not isinstance(app.screen, LaunchScreen)
+        await polled(pilot, app)
+        assert app.snapshot.jobs == (), "a refused or cancelled form launched something"
+
+
+async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_card_frees(small_node):
+    await small_node.launch("holder", 2)
+    app = small_node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        assert states(app) == ["job", "job"]
+        await pilot.press("l")
+        await fill(pilot, app.screen, "cards", "1")
+        await fill(pilot, app.screen, "run-id", "waits-its-turn")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the queue offer")
+        offer = str(app.screen.query_one(".dialog-body").render())
+        assert "need 1 cards" in offer and "0 free" in offer, offer
+        await pilot.press("y")
+        assert "waits-its-turn" in app.queue
+        await polled(pilot, app)
+        assert "queued:waits-its-turn" in app.query_one("#jobs").row_keys
+        assert states(app) == ["job", "job"], "a queued launch must not take a held card"
+
+        await small_node.allocator.stop("holder")
+        await until(pilot, lambda: "waits-its-turn" not in app.queue, "the queue to place it")
+        await until(pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards),
+                    "the placed job on a tile")
+        assert app.heard("waits-its-turn got cards")
+
+
+async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(small_node):
+    app = small_node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await app._launch(JobSpec(run_id="too-big", cards=3, command=("sleep", "1")))
+        assert app.heard("too-big needs 3 cards and this node has 2")
+        assert not isinstance(app.screen, ConfirmScreen), "a request that never fits must not be queued"
+        assert "too-big" not in app.queue
+
+
+async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
+    await small_node.launch("holder", 2)
+    app = small_node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        app._enqueue(JobSpec(run_id="never-mind", cards=1, command=("sleep", "60")))
+        await polled(pilot, app)
+        assert app.check_action("cancel_queued", ()) is False, "cancel shows only on a queued row"
+        table = app.query_one("#jobs")
+        table.focus()
+        table.move_cursor(row=table.row_keys.index("queued:never-mind"))
+        await pilot.pause()
+        assert app.check_action("cancel_queued", ())
+        await pilot.press("c")
+        assert "never-mind" not in app.queue
+        await small_node.allocator.stop("holder")
+        await polled(pilot, app, 3)
+        assert all(j.run_id != "never-mind" for j in app.snapshot.jobs), "a cancelled launch started"
+
+
+# -- reserve ------------------------------------------------------------------------
+
+
+async def test_reserve_from_the_form_holds_a_card_for_its_owner(node):
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("v")
+        screen = app.screen
+        assert isinstance(screen, ReserveScreen)
+        await fill(pilot, screen, "duration", "forever")
+        await pilot.press("enter")
+        assert app.screen is screen
+        assert "a reservation always ends" in str(screen.query_one("#duration-error").render())
+        await fill(pilot, screen, "duration", "30m")
+        await fill(pilot, screen, "owner", "alice")
+        await fill(pilot, screen, "run-id", "rsv-for-alice")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.snapshot and states(app)[0] == "reservation", "the reservation")
+        text = tile_text(app, 0)
+        assert "RESERVED" in text and "rsv-for-alice (alice)" in text and "ends in" in text
+        [job] = app.snapshot.jobs
+        assert job.kind == "reservation" and job.owner == "alice"
+        assert 29 * 60 < job.expires_at - time.time() <= 30 * 60
+
+
+# -- stop and reclaim -------------------------------------------------------------------
+
+
+async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
+    await node.launch("to-stop", 1)
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        assert app.query_one(CardGrid).selected == 0 and states(app)[0] == "job"
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "to-stop" in str(app.screen.query_one(".dialog-body").render())
+        await pilot.press("n")
+        await polled(pilot, app, 2)
+        assert states(app)[0] == "job", "declining must not stop the job"
+
+        await pilot.press("s")
+        await pilot.press("y")
+        await until(pilot, lambda: states(app)[0] == "free", "card 0 to be free")
+        [job] = app.snapshot.jobs
+        assert not job.live
+        assert app.heard("to-stop stopped")
+        await pilot.press("right")
+        assert app.check_action("stop", ()) is False, "stop is offered only on a card with a job"
+
+
+async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
+    await node.launch("done-early", 1, "true")
+    await node.launch("still-running", 1)
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot and any(
+            j.run_id == "done-early" and not j.live for j in app.snapshot.jobs), "done-early to exit")
+        await pilot.press("r")
+        assert isinstance(app.screen, ConfirmScreen)
+        listed = str(app.screen.query_one(".dialog-body").render())
+        assert "done-early" in listed and "still-running" not in listed
+
+        # Another job ends while the question is open: it was not listed, so it stays.
+        await node.launch("ends-meanwhile", 1, "true")
+        while any(j.live for j in await node.allocator.runtime.ps() if j.run_id == "ends-meanwhile"):
+            await asyncio.sleep(0.05)
+        await pilot.press("y")
+        await until(pilot, lambda: app.heard("Removed done-early"), "the reclaim to finish")
+        await polled(pilot, app, 2)
+        left = {j.run_id: j.live for j in app.snapshot.jobs}
+        assert left == {"still-running": True, "ends-meanwhile": False}
+
+
+# -- read-only ------------------------------------------------------------------------
+
+
+async def test_readonly_hides_and_refuses_every_action(node):
+    await node.launch("someones-job", 1)
+    app = node.app(readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        for action in ("launch", "reserve", "stop", "reclaim", "cancel_queued"):
+            assert app.check_action(action, ()) is False, action
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert not footer_keys & {"launch", "reserve", "stop", "reclaim"}
+        await pilot.press("l", "v", "s")
+        assert app.screen is app.screen_stack[0], "a dialog opened in read-only mode"
+        app.action_launch()  # as the command palette would call it
+        app.action_stop()
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0]
+        assert app.heard("read-only dashboard: launching is refused")
+        assert app.heard("read-only dashboard: stopping is refused")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Launch a job" not in titles and "Help: keys and card states" in titles
+        assert [j.live for j in app.snapshot.jobs] == [True]
+
+
+# -- honesty about what cannot be seen -------------------------------------------------
+
+
+async def test_probe_blind_shows_a_banner_and_no_free_card(node):
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        banner = app.query_one("#blind-banner")
+        assert not banner.has_class("-shown")
+        write_scene(node.scene, 4, blind=True)
+        await until(pilot, lambda: banner.has_class("-shown"), "the blind banner")
+        text = str(banner.render())
+        assert "PROBE-BLIND" in text and "free count may be too high" in text
+        assert states(app) == ["unverified"] * 4
+        assert "FREE" not in tile_text(app, 0) and "UNVERIFIED" in tile_text(app, 0)
+
+        write_scene(node.scene, 4)
+        await until(pilot, lambda: not banner.has_class("-shown"), "the banner to go")
+        assert states(app) == ["free"] * 4
+
+
+async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node):
+    await node.launch("running-job", 1)
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        state_file = node.state / "jobs.json"
+        good = state_file.read_bytes()
+        state_file.write_text("{ this is not json")
+        banner = app.query_one("#stale-banner")
+        await until(pilot, lambda: banner.has_class("-shown"), "the stale banner")
+        text = str(banner.render())
+        assert "stale since" in text and "jobs.json" in text
+        header = str(app.query_one("#header").render())
+        assert "STALE since" in header
+        for index in range(4):
+            tile = app.query_one(f"#card-{index}")
+            assert tile.has_class("-stale")
+            assert "FREE" not in tile_text(app, index), f"card {index} shown free while stale"
+        assert "unknown" in str(app.query_one("#detail-text").render())
+        assert app.check_action("stop", ()) is False, "nothing to stop is known while stale"
+
+        state_file.write_bytes(good)
+        await until(pilot, lambda: not banner.has_class("-shown"), "recovery")
+        assert not app.query_one("#card-1").has_class("-stale")
+        assert "FREE" in tile_text(app, 1) and "running-job" in tile_text(app, 0)
+
+
+async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path):
+    problem = "NVML: library not found; nvidia-smi: not found on PATH"
+    n = Node(tmp_path, 0)
+    write_scene(n.scene, [], fail=problem)
+    app = n.app()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await polled(pilot, app)
+            panel = app.query_one("#no-cards")
+            assert panel.has_class("-shown") and app.query_one(CardGrid).has_class("-hidden")
+            text = str(panel.render())
+            assert problem in text and "tpnode-tui --demo" in text and "--gpu-count" in text
+    finally:
+        await n.allocator.close()
+
+
+# -- polling ---------------------------------------------------------------------------
+
+
+async def test_polls_never_overlap_even_when_slow_and_asked_for_again(node):
+    real = node.allocator.snapshot
+    running = 0
+    most = 0
+
+    async def slow_snapshot():
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await asyncio.sleep(0.3)
+            return await real()
+        finally:
+            running -= 1
+
+    node.allocator.snapshot = slow_snapshot
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        for _ in range(5):
+            app.poll_now()  # what every action does when it finishes
+            await pilot.press("right")  # and input is still handled meanwhile
+        await polled(pilot, app, 3)
+        assert most == 1
+        assert app.query_one(CardGrid).selected == 3
+
+
+async def test_pause_stops_polling_until_resumed(node):
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("p")
+        await pilot.pause(0.1)  # a poll already in flight may still land
+        frozen = app.polls
+        await node.launch("while-paused", 1)
+        await pilot.pause(0.8)
+        assert app.polls == frozen and app.snapshot.jobs == ()
+        assert "PAUSED" in str(app.query_one("#header").render())
+        await pilot.press("p")
+        await until(pilot, lambda: any(j.run_id == "while-paused" for j in app.snapshot.jobs), "resume")
+
+
+async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(node):
+    app = node.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await polled(pilot, app)
+        grid = app.query_one(CardGrid)
+        assert grid.columns == 4
+        await pilot.resize_terminal(70, 40)
+        await pilot.pause()
+        assert grid.columns == 2
+        await pilot.press("down")
+        assert grid.selected == 2, "down moves by one row of the current width"
