@@ -13,7 +13,7 @@ from fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import BadRequest, JobNotFound, JobSpec, JobState, ProbeReading, ProcessFacts
+from tpnode_tui.model import BadRequest, ConfigError, JobNotFound, JobSpec, JobState, ProbeReading, ProcessFacts
 
 
 @pytest.fixture
@@ -385,3 +385,11 @@ async def test_reservation_is_a_job_of_kind_reservation_with_an_expiry(make):
 async def test_launch_refuses_no_cards(make, cards):
     with pytest.raises(BadRequest, match="at least 1 card"):
         await make().launch(JobSpec("r", cards, ("x",)))
+
+
+def test_an_allocator_refuses_a_lock_that_does_not_span_processes(settings):
+    class InProcessOnly:
+        cross_process = False
+
+    with pytest.raises(ConfigError, match="no cross-process lock"):
+        GpuAllocator(MemoryRuntime(), StaticProbe(), settings, InProcessOnly())

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Optional, TypeVar
 
 from .config import Settings
+from .locks import check_allocation_safety
 from .model import (
     BadRequest,
     GpuOccupancy,
@@ -87,6 +88,10 @@ class GpuAllocator:
 
     def __init__(self, runtime, probe, settings: Settings, lock, *,
                  series_resolver: Optional[SeriesResolver] = None):
+        # A node always has more than one would-be allocator (the dashboard and
+        # any shell running the CLI), so a lock that only orders tasks of this
+        # process is refused outright rather than trusted.
+        check_allocation_safety(lock, allocating_processes=2)
         self.runtime = runtime
         self.probe = probe
         self.settings = settings
@@ -169,6 +174,7 @@ class GpuAllocator:
     async def snapshot(self) -> NodeSnapshot:
         """Occupancy, per-card facts, holders and jobs, for display."""
         occ, reading, jobs = await self._read()
+        jobs = [_note_missing_cards(j, occ.total) for j in jobs]
         holders: dict[int, tuple] = {}
 
         def identify() -> None:
@@ -378,6 +384,23 @@ class GpuAllocator:
                 await self.runtime.stop(job.name)
                 return job
         raise JobNotFound(f"no running platform job has run id {run_id}")
+
+
+def _note_missing_cards(job: JobState, total: int) -> JobState:
+    """``job`` with a problem added when it names cards this node does not have.
+
+    The runtime cannot know the card count, so a label naming card 99 reads
+    there without complaint. Such a card holds nothing and is never offered,
+    but whoever wrote it meant some real card, which may be in use unaccounted
+    for: that has to be said. With no card count known nothing is claimed.
+    """
+    missing = [i for i in job.gpus if i >= total]
+    if total <= 0 or not missing:
+        return job
+    cards = ("card " if len(missing) == 1 else "cards ") + ",".join(map(str, missing))
+    problem = (f"names {cards}, which this node does not have (its cards are "
+               f"0-{total - 1}); check the job's cards")
+    return replace(job, problems=job.problems + (problem,))
 
 
 def default_owner() -> str:
