@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Optional, TypeVar
 
 from .config import Settings
-from .locks import check_allocation_safety
+from .locks import check_allocation_safety, make_lock
 from .model import (
     BadRequest,
     GpuOccupancy,
@@ -102,7 +102,6 @@ class GpuAllocator:
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs) -> "GpuAllocator":
-        from .locks import make_lock
         from .probes import make_probe
         from .runtimes import make_runtime
 

@@ -450,8 +450,25 @@ class DockerRuntime:
     # -------------------------------------------------------- stop / remove
 
     async def stop(self, name: str) -> None:
+        """Stop a job; one that was created but never started is removed instead.
+
+        A launcher that dies between create and start leaves a container in
+        state "created": it holds its cards, ``docker stop`` leaves it as it is,
+        and reclaim refuses it as live, so nothing but a hand-typed ``docker rm``
+        would ever free those cards. Nothing has run in it, so removing it loses
+        nothing. If it was started meanwhile, it is stopped like any other job.
+        """
         data = await self._platform_container(name)
         async with self._engine() as docker:
+            if (data.get("State") or {}).get("Status") == "created":
+                try:
+                    await docker.containers.container(data["Id"]).delete(timeout=_call_timeout())
+                    return
+                except DockerError as e:
+                    if e.status == 404:
+                        return
+                    if e.status != 409:  # 409: it is running now
+                        raise self._engine_error(f"could not remove unstarted job {name!r}", e) from None
             try:
                 await docker.containers.container(data["Id"]).stop(
                     t=self.stop_timeout_s,

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from ..allocator import GpuAllocator
 from ..model import ConfigError
@@ -16,21 +17,31 @@ from ..model import ConfigError
 __all__ = ["run_dashboard"]
 
 
-def _log_to_file(verbose: bool) -> Optional[Path]:
+@contextlib.contextmanager
+def _logging_off_the_terminal(verbose: bool) -> Iterator[Optional[Path]]:
     """Log lines written to the terminal would tear the screen: while the
-    dashboard runs, logging goes to a file (with --verbose) or nowhere."""
+    dashboard runs, handlers writing to stderr/stdout are taken off (and put
+    back after), and with --verbose the log goes to a file instead."""
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-            root.removeHandler(handler)
-    if not verbose:
-        root.addHandler(logging.NullHandler())
-        return None
-    path = Path(tempfile.gettempdir()) / "tpnode-tui-dashboard.log"
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(handler)
-    return path
+    terminal = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
+                and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)]
+    for handler in terminal:
+        root.removeHandler(handler)
+    file_handler: Optional[logging.Handler] = None
+    path: Optional[Path] = None
+    if verbose:
+        path = Path(tempfile.gettempdir()) / "tpnode-tui-dashboard.log"
+        file_handler = logging.FileHandler(path)
+        file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(file_handler)
+    try:
+        yield path
+    finally:
+        if file_handler is not None:
+            root.removeHandler(file_handler)
+            file_handler.close()
+        for handler in terminal:
+            root.addHandler(handler)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -73,12 +84,12 @@ async def _run(args: argparse.Namespace) -> int:
 
 def run_dashboard(args: argparse.Namespace) -> int:
     """Open the dashboard; returns the exit code. A bad setting is one line and exit code 2."""
-    log_path = _log_to_file(getattr(args, "verbose", False))
     try:
-        return asyncio.run(_run(args))
+        with _logging_off_the_terminal(getattr(args, "verbose", False)) as log_path:
+            code = asyncio.run(_run(args))
     except ConfigError as e:
         print(f"tpnode-tui: {e}", file=sys.stderr)
         return 2
-    finally:
-        if log_path is not None:
-            print(f"tpnode-tui: the dashboard's log is in {log_path}", file=sys.stderr)
+    if log_path is not None:
+        print(f"tpnode-tui: the dashboard's log is in {log_path}", file=sys.stderr)
+    return code
