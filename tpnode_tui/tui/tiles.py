@@ -76,8 +76,8 @@ def memory_bar(used: Optional[int], total: Optional[int], width: int, dim: bool)
 def readings(card: CardView) -> str:
     f = card.facts
     util = f"{f.utilization_pct}%" if f and f.utilization_pct is not None else NA
-    temp = f"{f.temperature_c}°C" if f and f.temperature_c is not None else f"temp {NA}"
-    power = f"{f.power_w:.0f} W" if f and f.power_w is not None else f"power {NA}"
+    temp = f"{f.temperature_c if f and f.temperature_c is not None else NA}°C"
+    power = f"{f'{f.power_w:.0f}' if f and f.power_w is not None else NA} W"
     return f"util {util}  {temp}  {power}"
 
 
@@ -94,7 +94,7 @@ def tile_note(card: CardView, now: float) -> tuple[str, str]:
     if card.state == "job" and job and job.started_at:
         return f"up {format_duration(now - job.started_at)}", ""
     if card.state == "external":
-        return "outside the platform", "#ffb300"
+        return ("outside the platform" if card.holders else "held by an unseen process"), "#ffb300"
     if card.state == "unverified":
         return "outside use not probed", "grey62"
     return "", ""
@@ -112,7 +112,8 @@ def render_tile(card: CardView, width: int, now: float, stale: bool) -> Text:
         note, note_style = "unknown: the last poll failed", "grey62"
         summary_style = "grey62"
     else:
-        who = summary
+        # The shared summary is too long for a tile when nobody can be named.
+        who = "no process listed" if card.state == "external" and not card.holders else summary
         note, note_style = tile_note(card, now)
         summary_style = {"free": "grey62", "unverified": "grey62", "unhealthy": "bold #ef5350"}.get(
             card.state, "bold")

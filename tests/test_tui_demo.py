@@ -1,0 +1,107 @@
+"""The demo as a newcomer meets it: every card state at once, and the demo keys."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tpnode_tui.allocator import GpuAllocator
+from tpnode_tui.cli import build_parser
+from tpnode_tui.demo import DEMO_COMMAND, start_demo
+from tpnode_tui.tui import run_dashboard
+from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
+from tpnode_tui.tui.detail import describe_card
+from tpnode_tui.tui.tiles import CardGrid
+
+WAIT_S = 15.0
+
+
+@pytest.fixture
+async def demo_app(tmp_path):
+    demo = start_demo(tmp_path / "demo")
+    allocator = GpuAllocator.from_settings(demo.settings())
+    app = NodeDashboard(allocator, demo=demo, interval=0.2, default_command=DEMO_COMMAND)
+    yield app
+    await stop_demo_jobs(allocator)
+    await allocator.close()
+    demo.close()
+
+
+async def until(pilot, condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.05)
+
+
+def opened(app: NodeDashboard) -> bool:
+    return app.snapshot is not None and {"demo-train-llama", "rsv-alice"} <= {
+        j.run_id for j in app.snapshot.jobs if j.live}
+
+
+def card(app: NodeDashboard, index: int):
+    return app.snapshot.cards[index]
+
+
+async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
+    app = demo_app
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: opened(app), "the demo's opening job and reservation")
+        states = [c.state for c in app.snapshot.cards]
+        assert {"job", "reservation", "external", "unhealthy", "free"} <= set(states), states
+
+        squatter = card(app, 2)
+        assert squatter.state == "external"
+        [holder] = squatter.holders
+        assert holder.visible and holder.pid == app.demo.squatter.pid and "sleep" in holder.command
+        assert f"pid {holder.pid}" in app.query_one("#card-2").render().plain
+
+        unseen = card(app, 5)
+        assert unseen.state == "external" and not unseen.holders[0].visible
+        text = describe_card(unseen, time.time(), 512).plain
+        assert "a process this machine cannot see" in text and "30.0 GiB in use" in text
+
+        assert card(app, 6).state == "unhealthy" and "row remapping" in card(app, 6).reason
+        assert "row remapping" in app.query_one("#card-6").render().plain
+
+
+async def test_the_demo_keys_toggle_probe_blind_and_an_outside_user(demo_app):
+    app = demo_app
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: opened(app), "the demo to open")
+        free = [c.index for c in app.snapshot.cards if c.state == "free"]
+        assert free
+
+        await pilot.press("b")
+        await until(pilot, lambda: app.query_one("#blind-banner").has_class("-shown"), "the blind banner")
+        await until(pilot, lambda: card(app, free[0]).state == "unverified", "unverified cards")
+        assert not [c for c in app.snapshot.cards if c.state == "free"]
+        await pilot.press("b")
+        await until(pilot, lambda: card(app, free[0]).state == "free", "the probe to see again")
+
+        app.query_one(CardGrid).select(free[0])
+        await pilot.press("x")
+        await until(pilot, lambda: card(app, free[0]).state == "external", "an outside user")
+        assert card(app, free[0]).holders[0].pid == app.demo.squatter.pid
+        await pilot.press("x")
+        await until(pilot, lambda: card(app, free[0]).state == "free", "the outside user to leave")
+
+
+async def test_an_empty_command_in_the_demo_runs_the_demo_workload(demo_app):
+    app = demo_app
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: opened(app), "the demo to open")
+        await pilot.press("l")
+        app.screen.query_one("#run-id").value = "demo-default"
+        await pilot.press("enter")
+        await until(pilot, lambda: any(j.run_id == "demo-default" for j in app.snapshot.jobs), "the launch")
+        [job] = [j for j in app.snapshot.jobs if j.run_id == "demo-default"]
+        assert job.command == DEMO_COMMAND and job.live
+
+
+def test_a_bad_setting_at_start_is_one_line_and_exit_code_2(capsys, monkeypatch):
+    monkeypatch.setenv("TUNEPLANE_PROBE", "nvml-please")
+    args = build_parser().parse_args([])
+    assert run_dashboard(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "TUNEPLANE_PROBE" in err and "nvml-please" in err

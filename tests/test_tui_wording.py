@@ -1,0 +1,73 @@
+"""What tiles and the detail pane say about a card, case by case (pure rendering, no app)."""
+from __future__ import annotations
+
+from tpnode_tui.model import CardFacts, CardView, HolderInfo, JobState, ProcessFacts
+from tpnode_tui.tui.detail import describe_card, show_command
+from tpnode_tui.tui.tiles import grid_columns, render_tile
+
+NOW = 1_700_000_000.0
+
+
+def facts(index=0, **kw) -> CardFacts:
+    base = dict(name="NVIDIA H200", uuid=f"GPU-{index}", pci_bus_id="00000000:18:00.0",
+                memory_total_mib=143771, memory_used_mib=1, utilization_pct=0,
+                temperature_c=31, power_w=75.0)
+    base.update(kw)
+    return CardFacts(index=index, **base)
+
+
+def test_memory_in_use_with_no_process_at_all_is_said_out_loud():
+    card = CardView(3, "external", facts(3, memory_used_mib=30922, processes=()))
+    text = describe_card(card, NOW, mem_busy_mib=512).plain
+    assert "30.2 GiB of memory in use and no process listed at all" in text
+    tile = render_tile(card, 25, NOW, False).plain
+    assert "no process listed" in tile and "30.2/140.4 GiB" in tile and "unseen process" in tile
+
+
+def test_a_holder_from_another_pid_namespace_is_listed_not_hidden():
+    holder = HolderInfo(pid=3999999, used_memory_mib=30720, visible=False)
+    card = CardView(5, "external", facts(5, processes=(ProcessFacts(3999999, 30720),)), holders=(holder,))
+    text = describe_card(card, NOW, mem_busy_mib=512).plain
+    assert "a process this machine cannot see (pid 3999999 from another PID namespace): 30.0 GiB in use" in text
+
+
+def test_a_visible_holder_is_named_with_user_command_and_container():
+    holder = HolderInfo(pid=4242, used_memory_mib=18432, visible=True, user="bob",
+                        command="python train.py", container="f" * 64)
+    card = CardView(2, "external", facts(2, processes=(ProcessFacts(4242, 18432),)), holders=(holder,))
+    text = describe_card(card, NOW, mem_busy_mib=512).plain
+    assert "pid 4242 (bob) in container ffffffffffff: python train.py: 18.0 GiB in use" in text
+
+
+def test_a_job_on_an_unhealthy_card_keeps_its_job_and_carries_the_warning():
+    job = JobState(name="j", run_id="train-7", gpus=(1,), status="running", owner="ann",
+                   command=("python", "train.py"), started_at=NOW - 125)
+    card = CardView(1, "job", facts(1), run_id="train-7", job=job, warning="uncorrected ECC errors (2)")
+    tile = render_tile(card, 25, NOW, False).plain
+    assert "JOB" in tile and "train-7 (ann) ! unhealthy" in tile and "! uncorrected ECC" in tile
+    text = describe_card(card, NOW, 512).plain
+    assert "owner ann" in text and "python train.py" in text and "uncorrected ECC errors (2)" in text
+    assert "2m05s ago" in text
+
+
+def test_fields_a_driver_does_not_give_show_as_na():
+    card = CardView(0, "free", CardFacts(index=0))
+    tile = render_tile(card, 25, NOW, False).plain
+    assert "util N/A  N/A°C  N/A W" in tile and "mem N/A" in tile
+    text = describe_card(card, NOW, 512).plain
+    assert "uuid N/A" in text and "PCI N/A" in text
+
+
+def test_a_stale_tile_never_says_free():
+    tile = render_tile(CardView(0, "free", facts()), 25, NOW, stale=True).plain
+    assert "FREE" not in tile and "?" in tile and "unknown" in tile
+
+
+def test_commands_are_shown_on_one_line_and_readable():
+    assert show_command(("python", "-c", "import os\nprint(1)")) == 'python -c "import os\\nprint(1)"'
+    assert show_command(("echo", "it's")) == 'echo "it\'s"'
+    assert "\n" not in show_command(("sh", "-c", 'echo "a"\necho b'))
+
+
+def test_grid_columns_follow_the_terminal_width():
+    assert [grid_columns(w) for w in (200, 120, 80, 60, 40)] == [4, 4, 2, 2, 1]
