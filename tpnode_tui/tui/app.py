@@ -33,7 +33,7 @@ from ..model import (
     TpnodeError,
 )
 from .detail import DetailPane, describe_card
-from .header import PollState, banner_lines, header_text, no_cards_text
+from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
 from .jobs import JOB_PREFIX, QUEUED_PREFIX, JobsTable
 from .queue import LaunchQueue
 from .screens import ConfirmScreen, HelpScreen, LaunchScreen, ReserveRequest, ReserveScreen
@@ -243,18 +243,21 @@ class NodeDashboard(App[int]):
                 banner.update(shown[name])
         if snap is None:
             return
-        self.query_one("#summary", Static).update(snap.explain)
+        self.query_one("#summary", Static).update(summary_text(snap, poll))
         grid = self.query_one(CardGrid)
         no_cards = self.query_one("#no-cards", Static)
         empty = snap.occupancy.total == 0
         no_cards.set_class(empty, "-shown")
         grid.set_class(empty, "-hidden")
+        self.query_one(DetailPane).set_class(empty, "-hidden")
         stale = self._stale_since is not None
         if empty:
             no_cards.update(no_cards_text(snap))
         grid.show(snap.cards, now, stale)
         self._redraw_detail()
-        self.query_one(JobsTable).show(snap.jobs, self.queue, now)
+        jobs = self.query_one(JobsTable)
+        jobs.set_class(stale, "-stale")
+        jobs.show(snap.jobs, self.queue, now)
         self.refresh_bindings()
 
     def _redraw_detail(self) -> None:
@@ -263,7 +266,7 @@ class NodeDashboard(App[int]):
         if card is None:
             pane.show(no_cards_text(self.snapshot) if self.snapshot else Text(""))
             return
-        stale = f"stale since the last poll failed: {self._stale_error}" if self._stale_since else None
+        stale = f"the last poll failed: {self._stale_error}" if self._stale_since is not None else None
         text = describe_card(card, self.clock(), self.allocator.settings.mem_busy_mib, stale)
         pane.show(text)
 
@@ -327,7 +330,7 @@ class NodeDashboard(App[int]):
         if action == "stop":
             return self.stop_target() is not None
         if action == "reclaim":
-            return bool(self.exited_jobs())
+            return bool(self.exited_jobs()) and self._stale_since is None
         if action == "cancel_queued":
             return self.selected_queued() is not None
         if action == "pause":

@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from ..model import CardView, JobState
 from ..render import NA, describe_holder, format_duration, format_mib
-from .tiles import BADGES, readings
+from .tiles import BADGES, STALE_BADGE, readings
 
 STATE_MEANING = {
     "free": "nothing holds it",
@@ -83,10 +83,14 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
     out = Text()
     label, colour = BADGES.get(card.state, (card.state.upper(), "grey30"))
     out.append(f"Card {card.index}  ", style="bold")
-    out.append(f" {label} ", style=f"bold white on {colour}")
-    out.append(f"  {STATE_MEANING.get(card.state, '')}\n")
     if stale:
-        out.append(f"Last good reading; the card's state now is unknown: {stale}\n", style="bold #ef5350")
+        out.append(f" {STALE_BADGE[0]} ", style=f"bold white on {STALE_BADGE[1]}")
+        out.append(f"  unknown now; the last good reading said {label.lower()}: "
+                   f"{STATE_MEANING.get(card.state, '')}\n")
+        out.append(f"  {stale}\n", style="bold #ef5350")
+    else:
+        out.append(f" {label} ", style=f"bold white on {colour}")
+        out.append(f"  {STATE_MEANING.get(card.state, '')}\n")
 
     def row(key: str, value: str, style: str = "") -> None:
         out.append(f"  {key:<8}", style="grey62")

@@ -40,13 +40,15 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState) -> Te
     out.append(f" {snap.host} ", style="bold")
     out.append(f"│ {model}{series} │ probe {snap.probe.source} ")
     occ = snap.occupancy
-    out.append(f"│ {len(occ.free)}/{occ.total} free ", style="bold")
-    if poll.stale_since is not None:
+    stale = poll.stale_since is not None
+    out.append(f"│ ?/{occ.total} free " if stale else f"│ {len(occ.free)}/{occ.total} free ", style="bold")
+    if stale:
         out.append(f" STALE since {clock_time(poll.stale_since)} ", style="bold white on #c62828")
     elif poll.paused:
         out.append(" PAUSED ", style="bold black on #fbc02d")
     age = max(0.0, now - snap.taken_at)
-    out.append(f" updated {format_duration(age)} ago" if age >= 1 else " updated just now", style="grey62")
+    what = " last good reading" if stale else " updated"
+    out.append(f"{what} {format_duration(age)} ago" if age >= 1 else f"{what} just now", style="grey62")
     out.append("\n")
     out.append(f" runtime {snap.runtime} · lock {snap.lock}", style="grey62")
     if poll.lock_waiting:
@@ -69,6 +71,14 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState) -> list[tuple[st
             "Cards may be in use by processes outside the platform that cannot be seen: the free "
             "count may be too high, and free cards show as UNVERIFIED.")))
     return banners
+
+
+def summary_text(snap: NodeSnapshot, poll: PollState) -> Text:
+    if poll.stale_since is None:
+        return Text(snap.explain)
+    out = Text("Now unknown. ", style="bold #ef5350")
+    out.append(f"The last good reading said: {snap.explain}", style="grey62")
+    return out
 
 
 def no_cards_text(snap: NodeSnapshot) -> Text:

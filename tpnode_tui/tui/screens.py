@@ -56,8 +56,12 @@ class FormScreen(ModalScreen):
         return self.query_one(f"#{field_id}", Input).value.strip()
 
     def refuse(self, field_id: str, message: str) -> None:
+        """Say what is wrong under the field; the first refused field gets the cursor."""
         self.query_one(f"#{field_id}-error", Static).update(message)
-        self.query_one(f"#{field_id}", Input).add_class("-invalid-field")
+        field = self.query_one(f"#{field_id}", Input)
+        if not self.query(".-invalid-field"):
+            field.focus()
+        field.add_class("-invalid-field")
 
     def clear_errors(self) -> None:
         for error in self.query(".field-error").results(Static):
