@@ -383,6 +383,20 @@ class NodeDashboard(App[int]):
         self.poll_now()
         self.redraw()
 
+    def _capacity_line(self) -> str:
+        """What the form's user needs to know before asking: how much is free now."""
+        if self.snapshot is None:
+            return "The node has not been read yet."
+        if self._stale_since is not None:
+            return "Free cards are unknown: the last poll failed. The allocator reads the node afresh."
+        occ = self.snapshot.occupancy
+        free = occ.free
+        cards = f" (cards {','.join(map(str, free))})" if free else ""
+        line = f"{len(free)} of {occ.total} cards free now{cards}."
+        if not occ.external_probe_ok:
+            line += " Unverified: use from outside cannot be probed."
+        return line
+
     def _total(self) -> int:
         return self.snapshot.occupancy.total if self.snapshot else 0
 
@@ -395,6 +409,7 @@ class NodeDashboard(App[int]):
             default_command=self.default_command,
             run_id=new_run_id(),
             owner=default_owner(),
+            context=self._capacity_line(),
         )
         self.push_screen(screen, self._launch_chosen)
 
@@ -448,7 +463,8 @@ class NodeDashboard(App[int]):
     def action_reserve(self) -> None:
         if self._refused("reserving"):
             return
-        screen = ReserveScreen(total=self._total(), owner=default_owner(), run_id=new_run_id("rsv"))
+        screen = ReserveScreen(total=self._total(), owner=default_owner(), run_id=new_run_id("rsv"),
+                               context=self._capacity_line())
         self.push_screen(screen, self._reserve_chosen)
 
     def _reserve_chosen(self, request: Optional[ReserveRequest]) -> None:

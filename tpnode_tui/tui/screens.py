@@ -23,6 +23,7 @@ from textual.widgets import Button, Footer, Input, Label, Static
 
 from ..cli import UsageError, parse_duration
 from ..model import BadRequest, JobSpec, check_run_id
+from .detail import show_command
 from .tiles import BADGES
 
 
@@ -34,6 +35,8 @@ class FormScreen(ModalScreen):
     #: (field id, label, value, placeholder)
     title_text = ""
     submit_label = "OK"
+    #: a line under the title: what the node has free now, as the last poll saw it
+    context = ""
 
     def fields(self) -> list[tuple[str, str, str, str]]:
         raise NotImplementedError
@@ -41,6 +44,8 @@ class FormScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(self.title_text, classes="dialog-title")
+            if self.context:
+                yield Static(self.context, classes="dialog-context")
             for field_id, label, value, placeholder in self.fields():
                 with Horizontal(classes="field"):
                     yield Label(label, classes="field-label")
@@ -119,8 +124,9 @@ class LaunchScreen(FormScreen):
     submit_label = "Launch"
 
     def __init__(self, *, total: int, docker: bool, default_command: tuple[str, ...],
-                 run_id: str, owner: str) -> None:
+                 run_id: str, owner: str, context: str = "") -> None:
         super().__init__()
+        self.context = context
         self.total = total
         self.docker = docker
         self.default_command = default_command
@@ -129,8 +135,8 @@ class LaunchScreen(FormScreen):
 
     def fields(self):
         if self.default_command:
-            shown = shlex.join(self.default_command).replace("\n", "\\n")
-            hint = "empty runs the default: " + (shown if len(shown) < 60 else shown[:57] + "...")
+            shown = show_command(self.default_command)
+            hint = "empty runs " + (shown if len(shown) < 56 else shown[:53] + "...")
         else:
             hint = "e.g. python train.py --epochs 3"
         rows = [
@@ -175,8 +181,9 @@ class ReserveScreen(FormScreen):
     title_text = "Reserve cards for a person"
     submit_label = "Reserve"
 
-    def __init__(self, *, total: int, owner: str, run_id: str) -> None:
+    def __init__(self, *, total: int, owner: str, run_id: str, context: str = "") -> None:
         super().__init__()
+        self.context = context
         self.total = total
         self.owner = owner
         self.default_run_id = run_id
