@@ -265,7 +265,9 @@ class _FileLock:
 
     def _open(self) -> int:
         try:
-            self._dir.mkdir(parents=True, exist_ok=True)
+            # 0700 as the state file makes it: whoever creates the directory first
+            # (usually this lock) decides its mode, and an existing one keeps its own.
+            self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as e:
             raise self._unusable(e) from None
