@@ -179,7 +179,7 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         await until(pilot, lambda: "waits-its-turn" not in app.queue, "the queue to place it")
         await until(pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards),
                     "the placed job on a tile")
-        assert app.heard("waits-its-turn got cards")
+        assert app.heard("waits-its-turn got card ")
 
 
 async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(small_node):

@@ -443,12 +443,12 @@ class NodeDashboard(App[int]):
         self.redraw()
 
     def _report_launched(self, result: Launched, what: str) -> None:
-        cards = ",".join(map(str, result.gpus))
+        cards = cards_words(result.gpus)
         if result.existing:
-            self.notify(f"{result.job.run_id} already holds cards {cards}; nothing new was started.",
+            self.notify(f"{result.job.run_id} already holds {cards}; nothing new was started.",
                         title=what)
         else:
-            self.notify(f"{result.job.run_id} got cards {cards}.", title=what)
+            self.notify(f"{result.job.run_id} got {cards}.", title=what)
         if result.warning:
             self.notify(result.warning, title="Unverified cards", severity="warning", timeout=12)
 
@@ -487,9 +487,8 @@ class NodeDashboard(App[int]):
         if job is None:
             self.notify("The selected card holds no running job to stop.", severity="warning")
             return
-        cards = ",".join(map(str, job.gpus)) or "-"
-        body = (f"Stop {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, cards {cards})?\n\n"
-                "Its processes are ended; the cards are free once they have exited.")
+        body = (f"Stop {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, {cards_words(job.gpus)})?"
+                "\n\nIts processes are ended; its cards are free once they have exited.")
         self.push_screen(ConfirmScreen(f"Stop {job.run_id}?", body, yes="Stop it"),
                          lambda yes: self._stop_confirmed(job) if yes else None)
 
@@ -502,7 +501,7 @@ class NodeDashboard(App[int]):
         except Exception as e:
             self._failed(f"Could not stop {job.run_id}", e)
             return
-        self.notify(f"{job.run_id} stopped; cards {','.join(map(str, job.gpus))} are free once it has exited.",
+        self.notify(f"{job.run_id} stopped; it frees {cards_words(job.gpus)} once it has exited.",
                     title="Stopped")
         self.poll_now()
 
@@ -580,6 +579,14 @@ class NodeDashboard(App[int]):
             except Exception as e:
                 self._failed(f"Demo could not start {spec.run_id}", e)
         self.poll_now()
+
+
+def cards_words(gpus) -> str:
+    """'card 4' or 'cards 0,1', as a person would write it."""
+    gpus = tuple(gpus)
+    if not gpus:
+        return "no cards"
+    return ("card " if len(gpus) == 1 else "cards ") + ",".join(map(str, gpus))
 
 
 async def stop_demo_jobs(allocator: GpuAllocator) -> None:

@@ -26,6 +26,10 @@ QUEUED_PREFIX = "queued:"
 JOB_PREFIX = "job:"
 
 
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _status(job: JobState) -> Text:
     if job.live:
         return Text(job.status, style="#66bb6a")
@@ -46,7 +50,7 @@ def job_row(job: JobState, now: float) -> tuple:
         format_duration(now - job.started_at) if job.started_at else "-",
         job.owner or "-",
         left,
-        workload(job)[:60],
+        workload(job),
     )
 
 
@@ -61,7 +65,7 @@ def queued_row(item: Queued, position: int, now: float) -> tuple:
         spec.owner or "-",
         "-",
         workload(JobState(name=spec.run_id, run_id=spec.run_id, gpus=(), status="queued",
-                          kind=spec.kind, image=spec.image, command=spec.command))[:60],
+                          kind=spec.kind, image=spec.image, command=spec.command)),
     )
 
 
@@ -71,28 +75,56 @@ class JobsTable(DataTable):
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._keys: list[str] = []
+        self._room = 0
+        self._shown: Optional[tuple] = None
 
     def on_mount(self) -> None:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
         for key, label in COLUMNS:
             self.add_column(label, key=key)
 
+    def _runs_room(self, rows: Iterable[tuple]) -> int:
+        """How wide the last column may be so that no row runs off the right edge.
+
+        The table would scroll sideways instead, and a sideways-scrolled table
+        hides the run ids; the command is in the detail pane in full anyway.
+        """
+        widths = [len(label) for _key, label in COLUMNS[:-1]]
+        for cells in rows:
+            for n, cell in enumerate(cells[:-1]):
+                widths[n] = max(widths[n], Text(cell).cell_len if isinstance(cell, str) else cell.cell_len)
+        used = sum(w + 2 * self.cell_padding for w in widths) + 2 * self.cell_padding + 2
+        return max(12, self.size.width - used)
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
+
     def show(self, jobs: Iterable[JobState], queued: Iterable[Queued], now: float) -> None:
+        jobs, queued = tuple(jobs), tuple(queued)
+        self._shown = (jobs, queued, now)
         rows: dict[str, tuple] = {}
         for job in jobs:
             rows[JOB_PREFIX + job.name] = job_row(job, now)
         for position, item in enumerate(queued, start=1):
             rows[QUEUED_PREFIX + item.spec.run_id] = queued_row(item, position, now)
+        room = self._runs_room(rows.values())
+        rows = {key: cells[:-1] + (_fit(cells[-1], room),) for key, cells in rows.items()}
         keys = list(rows)
-        if keys == self._keys:
+        if keys == self._keys and room == self._room:
             for key, cells in rows.items():
                 for (column, _label), value in zip(COLUMNS, cells):
                     self.update_cell(key, column, value, update_width=True)
             return
         current = self.selected_key()
-        self.clear()
+        # Rebuilt with its columns, since a column never narrows by itself.
+        self.clear(columns=True)
+        self._add_columns()
         for key, cells in rows.items():
             self.add_row(*cells, key=key)
-        self._keys = keys
+        self._keys, self._room = keys, room
         if current in rows:
             self.move_cursor(row=keys.index(current), animate=False)
 
