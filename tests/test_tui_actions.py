@@ -297,6 +297,7 @@ async def test_readonly_hides_and_refuses_every_action(node):
         await polled(pilot, app)
         for action in ("launch", "reserve", "stop", "reclaim", "cancel_queued"):
             assert app.check_action(action, ()) is False, action
+        assert "READ-ONLY" in str(app.query_one("#header").render())
         footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
         assert not footer_keys & {"launch", "reserve", "stop", "reclaim"}
         await pilot.press("l", "v", "s")

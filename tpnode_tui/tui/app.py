@@ -214,6 +214,7 @@ class NodeDashboard(App[int]):
     def poll_state(self) -> PollState:
         return PollState(
             paused=self._paused,
+            readonly=self.readonly,
             stale_since=self._stale_since,
             stale_error=self._stale_error,
             lock_waiting=self.allocator.lock.waiting,
@@ -303,13 +304,15 @@ class NodeDashboard(App[int]):
         return next((j for j in self.snapshot.jobs if j.name == name), None)
 
     def stop_target(self) -> Optional[JobState]:
-        """The live job the stop key acts on: the highlighted job row, else the selected card's job."""
+        """The live job the stop key acts on: the highlighted row while the jobs
+        table has the focus, else the selected card's job."""
+        if self._stale_since is not None:
+            return None
         if self.query_one(JobsTable).has_focus:
             job = self._job_for_row()
-            if job is not None and job.live:
-                return job
+            return job if job is not None and job.live else None
         card = self.selected_card()
-        if card is None or card.job is None or not card.job.live or self._stale_since is not None:
+        if card is None or card.job is None or not card.job.live:
             return None
         return card.job
 

@@ -19,9 +19,10 @@ from .detail import clock_time
 
 @dataclass(frozen=True)
 class PollState:
-    """How the last polls went, for the header and the banners."""
+    """How the last polls went (and how the dashboard was started), for the header and banners."""
 
     paused: bool = False
+    readonly: bool = False
     #: unix time of the first failed poll in the current run of failures
     stale_since: Optional[float] = None
     stale_error: str = ""
@@ -41,11 +42,18 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState) -> Te
     out.append(f"│ {model}{series} │ probe {snap.probe.source} ")
     occ = snap.occupancy
     stale = poll.stale_since is not None
-    out.append(f"│ ?/{occ.total} free " if stale else f"│ {len(occ.free)}/{occ.total} free ", style="bold")
+    if stale:
+        out.append(f"│ ?/{occ.total} free ", style="bold")
+    elif not occ.external_probe_ok:
+        out.append(f"│ {len(occ.free)}/{occ.total} free, unverified ", style="bold")
+    else:
+        out.append(f"│ {len(occ.free)}/{occ.total} free ", style="bold")
     if stale:
         out.append(f" STALE since {clock_time(poll.stale_since)} ", style="bold white on #c62828")
     elif poll.paused:
         out.append(" PAUSED ", style="bold black on #fbc02d")
+    if poll.readonly:
+        out.append(" READ-ONLY ", style="bold white on #6b6b6b")
     age = max(0.0, now - snap.taken_at)
     what = " last good reading" if stale else " updated"
     out.append(f"{what} {format_duration(age)} ago" if age >= 1 else f"{what} just now", style="grey62")
