@@ -377,6 +377,28 @@ async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path)
         await n.allocator.close()
 
 
+async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it(node, tmp_path):
+    other = GpuAllocator.from_settings(node.allocator.settings)  # another process's view, same lock file
+    app = node.app()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await polled(pilot, app)
+            header = app.query_one("#header")
+            async with other.lock.hold():
+                await until(pilot, lambda: "held by pid" in str(header.render()), "the lock holder")
+                app.run_worker(app._launch(JobSpec(run_id="behind-the-lock", cards=1,
+                                                   command=("sleep", "60"))))
+                await until(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
+                            "the waiting line")
+                await polled(pilot, app)
+                assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
+            await until(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
+                        "the launch once the lock is free")
+            await until(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
+    finally:
+        await other.close()
+
+
 # -- polling ---------------------------------------------------------------------------
 
 

@@ -121,6 +121,7 @@ class NodeDashboard(App[int]):
         self._timer: Optional[Timer] = None
         self._stale_since: Optional[float] = None
         self._stale_error = ""
+        self._lock_state: Optional[str] = None
 
     # -- layout -----------------------------------------------------------------
 
@@ -187,6 +188,7 @@ class NodeDashboard(App[int]):
             self.redraw()
             return False
         self.snapshot = snap
+        self._lock_state = await self._read_lock_state()
         self._stale_since = None
         self._stale_error = ""
         self.polls += 1
@@ -206,6 +208,17 @@ class NodeDashboard(App[int]):
                             title="Queued launch dropped", severity="error", timeout=12)
         return placed
 
+    async def _read_lock_state(self) -> Optional[str]:
+        """Who holds the allocation lock, when it is not this dashboard: a launch
+        from here would wait, and the operator should know before pressing l."""
+        lock = self.allocator.lock
+        if lock.locked():
+            return None  # this dashboard is allocating; lock.waiting says if it waits
+        try:
+            return await lock.state()
+        except Exception as e:
+            return f"the allocation lock cannot be inspected: {e}"
+
     def _tick(self) -> None:
         """Once a second: the header's age and the lock's waiting line move even between polls."""
         self._redraw_header()
@@ -217,7 +230,7 @@ class NodeDashboard(App[int]):
             readonly=self.readonly,
             stale_since=self._stale_since,
             stale_error=self._stale_error,
-            lock_waiting=self.allocator.lock.waiting,
+            lock_waiting=self.allocator.lock.waiting or self._lock_state,
         )
 
     # -- drawing ----------------------------------------------------------------
