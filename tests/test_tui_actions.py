@@ -429,6 +429,20 @@ async def test_polls_never_overlap_even_when_slow_and_asked_for_again(node):
         assert app.query_one(CardGrid).selected == 3
 
 
+async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes(node):
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("l")
+        write_scene(node.scene, 4, blind=True)
+        await until(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "a poll to see it")
+        assert "FREE" in tile_text(app, 0), "the grid was redrawn under the dialog"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert "UNVERIFIED" in tile_text(app, 0)
+        assert app.query_one("#blind-banner").has_class("-shown")
+
+
 async def test_pause_stops_polling_until_resumed(node):
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
