@@ -146,6 +146,10 @@ class TestMainScreen:
         app = dashboard(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=(70, 40), run_before=first_poll)
 
+    def test_80x24_keeps_the_jobs_table_on_screen(self, snap_compare, tmp_path):
+        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        assert snap_compare(app, terminal_size=(80, 24), run_before=first_poll)
+
 
 class TestCannotSee:
     def test_probe_blind(self, snap_compare, tmp_path):

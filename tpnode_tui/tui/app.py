@@ -41,6 +41,9 @@ from .tiles import CardGrid
 
 log = logging.getLogger(__name__)
 
+#: below this many rows the screen is laid out compactly
+SHORT_ROWS = 32
+
 #: actions that change jobs; all refused in read-only mode
 NODE_ACTIONS = frozenset({"launch", "reserve", "stop", "reclaim", "cancel_queued"})
 
@@ -240,7 +243,17 @@ class NodeDashboard(App[int]):
 
     def _redraw_header(self) -> None:
         if self._on_main_screen():
-            self.query_one("#header", Static).update(header_text(self.snapshot, self.clock(), self.poll_state))
+            text = header_text(self.snapshot, self.clock(), self.poll_state, compact=self._short())
+            self.query_one("#header", Static).update(text)
+
+    def _short(self) -> bool:
+        return self.size.height < SHORT_ROWS
+
+    def on_resize(self) -> None:
+        """A short terminal (80x24) drops the summary and the header's second
+        line, and shrinks the detail pane, so the jobs table stays on screen."""
+        self.screen_stack[0].set_class(self._short(), "-short")
+        self._redraw_header()
 
     def redraw(self) -> None:
         if not self._on_main_screen():

@@ -30,7 +30,9 @@ class PollState:
     lock_waiting: Optional[str] = None
 
 
-def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState) -> Text:
+def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compact: bool = False) -> Text:
+    """Two lines (where the data comes from and how fresh it is); ``compact``
+    drops the runtime and lock line on a short terminal, never the lock waiting."""
     out = Text()
     out.append(" tpnode-tui ", style="bold white on #1e63c4")
     if snap is None:
@@ -57,8 +59,9 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState) -> Te
     age = max(0.0, now - snap.taken_at)
     what = " last good reading" if stale else " updated"
     out.append(f"{what} {format_duration(age)} ago" if age >= 1 else f"{what} just now", style="grey62")
-    out.append("\n")
-    out.append(f" runtime {snap.runtime} · lock {snap.lock}", style="grey62")
+    if not compact:
+        out.append("\n")
+        out.append(f" runtime {snap.runtime} · lock {snap.lock}", style="grey62")
     if poll.lock_waiting:
         out.append(f"\n {poll.lock_waiting}", style="bold #ffb300")
     return out
