@@ -76,7 +76,6 @@ class NodeDashboard(App[int]):
     #: absolute, so that a subclass defined elsewhere (tests, screenshots) finds it too
     CSS_PATH = str(Path(__file__).with_name("dashboard.tcss"))
     TITLE = "tpnode-tui"
-    ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
         Binding("l", "launch", "Launch", id="launch", tooltip="Launch a job on free cards"),
