@@ -19,7 +19,8 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Static
+from textual.widget import Widget
+from textual.widgets import DataTable, Footer, Static
 
 from ..allocator import GpuAllocator, Launched, default_owner, new_run_id
 from ..model import (
@@ -296,21 +297,29 @@ class NodeDashboard(App[int]):
         text = describe_card(card, self.clock(), self.allocator.settings.mem_busy_mib, stale)
         pane.show(text)
 
-    def on_card_grid_selected(self, _message: CardGrid.Selected) -> None:
+    def _alive(self, widget: Widget) -> bool:
+        """Messages still arrive while the app shuts down, after its widgets are gone."""
+        return bool(self.screen_stack) and widget.is_attached
+
+    def on_card_grid_selected(self, message: CardGrid.Selected) -> None:
+        if not self._alive(message.grid):
+            return
         if self._on_main_screen() and self.snapshot is not None:
             self._redraw_detail()
         self.refresh_bindings()
 
-    def on_data_table_row_highlighted(self, _message) -> None:
+    def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
         """Following a job row in the table selects its first card, so s stops what is highlighted."""
+        table = message.data_table
+        if not self._alive(table):
+            return
         job = self._job_for_row()
-        grid = self.query_one(CardGrid)
-        if job is not None and job.live and job.gpus and self.query_one(JobsTable).has_focus:
-            grid.select(job.gpus[0])
+        if job is not None and job.live and job.gpus and table.has_focus:
+            self.query_one(CardGrid).select(job.gpus[0])
         self.refresh_bindings()
 
-    def on_descendant_focus(self, _event) -> None:
-        if self.screen_stack:  # focus also moves while the app shuts down
+    def on_descendant_focus(self, event) -> None:
+        if self._alive(event.widget):
             self.refresh_bindings()
 
     # -- what the keys act on -----------------------------------------------------

@@ -168,8 +168,9 @@ class CardGrid(Container, can_focus=True):
     ]
 
     class Selected(Message):
-        def __init__(self, index: int) -> None:
+        def __init__(self, grid: "CardGrid", index: int) -> None:
             super().__init__()
+            self.grid = grid
             self.index = index
 
     class Picked(Message):
@@ -213,7 +214,7 @@ class CardGrid(Container, can_focus=True):
         tile = self.tiles[index]
         tile.add_class("-selected")
         self.scroll_to_widget(tile, animate=False)
-        self.post_message(self.Selected(index))
+        self.post_message(self.Selected(self, index))
 
     def action_move(self, dx: int, dy: int) -> None:
         if not self.tiles:
