@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 

@@ -18,7 +18,6 @@ import random
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from load_tools import (
     DOCKER_JOB,
     PYTHON,
     RuntimeSampler,
+    check_refusal,
     cli,
     finish,
     kill_process_jobs,
@@ -360,6 +360,7 @@ def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_noth
     assert cli(env, "launch", "--cards", "2", "--run-id", "before", "--", "sleep", "120").returncode == 0
     state = state_dir / STATE_FILE
     before_bytes, before_status = state.read_bytes(), status(env)
+    before_files = {p.name for p in state_dir.iterdir()}
     marker = str(tmp_path / "killed-launch-ran")
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "killed", "--", "touch", marker,
                    stalled_at="state-write")
@@ -370,6 +371,10 @@ def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_noth
     finally:
         _kill(launch)
     assert state.read_bytes() == before_bytes
+    # The half-written version is only in the temporary file beside it, which
+    # nothing reads (it is left behind: a known leftover, see docs/reliability.md).
+    leftovers = {p.name for p in state_dir.iterdir()} - before_files
+    assert all(n.startswith(".jobs.json.") and n.endswith(".tmp") for n in leftovers), leftovers
     after = status(env)
     assert (after["jobs"], after["by_job"]) == (before_status["jobs"], before_status["by_job"])
     # Its supervisor finds its launcher gone and ends without running the command.
@@ -445,6 +450,7 @@ def _job_of(pid: int) -> str:
     return ""
 
 
+@pytest.mark.timeout(1200)  # --long: 30 launchers; every wait inside is bounded on its own
 def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(node, request, tmp_path):
     env = node_env(*node)
     rounds = 30 if request.config.getoption("--long") else 8
@@ -468,8 +474,13 @@ def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(nod
 
     wait_until(lambda: not strays(), "every process of a killed launch ending or being on record")
     running = live_jobs(status(env))
+    # No lock was left held: a launch gets an answer (placed, or refused if the
+    # jobs that survived their launcher's death fill the node).
     done = cli(env, "launch", "--cards", "1", "--run-id", "after", "--json", "--", "sleep", "120")
-    assert done.returncode == 0, done.stderr  # no lock left held
+    if len(running) >= 8:
+        check_refusal(done)
+    else:
+        assert done.returncode == 0, done.stderr
     record_figures("killed-launchers", launchers_killed=rounds, jobs_left_live=len(running),
                    state_file_unreadable=0, samples=sampler.samples, violations=0)
 
@@ -505,14 +516,14 @@ def test_a_dashboard_killed_and_a_new_one_see_the_same_node(node):
 # ── g: probe faults, seen through the allocator ──────────────────────────────
 
 
-async def _nvml_allocator(state_dir: Path, fake: FakeNvml) -> GpuAllocator:
+def _nvml_allocator(state_dir: Path, fake: FakeNvml) -> GpuAllocator:
     settings = load_settings({}, runtime="process", state_dir=str(state_dir))
     return GpuAllocator(ProcessRuntime(state_dir), NvmlProbe(5.0, nvml=fake), settings, make_lock(settings))
 
 
 async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(node):
     fake = FakeNvml([FakeCard() for _ in range(8)], init_error=NVMLError_DriverNotLoaded, init_failures=1)
-    allocator = await _nvml_allocator(node[1], fake)
+    allocator = _nvml_allocator(node[1], fake)
     try:
         with pytest.raises(NoCapacity):  # no card seen: wait, not "never fits", not a card
             await allocator.launch(JobSpec(run_id="early", cards=1, command=("sleep", "120")))
@@ -526,7 +537,7 @@ async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(node
 
 async def test_a_gpu_lost_mid_run_is_never_handed_out(node):
     fake = FakeNvml([FakeCard() for _ in range(8)])
-    allocator = await _nvml_allocator(node[1], fake)
+    allocator = _nvml_allocator(node[1], fake)
     try:
         await allocator.launch(JobSpec(run_id="train", cards=2, command=("sleep", "120")))
         fake.cards[1].lost = True

@@ -136,6 +136,11 @@ def check_wave(node: Node, results, sizes: list[int]) -> tuple[list[dict], list]
     return accepted, refused
 
 
+#: --long runs take minutes; every wait inside is bounded on its own (load_tools.BOUND_S)
+LONG_TIMEOUT = pytest.mark.timeout(1200)
+
+
+@LONG_TIMEOUT
 @pytest.mark.parametrize("node", ALL_PAIRS, indirect=True)
 def test_concurrent_launches_never_share_a_card(node, request):
     """16 launchers (48 x 3 waves with --long) of 1 to 3 cards each, all at once."""
@@ -156,6 +161,7 @@ def test_concurrent_launches_never_share_a_card(node, request):
     record_figures("load", runtime=node.runtime, lock=node.lock, waves=waves, violations=0, **totals)
 
 
+@LONG_TIMEOUT
 @pytest.mark.parametrize("node", CROSS_PAIRS, indirect=True)
 def test_launches_mixed_with_reserve_stop_and_reclaim(node, request):
     """Launches and reservations racing stops and reclaims from other processes."""
