@@ -33,10 +33,7 @@ CARDS = 8
 CARD_NAME = "NVIDIA H200"
 CARD_MIB = 143771
 #: what a launch from the demo runs by default: harmless, prints, ends by itself
-DEMO_COMMAND = (
-    sys.executable, "-c",
-    "import time\nfor step in range(3600):\n    print('step', step, flush=True)\n    time.sleep(1)",
-)
+DEMO_COMMAND = (sys.executable, "-m", "tpnode_tui.demo", "train", "--steps", "3600")
 
 
 def _die_with_parent() -> None:
@@ -153,3 +150,21 @@ def start_demo(root: Optional[Path] = None) -> Demo:
     scene_path = root / "node.json"
     scene_path.write_text(json.dumps(scene(squatter.pid, _unseen_pid()), indent=1))
     return Demo(root=root, scene_path=scene_path, state_dir=state_dir, squatter=squatter)
+
+
+def train(steps: int) -> None:
+    """The demo's stand-in workload: a step a second, printed, then done."""
+    import time
+
+    for step in range(steps):
+        print(f"step {step + 1}/{steps}", flush=True)
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tpnode_tui.demo")
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("train", help="the demo workload").add_argument("--steps", type=int, default=3600)
+    train(parser.parse_args().steps)
