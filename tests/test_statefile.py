@@ -198,3 +198,13 @@ def test_concurrent_writers_lose_no_record(state_dir):
         assert p.wait(timeout=60) == 0
     names = set(StateFile(state_dir).read())
     assert names == {f"w{w}-{i}" for w in range(writers) for i in range(each)}
+
+
+def test_a_temporary_file_left_by_a_writer_that_died_is_cleared_by_the_next_write(tmp_path):
+    state = StateFile(tmp_path)
+    leftover = tmp_path / ".jobs.json.abc123.tmp"
+    leftover.write_text('{"half": ')
+    with state.transaction() as jobs:
+        jobs["a"] = record("a")
+    assert not leftover.exists()
+    assert list(state.read()) == ["a"]

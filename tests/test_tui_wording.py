@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from tpnode_tui.model import CardFacts, CardView, HolderInfo, JobState, ProcessFacts
-from tpnode_tui.tui.detail import describe_card, show_command
+from tpnode_tui.render import one_line, show_command
+from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.tiles import grid_columns, render_tile
 
 NOW = 1_700_000_000.0
@@ -71,3 +72,8 @@ def test_commands_are_shown_on_one_line_and_readable():
 
 def test_grid_columns_follow_the_terminal_width():
     assert [grid_columns(w) for w in (200, 120, 80, 60, 40)] == [4, 4, 2, 2, 1]
+
+
+def test_free_text_never_breaks_a_line():
+    assert one_line("ana\nroot") == "ana\\nroot"
+    assert one_line("ünïcode ok") == "ünïcode ok"

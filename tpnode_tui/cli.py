@@ -21,7 +21,7 @@ from . import __version__
 from .allocator import GpuAllocator, Launched, default_owner, new_run_id
 from .config import ConfigError, Settings, load_settings
 from .model import BadRequest, JobSpec, NoCapacity, NodeSnapshot, TpnodeError
-from .render import card_summary, format_duration, format_mib
+from .render import card_summary, format_duration, format_mib, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TEMPFAIL = 0, 1, 2, 75
 
@@ -221,7 +221,7 @@ def print_status(snap: NodeSnapshot, out=sys.stdout) -> None:
             status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
             age = format_duration(now - job.started_at) if job.started_at else "-"
             cards = ",".join(map(str, job.gpus)) or "-"
-            print(f"{job.run_id:<28}{job.kind:<13}{status:<14}{cards:<10}{age:>8}  {job.owner}", file=out)
+            print(f"{job.run_id:<28}{job.kind:<13}{status:<14}{cards:<10}{age:>8}  {one_line(job.owner)}", file=out)
 
 
 def _launched_json(result: Launched) -> str:

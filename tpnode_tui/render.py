@@ -1,11 +1,33 @@
 """Plain-text wording shared by the CLI and the dashboard, so both say the same thing."""
 from __future__ import annotations
 
+import shlex
 from typing import Optional
 
 from .model import CardView, HolderInfo
 
 NA = "N/A"
+
+
+def one_line(text: str) -> str:
+    """Free text (an owner, a label) on one line: control characters are shown
+    as escapes, so a newline in an owner cannot break a table row."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def show_command(argv: tuple[str, ...]) -> str:
+    """An argv on one line, quoted for reading rather than pasting: a script given
+    with -c keeps its newlines visible as \\n instead of breaking the line."""
+    words = []
+    for arg in argv:
+        shown = arg.replace("\n", "\\n")
+        if arg and not any(ch.isspace() or ch in "'\"\\$`;&|<>()*?" for ch in arg):
+            words.append(shown)
+        elif '"' not in arg:
+            words.append(f'"{shown}"')
+        else:
+            words.append(shlex.quote(arg).replace("\n", "\\n"))
+    return " ".join(words)
 
 
 def format_mib(mib: Optional[int]) -> str:
@@ -41,7 +63,7 @@ def describe_holder(holder: HolderInfo) -> str:
 def card_summary(card: CardView) -> str:
     """Who or what holds the card, or why it is not free, in a few words."""
     if card.state in ("job", "reservation"):
-        owner = f" ({card.job.owner})" if card.job and card.job.owner else ""
+        owner = f" ({one_line(card.job.owner)})" if card.job and card.job.owner else ""
         warn = " ! unhealthy" if card.warning else ""
         return f"{card.run_id}{owner}{warn}"
     if card.state == "unhealthy":

@@ -265,6 +265,10 @@ class StateFile:
             {"version": STATE_VERSION, "jobs": {k: r.to_json() for k, r in jobs.items()}},
             indent=1,
         )
+        # Writers hold the exclusive lock, so any temporary file already here
+        # was left by a writer that died mid-write: never read, safe to drop.
+        for stale in self.dir.glob(".jobs.json.*.tmp"):
+            stale.unlink(missing_ok=True)
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(prefix=".jobs.json.", suffix=".tmp", dir=self.dir)

@@ -6,7 +6,6 @@ and memory, and memory in use with no process at all is said out loud.
 """
 from __future__ import annotations
 
-import shlex
 import time
 from typing import Optional
 
@@ -15,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..model import CardView, JobState
-from ..render import NA, describe_holder, format_duration, format_mib
+from ..render import NA, describe_holder, format_duration, format_mib, one_line, show_command
 from .tiles import BADGES, STALE_BADGE, readings
 
 STATE_MEANING = {
@@ -30,21 +29,6 @@ STATE_MEANING = {
 
 def clock_time(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
-
-
-def show_command(argv: tuple[str, ...]) -> str:
-    """An argv on one line, quoted for reading rather than pasting: a script given
-    with -c keeps its newlines visible as \\n instead of breaking the line."""
-    words = []
-    for arg in argv:
-        shown = arg.replace("\n", "\\n")
-        if arg and not any(ch.isspace() or ch in "'\"\\$`;&|<>()*?" for ch in arg):
-            words.append(shown)
-        elif '"' not in arg:
-            words.append(f'"{shown}"')
-        else:
-            words.append(shlex.quote(arg).replace("\n", "\\n"))
-    return " ".join(words)
 
 
 def workload(job: JobState) -> str:
@@ -63,7 +47,7 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     """A job in three or four lines: who and where, what it runs, since and until when."""
     status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
     facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
-    facts.append(f"owner {job.owner or 'not recorded'}")
+    facts.append(f"owner {one_line(job.owner) or 'not recorded'}")
     facts.append(f"cards {','.join(map(str, job.gpus)) or '-'}")
     rows = [("run id", " · ".join(facts)), ("runs", workload(job))]
     times = []

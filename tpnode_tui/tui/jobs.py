@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ..model import JobState
-from ..render import format_duration
+from ..render import format_duration, one_line
 from .detail import workload
 from .queue import Queued
 
@@ -48,7 +48,7 @@ def job_row(job: JobState, now: float) -> tuple:
         _status(job),
         ",".join(map(str, job.gpus)) or "-",
         format_duration(now - job.started_at) if job.started_at else "-",
-        job.owner or "-",
+        one_line(job.owner) or "-",
         left,
         workload(job),
     )
@@ -62,7 +62,7 @@ def queued_row(item: Queued, position: int, now: float) -> tuple:
         Text(f"queued #{position}", style="#4fc3f7"),
         f"{spec.cards} wanted",
         format_duration(now - item.queued_at),
-        spec.owner or "-",
+        one_line(spec.owner) or "-",
         "-",
         workload(JobState(name=spec.run_id, run_id=spec.run_id, gpus=(), status="queued",
                           kind=spec.kind, image=spec.image, command=spec.command)),

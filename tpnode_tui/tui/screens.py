@@ -23,7 +23,7 @@ from textual.widgets import Button, Footer, Input, Label, Static
 
 from ..cli import UsageError, parse_duration
 from ..model import BadRequest, JobSpec, check_run_id
-from .detail import show_command
+from ..render import show_command
 from .tiles import BADGES
 
 
