@@ -37,6 +37,7 @@ from .detail import DetailPane, describe_card
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
 from .jobs import JOB_PREFIX, QUEUED_PREFIX, JobsTable
 from .queue import LaunchQueue
+from .redraw import same, update
 from .screens import ConfirmScreen, HelpScreen, LaunchScreen, ReserveRequest, ReserveScreen
 from .tiles import CardGrid
 
@@ -125,6 +126,10 @@ class NodeDashboard(App[int]):
         self._stale_since: Optional[float] = None
         self._stale_error = ""
         self._lock_state: Optional[str] = None
+        #: what the footer and the detail pane were last given, so that a poll
+        #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
+        self._bindings_shown: Optional[tuple[Optional[bool], ...]] = None
+        self._detail_shown: object = None
 
     # -- layout -----------------------------------------------------------------
 
@@ -244,7 +249,7 @@ class NodeDashboard(App[int]):
     def _redraw_header(self) -> None:
         if self._on_main_screen():
             text = header_text(self.snapshot, self.clock(), self.poll_state, compact=self._short())
-            self.query_one("#header", Static).update(text)
+            update(self.query_one("#header", Static), text)
 
     def _short(self) -> bool:
         return self.size.height < SHORT_ROWS
@@ -267,10 +272,10 @@ class NodeDashboard(App[int]):
             banner = self.query_one(f"#{name}-banner", Static)
             banner.set_class(name in shown, "-shown")
             if name in shown:
-                banner.update(shown[name])
+                update(banner, shown[name])
         if snap is None:
             return
-        self.query_one("#summary", Static).update(summary_text(snap, poll))
+        update(self.query_one("#summary", Static), summary_text(snap, poll))
         grid = self.query_one(CardGrid)
         no_cards = self.query_one("#no-cards", Static)
         empty = snap.occupancy.total == 0
@@ -279,23 +284,38 @@ class NodeDashboard(App[int]):
         self.query_one(DetailPane).set_class(empty, "-hidden")
         stale = self._stale_since is not None
         if empty:
-            no_cards.update(no_cards_text(snap))
+            update(no_cards, no_cards_text(snap))
         grid.show(snap.cards, now, stale)
         self._redraw_detail()
         jobs = self.query_one(JobsTable)
         jobs.set_class(stale, "-stale")
         jobs.show(snap.jobs, self.queue, now)
-        self.refresh_bindings()
+        # The footer is rebuilt, every key re-mounted, on each refresh_bindings:
+        # done every poll, that was the largest part of an idle dashboard's CPU.
+        if self._binding_states() != self._bindings_shown:
+            self.refresh_bindings()
+
+    def _binding_states(self) -> tuple[Optional[bool], ...]:
+        return tuple(self.check_action(b.action, ()) for b in self.BINDINGS)
+
+    def refresh_bindings(self) -> None:
+        # The footer ignores a refresh while the terminal is not focused (or the
+        # app not yet running): remember nothing then, so the next poll refreshes it.
+        shown = self.is_running and self.app_focus
+        self._bindings_shown = self._binding_states() if shown else None
+        super().refresh_bindings()
 
     def _redraw_detail(self) -> None:
         pane = self.query_one(DetailPane)
         card = self.selected_card()
         if card is None:
-            pane.show(no_cards_text(self.snapshot) if self.snapshot else Text(""))
-            return
-        stale = f"the last poll failed: {self._stale_error}" if self._stale_since is not None else None
-        text = describe_card(card, self.clock(), self.allocator.settings.mem_busy_mib, stale)
-        pane.show(text)
+            text = no_cards_text(self.snapshot) if self.snapshot else Text("")
+        else:
+            stale = f"the last poll failed: {self._stale_error}" if self._stale_since is not None else None
+            text = describe_card(card, self.clock(), self.allocator.settings.mem_busy_mib, stale)
+        if not same(self._detail_shown, text):
+            pane.show(text)
+            self._detail_shown = text
 
     def _alive(self, widget: Widget) -> bool:
         """Messages still arrive while the app shuts down, after its widgets are gone."""

@@ -17,6 +17,7 @@ from textual.widget import Widget
 
 from ..model import CardView
 from ..render import NA, card_summary, format_duration, format_mib
+from .redraw import same
 
 #: state -> (badge text, badge colour). The colours match the legend in the help screen.
 BADGES: dict[str, tuple[str, str]] = {
@@ -137,6 +138,11 @@ class CardTile(Widget):
         self.card = card
         self.now = 0.0
         self.stale = False
+        #: the width and text last drawn: a poll that changes neither repaints nothing
+        self._drawn: Optional[tuple[int, Text]] = None
+
+    def _width(self) -> int:
+        return self.content_region.width or self.size.width
 
     def show(self, card: CardView, now: float, stale: bool) -> None:
         if card.state != self.card.state:
@@ -144,10 +150,18 @@ class CardTile(Widget):
             self.add_class(f"state-{card.state}")
         self.card, self.now, self.stale = card, now, stale
         self.set_class(stale, "-stale")
-        self.refresh()
+        if self._drawn is None:
+            self.refresh()
+            return
+        width, text = self._drawn
+        if width != self._width() or not same(text, render_tile(card, width, now, stale)):
+            self.refresh()
 
     def render(self) -> Text:
-        return render_tile(self.card, self.content_region.width or self.size.width, self.now, self.stale)
+        width = self._width()
+        text = render_tile(self.card, width, self.now, self.stale)
+        self._drawn = (width, text)
+        return text
 
     def on_click(self, event: Click) -> None:
         self.post_message(CardGrid.Picked(self.card.index))

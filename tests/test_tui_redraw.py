@@ -1,0 +1,92 @@
+"""An idle dashboard repaints nothing, and still shows every change a poll brings.
+
+Rebuilding the footer and repainting every tile on each poll, unchanged, was
+most of what an idle dashboard cost (bench/run.py, docs/benchmarks.md). These
+tests hold the saving and its other side: what a poll does change (a job that
+appears on the selected card) still reaches the tile and the footer.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
+
+from services import write_scene
+from tpnode_tui.allocator import GpuAllocator
+from tpnode_tui.config import load_settings
+from tpnode_tui.model import JobSpec
+from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
+from tpnode_tui.tui.tiles import CardTile
+
+WAIT_S = 15.0
+SIZE = (120, 40)
+
+
+@pytest.fixture
+async def allocator(tmp_path: Path):
+    scene = write_scene(tmp_path / "node.json", 4)
+    settings = load_settings({}, probe=f"simulated:{scene}", runtime="process",
+                             state_dir=str(tmp_path / "state"))
+    alloc = GpuAllocator.from_settings(settings)
+    yield alloc
+    await stop_demo_jobs(alloc)  # every job the test started: this state dir is the test's own
+    await alloc.close()
+
+
+async def until(pilot, condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.05)
+
+
+async def polls(pilot, app: NodeDashboard, n: int) -> None:
+    target = app.polls + n
+    await until(pilot, lambda: app.polls >= target, f"{n} polls")
+    await pilot.pause()
+
+
+def footer_actions(app: NodeDashboard) -> set[str]:
+    return {key.action for key in app.query(FooterKey)}
+
+
+async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(allocator, monkeypatch):
+    rebuilt: list[object] = []
+    painted: list[int] = []
+    recompose, render = Footer.recompose, CardTile.render
+
+    async def counting_recompose(self):
+        rebuilt.append(self)
+        return await recompose(self)
+
+    def counting_render(self):
+        painted.append(self.card.index)
+        return render(self)
+
+    monkeypatch.setattr(Footer, "recompose", counting_recompose)
+    monkeypatch.setattr(CardTile, "render", counting_render)
+    app = NodeDashboard(allocator, interval=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        await polls(pilot, app, 2)
+        assert painted, "the tiles were drawn at least once"
+        rebuilt.clear()
+        painted.clear()
+        await polls(pilot, app, 5)
+        assert rebuilt == [], "an idle poll rebuilt the footer"
+        assert painted == [], "an idle poll repainted tiles whose text had not changed"
+
+
+async def test_a_job_that_appears_between_polls_reaches_the_tile_and_the_footer(allocator):
+    app = NodeDashboard(allocator, interval=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        await polls(pilot, app, 2)
+        assert "stop" not in footer_actions(app), "nothing to stop on a free card"
+        assert "launch" in footer_actions(app)
+        await allocator.launch(JobSpec(run_id="appears", cards=1, command=("sleep", "60"), owner="tester"))
+        await until(pilot, lambda: "stop" in footer_actions(app), "the footer to offer Stop")
+        tile = app.query_one("#card-0", CardTile)
+        assert "appears" in tile.render().plain
+        assert app.query_one("#card-0").has_class("state-job")
