@@ -13,7 +13,7 @@ from fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import BadRequest, ConfigError, JobNotFound, JobSpec, JobState, ProbeReading, ProcessFacts
+from tpnode_tui.model import BadRequest, ConfigError, Conflict, JobNotFound, JobSpec, JobState, ProbeReading, ProcessFacts
 
 
 @pytest.fixture
@@ -54,6 +54,45 @@ async def test_blind_probe_is_visible_not_free(make):
     snap = await alloc.snapshot()
     assert [c.state for c in snap.cards] == ["unverified"] * 4
     assert snap.cards[0].reason == "nvidia-smi: not found on PATH"
+
+
+async def test_unverified_cards_are_not_handed_out_unless_allowed(make):
+    blind = ProbeReading("smi", (), count=None, external_probe_ok=False, problem="nvidia-smi: not found on PATH")
+    with pytest.raises(NoCapacity, match="waiting until the probe works.*TUNEPLANE_ALLOW_UNVERIFIED"):
+        await make(probe=StaticProbe(blind), local_gpu_count=4).launch(JobSpec("r", 1, ("x",)))
+    got = await make(probe=StaticProbe(blind), local_gpu_count=4, allow_unverified=True).launch(
+        JobSpec("r", 1, ("x",)))
+    assert got.gpus == (0,) and "card 0 handed out unverified" in got.warning
+
+
+async def test_a_probe_that_sees_no_card_under_a_configured_count_frees_nothing(make):
+    empty = StaticProbe(ProbeReading("nvml", (), count=0))  # no devices passed into a container
+    occ = await make(probe=empty, local_gpu_count=4).occupancy()
+    assert occ.free == [] and set(occ.unhealthy) == {0, 1, 2, 3}
+    assert "not reported by the driver" in occ.unhealthy[0]
+
+
+async def test_a_card_nothing_can_be_read_about_is_never_free_even_with_health_checks_off(make):
+    probe = StaticProbe()
+    probe.set_card(1, memory_used_mib=None, processes=None, health=("GPU is lost",))
+    occ = await make(probe=probe, check_health=False).occupancy()
+    assert 1 not in occ.free and occ.unhealthy == {1: "GPU is lost"}
+
+
+async def test_two_jobs_on_one_card_are_shown_as_such_not_hidden(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("a", [0, 1]))
+    runtime.add(job("b", [1]))
+    snap = await make(runtime=runtime).snapshot()
+    assert snap.cards[1].warning == "claimed by 2 jobs at once: a, b"
+    assert snap.cards[0].warning is None
+
+
+async def test_retrying_a_run_id_created_but_never_started_is_refused(make):
+    runtime = MemoryRuntime()
+    runtime.add(job("r", [0], status="created"))
+    with pytest.raises(Conflict, match="never started.*stop it"):
+        await make(runtime=runtime).launch(JobSpec("r", 1, ("x",)))
 
 
 async def test_external_use_by_process_or_memory_counts_as_held(make):
@@ -173,7 +212,7 @@ async def test_same_run_id_gets_its_cards_back(make):
 async def test_a_run_id_of_an_unreclaimed_exited_job_is_refused(make):
     runtime = MemoryRuntime()
     runtime.add(job("r1", [0], status="exited"))
-    with pytest.raises(BadRequest, match="reclaim it"):
+    with pytest.raises(Conflict, match="reclaim it"):
         await make(runtime=runtime).launch(JobSpec("r1", 1, ("x",)))
 
 
@@ -350,7 +389,7 @@ async def test_reclaim_removes_only_exited_jobs_and_explains_a_running_one(make)
     runtime.add(job("done", [1], status="exited"))
     runtime.add(job("also-done", [2], status="dead"))
     alloc = make(runtime=runtime)
-    with pytest.raises(BadRequest, match="still running; stop it first"):
+    with pytest.raises(Conflict, match="still running; stop it first"):
         await alloc.reclaim("live")
     with pytest.raises(JobNotFound):
         await alloc.reclaim("nope")

@@ -143,7 +143,7 @@ def test_flags_override_environment(cli, tmp_path):
 def test_stop_then_reclaim(cli):
     assert cli("launch", "--cards", "1", "--run-id", "j1", "--", "sleep", "60").returncode == 0
     proc = cli("reclaim", "j1")
-    assert proc.returncode == 2 and "still running; stop it first" in proc.stderr
+    assert proc.returncode == 1 and "still running; stop it first" in proc.stderr
     stopped = cli("stop", "j1")
     assert stopped.returncode == 0 and "stopped j1 (cards 0)" in stopped.stdout
     job = cli.status()["jobs"][0]

@@ -22,6 +22,7 @@ def test_every_variable_is_read():
         "TUNEPLANE_DOCKER_GPU_MODE": "env", "TUNEPLANE_STATE_DIR": "/tmp/st",
         "TUNEPLANE_REDIS_URL": "redis://localhost:6379/1", "TUNEPLANE_LOCK_LEASE_MS": "5000",
         "TUNEPLANE_LOCK_RETRY_MS": "20", "TUNEPLANE_HOLD_IMAGE": "busybox:1.36",
+        "TUNEPLANE_ALLOW_UNVERIFIED": "yes",
     }
     assert set(env) == {var for var, _ in ENV_VARS.values()}
     s = load_settings(env)
@@ -29,7 +30,7 @@ def test_every_variable_is_read():
     assert (s.mem_busy_mib, s.probe, s.probe_timeout_s, s.runtime) == (1024, "simulated:/tmp/n.json", 2.5, "process")
     assert s.simulated_path == Path("/tmp/n.json")
     assert (s.docker_gpu_mode, s.state_dir, s.redis_url) == ("env", Path("/tmp/st"), "redis://localhost:6379/1")
-    assert (s.lock_lease_ms, s.lock_retry_ms, s.hold_image) == (5000, 20, "busybox:1.36")
+    assert (s.lock_lease_ms, s.lock_retry_ms, s.hold_image, s.allow_unverified) == (5000, 20, "busybox:1.36", True)
 
 
 def test_flags_override_the_environment():
@@ -49,6 +50,7 @@ def test_flags_override_the_environment():
     ("TUNEPLANE_REDIS_URL", "http://x"),
     ("TUNEPLANE_PROBE_TIMEOUT_S", "nan"),
     ("TUNEPLANE_LOCK_LEASE_MS", "5"),
+    ("TUNEPLANE_LOCAL_GPU_COUNT", "100000000"),
 ])
 def test_a_bad_value_is_refused_with_its_name(var, value):
     with pytest.raises(ConfigError, match=var):
@@ -68,3 +70,25 @@ def test_a_bad_redis_url_error_does_not_print_its_password():
     with pytest.raises(ConfigError) as err:
         load_settings({"TUNEPLANE_REDIS_URL": "http://:s3cret@h/0"})
     assert "s3cret" not in str(err.value)
+
+
+def test_a_bad_flag_is_named_by_its_flag():
+    with pytest.raises(ConfigError, match="--gpu-count='abc' is not a whole number"):
+        load_settings({}, local_gpu_count="abc")
+
+
+def test_a_relative_state_dir_is_made_absolute_so_every_shell_shares_one_lock(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_settings({"TUNEPLANE_STATE_DIR": "st"}).state_dir == tmp_path / "st"
+
+
+def test_the_readme_table_names_every_variable_flag_and_default():
+    from tpnode_tui.config import FLAGS
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = [line for line in readme.splitlines() if line.startswith("| `TUNEPLANE_")]
+    documented = {line.split("`")[1]: line for line in table}
+    assert set(documented) == {var for var, _ in ENV_VARS.values()}
+    for setting, (var, _) in ENV_VARS.items():
+        if setting in FLAGS:
+            assert f"`{FLAGS[setting]}`" in documented[var], var

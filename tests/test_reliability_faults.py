@@ -572,7 +572,10 @@ def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(node):
     data = status(counted)
     assert [c["state"] for c in data["cards"]] == ["unverified"] * 8
     assert "free count may be too high" in data["explain"]
-    placed = cli(counted, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
+    waits = cli(counted, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
+    assert waits.returncode == 75 and "waiting until the probe works" in waits.stderr
+    allowed = dict(counted, TUNEPLANE_ALLOW_UNVERIFIED="true")
+    placed = cli(allowed, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
     assert placed.returncode == 0
     assert "handed out unverified" in placed.stderr  # never silently
 

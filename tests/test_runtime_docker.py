@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.model import BadRequest, JobNotFound, JobSpec, RuntimeUnavailable, TpnodeError
+from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RuntimeUnavailable, TpnodeError
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID
 
@@ -224,7 +224,7 @@ async def test_an_exited_job_keeps_its_exit_code_until_removed(dockerd, runtime)
     assert exited.exit_code == 3 and not exited.live
     assert exited.gpus == (1,) and exited.command == ("sh", "-c", "exit 3")
 
-    with pytest.raises(BadRequest, match="already run"):
+    with pytest.raises(Conflict, match="already run"):
         await runtime.start("tpn-fails")
 
     await runtime.remove("tpn-fails")
@@ -262,7 +262,7 @@ async def test_stop_and_remove_touch_only_platform_jobs(dockerd, runtime):
 @pytest.mark.docker
 async def test_a_running_job_is_stopped_before_it_is_removed(dockerd, runtime):
     await runtime.run(job(dockerd, "long", "sleep", "30"), [0])
-    with pytest.raises(BadRequest, match="stop it before removing"):
+    with pytest.raises(Conflict, match="stop it before removing"):
         await runtime.remove("tpn-long")
     await runtime.stop("tpn-long")
     stopped = (await by_name(runtime))["tpn-long"]
@@ -274,7 +274,7 @@ async def test_a_running_job_is_stopped_before_it_is_removed(dockerd, runtime):
 @pytest.mark.docker
 async def test_a_missing_image_is_named_and_leaves_nothing_behind(dockerd, runtime):
     spec = JobSpec("x", 1, ("true",), image="not-here:1")
-    with pytest.raises(BadRequest, match=r"'not-here:1' is not on this node; pull it first"):
+    with pytest.raises(Conflict, match=r"'not-here:1' is not on this node; pull it first"):
         await runtime.run(spec, [0])
     assert await runtime.ps() == []
     assert dockerd.cli("ps", "-aq").stdout.strip() == b""
@@ -283,7 +283,7 @@ async def test_a_missing_image_is_named_and_leaves_nothing_behind(dockerd, runti
 @pytest.mark.docker
 async def test_a_run_id_in_use_is_refused(dockerd, runtime):
     await runtime.create(job(dockerd, "twice", "true"), [0])
-    with pytest.raises(BadRequest, match="already exists"):
+    with pytest.raises(Conflict, match="already exists"):
         await runtime.create(job(dockerd, "twice", "true"), [1])
     assert [s.gpus for s in await runtime.ps()] == [(0,)]
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 import psutil
 import pytest
 
-from tpnode_tui.model import BadRequest, JobNotFound, JobSpec, RuntimeUnavailable
+from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RuntimeUnavailable
 from tpnode_tui.runtimes.process import ProcessRuntime, boot_id, process_start
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
@@ -99,9 +99,9 @@ async def test_exit_code_is_recorded_with_nobody_waiting_and_stays_until_removed
 
 async def test_a_running_job_cannot_be_removed_and_a_run_id_cannot_be_reused(runtime):
     first = await runtime.run(job("busy", "sleep", "30"), [0])
-    with pytest.raises(BadRequest, match="still running"):
+    with pytest.raises(Conflict, match="still running"):
         await runtime.remove("busy")
-    with pytest.raises(BadRequest, match="already recorded"):
+    with pytest.raises(Conflict, match="already recorded"):
         await runtime.create(job("busy", "sleep", "30"), [1])
     [still] = await runtime.ps()
     assert (still.pid, still.gpus, still.status) == (first.pid, (0,), "running")
@@ -173,7 +173,7 @@ async def test_a_reused_pid_is_not_the_job_and_is_never_signalled(runtime, state
     assert states == {"same": "running", "reused": "exited", "rebooted": "exited"}
     await runtime.stop("reused")  # would SIGTERM this very test if it trusted the pid
     await runtime.remove("reused")
-    with pytest.raises(BadRequest, match="still running"):
+    with pytest.raises(Conflict, match="still running"):
         await runtime.remove("same")
     with StateFile(state_dir).transaction() as jobs:
         del jobs["same"]  # so the fixture does not stop this test process
@@ -216,11 +216,11 @@ async def test_a_hostile_run_id_is_refused_before_anything_runs(runtime, state_d
 
 
 async def test_a_command_that_cannot_start_is_refused_and_holds_nothing(runtime, state_dir, tmp_path):
-    with pytest.raises(BadRequest, match="'no-such-command-tpn' not found"):
+    with pytest.raises(Conflict, match="'no-such-command-tpn' not found"):
         await runtime.create(job("missing", "no-such-command-tpn", "--flag"), [0])
     plain = tmp_path / "notes.txt"
     plain.write_text("echo hi\n")
-    with pytest.raises(BadRequest, match="not executable"):
+    with pytest.raises(Conflict, match="not executable"):
         await runtime.create(job("plain", str(plain)), [0])
     with pytest.raises(BadRequest, match="no command"):
         await runtime.create(job("empty"), [0])
@@ -357,3 +357,26 @@ async def test_stopping_a_created_job_withdraws_it(runtime, tmp_path):
     assert (await state_of(runtime, "withdrawn")).status == "exited"
     await runtime.remove("withdrawn")
     assert not marker.exists() and await runtime.ps() == []
+
+
+async def test_a_job_from_another_pid_namespace_is_never_taken_for_ended(runtime, state_dir):
+    from tpnode_tui.runtimes.statefile import StateFile
+
+    await runtime.run(job("elsewhere", "sleep", "30"), [5])
+    with StateFile(state_dir).transaction() as jobs:  # as if launched from a container
+        real = jobs["elsewhere"]
+        jobs["elsewhere"] = replace(real, pid_ns="pid:[1]", pid=999_999)
+    [seen] = await runtime.ps()
+    assert seen.status == "running" and seen.live
+    assert "another PID namespace" in seen.problems[0]
+    with pytest.raises(RuntimeUnavailable, match="was not signalled"):
+        await runtime.stop("elsewhere")
+    with StateFile(state_dir).transaction() as jobs:
+        jobs["elsewhere"] = real
+    await runtime.stop("elsewhere")
+
+
+async def test_an_image_is_refused_by_the_process_runtime(runtime):
+    with pytest.raises(BadRequest, match="TUNEPLANE_RUNTIME=docker"):
+        await runtime.create(replace(job("img", "true"), image="pytorch/pytorch"), [0])
+    assert await runtime.ps() == []

@@ -168,7 +168,7 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the queue offer")
         offer = str(app.screen.query_one(".dialog-body").render())
-        assert "need 1 cards" in offer and "0 free" in offer, offer
+        assert "need 1 card," in offer and "0 free" in offer, offer
         await pilot.press("y")
         assert "waits-its-turn" in app.queue
         await polled(pilot, app)

@@ -30,6 +30,7 @@ from .config import Settings
 from .locks import check_allocation_safety, make_lock
 from .model import (
     BadRequest,
+    Conflict,
     GpuOccupancy,
     JobNotFound,
     JobSpec,
@@ -44,6 +45,7 @@ from .model import (
 )
 from .occupancy import card_count, card_views, compute_occupancy
 from .procinfo import describe
+from .render import cards_words
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +128,9 @@ class GpuAllocator:
         return total
 
     async def total_gpus(self) -> int:
+        """The configured count, else the count a probe found (asking it only until it answers)."""
         if self.settings.local_gpu_count or self._total:
-            return self.settings.local_gpu_count or self._total or 0
+            return self._count(ProbeReading("unasked"))
         return self._count(await self.probe.read())
 
     async def series_id(self) -> str:
@@ -139,11 +142,17 @@ class GpuAllocator:
         not make the node unclassifiable for the life of the process.
         """
         if not self._series:
-            self._series = self._resolve_series(self.settings.cluster_profile, "") or ""
+            self._series = self._series_from(None)
             if not self._series:
                 reading = await self.probe.read()
-                self._series = self._resolve_series("", reading.model_name) or ""
+                self._series = self._series_from(reading)
         return self._series
+
+    def _series_from(self, reading: Optional[ProbeReading]) -> str:
+        """The configured profile first; the driver's card name only when there is none."""
+        if self.settings.cluster_profile or reading is None:
+            return self._resolve_series(self.settings.cluster_profile, "") or ""
+        return self._resolve_series("", reading.model_name) or ""
 
     # -- occupancy ------------------------------------------------------------
 
@@ -182,8 +191,8 @@ class GpuAllocator:
                     holders[card.index] = tuple(describe(p) for p in card.processes)
 
         _, lock_state = await asyncio.gather(asyncio.to_thread(identify), self.lock.state())
-        if not self._series and (self.settings.cluster_profile or reading.model_name):
-            self._series = self._resolve_series(self.settings.cluster_profile, reading.model_name)
+        if not self._series:
+            self._series = self._series_from(reading)
         return NodeSnapshot(
             taken_at=time.time(),
             host=socket.gethostname(),
@@ -211,13 +220,19 @@ class GpuAllocator:
             return existing
         if count > occ.total and occ.total > 0:
             raise NeverFits(
-                f"{run_id} needs {count} cards and this node has {occ.total}: "
+                f"{run_id} needs {cards_words(count)} and this node has {occ.total}: "
                 "no amount of waiting will place it; ask for fewer cards"
+            )
+        if not occ.external_probe_ok and not self.settings.allow_unverified:
+            raise NoCapacity(
+                f"use from outside the platform cannot be probed, so no card can be checked "
+                f"free ({occ.explain()}); waiting until the probe works. To hand out unverified "
+                "cards anyway, set TUNEPLANE_ALLOW_UNVERIFIED=true"
             )
         try:
             return pick_gpus(occ.free, count)
         except NoCapacity:
-            raise NoCapacity(f"need {count} cards, but {occ.explain()}") from None
+            raise NoCapacity(f"need {cards_words(count)}, but {occ.explain()}") from None
 
     async def allocate(self, run_id: str, count: int) -> list[int]:
         """Pick cards without starting anything: a dry run.
@@ -257,9 +272,15 @@ class GpuAllocator:
             occ, _reading, jobs = await self._read()
             mine = [j for j in jobs if (j.run_id or j.name) == spec.run_id]
             if live := [j for j in mine if j.live]:
+                if live[0].status == "created":
+                    raise Conflict(
+                        f"{spec.run_id} was created but never started (its launcher may still "
+                        f"be starting it, or died); stop it (tpnode-tui stop {spec.run_id}) and "
+                        "launch again"
+                    )
                 return Launched(tuple(live[0].gpus), live[0], existing=True)
             if mine:
-                raise BadRequest(
+                raise Conflict(
                     f"run id {spec.run_id} belongs to an exited job that has not been "
                     f"reclaimed; reclaim it (tpnode-tui reclaim {spec.run_id}) or choose another"
                 )
@@ -270,7 +291,7 @@ class GpuAllocator:
         warning = None
         if not occ.external_probe_ok:
             warning = (
-                f"cards {','.join(map(str, gpus))} were handed out unverified: "
+                f"{cards_words(gpus)} handed out unverified: "
                 "use from outside the platform could not be probed"
             )
         return Launched(tuple(gpus), job, warning=warning)
@@ -311,6 +332,8 @@ class GpuAllocator:
         for step in (self.runtime.stop, self.runtime.remove):
             try:
                 await step(job.name)
+            except JobNotFound:
+                return  # stopping an unstarted container already removed it
             except TpnodeError as e:
                 log.warning("while withdrawing %s: %s", job.name, e)
 
@@ -334,15 +357,16 @@ class GpuAllocator:
 
     # -- ending jobs ----------------------------------------------------------
 
-    async def release(self, run_id: str) -> list[JobState]:
-        """Remove the records of ``run_id``'s exited jobs; a running one is left alone.
+    async def release(self, run_id: Optional[str]) -> list[JobState]:
+        """Remove the exited jobs of ``run_id`` (of every run id for None); a
+        live one is left alone. Returns what was removed.
 
         Not needed on the normal path (an ended job already holds nothing); it
         clears records, mostly for the process runtime's state file.
         """
         removed = []
         for job in await self.runtime.ps():
-            if (job.run_id or job.name) == run_id and not job.live:
+            if run_id in (None, job.run_id or job.name) and not job.live:
                 await self._remove(job)
                 removed.append(job)
         return removed
@@ -353,19 +377,12 @@ class GpuAllocator:
         Never removes a live job: that would kill somebody's training without
         telling them. Asking for a live one by name explains how to stop it.
         """
-        if run_id is None:
-            removed = []
-            for job in await self.runtime.ps():
-                if not job.live:
-                    await self._remove(job)
-                    removed.append(job)
-            return removed
         removed = await self.release(run_id)
-        if removed:
+        if removed or run_id is None:
             return removed
         live = [j for j in await self.runtime.ps() if (j.run_id or j.name) == run_id]
         if live:
-            raise BadRequest(
+            raise Conflict(
                 f"{run_id} is still {live[0].status}; stop it first (tpnode-tui stop {run_id})"
             )
         raise JobNotFound(f"no platform job has run id {run_id}")

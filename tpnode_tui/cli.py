@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import json
 import logging
-import re
+import math
 import sys
 import time
 from dataclasses import asdict
@@ -19,28 +19,11 @@ from typing import Optional, Sequence
 
 from . import __version__
 from .allocator import GpuAllocator, Launched, default_owner, new_run_id
-from .config import ConfigError, Settings, load_settings
+from .config import FLAGS, ConfigError, Settings, load_settings, parse_duration
 from .model import BadRequest, JobSpec, NoCapacity, NodeSnapshot, TpnodeError
 from .render import card_summary, format_duration, format_mib, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TEMPFAIL = 0, 1, 2, 75
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-#: flag -> setting it overrides (the environment variable is the fallback)
-_SETTING_FLAGS = {
-    "--gpu-count": "local_gpu_count",
-    "--probe": "probe",
-    "--runtime": "runtime",
-    "--state-dir": "state_dir",
-    "--redis-url": "redis_url",
-    "--docker-gpu-mode": "docker_gpu_mode",
-    "--mem-busy-mib": "mem_busy_mib",
-    "--lock-lease-ms": "lock_lease_ms",
-    "--hold-image": "hold_image",
-}
-
 
 class UsageError(Exception):
     pass
@@ -51,23 +34,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-def parse_duration(text: str) -> float:
-    """'90s', '30m', '2h', '1h30m', '1d' or plain seconds -> seconds."""
-    raw = text.strip().lower()
-    try:
-        seconds = float(raw)
-    except ValueError:
-        parts = _DURATION_PART.findall(raw)
-        if not parts or "".join(n + u for n, u in parts) != raw:
-            raise UsageError(
-                f"duration {text!r} is not understood: use e.g. 90s, 30m, 2h, 1h30m or 1d"
-            ) from None
-        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if not 0 < seconds <= 366 * 86400:
-        raise UsageError(f"duration {text!r} must be more than 0 and at most a year")
-    return seconds
 
 
 def _cards(text: str) -> int:
@@ -96,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--mem-busy-mib", metavar="MIB", help="memory in use from which a card is busy")
     node.add_argument("--lock-lease-ms", metavar="MS", help="Redis lease length")
     node.add_argument("--hold-image", metavar="IMG", help="image that holds a reservation's cards")
+    node.add_argument("--allow-unverified", action="store_true", default=None,
+                      help="hand out cards even while use from outside cannot be probed")
     ui = parser.add_argument_group("dashboard (no command)")
     ui.add_argument("--demo", action="store_true", help="a simulated 8-card node: no GPU, Docker or Redis needed")
     ui.add_argument("--readonly", action="store_true", help="show only: every action is refused")
@@ -129,10 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace, environ=None) -> Settings:
-    overrides = {
-        setting: getattr(args, flag[2:].replace("-", "_"))
-        for flag, setting in _SETTING_FLAGS.items()
-    }
+    overrides = {setting: getattr(args, flag[2:].replace("-", "_")) for setting, flag in FLAGS.items()}
     return load_settings(environ, **overrides)
 
 
@@ -274,7 +239,7 @@ async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
             _report_launch(await allocator.launch(spec), args.json, "launched")
         elif args.command == "reserve":
             result = await allocator.reserve(
-                args.cards, parse_duration(args.duration), args.owner or default_owner(), args.run_id
+                args.cards, parse_duration(args.duration), args.owner or "", args.run_id
             )
             _report_launch(result, args.json, "reserved")
         elif args.command == "reclaim":
@@ -301,8 +266,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.interval < 0.2:
-            raise UsageError(f"--interval {args.interval:g}: polls need at least 0.2 s")
+        if not (math.isfinite(args.interval) and 0.2 <= args.interval <= 3600):
+            raise UsageError(f"--interval {args.interval:g}: give seconds from 0.2 to 3600")
         logging.basicConfig(
             level=logging.INFO if args.verbose else logging.WARNING,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -317,10 +282,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _fail(str(e), EXIT_USAGE)
     except NoCapacity as e:
         return _fail(f"no capacity now: {e}; try again later", EXIT_TEMPFAIL)
-    except TpnodeError as e:  # NeverFits, RuntimeUnavailable, JobNotFound, ...
+    except TpnodeError as e:  # NeverFits, Conflict, RuntimeUnavailable, JobNotFound, ...
         return _fail(str(e), EXIT_FAIL)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except Exception as e:  # a bug of ours: still one line, with the detail in the log
+        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
+        return _fail(f"unexpected error ({type(e).__name__}: {e}); run with -v for details", EXIT_FAIL)
 
 
 if __name__ == "__main__":

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from .model import ConfigError
+from .model import BadRequest, ConfigError
 
 DEFAULT_STATE_DIR = "/var/lib/tpnode-tui"
 
-#: setting name -> (environment variable, what it does). The README's table is
-#: written from this, so the two cannot drift.
+#: setting name -> (environment variable, what it does). A test checks that the
+#: README's configuration table names every variable and flag here.
 ENV_VARS: dict[str, tuple[str, str]] = {
     "local_gpu_count": ("TUNEPLANE_LOCAL_GPU_COUNT", "card count; 0 asks the driver"),
     "cluster_profile": ("TUNEPLANE_CLUSTER_PROFILE", "hardware series to report; empty asks the driver for the card name"),
@@ -34,7 +34,28 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "lock_lease_ms": ("TUNEPLANE_LOCK_LEASE_MS", "Redis lease length; renewed every third of it"),
     "lock_retry_ms": ("TUNEPLANE_LOCK_RETRY_MS", "how often a waiting allocation retries the lock"),
     "hold_image": ("TUNEPLANE_HOLD_IMAGE", "image whose sleep holds a reservation's cards (docker)"),
+    "allow_unverified": ("TUNEPLANE_ALLOW_UNVERIFIED", "hand out cards even while use from outside cannot be probed"),
 }
+
+#: setting name -> the command-line flag that overrides its variable
+FLAGS: dict[str, str] = {
+    "local_gpu_count": "--gpu-count",
+    "probe": "--probe",
+    "runtime": "--runtime",
+    "state_dir": "--state-dir",
+    "redis_url": "--redis-url",
+    "docker_gpu_mode": "--docker-gpu-mode",
+    "mem_busy_mib": "--mem-busy-mib",
+    "lock_lease_ms": "--lock-lease-ms",
+    "hold_image": "--hold-image",
+    "allow_unverified": "--allow-unverified",
+}
+
+#: more cards than any machine has; a larger count is a typo, not a node
+MAX_CARDS = 1024
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -56,6 +77,7 @@ class Settings:
     lock_lease_ms: int = 120_000
     lock_retry_ms: int = 100
     hold_image: str = "busybox:latest"
+    allow_unverified: bool = False
 
     @property
     def simulated_path(self) -> Optional[Path]:
@@ -85,13 +107,32 @@ def redact_url(url: str) -> str:
     return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
 
 
-def _parse_int(name: str, raw: str, minimum: int) -> int:
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h', '1h30m', '1d' or plain seconds -> seconds; BadRequest otherwise."""
+    raw = text.strip().lower()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        parts = _DURATION_PART.findall(raw)
+        if not parts or "".join(n + u for n, u in parts) != raw:
+            raise BadRequest(
+                f"duration {text!r} is not understood: use e.g. 90s, 30m, 2h, 1h30m or 1d"
+            ) from None
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not 0 < seconds <= 366 * 86400:
+        raise BadRequest(f"duration {text!r} must be more than 0 and at most a year")
+    return seconds
+
+
+def _parse_int(name: str, raw: str, minimum: int, maximum: Optional[int] = None) -> int:
     try:
         value = int(str(raw).strip())
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a whole number") from None
     if value < minimum:
         raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={raw!r} must be at most {maximum}")
     return value
 
 
@@ -141,11 +182,10 @@ def _parse_redis_url(name: str, raw: str) -> Optional[str]:
     return value
 
 
-def _convert(setting: str, raw: object) -> object:
-    name = ENV_VARS[setting][0]
+def _convert(setting: str, raw: object, name: str) -> object:
     text = str(raw)
     if setting == "local_gpu_count":
-        return _parse_int(name, text, 0)
+        return _parse_int(name, text, 0, MAX_CARDS)
     if setting == "mem_busy_mib":
         return _parse_int(name, text, 1)
     if setting == "lock_lease_ms":
@@ -154,7 +194,7 @@ def _convert(setting: str, raw: object) -> object:
         return _parse_int(name, text, 1)
     if setting == "probe_timeout_s":
         return _parse_float(name, text, 0.1)
-    if setting in ("check_external", "check_health"):
+    if setting in ("check_external", "check_health", "allow_unverified"):
         return raw if isinstance(raw, bool) else _parse_bool(name, text)
     if setting == "probe":
         return _parse_probe(name, text)
@@ -165,7 +205,9 @@ def _convert(setting: str, raw: object) -> object:
     if setting == "state_dir":
         if not text.strip():
             raise ConfigError(f"{name} is empty")
-        return Path(text).expanduser()
+        # Absolute, so that shells started in different directories share one
+        # lock and one state file instead of each allocating on its own.
+        return Path(text).expanduser().absolute()
     if setting == "redis_url":
         return _parse_redis_url(name, text)
     if setting in ("cluster_profile", "hold_image"):
@@ -185,9 +227,9 @@ def load_settings(
     for f in fields(Settings):
         var = ENV_VARS[f.name][0]
         if overrides.get(f.name) is not None:
-            values[f.name] = _convert(f.name, overrides[f.name])
+            values[f.name] = _convert(f.name, overrides[f.name], FLAGS.get(f.name, f.name))
         elif env.get(var, "").strip():
-            values[f.name] = _convert(f.name, env[var])
+            values[f.name] = _convert(f.name, env[var], var)
     unknown = set(overrides) - {f.name for f in fields(Settings)}
     if unknown:
         raise TypeError(f"unknown settings: {sorted(unknown)}")

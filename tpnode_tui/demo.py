@@ -110,7 +110,7 @@ class Demo:
         """Put a squatter on card ``index``, or take it off; True when one is there now."""
         def change(data: dict) -> None:
             card = data["cards"][index]
-            if card.get("processes") or card.get("memory_used_mib", 0) >= 512:
+            if card.get("processes") or card.get("memory_used_mib", 0) >= Settings().mem_busy_mib:
                 card.update(processes=[], memory_used_mib=1, utilization_pct=0)
             else:
                 card.update(processes=[{"pid": self.squatter.pid, "used_memory_mib": 12288}],

@@ -1,8 +1,8 @@
 """Pure data for the allocator and everything that displays it: no I/O here.
 
-Snapshots are frozen so that a reading handed to the dashboard can never be
-patched up behind the allocator's back: occupancy is always read afresh, and a
-value that could be mutated in place would be a second copy of the truth.
+Snapshots are frozen dataclasses, built afresh on every read and never
+updated in place: a reading that could be patched would become a second copy
+of the truth that slowly drifts from the driver and the runtime.
 
 A field a driver or probe cannot supply is ``None`` (shown as "N/A"), never an
 exception and never a made-up zero: zero MiB used would read as "idle".
@@ -16,9 +16,6 @@ from typing import Optional
 #: Job statuses that hold cards. A job that exited is still listed until it is
 #: reclaimed, but it gave its GPU memory back when it ended.
 LIVE_STATUSES = frozenset({"running", "created", "paused", "restarting"})
-
-#: The states a card can be shown in. See docs/architecture.md.
-CARD_STATES = ("free", "job", "reservation", "external", "unhealthy", "unverified")
 
 JOB_KINDS = ("job", "reservation")
 
@@ -64,6 +61,12 @@ class JobNotFound(TpnodeError):
 
 class BadRequest(TpnodeError):
     """A request that is malformed whatever the node's state (a bad run id, 0 cards)."""
+
+
+class Conflict(TpnodeError):
+    """A well-formed request the node's present state refuses: a run id already
+    taken, a job still running, an image or command this node does not have.
+    Unlike BadRequest, the same request can succeed once the state changes."""
 
 
 def check_run_id(run_id: str) -> str:

@@ -62,11 +62,19 @@ def compute_occupancy(
             for c in reading.cards
             if c.health and 0 <= c.index < total and c.index not in by_job
         }
-    if reading.cards:
-        reported = {c.index for c in reading.cards}
+    if reading.external_probe_ok:
+        # The probe says it saw everything, so a card it did not report, or
+        # one it could learn nothing about (a lost GPU while health checks are
+        # off), is one nobody can see; whatever else is switched off, it is
+        # never offered.
         for idx in range(total):
-            if idx not in reported and idx not in by_job:
+            if idx in by_job or idx in unhealthy:
+                continue
+            facts = reading.card(idx)
+            if facts is None:
                 unhealthy[idx] = f"not reported by the driver ({reading.source})"
+            elif facts.memory_used_mib is None and facts.processes is None:
+                unhealthy[idx] = "; ".join(facts.health) or "nothing about this card could be read"
 
     return GpuOccupancy(
         total=total,
@@ -91,6 +99,11 @@ def card_views(
     could not be probed, because "free" would be a claim nobody checked.
     """
     live_by_run = {j.run_id or j.name: j for j in jobs if j.live}
+    claimants: dict[int, list[str]] = {}
+    for job in jobs:
+        if job.live:
+            for idx in job.gpus:
+                claimants.setdefault(idx, []).append(job.run_id or job.name)
     views = []
     for idx in range(occ.total):
         facts = reading.card(idx)
@@ -100,7 +113,12 @@ def card_views(
             run_id = occ.by_job[idx]
             job = live_by_run.get(run_id)
             state = "reservation" if job is not None and job.kind == "reservation" else "job"
-            views.append(CardView(idx, state, facts, run_id, job, who, warning=health))
+            warning = health
+            if len(claimants[idx]) > 1:
+                # The failure this product exists to prevent: never show it as one job.
+                shared = f"claimed by {len(claimants[idx])} jobs at once: {', '.join(claimants[idx])}"
+                warning = f"{shared}; {health}" if health else shared
+            views.append(CardView(idx, state, facts, run_id, job, who, warning=warning))
         elif idx in occ.unhealthy:
             views.append(CardView(idx, "unhealthy", facts, holders=who, reason=occ.unhealthy[idx]))
         elif idx in occ.external:

@@ -30,6 +30,16 @@ def show_command(argv: tuple[str, ...]) -> str:
     return " ".join(words)
 
 
+def cards_words(cards) -> str:
+    """A count as "1 card" / "3 cards"; a list as "card 4" / "cards 0,1" / "no cards"."""
+    if isinstance(cards, int):
+        return f"{cards} card" if cards == 1 else f"{cards} cards"
+    cards = tuple(cards)
+    if not cards:
+        return "no cards"
+    return ("card " if len(cards) == 1 else "cards ") + ",".join(map(str, cards))
+
+
 def format_mib(mib: Optional[int]) -> str:
     if mib is None:
         return NA

@@ -31,6 +31,7 @@ from ..model import (
     JOB_KINDS,
     LIVE_STATUSES,
     BadRequest,
+    Conflict,
     JobNotFound,
     JobSpec,
     JobState,
@@ -390,11 +391,11 @@ class DockerRuntime:
             except DockerError as e:
                 if e.status == 404:
                     image = config["Image"]
-                    raise BadRequest(
+                    raise Conflict(
                         f"image {image!r} is not on this node; pull it first (docker pull {image})"
                     ) from None
                 if e.status == 409:
-                    raise BadRequest(
+                    raise Conflict(
                         f"a container named {name!r} already exists, so run id "
                         f"{spec.run_id!r} is taken; use another run id or reclaim the old job"
                     ) from None
@@ -420,7 +421,7 @@ class DockerRuntime:
         if status in LIVE_STATUSES and status != "created":
             return await self._one(data["Id"], name)
         if status != "created":
-            raise BadRequest(
+            raise Conflict(
                 f"job {name!r} has already run ({status}); its cards may have gone to "
                 "another job since, so launch it afresh instead of starting it again"
             )
@@ -488,7 +489,7 @@ class DockerRuntime:
                 if e.status == 404:
                     return
                 if e.status == 409:
-                    raise BadRequest(
+                    raise Conflict(
                         f"job {name!r} is still running; stop it before removing it"
                     ) from None
                 raise self._engine_error(f"could not remove job {name!r}", e) from None

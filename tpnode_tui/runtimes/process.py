@@ -17,6 +17,7 @@ post-mortem; a later job with the same name appends to the same log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import signal
@@ -31,6 +32,7 @@ from typing import Optional, Sequence
 from ..model import (
     JOB_KINDS,
     BadRequest,
+    Conflict,
     JobNotFound,
     JobSpec,
     JobState,
@@ -56,6 +58,15 @@ def boot_id() -> str:
             f"cannot read {_BOOT_ID} ({e.strerror}): the process runtime needs Linux /proc "
             "to tell its jobs from other processes"
         ) from None
+
+
+@functools.lru_cache(maxsize=1)
+def pid_namespace() -> str:
+    """This process's PID namespace, e.g. "pid:[4026531836]"; "" when unreadable."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,15 @@ def liveness(record: JobRecord, current_boot: str) -> tuple[str, tuple[str, ...]
     """
     if record.exit_code is not None or record.boot_id != current_boot:
         return "exited", ()
+    alive = "created" if record.gated else "running"
+    here = pid_namespace()
+    if record.pid_ns and here and record.pid_ns != here:
+        # Its pid means nothing here (a container beside the host, or the other
+        # way round): until its supervisor records an exit code, it holds its cards.
+        return alive, (
+            f"started in another PID namespace ({record.pid_ns}), so pid {record.pid} "
+            "cannot be looked at from here; counted as running until it records its exit",
+        )
     try:
         now = process_start(record.pid)
     except PermissionError:
@@ -100,7 +120,7 @@ def liveness(record: JobRecord, current_boot: str) -> tuple[str, tuple[str, ...]
         )
     if now is None or now.ticks != record.pid_start_ticks or now.state in ("Z", "X"):
         return "exited", ()
-    return ("created" if record.gated else "running"), ()
+    return alive, ()
 
 
 def _job_state(record: JobRecord, current_boot: str) -> JobState:
@@ -140,11 +160,11 @@ def _check_argv(argv: Sequence[str], path: Optional[str]) -> None:
         raise BadRequest("the command's program name is empty")
     if "/" in program:
         if not os.path.isfile(program):
-            raise BadRequest(f"command {program!r} not found")
+            raise Conflict(f"command {program!r} not found")
         if not os.access(program, os.X_OK):
-            raise BadRequest(f"command {program!r} is not executable (chmod +x it)")
+            raise Conflict(f"command {program!r} is not executable (chmod +x it)")
     elif shutil.which(program, path=path) is None:
-        raise BadRequest(f"command {program!r} not found on PATH; give its full path or install it")
+        raise Conflict(f"command {program!r} not found on PATH; give its full path or install it")
 
 
 class ProcessRuntime:
@@ -203,6 +223,11 @@ class ProcessRuntime:
     def _argv(self, spec: JobSpec) -> tuple[str, ...]:
         if spec.kind not in JOB_KINDS:
             raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
+        if spec.image:
+            raise BadRequest(
+                f"job {spec.run_id!r} names image {spec.image!r}, but the process runtime runs "
+                "commands on this machine, not images; use TUNEPLANE_RUNTIME=docker for images"
+            )
         if spec.kind == "reservation":
             if spec.expires_at is None:
                 raise BadRequest(f"reservation {spec.run_id!r} has no expiry time")
@@ -239,7 +264,7 @@ class ProcessRuntime:
         try:
             with self.state.transaction() as jobs:
                 if name in jobs:
-                    raise BadRequest(
+                    raise Conflict(
                         f"a job named {name!r} is already recorded, so run id {name!r} is "
                         "taken; use another run id or reclaim the old job"
                     )
@@ -262,6 +287,7 @@ class ProcessRuntime:
                     log=str(log),
                     fence=spec.fence,
                     gated=True,
+                    pid_ns=pid_namespace(),
                 )
                 jobs[name] = record
         except BaseException:
@@ -336,6 +362,12 @@ class ProcessRuntime:
 
     # ------------------------------------------------------ stopping, removing
 
+    def _close_gate(self, name: str) -> None:
+        """Let go of an unstarted job's gate: its supervisor then ends unrun."""
+        gate = self._gates.pop(name, None)
+        if gate is not None:
+            os.close(gate)
+
     async def stop(self, name: str) -> None:
         """SIGTERM to the job, SIGKILL to all it started after ``stop_timeout_s``.
 
@@ -349,6 +381,7 @@ class ProcessRuntime:
         ended by itself or had to be killed. Nothing at all is sent unless the
         pid is still the recorded process.
         """
+        self._close_gate(name)
         state = await asyncio.to_thread(self._one, name)
         if state.status not in ("running", "created"):
             return
@@ -380,6 +413,7 @@ class ProcessRuntime:
     async def remove(self, name: str) -> None:
         """Delete the record of an exited job; the log stays."""
         await asyncio.to_thread(self._remove, name)
+        self._close_gate(name)
 
     def _remove(self, name: str) -> None:
         current_boot = boot_id()
@@ -388,7 +422,7 @@ class ProcessRuntime:
             if record is None:
                 raise JobNotFound(f"no job named {name!r} in {self.state.path}")
             if liveness(record, current_boot)[0] != "exited":
-                raise BadRequest(f"job {name!r} is still running; stop it before removing it")
+                raise Conflict(f"job {name!r} is still running; stop it before removing it")
             del jobs[name]
 
     async def close(self) -> None:

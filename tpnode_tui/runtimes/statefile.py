@@ -25,7 +25,7 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -75,6 +75,9 @@ class JobRecord:
     #: True while the supervisor waits for ``start``: the job holds its cards
     #: ("created") but its command has not run yet
     gated: bool = False
+    #: the PID namespace the pid belongs to (``/proc/self/ns/pid`` of the
+    #: launcher); a reader in another namespace cannot look the pid up
+    pid_ns: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -113,6 +116,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "exit_code": (lambda v: v is None or _is_int(v), "a whole number or null"),
     "fence": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
     "gated": (lambda v: isinstance(v, bool), "true or false"),
+    "pid_ns": (lambda v: isinstance(v, str), "a string"),
 }
 
 
@@ -129,8 +133,11 @@ def record_from_json(key: str, data: Any) -> JobRecord:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"job {key!r} has unknown fields {unknown}")
+    optional = {f.name for f in fields(JobRecord) if f.default is not MISSING}
     for name in names:
         if name not in data:
+            if name in optional:
+                continue
             raise ValueError(f"job {key!r} has no {name!r}")
         check, wanted = _CHECKS[name]
         if not check(data[name]):

@@ -33,6 +33,7 @@ from ..model import (
     NodeSnapshot,
     TpnodeError,
 )
+from ..render import cards_words
 from .detail import DetailPane, describe_card
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
 from .jobs import JOB_PREFIX, QUEUED_PREFIX, JobsTable
@@ -636,14 +637,6 @@ class NodeDashboard(App[int]):
             except Exception as e:
                 self._failed(f"Demo could not start {spec.run_id}", e)
         self.poll_now()
-
-
-def cards_words(gpus) -> str:
-    """'card 4' or 'cards 0,1', as a person would write it."""
-    gpus = tuple(gpus)
-    if not gpus:
-        return "no cards"
-    return ("card " if len(gpus) == 1 else "cards ") + ",".join(map(str, gpus))
 
 
 async def stop_demo_jobs(allocator: GpuAllocator) -> None:

@@ -21,7 +21,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
-from ..cli import UsageError, parse_duration
+from ..config import parse_duration
 from ..model import BadRequest, JobSpec, check_run_id
 from ..render import show_command
 from .tiles import BADGES
@@ -201,7 +201,7 @@ class ReserveScreen(FormScreen):
         duration: Optional[float] = None
         try:
             duration = parse_duration(self.value("duration"))
-        except UsageError as e:
+        except BadRequest as e:
             self.refuse("duration", f"{e}; a reservation always ends")
         owner = self.value("owner")
         if not owner:
