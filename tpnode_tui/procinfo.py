@@ -3,8 +3,10 @@
 The driver reports host pids. From inside a container they belong to another
 PID namespace and do not exist here; such a holder is still shown, as "a
 process this machine cannot see", because a card is never hidden just because
-its holder cannot be named. A pid that exists is identified together with its
-start time, so a reused pid is never mistaken for the process the driver meant.
+its holder cannot be named. The driver gives no start time, so a pid that
+exists here is taken to be the process it names; its start time is reported
+(``started_at``) so a reader can tell a process that began after the card
+filled up.
 """
 from __future__ import annotations
 

@@ -23,7 +23,6 @@ import shutil
 from dataclasses import replace
 from typing import Optional
 
-from ..config import Settings
 from ..model import CardFacts, ProbeReading, ProcessFacts
 from . import health
 from .base import blind_reading
@@ -89,23 +88,6 @@ def _on(value: str) -> bool:
     word = value.strip().lower()
     count = _whole(word)
     return word in ("yes", "active") or (count is not None and count > 0)
-
-
-def parse_gpu_memory_busy(text: str, threshold_mib: int = Settings.mem_busy_mib) -> set[int]:
-    """``--query-gpu=index,memory.used`` output -> indices of cards in use by memory.
-
-    The default threshold is the setting's: an idle card sits at single-digit
-    MiB, a training process holds tens of GB.
-    """
-    busy: set[int] = set()
-    for line in text.splitlines():
-        cols = _columns(line)
-        if len(cols) < 2:
-            continue
-        index, used = _index(cols[0]), _whole(cols[1])
-        if index is not None and used is not None and used >= threshold_mib:
-            busy.add(index)
-    return busy
 
 
 def parse_index_uuid(text: str) -> dict[str, int]:

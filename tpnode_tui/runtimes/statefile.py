@@ -272,12 +272,12 @@ class StateFile:
             {"version": STATE_VERSION, "jobs": {k: r.to_json() for k, r in jobs.items()}},
             indent=1,
         )
-        # Writers hold the exclusive lock, so any temporary file already here
-        # was left by a writer that died mid-write: never read, safe to drop.
-        for stale in self.dir.glob(".jobs.json.*.tmp"):
-            stale.unlink(missing_ok=True)
         tmp = None
         try:
+            # Writers hold the exclusive lock, so any temporary file already
+            # here was left by a writer that died mid-write: never read, safe to drop.
+            for stale in self.dir.glob(".jobs.json.*.tmp"):
+                stale.unlink(missing_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".jobs.json.", suffix=".tmp", dir=self.dir)
             with os.fdopen(fd, "w", encoding="utf-8") as f:  # mkstemp makes it 0600
                 f.write(text + "\n")
