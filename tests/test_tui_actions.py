@@ -17,6 +17,7 @@ import pytest
 from services import write_scene
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import load_settings
+from tpnode_tui.locks import make_lock
 from tpnode_tui.model import JobSpec
 from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
 from tpnode_tui.tui.screens import ConfirmScreen, LaunchScreen, ReserveScreen
@@ -212,6 +213,53 @@ async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
         assert all(j.run_id != "never-mind" for j in app.snapshot.jobs), "a cancelled launch started"
 
 
+async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(node):
+    other = make_lock(node.allocator.settings)  # another process's hold on the same lock file
+    app = node.app()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await polled(pilot, app)
+            header = app.query_one("#header")
+            async with other.hold():
+                app._enqueue(JobSpec(run_id="behind-the-lock", cards=1, command=("sleep", "60")))
+                await until(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
+                            "the header to name the wait")
+                assert app.queue.trying == "behind-the-lock"
+                await polled(pilot, app, 3)  # a poll that waited on the lock would never land
+                assert "waiting for the allocation lock" in str(header.render())
+                assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
+                assert "queued:behind-the-lock" in app.query_one("#jobs").row_keys
+            await until(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
+                        "the queued launch once the lock is free")
+            assert app.heard("behind-the-lock got card ") and "behind-the-lock" not in app.queue
+            await until(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
+    finally:
+        await other.close()
+
+
+async def test_a_cancel_that_comes_while_the_launch_waits_for_the_lock_says_so(small_node):
+    other = make_lock(small_node.allocator.settings)
+    app = small_node.app()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await polled(pilot, app)
+            async with other.hold():
+                app._enqueue(JobSpec(run_id="too-late", cards=1, command=("sleep", "60")))
+                await until(pilot, lambda: app.queue.trying == "too-late", "the launch to be tried")
+                table = app.query_one("#jobs")
+                table.focus()
+                table.move_cursor(row=table.row_keys.index("queued:too-late"))
+                await pilot.pause()
+                await pilot.press("c")
+                assert app.heard("its launch is already under way (waiting for the allocation lock")
+            # Placed after all: the operator hears that the cancel came too late, and can stop it.
+            await until(pilot, lambda: app.heard("too-late was cancelled while its launch was under way"),
+                        "the too-late notice")
+            assert not app.heard("Queued launch started")
+    finally:
+        await other.close()
+
+
 # -- reserve ------------------------------------------------------------------------
 
 
@@ -355,8 +403,13 @@ async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node
         assert "unknown" in str(app.query_one("#detail-text").render())
         assert app.check_action("stop", ()) is False, "nothing to stop is known while stale"
 
+        assert app.stale_since is not None and app.stale_since <= time.time()
+        with pytest.raises(AttributeError):
+            app.stale_since = None  # read-only: only a poll decides it
+
         state_file.write_bytes(good)
         await until(pilot, lambda: not banner.has_class("-shown"), "recovery")
+        assert app.stale_since is None
         assert not app.query_one("#card-1").has_class("-stale")
         assert "FREE" in tile_text(app, 1) and "running-job" in tile_text(app, 0)
 
@@ -390,13 +443,31 @@ async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it
                                                    command=("sleep", "60"))))
                 await until(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
                             "the waiting line")
-                await polled(pilot, app)
+                await polled(pilot, app, 2)  # the waiting launch holds back no poll
                 assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
             await until(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
                         "the launch once the lock is free")
             await until(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
     finally:
         await other.close()
+
+
+async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(node):
+    lock = node.allocator.lock
+    real = lock.state
+    calls = 0
+
+    async def counting_state():
+        nonlocal calls
+        calls += 1
+        return await real()
+
+    lock.state = counting_state
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app, 4)
+        polls = app.polls
+    assert polls >= 4 and calls <= polls + 1, f"{calls} lock inspections in {polls} polls"
 
 
 # -- polling ---------------------------------------------------------------------------

@@ -81,13 +81,9 @@ class FrozenNode:
         self.snap = snap
         self.fail_after = fail_after
         self.calls = 0
-        self.lock = SimpleNamespace(waiting=None, locked=lambda: False, state=self._nobody)
+        self.lock = SimpleNamespace(waiting=None, locked=lambda: False)
         self.runtime = SimpleNamespace(name="process")
         self.settings = Settings()
-
-    @staticmethod
-    async def _nobody() -> None:
-        return None
 
     async def snapshot(self) -> NodeSnapshot:
         self.calls += 1

@@ -6,6 +6,11 @@ goes through that same allocator and its lock, exactly as the CLI does, so a
 dashboard and a shell can never hand out one card twice. The only state kept
 here is presentation (the selection, a paused flag) and the launch queue,
 which is a list of wishes, not of holdings.
+
+Polling and allocating run in separate workers: a launch can wait on the
+allocation lock for as long as another process holds it (forever while Redis
+is down), and the operator must go on seeing the node, and why it waits,
+meanwhile.
 """
 from __future__ import annotations
 
@@ -123,10 +128,10 @@ class NodeDashboard(App[int]):
         self._paused = False
         self._polling = False
         self._poll_again = False
+        self._draining = False
         self._timer: Optional[Timer] = None
         self._stale_since: Optional[float] = None
         self._stale_error = ""
-        self._lock_state: Optional[str] = None
         #: what the footer and the detail pane were last given, so that a poll
         #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
         self._bindings_shown: Optional[tuple[Optional[bool], ...]] = None
@@ -173,11 +178,8 @@ class NodeDashboard(App[int]):
 
     async def _poll(self) -> None:
         try:
-            if not await self._take_snapshot():
-                return
-            if len(self.queue):
-                if await self._drain_queue():
-                    await self._take_snapshot()
+            if await self._take_snapshot():
+                self._start_drain()
         finally:
             self._polling = False
             again, self._poll_again = self._poll_again, False
@@ -197,40 +199,62 @@ class NodeDashboard(App[int]):
             self.redraw()
             return False
         self.snapshot = snap
-        self._lock_state = await self._read_lock_state()
         self._stale_since = None
         self._stale_error = ""
         self.polls += 1
         self.redraw()
         return True
 
-    async def _drain_queue(self) -> bool:
-        """Retry queued launches in order; True when one was placed."""
-        placed = False
-        for outcome in await self.queue.drain(self.allocator.launch):
+    def _start_drain(self) -> None:
+        """Retry the queued launches, in their own worker and one round at a
+        time: the queue's order is the order of the attempts, and a round that
+        waits on the lock holds back only the queue, never the polls."""
+        if self._draining or not len(self.queue) or self.readonly:
+            return
+        self._draining = True
+        self.run_worker(self._drain_queue(), group="queue", exit_on_error=False)
+
+    async def _drain_queue(self) -> None:
+        try:
+            outcomes = await self.queue.drain(self.allocator.launch)
+        finally:
+            self._draining = False
+        for outcome in outcomes:
             spec = outcome.item.spec
-            if outcome.launched is not None:
-                placed = True
-                self._report_launched(outcome.launched, "Queued launch started")
-            else:
+            if outcome.launched is None:
                 self.notify(f"{spec.run_id} left the queue: {outcome.error}",
                             title="Queued launch dropped", severity="error", timeout=12)
-        return placed
-
-    async def _read_lock_state(self) -> Optional[str]:
-        """Who holds the allocation lock, when it is not this dashboard: a launch
-        from here would wait, and the operator should know before pressing l."""
-        lock = self.allocator.lock
-        if lock.locked():
-            return None  # this dashboard is allocating; lock.waiting says if it waits
-        try:
-            return await lock.state()
-        except Exception as e:
-            return f"the allocation lock cannot be inspected: {e}"
+            elif outcome.cancelled and not outcome.launched.existing:
+                self.notify(f"{spec.run_id} was cancelled while its launch was under way, and it "
+                            f"got {cards_words(outcome.launched.gpus)} anyway; stop it (s) if it "
+                            "is not wanted.", title="Cancelled too late", severity="warning",
+                            timeout=12)
+            else:
+                self._report_launched(outcome.launched, "Queued launch started")
+        if outcomes:
+            self.poll_now()
 
     def _tick(self) -> None:
         """Once a second: the header's age and the lock's waiting line move even between polls."""
         self._redraw_header()
+
+    @property
+    def stale_since(self) -> Optional[float]:
+        """Unix time of the first failed poll in the current run of failures; None while polls succeed."""
+        return self._stale_since
+
+    def _lock_line(self) -> Optional[str]:
+        """What the allocation lock means for a launch now. This process's own
+        wait comes first (it changes between polls); else who holds the lock, or
+        that Redis cannot be reached, as the last snapshot found: a launch from
+        here would wait, and the operator should know before pressing l. While
+        an allocation of this dashboard holds the lock, the holder is itself."""
+        lock = self.allocator.lock
+        if lock.waiting:
+            return lock.waiting
+        if self.snapshot is None or lock.locked():
+            return None
+        return self.snapshot.lock_state
 
     @property
     def poll_state(self) -> PollState:
@@ -239,7 +263,8 @@ class NodeDashboard(App[int]):
             readonly=self.readonly,
             stale_since=self._stale_since,
             stale_error=self._stale_error,
-            lock_waiting=self.allocator.lock.waiting or self._lock_state,
+            lock_waiting=self._lock_line(),
+            unverified_allowed=self.allocator.settings.allow_unverified,
         )
 
     # -- drawing ----------------------------------------------------------------
@@ -608,8 +633,15 @@ class NodeDashboard(App[int]):
         if run_id is None:
             self.notify("Select a queued launch in the jobs table first.", severity="warning")
             return
+        under_way = run_id == self.queue.trying
         if self.queue.cancel(run_id):
-            self.notify(f"{run_id} is no longer queued.", title="Cancelled")
+            if under_way:
+                self.notify(f"{run_id} is no longer queued, but its launch is already under way "
+                            f"({self.allocator.lock.waiting or 'placing it now'}): it is dropped if it "
+                            "finds no room, else it starts and you can stop it (s).",
+                            title="Cancelled", severity="warning", timeout=12)
+            else:
+                self.notify(f"{run_id} is no longer queued.", title="Cancelled")
         self.redraw()
 
     def action_demo_blind(self) -> None:

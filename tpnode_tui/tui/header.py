@@ -28,6 +28,8 @@ class PollState:
     stale_error: str = ""
     #: what the allocation lock is waiting for, when a launch waits on it
     lock_waiting: Optional[str] = None
+    #: TUNEPLANE_ALLOW_UNVERIFIED: cards are handed out even while probe-blind
+    unverified_allowed: bool = False
 
 
 def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compact: bool = False) -> Text:

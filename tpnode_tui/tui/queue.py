@@ -11,7 +11,13 @@ again every poll. Two rules come from the reference's dequeue loop:
   keep it waiting for nothing, and quietly.
 
 The queue lives only in this dashboard: it is a list of wishes, not a record
-of who holds which card (the runtime is), so losing it on quit hides nothing.
+of who holds which card (the runtime is), so losing it on quit hides nothing
+(the dashboard still asks before dropping it).
+
+A launch may wait on the allocation lock for as long as another holder keeps
+it, so the one being tried is named (``trying``): a cancel that arrives then
+can only drop it if it finds no room; if it is placed, its outcome says the
+cancel came too late, so the operator can stop it.
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ class Outcome:
     item: Queued
     launched: Optional[Launched] = None
     error: Optional[Exception] = None
+    #: cancelled while its launch was already under way
+    cancelled: bool = False
 
 
 Launch = Callable[[JobSpec], Awaitable[Launched]]
@@ -46,6 +54,7 @@ Launch = Callable[[JobSpec], Awaitable[Launched]]
 class LaunchQueue:
     def __init__(self) -> None:
         self._items: list[Queued] = []
+        self._trying: Optional[Queued] = None
 
     def __iter__(self) -> Iterator[Queued]:
         return iter(list(self._items))
@@ -69,6 +78,11 @@ class LaunchQueue:
         self._items = [q for q in self._items if q.spec.run_id != run_id]
         return len(self._items) < before
 
+    @property
+    def trying(self) -> Optional[str]:
+        """The run id whose launch is under way now (perhaps waiting for the lock)."""
+        return self._trying.spec.run_id if self._trying is not None else None
+
     def position(self, run_id: str) -> Optional[int]:
         for n, q in enumerate(self._items, start=1):
             if q.spec.run_id == run_id:
@@ -80,6 +94,7 @@ class LaunchQueue:
         outcomes: list[Outcome] = []
         while self._items:
             item = self._items[0]
+            self._trying = item
             try:
                 result: Union[Launched, Exception] = await launch(item.spec)
             except NoCapacity:
@@ -88,10 +103,13 @@ class LaunchQueue:
                 if not isinstance(e, TpnodeError):
                     log.warning("queued launch %s failed", item.spec.run_id, exc_info=True)
                 result = e
+            finally:
+                self._trying = None
             # A cancel while the launch was running already took it out.
+            cancelled = not any(q is item for q in self._items)
             self._items = [q for q in self._items if q is not item]
             if isinstance(result, Exception):
-                outcomes.append(Outcome(item, error=result))
+                outcomes.append(Outcome(item, error=result, cancelled=cancelled))
             else:
-                outcomes.append(Outcome(item, launched=result))
+                outcomes.append(Outcome(item, launched=result, cancelled=cancelled))
         return outcomes
