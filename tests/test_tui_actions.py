@@ -260,6 +260,33 @@ async def test_a_cancel_that_comes_while_the_launch_waits_for_the_lock_says_so(s
         await other.close()
 
 
+async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
+    await small_node.launch("holder", 2)
+    app = small_node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        for run_id in ("first-in-line", "second-in-line"):
+            app._enqueue(JobSpec(run_id=run_id, cards=1, command=("sleep", "60")))
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        body = str(app.screen.query_one(".dialog-body").render())
+        assert "2 queued launches will be dropped: first-in-line, second-in-line" in body, body
+        await pilot.press("ctrl+q")  # asked again while asking: still one question
+        assert len(app.screen_stack) == 2
+        await pilot.press("n")
+        assert app.return_code is None and len(app.queue) == 2, "declining must not quit"
+        await pilot.press("q", "y")
+        assert app.return_code == 0
+
+
+async def test_quit_with_nothing_queued_does_not_ask(node):
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("q")
+        assert app.return_code == 0
+
+
 # -- reserve ------------------------------------------------------------------------
 
 

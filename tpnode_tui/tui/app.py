@@ -70,6 +70,10 @@ PALETTE = {
 }
 
 
+class QuitScreen(ConfirmScreen):
+    """The question asked before quitting drops queued launches."""
+
+
 class DashboardScreen(Screen):
     """The main screen. Redraws are held back while a dialog is open (a grid
     changing under a form is distracting) and caught up when it closes."""
@@ -102,7 +106,8 @@ class NodeDashboard(App[int]):
                 tooltip="Move into the detail pane"),
         Binding("escape", "focus_grid", "Grid", show=False, id="focus-grid", tooltip="Back to the card grid"),
         Binding("question_mark", "help", "Help", id="help", tooltip="Every key and card state explained"),
-        Binding("q", "quit", "Quit", id="quit", tooltip="Leave the dashboard; jobs keep running"),
+        Binding("q", "quit", "Quit", id="quit",
+                tooltip="Leave the dashboard; jobs keep running, queued launches are dropped (asks first)"),
     ]
 
     def __init__(
@@ -451,6 +456,24 @@ class NodeDashboard(App[int]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(demo=self.demo is not None, readonly=self.readonly))
+
+    async def action_quit(self) -> None:
+        """Quit; with launches still queued, ask first, naming them: the queue
+        lives only in this dashboard, and whoever queued them may be waiting."""
+        if not len(self.queue):
+            self.exit()
+            return
+        if isinstance(self.screen, QuitScreen):
+            return  # already asking
+        names = [q.spec.run_id for q in self.queue]
+        many = len(names) > 1
+        count = f"{len(names)} queued launch" + ("es" if many else "")
+        jobs = ("The demo stops its own jobs." if self.demo is not None
+                else "Running jobs and reservations keep running.")
+        body = (f"{count} will be dropped: {', '.join(names)}.\n\nThe queue lives only in this "
+                f"dashboard; nothing else will start {'them' if many else 'it'}. {jobs}")
+        self.push_screen(QuitScreen(f"Quit and drop {count}?", body, yes="Quit"),
+                         lambda yes: self.exit() if yes else None)
 
     def action_pause(self) -> None:
         self._paused = True

@@ -259,7 +259,8 @@ KEYS_HELP = [
     ("p", "pause or resume polling"),
     ("ctrl+p", "command palette: every action by name"),
     ("?", "this help"),
-    ("q", "quit (jobs keep running; the demo stops its own)"),
+    ("q", "quit (jobs keep running; the demo stops its own). Launches still queued here are "
+          "dropped: it asks first, naming them"),
 ]
 DEMO_KEYS_HELP = [
     ("b", "demo: toggle probe-blind (use from outside cannot be probed)"),
