@@ -339,6 +339,31 @@ async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
         assert app.check_action("stop", ()) is False, "stop is offered only on a card with a job"
 
 
+async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
+    await node.launch("on-card-zero", 1)
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("s")
+        assert "On the selected card 0: on-card-zero" in str(app.screen.query_one(".dialog-body").render())
+        await pilot.press("n")
+
+        app._enqueue(JobSpec(run_id="still-waiting", cards=4, command=("sleep", "60")))
+        await polled(pilot, app)
+        table = app.query_one("#jobs")
+        table.focus()
+        table.move_cursor(row=table.row_keys.index("job:on-card-zero"))
+        await pilot.pause()
+        await pilot.press("s")
+        body = str(app.screen.query_one(".dialog-body").render())
+        assert "Highlighted in the jobs table: on-card-zero" in body and "selected card" not in body
+        await pilot.press("n")
+        table.move_cursor(row=table.row_keys.index("queued:still-waiting"))
+        await pilot.pause()
+        app.action_stop()  # as the palette would; the key itself is hidden on this row
+        assert app.heard("The highlighted row is a queued launch, not a running job: c cancels it.")
+
+
 async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
     await node.launch("done-early", 1, "true")
     await node.launch("still-running", 1)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tpnode_tui.model import CardFacts, CardView, HolderInfo, JobState, ProcessFacts
-from tpnode_tui.render import one_line, show_command
+from tpnode_tui.render import card_summary, one_line, show_command, unseen_use
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.tiles import grid_columns, render_tile
 
@@ -17,12 +17,14 @@ def facts(index=0, **kw) -> CardFacts:
     return CardFacts(index=index, **base)
 
 
-def test_memory_in_use_with_no_process_at_all_is_said_out_loud():
+def test_memory_in_use_with_no_process_at_all_is_said_the_same_way_everywhere():
     card = CardView(3, "external", facts(3, memory_used_mib=30922, processes=()))
     text = describe_card(card, NOW, mem_busy_mib=512).plain
-    assert "30.2 GiB of memory in use and no process listed at all" in text
-    tile = render_tile(card, 25, NOW, False).plain
-    assert "no process listed" in tile and "30.2/140.4 GiB" in tile and "unseen process" in tile
+    assert unseen_use(30922, long=True) in text
+    assert "30.2 GiB of memory in use, no process seen: something this machine cannot see" in text
+    assert card_summary(card) == unseen_use() == "in use, no process seen"  # the CLI's status table
+    tile = render_tile(card, 24, NOW, False).plain  # the narrowest tile at 120 columns
+    assert unseen_use() in tile and "30.2/140.4 GiB" in tile and "outside the platform" in tile
 
 
 def test_a_holder_from_another_pid_namespace_is_listed_not_hidden():
@@ -77,3 +79,4 @@ def test_grid_columns_follow_the_terminal_width():
 def test_free_text_never_breaks_a_line():
     assert one_line("ana\nroot") == "ana\\nroot"
     assert one_line("ünïcode ok") == "ünïcode ok"
+

@@ -70,6 +70,19 @@ def describe_holder(holder: HolderInfo) -> str:
     return f"pid {holder.pid} ({who}){where}: {what}{mem}"
 
 
+def unseen_use(memory_used_mib: Optional[int] = None, long: bool = False) -> str:
+    """Memory in use on a card whose driver lists no process at all.
+
+    Something this machine cannot see holds it (another container's or VM's
+    process). The short form fits a tile or a table cell, next to where the
+    memory is shown; the long form is the sentence that explains it.
+    """
+    if not long:
+        return "in use, no process seen"
+    return (f"{format_mib(memory_used_mib)} of memory in use, no process seen: something this "
+            "machine cannot see holds the card (another container's or VM's process).")
+
+
 def card_summary(card: CardView) -> str:
     """Who or what holds the card, or why it is not free, in a few words."""
     if card.state in ("job", "reservation"):
@@ -86,8 +99,7 @@ def card_summary(card: CardView) -> str:
             return f"pid {h.pid} {h.user or ''} {cmd}".strip()
         if card.holders:
             return f"pid {card.holders[0].pid} (not visible here)"
-        mem = card.facts.memory_used_mib if card.facts else None
-        return f"memory in use ({format_mib(mem)}), no visible process"
+        return unseen_use()
     if card.state == "unverified":
         return "not probed"
     return ""

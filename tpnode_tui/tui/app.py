@@ -38,7 +38,7 @@ from ..model import (
     NodeSnapshot,
     TpnodeError,
 )
-from ..render import cards_words
+from ..render import cards_words, one_line
 from .detail import DetailPane, describe_card
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
 from .jobs import JOB_PREFIX, QUEUED_PREFIX, JobsTable
@@ -59,7 +59,8 @@ NODE_ACTIONS = frozenset({"launch", "reserve", "stop", "reclaim", "cancel_queued
 PALETTE = {
     "launch": ("Launch a job", "Place a job on free cards (queue it if none are free)"),
     "reserve": ("Reserve cards", "Hold cards for a person for a while"),
-    "stop": ("Stop the selected job", "Stop the job or reservation on the selected card"),
+    "stop": ("Stop the selected job",
+             "Stop the job or reservation on the selected card, or in the highlighted jobs-table row"),
     "reclaim": ("Reclaim exited jobs", "Remove the records of jobs that have ended"),
     "cancel_queued": ("Cancel the queued launch", "Drop the queued launch selected in the jobs table"),
     "pause": ("Pause polling", "Stop reading the node until resumed"),
@@ -92,7 +93,8 @@ class NodeDashboard(App[int]):
     BINDINGS = [
         Binding("l", "launch", "Launch", id="launch", tooltip="Launch a job on free cards"),
         Binding("v", "reserve", "Reserve", id="reserve", tooltip="Hold cards for a person for a while"),
-        Binding("s", "stop", "Stop", id="stop", tooltip="Stop the selected card's job (asks first)"),
+        Binding("s", "stop", "Stop", id="stop",
+                tooltip="Stop the selected card's job, or the highlighted row's (asks first)"),
         Binding("r", "reclaim", "Reclaim", id="reclaim", tooltip="Remove exited jobs (asks first)"),
         Binding("c", "cancel_queued", "Cancel queued", id="cancel-queued",
                 tooltip="Drop the queued launch selected in the jobs table"),
@@ -591,12 +593,36 @@ class NodeDashboard(App[int]):
             return
         job = self.stop_target()
         if job is None:
-            self.notify("The selected card holds no running job to stop.", severity="warning")
+            self.notify(self._nothing_to_stop(), severity="warning")
             return
-        body = (f"Stop {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, {cards_words(job.gpus)})?"
-                "\n\nIts processes are ended; its cards are free once they have exited.")
+        if self.query_one(JobsTable).has_focus:
+            where = "Highlighted in the jobs table"
+        else:
+            where = f"On the selected card {self.query_one(CardGrid).selected}"
+        body = (f"{where}: {job.run_id} ({job.kind}, owner {one_line(job.owner) or 'not recorded'}, "
+                f"{cards_words(job.gpus)}).\n\n"
+                "Stop it? Its processes are ended; its cards are free once they have exited.")
         self.push_screen(ConfirmScreen(f"Stop {job.run_id}?", body, yes="Stop it"),
                          lambda yes: self._stop_confirmed(job) if yes else None)
+
+    def _nothing_to_stop(self) -> str:
+        """Why s does nothing, worded by what is selected: a card, or a row of the jobs table."""
+        if self._stale_since is not None:
+            return "Nothing can be stopped while the last poll failed: which job runs where is unknown."
+        table = self.query_one(JobsTable)
+        if table.has_focus:
+            key = table.selected_key() or ""
+            if key.startswith(QUEUED_PREFIX):
+                return "The highlighted row is a queued launch, not a running job: c cancels it."
+            job = self._job_for_row()
+            if job is not None:
+                return (f"The highlighted row, {job.run_id}, has already ended: nothing to stop "
+                        "(r reclaims it).")
+            return "The highlighted row is not a running job: nothing to stop."
+        card = self.selected_card()
+        if card is None:
+            return "No card is selected: nothing to stop."
+        return f"The selected card {card.index} holds no running job to stop."
 
     def _stop_confirmed(self, job: JobState) -> None:
         self.run_worker(self._stop(job), group="action", exit_on_error=False)

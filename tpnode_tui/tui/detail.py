@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..model import CardView, JobState
-from ..render import NA, describe_holder, format_duration, format_mib, one_line, show_command
+from ..render import NA, describe_holder, format_duration, format_mib, one_line, show_command, unseen_use
 from .tiles import BADGES, STALE_BADGE, readings
 
 STATE_MEANING = {
@@ -93,11 +93,7 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
     elif f is not None and f.processes is None:
         out.append("  The driver's process list could not be read.\n", style="#ffb300")
     elif f is not None and f.memory_used_mib is not None and f.memory_used_mib >= mem_busy_mib:
-        out.append(
-            f"  {format_mib(f.memory_used_mib)} of memory in use and no process listed at all: "
-            "something this machine cannot see holds the card (another container's or VM's process).\n",
-            style="#ffb300",
-        )
+        out.append(f"  {unseen_use(f.memory_used_mib, long=True)}\n", style="#ffb300")
 
     if card.state == "unhealthy":
         row("health", f"not handed out: {card.reason}", "bold #ef5350")

@@ -253,7 +253,8 @@ KEYS_HELP = [
     ("tab", "move between the grid, the detail pane and the jobs table"),
     ("l", "launch a job on free cards; if none are free now, offer to queue it"),
     ("v", "reserve cards for a person for a while (they are freed when it ends)"),
-    ("s", "stop the selected card's job or reservation (asks first, naming it)"),
+    ("s", "stop the job or reservation on the selected card, or in the highlighted jobs-table "
+          "row (asks first, naming it)"),
     ("r", "reclaim: remove exited jobs' records (lists them and asks first)"),
     ("c", "cancel the queued launch selected in the jobs table"),
     ("p", "pause or resume polling"),

@@ -95,7 +95,7 @@ def tile_note(card: CardView, now: float) -> tuple[str, str]:
     if card.state == "job" and job and job.started_at:
         return f"up {format_duration(now - job.started_at)}", ""
     if card.state == "external":
-        return ("outside the platform" if card.holders else "held by an unseen process"), "#ffb300"
+        return "outside the platform", "#ffb300"
     if card.state == "unverified":
         return "outside use not probed", "grey62"
     return "", ""
@@ -113,8 +113,7 @@ def render_tile(card: CardView, width: int, now: float, stale: bool) -> Text:
         note, note_style = "unknown: the last poll failed", "grey62"
         summary_style = "grey62"
     else:
-        # The shared summary is too long for a tile when nobody can be named.
-        who = "no process listed" if card.state == "external" and not card.holders else summary
+        who = summary
         note, note_style = tile_note(card, now)
         summary_style = {"free": "grey62", "unverified": "grey62", "unhealthy": "bold #ef5350"}.get(
             card.state, "bold")
