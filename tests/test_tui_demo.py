@@ -11,6 +11,7 @@ from tpnode_tui.demo import DEMO_COMMAND, start_demo
 from tpnode_tui.tui import run_dashboard
 from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
 from tpnode_tui.tui.detail import describe_card
+from tpnode_tui.tui.screens import ConfirmScreen
 from tpnode_tui.tui.tiles import CardGrid
 
 WAIT_S = 15.0
@@ -97,6 +98,37 @@ async def test_an_empty_command_in_the_demo_runs_the_demo_workload(demo_app):
         await until(pilot, lambda: any(j.run_id == "demo-default" for j in app.snapshot.jobs), "the launch")
         [job] = [j for j in app.snapshot.jobs if j.run_id == "demo-default"]
         assert job.command == DEMO_COMMAND and job.live
+
+
+async def test_while_probe_blind_a_launch_can_be_queued_and_starts_once_the_probe_works(demo_app):
+    app = demo_app
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: opened(app), "the demo to open")
+        await pilot.press("b")
+        await until(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "probe-blind")
+        assert "launches wait until the probe works again" in str(app.query_one("#blind-banner").render())
+
+        await pilot.press("l")
+        context = str(app.screen.query_one(".dialog-context").render())
+        assert "no card can be checked free" in context and "a launch waits until the probe works" in context
+        app.screen.query_one("#run-id").value = "after-the-probe"
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the queue offer")
+        offer = str(app.screen.query_one(".dialog-body").render())
+        assert "cannot be probed" in offer and "TUNEPLANE_ALLOW_UNVERIFIED=true" in offer, offer
+        assert "starts by itself once the probe works again and 1 card can be checked free" in offer, offer
+        await pilot.press("y")
+        assert "after-the-probe" in app.queue
+        polls = app.polls
+        await until(pilot, lambda: app.polls >= polls + 3, "three polls while blind")
+        assert "after-the-probe" in app.queue, "a queued launch left the queue while the node was blind"
+        assert all(j.run_id != "after-the-probe" for j in app.snapshot.jobs), "started on unverified cards"
+
+        await pilot.press("b")
+        await until(pilot, lambda: any(j.run_id == "after-the-probe" and j.live for j in app.snapshot.jobs),
+                    "the queued launch once the probe sees again")
+        [placed] = [c for c in app.snapshot.cards if c.run_id == "after-the-probe"]
+        assert placed.state == "job"
 
 
 def test_a_bad_setting_at_start_is_one_line_and_exit_code_2(capsys, monkeypatch):

@@ -1,9 +1,14 @@
 """What tiles and the detail pane say about a card, case by case (pure rendering, no app)."""
 from __future__ import annotations
 
+import io
+
+from rich.console import Console
+
 from tpnode_tui.model import CardFacts, CardView, HolderInfo, JobState, ProcessFacts
 from tpnode_tui.render import card_summary, one_line, show_command, unseen_use
 from tpnode_tui.tui.detail import describe_card
+from tpnode_tui.tui.screens import help_text
 from tpnode_tui.tui.tiles import grid_columns, render_tile
 
 NOW = 1_700_000_000.0
@@ -80,3 +85,11 @@ def test_free_text_never_breaks_a_line():
     assert one_line("ana\nroot") == "ana\\nroot"
     assert one_line("ünïcode ok") == "ünïcode ok"
 
+
+def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():
+    console = Console(width=100, file=io.StringIO(), record=True)
+    console.print(help_text(demo=True, readonly=False))
+    text = " ".join(console.export_text().split())
+    assert "Launches wait until the probe works again (one queued with l then starts by itself)" in text
+    assert "TUNEPLANE_ALLOW_UNVERIFIED=true" in text
+    assert "Launches still queued here are dropped: it asks first" in text

@@ -500,10 +500,21 @@ class NodeDashboard(App[int]):
         occ = self.snapshot.occupancy
         free = occ.free
         cards = f" (cards {','.join(map(str, free))})" if free else ""
-        line = f"{len(free)} of {occ.total} cards free now{cards}."
-        if not occ.external_probe_ok:
-            line += " Unverified: use from outside cannot be probed."
-        return line
+        line = f"{len(free)} of {occ.total} cards free now{cards}"
+        if occ.external_probe_ok:
+            return line + "."
+        if self.allocator.settings.allow_unverified:
+            return (line + ", unverified: use from outside cannot be probed, and they are handed "
+                    "out anyway (TUNEPLANE_ALLOW_UNVERIFIED).")
+        return (f"Use from outside cannot be probed, so no card can be checked free ({len(free)} of "
+                f"{occ.total} look free): a launch waits until the probe works again. Queued, it "
+                "then starts by itself.")
+
+    def _waits_for_probe(self) -> bool:
+        """Whether launches wait because use from outside cannot be probed, as the last poll saw it."""
+        snap = self.snapshot
+        return (snap is not None and not snap.occupancy.external_probe_ok
+                and not self.allocator.settings.allow_unverified)
 
     def _total(self) -> int:
         return self.snapshot.occupancy.total if self.snapshot else 0
@@ -529,9 +540,10 @@ class NodeDashboard(App[int]):
         try:
             result = await self.allocator.launch(spec)
         except NoCapacity as e:
-            body = (f"{e}.\n\nQueue {spec.run_id}? It starts by itself as soon as {spec.cards} "
-                    "card(s) are free, after the launches queued before it.")
-            self.push_screen(ConfirmScreen("No capacity now", body, yes="Queue it"),
+            body = (f"{e}.\n\nQueue {spec.run_id}? It starts by itself {self._starts_when(spec)}, "
+                    "after the launches queued before it.")
+            title = "No card can be checked free now" if self._waits_for_probe() else "No capacity now"
+            self.push_screen(ConfirmScreen(title, body, yes="Queue it"),
                              lambda yes: self._enqueue(spec) if yes else None)
             return
         except Exception as e:
@@ -540,6 +552,11 @@ class NodeDashboard(App[int]):
         self._report_launched(result, "Launched")
         self.poll_now()
 
+    def _starts_when(self, spec: JobSpec) -> str:
+        if self._waits_for_probe():
+            return f"once the probe works again and {cards_words(spec.cards)} can be checked free"
+        return f"as soon as {cards_words(spec.cards)} {'is' if spec.cards == 1 else 'are'} free"
+
     def _enqueue(self, spec: JobSpec) -> None:
         try:
             self.queue.add(spec, self.clock())
@@ -547,7 +564,7 @@ class NodeDashboard(App[int]):
             self.notify(str(e), severity="error")
             return
         self.notify(f"{spec.run_id} is queued (#{self.queue.position(spec.run_id)}); "
-                    "it starts when cards free up.", title="Queued")
+                    f"it starts {self._starts_when(spec)}.", title="Queued")
         self.redraw()
 
     def _report_launched(self, result: Launched, what: str) -> None:

@@ -79,10 +79,12 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState) -> list[tuple[st
             "succeeds again (it retries by itself).")))
     if snap is not None and not snap.occupancy.external_probe_ok and snap.occupancy.total:
         why = snap.probe.problem or "use from outside the platform cannot be probed"
+        then = ("they are handed out anyway (TUNEPLANE_ALLOW_UNVERIFIED)" if poll.unverified_allowed else
+                "launches wait until the probe works again (queued ones then start by themselves)")
         banners.append(("blind", Text(
             f"PROBE-BLIND: {why}.\n"
-            "Cards may be in use by processes outside the platform that cannot be seen: the free "
-            "count may be too high, and free cards show as UNVERIFIED.")))
+            "Cards may be in use by processes outside the platform that cannot be seen (the free "
+            f"count may be too high): free cards show as UNVERIFIED, and {then}.")))
     return banners
 
 

@@ -276,7 +276,9 @@ STATES_HELP = [
     ("unhealthy", "must not be handed out: retired pages or row remapping pending, uncorrected "
                   "ECC errors, hardware slowdown, card lost"),
     ("unverified", "free as far as the platform knows, but use from outside cannot be probed, "
-                   "so it may be held; a banner over the grid says why"),
+                   "so it may be held; a banner over the grid says why. Launches wait until the "
+                   "probe works again (one queued with l then starts by itself), unless "
+                   "TUNEPLANE_ALLOW_UNVERIFIED=true hands such cards out anyway"),
     ("?", "unknown: the last poll failed; the header says since when and why. No card is shown "
           "free until a poll succeeds again"),
 ]
