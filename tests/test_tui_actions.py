@@ -434,6 +434,21 @@ async def test_probe_blind_shows_a_banner_and_no_free_card(node):
         assert states(app) == ["free"] * 4
 
 
+async def test_a_short_terminal_keeps_the_jobs_table_on_screen_while_blind(node):
+    app = node.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await polled(pilot, app)
+        write_scene(node.scene, 4, blind=True)
+        banner = app.query_one("#blind-banner")
+        await until(pilot, lambda: banner.has_class("-shown"), "the blind banner")
+        await pilot.pause()
+        assert "launches wait for the probe" in str(banner.render())
+        reason, explanation = str(banner.render()).split("\n")
+        assert len(explanation) < 78, "the reason, then one short line"
+        jobs = app.query_one("#jobs")
+        assert jobs.region.y + 2 <= app.size.height - 1, f"jobs table pushed under the footer: {jobs.region}"
+
+
 async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node):
     await node.launch("running-job", 1)
     app = node.app()

@@ -289,9 +289,10 @@ class NodeDashboard(App[int]):
 
     def on_resize(self) -> None:
         """A short terminal (80x24) drops the summary and the header's second
-        line, and shrinks the detail pane, so the jobs table stays on screen."""
+        line, shortens the blind banner, and shrinks the detail pane, so the jobs
+        table stays on screen."""
         self.screen_stack[0].set_class(self._short(), "-short")
-        self._redraw_header()
+        self.redraw()
 
     def redraw(self) -> None:
         if not self._on_main_screen():
@@ -300,7 +301,7 @@ class NodeDashboard(App[int]):
         poll = self.poll_state
         snap = self.snapshot
         self._redraw_header()
-        shown = dict(banner_lines(snap, poll))
+        shown = dict(banner_lines(snap, poll, compact=self._short()))
         for name in ("stale", "blind"):
             banner = self.query_one(f"#{name}-banner", Static)
             banner.set_class(name in shown, "-shown")

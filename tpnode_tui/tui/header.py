@@ -69,8 +69,11 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
     return out
 
 
-def banner_lines(snap: Optional[NodeSnapshot], poll: PollState) -> list[tuple[str, Text]]:
-    """(banner name, text) for each banner that applies now, most urgent first."""
+def banner_lines(snap: Optional[NodeSnapshot], poll: PollState,
+                 compact: bool = False) -> list[tuple[str, Text]]:
+    """(banner name, text) for each banner that applies now, most urgent first;
+    ``compact`` keeps the blind banner's explanation to one short line, so a
+    short terminal still shows the jobs table."""
     banners = []
     if poll.stale_since is not None:
         banners.append(("stale", Text(
@@ -79,12 +82,15 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState) -> list[tuple[st
             "succeeds again (it retries by itself).")))
     if snap is not None and not snap.occupancy.external_probe_ok and snap.occupancy.total:
         why = snap.probe.problem or "use from outside the platform cannot be probed"
-        then = ("they are handed out anyway (TUNEPLANE_ALLOW_UNVERIFIED)" if poll.unverified_allowed else
-                "launches wait until the probe works again (queued ones then start by themselves)")
-        banners.append(("blind", Text(
-            f"PROBE-BLIND: {why}.\n"
-            "Cards may be in use by processes outside the platform that cannot be seen (the free "
-            f"count may be too high): free cards show as UNVERIFIED, and {then}.")))
+        if compact:
+            then = "handed out anyway" if poll.unverified_allowed else "launches wait for the probe"
+            explain = f"Free cards show as UNVERIFIED; {then}."
+        else:
+            then = ("they are handed out anyway (TUNEPLANE_ALLOW_UNVERIFIED)" if poll.unverified_allowed
+                    else "launches wait until the probe works again (queued ones then start by themselves)")
+            explain = ("Cards may be in use by processes outside the platform that cannot be seen (the "
+                       f"free count may be too high): free cards show as UNVERIFIED, and {then}.")
+        banners.append(("blind", Text(f"PROBE-BLIND: {why}.\n{explain}")))
     return banners
 
 
