@@ -294,7 +294,7 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
             await until(lambda: app.snapshot is not None, "a first poll")
             assert any("FREE" in t for t in tiles())
             await asyncio.to_thread(dockerd.stop)
-            await until(lambda: app._stale_since is not None, "the dashboard noticing dockerd is gone")
+            await until(lambda: app.stale_since is not None, "the dashboard noticing dockerd is gone")
             banner = app.query_one("#stale-banner")
             for _ in range(3):  # several failed polls, not one
                 await until(lambda: "cannot reach the Docker engine" in str(banner.render()), "the engine error")
@@ -302,7 +302,7 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
                 assert not any("FREE" in t for t in tiles()), "a card shown free while the engine is unknown"
                 await pilot.pause(0.3)
             await asyncio.to_thread(dockerd.start)
-            await until(lambda: app._stale_since is None, "the dashboard recovering by itself")
+            await until(lambda: app.stale_since is None, "the dashboard recovering by itself")
             assert not banner.has_class("-shown")
             assert "survivor" in {j.run_id for j in app.snapshot.jobs}  # read back from its labels
             assert any("FREE" in t for t in tiles())
