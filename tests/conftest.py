@@ -75,6 +75,18 @@ def scene(tmp_path):
 
 
 @pytest.fixture
+def node(tmp_path):
+    """A simulated 8-card node for the process runtime, as (scene, state_dir);
+    every job left in its state dir is killed afterwards."""
+    from load_tools import kill_process_jobs
+
+    scene = write_scene(tmp_path / "node.json", 8)
+    state_dir = tmp_path / "state"
+    yield scene, state_dir
+    kill_process_jobs(state_dir)
+
+
+@pytest.fixture
 def state_dir(tmp_path):
     d = tmp_path / "state"
     d.mkdir()

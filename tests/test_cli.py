@@ -6,21 +6,18 @@ temporary state dir, so every command goes through the real allocator and lock.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from load_tools import node_env
 from services import write_scene
 
 
 class Cli:
     def __init__(self, scene, state_dir):
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-        self.env.update(TUNEPLANE_PROBE=f"simulated:{scene}", TUNEPLANE_RUNTIME="process",
-                        TUNEPLANE_STATE_DIR=str(state_dir))
-        self.env.pop("DOCKER_HOST", None)
+        self.env = node_env(scene, state_dir)
 
     def __call__(self, *args, env=None):
         return subprocess.run([sys.executable, "-m", "tpnode_tui", *args], capture_output=True,

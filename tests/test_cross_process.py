@@ -7,12 +7,13 @@ state dir, or a lease on a real redis-server).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
 
 import pytest
+
+from load_tools import node_env
 
 PROCESSES = 12  # more than the 8 cards, so some must be refused
 
@@ -31,14 +32,6 @@ def launch_all(env: dict, sizes: list[int]) -> list[subprocess.CompletedProcess]
         out, err = p.communicate(timeout=120)
         results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
     return results
-
-
-def node_env(scene, state_dir, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.pop("DOCKER_HOST", None)
-    env.update(TUNEPLANE_PROBE=f"simulated:{scene}", TUNEPLANE_RUNTIME="process",
-               TUNEPLANE_STATE_DIR=str(state_dir), TUNEPLANE_LOCK_RETRY_MS="10", **extra)
-    return env
 
 
 def check_no_card_shared(env, results, sizes):
@@ -75,7 +68,7 @@ def test_concurrent_cli_launches_with_flock_never_share(scene, state_dir):
 
 @pytest.mark.redis
 def test_concurrent_cli_launches_with_redis_lease_never_share(scene, state_dir, redis_url):
-    env = node_env(scene, state_dir, TUNEPLANE_REDIS_URL=redis_url)
+    env = node_env(scene, state_dir, redis_url=redis_url)
     sizes = [1, 2] * (PROCESSES // 2)
     results = launch_all(env, sizes)
     stop_all(env, check_no_card_shared(env, results, sizes))

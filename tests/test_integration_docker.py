@@ -13,15 +13,15 @@ import time
 
 import pytest
 
+from load_tools import node_env
+
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture
 def cli(dockerd, scene, state_dir):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update(TUNEPLANE_PROBE=f"simulated:{scene}", TUNEPLANE_RUNTIME="docker",
-               TUNEPLANE_DOCKER_GPU_MODE="none", TUNEPLANE_STATE_DIR=str(state_dir),
-               TUNEPLANE_HOLD_IMAGE=dockerd.image, DOCKER_HOST=dockerd.host)
+    env = node_env(scene, state_dir, runtime="docker", docker_host=dockerd.host,
+                   TUNEPLANE_HOLD_IMAGE=dockerd.image)
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "tpnode_tui", *args], capture_output=True,

@@ -35,7 +35,6 @@ from load_tools import (
     check_refusal,
     cli,
     finish,
-    kill_process_jobs,
     live_jobs,
     node_env,
     one_line,
@@ -58,15 +57,6 @@ from tpnode_tui.runtimes.statefile import STATE_FILE
 
 LOCK_WORKER = Path(__file__).with_name("lock_worker.py")
 STUBS = Path(__file__).with_name("stubs")
-
-
-@pytest.fixture
-def node(tmp_path):
-    """A simulated 8-card node for the process runtime; its jobs are killed afterwards."""
-    scene = write_scene(tmp_path / "node.json", 8)
-    state_dir = tmp_path / "state"
-    yield scene, state_dir
-    kill_process_jobs(state_dir)
 
 
 def _holder(env: dict[str, str]) -> tuple[subprocess.Popen, int]:

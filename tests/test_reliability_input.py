@@ -27,7 +27,6 @@ from load_tools import (
     DOCKER_JOB,
     PYTHON,
     cli,
-    kill_process_jobs,
     node_env,
     one_line,
     spawn,
@@ -39,14 +38,6 @@ from tpnode_tui.runtimes.statefile import LOCK_FILE as STATE_LOCK_FILE
 from tpnode_tui.runtimes.statefile import STATE_FILE
 
 LONG = 10_000
-
-
-@pytest.fixture
-def node(tmp_path):
-    scene = write_scene(tmp_path / "node.json", 8)
-    state_dir = tmp_path / "state"
-    yield scene, state_dir
-    kill_process_jobs(state_dir)
 
 
 @pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
