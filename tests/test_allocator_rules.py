@@ -5,6 +5,7 @@ rule is shown with nothing else moving; the lock is the real flock lock.
 The same rules run against real runtimes in test_integration_*.py.
 """
 import asyncio
+import time
 from dataclasses import replace
 
 import pytest
@@ -418,6 +419,18 @@ async def test_reservation_is_a_job_of_kind_reservation_with_an_expiry(make):
     assert got.job.expires_at is not None and got.gpus == (0, 1)
     snap = await alloc.snapshot()
     assert [c.state for c in snap.cards[:3]] == ["reservation", "reservation", "free"]
+
+
+async def test_waiting_for_the_lock_does_not_shorten_a_reservation(make, settings):
+    alloc = make()
+    other = make_lock(settings)
+    async with other.hold():
+        pending = asyncio.create_task(alloc.reserve(1, 3600, owner="ana"))
+        await asyncio.sleep(0.5)  # the reservation waits for the lock meanwhile
+        picked_after = time.time()
+    got = await pending
+    assert got.job.expires_at >= picked_after + 3600
+    await other.close()
 
 
 @pytest.mark.parametrize("cards", [0, -1])

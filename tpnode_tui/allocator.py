@@ -259,11 +259,13 @@ class GpuAllocator:
             gpus = self._pick(run_id, count, await self.occupancy())
             return gpus, await run(gpus)
 
-    async def launch(self, spec: JobSpec) -> Launched:
+    async def launch(self, spec: JobSpec, *, hold_for_s: Optional[float] = None) -> Launched:
         """Place and start a job: pick and create under the lock, start after it.
 
         A run id that already holds cards gets its job back unchanged. A run id
         taken by an exited job is refused (its record would be overwritten).
+        ``hold_for_s`` sets the expiry from the moment the cards are picked, so
+        time spent waiting for the lock does not shorten a reservation.
         """
         check_run_id(spec.run_id)
         if spec.cards <= 0:
@@ -285,6 +287,8 @@ class GpuAllocator:
                     f"reclaimed; reclaim it (tpnode-tui reclaim {spec.run_id}) or choose another"
                 )
             gpus = self._pick(spec.run_id, spec.cards, occ)
+            if hold_for_s is not None:
+                spec = replace(spec, expires_at=time.time() + hold_for_s)
             created = await self.runtime.create(replace(spec, fence=hold.fence), gpus)
         await self._check_fence(created, hold.fence, hold.lost())
         job = await self.runtime.start(created.name)
@@ -353,7 +357,7 @@ class GpuAllocator:
             owner=owner or default_owner(),
             expires_at=time.time() + duration_s,
         )
-        return await self.launch(spec)
+        return await self.launch(spec, hold_for_s=duration_s)
 
     # -- ending jobs ----------------------------------------------------------
 
