@@ -49,6 +49,9 @@ class MemoryRuntime:
     def describe(self) -> str:
         return "memory"
 
+    def check(self, spec) -> None:
+        pass
+
     async def ps(self):
         return list(self.jobs.values())
 

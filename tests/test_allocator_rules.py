@@ -73,6 +73,36 @@ async def test_a_probe_that_sees_no_card_under_a_configured_count_frees_nothing(
     assert "not reported by the driver" in occ.unhealthy[0]
 
 
+async def test_a_card_the_driver_does_not_report_is_not_free_even_while_blind(make):
+    blind = ProbeReading("smi", idle_cards(6), count=6, external_probe_ok=False, problem="blind")
+    occ = await make(probe=StaticProbe(blind), local_gpu_count=8, allow_unverified=True).occupancy()
+    assert occ.free == [0, 1, 2, 3, 4, 5] and set(occ.unhealthy) == {6, 7}
+
+
+async def test_a_launch_stopped_before_it_started_is_not_reported_as_launched(make):
+    class StoppedMeanwhile(MemoryRuntime):
+        async def start(self, name):
+            # another shell's `tpnode-tui stop` in the create->start window: the
+            # job ends with no exit code of its own, as a killed gated supervisor does
+            self.jobs[name] = replace(self.jobs[name], status="exited", exit_code=None)
+            return self.jobs[name]
+
+    runtime = StoppedMeanwhile()
+    with pytest.raises(Conflict, match="stopped before it started"):
+        await make(runtime=runtime).launch(JobSpec("r", 1, ("x",)))
+
+
+async def test_a_request_the_runtime_can_never_run_is_refused_before_capacity_is_checked(make):
+    class Picky(MemoryRuntime):
+        def check(self, spec):
+            raise BadRequest("no such image")
+
+    runtime = Picky()
+    runtime.add(job("full", range(8)))
+    with pytest.raises(BadRequest, match="no such image"):  # not NoCapacity: waiting cannot help
+        await make(runtime=runtime).launch(JobSpec("r", 1, ("x",)))
+
+
 async def test_a_card_nothing_can_be_read_about_is_never_free_even_with_health_checks_off(make):
     probe = StaticProbe()
     probe.set_card(1, memory_used_mib=None, processes=None, health=("GPU is lost",))
@@ -92,7 +122,7 @@ async def test_two_jobs_on_one_card_are_shown_as_such_not_hidden(make):
 async def test_retrying_a_run_id_created_but_never_started_is_refused(make):
     runtime = MemoryRuntime()
     runtime.add(job("r", [0], status="created"))
-    with pytest.raises(Conflict, match="never started.*stop it"):
+    with pytest.raises(Conflict, match="created but not started.*stop and reclaim it"):
         await make(runtime=runtime).launch(JobSpec("r", 1, ("x",)))
 
 

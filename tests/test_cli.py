@@ -142,7 +142,7 @@ def test_stop_then_reclaim(cli):
     proc = cli("reclaim", "j1")
     assert proc.returncode == 1 and "still running; stop it first" in proc.stderr
     stopped = cli("stop", "j1")
-    assert stopped.returncode == 0 and "stopped j1 (cards 0)" in stopped.stdout
+    assert stopped.returncode == 0 and "stopped j1 (card 0)" in stopped.stdout
     job = cli.status()["jobs"][0]
     assert job["status"] == "exited" and cli.status()["free"] == list(range(8))
     reclaimed = cli("reclaim")
@@ -166,3 +166,11 @@ def test_same_run_id_twice_is_idempotent(cli):
     again = cli("launch", "--cards", "2", "--run-id", "same", "--", "sleep", "60")
     assert again.returncode == 0 and "already holds cards 0,1" in again.stdout
     assert len(cli.status()["jobs"]) == 1
+
+
+def test_a_command_that_does_not_exist_is_refused_even_on_a_full_node(cli):
+    assert cli("launch", "--cards", "8", "--", "sleep", "60").returncode == 0
+    missing = cli("launch", "--cards", "1", "--", "/nonexistent/train")
+    assert missing.returncode == 1 and "not found" in missing.stderr  # not 75: waiting cannot help
+    image = cli("launch", "--cards", "1", "--image", "pytorch/pytorch", "--", "python")
+    assert image.returncode == 2 and "TUNEPLANE_RUNTIME=docker" in image.stderr

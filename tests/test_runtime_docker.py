@@ -232,6 +232,21 @@ async def test_an_exited_job_keeps_its_exit_code_until_removed(dockerd, runtime)
 
 
 @pytest.mark.docker
+async def test_two_reclaims_removing_one_exited_job_at_once_both_succeed(dockerd, runtime):
+    for i in range(5):  # the engine's "removal already in progress" needs the two to overlap
+        await runtime.run(job(dockerd, f"done-{i}", "true"), [i])
+        await wait_for_status(runtime, f"tpn-done-{i}", "exited")
+        other = DockerRuntime(gpu_mode="none", hold_image=dockerd.image)
+        try:
+            await asyncio.gather(runtime.remove(f"tpn-done-{i}"), other.remove(f"tpn-done-{i}"))
+        except JobNotFound:
+            pass  # one looked it up after the other had removed it: also the same outcome
+        finally:
+            await other.close()
+    assert await runtime.ps() == []
+
+
+@pytest.mark.docker
 async def test_a_reservation_ends_by_itself(dockerd, runtime):
     expires = time.time() + 1.5
     spec = JobSpec("hold-1", 1, kind="reservation", owner="bob", expires_at=expires)

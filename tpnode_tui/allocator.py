@@ -270,15 +270,17 @@ class GpuAllocator:
         check_run_id(spec.run_id)
         if spec.cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
+        self.runtime.check(spec)
         async with self.lock.hold() as hold:
             occ, _reading, jobs = await self._read()
             mine = [j for j in jobs if (j.run_id or j.name) == spec.run_id]
             if live := [j for j in mine if j.live]:
                 if live[0].status == "created":
                     raise Conflict(
-                        f"{spec.run_id} was created but never started (its launcher may still "
-                        f"be starting it, or died); stop it (tpnode-tui stop {spec.run_id}) and "
-                        "launch again"
+                        f"{spec.run_id} is created but not started: another launch of it is "
+                        "starting it now, or its launcher died. If it stays created, stop and "
+                        f"reclaim it (tpnode-tui stop {spec.run_id}; tpnode-tui reclaim "
+                        f"{spec.run_id}) before launching it again"
                     )
                 return Launched(tuple(live[0].gpus), live[0], existing=True)
             if mine:
@@ -292,6 +294,10 @@ class GpuAllocator:
             created = await self.runtime.create(replace(spec, fence=hold.fence), gpus)
         await self._check_fence(created, hold.fence, hold.lost())
         job = await self.runtime.start(created.name)
+        if not job.live and job.exit_code is None:
+            # Ended with no exit code of its own: stopped (or killed) between
+            # create and start, not a command that ran and finished quickly.
+            raise Conflict(f"{spec.run_id} was stopped before it started; nothing ran")
         warning = None
         if not occ.external_probe_ok:
             warning = (
@@ -326,7 +332,7 @@ class GpuAllocator:
             earlier = [j for j in rivals if j.fence is None or j.fence < fence]
             if earlier or asyncio.get_running_loop().time() >= deadline:
                 await self._withdraw(created)
-                names = ", ".join(f"{j.run_id} (cards {','.join(map(str, j.gpus))})" for j in rivals)
+                names = ", ".join(f"{j.run_id} ({cards_words(j.gpus)})" for j in rivals)
                 why = "the allocation lock was lost" if lost else "another allocation placed a job there"
                 log.error("withdrew %s: %s meanwhile; %s", created.run_id, why, names)
                 raise NoCapacity(f"cards were taken meanwhile by {names} ({why}); try again")
@@ -417,8 +423,7 @@ def _note_missing_cards(job: JobState, total: int) -> JobState:
     missing = [i for i in job.gpus if i >= total]
     if total <= 0 or not missing:
         return job
-    cards = ("card " if len(missing) == 1 else "cards ") + ",".join(map(str, missing))
-    problem = (f"names {cards}, which this node does not have (its cards are "
+    problem = (f"names {cards_words(missing)}, which this node does not have (its cards are "
                f"0-{total - 1}); check the job's cards")
     return replace(job, problems=job.problems + (problem,))
 

@@ -21,7 +21,7 @@ from . import __version__
 from .allocator import GpuAllocator, Launched, default_owner, new_run_id
 from .config import FLAGS, ConfigError, Settings, load_settings, parse_duration
 from .model import BadRequest, JobSpec, NoCapacity, NodeSnapshot, TpnodeError
-from .render import card_summary, format_duration, format_mib, one_line
+from .render import card_summary, cards_words, format_duration, format_mib, one_line
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TEMPFAIL = 0, 1, 2, 75
 
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui = parser.add_argument_group("dashboard (no command)")
     ui.add_argument("--demo", action="store_true", help="a simulated 8-card node: no GPU, Docker or Redis needed")
     ui.add_argument("--readonly", action="store_true", help="show only: every action is refused")
-    ui.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between polls (at least 0.2)")
+    ui.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between polls (0.2 to 3600)")
     ui.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -187,6 +187,8 @@ def print_status(snap: NodeSnapshot, out=sys.stdout) -> None:
             age = format_duration(now - job.started_at) if job.started_at else "-"
             cards = ",".join(map(str, job.gpus)) or "-"
             print(f"{job.run_id:<28}{job.kind:<13}{status:<14}{cards:<10}{age:>8}  {one_line(job.owner)}", file=out)
+            for problem in job.problems:
+                print(f"{'':<28}! {one_line(problem)}", file=out)
 
 
 def _launched_json(result: Launched) -> str:
@@ -204,9 +206,9 @@ def _report_launch(result: Launched, as_json: bool, what: str) -> None:
     if as_json:
         print(_launched_json(result))
     elif result.existing:
-        print(f"{result.job.run_id} already holds cards {','.join(map(str, result.gpus))}; nothing new started")
+        print(f"{result.job.run_id} already holds {cards_words(result.gpus)}; nothing new started")
     else:
-        print(f"{what} {result.job.run_id} on cards {','.join(map(str, result.gpus))}")
+        print(f"{what} {result.job.run_id} on {cards_words(result.gpus)}")
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
 
@@ -251,7 +253,7 @@ async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
                 print("nothing to reclaim: no exited jobs")
         elif args.command == "stop":
             job = await allocator.stop(args.run_id)
-            print(f"stopped {job.run_id} (cards {','.join(map(str, job.gpus)) or '-'})")
+            print(f"stopped {job.run_id} ({cards_words(job.gpus)})")
         return EXIT_OK
     finally:
         await allocator.close()

@@ -62,19 +62,19 @@ def compute_occupancy(
             for c in reading.cards
             if c.health and 0 <= c.index < total and c.index not in by_job
         }
-    if reading.external_probe_ok:
-        # The probe says it saw everything, so a card it did not report, or
-        # one it could learn nothing about (a lost GPU while health checks are
-        # off), is one nobody can see; whatever else is switched off, it is
-        # never offered.
-        for idx in range(total):
-            if idx in by_job or idx in unhealthy:
-                continue
-            facts = reading.card(idx)
-            if facts is None:
-                unhealthy[idx] = f"not reported by the driver ({reading.source})"
-            elif facts.memory_used_mib is None and facts.processes is None:
-                unhealthy[idx] = "; ".join(facts.health) or "nothing about this card could be read"
+    # A card the driver did not report while it reported others (or reported
+    # none, though it saw everything), or one it could learn nothing about
+    # while it saw the rest (a lost GPU with health checks off), is a card
+    # nobody can see: whatever else is switched off, it is never offered.
+    for idx in range(total):
+        if idx in by_job or idx in unhealthy:
+            continue
+        facts = reading.card(idx)
+        if facts is None and (reading.cards or reading.external_probe_ok):
+            unhealthy[idx] = f"not reported by the driver ({reading.source})"
+        elif (facts is not None and reading.external_probe_ok
+              and facts.memory_used_mib is None and facts.processes is None):
+            unhealthy[idx] = "; ".join(facts.health) or "nothing about this card could be read"
 
     return GpuOccupancy(
         total=total,

@@ -25,6 +25,12 @@ class Runtime(Protocol):
         RuntimeUnavailable when the truth cannot be read (never an empty list)."""
         ...
 
+    def check(self, spec: JobSpec) -> None:
+        """Refuse a spec this runtime can never run (BadRequest or Conflict),
+        before any card is picked: a request that cannot run must not be told
+        "no capacity, try later" just because the node happens to be full."""
+        ...
+
     async def create(self, spec: JobSpec, gpus: list[int]) -> JobState:
         """Make the job visible to every other reader of ``ps()`` as holding
         ``gpus``. Called under the allocation lock; keep it short."""

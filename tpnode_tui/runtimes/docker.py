@@ -330,6 +330,10 @@ class DockerRuntime:
 
     # ---------------------------------------------------------------- create
 
+    def check(self, spec: JobSpec) -> None:
+        """Everything but the engine's own answers (whether the image is here)."""
+        self._config(spec, list(range(max(spec.cards, 1))))
+
     def _config(self, spec: JobSpec, gpus: list[int]) -> dict[str, Any]:
         """The engine's container config for ``spec`` on ``gpus``, or BadRequest."""
         check_run_id(spec.run_id)
@@ -488,6 +492,8 @@ class DockerRuntime:
             except DockerError as e:
                 if e.status == 404:
                     return
+                if e.status == 409 and "already in progress" in str(e.message):
+                    return  # another reclaim is removing it right now: the outcome is the same
                 if e.status == 409:
                     raise Conflict(
                         f"job {name!r} is still running; stop it before removing it"

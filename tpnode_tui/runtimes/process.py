@@ -114,7 +114,7 @@ def liveness(record: JobRecord, current_boot: str) -> tuple[str, tuple[str, ...]
     try:
         now = process_start(record.pid)
     except PermissionError:
-        return "running", (
+        return alive, (
             f"cannot look at pid {record.pid} in /proc (permission denied), "
             "so it is counted as running",
         )
@@ -219,6 +219,9 @@ class ProcessRuntime:
         job without a record; if recording fails, the job is killed.
         """
         return await asyncio.to_thread(self._create, spec, list(gpus))
+
+    def check(self, spec: JobSpec) -> None:
+        _check_argv(self._argv(spec), os.environ.get("PATH"))
 
     def _argv(self, spec: JobSpec) -> tuple[str, ...]:
         if spec.kind not in JOB_KINDS:
@@ -386,9 +389,13 @@ class ProcessRuntime:
         if state.status not in ("running", "created"):
             return
         if state.problems:
+            where = (
+                "Stop it from the container or host (PID namespace) that launched it"
+                if any("PID namespace" in p for p in state.problems)
+                else "Stop it as the user who started it, or as root"
+            )
             raise RuntimeUnavailable(
-                f"job {name!r} was not signalled: {'; '.join(state.problems)}. "
-                "Stop it as the user who started it, or as root"
+                f"job {name!r} was not signalled: {'; '.join(state.problems)}. {where}"
             )
         pid = state.pid
         assert pid is not None  # every record names its supervisor

@@ -30,6 +30,7 @@ from textual.widgets import DataTable, Footer, Static
 from ..allocator import GpuAllocator, Launched, default_owner, new_run_id
 from ..model import (
     BadRequest,
+    Conflict,
     CardView,
     JobNotFound,
     JobSpec,
@@ -683,7 +684,7 @@ class NodeDashboard(App[int]):
                 removed += [j.run_id for j in await self.allocator.reclaim(run_id)]
             except JobNotFound:
                 pass  # reclaimed elsewhere meanwhile: the outcome is the same
-            except BadRequest as e:
+            except Conflict as e:  # live again since the list was shown
                 kept.append(str(e))
             except Exception as e:
                 self._failed(f"Could not reclaim {run_id}", e)
