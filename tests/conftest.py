@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services import Dockerd, RedisServer, free_port, unavailable, write_scene
+from services import Dockerd, redis_or_unavailable, unavailable, write_scene
 
 
 def pytest_addoption(parser):
@@ -17,11 +17,7 @@ def pytest_addoption(parser):
 def redis_server():
     """A redis-server of the tests' own on a free loopback port."""
     workdir = Path(tempfile.mkdtemp(prefix="tpn-redis-"))
-    server = RedisServer(port=free_port(), workdir=workdir)
-    try:
-        server.start()
-    except (OSError, TimeoutError) as e:
-        unavailable(f"cannot start redis-server: {e}")
+    server = redis_or_unavailable(workdir)
     yield server
     server.stop()
     shutil.rmtree(workdir, ignore_errors=True)

@@ -34,6 +34,16 @@ def unavailable(why: str) -> None:
     pytest.skip(why)
 
 
+def redis_or_unavailable(workdir: Path, password: str | None = None) -> "RedisServer":
+    """A started redis-server of the tests' own; fails under CI, skips elsewhere, if it cannot start."""
+    server = RedisServer(port=free_port(), workdir=workdir, password=password)
+    try:
+        server.start()
+    except (OSError, TimeoutError) as e:
+        unavailable(f"cannot start redis-server: {e}")
+    return server
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

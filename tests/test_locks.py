@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import redis as redis_sync
 
-from services import RedisServer, free_port, unavailable
+from services import redis_or_unavailable
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import (
     FENCE_FILE,
@@ -315,11 +315,7 @@ async def test_fences_keep_rising_when_redis_forgets_its_counter(state_dir, redi
 async def test_password_protected_redis(state_dir, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     password, wrong = "s3cret-Pass-41", "wr0ng-Pass-97"
-    server = RedisServer(port=free_port(), workdir=tmp_path, password=password)
-    try:
-        server.start()
-    except (OSError, TimeoutError) as e:
-        unavailable(f"cannot start redis-server: {e}")
+    server = redis_or_unavailable(tmp_path, password)
     locks = []
     try:
         good = _lock(state_dir, server.url)

@@ -32,7 +32,7 @@ from load_tools import (
     spawn,
     status,
 )
-from services import RedisServer, free_port, unavailable, write_scene
+from services import free_port, redis_or_unavailable, write_scene
 from tpnode_tui.locks import FENCE_FILE, LOCK_FILE
 from tpnode_tui.runtimes.statefile import LOCK_FILE as STATE_LOCK_FILE
 from tpnode_tui.runtimes.statefile import STATE_FILE
@@ -234,11 +234,7 @@ def test_the_state_and_lock_files_are_private(node):
 @pytest.mark.redis
 def test_a_redis_password_is_used_and_never_shown(node, tmp_path):
     password, wrong = "pw-Secret-731", "pw-Wrong-194"
-    server = RedisServer(port=free_port(), workdir=tmp_path, password=password)
-    try:
-        server.start()
-    except (OSError, TimeoutError) as e:
-        unavailable(f"cannot start redis-server: {e}")
+    server = redis_or_unavailable(tmp_path, password)
     seen: list[str] = []
     try:
         env = node_env(*node, redis_url=server.url)
