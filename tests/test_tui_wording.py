@@ -6,7 +6,7 @@ import io
 from rich.console import Console
 
 from tpnode_tui.model import CardFacts, CardView, HolderInfo, JobState, ProcessFacts
-from tpnode_tui.render import card_summary, one_line, show_command, unseen_use
+from tpnode_tui.render import card_summary, show_command, unseen_use
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.screens import help_text
 from tpnode_tui.tui.tiles import grid_columns, render_tile
@@ -79,11 +79,6 @@ def test_commands_are_shown_on_one_line_and_readable():
 
 def test_grid_columns_follow_the_terminal_width():
     assert [grid_columns(w) for w in (200, 120, 80, 60, 40)] == [4, 4, 2, 2, 1]
-
-
-def test_free_text_never_breaks_a_line():
-    assert one_line("ana\nroot") == "ana\\nroot"
-    assert one_line("ünïcode ok") == "ünïcode ok"
 
 
 def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import sys
 import time
 from dataclasses import asdict
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TextIO
 
 from . import __version__
 from .allocator import GpuAllocator, Launched, default_owner, new_run_id
 from .config import FLAGS, ConfigError, Settings, load_settings, parse_duration
 from .model import BadRequest, JobSpec, NoCapacity, NodeSnapshot, TpnodeError
-from .render import card_summary, cards_words, format_duration, format_mib, one_line
+from .printable import PrintableStream, printable, printable_view
+from .render import card_summary, cards_words, format_duration, format_mib
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TEMPFAIL = 0, 1, 2, 75
 
@@ -158,7 +160,9 @@ def snapshot_json(snap: NodeSnapshot) -> dict:
     }
 
 
-def print_status(snap: NodeSnapshot, out=sys.stdout) -> None:
+def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    snap = printable_view(snap)  # every field on its one line of the table
     occ = snap.occupancy
     model = snap.probe.model_name or "unknown cards"
     print(f"{snap.host} · {model} · probe {snap.probe.source} · {snap.runtime} · lock {snap.lock}", file=out)
@@ -186,9 +190,9 @@ def print_status(snap: NodeSnapshot, out=sys.stdout) -> None:
             status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
             age = format_duration(now - job.started_at) if job.started_at else "-"
             cards = ",".join(map(str, job.gpus)) or "-"
-            print(f"{job.run_id:<28}{job.kind:<13}{status:<14}{cards:<10}{age:>8}  {one_line(job.owner)}", file=out)
+            print(f"{job.run_id:<28}{job.kind:<13}{status:<14}{cards:<10}{age:>8}  {job.owner}", file=out)
             for problem in job.problems:
-                print(f"{'':<28}! {one_line(problem)}", file=out)
+                print(f"{'':<28}! {problem}", file=out)
 
 
 def _launched_json(result: Launched) -> str:
@@ -260,11 +264,20 @@ async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"tpnode-tui: {message}", file=sys.stderr)
+    print(f"tpnode-tui: {printable(message)}", file=sys.stderr)
     return code
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    # Everything the commands print, errors and log lines included, reaches
+    # the terminal escaped: much of it was written by other users (process
+    # names, labels, owners) or by Docker, Redis and the driver.
+    with contextlib.redirect_stdout(PrintableStream(sys.stdout)), \
+            contextlib.redirect_stderr(PrintableStream(sys.stderr)):
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -9,12 +9,6 @@ from .model import CardView, HolderInfo
 NA = "N/A"
 
 
-def one_line(text: str) -> str:
-    """Free text (an owner, a label) on one line: control characters are shown
-    as escapes, so a newline in an owner cannot break a table row."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
 def show_command(argv: tuple[str, ...]) -> str:
     """An argv on one line, quoted for reading rather than pasting: a script given
     with -c keeps its newlines visible as \\n instead of breaking the line."""
@@ -86,7 +80,7 @@ def unseen_use(memory_used_mib: Optional[int] = None, long: bool = False) -> str
 def card_summary(card: CardView) -> str:
     """Who or what holds the card, or why it is not free, in a few words."""
     if card.state in ("job", "reservation"):
-        owner = f" ({one_line(card.job.owner)})" if card.job and card.job.owner else ""
+        owner = f" ({card.job.owner})" if card.job and card.job.owner else ""
         warn = " ! unhealthy" if card.warning else ""
         return f"{card.run_id}{owner}{warn}"
     if card.state == "unhealthy":

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Optional
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
+from textual.notifications import SeverityLevel
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.timer import Timer
@@ -39,7 +40,8 @@ from ..model import (
     NodeSnapshot,
     TpnodeError,
 )
-from ..render import cards_words, one_line
+from ..printable import printable, printable_lines, printable_view
+from ..render import cards_words
 from .detail import DetailPane, describe_card
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
 from .jobs import JOB_PREFIX, QUEUED_PREFIX, JobsTable
@@ -206,7 +208,9 @@ class NodeDashboard(App[int]):
             self.polls += 1
             self.redraw()
             return False
-        self.snapshot = snap
+        # The one place readings cross to the screen: every string in them
+        # (process names, labels, owners, driver text) is escaped from here on.
+        self.snapshot = printable_view(snap)
         self._stale_since = None
         self._stale_error = ""
         self.polls += 1
@@ -259,7 +263,7 @@ class NodeDashboard(App[int]):
         an allocation of this dashboard holds the lock, the holder is itself."""
         lock = self.allocator.lock
         if lock.waiting:
-            return lock.waiting
+            return printable(lock.waiting)
         if self.snapshot is None or lock.locked():
             return None
         return self.snapshot.lock_state
@@ -443,6 +447,14 @@ class NodeDashboard(App[int]):
             if self.check_action(action, ()):
                 yield SystemCommand(title, help_, getattr(self, f"action_{action}"))
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: Optional[float] = None, markup: bool = True) -> None:
+        """Every notification as plain text, escaped: most messages quote an
+        engine's, a driver's or another user's words, and in markup a stray
+        "[/]" would fail to render and "[@click=...]" would be a button."""
+        super().notify(printable_lines(message), title=printable(title), severity=severity,
+                       timeout=timeout, markup=False)
+
     def _refused(self, what: str) -> bool:
         """The read-only guard inside each action, for calls that bypass the keys."""
         if self.readonly:
@@ -618,7 +630,7 @@ class NodeDashboard(App[int]):
             where = "Highlighted in the jobs table"
         else:
             where = f"On the selected card {self.query_one(CardGrid).selected}"
-        body = (f"{where}: {job.run_id} ({job.kind}, owner {one_line(job.owner) or 'not recorded'}, "
+        body = (f"{where}: {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, "
                 f"{cards_words(job.gpus)}).\n\n"
                 "Stop it? Its processes are ended; its cards are free once they have exited.")
         self.push_screen(ConfirmScreen(f"Stop {job.run_id}?", body, yes="Stop it"),

@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..model import CardView, JobState
-from ..render import NA, describe_holder, format_duration, format_mib, one_line, show_command, unseen_use
+from ..render import NA, describe_holder, format_duration, format_mib, show_command, unseen_use
 from .tiles import BADGES, STALE_BADGE, readings
 
 STATE_MEANING = {
@@ -47,7 +47,7 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     """A job in three or four lines: who and where, what it runs, since and until when."""
     status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
     facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
-    facts.append(f"owner {one_line(job.owner) or 'not recorded'}")
+    facts.append(f"owner {job.owner or 'not recorded'}")
     facts.append(f"cards {','.join(map(str, job.gpus)) or '-'}")
     rows = [("run id", " · ".join(facts)), ("runs", workload(job))]
     times = []

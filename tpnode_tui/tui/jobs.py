@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ..model import JobState
-from ..render import format_duration, one_line
+from ..render import format_duration
 from .detail import workload
 from .queue import Queued
 
@@ -37,6 +37,12 @@ def _status(job: JobState) -> Text:
     return Text(f"{job.status}{code}", style="#ffb300")
 
 
+def _as_text(cells: tuple) -> tuple:
+    """Every cell as Text: the table reads a plain string as markup, and these
+    quote other people's words (an owner of "[/]" would fail to render)."""
+    return tuple(Text(cell) if isinstance(cell, str) else cell for cell in cells)
+
+
 def job_row(job: JobState, now: float) -> tuple:
     left = "-"
     if job.kind == "reservation" and job.expires_at:
@@ -48,7 +54,7 @@ def job_row(job: JobState, now: float) -> tuple:
         _status(job),
         ",".join(map(str, job.gpus)) or "-",
         format_duration(now - job.started_at) if job.started_at else "-",
-        one_line(job.owner) or "-",
+        job.owner or "-",
         left,
         workload(job),
     )
@@ -62,7 +68,7 @@ def queued_row(item: Queued, position: int, now: float) -> tuple:
         Text(f"queued #{position}", style="#4fc3f7"),
         f"{spec.cards} wanted",
         format_duration(now - item.queued_at),
-        one_line(spec.owner) or "-",
+        spec.owner or "-",
         "-",
         workload(JobState(name=spec.run_id, run_id=spec.run_id, gpus=(), status="queued",
                           kind=spec.kind, image=spec.image, command=spec.command)),
@@ -111,7 +117,7 @@ class JobsTable(DataTable):
         for position, item in enumerate(queued, start=1):
             rows[QUEUED_PREFIX + item.spec.run_id] = queued_row(item, position, now)
         room = self._runs_room(rows.values())
-        rows = {key: cells[:-1] + (_fit(cells[-1], room),) for key, cells in rows.items()}
+        rows = {key: _as_text(cells[:-1] + (_fit(cells[-1], room),)) for key, cells in rows.items()}
         keys = list(rows)
         if keys == self._keys and room == self._room:
             for key, cells in rows.items():

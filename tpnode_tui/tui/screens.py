@@ -23,6 +23,7 @@ from textual.widgets import Button, Footer, Input, Label, Static
 
 from ..config import parse_duration
 from ..model import BadRequest, JobSpec, check_run_id
+from ..printable import printable, printable_lines
 from ..render import show_command
 from .tiles import BADGES
 
@@ -62,7 +63,7 @@ class FormScreen(ModalScreen):
 
     def refuse(self, field_id: str, message: str) -> None:
         """Say what is wrong under the field; the first refused field gets the cursor."""
-        self.query_one(f"#{field_id}-error", Static).update(message)
+        self.query_one(f"#{field_id}-error", Static).update(Text(printable(message)))
         field = self.query_one(f"#{field_id}", Input)
         if not self.query(".-invalid-field"):
             field.focus()
@@ -229,8 +230,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.title_text, classes="dialog-title")
-            yield Static(self.body, classes="dialog-body")
+            yield Static(printable(self.title_text), classes="dialog-title", markup=False)
+            yield Static(printable_lines(self.body), classes="dialog-body", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Cancel (n)", id="no")
                 yield Button(f"{self.yes} (y)", id="yes", variant="warning")
