@@ -461,6 +461,30 @@ async def test_a_short_terminal_keeps_the_jobs_table_on_screen_while_blind(node)
         assert jobs.region.y + 2 <= app.size.height - 1, f"jobs table pushed under the footer: {jobs.region}"
 
 
+def on_screen(app: NodeDashboard, selector: str) -> bool:
+    """Whether a widget takes at least one row above the footer."""
+    region = app.query_one(selector).region
+    return region.height > 0 and region.y < app.size.height - 1
+
+
+async def test_the_layout_follows_each_resize_at_once_both_ways(node):
+    app = node.app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        await polled(pilot, app)
+        assert on_screen(app, "#summary") and on_screen(app, "#jobs")
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert not on_screen(app, "#summary"), "an 80x24 screen keeps the summary"
+        assert on_screen(app, "#jobs"), "an 80x24 screen pushes the jobs table off"
+        jobs = app.query_one("#jobs").region
+        assert jobs.y + 2 <= app.size.height - 1, f"jobs table under the footer: {jobs}"
+        assert "runtime process" not in str(app.query_one("#header").render()), "the header stays long"
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert on_screen(app, "#summary"), "back at 120x40 the summary stays hidden"
+        assert "runtime process" in str(app.query_one("#header").render())
+
+
 async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node):
     await node.launch("running-job", 1)
     app = node.app()

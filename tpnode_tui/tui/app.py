@@ -23,6 +23,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
 from textual.notifications import SeverityLevel
 from textual.binding import Binding
+from textual.events import Resize
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
@@ -146,6 +147,8 @@ class NodeDashboard(App[int]):
         #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
         self._bindings_shown: Optional[tuple[Optional[bool], ...]] = None
         self._detail_shown: object = None
+        #: the terminal's height as the last resize gave it (``self.size`` lags behind it)
+        self._rows: Optional[int] = None
 
     # -- layout -----------------------------------------------------------------
 
@@ -290,12 +293,14 @@ class NodeDashboard(App[int]):
             update(self.query_one("#header", Static), text)
 
     def _short(self) -> bool:
-        return self.size.height < SHORT_ROWS
+        return (self._rows if self._rows is not None else self.size.height) < SHORT_ROWS
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: Resize) -> None:
         """A short terminal (80x24) drops the summary and the header's second
         line, shortens the blind banner, and shrinks the detail pane, so the jobs
-        table stays on screen."""
+        table stays on screen. The event's size, not ``self.size``: this handler
+        runs before Textual's own, which is the one that updates ``self.size``."""
+        self._rows = event.size.height
         self.screen_stack[0].set_class(self._short(), "-short")
         self.redraw()
 
