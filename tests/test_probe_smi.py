@@ -76,7 +76,7 @@ async def test_memory_not_available_makes_the_cards_unverified(smi):
     smi(NA="memory.used")
     reading = await SmiProbe().read()
     assert reading.count == 2 and not reading.external_probe_ok
-    assert "memory use could not be read on cards 0, 1" in reading.problem
+    assert "memory use could not be read on cards 0,1" in reading.problem
 
 
 async def test_health_signals(smi):

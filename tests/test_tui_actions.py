@@ -485,6 +485,48 @@ async def test_the_layout_follows_each_resize_at_once_both_ways(node):
         assert "runtime process" in str(app.query_one("#header").render())
 
 
+async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_table(tmp_path):
+    n = Node(tmp_path, 256)
+    busy = {"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 30000}
+    sick = {"name": "NVIDIA H200", "memory_total_mib": 143771, "health": {"row_remap_pending": True}}
+    idle = {"name": "NVIDIA H200", "memory_total_mib": 143771}
+    cards = [busy if 4 <= i <= 6 or i == 8 or 13 <= i <= 244 else sick if 245 <= i <= 254 else idle
+             for i in range(256)]
+    write_scene(n.scene, cards)
+    app = n.app()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await polled(pilot, app)
+            await pilot.pause()
+            summary = app.query_one("#summary")
+            text = str(summary.render())
+            assert "236 held by processes outside the platform (cards 4-6,8,13-244)" in text, text
+            assert "10 unhealthy (cards 245-254: row remapping pending (needs a GPU reset))" in text, text
+            assert summary.region.height <= 2, f"the summary takes {summary.region.height} rows"
+            jobs = app.query_one("#jobs").region
+            assert jobs.height >= 4 and jobs.bottom <= app.size.height - 1, f"jobs table off screen: {jobs}"
+
+            await pilot.press("l")
+            context = str(app.screen.query_one(".dialog-context").render())
+            assert "10 of 256 cards free now (cards 0-3,7,9-12,255)." in context, context
+            await fill(pilot, app.screen, "cards", "4")
+            await fill(pilot, app.screen, "run-id", "four-cards")
+            await pilot.press("enter")
+            await until(pilot, lambda: app.heard("four-cards got cards 0-3"), "the launch")
+            await until(pilot, lambda: "job:four-cards" in app.query_one("#jobs").row_keys, "its row")
+            table = app.query_one("#jobs")
+            row = table.get_row("job:four-cards")
+            assert "0-3" in [str(cell) for cell in row], row
+            assert "cards 0-3" in str(app.query_one("#detail-text").render())
+            await pilot.press("s")
+            assert "4 cards" not in str(app.screen.query_one(".dialog-body").render())
+            assert "cards 0-3" in str(app.screen.query_one(".dialog-body").render())
+            await pilot.press("n")
+    finally:
+        await stop_demo_jobs(n.allocator)
+        await n.allocator.close()
+
+
 async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node):
     await node.launch("running-job", 1)
     app = node.app()

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import io
 
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
-from tpnode_tui.model import CardFacts, CardView, HolderInfo, JobState, ProcessFacts
-from tpnode_tui.render import card_summary, show_command, unseen_use
+from tpnode_tui.model import CardFacts, CardView, GpuOccupancy, HolderInfo, JobState, ProcessFacts
+from tpnode_tui.probes.health import unseen_problem
+from tpnode_tui.render import card_ranges, card_summary, cards_words, show_command, unseen_use
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.screens import help_text
 from tpnode_tui.tui.tiles import grid_columns, render_tile
@@ -88,3 +91,47 @@ def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():
     assert "Launches wait until the probe works again (one queued with l then starts by itself)" in text
     assert "TUNEPLANE_ALLOW_UNVERIFIED=true" in text
     assert "Launches still queued here are dropped: it asks first" in text
+
+
+# -- lists of cards ------------------------------------------------------------------
+
+
+def test_card_lists_are_summarised_as_ranges():
+    assert card_ranges([]) == ""
+    assert card_ranges([4]) == "4"
+    assert card_ranges([0, 1]) == "0,1", "two neighbours are no shorter as a range"
+    assert card_ranges(range(255)) == "0-254"
+    assert card_ranges([0, 1, 2, 3, 7, 9, 10, 11, 12]) == "0-3,7,9-12"
+    assert card_ranges([12, 3, 1, 2, 2]) == "1-3,12", "in order, each card once"
+    assert cards_words([5]) == "card 5"
+    assert cards_words(range(255)) == "cards 0-254"
+    assert cards_words(()) == "no cards" and cards_words(3) == "3 cards"
+
+
+def expand(ranges: str) -> list[int]:
+    cards: list[int] = []
+    for part in filter(None, ranges.split(",")):
+        first, _, last = part.partition("-")
+        cards += range(int(first), int(last or first) + 1)
+    return cards
+
+
+@given(st.sets(st.integers(min_value=0, max_value=300)))
+def test_a_card_range_names_exactly_the_cards_it_was_given(cards):
+    shown = card_ranges(cards)
+    assert expand(shown) == sorted(cards)
+    assert len(shown) <= len(",".join(map(str, sorted(cards)))), "never longer than the plain list"
+
+
+def test_the_summary_of_a_large_node_names_its_cards_as_ranges():
+    occ = GpuOccupancy(total=256, by_job={255: "a"}, external=frozenset(range(245)),
+                       unhealthy={i: "row remapping pending" for i in range(245, 254)} | {254: "GPU lost"})
+    text = occ.explain()
+    assert "245 held by processes outside the platform (cards 0-244)" in text, text
+    assert "10 unhealthy (cards 245-253: row remapping pending; card 254: GPU lost)" in text, text
+    assert len(text) < 200, text
+
+
+def test_cards_whose_use_cannot_be_read_are_named_as_ranges():
+    assert "cards 0-199, so" in unseen_problem(list(range(200)))
+    assert "card 3, so" in unseen_problem([3])

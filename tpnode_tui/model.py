@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .render import card_ranges, cards_words
+
 #: Job statuses that hold cards. A job that exited is still listed until it is
 #: reclaimed, but it gave its GPU memory back when it ended.
 LIVE_STATUSES = frozenset({"running", "created", "paused", "restarting"})
@@ -107,12 +109,17 @@ class GpuOccupancy:
         if self.by_job:
             parts.append(f"{len(self.by_job)} held by platform jobs")
         if self.external:
-            cards = ",".join(str(i) for i in sorted(self.external))
             parts.append(
-                f"{len(self.external)} held by processes outside the platform (cards {cards})"
+                f"{len(self.external)} held by processes outside the platform "
+                f"(cards {card_ranges(self.external)})"
             )
         if self.unhealthy:
-            bad = "; ".join(f"card {i}: {r}" for i, r in sorted(self.unhealthy.items()))
+            # One entry per reason, not per card: a node whose driver lost every
+            # card would otherwise repeat the same words for each of them.
+            by_reason: dict[str, list[int]] = {}
+            for i, reason in sorted(self.unhealthy.items()):
+                by_reason.setdefault(reason, []).append(i)
+            bad = "; ".join(f"{cards_words(cards)}: {r}" for r, cards in by_reason.items())
             parts.append(f"{len(self.unhealthy)} unhealthy ({bad})")
         if not self.external_probe_ok:
             parts.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..model import CardFacts, ProbeReading
+from ..render import cards_words
 
 #: Pages waiting to be retired only take effect after a reset; until then the
 #: bad memory is still in use.
@@ -51,9 +52,8 @@ def unseen_cards(cards: Iterable[CardFacts]) -> list[int]:
 
 
 def unseen_problem(unseen: list[int]) -> str:
-    cards = ", ".join(str(i) for i in unseen)
     return (
-        f"memory use could not be read on card{'s' if len(unseen) > 1 else ''} {cards}, "
+        f"memory use could not be read on {cards_words(unseen)}, "
         "so use from outside the platform cannot be seen there"
     )
 

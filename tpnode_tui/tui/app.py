@@ -518,7 +518,7 @@ class NodeDashboard(App[int]):
             return "Free cards are unknown: the last poll failed. The allocator reads the node afresh."
         occ = self.snapshot.occupancy
         free = occ.free
-        cards = f" (cards {','.join(map(str, free))})" if free else ""
+        cards = f" ({cards_words(free)})" if free else ""
         line = f"{len(free)} of {occ.total} cards free now{cards}"
         if occ.external_probe_ok:
             return line + "."

@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..model import CardView, JobState
-from ..render import NA, describe_holder, format_duration, format_mib, show_command, unseen_use
+from ..render import NA, card_ranges, describe_holder, format_duration, format_mib, show_command, unseen_use
 from .tiles import BADGES, STALE_BADGE, readings
 
 STATE_MEANING = {
@@ -48,7 +48,7 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
     facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
     facts.append(f"owner {job.owner or 'not recorded'}")
-    facts.append(f"cards {','.join(map(str, job.gpus)) or '-'}")
+    facts.append(f"cards {card_ranges(job.gpus) or '-'}")
     rows = [("run id", " · ".join(facts)), ("runs", workload(job))]
     times = []
     if job.started_at:

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ..model import JobState
-from ..render import format_duration
+from ..render import card_ranges, format_duration
 from .detail import workload
 from .queue import Queued
 
@@ -52,7 +52,7 @@ def job_row(job: JobState, now: float) -> tuple:
         Text(job.run_id or job.name, style="bold"),
         job.kind,
         _status(job),
-        ",".join(map(str, job.gpus)) or "-",
+        card_ranges(job.gpus) or "-",
         format_duration(now - job.started_at) if job.started_at else "-",
         job.owner or "-",
         left,
