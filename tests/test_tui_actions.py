@@ -559,6 +559,31 @@ async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node
         assert "FREE" in tile_text(app, 1) and "running-job" in tile_text(app, 0)
 
 
+async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(node):
+    await node.launch("running-job", 1)
+    state_file = node.state / "jobs.json"
+    good = state_file.read_bytes()
+    state_file.write_text("{ this is not json")
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.query_one("#stale-banner")
+        await until(pilot, lambda: banner.has_class("-shown"), "the banner")
+        text = str(banner.render())
+        assert "jobs.json" in text and "nothing has been read yet" in text.lower(), text
+        assert "last good reading" not in text, text
+        header = str(app.query_one("#header").render())
+        assert "last good reading" not in header and "reading the node" not in header, header
+        assert "nothing read yet" in header.lower(), header
+        assert not app.query("CardTile"), "a card shown with nothing read"
+        assert not on_screen(app, "#detail") and not on_screen(app, "#summary")
+        assert app.snapshot is None and app.check_action("stop", ()) is False
+
+        state_file.write_bytes(good)
+        await until(pilot, lambda: not banner.has_class("-shown"), "recovery")
+        await pilot.pause()
+        assert "running-job" in tile_text(app, 0) and "FREE" in tile_text(app, 1)
+
+
 async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path):
     problem = "NVML: library not found; nvidia-smi: not found on PATH"
     n = Node(tmp_path, 0)

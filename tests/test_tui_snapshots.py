@@ -14,6 +14,7 @@ import json
 import time
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import Optional
 
 import pytest
 
@@ -77,7 +78,7 @@ def frozen_snapshot(reading: ProbeReading, jobs=JOBS) -> NodeSnapshot:
 class FrozenNode:
     """Hands the app a fixed snapshot; after ``fail_after`` polls it raises, as a lost runtime does."""
 
-    def __init__(self, snap: NodeSnapshot, fail_after: int = 0) -> None:
+    def __init__(self, snap: NodeSnapshot, fail_after: Optional[int] = None) -> None:
         self.snap = snap
         self.fail_after = fail_after
         self.calls = 0
@@ -87,7 +88,7 @@ class FrozenNode:
 
     async def snapshot(self) -> NodeSnapshot:
         self.calls += 1
-        if self.fail_after and self.calls > self.fail_after:
+        if self.fail_after is not None and self.calls > self.fail_after:
             raise RuntimeUnavailable("cannot read the state file /var/lib/tpnode-tui/jobs.json: "
                                      "it is not valid JSON; fix or move it")
         return self.snap
@@ -104,7 +105,7 @@ def fixed_world(monkeypatch):
     time.tzset()
 
 
-def dashboard(snap: NodeSnapshot, *, demo: bool = True, fail_after: int = 0) -> NodeDashboard:
+def dashboard(snap: NodeSnapshot, *, demo: bool = True, fail_after: Optional[int] = None) -> NodeDashboard:
     return NodeDashboard(
         FrozenNode(snap, fail_after),
         # a demo with nothing to open: only the demo keys show
@@ -155,6 +156,10 @@ class TestCannotSee:
     def test_stale_after_a_failed_poll(self, snap_compare, tmp_path):
         app = dashboard(frozen_snapshot(read_scene(tmp_path)), fail_after=1)
         assert snap_compare(app, terminal_size=SIZE, run_before=polls(2))
+
+    def test_nothing_read_yet(self, snap_compare, tmp_path):
+        app = dashboard(frozen_snapshot(read_scene(tmp_path)), fail_after=0)
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 
     def test_no_driver(self, snap_compare, tmp_path):
         reading = read_scene(tmp_path, fail="NVML: library not found; nvidia-smi: not found on PATH")

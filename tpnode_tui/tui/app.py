@@ -285,7 +285,9 @@ class NodeDashboard(App[int]):
     # -- drawing ----------------------------------------------------------------
 
     def _on_main_screen(self) -> bool:
-        return self.screen is self.screen_stack[0]
+        """Whether the main screen shows; never while the app shuts down, when the
+        once-a-second tick or a finishing poll may still come after its widgets are gone."""
+        return self.is_running and bool(self.screen_stack) and self.screen is self.screen_stack[0]
 
     def _redraw_header(self) -> None:
         if self._on_main_screen():
@@ -317,15 +319,17 @@ class NodeDashboard(App[int]):
             banner.set_class(name in shown, "-shown")
             if name in shown:
                 update(banner, shown[name])
+        # Until a poll succeeds there is nothing to summarise and no card to detail.
+        empty = snap is not None and snap.occupancy.total == 0
+        self.query_one("#summary", Static).set_class(snap is None, "-hidden")
+        self.query_one(DetailPane).set_class(snap is None or empty, "-hidden")
         if snap is None:
             return
         update(self.query_one("#summary", Static), summary_text(snap, poll))
         grid = self.query_one(CardGrid)
         no_cards = self.query_one("#no-cards", Static)
-        empty = snap.occupancy.total == 0
         no_cards.set_class(empty, "-shown")
         grid.set_class(empty, "-hidden")
-        self.query_one(DetailPane).set_class(empty, "-hidden")
         stale = self._stale_since is not None
         if empty:
             update(no_cards, no_cards_text(snap))
@@ -512,6 +516,8 @@ class NodeDashboard(App[int]):
 
     def _capacity_line(self) -> str:
         """What the form's user needs to know before asking: how much is free now."""
+        if self.snapshot is None and self._stale_since is not None:
+            return f"The node could not be read yet ({self._stale_error}). The allocator reads it afresh."
         if self.snapshot is None:
             return "The node has not been read yet."
         if self._stale_since is not None:

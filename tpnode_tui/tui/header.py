@@ -37,6 +37,10 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
     drops the runtime and lock line on a short terminal, never the lock waiting."""
     out = Text()
     out.append(" tpnode-tui ", style="bold white on #1e63c4")
+    if snap is None and poll.stale_since is not None:
+        out.append(" NOTHING READ YET ", style="bold white on #c62828")
+        out.append(f" polls failing since {clock_time(poll.stale_since)}", style="grey62")
+        return out
     if snap is None:
         out.append("  reading the node…", style="grey62")
         return out
@@ -75,7 +79,11 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState,
     ``compact`` keeps the blind banner's explanation to one short line, so a
     short terminal still shows the jobs table."""
     banners = []
-    if poll.stale_since is not None:
+    if poll.stale_since is not None and snap is None:
+        banners.append(("stale", Text(
+            f"the node cannot be read (since {clock_time(poll.stale_since)}): {poll.stale_error}\n"
+            "Nothing has been read yet, so no card is shown; it retries by itself.")))
+    elif poll.stale_since is not None:
         banners.append(("stale", Text(
             f"stale since {clock_time(poll.stale_since)}: {poll.stale_error}\n"
             "Showing the last good reading, marked ?; no card counts as free until a poll "
