@@ -6,13 +6,14 @@ import io
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
+from rich.text import Text
 
 from tpnode_tui.model import CardFacts, CardView, GpuOccupancy, HolderInfo, JobState, ProcessFacts
 from tpnode_tui.probes.health import unseen_problem
 from tpnode_tui.render import card_ranges, card_summary, cards_words, show_command, unseen_use
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.screens import help_text
-from tpnode_tui.tui.tiles import grid_columns, render_tile
+from tpnode_tui.tui.tiles import fit, grid_columns, render_tile
 
 NOW = 1_700_000_000.0
 
@@ -67,6 +68,24 @@ def test_fields_a_driver_does_not_give_show_as_na():
     assert "util N/A  N/A°C  N/A W" in tile and "mem N/A" in tile
     text = describe_card(card, NOW, 512).plain
     assert "uuid N/A" in text and "PCI N/A" in text
+
+
+def test_text_is_cut_to_terminal_cells_not_characters():
+    assert fit("python train.py", 40) == "python train.py"
+    assert fit("python train.py", 8) == "python …"
+    assert fit("anything", 0) == ""
+    for width in range(1, 12):
+        cut = fit("训练训练训练训练", width)
+        assert Text(cut).cell_len <= width and cut.endswith("…"), (width, cut)
+
+
+def test_a_tile_whose_holder_has_a_wide_name_keeps_every_line_inside_it():
+    holder = HolderInfo(pid=4242, used_memory_mib=30720, visible=True, user="训练用户训练用户",
+                        command="训练训练训练训练训练.py --epochs 3")
+    card = CardView(2, "external", facts(2, memory_used_mib=30720, processes=(ProcessFacts(4242, 30720),)),
+                    holders=(holder,))
+    for line in render_tile(card, 24, NOW, False).split():
+        assert line.cell_len <= 24, f"{line.plain!r} is {line.cell_len} cells wide"
 
 
 def test_a_stale_tile_never_says_free():

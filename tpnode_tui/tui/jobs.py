@@ -10,6 +10,7 @@ from ..model import JobState
 from ..render import card_ranges, format_duration
 from .detail import workload
 from .queue import Queued
+from .tiles import fit
 
 COLUMNS = (
     ("run_id", "RUN ID"),
@@ -24,10 +25,6 @@ COLUMNS = (
 
 QUEUED_PREFIX = "queued:"
 JOB_PREFIX = "job:"
-
-
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _status(job: JobState) -> Text:
@@ -117,7 +114,7 @@ class JobsTable(DataTable):
         for position, item in enumerate(queued, start=1):
             rows[QUEUED_PREFIX + item.spec.run_id] = queued_row(item, position, now)
         room = self._runs_room(rows.values())
-        rows = {key: _as_text(cells[:-1] + (_fit(cells[-1], room),)) for key, cells in rows.items()}
+        rows = {key: _as_text(cells[:-1] + (fit(cells[-1], room),)) for key, cells in rows.items()}
         keys = list(rows)
         if keys == self._keys and room == self._room:
             for key, cells in rows.items():

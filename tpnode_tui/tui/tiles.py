@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Container
@@ -40,10 +41,18 @@ def grid_columns(width: int) -> int:
     return max(1, min(MAX_COLUMNS, width // MIN_TILE_WIDTH))
 
 
-def _fit(text: str, width: int) -> str:
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` terminal cells, with "…" where it was cut.
+
+    Cells, not characters: a wide character (a CJK user or process name, an
+    emoji in a command line) takes two, and a line one cell too long wraps in
+    a tile, pushing its last line out, or makes the jobs table scroll sideways.
+    """
     if width <= 0:
         return ""
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, width - 1) + "…"
 
 
 def _memory(used: Optional[int], total: Optional[int]) -> str:
@@ -121,10 +130,10 @@ def render_tile(card: CardView, width: int, now: float, stale: bool) -> Text:
     f = card.facts
     lines = [
         head,
-        Text(_fit(who, width), style=summary_style),
+        Text(fit(who, width), style=summary_style),
         memory_bar(f.memory_used_mib if f else None, f.memory_total_mib if f else None, width, stale),
-        Text(_fit(readings(card), width), style="grey62" if stale else ""),
-        Text(_fit(note, width), style=note_style),
+        Text(fit(readings(card), width), style="grey62" if stale else ""),
+        Text(fit(note, width), style=note_style),
     ]
     return Text("\n").join(lines)
 
