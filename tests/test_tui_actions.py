@@ -8,6 +8,9 @@ an operator would see: the tile, the table, the banner, the notification.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -43,11 +46,11 @@ class Dashboard(NodeDashboard):
 
 
 class Node:
-    def __init__(self, root: Path, cards: int) -> None:
+    def __init__(self, root: Path, cards: int, **settings) -> None:
         self.scene = write_scene(root / "node.json", cards)
         self.state = root / "state"
         settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
-                                 state_dir=str(self.state))
+                                 state_dir=str(self.state), **settings)
         self.allocator = GpuAllocator.from_settings(settings)
 
     def app(self, **kwargs) -> Dashboard:
@@ -97,6 +100,49 @@ def tile_text(app: NodeDashboard, index: int) -> str:
 
 def states(app: NodeDashboard) -> list[str]:
     return [c.state for c in app.snapshot.cards]
+
+
+def row_cells(app: NodeDashboard, run_id: str) -> list[str]:
+    """The jobs-table row of a launch not started yet (queued or under way), as text."""
+    table = app.query_one("#jobs")
+    key = f"launch:{run_id}"
+    return [str(cell) for cell in table.get_row(key)] if key in table.row_keys else []
+
+
+def row_status(app: NodeDashboard, run_id: str) -> str:
+    cells = row_cells(app, run_id)
+    return cells[2] if cells else ""
+
+
+async def select_row(pilot, app: NodeDashboard, key: str) -> None:
+    table = app.query_one("#jobs")
+    table.focus()
+    table.move_cursor(row=table.row_keys.index(key))
+    await pilot.pause()
+
+
+async def hold_the_flock(state_dir: Path) -> asyncio.subprocess.Process:
+    """Another process on the node holding the allocation lock (tests/lock_worker.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update(TUNEPLANE_STATE_DIR=str(state_dir))
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).with_name("lock_worker.py")), "hold",
+        env=env, stdout=asyncio.subprocess.PIPE)
+    line = await asyncio.wait_for(holder.stdout.readline(), WAIT_S)
+    assert line.startswith(b"held "), f"the lock holder said {line!r}"
+    return holder
+
+
+async def end(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 async def fill(pilot, screen, field: str, value: str) -> None:
@@ -173,7 +219,7 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         await pilot.press("y")
         assert "waits-its-turn" in app.queue
         await polled(pilot, app)
-        assert "queued:waits-its-turn" in app.query_one("#jobs").row_keys
+        assert "launch:waits-its-turn" in app.query_one("#jobs").row_keys
         assert states(app) == ["job", "job"], "a queued launch must not take a held card"
 
         await small_node.allocator.stop("holder")
@@ -200,12 +246,12 @@ async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
         await polled(pilot, app)
         app._enqueue(JobSpec(run_id="never-mind", cards=1, command=("sleep", "60")))
         await polled(pilot, app)
-        assert app.check_action("cancel_queued", ()) is False, "cancel shows only on a queued row"
+        assert app.check_action("cancel_launch", ()) is False, "cancel shows only on a launch's row"
         table = app.query_one("#jobs")
         table.focus()
-        table.move_cursor(row=table.row_keys.index("queued:never-mind"))
+        table.move_cursor(row=table.row_keys.index("launch:never-mind"))
         await pilot.pause()
-        assert app.check_action("cancel_queued", ())
+        assert app.check_action("cancel_launch", ())
         await pilot.press("c")
         assert "never-mind" not in app.queue
         await small_node.allocator.stop("holder")
@@ -224,40 +270,103 @@ async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(node):
                 app._enqueue(JobSpec(run_id="behind-the-lock", cards=1, command=("sleep", "60")))
                 await until(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
                             "the header to name the wait")
-                assert app.queue.trying == "behind-the-lock"
+                assert row_status(app, "behind-the-lock") == "waiting"
                 await polled(pilot, app, 3)  # a poll that waited on the lock would never land
                 assert "waiting for the allocation lock" in str(header.render())
                 assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
-                assert "queued:behind-the-lock" in app.query_one("#jobs").row_keys
+                assert "launch:behind-the-lock" in app.query_one("#jobs").row_keys
             await until(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
                         "the queued launch once the lock is free")
-            assert app.heard("behind-the-lock got card ") and "behind-the-lock" not in app.queue
+            await until(pilot, lambda: app.heard("behind-the-lock got card "), "its report")
+            assert "behind-the-lock" not in app.queue
             await until(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
     finally:
         await other.close()
 
 
-async def test_a_cancel_that_comes_while_the_launch_waits_for_the_lock_says_so(small_node):
-    other = make_lock(small_node.allocator.settings)
-    app = small_node.app()
+async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_abandoned(node):
+    holder = await hold_the_flock(node.state)
+    app = node.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
-            async with other.hold():
-                app._enqueue(JobSpec(run_id="too-late", cards=1, command=("sleep", "60")))
-                await until(pilot, lambda: app.queue.trying == "too-late", "the launch to be tried")
-                table = app.query_one("#jobs")
-                table.focus()
-                table.move_cursor(row=table.row_keys.index("queued:too-late"))
-                await pilot.pause()
-                await pilot.press("c")
-                assert app.heard("its launch is already under way (waiting for the allocation lock")
-            # Placed after all: the operator hears that the cancel came too late, and can stop it.
-            await until(pilot, lambda: app.heard("too-late was cancelled while its launch was under way"),
-                        "the too-late notice")
-            assert not app.heard("Queued launch started")
+            await pilot.press("l")
+            await fill(pilot, app.screen, "run-id", "behind-the-flock")
+            await pilot.press("enter")
+            await until(pilot, lambda: row_status(app, "behind-the-flock") == "waiting", "a waiting row")
+            await until(pilot, lambda: f"held by pid {holder.pid}" in row_cells(app, "behind-the-flock")[-1],
+                        f"the row to say what it waits for: {row_cells(app, 'behind-the-flock')}")
+            await polled(pilot, app, 2)  # the waiting launch holds back no poll
+
+            await pilot.press("q")
+            assert isinstance(app.screen, ConfirmScreen), "quit did not ask with a launch waiting"
+            body = str(app.screen.query_one(".dialog-body").render())
+            assert "behind-the-flock (waiting for the allocation lock)" in body, body
+            await pilot.press("n")
+            assert app.return_code is None
+
+            await select_row(pilot, app, "launch:behind-the-flock")
+            assert app.check_action("cancel_launch", ())
+            await pilot.press("c")
+            assert app.heard("behind-the-flock is abandoned: it was still waiting for the allocation lock")
+            await until(pilot, lambda: not row_cells(app, "behind-the-flock"), "the row to go")
+            assert app.allocator.lock.waiting is None, "the abandoned launch still waits for the lock"
+
+            await end(holder)  # the lock is free now: an abandoned launch must not go ahead after all
+            await polled(pilot, app, 3)
+            assert all(j.run_id != "behind-the-flock" for j in await node.allocator.runtime.ps())
+            assert not app.heard("behind-the-flock got")
+            await pilot.press("q")
+            assert app.return_code == 0, "quit asked with nothing left to drop"
     finally:
-        await other.close()
+        await end(holder)
+
+
+async def test_a_queued_launch_waiting_for_redis_can_be_abandoned_and_the_next_one_is_tried(tmp_path):
+    url = f"redis://127.0.0.1:{closed_port()}/0"
+    n = Node(tmp_path, 2, redis_url=url)
+    app = n.app()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await polled(pilot, app)
+            app._enqueue(JobSpec(run_id="first", cards=1, command=("sleep", "60")))
+            app._enqueue(JobSpec(run_id="second", cards=1, command=("sleep", "60")))
+            await until(pilot, lambda: row_status(app, "first") == "waiting", "the head of the queue to wait")
+            await until(pilot, lambda: "waiting for Redis at" in row_cells(app, "first")[-1], "why it waits")
+            assert row_status(app, "second") == "queued #2"
+            await select_row(pilot, app, "launch:first")
+            await pilot.press("c")
+            assert app.heard("first is abandoned: it was still waiting for the allocation lock")
+            await until(pilot, lambda: row_status(app, "second") == "waiting", "the next launch to be tried")
+            assert not row_cells(app, "first") and "first" not in app.queue
+    finally:
+        await n.allocator.close()
+
+
+async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(small_node):
+    runtime = small_node.allocator.runtime
+    real_create, gate = runtime.create, asyncio.Event()
+
+    async def slow_create(spec, gpus):  # the real create, once the test lets it go on
+        await gate.wait()
+        return await real_create(spec, gpus)
+
+    runtime.create = slow_create
+    app = small_node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("l")
+        await fill(pilot, app.screen, "run-id", "too-late")
+        await pilot.press("enter")
+        await until(pilot, lambda: row_status(app, "too-late") == "placing", "the launch to hold the lock")
+        await select_row(pilot, app, "launch:too-late")
+        await pilot.press("c")
+        assert app.heard("too-late already holds the allocation lock and is being placed: too late to cancel")
+        gate.set()
+        await until(pilot, lambda: app.heard("too-late was cancelled while its launch was under way, and it "
+                                             "got card 0 anyway"), "the too-late notice")
+        assert not app.heard("Launched: too-late")
+        assert [j.run_id for j in await runtime.ps() if j.live] == ["too-late"], "it was placed all the same"
 
 
 async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
@@ -270,7 +379,8 @@ async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
         body = str(app.screen.query_one(".dialog-body").render())
-        assert "2 queued launches will be dropped: first-in-line, second-in-line" in body, body
+        assert "2 launches not started yet will be dropped: first-in-line (" in body, body
+        assert "second-in-line (queued)" in body, body
         await pilot.press("ctrl+q")  # asked again while asking: still one question
         assert len(app.screen_stack) == 2
         await pilot.press("n")
@@ -358,10 +468,10 @@ async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
         body = str(app.screen.query_one(".dialog-body").render())
         assert "Highlighted in the jobs table: on-card-zero" in body and "selected card" not in body
         await pilot.press("n")
-        table.move_cursor(row=table.row_keys.index("queued:still-waiting"))
+        table.move_cursor(row=table.row_keys.index("launch:still-waiting"))
         await pilot.pause()
         app.action_stop()  # as the palette would; the key itself is hidden on this row
-        assert app.heard("The highlighted row is a queued launch, not a running job: c cancels it.")
+        assert app.heard("The highlighted row is a launch not started yet, not a running job: c cancels it.")
 
 
 async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
@@ -407,7 +517,7 @@ async def test_readonly_hides_and_refuses_every_action(node):
     app = node.app(readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        for action in ("launch", "reserve", "stop", "reclaim", "cancel_queued"):
+        for action in ("launch", "reserve", "stop", "reclaim", "cancel_launch"):
             assert app.check_action(action, ()) is False, action
         assert "READ-ONLY" in str(app.query_one("#header").render())
         footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}

@@ -259,19 +259,25 @@ class GpuAllocator:
             gpus = self._pick(run_id, count, await self.occupancy())
             return gpus, await run(gpus)
 
-    async def launch(self, spec: JobSpec, *, hold_for_s: Optional[float] = None) -> Launched:
+    async def launch(self, spec: JobSpec, *, hold_for_s: Optional[float] = None,
+                     locked: Optional[Callable[[], None]] = None) -> Launched:
         """Place and start a job: pick and create under the lock, start after it.
 
         A run id that already holds cards gets its job back unchanged. A run id
         taken by an exited job is refused (its record would be overwritten).
         ``hold_for_s`` sets the expiry from the moment the cards are picked, so
         time spent waiting for the lock does not shorten a reservation.
+        ``locked`` is called as soon as the lock is held: until then the launch
+        has done nothing and cancelling it abandons it; from then on it picks
+        cards and creates its job, and should be left to finish.
         """
         check_run_id(spec.run_id)
         if spec.cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
         self.runtime.check(spec)
         async with self.lock.hold() as hold:
+            if locked is not None:
+                locked()
             occ, _reading, jobs = await self._read()
             mine = [j for j in jobs if (j.run_id or j.name) == spec.run_id]
             if live := [j for j in mine if j.live]:
@@ -348,7 +354,8 @@ class GpuAllocator:
                 log.warning("while withdrawing %s: %s", job.name, e)
 
     async def reserve(self, cards: int, duration_s: float, owner: str = "",
-                      run_id: Optional[str] = None) -> Launched:
+                      run_id: Optional[str] = None,
+                      locked: Optional[Callable[[], None]] = None) -> Launched:
         """Hold cards for a person until a time: a job whose workload only waits.
 
         It lives where every job lives, so it needs no sweeper: when its sleep
@@ -363,7 +370,7 @@ class GpuAllocator:
             owner=owner or default_owner(),
             expires_at=time.time() + duration_s,
         )
-        return await self.launch(spec, hold_for_s=duration_s)
+        return await self.launch(spec, hold_for_s=duration_s, locked=locked)
 
     # -- ending jobs ----------------------------------------------------------
 

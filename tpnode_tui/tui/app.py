@@ -45,8 +45,8 @@ from ..printable import printable, printable_lines, printable_view
 from ..render import cards_words
 from .detail import DetailPane, describe_card
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
-from .jobs import JOB_PREFIX, QUEUED_PREFIX, JobsTable
-from .queue import LaunchQueue
+from .jobs import JOB_PREFIX, LAUNCH_PREFIX, JobsTable
+from .queue import PLACING, QUEUED, WAITING, Cancel, LaunchQueue, Outcome
 from .redraw import same, update
 from .screens import ConfirmScreen, HelpScreen, LaunchScreen, ReserveRequest, ReserveScreen
 from .tiles import CardGrid
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 SHORT_ROWS = 32
 
 #: actions that change jobs; all refused in read-only mode
-NODE_ACTIONS = frozenset({"launch", "reserve", "stop", "reclaim", "cancel_queued"})
+NODE_ACTIONS = frozenset({"launch", "reserve", "stop", "reclaim", "cancel_launch"})
 
 #: action -> (palette title, what it does); the palette lists the ones that apply now
 PALETTE = {
@@ -66,7 +66,8 @@ PALETTE = {
     "stop": ("Stop the selected job",
              "Stop the job or reservation on the selected card, or in the highlighted jobs-table row"),
     "reclaim": ("Reclaim exited jobs", "Remove the records of jobs that have ended"),
-    "cancel_queued": ("Cancel the queued launch", "Drop the queued launch selected in the jobs table"),
+    "cancel_launch": ("Cancel the selected launch",
+                      "Cancel the launch selected in the jobs table: queued, or waiting for the allocation lock"),
     "pause": ("Pause polling", "Stop reading the node until resumed"),
     "resume": ("Resume polling", "Read the node again every interval"),
     "demo_blind": ("Demo: toggle probe-blind", "Pretend use from outside cannot be probed"),
@@ -100,8 +101,8 @@ class NodeDashboard(App[int]):
         Binding("s", "stop", "Stop", id="stop",
                 tooltip="Stop the selected card's job, or the highlighted row's (asks first)"),
         Binding("r", "reclaim", "Reclaim", id="reclaim", tooltip="Remove exited jobs (asks first)"),
-        Binding("c", "cancel_queued", "Cancel queued", id="cancel-queued",
-                tooltip="Drop the queued launch selected in the jobs table"),
+        Binding("c", "cancel_launch", "Cancel launch", id="cancel-launch",
+                tooltip="Cancel the launch selected in the jobs table (queued, or waiting for the lock)"),
         Binding("p", "pause", "Pause", id="pause", tooltip="Stop polling the node"),
         Binding("p", "resume", "Resume", id="resume", tooltip="Poll the node again"),
         Binding("b", "demo_blind", "Blind", id="demo-blind",
@@ -134,7 +135,7 @@ class NodeDashboard(App[int]):
         self.default_command = default_command
         self.clock = clock
         self.snapshot: Optional[NodeSnapshot] = None
-        self.queue = LaunchQueue()
+        self.queue = LaunchQueue(changed=self._launches_changed)
         self.polls = 0
         self._paused = False
         self._polling = False
@@ -231,23 +232,22 @@ class NodeDashboard(App[int]):
 
     async def _drain_queue(self) -> None:
         try:
-            outcomes = await self.queue.drain(self.allocator.launch)
+            outcomes = await self.queue.drain(self.allocator.launch, self.clock())
         finally:
             self._draining = False
         for outcome in outcomes:
-            spec = outcome.item.spec
             if outcome.launched is None:
-                self.notify(f"{spec.run_id} left the queue: {outcome.error}",
+                self.notify(f"{outcome.spec.run_id} left the queue: {outcome.error}",
                             title="Queued launch dropped", severity="error", timeout=12)
-            elif outcome.cancelled and not outcome.launched.existing:
-                self.notify(f"{spec.run_id} was cancelled while its launch was under way, and it "
-                            f"got {cards_words(outcome.launched.gpus)} anyway; stop it (s) if it "
-                            "is not wanted.", title="Cancelled too late", severity="warning",
-                            timeout=12)
             else:
-                self._report_launched(outcome.launched, "Queued launch started")
+                self._report_outcome(outcome, "Queued launch started", "")
         if outcomes:
             self.poll_now()
+
+    def _launches_changed(self) -> None:
+        """A launch began, took the lock or ended: the jobs table lists it as it is
+        now. Called from inside the launch, lock held: the redraw is only posted."""
+        self.call_later(self.redraw)
 
     def _tick(self) -> None:
         """Once a second: the header's age and the lock's waiting line move even between polls."""
@@ -337,7 +337,7 @@ class NodeDashboard(App[int]):
         self._redraw_detail()
         jobs = self.query_one(JobsTable)
         jobs.set_class(stale, "-stale")
-        jobs.show(snap.jobs, self.queue, now)
+        jobs.show(snap.jobs, self.queue.pending(), now, self.allocator.lock.waiting)
         # The footer is rebuilt, every key re-mounted, on each refresh_bindings:
         # done every poll, that was the largest part of an idle dashboard's CPU.
         if self._binding_states() != self._bindings_shown:
@@ -421,13 +421,14 @@ class NodeDashboard(App[int]):
     def exited_jobs(self) -> list[JobState]:
         return [j for j in self.snapshot.jobs if not j.live] if self.snapshot else []
 
-    def selected_queued(self) -> Optional[str]:
+    def selected_launch(self) -> Optional[str]:
+        """The run id of the launch not started yet (queued or under way) highlighted in the jobs table."""
         table = self.query_one(JobsTable)
         key = table.selected_key()
-        if not table.has_focus or not key or not key.startswith(QUEUED_PREFIX):
+        if not table.has_focus or not key or not key.startswith(LAUNCH_PREFIX):
             return None
-        run_id = key[len(QUEUED_PREFIX):]
-        return run_id if run_id in self.queue else None
+        run_id = key[len(LAUNCH_PREFIX):]
+        return run_id if any(p.spec.run_id == run_id for p in self.queue.pending()) else None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         if action in NODE_ACTIONS and self.readonly:
@@ -436,8 +437,8 @@ class NodeDashboard(App[int]):
             return self.stop_target() is not None
         if action == "reclaim":
             return bool(self.exited_jobs()) and self._stale_since is None
-        if action == "cancel_queued":
-            return self.selected_queued() is not None
+        if action == "cancel_launch":
+            return self.selected_launch() is not None
         if action == "pause":
             return not self._paused
         if action == "resume":
@@ -483,19 +484,23 @@ class NodeDashboard(App[int]):
         self.push_screen(HelpScreen(demo=self.demo is not None, readonly=self.readonly))
 
     async def action_quit(self) -> None:
-        """Quit; with launches still queued, ask first, naming them: the queue
-        lives only in this dashboard, and whoever queued them may be waiting."""
-        if not len(self.queue):
+        """Quit; with launches not started yet (queued, or under way), ask first,
+        naming them: they live only in this dashboard, and whoever asked for them
+        may be waiting."""
+        pending = self.queue.pending()
+        if not pending:
             self.exit()
             return
         if isinstance(self.screen, QuitScreen):
             return  # already asking
-        names = [q.spec.run_id for q in self.queue]
+        state = {QUEUED: "queued", WAITING: "waiting for the allocation lock",
+                 PLACING: "being placed now: stop and reclaim it if it shows up"}
+        names = [f"{p.spec.run_id} ({state[p.state]})" for p in pending]
         many = len(names) > 1
-        count = f"{len(names)} queued launch" + ("es" if many else "")
+        count = f"{len(names)} launch{'es' if many else ''} not started yet"
         jobs = ("The demo stops its own jobs." if self.demo is not None
                 else "Running jobs and reservations keep running.")
-        body = (f"{count} will be dropped: {', '.join(names)}.\n\nThe queue lives only in this "
+        body = (f"{count} will be dropped: {', '.join(names)}.\n\nThey live only in this "
                 f"dashboard; nothing else will start {'them' if many else 'it'}. {jobs}")
         self.push_screen(QuitScreen(f"Quit and drop {count}?", body, yes="Quit"),
                          lambda yes: self.exit() if yes else None)
@@ -559,22 +564,38 @@ class NodeDashboard(App[int]):
 
     def _launch_chosen(self, spec: Optional[JobSpec]) -> None:
         if spec is not None:
-            self.run_worker(self._launch(spec), group="action", exit_on_error=False)
+            self.run_worker(self._launch(spec), group="launch", exit_on_error=False)
 
     async def _launch(self, spec: JobSpec) -> None:
+        """Launch from the dialog, listed in the jobs table (and cancellable) while under way."""
         try:
-            result = await self.allocator.launch(spec)
-        except NoCapacity as e:
-            body = (f"{e}.\n\nQueue {spec.run_id}? It starts by itself {self._starts_when(spec)}, "
-                    "after the launches queued before it.")
+            outcome = await self.queue.attempt(spec, self.allocator.launch, self.clock())
+        except BadRequest as e:
+            self._failed("Launch refused", e)
+            return
+        if isinstance(outcome.error, NoCapacity) and not outcome.cancelled:
+            body = (f"{outcome.error}.\n\nQueue {spec.run_id}? It starts by itself "
+                    f"{self._starts_when(spec)}, after the launches queued before it.")
             title = "No card can be checked free now" if self._waits_for_probe() else "No capacity now"
             self.push_screen(ConfirmScreen(title, body, yes="Queue it"),
                              lambda yes: self._enqueue(spec) if yes else None)
             return
-        except Exception as e:
-            self._failed("Launch refused", e)
+        self._report_outcome(outcome, "Launched", "Launch refused")
+
+    def _report_outcome(self, outcome: Outcome, started: str, refused: str) -> None:
+        """Say what became of a launch under way; an abandoned one was already
+        spoken for by its cancel."""
+        if outcome.abandoned:
             return
-        self._report_launched(result, "Launched")
+        if outcome.error is not None:
+            if not (outcome.cancelled and isinstance(outcome.error, NoCapacity)):
+                self._failed(refused, outcome.error)
+        elif outcome.cancelled and not outcome.launched.existing:
+            self.notify(f"{outcome.spec.run_id} was cancelled while its launch was under way, and it "
+                        f"got {cards_words(outcome.launched.gpus)} anyway; stop it (s) if it "
+                        "is not wanted.", title="Cancelled too late", severity="warning", timeout=12)
+        else:
+            self._report_launched(outcome.launched, started)
         self.poll_now()
 
     def _starts_when(self, spec: JobSpec) -> str:
@@ -619,16 +640,20 @@ class NodeDashboard(App[int]):
 
     def _reserve_chosen(self, request: Optional[ReserveRequest]) -> None:
         if request is not None:
-            self.run_worker(self._reserve(request), group="action", exit_on_error=False)
+            self.run_worker(self._reserve(request), group="launch", exit_on_error=False)
 
     async def _reserve(self, r: ReserveRequest) -> None:
+        """A reservation is a launch too: listed, and cancellable, while under way."""
+        async def reserve(_spec: JobSpec, locked) -> Launched:
+            return await self.allocator.reserve(r.cards, r.duration_s, r.owner, r.run_id, locked=locked)
+
+        shown = JobSpec(run_id=r.run_id, cards=r.cards, kind="reservation", owner=r.owner)
         try:
-            result = await self.allocator.reserve(r.cards, r.duration_s, r.owner, r.run_id)
-        except Exception as e:
+            outcome = await self.queue.attempt(shown, reserve, self.clock())
+        except BadRequest as e:
             self._failed("Reservation refused", e)
             return
-        self._report_launched(result, f"Reserved for {r.owner}")
-        self.poll_now()
+        self._report_outcome(outcome, f"Reserved for {r.owner}", "Reservation refused")
 
     def action_stop(self) -> None:
         if self._refused("stopping"):
@@ -654,8 +679,8 @@ class NodeDashboard(App[int]):
         table = self.query_one(JobsTable)
         if table.has_focus:
             key = table.selected_key() or ""
-            if key.startswith(QUEUED_PREFIX):
-                return "The highlighted row is a queued launch, not a running job: c cancels it."
+            if key.startswith(LAUNCH_PREFIX):
+                return "The highlighted row is a launch not started yet, not a running job: c cancels it."
             job = self._job_for_row()
             if job is not None:
                 return (f"The highlighted row, {job.run_id}, has already ended: nothing to stop "
@@ -717,22 +742,24 @@ class NodeDashboard(App[int]):
             self.notify(f"Not removed: {why}", severity="warning", timeout=10)
         self.poll_now()
 
-    def action_cancel_queued(self) -> None:
+    def action_cancel_launch(self) -> None:
         if self._refused("cancelling"):
             return
-        run_id = self.selected_queued()
+        run_id = self.selected_launch()
         if run_id is None:
-            self.notify("Select a queued launch in the jobs table first.", severity="warning")
+            self.notify("Select a queued or waiting launch in the jobs table first.", severity="warning")
             return
-        under_way = run_id == self.queue.trying
-        if self.queue.cancel(run_id):
-            if under_way:
-                self.notify(f"{run_id} is no longer queued, but its launch is already under way "
-                            f"({self.allocator.lock.waiting or 'placing it now'}): it is dropped if it "
-                            "finds no room, else it starts and you can stop it (s).",
-                            title="Cancelled", severity="warning", timeout=12)
-            else:
-                self.notify(f"{run_id} is no longer queued.", title="Cancelled")
+        done = self.queue.cancel(run_id)
+        if done is Cancel.ABANDONED:
+            self.notify(f"{run_id} is abandoned: it was still waiting for the allocation lock, so no "
+                        "card was picked and nothing was started.", title="Cancelled")
+        elif done is Cancel.TOO_LATE:
+            self.notify(f"{run_id} already holds the allocation lock and is being placed: too late to "
+                        "cancel. If it finds no room it is dropped; if it gets cards it starts, and "
+                        "you can stop it (s).", title="Too late to cancel", severity="warning",
+                        timeout=12)
+        elif done is Cancel.DROPPED:
+            self.notify(f"{run_id} is no longer queued.", title="Cancelled")
         self.redraw()
 
     def action_demo_blind(self) -> None:

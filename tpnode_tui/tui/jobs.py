@@ -1,6 +1,7 @@
-"""The jobs table: platform jobs, reservations, exited jobs awaiting reclaim, queued launches."""
+"""The jobs table: platform jobs, reservations, exited jobs awaiting reclaim, launches not started yet."""
 from __future__ import annotations
 
+import textwrap
 from typing import Iterable, Optional
 
 from rich.text import Text
@@ -9,7 +10,7 @@ from textual.widgets import DataTable
 from ..model import JobState
 from ..render import card_ranges, format_duration
 from .detail import workload
-from .queue import Queued
+from .queue import PLACING, QUEUED, WAITING, Pending
 from .tiles import fit
 
 COLUMNS = (
@@ -23,8 +24,9 @@ COLUMNS = (
     ("workload", "RUNS"),
 )
 
-QUEUED_PREFIX = "queued:"
+#: row keys: a platform job, or a launch not started yet (queued, or under way)
 JOB_PREFIX = "job:"
+LAUNCH_PREFIX = "launch:"
 
 
 def _status(job: JobState) -> Text:
@@ -57,27 +59,50 @@ def job_row(job: JobState, now: float) -> tuple:
     )
 
 
-def queued_row(item: Queued, position: int, now: float) -> tuple:
-    spec = item.spec
+#: lines the reason a launch waits for the allocation lock may take
+WAIT_LINES = 4
+
+#: how a launch not started yet shows in the STATUS column
+PENDING_STYLE = {QUEUED: "#4fc3f7", WAITING: "bold #ffb300", PLACING: "#66bb6a"}
+
+
+def pending_row(launch: Pending, now: float, waiting: Optional[str]) -> tuple:
+    """A launch not started yet. One waiting for the allocation lock says for
+    what in place of its command: that is what the operator needs to know."""
+    spec = launch.spec
+    status = f"queued #{launch.position}" if launch.state == QUEUED else launch.state
+    if launch.state == WAITING:
+        runs = waiting or "waiting for the allocation lock"
+    else:
+        runs = workload(JobState(name=spec.run_id, run_id=spec.run_id, gpus=(), status=launch.state,
+                                 kind=spec.kind, image=spec.image, command=spec.command))
     return (
         Text(spec.run_id, style="bold"),
         spec.kind,
-        Text(f"queued #{position}", style="#4fc3f7"),
+        Text(status, style=PENDING_STYLE[launch.state]),
         f"{spec.cards} wanted",
-        format_duration(now - item.queued_at),
+        format_duration(now - launch.since),
         spec.owner or "-",
         "-",
-        workload(JobState(name=spec.run_id, run_id=spec.run_id, gpus=(), status="queued",
-                          kind=spec.kind, image=spec.image, command=spec.command)),
+        runs,
     )
 
 
+def wrap(text: str, width: int, most: int) -> list[str]:
+    """``text`` on at most ``most`` lines of ``width`` cells, the last one cut if need be."""
+    lines = textwrap.wrap(text, max(1, width), break_on_hyphens=False) or [""]
+    if len(lines) > most:
+        lines = lines[:most - 1] + [" ".join(lines[most - 1:])]
+    return [fit(line, width) for line in lines]
+
+
 class JobsTable(DataTable):
-    """Rows are keyed by job name or queued run id, so the cursor stays on its row."""
+    """Rows are keyed by job name or launch run id, so the cursor stays on its row."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
-        self._keys: list[str] = []
+        #: (row key, height) of each row, in order, as last laid out
+        self._layout: list[tuple[str, int]] = []
         self._room = 0
         self._shown: Optional[tuple] = None
 
@@ -97,7 +122,7 @@ class JobsTable(DataTable):
         widths = [len(label) for _key, label in COLUMNS[:-1]]
         for cells in rows:
             for n, cell in enumerate(cells[:-1]):
-                widths[n] = max(widths[n], Text(cell).cell_len if isinstance(cell, str) else cell.cell_len)
+                widths[n] = max(widths[n], cell.cell_len)
         used = sum(w + 2 * self.cell_padding for w in widths) + 2 * self.cell_padding + 2
         return max(12, self.size.width - used)
 
@@ -105,18 +130,31 @@ class JobsTable(DataTable):
         if self._shown is not None:
             self.show(*self._shown)
 
-    def show(self, jobs: Iterable[JobState], queued: Iterable[Queued], now: float) -> None:
-        jobs, queued = tuple(jobs), tuple(queued)
-        self._shown = (jobs, queued, now)
+    def show(self, jobs: Iterable[JobState], pending: Iterable[Pending], now: float,
+             waiting: Optional[str] = None) -> None:
+        """``waiting``: what the allocation lock waits for, for the launches waiting on it."""
+        jobs, pending = tuple(jobs), tuple(pending)
+        self._shown = (jobs, pending, now, waiting)
         rows: dict[str, tuple] = {}
         for job in jobs:
             rows[JOB_PREFIX + job.name] = job_row(job, now)
-        for position, item in enumerate(queued, start=1):
-            rows[QUEUED_PREFIX + item.spec.run_id] = queued_row(item, position, now)
+        waits = set()
+        for launch in pending:
+            key = LAUNCH_PREFIX + launch.spec.run_id
+            rows[key] = pending_row(launch, now, waiting)
+            if launch.state == WAITING:
+                waits.add(key)
+        rows = {key: _as_text(cells) for key, cells in rows.items()}
         room = self._runs_room(rows.values())
-        rows = {key: _as_text(cells[:-1] + (fit(cells[-1], room),)) for key, cells in rows.items()}
-        keys = list(rows)
-        if keys == self._keys and room == self._room:
+        layout = []
+        for key, cells in rows.items():
+            # What a launch waits for is told in full (it names who holds the
+            # lock); a command is cut to one line, since the detail pane has it.
+            runs = cells[-1].plain
+            lines = wrap(runs, room, WAIT_LINES) if key in waits else [fit(runs, room)]
+            rows[key] = cells[:-1] + (Text("\n".join(lines), style=cells[-1].style),)
+            layout.append((key, len(lines)))
+        if layout == self._layout and room == self._room:
             for key, cells in rows.items():
                 for (column, _label), value in zip(COLUMNS, cells):
                     self.update_cell(key, column, value, update_width=True)
@@ -125,17 +163,19 @@ class JobsTable(DataTable):
         # Rebuilt with its columns, since a column never narrows by itself.
         self.clear(columns=True)
         self._add_columns()
-        for key, cells in rows.items():
-            self.add_row(*cells, key=key)
-        self._keys, self._room = keys, room
+        for key, height in layout:
+            self.add_row(*rows[key], key=key, height=height)
+        self._layout, self._room = layout, room
+        keys = [key for key, _height in layout]
         if current in rows:
             self.move_cursor(row=keys.index(current), animate=False)
 
     @property
     def row_keys(self) -> list[str]:
-        return list(self._keys)
+        return [key for key, _height in self._layout]
 
     def selected_key(self) -> Optional[str]:
-        if not self._keys or not 0 <= self.cursor_row < len(self._keys):
+        keys = self.row_keys
+        if not 0 <= self.cursor_row < len(keys):
             return None
-        return self._keys[self.cursor_row]
+        return keys[self.cursor_row]
