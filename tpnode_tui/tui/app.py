@@ -337,7 +337,8 @@ class NodeDashboard(App[int]):
         self._redraw_detail()
         jobs = self.query_one(JobsTable)
         jobs.set_class(stale, "-stale")
-        jobs.show(snap.jobs, self.queue.pending(), now, self.allocator.lock.waiting)
+        waiting = self.allocator.lock.waiting
+        jobs.show(snap.jobs, self.queue.pending(), now, printable(waiting) if waiting else None)
         # The footer is rebuilt, every key re-mounted, on each refresh_bindings:
         # done every poll, that was the largest part of an idle dashboard's CPU.
         if self._binding_states() != self._bindings_shown:

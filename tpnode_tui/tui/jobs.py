@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ..model import JobState
+from ..printable import printable
 from ..render import card_ranges, format_duration
 from .detail import workload
 from .queue import PLACING, QUEUED, WAITING, Pending
@@ -73,16 +74,17 @@ def pending_row(launch: Pending, now: float, waiting: Optional[str]) -> tuple:
     status = f"queued #{launch.position}" if launch.state == QUEUED else launch.state
     if launch.state == WAITING:
         runs = waiting or "waiting for the allocation lock"
-    else:
-        runs = workload(JobState(name=spec.run_id, run_id=spec.run_id, gpus=(), status=launch.state,
-                                 kind=spec.kind, image=spec.image, command=spec.command))
+    else:  # typed in a dialog, perhaps pasted: escaped like every other string shown
+        runs = printable(workload(JobState(name=spec.run_id, run_id=spec.run_id, gpus=(),
+                                           status=launch.state, kind=spec.kind, image=spec.image,
+                                           command=spec.command)))
     return (
         Text(spec.run_id, style="bold"),
         spec.kind,
         Text(status, style=PENDING_STYLE[launch.state]),
         f"{spec.cards} wanted",
         format_duration(now - launch.since),
-        spec.owner or "-",
+        printable(spec.owner) or "-",
         "-",
         runs,
     )
