@@ -20,7 +20,7 @@ import pytest
 
 from tpnode_tui.config import Settings
 from tpnode_tui.demo import scene as demo_scene
-from tpnode_tui.model import HolderInfo, JobState, NodeSnapshot, ProbeReading, RuntimeUnavailable
+from tpnode_tui.model import HolderInfo, JobSpec, JobState, NodeSnapshot, ProbeReading, RuntimeUnavailable
 from tpnode_tui.occupancy import card_views, compute_occupancy
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.tui.app import NodeDashboard
@@ -76,13 +76,16 @@ def frozen_snapshot(reading: ProbeReading, jobs=JOBS) -> NodeSnapshot:
 
 
 class FrozenNode:
-    """Hands the app a fixed snapshot; after ``fail_after`` polls it raises, as a lost runtime does."""
+    """Hands the app a fixed snapshot; after ``fail_after`` polls it raises, as a lost runtime does.
 
-    def __init__(self, snap: NodeSnapshot, fail_after: Optional[int] = None) -> None:
+    With ``waiting``, another process holds the allocation lock: a launch waits for it forever."""
+
+    def __init__(self, snap: NodeSnapshot, fail_after: Optional[int] = None,
+                 waiting: Optional[str] = None) -> None:
         self.snap = snap
         self.fail_after = fail_after
         self.calls = 0
-        self.lock = SimpleNamespace(waiting=None, locked=lambda: False)
+        self.lock = SimpleNamespace(waiting=waiting, locked=lambda: False)
         self.runtime = SimpleNamespace(name="process")
         self.settings = Settings()
 
@@ -92,6 +95,9 @@ class FrozenNode:
             raise RuntimeUnavailable("cannot read the state file /var/lib/tpnode-tui/jobs.json: "
                                      "it is not valid JSON; fix or move it")
         return self.snap
+
+    async def launch(self, spec: JobSpec, locked=None):
+        await asyncio.Event().wait()
 
 
 @pytest.fixture(autouse=True)
@@ -105,9 +111,10 @@ def fixed_world(monkeypatch):
     time.tzset()
 
 
-def dashboard(snap: NodeSnapshot, *, demo: bool = True, fail_after: Optional[int] = None) -> NodeDashboard:
+def dashboard(snap: NodeSnapshot, *, demo: bool = True, fail_after: Optional[int] = None,
+              waiting: Optional[str] = None) -> NodeDashboard:
     return NodeDashboard(
-        FrozenNode(snap, fail_after),
+        FrozenNode(snap, fail_after, waiting),
         # a demo with nothing to open: only the demo keys show
         demo=SimpleNamespace(opening_jobs=lambda: []) if demo else None,
         interval=60,
@@ -190,3 +197,16 @@ class TestDialogs:
     def test_help(self, snap_compare, tmp_path):
         app = dashboard(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["question_mark"])
+
+
+class TestLaunches:
+    def test_a_launch_waiting_for_the_lock_says_for_what(self, snap_compare, tmp_path):
+        async def launch_behind_the_lock(pilot) -> None:
+            await first_poll(pilot)
+            pilot.app._launch_chosen(JobSpec(run_id="run-1130-120000-a1b2", cards=2, command=COMMAND,
+                                             owner="operator"))
+            await polls(2)(pilot)
+
+        app = dashboard(frozen_snapshot(read_scene(tmp_path)), waiting=(
+            "waiting for the allocation lock /var/lib/tpnode-tui/alloc.lock (held by pid 73121 (tpnode-tui))"))
+        assert snap_compare(app, terminal_size=SIZE, run_before=launch_behind_the_lock)

@@ -109,7 +109,8 @@ def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():
     text = " ".join(console.export_text().split())
     assert "Launches wait until the probe works again (one queued with l then starts by itself)" in text
     assert "TUNEPLANE_ALLOW_UNVERIFIED=true" in text
-    assert "Launches still queued here are dropped: it asks first" in text
+    assert "Launches not started yet, queued or waiting for the lock, are dropped: it asks first" in text
+    assert "one waiting for the allocation lock is abandoned" in text
 
 
 # -- lists of cards ------------------------------------------------------------------

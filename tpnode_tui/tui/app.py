@@ -114,7 +114,7 @@ class NodeDashboard(App[int]):
         Binding("escape", "focus_grid", "Grid", show=False, id="focus-grid", tooltip="Back to the card grid"),
         Binding("question_mark", "help", "Help", id="help", tooltip="Every key and card state explained"),
         Binding("q", "quit", "Quit", id="quit",
-                tooltip="Leave the dashboard; jobs keep running, queued launches are dropped (asks first)"),
+                tooltip="Leave the dashboard; jobs keep running, launches not started yet are dropped (asks first)"),
     ]
 
     def __init__(
@@ -170,7 +170,7 @@ class NodeDashboard(App[int]):
     def on_mount(self) -> None:
         self.query_one(CardGrid).focus()
         self.query_one(DetailPane).border_title = "Selected card (enter to scroll, escape back)"
-        self.query_one(JobsTable).border_title = "Jobs, reservations and queued launches"
+        self.query_one(JobsTable).border_title = "Jobs, reservations and launches not started yet"
         self.set_interval(1.0, self._tick)
         self.redraw()
         if self.demo is not None:

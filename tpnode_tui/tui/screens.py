@@ -257,12 +257,13 @@ KEYS_HELP = [
     ("s", "stop the job or reservation on the selected card, or in the highlighted jobs-table "
           "row (asks first, naming it)"),
     ("r", "reclaim: remove exited jobs' records (lists them and asks first)"),
-    ("c", "cancel the queued launch selected in the jobs table"),
+    ("c", "cancel the launch selected in the jobs table: a queued one is dropped, one waiting for "
+          "the allocation lock is abandoned; one already being placed goes on (stop it then)"),
     ("p", "pause or resume polling"),
     ("ctrl+p", "command palette: every action by name"),
     ("?", "this help"),
-    ("q", "quit (jobs keep running; the demo stops its own). Launches still queued here are "
-          "dropped: it asks first, naming them"),
+    ("q", "quit (jobs keep running; the demo stops its own). Launches not started yet, queued "
+          "or waiting for the lock, are dropped: it asks first, naming them"),
 ]
 DEMO_KEYS_HELP = [
     ("b", "demo: toggle probe-blind (use from outside cannot be probed)"),
