@@ -61,7 +61,8 @@ class MemoryRuntime:
         await asyncio.sleep(self.create_delay)
         job = JobState(name=f"tpn-{spec.run_id}", run_id=spec.run_id, gpus=tuple(gpus),
                        status="created", kind=spec.kind, owner=spec.owner,
-                       command=spec.command, expires_at=spec.expires_at, fence=spec.fence)
+                       command=spec.command, expires_at=spec.expires_at, fence=spec.fence,
+                       uid=spec.uid)
         self.jobs[job.name] = job
         return job
 
@@ -83,6 +84,10 @@ class MemoryRuntime:
             raise JobNotFound(name)
         del self.jobs[name]
         self.removed.append(name)
+
+    async def extend(self, name, expires_at):
+        self.jobs[name] = replace(self.jobs[name], expires_at=expires_at)
+        return self.jobs[name]
 
     def add(self, job) -> None:
         self.jobs[job.name] = job

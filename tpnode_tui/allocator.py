@@ -23,7 +23,7 @@ import os
 import secrets
 import socket
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Awaitable, Callable, Optional, TypeVar
 
 from .config import Settings
@@ -35,6 +35,7 @@ from .model import (
     JobNotFound,
     JobSpec,
     JobState,
+    Launched,
     NeverFits,
     NoCapacity,
     NodeSnapshot,
@@ -67,18 +68,6 @@ def raw_series(profile: str, gpu_name: str) -> str:
 def new_run_id(prefix: str = "run") -> str:
     """A run id that sorts by time and does not collide between two launches in one second."""
     return f"{prefix}-{time.strftime('%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-
-
-@dataclass(frozen=True)
-class Launched:
-    """What a launch or reservation got."""
-
-    gpus: tuple[int, ...]
-    job: JobState
-    #: True when the run id already held cards and nothing new was started
-    existing: bool = False
-    #: set when the cards were handed out while use from outside could not be probed
-    warning: Optional[str] = None
 
 
 class GpuAllocator:
@@ -260,16 +249,23 @@ class GpuAllocator:
             return gpus, await run(gpus)
 
     async def launch(self, spec: JobSpec, *, hold_for_s: Optional[float] = None,
-                     locked: Optional[Callable[[], None]] = None) -> Launched:
+                     locked: Optional[Callable[[], None]] = None,
+                     admit: Optional[Callable[[list[JobState]], None]] = None) -> Launched:
         """Place and start a job: pick and create under the lock, start after it.
 
         A run id that already holds cards gets its job back unchanged. A run id
         taken by an exited job is refused (its record would be overwritten).
         ``hold_for_s`` sets the expiry from the moment the cards are picked, so
         time spent waiting for the lock does not shorten a reservation.
+<<<<<<< HEAD
         ``locked`` is called as soon as the lock is held: until then the launch
         has done nothing and cancelling it abandons it; from then on it picks
         cards and creates its job, and should be left to finish.
+=======
+        ``admit(jobs)`` is called under the lock with the jobs just read, before
+        any card is picked: a rule that counts what people hold (a quota) is
+        only sound there, and raising refuses the launch.
+>>>>>>> 4cbf74e (The node as a service: one poll for every reader, rules by kernel identity, a JSON wire)
         """
         check_run_id(spec.run_id)
         if spec.cards <= 0:
@@ -279,7 +275,9 @@ class GpuAllocator:
             if locked is not None:
                 locked()
             occ, _reading, jobs = await self._read()
-            mine = [j for j in jobs if (j.run_id or j.name) == spec.run_id]
+            if admit is not None:
+                admit(jobs)
+            mine = [j for j in jobs if j.key == spec.run_id]
             if live := [j for j in mine if j.live]:
                 if live[0].status == "created":
                     raise Conflict(
@@ -371,6 +369,24 @@ class GpuAllocator:
             expires_at=time.time() + duration_s,
         )
         return await self.launch(spec, hold_for_s=duration_s, locked=locked)
+
+    async def extend(self, run_id: str, duration_s: float) -> JobState:
+        """Hold a live reservation ``duration_s`` longer than it would have.
+
+        Done under the allocation lock, so that no allocation reads the node
+        while the runtime moves the expiry (the docker runtime replaces the
+        holding container): the cards are never free in between.
+        """
+        if not duration_s > 0:
+            raise BadRequest(f"extend by a positive duration, not {duration_s!r}")
+        async with self.lock.hold():
+            live = [j for j in await self.runtime.ps() if j.key == run_id and j.live]
+            if not live:
+                raise JobNotFound(f"no running reservation has run id {run_id}")
+            job = live[0]
+            if job.kind != "reservation" or job.expires_at is None:
+                raise Conflict(f"{run_id} is a job, not a reservation: it ends when its command does")
+            return await self.runtime.extend(job.name, max(job.expires_at, time.time()) + duration_s)
 
     # -- ending jobs ----------------------------------------------------------
 

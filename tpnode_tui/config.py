@@ -16,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 from .model import BadRequest, ConfigError
 
 DEFAULT_STATE_DIR = "/var/lib/tpnode-tui"
+DEFAULT_AGENT_SOCKET = "/run/tpnode-tui/agent.sock"
+DEFAULT_OPERATORS_GROUP = "tpnode-operators"
 
 #: setting name -> (environment variable, what it does). A test checks that the
 #: README's configuration table names every variable and flag here.
@@ -35,6 +37,13 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "lock_retry_ms": ("TUNEPLANE_LOCK_RETRY_MS", "how often a waiting allocation retries the lock"),
     "hold_image": ("TUNEPLANE_HOLD_IMAGE", "image whose sleep holds a reservation's cards (docker)"),
     "allow_unverified": ("TUNEPLANE_ALLOW_UNVERIFIED", "hand out cards even while use from outside cannot be probed"),
+    "agent": ("TUNEPLANE_AGENT", "auto (the agent when its socket answers, else in-process when this account can), on or off"),
+    "agent_socket": ("TUNEPLANE_AGENT_SOCKET", "the node agent's Unix socket"),
+    "operators_group": ("TUNEPLANE_OPERATORS_GROUP", "members may stop, extend and reclaim anyone's jobs (root always may)"),
+    "max_cards_per_user": ("TUNEPLANE_MAX_CARDS_PER_USER", "most cards one account may hold at once; empty: no limit"),
+    "max_cards_for": ("TUNEPLANE_MAX_CARDS_FOR", "per-account or per-group limits, e.g. alice=4,@students=1"),
+    "images": ("TUNEPLANE_IMAGES", "comma-separated glob patterns of images jobs may use; empty: any"),
+    "log_max_mb": ("TUNEPLANE_LOG_MAX_MB", "size at which the node's event and audit log is rotated"),
 }
 
 #: setting name -> the command-line flag that overrides its variable
@@ -49,6 +58,8 @@ FLAGS: dict[str, str] = {
     "lock_lease_ms": "--lock-lease-ms",
     "hold_image": "--hold-image",
     "allow_unverified": "--allow-unverified",
+    "agent": "--agent",
+    "agent_socket": "--agent-socket",
 }
 
 #: more cards than any machine has; a larger count is a typo, not a node
@@ -78,6 +89,14 @@ class Settings:
     lock_retry_ms: int = 100
     hold_image: str = "busybox:latest"
     allow_unverified: bool = False
+    agent: str = "auto"
+    agent_socket: Path = Path(DEFAULT_AGENT_SOCKET)
+    operators_group: str = DEFAULT_OPERATORS_GROUP
+    max_cards_per_user: Optional[int] = None
+    #: account name or "@group" -> most cards
+    max_cards_for: tuple[tuple[str, int], ...] = ()
+    images: tuple[str, ...] = ()
+    log_max_mb: float = 10.0
 
     @property
     def simulated_path(self) -> Optional[Path]:
@@ -182,8 +201,40 @@ def _parse_redis_url(name: str, raw: str) -> Optional[str]:
     return value
 
 
+def _parse_limits(name: str, raw: str) -> tuple[tuple[str, int], ...]:
+    """"alice=4,@students=1" -> (("alice", 4), ("@students", 1))."""
+    limits: dict[str, int] = {}
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        who, sep, count = part.partition("=")
+        who = who.strip()
+        if not sep or not re.fullmatch(r"@?[A-Za-z_][A-Za-z0-9_.-]{0,63}\$?", who):
+            raise ConfigError(f"{name}: {part!r} is not NAME=N or @GROUP=N (e.g. alice=4,@students=1)")
+        limits[who] = _parse_int(f"{name} ({who})", count, 0, MAX_CARDS)
+    return tuple(limits.items())
+
+
 def _convert(setting: str, raw: object, name: str) -> object:
     text = str(raw)
+    if setting == "agent":
+        return _parse_choice(name, text, ("auto", "on", "off"))
+    if setting == "agent_socket":
+        if not text.strip():
+            raise ConfigError(f"{name} is empty")
+        return Path(text).expanduser().absolute()
+    if setting == "operators_group":
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\$?", text.strip()):
+            raise ConfigError(f"{name}={raw!r} is not a group name")
+        return text.strip()
+    if setting == "max_cards_per_user":
+        return None if not text.strip() else _parse_int(name, text, 0, MAX_CARDS)
+    if setting == "max_cards_for":
+        return _parse_limits(name, text)
+    if setting == "images":
+        return tuple(p.strip() for p in text.split(",") if p.strip())
+    if setting == "log_max_mb":
+        return _parse_float(name, text, 0.01)
     if setting == "local_gpu_count":
         return _parse_int(name, text, 0, MAX_CARDS)
     if setting == "mem_busy_mib":

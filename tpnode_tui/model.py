@@ -57,6 +57,11 @@ class RuntimeUnavailable(TpnodeError):
     """
 
 
+class NotAllowed(TpnodeError):
+    """The caller may not do this (sysexits' EX_NOPERM, exit code 77); the
+    message names the rule and who may."""
+
+
 class JobNotFound(TpnodeError):
     """No platform job has the run id or name asked for."""
 
@@ -69,6 +74,24 @@ class Conflict(TpnodeError):
     """A well-formed request the node's present state refuses: a run id already
     taken, a job still running, an image or command this node does not have.
     Unlike BadRequest, the same request can succeed once the state changes."""
+
+
+#: Exit codes are part of the interface, so scripts can tell "try later" from
+#: "this is wrong" from "ask someone who may": the CLI exits with them and the
+#: agent's errors carry them.
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_NOPERM = 0, 1, 2, 75, 77
+
+
+def exit_code(error: TpnodeError) -> int:
+    """The exit code that reports ``error``: 75 for no capacity now (EX_TEMPFAIL),
+    77 for not allowed (EX_NOPERM), 2 for a malformed request or setting, else 1."""
+    if isinstance(error, NoCapacity):
+        return EXIT_TEMPFAIL
+    if isinstance(error, NotAllowed):
+        return EXIT_NOPERM
+    if isinstance(error, (BadRequest, ConfigError)):
+        return EXIT_USAGE
+    return EXIT_FAIL
 
 
 def check_run_id(run_id: str) -> str:
@@ -211,6 +234,21 @@ class ProbeReading:
 
 
 @dataclass(frozen=True)
+class RunAs:
+    """The account a process job's command runs as, as the kernel named the caller.
+
+    Only a privileged launcher (the agent) can switch to it; the in-process
+    allocator runs commands as its own account and leaves this unset.
+    """
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    user: str
+    home: str
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """What to launch. ``command`` is an argv list, never a shell string."""
 
@@ -224,6 +262,13 @@ class JobSpec:
     expires_at: Optional[float] = None
     #: the allocation lock's fencing number when the cards were picked; set by the allocator
     fence: Optional[int] = None
+    #: the owner's uid, recorded so that rules compare accounts, not names
+    uid: Optional[int] = None
+    #: the command's environment and working directory (process runtime); None: the launcher's
+    env: Optional[tuple[tuple[str, str], ...]] = None
+    cwd: Optional[str] = None
+    #: the account to run the command as (process runtime); None: the launcher's own
+    run_as: Optional[RunAs] = None
 
 
 @dataclass(frozen=True)
@@ -246,10 +291,29 @@ class JobState:
     fence: Optional[int] = None
     #: what could not be understood in its labels or record, in plain words
     problems: tuple[str, ...] = ()
+    #: the owner's uid where the job recorded one
+    uid: Optional[int] = None
 
     @property
     def live(self) -> bool:
         return self.status in LIVE_STATUSES
+
+    @property
+    def key(self) -> str:
+        """What the job is known by: its run id, or the name of a hand-made one without."""
+        return self.run_id or self.name
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What a launch or reservation got."""
+
+    gpus: tuple[int, ...]
+    job: JobState
+    #: True when the run id already held cards and nothing new was started
+    existing: bool = False
+    #: set when the cards were handed out while use from outside could not be probed
+    warning: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +352,28 @@ class CardView:
 
 
 @dataclass(frozen=True)
+class QueuedLaunch:
+    """A launch that waits for its turn: queued for cards, or waiting for the lock.
+
+    What everyone may see of it: never its environment, which may hold secrets.
+    """
+
+    run_id: str
+    cards: int
+    owner: str
+    queued_at: float
+    kind: str = "job"
+    command: tuple[str, ...] = ()
+    image: Optional[str] = None
+    uid: Optional[int] = None
+    #: "queued" (waiting for cards), "waiting" (for the allocation lock) or
+    #: "placing" (has the lock; too late to cancel)
+    state: str = "queued"
+    #: what it waits for, in plain words
+    waiting_for: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class NodeSnapshot:
     """Everything one poll learned, for display. Built afresh each time."""
 
@@ -303,3 +389,5 @@ class NodeSnapshot:
     #: who holds the allocation lock or why it cannot be had (Redis down); None when free
     lock_state: Optional[str] = None
     explain: str = ""
+    #: launches waiting their turn, in order
+    queue: tuple[QueuedLaunch, ...] = ()

@@ -43,7 +43,7 @@ def compute_occupancy(
             continue
         for idx in job.gpus:
             if 0 <= idx < total:
-                by_job[idx] = job.run_id or job.name
+                by_job[idx] = job.key
 
     external: set[int] = set()
     probe_ok = True
@@ -98,12 +98,15 @@ def card_views(
     needs to know. A free card is shown as "unverified" when use from outside
     could not be probed, because "free" would be a claim nobody checked.
     """
-    live_by_run = {j.run_id or j.name: j for j in jobs if j.live}
+    live_by_run = {j.key: j for j in jobs if j.live}
     claimants: dict[int, list[str]] = {}
     for job in jobs:
         if job.live:
             for idx in job.gpus:
-                claimants.setdefault(idx, []).append(job.run_id or job.name)
+                # One run id is one job, even while the docker runtime swaps
+                # the container that holds a reservation it is extending.
+                if job.key not in claimants.setdefault(idx, []):
+                    claimants[idx].append(job.key)
     views = []
     for idx in range(occ.total):
         facts = reading.card(idx)

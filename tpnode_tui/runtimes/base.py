@@ -47,6 +47,12 @@ class Runtime(Protocol):
 
     async def stop(self, name: str) -> None: ...
 
+    async def extend(self, name: str, expires_at: float) -> JobState:
+        """Move a live reservation's expiry to ``expires_at`` (unix seconds).
+        Called under the allocation lock; the reservation never stops holding
+        its cards meanwhile."""
+        ...
+
     async def remove(self, name: str) -> None:
         """Remove a job's record or container. Callers only remove exited jobs."""
         ...

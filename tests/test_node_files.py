@@ -1,0 +1,110 @@
+"""The node's own files besides the state file: the log and the agent's queue.
+
+The log never grows without bound and never loses the newest lines to a
+crash mid-write; the queue survives its writer and refuses to be read as
+empty when it cannot be understood.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from tpnode_tui.identity import Caller
+from tpnode_tui.launchqueue import QUEUE_FILE, FileQueue, MemoryQueue, QueueEntry
+from tpnode_tui.model import BadRequest, JobSpec, RunAs, RuntimeUnavailable
+from tpnode_tui.nodelog import LOG_FILE, NodeLog
+
+ALICE = Caller(uid=5001, gid=5001, user="alice", groups=(5001, 27), pid=4242)
+
+
+def entry(run_id: str, **spec) -> QueueEntry:
+    spec.setdefault("cards", 2)
+    return QueueEntry(JobSpec(run_id=run_id, command=("python", "train.py"), owner="alice", uid=5001,
+                              env=(("HF_TOKEN", "secret"), ("PATH", "/usr/bin")), cwd="/home/alice",
+                              run_as=RunAs(5001, 5001, (5001, 27), "alice", "/home/alice"), **spec),
+                      ALICE, 1000.0)
+
+
+# ── the log ──────────────────────────────────────────────────────────────────
+
+
+def test_the_log_is_rotated_at_its_size_and_keeps_a_few_old_files(tmp_path):
+    log = NodeLog(tmp_path, max_bytes=2000, keep=3)
+    for n in range(400):
+        log.append("action", f"entry {n}", n=n)
+    sizes = [p.stat().st_size for p in log.files()]
+    assert len(sizes) == 4 and all(size <= 2000 for size in sizes), sizes
+    kept = [e["n"] for e in log.read()]
+    assert kept == sorted(kept) and kept[-1] == 399  # oldest first, the newest kept
+    assert 0 not in kept  # the oldest were dropped with the oldest file
+    assert stat.S_IMODE((tmp_path / LOG_FILE).stat().st_mode) == 0o600
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped_and_the_rest_read(tmp_path):
+    log = NodeLog(tmp_path)
+    log.append("action", "first")
+    with open(tmp_path / LOG_FILE, "a") as f:
+        f.write('{"time": 12, "kind": "act')  # the writer died here
+        f.write("\n")
+    log.append("action", "second")
+    assert [e["message"] for e in log.read()] == ["first", "second"]
+
+
+def test_reading_filters_by_time_and_kind(tmp_path):
+    log = NodeLog(tmp_path)
+    log.append("action", "launched")
+    log.append("health", "XID 79")
+    assert [e["message"] for e in log.read(kinds={"action"})] == ["launched"]
+    assert list(log.read(since=4e9)) == []
+
+
+def test_a_log_that_cannot_be_written_never_stops_what_it_records(tmp_path):
+    log = NodeLog(tmp_path / "no" / "such" / "dir")
+    entry_ = log.append("action", "still answered")
+    assert entry_["message"] == "still answered"
+
+
+# ── the agent's queue ────────────────────────────────────────────────────────
+
+
+def test_a_queued_launch_survives_its_writer_with_everything_it_needs_to_run(tmp_path):
+    FileQueue(tmp_path).add(entry("t1"))
+    FileQueue(tmp_path).add(entry("t2", cards=1))
+    again = FileQueue(tmp_path).entries()  # a new process: nothing kept in memory
+    assert [e.spec.run_id for e in again] == ["t1", "t2"]
+    assert again[0] == entry("t1")
+    assert stat.S_IMODE((tmp_path / QUEUE_FILE).stat().st_mode) == 0o600  # it holds environments
+
+
+def test_the_queue_keeps_its_order_and_refuses_a_run_id_twice(tmp_path):
+    for queue in (FileQueue(tmp_path), MemoryQueue()):
+        for run_id in ("a", "b", "c"):
+            queue.add(entry(run_id))
+        with pytest.raises(BadRequest, match="already queued"):
+            queue.add(entry("b"))
+        assert queue.remove("b") is not None and queue.remove("b") is None
+        assert [e.spec.run_id for e in queue.entries()] == ["a", "c"]
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"version": 1}', '{"version": 7, "launches": {}}',
+                                  '{"version": 1, "launches": {"t": {"spec": {}, "caller": {}, "queued_at": 1}}}'])
+def test_a_queue_file_that_cannot_be_understood_is_refused_never_read_as_empty(tmp_path, text):
+    (tmp_path / QUEUE_FILE).write_text(text)
+    queue = FileQueue(tmp_path)
+    with pytest.raises(RuntimeUnavailable, match="launch queue .* people's queued launches would be dropped"):
+        queue.entries()
+    with pytest.raises(RuntimeUnavailable):
+        queue.add(entry("t3"))
+    assert (tmp_path / QUEUE_FILE).read_text() == text  # left as it was
+
+
+def test_a_temporary_file_left_by_a_dead_writer_is_cleared_on_the_next_write(tmp_path):
+    stale = tmp_path / f".{QUEUE_FILE}.abc.tmp"
+    stale.write_text("half")
+    FileQueue(tmp_path).add(entry("t1"))
+    assert not stale.exists()
+    assert json.loads((tmp_path / QUEUE_FILE).read_text())["launches"]["t1"]["caller"]["user"] == "alice"
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]

@@ -1,0 +1,116 @@
+"""``tpnode-tui agent``: the one process that serves a shared node to every account.
+
+It runs in the foreground (systemd's ``Type=exec``), logs to stderr, and
+stops cleanly on SIGTERM or SIGINT. Jobs are not its children in any way
+that matters: they run under their own supervisors (or in containers), so
+they keep running when the agent stops or dies, and a restarted agent finds
+them where the truth lives, with its queue back from the state dir.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import signal
+import socket
+from pathlib import Path
+
+from aiohttp import web
+
+from ..allocator import GpuAllocator
+from ..config import Settings
+from ..launchqueue import FileQueue
+from ..model import ConfigError, TpnodeError
+from ..nodelog import NodeLog
+from ..policy import Policy
+from ..service import NodeService
+from .api import make_app
+
+log = logging.getLogger("tpnode_tui.agent")
+
+#: an idle connection, or one that never sends its request, is closed after this
+IDLE_TIMEOUT_S = 15.0
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def prepare_socket(path: Path) -> None:
+    """Make room for the socket: its directory, and no stale socket in the way.
+
+    A socket file nobody answers on is what an agent killed with SIGKILL
+    leaves; one that answers belongs to a running agent, and two agents on one
+    node would be two queues and two logs: refused.
+    """
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create {path.parent} for the agent's socket: {e.strerror}") from None
+    if path.exists() or path.is_symlink():
+        if _answers(path):
+            raise ConfigError(f"another agent already answers at {path}; stop it first "
+                              "(systemctl stop tpnode-tui-agent)")
+        path.unlink()
+
+
+def _more_connections() -> None:
+    """Dashboards, CLIs and idle connections each take a descriptor: use the
+    hard limit, not the soft 1024, so many clients at once are not refused."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def serve(settings: Settings, *, interval: float) -> int:
+    """Serve the node until SIGTERM or SIGINT; the exit code."""
+    path = settings.agent_socket
+    prepare_socket(path)
+    _more_connections()
+    allocator = GpuAllocator.from_settings(settings)
+    policy = Policy.from_settings(settings)
+    service = NodeService(
+        allocator, policy, queue=FileQueue(settings.state_dir),
+        node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
+        interval=interval)
+    runner = web.AppRunner(make_app(service, policy.operators), access_log=None,
+                           handler_cancellation=True, keepalive_timeout=IDLE_TIMEOUT_S)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    poller = None
+    try:
+        await runner.setup()
+        site = web.UnixSite(runner, str(path))
+        await site.start()
+        # Every account may connect; what each may do is decided by who it is.
+        os.chmod(path, 0o666)
+        poller = asyncio.create_task(service.run())
+        log.info("serving %s on %s (%s, %s, lock %s, operators: %s)", allocator.runtime.describe(),
+                 path, allocator.probe.source, f"every {interval:g} s", allocator.lock.description,
+                 policy.operators.describe())
+        await stop.wait()
+        log.info("stopping: jobs keep running")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TpnodeError):
+                await poller
+        await runner.cleanup()
+        await service.close()
+        await allocator.close()
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return 0

@@ -1,0 +1,12 @@
+"""The one narrow port the CLI and the dashboard use to reach a node.
+
+Two implementations, one behaviour: :class:`~.local.LocalNode` runs the
+node's service in this process (a single-account machine, the demo), and
+:class:`~.remote.AgentNode` talks to the node's agent over its socket. The
+clients never reach inside an allocator, a runtime or a lock: what they may
+know arrives in snapshots, and what they may do is one of these calls, each
+checked by the node against who is asking.
+"""
+from .base import Node, NodeView
+
+__all__ = ["Node", "NodeView"]

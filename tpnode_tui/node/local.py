@@ -1,0 +1,84 @@
+"""The node served in this process, for this process's own account.
+
+For a machine one account uses (and the demo), no agent is needed: the CLI or
+the dashboard runs the node's service itself, with the account the kernel says
+this process runs as for its caller, under the same rules and the same lock as
+an agent would apply. Its queue lives in memory (a dashboard asks before
+quitting with launches queued); its log is the state dir's.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, AsyncIterator, Optional
+
+from ..allocator import GpuAllocator
+from ..config import Settings
+from ..identity import Caller, this_process
+from ..model import JobState, Launched, QueuedLaunch
+from ..nodelog import NodeLog
+from ..policy import Policy
+from ..service import LaunchRequest, LaunchResult, NodeService, ReserveRequest
+from .base import NodeView
+
+
+class LocalNode:
+    via = "local"
+
+    def __init__(self, service: NodeService, caller: Caller) -> None:
+        self.service = service
+        self.caller = caller
+        self._running: Optional[asyncio.Task[None]] = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, interval: float = 1.0) -> "LocalNode":
+        policy = Policy.from_settings(settings)
+        service = NodeService(
+            GpuAllocator.from_settings(settings), policy,
+            node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
+            interval=interval)
+        return cls(service, this_process(policy.operators))
+
+    def _view(self) -> NodeView:
+        reading = self.service.reading
+        return NodeView(reading, self.service.you(self.caller, reading.snapshot))
+
+    async def status(self) -> NodeView:
+        await self.service.read_now()
+        return self._view()
+
+    async def views(self) -> AsyncIterator[NodeView]:
+        """Runs the service's polling for as long as someone watches."""
+        if self._running is None:
+            self._running = asyncio.ensure_future(self.service.run())
+        async for reading in self.service.subscribe():
+            yield NodeView(reading, self.service.you(self.caller, reading.snapshot))
+
+    async def launch(self, request: LaunchRequest) -> LaunchResult:
+        return await self.service.launch(self.caller, request)
+
+    async def reserve(self, request: ReserveRequest) -> Launched:
+        return await self.service.reserve(self.caller, request)
+
+    async def extend(self, run_id: str, duration_s: float) -> JobState:
+        return await self.service.extend(self.caller, run_id, duration_s)
+
+    async def stop(self, run_id: str) -> JobState:
+        return await self.service.stop(self.caller, run_id)
+
+    async def reclaim(self, run_id: Optional[str]) -> list[JobState]:
+        return await self.service.reclaim(self.caller, run_id)
+
+    async def cancel(self, run_id: str) -> QueuedLaunch:
+        return await self.service.cancel(self.caller, run_id)
+
+    async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
+        return self.service.audit(self.caller, since_s)
+
+    async def close(self) -> None:
+        if self._running is not None:
+            self._running.cancel()
+            with contextlib.suppress(BaseException):
+                await self._running
+        await self.service.close()
+        await self.service.allocator.close()

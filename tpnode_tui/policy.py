@@ -1,0 +1,159 @@
+"""What each account may do on a shared node: pure rules, decided from kernel identities.
+
+Anyone may read everything: seeing who holds which card is the point of the
+product. Anyone may launch and reserve, as themselves. Ending or changing a
+job (stop, reclaim, extend, cancel a queued launch) is for its owner or an
+operator. A refusal names the rule, so the person refused knows whom to ask:
+
+    card 3 is held by rsv-7 of alice; only alice or an operator (root, group
+    tpnode-operators) may stop it
+
+Ownership is compared by uid where the job recorded one (names can be
+renamed, reused or faked in a hand-set label) and by name otherwise. A job
+that recorded no owner at all is for operators only.
+
+Quotas count the cards of an account's live jobs and reservations, the way a
+shared node's users think of "what I hold". Operators are not limited: they
+are the ones who clear a stuck node.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional
+
+from .config import Settings
+from .identity import Caller, Operators
+from .model import JobState, NotAllowed
+from .render import cards_words
+
+
+@dataclass(frozen=True)
+class CardLimits:
+    """Most cards an account may hold at once; ``None`` means no limit.
+
+    ``per_account`` names accounts (``alice``) and groups (``@students``). An
+    account's own entry wins over its groups'; among its groups the largest
+    allowance counts (being in a group grants what the group may hold).
+    """
+
+    default: Optional[int] = None
+    per_account: Mapping[str, int] = field(default_factory=dict)
+
+    def limit_for(self, caller: Caller, group_names: Iterable[str] = ()) -> Optional[int]:
+        if caller.operator:
+            return None
+        if caller.user in self.per_account:
+            return self.per_account[caller.user]
+        granted = [self.per_account[f"@{g}"] for g in group_names if f"@{g}" in self.per_account]
+        if granted:
+            return max(granted)
+        return self.default
+
+
+def owns(caller: Caller, job: JobState) -> bool:
+    if job.uid is not None:
+        return job.uid == caller.uid
+    return bool(job.owner) and job.owner == caller.user
+
+
+def held_by(caller: Caller, jobs: Iterable[JobState]) -> list[JobState]:
+    """The caller's live jobs and reservations: what their quota counts."""
+    return [j for j in jobs if j.live and owns(caller, j)]
+
+
+@dataclass(frozen=True)
+class Policy:
+    operators: Operators = Operators()
+    limits: CardLimits = CardLimits()
+    #: glob patterns of images a job may name; empty means any image
+    images: tuple[str, ...] = ()
+
+    def _who_may(self, owner: str) -> str:
+        ops = f"an operator ({self.operators.describe()})"
+        return f"only {owner} or {ops}" if owner else f"only {ops}"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Policy":
+        return cls(
+            operators=Operators(settings.operators_group),
+            limits=CardLimits(settings.max_cards_per_user, dict(settings.max_cards_for)),
+            images=settings.images,
+        )
+
+    def may(self, caller: Caller, job: JobState) -> bool:
+        """Whether the caller may end or change ``job``: its owner, or an operator."""
+        return caller.operator or owns(caller, job)
+
+    def check_may(self, caller: Caller, job: JobState, action: str, *,
+                  card: Optional[int] = None) -> None:
+        """Refuse ``action`` (stop, reclaim, extend) on ``job`` unless the caller owns it or operates."""
+        if self.may(caller, job):
+            return
+        owner = job.owner
+        if card is not None:
+            held = f"card {card} is held by {job.key}" + (f" of {owner}" if owner else "")
+        elif job.gpus:
+            held = f"{job.key} ({cards_words(job.gpus)})" + (
+                f" belongs to {owner}" if owner else " has no recorded owner")
+        else:
+            held = f"{job.key}" + (f" belongs to {owner}" if owner else " has no recorded owner")
+        raise NotAllowed(f"{held}; {self._who_may(owner)} may {action} it")
+
+    def check_cancel(self, caller: Caller, run_id: str, owner: str, owner_uid: Optional[int]) -> None:
+        if caller.operator or (owner_uid is not None and owner_uid == caller.uid):
+            return
+        if owner_uid is None and owner and owner == caller.user:
+            return
+        raise NotAllowed(f"{run_id} was queued by {owner or 'an unknown account'}; "
+                         f"{self._who_may(owner)} may cancel it")
+
+    def owner_for(self, caller: Caller, requested: str) -> str:
+        """The owner a new job gets: the caller, unless an operator names someone else."""
+        if not requested or requested == caller.user:
+            return caller.user
+        if caller.operator:
+            return requested
+        raise NotAllowed(
+            f"{caller.user} asked to act as {requested!r}; jobs and reservations belong to "
+            f"whoever asks for them, and only an operator ({self.operators.describe()}) may "
+            "name another owner"
+        )
+
+    def check_quota(self, caller: Caller, jobs: Iterable[JobState], wanted: int,
+                    group_names: Iterable[str] = ()) -> None:
+        """Refuse a request that would take the caller past their card limit."""
+        limit = self.limits.limit_for(caller, group_names)
+        if limit is None:
+            return
+        mine = held_by(caller, jobs)
+        holding = sum(len(j.gpus) for j in mine)
+        if holding + wanted <= limit:
+            return
+        what = (f"you hold {cards_words(holding)} ({', '.join(j.key for j in mine)})" if mine
+                else "you hold no cards")
+        raise NotAllowed(
+            f"{what} and ask for {cards_words(wanted)}; the limit for {caller.user} is "
+            f"{cards_words(limit)}. Stop or let something of yours end first, or ask an "
+            f"operator ({self.operators.describe()})"
+        )
+
+    def check_quota_ever(self, caller: Caller, wanted: int, group_names: Iterable[str] = ()) -> None:
+        """Refuse a request larger than the caller's limit: it could never run,
+        so it must not wait in a queue for ever."""
+        limit = self.limits.limit_for(caller, group_names)
+        if limit is not None and wanted > limit:
+            raise NotAllowed(
+                f"{caller.user} may hold at most {cards_words(limit)} and asks for "
+                f"{cards_words(wanted)}: ask for fewer, or ask an operator ({self.operators.describe()})"
+            )
+
+    def check_image(self, image: Optional[str]) -> None:
+        if image is None or not self.images:
+            return
+        if any(fnmatch.fnmatchcase(image, pattern) for pattern in self.images):
+            return
+        raise NotAllowed(
+            f"image {image!r} is not allowed on this node (TUNEPLANE_IMAGES allows "
+            f"{', '.join(self.images)})"
+        )

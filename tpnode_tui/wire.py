@@ -1,0 +1,385 @@
+"""A node snapshot as JSON, and back: ``status --json``, the agent's API and the fleet.
+
+One document, written here only, serves every reader: a script reading
+``status --json``, a dashboard streaming from the agent, the fleet view reading
+what each agent published. It is a superset of the first ``status --json``
+(every key it had keeps its meaning), complete enough that a dashboard
+rebuilds the very snapshot an in-process allocator would have given it.
+
+Reading one back is strict: a document from another process, or another
+node, that is not what this module writes raises :class:`WireError` naming
+the first thing wrong, never a half-read snapshot whose missing cards would
+look free.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Callable, Optional, TypeVar
+
+from .model import (
+    CardFacts,
+    CardView,
+    GpuOccupancy,
+    HolderInfo,
+    JobState,
+    Launched,
+    NodeSnapshot,
+    ProbeReading,
+    ProcessFacts,
+    QueuedLaunch,
+    TpnodeError,
+)
+
+T = TypeVar("T")
+
+#: bumped when a key changes meaning; readers refuse documents newer than they know
+WIRE_VERSION = 1
+
+
+class WireError(TpnodeError):
+    """A snapshot document that cannot be understood."""
+
+
+def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
+    occ = snap.occupancy
+    return {
+        "version": WIRE_VERSION,
+        "taken_at": snap.taken_at,
+        "host": snap.host,
+        "series": snap.series,
+        "probe": snap.probe.source,
+        "probe_problem": snap.probe.problem,
+        "probe_count": snap.probe.count,
+        "runtime": snap.runtime,
+        "lock": snap.lock,
+        "lock_state": snap.lock_state,
+        "total": occ.total,
+        "free": occ.free,
+        "by_job": {str(k): v for k, v in sorted(occ.by_job.items())},
+        "external": sorted(occ.external),
+        "unhealthy": {str(k): v for k, v in sorted(occ.unhealthy.items())},
+        "external_probe_ok": occ.external_probe_ok,
+        "explain": snap.explain,
+        "cards": [_card_json(c) for c in snap.cards],
+        "jobs": [_job_json(j) for j in snap.jobs],
+        "queue": [queued_to_json(q) for q in snap.queue],
+    }
+
+
+def _card_json(c: CardView) -> dict[str, Any]:
+    f = c.facts
+    return {
+        "index": c.index,
+        "state": c.state,
+        "run_id": c.run_id,
+        "holders": [asdict(h) for h in c.holders],
+        "reason": c.reason,
+        "warning": c.warning,
+        "name": f.name if f else None,
+        "uuid": f.uuid if f else None,
+        "pci_bus_id": f.pci_bus_id if f else None,
+        "memory_used_mib": f.memory_used_mib if f else None,
+        "memory_total_mib": f.memory_total_mib if f else None,
+        "utilization_pct": f.utilization_pct if f else None,
+        "temperature_c": f.temperature_c if f else None,
+        "power_w": f.power_w if f else None,
+        "processes": (None if f is None or f.processes is None
+                      else [asdict(p) for p in f.processes]),
+        "health": list(f.health) if f else [],
+        "reported": f is not None,
+    }
+
+
+def _job_json(j: JobState) -> dict[str, Any]:
+    return {
+        "run_id": j.run_id,
+        "name": j.name,
+        "status": j.status,
+        "gpus": list(j.gpus),
+        "kind": j.kind,
+        "owner": j.owner,
+        "uid": j.uid,
+        "image": j.image,
+        "command": list(j.command),
+        "started_at": j.started_at,
+        "expires_at": j.expires_at,
+        "exit_code": j.exit_code,
+        "pid": j.pid,
+        "fence": j.fence,
+        "problems": list(j.problems),
+    }
+
+
+# ── reading back ────────────────────────────────────────────────────────────
+
+
+class _Required:
+    pass
+
+
+#: the default of a key that must be present
+_REQUIRED = _Required()
+
+
+class Reader:
+    """Typed access to one JSON object, naming the path of whatever is wrong."""
+
+    def __init__(self, doc: Any, where: str) -> None:
+        if not isinstance(doc, dict):
+            raise WireError(f"{where} is {_kind(doc)}, not an object")
+        self.doc = doc
+        self.where = where
+
+    def only(self, *keys: str) -> "Reader":
+        """Refuse keys this reader does not know: a misspelt option silently
+        ignored would do something other than what was asked."""
+        unknown = sorted(set(self.doc) - set(keys))
+        if unknown:
+            raise WireError(f"{self.where} has unknown fields {unknown}; known: {', '.join(keys)}")
+        return self
+
+    def _get(self, key: str, ok: Callable[[Any], bool], want: str, default: Any) -> Any:
+        if key not in self.doc:
+            if default is _REQUIRED:
+                raise WireError(f"{self.where} has no {key!r}")
+            return default
+        value = self.doc[key]
+        if not ok(value):
+            raise WireError(f"{self.where}.{key} is {_kind(value)}, not {want}")
+        return value
+
+    def text(self, key: str, default: Any = _REQUIRED) -> str:
+        return self._get(key, lambda v: isinstance(v, str), "a string", default)  # type: ignore[no-any-return]
+
+    def opt_text(self, key: str) -> Optional[str]:
+        return self._get(key, lambda v: v is None or isinstance(v, str), "a string or null", None)  # type: ignore[no-any-return]
+
+    def whole(self, key: str, default: Any = _REQUIRED) -> int:
+        return self._get(key, _is_int, "a whole number", default)  # type: ignore[no-any-return]
+
+    def opt_whole(self, key: str) -> Optional[int]:
+        return self._get(key, lambda v: v is None or _is_int(v), "a whole number or null", None)  # type: ignore[no-any-return]
+
+    def number(self, key: str) -> float:
+        return float(self._get(key, _is_number, "a number", _REQUIRED))
+
+    def opt_number(self, key: str) -> Optional[float]:
+        value = self._get(key, lambda v: v is None or _is_number(v), "a number or null", None)
+        return None if value is None else float(value)
+
+    def flag(self, key: str, default: Any = _REQUIRED) -> bool:
+        return self._get(key, lambda v: isinstance(v, bool), "true or false", default)  # type: ignore[no-any-return]
+
+    def items(self, key: str, default: Any = _REQUIRED) -> list[Any]:
+        return self._get(key, lambda v: isinstance(v, list), "a list", default)  # type: ignore[no-any-return]
+
+    def opt_items(self, key: str) -> Optional[list[Any]]:
+        return self._get(key, lambda v: v is None or isinstance(v, list), "a list or null", None)  # type: ignore[no-any-return]
+
+    def obj(self, key: str) -> dict[str, Any]:
+        return self._get(key, lambda v: isinstance(v, dict), "an object", _REQUIRED)  # type: ignore[no-any-return]
+
+    def each(self, key: str, read: Callable[["Reader"], T], default: Any = _REQUIRED) -> list[T]:
+        return [read(Reader(item, f"{self.where}.{key}[{n}]"))
+                for n, item in enumerate(self.items(key, default))]
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        items = self.items(key, [])
+        if not all(isinstance(i, str) for i in items):
+            raise WireError(f"{self.where}.{key} is not a list of strings")
+        return tuple(items)
+
+    def wholes(self, key: str) -> tuple[int, ...]:
+        items = self.items(key, [])
+        if not all(_is_int(i) for i in items):
+            raise WireError(f"{self.where}.{key} is not a list of whole numbers")
+        return tuple(items)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "true/false", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _int_keys(r: Reader, key: str) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for k, v in r.obj(key).items():
+        if not k.isdigit() or len(k) > 6 or not isinstance(v, str):
+            raise WireError(f"{r.where}.{key} maps {k!r} to {_kind(v)}; expected card index -> text")
+        out[int(k)] = v
+    return out
+
+
+def _holder(r: Reader) -> HolderInfo:
+    return HolderInfo(
+        pid=r.whole("pid"),
+        used_memory_mib=r.opt_whole("used_memory_mib"),
+        visible=r.flag("visible", False),
+        user=r.opt_text("user"),
+        command=r.opt_text("command"),
+        container=r.opt_text("container"),
+        started_at=r.opt_number("started_at"),
+    )
+
+
+def _process(r: Reader) -> ProcessFacts:
+    return ProcessFacts(pid=r.whole("pid"), used_memory_mib=r.opt_whole("used_memory_mib"))
+
+
+def _facts(r: Reader) -> Optional[CardFacts]:
+    if not r.flag("reported", True):
+        return None
+    processes = r.opt_items("processes")
+    return CardFacts(
+        index=r.whole("index"),
+        uuid=r.opt_text("uuid"),
+        name=r.opt_text("name"),
+        pci_bus_id=r.opt_text("pci_bus_id"),
+        memory_total_mib=r.opt_whole("memory_total_mib"),
+        memory_used_mib=r.opt_whole("memory_used_mib"),
+        utilization_pct=r.opt_whole("utilization_pct"),
+        temperature_c=r.opt_whole("temperature_c"),
+        power_w=r.opt_number("power_w"),
+        processes=None if processes is None else tuple(r.each("processes", _process)),
+        health=r.texts("health"),
+    )
+
+
+def _job(r: Reader) -> JobState:
+    return JobState(
+        name=r.text("name"),
+        run_id=r.text("run_id"),
+        gpus=r.wholes("gpus"),
+        status=r.text("status"),
+        kind=r.text("kind", "job"),
+        owner=r.text("owner", ""),
+        uid=r.opt_whole("uid"),
+        image=r.opt_text("image"),
+        command=r.texts("command"),
+        started_at=r.opt_number("started_at"),
+        expires_at=r.opt_number("expires_at"),
+        exit_code=r.opt_whole("exit_code"),
+        pid=r.opt_whole("pid"),
+        fence=r.opt_whole("fence"),
+        problems=r.texts("problems"),
+    )
+
+
+def _queued(r: Reader) -> QueuedLaunch:
+    return QueuedLaunch(
+        run_id=r.text("run_id"),
+        cards=r.whole("cards"),
+        owner=r.text("owner", ""),
+        queued_at=r.number("queued_at"),
+        kind=r.text("kind", "job"),
+        command=r.texts("command"),
+        image=r.opt_text("image"),
+        uid=r.opt_whole("uid"),
+        state=r.text("state", "queued"),
+        waiting_for=r.opt_text("waiting_for"),
+    )
+
+
+def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
+    """The snapshot :func:`snapshot_to_json` wrote; WireError if ``doc`` is not one."""
+    r = Reader(doc, where)
+    version = r.whole("version")
+    if version > WIRE_VERSION:
+        raise WireError(f"{where} has version {version}, newer than this tpnode-tui reads "
+                        f"({WIRE_VERSION}); upgrade it")
+    total = r.whole("total")
+    if not 0 <= total <= 65536:
+        raise WireError(f"{where}.total is {total}, not a card count")
+    jobs = tuple(r.each("jobs", _job))
+    cards_raw = r.each("cards", lambda c: c)
+    facts = [_facts(c) for c in cards_raw]
+    reading = ProbeReading(
+        source=r.text("probe"),
+        cards=tuple(f for f in facts if f is not None),
+        count=r.opt_whole("probe_count"),
+        external_probe_ok=r.flag("external_probe_ok"),
+        problem=r.opt_text("probe_problem"),
+    )
+    live = {j.key: j for j in jobs if j.live}
+    views = []
+    for c, f in zip(cards_raw, facts):
+        run_id = c.opt_text("run_id")
+        views.append(CardView(
+            index=c.whole("index"),
+            state=c.text("state"),
+            facts=f,
+            run_id=run_id,
+            job=live.get(run_id) if run_id else None,
+            holders=tuple(c.each("holders", _holder, [])),
+            reason=c.opt_text("reason"),
+            warning=c.opt_text("warning"),
+        ))
+    occupancy = GpuOccupancy(
+        total=total,
+        by_job=_int_keys(r, "by_job"),
+        external=frozenset(r.wholes("external")),
+        unhealthy=_int_keys(r, "unhealthy"),
+        external_probe_ok=r.flag("external_probe_ok"),
+    )
+    return NodeSnapshot(
+        taken_at=r.number("taken_at"),
+        host=r.text("host"),
+        occupancy=occupancy,
+        cards=tuple(views),
+        jobs=jobs,
+        probe=reading,
+        series=r.text("series", ""),
+        runtime=r.text("runtime", ""),
+        lock=r.text("lock", ""),
+        lock_state=r.opt_text("lock_state"),
+        explain=r.text("explain", ""),
+        queue=tuple(r.each("queue", _queued, [])),
+    )
+
+
+# ── answers to actions ─────────────────────────────────────────────────────
+
+
+def job_to_json(job: JobState) -> dict[str, Any]:
+    return _job_json(job)
+
+
+def job_from_json(doc: Any, where: str = "job") -> JobState:
+    return _job(Reader(doc, where))
+
+
+def queued_to_json(q: QueuedLaunch) -> dict[str, Any]:
+    return asdict(q) | {"command": list(q.command)}
+
+
+def queued_from_json(doc: Any, where: str = "queued launch") -> QueuedLaunch:
+    return _queued(Reader(doc, where))
+
+
+def launched_to_json(result: Launched) -> dict[str, Any]:
+    """What ``launch --json`` and ``reserve --json`` print, and the agent answers."""
+    return {
+        "run_id": result.job.run_id,
+        "name": result.job.name,
+        "gpus": list(result.gpus),
+        "existing": result.existing,
+        "expires_at": result.job.expires_at,
+        "warning": result.warning,
+        "job": _job_json(result.job),
+    }
+
+
+def launched_from_json(doc: Any, where: str = "launch") -> Launched:
+    r = Reader(doc, where)
+    return Launched(gpus=r.wholes("gpus"), job=_job(Reader(r.obj("job"), f"{where}.job")),
+                    existing=r.flag("existing", False), warning=r.opt_text("warning"))
