@@ -16,6 +16,7 @@ import resource
 import signal
 import socket
 from pathlib import Path
+from typing import Optional
 
 from aiohttp import web
 
@@ -71,8 +72,8 @@ def _more_connections() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-async def serve(settings: Settings, *, interval: float) -> int:
-    """Serve the node until SIGTERM or SIGINT; the exit code."""
+async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.Event] = None) -> int:
+    """Serve the node until SIGTERM or SIGINT (or ``stop`` is set); the exit code."""
     path = settings.agent_socket
     prepare_socket(path)
     _more_connections()
@@ -84,9 +85,10 @@ async def serve(settings: Settings, *, interval: float) -> int:
         interval=interval)
     runner = web.AppRunner(make_app(service, policy.operators), access_log=None,
                            handler_cancellation=True, keepalive_timeout=IDLE_TIMEOUT_S)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = () if stop is not None else (signal.SIGTERM, signal.SIGINT)
+    stop = stop or asyncio.Event()
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     poller = None
     try:
@@ -102,7 +104,7 @@ async def serve(settings: Settings, *, interval: float) -> int:
         await stop.wait()
         log.info("stopping: jobs keep running")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in signals:
             loop.remove_signal_handler(sig)
         if poller is not None:
             poller.cancel()

@@ -1,0 +1,202 @@
+"""The agent's API as clients meet it: well-formed or not, one at a time or many at once.
+
+The agent runs here in the test's own event loop over a real Unix socket, a
+simulated node and the process runtime with real processes; clients are the
+product's own (AgentNode) or raw HTTP written by hand, because a hostile or
+broken client does not use the product's client. Accounts other than root,
+and the agent as its own process, are in tests/test_agent_accounts.py.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from load_tools import kill_process_jobs
+from services import write_scene
+from tpnode_tui.agent.serve import serve
+from tpnode_tui.config import load_settings
+from tpnode_tui.node.remote import AgentNode, AgentUnavailable
+from tpnode_tui.service import LaunchRequest, ReserveRequest
+
+WAIT_S = 15.0
+
+
+class Agent:
+    def __init__(self, tmp_path) -> None:
+        self.scene = write_scene(tmp_path / "node.json", 8)
+        self.state = tmp_path / "state"
+        self.socket = tmp_path / "run" / "agent.sock"
+        self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
+                                      state_dir=str(self.state), agent_socket=str(self.socket),
+                                      lock_retry_ms="10")
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.ensure_future(serve(self.settings, interval=0.2, stop=self.stop))
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while not self.socket.exists():
+            assert not self.task.done(), self.task.exception()
+            assert asyncio.get_running_loop().time() < deadline, "the agent did not start"
+            await asyncio.sleep(0.02)
+
+    async def request(self, raw: bytes) -> tuple[int, dict]:
+        """One raw HTTP exchange; the status and the JSON body."""
+        reader, writer = await asyncio.open_unix_connection(str(self.socket))
+        writer.write(raw)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), WAIT_S)
+        writer.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        if b"chunked" in head.lower():
+            body = b"".join(body.split(b"\r\n")[1::2])
+        return status, json.loads(body)
+
+    async def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict]:
+        return await self.request(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+
+@pytest.fixture
+async def agent(tmp_path):
+    a = Agent(tmp_path)
+    await a.start()
+    yield a
+    a.stop.set()
+    await asyncio.wait_for(a.task, WAIT_S)
+    kill_process_jobs(a.state)
+
+
+@pytest.fixture
+async def client(agent):
+    node = AgentNode(agent.socket)
+    yield node
+    await node.close()
+
+
+async def test_the_socket_is_connectable_by_every_account(agent):
+    assert oct(os.stat(agent.socket).st_mode & 0o777) == "0o666"
+
+
+async def test_status_through_the_agent_names_the_caller_and_the_node(client):
+    view = await client.status()
+    assert view.snapshot.occupancy.total == 8 and len(view.snapshot.occupancy.free) == 8
+    assert (view.you.user, view.you.uid, view.you.operator) == ("root", 0, True)
+
+
+async def test_launch_reserve_and_stop_through_the_agent(agent, client):
+    launched = (await client.launch(LaunchRequest(cards=2, command=("sleep", "60"), run_id="j1"))).launched
+    reserved = await client.reserve(ReserveRequest(cards=1, duration_s=600, run_id="r1"))
+    assert launched.gpus == (0, 1) and reserved.gpus == (2,)
+    assert launched.job.owner == "root"
+    view = await client.status()
+    assert view.snapshot.occupancy.by_job == {0: "j1", 1: "j1", 2: "r1"}
+    assert view.you.cards_held == 3
+    stopped = await client.stop("j1")
+    assert stopped.key == "j1"
+    await client.stop("r1")
+
+
+@pytest.mark.parametrize("body, says", [
+    (b"{not json", "is not valid JSON"),
+    (b"[1, 2]", "request is a list, not an object"),
+    (b'{"cards": "2", "command": ["true"]}', "request.cards is a string, not a whole number"),
+    (b'{"cards": 1, "command": ["true"], "privileged": true}', "unknown fields ['privileged']"),
+    (b'{"cards": 1, "command": ["true"], "env": {"A": 1}}', "request.env is not an object of text values"),
+    (b'{"cards": 1, "command": "true"}', "request.command is a string, not a list"),
+    (b'{"cards": 1, "command": ["true"], "run_id": "../etc"}', "run id '../etc' is not valid"),
+    (b"\xff\xfe", "not UTF-8"),
+])
+async def test_a_malformed_request_is_a_4xx_and_one_clear_line(agent, body, says):
+    status, doc = await agent.post("/v1/launch", body)
+    assert status == 400 and doc["exit_code"] == 2, doc
+    assert says in doc["error"] and "\n" not in doc["error"] and "Traceback" not in doc["error"]
+
+
+async def test_a_body_over_64_kib_is_refused_and_nothing_is_placed(agent, client):
+    body = json.dumps({"cards": 1, "command": ["true", "x" * 70_000]}).encode()
+    status, doc = await agent.post("/v1/launch", body)
+    assert status == 413 and doc == {"error": "the request body is over 64 KiB", "exit_code": 2,
+                                     "kind": "BadRequest"}
+    assert (await client.status()).snapshot.jobs == ()
+
+
+async def test_unknown_endpoints_and_methods_answer_in_the_same_form(agent):
+    status, doc = await agent.request(b"GET /v2/anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status == 404 and "no such endpoint: GET /v2/anything" in doc["error"]
+    status, doc = await agent.request(b"GET /v1/launch HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status == 405 and doc["exit_code"] == 2
+
+
+async def test_silent_half_open_and_vanishing_clients_do_not_stop_the_agent_answering(agent, client):
+    silent = [await asyncio.open_unix_connection(str(agent.socket)) for _ in range(200)]
+    partial = []
+    for _ in range(50):
+        reader, writer = await asyncio.open_unix_connection(str(agent.socket))
+        writer.write(b"POST /v1/launch HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{\"cards\"")
+        partial.append((reader, writer))
+    for _ in range(20):  # a dashboard that hangs up mid-stream
+        reader, writer = await asyncio.open_unix_connection(str(agent.socket))
+        writer.write(b"GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        await reader.readline()
+        writer.transport.abort()
+    view = await asyncio.wait_for(client.status(), WAIT_S)
+    assert view.snapshot.occupancy.total == 8
+    launched = await asyncio.wait_for(
+        client.launch(LaunchRequest(cards=1, command=("sleep", "30"), run_id="still")), WAIT_S)
+    assert launched.launched is not None
+    await client.stop("still")
+    for _, writer in silent + partial:
+        writer.close()
+
+
+async def test_the_stream_pushes_each_new_reading_as_it_is_made(agent, client):
+    seen = []
+    async for view in client.views():
+        seen.append(view)
+        if len(seen) == 1:
+            write_scene(agent.scene, [{"memory_total_mib": 143771, "memory_used_mib": 90000}] +
+                        [{"memory_total_mib": 143771}] * 7)
+        if view.snapshot is not None and view.snapshot.occupancy.external:
+            break
+        assert len(seen) < 100, "the change never arrived"
+    assert seen[-1].snapshot.occupancy.external == frozenset({0})
+    assert [v.reading.seq for v in seen] == sorted(v.reading.seq for v in seen)
+    assert seen[-1].you.user == "root"
+
+
+async def test_many_clients_at_once_never_share_a_card(agent):
+    clients = [AgentNode(agent.socket) for _ in range(50)]
+
+    async def one(n: int, node: AgentNode):
+        if n % 2:
+            return await node.status()
+        try:
+            return await node.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id=f"m{n}"))
+        except Exception as e:  # no capacity for most: that is the point
+            return e
+
+    try:
+        results = await asyncio.gather(*(one(n, c) for n, c in enumerate(clients)))
+    finally:
+        for c in clients:
+            await c.close()
+    placed = [r.launched for r in results if hasattr(r, "launched") and r.launched is not None]
+    assert len(placed) == 8
+    cards = [g for p in placed for g in p.gpus]
+    assert sorted(cards) == list(range(8))  # every card once, none twice
+    refusals = [r for r in results if isinstance(r, Exception)]
+    assert all("no capacity" in str(r).lower() or "need 1 card" in str(r) for r in refusals), refusals
+
+
+async def test_an_agent_that_is_gone_is_said_plainly(tmp_path):
+    node = AgentNode(tmp_path / "nobody.sock")
+    with pytest.raises(AgentUnavailable, match=r"no agent answers at .*nobody.sock"):
+        await node.status()
+    assert not await node.answers()
+    await node.close()
