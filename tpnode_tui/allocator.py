@@ -257,15 +257,12 @@ class GpuAllocator:
         taken by an exited job is refused (its record would be overwritten).
         ``hold_for_s`` sets the expiry from the moment the cards are picked, so
         time spent waiting for the lock does not shorten a reservation.
-<<<<<<< HEAD
         ``locked`` is called as soon as the lock is held: until then the launch
         has done nothing and cancelling it abandons it; from then on it picks
         cards and creates its job, and should be left to finish.
-=======
         ``admit(jobs)`` is called under the lock with the jobs just read, before
         any card is picked: a rule that counts what people hold (a quota) is
         only sound there, and raising refuses the launch.
->>>>>>> 4cbf74e (The node as a service: one poll for every reader, rules by kernel identity, a JSON wire)
         """
         check_run_id(spec.run_id)
         if spec.cards <= 0:
