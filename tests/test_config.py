@@ -22,7 +22,10 @@ def test_every_variable_is_read():
         "TUNEPLANE_DOCKER_GPU_MODE": "env", "TUNEPLANE_STATE_DIR": "/tmp/st",
         "TUNEPLANE_REDIS_URL": "redis://localhost:6379/1", "TUNEPLANE_LOCK_LEASE_MS": "5000",
         "TUNEPLANE_LOCK_RETRY_MS": "20", "TUNEPLANE_HOLD_IMAGE": "busybox:1.36",
-        "TUNEPLANE_ALLOW_UNVERIFIED": "yes",
+        "TUNEPLANE_ALLOW_UNVERIFIED": "yes", "TUNEPLANE_AGENT": "off",
+        "TUNEPLANE_AGENT_SOCKET": "/tmp/a.sock", "TUNEPLANE_OPERATORS_GROUP": "gpu-admins",
+        "TUNEPLANE_MAX_CARDS_PER_USER": "2", "TUNEPLANE_MAX_CARDS_FOR": "alice=4, @students=1",
+        "TUNEPLANE_IMAGES": "busybox:*, nvcr.io/*", "TUNEPLANE_LOG_MAX_MB": "5",
     }
     assert set(env) == {var for var, _ in ENV_VARS.values()}
     s = load_settings(env)
@@ -31,6 +34,9 @@ def test_every_variable_is_read():
     assert s.simulated_path == Path("/tmp/n.json")
     assert (s.docker_gpu_mode, s.state_dir, s.redis_url) == ("env", Path("/tmp/st"), "redis://localhost:6379/1")
     assert (s.lock_lease_ms, s.lock_retry_ms, s.hold_image, s.allow_unverified) == (5000, 20, "busybox:1.36", True)
+    assert (s.agent, s.agent_socket, s.operators_group) == ("off", Path("/tmp/a.sock"), "gpu-admins")
+    assert (s.max_cards_per_user, s.max_cards_for) == (2, (("alice", 4), ("@students", 1)))
+    assert (s.images, s.log_max_mb) == (("busybox:*", "nvcr.io/*"), 5.0)
 
 
 def test_flags_override_the_environment():

@@ -58,8 +58,6 @@ FLAGS: dict[str, str] = {
     "lock_lease_ms": "--lock-lease-ms",
     "hold_image": "--hold-image",
     "allow_unverified": "--allow-unverified",
-    "agent": "--agent",
-    "agent_socket": "--agent-socket",
 }
 
 #: more cards than any machine has; a larger count is a typo, not a node
