@@ -167,7 +167,8 @@ async def test_a_reused_pid_is_not_the_job_and_is_never_signalled(runtime, state
     ticks = process_start(me).ticks
     with StateFile(state_dir).transaction() as jobs:
         jobs["same"] = forged("same", me, ticks, boot_id())
-        jobs["reused"] = forged("reused", me, ticks - 10_000, boot_id())
+        # A start one tick after this process's: never negative, however young the machine.
+        jobs["reused"] = forged("reused", me, ticks + 1, boot_id())
         jobs["rebooted"] = forged("rebooted", me, ticks, "another-boot")
     states = {j.name: j.status for j in await runtime.ps()}
     assert states == {"same": "running", "reused": "exited", "rebooted": "exited"}
