@@ -11,6 +11,8 @@ which stalls a real CLI process at that point so the test can kill it there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import pty
@@ -568,6 +570,40 @@ def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(node):
     placed = cli(allowed, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
     assert placed.returncode == 0
     assert "handed out unverified" in placed.stderr  # never silently
+
+
+def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its_timeout(node):
+    """The stub becomes "sleep 40 & sleep 40": killing nvidia-smi alone would
+    leave the other sleep holding its pipes, and waiting for them held status,
+    and a launch's allocation lock, for 40 s."""
+    path = os.pathsep.join([str(STUBS), os.path.dirname(PYTHON), os.environ["PATH"]])
+    env = node_env(*node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="2", PATH=path,
+                   TPN_SMI_MODE="hang-group", TPN_SMI_HANG_S="40", TUNEPLANE_LOCAL_GPU_COUNT="8",
+                   TUNEPLANE_ALLOW_UNVERIFIED="true")
+    started = time.monotonic()
+    data = status(env)
+    took = time.monotonic() - started
+    assert "did not answer within 2 s" in data["probe_problem"]
+    assert took < 2 + 3, f"status with a 2 s probe timeout took {took:.1f} s"
+
+    lock = node[1] / "alloc.lock"
+    launch = spawn(env, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
+    held: list[float] = []  # when another process found the lock taken
+    deadline = time.monotonic() + BOUND_S
+    while launch.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(lock, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(time.monotonic())
+            finally:
+                os.close(fd)  # releases a lock taken here at once
+        time.sleep(0.02)
+    [placed] = finish([launch])
+    assert placed.returncode == 0 and "handed out unverified" in placed.stderr, placed.stderr
+    assert held, "the launch was never seen holding the allocation lock"
+    assert held[-1] - held[0] < 2 + 2, f"the launch held the lock for {held[-1] - held[0]:.1f} s"
 
 
 # ── h: a job that ends frees its cards at the next read ──────────────────────
