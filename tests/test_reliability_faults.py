@@ -625,6 +625,30 @@ def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(node):
     assert {j["run_id"] for j in status(env)["jobs"]} == {"next"}
 
 
+def test_a_process_job_holds_its_card_while_what_its_command_left_runs(node):
+    """A command that ends at once, leaving a sleep that ignores SIGTERM. The
+    job was recorded as "exited (0)" and card 0 handed out again while the
+    sleep ran on, out of reach of stop and reclaim."""
+    env = node_env(*node)
+    leaves = ("sh", "-c", "trap '' TERM; sleep 300 & echo started $!")
+    assert cli(env, "launch", "--cards", "1", "--run-id", "leaves", "--", *leaves).returncode == 0
+    log = node[1] / "logs" / "leaves.log"
+    said = wait_until(lambda: log.exists() and "started" in log.read_text() and log.read_text(),
+                      "the command starting its sleep")
+    left = psutil.Process(int(said.split()[-1]))
+    supervisor = psutil.Process(_supervisor_pid(node[1], "leaves"))
+    wait_until(lambda: not supervisor.children(), "the command ending")
+    data = status(env)
+    assert [(j["run_id"], j["status"]) for j in data["jobs"]] == [("leaves", "running")]
+    assert data["by_job"] == {"0": "leaves"} and 0 not in data["free"]
+    other = cli(env, "launch", "--cards", "1", "--run-id", "other", "--json", "--", "sleep", "120")
+    assert json.loads(other.stdout)["gpus"] == [1]
+    assert cli(env, "stop", "leaves").returncode == 0
+    assert not left.is_running() or left.status() == psutil.STATUS_ZOMBIE
+    [ended] = [j for j in status(env)["jobs"] if j["run_id"] == "leaves"]
+    assert (ended["status"], ended["exit_code"]) == ("exited", 0)
+
+
 def _supervisor_pid(state_dir: Path, name: str) -> int:
     return json.loads((state_dir / STATE_FILE).read_text())["jobs"][name]["pid"]
 
