@@ -246,6 +246,8 @@ class JobState:
     fence: Optional[int] = None
     #: what could not be understood in its labels or record, in plain words
     problems: tuple[str, ...] = ()
+    #: how it ended, where the exit code does not say it all ("killed by SIGKILL after 10 s")
+    note: str = ""
 
     @property
     def live(self) -> bool:
