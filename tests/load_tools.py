@@ -263,7 +263,9 @@ def record_figures(test: str, **figures: object) -> None:
 
 
 def kill_process_jobs(state_dir: Path) -> None:
-    """SIGKILL every job the state file still counts as live (its whole process group)."""
+    """SIGKILL every process of every job the state file still counts as live
+    (its supervisor's group, its session, its cgroup), and remove job cgroups."""
+    from tpnode_tui.runtimes.jobprocs import JobProcesses, remove_cgroup
     from tpnode_tui.runtimes.process import boot_id, liveness
     from tpnode_tui.runtimes.statefile import StateFile
     from tpnode_tui.model import TpnodeError
@@ -273,11 +275,14 @@ def kill_process_jobs(state_dir: Path) -> None:
     except TpnodeError:
         return  # a test broke the file on purpose; its jobs were never started
     for record in records.values():
+        cgroup = Path(record.cgroup) if record.cgroup else None
         if liveness(record, boot_id())[0] != "exited":
             try:
                 os.killpg(record.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            JobProcesses(record.pid, cgroup).wait_gone(BOUND_S, kill=True)
+        remove_cgroup(cgroup)
 
 
 # ── the CLI with a fault, for kill -9 at a chosen moment ─────────────────────

@@ -293,6 +293,8 @@ class JobState:
     problems: tuple[str, ...] = ()
     #: the owner's uid where the job recorded one
     uid: Optional[int] = None
+    #: how it ended, where the exit code does not say it all ("killed by SIGKILL after 10 s")
+    note: str = ""
 
     @property
     def live(self) -> bool:

@@ -107,6 +107,7 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "pid": j.pid,
         "fence": j.fence,
         "problems": list(j.problems),
+        "note": j.note,
     }
 
 
@@ -272,6 +273,7 @@ def _job(r: Reader) -> JobState:
         pid=r.opt_whole("pid"),
         fence=r.opt_whole("fence"),
         problems=r.texts("problems"),
+        note=r.text("note", ""),
     )
 
 

@@ -9,7 +9,11 @@ launcher is long gone when the job ends.
 A record counts as running only while its supervisor's pid exists *and*
 that process started when the record says. A pid is reused once its process
 is gone; taking whatever now holds the number for the job would keep its
-cards held for ever, and stopping the job would signal a stranger.
+cards held for ever, and stopping the job would signal a stranger. The
+supervisor outlives its command until every process of the job has ended
+(:mod:`.jobprocs`), so a job holds its cards for as long as anything it
+started runs. A supervisor killed outright records nothing; its job then
+counts as running for as long as any of its processes is left.
 
 Logs (``state_dir/logs/<name>.log``) are kept when a record is removed, for a
 post-mortem; a later job with the same name appends to the same log.
@@ -25,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -39,6 +43,7 @@ from ..model import (
     RuntimeUnavailable,
     check_run_id,
 )
+from .jobprocs import JobProcesses, ProcessStat, make_cgroup, process_stat, remove_cgroup
 from .statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
 
 #: A reservation's workload: sleep for the seconds appended to it.
@@ -69,28 +74,47 @@ def pid_namespace() -> str:
         return ""
 
 
-@dataclass(frozen=True)
-class ProcessStart:
-    """What ``/proc/<pid>/stat`` says: the state letter and the start in ticks since boot."""
-
-    state: str
-    ticks: int
+def _cgroup(record: JobRecord) -> Optional[Path]:
+    return Path(record.cgroup) if record.cgroup else None
 
 
-def process_start(pid: int) -> Optional[ProcessStart]:
-    """The process now holding ``pid``; ``None`` when there is none.
-
-    Raises PermissionError when ``/proc`` refuses to show it: that is
-    "cannot tell", not "gone".
-    """
+def _look(record: JobRecord) -> tuple[Optional[ProcessStat], str]:
+    """The process now holding the supervisor's pid, or why it cannot be looked at."""
+    here = pid_namespace()
+    if record.pid_ns and here and record.pid_ns != here:
+        # Its pid means nothing here (a container beside the host, or the other
+        # way round): until its supervisor records an exit code, it holds its cards.
+        return None, (
+            f"started in another PID namespace ({record.pid_ns}), so pid {record.pid} "
+            "cannot be looked at from here; counted as running until it records its exit"
+        )
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
-    rest = raw[raw.rindex(b")") + 2 :].split()
-    return ProcessStart(state=rest[0].decode(), ticks=int(rest[19]))
+        return process_stat(record.pid), ""
+    except PermissionError:
+        return None, (
+            f"cannot look at pid {record.pid} in /proc (permission denied), "
+            "so it is counted as running"
+        )
+
+
+def _is_supervisor(record: JobRecord, now: Optional[ProcessStat]) -> bool:
+    return now is not None and now.ticks == record.pid_start_ticks and not now.ended
+
+
+def _left_behind(record: JobRecord, now: Optional[ProcessStat]) -> JobProcesses:
+    """The processes of a job whose supervisor is gone.
+
+    A session's id is not handed to a new process while any member lives, so
+    if another process holds the supervisor's number now, the job's session
+    is empty and only its cgroup is looked at.
+    """
+    mine = now is None or now.ticks == record.pid_start_ticks
+    return JobProcesses(record.pid, _cgroup(record), by_session=mine)
+
+
+def _processes(pids: Sequence[int]) -> str:
+    listed = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
+    return f"1 process (pid {listed})" if len(pids) == 1 else f"{len(pids)} processes (pids {listed})"
 
 
 def liveness(record: JobRecord, current_boot: str) -> tuple[str, tuple[str, ...]]:
@@ -98,29 +122,24 @@ def liveness(record: JobRecord, current_boot: str) -> tuple[str, tuple[str, ...]
 
     A zombie has ended; it only waits for its parent to collect it. When the
     process cannot be looked at, the job counts as running: unknown is not
-    ended, and an ended job's cards would be handed out.
+    ended, and an ended job's cards would be handed out. A supervisor that
+    was killed outright leaves the job running while anything it started runs.
     """
     if record.exit_code is not None or record.boot_id != current_boot:
         return "exited", ()
     alive = "created" if record.gated else "running"
-    here = pid_namespace()
-    if record.pid_ns and here and record.pid_ns != here:
-        # Its pid means nothing here (a container beside the host, or the other
-        # way round): until its supervisor records an exit code, it holds its cards.
+    now, unseen = _look(record)
+    if unseen:
+        return alive, (unseen,)
+    if _is_supervisor(record, now):
+        return alive, ()
+    left = _left_behind(record, now).pids()
+    if left:
         return alive, (
-            f"started in another PID namespace ({record.pid_ns}), so pid {record.pid} "
-            "cannot be looked at from here; counted as running until it records its exit",
+            f"its supervisor (pid {record.pid}) was killed, but {_processes(left)} it started "
+            f"still {'runs' if len(left) == 1 else 'run'}; stop ends {'it' if len(left) == 1 else 'them'}",
         )
-    try:
-        now = process_start(record.pid)
-    except PermissionError:
-        return alive, (
-            f"cannot look at pid {record.pid} in /proc (permission denied), "
-            "so it is counted as running",
-        )
-    if now is None or now.ticks != record.pid_start_ticks or now.state in ("Z", "X"):
-        return "exited", ()
-    return alive, ()
+    return "exited", ()
 
 
 def _job_state(record: JobRecord, current_boot: str) -> JobState:
@@ -139,6 +158,7 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         pid=record.pid,
         fence=record.fence,
         problems=problems,
+        note=record.note,
     )
 
 
@@ -179,10 +199,16 @@ class ProcessRuntime:
         *,
         stop_timeout_s: float = 10.0,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        cgroups: bool = True,
     ):
         self.state = StateFile(Path(state_dir), lock_timeout_s=lock_timeout_s)
         self.hold_command = tuple(hold_command or DEFAULT_HOLD_COMMAND)
+        #: the grace between SIGTERM and SIGKILL, for ``stop`` and for what a
+        #: job's command leaves running when it ends
         self.stop_timeout_s = stop_timeout_s
+        #: give each job a cgroup of its own where the node allows it (False:
+        #: never, so a job's processes are only those in its session)
+        self.cgroups = cgroups
         #: job name -> write end of its supervisor's gate, for jobs created here and not started
         self._gates: dict[str, int] = {}
 
@@ -201,10 +227,7 @@ class ProcessRuntime:
         return sorted(states, key=lambda s: (s.started_at or 0.0, s.name))
 
     def _one(self, name: str) -> JobState:
-        record = self.state.read().get(name)
-        if record is None:
-            raise JobNotFound(f"no job named {name!r} in {self.state.path}")
-        return _job_state(record, boot_id())
+        return _job_state(self._record(name), boot_id())
 
     # ------------------------------------------------------------ creating
 
@@ -264,6 +287,7 @@ class ProcessRuntime:
         log = logs / f"{name}.log"
         current_boot = boot_id()
         proc: Optional[subprocess.Popen[bytes]] = None
+        cgroup: Optional[Path] = None
         try:
             with self.state.transaction() as jobs:
                 if name in jobs:
@@ -271,8 +295,9 @@ class ProcessRuntime:
                         f"a job named {name!r} is already recorded, so run id {name!r} is "
                         "taken; use another run id or reclaim the old job"
                     )
-                proc, gate = self._spawn(name, argv, env, logs, log)
-                started = process_start(proc.pid)
+                cgroup = make_cgroup(name) if self.cgroups else None
+                proc, gate = self._spawn(name, argv, env, logs, log, cgroup)
+                started = process_stat(proc.pid)
                 if started is None:
                     raise RuntimeUnavailable(f"job {name!r} vanished as it was started")
                 record = JobRecord(
@@ -291,6 +316,7 @@ class ProcessRuntime:
                     fence=spec.fence,
                     gated=True,
                     pid_ns=pid_namespace(),
+                    cgroup=str(cgroup or ""),
                 )
                 jobs[name] = record
         except BaseException:
@@ -298,6 +324,7 @@ class ProcessRuntime:
                 os.close(gate)
                 _kill_group(proc.pid)
                 proc.wait()
+            remove_cgroup(cgroup)
             raise
         self._gates[name] = gate
         # Collects the supervisor when it ends, so a long-lived dashboard does
@@ -306,7 +333,8 @@ class ProcessRuntime:
         return _job_state(record, current_boot)
 
     def _spawn(
-        self, name: str, argv: Sequence[str], env: dict[str, str], logs: Path, log: Path
+        self, name: str, argv: Sequence[str], env: dict[str, str], logs: Path, log: Path,
+        cgroup: Optional[Path],
     ) -> tuple[subprocess.Popen[bytes], int]:
         """The supervisor and the write end of its gate (non-inheritable, so no
         other child of this process can keep the gate open)."""
@@ -319,7 +347,9 @@ class ProcessRuntime:
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tpnode_tui.runtimes.supervise",
-                 str(self.state.dir), name, "--gate", str(gate_r), "--", *argv],
+                 str(self.state.dir), name, "--gate", str(gate_r),
+                 "--grace", str(float(self.stop_timeout_s)),
+                 *(("--cgroup", str(cgroup)) if cgroup else ()), "--", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
@@ -372,57 +402,98 @@ class ProcessRuntime:
             os.close(gate)
 
     async def stop(self, name: str) -> None:
-        """SIGTERM to the job, SIGKILL to all it started after ``stop_timeout_s``.
+        """SIGTERM to the job, SIGKILL to every process of it after ``stop_timeout_s``.
 
         The SIGTERM goes to the supervisor, which passes it on to the command,
         so the command gets it once, as ``docker stop`` sends it to a
-        container's main process. Sent to the whole process group, the command
-        would get a second copy through the supervisor, and a program that
-        reads a second signal as "quit now" would skip its clean-up. The
-        SIGKILL that follows goes to the whole process group the supervisor
-        leads, so nothing the job started outlives it, whether the command
-        ended by itself or had to be killed. Nothing at all is sent unless the
-        pid is still the recorded process.
+        container's main process. Sent to every process, the command would get
+        a second copy through the supervisor, and a program that reads a
+        second signal as "quit now" would skip its clean-up. Once the command
+        has ended, the supervisor ends what it left running. The SIGKILL that
+        follows the grace goes to every process of the job (:mod:`.jobprocs`)
+        but not the supervisor, which then records the exit code (137 for a
+        command killed so) after the note saying it was killed. Nothing at all
+        is sent unless the pid is still the recorded process.
+
+        Raises RuntimeUnavailable when the job cannot be reached, or when a
+        process of it has not ended even after SIGKILL (stuck in the kernel):
+        the job then still holds its cards, and saying "stopped" would be false.
         """
         self._close_gate(name)
-        state = await asyncio.to_thread(self._one, name)
-        if state.status not in ("running", "created"):
+        record = await asyncio.to_thread(self._record, name)
+        if liveness(record, boot_id())[0] not in ("running", "created"):
             return
-        if state.problems:
+        now, unseen = _look(record)
+        if unseen:
             where = (
                 "Stop it from the container or host (PID namespace) that launched it"
-                if any("PID namespace" in p for p in state.problems)
+                if "PID namespace" in unseen
                 else "Stop it as the user who started it, or as root"
             )
-            raise RuntimeUnavailable(
-                f"job {name!r} was not signalled: {'; '.join(state.problems)}. {where}"
-            )
-        pid = state.pid
-        assert pid is not None  # every record names its supervisor
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + self.stop_timeout_s
-        while time.monotonic() < deadline:
+            raise RuntimeUnavailable(f"job {name!r} was not signalled: {unseen}. {where}")
+        if _is_supervisor(record, now):
+            procs = JobProcesses(record.pid, _cgroup(record))
             try:
-                if (await asyncio.to_thread(self._one, name)).status not in ("running", "created"):
-                    break
+                os.kill(record.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass  # it has just ended
+        else:  # nobody is left to pass it on
+            procs = _left_behind(record, now)
+            await asyncio.to_thread(procs.send, signal.SIGTERM)
+        if not await self._ended(name):
+            await asyncio.to_thread(
+                self._note, record,
+                f"killed by SIGKILL after {self.stop_timeout_s:g} s (it did not end on SIGTERM)",
+            )
+            if not await asyncio.to_thread(procs.wait_gone, self.stop_timeout_s, kill=True):
+                left = procs.pids()
+                raise RuntimeUnavailable(
+                    f"job {name!r} was killed with SIGKILL, but {_processes(left)} of it "
+                    f"{'has' if len(left) == 1 else 'have'} not ended after {self.stop_timeout_s:g} s "
+                    "(stuck in the kernel, perhaps in the GPU driver); the job holds its cards "
+                    "until they end"
+                )
+            if not await self._ended(name):
+                raise RuntimeUnavailable(
+                    f"every process of job {name!r} has ended, but its supervisor (pid "
+                    f"{record.pid}) has not recorded it within {self.stop_timeout_s:g} s"
+                )
+        remove_cgroup(_cgroup(record))
+
+    async def _ended(self, name: str) -> bool:
+        """Wait up to ``stop_timeout_s`` for the job to stop counting as live."""
+        deadline = time.monotonic() + self.stop_timeout_s
+        while True:
+            try:
+                if not (await asyncio.to_thread(self._one, name)).live:
+                    return True
             except JobNotFound:
-                break  # reclaimed meanwhile, which only happens once it has ended
+                return True  # reclaimed meanwhile, which only happens once it has ended
+            if time.monotonic() >= deadline:
+                return False
             await asyncio.sleep(_STOP_POLL_S)
-        # The group keeps the supervisor's pid as its id, and the kernel hands
-        # that number to no new process while any member of the group lives;
-        # so this reaches only what the job started (or, once all of it has
-        # ended, nothing, unless the pid counter wrapped round meanwhile).
-        _kill_group(pid)
+
+    def _record(self, name: str) -> JobRecord:
+        record = self.state.read().get(name)
+        if record is None:
+            raise JobNotFound(f"no job named {name!r} in {self.state.path}")
+        return record
+
+    def _note(self, record: JobRecord, note: str) -> None:
+        """Note how the job is being ended, in its record, if the record is still that job's."""
+        with self.state.transaction() as jobs:
+            now = jobs.get(record.name)
+            same = now is not None and (now.pid, now.pid_start_ticks) == (record.pid, record.pid_start_ticks)
+            if same and now.exit_code is None:
+                jobs[record.name] = replace(now, note="; ".join(n for n in (now.note, note) if n))
 
     async def remove(self, name: str) -> None:
         """Delete the record of an exited job; the log stays."""
-        await asyncio.to_thread(self._remove, name)
+        record = await asyncio.to_thread(self._remove, name)
         self._close_gate(name)
+        remove_cgroup(_cgroup(record))  # left behind if its supervisor was killed
 
-    def _remove(self, name: str) -> None:
+    def _remove(self, name: str) -> JobRecord:
         current_boot = boot_id()
         with self.state.transaction() as jobs:
             record = jobs.get(name)
@@ -431,6 +502,7 @@ class ProcessRuntime:
             if liveness(record, current_boot)[0] != "exited":
                 raise Conflict(f"job {name!r} is still running; stop it before removing it")
             del jobs[name]
+        return record
 
     async def close(self) -> None:
         """Close the gates of jobs never started: their supervisors end unrun."""
