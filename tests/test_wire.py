@@ -88,7 +88,7 @@ def test_any_damage_is_a_wire_error_or_a_snapshot_never_a_crash(demo_doc, data):
     for _ in range(data.draw(st.integers(1, 4))):
         target = doc
         path = data.draw(st.sampled_from(["", "cards", "jobs", "queue"]))
-        if path and target[path]:
+        if path and isinstance(target.get(path), list) and target[path]:
             target = data.draw(st.sampled_from(target[path]))
         if not isinstance(target, dict) or not target:
             continue
