@@ -23,11 +23,12 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from .config import Settings
-from .locks import check_allocation_safety, make_lock
+from .locks import AllocationLock, check_allocation_safety, make_lock
 from .model import (
     BadRequest,
     Conflict,
@@ -46,6 +47,10 @@ from .model import (
 from .occupancy import card_count, card_views, compute_occupancy
 from .procinfo import describe
 from .render import cards_words
+
+if TYPE_CHECKING:
+    from .probes.base import Probe
+    from .runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +93,8 @@ class GpuAllocator:
     it would silently steal cards, which costs far more than one extra wait.
     """
 
-    def __init__(self, runtime, probe, settings: Settings, lock, *,
-                 series_resolver: Optional[SeriesResolver] = None):
+    def __init__(self, runtime: Runtime, probe: Probe, settings: Settings, lock: AllocationLock, *,
+                 series_resolver: Optional[SeriesResolver] = None) -> None:
         # A node always has more than one would-be allocator (the dashboard and
         # any shell running the CLI), so a lock that only orders tasks of this
         # process is refused outright rather than trusted.
@@ -103,11 +108,17 @@ class GpuAllocator:
         self._series = ""
 
     @classmethod
-    def from_settings(cls, settings: Settings, **kwargs) -> "GpuAllocator":
+    def from_settings(cls, settings: Settings, *, lock: Optional[AllocationLock] = None,
+                      series_resolver: Optional[SeriesResolver] = None) -> GpuAllocator:
+        """The allocator the settings describe; ``lock`` replaces the one they
+        would make (the CLI's, which bounds its wait and says what it waits for)."""
+        # Imported here: the probes and the docker client are most of a CLI
+        # command's start-up, and constructing them is what settings are checked for.
         from .probes import make_probe
         from .runtimes import make_runtime
 
-        return cls(make_runtime(settings), make_probe(settings), settings, make_lock(settings), **kwargs)
+        return cls(make_runtime(settings), make_probe(settings), settings, lock or make_lock(settings),
+                   series_resolver=series_resolver)
 
     async def close(self) -> None:
         for part in (self.runtime, self.probe, self.lock):

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from . import __version__
 from .allocator import GpuAllocator, Launched, default_owner, new_run_id
-from .config import FLAGS, ConfigError, Settings, load_settings, parse_duration
+from .config import ConfigError, Settings, parse_duration, settings_from_flags
 from .model import BadRequest, JobSpec, NoCapacity, NodeSnapshot, TpnodeError
 from .render import card_summary, cards_words, format_duration, format_mib, one_line
 
@@ -94,11 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
     stop = sub.add_parser("stop", help="stop a running job or reservation")
     stop.add_argument("run_id", metavar="RUN_ID")
     return parser
-
-
-def settings_from(args: argparse.Namespace, environ=None) -> Settings:
-    overrides = {setting: getattr(args, flag[2:].replace("-", "_")) for setting, flag in FLAGS.items()}
-    return load_settings(environ, **overrides)
 
 
 # -- output -------------------------------------------------------------------
@@ -277,8 +272,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command is None:
             from .tui import run_dashboard  # the only import of the UI, and only when asked for
 
-            return run_dashboard(args)
-        settings = settings_from(args)
+            return run_dashboard(
+                None if args.demo else settings_from_flags(vars(args)),
+                demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose,
+            )
+        settings = settings_from_flags(vars(args))
         return asyncio.run(_run_command(args, settings))
     except (UsageError, ConfigError, BadRequest) as e:
         return _fail(str(e), EXIT_USAGE)

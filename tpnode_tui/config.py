@@ -6,6 +6,7 @@ become "detect", and a typo in a probe name must not silently become "blind".
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass, fields, replace
@@ -215,6 +216,18 @@ def _convert(setting: str, raw: object, name: str) -> object:
     raise AssertionError(setting)
 
 
+def settings_from_flags(
+    flags: Mapping[str, object], environ: Optional[Mapping[str, str]] = None
+) -> Settings:
+    """Settings from the environment and the command line's flags.
+
+    ``flags`` maps each flag's name as argparse stores it ("gpu_count" for
+    ``--gpu-count``) to its value, None where it was not given.
+    """
+    overrides = {setting: flags.get(flag[2:].replace("-", "_")) for setting, flag in FLAGS.items()}
+    return load_settings(environ, **overrides)
+
+
 def load_settings(
     environ: Optional[Mapping[str, str]] = None, **overrides: object
 ) -> Settings:
@@ -234,3 +247,18 @@ def load_settings(
     if unknown:
         raise TypeError(f"unknown settings: {sorted(unknown)}")
     return replace(Settings(), **values)
+
+
+def state_dir_unusable(state_dir: Path, e: OSError, to: str) -> str:
+    """Why the state directory cannot be used, and what to do, in one sentence.
+
+    There is deliberately no advice to use another directory: every allocator
+    on the node must share this one, and a private one would be a second truth.
+    """
+    if e.errno in (errno.ENOTDIR, errno.EEXIST) or (state_dir.exists() and not state_dir.is_dir()):
+        return (f"the state dir {state_dir} is not a directory, so it cannot {to}; "
+                "point TUNEPLANE_STATE_DIR (or --state-dir) at the node's state directory")
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (f"the state dir {state_dir} cannot {to} ({e.strerror}); run as a user who may "
+                "write there (every allocator on this node shares it)")
+    return f"the state dir {state_dir} cannot {to} ({e.strerror or e})"

@@ -43,6 +43,15 @@ class NeverFits(TpnodeError):
     """The request is larger than this node will ever have: waiting cannot help."""
 
 
+class LockWaitTimeout(TpnodeError):
+    """The allocation lock was not had within the time the caller allowed.
+
+    Like NoCapacity it means "try again later", and like it nothing was
+    started; it is kept apart so the message can say what was waited for
+    (the lock's holder, or Redis) rather than talk about cards.
+    """
+
+
 class ConfigError(TpnodeError):
     """A setting or flag has a value that cannot be used; the message names it."""
 
