@@ -163,7 +163,7 @@ class _Watcher(threading.Thread):
         self.history: list[tuple[float, frozenset[str]]] = []
         self.max_live_cards = 0
 
-    def __enter__(self) -> "_Watcher":
+    def __enter__(self) -> _Watcher:
         self.start()
         return self
 
@@ -264,9 +264,9 @@ def record_figures(test: str, **figures: object) -> None:
 
 def kill_process_jobs(state_dir: Path) -> None:
     """SIGKILL every job the state file still counts as live (its whole process group)."""
+    from tpnode_tui.model import TpnodeError
     from tpnode_tui.runtimes.process import boot_id, liveness
     from tpnode_tui.runtimes.statefile import StateFile
-    from tpnode_tui.model import TpnodeError
 
     try:
         records = StateFile(state_dir).read()

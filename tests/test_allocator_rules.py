@@ -14,7 +14,16 @@ from fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import BadRequest, ConfigError, Conflict, JobNotFound, JobSpec, JobState, ProbeReading, ProcessFacts
+from tpnode_tui.model import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    JobNotFound,
+    JobSpec,
+    JobState,
+    ProbeReading,
+    ProcessFacts,
+)
 
 
 @pytest.fixture
@@ -157,7 +166,9 @@ async def test_turning_off_the_external_check_ignores_use_from_outside(make):
 
 
 async def test_failed_card_count_is_not_cached(make):
-    probe = StaticProbe(ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: driver not loaded"))
+    probe = StaticProbe(
+        ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: driver not loaded")
+    )
     alloc = make(probe=probe)
     assert await alloc.total_gpus() == 0
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
@@ -225,7 +236,9 @@ async def test_not_yet_is_no_capacity_with_the_explanation(make):
 
 
 async def test_blind_node_with_no_count_waits_rather_than_never_fits(make):
-    probe = StaticProbe(ProbeReading("none", (), count=None, external_probe_ok=False, problem="NVML: library not found"))
+    probe = StaticProbe(
+        ProbeReading("none", (), count=None, external_probe_ok=False, problem="NVML: library not found")
+    )
     with pytest.raises(NoCapacity):
         await make(probe=probe).allocate("x", 1)
 

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -428,3 +429,19 @@ async def test_state_says_when_redis_cannot_be_reached(redis_server, redis_url, 
     finally:
         redis_server.start()
         await lock.close()
+
+
+@pytest.mark.parametrize("redis_url,loaded", [(None, False), ("redis://127.0.0.1:1/0", True)])
+def test_redis_py_is_imported_only_for_a_configured_redis_lease(tmp_path, redis_url, loaded):
+    """redis-py is most of a CLI command's start-up; the default flock lock never needs it."""
+    script = (
+        "import sys\n"
+        "from tpnode_tui import cli\n"
+        "from tpnode_tui.config import load_settings\n"
+        "from tpnode_tui.locks import make_lock\n"
+        f"make_lock(load_settings({{}}, state_dir={str(tmp_path)!r}, redis_url={redis_url!r}))\n"
+        "print('redis' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(loaded)

@@ -25,7 +25,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 from .config import Settings
 from .locks import AllocationLock, check_allocation_safety, make_lock
@@ -33,6 +33,7 @@ from .model import (
     BadRequest,
     Conflict,
     GpuOccupancy,
+    HolderInfo,
     JobNotFound,
     JobSpec,
     JobState,
@@ -194,7 +195,7 @@ class GpuAllocator:
         """Occupancy, per-card facts, holders and jobs, for display."""
         occ, reading, jobs = await self._read()
         jobs = [_note_missing_cards(j, occ.total) for j in jobs]
-        holders: dict[int, tuple] = {}
+        holders: dict[int, tuple[HolderInfo, ...]] = {}
 
         def identify() -> None:
             for card in reading.cards:
@@ -284,7 +285,7 @@ class GpuAllocator:
         self.runtime.check(spec)
         async with self.lock.hold() as hold:
             occ, _reading, jobs = await self._read()
-            mine = [j for j in jobs if (j.run_id or j.name) == spec.run_id]
+            mine = [j for j in jobs if j.key == spec.run_id]
             if live := [j for j in mine if j.live]:
                 if live[0].status == "created":
                     raise Conflict(
@@ -387,7 +388,7 @@ class GpuAllocator:
         """
         removed = []
         for job in await self.runtime.ps():
-            if run_id in (None, job.run_id or job.name) and not job.live:
+            if run_id in (None, job.key) and not job.live:
                 await self._remove(job)
                 removed.append(job)
         return removed
@@ -401,7 +402,7 @@ class GpuAllocator:
         removed = await self.release(run_id)
         if removed or run_id is None:
             return removed
-        live = [j for j in await self.runtime.ps() if (j.run_id or j.name) == run_id]
+        live = [j for j in await self.runtime.ps() if j.key == run_id]
         if live:
             raise Conflict(
                 f"{run_id} is still {live[0].status}; stop it first (tpnode-tui stop {run_id})"
@@ -417,7 +418,7 @@ class GpuAllocator:
     async def stop(self, run_id: str) -> JobState:
         """Stop the live job with this run id; its cards are free once it has ended."""
         for job in await self.runtime.ps():
-            if (job.run_id or job.name) == run_id and job.live:
+            if job.key == run_id and job.live:
                 await self.runtime.stop(job.name)
                 return job
         raise JobNotFound(f"no running platform job has run id {run_id}")

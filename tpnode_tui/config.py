@@ -22,14 +22,20 @@ DEFAULT_STATE_DIR = "/var/lib/tpnode-tui"
 #: README's configuration table names every variable and flag here.
 ENV_VARS: dict[str, tuple[str, str]] = {
     "local_gpu_count": ("TUNEPLANE_LOCAL_GPU_COUNT", "card count; 0 asks the driver"),
-    "cluster_profile": ("TUNEPLANE_CLUSTER_PROFILE", "hardware series to report; empty asks the driver for the card name"),
+    "cluster_profile": (
+        "TUNEPLANE_CLUSTER_PROFILE", "hardware series to report; empty asks the driver for the card name"
+    ),
     "check_external": ("TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS", "count cards used from outside the platform as held"),
     "check_health": ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "keep unhealthy cards from being handed out"),
     "mem_busy_mib": ("TUNEPLANE_MEM_BUSY_MIB", "memory used (MiB) from which a card counts as in use"),
     "probe": ("TUNEPLANE_PROBE", "nvml, smi, simulated:PATH or auto (NVML, then nvidia-smi, else probe-blind)"),
     "probe_timeout_s": ("TUNEPLANE_PROBE_TIMEOUT_S", "seconds a probe may take before the node counts as probe-blind"),
     "runtime": ("TUNEPLANE_RUNTIME", "docker, process or auto (docker when an engine socket exists)"),
-    "docker_gpu_mode": ("TUNEPLANE_DOCKER_GPU_MODE", "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES with host ids, CUDA_VISIBLE_DEVICES from 0) or none (labels only)"),
+    "docker_gpu_mode": (
+        "TUNEPLANE_DOCKER_GPU_MODE",
+        "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES with host ids, CUDA_VISIBLE_DEVICES "
+        "from 0) or none (labels only)",
+    ),
     "state_dir": ("TUNEPLANE_STATE_DIR", "lock file and the process runtime's state file and logs"),
     "redis_url": ("TUNEPLANE_REDIS_URL", "use a Redis lease as the cross-process lock instead of flock"),
     "lock_lease_ms": ("TUNEPLANE_LOCK_LEASE_MS", "Redis lease length; renewed every third of it"),
@@ -51,6 +57,9 @@ FLAGS: dict[str, str] = {
     "hold_image": "--hold-image",
     "allow_unverified": "--allow-unverified",
 }
+
+#: How the docker runtime may give a container its cards (see TUNEPLANE_DOCKER_GPU_MODE).
+DOCKER_GPU_MODES = ("nvidia", "env", "none")
 
 #: more cards than any machine has; a larger count is a typo, not a node
 MAX_CARDS = 1024
@@ -202,7 +211,7 @@ def _convert(setting: str, raw: object, name: str) -> object:
     if setting == "runtime":
         return _parse_choice(name, text, ("docker", "process", "auto"))
     if setting == "docker_gpu_mode":
-        return _parse_choice(name, text, ("nvidia", "env", "none"))
+        return _parse_choice(name, text, DOCKER_GPU_MODES)
     if setting == "state_dir":
         if not text.strip():
             raise ConfigError(f"{name} is empty")

@@ -253,6 +253,12 @@ class JobState:
     def live(self) -> bool:
         return self.status in LIVE_STATUSES
 
+    @property
+    def key(self) -> str:
+        """How the job is named and asked for: its run id, or its container or
+        record name when it has none (a container labelled by hand)."""
+        return self.run_id or self.name
+
 
 @dataclass(frozen=True)
 class HolderInfo:

@@ -19,8 +19,9 @@ Concurrency comes from two places, so there are two layers:
 
 While the cross-process lock cannot be taken (someone holds it, or Redis cannot
 be reached) a caller waits, for as long as it allows, and
-:attr:`AllocationLock.waiting` says why. It never goes ahead without the lock: letting an allocation through blind is exactly the
-over-subscription this exists to prevent, and waiting costs only time.
+:attr:`AllocationLock.waiting` says why. It never goes ahead without the lock:
+letting an allocation through blind is exactly the over-subscription this
+exists to prevent, and waiting costs only time.
 
 Every acquisition gets a fencing number, larger than any handed out before on
 this node. A Redis lease can be lost while its holder still runs (Redis

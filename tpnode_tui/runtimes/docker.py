@@ -27,6 +27,7 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
+from ..config import DOCKER_GPU_MODES
 from ..model import (
     JOB_KINDS,
     LIVE_STATUSES,
@@ -40,8 +41,6 @@ from ..model import (
     check_run_id,
 )
 from .labels import GPUS, job_labels, parse_labels
-
-GPU_MODES = ("nvidia", "env", "none")
 
 #: Where the engine is looked for when neither the caller nor DOCKER_HOST says:
 #: the same places, in the same order, as aiodocker's own search.
@@ -166,8 +165,8 @@ class DockerRuntime:
         docker_host: Optional[str] = None,
         stop_timeout_s: int = 10,
     ) -> None:
-        if gpu_mode not in GPU_MODES:
-            raise BadRequest(f"docker GPU mode {gpu_mode!r} is not one of {', '.join(GPU_MODES)}")
+        if gpu_mode not in DOCKER_GPU_MODES:
+            raise BadRequest(f"docker GPU mode {gpu_mode!r} is not one of {', '.join(DOCKER_GPU_MODES)}")
         self.gpu_mode = gpu_mode
         self.hold_image = hold_image
         self.stop_timeout_s = stop_timeout_s

@@ -30,8 +30,8 @@ from textual.widgets import DataTable, Footer, Static
 from ..allocator import GpuAllocator, Launched, default_owner, new_run_id
 from ..model import (
     BadRequest,
-    Conflict,
     CardView,
+    Conflict,
     JobNotFound,
     JobSpec,
     JobState,
