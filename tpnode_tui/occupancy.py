@@ -11,10 +11,12 @@ from typing import Callable, Iterable, Optional, Sequence
 from .model import CardFacts, CardView, GpuOccupancy, HolderInfo, JobState, ProbeReading
 
 
-def card_count(configured: int, cached: Optional[int], reading: ProbeReading) -> int:
+def card_count(configured: int, seen: Optional[int], reading: ProbeReading) -> int:
     """How many cards the node has: a configured count wins (probing can fail
-    inside a container); otherwise what a probe once found; otherwise this reading."""
-    return configured or cached or reading.count or 0
+    inside a container); otherwise the most of what a probe found before
+    (``seen``) and what this reading found. A reading that lost a card, or
+    found none, never lowers it: the card stays, shown as not reported."""
+    return configured or max(seen or 0, reading.count or 0)
 
 
 def compute_occupancy(
@@ -109,6 +111,10 @@ def card_views(
         facts = reading.card(idx)
         who = holders(facts) if facts and facts.processes else ()
         health = "; ".join(facts.health) if facts and facts.health else None
+        if facts is None and (reading.cards or reading.external_probe_ok):
+            # Only a job's card gets here (a free one is unhealthy): the job is
+            # still there, but its card can no longer be seen.
+            health = f"not reported by the driver ({reading.source})"
         if idx in occ.by_job:
             run_id = occ.by_job[idx]
             holder = live_by_run.get(run_id)
