@@ -30,6 +30,7 @@ from tpnode_tui.locks import (
     check_allocation_safety,
     make_lock,
 )
+from tpnode_tui.locks.flock import short_command
 from tpnode_tui.model import ConfigError
 
 WORKER = Path(__file__).with_name("lock_worker.py")
@@ -445,3 +446,14 @@ def test_redis_py_is_imported_only_for_a_configured_redis_lease(tmp_path, redis_
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(loaded)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["/usr/bin/python3", "-m", "tpnode_tui", "launch", "--cards", "2", "--", "python", "t.py"], "tpnode-tui launch"),
+    (["/usr/bin/python3", "/usr/local/bin/tpnode-tui", "--demo"], "tpnode-tui dashboard"),
+    (["/usr/local/bin/tpnode-tui", "--state-dir", "/x", "reserve", "--for", "1h"], "tpnode-tui reserve"),
+    (["/usr/bin/python3", "/opt/jobs/train.py", "--lr", "3"], "python3 train.py --lr 3"),
+    (["sched\n\x1b[2J", "x" * 80], "sched\\n\\x1b[2J " + "x" * 44 + "…"),
+])
+def test_a_lock_holder_is_named_in_a_few_words_on_one_line(argv, words):
+    assert short_command(argv) == words

@@ -200,7 +200,8 @@ def process_words(pid: int) -> str:
 
 def short_command(argv: list[str]) -> str:
     """A command line as a person would name it: "tpnode-tui launch" for our
-    own commands (however Python was started), else its first 60 characters."""
+    own commands (however Python was started), else its words with paths cut
+    to their last part ("python3 train.py --lr 3"), at most 60 characters."""
     for i, arg in enumerate(argv):
         ours = os.path.basename(arg) == "tpnode-tui" or (
             arg == "-m" and i + 1 < len(argv) and argv[i + 1] in ("tpnode_tui", "tpnode_tui.cli")
@@ -208,5 +209,5 @@ def short_command(argv: list[str]) -> str:
         if ours:
             command = next((a for a in argv[i + 1 :] if a in _COMMANDS), "dashboard")
             return f"tpnode-tui {command}"
-    text = one_line(" ".join(argv))
+    text = one_line(" ".join(os.path.basename(a) if a.startswith("/") else a for a in argv))
     return text if len(text) <= 60 else text[:59] + "…"

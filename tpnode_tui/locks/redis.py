@@ -152,7 +152,9 @@ class RedisLease:
         reason = self._scrub(str(e)) or type(e).__name__
         if not self._outage:
             self._outage = True
-            log.warning(
+            # Info, not a warning: the caller says why it waits where a person
+            # reads it (the CLI's one line, the dashboard's header); this keeps when.
+            log.info(
                 "Redis at %s cannot be reached (%s): allocations wait until it answers",
                 self._safe, reason,
             )
