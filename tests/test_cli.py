@@ -17,6 +17,7 @@ import pytest
 
 from load_tools import node_env
 from services import free_port, write_scene
+from tpnode_tui.model import ConfigError, RuntimeUnavailable
 
 
 class Cli:
@@ -388,3 +389,24 @@ def test_the_dashboard_without_a_terminal_on_stdin_is_refused_in_one_line(cli):
     assert proc.returncode == 2
     assert_one_clean_line(proc.stderr)
     assert "needs a terminal" in proc.stderr and "tpnode-tui status" in proc.stderr
+
+
+async def test_no_state_dir_error_advises_a_second_state_dir(tmp_path):
+    """A private state dir would be a second truth about the node: every error
+    says what is wrong with this one instead."""
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.locks import make_lock
+    from tpnode_tui.runtimes.statefile import StateFile
+
+    (tmp_path / "file").write_text("")
+    inside_a_file = tmp_path / "file" / "state"
+    lock = make_lock(load_settings({}, state_dir=str(inside_a_file)))
+    with pytest.raises(ConfigError) as locked:
+        async with lock.hold():
+            pass
+    with pytest.raises(RuntimeUnavailable) as recorded:
+        StateFile(inside_a_file).ensure_dir()
+    for error in (locked.value, recorded.value):
+        assert str(inside_a_file) in str(error)
+        assert "TUNEPLANE_STATE_DIR to a directory" not in str(error)
+    assert f"the state dir {inside_a_file} is not a directory" in str(locked.value)
