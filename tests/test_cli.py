@@ -374,7 +374,7 @@ def test_a_missing_state_dir_is_said_plainly_and_status_does_not_create_it(cli, 
     launched = cli("launch", "--cards", "1", "--run-id", "first", "--", "sleep", "60", env=env)
     assert launched.returncode == 0
     assert_one_clean_line(launched.stderr)
-    assert f"no state dir at {mistyped} yet (no job has been recorded here); creating it" in launched.stderr
+    assert f"created the state dir {mistyped}, which did not exist" in launched.stderr
     assert mistyped.is_dir()
     cli("stop", "first", env=env)
     assert json.loads(cli("status", "--json", env=env).stdout)["state_dir_note"] is None

@@ -287,7 +287,7 @@ def _say_once() -> Callable[[str], None]:
     return say
 
 
-def _state_dir_note(settings: Settings, allocating: bool) -> Optional[str]:
+def _state_dir_note(settings: Settings) -> Optional[str]:
     """A plain sentence when the state dir this command uses does not exist yet.
 
     A mistyped TUNEPLANE_STATE_DIR otherwise shows every card free and makes a
@@ -300,9 +300,6 @@ def _state_dir_note(settings: Settings, allocating: bool) -> Optional[str]:
     if state_dir_exists(settings.state_dir):
         return None
     recorded = "no job has been recorded here" if process else "no launch has taken the allocation lock here"
-    if allocating:
-        return (f"no state dir at {settings.state_dir} yet ({recorded}); creating it. Everyone who "
-                "allocates on this node must use this same state dir (TUNEPLANE_STATE_DIR)")
     return (f"no state dir at {settings.state_dir}: {recorded}. If jobs were expected, check "
             "TUNEPLANE_STATE_DIR: everyone who allocates on this node must use the same one")
 
@@ -316,10 +313,7 @@ def _run_id(given: Optional[str]) -> Optional[str]:
 
 
 async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
-    allocating = args.command in ("launch", "reserve")
-    note = _state_dir_note(settings, allocating)
-    if allocating and note:
-        _say(note)
+    note = _state_dir_note(settings)
     lock = make_lock(settings, max_wait_s=getattr(args, "wait", None), on_wait=_say_once())
     allocator = GpuAllocator.from_settings(settings, lock=lock)
     try:
@@ -364,6 +358,9 @@ async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
     finally:
         await allocator.close()
+        if note and settings.state_dir.is_dir():
+            _say(f"created the state dir {settings.state_dir}, which did not exist: everyone who "
+                 "allocates on this node must use this same one (TUNEPLANE_STATE_DIR)")
 
 
 def _fail(message: str, code: int) -> int:
