@@ -355,12 +355,13 @@ async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
         elif args.command == "stop":
             job = await allocator.stop(args.run_id)
             print(f"stopped {job.key} ({cards_words(job.gpus)})")
+        if note and settings.state_dir.is_dir():
+            # Said after the fact, and only on success: a refusal stays one line.
+            _say(f"created the state dir {settings.state_dir}, which did not exist: everyone who "
+                 "allocates on this node must use this same one (TUNEPLANE_STATE_DIR)")
         return EXIT_OK
     finally:
         await allocator.close()
-        if note and settings.state_dir.is_dir():
-            _say(f"created the state dir {settings.state_dir}, which did not exist: everyone who "
-                 "allocates on this node must use this same one (TUNEPLANE_STATE_DIR)")
 
 
 def _fail(message: str, code: int) -> int:
