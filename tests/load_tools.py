@@ -137,11 +137,17 @@ def one_line(stderr: str) -> bool:
 
 
 def check_refusal(result: subprocess.CompletedProcess) -> None:
-    """A refusal for lack of capacity: exit 75, one line, with what is held and what to do."""
+    """A refusal for lack of capacity: exit 75, one line, with what is held and what to do.
+
+    A launch that had to wait for the lock first said so, once, on a line of its own.
+    """
     assert result.returncode == 75, (result.returncode, result.stderr)
-    assert one_line(result.stderr), result.stderr
-    assert "no capacity now" in result.stderr and "cards total" in result.stderr, result.stderr
-    assert "try again" in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    waited, refusal = lines[:-1], lines[-1] if lines else ""
+    assert "Traceback" not in result.stderr and len(waited) <= 1, result.stderr
+    assert all(" waiting for the allocation lock, held by " in line for line in waited), result.stderr
+    assert "no capacity now" in refusal and "cards total" in refusal, result.stderr
+    assert "try again" in refusal, result.stderr
 
 
 # ── watching the node while it changes ───────────────────────────────────────
