@@ -278,6 +278,9 @@ def load_settings(
     return replace(Settings(), **values)
 
 
+_POINT_IT = "point TUNEPLANE_STATE_DIR (or --state-dir) at the node's state directory"
+
+
 def state_dir_exists(state_dir: Path) -> bool:
     """Whether the state directory is there yet (it is made by the first launch).
 
@@ -297,9 +300,6 @@ def state_dir_exists(state_dir: Path) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"the state dir {state_dir} is not a directory; {_POINT_IT}")
     return True
-
-
-_POINT_IT = "point TUNEPLANE_STATE_DIR (or --state-dir) at the node's state directory"
 
 
 def state_dir_unusable(state_dir: Path, e: OSError, to: str) -> str:
