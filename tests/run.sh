@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs on a fresh Debian machine, then run it all.
+# Install everything the test suite needs on a fresh Debian machine, then check
+# the imports' layers, lint and types, and run every test.
 #   bash tests/run.sh            the whole suite (what CI runs)
 #   bash tests/run.sh --long     also the bigger load and fault tests
 # System services the tests start themselves: redis-server, dockerd (private
@@ -23,4 +24,9 @@ fi
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# The layers and "only the dashboard imports Textual" (pyproject.toml), lint,
+# and types, before the tests: each is quick and names exactly what is wrong.
+.venv/bin/lint-imports --no-cache
+.venv/bin/ruff check
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

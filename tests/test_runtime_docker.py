@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import shutil
@@ -9,12 +10,21 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RuntimeUnavailable, TpnodeError
+from tpnode_tui.model import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    JobNotFound,
+    JobSpec,
+    RuntimeUnavailable,
+    TpnodeError,
+)
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID
 
@@ -151,6 +161,96 @@ def test_a_socket_the_user_may_not_open_says_permission_denied():
         assert "docker group" in done.stdout
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize("host,words", [
+    ("ssh://builder@10.0.0.7", "ssh:// needs the asyncssh package"),
+    ("npipe:////./pipe/docker_engine", "npipe:// is a Windows named pipe"),
+    ("ftp://10.0.0.7", "ftp:// is not a Docker engine address"),
+    ("10.0.0.7:2375", "it has no scheme"),
+])
+def test_an_address_the_client_cannot_dial_is_a_configuration_error(monkeypatch, host, words):
+    monkeypatch.setenv("DOCKER_HOST", host)
+    with pytest.raises(ConfigError) as caught:
+        DockerRuntime()
+    assert f"DOCKER_HOST={host} cannot be used: {words}" in str(caught.value)
+    assert "unix:///path/to/docker.sock or tcp://host:port" in str(caught.value)
+
+
+@pytest.fixture
+def black_hole():
+    """A TCP address that never answers: a listener whose one-place backlog is
+    full, so the kernel drops every further connection attempt unanswered, as
+    a firewall that drops packets does."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(2):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.2)
+    yield f"tcp://127.0.0.1:{port}"
+    for sock in (*fillers, server):
+        sock.close()
+
+
+async def test_an_address_where_nothing_answers_fails_within_the_connect_timeout(black_hole):
+    rt = DockerRuntime(docker_host=black_hole)
+    started = time.monotonic()
+    with pytest.raises(RuntimeUnavailable) as caught:
+        await rt.ps()
+    await rt.close()
+    assert time.monotonic() - started < 20  # the connect timeout (5 s), not the 30 s call timeout
+    assert f"cannot reach the Docker engine at {black_hole}: no connection within 5s" in str(caught.value)
+
+
+@pytest.fixture
+def not_an_engine():
+    """An HTTP server that answers every request with a bare 404, as a proxy or
+    another web server at the engine's address does."""
+    class Bare404(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Bare404)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_an_engine_error_with_no_message_still_says_why(not_an_engine):
+    rt = DockerRuntime(docker_host=not_an_engine)
+    with pytest.raises(RuntimeUnavailable) as caught:
+        await rt.ps()
+    await rt.close()
+    assert "could not list containers: HTTP 404 with no explanation; " in str(caught.value)
+    assert f"is {not_an_engine} a Docker engine?" in str(caught.value)
+
+
+@pytest.mark.parametrize("host,code,words", [
+    ("ssh://builder@10.0.0.7", 2, "ssh:// needs the asyncssh package"),
+    ("black hole", 1, "no connection within 5s"),
+])
+def test_the_cli_tells_a_docker_address_mistake_from_an_engine_out_of_reach(tmp_path, black_hole, host, code, words):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update(DOCKER_HOST=black_hole if host == "black hole" else host, TUNEPLANE_RUNTIME="docker",
+               TUNEPLANE_PROBE=f"simulated:{tmp_path / 'node.json'}", TUNEPLANE_STATE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "tpnode_tui", "status"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == code, done
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert words in done.stderr
 
 
 # ------------------------------------------------------------------ real dockerd

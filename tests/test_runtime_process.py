@@ -9,7 +9,6 @@ import stat
 import sys
 import time
 from dataclasses import replace
-
 from pathlib import Path
 
 import psutil

@@ -11,9 +11,40 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional, Union
 
-from .render import card_ranges, cards_words
+
+def card_ranges(cards: Iterable[int]) -> str:
+    """Card indices in order, three or more in a row as a range: "0-3,7,9-12".
+
+    A node of 256 cards has lists of 255 indices, which as plain lists fill a
+    screen and push everything else off it. Two neighbours stay "0,1": as a
+    range they would be no shorter.
+    """
+    ordered = sorted(set(cards))
+    parts: list[str] = []
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        if end - start >= 2:
+            parts.append(f"{ordered[start]}-{ordered[end]}")
+        else:
+            parts.extend(map(str, ordered[start:end + 1]))
+        start = end + 1
+    return ",".join(parts)
+
+
+def cards_words(cards: Union[int, Iterable[int]]) -> str:
+    """A count as "1 card" / "3 cards"; a list as "card 4" / "cards 0,1" / "cards 0-254" / "no cards"."""
+    if isinstance(cards, int):
+        return f"{cards} card" if cards == 1 else f"{cards} cards"
+    listed = tuple(cards)
+    if not listed:
+        return "no cards"
+    return ("card " if len(set(listed)) == 1 else "cards ") + card_ranges(listed)
+
 
 #: Job statuses that hold cards. A job that exited is still listed until it is
 #: reclaimed, but it gave its GPU memory back when it ended.
@@ -43,6 +74,15 @@ class NoCapacity(TpnodeError):
 
 class NeverFits(TpnodeError):
     """The request is larger than this node will ever have: waiting cannot help."""
+
+
+class LockWaitTimeout(TpnodeError):
+    """The allocation lock was not had within the time the caller allowed.
+
+    Like NoCapacity it means "try again later", and like it nothing was
+    started; it is kept apart so the message can say what was waited for
+    (the lock's holder, or Redis) rather than talk about cards.
+    """
 
 
 class ConfigError(TpnodeError):
@@ -302,7 +342,8 @@ class JobState:
 
     @property
     def key(self) -> str:
-        """What the job is known by: its run id, or the name of a hand-made one without."""
+        """How the job is named and asked for: its run id, or its container or
+        record name when it has none (a container labelled by hand)."""
         return self.run_id or self.name
 
 

@@ -131,7 +131,7 @@ class Reader:
         self.doc = doc
         self.where = where
 
-    def only(self, *keys: str) -> "Reader":
+    def only(self, *keys: str) -> Reader:
         """Refuse keys this reader does not know: a misspelt option silently
         ignored would do something other than what was asked."""
         unknown = sorted(set(self.doc) - set(keys))
@@ -180,7 +180,7 @@ class Reader:
     def obj(self, key: str) -> dict[str, Any]:
         return self._get(key, lambda v: isinstance(v, dict), "an object", _REQUIRED)  # type: ignore[no-any-return]
 
-    def each(self, key: str, read: Callable[["Reader"], T], default: Any = _REQUIRED) -> list[T]:
+    def each(self, key: str, read: Callable[[Reader], T], default: Any = _REQUIRED) -> list[T]:
         return [read(Reader(item, f"{self.where}.{key}[{n}]"))
                 for n, item in enumerate(self.items(key, default))]
 

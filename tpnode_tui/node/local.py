@@ -31,7 +31,7 @@ class LocalNode:
         self._running: Optional[asyncio.Task[None]] = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, interval: float = 1.0) -> "LocalNode":
+    def from_settings(cls, settings: Settings, *, interval: float = 1.0) -> LocalNode:
         policy = Policy.from_settings(settings)
         service = NodeService(
             GpuAllocator.from_settings(settings), policy,

@@ -27,10 +27,12 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
+from ..config import DOCKER_GPU_MODES
 from ..model import (
     JOB_KINDS,
     LIVE_STATUSES,
     BadRequest,
+    ConfigError,
     Conflict,
     JobNotFound,
     JobSpec,
@@ -41,8 +43,6 @@ from ..model import (
 )
 from .labels import GPUS, job_labels, parse_labels
 
-GPU_MODES = ("nvidia", "env", "none")
-
 #: Where the engine is looked for when neither the caller nor DOCKER_HOST says:
 #: the same places, in the same order, as aiodocker's own search.
 _SOCKET_PATHS = ("/run/docker.sock", "/var/run/docker.sock")
@@ -51,6 +51,13 @@ _DEFAULT_HOST = "unix:///var/run/docker.sock"
 #: How long one engine call may take before the engine counts as unreachable.
 #: Without a bound a hung dockerd would freeze the dashboard and the CLI with it.
 _CALL_TIMEOUT_S = 30.0
+#: How long connecting may take. An address nothing answers at (a firewall
+#: that drops packets) would otherwise use up the whole call timeout.
+_CONNECT_TIMEOUT_S = 5.0
+
+#: The address schemes the Docker client here can dial (aiodocker: tcp and
+#: http(s) over TCP, unix sockets; ssh needs asyncssh, npipe is Windows-only).
+_SCHEMES = ("unix", "tcp", "http", "https")
 
 #: The engine's own status text is the only place the list endpoint gives an
 #: exit code: "Exited (137) 5 minutes ago".
@@ -71,7 +78,7 @@ _CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 def _call_timeout(extra_s: float = 0) -> aiohttp.ClientTimeout:
     """The bound on one engine call. aiodocker leaves stop and delete unbounded
     unless told, so they are told too."""
-    return aiohttp.ClientTimeout(total=_CALL_TIMEOUT_S + extra_s)
+    return aiohttp.ClientTimeout(total=_CALL_TIMEOUT_S + extra_s, sock_connect=_CONNECT_TIMEOUT_S)
 
 
 def container_name(run_id: str) -> str:
@@ -166,18 +173,35 @@ class DockerRuntime:
         docker_host: Optional[str] = None,
         stop_timeout_s: int = 10,
     ) -> None:
-        if gpu_mode not in GPU_MODES:
-            raise BadRequest(f"docker GPU mode {gpu_mode!r} is not one of {', '.join(GPU_MODES)}")
+        if gpu_mode not in DOCKER_GPU_MODES:
+            raise BadRequest(f"docker GPU mode {gpu_mode!r} is not one of {', '.join(DOCKER_GPU_MODES)}")
         self.gpu_mode = gpu_mode
         self.hold_image = hold_image
         self.stop_timeout_s = stop_timeout_s
         self.host, self._host_source = _resolve_host(docker_host)
+        self._check_scheme()
         self._docker: Optional[aiodocker.Docker] = None
 
     def describe(self) -> str:
         return f"docker at {self.host}"
 
     # ----------------------------------------------------------------- engine
+
+    def _check_scheme(self) -> None:
+        """Refuse at once an address this client can never dial: that is a
+        setting to correct (exit 2), not an engine that is down for now."""
+        scheme = self.host.split("://", 1)[0].lower() if "://" in self.host else ""
+        if scheme not in _SCHEMES:
+            why = {
+                "ssh": "ssh:// needs the asyncssh package, which tpnode-tui does not use; forward the "
+                       "engine's socket instead (ssh -nNT -L /tmp/docker.sock:/var/run/docker.sock HOST) "
+                       "and use unix:///tmp/docker.sock",
+                "npipe": "npipe:// is a Windows named pipe",
+                "": "it has no scheme",
+            }.get(scheme, f"{scheme}:// is not a Docker engine address")
+            raise ConfigError(
+                f"{self._where()} cannot be used: {why}; give unix:///path/to/docker.sock or tcp://host:port"
+            )
 
     def _client(self) -> aiodocker.Docker:
         """The aiodocker client, made on first use.
@@ -188,10 +212,10 @@ class DockerRuntime:
         if self._docker is None:
             try:
                 self._docker = aiodocker.Docker(url=self.host, timeout=_call_timeout())
-            except ValueError as e:
-                raise RuntimeUnavailable(
-                    f"{self._where()} is not an address the Docker client understands ({e}); "
-                    "use unix:///path/to/docker.sock or tcp://host:port"
+            except (ValueError, DockerError) as e:
+                raise ConfigError(
+                    f"{self._where()} is not an address the Docker client understands "
+                    f"({getattr(e, 'message', None) or e}); use unix:///path/to/docker.sock or tcp://host:port"
                 ) from None
         return self._docker
 
@@ -211,6 +235,8 @@ class DockerRuntime:
             why = "no engine socket there"
         elif code == errno.ECONNREFUSED:
             why = "connection refused (is dockerd running?)"
+        elif isinstance(exc, aiohttp.ConnectionTimeoutError):
+            why = f"no connection within {_CONNECT_TIMEOUT_S:g}s (nothing answers at that address)"
         elif isinstance(exc, asyncio.TimeoutError):
             why = f"no answer within {_CALL_TIMEOUT_S:g}s"
         elif err is not None:
@@ -270,7 +296,7 @@ class DockerRuntime:
                     raise
                 raise RuntimeUnavailable(
                     f"the Docker engine at {self._where()} could not list containers: "
-                    f"{e.message}. Until it can, which cards platform jobs hold is unknown."
+                    f"{self._said(e)}. Until it can, which cards platform jobs hold is unknown."
                 ) from None
         return [_job_state(item, detail) for item, detail in zip(items, details)]
 
@@ -319,8 +345,15 @@ class DockerRuntime:
             )
         return data
 
+    def _said(self, e: DockerError) -> str:
+        """What the engine answered, never empty: something that is not a Docker
+        engine (a proxy, another web server) answers with a bare status."""
+        return str(e.message or "").strip() or (
+            f"HTTP {e.status} with no explanation; is {self.host} a Docker engine?"
+        )
+
     def _engine_error(self, doing: str, e: DockerError) -> TpnodeError:
-        return TpnodeError(f"{doing}: the Docker engine said: {e.message}")
+        return TpnodeError(f"{doing}: the Docker engine said: {self._said(e)}")
 
     async def _one(self, container_id: str, name: str) -> JobState:
         states = await self._read({"label": [GPUS], "id": [container_id]})
@@ -438,12 +471,12 @@ class DockerRuntime:
                     await container.delete(force=True, timeout=_call_timeout())
                 except DockerError as removal:
                     raise TpnodeError(
-                        f"job {name!r} could not start: {e.message}. Removing it failed too "
-                        f"({removal.message}), so it still holds its cards; "
+                        f"job {name!r} could not start: {self._said(e)}. Removing it failed too "
+                        f"({self._said(removal)}), so it still holds its cards; "
                         f"remove it with: docker rm -f {name}"
                     ) from None
                 raise TpnodeError(
-                    f"job {name!r} could not start: {e.message}. "
+                    f"job {name!r} could not start: {self._said(e)}. "
                     "Its container was removed, so it holds no cards."
                 ) from None
         return await self._one(data["Id"], name)

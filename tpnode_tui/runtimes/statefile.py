@@ -203,7 +203,7 @@ class StateFile:
         except OSError as e:
             raise RuntimeUnavailable(
                 f"cannot create the state directory {self.dir}: {e.strerror}; "
-                "set TUNEPLANE_STATE_DIR to a directory this user can write"
+                "run as a user who may create it (every allocator on this node shares it)"
             ) from None
 
     @contextmanager
