@@ -38,7 +38,8 @@ import psutil
 
 from .config import Settings, load_settings
 from .model import JobSpec, TpnodeError
-from .runtimes.process import boot_id, liveness, pid_namespace, process_start
+from .runtimes.jobprocs import process_stat
+from .runtimes.process import boot_id, liveness, pid_namespace
 from .runtimes.statefile import StateFile
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ class Demo:
 
 def _process(pid: int) -> Optional[dict[str, Any]]:
     """``pid`` as an owner file records it: the number and when that process started."""
-    started = process_start(pid)
+    started = process_stat(pid)
     return None if started is None else {"pid": pid, "start_ticks": started.ticks}
 
 
@@ -173,7 +174,7 @@ def _still_running(recorded: Any, boot: str) -> bool:
     if not isinstance(recorded, dict) or not isinstance(recorded.get("pid"), int):
         return True
     try:
-        now = process_start(recorded["pid"])
+        now = process_stat(recorded["pid"])
     except (PermissionError, OSError, ValueError, IndexError):
         return True
     return now is not None and now.ticks == recorded.get("start_ticks") and now.state not in ("Z", "X")
