@@ -262,7 +262,7 @@ def _convert(setting: str, raw: object, name: str) -> object:
     if setting == "images":
         return tuple(p.strip() for p in text.split(",") if p.strip())
     if setting == "log_max_mb":
-        return _parse_float(name, text, 0.01)
+        return _parse_float(name, text, 0.01, 100_000)
     if setting == "local_gpu_count":
         return _parse_int(name, text, 0, MAX_CARDS)
     if setting == "mem_busy_mib":
