@@ -66,6 +66,8 @@ FLAGS: dict[str, str] = {
     "lock_lease_ms": "--lock-lease-ms",
     "hold_image": "--hold-image",
     "allow_unverified": "--allow-unverified",
+    "agent": "--agent",
+    "agent_socket": "--agent-socket",
 }
 
 #: How the docker runtime may give a container its cards (see TUNEPLANE_DOCKER_GPU_MODE).

@@ -61,6 +61,10 @@ RUN_ID_RULE = "1 to 63 letters, digits, '.', '_' or '-', starting with a letter 
 class TpnodeError(Exception):
     """Base of every error the product reports to a person in plain words."""
 
+    #: True when the message is already the whole line to show (an agent's
+    #: answer, worded by :func:`error_line` on its side)
+    worded = False
+
 
 class NoCapacity(TpnodeError):
     """Not enough free cards *now*.
@@ -123,15 +127,25 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_NOPERM = 0, 1, 2, 75, 77
 
 
 def exit_code(error: TpnodeError) -> int:
-    """The exit code that reports ``error``: 75 for no capacity now (EX_TEMPFAIL),
-    77 for not allowed (EX_NOPERM), 2 for a malformed request or setting, else 1."""
-    if isinstance(error, NoCapacity):
+    """The exit code that reports ``error``: 75 for no capacity now or the lock
+    not had in time (EX_TEMPFAIL), 77 for not allowed (EX_NOPERM), 2 for a
+    malformed request or setting, else 1."""
+    if isinstance(error, (NoCapacity, LockWaitTimeout)):
         return EXIT_TEMPFAIL
     if isinstance(error, NotAllowed):
         return EXIT_NOPERM
     if isinstance(error, (BadRequest, ConfigError)):
         return EXIT_USAGE
     return EXIT_FAIL
+
+
+def error_line(error: TpnodeError) -> str:
+    """The one line that reports ``error`` to a person, the same from the CLI
+    and from the agent's API. No capacity says what to do about it: a command
+    never waits for cards, it tries again later (or queues through the agent)."""
+    if isinstance(error, NoCapacity) and not error.worded:
+        return f"no capacity now: {error}; not waiting for cards: try again later"
+    return str(error)
 
 
 def check_run_id(run_id: str) -> str:
