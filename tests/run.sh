@@ -22,7 +22,12 @@ if ((${#missing[@]})); then
     fi
 fi
 
-python3 -m venv .venv
+# The tests' own accounts (tests/accounts.py) run the CLI with this venv's
+# interpreter, so it must be one every account may execute: the system's,
+# where there is one (an interpreter under /root is root's alone).
+python=python3
+if [ -x /usr/bin/python3 ]; then python=/usr/bin/python3; fi
+"$python" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 # The layers and "only the dashboard imports Textual" (pyproject.toml), lint,
 # and types, before the tests: each is quick and names exactly what is wrong.
