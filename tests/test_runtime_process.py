@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RuntimeUnavailable
+from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RunAs, RuntimeUnavailable
 from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime, boot_id
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
@@ -578,3 +578,231 @@ async def test_a_cgroup_the_command_cannot_join_is_dropped_and_said(state_dir, t
     assert f"runs without a cgroup: it could not be moved into {not_a_cgroup}" in log
     assert not (not_a_cgroup / "cgroup.procs").exists()
     await clear(rt)
+
+
+# ── a caller's job runs as the caller ────────────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    from accounts import make_accounts
+
+    made = make_accounts()
+    yield made
+    made.remove()
+
+
+@pytest.fixture
+def shared_state():
+    """A state dir every test account can reach the way the agent's is reached
+    (a pytest tmp_path is root's alone), removed afterwards."""
+    import shutil
+
+    from accounts import shared_dir
+
+    base = shared_dir("tpn-runas-")
+    yield base / "state"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+async def root_runtime(shared_state):
+    rt = ProcessRuntime(shared_state, stop_timeout_s=2.0)
+    yield rt
+    await clear(rt)
+
+
+def run_as(account) -> RunAs:
+    return RunAs(uid=account.uid, gid=account.gid, groups=account.groups, user=account.name,
+                 home=str(account.home))
+
+
+def owned_dir(account, path: Path, mode: int = 0o755) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, account.uid, account.gid)
+    path.chmod(mode)
+    return path
+
+
+def as_caller(account, run_id: str, *command: str, cwd=None, **env) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=1, command=command, owner=account.name, uid=account.uid,
+                   env=tuple(account.env(**env).items()), cwd=str(cwd or account.home),
+                   run_as=run_as(account))
+
+
+def command_of(supervisor: int) -> psutil.Process:
+    deadline = time.monotonic() + WAIT_S
+    while not (found := descendants(supervisor)):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    return found[0]
+
+
+SHOW = "id -u; id -g; id -G; pwd; env; echo READY; sleep 30"
+
+
+async def test_a_callers_job_runs_as_them_with_their_environment_and_directory(
+        accounts, root_runtime, shared_state, with_cgroup):
+    alice = accounts.alice
+    root_runtime.cgroups = with_cgroup
+    work = owned_dir(alice, alice.home / "work")
+    spec = as_caller(alice, "mine", "sh", "-c", SHOW, cwd=work,
+                     HOME="/root", USER="root", TRAINING_SEED="7")
+    started = await root_runtime.run(spec, [1, 2])
+    log = shared_state / "logs" / "mine.log"
+    lines = (await wait_for_log(log, "READY")).splitlines()
+    uid, gid, groups, pwd = lines[:4]
+    assert (int(uid), int(gid), pwd) == (alice.uid, alice.gid, str(work))
+    assert {int(g) for g in groups.split()} == set(alice.groups) | {alice.gid}  # not root's groups
+    env = dict(line.split("=", 1) for line in lines[4:] if "=" in line)
+    assert env["TRAINING_SEED"] == "7"
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == (str(alice.home), alice.name, alice.name)
+    assert (env["CUDA_VISIBLE_DEVICES"], env["NVIDIA_VISIBLE_DEVICES"]) == ("1,2", "1,2")
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert (started.uid, recorded(shared_state, "mine").uid) == (alice.uid, alice.uid)
+    command = command_of(started.pid)
+    if with_cgroup:  # joined as root, before the switch: it could not have joined after it
+        cgroup = recorded(shared_state, "mine").cgroup
+        assert cgroup and Path(f"/proc/{command.pid}/cgroup").read_text().strip().endswith(
+            "/" + Path(cgroup).name)
+    # The command holds nothing of the launch but its output: no sheet, no gate.
+    held = {os.readlink(f"/proc/{command.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{command.pid}/fd")}
+    assert held == {"/dev/null", str(log)}
+
+
+async def test_the_supervisor_starts_clean_and_the_callers_environment_reaches_only_the_command(
+        accounts, root_runtime, shared_state):
+    """A caller's PYTHONPATH or LD_PRELOAD in the supervisor would run their code as root."""
+    from tpnode_tui.runtimes.process import SUPERVISOR_ENV
+
+    alice = accounts.alice
+    planted = owned_dir(alice, alice.home / "planted")
+    marker = planted / "ran-as"
+    (planted / "sitecustomize.py").write_text(
+        f"import os\nwith open({str(marker)!r}, 'a') as f: f.write(f'{{os.getuid()}}\\n')\n")
+    secret = "tok-" + os.urandom(8).hex()
+    spec = as_caller(alice, "clean", "sh", "-c", 'echo "P=$PYTHONPATH"; echo READY',
+                     PYTHONPATH=str(planted), PYTHONSTARTUP=str(planted / "sitecustomize.py"),
+                     LD_PRELOAD="/nonexistent/preload.so", HF_TOKEN=secret)
+    created = await root_runtime.create(spec, [0])
+    supervisor = psutil.Process(created.pid)
+    deadline = time.monotonic() + WAIT_S
+    while "tpnode_tui.runtimes.supervise" not in supervisor.cmdline():  # until it has exec'd
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    assert supervisor.environ() == SUPERVISOR_ENV
+    assert "-I" in supervisor.cmdline() and secret not in " ".join(supervisor.cmdline())
+    assert supervisor.cwd() == "/"
+    await root_runtime.start(created.name)
+    assert f"P={planted}\n" in await wait_for_log(shared_state / "logs" / "clean.log", "READY")
+    await wait_for_status(root_runtime, "clean", "exited")
+    assert not marker.exists()  # no Python of the launch read the caller's PYTHONPATH as root
+
+
+async def test_a_working_directory_the_caller_cannot_enter_is_refused_before_anything_is_held(
+        accounts, root_runtime, shared_state):
+    alice = accounts.alice
+    closed = shared_state.parent / "roots-only"
+    closed.mkdir(mode=0o700)  # root enters it; alice may not
+    plain = shared_state.parent / "a-file"
+    plain.write_text("")
+    cases = {
+        closed: f"alice may not enter working directory {str(closed)!r}",
+        shared_state.parent / "missing": "does not exist",
+        plain: "is not a directory",
+    }
+    for cwd, words in cases.items():
+        spec = as_caller(alice, "nowhere", "true", cwd=cwd)
+        for attempt in (lambda: root_runtime.check(spec), lambda: root_runtime._create(spec, [0])):
+            with pytest.raises(Conflict) as refused:
+                attempt()
+            assert str(refused.value).replace(alice.name, "alice").find(
+                words.replace(alice.name, "alice")) >= 0, refused.value
+    with pytest.raises(BadRequest, match="not an absolute path"):
+        root_runtime.check(replace(as_caller(alice, "rel", "true"), cwd="work"))
+    assert await root_runtime.ps() == []
+    assert not (shared_state / "logs").exists()
+
+
+async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(
+        accounts, root_runtime, shared_state):
+    alice = accounts.alice
+    mine = shared_state.parent / "bin"
+    mine.mkdir(mode=0o755)
+    tool = mine / "tpn-tool"
+    tool.write_text("#!/bin/sh\necho TOOL RAN\n")
+    tool.chmod(0o755)
+    secret = shared_state.parent / "secret-bin"
+    secret.mkdir(mode=0o700)  # only root may look inside
+    hidden = secret / "tpn-hidden"
+    hidden.write_text("#!/bin/sh\ntrue\n")
+    hidden.chmod(0o755)
+    roots = shared_state.parent / "roots-script"
+    roots.write_text("#!/bin/sh\ntrue\n")
+    roots.chmod(0o700)
+    path = f"{mine}:{secret}:/usr/bin:/bin"
+    with pytest.raises(Conflict, match=f"is not executable by {alice.name}"):
+        root_runtime.check(as_caller(alice, "r", str(roots), PATH=path))
+    with pytest.raises(Conflict, match="'tpn-hidden' not found on PATH"):
+        root_runtime.check(as_caller(alice, "h", "tpn-hidden", PATH=path))
+    with pytest.raises(Conflict, match="'tpn-tool' not found on PATH"):  # not on alice's own PATH
+        root_runtime.check(as_caller(alice, "t", "tpn-tool"))
+    with pytest.raises(Conflict, match=r"'\./tpn-tool' not found"):  # relative to her directory
+        root_runtime.check(as_caller(alice, "t", "./tpn-tool", PATH=path))
+    await root_runtime.run(as_caller(alice, "tool", "tpn-tool", PATH=path), [0])
+    await root_runtime.run(as_caller(alice, "dot", "./tpn-tool", cwd=mine), [1])
+    for name in ("tool", "dot"):
+        assert (await wait_for_status(root_runtime, name, "exited")).exit_code == 0
+        assert "TOOL RAN" in (shared_state / "logs" / f"{name}.log").read_text()
+
+
+async def test_a_directory_closed_after_the_check_is_never_entered_as_root(
+        accounts, root_runtime, shared_state):
+    """The command enters its directory as the caller: entered by root before the
+    switch (as Popen's cwd does), a directory closed to the caller would be used."""
+    alice = accounts.alice
+    work = owned_dir(alice, alice.home / "closing")
+    created = await root_runtime.create(as_caller(alice, "late", "pwd", cwd=work), [0])
+    os.chown(work, 0, 0)
+    work.chmod(0o700)
+    await root_runtime.start(created.name)
+    ended = await wait_for_status(root_runtime, "late", "exited")
+    assert ended.exit_code == 126
+    log = (shared_state / "logs" / "late.log").read_text()
+    assert f"cannot enter the working directory {str(work)!r} as {alice.name}: Permission denied" in log
+    assert str(work) + "\n" not in log  # pwd never ran
+
+
+async def test_the_log_is_the_callers_alone_and_the_state_stays_roots(
+        accounts, root_runtime, shared_state):
+    alice, bob = accounts.alice, accounts.bob
+    await root_runtime.run(as_caller(alice, "private", "sh", "-c", "echo ALICE-OUTPUT"), [0])
+    await wait_for_status(root_runtime, "private", "exited")
+    logs = shared_state / "logs"
+    log = logs / "private.log"
+    info = log.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (alice.uid, 0o600)
+    for directory in (shared_state, logs):
+        mode = stat.S_IMODE(directory.stat().st_mode)
+        assert mode & 0o011 == 0o011 and mode & 0o044 == 0, oct(mode)  # passable, not listable
+    state = (shared_state / "jobs.json").stat()
+    assert (state.st_uid, stat.S_IMODE(state.st_mode)) == (0, 0o600)
+    assert alice.run(["cat", str(log)], env=alice.env()).stdout == "ALICE-OUTPUT\n"
+    for argv in (["cat", str(log)], ["ls", str(logs)], ["ls", str(shared_state)],
+                 ["cat", str(shared_state / "jobs.json")]):
+        assert bob.run(argv, env=bob.env()).returncode != 0, argv
+
+
+async def test_a_log_left_by_another_account_is_moved_aside_not_handed_on(
+        accounts, root_runtime, shared_state):
+    alice, bob = accounts.alice, accounts.bob
+    await root_runtime.run(as_caller(alice, "reused", "sh", "-c", "echo ALICE-SECRET"), [0])
+    await wait_for_status(root_runtime, "reused", "exited")
+    await root_runtime.remove("reused")
+    await root_runtime.run(as_caller(bob, "reused", "sh", "-c", "echo BOB-OUTPUT"), [0])
+    await wait_for_status(root_runtime, "reused", "exited")
+    log = shared_state / "logs" / "reused.log"
+    assert log.stat().st_uid == bob.uid
+    assert "ALICE-SECRET" not in log.read_text() and "BOB-OUTPUT" in log.read_text()
+    [aside] = [p for p in (shared_state / "logs").iterdir() if p.name.startswith("reused.log.")]
+    assert aside.stat().st_uid == alice.uid and "ALICE-SECRET" in aside.read_text()
