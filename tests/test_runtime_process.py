@@ -806,3 +806,94 @@ async def test_a_log_left_by_another_account_is_moved_aside_not_handed_on(
     assert "ALICE-SECRET" not in log.read_text() and "BOB-OUTPUT" in log.read_text()
     [aside] = [p for p in (shared_state / "logs").iterdir() if p.name.startswith("reused.log.")]
     assert aside.stat().st_uid == alice.uid and "ALICE-SECRET" in aside.read_text()
+
+
+# ── extending a reservation ──────────────────────────────────────────────────
+
+
+def reservation(run_id: str, seconds: float) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=1, kind="reservation", owner="ana",
+                   expires_at=time.time() + seconds)
+
+
+async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(node):
+    from tpnode_tui.allocator import GpuAllocator
+    from tpnode_tui.config import load_settings
+
+    scene, state_dir = node
+    settings = load_settings({}, runtime="process", state_dir=str(state_dir), probe=f"simulated:{scene}")
+    allocator = GpuAllocator.from_settings(settings)
+    samples: list[dict[int, str]] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            samples.append(dict((await allocator.occupancy()).by_job))
+            await asyncio.sleep(0.02)
+
+    try:
+        launched = await allocator.reserve(2, duration_s=1.5, run_id="held")
+        first_end = launched.job.expires_at
+        sampler = asyncio.create_task(sample())
+        await asyncio.sleep(0.5)
+        extended = await allocator.extend("held", 3.0)
+        assert extended.expires_at == pytest.approx(first_end + 3.0)
+        assert (extended.status, extended.gpus) == ("running", launched.gpus)
+        while time.time() < first_end + 1.0:  # well past the first expiry
+            await asyncio.sleep(0.05)
+        done.set()
+        await sampler
+        wanted = {card: "held" for card in launched.gpus}
+        assert samples and all(s == wanted for s in samples), [s for s in samples if s != wanted][:3]
+        ended = await wait_for_status(allocator.runtime, "held", "exited")
+        assert time.time() >= extended.expires_at and ended.exit_code == 0
+        assert recorded(state_dir, "held").expires_at == extended.expires_at
+    finally:
+        await allocator.close()
+
+
+async def test_an_extension_landing_as_the_hold_decides_to_end_is_kept(runtime, state_dir):
+    """The hold looks at its expiry, then ends it only after looking again under
+    the state file's exclusive lock, and extend moves the expiry under that lock:
+    an extension that lands in between is seen, never lost."""
+    import fcntl
+
+    spec = reservation("edge", 0.5)
+    await runtime.run(spec, [0])
+    state = StateFile(state_dir)
+    fd = os.open(state.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # the hold may look, but not yet decide
+        await asyncio.sleep(max(0.0, spec.expires_at - time.time()) + 0.5)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as extend does, while the hold waits to decide
+        jobs = state._load()
+        jobs["edge"] = replace(jobs["edge"], expires_at=time.time() + 60)
+        state._write(jobs)
+    finally:
+        os.close(fd)
+    await asyncio.sleep(0.5)
+    kept = await state_of(runtime, "edge")
+    assert (kept.status, kept.exit_code) == ("running", None)
+
+
+async def test_only_a_live_reservation_of_this_version_is_extended(runtime, state_dir):
+    await runtime.run(job("work", "sleep", "30"), [0])
+    with pytest.raises(Conflict, match="is a job, not a reservation"):
+        await runtime.extend("work", time.time() + 60)
+    with pytest.raises(JobNotFound):
+        await runtime.extend("nobody", time.time() + 60)
+    await runtime.run(reservation("held", 60), [1])
+    with pytest.raises(BadRequest, match="not a time to come"):
+        await runtime.extend("held", time.time() - 1)
+    with pytest.raises(BadRequest, match="not a time to come"):
+        await runtime.extend("held", float("inf"))
+    await runtime.stop("held")
+    stopped = await state_of(runtime, "held")
+    assert (stopped.status, stopped.exit_code) == ("exited", 128 + signal.SIGTERM)
+    with pytest.raises(Conflict, match="has ended"):
+        await runtime.extend("held", time.time() + 60)
+    await runtime.run(reservation("old", 60), [2])
+    with StateFile(state_dir).transaction() as jobs:  # as an earlier version recorded its sleep
+        jobs["old"] = replace(jobs["old"], command=(sys.executable, "-c", "sleep", "60"))
+    with pytest.raises(Conflict, match="older tpnode-tui"):
+        await runtime.extend("old", time.time() + 120)

@@ -508,6 +508,11 @@ class ProcessRuntime:
             raise RuntimeUnavailable(f"cannot open the log {log}: {e.strerror}") from None
         gate_r, gate_w = os.pipe()
         sheet_fd = -1
+        # A reservation's supervisor takes SIGTERM as "stop holding" and records
+        # it, but only once it runs: blocked from the start (a child inherits the
+        # mask of the thread that spawns it), one sent while it starts waits.
+        mask = signal.pthread_sigmask(
+            signal.SIG_BLOCK, set() if sheet.command else {signal.SIGTERM, signal.SIGINT})
         try:
             sheet_fd = write_sheet(sheet)
             proc = subprocess.Popen(
@@ -529,6 +534,7 @@ class ProcessRuntime:
                 f"cannot start the supervisor for job {name!r} ({sys.executable}): {e.strerror}"
             ) from None
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(log_fd)
             os.close(gate_r)
             if sheet_fd >= 0:
@@ -560,6 +566,41 @@ class ProcessRuntime:
 
     async def run(self, spec: JobSpec, gpus: list[int]) -> JobState:
         return await self.start((await self.create(spec, gpus)).name)
+
+    # ------------------------------------------------------------ extending
+
+    async def extend(self, name: str, expires_at: float) -> JobState:
+        """Move a live reservation's expiry in its record.
+
+        The record is the truth: the supervisor holding the reservation reads
+        its expiry from there when the old one comes (and every few seconds),
+        and decides that it has expired under the state file's lock, recording
+        the end in the same hold. This changes the expiry under that lock too,
+        only while no end is recorded, so the reservation never stops holding
+        its cards in between.
+        """
+        return await asyncio.to_thread(self._extend, name, expires_at)
+
+    def _extend(self, name: str, expires_at: float) -> JobState:
+        if not (isinstance(expires_at, (int, float)) and math.isfinite(expires_at)
+                and expires_at > time.time()):
+            raise BadRequest(f"cannot extend {name!r} to {expires_at!r}: not a time to come")
+        current_boot = boot_id()
+        with self.state.transaction() as jobs:
+            record = jobs.get(name)
+            if record is None:
+                raise JobNotFound(f"no job named {name!r} in {self.state.path}")
+            if record.kind != "reservation":
+                raise Conflict(f"{name!r} is a job, not a reservation: it ends when its command does")
+            if record.command:
+                raise Conflict(
+                    f"reservation {name!r} was made by an older tpnode-tui, whose hold ends at "
+                    "its first expiry whatever the record says; reserve again when it ends"
+                )
+            if liveness(record, current_boot)[0] == "exited":
+                raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
+            record = jobs[name] = replace(record, expires_at=float(expires_at))
+        return _job_state(record, current_boot)
 
     # ------------------------------------------------------ stopping, removing
 
