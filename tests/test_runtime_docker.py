@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RuntimeUnavailable, TpnodeError
-from tpnode_tui.runtimes.docker import DockerRuntime
-from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID
+from tpnode_tui.model import (
+    BadRequest, Conflict, JobNotFound, JobSpec, RunAs, RuntimeUnavailable, TpnodeError,
+)
+from tpnode_tui.runtimes.docker import GPU_MODES, DockerRuntime
+from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID, UID
 
 
 @pytest.fixture
@@ -327,5 +329,58 @@ async def test_nvidia_mode_asks_the_engine_for_exactly_those_devices(dockerd):
             ("nvidia", ["4", "6"], [["gpu"]])
         ]
         await rt.remove(created.name)
+    finally:
+        await rt.close()
+
+
+# ------------------------------------------------- what a container is given
+
+
+def everything(dockerd_image: str, run_id: str = "boxed", **kw) -> JobSpec:
+    """A spec carrying every field a caller's request can fill, some of them hostile."""
+    fields = dict(
+        run_id=run_id, cards=2, command=("sleep", "30"), image=dockerd_image, owner="alice",
+        uid=1001, env=(("LD_PRELOAD", "/host/evil.so"), ("HF_TOKEN", "secret")), cwd="/root",
+        run_as=RunAs(0, 0, (0, 27), "root", "/root"),
+    )
+    fields.update(kw)
+    return JobSpec(**fields)
+
+
+@pytest.mark.parametrize("mode", GPU_MODES)
+def test_the_config_holds_the_image_command_labels_and_cards_and_nothing_else(mode):
+    rt = DockerRuntime(gpu_mode=mode, docker_host="unix:///nonexistent/docker.sock")
+    specs = [everything("img"),
+             everything("img", kind="reservation", command=(), expires_at=time.time() + 60)]
+    for spec in specs:
+        config = rt._config(spec, [1, 3])
+        assert set(config) <= {"Image", "Cmd", "Labels", "Env", "HostConfig"}
+        assert config["HostConfig"].pop("CgroupnsMode") == config["HostConfig"].pop("IpcMode") == "private"
+        assert set(config["HostConfig"]) <= {"DeviceRequests"}
+        assert all(e.split("=", 1)[0] in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+                   for e in config.get("Env", []))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", GPU_MODES)
+async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(dockerd, mode):
+    rt = DockerRuntime(gpu_mode=mode, hold_image=dockerd.image)
+    try:
+        created = await rt.create(everything(dockerd.image), [1, 3])
+        host = inspect(dockerd, created.name, ".HostConfig")
+        config = inspect(dockerd, created.name, ".Config")
+        assert inspect(dockerd, created.name, ".Mounts") == []
+        assert not host["Binds"] and not host.get("Mounts") and not host["VolumesFrom"]
+        assert host["Privileged"] is False and not host["CapAdd"] and not host["SecurityOpt"]
+        assert not host["Devices"] and not host["DeviceCgroupRules"]
+        requests = host["DeviceRequests"] or []
+        assert [r["DeviceIDs"] for r in requests] == ([["1", "3"]] if mode == "nvidia" else [])
+        assert (host["PidMode"], host["UTSMode"], host["UsernsMode"]) == ("", "", "")
+        assert (host["IpcMode"], host["CgroupnsMode"]) == ("private", "private")
+        assert host["NetworkMode"] != "host"
+        assert config["User"] == ""  # the image's own user, never the caller's (or root by request)
+        assert config["WorkingDir"] == ""
+        assert not [e for e in config["Env"] or [] if e.startswith(("LD_PRELOAD=", "HF_TOKEN="))]
+        assert config["Labels"][UID] == "1001" and created.uid == 1001
     finally:
         await rt.close()

@@ -335,7 +335,17 @@ class DockerRuntime:
         self._config(spec, list(range(max(spec.cards, 1))))
 
     def _config(self, spec: JobSpec, gpus: list[int]) -> dict[str, Any]:
-        """The engine's container config for ``spec`` on ``gpus``, or BadRequest."""
+        """The engine's container config for ``spec`` on ``gpus``, or BadRequest.
+
+        This is all a job gets: its image and command, its labels, and its
+        cards (device requests naming them, or two variables). Never a bind
+        mount, a device, a capability, privileges or a host namespace, whatever
+        the spec says: a caller gets only what the product offers. The caller's
+        environment, directory and account (``spec.env``, ``cwd``, ``run_as``)
+        are for process jobs and never reach a container, which runs as its
+        image's own user: with nothing of the host mounted, the caller's uid
+        would open nothing more, and images expect their own users.
+        """
         check_run_id(spec.run_id)
         if spec.kind not in JOB_KINDS:
             raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
@@ -355,7 +365,9 @@ class DockerRuntime:
         config: dict[str, Any] = {
             "Image": image,
             "Labels": job_labels(spec, gpus),
-            "HostConfig": {},
+            # Namespaces of its own even where the engine's defaults would share
+            # the host's: its cgroups on a cgroup v1 host, its IPC everywhere.
+            "HostConfig": {"CgroupnsMode": "private", "IpcMode": "private"},
         }
         if command:
             config["Cmd"] = command
@@ -546,4 +558,5 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         pid=pid,
         fence=facts.fence,
         problems=facts.problems,
+        uid=facts.uid,
     )
