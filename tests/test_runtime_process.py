@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -578,6 +579,38 @@ async def test_a_cgroup_the_command_cannot_join_is_dropped_and_said(state_dir, t
     assert f"runs without a cgroup: it could not be moved into {not_a_cgroup}" in log
     assert not (not_a_cgroup / "cgroup.procs").exists()
     await clear(rt)
+
+
+COPY_LAUNCHER = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from tpnode_tui.model import JobSpec
+from tpnode_tui.runtimes.process import ProcessRuntime
+asyncio.run(ProcessRuntime(sys.argv[2]).run(JobSpec("copy", 1, ("true",)), [0]))
+"""
+
+
+async def test_the_supervisor_runs_the_launchers_own_code_wherever_that_came_from(state_dir, tmp_path):
+    """Under python -I nothing but site-packages is on the path: a launcher run
+    from a checkout would otherwise start supervisors that cannot be imported,
+    or that are another installed version."""
+    import shutil
+
+    import tpnode_tui
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(Path(tpnode_tui.__file__).parent, copy / "tpnode_tui",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    supervise = copy / "tpnode_tui" / "runtimes" / "supervise.py"
+    supervise.write_text(supervise.read_text().replace(
+        "def main(argv: Optional[list[str]] = None) -> int:\n",
+        "def main(argv: Optional[list[str]] = None) -> int:\n    print('THE COPY', file=sys.stderr)\n"))
+    done = subprocess.run([sys.executable, "-c", COPY_LAUNCHER, str(copy), str(state_dir)],
+                          capture_output=True, text=True, timeout=WAIT_S, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ended = await wait_for_status(ProcessRuntime(state_dir), "copy", "exited")
+    assert ended.exit_code == 0
+    assert "THE COPY" in (state_dir / "logs" / "copy.log").read_text()
 
 
 # ── a caller's job runs as the caller ────────────────────────────────────────

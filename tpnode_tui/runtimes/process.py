@@ -69,6 +69,14 @@ SUPERVISOR_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: how long the check of a working directory and command, run as the caller, may take
 CHECK_TIMEOUT_S = 10.0
+#: The supervisor runs this very code, wherever it was loaded from (an
+#: installed package or a checkout), not whatever ``python -I`` would find:
+#: argv[1] is this package's parent directory, argv[2] the module to run.
+_CODE_ROOT = str(Path(__file__).resolve().parents[2])
+_SUPERVISOR_BOOT = (
+    "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
+    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
+)
 
 
 def boot_id() -> str:
@@ -494,8 +502,9 @@ class ProcessRuntime:
 
         The supervisor gets a clean environment, ``python -I`` (no PYTHON*
         variables, no user site, not even the working directory on its path)
-        and "/" as its directory; the job's environment, directory and account
-        reach it only on the launch sheet.
+        with only this package's own directory added, and "/" as its
+        directory; the job's environment, directory and account reach it only
+        on the launch sheet.
         """
         try:
             if sheet.run_as is not None:
@@ -516,8 +525,9 @@ class ProcessRuntime:
         try:
             sheet_fd = write_sheet(sheet)
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-m", "tpnode_tui.runtimes.supervise",
-                 str(self.state.dir), name, "--sheet", str(sheet_fd), "--gate", str(gate_r),
+                [sys.executable, "-I", "-c", _SUPERVISOR_BOOT, _CODE_ROOT,
+                 "tpnode_tui.runtimes.supervise", str(self.state.dir), name,
+                 "--sheet", str(sheet_fd), "--gate", str(gate_r),
                  "--grace", str(float(self.stop_timeout_s)),
                  *(("--cgroup", str(cgroup)) if cgroup else ())],
                 stdin=subprocess.DEVNULL,
