@@ -789,6 +789,14 @@ async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(
         assert "TOOL RAN" in (shared_state / "logs" / f"{name}.log").read_text()
 
 
+def test_a_check_that_does_not_answer_in_time_refuses_the_launch(root_runtime, monkeypatch):
+    import tpnode_tui.runtimes.process as process_module
+
+    monkeypatch.setattr(process_module, "CHECK_TIMEOUT_S", 1e-6)  # as if its file system hung
+    with pytest.raises(Conflict, match="could not check within"):
+        root_runtime.check(job("slow", "true"))
+
+
 async def test_a_directory_closed_after_the_check_is_never_entered_as_root(
         accounts, root_runtime, shared_state):
     """The command enters its directory as the caller: entered by root before the

@@ -67,8 +67,10 @@ SUPERVISOR_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 #: The PATH of a command run as another account that sent no environment: the
 #: launcher's own environment (root's, the agent's settings) is never handed on.
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-#: how long the check of a working directory and command, run as the caller, may take
-CHECK_TIMEOUT_S = 10.0
+#: How long the check of a working directory and command, run as the caller,
+#: may take. It takes milliseconds; only a hung file system takes longer, and
+#: the check runs before (and again under) the allocation lock.
+CHECK_TIMEOUT_S = 5.0
 #: The supervisor runs this very code, wherever it was loaded from (an
 #: installed package or a checkout), not whatever ``python -I`` would find:
 #: argv[1] is this package's parent directory, argv[2] the module to run.
@@ -285,17 +287,21 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str,
     account = {} if run_as is None else {
         "user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
     try:
-        done = subprocess.run(
+        check = subprocess.Popen(
             ["/bin/sh", "-c", _RUNNABLE, "sh", cwd, program, env.get("PATH", os.defpath)],
             env={"PATH": os.defpath}, cwd="/", stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            timeout=CHECK_TIMEOUT_S, **account,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **account,
         )
-    except subprocess.TimeoutExpired:
-        raise Conflict(f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
-                       f"{program!r} in {cwd!r} (is that file system hanging?)") from None
     except OSError as e:
         raise RuntimeUnavailable(f"cannot check the command as {who}: {e.strerror}") from None
+    try:
+        returncode = check.wait(timeout=CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        check.kill()
+        # Not waited for: a process stuck in a hung file system cannot die until it returns.
+        threading.Thread(target=check.wait, name="reap-check", daemon=True).start()
+        raise Conflict(f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
+                       f"{program!r} in {cwd!r} (is that file system hanging?)") from None
     problem = {
         10: f"working directory {cwd!r} does not exist (or {who} cannot reach it)",
         11: f"working directory {cwd!r} is not a directory",
@@ -303,12 +309,12 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str,
         13: f"command {program!r} not found",
         14: f"command {program!r} is not executable by {who} (chmod +x it)",
         15: f"command {program!r} not found on PATH; give its full path or install it",
-    }.get(done.returncode)
+    }.get(returncode)
     if problem is not None:
         raise Conflict(problem)
-    if done.returncode != 0:
+    if returncode != 0:
         raise RuntimeUnavailable(
-            f"could not check the command as {who}: the check exited with {done.returncode}")
+            f"could not check the command as {who}: the check exited with {returncode}")
 
 
 def _let_through(directory: Path) -> None:

@@ -311,7 +311,9 @@ def _parse(args: list[str]) -> Optional[tuple[Path, str, dict[str, str]]]:
     if len(args) < 2 or len(args) % 2:
         return None
     options = dict(zip(args[2::2], args[3::2]))
-    if set(options) - set(_OPTIONS) or len(options) != len(args[2:]) // 2 or "--sheet" not in options:
+    if set(options) - set(_OPTIONS) or len(options) != len(args[2:]) // 2:
+        return None
+    if "--sheet" not in options:
         return None
     return Path(args[0]), args[1], options
 
