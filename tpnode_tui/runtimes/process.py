@@ -513,10 +513,9 @@ class ProcessRuntime:
         on the launch sheet.
         """
         try:
-            if sheet.run_as is not None:
+            logs.mkdir(mode=0o700, exist_ok=True)
+            if sheet.run_as is not None:  # its account must reach its log, and only that
                 _let_through(self.state.dir)
-            logs.mkdir(mode=0o711, exist_ok=True)
-            if sheet.run_as is not None:
                 _let_through(logs)
             log_fd = _open_log(log, sheet.run_as)
         except OSError as e:
