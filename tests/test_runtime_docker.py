@@ -16,17 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from tpnode_tui.config import DOCKER_GPU_MODES
 from tpnode_tui.model import (
     BadRequest,
     ConfigError,
     Conflict,
     JobNotFound,
     JobSpec,
+    RunAs,
     RuntimeUnavailable,
     TpnodeError,
 )
 from tpnode_tui.runtimes.docker import DockerRuntime
-from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID
+from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID, UID
 
 
 @pytest.fixture
@@ -429,3 +431,139 @@ async def test_nvidia_mode_asks_the_engine_for_exactly_those_devices(dockerd):
         await rt.remove(created.name)
     finally:
         await rt.close()
+
+
+# ------------------------------------------------- what a container is given
+
+
+def everything(dockerd_image: str, run_id: str = "boxed", **kw) -> JobSpec:
+    """A spec carrying every field a caller's request can fill, some of them hostile."""
+    fields = dict(
+        run_id=run_id, cards=2, command=("sleep", "30"), image=dockerd_image, owner="alice",
+        uid=1001, env=(("LD_PRELOAD", "/host/evil.so"), ("HF_TOKEN", "secret")), cwd="/root",
+        run_as=RunAs(0, 0, (0, 27), "root", "/root"),
+    )
+    fields.update(kw)
+    return JobSpec(**fields)
+
+
+@pytest.mark.parametrize("mode", DOCKER_GPU_MODES)
+def test_the_config_holds_the_image_command_labels_and_cards_and_nothing_else(mode):
+    rt = DockerRuntime(gpu_mode=mode, docker_host="unix:///nonexistent/docker.sock")
+    specs = [everything("img"),
+             everything("img", kind="reservation", command=(), expires_at=time.time() + 60)]
+    for spec in specs:
+        config = rt._config(spec, [1, 3])
+        assert set(config) <= {"Image", "Cmd", "Labels", "Env", "HostConfig"}
+        assert config["HostConfig"].pop("CgroupnsMode") == config["HostConfig"].pop("IpcMode") == "private"
+        assert set(config["HostConfig"]) <= {"DeviceRequests"}
+        assert all(e.split("=", 1)[0] in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+                   for e in config.get("Env", []))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", DOCKER_GPU_MODES)
+async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(dockerd, mode):
+    rt = DockerRuntime(gpu_mode=mode, hold_image=dockerd.image)
+    try:
+        created = await rt.create(everything(dockerd.image), [1, 3])
+        host = inspect(dockerd, created.name, ".HostConfig")
+        config = inspect(dockerd, created.name, ".Config")
+        assert inspect(dockerd, created.name, ".Mounts") == []
+        assert not host["Binds"] and not host.get("Mounts") and not host["VolumesFrom"]
+        assert host["Privileged"] is False and not host["CapAdd"] and not host["SecurityOpt"]
+        assert not host["Devices"] and not host["DeviceCgroupRules"]
+        requests = host["DeviceRequests"] or []
+        assert [r["DeviceIDs"] for r in requests] == ([["1", "3"]] if mode == "nvidia" else [])
+        assert (host["PidMode"], host["UTSMode"], host["UsernsMode"]) == ("", "", "")
+        assert (host["IpcMode"], host["CgroupnsMode"]) == ("private", "private")
+        assert host["NetworkMode"] != "host"
+        assert config["User"] == ""  # the image's own user, never the caller's (or root by request)
+        assert config["WorkingDir"] == ""
+        assert not [e for e in config["Env"] or [] if e.startswith(("LD_PRELOAD=", "HF_TOKEN="))]
+        assert config["Labels"][UID] == "1001" and created.uid == 1001
+    finally:
+        await rt.close()
+
+
+# ------------------------------------------------------ extending a reservation
+
+
+@pytest.mark.docker
+async def test_an_extended_reservation_changes_container_but_never_lets_go_of_its_cards(
+        dockerd, runtime, tmp_path):
+    from services import write_scene
+    from tpnode_tui.allocator import GpuAllocator
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.locks import make_lock
+    from tpnode_tui.probes import make_probe
+
+    scene = write_scene(tmp_path / "node.json", 8)
+    settings = load_settings({}, runtime="docker", docker_gpu_mode="none", hold_image=dockerd.image,
+                             probe=f"simulated:{scene}", state_dir=str(tmp_path / "state"))
+    allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
+    samples: list[dict[int, str]] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            samples.append(dict((await allocator.occupancy()).by_job))
+            await asyncio.sleep(0.01)
+
+    spec = JobSpec("hold-x", 2, kind="reservation", owner="bob", uid=1002,
+                   expires_at=time.time() + 30)
+    held = await allocator.launch(spec, hold_for_s=30)
+    first = held.job
+    sampler = asyncio.create_task(sample())
+    await asyncio.sleep(0.2)
+    extended = await allocator.extend("hold-x", 3600)
+    await asyncio.sleep(0.2)
+    done.set()
+    await sampler
+
+    wanted = {card: "hold-x" for card in held.gpus}
+    assert len(samples) > 2 and all(s == wanted for s in samples), [s for s in samples if s != wanted][:3]
+    assert extended.name != first.name and extended.name.startswith("tpnx-hold-x-")
+    assert extended.expires_at == pytest.approx(first.expires_at + 3600, abs=0.001)
+    assert (extended.run_id, extended.gpus, extended.status) == ("hold-x", held.gpus, "running")
+    assert (extended.owner, extended.uid, extended.fence) == ("bob", 1002, first.fence)
+    [now] = await runtime.ps()  # the old container is gone, not merely stopped
+    assert now.name == extended.name
+    labels = inspect(dockerd, now.name, ".Config.Labels")
+    assert float(labels[EXPIRES]) == pytest.approx(extended.expires_at, abs=0.001)
+
+    await allocator.extend("hold-x", 60)  # and again: each successor has a name of its own
+    [again] = await runtime.ps()
+    assert again.name not in (first.name, extended.name)
+    assert again.expires_at == pytest.approx(extended.expires_at + 60, abs=0.001)
+
+    stopped = await allocator.stop("hold-x")  # by run id, as before any extension
+    assert stopped.name == again.name
+    assert [j.status for j in await runtime.ps()] == ["exited"]
+    assert [j.name for j in await allocator.reclaim("hold-x")] == [again.name]
+    assert await runtime.ps() == []
+
+
+@pytest.mark.docker
+async def test_only_a_live_reservation_with_readable_labels_is_extended(dockerd, runtime):
+    await runtime.run(job(dockerd, "work", "sleep", "30"), [0])
+    with pytest.raises(Conflict, match="is a job, not a reservation"):
+        await runtime.extend("tpn-work", time.time() + 60)
+    with pytest.raises(JobNotFound):
+        await runtime.extend("tpn-nobody", time.time() + 60)
+
+    held = await runtime.run(JobSpec("short", 1, kind="reservation", expires_at=time.time() + 1), [1])
+    await wait_for_status(runtime, held.name, "exited")
+    with pytest.raises(Conflict, match="has ended"):
+        await runtime.extend(held.name, time.time() + 60)
+
+    dockerd.cli("run", "-d", "--name", "by-hand", "--label", f"{GPUS}=2,x", "--label",
+                f"{KIND}=reservation", "--label", f"{EXPIRES}={int(time.time()) + 60}",
+                dockerd.image, "sleep", "30")
+    with pytest.raises(Conflict, match="cannot all be read"):
+        await runtime.extend("by-hand", time.time() + 120)
+
+    live = await runtime.run(JobSpec("live", 1, kind="reservation", expires_at=time.time() + 60), [3])
+    with pytest.raises(BadRequest, match="in the past"):
+        await runtime.extend(live.name, time.time() - 5)
+    assert {j.name for j in await runtime.ps() if j.live} == {"tpn-work", "by-hand", live.name}

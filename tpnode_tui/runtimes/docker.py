@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import math
 import os
 import re
+import secrets
 import shlex
 import time
 from datetime import datetime
@@ -41,7 +43,9 @@ from ..model import (
     TpnodeError,
     check_run_id,
 )
-from .labels import GPUS, job_labels, parse_labels
+from .labels import GPUS, RUN_ID, job_labels, parse_labels
+
+log = logging.getLogger(__name__)
 
 #: Where the engine is looked for when neither the caller nor DOCKER_HOST says:
 #: the same places, in the same order, as aiodocker's own search.
@@ -83,6 +87,16 @@ def _call_timeout(extra_s: float = 0) -> aiohttp.ClientTimeout:
 
 def container_name(run_id: str) -> str:
     return f"tpn-{run_id}"
+
+
+def extension_name(run_id: str) -> str:
+    """A name for the container that takes over an extended reservation.
+
+    Every ``container_name`` starts ``tpn-`` and a letter or digit, so no run
+    id's first container can ever be called this, and the random part keeps
+    one extension's name from the next one's.
+    """
+    return f"tpnx-{run_id}-{secrets.token_hex(4)}"
 
 
 def _resolve_host(docker_host: Optional[str]) -> tuple[str, str]:
@@ -368,7 +382,17 @@ class DockerRuntime:
         self._config(spec, list(range(max(spec.cards, 1))))
 
     def _config(self, spec: JobSpec, gpus: list[int]) -> dict[str, Any]:
-        """The engine's container config for ``spec`` on ``gpus``, or BadRequest."""
+        """The engine's container config for ``spec`` on ``gpus``, or BadRequest.
+
+        This is all a job gets: its image and command, its labels, and its
+        cards (device requests naming them, or two variables). Never a bind
+        mount, a device, a capability, privileges or a host namespace, whatever
+        the spec says: a caller gets only what the product offers. The caller's
+        environment, directory and account (``spec.env``, ``cwd``, ``run_as``)
+        are for process jobs and never reach a container, which runs as its
+        image's own user: with nothing of the host mounted, the caller's uid
+        would open nothing more, and images expect their own users.
+        """
         check_run_id(spec.run_id)
         if spec.kind not in JOB_KINDS:
             raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
@@ -388,7 +412,9 @@ class DockerRuntime:
         config: dict[str, Any] = {
             "Image": image,
             "Labels": job_labels(spec, gpus),
-            "HostConfig": {},
+            # Namespaces of its own even where the engine's defaults would share
+            # the host's: its cgroups on a cgroup v1 host, its IPC everywhere.
+            "HostConfig": {"CgroupnsMode": "private", "IpcMode": "private"},
         }
         if command:
             config["Cmd"] = command
@@ -485,6 +511,76 @@ class DockerRuntime:
         state = await self.create(spec, gpus)
         return await self.start(state.name)
 
+    # ---------------------------------------------------------------- extend
+
+    async def extend(self, name: str, expires_at: float) -> JobState:
+        """Move a live reservation's expiry. Called under the allocation lock.
+
+        Labels cannot change, so a new holding container takes over: the same
+        run id, cards, owner, uid and fencing number, the new expiry, and a
+        name of its own (:func:`extension_name`). It is created and started
+        while the old one still holds the cards, and only then is the old one
+        removed, so the cards are held by one or both all along; two live
+        containers of one run id count as one job. If the new one cannot be
+        made or started, the old one stays as it was and the error is raised.
+        """
+        data = await self._platform_container(name)
+        config = data.get("Config") or {}
+        facts = parse_labels(config.get("Labels") or {}, default_run_id=name)
+        status = (data.get("State") or {}).get("Status")
+        if facts.kind != "reservation":
+            raise Conflict(f"{facts.run_id} is a job, not a reservation: it ends when its command does")
+        if status not in LIVE_STATUSES:
+            raise Conflict(f"reservation {facts.run_id} has ended; reserve the cards again")
+        if facts.problems:
+            raise Conflict(
+                f"reservation {facts.run_id} has labels that cannot all be read "
+                f"({'; '.join(facts.problems)}), so no container can take over exactly its cards; "
+                "reserve the cards afresh once it ends"
+            )
+        spec = JobSpec(
+            run_id=facts.run_id, cards=len(facts.gpus), kind="reservation", owner=facts.owner,
+            uid=facts.uid, fence=facts.fence, expires_at=expires_at,
+            image=config.get("Image") or None,  # the image holding it now is certainly here
+        )
+        successor = extension_name(facts.run_id)
+        async with self._engine() as docker:
+            try:
+                created = await docker.containers.create(self._config(spec, list(facts.gpus)),
+                                                         name=successor)
+            except DockerError as e:
+                raise self._engine_error(f"could not extend reservation {facts.run_id}", e) from None
+        state = await self.start(successor)  # removed again if it cannot start
+        await self._retire(facts.run_id, keep=created.id)
+        return state
+
+    async def _retire(self, run_id: str, keep: str) -> None:
+        """Remove the containers a reservation's successor took over from.
+
+        They only sleep, so they are killed, not given a grace. One that cannot
+        be removed is only logged: the extension stands, and the old one
+        still ends by itself at its own, earlier, expiry.
+        """
+        async with self._engine() as docker:
+            try:
+                listed = await docker.containers.list(
+                    all=True, filters={"label": [GPUS, f"{RUN_ID}={run_id}"]})
+            except DockerError as e:
+                log.warning("extending %s: could not list what it took over from: %s", run_id, e.message)
+                return
+            for container in listed:
+                item = _fields(container, _LIST_FIELDS)
+                facts = parse_labels(item.get("Labels") or {}, default_run_id=run_id)
+                if item.get("Id") == keep or facts.kind != "reservation":
+                    continue
+                try:
+                    await docker.containers.container(item["Id"]).delete(
+                        force=True, timeout=_call_timeout())
+                except DockerError as e:
+                    if e.status != 404:
+                        log.warning("extending %s: could not remove %s, which ends by itself: %s",
+                                    run_id, item["Id"][:12], e.message)
+
     # -------------------------------------------------------- stop / remove
 
     async def stop(self, name: str) -> None:
@@ -579,4 +675,5 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         pid=pid,
         fence=facts.fence,
         problems=facts.problems,
+        uid=facts.uid,
     )

@@ -85,6 +85,8 @@ class JobRecord:
     #: how the job ended, in plain words, where the exit code does not say it
     #: all (e.g. "killed by SIGKILL after 10 s")
     note: str = ""
+    #: the owner's uid, so that rules compare accounts, not names (None: not recorded)
+    uid: Optional[int] = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -133,6 +135,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
         f'"" or the absolute path of a cgroup named {CGROUP_PREFIX}*',
     ),
     "note": (lambda v: isinstance(v, str), "a string"),
+    "uid": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
 }
 
 
