@@ -285,7 +285,9 @@ class GpuAllocator:
         check_run_id(spec.run_id)
         if spec.cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
-        self.runtime.check(spec)
+        # In a thread: the process runtime checks as the caller, in a process
+        # of theirs, which a hung home directory could keep for seconds.
+        await asyncio.to_thread(self.runtime.check, spec)
         async with self.lock.hold() as hold:
             if locked is not None:
                 locked()
