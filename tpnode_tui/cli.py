@@ -95,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     stop = sub.add_parser("stop", help="stop a running job or reservation")
     stop.add_argument("run_id", metavar="RUN_ID")
+
+    sub.add_parser("agent", help="serve this node to every account on its socket (--interval S between polls)")
+    fleet = sub.add_parser("fleet", help="every node publishing to TUNEPLANE_FLEET_URL, read-only")
+    fleet.add_argument("--json", action="store_true", help="one reading, machine-readable")
     return parser
 
 
@@ -292,6 +296,14 @@ def _main(argv: Optional[Sequence[str]]) -> int:
 
             return run_dashboard(args)
         settings = settings_from(args)
+        if args.command == "agent":
+            from .agent.serve import serve
+
+            return asyncio.run(serve(settings, interval=args.interval))
+        if args.command == "fleet":
+            from .fleet.command import run_fleet
+
+            return run_fleet(settings, as_json=args.json, interval=args.interval)
         return asyncio.run(_run_command(args, settings))
     except (UsageError, ConfigError, BadRequest) as e:
         return _fail(str(e), EXIT_USAGE)

@@ -1,0 +1,199 @@
+"""The agent's side of the fleet: publish the node's latest reading to Redis.
+
+After every poll whose picture changed, and at least once a period, the
+agent sets its publication (``SET ... PX`` of three periods) and sends a
+notice on the channel: two commands, pipelined in one round trip. It
+registers itself (a field of the agents hash) when it first reaches Redis,
+again after every outage (a restarted Redis may have lost it) and when its
+series or card count changes; a clean stop deletes its publication and
+records the time, so readers say "stopped" at once instead of waiting out
+three periods.
+
+Redis is never in the allocation path: publishing runs in a task of its own
+and a failure only delays the next publication. The first failure of an
+outage is logged, later ones are not; attempts back off from 1 s to a
+period (at most 30 s), and the first success says so in the log.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from typing import Any, Callable, Optional
+
+from redis.exceptions import RedisError
+
+from .. import __version__
+from ..service import NodeService, Reading
+from ..wire import WireError
+from . import record
+from .connect import open_client, scrub
+
+log = logging.getLogger("tpnode_tui.fleet")
+
+#: first wait after a failed publication; doubled on each failure in a row
+BACKOFF_S = 1.0
+MAX_BACKOFF_S = 30.0
+
+
+class FleetPublisher:
+    def __init__(self, url: str, safe_url: str, node: str, period_s: float, *,
+                 client: Any = None, version: str = __version__,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.url = url
+        self.safe_url = safe_url
+        self.node = node
+        self.period_s = period_s
+        self.version = version
+        self.clock = clock
+        self.instance = secrets.token_hex(8)
+        self.key = record.snapshot_key(self.instance)
+        self._own_client = client is None
+        self._client = client if client is not None else open_client(url, safe_url)
+        self._started_at = clock()
+        self._seq = 0
+        self._picture: Optional[tuple[Any, ...]] = None
+        #: (series, total) as last registered; None: register before the next publication
+        self._registered: Optional[tuple[str, Optional[int]]] = None
+        self._last_ok = float("-inf")
+        self._outage = False
+        self._backoff = BACKOFF_S
+        #: publications made, for tests and benchmarks
+        self.published = 0
+
+    # ── one publication ──────────────────────────────────────────────────────
+
+    def _registration(self, series: str, total: Optional[int], stopped_at: Optional[float] = None) -> str:
+        return json.dumps(record.registration(
+            node=self.node, version=self.version, period_s=self.period_s, host=socket.gethostname(),
+            pid=os.getpid(), started_at=self._started_at, series=series, total=total,
+            stopped_at=stopped_at))
+
+    async def _register(self, series: str, total: Optional[int]) -> None:
+        """Add this agent to the agents hash, and drop the entries of earlier
+        agents of this node whose publications have expired (a restart leaves
+        one behind each time). A live one is left: that is a conflict to show."""
+        client = self._client
+        await client.hset(record.AGENTS_KEY, self.instance, self._registration(series, total))
+        others = []
+        for instance, raw in (await client.hgetall(record.AGENTS_KEY)).items():
+            instance = instance.decode(errors="replace")
+            if instance == self.instance:
+                continue
+            try:
+                if record.decode_registration(instance, raw).node == self.node:
+                    others.append(instance)
+            except WireError:
+                continue
+        if others:
+            async with client.pipeline(transaction=False) as pipe:
+                for instance in others:
+                    pipe.exists(record.snapshot_key(instance))
+                alive = await pipe.execute()
+            dead = [i for i, n in zip(others, alive) if not n]
+            if dead:
+                await client.hdel(record.AGENTS_KEY, *dead)
+        self._registered = (series, total)
+
+    def _document(self, reading: Reading, now: float) -> dict[str, Any]:
+        return record.publication(node=self.node, instance=self.instance, version=self.version,
+                                  period_s=self.period_s, seq=self._seq + 1, published_at=now,
+                                  reading=reading)
+
+    async def publish(self, reading: Reading, doc: Optional[dict[str, Any]] = None) -> bool:
+        """Publish ``reading`` now (as ``doc``, when already made); False (and
+        logged once per outage) when Redis cannot take it."""
+        now = self.clock()
+        if doc is None:
+            doc = self._document(reading, now)
+        self._seq += 1
+        snap = reading.snapshot
+        shape = (snap.series, snap.occupancy.total) if snap is not None else ("", None)
+        try:
+            if self._registered is None or (snap is not None and shape != self._registered):
+                await self._register(*shape)
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.set(self.key, json.dumps(doc), px=record.expiry_ms(self.period_s))
+                pipe.publish(record.NOTICES, json.dumps(
+                    {"node": self.node, "instance": self.instance, "seq": self._seq}))
+                await pipe.execute()
+        except (RedisError, OSError) as e:
+            self._failed(e)
+            return False
+        if self._outage:
+            self._outage = False
+            log.info("publishing to the fleet at %s again", self.safe_url)
+        self._backoff = BACKOFF_S
+        self._picture = record.picture(doc)
+        self._last_ok = now
+        self.published += 1
+        return True
+
+    def _failed(self, e: BaseException) -> None:
+        self._registered = None  # a restarted Redis may have lost the registration
+        if not self._outage:
+            self._outage = True
+            log.warning("cannot publish to the fleet at %s (%s); this node keeps allocating, "
+                        "and publishing is retried", self.safe_url,
+                        scrub(str(e), self.url) or type(e).__name__)
+
+    def due(self, reading: Reading, now: float) -> Optional[dict[str, Any]]:
+        """The publication to make now, or None: one is due when the picture
+        changed or a period passed since the last that Redis took."""
+        if reading.snapshot is None and reading.error is None:
+            return None  # nothing read yet: nothing to say
+        doc = self._document(reading, now)
+        if now - self._last_ok >= self.period_s or record.picture(doc) != self._picture:
+            return doc
+        return None
+
+    # ── the loop ─────────────────────────────────────────────────────────────
+
+    async def run(self, service: NodeService) -> None:
+        """Publish the service's readings until cancelled."""
+        latest = service.reading
+        fresh = asyncio.Event()
+
+        async def follow() -> None:
+            nonlocal latest
+            async for reading in service.subscribe():
+                latest = reading
+                fresh.set()
+
+        follower = asyncio.ensure_future(follow())
+        try:
+            while True:
+                doc = self.due(latest, self.clock())
+                if doc is not None:
+                    if not await self.publish(latest, doc):
+                        await asyncio.sleep(self._backoff)
+                        self._backoff = min(self._backoff * 2, max(BACKOFF_S, min(self.period_s, MAX_BACKOFF_S)))
+                        continue
+                fresh.clear()
+                wait = max(0.0, self._last_ok + self.period_s - self.clock())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(fresh.wait(), wait)
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def close(self) -> None:
+        """Say this agent stopped (best effort: Redis may be down), and close the connection."""
+        if self._registered is not None:
+            series, total = self._registered
+            with contextlib.suppress(RedisError, OSError):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    pipe.delete(self.key)
+                    pipe.hset(record.AGENTS_KEY, self.instance,
+                              self._registration(series, total, stopped_at=self.clock()))
+                    pipe.publish(record.NOTICES, json.dumps(
+                        {"node": self.node, "instance": self.instance, "seq": self._seq + 1}))
+                    await pipe.execute()
+        if self._own_client:
+            await self._client.aclose()
