@@ -4,10 +4,12 @@ After every poll whose picture changed, and at least once a period, the
 agent sets its publication (``SET ... PX`` of three periods) and sends a
 notice on the channel: two commands, pipelined in one round trip. It
 registers itself (a field of the agents hash) when it first reaches Redis,
-again after every outage (a restarted Redis may have lost it) and when its
-series or card count changes; a clean stop deletes its publication and
-records the time, so readers say "stopped" at once instead of waiting out
-three periods.
+again after every outage, when its series or card count changes, and every
+10 minutes. A Redis restarted between two publications loses the
+registration without the agent seeing an error, so the SET returns the
+publication it replaces (``GET``): none means the last one is gone, and the
+agent registers again. A clean stop deletes its publication and records the
+time, so readers say "stopped" at once instead of waiting out three periods.
 
 Redis is never in the allocation path: publishing runs in a task of its own
 and a failure only delays the next publication. The first failure of an
@@ -36,6 +38,10 @@ from .connect import open_client, scrub
 
 log = logging.getLogger("tpnode_tui.fleet")
 
+#: how often the registration is written again, with the time: all a reader that
+#: starts after a node went quiet knows of when it was last alive. Rare, so a
+#: publication stays two commands: once in 10 minutes adds 0.002 a second.
+REGISTRATION_REFRESH_S = 600.0
 #: first wait after a failed publication; doubled on each failure in a row
 BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
@@ -60,6 +66,7 @@ class FleetPublisher:
         self._picture: Optional[tuple[Any, ...]] = None
         #: (series, total) as last registered; None: register before the next publication
         self._registered: Optional[tuple[str, Optional[int]]] = None
+        self._registered_at = float("-inf")
         self._last_ok = float("-inf")
         self._outage = False
         self._backoff = BACKOFF_S
@@ -68,18 +75,24 @@ class FleetPublisher:
 
     # ── one publication ──────────────────────────────────────────────────────
 
-    def _registration(self, series: str, total: Optional[int], stopped_at: Optional[float] = None) -> str:
+    def _registration(self, series: str, total: Optional[int], now: float,
+                      stopped_at: Optional[float] = None) -> str:
         return json.dumps(record.registration(
             node=self.node, version=self.version, period_s=self.period_s, host=socket.gethostname(),
-            pid=os.getpid(), started_at=self._started_at, series=series, total=total,
+            pid=os.getpid(), started_at=self._started_at, seen_at=now, series=series, total=total,
             stopped_at=stopped_at))
 
-    async def _register(self, series: str, total: Optional[int]) -> None:
-        """Add this agent to the agents hash, and drop the entries of earlier
-        agents of this node whose publications have expired (a restart leaves
-        one behind each time). A live one is left: that is a conflict to show."""
+    async def _register(self, series: str, total: Optional[int], now: float, first: bool = False) -> None:
+        """Add this agent to the agents hash (or refresh its entry), and on the
+        first time since (re)connecting drop the entries of earlier agents of
+        this node whose publications have expired (a restart leaves one behind
+        each time). A live one is left: that is a conflict to show."""
         client = self._client
-        await client.hset(record.AGENTS_KEY, self.instance, self._registration(series, total))
+        first = first or self._registered is None
+        await client.hset(record.AGENTS_KEY, self.instance, self._registration(series, total, now))
+        self._registered, self._registered_at = (series, total), now
+        if not first:
+            return
         others = []
         for instance, raw in (await client.hgetall(record.AGENTS_KEY)).items():
             instance = instance.decode(errors="replace")
@@ -98,7 +111,6 @@ class FleetPublisher:
             dead = [i for i, n in zip(others, alive) if not n]
             if dead:
                 await client.hdel(record.AGENTS_KEY, *dead)
-        self._registered = (series, total)
 
     def _document(self, reading: Reading, now: float) -> dict[str, Any]:
         return record.publication(node=self.node, instance=self.instance, version=self.version,
@@ -108,20 +120,25 @@ class FleetPublisher:
     async def publish(self, reading: Reading, doc: Optional[dict[str, Any]] = None) -> bool:
         """Publish ``reading`` now (as ``doc``, when already made); False (and
         logged once per outage) when Redis cannot take it."""
-        now = self.clock()
         if doc is None:
-            doc = self._document(reading, now)
+            doc = self._document(reading, self.clock())
+        now = doc["published_at"]
         self._seq += 1
         snap = reading.snapshot
         shape = (snap.series, snap.occupancy.total) if snap is not None else ("", None)
         try:
-            if self._registered is None or (snap is not None and shape != self._registered):
-                await self._register(*shape)
+            if (self._registered is None or (snap is not None and shape != self._registered)
+                    or now - self._registered_at >= REGISTRATION_REFRESH_S):
+                await self._register(*shape, now)
             async with self._client.pipeline(transaction=False) as pipe:
-                pipe.set(self.key, json.dumps(doc), px=record.expiry_ms(self.period_s))
+                pipe.set(self.key, json.dumps(doc), px=record.expiry_ms(self.period_s), get=True)
                 pipe.publish(record.NOTICES, json.dumps(
                     {"node": self.node, "instance": self.instance, "seq": self._seq}))
-                await pipe.execute()
+                previous, _ = await pipe.execute()
+            if previous is None and self._registered is not None and self._seq > 1:
+                # Our last publication is gone: Redis restarted (and lost the
+                # registration with it) between two publications, or we were silent.
+                await self._register(*shape, now, first=True)
         except (RedisError, OSError) as e:
             self._failed(e)
             return False
@@ -190,8 +207,9 @@ class FleetPublisher:
             with contextlib.suppress(RedisError, OSError):
                 async with self._client.pipeline(transaction=False) as pipe:
                     pipe.delete(self.key)
+                    now = self.clock()
                     pipe.hset(record.AGENTS_KEY, self.instance,
-                              self._registration(series, total, stopped_at=self.clock()))
+                              self._registration(series, total, now, stopped_at=now))
                     pipe.publish(record.NOTICES, json.dumps(
                         {"node": self.node, "instance": self.instance, "seq": self._seq + 1}))
                     await pipe.execute()

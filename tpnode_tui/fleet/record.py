@@ -69,11 +69,11 @@ def expiry_ms(period_s: float) -> int:
 
 
 def registration(*, node: str, version: str, period_s: float, host: str, pid: int,
-                 started_at: float, series: str = "", total: Optional[int] = None,
+                 started_at: float, seen_at: float, series: str = "", total: Optional[int] = None,
                  stopped_at: Optional[float] = None) -> dict[str, Any]:
     return {"fleet": FORMAT, "node": node, "agent_version": version, "period_s": period_s,
-            "host": host, "pid": pid, "started_at": started_at, "series": series, "total": total,
-            "stopped_at": stopped_at}
+            "host": host, "pid": pid, "started_at": started_at, "seen_at": seen_at, "series": series,
+            "total": total, "stopped_at": stopped_at}
 
 
 def publication(*, node: str, instance: str, version: str, period_s: float, seq: int,
@@ -118,6 +118,8 @@ class Registration:
     host: str
     pid: Optional[int]
     started_at: float
+    #: when the registration was last written: the agent was alive then
+    seen_at: float
     series: str
     total: Optional[int]
     stopped_at: Optional[float]
@@ -180,7 +182,7 @@ def decode_registration(instance: str, raw: Any) -> Registration:
     return Registration(
         instance=instance, node=_node_name(r), agent_version=r.text("agent_version", ""),
         period_s=_period(r), host=r.text("host", ""), pid=r.opt_whole("pid"),
-        started_at=r.number("started_at"), series=r.text("series", ""),
+        started_at=r.number("started_at"), seen_at=r.number("seen_at"), series=r.text("series", ""),
         total=total if total is not None and 0 <= total <= 65536 else None,
         stopped_at=r.opt_number("stopped_at"))
 
@@ -373,14 +375,14 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
          broken: dict[str, str], now: float, remembered: Optional[float]) -> NodeRow:
     live = [pubs[r.instance] for r in regs if r.instance in pubs and _alive(pubs[r.instance], now)]
     bad = [(r, broken[r.instance]) for r in regs if r.instance in broken]
-    newest_reg = max(regs, key=lambda r: (r.stopped_at or r.started_at))
+    newest_reg = max(regs, key=lambda r: (r.stopped_at or r.seen_at))
     seen_pubs = [p for p in pubs.values() if p.instance in {r.instance for r in regs}]
     last_pub = max((p.published_at for p in seen_pubs), default=None)
     last_seen, exactly = last_pub, last_pub is not None
     if remembered is not None and (last_seen is None or remembered > last_seen):
         last_seen, exactly = remembered, True
     if last_seen is None:
-        last_seen = newest_reg.stopped_at or newest_reg.started_at
+        last_seen = newest_reg.stopped_at or newest_reg.seen_at
     newest = max(live, key=lambda p: p.published_at) if live else (
         max(seen_pubs, key=lambda p: p.published_at) if seen_pubs else None)
     snap = newest.snapshot if newest is not None else None
