@@ -33,7 +33,7 @@ from ..printable import printable, printable_view
 from ..render import format_duration
 from .detail import DetailPane, describe_card
 from .redraw import update
-from .tiles import BADGES, CardGrid
+from .tiles import BADGES, CardGrid, fit
 
 #: a card's colour in a node's strip: the node grid's, and two of the fleet's own
 STRIP: dict[str, tuple[str, str]] = {state: ("█", colour) for state, (_, colour) in BADGES.items()}
@@ -42,8 +42,12 @@ STRIP["unknown"] = ("?", "#8a8a8a")
 #: a card in a state this version does not know
 OTHER = ("█", "#4a4a4a")
 LEGEND = ("free", "job", "reservation", "external", "unhealthy", "unverified", "drained", "unknown")
-#: cards drawn in one strip; a larger node shows how many more
-STRIP_MAX = 64
+#: cards on one line of a node's strip, and lines at most: a larger node shows how many more
+STRIP_WIDTH = 16
+STRIP_LINES = 4
+#: widest a node's name or series is drawn (they come from the nodes: any length)
+NAME_WIDTH = 24
+SERIES_WIDTH = 16
 #: the card-memory threshold the detail pane uses for "memory in use" (the node's own is not published)
 MEM_BUSY_MIB = 512
 
@@ -73,12 +77,16 @@ class FleetSource(Protocol):
 
 
 def strip(node: NodeRow) -> Text:
+    """One cell per card, in index order, 16 to a line (card 0 top left)."""
     out = Text()
-    for card in node.cards[:STRIP_MAX]:
+    shown = node.cards[:STRIP_WIDTH * STRIP_LINES]
+    for n, card in enumerate(shown):
+        if n and n % STRIP_WIDTH == 0:
+            out.append("\n")
         glyph, colour = STRIP.get(card.state, OTHER)
         out.append(glyph, style=colour)
-    if len(node.cards) > STRIP_MAX:
-        out.append(f" +{len(node.cards) - STRIP_MAX}", style="grey62")
+    if len(node.cards) > len(shown):
+        out.append(f" +{len(node.cards) - len(shown)}", style="grey62")
     if not node.cards:
         out.append("no cards known", style="grey62")
     return out
@@ -93,7 +101,7 @@ def seen_text(node: NodeRow, now: float) -> Text:
     if node.status == "unreachable":
         if node.seen_exactly:
             return Text(f"unreachable since {clock(node.last_seen)}", style="bold #ef5350")
-        return Text(f"unreachable, last seen {clock(node.last_seen)}", style="bold #ef5350")
+        return Text(f"unreachable, seen {clock(node.last_seen)}", style="bold #ef5350")
     return Text(node.status, style="bold #ef5350" if node.status != "stale" else "bold #ffb300")
 
 
@@ -108,8 +116,8 @@ def row_cells(node: NodeRow, now: float) -> tuple[Text, ...]:
     free = (Text(f"{node.free}/{node.total}", style="bold #66bb6a" if node.free else "")
             if node.known else Text(f"?/{node.total}", style="grey62"))
     return (
-        Text(printable(node.name), style=name_style),
-        Text(printable(node.series) or "-", style="grey62"),
+        Text(fit(printable(node.name), NAME_WIDTH), style=name_style),
+        Text(fit(printable(node.series), SERIES_WIDTH) or "-", style="grey62"),
         strip(node),
         free,
         _count(node.largest_free_window),
@@ -126,6 +134,7 @@ def legend() -> Text:
         glyph, colour = STRIP[state]
         out.append(glyph, style=colour)
         out.append(f" {state}  ", style="grey62")
+    out.append("│ enter opens a node, read-only", style="grey62")
     return out
 
 
@@ -246,7 +255,7 @@ class FleetApp(App[int]):
         self._snapshots: dict[str, NodeSnapshot] = {}
         #: row key -> the cells last shown, so an unchanged row is not touched
         self._shown: dict[str, tuple[Text, ...]] = {}
-        self._order: list[str] = []
+        self._order: list[tuple[str, int]] = []
         self._printable: Optional[tuple[NodeSnapshot, NodeSnapshot]] = None
 
     # -- layout ---------------------------------------------------------------
@@ -255,7 +264,9 @@ class FleetApp(App[int]):
         yield Static(id="fleet-header")
         yield Static(id="fleet-summary")
         yield Static(legend(), id="fleet-legend")
-        yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=False)
+        # The cells' own colours win over the cursor's: a node's strip is its point.
+        yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=False,
+                        cursor_foreground_priority="renderable")
         yield Input(placeholder="filter by name or series (enter to keep, escape to clear)",
                     id="fleet-filter")
         yield Footer()
@@ -376,32 +387,40 @@ class FleetApp(App[int]):
         self._show_rows(rows)
 
     def _show_rows(self, rows: dict[str, tuple[Text, ...]]) -> None:
-        """Rebuild the table when the rows shown changed; else touch only the cells that did."""
+        """Rebuild the table when the rows shown (or their heights) changed; else
+        touch only the cells that did, so an idle fleet repaints nothing."""
         table = self.query_one(DataTable)
-        order = list(rows)
+        order = [(name, len(cells[2].plain.split("\n"))) for name, cells in rows.items()]
         if order != self._order:
             selected = self._selected_name()
             table.clear()
-            for name, cells in rows.items():
-                table.add_row(*cells, key=name)
+            for name, height in order:
+                table.add_row(*rows[name], key=name, height=height)
             self._order, self._shown = order, dict(rows)
-            if selected in rows:
-                table.move_cursor(row=order.index(selected))
+            names = [name for name, _ in order]
+            if selected in names:
+                table.move_cursor(row=names.index(selected))
             return
         for name, cells in rows.items():
             old = self._shown.get(name)
             for (key, _), before, after in zip(COLUMNS, old or (), cells):
                 if before != after:
-                    table.update_cell(name, key, after, update_width=key in ("strip", "seen", "series", "name"))
+                    table.update_cell(name, key, after, update_width=True)
             self._shown[name] = cells
 
     def _selected_name(self) -> Optional[str]:
         table = self.query_one(DataTable)
         if not self._order or table.cursor_row is None or not 0 <= table.cursor_row < len(self._order):
             return None
-        return self._order[table.cursor_row]
+        return self._order[table.cursor_row][0]
 
     # -- keys -------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The fleet's own keys work on the fleet's table, not over a node's grid."""
+        if action in ("filter", "open", "clear_filter") and isinstance(self.screen, NodeScreen):
+            return False
+        return True
 
     def action_filter(self) -> None:
         box = self.query_one("#fleet-filter", Input)
