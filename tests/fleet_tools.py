@@ -49,15 +49,25 @@ def job(run_id: str, gpus: tuple[int, ...], kind: str = "job", owner: str = "ali
                     expires_at=T + 3600 if kind == "reservation" else None)
 
 
-def publication_bytes(node: str, instance: str, snap: Optional[NodeSnapshot], *, published_at: float = T,
+def publication_parts(node: str, instance: str, snap: Optional[NodeSnapshot], *, published_at: float = T,
                       period_s: float = 10.0, error: Optional[str] = None, seq: int = 1,
-                      intruders: Optional[dict[int, list[int]]] = None) -> bytes:
-    doc = record.publication(node=node, instance=instance, version="0.1.0", period_s=period_s, seq=seq,
-                             published_at=published_at,
-                             reading=Reading(seq=seq, snapshot=snap, error=error))
+                      intruders: Optional[dict[int, list[int]]] = None) -> tuple[dict, Optional[dict]]:
+    """A publication as the agent makes it, as (envelope, snapshot document) to change before storing."""
+    encoded = record.publication(node=node, instance=instance, version="0.1.0", period_s=period_s, seq=seq,
+                                 published_at=published_at,
+                                 reading=Reading(seq=seq, snapshot=snap, error=error))
+    snapshot = json.loads(encoded.snapshot)
     for index, pids in (intruders or {}).items():
-        doc["snapshot"]["cards"][index]["intruders"] = pids
-    return json.dumps(doc).encode()
+        snapshot["cards"][index]["intruders"] = pids
+    return encoded.envelope, snapshot
+
+
+def stored(envelope: dict, snapshot) -> bytes:
+    return json.dumps(envelope).encode() + b"\n" + json.dumps(snapshot).encode()
+
+
+def publication_bytes(node: str, instance: str, snap: Optional[NodeSnapshot], **kw) -> bytes:
+    return stored(*publication_parts(node, instance, snap, **kw))
 
 
 def registration_bytes(node: str, *, started_at: float = T - 60, period_s: float = 10.0,

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from fleet_tools import T, job, node_snapshot, publication_bytes, registration_bytes
+from fleet_tools import T, job, node_snapshot, publication_bytes, publication_parts, registration_bytes, stored
 from tpnode_tui.fleet import record
 from tpnode_tui.wire import WireError
 
@@ -111,8 +111,9 @@ def test_a_restarted_agent_supersedes_its_dead_instance():
     (b"{not json", "not valid JSON"),
     (b"\xff\xfe", "not UTF-8"),
     (b"[]", "is a list, not an object"),
-    (json.dumps({"fleet": 1}).encode(), "has no 'instance'"),
-    (json.dumps({"fleet": 99, "instance": "i1"}).encode(), "newer than this tpnode-tui reads"),
+    (json.dumps({"fleet": 1, "instance": "i1"}).encode(), "no snapshot line"),
+    (json.dumps({"fleet": 1}).encode() + b"\nnull", "has no 'instance'"),
+    (json.dumps({"fleet": 99, "instance": "i1"}).encode() + b"\nnull", "newer than this tpnode-tui reads"),
 ])
 def test_a_malformed_publication_marks_its_node_and_nothing_is_free(raw, says):
     fleet = read({"i1": registration_bytes("gpu-01")}, {"i1": raw})
@@ -122,14 +123,14 @@ def test_a_malformed_publication_marks_its_node_and_nothing_is_free(raw, says):
 
 
 def _doc(**changes) -> bytes:
-    doc = json.loads(publication_bytes("gpu-01", "i1", node_snapshot()))
+    envelope, snapshot = publication_parts("gpu-01", "i1", node_snapshot())
     for path, value in changes.items():
-        target = doc
         *parts, last = path.split(".")
-        for p in parts:
+        target = snapshot if parts and parts[0] == "snapshot" else envelope
+        for p in parts[1:] if parts and parts[0] == "snapshot" else parts:
             target = target[int(p)] if p.isdigit() else target[p]
         target[last] = value
-    return json.dumps(doc).encode()
+    return stored(envelope, snapshot)
 
 
 @pytest.mark.parametrize("raw, says", [
@@ -137,6 +138,8 @@ def _doc(**changes) -> bytes:
     (_doc(**{"snapshot.total": -1}), "not a card count"),
     (_doc(**{"snapshot.cards.0.state": 7}), "state is a number"),
     (_doc(**{"snapshot.cards.0.intruders": ["4242"]}), "intruders is not a list of pids"),
+    (_doc(taken_at=None), "taken_at is null"),
+    (stored(publication_parts("gpu-01", "i1", node_snapshot())[0], [1, 2]), "snapshot is not an object"),
     (_doc(period_s=0), "not a period"),
     (_doc(published_at="now"), "published_at is a string"),
     (_doc(node=""), "not a node name"),

@@ -13,14 +13,13 @@ from ..model import ConfigError
 TIMEOUT_S = 2.0
 
 
-def open_client(url: str, safe_url: str, *, timeout_s: float = TIMEOUT_S,
-                max_connections: int | None = None) -> aioredis.Redis:
+def open_client(url: str, safe_url: str, *, timeout_s: float = TIMEOUT_S) -> aioredis.Redis:
     try:
         return aioredis.from_url(
             url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
             # One quick retry covers a pooled connection that died with a restarted
             # server; longer outages are waited out by the caller, which says so.
-            retry=Retry(NoBackoff(), 1), max_connections=max_connections)
+            retry=Retry(NoBackoff(), 1))
     except ValueError as e:
         raise ConfigError(f"TUNEPLANE_FLEET_URL={safe_url!r} cannot be used: "
                           f"{scrub(str(e), url)}") from None

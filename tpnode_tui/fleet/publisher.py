@@ -2,7 +2,8 @@
 
 After every poll whose picture changed, and at least once a period, the
 agent sets its publication (``SET ... PX`` of three periods) and sends a
-notice on the channel: two commands, pipelined in one round trip. It
+notice, on ``notices:changed`` when its picture changed and on
+``notices:same`` when it did not: two commands, pipelined in one round trip. It
 registers itself (a field of the agents hash) when it first reaches Redis,
 again after every outage, when its series or card count changes, and every
 10 minutes. A Redis restarted between two publications loses the
@@ -63,10 +64,12 @@ class FleetPublisher:
         self._client = client if client is not None else open_client(url, safe_url)
         self._started_at = clock()
         self._seq = 0
-        self._picture: Optional[tuple[Any, ...]] = None
+        self._picture: Optional[tuple[bool, bytes]] = None
         #: (series, total) as last registered; None: register before the next publication
         self._registered: Optional[tuple[str, Optional[int]]] = None
         self._registered_at = float("-inf")
+        #: whether the entries of this node's earlier agents were swept (once, at the first registration)
+        self._swept = False
         self._last_ok = float("-inf")
         self._outage = False
         self._backoff = BACKOFF_S
@@ -82,17 +85,17 @@ class FleetPublisher:
             pid=os.getpid(), started_at=self._started_at, seen_at=now, series=series, total=total,
             stopped_at=stopped_at))
 
-    async def _register(self, series: str, total: Optional[int], now: float, first: bool = False) -> None:
-        """Add this agent to the agents hash (or refresh its entry), and on the
-        first time since (re)connecting drop the entries of earlier agents of
-        this node whose publications have expired (a restart leaves one behind
-        each time). A live one is left: that is a conflict to show."""
+    async def _register(self, series: str, total: Optional[int], now: float) -> None:
+        """Add this agent to the agents hash (or refresh its entry), and the
+        first time drop the entries of earlier agents of this node whose
+        publications have expired (a restart leaves one behind each time). A
+        live one is left: that is a conflict to show."""
         client = self._client
-        first = first or self._registered is None
         await client.hset(record.AGENTS_KEY, self.instance, self._registration(series, total, now))
         self._registered, self._registered_at = (series, total), now
-        if not first:
+        if self._swept:
             return
+        self._swept = True
         others = []
         for instance, raw in (await client.hgetall(record.AGENTS_KEY)).items():
             instance = instance.decode(errors="replace")
@@ -112,17 +115,17 @@ class FleetPublisher:
             if dead:
                 await client.hdel(record.AGENTS_KEY, *dead)
 
-    def _document(self, reading: Reading, now: float) -> dict[str, Any]:
+    def _document(self, reading: Reading, now: float) -> record.Encoded:
         return record.publication(node=self.node, instance=self.instance, version=self.version,
                                   period_s=self.period_s, seq=self._seq + 1, published_at=now,
                                   reading=reading)
 
-    async def publish(self, reading: Reading, doc: Optional[dict[str, Any]] = None) -> bool:
+    async def publish(self, reading: Reading, doc: Optional[record.Encoded] = None) -> bool:
         """Publish ``reading`` now (as ``doc``, when already made); False (and
         logged once per outage) when Redis cannot take it."""
         if doc is None:
             doc = self._document(reading, self.clock())
-        now = doc["published_at"]
+        now = doc.envelope["published_at"]
         self._seq += 1
         snap = reading.snapshot
         shape = (snap.series, snap.occupancy.total) if snap is not None else ("", None)
@@ -131,14 +134,14 @@ class FleetPublisher:
                     or now - self._registered_at >= REGISTRATION_REFRESH_S):
                 await self._register(*shape, now)
             async with self._client.pipeline(transaction=False) as pipe:
-                pipe.set(self.key, json.dumps(doc), px=record.expiry_ms(self.period_s), get=True)
-                pipe.publish(record.NOTICES, json.dumps(
-                    {"node": self.node, "instance": self.instance, "seq": self._seq}))
+                pipe.set(self.key, doc.bytes(), px=record.expiry_ms(self.period_s), get=True)
+                pipe.publish(record.CHANGED if doc.picture != self._picture else record.SAME,
+                             json.dumps({"node": self.node, "instance": self.instance, "seq": self._seq}))
                 previous, _ = await pipe.execute()
             if previous is None and self._registered is not None and self._seq > 1:
                 # Our last publication is gone: Redis restarted (and lost the
                 # registration with it) between two publications, or we were silent.
-                await self._register(*shape, now, first=True)
+                await self._register(*shape, now)
         except (RedisError, OSError) as e:
             self._failed(e)
             return False
@@ -146,7 +149,7 @@ class FleetPublisher:
             self._outage = False
             log.info("publishing to the fleet at %s again", self.safe_url)
         self._backoff = BACKOFF_S
-        self._picture = record.picture(doc)
+        self._picture = doc.picture
         self._last_ok = now
         self.published += 1
         return True
@@ -159,13 +162,13 @@ class FleetPublisher:
                         "and publishing is retried", self.safe_url,
                         scrub(str(e), self.url) or type(e).__name__)
 
-    def due(self, reading: Reading, now: float) -> Optional[dict[str, Any]]:
+    def due(self, reading: Reading, now: float) -> Optional[record.Encoded]:
         """The publication to make now, or None: one is due when the picture
         changed or a period passed since the last that Redis took."""
         if reading.snapshot is None and reading.error is None:
             return None  # nothing read yet: nothing to say
         doc = self._document(reading, now)
-        if now - self._last_ok >= self.period_s or record.picture(doc) != self._picture:
+        if now - self._last_ok >= self.period_s or doc.picture != self._picture:
             return doc
         return None
 
@@ -210,7 +213,7 @@ class FleetPublisher:
                     now = self.clock()
                     pipe.hset(record.AGENTS_KEY, self.instance,
                               self._registration(series, total, now, stopped_at=now))
-                    pipe.publish(record.NOTICES, json.dumps(
+                    pipe.publish(record.CHANGED, json.dumps(
                         {"node": self.node, "instance": self.instance, "seq": self._seq + 1}))
                     await pipe.execute()
         if self._own_client:

@@ -30,6 +30,8 @@ class FleetReader:
         self.clock = clock
         self._client = open_client(url, safe_url)
         self._decoder = record.Decoder()
+        #: instance -> (its registration as stored, decoded): most reads find it unchanged
+        self._registrations: dict[str, tuple[bytes, record.Registration]] = {}
         #: node name -> the newest publication time read, so "unreachable since"
         #: stays exact after that publication has expired
         self._seen: dict[str, float] = {}
@@ -57,11 +59,15 @@ class FleetReader:
         unreadable = 0
         for raw_instance, doc in zip(instances, docs):
             instance = raw_instance.decode(errors="replace")
+            raw_reg = raw_agents[raw_instance]
+            known = self._registrations.get(instance)
             try:
-                registrations[instance] = record.decode_registration(instance, raw_agents[raw_instance])
+                registrations[instance] = (known[1] if known is not None and known[0] == raw_reg
+                                           else record.decode_registration(instance, raw_reg))
             except WireError:
                 unreadable += 1
                 continue
+            self._registrations[instance] = (raw_reg, registrations[instance])
             if doc is None:
                 continue
             try:
@@ -72,6 +78,8 @@ class FleetReader:
             problems.append(f"{unreadable} registration{'s' if unreadable != 1 else ''} in "
                             f"{record.AGENTS_KEY} cannot be read")
         self._decoder.forget_except(publications)
+        for gone in set(self._registrations) - set(registrations):
+            del self._registrations[gone]
         fleet = record.assemble(registrations, publications, broken, now, problems=problems,
                                 remembered=self._seen)
         for node in fleet.nodes:
@@ -80,14 +88,15 @@ class FleetReader:
         return fleet
 
     async def notices(self) -> AsyncIterator[None]:
-        """Once after each batch of notices: something was published, read again.
-        Raises FleetUnavailable when the subscription breaks."""
+        """Once after each batch of notices of a changed picture: read again.
+        (A node publishes every period even when nothing changed; those notices,
+        on another channel, say nothing a reader's own timer does not.) Raises
+        FleetUnavailable when the subscription breaks."""
         pubsub = self._client.pubsub(ignore_subscribe_messages=True)
         try:
-            await pubsub.subscribe(record.NOTICES)
+            await pubsub.subscribe(record.CHANGED)
             while True:
-                message = await pubsub.get_message(timeout=None)
-                if message is None:
+                if await pubsub.get_message(timeout=None) is None:
                     continue
                 # Drain what else has arrived: one read answers them all.
                 while await pubsub.get_message(timeout=0) is not None:

@@ -7,8 +7,12 @@ In the fleet's Redis (names under ``tpnode:fleet:``):
                       written when the agent (re)connects, so a node whose
                       publications stopped is still known by name
 ``snapshot:<id>``     the agent's latest publication (``SET ... PX`` of three
-                      periods: it expires after 3 missed publications)
-``notices``           a pub/sub channel: one short notice after every publication
+                      periods: it expires after 3 missed publications): a JSON
+                      envelope line, then the node's snapshot
+``notices:changed``   pub/sub: a short notice after each publication whose picture
+                      changed (readers subscribe to it to read again at once)
+``notices:same``      pub/sub: the notice of a publication that changed nothing
+                      (``PSUBSCRIBE tpnode:fleet:notices:*`` hears every one)
 
 Each agent has an instance id of its own, drawn when it starts, so two agents
 that claim one node name (a copied configuration, a re-imaged host) are both
@@ -36,7 +40,8 @@ from ..wire import Reader, WireError, snapshot_from_json, snapshot_to_json
 
 PREFIX = "tpnode:fleet"
 AGENTS_KEY = f"{PREFIX}:agents"
-NOTICES = f"{PREFIX}:notices"
+CHANGED = f"{PREFIX}:notices:changed"
+SAME = f"{PREFIX}:notices:same"
 
 #: a node is unreachable after this many periods without a publication
 MISSED = 3
@@ -76,14 +81,39 @@ def registration(*, node: str, version: str, period_s: float, host: str, pid: in
             "total": total, "stopped_at": stopped_at}
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A publication as stored: a short envelope line, then the node's snapshot.
+
+    The snapshot is the ``status --json`` document (:func:`~tpnode_tui.wire.snapshot_to_json`)
+    with its ``taken_at`` moved into the envelope: a node that publishes the same
+    picture again writes the same snapshot text, so a reader sees that it did
+    by comparing bytes, without decoding it again.
+    """
+
+    envelope: dict[str, Any]
+    #: the snapshot document without ``taken_at``, as JSON text ("null" before the first reading)
+    snapshot: bytes
+
+    def bytes(self) -> bytes:
+        return json.dumps(self.envelope).encode() + b"\n" + self.snapshot
+
+    @property
+    def picture(self) -> tuple[bool, bytes]:
+        """What the publication shows: two with the same picture tell a reader nothing new."""
+        return (self.envelope.get("error") is not None, self.snapshot)
+
+
 def publication(*, node: str, instance: str, version: str, period_s: float, seq: int,
-                published_at: float, reading: Reading) -> dict[str, Any]:
+                published_at: float, reading: Reading) -> Encoded:
     """One publication: the agent's latest reading as ``status --json`` has it, and who says so.
 
     A reading whose poll failed carries the last good snapshot with the error,
     so readers show that node's cards as unknown rather than as they last were.
     """
-    return {
+    snap_doc = None if reading.snapshot is None else snapshot_to_json(reading.snapshot)
+    taken_at = None if snap_doc is None else snap_doc.pop("taken_at")
+    envelope = {
         "fleet": FORMAT,
         "node": node,
         "instance": instance,
@@ -93,17 +123,9 @@ def publication(*, node: str, instance: str, version: str, period_s: float, seq:
         "seq": seq,
         "error": reading.error,
         "stale_since": reading.stale_since,
-        "snapshot": None if reading.snapshot is None else snapshot_to_json(reading.snapshot),
+        "taken_at": taken_at,
     }
-
-
-def picture(doc: dict[str, Any]) -> tuple[Any, ...]:
-    """What a publication shows, without the times that change on every poll:
-    two publications with the same picture tell a reader nothing new."""
-    snap = doc.get("snapshot")
-    if isinstance(snap, dict):
-        snap = {k: v for k, v in snap.items() if k != "taken_at"}
-    return (doc.get("error") is not None, snap)
+    return Encoded(envelope, json.dumps(snap_doc).encode())
 
 
 # ── reading back ────────────────────────────────────────────────────────────
@@ -202,7 +224,7 @@ def _intruders(snapshot_doc: dict[str, Any]) -> dict[int, tuple[int, ...]]:
 
 
 class Decoder:
-    """Decodes publications, and decodes a snapshot again only when its picture changed.
+    """Decodes publications, and decodes a snapshot again only when its text changed.
 
     A node publishes every period even when nothing changed; decoding each
     strictly (the costly part) would make a fleet view's idle cost grow with the
@@ -210,32 +232,46 @@ class Decoder:
     """
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[tuple[Any, ...], Publication]] = {}
+        self._last: dict[str, tuple[bytes, Publication]] = {}
 
     def decode(self, instance: str, raw: Any) -> Publication:
-        doc = _json(raw, "publication")
-        r = Reader(doc, "publication")
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8", "surrogatepass")
+        if not isinstance(raw, (bytes, bytearray)):
+            raise WireError("publication is not text")
+        if len(raw) > MAX_PUBLICATION:
+            raise WireError(f"publication is {len(raw)} bytes, over {MAX_PUBLICATION // (1024 * 1024)} MiB")
+        head, newline, snapshot_text = bytes(raw).partition(b"\n")
+        r = Reader(_json(head, "publication"), "publication")
         _format(r)
+        if not newline:
+            raise WireError("publication has no snapshot line after its envelope")
         if r.text("instance") != instance:
             raise WireError("publication.instance is not the instance it is stored under")
-        seen = picture(doc)
+        taken_at = r.opt_number("taken_at")
         cached = self._last.get(instance)
-        snapshot_doc = doc.get("snapshot")
-        if cached is not None and cached[0] == seen:
+        if cached is not None and cached[0] == snapshot_text:
             snap = cached[1].snapshot
             if snap is not None:
-                snap = replace(snap, taken_at=Reader(snapshot_doc, "publication.snapshot").number("taken_at"))
+                if taken_at is None:
+                    raise WireError("publication.taken_at is missing, and it has a snapshot")
+                snap = replace(snap, taken_at=taken_at)
             intruders = cached[1].intruders
-        elif snapshot_doc is None:
-            snap, intruders = None, {}
         else:
-            snap = snapshot_from_json(snapshot_doc, "publication.snapshot")
-            intruders = _intruders(snapshot_doc)
+            snapshot_doc = _json(snapshot_text, "publication.snapshot")
+            if snapshot_doc is None:
+                snap, intruders = None, {}
+            else:
+                if not isinstance(snapshot_doc, dict):
+                    raise WireError("publication.snapshot is not an object")
+                snapshot_doc["taken_at"] = taken_at
+                snap = snapshot_from_json(snapshot_doc, "publication.snapshot")
+                intruders = _intruders(snapshot_doc)
         pub = Publication(
             instance=instance, node=_node_name(r), agent_version=r.text("agent_version", ""),
             published_at=r.number("published_at"), period_s=_period(r), seq=r.whole("seq"),
             snapshot=snap, error=r.opt_text("error"), intruders=intruders)
-        self._last[instance] = (seen, pub)
+        self._last[instance] = (snapshot_text, pub)
         return pub
 
     def forget_except(self, instances: Iterable[str]) -> None:
@@ -376,7 +412,7 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
     live = [pubs[r.instance] for r in regs if r.instance in pubs and _alive(pubs[r.instance], now)]
     bad = [(r, broken[r.instance]) for r in regs if r.instance in broken]
     newest_reg = max(regs, key=lambda r: (r.stopped_at or r.seen_at))
-    seen_pubs = [p for p in pubs.values() if p.instance in {r.instance for r in regs}]
+    seen_pubs = [pubs[r.instance] for r in regs if r.instance in pubs]
     last_pub = max((p.published_at for p in seen_pubs), default=None)
     last_seen, exactly = last_pub, last_pub is not None
     if remembered is not None and (last_seen is None or remembered > last_seen):

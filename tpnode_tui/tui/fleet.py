@@ -255,6 +255,8 @@ class FleetApp(App[int]):
         self._snapshots: dict[str, NodeSnapshot] = {}
         #: row key -> the cells last shown, so an unchanged row is not touched
         self._shown: dict[str, tuple[Text, ...]] = {}
+        #: node name -> (what its row depends on, the cells made from it)
+        self._cells: dict[str, tuple[tuple[object, ...], tuple[Text, ...]]] = {}
         self._order: list[tuple[str, int]] = []
         self._printable: Optional[tuple[NodeSnapshot, NodeSnapshot]] = None
 
@@ -379,10 +381,17 @@ class FleetApp(App[int]):
         stale = self._error is not None
         rows = {}
         for node in self.visible():
+            # What a row shows depends on these alone: an unchanged row is not drawn again.
+            key = (stale, node.status, node.total, node.series, node.cards, seen_text(node, now).plain)
+            cached = self._cells.get(node.name)
+            if cached is not None and cached[0] == key:
+                rows[node.name] = cached[1]
+                continue
             if stale:  # nothing read now: every card unknown, none free
                 cells = row_cells(unknown_now(node), now)[:-1] + (Text("unknown now", style="grey62"),)
             else:
                 cells = row_cells(node, now)
+            self._cells[node.name] = (key, cells)
             rows[node.name] = cells
         self._show_rows(rows)
 
@@ -403,6 +412,8 @@ class FleetApp(App[int]):
             return
         for name, cells in rows.items():
             old = self._shown.get(name)
+            if old is cells:
+                continue
             for (key, _), before, after in zip(COLUMNS, old or (), cells):
                 if before != after:
                     table.update_cell(name, key, after, update_width=True)
