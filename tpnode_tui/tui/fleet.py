@@ -134,7 +134,6 @@ def legend() -> Text:
         glyph, colour = STRIP[state]
         out.append(glyph, style=colour)
         out.append(f" {state}  ", style="grey62")
-    out.append("│ enter opens a node, read-only", style="grey62")
     return out
 
 
@@ -365,7 +364,7 @@ class FleetApp(App[int]):
             head.append("read just now" if age < 1 else f"read {format_duration(age)} ago", style="grey62")
         if self.filter:
             head.append(f" │ filter: {self.filter!r} ({len(self.visible())} shown)", style="bold #4fc3f7")
-        head.append(" │ read-only", style="grey62")
+        head.append(" │ read-only: enter shows a node's cards", style="grey62")
         update(self.query_one("#fleet-header", Static), head)
 
     def redraw(self) -> None:
