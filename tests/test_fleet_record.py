@@ -180,7 +180,7 @@ def test_an_unchanged_picture_is_not_decoded_again_but_its_time_moves():
     first = decoder.decode("i1", publication_bytes("gpu-01", "i1", snap, published_at=T))
     later = decoder.decode("i1", publication_bytes("gpu-01", "i1", node_snapshot(taken_at=T + 1),
                                                    published_at=T + 1, seq=2))
-    assert later.snapshot.taken_at == T + 1 and later.published_at == T + 1
+    assert later.taken_at == T + 1 and later.published_at == T + 1
     assert later.snapshot.cards is first.snapshot.cards  # reused, not decoded again
     changed = decoder.decode("i1", publication_bytes("gpu-01", "i1", node_snapshot(external=(3,)), seq=3))
     assert changed.snapshot.cards[3].state == "external"
@@ -211,3 +211,15 @@ def test_fleet_json_has_the_documented_keys_and_counts_nothing_unknown_as_free()
     assert (down["reachable"], down["free"], down["unhealthy"], down["largest_free_window"]) == (False, 0, None, None)
     assert {c["state"] for c in down["cards"]} == {"unknown"}
     json.dumps(doc)
+
+
+def test_redis_and_prometheus_are_imported_only_when_configured():
+    import subprocess
+    import sys
+
+    code = ("import sys, tpnode_tui.cli, tpnode_tui.agent.serve, tpnode_tui.fleet.record, "
+            "tpnode_tui.fleet.command; "
+            "print(sorted(m for m in ('redis', 'prometheus_client') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -148,6 +148,14 @@ class Registration:
 
 
 @dataclass(frozen=True)
+class FleetCard:
+    index: int
+    state: str
+    #: pids of intruders on it (processes that belong to neither its job nor its owner)
+    intruders: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Publication:
     instance: str
     node: str
@@ -161,6 +169,10 @@ class Publication:
     error: Optional[str]
     #: card index -> pids of processes on it that belong to neither its job nor its owner
     intruders: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    #: when the node was read (the snapshot keeps the time it was first decoded at)
+    taken_at: Optional[float] = None
+    #: the snapshot's cards as the fleet shows them, made once per picture
+    cards: tuple[FleetCard, ...] = ()
 
 
 def _period(r: Reader) -> float:
@@ -251,26 +263,24 @@ class Decoder:
         taken_at = r.opt_number("taken_at")
         cached = self._last.get(instance)
         if cached is not None and cached[0] == snapshot_text:
-            snap = cached[1].snapshot
-            if snap is not None:
-                if taken_at is None:
-                    raise WireError("publication.taken_at is missing, and it has a snapshot")
-                snap = replace(snap, taken_at=taken_at)
-            intruders = cached[1].intruders
+            snap, intruders, cards = cached[1].snapshot, cached[1].intruders, cached[1].cards
+            if snap is not None and taken_at is None:
+                raise WireError("publication.taken_at is missing, and it has a snapshot")
         else:
             snapshot_doc = _json(snapshot_text, "publication.snapshot")
             if snapshot_doc is None:
-                snap, intruders = None, {}
+                snap, intruders, cards = None, {}, ()
             else:
                 if not isinstance(snapshot_doc, dict):
                     raise WireError("publication.snapshot is not an object")
                 snapshot_doc["taken_at"] = taken_at
                 snap = snapshot_from_json(snapshot_doc, "publication.snapshot")
                 intruders = _intruders(snapshot_doc)
+                cards = tuple(FleetCard(c.index, c.state, intruders.get(c.index, ())) for c in snap.cards)
         pub = Publication(
             instance=instance, node=_node_name(r), agent_version=r.text("agent_version", ""),
             published_at=r.number("published_at"), period_s=_period(r), seq=r.whole("seq"),
-            snapshot=snap, error=r.opt_text("error"), intruders=intruders)
+            snapshot=snap, error=r.opt_text("error"), intruders=intruders, taken_at=taken_at, cards=cards)
         self._last[instance] = (snapshot_text, pub)
         return pub
 
@@ -284,14 +294,6 @@ class Decoder:
 
 #: a node's status: only "up" shows its cards; every other status shows them unknown
 UP, STALE, UNREACHABLE, MALFORMED, CONFLICT = "up", "stale", "unreachable", "malformed", "conflict"
-
-
-@dataclass(frozen=True)
-class FleetCard:
-    index: int
-    state: str
-    #: pids of intruders on it (processes that belong to neither its job nor its owner)
-    intruders: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -318,6 +320,8 @@ class NodeRow:
     snapshot: Optional[NodeSnapshot] = None
     #: the agent's reading error while ``status`` is stale
     error: Optional[str] = None
+    #: when the node was last read, as its latest publication says
+    taken_at: Optional[float] = None
 
     @property
     def reachable(self) -> bool:
@@ -426,7 +430,8 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
     total = snap.occupancy.total if snap is not None else (newest_reg.total or 0)
     version = newest.agent_version if newest is not None else newest_reg.agent_version
     common = dict(series=series, total=total, agent_version=version,
-                  instances=tuple(sorted(r.instance for r in regs)))
+                  instances=tuple(sorted(r.instance for r in regs)),
+                  taken_at=newest.taken_at if newest is not None else None)
 
     def down(status: str, problem: str, keep_snapshot: bool = False) -> NodeRow:
         return NodeRow(name, status, last_seen, exactly, cards=_cards(snap, total, False, {}),
@@ -450,7 +455,7 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
     if pub.error is not None:
         row = down(STALE, f"its agent's last poll failed: {pub.error}", keep_snapshot=True)
         return replace(row, error=pub.error)
-    return NodeRow(name, UP, last_seen, exactly, cards=_cards(snap, total, True, pub.intruders),
+    return NodeRow(name, UP, last_seen, exactly, cards=pub.cards or _cards(snap, total, True, pub.intruders),
                    snapshot=snap, **common)
 
 

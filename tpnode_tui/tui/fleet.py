@@ -203,7 +203,8 @@ class NodeScreen(Screen):
         head.append("read-only, from its last publication", style="grey62")
         if snap is not None:
             head.append(f" │ {snap.probe.model_name or 'unknown cards'} · {snap.host}")
-            head.append(f" │ taken {format_duration(now - snap.taken_at)} ago", style="grey62")
+            taken = node.taken_at if node is not None and node.taken_at is not None else snap.taken_at
+            head.append(f" │ read {format_duration(now - taken)} ago", style="grey62")
         update(self.query_one("#node-header", Static), head)
         banner = self.query_one("#node-banner", Static)
         problem = None if node is not None and node.status == UP else (
