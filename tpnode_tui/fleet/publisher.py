@@ -188,13 +188,13 @@ class FleetPublisher:
         follower = asyncio.ensure_future(follow())
         try:
             while True:
+                fresh.clear()  # a reading that arrives while this one is published is not missed
                 doc = self.due(latest, self.clock())
                 if doc is not None:
                     if not await self.publish(latest, doc):
                         await asyncio.sleep(self._backoff)
                         self._backoff = min(self._backoff * 2, max(BACKOFF_S, min(self.period_s, MAX_BACKOFF_S)))
                         continue
-                fresh.clear()
                 wait = max(0.0, self._last_ok + self.period_s - self.clock())
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(fresh.wait(), wait)

@@ -183,7 +183,10 @@ class NodeScreen(Screen):
         self.show()
 
     def action_close(self) -> None:
-        self.app.pop_screen()
+        app = self.app
+        app.pop_screen()
+        if isinstance(app, FleetApp):
+            app.redraw()
 
     def action_focus_detail(self) -> None:
         self.query_one(DetailPane).focus()
@@ -469,9 +472,6 @@ class FleetApp(App[int]):
             self.notify(f"{name}: no card grid to show: {why}.", title="Nothing to open", severity="warning")
             return
         self.push_screen(NodeScreen(name))
-
-    def on_screen_resume(self) -> None:
-        self.redraw()
 
 
 async def _run(source: FleetSource, interval: float) -> int:
