@@ -14,15 +14,10 @@ then /metrics is scraped on a node of 8 and of 64 cards.
 """
 from __future__ import annotations
 
-import asyncio
 import os
-import re
 import subprocess
 import sys
-import tempfile
 import time
-from contextlib import ExitStack
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
 
@@ -30,10 +25,10 @@ import aiohttp
 import psutil
 import redis
 from aiohttp import web
+from dashboard import Pane, _cpu_seconds
 
 import common  # noqa: F401
 from common import BENCH, Limit, Row, Section, interleave, run_async
-from dashboard import Pane, _cpu_seconds
 from fleet_tools import job, node_snapshot
 from services import free_port
 

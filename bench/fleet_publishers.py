@@ -17,10 +17,10 @@ import sys
 import time
 from dataclasses import replace
 
-import common  # noqa: F401  (puts tests/ and the checkout on sys.path)
-from fleet_tools import job, node_snapshot
 import redis.asyncio as aioredis
 
+import common  # noqa: F401  (puts tests/ and the checkout on sys.path)
+from fleet_tools import job, node_snapshot
 from tpnode_tui.fleet.publisher import FleetPublisher
 from tpnode_tui.service import Reading
 

@@ -70,7 +70,6 @@ async def fleet_picture() -> None:
     sys.path.insert(0, str(HERE.parent / "tests"))
     from fleet_tools import job, node_snapshot
     from services import RedisServer, free_port
-
     from tpnode_tui.fleet.publisher import FleetPublisher
     from tpnode_tui.fleet.reader import FleetReader
     from tpnode_tui.service import Reading

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.config import ENV_VARS, Settings, load_settings, redact_url
-from tpnode_tui.model import ConfigError
+from tpnode_tui.config import ENV_VARS, Settings, load_settings, parse_duration, redact_url, state_dir_exists
+from tpnode_tui.model import BadRequest, ConfigError
 
 
 def test_defaults_without_environment():
@@ -70,6 +70,12 @@ def test_flags_override_the_environment():
     ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "maybe"),
     ("TUNEPLANE_REDIS_URL", "http://x"),
     ("TUNEPLANE_PROBE_TIMEOUT_S", "nan"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "inf"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "-inf"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "601"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "1e1"),
+    ("TUNEPLANE_LOCAL_GPU_COUNT", "٣"),
+    ("TUNEPLANE_MEM_BUSY_MIB", "1_000"),
     ("TUNEPLANE_LOCK_LEASE_MS", "5"),
     ("TUNEPLANE_LOCAL_GPU_COUNT", "100000000"),
     ("TUNEPLANE_FLEET_URL", "http://fleet"),
@@ -121,3 +127,33 @@ def test_the_readme_table_names_every_variable_flag_and_default():
     for setting, (var, _) in ENV_VARS.items():
         if setting in FLAGS:
             assert f"`{FLAGS[setting]}`" in documented[var], var
+
+
+def test_numbers_are_plain_ascii_decimals():
+    assert load_settings({"TUNEPLANE_PROBE_TIMEOUT_S": " 600 "}).probe_timeout_s == 600
+    assert load_settings({"TUNEPLANE_PROBE_TIMEOUT_S": "0.5"}).probe_timeout_s == 0.5
+    assert load_settings({"TUNEPLANE_LOCAL_GPU_COUNT": "+8"}).local_gpu_count == 8
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("1h30m", 5400), ("1d", 86400), ("1", 1), ("2.5", 2.5)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0.0001s", "0.5", "0s", "٣h", "1_0s", "inf", "nan", "1e3", "367d"])
+def test_a_duration_under_a_second_or_not_in_ascii_digits_is_refused(text):
+    with pytest.raises(BadRequest):
+        parse_duration(text)
+
+
+def test_a_state_dir_is_a_directory_or_not_there_yet(tmp_path):
+    assert state_dir_exists(tmp_path) is True
+    assert state_dir_exists(tmp_path / "later") is False
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        state_dir_exists(tmp_path / "file")
+    with pytest.raises(ConfigError, match="inside a file"):
+        state_dir_exists(tmp_path / "file" / "state")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="link to nothing"):
+        state_dir_exists(tmp_path / "dangling")

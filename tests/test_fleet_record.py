@@ -217,8 +217,7 @@ def test_redis_and_prometheus_are_imported_only_when_configured():
     import subprocess
     import sys
 
-    code = ("import sys, tpnode_tui.cli, tpnode_tui.agent.serve, tpnode_tui.fleet.record, "
-            "tpnode_tui.fleet.command; "
+    code = ("import sys, tpnode_tui.cli, tpnode_tui.agent.serve, tpnode_tui.fleet.record; "
             "print(sorted(m for m in ('redis', 'prometheus_client') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

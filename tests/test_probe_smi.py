@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -13,6 +16,7 @@ from hypothesis import strategies as st
 
 from tpnode_tui.model import ProcessFacts
 from tpnode_tui.probes import health
+from tpnode_tui.probes import smi as smi_module
 from tpnode_tui.probes.smi import (
     SmiProbe,
     parse_compute_apps,
@@ -139,7 +143,67 @@ async def test_a_hung_nvidia_smi_is_blind_and_killed(smi):
     reading = await SmiProbe(timeout_s=0.5).read()
     assert reading.problem == "nvidia-smi did not answer within 0.5 s"
     assert (reading.cards, reading.external_probe_ok) == ((), False)
-    assert _running_stubs() == []
+    _gone(_running_stubs, "the killed nvidia-smi stubs")
+
+
+@pytest.mark.parametrize("mode", ["hang", "hang-group", "hang-escape"])
+async def test_a_hung_read_returns_at_its_deadline_whatever_holds_the_pipes(smi, tmp_path, mode):
+    """hang-group: children in nvidia-smi's group keep its pipes open (they are
+    killed with it); hang-escape: a child that left the group keeps them open
+    and cannot be killed with it, as nvidia-smi itself cannot while stuck in
+    the driver. Either way the read ends at its deadline."""
+    pids = tmp_path / "escaped"
+    smi(MODE=mode, HANG_S=HANG_S, PIDS=str(pids))
+    try:
+        started = time.monotonic()
+        reading = await SmiProbe(timeout_s=1).read()
+        took = time.monotonic() - started
+        assert reading.problem == "nvidia-smi did not answer within 1 s"
+        assert took < 1 + 1, f"a read with a 1 s timeout took {took:.1f} s"
+        _gone(lambda: _running_stubs() + _sleepers(), "the hung nvidia-smi's process group")
+    finally:
+        for pid in pids.read_text().split() if pids.exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+async def test_an_nvidia_smi_that_outlives_its_kill_stops_new_ones_until_it_exits(smi, monkeypatch):
+    """One stuck in the driver does not die when killed; every new one would
+    hang beside it, so none is started while it lives."""
+    smi(MODE="hang")
+    probe = SmiProbe(timeout_s=0.5)
+    monkeypatch.setattr(smi_module, "_kill_group", lambda proc: None)  # the kill has no effect
+    await probe.read()
+    stuck = _running_stubs()
+    assert len(stuck) == 3  # one per query
+    smi(MODE="ok")
+    again = await probe.read()
+    assert not again.external_probe_ok and "has not exited" in again.problem, again.problem
+    assert any(f"pid {p.pid}" in again.problem for p in stuck)
+    assert sorted(p.pid for p in _running_stubs()) == sorted(p.pid for p in stuck)  # none started
+    for proc in stuck:
+        proc.kill()
+    psutil.wait_procs(stuck, timeout=WAIT_S)
+    recovered = await probe.read()
+    assert recovered.external_probe_ok and recovered.count == 2
+
+
+async def test_a_read_given_up_by_its_caller_kills_its_nvidia_smi(smi):
+    smi(MODE="hang-group", HANG_S=HANG_S)
+    task = asyncio.create_task(SmiProbe(timeout_s=60).read())
+    await _until(lambda: len(_sleepers()) == 6, "three hung nvidia-smi groups")
+    task.cancel()
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    took = time.monotonic() - started
+    assert took < 2, f"giving up on a read took {took:.1f} s"
+    _gone(_sleepers, "the abandoned nvidia-smi's process group")
+
+
+#: How long the hang modes hang; unique to this test process, so its sleeps can be told apart.
+HANG_S = f"40.{os.getpid()}"
+WAIT_S = 20.0
 
 
 def _running_stubs() -> list[psutil.Process]:
@@ -152,6 +216,33 @@ def _running_stubs() -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             pass
     return alive
+
+
+def _sleepers() -> list[psutil.Process]:
+    """The hang-group stub's sleeps, wherever they were reparented to."""
+    alive = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.cmdline() == ["sleep", HANG_S] and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.Error:
+            pass
+    return alive
+
+
+def _gone(find, what: str) -> None:
+    """Killing is not waiting: the processes go soon after, not at once."""
+    deadline = time.monotonic() + WAIT_S
+    while left := find():
+        assert time.monotonic() < deadline, f"{what} still running: {[p.pid for p in left]}"
+        time.sleep(0.05)
+
+
+async def _until(predicate, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} did not appear"
+        await asyncio.sleep(0.05)
 
 
 async def test_not_on_path_is_blind(smi, monkeypatch, tmp_path):

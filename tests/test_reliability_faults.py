@@ -11,6 +11,8 @@ which stalls a real CLI process at that point so the test can kill it there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import pty
@@ -562,12 +564,47 @@ def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(node):
     data = status(counted)
     assert [c["state"] for c in data["cards"]] == ["unverified"] * 8
     assert "free count may be too high" in data["explain"]
-    waits = cli(counted, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
-    assert waits.returncode == 75 and "waiting until the probe works" in waits.stderr
+    refused = cli(counted, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
+    assert refused.returncode == 75 and "until the probe works again" in refused.stderr
+    assert "not waiting for cards: try again later" in refused.stderr
     allowed = dict(counted, TUNEPLANE_ALLOW_UNVERIFIED="true")
     placed = cli(allowed, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
     assert placed.returncode == 0
     assert "handed out unverified" in placed.stderr  # never silently
+
+
+def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its_timeout(node):
+    """The stub becomes "sleep 40 & sleep 40": killing nvidia-smi alone would
+    leave the other sleep holding its pipes, and waiting for them held status,
+    and a launch's allocation lock, for 40 s."""
+    path = os.pathsep.join([str(STUBS), os.path.dirname(PYTHON), os.environ["PATH"]])
+    env = node_env(*node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="2", PATH=path,
+                   TPN_SMI_MODE="hang-group", TPN_SMI_HANG_S="40", TUNEPLANE_LOCAL_GPU_COUNT="8",
+                   TUNEPLANE_ALLOW_UNVERIFIED="true")
+    started = time.monotonic()
+    data = status(env)
+    took = time.monotonic() - started
+    assert "did not answer within 2 s" in data["probe_problem"]
+    assert took < 2 + 3, f"status with a 2 s probe timeout took {took:.1f} s"
+
+    lock = node[1] / "alloc.lock"
+    launch = spawn(env, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
+    held: list[float] = []  # when another process found the lock taken
+    deadline = time.monotonic() + BOUND_S
+    while launch.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(lock, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(time.monotonic())
+            finally:
+                os.close(fd)  # releases a lock taken here at once
+        time.sleep(0.02)
+    [placed] = finish([launch])
+    assert placed.returncode == 0 and "handed out unverified" in placed.stderr, placed.stderr
+    assert held, "the launch was never seen holding the allocation lock"
+    assert held[-1] - held[0] < 2 + 2, f"the launch held the lock for {held[-1] - held[0]:.1f} s"
 
 
 # ── h: a job that ends frees its cards at the next read ──────────────────────
@@ -587,6 +624,30 @@ def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(node):
     assert "doomed" in {j["run_id"] for j in status(env)["jobs"]}  # listed until reclaimed
     assert cli(env, "reclaim").returncode == 0
     assert {j["run_id"] for j in status(env)["jobs"]} == {"next"}
+
+
+def test_a_process_job_holds_its_card_while_what_its_command_left_runs(node):
+    """A command that ends at once, leaving a sleep that ignores SIGTERM. The
+    job was recorded as "exited (0)" and card 0 handed out again while the
+    sleep ran on, out of reach of stop and reclaim."""
+    env = node_env(*node)
+    leaves = ("sh", "-c", "trap '' TERM; sleep 300 & echo started $!")
+    assert cli(env, "launch", "--cards", "1", "--run-id", "leaves", "--", *leaves).returncode == 0
+    log = node[1] / "logs" / "leaves.log"
+    said = wait_until(lambda: log.exists() and "started" in log.read_text() and log.read_text(),
+                      "the command starting its sleep")
+    left = psutil.Process(int(said.split()[-1]))
+    supervisor = psutil.Process(_supervisor_pid(node[1], "leaves"))
+    wait_until(lambda: not supervisor.children(), "the command ending")
+    data = status(env)
+    assert [(j["run_id"], j["status"]) for j in data["jobs"]] == [("leaves", "running")]
+    assert data["by_job"] == {"0": "leaves"} and 0 not in data["free"]
+    other = cli(env, "launch", "--cards", "1", "--run-id", "other", "--json", "--", "sleep", "120")
+    assert json.loads(other.stdout)["gpus"] == [1]
+    assert cli(env, "stop", "leaves").returncode == 0
+    assert not left.is_running() or left.status() == psutil.STATUS_ZOMBIE
+    [ended] = [j for j in status(env)["jobs"] if j["run_id"] == "leaves"]
+    assert (ended["status"], ended["exit_code"]) == ("exited", 0)
 
 
 def _supervisor_pid(state_dir: Path, name: str) -> int:

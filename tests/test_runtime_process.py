@@ -6,15 +6,18 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
 
-from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RuntimeUnavailable
-from tpnode_tui.runtimes.process import ProcessRuntime, boot_id, process_start
+from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RunAs, RuntimeUnavailable
+from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
+from tpnode_tui.runtimes.process import ProcessRuntime, boot_id
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
 WAIT_S = 20.0
@@ -24,10 +27,42 @@ WAIT_S = 20.0
 async def runtime(state_dir):
     rt = ProcessRuntime(state_dir, stop_timeout_s=2.0)
     yield rt
+    await clear(rt)
+
+
+async def clear(rt: ProcessRuntime) -> None:
+    """Stop and remove every job, which also removes any cgroup a killed supervisor left."""
     for job in await rt.ps():
-        if job.status == "running":
+        if job.live:
             await rt.stop(job.name)
+        await rt.remove(job.name)
     await rt.close()
+
+
+def cgroup_or_unavailable() -> None:
+    """Skip a test that needs jobs to get cgroups where they cannot, saying why.
+
+    Under CI=true it fails instead where the machine is known to allow them:
+    root on a kernel with cgroup v2. CI runs as root and starts its own
+    dockerd, which needs a privileged machine; there, a missing or read-only
+    cgroup2 means the guarantee these tests check would be silently absent.
+    """
+    parent, why = cgroup_parent()
+    if parent is not None:
+        return
+    known = os.geteuid() == 0 and "cgroup2" in Path("/proc/filesystems").read_text()
+    if os.environ.get("CI", "").lower() == "true" and known:
+        pytest.fail(f"CI=true, root, and a kernel with cgroup v2, yet jobs get no cgroup: {why}",
+                    pytrace=False)
+    pytest.skip(f"jobs get no cgroup here: {why}")
+
+
+@pytest.fixture(params=[True, False], ids=["cgroup", "session-only"])
+def with_cgroup(request) -> bool:
+    """Run a test with a job cgroup (where the machine allows one) and without."""
+    if request.param:
+        cgroup_or_unavailable()
+    return request.param
 
 
 def job(run_id: str, *command: str, **kw) -> JobSpec:
@@ -127,8 +162,8 @@ async def test_stop_sends_one_sigterm_and_records_how_the_job_ended(runtime, sta
     assert "TERMS 1\n" in log.read_text()
 
 
-async def test_stop_kills_a_job_that_ignores_sigterm_and_everything_it_started(state_dir):
-    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5)
+async def test_stop_kills_a_job_that_ignores_sigterm_and_records_that_it_did(state_dir, with_cgroup):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5, cgroups=with_cgroup)
     started = await rt.run(job("stubborn", "sh", "-c", "trap '' TERM; echo READY; sleep 30"), [0])
     await wait_for_log(state_dir / "logs" / "stubborn.log", "READY")
     inside = descendants(started.pid)
@@ -137,8 +172,9 @@ async def test_stop_kills_a_job_that_ignores_sigterm_and_everything_it_started(s
     _, alive = psutil.wait_procs(inside, timeout=WAIT_S)
     assert alive == []
     ended = await state_of(rt, "stubborn")
-    assert ended.status == "exited"
-    assert ended.exit_code is None  # the supervisor was killed too, so nobody knows
+    assert (ended.status, ended.exit_code) == ("exited", 137)  # as a shell shows SIGKILL
+    assert ended.note == "killed by SIGKILL after 0.5 s (it did not end on SIGTERM)"
+    await clear(rt)
 
 
 async def test_a_killed_supervisor_means_exited_and_takes_the_command_with_it(runtime):
@@ -164,10 +200,11 @@ def forged(name: str, pid: int, ticks: int, boot: str) -> JobRecord:
 
 async def test_a_reused_pid_is_not_the_job_and_is_never_signalled(runtime, state_dir):
     me = os.getpid()
-    ticks = process_start(me).ticks
+    ticks = process_stat(me).ticks
     with StateFile(state_dir).transaction() as jobs:
         jobs["same"] = forged("same", me, ticks, boot_id())
-        jobs["reused"] = forged("reused", me, ticks - 10_000, boot_id())
+        # A start one tick after this process's: never negative, however young the machine.
+        jobs["reused"] = forged("reused", me, ticks + 1, boot_id())
         jobs["rebooted"] = forged("rebooted", me, ticks, "another-boot")
     states = {j.name: j.status for j in await runtime.ps()}
     assert states == {"same": "running", "reused": "exited", "rebooted": "exited"}
@@ -380,3 +417,523 @@ async def test_an_image_is_refused_by_the_process_runtime(runtime):
     with pytest.raises(BadRequest, match="TUNEPLANE_RUNTIME=docker"):
         await runtime.create(replace(job("img", "true"), image="pytorch/pytorch"), [0])
     assert await runtime.ps() == []
+
+
+# ── what a job's command leaves running ends with the job ────────────────────
+
+#: A job's command: starts the given children, prints their pids, says READY and exits 3.
+#: Each child is "term" (ends on SIGTERM), "deaf" (ignores it), "group" (ignores it, in a
+#: process group of its own) or "setsid" (ignores it, in a session of its own).
+LEAVER = """
+import os, signal, subprocess, sys
+how = {"term": {}, "deaf": {}, "group": {"process_group": 0}, "setsid": {"start_new_session": True}}
+kids = [subprocess.Popen(["sleep", "300"], **how[kind],
+                         preexec_fn=None if kind == "term" else lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+        for kind in sys.argv[1:]]
+print("PIDS", *(k.pid for k in kids), flush=True)
+print("READY", flush=True)
+sys.exit(3)
+"""
+
+
+async def leave(rt: ProcessRuntime, state_dir, name: str, *kinds: str) -> dict[str, psutil.Process]:
+    """Run LEAVER as job ``name``; its children by kind, once it has printed them."""
+    await rt.run(job(name, sys.executable, "-c", LEAVER, *kinds), [0])
+    log = await wait_for_log(state_dir / "logs" / f"{name}.log", "READY")
+    pids = next(line.split()[1:] for line in log.splitlines() if line.startswith("PIDS"))
+    return {kind: psutil.Process(int(pid)) for kind, pid in zip(kinds, pids)}
+
+
+def still_running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def gone(proc: psutil.Process, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while still_running(proc):
+        assert time.monotonic() < deadline, f"{what} (pid {proc.pid}) is still running"
+        await asyncio.sleep(0.05)
+
+
+def recorded(state_dir, name: str) -> JobRecord:
+    return StateFile(state_dir).read()[name]
+
+
+async def test_the_job_runs_until_what_its_command_left_has_ended(state_dir, with_cgroup):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=60, cgroups=with_cgroup)
+    kids = await leave(rt, state_dir, "leaver", "term", "deaf")
+    assert bool(recorded(state_dir, "leaver").cgroup) == with_cgroup
+    await gone(kids["term"], "the child that ends on SIGTERM")  # sent when the command ended
+    await asyncio.sleep(0.5)
+    held = await state_of(rt, "leaver")
+    assert still_running(kids["deaf"])
+    assert (held.status, held.exit_code, held.gpus) == ("running", None, (0,))  # its cards stay held
+    kids["deaf"].kill()
+    ended = await wait_for_status(rt, "leaver", "exited")
+    assert (ended.exit_code, ended.note) == (3, "")  # the command's code, recorded only now
+    if with_cgroup:
+        assert not Path(recorded(state_dir, "leaver").cgroup).exists()  # removed afterwards
+    await clear(rt)
+
+
+async def test_what_ignores_sigterm_is_killed_after_the_grace_and_noted(state_dir, with_cgroup):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5, cgroups=with_cgroup)
+    kids = await leave(rt, state_dir, "deaf", "deaf", "group")
+    ended = await wait_for_status(rt, "deaf", "exited")
+    assert not still_running(kids["deaf"]) and not still_running(kids["group"])
+    assert ended.exit_code == 3
+    assert ended.note == ("2 processes it left running did not end on SIGTERM "
+                          "and were killed by SIGKILL after 0.5 s")
+    await clear(rt)
+
+
+async def test_with_a_cgroup_a_process_that_left_the_session_is_ended_too(state_dir):
+    cgroup_or_unavailable()
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5)
+    kids = await leave(rt, state_dir, "escaper", "setsid")
+    cgroup = Path(recorded(state_dir, "escaper").cgroup)
+    assert cgroup.name.startswith("tpnode-tui.escaper.")
+    ended = await wait_for_status(rt, "escaper", "exited")
+    assert not still_running(kids["setsid"])
+    assert ended.exit_code == 3 and "killed by SIGKILL" in ended.note
+    assert not cgroup.exists()
+    await clear(rt)
+
+
+async def test_without_a_cgroup_the_session_is_ended_but_a_setsid_escapee_is_not(state_dir):
+    """The documented weaker guarantee: a process that called setsid() has left the job."""
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5, cgroups=False)
+    kids = await leave(rt, state_dir, "escaper", "group", "setsid")
+    assert recorded(state_dir, "escaper").cgroup == ""
+    try:
+        ended = await wait_for_status(rt, "escaper", "exited")
+        assert not still_running(kids["group"])  # another process group, same session: ended
+        assert still_running(kids["setsid"])  # out of the session: not found
+        assert ended.exit_code == 3
+    finally:
+        kids["setsid"].kill()
+    await clear(rt)
+
+
+#: A job's command that starts children of every kind and then waits to be stopped.
+STAYER = LEAVER.replace('sys.exit(3)', 'signal.pause()')
+
+
+async def test_stop_reaches_every_process_of_the_job(state_dir, with_cgroup):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5, cgroups=with_cgroup)
+    kinds = ("term", "deaf", "group", "setsid") if with_cgroup else ("term", "deaf", "group")
+    await rt.run(job("stayer", sys.executable, "-c", STAYER, *kinds), [0])
+    log = await wait_for_log(state_dir / "logs" / "stayer.log", "READY")
+    pids = next(line.split()[1:] for line in log.splitlines() if line.startswith("PIDS"))
+    kids = [psutil.Process(int(p)) for p in pids]
+    await rt.stop("stayer")
+    assert [k.pid for k in kids if still_running(k)] == []
+    ended = await state_of(rt, "stayer")
+    assert (ended.status, ended.exit_code) == ("exited", 128 + signal.SIGTERM)
+    await clear(rt)
+
+
+async def test_a_killed_supervisor_leaves_the_job_running_while_its_processes_are(state_dir, with_cgroup):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5, cgroups=with_cgroup)
+    await rt.run(job("headless", sys.executable, "-c", STAYER, "group"), [0])
+    log = await wait_for_log(state_dir / "logs" / "headless.log", "READY")
+    group = psutil.Process(int(next(line.split()[1] for line in log.splitlines() if line.startswith("PIDS"))))
+    supervisor = recorded(state_dir, "headless").pid
+    killed = psutil.Process(supervisor)  # taken first: once dead it may be collected at once
+    killed.kill()  # its command dies with it; the child in its own group does not
+    psutil.wait_procs([killed], timeout=WAIT_S)
+    held = await state_of(rt, "headless")
+    assert held.status == "running" and held.gpus == (0,)
+    assert f"its supervisor (pid {supervisor}) was killed" in held.problems[0]
+    assert str(group.pid) in held.problems[0]
+    with pytest.raises(Conflict, match="still running"):
+        await rt.remove("headless")
+    await rt.stop("headless")
+    await gone(group, "the child left by a killed supervisor")
+    ended = await state_of(rt, "headless")
+    assert (ended.status, ended.exit_code) == ("exited", None)  # nobody saw how the command ended
+    cgroup = recorded(state_dir, "headless").cgroup
+    await rt.remove("headless")
+    assert not (cgroup and Path(cgroup).exists())
+    await clear(rt)
+
+
+async def test_a_cgroup_the_command_cannot_join_is_dropped_and_said(state_dir, tmp_path, monkeypatch):
+    """The record never claims a cgroup the job is not in: it runs without, and says so."""
+    import tpnode_tui.runtimes.process as process_module
+
+    not_a_cgroup = tmp_path / "tpnode-tui.nojoin.00000000"  # a plain directory: no cgroup.procs
+    not_a_cgroup.mkdir()
+    monkeypatch.setattr(process_module, "make_cgroup", lambda name: not_a_cgroup)
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5)
+    created = await rt.create(job("nojoin", "sh", "-c", "sleep 0.3; exit 4"), [0])
+    assert recorded(state_dir, "nojoin").cgroup == str(not_a_cgroup)
+    await rt.start(created.name)
+    ended = await wait_for_status(rt, "nojoin", "exited")
+    assert ended.exit_code == 4 and recorded(state_dir, "nojoin").cgroup == ""
+    log = (state_dir / "logs" / "nojoin.log").read_text()
+    assert f"runs without a cgroup: it could not be moved into {not_a_cgroup}" in log
+    assert not (not_a_cgroup / "cgroup.procs").exists()
+    await clear(rt)
+
+
+COPY_LAUNCHER = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from tpnode_tui.model import JobSpec
+from tpnode_tui.runtimes.process import ProcessRuntime
+asyncio.run(ProcessRuntime(sys.argv[2]).run(JobSpec("copy", 1, ("true",)), [0]))
+"""
+
+
+async def test_the_supervisor_runs_the_launchers_own_code_wherever_that_came_from(state_dir, tmp_path):
+    """Under python -I nothing but site-packages is on the path: a launcher run
+    from a checkout would otherwise start supervisors that cannot be imported,
+    or that are another installed version."""
+    import shutil
+
+    import tpnode_tui
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(Path(tpnode_tui.__file__).parent, copy / "tpnode_tui",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    supervise = copy / "tpnode_tui" / "runtimes" / "supervise.py"
+    supervise.write_text(supervise.read_text().replace(
+        "def main(argv: Optional[list[str]] = None) -> int:\n",
+        "def main(argv: Optional[list[str]] = None) -> int:\n    print('THE COPY', file=sys.stderr)\n"))
+    done = subprocess.run([sys.executable, "-c", COPY_LAUNCHER, str(copy), str(state_dir)],
+                          capture_output=True, text=True, timeout=WAIT_S, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ended = await wait_for_status(ProcessRuntime(state_dir), "copy", "exited")
+    assert ended.exit_code == 0
+    assert "THE COPY" in (state_dir / "logs" / "copy.log").read_text()
+
+
+# ── a caller's job runs as the caller ────────────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    from accounts import make_accounts
+
+    made = make_accounts()
+    yield made
+    made.remove()
+
+
+@pytest.fixture
+def shared_state():
+    """A state dir every test account can reach the way the agent's is reached
+    (a pytest tmp_path is root's alone), removed afterwards."""
+    import shutil
+
+    from accounts import shared_dir
+
+    base = shared_dir("tpn-runas-")
+    yield base / "state"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+async def root_runtime(shared_state):
+    rt = ProcessRuntime(shared_state, stop_timeout_s=2.0)
+    yield rt
+    await clear(rt)
+
+
+def run_as(account) -> RunAs:
+    return RunAs(uid=account.uid, gid=account.gid, groups=account.groups, user=account.name,
+                 home=str(account.home))
+
+
+def owned_dir(account, path: Path, mode: int = 0o755) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, account.uid, account.gid)
+    path.chmod(mode)
+    return path
+
+
+def as_caller(account, run_id: str, *command: str, cwd=None, **env) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=1, command=command, owner=account.name, uid=account.uid,
+                   env=tuple(account.env(**env).items()), cwd=str(cwd or account.home),
+                   run_as=run_as(account))
+
+
+def command_of(supervisor: int) -> psutil.Process:
+    deadline = time.monotonic() + WAIT_S
+    while not (found := descendants(supervisor)):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    return found[0]
+
+
+SHOW = "id -u; id -g; id -G; pwd; env; echo READY; sleep 30"
+
+
+async def test_a_callers_job_runs_as_them_with_their_environment_and_directory(
+        accounts, root_runtime, shared_state, with_cgroup):
+    alice = accounts.alice
+    root_runtime.cgroups = with_cgroup
+    work = owned_dir(alice, alice.home / "work")
+    spec = as_caller(alice, "mine", "sh", "-c", SHOW, cwd=work,
+                     HOME="/root", USER="root", TRAINING_SEED="7")
+    started = await root_runtime.run(spec, [1, 2])
+    log = shared_state / "logs" / "mine.log"
+    lines = (await wait_for_log(log, "READY")).splitlines()
+    uid, gid, groups, pwd = lines[:4]
+    assert (int(uid), int(gid), pwd) == (alice.uid, alice.gid, str(work))
+    assert {int(g) for g in groups.split()} == set(alice.groups) | {alice.gid}  # not root's groups
+    env = dict(line.split("=", 1) for line in lines[4:] if "=" in line)
+    assert env["TRAINING_SEED"] == "7"
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == (str(alice.home), alice.name, alice.name)
+    assert (env["CUDA_VISIBLE_DEVICES"], env["NVIDIA_VISIBLE_DEVICES"]) == ("1,2", "1,2")
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert (started.uid, recorded(shared_state, "mine").uid) == (alice.uid, alice.uid)
+    command = command_of(started.pid)
+    if with_cgroup:  # joined as root, before the switch: it could not have joined after it
+        cgroup = recorded(shared_state, "mine").cgroup
+        assert cgroup and Path(f"/proc/{command.pid}/cgroup").read_text().strip().endswith(
+            "/" + Path(cgroup).name)
+    # The command holds nothing of the launch but its output: no sheet, no gate.
+    held = {os.readlink(f"/proc/{command.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{command.pid}/fd")}
+    assert held == {"/dev/null", str(log)}
+
+
+async def test_the_supervisor_starts_clean_and_the_callers_environment_reaches_only_the_command(
+        accounts, root_runtime, shared_state):
+    """A caller's PYTHONPATH or LD_PRELOAD in the supervisor would run their code as root."""
+    from tpnode_tui.runtimes.process import SUPERVISOR_ENV
+
+    alice = accounts.alice
+    planted = owned_dir(alice, alice.home / "planted")
+    marker = planted / "ran-as"
+    (planted / "sitecustomize.py").write_text(
+        f"import os\nwith open({str(marker)!r}, 'a') as f: f.write(f'{{os.getuid()}}\\n')\n")
+    secret = "tok-" + os.urandom(8).hex()
+    spec = as_caller(alice, "clean", "sh", "-c", 'echo "P=$PYTHONPATH"; echo READY',
+                     PYTHONPATH=str(planted), PYTHONSTARTUP=str(planted / "sitecustomize.py"),
+                     LD_PRELOAD="/nonexistent/preload.so", HF_TOKEN=secret)
+    created = await root_runtime.create(spec, [0])
+    supervisor = psutil.Process(created.pid)
+    deadline = time.monotonic() + WAIT_S
+    while "tpnode_tui.runtimes.supervise" not in supervisor.cmdline():  # until it has exec'd
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    assert supervisor.environ() == SUPERVISOR_ENV
+    assert "-I" in supervisor.cmdline() and secret not in " ".join(supervisor.cmdline())
+    assert supervisor.cwd() == "/"
+    await root_runtime.start(created.name)
+    assert f"P={planted}\n" in await wait_for_log(shared_state / "logs" / "clean.log", "READY")
+    await wait_for_status(root_runtime, "clean", "exited")
+    assert not marker.exists()  # no Python of the launch read the caller's PYTHONPATH as root
+
+
+async def test_a_working_directory_the_caller_cannot_enter_is_refused_before_anything_is_held(
+        accounts, root_runtime, shared_state):
+    alice = accounts.alice
+    closed = shared_state.parent / "roots-only"
+    closed.mkdir(mode=0o700)  # root enters it; alice may not
+    plain = shared_state.parent / "a-file"
+    plain.write_text("")
+    cases = {
+        closed: f"alice may not enter working directory {str(closed)!r}",
+        shared_state.parent / "missing": "does not exist",
+        plain: "is not a directory",
+    }
+    for cwd, words in cases.items():
+        spec = as_caller(alice, "nowhere", "true", cwd=cwd)
+        for attempt in (root_runtime.check, lambda s: root_runtime._create(s, [0])):
+            with pytest.raises(Conflict) as refused:
+                attempt(spec)
+            assert str(refused.value).replace(alice.name, "alice").find(
+                words.replace(alice.name, "alice")) >= 0, refused.value
+    with pytest.raises(BadRequest, match="not an absolute path"):
+        root_runtime.check(replace(as_caller(alice, "rel", "true"), cwd="work"))
+    assert await root_runtime.ps() == []
+    assert not (shared_state / "logs").exists()
+
+
+async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(
+        accounts, root_runtime, shared_state):
+    alice = accounts.alice
+    mine = shared_state.parent / "bin"
+    mine.mkdir(mode=0o755)
+    tool = mine / "tpn-tool"
+    tool.write_text("#!/bin/sh\necho TOOL RAN\n")
+    tool.chmod(0o755)
+    secret = shared_state.parent / "secret-bin"
+    secret.mkdir(mode=0o700)  # only root may look inside
+    hidden = secret / "tpn-hidden"
+    hidden.write_text("#!/bin/sh\ntrue\n")
+    hidden.chmod(0o755)
+    roots = shared_state.parent / "roots-script"
+    roots.write_text("#!/bin/sh\ntrue\n")
+    roots.chmod(0o700)
+    path = f"{mine}:{secret}:/usr/bin:/bin"
+    with pytest.raises(Conflict, match=f"is not executable by {alice.name}"):
+        root_runtime.check(as_caller(alice, "r", str(roots), PATH=path))
+    with pytest.raises(Conflict, match="'tpn-hidden' not found on PATH"):
+        root_runtime.check(as_caller(alice, "h", "tpn-hidden", PATH=path))
+    with pytest.raises(Conflict, match="'tpn-tool' not found on PATH"):  # not on alice's own PATH
+        root_runtime.check(as_caller(alice, "t", "tpn-tool"))
+    with pytest.raises(Conflict, match=r"'\./tpn-tool' not found"):  # relative to her directory
+        root_runtime.check(as_caller(alice, "t", "./tpn-tool", PATH=path))
+    await root_runtime.run(as_caller(alice, "tool", "tpn-tool", PATH=path), [0])
+    await root_runtime.run(as_caller(alice, "dot", "./tpn-tool", cwd=mine), [1])
+    for name in ("tool", "dot"):
+        assert (await wait_for_status(root_runtime, name, "exited")).exit_code == 0
+        assert "TOOL RAN" in (shared_state / "logs" / f"{name}.log").read_text()
+
+
+def test_a_check_that_does_not_answer_in_time_refuses_the_launch(root_runtime, monkeypatch):
+    import tpnode_tui.runtimes.process as process_module
+
+    monkeypatch.setattr(process_module, "CHECK_TIMEOUT_S", 1e-6)  # as if its file system hung
+    with pytest.raises(Conflict, match="could not check within"):
+        root_runtime.check(job("slow", "true"))
+
+
+async def test_a_directory_closed_after_the_check_is_never_entered_as_root(
+        accounts, root_runtime, shared_state):
+    """The command enters its directory as the caller: entered by root before the
+    switch (as Popen's cwd does), a directory closed to the caller would be used."""
+    alice = accounts.alice
+    work = owned_dir(alice, alice.home / "closing")
+    created = await root_runtime.create(as_caller(alice, "late", "pwd", cwd=work), [0])
+    os.chown(work, 0, 0)
+    work.chmod(0o700)
+    await root_runtime.start(created.name)
+    ended = await wait_for_status(root_runtime, "late", "exited")
+    assert ended.exit_code == 126
+    log = (shared_state / "logs" / "late.log").read_text()
+    assert f"cannot enter the working directory {str(work)!r} as {alice.name}: Permission denied" in log
+    assert str(work) + "\n" not in log  # pwd never ran
+
+
+async def test_the_log_is_the_callers_alone_and_the_state_stays_roots(
+        accounts, root_runtime, shared_state):
+    alice, bob = accounts.alice, accounts.bob
+    await root_runtime.run(as_caller(alice, "private", "sh", "-c", "echo ALICE-OUTPUT"), [0])
+    await wait_for_status(root_runtime, "private", "exited")
+    logs = shared_state / "logs"
+    log = logs / "private.log"
+    info = log.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (alice.uid, 0o600)
+    for directory in (shared_state, logs):
+        mode = stat.S_IMODE(directory.stat().st_mode)
+        assert mode & 0o011 == 0o011 and mode & 0o044 == 0, oct(mode)  # passable, not listable
+    state = (shared_state / "jobs.json").stat()
+    assert (state.st_uid, stat.S_IMODE(state.st_mode)) == (0, 0o600)
+    assert alice.run(["cat", str(log)], env=alice.env()).stdout == "ALICE-OUTPUT\n"
+    for argv in (["cat", str(log)], ["ls", str(logs)], ["ls", str(shared_state)],
+                 ["cat", str(shared_state / "jobs.json")]):
+        assert bob.run(argv, env=bob.env()).returncode != 0, argv
+
+
+async def test_a_log_left_by_another_account_is_moved_aside_not_handed_on(
+        accounts, root_runtime, shared_state):
+    alice, bob = accounts.alice, accounts.bob
+    await root_runtime.run(as_caller(alice, "reused", "sh", "-c", "echo ALICE-SECRET"), [0])
+    await wait_for_status(root_runtime, "reused", "exited")
+    await root_runtime.remove("reused")
+    await root_runtime.run(as_caller(bob, "reused", "sh", "-c", "echo BOB-OUTPUT"), [0])
+    await wait_for_status(root_runtime, "reused", "exited")
+    log = shared_state / "logs" / "reused.log"
+    assert log.stat().st_uid == bob.uid
+    assert "ALICE-SECRET" not in log.read_text() and "BOB-OUTPUT" in log.read_text()
+    [aside] = [p for p in (shared_state / "logs").iterdir() if p.name.startswith("reused.log.")]
+    assert aside.stat().st_uid == alice.uid and "ALICE-SECRET" in aside.read_text()
+
+
+# ── extending a reservation ──────────────────────────────────────────────────
+
+
+def reservation(run_id: str, seconds: float) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=1, kind="reservation", owner="ana",
+                   expires_at=time.time() + seconds)
+
+
+async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(node):
+    from tpnode_tui.allocator import GpuAllocator
+    from tpnode_tui.config import load_settings
+
+    scene, state_dir = node
+    settings = load_settings({}, runtime="process", state_dir=str(state_dir), probe=f"simulated:{scene}")
+    allocator = GpuAllocator.from_settings(settings)
+    samples: list[dict[int, str]] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            samples.append(dict((await allocator.occupancy()).by_job))
+            await asyncio.sleep(0.02)
+
+    try:
+        launched = await allocator.reserve(2, duration_s=1.5, run_id="held")
+        first_end = launched.job.expires_at
+        sampler = asyncio.create_task(sample())
+        await asyncio.sleep(0.5)
+        extended = await allocator.extend("held", 3.0)
+        assert extended.expires_at == pytest.approx(first_end + 3.0)
+        assert (extended.status, extended.gpus) == ("running", launched.gpus)
+        while time.time() < first_end + 1.0:  # well past the first expiry
+            await asyncio.sleep(0.05)
+        done.set()
+        await sampler
+        wanted = {card: "held" for card in launched.gpus}
+        assert samples and all(s == wanted for s in samples), [s for s in samples if s != wanted][:3]
+        ended = await wait_for_status(allocator.runtime, "held", "exited")
+        assert time.time() >= extended.expires_at and ended.exit_code == 0
+        assert recorded(state_dir, "held").expires_at == extended.expires_at
+    finally:
+        await allocator.close()
+
+
+async def test_an_extension_landing_as_the_hold_decides_to_end_is_kept(runtime, state_dir):
+    """The hold looks at its expiry, then ends it only after looking again under
+    the state file's exclusive lock, and extend moves the expiry under that lock:
+    an extension that lands in between is seen, never lost."""
+    import fcntl
+
+    spec = reservation("edge", 0.5)
+    await runtime.run(spec, [0])
+    state = StateFile(state_dir)
+    fd = os.open(state.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # the hold may look, but not yet decide
+        await asyncio.sleep(max(0.0, spec.expires_at - time.time()) + 0.5)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as extend does, while the hold waits to decide
+        jobs = state._load()
+        jobs["edge"] = replace(jobs["edge"], expires_at=time.time() + 60)
+        state._write(jobs)
+    finally:
+        os.close(fd)
+    await asyncio.sleep(0.5)
+    kept = await state_of(runtime, "edge")
+    assert (kept.status, kept.exit_code) == ("running", None)
+
+
+async def test_only_a_live_reservation_of_this_version_is_extended(runtime, state_dir):
+    await runtime.run(job("work", "sleep", "30"), [0])
+    with pytest.raises(Conflict, match="is a job, not a reservation"):
+        await runtime.extend("work", time.time() + 60)
+    with pytest.raises(JobNotFound):
+        await runtime.extend("nobody", time.time() + 60)
+    await runtime.run(reservation("held", 60), [1])
+    with pytest.raises(BadRequest, match="not a time to come"):
+        await runtime.extend("held", time.time() - 1)
+    with pytest.raises(BadRequest, match="not a time to come"):
+        await runtime.extend("held", float("inf"))
+    await runtime.stop("held")
+    stopped = await state_of(runtime, "held")
+    assert (stopped.status, stopped.exit_code) == ("exited", 128 + signal.SIGTERM)
+    with pytest.raises(Conflict, match="has ended"):
+        await runtime.extend("held", time.time() + 60)
+    await runtime.run(reservation("old", 60), [2])
+    with StateFile(state_dir).transaction() as jobs:  # as an earlier version recorded its sleep
+        jobs["old"] = replace(jobs["old"], command=(sys.executable, "-c", "sleep", "60"))
+    with pytest.raises(Conflict, match="older tpnode-tui"):
+        await runtime.extend("old", time.time() + 120)

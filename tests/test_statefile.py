@@ -64,6 +64,8 @@ def test_records_round_trip_exactly(state_dir):
     hostile = record(
         "b", command=("sh", "-c", "echo 'hi there'; $(touch /tmp/x)", "line\nbreak", "ünï\u2603"),
         kind="reservation", expires_at=1_700_000_600.25, exit_code=137, gpus=(), fence=41,
+        cgroup="/sys/fs/cgroup/system.slice/tpnode.service/tpnode-tui.b.0a1b2c3d",
+        note="killed by SIGKILL after 10 s (it did not end on SIGTERM)",
     )
     with state.transaction() as jobs:
         jobs["a"] = record("a")
@@ -118,6 +120,16 @@ BAD_FILES = {
         {"version": 1, "jobs": {"a": {k: v for k, v in record("a").to_json().items() if k != "pid"}}}
     ).encode(),
     "bad fence": json.dumps({"version": 1, "jobs": {"a": dict(record("a").to_json(), fence=-1)}}).encode(),
+    # stopping a job kills everything in its cgroup: only one this runtime made is taken
+    "foreign cgroup": json.dumps(
+        {"version": 1, "jobs": {"a": dict(record("a").to_json(), cgroup="/sys/fs/cgroup/system.slice")}}
+    ).encode(),
+    "relative cgroup": json.dumps(
+        {"version": 1, "jobs": {"a": dict(record("a").to_json(), cgroup="tpnode-tui.a.0a1b2c3d")}}
+    ).encode(),
+    "cgroup up a level": json.dumps(
+        {"version": 1, "jobs": {"a": dict(record("a").to_json(), cgroup="/sys/fs/cgroup/../tpnode-tui.a")}}
+    ).encode(),
     "unknown field": json.dumps({"version": 1, "jobs": {"a": dict(record("a").to_json(), extra=1)}}).encode(),
     "name mismatch": json.dumps({"version": 1, "jobs": {"b": record("a").to_json()}}).encode(),
 }

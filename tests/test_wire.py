@@ -78,7 +78,8 @@ def test_a_damaged_document_is_refused_by_name(demo_doc, damage, says):
 
 
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-                    st.text(max_size=5), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+                    st.text(max_size=5), st.lists(st.integers(), max_size=2),
+                    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -88,7 +89,7 @@ def test_any_damage_is_a_wire_error_or_a_snapshot_never_a_crash(demo_doc, data):
     for _ in range(data.draw(st.integers(1, 4))):
         target = doc
         path = data.draw(st.sampled_from(["", "cards", "jobs", "queue"]))
-        if path and target[path]:
+        if path and isinstance(target.get(path), list) and target[path]:
             target = data.draw(st.sampled_from(target[path]))
         if not isinstance(target, dict) or not target:
             continue

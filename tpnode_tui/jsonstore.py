@@ -23,8 +23,8 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Generic, Iterator, TypeVar
 from pathlib import Path
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .model import RuntimeUnavailable
 

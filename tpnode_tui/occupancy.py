@@ -11,10 +11,12 @@ from typing import Callable, Iterable, Optional, Sequence
 from .model import CardFacts, CardView, GpuOccupancy, HolderInfo, JobState, ProbeReading
 
 
-def card_count(configured: int, cached: Optional[int], reading: ProbeReading) -> int:
+def card_count(configured: int, seen: Optional[int], reading: ProbeReading) -> int:
     """How many cards the node has: a configured count wins (probing can fail
-    inside a container); otherwise what a probe once found; otherwise this reading."""
-    return configured or cached or reading.count or 0
+    inside a container); otherwise the most of what a probe found before
+    (``seen``) and what this reading found. A reading that lost a card, or
+    found none, never lowers it: the card stays, shown as not reported."""
+    return configured or max(seen or 0, reading.count or 0)
 
 
 def compute_occupancy(
@@ -112,16 +114,20 @@ def card_views(
         facts = reading.card(idx)
         who = holders(facts) if facts and facts.processes else ()
         health = "; ".join(facts.health) if facts and facts.health else None
+        if facts is None and (reading.cards or reading.external_probe_ok):
+            # Only a job's card gets here (a free one is unhealthy): the job is
+            # still there, but its card can no longer be seen.
+            health = f"not reported by the driver ({reading.source})"
         if idx in occ.by_job:
             run_id = occ.by_job[idx]
-            job = live_by_run.get(run_id)
-            state = "reservation" if job is not None and job.kind == "reservation" else "job"
+            holder = live_by_run.get(run_id)
+            state = "reservation" if holder is not None and holder.kind == "reservation" else "job"
             warning = health
             if len(claimants[idx]) > 1:
                 # The failure this product exists to prevent: never show it as one job.
                 shared = f"claimed by {len(claimants[idx])} jobs at once: {', '.join(claimants[idx])}"
                 warning = f"{shared}; {health}" if health else shared
-            views.append(CardView(idx, state, facts, run_id, job, who, warning=warning))
+            views.append(CardView(idx, state, facts, run_id, holder, who, warning=warning))
         elif idx in occ.unhealthy:
             views.append(CardView(idx, "unhealthy", facts, holders=who, reason=occ.unhealthy[idx]))
         elif idx in occ.external:

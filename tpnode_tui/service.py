@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, TypeVar
 
-from .allocator import GpuAllocator, Launched, new_run_id
+from .allocator import GpuAllocator, new_run_id
 from .identity import Caller, account_groups
 from .launchqueue import LaunchQueue, MemoryQueue, QueueEntry
 from .model import (
@@ -36,6 +36,7 @@ from .model import (
     JobNotFound,
     JobSpec,
     JobState,
+    Launched,
     NoCapacity,
     NodeSnapshot,
     NotAllowed,

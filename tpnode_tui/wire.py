@@ -107,6 +107,7 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "pid": j.pid,
         "fence": j.fence,
         "problems": list(j.problems),
+        "note": j.note,
     }
 
 
@@ -130,7 +131,7 @@ class Reader:
         self.doc = doc
         self.where = where
 
-    def only(self, *keys: str) -> "Reader":
+    def only(self, *keys: str) -> Reader:
         """Refuse keys this reader does not know: a misspelt option silently
         ignored would do something other than what was asked."""
         unknown = sorted(set(self.doc) - set(keys))
@@ -179,7 +180,7 @@ class Reader:
     def obj(self, key: str) -> dict[str, Any]:
         return self._get(key, lambda v: isinstance(v, dict), "an object", _REQUIRED)  # type: ignore[no-any-return]
 
-    def each(self, key: str, read: Callable[["Reader"], T], default: Any = _REQUIRED) -> list[T]:
+    def each(self, key: str, read: Callable[[Reader], T], default: Any = _REQUIRED) -> list[T]:
         return [read(Reader(item, f"{self.where}.{key}[{n}]"))
                 for n, item in enumerate(self.items(key, default))]
 
@@ -272,6 +273,7 @@ def _job(r: Reader) -> JobState:
         pid=r.opt_whole("pid"),
         fence=r.opt_whole("fence"),
         problems=r.texts("problems"),
+        note=r.text("note", ""),
     )
 
 

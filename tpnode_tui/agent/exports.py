@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from aiohttp import web
 
@@ -19,12 +19,15 @@ from ..config import Settings
 from ..model import ConfigError
 from ..service import NodeService
 
+if TYPE_CHECKING:
+    from ..fleet.publisher import FleetPublisher
+
 log = logging.getLogger("tpnode_tui.agent")
 
 
 class Exports:
     def __init__(self) -> None:
-        self._publisher = None
+        self._publisher: Optional[FleetPublisher] = None
         self._publishing: Optional[asyncio.Task[None]] = None
         self._metrics: Optional[web.AppRunner] = None
 
@@ -44,12 +47,12 @@ class Exports:
         if settings.fleet_url is not None:
             from ..fleet.publisher import FleetPublisher
 
-            self._publisher = FleetPublisher(settings.fleet_url, settings.fleet_url_safe or "",
-                                             settings.node, settings.fleet_publish_s)
-            self._publishing = asyncio.ensure_future(self._publisher.run(service))
+            publisher = FleetPublisher(settings.fleet_url, settings.fleet_url_safe or "",
+                                       settings.node, settings.fleet_publish_s)
+            self._publisher = publisher
+            self._publishing = asyncio.ensure_future(publisher.run(service))
             log.info("publishing to the fleet at %s as %s (instance %s), at least every %g s",
-                     settings.fleet_url_safe, settings.node, self._publisher.instance,
-                     settings.fleet_publish_s)
+                     settings.fleet_url_safe, settings.node, publisher.instance, settings.fleet_publish_s)
 
     async def close(self) -> None:
         if self._publishing is not None:

@@ -126,27 +126,30 @@ class NodeCollector(Collector):
                 family.add_metric([], value)
             return family
 
-        known = snap is not None
-        yield gauge("tpnode_cards_total", "Cards on this node", snap.occupancy.total if known else None)
-        yield gauge("tpnode_cards_free", "Cards checked free (unverified cards are not counted)",
-                    sum(1 for c in cards if c.state == "free") if known else None)
-        yield gauge("tpnode_drained_cards", "Cards drained: not handed out until undrained",
-                    sum(1 for c in cards if c.state == "drained") if known else None)
+        free = drained = intruders = total = age = queued = wait = None
+        probe_ok = False
+        if snap is not None:
+            total = snap.occupancy.total
+            free = sum(1 for c in cards if c.state == "free")
+            drained = sum(1 for c in cards if c.state == "drained")
+            intruders = sum(len(getattr(c, "intruders", ()) or ()) for c in cards)
+            probe_ok = not stale and snap.occupancy.external_probe_ok and snap.probe.problem is None
+            age = now - snap.taken_at
+            queued = len(snap.queue)
+            waiting = [q.queued_at for q in snap.queue if q.state == "waiting"]
+            wait = max(0.0, now - min(waiting)) if waiting else 0.0
+        yield gauge("tpnode_cards_total", "Cards on this node", total)
+        yield gauge("tpnode_cards_free", "Cards checked free (unverified cards are not counted)", free)
+        yield gauge("tpnode_drained_cards", "Cards drained: not handed out until undrained", drained)
         yield gauge("tpnode_intruders", "Processes on held cards that belong to neither the job nor "
-                    "the reservation's owner", sum(len(getattr(c, "intruders", ()) or ()) for c in cards)
-                    if known else None)
-        probe_ok = known and not stale and snap.occupancy.external_probe_ok and snap.probe.problem is None
+                    "the reservation's owner", intruders)
         yield gauge("tpnode_probe_ok", "1 while the last poll succeeded and the probe saw every card's "
                     "use, else 0", 1 if probe_ok else 0)
-        yield gauge("tpnode_reading_age_seconds", "Seconds since the reading these metrics come from",
-                    now - snap.taken_at if known else None)
-        queue = snap.queue if known else ()
+        yield gauge("tpnode_reading_age_seconds", "Seconds since the reading these metrics come from", age)
         yield gauge("tpnode_queue_length", "Launches not started yet: queued for cards, waiting for the "
-                    "allocation lock, or being placed", len(queue) if known else None)
-        waiting = [q.queued_at for q in queue if q.state == "waiting"]
+                    "allocation lock, or being placed", queued)
         yield gauge("tpnode_lock_wait_seconds", "How long the oldest launch waiting for the allocation "
-                    "lock has waited; 0 when none waits", max(0.0, now - min(waiting)) if waiting else
-                    (0.0 if known else None))
+                    "lock has waited; 0 when none waits", wait)
 
 
 def metrics_app(service: NodeService, node: str) -> web.Application:

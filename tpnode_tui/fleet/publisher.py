@@ -97,8 +97,8 @@ class FleetPublisher:
             return
         self._swept = True
         others = []
-        for instance, raw in (await client.hgetall(record.AGENTS_KEY)).items():
-            instance = instance.decode(errors="replace")
+        for key, raw in (await client.hgetall(record.AGENTS_KEY)).items():
+            instance = record.text_of(key)
             if instance == self.instance:
                 continue
             try:
@@ -128,20 +128,20 @@ class FleetPublisher:
         now = doc.envelope["published_at"]
         self._seq += 1
         snap = reading.snapshot
-        shape = (snap.series, snap.occupancy.total) if snap is not None else ("", None)
+        series, total = (snap.series, snap.occupancy.total) if snap is not None else ("", None)
         try:
-            if (self._registered is None or (snap is not None and shape != self._registered)
+            if (self._registered is None or (snap is not None and (series, total) != self._registered)
                     or now - self._registered_at >= REGISTRATION_REFRESH_S):
-                await self._register(*shape, now)
+                await self._register(series, total, now)
             async with self._client.pipeline(transaction=False) as pipe:
-                pipe.set(self.key, doc.bytes(), px=record.expiry_ms(self.period_s), get=True)
+                pipe.set(self.key, doc.encode(), px=record.expiry_ms(self.period_s), get=True)
                 pipe.publish(record.CHANGED if doc.picture != self._picture else record.SAME,
                              json.dumps({"node": self.node, "instance": self.instance, "seq": self._seq}))
                 previous, _ = await pipe.execute()
             if previous is None and self._registered is not None and self._seq > 1:
                 # Our last publication is gone: Redis restarted (and lost the
                 # registration with it) between two publications, or we were silent.
-                await self._register(*shape, now)
+                await self._register(series, total, now)
         except (RedisError, OSError) as e:
             self._failed(e)
             return False

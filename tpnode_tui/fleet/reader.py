@@ -31,7 +31,7 @@ class FleetReader:
         self._client = open_client(url, safe_url)
         self._decoder = record.Decoder()
         #: instance -> (its registration as stored, decoded): most reads find it unchanged
-        self._registrations: dict[str, tuple[bytes, record.Registration]] = {}
+        self._registrations: dict[str, tuple[bytes | str, record.Registration]] = {}
         #: node name -> the newest publication time read, so "unreachable since"
         #: stays exact after that publication has expired
         self._seen: dict[str, float] = {}
@@ -48,7 +48,7 @@ class FleetReader:
                 problems.append(f"{len(raw_agents)} agents are registered; only the first "
                                 f"{record.MAX_AGENTS} by instance id are read")
             instances = sorted(raw_agents)[:record.MAX_AGENTS]
-            docs = await self._client.mget([record.snapshot_key(i.decode(errors="replace"))
+            docs = await self._client.mget([record.snapshot_key(record.text_of(i))
                                             for i in instances]) if instances else []
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from None
@@ -58,7 +58,7 @@ class FleetReader:
         broken: dict[str, str] = {}
         unreadable = 0
         for raw_instance, doc in zip(instances, docs):
-            instance = raw_instance.decode(errors="replace")
+            instance = record.text_of(raw_instance)
             raw_reg = raw_agents[raw_instance]
             known = self._registrations.get(instance)
             try:
@@ -106,7 +106,7 @@ class FleetReader:
             raise self._unavailable(e) from None
         finally:
             with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         await self._client.aclose()

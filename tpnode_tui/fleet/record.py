@@ -61,6 +61,11 @@ MAX_AGENTS = 10_000
 UNKNOWN = "unknown"
 
 
+def text_of(raw: bytes | str) -> str:
+    """A key or field name as Redis returned it (bytes), as text."""
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+
+
 def snapshot_key(instance: str) -> str:
     return f"{PREFIX}:snapshot:{instance}"
 
@@ -95,7 +100,8 @@ class Encoded:
     #: the snapshot document without ``taken_at``, as JSON text ("null" before the first reading)
     snapshot: bytes
 
-    def bytes(self) -> bytes:
+    def encode(self) -> bytes:
+        """As it is stored: the envelope's line, then the snapshot's."""
         return json.dumps(self.envelope).encode() + b"\n" + self.snapshot
 
     @property
@@ -429,13 +435,13 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
     series = (snap.series if snap is not None else "") or newest_reg.series
     total = snap.occupancy.total if snap is not None else (newest_reg.total or 0)
     version = newest.agent_version if newest is not None else newest_reg.agent_version
-    common = dict(series=series, total=total, agent_version=version,
-                  instances=tuple(sorted(r.instance for r in regs)),
-                  taken_at=newest.taken_at if newest is not None else None)
+    base = NodeRow(name, UNREACHABLE, last_seen, exactly, series=series, total=total, agent_version=version,
+                   instances=tuple(sorted(r.instance for r in regs)),
+                   taken_at=newest.taken_at if newest is not None else None)
 
     def down(status: str, problem: str, keep_snapshot: bool = False) -> NodeRow:
-        return NodeRow(name, status, last_seen, exactly, cards=_cards(snap, total, False, {}),
-                       problem=problem, snapshot=snap if keep_snapshot else None, **common)
+        return replace(base, status=status, cards=_cards(snap, total, False, {}), problem=problem,
+                       snapshot=snap if keep_snapshot else None)
 
     if len(live) + len(bad) > 1:
         claims = [r for r in regs if r.instance in {p.instance for p in live} | {b[0].instance for b in bad}]
@@ -455,8 +461,7 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
     if pub.error is not None:
         row = down(STALE, f"its agent's last poll failed: {pub.error}", keep_snapshot=True)
         return replace(row, error=pub.error)
-    return NodeRow(name, UP, last_seen, exactly, cards=pub.cards or _cards(snap, total, True, pub.intruders),
-                   snapshot=snap, **common)
+    return replace(base, status=UP, cards=pub.cards or _cards(snap, total, True, pub.intruders), snapshot=snap)
 
 
 def clock(ts: float) -> str:
@@ -478,9 +483,9 @@ def assemble(registrations: dict[str, Registration], publications: dict[str, Pub
         by_name.setdefault(reg.node, []).append(reg)
     problems = list(problems)
     for instance, pub in publications.items():
-        reg = registrations.get(instance)
-        if reg is not None and pub.node != reg.node:
-            broken[instance] = f"it names node {pub.node!r}, but its agent registered as {reg.node!r}"
+        known = registrations.get(instance)
+        if known is not None and pub.node != known.node:
+            broken[instance] = f"it names node {pub.node!r}, but its agent registered as {known.node!r}"
     pubs = {i: p for i, p in publications.items() if i not in broken}
     rows = []
     for name, regs in by_name.items():

@@ -44,6 +44,10 @@ class Node(Protocol):
 
     async def cancel(self, run_id: str) -> QueuedLaunch: ...
 
+    async def queued(self) -> tuple[QueuedLaunch, ...]:
+        """Launches queued or under way now, in order."""
+        ...
+
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         """Logged actions (the caller's own, or all for an operator) and whether they are all."""
         ...

@@ -4,6 +4,16 @@ nvidia-smi is run with an argument list (never a shell), its stdout captured,
 and killed when it overruns ``timeout_s``: a hung nvidia-smi makes the node
 probe-blind, never free.
 
+The deadline is kept whatever nvidia-smi does. A read is taken under the
+allocation lock, so a read that outlived it would hold every launch on the
+node. Each nvidia-smi runs in a process group of its own, and at the deadline
+the whole group is killed and the reading given up at once: nothing waits for
+the process to exit or for its pipes to close. Both can take for ever: a
+child that outlives nvidia-smi keeps its pipes open, and an nvidia-smi stuck
+in the driver cannot die until the driver lets go. Such a straggler is reaped
+at a later read; while it has not exited, no new nvidia-smi is started (each
+would hang beside it) and the node stays probe-blind, saying why.
+
 One distinction runs through this module. An nvidia-smi that could not run
 (not on PATH, non-zero exit, timeout) means "detection is broken, nobody
 knows who holds a card"; an empty answer means "asked, and nobody does".
@@ -17,9 +27,12 @@ as ``[N/A]`` or ``[Not Supported]`` becomes ``None``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
 import re
 import shutil
+import signal
+import subprocess
+import time
 from dataclasses import replace
 from typing import Optional
 
@@ -201,11 +214,15 @@ class SmiProbe:
     def __init__(self, timeout_s: float = 10.0, binary: str = "nvidia-smi") -> None:
         self.timeout_s = timeout_s
         self.binary = binary
+        #: nvidia-smi processes killed at a deadline, with when, until seen to exit
+        self._stragglers: list[tuple[subprocess.Popen[bytes], float]] = []
 
     async def read(self) -> ProbeReading:
         path = shutil.which(self.binary)
         if path is None:
             return blind_reading(SOURCE, f"{self.binary}: not found on PATH")
+        if stuck := self._still_stuck():
+            return blind_reading(SOURCE, stuck)
         (facts, facts_err), (health_text, health_err), (apps, apps_err) = await asyncio.gather(
             self._run(path, "--query-gpu=" + ",".join(FACTS_FIELDS)),
             self._run(path, "--query-gpu=" + ",".join(HEALTH_FIELDS)),
@@ -251,30 +268,74 @@ class SmiProbe:
         )
 
     async def close(self) -> None:
-        """Nothing is kept between reads."""
+        """Reap what has exited; a straggler that has not is left to the system."""
+        self._still_stuck()
+
+    def _still_stuck(self) -> Optional[str]:
+        """Why no nvidia-smi may be started now, or None; reaps the stragglers that exited."""
+        self._stragglers = [(p, at) for p, at in self._stragglers if p.poll() is None]
+        if not self._stragglers:
+            return None
+        proc, killed_at = self._stragglers[0]
+        return (
+            f"nvidia-smi (pid {proc.pid}) was killed {time.monotonic() - killed_at:.0f} s ago "
+            "for not answering and has not exited, so the driver may be hung; no other "
+            "nvidia-smi is started until it exits"
+        )
 
     async def _run(self, path: str, query: str) -> tuple[Optional[str], str]:
         """nvidia-smi's stdout, or None and why it could not answer."""
         try:
-            proc = await asyncio.create_subprocess_exec(
-                path, query, _FORMAT,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            proc = subprocess.Popen(
+                [path, query, _FORMAT],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
             )
         except OSError as e:
             return None, f"nvidia-smi could not be run ({e.strerror or e})"
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
-        except BaseException as e:
-            # Timed out, or the caller gave up on this read: leave nothing running.
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            if isinstance(e, asyncio.TimeoutError):
-                return None, f"nvidia-smi did not answer within {self.timeout_s:g} s"
+            answer = await asyncio.to_thread(_communicate, proc, self.timeout_s)
+        except BaseException:
+            # The caller gave up on this read: end it now, not at the deadline.
+            _kill_group(proc)
             raise
+        if answer is None:
+            self._stragglers.append((proc, time.monotonic()))
+            return None, f"nvidia-smi did not answer within {self.timeout_s:g} s"
+        out, err = answer
         if proc.returncode != 0:
             said = _said(err) or _said(out)
             return None, f"nvidia-smi exited with status {proc.returncode}" + (f": {said}" if said else "")
         return out.decode(errors="replace"), ""
+
+
+def _communicate(proc: subprocess.Popen[bytes], timeout_s: float) -> Optional[tuple[bytes, bytes]]:
+    """Its output once it has exited; None at the deadline, when it is killed and let go.
+
+    Letting go means closing this end of its pipes and not waiting for the
+    process: ``communicate`` gives up at the deadline whatever the process
+    does, so this returns by then.
+    """
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return None
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to nvidia-smi and everything in its process group.
+
+    Only while it has not been reaped: until then its pid, which is the
+    group's id, cannot belong to anyone else.
+    """
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

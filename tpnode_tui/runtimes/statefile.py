@@ -26,10 +26,11 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterator, Optional
 
 from ..model import JOB_KINDS, RuntimeUnavailable
+from .jobprocs import CGROUP_PREFIX
 
 STATE_VERSION = 1
 STATE_FILE = "jobs.json"
@@ -78,6 +79,14 @@ class JobRecord:
     #: the PID namespace the pid belongs to (``/proc/self/ns/pid`` of the
     #: launcher); a reader in another namespace cannot look the pid up
     pid_ns: str = ""
+    #: the directory of the job's own cgroup (v2), "" when it has none: then
+    #: only its session can be found, and a process that left it (setsid) is not
+    cgroup: str = ""
+    #: how the job ended, in plain words, where the exit code does not say it
+    #: all (e.g. "killed by SIGKILL after 10 s")
+    note: str = ""
+    #: the owner's uid, so that rules compare accounts, not names (None: not recorded)
+    uid: Optional[int] = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -117,6 +126,16 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "fence": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
     "gated": (lambda v: isinstance(v, bool), "true or false"),
     "pid_ns": (lambda v: isinstance(v, str), "a string"),
+    # Only a cgroup this runtime made: stopping the job kills everything in it.
+    "cgroup": (
+        lambda v: isinstance(v, str) and (
+            v == "" or (v.startswith("/") and "\0" not in v and ".." not in PurePosixPath(v).parts
+                        and PurePosixPath(v).name.startswith(CGROUP_PREFIX))
+        ),
+        f'"" or the absolute path of a cgroup named {CGROUP_PREFIX}*',
+    ),
+    "note": (lambda v: isinstance(v, str), "a string"),
+    "uid": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
 }
 
 
@@ -187,7 +206,7 @@ class StateFile:
         except OSError as e:
             raise RuntimeUnavailable(
                 f"cannot create the state directory {self.dir}: {e.strerror}; "
-                "set TUNEPLANE_STATE_DIR to a directory this user can write"
+                "run as a user who may create it (every allocator on this node shares it)"
             ) from None
 
     @contextmanager
