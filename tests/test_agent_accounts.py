@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -45,20 +46,22 @@ class SharedNode:
         self.log = root / "agent.log"
 
     def start(self) -> None:
-        """Start the agent and wait for its socket: a new one, since an agent
-        killed outright leaves its socket file behind for the next to replace."""
-        stale = self.socket.stat().st_ino if self.socket.exists() else None
+        """Start the agent and wait until it answers on its socket (an agent
+        killed outright leaves a socket file behind that answers nobody)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")} | self.settings
         with open(self.log, "ab") as log:
             self.agent = subprocess.Popen([sys.executable, "-m", "tpnode_tui", "--interval", INTERVAL, "agent"],
                                           env=env, stdout=log, stderr=log, start_new_session=True)
-
-        def up() -> bool:
-            fresh = self.socket.exists() and self.socket.stat().st_ino != stale
-            return fresh or self.agent.poll() is not None
-
-        wait_until(up, "the agent's socket")
+        wait_until(lambda: self._answers() or self.agent.poll() is not None, "the agent to answer")
         assert self.agent.poll() is None, self.log.read_text()
+
+    def _answers(self) -> bool:
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(self.socket))
+            except OSError:
+                return False
+        return True
 
     def kill(self, sig: int = signal.SIGTERM) -> None:
         if self.agent is not None and self.agent.poll() is None:
