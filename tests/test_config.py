@@ -26,6 +26,8 @@ def test_every_variable_is_read():
         "TUNEPLANE_AGENT_SOCKET": "/tmp/a.sock", "TUNEPLANE_OPERATORS_GROUP": "gpu-admins",
         "TUNEPLANE_MAX_CARDS_PER_USER": "2", "TUNEPLANE_MAX_CARDS_FOR": "alice=4, @students=1",
         "TUNEPLANE_IMAGES": "busybox:*, nvcr.io/*", "TUNEPLANE_LOG_MAX_MB": "5",
+        "TUNEPLANE_FLEET_URL": "redis://fleet:6379/2", "TUNEPLANE_NODE_NAME": "gpu-07",
+        "TUNEPLANE_FLEET_PUBLISH_S": "2.5", "TUNEPLANE_METRICS_ADDR": "[::]:9400",
     }
     assert set(env) == {var for var, _ in ENV_VARS.values()}
     s = load_settings(env)
@@ -37,6 +39,19 @@ def test_every_variable_is_read():
     assert (s.agent, s.agent_socket, s.operators_group) == ("off", Path("/tmp/a.sock"), "gpu-admins")
     assert (s.max_cards_per_user, s.max_cards_for) == (2, (("alice", 4), ("@students", 1)))
     assert (s.images, s.log_max_mb) == (("busybox:*", "nvcr.io/*"), 5.0)
+    assert (s.fleet_url, s.node_name, s.node, s.fleet_publish_s) == ("redis://fleet:6379/2", "gpu-07", "gpu-07", 2.5)
+    assert s.metrics_addr == ("::", 9400)
+
+
+def test_fleet_and_metrics_settings():
+    import socket
+
+    s = load_settings({})
+    assert (s.fleet_url, s.metrics_addr, s.fleet_publish_s) == (None, None, 10.0)
+    assert s.node == socket.gethostname()
+    assert load_settings({"TUNEPLANE_METRICS_ADDR": ":9400"}).metrics_addr == ("0.0.0.0", 9400)
+    assert load_settings({"TUNEPLANE_METRICS_ADDR": "127.0.0.1:19400"}).metrics_addr == ("127.0.0.1", 19400)
+    assert "s3cret" not in load_settings({"TUNEPLANE_FLEET_URL": "redis://:s3cret@h/0"}).fleet_url_safe
 
 
 def test_flags_override_the_environment():
@@ -63,6 +78,14 @@ def test_flags_override_the_environment():
     ("TUNEPLANE_MEM_BUSY_MIB", "1_000"),
     ("TUNEPLANE_LOCK_LEASE_MS", "5"),
     ("TUNEPLANE_LOCAL_GPU_COUNT", "100000000"),
+    ("TUNEPLANE_FLEET_URL", "http://fleet"),
+    ("TUNEPLANE_NODE_NAME", "gpu 07"),
+    ("TUNEPLANE_NODE_NAME", "-gpu"),
+    ("TUNEPLANE_FLEET_PUBLISH_S", "0"),
+    ("TUNEPLANE_FLEET_PUBLISH_S", "301"),
+    ("TUNEPLANE_METRICS_ADDR", "9400"),
+    ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:http"),
+    ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:70000"),
 ])
 def test_a_bad_value_is_refused_with_its_name(var, value):
     with pytest.raises(ConfigError, match=var):

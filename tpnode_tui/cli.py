@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true")
 
     sub.add_parser("agent", help="serve this node to every account on its socket (run as root, or by systemd)")
+
+    fleet = sub.add_parser("fleet", help="every node publishing to TUNEPLANE_FLEET_URL, read-only")
+    fleet.add_argument("--json", action="store_true", help="one reading, machine-readable")
     return parser
 
 
@@ -526,6 +529,24 @@ _COMMANDS: dict[str, Callable[[_Run], Awaitable[None]]] = {
 }
 
 
+def _fleet(settings: Settings, *, as_json: bool, interval: float) -> int:
+    """``tpnode-tui fleet``: once as JSON, or live in the fleet view. redis-py and
+    the view are imported only here, when asked for."""
+    if settings.fleet_url is None:
+        raise UsageError("tpnode-tui fleet reads what the nodes' agents publish: set "
+                         "TUNEPLANE_FLEET_URL to their Redis (redis://host:port/db)")
+    safe = settings.fleet_url_safe or ""
+    if as_json:
+        from .fleet.reader import read_once
+        from .fleet.record import fleet_json
+
+        print(json.dumps(fleet_json(asyncio.run(read_once(settings.fleet_url, safe))), indent=2))
+        return EXIT_OK
+    from .tui.fleet import run_fleet_view
+
+    return run_fleet_view(settings.fleet_url, safe, interval)
+
+
 def _fail(message: str, code: int) -> int:
     _say(message)
     return code
@@ -569,6 +590,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
                 settings, demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose
             )
         settings = settings_from_flags(vars(args))
+        if args.command == "fleet":
+            return _fleet(settings, as_json=args.json, interval=args.interval)
         return asyncio.run(_run_command(args, settings))
     except BrokenPipeError:
         _quiet_stdout()

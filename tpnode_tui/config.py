@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import socket
 import stat
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -52,6 +53,10 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "max_cards_for": ("TUNEPLANE_MAX_CARDS_FOR", "per-account or per-group limits, e.g. alice=4,@students=1"),
     "images": ("TUNEPLANE_IMAGES", "comma-separated glob patterns of images jobs may use; empty: any"),
     "log_max_mb": ("TUNEPLANE_LOG_MAX_MB", "size at which the node's event and audit log is rotated"),
+    "fleet_url": ("TUNEPLANE_FLEET_URL", "Redis the agent publishes its snapshot to, and tpnode-tui fleet reads"),
+    "node_name": ("TUNEPLANE_NODE_NAME", "this node's name in the fleet and in metrics; empty: the host name"),
+    "fleet_publish_s": ("TUNEPLANE_FLEET_PUBLISH_S", "seconds between publications at most; 3 missed: unreachable"),
+    "metrics_addr": ("TUNEPLANE_METRICS_ADDR", "HOST:PORT where the agent serves Prometheus /metrics; empty: off"),
 }
 
 #: setting name -> the command-line flag that overrides its variable
@@ -118,6 +123,12 @@ class Settings:
     max_cards_for: tuple[tuple[str, int], ...] = ()
     images: tuple[str, ...] = ()
     log_max_mb: float = 10.0
+    fleet_url: Optional[str] = None
+    #: empty: the host name (see :attr:`node`)
+    node_name: str = ""
+    fleet_publish_s: float = 10.0
+    #: (host, port) of the Prometheus endpoint; None: off
+    metrics_addr: Optional[tuple[str, int]] = None
 
     @property
     def simulated_path(self) -> Optional[Path]:
@@ -128,6 +139,15 @@ class Settings:
     @property
     def redis_url_safe(self) -> Optional[str]:
         return redact_url(self.redis_url) if self.redis_url else None
+
+    @property
+    def fleet_url_safe(self) -> Optional[str]:
+        return redact_url(self.fleet_url) if self.fleet_url else None
+
+    @property
+    def node(self) -> str:
+        """The node's name in the fleet and in metrics."""
+        return self.node_name or socket.gethostname()
 
 
 def redact_url(url: str) -> str:
@@ -245,8 +265,38 @@ def _parse_limits(name: str, raw: str) -> tuple[tuple[str, int], ...]:
     return tuple(limits.items())
 
 
+#: a node name: what a host name may hold, so it reads the same in keys, labels and screens
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
+
+
+def _parse_addr(name: str, raw: str) -> Optional[tuple[str, int]]:
+    """"0.0.0.0:9400", "[::]:9400", "localhost:9400" or ":9400" (every address) -> (host, port)."""
+    value = raw.strip()
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"{name}={raw!r} is not HOST:PORT with a port from 1 to 65535 (e.g. 0.0.0.0:9400)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if any(ch.isspace() or ch in "/[]" for ch in host):
+        raise ConfigError(f"{name}={raw!r}: {host!r} is not a host name or address")
+    return host or "0.0.0.0", int(port)
+
+
 def _convert(setting: str, raw: object, name: str) -> object:
     text = str(raw)
+    if setting == "fleet_url":
+        return _parse_redis_url(name, text)
+    if setting == "node_name":
+        if text.strip() and not _NODE_NAME.fullmatch(text.strip()):
+            raise ConfigError(f"{name}={raw!r} is not a node name: 1 to 253 letters, digits, "
+                              "'.', '_' or '-', starting with a letter or digit")
+        return text.strip()
+    if setting == "fleet_publish_s":
+        return _parse_float(name, text, 0.1, 300)
+    if setting == "metrics_addr":
+        return _parse_addr(name, text)
     if setting == "agent":
         return _parse_choice(name, text, ("auto", "on", "off"))
     if setting == "agent_socket":

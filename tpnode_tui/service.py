@@ -18,6 +18,7 @@ once it holds the lock it is finished, so a job is never left half-made.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import grp
 import logging
@@ -161,6 +162,8 @@ class NodeService:
         self._changes = 0
         self._reading_changes = 0
         self._fresh = asyncio.Condition()
+        #: launches and reservations by result since the service started (for /metrics)
+        self.launch_results: collections.Counter[str] = collections.Counter()
 
     # ── reading ───────────────────────────────────────────────────────────────
 
@@ -275,7 +278,9 @@ class NodeService:
                    card_limit=self.policy.limits.limit_for(caller, group_names(caller.groups)))
 
     def _record(self, caller: Caller, action: str, target: str, result: str, message: str,
-                **fields: object) -> None:
+                *, counted: Optional[str] = None, **fields: object) -> None:
+        if action in ("launch", "reserve"):
+            self.launch_results[counted or result.replace(" ", "_")] += 1
         if self.log is not None:
             self.log.append("action", message, action=action, target=target, result=result,
                             uid=caller.uid, user=caller.user, pid=caller.pid, **fields)
@@ -297,7 +302,8 @@ class NodeService:
         except asyncio.CancelledError:
             self._record(caller, action, target, "abandoned", f"{caller.user} went away before {target} was placed")
             raise
-        self._record(caller, action, target, "ok", done(result))
+        queued = isinstance(result, LaunchResult) and result.queued is not None
+        self._record(caller, action, target, "ok", done(result), counted="queued" if queued else "placed")
         self._changes += 1
         self.poll_soon()
         return result
@@ -446,7 +452,7 @@ class NodeService:
                 continue
             if self.queue.remove(spec.run_id) is not None:
                 self._record(entry.caller, "launch", spec.run_id, "ok",
-                             f"queued launch: {_placed(launched)}")
+                             f"queued launch: {_placed(launched)}", counted="placed")
             self._changes += 1
             self.poll_soon()
 
