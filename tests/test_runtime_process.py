@@ -306,6 +306,7 @@ async def test_waiting_for_the_lock_does_not_block_the_event_loop(state_dir):
     import fcntl
 
     rt = ProcessRuntime(state_dir, lock_timeout_s=0.5)
+    (state_dir / "jobs.json").write_text('{"version": 1, "jobs": {}}')  # a file to wait for
     lock_fd = os.open(state_dir / "jobs.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
     ticks = 0
 
