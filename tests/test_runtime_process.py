@@ -285,7 +285,7 @@ async def test_a_reservation_holds_until_it_expires_by_itself(runtime):
     )
     ended = await wait_for_status(runtime, "rsv-1", "exited")
     assert ended.exit_code == 0
-    with pytest.raises(BadRequest, match="no expiry"):
+    with pytest.raises(BadRequest, match="needs an expiry time"):
         await runtime.create(JobSpec(run_id="rsv-2", cards=1, kind="reservation"), [0])
     with pytest.raises(BadRequest, match="in the past"):
         await runtime.create(replace(spec, run_id="rsv-3", expires_at=time.time() - 5), [0])
@@ -306,6 +306,7 @@ async def test_waiting_for_the_lock_does_not_block_the_event_loop(state_dir):
     import fcntl
 
     rt = ProcessRuntime(state_dir, lock_timeout_s=0.5)
+    (state_dir / "jobs.json").write_text('{"version": 1, "jobs": {}}')  # a file to wait for
     lock_fd = os.open(state_dir / "jobs.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
     ticks = 0
 
@@ -791,9 +792,13 @@ async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(
 def test_a_check_that_does_not_answer_in_time_refuses_the_launch(root_runtime, monkeypatch):
     import tpnode_tui.runtimes.process as process_module
 
-    monkeypatch.setattr(process_module, "CHECK_TIMEOUT_S", 1e-6)  # as if its file system hung
-    with pytest.raises(Conflict, match="could not check within"):
+    # As if its file system hung: the check stays in it (however fast the machine).
+    monkeypatch.setattr(process_module, "_RUNNABLE", "sleep 30")
+    monkeypatch.setattr(process_module, "CHECK_TIMEOUT_S", 0.5)
+    started = time.monotonic()
+    with pytest.raises(Conflict, match="could not check within 0.5 s"):
         root_runtime.check(job("slow", "true"))
+    assert time.monotonic() - started < 10  # it gave up; it did not wait the check out
 
 
 async def test_a_directory_closed_after_the_check_is_never_entered_as_root(

@@ -21,17 +21,16 @@ import os
 import re
 import secrets
 import shlex
-import time
 from datetime import datetime
 from typing import Any, AsyncIterator, Optional
 
 import aiodocker
 import aiohttp
+from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
 
 from ..config import DOCKER_GPU_MODES
 from ..model import (
-    JOB_KINDS,
     LIVE_STATUSES,
     BadRequest,
     ConfigError,
@@ -43,6 +42,7 @@ from ..model import (
     TpnodeError,
     check_run_id,
 )
+from .base import check_cards, check_kind, hold_seconds
 from .labels import GPUS, RUN_ID, job_labels, parse_labels
 
 log = logging.getLogger(__name__)
@@ -302,9 +302,11 @@ class DockerRuntime:
                     *(self._inspect_live(docker, item) for item in items),
                     return_exceptions=True,
                 )
+                inspected: list[Optional[dict[str, Any]]] = []
                 for detail in details:
                     if isinstance(detail, BaseException):
                         raise detail
+                    inspected.append(detail)
             except DockerError as e:
                 if e.status == 900:
                     raise
@@ -312,7 +314,7 @@ class DockerRuntime:
                     f"the Docker engine at {self._where()} could not list containers: "
                     f"{self._said(e)}. Until it can, which cards platform jobs hold is unknown."
                 ) from None
-        return [_job_state(item, detail) for item, detail in zip(items, details)]
+        return [_job_state(item, detail) for item, detail in zip(items, inspected)]
 
     async def _inspect_live(
         self, docker: aiodocker.Docker, item: dict[str, Any]
@@ -394,12 +396,10 @@ class DockerRuntime:
         would open nothing more, and images expect their own users.
         """
         check_run_id(spec.run_id)
-        if spec.kind not in JOB_KINDS:
-            raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
+        check_kind(spec)
         if not gpus:
             raise BadRequest(f"job {spec.run_id!r} was given no cards; a job needs at least one")
-        if len(set(gpus)) != len(gpus) or any(type(i) is not int or i < 0 for i in gpus):
-            raise BadRequest(f"cards {list(gpus)!r} are not distinct card indices")
+        check_cards(gpus)
         if spec.kind == "reservation":
             image, command = self._hold(spec)
         else:
@@ -438,11 +438,7 @@ class DockerRuntime:
                 f"reservation {spec.run_id!r} was given a command; a reservation runs none, "
                 "it only holds its cards until it expires"
             )
-        if spec.expires_at is None or not math.isfinite(spec.expires_at):
-            raise BadRequest(f"reservation {spec.run_id!r} needs an expiry time")
-        seconds = math.ceil(spec.expires_at - time.time())
-        if seconds <= 0:
-            raise BadRequest(f"reservation {spec.run_id!r} expires in the past; give a later time")
+        seconds = math.ceil(hold_seconds(spec))
         return spec.image or self.hold_image, ["sleep", str(seconds)]
 
     async def create(self, spec: JobSpec, gpus: list[int]) -> JobState:
@@ -635,7 +631,7 @@ class DockerRuntime:
             await docker.close()
 
 
-def _fields(container: aiodocker.DockerContainer, keys: tuple[str, ...]) -> dict[str, Any]:
+def _fields(container: DockerContainer, keys: tuple[str, ...]) -> dict[str, Any]:
     """The engine's answer about a container, as a plain dict of the keys used here."""
     return {k: container[k] for k in keys if k in container}
 

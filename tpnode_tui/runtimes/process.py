@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..model import (
-    JOB_KINDS,
     BadRequest,
     Conflict,
     JobNotFound,
@@ -55,6 +54,7 @@ from ..model import (
     RuntimeUnavailable,
     check_run_id,
 )
+from .base import check_cards, check_kind, hold_seconds
 from .jobprocs import JobProcesses, ProcessStat, make_cgroup, process_stat, remove_cgroup
 from .launchsheet import LaunchSheet, write_sheet
 from .statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
@@ -284,13 +284,14 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str,
     """
     program = argv[0]
     who = run_as.user if run_as is not None else "this account"
-    account = {} if run_as is None else {
-        "user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
     try:
         check = subprocess.Popen(
             ["/bin/sh", "-c", _RUNNABLE, "sh", cwd, program, env.get("PATH", os.defpath)],
             env={"PATH": os.defpath}, cwd="/", stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **account,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            user=None if run_as is None else run_as.uid,
+            group=None if run_as is None else run_as.gid,
+            extra_groups=None if run_as is None else list(run_as.groups),
         )
     except OSError as e:
         raise RuntimeUnavailable(f"cannot check the command as {who}: {e.strerror}") from None
@@ -410,18 +411,14 @@ class ProcessRuntime:
     def _sheet(self, spec: JobSpec, gpus: Sequence[int]) -> LaunchSheet:
         """What the supervisor is to run for ``spec`` on ``gpus``, checked as the
         account it will run as; BadRequest or Conflict when it cannot run."""
-        if spec.kind not in JOB_KINDS:
-            raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
+        check_kind(spec)
         if spec.image:
             raise BadRequest(
                 f"job {spec.run_id!r} names image {spec.image!r}, but the process runtime runs "
                 "commands on this machine, not images; use TUNEPLANE_RUNTIME=docker for images"
             )
         if spec.kind == "reservation":
-            if spec.expires_at is None or not math.isfinite(spec.expires_at):
-                raise BadRequest(f"reservation {spec.run_id!r} has no expiry time")
-            if not spec.expires_at > time.time():
-                raise BadRequest(f"reservation {spec.run_id!r} would expire in the past")
+            hold_seconds(spec)
             # No command: the supervisor holds the cards itself, until the
             # expiry its record holds, however often that moves.
             return LaunchSheet(command=(), env=(), cwd="/")
@@ -445,9 +442,7 @@ class ProcessRuntime:
 
     def _create(self, spec: JobSpec, gpus: list[int]) -> JobState:
         name = check_run_id(spec.run_id)
-        indices = all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in gpus)
-        if not indices or len(set(gpus)) != len(gpus):
-            raise BadRequest(f"cards {gpus!r} are not distinct card indices")
+        check_cards(gpus)
         sheet = self._sheet(spec, gpus)
         logs = self.state.dir / "logs"
         log = logs / f"{name}.log"
@@ -708,7 +703,7 @@ class ProcessRuntime:
         with self.state.transaction() as jobs:
             now = jobs.get(record.name)
             same = now is not None and (now.pid, now.pid_start_ticks) == (record.pid, record.pid_start_ticks)
-            if same and now.exit_code is None:
+            if now is not None and same and now.exit_code is None:
                 jobs[record.name] = replace(now, note="; ".join(n for n in (now.note, note) if n))
 
     async def remove(self, name: str) -> None:
