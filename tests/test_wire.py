@@ -62,6 +62,15 @@ def test_the_document_keeps_every_key_status_json_always_had(demo_doc):
             "expires_at", "exit_code", "problems"} <= set(doc["jobs"][0])
 
 
+def test_what_a_client_needs_to_offer_actions_travels_with_the_snapshot(demo_doc):
+    snap = replace(demo_doc, runtime_kind="docker", allow_unverified=True, mem_busy_mib=2048)
+    doc = json.loads(json.dumps(snapshot_to_json(snap)))
+    assert (doc["runtime_kind"], doc["allow_unverified"], doc["mem_busy_mib"]) == ("docker", True, 2048)
+    back = snapshot_from_json(doc)
+    assert (back.runtime_kind, back.allow_unverified, back.mem_busy_mib) == ("docker", True, 2048)
+    assert demo_doc.runtime_kind == "process"
+
+
 @pytest.mark.parametrize("damage, says", [
     (lambda d: d.pop("cards"), "has no 'cards'"),
     (lambda d: d.update(total="8"), "snapshot.total is a string, not a whole number"),
