@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from load_tools import kill_process_jobs
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.demo import start_demo
 from tpnode_tui.model import QueuedLaunch
-from tpnode_tui.tui.app import stop_demo_jobs
 from tpnode_tui.wire import WireError, snapshot_from_json, snapshot_to_json
 
 
@@ -34,8 +34,8 @@ def demo_doc(tmp_path_factory):
                 await allocator.launch(spec)
             snap = await allocator.snapshot()
         finally:
-            await stop_demo_jobs(allocator)
             await allocator.close()
+            kill_process_jobs(demo.state_dir)
             demo.close()
         queued = QueuedLaunch(run_id="later", cards=8, owner="ana", queued_at=snap.taken_at,
                               command=("python", "train.py"), uid=5001, waiting_for="8 cards")
