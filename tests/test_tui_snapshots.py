@@ -261,3 +261,18 @@ class TestLaunches:
                              waiting_for="8 cards, #1 in the queue")
         app = frozen(frozen_snapshot(read_scene(tmp_path), queue=(waiting, later)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
+
+
+def test_a_docker_node_s_launch_form_asks_for_an_image_as_its_snapshot_says(tmp_path):
+    """Not a picture: the form follows the runtime the node reports, not a setting of this process."""
+    snap = frozen_snapshot(read_scene(tmp_path))
+
+    async def form_asks_for_an_image(kind: str) -> bool:
+        app = frozen(replace(snap, runtime_kind=kind), demo=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await first_poll(pilot)
+            await pilot.press("l")
+            return bool(app.screen.query("#image"))
+
+    assert asyncio.run(form_asks_for_an_image("docker")) is True
+    assert asyncio.run(form_asks_for_an_image("process")) is False
