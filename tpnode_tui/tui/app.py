@@ -201,8 +201,9 @@ class NodeDashboard(App[int]):
         self._queued_here: dict[str, float] = {}
         #: of those, the ones gone from the queue: run id -> readings seen by then
         self._leaving: dict[str, int] = {}
-        #: launches cancelled from here (their refusal was said by the cancel) or too late
+        #: launches cancelled from here: the cancel said so, not their refusal
         self._cancelled_here: set[str] = set()
+        #: launches whose cancel came too late: their outcome says they went ahead
         self._too_late: set[str] = set()
         #: what the footer and the detail pane were last given, so that a reading
         #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
