@@ -1,9 +1,10 @@
 """Make the README's screenshots from the real demo: python screenshots/make.py [fleet]
 
-The demo is the product over a simulated probe (real allocator, real local
-processes, real lock), so these pictures show what `tpnode-tui --demo` shows:
-the main screen, triage of a card held from outside the platform, and the
-launch dialog. The fleet view is the real reader over a private redis-server
+The demo is the product over a simulated probe (the node served in-process,
+real allocator, real local processes, real lock), so these pictures show what
+`tpnode-tui --demo` shows: the main screen, triage of a card held from outside
+the platform, and the launch dialog. The header names whoever runs this (as
+the demo does). The fleet view is the real reader over a private redis-server
 (it needs `redis-server`) into which real publishers publish a dozen simulated
 nodes; two of them stop publishing, and two claim one name (``fleet`` makes
 only that one). Each picture is written as an SVG next to this script.
@@ -16,9 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.demo import DEMO_COMMAND, start_demo
-from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
+from tpnode_tui.node.local import LocalNode
+from tpnode_tui.tui.app import NodeDashboard
+from tpnode_tui.tui.demo import DemoScene
 from tpnode_tui.tui.tiles import CardGrid
 
 HERE = Path(__file__).resolve().parent
@@ -38,8 +40,9 @@ async def settle(pilot, app: NodeDashboard, timeout_s: float = 20.0) -> None:
 
 async def main() -> int:
     demo = start_demo()
-    allocator = GpuAllocator.from_settings(demo.settings())
-    app = NodeDashboard(allocator, demo=demo, default_command=DEMO_COMMAND)
+    node = LocalNode.from_settings(demo.settings())
+    scene = DemoScene(demo, node)
+    app = NodeDashboard(node, demo=scene, default_command=DEMO_COMMAND)
     try:
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot, app)
@@ -54,8 +57,8 @@ async def main() -> int:
             app.save_screenshot("launch.svg", str(HERE))
             await pilot.press("escape")
     finally:
-        await stop_demo_jobs(allocator)
-        await allocator.close()
+        await scene.stop_jobs()
+        await node.close()
         demo.close()
     await fleet_picture()
     for name in ("main.svg", "triage.svg", "launch.svg", "fleet.svg"):

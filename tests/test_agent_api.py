@@ -170,6 +170,29 @@ async def test_the_stream_pushes_each_new_reading_as_it_is_made(agent, client):
     assert seen[-1].you.user == "root"
 
 
+async def test_an_agent_stops_at_once_with_streams_open_and_they_hear_it_went_away(agent, client):
+    watching = []
+
+    async def watch():
+        async for view in client.views():
+            watching.append(view)
+
+    stream = asyncio.ensure_future(watch())
+    while not watching:
+        await asyncio.sleep(0.02)
+    started = asyncio.get_running_loop().time()
+    agent.stop.set()
+    await asyncio.wait_for(agent.task, WAIT_S)  # not aiohttp's minute-long wait for the stream
+    assert asyncio.get_running_loop().time() - started < WAIT_S
+    with pytest.raises(AgentUnavailable) as gone:
+        await asyncio.wait_for(stream, WAIT_S)
+    assert str(gone.value).startswith(f"no agent answers at {agent.socket} (it went away mid-stream)")
+    agent.stop = asyncio.Event()
+    await agent.start()  # the same socket, a new agent: the same client reads from it
+    view = await asyncio.wait_for(client.views().__anext__(), WAIT_S)
+    assert view.you.user == "root"
+
+
 async def test_many_clients_at_once_never_share_a_card(agent):
     clients = [AgentNode(agent.socket) for _ in range(50)]
 

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from load_tools import cli, node_env
+from load_tools import cli, kill_process_jobs, node_env
 from services import write_scene
-from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.model import HolderInfo, JobState
+from tpnode_tui.node.local import LocalNode
 from tpnode_tui.printable import printable, printable_lines, printable_view
-from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
+from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens import ConfirmScreen
 
 #: clears the screen, retitles the window, turns what follows red
@@ -159,10 +159,10 @@ def screen_text(app: NodeDashboard) -> str:
 
 async def test_the_dashboard_shows_outside_strings_escaped_and_never_as_markup(hostile_node, squatter):
     scene, state = hostile_node
-    allocator = GpuAllocator.from_settings(
-        load_settings({}, probe=f"simulated:{scene}", runtime="process", state_dir=str(state)))
-    await allocator.reserve(1, 3600, owner=f"{MARKUP}{ESCAPES}", run_id="rsv-1")
-    app = NodeDashboard(allocator, interval=0.2)
+    node = LocalNode.from_settings(
+        load_settings({}, probe=f"simulated:{scene}", runtime="process", state_dir=str(state)), interval=0.2)
+    await node.service.allocator.reserve(1, 3600, owner=f"{MARKUP}{ESCAPES}", run_id="rsv-1")
+    app = NodeDashboard(node)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             while app.snapshot is None:
@@ -186,5 +186,5 @@ async def test_the_dashboard_shows_outside_strings_escaped_and_never_as_markup(h
             assert on_one_screen(asked) and "[@click=app.quit]" in asked, repr(asked)
             assert app.is_running
     finally:
-        await stop_demo_jobs(allocator)
-        await allocator.close()
+        await node.close()
+        kill_process_jobs(state)

@@ -263,14 +263,16 @@ def test_a_lease_lost_mid_allocation_leaves_one_job_and_the_other_reports_no_cap
 
 @pytest.mark.docker
 async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(dockerd, tmp_path):
+    from tpnode_tui.node.local import LocalNode
     from tpnode_tui.tui.app import NodeDashboard
 
     scene = write_scene(tmp_path / "node.json", 8)
     settings = load_settings({}, probe=f"simulated:{scene}", runtime="docker", docker_gpu_mode="none",
                              state_dir=str(tmp_path / "state"))
-    allocator = GpuAllocator.from_settings(settings)
-    await allocator.launch(JobSpec(run_id="survivor", cards=2, image=dockerd.image, command=DOCKER_JOB))
-    app = NodeDashboard(allocator, interval=0.2)
+    node = LocalNode.from_settings(settings, interval=0.2)
+    await node.service.allocator.launch(JobSpec(run_id="survivor", cards=2, image=dockerd.image,
+                                                command=DOCKER_JOB))
+    app = NodeDashboard(node)
 
     def tiles() -> list[str]:
         return [app.query_one(f"#card-{i}").render().plain for i in range(8)]
@@ -301,7 +303,7 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
     finally:
         if dockerd.proc is None:
             await asyncio.to_thread(dockerd.start)
-        await allocator.close()
+        await node.close()
 
 
 @pytest.mark.docker

@@ -1,143 +1,62 @@
 """The dashboard driven from the keyboard, over the real pieces.
 
-Each test runs the app (Textual's pilot) on a real GpuAllocator: the simulated
-probe reading a scene file in tmp_path, the process runtime with real
-processes in a tmp state dir, and the flock lock. What a test asserts is what
-an operator would see: the tile, the table, the banner, the notification.
+Each test runs the app (Textual's pilot) on a node served in the test's
+process, as the dashboard serves one without an agent (tests/tui_tools.py):
+the node's real service and allocator, the simulated probe reading a scene
+file in tmp_path, the process runtime with real processes in a tmp state dir,
+and the flock lock. What a test asserts is what an operator would see: the
+tile, the table, the banner, the notification. The dashboard over an agent,
+and over accounts that are not operators, is in tests/test_tui_agent.py.
 """
 from __future__ import annotations
 
 import asyncio
-import os
+import secrets
 import socket
-import sys
 import time
-from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from services import write_scene
 from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import load_settings
+from tpnode_tui.identity import Caller
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import JobSpec
-from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
-from tpnode_tui.tui.screens import ConfirmScreen, LaunchScreen, ReserveScreen
+from tpnode_tui.node.local import LocalNode
+from tpnode_tui.service import LaunchRequest, ReserveRequest
+from tpnode_tui.tui.app import NodeDashboard
+from tpnode_tui.tui.screens import ConfirmScreen, ExtendScreen, LaunchScreen, ReserveScreen
 from tpnode_tui.tui.tiles import CardGrid
-
-WAIT_S = 15.0
-SIZE = (120, 40)
-
-
-class Dashboard(NodeDashboard):
-    """The real app, remembering what it told the operator."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.said: list[tuple[str, str]] = []
-
-    def notify(self, message, *, title="", severity="information", **kwargs):
-        self.said.append((f"{title}: {message}" if title else str(message), severity))
-        return super().notify(message, title=title, severity=severity, **kwargs)
-
-    def heard(self, text: str) -> bool:
-        return any(text in message for message, _ in self.said)
-
-
-class Node:
-    def __init__(self, root: Path, cards: int, **settings) -> None:
-        self.scene = write_scene(root / "node.json", cards)
-        self.state = root / "state"
-        settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
-                                 state_dir=str(self.state), **settings)
-        self.allocator = GpuAllocator.from_settings(settings)
-
-    def app(self, **kwargs) -> Dashboard:
-        kwargs.setdefault("interval", 0.2)
-        kwargs.setdefault("default_command", ("sleep", "60"))
-        return Dashboard(self.allocator, **kwargs)
-
-    async def launch(self, run_id: str, cards: int, *command: str):
-        return await self.allocator.launch(JobSpec(run_id=run_id, cards=cards,
-                                                   command=command or ("sleep", "60"), owner="tester"))
+from tui_tools import (
+    SIZE,
+    Dashboard,
+    Node,
+    end,
+    fill,
+    header,
+    hold_the_flock,
+    polled,
+    queued,
+    row_cells,
+    row_status,
+    select_row,
+    states,
+    tile_text,
+    until,
+)
 
 
 @pytest.fixture
 async def node(tmp_path):
     n = Node(tmp_path, 4)
     yield n
-    await stop_demo_jobs(n.allocator)  # every job the test started: this state dir is the test's own
-    await n.allocator.close()
+    await n.close()
 
 
 @pytest.fixture
 async def small_node(tmp_path):
     n = Node(tmp_path, 2)
     yield n
-    await stop_demo_jobs(n.allocator)
-    await n.allocator.close()
-
-
-async def until(pilot, condition: Callable[[], object], what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, (
-            f"timed out waiting for {what}; the dashboard said {getattr(pilot.app, 'said', [])}")
-        await pilot.pause(0.05)
-
-
-async def polled(pilot, app: NodeDashboard, n: int = 1) -> None:
-    """Wait for n more successful or failed polls to land."""
-    target = app.polls + n
-    await until(pilot, lambda: app.polls >= target, f"{n} poll(s)")
-
-
-def tile_text(app: NodeDashboard, index: int) -> str:
-    tile = app.query_one(f"#card-{index}")
-    return tile.render().plain
-
-
-def states(app: NodeDashboard) -> list[str]:
-    return [c.state for c in app.snapshot.cards]
-
-
-def row_cells(app: NodeDashboard, run_id: str) -> list[str]:
-    """The jobs-table row of a launch not started yet (queued or under way), as
-    text, each cell's wrapped lines joined back into one."""
-    table = app.query_one("#jobs")
-    key = f"launch:{run_id}"
-    return [" ".join(str(cell).split()) for cell in table.get_row(key)] if key in table.row_keys else []
-
-
-def row_status(app: NodeDashboard, run_id: str) -> str:
-    cells = row_cells(app, run_id)
-    return cells[2] if cells else ""
-
-
-async def select_row(pilot, app: NodeDashboard, key: str) -> None:
-    table = app.query_one("#jobs")
-    table.focus()
-    table.move_cursor(row=table.row_keys.index(key))
-    await pilot.pause()
-
-
-async def hold_the_flock(state_dir: Path) -> asyncio.subprocess.Process:
-    """Another process on the node holding the allocation lock (tests/lock_worker.py)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update(TUNEPLANE_STATE_DIR=str(state_dir))
-    holder = await asyncio.create_subprocess_exec(
-        sys.executable, str(Path(__file__).with_name("lock_worker.py")), "hold",
-        env=env, stdout=asyncio.subprocess.PIPE)
-    line = await asyncio.wait_for(holder.stdout.readline(), WAIT_S)
-    assert line.startswith(b"held "), f"the lock holder said {line!r}"
-    return holder
-
-
-async def end(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
+    await n.close()
 
 
 def closed_port() -> int:
@@ -146,12 +65,8 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-async def fill(pilot, screen, field: str, value: str) -> None:
-    from textual.widgets import Input
-
-    box = screen.query_one(f"#{field}", Input)
-    box.value = value
-    await pilot.pause()
+def request(run_id: str, cards: int = 1) -> LaunchRequest:
+    return LaunchRequest(cards=cards, command=("sleep", "60"), run_id=run_id)
 
 
 # -- launch -----------------------------------------------------------------------
@@ -218,26 +133,27 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         offer = str(app.screen.query_one(".dialog-body").render())
         assert "need 1 card," in offer and "0 free" in offer, offer
         await pilot.press("y")
-        assert "waits-its-turn" in app.queue
-        await polled(pilot, app)
-        assert "launch:waits-its-turn" in app.query_one("#jobs").row_keys
+        await until(pilot, lambda: app.heard("waits-its-turn is queued"), "the launch to be queued")
+        await until(pilot, lambda: "launch:waits-its-turn" in app.query_one("#jobs").row_keys, "its row")
+        assert queued(app) == ["waits-its-turn"] and row_status(app, "waits-its-turn") == "queued #1"
         assert states(app) == ["job", "job"], "a queued launch must not take a held card"
 
         await small_node.allocator.stop("holder")
-        await until(pilot, lambda: "waits-its-turn" not in app.queue, "the queue to place it")
+        await until(pilot, lambda: "waits-its-turn" not in queued(app), "the node's queue to place it")
         await until(pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards),
                     "the placed job on a tile")
-        assert app.heard("waits-its-turn got card ")
+        await until(pilot, lambda: app.heard("Queued launch started: waits-its-turn got card "), "the report")
 
 
 async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(small_node):
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await app._launch(JobSpec(run_id="too-big", cards=3, command=("sleep", "1")))
+        await app._launch(request("too-big", cards=3))
         assert app.heard("too-big needs 3 cards and this node has 2")
         assert not isinstance(app.screen, ConfirmScreen), "a request that never fits must not be queued"
-        assert "too-big" not in app.queue
+        await polled(pilot, app)
+        assert "too-big" not in queued(app)
 
 
 async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
@@ -245,16 +161,14 @@ async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        app._enqueue(JobSpec(run_id="never-mind", cards=1, command=("sleep", "60")))
-        await polled(pilot, app)
+        await app._enqueue(request("never-mind"))
+        await until(pilot, lambda: "launch:never-mind" in app.query_one("#jobs").row_keys, "its row")
         assert app.check_action("cancel_launch", ()) is False, "cancel shows only on a launch's row"
-        table = app.query_one("#jobs")
-        table.focus()
-        table.move_cursor(row=table.row_keys.index("launch:never-mind"))
-        await pilot.pause()
+        await select_row(pilot, app, "launch:never-mind")
         assert app.check_action("cancel_launch", ())
         await pilot.press("c")
-        assert "never-mind" not in app.queue
+        await until(pilot, lambda: app.heard("never-mind is no longer queued"), "the cancel")
+        await until(pilot, lambda: "never-mind" not in queued(app), "the node's queue to drop it")
         await small_node.allocator.stop("holder")
         await polled(pilot, app, 3)
         assert all(j.run_id != "never-mind" for j in app.snapshot.jobs), "a cancelled launch started"
@@ -268,18 +182,20 @@ async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(node):
             await polled(pilot, app)
             header = app.query_one("#header")
             async with other.hold():
-                app._enqueue(JobSpec(run_id="behind-the-lock", cards=1, command=("sleep", "60")))
+                # Agreeing to wait in the queue: with nobody before it in line, it is
+                # tried at once, and waits for the lock.
+                app.run_worker(app._enqueue(request("behind-the-lock")))
                 await until(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
                             "the header to name the wait")
-                assert row_status(app, "behind-the-lock") == "waiting"
-                await polled(pilot, app, 3)  # a poll that waited on the lock would never land
+                await until(pilot, lambda: row_status(app, "behind-the-lock") == "waiting", "a waiting row")
+                await polled(pilot, app, 3)  # a reading that waited on the lock would never land
                 assert "waiting for the allocation lock" in str(header.render())
                 assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
                 assert "launch:behind-the-lock" in app.query_one("#jobs").row_keys
             await until(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
                         "the queued launch once the lock is free")
             await until(pilot, lambda: app.heard("behind-the-lock got card "), "its report")
-            assert "behind-the-lock" not in app.queue
+            assert "behind-the-lock" not in queued(app)
             await until(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
     finally:
         await other.close()
@@ -309,40 +225,44 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
             await select_row(pilot, app, "launch:behind-the-flock")
             assert app.check_action("cancel_launch", ())
             await pilot.press("c")
-            assert app.heard("behind-the-flock is abandoned: it was still waiting for the allocation lock")
+            await until(pilot, lambda: app.heard(
+                "behind-the-flock is abandoned: it was still waiting for the allocation lock"), "the cancel")
             await until(pilot, lambda: not row_cells(app, "behind-the-flock"), "the row to go")
-            assert app.allocator.lock.waiting is None, "the abandoned launch still waits for the lock"
+            assert node.allocator.lock.waiting is None, "the abandoned launch still waits for the lock"
 
             await end(holder)  # the lock is free now: an abandoned launch must not go ahead after all
             await polled(pilot, app, 3)
             assert all(j.run_id != "behind-the-flock" for j in await node.allocator.runtime.ps())
-            assert not app.heard("behind-the-flock got")
+            assert not app.heard("behind-the-flock got") and not app.heard("Launch refused")
             await pilot.press("q")
             assert app.return_code == 0, "quit asked with nothing left to drop"
     finally:
         await end(holder)
 
 
-async def test_a_queued_launch_waiting_for_redis_can_be_abandoned_and_the_next_one_is_tried(tmp_path):
+async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(tmp_path):
     url = f"redis://127.0.0.1:{closed_port()}/0"
     n = Node(tmp_path, 2, redis_url=url)
     app = n.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
-            app._enqueue(JobSpec(run_id="first", cards=1, command=("sleep", "60")))
-            app._enqueue(JobSpec(run_id="second", cards=1, command=("sleep", "60")))
-            await until(pilot, lambda: row_status(app, "first") == "waiting", "the head of the queue to wait")
-            await until(pilot, lambda: "unreachable" in row_cells(app, "first")[-1]
-                        and f"Redis at {url}" in row_cells(app, "first")[-1], "why it waits")
-            assert row_status(app, "second") == "queued #2"
+            app.run_worker(app._launch(request("first")))  # with Redis down, they wait for ever
+            app.run_worker(app._launch(request("second")))
+            for run_id in ("first", "second"):
+                await until(pilot, lambda r=run_id: row_status(app, r) == "waiting", f"{run_id} to wait")
+                await until(pilot, lambda r=run_id: f"Redis at {url} unreachable" in row_cells(app, r)[-1],
+                            f"why {run_id} waits")
             await select_row(pilot, app, "launch:first")
             await pilot.press("c")
-            assert app.heard("first is abandoned: it was still waiting for the allocation lock")
-            await until(pilot, lambda: row_status(app, "second") == "waiting", "the next launch to be tried")
-            assert not row_cells(app, "first") and "first" not in app.queue
+            await until(pilot, lambda: app.heard("first is abandoned: it was still waiting for the allocation lock"),
+                        "the cancel")
+            await until(pilot, lambda: not row_cells(app, "first"), "its row to go")
+            await polled(pilot, app, 2)
+            assert row_status(app, "second") == "waiting", "cancelling one ended another"
+            assert not app.heard("Launch refused")
     finally:
-        await n.allocator.close()
+        await n.close()
 
 
 async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(small_node):
@@ -363,7 +283,9 @@ async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(s
         await until(pilot, lambda: row_status(app, "too-late") == "placing", "the launch to hold the lock")
         await select_row(pilot, app, "launch:too-late")
         await pilot.press("c")
-        assert app.heard("too-late already holds the allocation lock and is being placed: too late to cancel")
+        await until(pilot, lambda: app.heard(
+            "Too late to cancel: too-late already holds the allocation lock and is placing its job: too late "
+            "to cancel"), "the node's answer")
         gate.set()
         await until(pilot, lambda: app.heard("too-late was cancelled while its launch was under way, and it "
                                              "got card 0 anyway"), "the too-late notice")
@@ -377,7 +299,8 @@ async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         for run_id in ("first-in-line", "second-in-line"):
-            app._enqueue(JobSpec(run_id=run_id, cards=1, command=("sleep", "60")))
+            await app._enqueue(request(run_id))
+        await until(pilot, lambda: queued(app) == ["first-in-line", "second-in-line"], "both in the queue")
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
         body = str(app.screen.query_one(".dialog-body").render())
@@ -386,7 +309,9 @@ async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
         await pilot.press("ctrl+q")  # asked again while asking: still one question
         assert len(app.screen_stack) == 2
         await pilot.press("n")
-        assert app.return_code is None and len(app.queue) == 2, "declining must not quit"
+        assert app.return_code is None, "declining must not quit"
+        await polled(pilot, app)
+        assert queued(app) == ["first-in-line", "second-in-line"], "declining dropped a launch"
         await pilot.press("q", "y")
         assert app.return_code == 0
 
@@ -413,16 +338,52 @@ async def test_reserve_from_the_form_holds_a_card_for_its_owner(node):
         await pilot.press("enter")
         assert app.screen is screen
         assert "a reservation always ends" in str(screen.query_one("#duration-error").render())
+        assert screen.query_one("#owner").value == "root", "the owner proposed is who asks"
+        guest = f"guest{secrets.token_hex(3)}"  # a person with no account here (an operator may name one)
         await fill(pilot, screen, "duration", "30m")
-        await fill(pilot, screen, "owner", "alice")
-        await fill(pilot, screen, "run-id", "rsv-for-alice")
+        await fill(pilot, screen, "owner", guest)
+        await fill(pilot, screen, "run-id", "rsv-for-guest")
         await pilot.press("enter")
         await until(pilot, lambda: app.snapshot and states(app)[0] == "reservation", "the reservation")
         text = tile_text(app, 0)
-        assert "RESERVED" in text and "rsv-for-alice (alice)" in text and "ends in" in text
+        assert "RESERVED" in text and "rsv-for-guest" in text and "ends in" in text
         [job] = app.snapshot.jobs
-        assert job.kind == "reservation" and job.owner == "alice"
+        assert job.kind == "reservation" and job.owner == guest
         assert 29 * 60 < job.expires_at - time.time() <= 30 * 60
+        assert app.heard(f"Reserved for {guest}: rsv-for-guest got card 0.")
+
+
+async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_longer(node):
+    launched = await node.local.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv-short"))
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        assert app.check_action("extend", ())
+        await pilot.press("plus")
+        screen = app.screen
+        assert isinstance(screen, ExtendScreen)
+        await fill(pilot, screen, "duration", "a while")
+        await pilot.press("enter")
+        assert app.screen is screen and str(screen.query_one("#duration-error").render())
+        await fill(pilot, screen, "duration", "30m")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.heard("Extended: rsv-short holds card 0 until"), "the extension")
+        await until(pilot, lambda: app.snapshot.jobs[0].expires_at > launched.job.expires_at + 1700,
+                    "the new expiry in a reading")
+        await pilot.press("right")
+        assert app.check_action("extend", ()) is False, "extend is offered on a reservation only"
+
+
+async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(node):
+    await node.launch("two-cards", 2)
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        detail = str(app.query_one("#detail-text").render())
+        assert "env     export CUDA_VISIBLE_DEVICES=0,1" in detail, detail
+        assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID" in detail
+        await pilot.press("right", "right")
+        assert "export" not in str(app.query_one("#detail-text").render()), "a free card has no exports"
 
 
 # -- stop and reclaim -------------------------------------------------------------------
@@ -460,8 +421,8 @@ async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
         assert "On the selected card 0: on-card-zero" in str(app.screen.query_one(".dialog-body").render())
         await pilot.press("n")
 
-        app._enqueue(JobSpec(run_id="still-waiting", cards=4, command=("sleep", "60")))
-        await polled(pilot, app)
+        await app._enqueue(request("still-waiting", cards=4))
+        await until(pilot, lambda: "launch:still-waiting" in app.query_one("#jobs").row_keys, "its row")
         table = app.query_one("#jobs")
         table.focus()
         table.move_cursor(row=table.row_keys.index("job:on-card-zero"))
@@ -519,7 +480,7 @@ async def test_readonly_hides_and_refuses_every_action(node):
     app = node.app(readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        for action in ("launch", "reserve", "stop", "reclaim", "cancel_launch"):
+        for action in ("launch", "reserve", "extend", "stop", "reclaim", "cancel_launch"):
             assert app.check_action(action, ()) is False, action
         assert "READ-ONLY" in str(app.query_one("#header").render())
         footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
@@ -635,8 +596,7 @@ async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_tabl
             assert "cards 0-3" in str(app.screen.query_one(".dialog-body").render())
             await pilot.press("n")
     finally:
-        await stop_demo_jobs(n.allocator)
-        await n.allocator.close()
+        await n.close()
 
 
 async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node):
@@ -709,7 +669,7 @@ async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path)
             text = str(panel.render())
             assert problem in text and "tpnode-tui --demo" in text and "--gpu-count" in text
     finally:
-        await n.allocator.close()
+        await n.close()
 
 
 async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it(node, tmp_path):
@@ -721,8 +681,7 @@ async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it
             header = app.query_one("#header")
             async with other.lock.hold():
                 await until(pilot, lambda: "held by pid" in str(header.render()), "the lock holder")
-                app.run_worker(app._launch(JobSpec(run_id="behind-the-lock", cards=1,
-                                                   command=("sleep", "60"))))
+                app.run_worker(app._launch(request("behind-the-lock")))
                 await until(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
                             "the waiting line")
                 await polled(pilot, app, 2)  # the waiting launch holds back no poll
@@ -748,38 +707,11 @@ async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(node):
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 4)
-        polls = app.polls
-    assert polls >= 4 and calls <= polls + 1, f"{calls} lock inspections in {polls} polls"
+        readings = app.readings
+    assert readings >= 4 and calls <= readings + 1, f"{calls} lock inspections in {readings} readings"
 
 
-# -- polling ---------------------------------------------------------------------------
-
-
-async def test_polls_never_overlap_even_when_slow_and_asked_for_again(node):
-    real = node.allocator.snapshot
-    running = 0
-    most = 0
-
-    async def slow_snapshot():
-        nonlocal running, most
-        running += 1
-        most = max(most, running)
-        try:
-            await asyncio.sleep(0.3)
-            return await real()
-        finally:
-            running -= 1
-
-    node.allocator.snapshot = slow_snapshot
-    app = node.app()
-    async with app.run_test(size=SIZE) as pilot:
-        await polled(pilot, app)
-        for _ in range(5):
-            app.poll_now()  # what every action does when it finishes
-            await pilot.press("right")  # and input is still handled meanwhile
-        await polled(pilot, app, 3)
-        assert most == 1
-        assert app.query_one(CardGrid).selected == 3
+# -- readings ---------------------------------------------------------------------------
 
 
 async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes(node):
@@ -796,17 +728,18 @@ async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes
         assert app.query_one("#blind-banner").has_class("-shown")
 
 
-async def test_pause_stops_polling_until_resumed(node):
+async def test_pause_holds_the_picture_still_until_resumed(node):
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("p")
-        await pilot.pause(0.1)  # a poll already in flight may still land
-        frozen = app.polls
+        await pilot.pause(0.1)  # a reading already on its way may still land
+        frozen = app.readings
         await node.launch("while-paused", 1)
         await pilot.pause(0.8)
-        assert app.polls == frozen and app.snapshot.jobs == ()
-        assert "PAUSED" in str(app.query_one("#header").render())
+        assert app.readings == frozen and app.snapshot.jobs == ()
+        assert "PAUSED" in header(app)
+        assert node.local.service.subscribers == 0, "a paused dashboard still follows the readings"
         await pilot.press("p")
         await until(pilot, lambda: any(j.run_id == "while-paused" for j in app.snapshot.jobs), "resume")
 
@@ -822,3 +755,70 @@ async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(node):
         assert grid.columns == 2
         await pilot.press("down")
         assert grid.selected == 2, "down moves by one row of the current width"
+
+
+# -- who is asking -----------------------------------------------------------------------
+
+
+async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_process(node):
+    app = node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        you = app.you
+        assert (you.user, you.uid, you.operator) == ("root", 0, True)  # the kernel's answer for this process
+        lines = header(app).splitlines()
+        assert lines[1].strip() == "root · operator │ served in-process (no agent)", lines
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert "root · operator" in header(app), "a short terminal drops who you are"
+
+
+async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hears_the_node_s_rule(node):
+    """The node's service and rules are real; only the caller is named by hand,
+    as no other account can run inside this test (real accounts against a real
+    agent are in tests/test_tui_agent.py)."""
+    await node.launch("someone-elses", 1)  # owner "tester"
+    bob = Caller(uid=61234, gid=61234, user="bob")
+    as_bob = LocalNode(node.local.service, bob)
+    app = Dashboard(as_bob, default_command=("sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        assert "bob │ served in-process" in header(app) and "operator" not in header(app).splitlines()[1]
+        assert states(app)[0] == "job" and app.query_one(CardGrid).selected == 0
+        assert app.check_action("stop", ()) is False, "s offered on someone else's job"
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert "stop" not in footer_keys and "launch" in footer_keys
+
+        app.action_stop()  # as if offered anyway: the node decides, and says why not
+        await pilot.press("y")
+        await until(pilot, lambda: app.heard("Not allowed to stop someone-elses: card 0 is held by "
+                                             "someone-elses of tester; only tester or an operator"),
+                    "the node's refusal")
+        assert states(app)[0] == "job"
+
+        await pilot.press("v")
+        screen = app.screen
+        assert screen.query_one("#owner").value == "bob"
+        await fill(pilot, screen, "owner", "alice")
+        await pilot.press("enter")
+        assert app.screen is screen
+        assert "only an operator may reserve for someone else" in str(screen.query_one("#owner-error").render())
+        await pilot.press("escape")
+
+
+async def test_a_queued_launch_the_node_drops_is_said_with_the_node_s_reason(small_node, tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\nsleep 60\n")
+    script.chmod(0o755)
+    await small_node.launch("holder", 2)
+    app = small_node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await app._enqueue(LaunchRequest(cards=1, command=(str(script),), run_id="goes-missing"))
+        await until(pilot, lambda: "goes-missing" in queued(app), "it to be queued")
+        script.unlink()  # by the time there is room, its command is gone
+        await small_node.allocator.stop("holder")
+        await until(pilot, lambda: app.heard("Queued launch dropped: queued launch goes-missing left the queue: "),
+                    "the reason, from the node's log")
+        assert str(script) in next(m for m, _ in app.said if "goes-missing left the queue" in m)
+        assert "goes-missing" not in queued(app)

@@ -5,10 +5,11 @@ import time
 
 import pytest
 
-from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.cli import main
 from tpnode_tui.demo import DEMO_COMMAND, start_demo
-from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
+from tpnode_tui.node.local import LocalNode
+from tpnode_tui.tui.app import NodeDashboard
+from tpnode_tui.tui.demo import DemoScene
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.screens import ConfirmScreen
 from tpnode_tui.tui.tiles import CardGrid
@@ -19,11 +20,12 @@ WAIT_S = 15.0
 @pytest.fixture
 async def demo_app(tmp_path):
     demo = start_demo(tmp_path / "demo")
-    allocator = GpuAllocator.from_settings(demo.settings())
-    app = NodeDashboard(allocator, demo=demo, interval=0.2, default_command=DEMO_COMMAND)
+    node = LocalNode.from_settings(demo.settings(), interval=0.2)
+    scene = DemoScene(demo, node)
+    app = NodeDashboard(node, demo=scene, default_command=DEMO_COMMAND)
     yield app
-    await stop_demo_jobs(allocator)
-    await allocator.close()
+    await scene.stop_jobs()
+    await node.close()
     demo.close()
 
 
@@ -41,6 +43,10 @@ def opened(app: NodeDashboard) -> bool:
 
 def card(app: NodeDashboard, index: int):
     return app.snapshot.cards[index]
+
+
+def queued(app: NodeDashboard) -> list[str]:
+    return [q.run_id for q in app.snapshot.queue]
 
 
 async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
@@ -117,10 +123,10 @@ async def test_while_probe_blind_a_launch_can_be_queued_and_starts_once_the_prob
         assert "cannot be probed" in offer and "TUNEPLANE_ALLOW_UNVERIFIED=true" in offer, offer
         assert "starts by itself once the probe works again and 1 card can be checked free" in offer, offer
         await pilot.press("y")
-        assert "after-the-probe" in app.queue
-        polls = app.polls
-        await until(pilot, lambda: app.polls >= polls + 3, "three polls while blind")
-        assert "after-the-probe" in app.queue, "a queued launch left the queue while the node was blind"
+        await until(pilot, lambda: queued(app) == ["after-the-probe"], "the launch in the node's queue")
+        readings = app.readings
+        await until(pilot, lambda: app.readings >= readings + 3, "three readings while blind")
+        assert queued(app) == ["after-the-probe"], "a queued launch left the queue while the node was blind"
         assert all(j.run_id != "after-the-probe" for j in app.snapshot.jobs), "started on unverified cards"
 
         await pilot.press("b")

@@ -14,26 +14,20 @@ import pytest
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
-from services import write_scene
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import load_settings
 from tpnode_tui.model import JobSpec
-from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
+from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.tiles import CardTile
+from tui_tools import Node
 
 WAIT_S = 15.0
 SIZE = (120, 40)
 
 
 @pytest.fixture
-async def allocator(tmp_path: Path):
-    scene = write_scene(tmp_path / "node.json", 4)
-    settings = load_settings({}, probe=f"simulated:{scene}", runtime="process",
-                             state_dir=str(tmp_path / "state"))
-    alloc = GpuAllocator.from_settings(settings)
-    yield alloc
-    await stop_demo_jobs(alloc)  # every job the test started: this state dir is the test's own
-    await alloc.close()
+async def node(tmp_path: Path):
+    n = Node(tmp_path, 4)
+    yield n
+    await n.close()
 
 
 async def until(pilot, condition, what: str) -> None:
@@ -44,8 +38,8 @@ async def until(pilot, condition, what: str) -> None:
 
 
 async def polls(pilot, app: NodeDashboard, n: int) -> None:
-    target = app.polls + n
-    await until(pilot, lambda: app.polls >= target, f"{n} polls")
+    target = app.readings + n
+    await until(pilot, lambda: app.readings >= target, f"{n} readings")
     await pilot.pause()
 
 
@@ -53,7 +47,7 @@ def footer_actions(app: NodeDashboard) -> set[str]:
     return {key.action for key in app.query(FooterKey)}
 
 
-async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(allocator, monkeypatch):
+async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(node, monkeypatch):
     rebuilt: list[object] = []
     painted: list[int] = []
     recompose, render = Footer.recompose, CardTile.render
@@ -68,7 +62,7 @@ async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(a
 
     monkeypatch.setattr(Footer, "recompose", counting_recompose)
     monkeypatch.setattr(CardTile, "render", counting_render)
-    app = NodeDashboard(allocator, interval=0.2)
+    app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polls(pilot, app, 2)
         assert painted, "the tiles were drawn at least once"
@@ -79,13 +73,13 @@ async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(a
         assert painted == [], "an idle poll repainted tiles whose text had not changed"
 
 
-async def test_a_job_that_appears_between_polls_reaches_the_tile_and_the_footer(allocator):
-    app = NodeDashboard(allocator, interval=0.2)
+async def test_a_job_that_appears_between_polls_reaches_the_tile_and_the_footer(node):
+    app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polls(pilot, app, 2)
         assert "stop" not in footer_actions(app), "nothing to stop on a free card"
         assert "launch" in footer_actions(app)
-        await allocator.launch(JobSpec(run_id="appears", cards=1, command=("sleep", "60"), owner="tester"))
+        await node.allocator.launch(JobSpec(run_id="appears", cards=1, command=("sleep", "60"), owner="tester"))
         await until(pilot, lambda: "stop" in footer_actions(app), "the footer to offer Stop")
         tile = app.query_one("#card-0", CardTile)
         assert "appears" in tile.render().plain

@@ -3,9 +3,10 @@
 The picture must be the same on every machine and every run, so the node is
 frozen: the demo's own scene read by the real simulated probe, with fixed
 pids, jobs and times, turned into a snapshot by the real occupancy rules. The
-only stand-in is the allocator that hands that snapshot to the app. The clock
-and the time zone are fixed too. Update with --snapshot-update and look at
-the result before committing it.
+node the app talks to hands out readings of that snapshot through the same
+port as every node (views), and who asks is fixed too; the clock and the time
+zone are fixed. Update with --snapshot-update and look at the result before
+committing it.
 """
 from __future__ import annotations
 
@@ -13,22 +14,27 @@ import asyncio
 import json
 import time
 from dataclasses import replace
-from types import SimpleNamespace
-from typing import Optional
+from pathlib import Path
+from typing import AsyncIterator, Optional
 
 import pytest
 
-from tpnode_tui.config import Settings
 from tpnode_tui.demo import scene as demo_scene
-from tpnode_tui.model import HolderInfo, JobSpec, JobState, NodeSnapshot, ProbeReading, RuntimeUnavailable
+from tpnode_tui.model import HolderInfo, JobState, NodeSnapshot, ProbeReading, QueuedLaunch
+from tpnode_tui.node.base import NodeView
+from tpnode_tui.node.remote import AgentNode, AgentUnavailable
 from tpnode_tui.occupancy import card_views, compute_occupancy
 from tpnode_tui.probes.simulated import SimulatedProbe
+from tpnode_tui.service import Reading, You
 from tpnode_tui.tui.app import NodeDashboard
 
 SIZE = (120, 40)
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
 SQUATTER, UNSEEN = 4242, 3999999
 COMMAND = ("python", "train.py", "--config", "llama-8b.yaml")
+STATE_FILE_BROKEN = ("cannot read the state file /var/lib/tpnode-tui/jobs.json: it is not valid JSON; "
+                     "fix or move it")
+OPERATOR = You(user="ana", uid=1001, operator=True, cards_held=0, card_limit=None)
 
 JOBS = (
     JobState(name="demo-train-llama", run_id="demo-train-llama", gpus=(0, 1), status="running",
@@ -58,7 +64,7 @@ def read_scene(tmp_path, *, blind: bool = False, fail: str = "") -> ProbeReading
     return reading
 
 
-def frozen_snapshot(reading: ProbeReading, jobs=JOBS) -> NodeSnapshot:
+def frozen_snapshot(reading: ProbeReading, jobs=JOBS, queue: tuple[QueuedLaunch, ...] = ()) -> NodeSnapshot:
     total = reading.count or 0
     occ = compute_occupancy(total, jobs, reading, mem_busy_mib=512)
     return NodeSnapshot(
@@ -70,34 +76,50 @@ def frozen_snapshot(reading: ProbeReading, jobs=JOBS) -> NodeSnapshot:
         probe=reading,
         series="nvidia h200",
         runtime="processes recorded in /var/lib/tpnode-tui/jobs.json",
+        runtime_kind="process",
         lock="flock /var/lib/tpnode-tui/alloc.lock",
         explain=occ.explain(),
+        queue=queue,
     )
 
 
 class FrozenNode:
-    """Hands the app a fixed snapshot; after ``fail_after`` polls it raises, as a lost runtime does.
+    """A node that hands out prepared readings through the Node port, one per
+    ``views()`` step, then keeps the last; ``gone`` makes it an agent that
+    stops answering after them."""
 
-    With ``waiting``, another process holds the allocation lock: a launch waits for it forever."""
+    via = "local"
 
-    def __init__(self, snap: NodeSnapshot, fail_after: Optional[int] = None,
-                 waiting: Optional[str] = None) -> None:
-        self.snap = snap
-        self.fail_after = fail_after
-        self.calls = 0
-        self.lock = SimpleNamespace(waiting=waiting, locked=lambda: False)
-        self.runtime = SimpleNamespace(name="process")
-        self.settings = Settings()
+    def __init__(self, *readings: Reading, you: You = OPERATOR, gone: Optional[str] = None) -> None:
+        self.readings = readings
+        self.you = you
+        self.gone = gone
 
-    async def snapshot(self) -> NodeSnapshot:
-        self.calls += 1
-        if self.fail_after is not None and self.calls > self.fail_after:
-            raise RuntimeUnavailable("cannot read the state file /var/lib/tpnode-tui/jobs.json: "
-                                     "it is not valid JSON; fix or move it")
-        return self.snap
-
-    async def launch(self, spec: JobSpec, locked=None):
+    async def views(self) -> AsyncIterator[NodeView]:
+        for reading in self.readings:
+            yield NodeView(reading, self.you)
+        if self.gone is not None:
+            raise AgentUnavailable(self.gone)
         await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        pass
+
+
+class FrozenAgent(AgentNode, FrozenNode):
+    """The same, as if served by an agent at the usual socket."""
+
+    via = "agent"
+
+    def __init__(self, *readings: Reading, you: You = OPERATOR, gone: Optional[str] = None) -> None:
+        AgentNode.__init__(self, Path("/run/tpnode-tui/agent.sock"))
+        FrozenNode.__init__(self, *readings, you=you, gone=gone)
+
+    views = FrozenNode.views
+
+
+def good(snap: NodeSnapshot, seq: int = 1) -> Reading:
+    return Reading(seq=seq, snapshot=snap)
 
 
 @pytest.fixture(autouse=True)
@@ -105,78 +127,107 @@ def fixed_world(monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     monkeypatch.setattr("tpnode_tui.tui.app.new_run_id", lambda prefix="run": f"{prefix}-1130-120000-a1b2")
-    monkeypatch.setattr("tpnode_tui.tui.app.default_owner", lambda: "operator")
     yield
     monkeypatch.undo()
     time.tzset()
 
 
-def dashboard(snap: NodeSnapshot, *, demo: bool = True, fail_after: Optional[int] = None,
-              waiting: Optional[str] = None) -> NodeDashboard:
+class NoDemo:
+    """A demo with nothing to open: only the demo keys show."""
+
+    async def open(self):
+        return []
+
+
+def dashboard(node, *, demo: bool = True) -> NodeDashboard:
     return NodeDashboard(
-        FrozenNode(snap, fail_after, waiting),
-        # a demo with nothing to open: only the demo keys show
-        demo=SimpleNamespace(opening_jobs=lambda: []) if demo else None,
-        interval=60,
+        node,
+        demo=NoDemo() if demo else None,
         default_command=("python", "train.py"),
         clock=lambda: T + 0.5,
+        reconnect_s=(3600, 3600),
     )
 
 
+def frozen(snap: NodeSnapshot, **kwargs) -> NodeDashboard:
+    return dashboard(FrozenNode(good(snap)), **kwargs)
+
+
 async def first_poll(pilot) -> None:
-    while pilot.app.polls < 1:
+    while pilot.app.readings < 1 and pilot.app.stale_since is None:
         await pilot.pause(0.02)
 
 
-def polls(n: int):
+def readings(n: int):
     async def wait(pilot) -> None:
-        await first_poll(pilot)
-        while pilot.app.polls < n:
-            pilot.app.poll_now()
+        while pilot.app.readings < n:
             await pilot.pause(0.02)
+        await pilot.pause(0.05)
     return wait
 
 
 class TestMainScreen:
     def test_every_state_at_once(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 
     def test_triage_an_external_card(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["right", "right"])
 
     def test_narrow_terminal_has_two_columns(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=(70, 40), run_before=first_poll)
 
     def test_80x24_keeps_the_jobs_table_on_screen(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=(80, 24), run_before=first_poll)
+
+
+class TestWho:
+    def test_someone_who_is_not_an_operator_through_the_agent(self, snap_compare, tmp_path):
+        """bob holds one card of his two; the job on card 0 is not his, so no Stop."""
+        bob = You(user="bob", uid=1002, operator=False, cards_held=1, card_limit=2)
+        app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path))), you=bob), demo=False)
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 
 
 class TestCannotSee:
     def test_probe_blind(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path, blind=True)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path, blind=True)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 
     def test_stale_after_a_failed_poll(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)), fail_after=1)
-        assert snap_compare(app, terminal_size=SIZE, run_before=polls(2))
+        snap = frozen_snapshot(read_scene(tmp_path))
+        failed = Reading(seq=2, snapshot=snap, error=STATE_FILE_BROKEN, stale_since=T)
+        app = dashboard(FrozenNode(good(snap), failed))
+        assert snap_compare(app, terminal_size=SIZE, run_before=readings(2))
+
+    def test_the_agent_stopped_answering(self, snap_compare, tmp_path):
+        gone = ("no agent answers at /run/tpnode-tui/agent.sock (it went away mid-stream); start it "
+                "(systemctl start tpnode-tui-agent) or ask the node's operator")
+        app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path))), gone=gone), demo=False)
+
+        async def gone_away(pilot) -> None:
+            while pilot.app.stale_since is None:
+                await pilot.pause(0.02)
+            await pilot.pause(0.05)
+
+        assert snap_compare(app, terminal_size=SIZE, run_before=gone_away)
 
     def test_nothing_read_yet(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)), fail_after=0)
+        app = dashboard(FrozenNode(Reading(seq=1, snapshot=None, error=STATE_FILE_BROKEN, stale_since=T)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 
     def test_no_driver(self, snap_compare, tmp_path):
         reading = read_scene(tmp_path, fail="NVML: library not found; nvidia-smi: not found on PATH")
-        app = dashboard(frozen_snapshot(reading, jobs=()), demo=False)
+        app = frozen(frozen_snapshot(reading, jobs=()), demo=False)
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 
 
 class TestDialogs:
     def test_launch(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["l"])
 
     def test_launch_refuses_inline(self, snap_compare, tmp_path):
@@ -187,26 +238,41 @@ class TestDialogs:
             pilot.app.screen.query_one("#command").value = "python train.py 'oops"
             await pilot.press("enter")
 
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=SIZE, run_before=mistype)
 
     def test_reserve(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["v"])
 
     def test_help(self, snap_compare, tmp_path):
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)))
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["question_mark"])
 
 
 class TestLaunches:
-    def test_a_launch_waiting_for_the_lock_says_for_what(self, snap_compare, tmp_path):
-        async def launch_behind_the_lock(pilot) -> None:
-            await first_poll(pilot)
-            pilot.app._launch_chosen(JobSpec(run_id="run-1130-120000-a1b2", cards=2, command=COMMAND,
-                                             owner="operator"))
-            await polls(2)(pilot)
+    def test_launches_waiting_for_the_lock_and_queued_say_for_what(self, snap_compare, tmp_path):
+        waiting = QueuedLaunch(
+            run_id="run-1130-120000-a1b2", cards=2, owner="ana", queued_at=T - 3, command=COMMAND, uid=1001,
+            state="waiting", waiting_for=("waiting for the allocation lock /var/lib/tpnode-tui/alloc.lock "
+                                          "(held by pid 73121 (tpnode-tui))"))
+        later = QueuedLaunch(run_id="big-eval", cards=8, owner="bob", queued_at=T - 95,
+                             command=("python", "eval.py", "--all"), uid=1002, state="queued",
+                             waiting_for="8 cards, #1 in the queue")
+        app = frozen(frozen_snapshot(read_scene(tmp_path), queue=(waiting, later)))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 
-        app = dashboard(frozen_snapshot(read_scene(tmp_path)), waiting=(
-            "waiting for the allocation lock /var/lib/tpnode-tui/alloc.lock (held by pid 73121 (tpnode-tui))"))
-        assert snap_compare(app, terminal_size=SIZE, run_before=launch_behind_the_lock)
+
+def test_a_docker_node_s_launch_form_asks_for_an_image_as_its_snapshot_says(tmp_path):
+    """Not a picture: the form follows the runtime the node reports, not a setting of this process."""
+    snap = frozen_snapshot(read_scene(tmp_path))
+
+    async def form_asks_for_an_image(kind: str) -> bool:
+        app = frozen(replace(snap, runtime_kind=kind), demo=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await first_poll(pilot)
+            await pilot.press("l")
+            return bool(app.screen.query("#image"))
+
+    assert asyncio.run(form_asks_for_an_image("docker")) is True
+    assert asyncio.run(form_asks_for_an_image("process")) is False

@@ -103,14 +103,30 @@ def test_grid_columns_follow_the_terminal_width():
     assert [grid_columns(w) for w in (200, 120, 80, 60, 40)] == [4, 4, 2, 2, 1]
 
 
-def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():
+def help_words(**kwargs) -> str:
     console = Console(width=100, file=io.StringIO(), record=True)
-    console.print(help_text(demo=True, readonly=False))
-    text = " ".join(console.export_text().split())
+    console.print(help_text(**kwargs))
+    return " ".join(console.export_text().split())
+
+
+def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():
+    text = help_words(demo=True, readonly=False)
     assert "Launches wait until the probe works again (one queued with l then starts by itself)" in text
     assert "TUNEPLANE_ALLOW_UNVERIFIED=true" in text
-    assert "Launches not started yet, queued or waiting for the lock, are dropped: it asks first" in text
     assert "one waiting for the allocation lock is abandoned" in text
+
+
+def test_the_help_says_whether_quitting_drops_launches_by_where_the_node_is_served():
+    here = help_words(demo=False, readonly=False, agent=False)
+    assert ("its launches not started yet, queued or waiting for the lock, are dropped: it asks first, "
+            "naming them") in here
+    agent = help_words(demo=False, readonly=False, agent=True)
+    assert ("The node's agent keeps the queue: queued launches start without this dashboard, so quitting "
+            "does not ask") in agent
+    assert "are dropped: it asks first" not in agent
+    for text in (here, agent):
+        assert "+ extend the selected reservation" in text
+        assert "an operator may act on anyone's" in text and "the exports (env) that point CUDA" in text
 
 
 # -- lists of cards ------------------------------------------------------------------

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from load_tools import kill_process_jobs
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.demo import start_demo
 from tpnode_tui.model import QueuedLaunch
-from tpnode_tui.tui.app import stop_demo_jobs
 from tpnode_tui.wire import WireError, snapshot_from_json, snapshot_to_json
 
 
@@ -34,8 +34,8 @@ def demo_doc(tmp_path_factory):
                 await allocator.launch(spec)
             snap = await allocator.snapshot()
         finally:
-            await stop_demo_jobs(allocator)
             await allocator.close()
+            kill_process_jobs(demo.state_dir)
             demo.close()
         queued = QueuedLaunch(run_id="later", cards=8, owner="ana", queued_at=snap.taken_at,
                               command=("python", "train.py"), uid=5001, waiting_for="8 cards")
@@ -60,6 +60,15 @@ def test_the_document_keeps_every_key_status_json_always_had(demo_doc):
             "memory_total_mib", "utilization_pct", "temperature_c", "power_w"} <= set(doc["cards"][0])
     assert {"run_id", "name", "status", "gpus", "kind", "owner", "image", "command", "started_at",
             "expires_at", "exit_code", "problems"} <= set(doc["jobs"][0])
+
+
+def test_what_a_client_needs_to_offer_actions_travels_with_the_snapshot(demo_doc):
+    snap = replace(demo_doc, runtime_kind="docker", allow_unverified=True, mem_busy_mib=2048)
+    doc = json.loads(json.dumps(snapshot_to_json(snap)))
+    assert (doc["runtime_kind"], doc["allow_unverified"], doc["mem_busy_mib"]) == ("docker", True, 2048)
+    back = snapshot_from_json(doc)
+    assert (back.runtime_kind, back.allow_unverified, back.mem_busy_mib) == ("docker", True, 2048)
+    assert demo_doc.runtime_kind == "process"
 
 
 @pytest.mark.parametrize("damage, says", [

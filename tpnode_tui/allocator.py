@@ -207,6 +207,9 @@ class GpuAllocator:
             probe=reading,
             series=self._series,
             runtime=self.runtime.describe(),
+            runtime_kind=self.runtime.name,
+            allow_unverified=self.settings.allow_unverified,
+            mem_busy_mib=self.settings.mem_busy_mib,
             lock=self.lock.description,
             lock_state=lock_state,
             explain=occ.explain(),
@@ -265,7 +268,6 @@ class GpuAllocator:
             return gpus, await run(gpus)
 
     async def launch(self, spec: JobSpec, *, hold_for_s: Optional[float] = None,
-                     locked: Optional[Callable[[], None]] = None,
                      admit: Optional[Callable[[list[JobState]], None]] = None) -> Launched:
         """Place and start a job: pick and create under the lock, start after it.
 
@@ -275,12 +277,12 @@ class GpuAllocator:
         record would be overwritten).
         ``hold_for_s`` sets the expiry from the moment the cards are picked, so
         time spent waiting for the lock does not shorten a reservation.
-        ``locked`` is called as soon as the lock is held: until then the launch
-        has done nothing and cancelling it abandons it; from then on it picks
-        cards and creates its job, and should be left to finish.
         ``admit(jobs)`` is called under the lock with the jobs just read, before
         any card is picked: a rule that counts what people hold (a quota) is
-        only sound there, and raising refuses the launch.
+        only sound there, and raising refuses the launch. Being called also
+        says the launch is past the point of cancelling: until then it has
+        picked nothing and cancelling it abandons it; from then on it picks
+        cards and creates its job, and should be left to finish.
         """
         check_run_id(spec.run_id)
         if spec.cards <= 0:
@@ -289,8 +291,6 @@ class GpuAllocator:
         # of theirs, which a hung home directory could keep for seconds.
         await asyncio.to_thread(self.runtime.check, spec)
         async with self.lock.hold() as hold:
-            if locked is not None:
-                locked()
             occ, _reading, jobs = await self._read()
             if admit is not None:
                 admit(jobs)
@@ -376,8 +376,7 @@ class GpuAllocator:
                 log.warning("while withdrawing %s: %s", job.name, e)
 
     async def reserve(self, cards: int, duration_s: float, owner: str = "",
-                      run_id: Optional[str] = None,
-                      locked: Optional[Callable[[], None]] = None) -> Launched:
+                      run_id: Optional[str] = None) -> Launched:
         """Hold cards for a person until a time: a job whose workload only waits.
 
         It lives where every job lives, so it needs no sweeper: when its sleep
@@ -392,7 +391,7 @@ class GpuAllocator:
             owner=owner or default_owner(),
             expires_at=time.time() + duration_s,
         )
-        return await self.launch(spec, hold_for_s=duration_s, locked=locked)
+        return await self.launch(spec, hold_for_s=duration_s)
 
     async def extend(self, run_id: str, duration_s: float) -> JobState:
         """Hold a live reservation ``duration_s`` longer than it would have.

@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import os
-import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -42,7 +41,6 @@ from .model import (
     EXIT_OK,
     EXIT_USAGE,
     BadRequest,
-    JobNotFound,
     Launched,
     LockWaitTimeout,
     NodeSnapshot,
@@ -56,7 +54,7 @@ from .node.choose import AnyNode, open_node
 from .node.local import LocalNode
 from .node.remote import AgentNode
 from .printable import PrintableStream, printable, printable_view
-from .render import card_summary, cards_words, format_duration, format_mib
+from .render import card_summary, cards_words, env_lines, format_duration, format_mib
 from .runtimes import choose_runtime
 from .service import LaunchRequest, ReserveRequest
 from .wire import job_to_json, launched_to_json, queued_to_json, snapshot_to_json
@@ -285,25 +283,6 @@ def print_audit(entries: Sequence[dict[str, Any]], out: Optional[TextIO] = None)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.get("time", 0)))
         print(f"{when}  {entry.get('user', '?')}  {entry.get('action', '?')} {entry.get('target', '')}"
               f"  {entry.get('result', '')}: {entry.get('message', '')}", file=out)
-
-
-def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
-    """``export`` lines that point CUDA at a live job's cards, for ``eval``.
-
-    The indices are the driver's (PCI bus order, as nvidia-smi numbers them),
-    so CUDA is told to number the same way; NVIDIA_VISIBLE_DEVICES names the
-    cards by UUID where the driver gave every one (a container runtime reads it).
-    """
-    job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
-    if job is None:
-        raise JobNotFound(f"no running job or reservation has run id {run_id}")
-    cards = sorted(job.gpus)
-    lines = [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, cards))}",
-             "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
-    uuids = [c.facts.uuid if c.facts else None for c in snap.cards if c.index in cards]
-    if len(uuids) == len(cards) and all(uuids):
-        lines.append(f"export NVIDIA_VISIBLE_DEVICES={shlex.quote(','.join(u for u in uuids if u))}")
-    return lines
 
 
 # -- commands -----------------------------------------------------------------

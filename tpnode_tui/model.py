@@ -442,6 +442,12 @@ class NodeSnapshot:
     probe: ProbeReading
     series: str = ""
     runtime: str = ""
+    #: the runtime's kind, "docker" or "process": a docker launch names an image
+    runtime_kind: str = ""
+    #: TUNEPLANE_ALLOW_UNVERIFIED: cards are handed out even while use from outside cannot be probed
+    allow_unverified: bool = False
+    #: TUNEPLANE_MEM_BUSY_MIB: memory in use from which a card counts as held
+    mem_busy_mib: int = 512
     lock: str = ""
     #: who holds the allocation lock or why it cannot be had (Redis down); None when free
     lock_state: Optional[str] = None

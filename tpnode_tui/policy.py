@@ -51,10 +51,17 @@ class CardLimits:
         return self.default
 
 
+def is_owner(owner_uid: Optional[int], owner: str, uid: int, user: str) -> bool:
+    """Whether the account ``uid``/``user`` owns what recorded ``owner_uid``
+    and ``owner``: by uid where one was recorded, else by name. A client (the
+    dashboard) asks this to offer only what the node would allow."""
+    if owner_uid is not None:
+        return owner_uid == uid
+    return bool(owner) and owner == user
+
+
 def owns(caller: Caller, job: JobState) -> bool:
-    if job.uid is not None:
-        return job.uid == caller.uid
-    return bool(job.owner) and job.owner == caller.user
+    return is_owner(job.uid, job.owner, caller.uid, caller.user)
 
 
 def held_by(caller: Caller, jobs: Iterable[JobState]) -> list[JobState]:
@@ -101,9 +108,7 @@ class Policy:
         raise NotAllowed(f"{held}; {self._who_may(owner)} may {action} it")
 
     def check_cancel(self, caller: Caller, run_id: str, owner: str, owner_uid: Optional[int]) -> None:
-        if caller.operator or (owner_uid is not None and owner_uid == caller.uid):
-            return
-        if owner_uid is None and owner and owner == caller.user:
+        if caller.operator or is_owner(owner_uid, owner, caller.uid, caller.user):
             return
         raise NotAllowed(f"{run_id} was queued by {owner or 'an unknown account'}; "
                          f"{self._who_may(owner)} may cancel it")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import shlex
 from typing import Optional
 
-from .model import CardView, HolderInfo, card_ranges, cards_words
+from .model import CardView, HolderInfo, JobNotFound, NodeSnapshot, card_ranges, cards_words
 
 __all__ = ["NA", "card_ranges", "cards_words", "show_command", "format_mib", "format_duration",
-           "describe_holder", "unseen_use", "card_summary"]
+           "describe_holder", "unseen_use", "card_summary", "env_lines"]
 
 NA = "N/A"
 
@@ -90,3 +90,22 @@ def card_summary(card: CardView) -> str:
     if card.state == "unverified":
         return "not probed"
     return ""
+
+
+def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
+    """``export`` lines that point CUDA at a live job's cards, for ``eval``.
+
+    The indices are the driver's (PCI bus order, as nvidia-smi numbers them),
+    so CUDA is told to number the same way; NVIDIA_VISIBLE_DEVICES names the
+    cards by UUID where the driver gave every one (a container runtime reads it).
+    """
+    job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
+    if job is None:
+        raise JobNotFound(f"no running job or reservation has run id {run_id}")
+    cards = sorted(job.gpus)
+    lines = [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, cards))}",
+             "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    uuids = [c.facts.uuid if c.facts else None for c in snap.cards if c.index in cards]
+    if len(uuids) == len(cards) and all(uuids):
+        lines.append(f"export NVIDIA_VISIBLE_DEVICES={shlex.quote(','.join(u for u in uuids if u))}")
+    return lines

@@ -26,6 +26,7 @@ the others.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import asdict
@@ -115,6 +116,9 @@ class Api:
         self.operators = operators
         #: the latest reading's snapshot as JSON text, shared by every stream
         self._encoded: tuple[int, str] = (-1, "null")
+        #: the tasks serving streams now: a stream never ends by itself, and
+        #: an agent that waited for them would take a minute to stop
+        self._streams: set[asyncio.Task[Any]] = set()
 
     def caller(self, request: web.Request) -> Caller:
         sock = request.transport.get_extra_info("socket") if request.transport else None
@@ -151,16 +155,28 @@ class Api:
         caller = self.caller(request)
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
-        async for reading in self.service.subscribe():
-            head = json.dumps({"seq": reading.seq, "error": reading.error,
-                               "stale_since": reading.stale_since,
-                               "you": self._you(caller, reading)})
-            line = f'{head[:-1]},"snapshot":{self._snapshot_text(reading)}}}\n'
-            try:
-                await response.write(line.encode())
-            except (ConnectionResetError, RuntimeError):
-                break  # the dashboard went away
+        task = asyncio.current_task()
+        assert task is not None  # a handler always runs in a task
+        self._streams.add(task)
+        try:
+            async for reading in self.service.subscribe():
+                head = json.dumps({"seq": reading.seq, "error": reading.error,
+                                   "stale_since": reading.stale_since,
+                                   "you": self._you(caller, reading)})
+                line = f'{head[:-1]},"snapshot":{self._snapshot_text(reading)}}}\n'
+                try:
+                    await response.write(line.encode())
+                except (ConnectionResetError, RuntimeError):
+                    break  # the dashboard went away
+        finally:
+            self._streams.discard(task)
         return response
+
+    async def end_streams(self, _app: web.Application) -> None:
+        """On stopping: cut every stream, so the agent stops at once; each
+        dashboard sees the agent go away and reconnects to the next one."""
+        for task in list(self._streams):
+            task.cancel()
 
     async def whoami(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
@@ -248,6 +264,7 @@ class Api:
 def make_app(service: NodeService, operators: Operators) -> web.Application:
     api = Api(service, operators)
     app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY)
+    app.on_shutdown.append(api.end_streams)
     app.add_routes([
         web.get("/v1/snapshot", api.snapshot),
         web.get("/v1/stream", api.stream),

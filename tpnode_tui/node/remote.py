@@ -165,7 +165,9 @@ class AgentNode:
                     raise _error(await response.json(content_type=None), response.status)
                 async for line in _lines(response.content):
                     yield _view(json.loads(line))
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as e:
+        except aiohttp.ClientPayloadError:  # cut mid-stream: the agent stopped or died
+            raise self._gone(ConnectionResetError("it went away mid-stream")) from None
+        except (aiohttp.ClientConnectionError, OSError) as e:
             raise self._gone(e) from None
         raise self._gone(ConnectionResetError("the agent closed the stream"))
 

@@ -10,9 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ..allocator import GpuAllocator
 from ..config import Settings
-from ..model import ConfigError
+from ..model import TpnodeError, error_line, exit_code
 
 __all__ = ["run_dashboard"]
 
@@ -45,24 +44,31 @@ def _logging_off_the_terminal(verbose: bool) -> Iterator[Optional[Path]]:
 
 
 async def _run(settings: Optional[Settings], *, demo: bool, readonly: bool, interval: float) -> int:
-    from .app import NodeDashboard, stop_demo_jobs
+    from ..node.choose import open_node
+    from ..node.local import LocalNode
+    from .app import NodeDashboard
+    from .demo import DemoScene
 
-    scene = None
+    scene: Optional[DemoScene] = None
     command: tuple[str, ...] = ()
+    demo_node = None
     if demo:
         from ..demo import DEMO_COMMAND, start_demo
 
-        scene = start_demo()
-        settings = scene.settings()
+        demo_node = start_demo()
         command = DEMO_COMMAND
-    if settings is None:
-        raise TypeError("the dashboard needs the node's settings unless it shows the demo")
-    allocator: Optional[GpuAllocator] = None
+    node = None
     try:
-        allocator = GpuAllocator.from_settings(settings)
-        app = NodeDashboard(allocator, demo=scene, readonly=readonly,
-                            interval=interval, default_command=command)
-        # A closed terminal or a kill must still end the demo's jobs and close the lock.
+        if demo_node is not None:
+            # The demo's pretend node is this process's own, in its temporary directory.
+            node = LocalNode.from_settings(demo_node.settings(), interval=interval)
+            scene = DemoScene(demo_node, node)
+        elif settings is None:
+            raise TypeError("the dashboard needs the node's settings unless it shows the demo")
+        else:
+            node = await open_node(settings, interval=interval)
+        app = NodeDashboard(node, demo=scene, readonly=readonly, default_command=command)
+        # A closed terminal or a kill must still end the demo's jobs and close the node.
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, app.exit)
@@ -73,12 +79,12 @@ async def _run(settings: Optional[Settings], *, demo: bool, readonly: bool, inte
                 loop.remove_signal_handler(sig)
         return app.return_code or 0
     finally:
-        if allocator is not None:
-            if scene is not None:
-                await stop_demo_jobs(allocator)
-            await allocator.close()
         if scene is not None:
-            scene.close()
+            await scene.stop_jobs()
+        if node is not None:
+            await node.close()
+        if demo_node is not None:
+            demo_node.close()
 
 
 def run_dashboard(
@@ -89,12 +95,16 @@ def run_dashboard(
     interval: float = 1.0,
     verbose: bool = False,
 ) -> int:
-    """Open the dashboard; returns the exit code.
+    """Open the dashboard on the node ``settings`` describe; returns the exit code.
 
-    ``settings`` are the node's; with ``demo`` they are not needed (the demo
-    brings its own). A bad setting is one line and exit code 2, and so is a
-    standard input that is not a terminal: the dashboard reads its keys there,
-    and with none it could neither be driven nor quit.
+    The node is the one the CLI would talk to (``open_node``): its agent when
+    one answers (``TUNEPLANE_AGENT``), else served in this process; with
+    ``demo`` a simulated node served in this process, and no settings needed.
+    ``interval`` is how often a node served in this process is read (an
+    agent reads at its own). A bad setting is one line and exit code 2, and
+    so is a standard input that is not a terminal: the dashboard reads its
+    keys there, and with none it could neither be driven nor quit. No agent
+    and no way to serve the node here is one line and exit code 1.
     """
     if sys.stdin is None or not sys.stdin.isatty():
         print("tpnode-tui: the dashboard needs a terminal on standard input, and this one is not; "
@@ -103,9 +113,9 @@ def run_dashboard(
     try:
         with _logging_off_the_terminal(verbose) as log_path:
             code = asyncio.run(_run(settings, demo=demo, readonly=readonly, interval=interval))
-    except ConfigError as e:
-        print(f"tpnode-tui: {e}", file=sys.stderr)
-        return 2
+    except TpnodeError as e:  # a bad setting (2), or no agent and no state dir to use (1)
+        print(f"tpnode-tui: {error_line(e)}", file=sys.stderr)
+        return exit_code(e)
     if log_path is not None:
         print(f"tpnode-tui: the dashboard's log is in {log_path}", file=sys.stderr)
     return code

@@ -1,21 +1,29 @@
-"""The dashboard app: polls the allocator, shows the node, turns keys into allocator calls.
+"""The dashboard app: shows the node as it reads, turns keys into calls on the node.
 
-It holds no truth of its own. Every poll asks the allocator for a fresh
-snapshot (the runtime's records and the driver, read now), and every action
-goes through that same allocator and its lock, exactly as the CLI does, so a
-dashboard and a shell can never hand out one card twice. The only state kept
-here is presentation (the selection, a paused flag) and the launch queue,
-which is a list of wishes, not of holdings.
+It holds no truth of its own and talks to nothing but a :class:`Node`: the
+readings arrive from ``node.views()`` (the node's service polls, once for
+every reader), and every action is one call on the node, checked there
+against who asks, exactly as the CLI's are, so a dashboard and a shell can
+never hand out one card twice. The queue and the launches under way are the
+node's too, listed in each snapshot. The only state kept here is
+presentation (the selection, a paused flag) and which of the launches this
+dashboard asked for, so that it can say what became of them.
 
-Polling and allocating run in separate workers: a launch can wait on the
-allocation lock for as long as another process holds it (forever while Redis
-is down), and the operator must go on seeing the node, and why it waits,
-meanwhile.
+Readings and actions run in separate workers: a launch can wait on the
+allocation lock for as long as another process holds it (forever while
+Redis is down), and the operator must go on seeing the node, and why it
+waits, meanwhile. A node served by its agent can go away (restarted,
+stopped): the last picture then stays up marked stale, no card counts as
+free, every action is refused with that reason, and the dashboard
+reconnects by itself.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -25,30 +33,34 @@ from textual.binding import Binding
 from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
-from ..allocator import GpuAllocator, Launched, default_owner, new_run_id
+from ..allocator import new_run_id
 from ..model import (
-    BadRequest,
     CardView,
     Conflict,
     JobNotFound,
-    JobSpec,
     JobState,
+    Launched,
     NoCapacity,
     NodeSnapshot,
+    NotAllowed,
+    QueuedLaunch,
     TpnodeError,
 )
+from ..node.base import Node, NodeView
+from ..node.remote import AgentNode, AgentUnavailable, launch_environment
+from ..policy import is_owner
 from ..printable import printable, printable_lines, printable_view
-from ..render import cards_words
-from .detail import DetailPane, describe_card
+from ..render import cards_words, env_lines, format_duration
+from ..service import Cancelled, LaunchRequest, LaunchResult, ReserveRequest, You
+from .demo import DemoScene
+from .detail import DetailPane, clock_time, describe_card
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
-from .jobs import JOB_PREFIX, LAUNCH_PREFIX, JobsTable
-from .queue import PLACING, QUEUED, WAITING, Cancel, LaunchQueue, Outcome
+from .jobs import JOB_PREFIX, LAUNCH_PREFIX, PLACING, QUEUED, WAITING, JobsTable
 from .redraw import same, update
-from .screens import ConfirmScreen, HelpScreen, LaunchScreen, ReserveRequest, ReserveScreen
+from .screens import ConfirmScreen, ExtendScreen, HelpScreen, LaunchScreen, ReserveScreen
 from .tiles import CardGrid
 
 log = logging.getLogger(__name__)
@@ -56,28 +68,61 @@ log = logging.getLogger(__name__)
 #: below this many rows the screen is laid out compactly
 SHORT_ROWS = 32
 
+#: columns of the terminal the detail pane's text does not get: its border,
+#: padding and scroll bar (dashboard.tcss)
+DETAIL_FRAME = 5
+
+#: how long to wait before following a node that went away again: the first
+#: try soon (an agent restarting is back in a second), then no more often than this
+RECONNECT_FIRST_S, RECONNECT_MOST_S = 1.0, 5.0
+
+#: readings to wait for a launch that left the queue to show as a job, before
+#: asking the node's log what became of it (a reading begun before it was placed
+#: may come after it left the queue)
+LEFT_QUEUE_READINGS = 3
+
 #: actions that change jobs; all refused in read-only mode
-NODE_ACTIONS = frozenset({"launch", "reserve", "stop", "reclaim", "cancel_launch"})
+NODE_ACTIONS = frozenset({"launch", "reserve", "extend", "stop", "reclaim", "cancel_launch"})
 
 #: action -> (palette title, what it does); the palette lists the ones that apply now
 PALETTE = {
     "launch": ("Launch a job", "Place a job on free cards (queue it if none are free)"),
     "reserve": ("Reserve cards", "Hold cards for a person for a while"),
+    "extend": ("Extend the selected reservation", "Hold the selected reservation's cards longer"),
     "stop": ("Stop the selected job",
              "Stop the job or reservation on the selected card, or in the highlighted jobs-table row"),
     "reclaim": ("Reclaim exited jobs", "Remove the records of jobs that have ended"),
     "cancel_launch": ("Cancel the selected launch",
                       "Cancel the launch selected in the jobs table: queued, or waiting for the allocation lock"),
-    "pause": ("Pause polling", "Stop reading the node until resumed"),
-    "resume": ("Resume polling", "Read the node again every interval"),
+    "pause": ("Pause the display", "Stop redrawing until resumed (the node is still read)"),
+    "resume": ("Resume the display", "Show each new reading again"),
     "demo_blind": ("Demo: toggle probe-blind", "Pretend use from outside cannot be probed"),
     "demo_external": ("Demo: toggle outside use", "Put or remove an outside process on the selected card"),
     "help": ("Help: keys and card states", "Every key and every card state explained"),
 }
 
+#: how quitting names a launch it would drop, by its state
+DROPPED_AS = {QUEUED: "queued", WAITING: "waiting for the allocation lock",
+              PLACING: "being placed now: stop and reclaim it if it shows up", "": "under way"}
+
+
+def served_from(node: Node, demo: bool = False) -> str:
+    """Where the node is served from, for the header."""
+    if isinstance(node, AgentNode):
+        return f"agent at {node.socket_path}"
+    return "demo node, served in-process" if demo else "served in-process (no agent)"
+
+
+def _capacity_words(error: NoCapacity) -> str:
+    """The node's reason without the advice an agent words for the command
+    line around it ("no capacity now: ...; not waiting for cards: try again
+    later"): the dashboard offers the queue instead."""
+    return (str(error).removeprefix("no capacity now: ")
+            .removesuffix("; not waiting for cards: try again later"))
+
 
 class QuitScreen(ConfirmScreen):
-    """The question asked before quitting drops queued launches."""
+    """The question asked before quitting drops launches not started yet."""
 
 
 class DashboardScreen(Screen):
@@ -98,13 +143,15 @@ class NodeDashboard(App[int]):
     BINDINGS = [
         Binding("l", "launch", "Launch", id="launch", tooltip="Launch a job on free cards"),
         Binding("v", "reserve", "Reserve", id="reserve", tooltip="Hold cards for a person for a while"),
+        Binding("plus", "extend", "Extend", id="extend", key_display="+",
+                tooltip="Hold the selected reservation's cards longer"),
         Binding("s", "stop", "Stop", id="stop",
                 tooltip="Stop the selected card's job, or the highlighted row's (asks first)"),
         Binding("r", "reclaim", "Reclaim", id="reclaim", tooltip="Remove exited jobs (asks first)"),
         Binding("c", "cancel_launch", "Cancel launch", id="cancel-launch",
                 tooltip="Cancel the launch selected in the jobs table (queued, or waiting for the lock)"),
-        Binding("p", "pause", "Pause", id="pause", tooltip="Stop polling the node"),
-        Binding("p", "resume", "Resume", id="resume", tooltip="Poll the node again"),
+        Binding("p", "pause", "Pause", id="pause", tooltip="Stop redrawing (the node is still read)"),
+        Binding("p", "resume", "Resume", id="resume", tooltip="Show each new reading again"),
         Binding("b", "demo_blind", "Blind", id="demo-blind",
                 tooltip="Demo: toggle 'use from outside cannot be probed'"),
         Binding("x", "demo_external", "Outside use", id="demo-external",
@@ -114,42 +161,61 @@ class NodeDashboard(App[int]):
         Binding("escape", "focus_grid", "Grid", show=False, id="focus-grid", tooltip="Back to the card grid"),
         Binding("question_mark", "help", "Help", id="help", tooltip="Every key and card state explained"),
         Binding("q", "quit", "Quit", id="quit",
-                tooltip="Leave the dashboard; jobs keep running, launches not started yet are dropped (asks first)"),
+                tooltip="Leave the dashboard; jobs keep running (asks first if launches would be dropped)"),
     ]
 
     def __init__(
         self,
-        allocator: GpuAllocator,
+        node: Node,
         *,
-        demo=None,
+        demo: Optional[DemoScene] = None,
         readonly: bool = False,
-        interval: float = 1.0,
         default_command: tuple[str, ...] = (),
         clock: Callable[[], float] = time.time,
+        reconnect_s: tuple[float, float] = (RECONNECT_FIRST_S, RECONNECT_MOST_S),
     ) -> None:
         super().__init__()
-        self.allocator = allocator
+        self.node = node
         self.demo = demo
         self.readonly = readonly
-        self.interval = max(0.2, interval)
         self.default_command = default_command
         self.clock = clock
+        self.reconnect_s = reconnect_s
+        self.served = served_from(node, demo is not None)
+        #: the last reading's snapshot, escaped (None until one was made)
         self.snapshot: Optional[NodeSnapshot] = None
-        self.queue = LaunchQueue(changed=self._launches_changed)
-        self.polls = 0
+        #: who the node says is asking
+        self.you: Optional[You] = None
+        #: readings received (each poll the node makes, and each change to its queue)
+        self.readings = 0
         self._paused = False
-        self._polling = False
-        self._poll_again = False
-        self._draining = False
-        self._timer: Optional[Timer] = None
         self._stale_since: Optional[float] = None
         self._stale_error = ""
-        #: what the footer and the detail pane were last given, so that a poll
+        #: since when, and why, the node's readings stopped coming (an agent gone)
+        self._gone_since: Optional[float] = None
+        self._gone_why = ""
+        self._gone_agent = False
+        #: launches and reservations this dashboard asked for and awaits the answer to
+        self._asked: set[str] = set()
+        #: launches this dashboard queued: run id -> when, said once they leave the queue
+        self._queued_here: dict[str, float] = {}
+        #: of those, the ones gone from the queue: run id -> readings seen by then
+        self._leaving: dict[str, int] = {}
+        #: launches cancelled from here: the cancel said so, not their refusal
+        self._cancelled_here: set[str] = set()
+        #: launches whose cancel came too late: their outcome says they went ahead
+        self._too_late: set[str] = set()
+        #: what the footer and the detail pane were last given, so that a reading
         #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
         self._bindings_shown: Optional[tuple[Optional[bool], ...]] = None
         self._detail_shown: object = None
-        #: the terminal's height as the last resize gave it (``self.size`` lags behind it)
+        #: the terminal's size as the last resize gave it (``self.size`` lags behind it)
         self._rows: Optional[int] = None
+        self._cols: Optional[int] = None
+
+    @property
+    def agent(self) -> bool:
+        return isinstance(self.node, AgentNode)
 
     # -- layout -----------------------------------------------------------------
 
@@ -175,112 +241,145 @@ class NodeDashboard(App[int]):
         self.redraw()
         if self.demo is not None:
             self.run_worker(self._open_demo(), group="demo", exit_on_error=False)
-        self.poll_now()
+        self._follow_node()
 
-    # -- polling ----------------------------------------------------------------
+    # -- readings ---------------------------------------------------------------
 
-    def poll_now(self) -> None:
-        """Poll at once, or right after the poll in flight: polls never overlap."""
-        if self._polling:
-            self._poll_again = True
-            return
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
-        self._polling = True
-        self.run_worker(self._poll(), group="poll", exit_on_error=False)
+    def _follow_node(self) -> None:
+        self.run_worker(self._follow(), group="readings", exclusive=True, exit_on_error=False)
 
-    async def _poll(self) -> None:
-        try:
-            if await self._take_snapshot():
-                self._start_drain()
-        finally:
-            self._polling = False
-            again, self._poll_again = self._poll_again, False
-            if not self._paused and self.is_running:
-                self._timer = self.set_timer(0.01 if again else self.interval, self.poll_now)
+    async def _follow(self) -> None:
+        """Every reading the node makes, until paused. A node whose readings stop
+        (an agent stopped or restarting) is followed again after a short wait,
+        longer each time up to a few seconds, for as long as it takes."""
+        first, most = self.reconnect_s
+        wait = first
+        while True:
+            try:
+                async for view in self.node.views():
+                    if self._take(view):
+                        wait = first
+            except Exception as e:  # a lost agent must never take the dashboard down
+                if not isinstance(e, TpnodeError):
+                    log.warning("the node's readings failed", exc_info=True)
+                self._lost(e)
+            else:
+                self._lost(AgentUnavailable("the node's readings ended"))
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, most)
 
-    async def _take_snapshot(self) -> bool:
-        try:
-            snap = await self.allocator.snapshot()
-        except Exception as e:  # a poll must never take the dashboard down
-            if not isinstance(e, TpnodeError):
-                log.warning("poll failed", exc_info=True)
-            if self._stale_since is None:
-                self._stale_since = self.clock()
-            self._stale_error = str(e) or type(e).__name__
-            self.polls += 1
-            self.redraw()
-            return False
+    def _take(self, view: NodeView) -> bool:
+        """One reading; False when it brings nothing (a node that has not read yet)."""
+        reading = view.reading
+        self.you = view.you
+        if reading.snapshot is None and reading.error is None:
+            return False  # an agent just (re)started: keep what was shown until it has read
+        self._gone_since = None
+        self._gone_why = ""
         # The one place readings cross to the screen: every string in them
         # (process names, labels, owners, driver text) is escaped from here on.
-        self.snapshot = printable_view(snap)
-        self._stale_since = None
-        self._stale_error = ""
-        self.polls += 1
+        if reading.snapshot is not None:
+            self.snapshot = printable_view(reading.snapshot)
+        self._stale_since = reading.stale_since if reading.error is not None else None
+        self._stale_error = reading.error or ""
+        self.readings += 1
+        self._follow_queued()
         self.redraw()
         return True
 
-    def _start_drain(self) -> None:
-        """Retry the queued launches, in their own worker and one round at a
-        time: the queue's order is the order of the attempts, and a round that
-        waits on the lock holds back only the queue, never the polls."""
-        if self._draining or not len(self.queue) or self.readonly:
-            return
-        self._draining = True
-        self.run_worker(self._drain_queue(), group="queue", exit_on_error=False)
-
-    async def _drain_queue(self) -> None:
-        try:
-            outcomes = await self.queue.drain(self.allocator.launch, self.clock())
-        finally:
-            self._draining = False
-        for outcome in outcomes:
-            if outcome.launched is None:
-                self.notify(f"{outcome.spec.run_id} left the queue: {outcome.error}",
-                            title="Queued launch dropped", severity="error", timeout=12)
-            else:
-                self._report_outcome(outcome, "Queued launch started", "")
-        if outcomes:
-            self.poll_now()
-
-    def _launches_changed(self) -> None:
-        """A launch began, took the lock or ended: the jobs table lists it as it is
-        now. Called from inside the launch, lock held: the redraw is only posted."""
-        self.call_later(self.redraw)
+    def _lost(self, error: BaseException) -> None:
+        if self._gone_since is None:
+            self._gone_since = self.clock()
+        self._gone_why = str(error) or type(error).__name__
+        self._gone_agent = isinstance(error, AgentUnavailable)
+        self.redraw()
 
     def _tick(self) -> None:
-        """Once a second: the header's age and the lock's waiting line move even between polls."""
+        """Once a second: the header's age moves even between readings."""
         self._redraw_header()
 
     @property
     def stale_since(self) -> Optional[float]:
-        """Unix time of the first failed poll in the current run of failures; None while polls succeed."""
-        return self._stale_since
+        """Unix time since when what is shown may be out of date (polls failing, or
+        the node's agent gone); None while readings come and succeed."""
+        return self._gone_since if self._gone_since is not None else self._stale_since
+
+    @property
+    def stale_error(self) -> str:
+        return self._gone_why if self._gone_since is not None else self._stale_error
 
     def _lock_line(self) -> Optional[str]:
-        """What the allocation lock means for a launch now. This process's own
-        wait comes first (it changes between polls); else who holds the lock, or
-        that Redis cannot be reached, as the last snapshot found: a launch from
-        here would wait, and the operator should know before pressing l. While
-        an allocation of this dashboard holds the lock, the holder is itself."""
-        lock = self.allocator.lock
-        if lock.waiting:
-            return printable(lock.waiting)
-        if self.snapshot is None or lock.locked():
+        """What the allocation lock means for a launch now: what a launch under
+        way waits for, else who holds the lock or that Redis cannot be reached,
+        as the node found it: a launch would wait, and the operator should know
+        before pressing l."""
+        snap = self.snapshot
+        if snap is None:
             return None
-        return self.snapshot.lock_state
+        waiting = next((q.waiting_for for q in snap.queue if q.state == WAITING and q.waiting_for), None)
+        return waiting or snap.lock_state
 
     @property
     def poll_state(self) -> PollState:
         return PollState(
             paused=self._paused,
             readonly=self.readonly,
-            stale_since=self._stale_since,
-            stale_error=self._stale_error,
+            stale_since=self.stale_since,
+            stale_error=self.stale_error,
+            agent_gone=self._gone_since is not None and self._gone_agent,
             lock_waiting=self._lock_line(),
-            unverified_allowed=self.allocator.settings.allow_unverified,
+            unverified_allowed=self.snapshot is not None and self.snapshot.allow_unverified,
+            you=self.you,
+            served=self.served,
+            via="agent" if self.agent else "in-process",
         )
+
+    # -- what became of launches this dashboard queued ------------------------------
+
+    def _follow_queued(self) -> None:
+        """Say when a launch queued from here has left the queue: started (it
+        shows as a job), or dropped or cancelled elsewhere (the node's log says why)."""
+        snap = self.snapshot
+        if snap is None:
+            return
+        queued = {q.run_id for q in snap.queue}
+        for run_id in self._queued_here:
+            if run_id not in queued and run_id not in self._leaving:
+                self._leaving[run_id] = self.readings
+        for run_id, since in list(self._leaving.items()):
+            if run_id in queued:  # listed again (a reading begun earlier came late)
+                del self._leaving[run_id]
+                continue
+            job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
+            if job is not None:
+                self._forget_queued(run_id)
+                self.notify(f"{run_id} got {cards_words(job.gpus)}.", title="Queued launch started")
+            elif self.readings - since >= LEFT_QUEUE_READINGS:
+                queued_at = self._queued_here[run_id]
+                self._forget_queued(run_id)
+                self.run_worker(self._left_queue(run_id, queued_at), group="queued", exit_on_error=False)
+
+    def _forget_queued(self, run_id: str) -> None:
+        self._queued_here.pop(run_id, None)
+        self._leaving.pop(run_id, None)
+
+    async def _left_queue(self, run_id: str, queued_at: float) -> None:
+        try:
+            entries, _everyone = await self.node.audit(max(60.0, self.clock() - queued_at + 60))
+        except TpnodeError as e:
+            self.notify(f"{run_id} is no longer queued, and the node's log cannot be read to say "
+                        f"why: {e}", title="Queued launch", severity="warning", timeout=12)
+            return
+        last = next((e for e in reversed(entries) if e.get("target") == run_id), None)
+        message = str(last.get("message", "")) if last else ""
+        if last is not None and last.get("result") == "dropped":
+            self.notify(message, title="Queued launch dropped", severity="error", timeout=12)
+        elif last is not None and last.get("action") == "launch" and last.get("result") == "ok":
+            self.notify(message.removeprefix("queued launch: "), title="Queued launch started")
+        elif last is not None and last.get("action") == "cancel":
+            self.notify(message, title="Queued launch cancelled", severity="warning", timeout=12)
+        else:
+            self.notify(f"{run_id} is no longer queued.", title="Queued launch")
 
     # -- drawing ----------------------------------------------------------------
 
@@ -303,6 +402,7 @@ class NodeDashboard(App[int]):
         table stays on screen. The event's size, not ``self.size``: this handler
         runs before Textual's own, which is the one that updates ``self.size``."""
         self._rows = event.size.height
+        self._cols = event.size.width
         self.screen_stack[0].set_class(self._short(), "-short")
         self.redraw()
 
@@ -330,15 +430,14 @@ class NodeDashboard(App[int]):
         no_cards = self.query_one("#no-cards", Static)
         no_cards.set_class(empty, "-shown")
         grid.set_class(empty, "-hidden")
-        stale = self._stale_since is not None
+        stale = self.stale_since is not None
         if empty:
             update(no_cards, no_cards_text(snap))
         grid.show(snap.cards, now, stale)
         self._redraw_detail()
         jobs = self.query_one(JobsTable)
         jobs.set_class(stale, "-stale")
-        waiting = self.allocator.lock.waiting
-        jobs.show(snap.jobs, self.queue.pending(), now, printable(waiting) if waiting else None)
+        jobs.show(snap.jobs, snap.queue, now)
         # The footer is rebuilt, every key re-mounted, on each refresh_bindings:
         # done every poll, that was the largest part of an idle dashboard's CPU.
         if self._binding_states() != self._bindings_shown:
@@ -357,11 +456,23 @@ class NodeDashboard(App[int]):
     def _redraw_detail(self) -> None:
         pane = self.query_one(DetailPane)
         card = self.selected_card()
-        if card is None:
-            text = no_cards_text(self.snapshot) if self.snapshot else Text("")
+        snap = self.snapshot
+        if card is None or snap is None:
+            text = no_cards_text(snap) if snap else Text("")
         else:
-            stale = f"the last poll failed: {self._stale_error}" if self._stale_since is not None else None
-            text = describe_card(card, self.clock(), self.allocator.settings.mem_busy_mib, stale)
+            stale = None
+            if self._gone_since is not None:
+                stale = self._gone_why
+            elif self._stale_since is not None:
+                stale = f"the last poll failed: {self._stale_error}"
+            env: list[str] = []
+            if card.job is not None and card.job.live:
+                try:
+                    env = env_lines(snap, card.job.key)
+                except JobNotFound:
+                    pass
+            width = (self._cols if self._cols is not None else self.size.width) - DETAIL_FRAME
+            text = describe_card(card, self.clock(), snap.mem_busy_mib, stale, env, width)
         if not same(self._detail_shown, text):
             pane.show(text)
             self._detail_shown = text
@@ -407,9 +518,9 @@ class NodeDashboard(App[int]):
         return next((j for j in self.snapshot.jobs if j.name == name), None)
 
     def stop_target(self) -> Optional[JobState]:
-        """The live job the stop key acts on: the highlighted row while the jobs
-        table has the focus, else the selected card's job."""
-        if self._stale_since is not None:
+        """The live job the stop and extend keys act on: the highlighted row while
+        the jobs table has the focus, else the selected card's job."""
+        if self.stale_since is not None:
             return None
         if self.query_one(JobsTable).has_focus:
             job = self._job_for_row()
@@ -419,27 +530,46 @@ class NodeDashboard(App[int]):
             return None
         return card.job
 
-    def exited_jobs(self) -> list[JobState]:
-        return [j for j in self.snapshot.jobs if not j.live] if self.snapshot else []
+    def extend_target(self) -> Optional[JobState]:
+        job = self.stop_target()
+        return job if job is not None and job.kind == "reservation" and job.expires_at else None
 
-    def selected_launch(self) -> Optional[str]:
-        """The run id of the launch not started yet (queued or under way) highlighted in the jobs table."""
+    def _mine(self, owner_uid: Optional[int], owner: str) -> bool:
+        """Whether the node would let the caller end or change what ``owner``
+        holds: theirs (by uid where recorded, else by name), or anyone's for an
+        operator. Only to offer keys; the node decides, and says why not."""
+        you = self.you
+        return you is not None and (you.operator or is_owner(owner_uid, owner, you.uid, you.user))
+
+    def exited_jobs(self) -> list[JobState]:
+        """The exited jobs the caller may reclaim: their own, or all for an operator."""
+        if self.snapshot is None:
+            return []
+        return [j for j in self.snapshot.jobs if not j.live and self._mine(j.uid, j.owner)]
+
+    def selected_launch(self) -> Optional[QueuedLaunch]:
+        """The launch not started yet (queued or under way) highlighted in the jobs table."""
         table = self.query_one(JobsTable)
         key = table.selected_key()
-        if not table.has_focus or not key or not key.startswith(LAUNCH_PREFIX):
+        if self.snapshot is None or not table.has_focus or not key or not key.startswith(LAUNCH_PREFIX):
             return None
         run_id = key[len(LAUNCH_PREFIX):]
-        return run_id if any(p.spec.run_id == run_id for p in self.queue.pending()) else None
+        return next((q for q in self.snapshot.queue if q.run_id == run_id), None)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         if action in NODE_ACTIONS and self.readonly:
             return False
         if action == "stop":
-            return self.stop_target() is not None
+            job = self.stop_target()
+            return job is not None and self._mine(job.uid, job.owner)
+        if action == "extend":
+            job = self.extend_target()
+            return job is not None and self._mine(job.uid, job.owner)
         if action == "reclaim":
-            return bool(self.exited_jobs()) and self._stale_since is None
+            return bool(self.exited_jobs()) and self.stale_since is None
         if action == "cancel_launch":
-            return self.selected_launch() is not None
+            launch = self.selected_launch()
+            return launch is not None and self.stale_since is None and self._mine(launch.uid, launch.owner)
         if action == "pause":
             return not self._paused
         if action == "resume":
@@ -467,11 +597,19 @@ class NodeDashboard(App[int]):
                        timeout=timeout, markup=False)
 
     def _refused(self, what: str) -> bool:
-        """The read-only guard inside each action, for calls that bypass the keys."""
+        """The guard inside each action, for calls that bypass the keys: a
+        read-only dashboard, or a node that is not answering, does nothing."""
         if self.readonly:
             self.notify(f"read-only dashboard: {what} is refused (started with --readonly)",
                         severity="warning")
-        return self.readonly
+            return True
+        if self._gone_since is not None:
+            who = "the node's agent is" if self._gone_agent else "the node is"
+            self.notify(f"{who} not answering since {clock_time(self._gone_since)}, so {what} cannot "
+                        f"be asked for ({self._gone_why}); the dashboard reconnects by itself.",
+                        title="Not answering", severity="warning", timeout=10)
+            return True
+        return False
 
     # -- actions ------------------------------------------------------------------
 
@@ -482,59 +620,73 @@ class NodeDashboard(App[int]):
         self.query_one(CardGrid).focus()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(demo=self.demo is not None, readonly=self.readonly))
+        self.push_screen(HelpScreen(demo=self.demo is not None, readonly=self.readonly, agent=self.agent))
+
+    def _dropped_on_quit(self) -> list[tuple[str, str]]:
+        """(run id, state) of the launches that quitting would drop.
+
+        In-process the node lives in this dashboard: its queue and every launch
+        under way end with it. Through the agent the queue stays with the agent
+        and a launch being placed is finished there; only a launch of this
+        dashboard still waiting for the lock ends with the asker."""
+        queue = self.snapshot.queue if self.snapshot is not None else ()
+        if self.agent:
+            return [(q.run_id, q.state) for q in queue if q.run_id in self._asked and q.state == WAITING]
+        listed = [(q.run_id, q.state) for q in queue]
+        shown = {run_id for run_id, _ in listed}
+        return listed + [(run_id, "") for run_id in sorted(self._asked) if run_id not in shown]
 
     async def action_quit(self) -> None:
-        """Quit; with launches not started yet (queued, or under way), ask first,
-        naming them: they live only in this dashboard, and whoever asked for them
-        may be waiting."""
-        pending = self.queue.pending()
-        if not pending:
+        """Quit; with launches that would be dropped, ask first, naming them:
+        whoever asked for them may be waiting."""
+        dropped = self._dropped_on_quit()
+        if not dropped:
             self.exit()
             return
         if isinstance(self.screen, QuitScreen):
             return  # already asking
-        state = {QUEUED: "queued", WAITING: "waiting for the allocation lock",
-                 PLACING: "being placed now: stop and reclaim it if it shows up"}
-        names = [f"{p.spec.run_id} ({state[p.state]})" for p in pending]
+        names = [f"{run_id} ({DROPPED_AS.get(state, state)})" for run_id, state in dropped]
         many = len(names) > 1
         count = f"{len(names)} launch{'es' if many else ''} not started yet"
         jobs = ("The demo stops its own jobs." if self.demo is not None
                 else "Running jobs and reservations keep running.")
-        body = (f"{count} will be dropped: {', '.join(names)}.\n\nThey live only in this "
-                f"dashboard; nothing else will start {'them' if many else 'it'}. {jobs}")
+        where = ("They wait for the allocation lock on this dashboard's behalf, and end with it"
+                 if self.agent else "They live only in this dashboard")
+        body = (f"{count} will be dropped: {', '.join(names)}.\n\n{where}; nothing else will start "
+                f"{'them' if many else 'it'}. {jobs}")
         self.push_screen(QuitScreen(f"Quit and drop {count}?", body, yes="Quit"),
                          lambda yes: self.exit() if yes else None)
 
     def action_pause(self) -> None:
+        """Stop following the node's readings: the picture holds still. The node
+        is still read (by its agent, or by this process for the queue's sake)."""
         self._paused = True
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
-        self.notify("Polling paused: the grid is not updated until you press p again.", timeout=4)
+        self.workers.cancel_group(self, "readings")
+        self.notify("Paused: the picture is not updated until you press p again.", timeout=4)
         self.redraw()
 
     def action_resume(self) -> None:
         self._paused = False
-        self.notify("Polling resumed.", timeout=3)
-        self.poll_now()
+        self.notify("Resumed.", timeout=3)
+        self._follow_node()
         self.redraw()
 
     def _capacity_line(self) -> str:
         """What the form's user needs to know before asking: how much is free now."""
-        if self.snapshot is None and self._stale_since is not None:
-            return f"The node could not be read yet ({self._stale_error}). The allocator reads it afresh."
-        if self.snapshot is None:
+        snap = self.snapshot
+        if snap is None and self.stale_since is not None:
+            return f"The node could not be read yet ({self.stale_error}). The node reads it afresh."
+        if snap is None:
             return "The node has not been read yet."
-        if self._stale_since is not None:
-            return "Free cards are unknown: the last poll failed. The allocator reads the node afresh."
-        occ = self.snapshot.occupancy
+        if self.stale_since is not None:
+            return "Free cards are unknown: the last reading failed. The node reads it afresh."
+        occ = snap.occupancy
         free = occ.free
         cards = f" ({cards_words(free)})" if free else ""
         line = f"{len(free)} of {occ.total} cards free now{cards}"
         if occ.external_probe_ok:
             return line + "."
-        if self.allocator.settings.allow_unverified:
+        if snap.allow_unverified:
             return (line + ", unverified: use from outside cannot be probed, and they are handed "
                     "out anyway (TUNEPLANE_ALLOW_UNVERIFIED).")
         return (f"Use from outside cannot be probed, so no card can be checked free ({len(free)} of "
@@ -542,10 +694,9 @@ class NodeDashboard(App[int]):
                 "then starts by itself.")
 
     def _waits_for_probe(self) -> bool:
-        """Whether launches wait because use from outside cannot be probed, as the last poll saw it."""
+        """Whether launches wait because use from outside cannot be probed, as the last reading saw it."""
         snap = self.snapshot
-        return (snap is not None and not snap.occupancy.external_probe_ok
-                and not self.allocator.settings.allow_unverified)
+        return snap is not None and not snap.occupancy.external_probe_ok and not snap.allow_unverified
 
     def _total(self) -> int:
         return self.snapshot.occupancy.total if self.snapshot else 0
@@ -555,76 +706,108 @@ class NodeDashboard(App[int]):
             return
         screen = LaunchScreen(
             total=self._total(),
-            docker=self.allocator.runtime.name == "docker",
+            docker=self.snapshot is not None and self.snapshot.runtime_kind == "docker",
             default_command=self.default_command,
             run_id=new_run_id(),
-            owner=default_owner(),
             context=self._capacity_line(),
         )
         self.push_screen(screen, self._launch_chosen)
 
-    def _launch_chosen(self, spec: Optional[JobSpec]) -> None:
-        if spec is not None:
-            self.run_worker(self._launch(spec), group="launch", exit_on_error=False)
+    def _launch_chosen(self, request: Optional[LaunchRequest]) -> None:
+        if request is not None:
+            self.run_worker(self._launch(request), group="launch", exit_on_error=False)
 
-    async def _launch(self, spec: JobSpec) -> None:
-        """Launch from the dialog, listed in the jobs table (and cancellable) while under way."""
-        try:
-            outcome = await self.queue.attempt(spec, self.allocator.launch, self.clock())
-        except BadRequest as e:
-            self._failed("Launch refused", e)
-            return
-        if isinstance(outcome.error, NoCapacity) and not outcome.cancelled:
-            body = (f"{outcome.error}.\n\nQueue {spec.run_id}? It starts by itself "
-                    f"{self._starts_when(spec)}, after the launches queued before it.")
+    def _from_here(self, request: LaunchRequest) -> LaunchRequest:
+        """Through the agent, a job runs as this account with this dashboard's
+        environment and working directory, as a launch from this shell would;
+        in-process it runs as this process anyway."""
+        if not self.agent:
+            return request
+        return replace(request, env=launch_environment(), cwd=os.getcwd())
+
+    async def _launch(self, request: LaunchRequest) -> None:
+        """Launch from the dialog; the node lists it (and it can be cancelled) while under way."""
+        assert request.run_id is not None
+        run_id = request.run_id
+        result = await self._ask(run_id, "Launch refused", self.node.launch(self._from_here(request)))
+        if isinstance(result, NoCapacity):
+            body = (f"{_capacity_words(result)}.\n\nQueue {run_id}? It starts by itself "
+                    f"{self._starts_when(request.cards)}, after the launches queued before it.")
             title = "No card can be checked free now" if self._waits_for_probe() else "No capacity now"
             self.push_screen(ConfirmScreen(title, body, yes="Queue it"),
-                             lambda yes: self._enqueue(spec) if yes else None)
-            return
-        self._report_outcome(outcome, "Launched", "Launch refused")
+                             lambda yes: self._queue_chosen(request) if yes else None)
+        elif isinstance(result, LaunchResult):
+            self._report_result(result, "Launched")
 
-    def _report_outcome(self, outcome: Outcome, started: str, refused: str) -> None:
-        """Say what became of a launch under way; an abandoned one was already
-        spoken for by its cancel."""
-        if outcome.abandoned:
-            return
-        if outcome.error is not None:
-            if not (outcome.cancelled and isinstance(outcome.error, NoCapacity)):
-                self._failed(refused, outcome.error)
-        elif outcome.cancelled and not outcome.launched.existing:
-            self.notify(f"{outcome.spec.run_id} was cancelled while its launch was under way, and it "
-                        f"got {cards_words(outcome.launched.gpus)} anyway; stop it (s) if it "
-                        "is not wanted.", title="Cancelled too late", severity="warning", timeout=12)
-        else:
-            self._report_launched(outcome.launched, started)
-        self.poll_now()
-
-    def _starts_when(self, spec: JobSpec) -> str:
-        if self._waits_for_probe():
-            return f"once the probe works again and {cards_words(spec.cards)} can be checked free"
-        return f"as soon as {cards_words(spec.cards)} {'is' if spec.cards == 1 else 'are'} free"
-
-    def _enqueue(self, spec: JobSpec) -> None:
+    async def _ask(self, run_id: str, refused: str, call):
+        """Await a launch or reservation this dashboard asked for, saying what went
+        wrong; returns its answer, NoCapacity (which the caller may offer to
+        queue), or None when there is nothing more to say."""
+        self._asked.add(run_id)
         try:
-            self.queue.add(spec, self.clock())
-        except BadRequest as e:
-            self.notify(str(e), severity="error")
-            return
-        self.notify(f"{spec.run_id} is queued (#{self.queue.position(spec.run_id)}); "
-                    f"it starts {self._starts_when(spec)}.", title="Queued")
-        self.redraw()
+            return await call
+        except NoCapacity as e:
+            if run_id in self._too_late:  # cancelled: not to be offered a queue
+                self._too_late.discard(run_id)
+                return None
+            return e
+        except Cancelled as e:
+            if run_id not in self._cancelled_here:  # a cancel from here already said so
+                self._failed(refused, e)
+            return None
+        except Exception as e:
+            self._too_late.discard(run_id)
+            self._failed(refused, e)
+            return None
+        finally:
+            self._asked.discard(run_id)
+            self._cancelled_here.discard(run_id)
+
+    def _queue_chosen(self, request: LaunchRequest) -> None:
+        self.run_worker(self._enqueue(request), group="launch", exit_on_error=False)
+
+    async def _enqueue(self, request: LaunchRequest) -> None:
+        """Ask again, agreeing to wait in the node's queue: the node tries once
+        more, and keeps it in line if there is still no room."""
+        assert request.run_id is not None
+        result = await self._ask(request.run_id, "Launch refused",
+                                 self.node.launch(self._from_here(replace(request, queue=True))))
+        if isinstance(result, LaunchResult) and result.queued is not None:
+            self._queued_here[result.queued.run_id] = self.clock()
+            kept = ("The node's agent keeps it, with or without this dashboard." if self.agent
+                    else "It lives in this dashboard: quitting asks first.")
+            self.notify(f"{result.queued.run_id} is queued; it starts {self._starts_when(request.cards)}, "
+                        f"after the launches queued before it. {kept}", title="Queued")
+        elif isinstance(result, LaunchResult):
+            self._report_result(result, "Launched")
+        elif isinstance(result, NoCapacity):  # only from a node that keeps no queue
+            self._failed("Launch refused", result)
+
+    def _starts_when(self, cards: int) -> str:
+        if self._waits_for_probe():
+            return f"once the probe works again and {cards_words(cards)} can be checked free"
+        return f"as soon as {cards_words(cards)} {'is' if cards == 1 else 'are'} free"
+
+    def _report_result(self, result: LaunchResult, what: str) -> None:
+        if result.launched is not None:
+            self._report_launched(result.launched, what)
 
     def _report_launched(self, result: Launched, what: str) -> None:
         cards = cards_words(result.gpus)
-        if result.existing:
-            self.notify(f"{result.job.run_id} already holds {cards}; nothing new was started.",
-                        title=what)
+        run_id = result.job.run_id
+        if run_id in self._too_late and not result.existing:
+            self._too_late.discard(run_id)
+            self.notify(f"{run_id} was cancelled while its launch was under way, and it got {cards} "
+                        "anyway; stop it (s) if it is not wanted.", title="Cancelled too late",
+                        severity="warning", timeout=12)
+        elif result.existing:
+            self.notify(f"{run_id} already holds {cards}; nothing new was started.", title=what)
         else:
-            self.notify(f"{result.job.run_id} got {cards}.", title=what)
+            self.notify(f"{run_id} got {cards}.", title=what)
         if result.warning:
             self.notify(result.warning, title="Unverified cards", severity="warning", timeout=12)
 
-    def _failed(self, title: str, error: Exception) -> None:
+    def _failed(self, title: str, error: BaseException) -> None:
         if not isinstance(error, TpnodeError):
             log.warning("%s", title, exc_info=error)
             message = f"{type(error).__name__}: {error}"
@@ -635,7 +818,9 @@ class NodeDashboard(App[int]):
     def action_reserve(self) -> None:
         if self._refused("reserving"):
             return
-        screen = ReserveScreen(total=self._total(), owner=default_owner(), run_id=new_run_id("rsv"),
+        you = self.you
+        screen = ReserveScreen(total=self._total(), owner=you.user if you else "",
+                               operator=you is not None and you.operator, run_id=new_run_id("rsv"),
                                context=self._capacity_line())
         self.push_screen(screen, self._reserve_chosen)
 
@@ -643,18 +828,39 @@ class NodeDashboard(App[int]):
         if request is not None:
             self.run_worker(self._reserve(request), group="launch", exit_on_error=False)
 
-    async def _reserve(self, r: ReserveRequest) -> None:
-        """A reservation is a launch too: listed, and cancellable, while under way."""
-        async def reserve(_spec: JobSpec, locked) -> Launched:
-            return await self.allocator.reserve(r.cards, r.duration_s, r.owner, r.run_id, locked=locked)
+    async def _reserve(self, request: ReserveRequest) -> None:
+        """A reservation is a launch too: listed by the node, and cancellable, while under way."""
+        assert request.run_id is not None
+        result = await self._ask(request.run_id, "Reservation refused", self.node.reserve(request))
+        if isinstance(result, NoCapacity):
+            self._failed("Reservation refused", result)
+        elif isinstance(result, Launched):
+            self._report_launched(result, f"Reserved for {result.job.owner or request.owner}")
 
-        shown = JobSpec(run_id=r.run_id, cards=r.cards, kind="reservation", owner=r.owner)
-        try:
-            outcome = await self.queue.attempt(shown, reserve, self.clock())
-        except BadRequest as e:
-            self._failed("Reservation refused", e)
+    def action_extend(self) -> None:
+        if self._refused("extending"):
             return
-        self._report_outcome(outcome, f"Reserved for {r.owner}", "Reservation refused")
+        job = self.extend_target()
+        if job is None:
+            self.notify("Select a running reservation (on its card, or in the jobs table) to extend it.",
+                        severity="warning")
+            return
+        self.push_screen(ExtendScreen(job), lambda longer: self._extend_chosen(job, longer))
+
+    def _extend_chosen(self, job: JobState, longer: Optional[float]) -> None:
+        if longer is not None:
+            self.run_worker(self._extend(job, longer), group="action", exit_on_error=False)
+
+    async def _extend(self, job: JobState, longer: float) -> None:
+        try:
+            extended = await self.node.extend(job.key, longer)
+        except Exception as e:
+            self._failed(f"Could not extend {job.key}", e)
+            return
+        until = time.strftime("%H:%M:%S", time.localtime(extended.expires_at or 0))
+        left = format_duration((extended.expires_at or 0) - self.clock())
+        self.notify(f"{extended.key} holds {cards_words(extended.gpus)} until {until} ({left} left).",
+                    title="Extended")
 
     def action_stop(self) -> None:
         if self._refused("stopping"):
@@ -675,8 +881,8 @@ class NodeDashboard(App[int]):
 
     def _nothing_to_stop(self) -> str:
         """Why s does nothing, worded by what is selected: a card, or a row of the jobs table."""
-        if self._stale_since is not None:
-            return "Nothing can be stopped while the last poll failed: which job runs where is unknown."
+        if self.stale_since is not None:
+            return "Nothing can be stopped while the node cannot be read: which job runs where is unknown."
         table = self.query_one(JobsTable)
         if table.has_focus:
             key = table.selected_key() or ""
@@ -696,21 +902,25 @@ class NodeDashboard(App[int]):
         self.run_worker(self._stop(job), group="action", exit_on_error=False)
 
     async def _stop(self, job: JobState) -> None:
+        """The node decides who may stop what: a refusal is shown in its words."""
         try:
-            await self.allocator.stop(job.run_id or job.name)
-        except Exception as e:
-            self._failed(f"Could not stop {job.run_id}", e)
+            await self.node.stop(job.key)
+        except NotAllowed as e:
+            self._failed(f"Not allowed to stop {job.key}", e)
             return
-        self.notify(f"{job.run_id} stopped; it frees {cards_words(job.gpus)} once it has exited.",
+        except Exception as e:
+            self._failed(f"Could not stop {job.key}", e)
+            return
+        self.notify(f"{job.key} stopped; it frees {cards_words(job.gpus)} once it has exited.",
                     title="Stopped")
-        self.poll_now()
 
     def action_reclaim(self) -> None:
         if self._refused("reclaiming"):
             return
         exited = self.exited_jobs()
         if not exited:
-            self.notify("Nothing to reclaim: no job has exited.")
+            self.notify("Nothing to reclaim: no job of yours has exited." if self.you and not self.you.operator
+                        else "Nothing to reclaim: no job has exited.")
             return
         lines = []
         for job in exited:
@@ -726,11 +936,11 @@ class NodeDashboard(App[int]):
 
     async def _reclaim(self, jobs: list[JobState]) -> None:
         """Only the listed run ids, one by one: a job restarted since the list was
-        shown is live again and is refused by the allocator, not removed."""
+        shown is live again and is refused by the node, not removed."""
         removed, kept = [], []
-        for run_id in dict.fromkeys(j.run_id or j.name for j in jobs):
+        for run_id in dict.fromkeys(j.key for j in jobs):
             try:
-                removed += [j.run_id for j in await self.allocator.reclaim(run_id)]
+                removed += [j.key for j in await self.node.reclaim(run_id)]
             except JobNotFound:
                 pass  # reclaimed elsewhere meanwhile: the outcome is the same
             except Conflict as e:  # live again since the list was shown
@@ -741,27 +951,42 @@ class NodeDashboard(App[int]):
             self.notify("Removed " + ", ".join(dict.fromkeys(removed)) + ".", title="Reclaimed")
         for why in kept:
             self.notify(f"Not removed: {why}", severity="warning", timeout=10)
-        self.poll_now()
 
     def action_cancel_launch(self) -> None:
         if self._refused("cancelling"):
             return
-        run_id = self.selected_launch()
-        if run_id is None:
+        launch = self.selected_launch()
+        if launch is None:
             self.notify("Select a queued or waiting launch in the jobs table first.", severity="warning")
             return
-        done = self.queue.cancel(run_id)
-        if done is Cancel.ABANDONED:
+        self.run_worker(self._cancel(launch), group="action", exit_on_error=False)
+
+    async def _cancel(self, launch: QueuedLaunch) -> None:
+        """Cancel through the node, which says whether it was still in time."""
+        run_id = launch.run_id
+        self._cancelled_here.add(run_id)
+        try:
+            await self.node.cancel(run_id)
+        except JobNotFound:
+            self._cancelled_here.discard(run_id)
+            self.notify(f"{run_id} is no longer queued or waiting: it was placed or dropped meanwhile.",
+                        title="Nothing to cancel", severity="warning")
+            return
+        except (NotAllowed, AgentUnavailable) as e:
+            self._cancelled_here.discard(run_id)
+            self._failed(f"Could not cancel {run_id}", e)
+            return
+        except TpnodeError as e:  # being placed already: too late, and the node says what to do
+            self._cancelled_here.discard(run_id)
+            self._too_late.add(run_id)
+            self.notify(str(e), title="Too late to cancel", severity="warning", timeout=12)
+            return
+        self._forget_queued(run_id)
+        if launch.state == WAITING:
             self.notify(f"{run_id} is abandoned: it was still waiting for the allocation lock, so no "
                         "card was picked and nothing was started.", title="Cancelled")
-        elif done is Cancel.TOO_LATE:
-            self.notify(f"{run_id} already holds the allocation lock and is being placed: too late to "
-                        "cancel. If it finds no room it is dropped; if it gets cards it starts, and "
-                        "you can stop it (s).", title="Too late to cancel", severity="warning",
-                        timeout=12)
-        elif done is Cancel.DROPPED:
+        else:
             self.notify(f"{run_id} is no longer queued.", title="Cancelled")
-        self.redraw()
 
     def action_demo_blind(self) -> None:
         if self.demo is None:
@@ -769,7 +994,6 @@ class NodeDashboard(App[int]):
         blind = self.demo.toggle_blind()
         self.notify("Probe-blind: use from outside can no longer be seen." if blind
                     else "The probe sees use from outside again.", title="Demo", timeout=4)
-        self.poll_now()
 
     def action_demo_external(self) -> None:
         card = self.selected_card()
@@ -778,28 +1002,9 @@ class NodeDashboard(App[int]):
         on = self.demo.toggle_external(card.index)
         self.notify(f"An outside process now uses card {card.index}." if on
                     else f"Card {card.index} has no outside user any more.", title="Demo", timeout=4)
-        self.poll_now()
 
     async def _open_demo(self) -> None:
-        """Start the demo's job and reservation through the allocator, like any launch."""
-        for spec in self.demo.opening_jobs():
-            try:
-                await self.allocator.launch(spec)
-            except Exception as e:
-                self._failed(f"Demo could not start {spec.run_id}", e)
-        self.poll_now()
-
-
-async def stop_demo_jobs(allocator: GpuAllocator) -> None:
-    """The demo's jobs are its own (its own state dir): stop the live ones on quit."""
-    try:
-        jobs = await allocator.runtime.ps()
-    except TpnodeError:
-        log.warning("cannot list the demo's jobs to stop them", exc_info=True)
-        return
-    for job in jobs:
-        if job.live:
-            try:
-                await allocator.stop(job.run_id or job.name)
-            except TpnodeError:
-                log.warning("could not stop demo job %s", job.run_id, exc_info=True)
+        """Start the demo's job and reservation, which stand for other people's."""
+        assert self.demo is not None
+        for run_id, error in await self.demo.open():
+            self._failed(f"Demo could not start {run_id}", error)

@@ -7,8 +7,9 @@ and memory, and memory in use with no process at all is said out loud.
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
@@ -25,6 +26,10 @@ STATE_MEANING = {
     "unhealthy": "must not be handed out",
     "unverified": "free as far as the platform knows, but use from outside cannot be probed",
 }
+
+
+#: the key column of the pane's rows ("  memory  ")
+KEY_WIDTH = 10
 
 
 def clock_time(ts: float) -> str:
@@ -63,7 +68,11 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     return rows
 
 
-def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None) -> Text:
+def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None,
+                  env: Sequence[str] = (), width: int = 0) -> Text:
+    """``env``: the lines that point CUDA at the card's job, for its owner to copy
+    into a shell, each on one line of the ``width`` the text gets (0: any): a
+    line that would wrap could not be pasted, so one too long is named instead."""
     out = Text()
     label, colour = BADGES.get(card.state, (card.state.upper(), "grey30"))
     out.append(f"Card {card.index}  ", style="bold")
@@ -77,12 +86,21 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
         out.append(f"  {STATE_MEANING.get(card.state, '')}\n")
 
     def row(key: str, value: str, style: str = "") -> None:
-        out.append(f"  {key:<8}", style="grey62")
+        out.append(f"  {key:<{KEY_WIDTH - 2}}", style="grey62")
         out.append(value + "\n", style=style)
 
     if card.job is not None:
         for key, value in job_lines(card.job, now):
             row(key, value, "bold" if key == "run id" else "")
+        room = width - KEY_WIDTH if width > 0 else None
+        fits = [line for line in env if room is None or cell_len(line) <= room]
+        for n, line in enumerate(fits):
+            row("env" if n == 0 else "", line, "#4fc3f7")
+        for line in env:
+            if line not in fits:
+                name = line.removeprefix("export ").split("=", 1)[0]
+                row("env" if not fits else "", f"{name} is too long to show here: tpnode-tui env "
+                    f"{card.job.key} prints it", "grey62")
     elif card.run_id:
         row("run id", card.run_id, "bold")
 

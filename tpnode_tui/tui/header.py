@@ -1,9 +1,11 @@
-"""The header and the banners over the grid: where the data comes from and how fresh it is.
+"""The header and the banners over the grid: where the data comes from, how fresh it is, who you are.
 
 An operator glancing at the grid must never mistake an old reading for a
 current one, so the header always says how old the data is, and a failed poll
-turns into a red "stale since" line instead of the last picture quietly
-staying up.
+(or an agent that stopped answering) turns into a red line instead of the
+last picture quietly staying up. On a shared node what a key does depends on
+who presses it, so the header also says who that is, as the node named them,
+and where the node is served from.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from typing import Optional
 from rich.text import Text
 
 from ..model import NodeSnapshot
-from ..render import format_duration
+from ..render import cards_words, format_duration
+from ..service import You
 from .detail import clock_time
 
 
@@ -23,27 +26,63 @@ class PollState:
 
     paused: bool = False
     readonly: bool = False
-    #: unix time of the first failed poll in the current run of failures
+    #: unix time of the first failed poll in the current run of failures, or
+    #: since when the agent has not answered
     stale_since: Optional[float] = None
     stale_error: str = ""
+    #: the agent stopped answering (rather than the node failing to be read)
+    agent_gone: bool = False
     #: what the allocation lock is waiting for, when a launch waits on it
     lock_waiting: Optional[str] = None
     #: TUNEPLANE_ALLOW_UNVERIFIED: cards are handed out even while probe-blind
     unverified_allowed: bool = False
+    #: the caller as the node named them (None until the node has answered)
+    you: Optional[You] = None
+    #: where the node is served from: its agent's socket, or this process
+    served: str = ""
+    #: the same in a word, for a short terminal: "agent" or "in-process"
+    via: str = ""
+
+
+def you_text(you: You) -> str:
+    """"alice · operator", or "bob · 1 of at most 2 cards" where a card limit applies."""
+    words = [you.user]
+    if you.operator:
+        words.append("operator")
+    if you.card_limit is not None:
+        words.append(f"{you.cards_held} of at most {cards_words(you.card_limit)}")
+    return " · ".join(words)
+
+
+def _who_line(poll: PollState, compact: bool = False) -> Text:
+    """Who you are and where the node is served from; ``compact`` says where in
+    a word, to follow the first line on a short terminal."""
+    out = Text()
+    if poll.you is not None:
+        out.append(f" {you_text(poll.you)} ", style="bold")
+        out.append("│ ")
+    else:
+        out.append(" ")
+    out.append(poll.via if compact else poll.served, style="grey62")
+    if poll.agent_gone:
+        out.append(" (not answering; reconnecting)", style="bold #ef5350")
+    return out
 
 
 def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compact: bool = False) -> Text:
-    """Two lines (where the data comes from and how fresh it is); ``compact``
-    drops the runtime and lock line on a short terminal, never the lock waiting."""
+    """Three lines: the node and how fresh the reading is; who you are and where
+    the node is served from; its runtime and lock. ``compact`` drops the
+    runtime and lock line on a short terminal, never who you are or the lock waiting."""
     out = Text()
     out.append(" tpnode-tui ", style="bold white on #1e63c4")
     if snap is None and poll.stale_since is not None:
         out.append(" NOTHING READ YET ", style="bold white on #c62828")
-        out.append(f" polls failing since {clock_time(poll.stale_since)}", style="grey62")
-        return out
+        failing = "agent not answering" if poll.agent_gone else "polls failing"
+        out.append(f" {failing} since {clock_time(poll.stale_since)}", style="grey62")
+        return out + Text("\n") + _who_line(poll)
     if snap is None:
         out.append("  reading the node…", style="grey62")
-        return out
+        return out + Text("\n") + _who_line(poll)
     model = snap.probe.model_name or "unknown cards"
     series = f" · series {snap.series}" if snap.series and snap.series != model.lower() else ""
     out.append(f" {snap.host} ", style="bold")
@@ -57,7 +96,8 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
     else:
         out.append(f"│ {len(occ.free)}/{occ.total} free ", style="bold")
     if stale:
-        out.append(f" STALE since {clock_time(poll.stale_since)} ", style="bold white on #c62828")
+        what = "NO AGENT" if poll.agent_gone else "STALE"  # short: the line says how old the reading is
+        out.append(f" {what} since {clock_time(poll.stale_since)} ", style="bold white on #c62828")
     elif poll.paused:
         out.append(" PAUSED ", style="bold black on #fbc02d")
     if poll.readonly:
@@ -65,7 +105,12 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
     age = max(0.0, now - snap.taken_at)
     what = " last good reading" if stale else " updated"
     out.append(f"{what} {format_duration(age)} ago" if age >= 1 else f"{what} just now", style="grey62")
-    if not compact:
+    if compact:  # one line fewer: the first wraps on a short terminal anyway
+        out.append(" │", style="grey62")
+        out.append_text(_who_line(poll, compact=True))
+    else:
+        out.append("\n")
+        out.append_text(_who_line(poll))
         out.append("\n")
         out.append(f" runtime {snap.runtime} · lock {snap.lock}", style="grey62")
     if poll.lock_waiting:
@@ -79,13 +124,20 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState,
     ``compact`` keeps the blind banner's explanation to one short line, so a
     short terminal still shows the jobs table."""
     banners = []
-    if poll.stale_since is not None and snap is None:
+    since = clock_time(poll.stale_since) if poll.stale_since is not None else ""
+    if poll.stale_since is not None and poll.agent_gone:
+        then = ("Nothing has been read yet, so no card is shown" if snap is None else
+                "Showing the last good reading, marked ?; no card counts as free")
         banners.append(("stale", Text(
-            f"the node cannot be read (since {clock_time(poll.stale_since)}): {poll.stale_error}\n"
+            f"agent not answering since {since}: {poll.stale_error}\n"
+            f"{then}, and nothing can be done until it answers; it reconnects by itself.")))
+    elif poll.stale_since is not None and snap is None:
+        banners.append(("stale", Text(
+            f"the node cannot be read (since {since}): {poll.stale_error}\n"
             "Nothing has been read yet, so no card is shown; it retries by itself.")))
     elif poll.stale_since is not None:
         banners.append(("stale", Text(
-            f"stale since {clock_time(poll.stale_since)}: {poll.stale_error}\n"
+            f"stale since {since}: {poll.stale_error}\n"
             "Showing the last good reading, marked ?; no card counts as free until a poll "
             "succeeds again (it retries by itself).")))
     if snap is not None and not snap.occupancy.external_probe_ok and snap.occupancy.total:

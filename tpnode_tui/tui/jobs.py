@@ -1,4 +1,9 @@
-"""The jobs table: platform jobs, reservations, exited jobs awaiting reclaim, launches not started yet."""
+"""The jobs table: platform jobs, reservations, exited jobs awaiting reclaim, launches not started yet.
+
+The launches not started yet are the node's, as its snapshot lists them
+(``NodeSnapshot.queue``): queued for cards, waiting for the allocation lock,
+or being placed, whoever asked for them and from where.
+"""
 from __future__ import annotations
 
 import textwrap
@@ -7,11 +12,9 @@ from typing import Iterable, Optional
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ..model import JobState
-from ..printable import printable
+from ..model import JobState, QueuedLaunch
 from ..render import card_ranges, format_duration
 from .detail import workload
-from .queue import PLACING, QUEUED, WAITING, Pending
 from .tiles import fit
 
 COLUMNS = (
@@ -63,28 +66,30 @@ def job_row(job: JobState, now: float) -> tuple:
 #: lines the reason a launch waits for the allocation lock may take
 WAIT_LINES = 4
 
+#: the states of a launch not started yet (QueuedLaunch.state)
+QUEUED, WAITING, PLACING = "queued", "waiting", "placing"
+
 #: how a launch not started yet shows in the STATUS column
 PENDING_STYLE = {QUEUED: "#4fc3f7", WAITING: "bold #ffb300", PLACING: "#66bb6a"}
 
 
-def pending_row(launch: Pending, now: float, waiting: Optional[str]) -> tuple:
-    """A launch not started yet. One waiting for the allocation lock says for
-    what in place of its command: that is what the operator needs to know."""
-    spec = launch.spec
-    status = f"queued #{launch.position}" if launch.state == QUEUED else launch.state
+def pending_row(launch: QueuedLaunch, position: Optional[int], now: float) -> tuple:
+    """A launch not started yet (its strings already escaped, as the whole
+    snapshot is). One waiting for the allocation lock says for what in place
+    of its command: that is what the operator needs to know."""
+    status = f"queued #{position}" if launch.state == QUEUED and position else launch.state
     if launch.state == WAITING:
-        runs = waiting or "waiting for the allocation lock"
-    else:  # typed in a dialog, perhaps pasted: escaped like every other string shown
-        runs = printable(workload(JobState(name=spec.run_id, run_id=spec.run_id, gpus=(),
-                                           status=launch.state, kind=spec.kind, image=spec.image,
-                                           command=spec.command)))
+        runs = launch.waiting_for or "waiting for the allocation lock"
+    else:
+        runs = workload(JobState(name=launch.run_id, run_id=launch.run_id, gpus=(), status=launch.state,
+                                 kind=launch.kind, image=launch.image, command=launch.command))
     return (
-        Text(spec.run_id, style="bold"),
-        spec.kind,
-        Text(status, style=PENDING_STYLE[launch.state]),
-        f"{spec.cards} wanted",
-        format_duration(now - launch.since),
-        printable(spec.owner) or "-",
+        Text(launch.run_id, style="bold"),
+        launch.kind,
+        Text(status, style=PENDING_STYLE.get(launch.state, "")),
+        f"{launch.cards} wanted",
+        format_duration(now - launch.queued_at),
+        launch.owner or "-",
         "-",
         runs,
     )
@@ -132,18 +137,19 @@ class JobsTable(DataTable):
         if self._shown is not None:
             self.show(*self._shown)
 
-    def show(self, jobs: Iterable[JobState], pending: Iterable[Pending], now: float,
-             waiting: Optional[str] = None) -> None:
-        """``waiting``: what the allocation lock waits for, for the launches waiting on it."""
+    def show(self, jobs: Iterable[JobState], pending: Iterable[QueuedLaunch], now: float) -> None:
         jobs, pending = tuple(jobs), tuple(pending)
-        self._shown = (jobs, pending, now, waiting)
+        self._shown = (jobs, pending, now)
         rows: dict[str, tuple] = {}
         for job in jobs:
             rows[JOB_PREFIX + job.name] = job_row(job, now)
         waits = set()
+        position = 0
         for launch in pending:
-            key = LAUNCH_PREFIX + launch.spec.run_id
-            rows[key] = pending_row(launch, now, waiting)
+            key = LAUNCH_PREFIX + launch.run_id
+            if launch.state == QUEUED:
+                position += 1
+            rows[key] = pending_row(launch, position if launch.state == QUEUED else None, now)
             if launch.state == WAITING:
                 waits.add(key)
         rows = {key: _as_text(cells) for key, cells in rows.items()}

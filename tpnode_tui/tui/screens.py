@@ -1,15 +1,15 @@
-"""Dialogs: launch, reserve, confirm, help.
+"""Dialogs: launch, reserve, extend, confirm, help.
 
 The forms check what can be checked without the node (a whole number of
-cards, a duration, a run id, no more cards than the node has) and refuse it
-next to the field, keeping everything typed: a typo should cost a keystroke,
-not the whole form. What only the node can answer (is there room now?) is
-the allocator's to say, after the form closes.
+cards, a duration, a run id, no more cards than the node has, a reservation
+for someone else from someone who is not an operator) and refuse it next to
+the field, keeping everything typed: a typo should cost a keystroke, not the
+whole form. What only the node can answer (is there room now? is this within
+your card limit?) is the node's to say, after the form closes.
 """
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from typing import Optional
 
 from rich.console import Group
@@ -22,9 +22,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
 from ..config import parse_duration
-from ..model import BadRequest, JobSpec, check_run_id
+from ..model import BadRequest, JobState, check_run_id
 from ..printable import printable, printable_lines
-from ..render import show_command
+from ..render import cards_words, show_command
+from ..service import LaunchRequest, ReserveRequest
 from .tiles import BADGES
 
 
@@ -44,9 +45,10 @@ class FormScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.title_text, classes="dialog-title")
+            # Text, not markup: a context may quote an owner, who chose their own name.
+            yield Static(Text(self.title_text), classes="dialog-title")
             if self.context:
-                yield Static(self.context, classes="dialog-context")
+                yield Static(Text(self.context), classes="dialog-context")
             for field_id, label, value, placeholder in self.fields():
                 with Horizontal(classes="field"):
                     yield Label(label, classes="field-label")
@@ -125,14 +127,13 @@ class LaunchScreen(FormScreen):
     submit_label = "Launch"
 
     def __init__(self, *, total: int, docker: bool, default_command: tuple[str, ...],
-                 run_id: str, owner: str, context: str = "") -> None:
+                 run_id: str, context: str = "") -> None:
         super().__init__()
         self.context = context
         self.total = total
         self.docker = docker
         self.default_command = default_command
         self.default_run_id = run_id
-        self.owner = owner
 
     def fields(self):
         if self.default_command:
@@ -149,7 +150,7 @@ class LaunchScreen(FormScreen):
         rows.append(("run-id", "Run id", self.default_run_id, "letters, digits, . _ -"))
         return rows
 
-    def collect(self) -> Optional[JobSpec]:
+    def collect(self) -> Optional[LaunchRequest]:
         cards = self.card_count("cards", self.total)
         command: Optional[tuple[str, ...]] = None
         try:
@@ -167,26 +168,21 @@ class LaunchScreen(FormScreen):
         run_id = self.run_id("run-id")
         if cards is None or command is None or run_id is None:
             return None
-        return JobSpec(run_id=run_id, cards=cards, command=command, image=image or None, owner=self.owner)
-
-
-@dataclass(frozen=True)
-class ReserveRequest:
-    cards: int
-    duration_s: float
-    owner: str
-    run_id: str
+        # The job is the asker's: the node names its owner, from who asks.
+        return LaunchRequest(cards=cards, command=command, image=image or None, run_id=run_id)
 
 
 class ReserveScreen(FormScreen):
     title_text = "Reserve cards for a person"
     submit_label = "Reserve"
 
-    def __init__(self, *, total: int, owner: str, run_id: str, context: str = "") -> None:
+    def __init__(self, *, total: int, owner: str, operator: bool, run_id: str, context: str = "") -> None:
+        """``owner``: who is asking; only an ``operator`` may reserve for someone else."""
         super().__init__()
         self.context = context
         self.total = total
         self.owner = owner
+        self.operator = operator
         self.default_run_id = run_id
 
     def fields(self):
@@ -207,10 +203,38 @@ class ReserveScreen(FormScreen):
         owner = self.value("owner")
         if not owner:
             self.refuse("owner", "say who the cards are for")
+        elif owner != self.owner and not self.operator:
+            self.refuse("owner", f"only an operator may reserve for someone else; these are for "
+                        f"{self.owner}, who asks")
+            owner = ""
         run_id = self.run_id("run-id")
         if cards is None or duration is None or not owner or run_id is None:
             return None
-        return ReserveRequest(cards, duration, owner, run_id)
+        return ReserveRequest(cards=cards, duration_s=duration, run_id=run_id, owner=owner)
+
+
+class ExtendScreen(FormScreen):
+    """How much longer a reservation holds its cards."""
+
+    title_text = "Extend a reservation"
+    submit_label = "Extend"
+
+    def __init__(self, job: JobState, context: str = "") -> None:
+        super().__init__()
+        self.job = job
+        self.title_text = f"Extend {job.key}"
+        self.context = context or (f"{job.key} holds {cards_words(job.gpus)} for {job.owner or 'nobody'}; "
+                                   "it is held this much longer than it would have been.")
+
+    def fields(self):
+        return [("duration", "Longer by", "1h", "e.g. 30m, 2h, 1h30m, 1d")]
+
+    def collect(self) -> Optional[float]:
+        try:
+            return parse_duration(self.value("duration"))
+        except BadRequest as e:
+            self.refuse("duration", str(e))
+            return None
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -253,18 +277,26 @@ KEYS_HELP = [
     ("enter", "move into the detail pane (scroll it with the arrows; escape returns)"),
     ("tab", "move between the grid, the detail pane and the jobs table"),
     ("l", "launch a job on free cards; if none are free now, offer to queue it"),
-    ("v", "reserve cards for a person for a while (they are freed when it ends)"),
+    ("v", "reserve cards for a person for a while (they are freed when it ends); only an operator "
+          "reserves for someone else"),
+    ("+", "extend the selected reservation: asks how much longer it holds its cards"),
     ("s", "stop the job or reservation on the selected card, or in the highlighted jobs-table "
           "row (asks first, naming it)"),
     ("r", "reclaim: remove exited jobs' records (lists them and asks first)"),
     ("c", "cancel the launch selected in the jobs table: a queued one is dropped, one waiting for "
           "the allocation lock is abandoned; one already being placed goes on (stop it then)"),
-    ("p", "pause or resume polling"),
+    ("p", "pause or resume the display (the node is still read, and queued launches still start)"),
     ("ctrl+p", "command palette: every action by name"),
     ("?", "this help"),
-    ("q", "quit (jobs keep running; the demo stops its own). Launches not started yet, queued "
-          "or waiting for the lock, are dropped: it asks first, naming them"),
 ]
+QUIT_HELP = {
+    False: ("q", "quit (jobs keep running; the demo stops its own). This dashboard serves the node "
+                 "itself, so its launches not started yet, queued or waiting for the lock, are "
+                 "dropped: it asks first, naming them"),
+    True: ("q", "quit (jobs keep running). The node's agent keeps the queue: queued launches start "
+                "without this dashboard, so quitting does not ask; it asks only for a launch of "
+                "this dashboard still waiting for the lock, which ends with it"),
+}
 DEMO_KEYS_HELP = [
     ("b", "demo: toggle probe-blind (use from outside cannot be probed)"),
     ("x", "demo: put or remove an outside process on the selected card"),
@@ -281,8 +313,8 @@ STATES_HELP = [
                    "so it may be held; a banner over the grid says why. Launches wait until the "
                    "probe works again (one queued with l then starts by itself), unless "
                    "TUNEPLANE_ALLOW_UNVERIFIED=true hands such cards out anyway"),
-    ("?", "unknown: the last poll failed; the header says since when and why. No card is shown "
-          "free until a poll succeeds again"),
+    ("?", "unknown: the last poll failed, or the node's agent is not answering; the header says "
+          "since when and why. No card is shown free until a reading comes again"),
 ]
 
 
@@ -293,9 +325,10 @@ def _table() -> Table:
     return table
 
 
-def help_text(demo: bool, readonly: bool) -> Group:
+def help_text(demo: bool, readonly: bool, agent: bool = False) -> Group:
+    """``agent``: the node is served by its agent (not by this dashboard)."""
     keys = _table()
-    for key, meaning in KEYS_HELP + (DEMO_KEYS_HELP if demo else []):
+    for key, meaning in KEYS_HELP + [QUIT_HELP[agent]] + (DEMO_KEYS_HELP if demo else []):
         keys.add_row(Text(key, style="bold #4fc3f7"), meaning)
     states = _table()
     for state, meaning in STATES_HELP:
@@ -303,13 +336,20 @@ def help_text(demo: bool, readonly: bool) -> Group:
         states.add_row(Text(f" {label:^10} ", style=f"bold white on {colour}"), meaning)
     parts = [Text("Keys", style="bold underline"), keys]
     if readonly:
-        parts.append(Text("Read-only: launch, reserve, stop, reclaim and cancel are refused.",
+        parts.append(Text("Read-only: launch, reserve, extend, stop, reclaim and cancel are refused.",
                           style="#ffb300"))
     parts += [
+        Text("\nWho may do what", style="bold underline"),
+        Text("The header names you as the node knows you (from the kernel, not from anything typed). "
+             "Stop, extend and cancel are offered on your own jobs, reservations and launches; an "
+             "operator may act on anyone's. Anything else the node may refuse (a card limit, an "
+             "image not allowed) is said in its own words. For a running job or reservation the "
+             "detail pane shows the exports (env) that point CUDA at its cards, to paste into a shell."),
         Text("\nCard states", style="bold underline"),
         states,
-        Text("\nEvery action goes through the same allocator and lock as the tpnode-tui command "
-             "line, so the dashboard and a shell never hand out the same card.", style="grey62"),
+        Text("\nEvery action goes through the node, with the same rules and the same lock as the "
+             "tpnode-tui command line, so the dashboard and a shell never hand out the same card.",
+             style="grey62"),
     ]
     return Group(*parts)
 
@@ -317,15 +357,16 @@ def help_text(demo: bool, readonly: bool) -> Group:
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close", id="help-close", tooltip="Close the help")]
 
-    def __init__(self, demo: bool, readonly: bool) -> None:
+    def __init__(self, demo: bool, readonly: bool, agent: bool = False) -> None:
         super().__init__()
         self.demo = demo
         self.readonly = readonly
+        self.agent = agent
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog help"):
             yield Static("tpnode-tui: keys and card states", classes="dialog-title")
-            yield Static(help_text(self.demo, self.readonly))
+            yield Static(help_text(self.demo, self.readonly, self.agent))
         yield Footer()
 
     def action_close(self) -> None:

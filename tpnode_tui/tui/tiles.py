@@ -119,7 +119,8 @@ def render_tile(card: CardView, width: int, now: float, stale: bool) -> Text:
     summary = card_summary(card) or ("nothing holds it" if card.state == "free" else "")
     if stale:
         who = f"was {BADGES.get(card.state, (card.state,))[0].lower()}" + (f": {summary}" if summary else "")
-        note, note_style = "unknown: the last poll failed", "grey62"
+        # the banner says why: polls failing, or the node's agent not answering
+        note, note_style = "unknown until read again", "grey62"
         summary_style = "grey62"
     else:
         who = summary

@@ -1,0 +1,231 @@
+"""The dashboard on a shared node: through the node's agent, as its accounts use it.
+
+The agent runs either in the test's own event loop over a real Unix socket
+(so it can be stopped and started again on the same socket while a dashboard
+watches), or as its own process as root, as systemd runs it; the dashboard
+is the real app over the product's agent client. What another account sees
+is seen by a dashboard run as that account: a real process of a real test
+account (tests/accounts.py), reporting what it showed.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from accounts import make_accounts, shared_dir
+from test_agent_accounts import SharedNode
+from test_agent_api import Agent
+
+from load_tools import kill_process_jobs
+from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.service import LaunchRequest, ReserveRequest
+from tpnode_tui.tui.screens import ConfirmScreen, LaunchScreen
+from tui_tools import SIZE, Dashboard, fill, header, polled, queued, states, tile_text, until
+
+WAIT_S = 15.0
+
+
+@pytest.fixture
+async def agent(tmp_path):
+    a = Agent(tmp_path)
+    await a.start()
+    yield a
+    a.stop.set()
+    await asyncio.wait_for(a.task, WAIT_S)
+    kill_process_jobs(a.state)
+
+
+@pytest.fixture
+async def client(agent):
+    node = AgentNode(agent.socket)
+    yield node
+    await node.close()
+
+
+async def test_through_the_agent_the_header_names_you_and_the_socket_and_a_launch_shows(agent, client):
+    app = Dashboard(client, default_command=("sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        assert header(app).splitlines()[1].strip() == f"root · operator │ agent at {agent.socket}"
+        await pilot.press("l")
+        assert isinstance(app.screen, LaunchScreen)
+        await fill(pilot, app.screen, "cards", "2")
+        await fill(pilot, app.screen, "run-id", "via-agent")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.heard("Launched: via-agent got cards 0,1."), "the launch")
+        await until(pilot, lambda: states(app)[:2] == ["job", "job"], "the job on its cards")
+        [job] = app.snapshot.jobs
+        assert job.owner == "root"  # the kernel's name for the asker
+        assert "via-agent" in tile_text(app, 0)
+
+
+async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_reconnects(agent, client):
+    await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="survivor"))
+    app = Dashboard(client, default_command=("sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot and states(app)[0] == "job", "the running job")
+        assert "FREE" in tile_text(app, 1)
+
+        agent.stop.set()
+        await asyncio.wait_for(agent.task, WAIT_S)
+        banner = app.query_one("#stale-banner")
+        await until(pilot, lambda: banner.has_class("-shown"), "the banner")
+        text = str(banner.render())
+        assert text.startswith("agent not answering since ") and f"no agent answers at {agent.socket}" in text
+        assert "it reconnects by itself" in text
+        assert "NO AGENT since" in header(app) and "(not answering; reconnecting)" in header(app)
+        assert not any("FREE" in tile_text(app, i) for i in range(8)), "a card shown free with no agent"
+        assert app.check_action("stop", ()) is False
+        await pilot.press("l")
+        assert not isinstance(app.screen, LaunchScreen), "a form opened for a node that cannot answer"
+        assert app.heard("the node's agent is not answering since")
+        assert app.heard("so launching cannot be asked for")
+        await pilot.pause(1.5)  # it keeps trying meanwhile, and keeps saying so
+        assert banner.has_class("-shown")
+
+        agent.stop = asyncio.Event()
+        await agent.start()  # the same socket, a new agent: the dashboard finds it by itself
+        await until(pilot, lambda: not banner.has_class("-shown"), "the dashboard to reconnect")
+        assert app.stale_since is None and "reconnecting" not in header(app)
+        assert "survivor" in tile_text(app, 0) and "FREE" in tile_text(app, 1)
+        await pilot.press("l")
+        await fill(pilot, app.screen, "run-id", "after-the-restart")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.heard("Launched: after-the-restart got card 1."), "a launch once back")
+
+
+async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_asking(agent, client):
+    await client.reserve(ReserveRequest(cards=8, duration_s=600, run_id="everything"))
+    app = Dashboard(client, default_command=("sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await app._enqueue(LaunchRequest(cards=1, command=("sleep", "60"), run_id="later"))
+        await until(pilot, lambda: queued(app) == ["later"], "the launch in the agent's queue")
+        assert app.heard("The node's agent keeps it, with or without this dashboard.")
+        await pilot.press("q")
+        assert not isinstance(app.screen, ConfirmScreen), "quitting asked, though the agent keeps the queue"
+        assert app.return_code == 0
+    assert [q.run_id for q in await client.queued()] == ["later"], "the queue went with the dashboard"
+    await client.stop("everything")
+    for _ in range(int(WAIT_S / 0.1)):
+        if any(j.run_id == "later" and j.live for j in (await client.status()).snapshot.jobs):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the queued launch never started after the dashboard quit")
+
+
+# -- the agent as its own process, and other accounts ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def people():
+    made = make_accounts()
+    yield made
+    made.remove()
+
+
+@pytest.fixture
+def shared(people):
+    root = shared_dir("tpn-tui-")
+    n = SharedNode(people, root)
+    n.start()
+    yield n
+    n.kill()
+    kill_process_jobs(n.state)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_exports(shared):
+    node = AgentNode(shared.socket)
+    app = Dashboard(node, default_command=("sleep", "60"))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await polled(pilot, app)
+            assert f"agent at {shared.socket}" in header(app)
+            await pilot.press("l")
+            await fill(pilot, app.screen, "cards", "2")
+            await fill(pilot, app.screen, "run-id", "real-agent")
+            await pilot.press("enter")
+            await until(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on its cards")
+            assert app.heard("Launched: real-agent got cards 0,1.")
+            assert "export CUDA_VISIBLE_DEVICES=0,1" in str(app.query_one("#detail-text").render())
+    finally:
+        await node.close()
+
+
+#: A dashboard run as another account against the agent; prints what it showed.
+AS_ACCOUNT = textwrap.dedent('''
+    import asyncio, json, sys, time
+    from pathlib import Path
+    from tpnode_tui.node.remote import AgentNode
+    from tpnode_tui.tui.app import NodeDashboard
+
+    class Dashboard(NodeDashboard):
+        said = []
+        def notify(self, message, **kwargs):
+            self.said.append(f"{kwargs.get('title', '')}: {message}")
+            super().notify(message, **kwargs)
+
+    async def main():
+        node = AgentNode(Path(sys.argv[1]))
+        app = Dashboard(node)
+        shown = {}
+        async with app.run_test(size=(120, 40)) as pilot:
+            deadline = time.monotonic() + 30
+            while not (app.snapshot and app.snapshot.jobs):
+                assert time.monotonic() < deadline, "nothing read"
+                await pilot.pause(0.05)
+            shown["header"] = str(app.query_one("#header").render())
+            shown["stop offered"] = app.check_action("stop", ())
+            shown["extend offered"] = app.check_action("extend", ())
+            app.action_stop()  # as if offered anyway: the agent decides
+            await pilot.press("y")
+            while not any("allowed" in m for m in app.said):
+                assert time.monotonic() < deadline, app.said
+                await pilot.pause(0.05)
+            shown["said"] = app.said
+        await node.close()
+        print(json.dumps(shown))
+
+    asyncio.run(main())
+''')
+
+
+def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared, people):
+    alice, bob = people.alice, people.bob
+    assert shared.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
+    script = shared.root / "dashboard_as.py"
+    script.write_text(AS_ACCOUNT)
+    script.chmod(0o644)
+    done = bob.run([sys.executable, str(script), str(shared.socket)], env=shared.env(bob), timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = json.loads(done.stdout.strip().splitlines()[-1])
+    who = shown["header"].splitlines()[1].strip()
+    assert who == f"{bob.name} │ agent at {shared.socket}", who  # not an operator: no "operator"
+    assert shown["stop offered"] is False and shown["extend offered"] is False
+    [refusal] = [m for m in shown["said"] if "allowed" in m]
+    assert refusal.startswith("Not allowed to stop a-rsv: card 0 is held by a-rsv of ")
+    assert f"only {alice.name} or an operator (root, group {people.operators_group}) may stop it" in refusal
+    assert shared.status(alice)["jobs"][0]["status"] == "running"
+
+
+def test_the_dashboard_told_to_use_an_agent_that_does_not_answer_says_so_in_one_line(tmp_path):
+    terminal, other_end = os.openpty()  # the dashboard needs a terminal on standard input
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update(TUNEPLANE_AGENT="on", TUNEPLANE_AGENT_SOCKET=str(tmp_path / "nobody.sock"))
+    try:
+        done = subprocess.run([sys.executable, "-m", "tpnode_tui"], stdin=other_end, env=env,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(terminal)
+        os.close(other_end)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"no agent answers at {tmp_path / 'nobody.sock'} (TUNEPLANE_AGENT=on)" in done.stderr

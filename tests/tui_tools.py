@@ -1,0 +1,140 @@
+"""What the dashboard's tests share: the app that remembers what it said, a node
+served in the test's process over a simulated probe and real processes, and
+ways to wait for what an operator would see."""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from load_tools import kill_process_jobs
+from services import write_scene
+from tpnode_tui.config import load_settings
+from tpnode_tui.model import JobSpec
+from tpnode_tui.node.local import LocalNode
+from tpnode_tui.tui.app import NodeDashboard
+
+WAIT_S = 15.0
+SIZE = (120, 40)
+
+
+class Dashboard(NodeDashboard):
+    """The real app, remembering what it told the operator."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.said: list[tuple[str, str]] = []
+
+    def notify(self, message, *, title="", severity="information", **kwargs):
+        self.said.append((f"{title}: {message}" if title else str(message), severity))
+        return super().notify(message, title=title, severity=severity, **kwargs)
+
+    def heard(self, text: str) -> bool:
+        return any(text in message for message, _ in self.said)
+
+
+class Node:
+    """A node served in the test's process (as the dashboard serves one without
+    an agent): the simulated probe over a scene file, the process runtime with
+    real processes in a state dir of the test's own, and the flock lock."""
+
+    def __init__(self, root: Path, cards: int, **settings) -> None:
+        self.scene = write_scene(root / "node.json", cards)
+        self.state = root / "state"
+        self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
+                                      state_dir=str(self.state), lock_retry_ms="10", **settings)
+        self.local = LocalNode.from_settings(self.settings, interval=0.2)
+        #: for what another account's command would do meanwhile (launch, stop)
+        self.allocator = self.local.service.allocator
+
+    def app(self, **kwargs) -> Dashboard:
+        kwargs.setdefault("default_command", ("sleep", "60"))
+        return Dashboard(self.local, **kwargs)
+
+    async def launch(self, run_id: str, cards: int, *command: str):
+        """A job placed by someone else's command (owner "tester", no uid)."""
+        return await self.allocator.launch(JobSpec(run_id=run_id, cards=cards,
+                                                   command=command or ("sleep", "60"), owner="tester"))
+
+    async def close(self) -> None:
+        await self.local.close()
+        kill_process_jobs(self.state)  # every job the test started: this state dir is the test's own
+
+
+async def until(pilot, condition: Callable[[], object], what: str):
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, (
+            f"timed out waiting for {what}; the dashboard said {getattr(pilot.app, 'said', [])}")
+        await pilot.pause(0.05)
+
+
+async def polled(pilot, app: NodeDashboard, n: int = 1) -> None:
+    """Wait for n more readings (of a successful or a failed poll) to land."""
+    target = app.readings + n
+    await until(pilot, lambda: app.readings >= target, f"{n} reading(s)")
+
+
+def tile_text(app: NodeDashboard, index: int) -> str:
+    return app.query_one(f"#card-{index}").render().plain
+
+
+def states(app: NodeDashboard) -> list[str]:
+    return [c.state for c in app.snapshot.cards]
+
+
+def header(app: NodeDashboard) -> str:
+    return str(app.query_one("#header").render())
+
+
+def row_cells(app: NodeDashboard, run_id: str) -> list[str]:
+    """The jobs-table row of a launch not started yet (queued or under way), as
+    text, each cell's wrapped lines joined again."""
+    table = app.query_one("#jobs")
+    key = f"launch:{run_id}"
+    return [str(cell).replace("\n", " ") for cell in table.get_row(key)] if key in table.row_keys else []
+
+
+def row_status(app: NodeDashboard, run_id: str) -> str:
+    cells = row_cells(app, run_id)
+    return cells[2] if cells else ""
+
+
+def queued(app: NodeDashboard) -> list[str]:
+    return [q.run_id for q in app.snapshot.queue] if app.snapshot else []
+
+
+async def select_row(pilot, app: NodeDashboard, key: str) -> None:
+    table = app.query_one("#jobs")
+    table.focus()
+    table.move_cursor(row=table.row_keys.index(key))
+    await pilot.pause()
+
+
+async def fill(pilot, screen, field: str, value: str) -> None:
+    from textual.widgets import Input
+
+    box = screen.query_one(f"#{field}", Input)
+    box.value = value
+    await pilot.pause()
+
+
+async def hold_the_flock(state_dir: Path) -> asyncio.subprocess.Process:
+    """Another process on the node holding the allocation lock (tests/lock_worker.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update(TUNEPLANE_STATE_DIR=str(state_dir))
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).with_name("lock_worker.py")), "hold",
+        env=env, stdout=asyncio.subprocess.PIPE)
+    line = await asyncio.wait_for(holder.stdout.readline(), WAIT_S)
+    assert line.startswith(b"held "), f"the lock holder said {line!r}"
+    return holder
+
+
+async def end(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
