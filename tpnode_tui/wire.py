@@ -17,8 +17,11 @@ from dataclasses import asdict
 from typing import Any, Callable, Optional, TypeVar
 
 from .model import (
+    BELONGS,
+    DRAIN_SOURCES,
     CardFacts,
     CardView,
+    Drain,
     GpuOccupancy,
     HolderInfo,
     JobState,
@@ -58,11 +61,16 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "by_job": {str(k): v for k, v in sorted(occ.by_job.items())},
         "external": sorted(occ.external),
         "unhealthy": {str(k): v for k, v in sorted(occ.unhealthy.items())},
+        "drained": {str(k): v for k, v in sorted(occ.drained.items())},
         "external_probe_ok": occ.external_probe_ok,
         "explain": snap.explain,
         "cards": [_card_json(c) for c in snap.cards],
         "jobs": [_job_json(j) for j in snap.jobs],
         "queue": [queued_to_json(q) for q in snap.queue],
+        "intruder_cards": list(snap.intruder_cards),
+        "idle": dict(sorted(snap.idle.items())),
+        "xid_watch": snap.xid_watch,
+        "xid_problem": snap.xid_problem,
     }
 
 
@@ -75,6 +83,8 @@ def _card_json(c: CardView) -> dict[str, Any]:
         "holders": [asdict(h) for h in c.holders],
         "reason": c.reason,
         "warning": c.warning,
+        "intruders": list(c.intruders),
+        "drain": None if c.drain is None else drain_to_json(c.drain),
         "name": f.name if f else None,
         "uuid": f.uuid if f else None,
         "pci_bus_id": f.pci_bus_id if f else None,
@@ -108,7 +118,13 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "fence": j.fence,
         "problems": list(j.problems),
         "note": j.note,
+        "container_id": j.container_id,
+        "cgroup": j.cgroup,
     }
+
+
+def drain_to_json(d: Drain) -> dict[str, Any]:
+    return asdict(d)
 
 
 # ── reading back ────────────────────────────────────────────────────────────
@@ -167,6 +183,9 @@ class Reader:
     def opt_number(self, key: str) -> Optional[float]:
         value = self._get(key, lambda v: v is None or _is_number(v), "a number or null", None)
         return None if value is None else float(value)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: Any = _REQUIRED) -> str:
+        return self._get(key, lambda v: v in choices, f"one of {', '.join(choices)}", default)  # type: ignore[no-any-return]
 
     def flag(self, key: str, default: Any = _REQUIRED) -> bool:
         return self._get(key, lambda v: isinstance(v, bool), "true or false", default)  # type: ignore[no-any-return]
@@ -230,7 +249,20 @@ def _holder(r: Reader) -> HolderInfo:
         command=r.opt_text("command"),
         container=r.opt_text("container"),
         started_at=r.opt_number("started_at"),
+        belongs=r.choice("belongs", BELONGS, "unknown"),
+        uid=r.opt_whole("uid"),
+        container_name=r.opt_text("container_name"),
+        container_image=r.opt_text("container_image"),
     )
+
+
+def _drain(r: Reader) -> Drain:
+    return Drain(card=r.whole("card"), reason=r.text("reason"), by=r.text("by"), at=r.number("at"),
+                 source=r.choice("source", DRAIN_SOURCES, "operator"), xid=r.opt_whole("xid"))
+
+
+def drain_from_json(doc: Any, where: str = "drain") -> Drain:
+    return _drain(Reader(doc, where))
 
 
 def _process(r: Reader) -> ProcessFacts:
@@ -274,6 +306,8 @@ def _job(r: Reader) -> JobState:
         fence=r.opt_whole("fence"),
         problems=r.texts("problems"),
         note=r.text("note", ""),
+        container_id=r.opt_text("container_id"),
+        cgroup=r.opt_text("cgroup"),
     )
 
 
@@ -325,6 +359,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
             holders=tuple(c.each("holders", _holder, [])),
             reason=c.opt_text("reason"),
             warning=c.opt_text("warning"),
+            drain=None if c.doc.get("drain") is None else _drain(Reader(c.doc["drain"], f"{c.where}.drain")),
         ))
     occupancy = GpuOccupancy(
         total=total,
@@ -332,6 +367,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         external=frozenset(r.wholes("external")),
         unhealthy=_int_keys(r, "unhealthy"),
         external_probe_ok=r.flag("external_probe_ok"),
+        drained=_int_keys(r, "drained") if "drained" in r.doc else {},
     )
     return NodeSnapshot(
         taken_at=r.number("taken_at"),
@@ -346,7 +382,18 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         lock_state=r.opt_text("lock_state"),
         explain=r.text("explain", ""),
         queue=tuple(r.each("queue", _queued, [])),
+        idle=_idle(r),
+        xid_watch=r.text("xid_watch", ""),
+        xid_problem=r.opt_text("xid_problem"),
     )
+
+
+def _idle(r: Reader) -> dict[str, float]:
+    doc = r.doc.get("idle", {})
+    if not isinstance(doc, dict) or not all(
+            isinstance(k, str) and _is_number(v) for k, v in doc.items()):
+        raise WireError(f"{r.where}.idle is not an object of run id -> unix seconds")
+    return {k: float(v) for k, v in doc.items()}
 
 
 # ── answers to actions ─────────────────────────────────────────────────────
