@@ -26,6 +26,8 @@ def test_every_variable_is_read():
         "TUNEPLANE_AGENT_SOCKET": "/tmp/a.sock", "TUNEPLANE_OPERATORS_GROUP": "gpu-admins",
         "TUNEPLANE_MAX_CARDS_PER_USER": "2", "TUNEPLANE_MAX_CARDS_FOR": "alice=4, @students=1",
         "TUNEPLANE_IMAGES": "busybox:*, nvcr.io/*", "TUNEPLANE_LOG_MAX_MB": "5",
+        "TUNEPLANE_IDLE_RESERVATION_MIN": "45", "TUNEPLANE_XID_DRAIN": "79, 48,48",
+        "TUNEPLANE_XID_IGNORE": "13", "TUNEPLANE_EVICT_GRACE_S": "2.5",
     }
     assert set(env) == {var for var, _ in ENV_VARS.values()}
     s = load_settings(env)
@@ -37,6 +39,7 @@ def test_every_variable_is_read():
     assert (s.agent, s.agent_socket, s.operators_group) == ("off", Path("/tmp/a.sock"), "gpu-admins")
     assert (s.max_cards_per_user, s.max_cards_for) == (2, (("alice", 4), ("@students", 1)))
     assert (s.images, s.log_max_mb) == (("busybox:*", "nvcr.io/*"), 5.0)
+    assert (s.idle_reservation_min, s.xid_drain, s.xid_ignore, s.evict_grace_s) == (45, (48, 79), (13,), 2.5)
 
 
 def test_flags_override_the_environment():
@@ -57,6 +60,10 @@ def test_flags_override_the_environment():
     ("TUNEPLANE_PROBE_TIMEOUT_S", "nan"),
     ("TUNEPLANE_LOCK_LEASE_MS", "5"),
     ("TUNEPLANE_LOCAL_GPU_COUNT", "100000000"),
+    ("TUNEPLANE_IDLE_RESERVATION_MIN", "0"),
+    ("TUNEPLANE_XID_DRAIN", "79,x"),
+    ("TUNEPLANE_XID_IGNORE", "-13"),
+    ("TUNEPLANE_EVICT_GRACE_S", "0"),
 ])
 def test_a_bad_value_is_refused_with_its_name(var, value):
     with pytest.raises(ConfigError, match=var):
@@ -98,3 +105,14 @@ def test_the_readme_table_names_every_variable_flag_and_default():
     for setting, (var, _) in ENV_VARS.items():
         if setting in FLAGS:
             assert f"`{FLAGS[setting]}`" in documented[var], var
+
+
+def test_xid_lists_default_to_the_catalog_and_none_means_no_drains():
+    s = load_settings({})
+    assert 79 in s.xid_drain and 48 in s.xid_drain and 13 not in s.xid_drain and s.xid_ignore == ()
+    assert load_settings({"TUNEPLANE_XID_DRAIN": "none"}).xid_drain == ()
+
+
+def test_an_xid_both_drained_and_ignored_is_refused():
+    with pytest.raises(ConfigError, match="both name XID 48"):
+        load_settings({"TUNEPLANE_XID_IGNORE": "48"})
