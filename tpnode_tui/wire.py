@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Callable, Optional, TypeVar
 
+from .evict import EvictReport, Evicted
+from .history import Sample
 from .model import (
     BELONGS,
     DRAIN_SOURCES,
@@ -432,3 +434,54 @@ def launched_from_json(doc: Any, where: str = "launch") -> Launched:
     r = Reader(doc, where)
     return Launched(gpus=r.wholes("gpus"), job=_job(Reader(r.obj("job"), f"{where}.job")),
                     existing=r.flag("existing", False), warning=r.opt_text("warning"))
+
+
+# ── triage ────────────────────────────────────────────────────────────────────
+
+
+def evict_to_json(report: EvictReport) -> dict[str, Any]:
+    return asdict(report) | {"processes": [asdict(e) for e in report.processes]}
+
+
+def _evicted(r: Reader) -> Evicted:
+    return Evicted(card=r.whole("card"), pid=r.whole("pid"), user=r.opt_text("user"), uid=r.opt_whole("uid"),
+                   command=r.opt_text("command"), belongs=r.choice("belongs", BELONGS),
+                   used_memory_mib=r.opt_whole("used_memory_mib"), outcome=r.text("outcome"),
+                   fate=r.text("fate"))
+
+
+def evict_from_json(doc: Any, where: str = "evict") -> EvictReport:
+    r = Reader(doc, where)
+    return EvictReport(card=r.whole("card"), dry_run=r.flag("dry_run"), kill=r.flag("kill"),
+                       grace_s=r.number("grace_s"), processes=tuple(r.each("processes", _evicted)))
+
+
+def history_to_json(history: dict[int, list[Sample]]) -> dict[str, Any]:
+    """{"cards": {"3": [{"at", "seconds", "utilization_pct", ...}, ...]}}."""
+    return {"cards": {str(card): [asdict(s) for s in samples] for card, samples in history.items()}}
+
+
+def _sample(r: Reader) -> Sample:
+    return Sample(at=r.number("at"), seconds=r.number("seconds"),
+                  utilization_pct=r.opt_number("utilization_pct"), memory_used_mib=r.opt_number("memory_used_mib"),
+                  power_w=r.opt_number("power_w"), temperature_c=r.opt_number("temperature_c"))
+
+
+def history_from_json(doc: Any, where: str = "history") -> dict[int, list[Sample]]:
+    r = Reader(doc, where)
+    out: dict[int, list[Sample]] = {}
+    for key, samples in r.obj("cards").items():
+        if not key.isdigit() or len(key) > 6:
+            raise WireError(f"{where}.cards has {key!r}, not a card index")
+        out[int(key)] = Reader({"s": samples}, f"{where}.cards.{key}").each("s", _sample)
+    return out
+
+
+def event_from_json(doc: Any, where: str = "event") -> dict[str, Any]:
+    """One entry of the node's log as the agent sent it: an object with at least
+    a time, a kind and a message; everything else is kept as it came."""
+    r = Reader(doc, where)
+    r.number("time")
+    r.text("kind")
+    r.text("message")
+    return dict(r.doc)
