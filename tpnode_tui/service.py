@@ -317,8 +317,19 @@ class NodeService:
             if self.watch_xids and self._watcher is None:
                 await self._start_watcher()
             self._start_drain()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+            await self._pause()
+
+    async def _pause(self) -> None:
+        """Wait for the interval, or less if an action asks for a poll.
+
+        Not ``wait_for``: before Python 3.12 it can swallow a cancellation that
+        arrives as the wait ends, and a cancelled ``run`` would then poll on for
+        ever while whoever cancelled it waits (a dashboard that never quits)."""
+        waiter = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=self.interval)
+        finally:
+            waiter.cancel()
 
     # ── XIDs ──────────────────────────────────────────────────────────────────
 
@@ -370,7 +381,10 @@ class NodeService:
         if job is not None:
             fields.update(run_id=job.key, owner=job.owner)
         against = f" while {job.key} of {job.owner or 'nobody recorded'} held it" if job is not None else ""
-        self._event("xid", f"{where}: {words}{against}", cards=cards, user=job.owner if job else None, **fields)
+        what = verdict.meaning if verdict.xid is None else f"XID {verdict.xid}: {verdict.meaning}"
+        then = f"; {verdict.action}" if verdict.action else ""
+        self._event("xid", f"{where}: {what}{against}{then}", cards=cards, user=job.owner if job else None,
+                    **fields)
         if verdict.drains and event.card is not None:
             drain = Drain(card=event.card, reason=words, by="xid", at=event.at, source="xid",
                           xid=event.xid)
@@ -529,6 +543,8 @@ class NodeService:
             kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
             if not new:
                 raise Conflict(f"card {card} is drained already, by {kept.by}: {kept.reason}")
+            self._event("drain", f"card {card} drained by {caller.user}: {kept.reason}", cards=[card],
+                        user=caller.user, source="operator", by=caller.user)
             return kept
 
         def done(d: Drain) -> str:
@@ -560,6 +576,9 @@ class NodeService:
             removed = await asyncio.to_thread(self.allocator.drains.undrain, card)
             if removed is None:
                 raise JobNotFound(f"card {card} is not drained")
+            self._event("undrain", f"card {card} is back in service, undrained by {caller.user} "
+                        f"(drained by {removed.by}: {removed.reason})", cards=[card], user=caller.user,
+                        by=caller.user)
             return removed
 
         return await self._audited(
