@@ -141,12 +141,13 @@ class Triage:
                     continue
                 owner = f" of {job.owner}" if job.owner else ""
                 cards = list(job.gpus)
-                if job.kind == "reservation" and job.expires_at is not None and job.expires_at <= now + 1:
+                after = ended.get(key)
+                expires_at = after.expires_at if after is not None else job.expires_at
+                if job.kind == "reservation" and expires_at is not None and expires_at <= now + 1:
                     self.record("expiry", f"reservation {key}{owner} expired; {cards_words(cards)} "
                                 f"{'is' if len(cards) == 1 else 'are'} no longer held by it",
                                 cards=cards, user=job.owner or None, run_id=key)
                     continue
-                after = ended.get(key)
                 how = (f" (exit {after.exit_code})" if after is not None and after.exit_code is not None
                        else "" if after is not None else " and its record is gone")
                 self.record("ended", f"{job.kind} {key}{owner} ended{how}; it no longer holds "
