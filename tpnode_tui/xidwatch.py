@@ -134,6 +134,8 @@ class NvmlXidWatcher(_Threaded):
         super().__init__(retry_s)
         self._nv = nvml
         self.wait_ms = wait_ms
+        #: cards found lost: said once, not again at every registration while they stay lost
+        self._lost: set[int] = set()
 
     def _module(self) -> Any:
         if self._nv is None:
@@ -156,8 +158,9 @@ class NvmlXidWatcher(_Threaded):
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(index)
             except nv.NVMLError_GpuIsLost:
-                self._hand(XidEvent(index, None, time.time(), self.source, text="GPU is lost"))
+                self._lost_card(index)
                 continue
+            self._lost.discard(index)
             try:
                 supported = int(nv.nvmlDeviceGetSupportedEventTypes(handle))
             except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
@@ -220,7 +223,7 @@ class NvmlXidWatcher(_Threaded):
                     try:
                         nv.nvmlDeviceGetIndex(handle)
                     except nv.NVMLError_GpuIsLost:
-                        self._hand(XidEvent(index, None, time.time(), self.source, text="GPU is lost"))
+                        self._lost_card(index)
                     except nv.NVMLError:
                         pass
                 return
@@ -240,6 +243,11 @@ class NvmlXidWatcher(_Threaded):
             return XidEvent(index, None, now, self.source, text="the driver reports the GPU unavailable",
                             recovery_action=action)
         return XidEvent(index, int(data.eventData), now, self.source, recovery_action=action)
+
+    def _lost_card(self, index: int) -> None:
+        if index not in self._lost:
+            self._lost.add(index)
+            self._hand(XidEvent(index, None, time.time(), self.source, text="GPU is lost"))
 
     def _hand(self, event: XidEvent) -> None:
         if self._deliver is not None:
