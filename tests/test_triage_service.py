@@ -116,7 +116,7 @@ async def test_only_an_operator_may_drain_or_undrain_and_the_refusal_is_exit_77(
     snap = await node.service.read_now()
     assert snap.cards[2].state == "drained" and snap.cards[2].drain.by == "root"
     assert [(e["user"], e["action"], e["result"], e.get("cards")) for e in node.kinds("action")] == [
-        ("bob", "drain", "refused", None), ("root", "drain", "ok", [2]), ("alice", "undrain", "refused", None)]
+        ("bob", "drain", "refused", [2]), ("root", "drain", "ok", [2]), ("alice", "undrain", "refused", [2])]
     await node.service.undrain_card(ROOT, 2)
     assert (await node.service.read_now()).cards[2].state == "free"
 
@@ -314,6 +314,13 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(node):
     # bob sees what happened to the cards, each once, and none of root's actions
     assert [(e["kind"], e["cards"]) for e in got] == [("drain", [1]), ("undrain", [1]), ("drain", [2])]
     assert got[0]["message"] == "card 1 drained by root: old news"
+
+
+def test_a_new_nodes_first_entries_are_kept_though_its_state_dir_is_not_made_yet(tmp_path):
+    log = NodeLog(tmp_path / "new" / "state")
+    log.append("xid", "card 6: XID 79: GPU has fallen off the bus; reboot the node", cards=[6])
+    assert [e["cards"] for e in log.read()] == [[6]]
+    assert oct(log.dir.stat().st_mode & 0o777) == "0o700"
 
 
 async def test_the_log_rotates_at_its_size_through_the_service(tmp_path):

@@ -50,7 +50,12 @@ class NodeLog:
         with self._lock:
             try:
                 self._rotate_if_full(len(line))
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+                try:
+                    fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+                except FileNotFoundError:
+                    # A new node's state dir: what happens first must not be lost for want of it.
+                    self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
                 try:
                     os.write(fd, line.encode())
                 finally:

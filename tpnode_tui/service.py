@@ -426,18 +426,21 @@ class NodeService:
 
     async def _audited(self, caller: Caller, action: str, target: str,
                        work: Awaitable[T], done: Callable[[T], str],
-                       cards: Callable[[T], Iterable[int]] = lambda _r: ()) -> T:
-        """Run ``work``, and log the attempt, allowed or not, before answering."""
+                       cards: Callable[[T], Iterable[int]] = lambda _r: (),
+                       asked: Iterable[int] = ()) -> T:
+        """Run ``work``, and log the attempt, allowed or not, before answering.
+        ``asked`` are the cards the request names, for an attempt that failed."""
+        about = {"cards": sorted(set(asked))} if asked else {}
         try:
             result = await work
         except NoCapacity as e:
-            self._record(caller, action, target, "no capacity", str(e))
+            self._record(caller, action, target, "no capacity", str(e), **about)
             raise
         except NotAllowed as e:
-            self._record(caller, action, target, "refused", str(e))
+            self._record(caller, action, target, "refused", str(e), **about)
             raise
         except TpnodeError as e:
-            self._record(caller, action, target, "failed", str(e))
+            self._record(caller, action, target, "failed", str(e), **about)
             raise
         except asyncio.CancelledError:
             self._record(caller, action, target, "abandoned", f"{caller.user} went away before {target} was placed")
@@ -552,7 +555,7 @@ class NodeService:
             under = f"; {job.key} keeps running on it" if job is not None else ""
             return f"{caller.user} drained card {card}: {d.reason}{under}"
 
-        return await self._audited(caller, "drain", f"card {card}", work(), done, lambda d: [d.card])
+        return await self._audited(caller, "drain", f"card {card}", work(), done, lambda d: [d.card], [card])
 
     async def undrain_card(self, caller: Caller, card: int) -> Drain:
         """Put ``card`` back in service (operators); refused while the driver
@@ -584,7 +587,7 @@ class NodeService:
         return await self._audited(
             caller, "undrain", f"card {card}", work(),
             lambda d: f"{caller.user} put card {card} back in service (drained by {d.by}: {d.reason})",
-            lambda d: [d.card])
+            lambda d: [d.card], [card])
 
     async def evict(self, caller: Caller, card: int, pid: Optional[int] = None, *,
                     kill: bool = False, dry_run: bool = False) -> EvictReport:
@@ -616,7 +619,7 @@ class NodeService:
                 f"pid {e.pid} of {e.user or e.uid}: {e.fate}" for e in r.processes)
 
         target = f"card {card}" + (f" pid {pid}" if pid is not None else "")
-        return await self._audited(caller, "evict", target, work(), said, lambda r: [r.card])
+        return await self._audited(caller, "evict", target, work(), said, lambda r: [r.card], [card])
 
     # ── launching ────────────────────────────────────────────────────────────
 
