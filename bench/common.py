@@ -92,6 +92,8 @@ class Limit:
     label: str
     row: Row
     bound: float
+    #: "at most" rather than "under"
+    inclusive: bool = False
 
     @property
     def value(self) -> Optional[float]:
@@ -99,7 +101,9 @@ class Limit:
 
     @property
     def met(self) -> Optional[bool]:
-        return None if self.value is None else self.value < self.bound
+        if self.value is None:
+            return None
+        return self.value <= self.bound if self.inclusive else self.value < self.bound
 
 
 @dataclass

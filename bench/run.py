@@ -28,7 +28,7 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard")
+SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet")
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -46,6 +46,13 @@ HEADLINE = {
     "tui_cpu_pct_64": ("tui_cpu_pct_64",),
     "tui_first_frame_s": ("tui_first_frame_s",),
     "tui_rss_mb": ("tui_rss_mb",),
+    "fleet_first_frame_s": ("fleet_first_frame_s",),
+    "fleet_cpu_pct": ("fleet_cpu_pct",),
+    "fleet_redis_ops_per_node_s": ("fleet_redis_ops_per_node_s",),
+    "fleet_publish_ops_per_node_s": ("fleet_publish_ops_per_node_s",),
+    "fleet_publisher_cpu_ms_per_node_s": ("fleet_publisher_cpu_ms_per_node_s",),
+    "metrics_scrape_8_ms": ("metrics_scrape_8_ms",),
+    "metrics_scrape_64_ms": ("metrics_scrape_64_ms",),
 }
 
 
@@ -144,7 +151,7 @@ def print_table(sections: list[Section], meta: dict, out=sys.stdout) -> None:
             print(f"  {ratio.label:<{width}} {_fmt(ratio.value, 'x'):>10} {target}", file=out)
         for limit in section.limits:
             print(f"  {limit.label:<{width}} {_fmt(limit.value):>10} "
-                  f"target < {limit.bound:g}: {_verdict(limit.met)}", file=out)
+                  f"target {'<=' if limit.inclusive else '<'} {limit.bound:g}: {_verdict(limit.met)}", file=out)
         for note in section.notes:
             print(f"  note: {note}", file=out)
 
@@ -226,6 +233,15 @@ class Runner:
                 if isinstance(service, Exception)]
             return launches.run(None if isinstance(daemon, Exception) else daemon,
                                 None if isinstance(redis, Exception) else redis, quick, unavailable)
+        if name == "fleet":
+            import dashboard
+            import fleet
+
+            redis = self._service("redis", services_up.start_redis)
+            if isinstance(redis, Exception):
+                return Section(fleet.TITLE, skipped=str(redis))
+            why = dashboard.available()
+            return Section(fleet.TITLE, skipped=why) if why else fleet.run(redis, quick)
         import dashboard
 
         why = dashboard.available()

@@ -52,8 +52,8 @@ from pynvml import (  # noqa: F401  (re-exported for tests)
     NVMLError_NoPermission,
     NVMLError_NotSupported,
     NVMLError_Timeout,
-    NVMLError_Unknown,
     NVMLError_Uninitialized,
+    NVMLError_Unknown,
     NVMLLibraryMismatchError,
 )
 

@@ -137,11 +137,17 @@ def one_line(stderr: str) -> bool:
 
 
 def check_refusal(result: subprocess.CompletedProcess) -> None:
-    """A refusal for lack of capacity: exit 75, one line, with what is held and what to do."""
+    """A refusal for lack of capacity: exit 75, one line, with what is held and what to do.
+
+    A launch that had to wait for the lock first said so, once, on a line of its own.
+    """
     assert result.returncode == 75, (result.returncode, result.stderr)
-    assert one_line(result.stderr), result.stderr
-    assert "no capacity now" in result.stderr and "cards total" in result.stderr, result.stderr
-    assert "try again" in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    waited, refusal = lines[:-1], lines[-1] if lines else ""
+    assert "Traceback" not in result.stderr and len(waited) <= 1, result.stderr
+    assert all(" waiting for the allocation lock, held by " in line for line in waited), result.stderr
+    assert "no capacity now" in refusal and "cards total" in refusal, result.stderr
+    assert "try again" in refusal, result.stderr
 
 
 # ── watching the node while it changes ───────────────────────────────────────
@@ -163,7 +169,7 @@ class _Watcher(threading.Thread):
         self.history: list[tuple[float, frozenset[str]]] = []
         self.max_live_cards = 0
 
-    def __enter__(self) -> "_Watcher":
+    def __enter__(self) -> _Watcher:
         self.start()
         return self
 
@@ -265,10 +271,10 @@ def record_figures(test: str, **figures: object) -> None:
 def kill_process_jobs(state_dir: Path) -> None:
     """SIGKILL every process of every job the state file still counts as live
     (its supervisor's group, its session, its cgroup), and remove job cgroups."""
+    from tpnode_tui.model import TpnodeError
     from tpnode_tui.runtimes.jobprocs import JobProcesses, remove_cgroup
     from tpnode_tui.runtimes.process import boot_id, liveness
     from tpnode_tui.runtimes.statefile import StateFile
-    from tpnode_tui.model import TpnodeError
 
     try:
         records = StateFile(state_dir).read()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs on a fresh Debian machine, then run it all.
+# Install everything the test suite needs on a fresh Debian machine, then check
+# the imports' layers, lint and types, and run every test.
 #   bash tests/run.sh            the whole suite (what CI runs)
 #   bash tests/run.sh --long     also the bigger load and fault tests
 # System services the tests start themselves: redis-server, dockerd (private
@@ -21,6 +22,16 @@ if ((${#missing[@]})); then
     fi
 fi
 
-python3 -m venv .venv
+# The tests' own accounts (tests/accounts.py) run the CLI with this venv's
+# interpreter, so it must be one every account may execute: the system's,
+# where there is one (an interpreter under /root is root's alone).
+python=python3
+if [ -x /usr/bin/python3 ]; then python=/usr/bin/python3; fi
+"$python" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# The layers and "only the dashboard imports Textual" (pyproject.toml), lint,
+# and types, before the tests: each is quick and names exactly what is wrong.
+.venv/bin/lint-imports --no-cache
+.venv/bin/ruff check
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

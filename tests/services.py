@@ -34,7 +34,7 @@ def unavailable(why: str) -> None:
     pytest.skip(why)
 
 
-def redis_or_unavailable(workdir: Path, password: str | None = None) -> "RedisServer":
+def redis_or_unavailable(workdir: Path, password: str | None = None) -> RedisServer:
     """A started redis-server of the tests' own; fails under CI, skips elsewhere, if it cannot start."""
     server = RedisServer(port=free_port(), workdir=workdir, password=password)
     try:
@@ -147,7 +147,7 @@ class Dockerd:
             _wait(self._answers, 60, "dockerd")
         except TimeoutError:
             self.stop()
-            raise TimeoutError("dockerd did not come up: " + self.log.read_text()[-2000:])
+            raise TimeoutError("dockerd did not come up: " + self.log.read_text()[-2000:]) from None
 
     def _answers(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

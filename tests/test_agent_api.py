@@ -93,7 +93,7 @@ async def test_launch_reserve_and_stop_through_the_agent(agent, client):
     launched = (await client.launch(LaunchRequest(cards=2, command=("sleep", "60"), run_id="j1"))).launched
     reserved = await client.reserve(ReserveRequest(cards=1, duration_s=600, run_id="r1"))
     assert launched.gpus == (0, 1) and reserved.gpus == (2,)
-    assert launched.job.owner == "root"
+    assert launched.job.owner == "root" and launched.job.uid == 0
     view = await client.status()
     assert view.snapshot.occupancy.by_job == {0: "j1", 1: "j1", 2: "r1"}
     assert view.you.cards_held == 3

@@ -18,10 +18,10 @@ import subprocess
 from dataclasses import replace
 
 import pytest
-
 from accounts import make_accounts, shared_dir
-from load_tools import kill_process_jobs
 from test_agent_api import Agent
+
+from load_tools import kill_process_jobs
 from tpnode_tui.model import Conflict, JobNotFound
 from tpnode_tui.node.remote import AgentNode
 
@@ -42,6 +42,7 @@ async def agent(tmp_path):
     place = shared_dir("tpn-agent-")
     a.socket = place / "agent.sock"
     a.settings = replace(a.settings, agent_socket=a.socket)
+    a.state.mkdir()  # as the agent's unit makes it (StateDirectory=): its log is kept from the start
     await a.start()
     yield a
     a.stop.set()

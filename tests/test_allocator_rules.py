@@ -12,9 +12,19 @@ import pytest
 
 from fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
+from tpnode_tui.allocator import request_differences
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import BadRequest, ConfigError, Conflict, JobNotFound, JobSpec, JobState, ProbeReading, ProcessFacts
+from tpnode_tui.model import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    JobNotFound,
+    JobSpec,
+    JobState,
+    ProbeReading,
+    ProcessFacts,
+)
 
 
 @pytest.fixture
@@ -59,7 +69,7 @@ async def test_blind_probe_is_visible_not_free(make):
 
 async def test_unverified_cards_are_not_handed_out_unless_allowed(make):
     blind = ProbeReading("smi", (), count=None, external_probe_ok=False, problem="nvidia-smi: not found on PATH")
-    with pytest.raises(NoCapacity, match="waiting until the probe works.*TUNEPLANE_ALLOW_UNVERIFIED"):
+    with pytest.raises(NoCapacity, match="until the probe works again.*TUNEPLANE_ALLOW_UNVERIFIED"):
         await make(probe=StaticProbe(blind), local_gpu_count=4).launch(JobSpec("r", 1, ("x",)))
     got = await make(probe=StaticProbe(blind), local_gpu_count=4, allow_unverified=True).launch(
         JobSpec("r", 1, ("x",)))
@@ -153,17 +163,79 @@ async def test_turning_off_the_external_check_ignores_use_from_outside(make):
     assert 3 in occ.free and occ.external_probe_ok
 
 
+# -- a run id asked for again ----------------------------------------------------
+
+
+def test_a_container_is_the_same_request_whatever_its_entrypoint_and_tag():
+    running = JobState(name="tpn-t", run_id="t", gpus=(0, 1), status="running", image="pytorch/pytorch:latest",
+                       command=("/opt/entrypoint.sh", "python", "train.py"))
+    same = JobSpec("t", 2, ("python", "train.py"), image="pytorch/pytorch")
+    assert request_differences(same, running) == []
+    assert request_differences(replace(same, command=()), running) == []  # the image's own command
+    assert request_differences(replace(same, image="pytorch/pytorch:2.4"), running) == [
+        "its image is pytorch/pytorch:latest, not pytorch/pytorch:2.4"]
+    assert request_differences(replace(same, command=("python", "eval.py")), running) == [
+        "its command is /opt/entrypoint.sh python train.py, not python eval.py"]
+
+
+def test_a_process_job_is_the_same_request_only_with_the_same_command():
+    running = JobState(name="t", run_id="t", gpus=(3,), status="running", command=("sleep", "60"))
+    assert request_differences(JobSpec("t", 1, ("sleep", "60")), running) == []
+    assert request_differences(JobSpec("t", 1, ("60",)), running) == ["its command is sleep 60, not 60"]
+
+
+def test_a_reservation_asked_again_is_the_same_within_a_tenth_of_its_length_or_a_minute():
+    now = time.time()
+    held = JobState(name="r", run_id="r", gpus=(0,), status="running", kind="reservation", expires_at=now + 7200)
+    asked = JobSpec("r", 1, kind="reservation")
+    assert request_differences(replace(asked, expires_at=now + 7200 + 600), held) == []
+    assert request_differences(replace(asked, expires_at=now + 7200 + 900), held) == [
+        "it ends in 2h00m, not 2h15m"]
+    assert request_differences(replace(asked, expires_at=now + 45), held) == ["it ends in 2h00m, not 45s"]
+
+
 # -- card count and series: a failure is not cached ------------------------------
 
 
 async def test_failed_card_count_is_not_cached(make):
-    probe = StaticProbe(ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: driver not loaded"))
+    probe = StaticProbe(
+        ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: driver not loaded")
+    )
     alloc = make(probe=probe)
     assert await alloc.total_gpus() == 0
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
     assert await alloc.total_gpus() == 8
     probe.reading = ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: timeout")
     assert await alloc.total_gpus() == 8  # a real count, once found, is kept
+
+
+async def test_a_card_that_comes_back_is_counted_again(make):
+    probe = StaticProbe(ProbeReading("nvml", idle_cards(7), count=7))  # card 7 is away (a reset)
+    alloc = make(probe=probe)
+    assert (await alloc.occupancy()).total == 7
+    probe.reading = ProbeReading("nvml", idle_cards(8), count=8)  # ... and back
+    assert (await alloc.occupancy()).total == 8
+    assert (await alloc.occupancy()).free == list(range(8))
+    assert await alloc.total_gpus() == 8
+
+
+async def test_a_card_that_vanishes_stays_counted_and_shown_with_what_holds_it(make):
+    runtime = MemoryRuntime()
+    probe = StaticProbe(cards=8)
+    alloc = make(runtime=runtime, probe=probe)
+    runtime.add(job("last", [7]))
+    assert (await alloc.occupancy()).total == 8
+    probe.reading = ProbeReading("nvml", idle_cards(7), count=7)  # the driver now reports 7 cards
+    snap = await alloc.snapshot()
+    assert snap.occupancy.total == 8
+    seven = snap.cards[7]
+    assert (seven.state, seven.run_id) == ("job", "last")
+    assert seven.warning == "not reported by the driver (nvml)"
+    runtime.jobs["tpn-last"] = job("last", [7], status="exited")
+    snap = await alloc.snapshot()  # nothing holds it now: unhealthy, still counted, never offered
+    assert snap.occupancy.total == 8 and snap.cards[7].state == "unhealthy"
+    assert "not reported by the driver" in snap.cards[7].reason
+    assert 7 not in snap.occupancy.free
 
 
 async def test_configured_count_wins_and_the_driver_is_not_asked(make):
@@ -225,7 +297,9 @@ async def test_not_yet_is_no_capacity_with_the_explanation(make):
 
 
 async def test_blind_node_with_no_count_waits_rather_than_never_fits(make):
-    probe = StaticProbe(ProbeReading("none", (), count=None, external_probe_ok=False, problem="NVML: library not found"))
+    probe = StaticProbe(
+        ProbeReading("none", (), count=None, external_probe_ok=False, problem="NVML: library not found")
+    )
     with pytest.raises(NoCapacity):
         await make(probe=probe).allocate("x", 1)
 

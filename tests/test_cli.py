@@ -6,13 +6,18 @@ temporary state dir, so every command goes through the real allocator and lock.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from load_tools import node_env
-from services import write_scene
+from services import free_port, write_scene
+from tpnode_tui.model import ConfigError, RuntimeUnavailable
 
 
 class Cli:
@@ -112,7 +117,7 @@ def test_a_request_that_can_never_fit_exits_1_and_says_so(cli):
     (["launch", "--cards", "1"], "nothing to run"),
     (["launch", "--cards", "1", "--run-id", "bad id; rm -rf /", "--", "true"], "is not valid"),
     (["reserve", "--cards", "1", "--for", "forever"], "'forever' is not understood"),
-    (["reserve", "--cards", "1", "--for", "0s"], "more than 0"),
+    (["reserve", "--cards", "1", "--for", "0s"], "at least 1s"),
     (["frobnicate"], "invalid choice"),
     (["launch", "--", "true"], "--cards"),
 ])
@@ -174,3 +179,236 @@ def test_a_command_that_does_not_exist_is_refused_even_on_a_full_node(cli):
     assert missing.returncode == 1 and "not found" in missing.stderr  # not 75: waiting cannot help
     image = cli("launch", "--cards", "1", "--image", "pytorch/pytorch", "--", "python")
     assert image.returncode == 2 and "TUNEPLANE_RUNTIME=docker" in image.stderr
+
+
+# ── waiting is never silent ──────────────────────────────────────────────────
+
+LOCK_WORKER = Path(__file__).with_name("lock_worker.py")
+
+
+@pytest.fixture
+def lock_holder(cli):
+    """Another process holding the allocation lock (flock) until the test ends."""
+    proc = subprocess.Popen([sys.executable, str(LOCK_WORKER), "hold"], env=cli.env,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("held"), f"the holder did not take the lock (exit {proc.poll()})"
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(60)
+
+
+def test_a_launch_that_waits_for_the_lock_says_once_who_holds_it_and_wait_bounds_it(cli, lock_holder):
+    proc = cli("launch", "--cards", "1", "--run-id", "bounded", "--wait", "1", "--", "sleep", "60")
+    assert proc.returncode == 75, proc
+    waiting, gave_up = proc.stderr.strip().splitlines()  # exactly two lines, though it retried every 10 ms
+    assert waiting.startswith(f"tpnode-tui: waiting for the allocation lock, held by pid {lock_holder.pid} (")
+    assert "since " in waiting and "lock_worker.py hold" in waiting
+    assert gave_up.startswith("tpnode-tui: gave up after 1s (waiting for the allocation lock, held by pid")
+    assert "nothing was started, try again later" in gave_up
+    assert cli.status()["jobs"] == []
+
+
+def test_without_wait_a_launch_waits_for_the_lock_as_long_as_it_takes_saying_so_once(cli, lock_holder):
+    launch = subprocess.Popen([sys.executable, "-m", "tpnode_tui", "launch", "--cards", "1", "--run-id", "patient",
+                               "--", "sleep", "60"], env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        first = launch.stderr.readline()
+        assert first.startswith(f"tpnode-tui: waiting for the allocation lock, held by pid {lock_holder.pid}")
+        time.sleep(0.5)  # fifty retries
+        assert launch.poll() is None
+        lock_holder.kill()
+        out, rest = launch.communicate(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert launch.returncode == 0 and "launched patient on card 0" in out
+    assert rest == ""
+
+
+def test_a_launch_waiting_for_an_unreachable_redis_says_so_once(cli):
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    proc = cli("reserve", "--cards", "1", "--for", "1h", "--wait", "0.5", env={"TUNEPLANE_REDIS_URL": url})
+    assert proc.returncode == 75, proc
+    waiting, gave_up = proc.stderr.strip().splitlines()
+    assert waiting.startswith(f"tpnode-tui: Redis at {url} unreachable (")
+    assert waiting.endswith("waiting for it to answer")
+    assert gave_up.startswith(f"tpnode-tui: gave up after 0.5s (Redis at {url} unreachable")
+
+
+def test_a_blind_node_refuses_at_once_and_says_it_does_not_wait(cli, scene):
+    write_scene(scene, 8, blind=True)
+    proc = cli("launch", "--cards", "1", "--", "sleep", "60", env={"TUNEPLANE_LOCAL_GPU_COUNT": "8"})
+    assert proc.returncode == 75
+    assert_one_clean_line(proc.stderr)
+    assert "cannot be probed" in proc.stderr and "not waiting for cards: try again later" in proc.stderr
+    assert "waiting until" not in proc.stderr
+
+
+# ── reusing a run id ─────────────────────────────────────────────────────────
+
+
+def test_the_same_launch_again_is_idempotent_and_a_different_one_under_its_run_id_is_a_conflict(cli):
+    assert cli("launch", "--cards", "1", "--run-id", "e1", "--", "sleep", "60").returncode == 0
+    again = cli("launch", "--cards", "1", "--run-id", "e1", "--json", "--", "sleep", "60")
+    answer = json.loads(again.stdout)
+    assert again.returncode == 0 and answer["job"]["status"] == "running"
+    assert {k: answer[k] for k in ("run_id", "gpus", "existing", "expires_at", "warning")} == {
+        "run_id": "e1", "gpus": [0], "existing": True, "expires_at": None, "warning": None}
+
+    other = cli("launch", "--cards", "3", "--run-id", "e1", "--", "echo", "different")
+    assert other.returncode == 1
+    assert_one_clean_line(other.stderr)
+    assert "run id e1 is taken by a running job asked for differently" in other.stderr
+    assert "it holds 1 card, not 3" in other.stderr
+    assert "its command is sleep 60, not echo different" in other.stderr
+    assert "tpnode-tui stop e1" in other.stderr
+
+    as_reservation = cli("reserve", "--cards", "1", "--for", "1h", "--run-id", "e1")
+    assert as_reservation.returncode == 1 and "it is a job, not a reservation" in as_reservation.stderr
+    assert [(j["run_id"], j["gpus"]) for j in cli.status()["jobs"]] == [("e1", [0])]
+
+
+def test_the_same_reservation_again_is_idempotent_and_another_length_is_a_conflict(cli):
+    first = cli("reserve", "--cards", "2", "--for", "2h", "--run-id", "r1", "--json")
+    assert first.returncode == 0, first.stderr
+    time.sleep(1.5)  # asked again a little later: the expiry asked for has moved on by that much
+    again = cli("reserve", "--cards", "2", "--for", "2h", "--run-id", "r1", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["existing"] is True
+    assert json.loads(again.stdout)["expires_at"] == json.loads(first.stdout)["expires_at"]
+
+    shorter = cli("reserve", "--cards", "2", "--for", "1h", "--run-id", "r1")
+    assert shorter.returncode == 1
+    assert "it ends in 1h59m, not 1h00m" in shorter.stderr or "it ends in 1h58m, not 1h00m" in shorter.stderr
+    more = cli("reserve", "--cards", "3", "--for", "2h", "--run-id", "r1")
+    assert more.returncode == 1 and "it holds 2 cards, not 3" in more.stderr
+
+
+# ── output ───────────────────────────────────────────────────────────────────
+
+
+def test_a_closed_pipe_is_a_quiet_exit_141(cli):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head -1` that has already gone
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tpnode_tui", "status"], env=cli.env, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141
+    assert proc.stderr == ""
+
+
+def test_text_status_shows_a_reservation_s_time_left_and_long_run_ids_keep_their_column(cli):
+    long_id = "x" * 63
+    assert cli("launch", "--cards", "8", "--run-id", long_id, "--", "sleep", "60").returncode == 0
+    cli("stop", long_id)
+    assert cli("reserve", "--cards", "1", "--for", "2h", "--run-id", "rsv-time", "--owner", "alice").returncode == 0
+    lines = cli("status").stdout.splitlines()
+    header = next(line for line in lines if line.startswith("RUN ID"))
+    rows = {line.split()[0]: line for line in lines[lines.index(header) + 1:]}
+    assert re.search(r"\bleft (1h59m|2h00m)\b", rows["rsv-time"]), rows["rsv-time"]
+    assert rows[long_id].startswith(long_id + "  ")
+    for row in rows.values():  # every cell starts where its header does
+        for column in ("KIND", "STATUS", "CARDS", "LEFT"):
+            at = header.index(column)
+            assert row[at - 1] == " " and row[at] != " ", (column, row)
+    assert "0,1,2,3,4,5,6,7" in rows[long_id]
+
+
+# ── bad input ────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("args,words", [
+    (["launch", "--cards", "٣", "--", "true"], "is not a whole number of cards"),
+    (["launch", "--cards", "1_0", "--", "true"], "'1_0' is not a whole number of cards"),
+    (["launch", "--cards", "1", "--run-id", "", "--", "true"], "--run-id is empty"),
+    (["reserve", "--cards", "1", "--for", "1h", "--run-id", ""], "--run-id is empty"),
+    (["reserve", "--cards", "1", "--for", "0.0001s"], "must be at least 1s"),
+    (["reserve", "--cards", "1", "--for", "٣h"], "is not understood"),
+    (["launch", "--cards", "1", "--wait", "soon", "--", "true"], "'soon' is not a number of seconds"),
+    (["launch", "--cards", "1", "--wait", "inf", "--", "true"], "'inf' is not a number of seconds"),
+    (["--interval", "nan"], "'nan' is not a number of seconds"),
+])
+def test_numbers_are_ascii_digits_and_an_empty_run_id_is_refused(cli, args, words):
+    proc = cli(*args)
+    assert proc.returncode == 2, proc
+    assert_one_clean_line(proc.stderr)
+    assert words in proc.stderr
+    assert cli.status()["jobs"] == []
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "601", "1e3"])
+def test_an_unbounded_probe_timeout_is_refused(cli, value):
+    proc = cli("status", env={"TUNEPLANE_PROBE_TIMEOUT_S": value})
+    assert proc.returncode == 2
+    assert_one_clean_line(proc.stderr)
+    assert "TUNEPLANE_PROBE_TIMEOUT_S" in proc.stderr
+
+
+# ── the state dir ────────────────────────────────────────────────────────────
+
+
+def test_a_state_dir_that_is_a_file_is_named_as_such(cli, tmp_path):
+    not_a_dir = tmp_path / "passwd"
+    not_a_dir.write_text("root:x:0:0::/root:/bin/sh\n")
+    for args in (["status"], ["launch", "--cards", "1", "--", "sleep", "1"], ["--readonly"]):
+        proc = cli(*args, env={"TUNEPLANE_STATE_DIR": str(not_a_dir)})
+        assert proc.returncode == 2, (args, proc)
+        assert_one_clean_line(proc.stderr)
+        assert f"the state dir {not_a_dir} is not a directory" in proc.stderr
+        assert "run as the user" not in proc.stderr and "this user can write" not in proc.stderr
+    assert not_a_dir.read_text() == "root:x:0:0::/root:/bin/sh\n"
+
+
+def test_a_missing_state_dir_is_said_plainly_and_status_does_not_create_it(cli, tmp_path):
+    mistyped = tmp_path / "stat-dir"
+    env = {"TUNEPLANE_STATE_DIR": str(mistyped)}
+    text = cli("status", env=env)
+    assert text.returncode == 0
+    assert f"no state dir at {mistyped}: no job has been recorded here" in text.stdout
+    data = json.loads(cli("status", "--json", env=env).stdout)
+    assert f"no state dir at {mistyped}" in data["state_dir_note"]
+    assert not mistyped.exists()
+
+    launched = cli("launch", "--cards", "1", "--run-id", "first", "--", "sleep", "60", env=env)
+    assert launched.returncode == 0
+    assert_one_clean_line(launched.stderr)
+    assert f"created the state dir {mistyped}, which did not exist" in launched.stderr
+    assert mistyped.is_dir()
+    cli("stop", "first", env=env)
+    assert json.loads(cli("status", "--json", env=env).stdout)["state_dir_note"] is None
+
+
+# ── the dashboard needs a terminal ───────────────────────────────────────────
+
+
+def test_the_dashboard_without_a_terminal_on_stdin_is_refused_in_one_line(cli):
+    proc = subprocess.run([sys.executable, "-m", "tpnode_tui", "--demo"], env=cli.env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert_one_clean_line(proc.stderr)
+    assert "needs a terminal" in proc.stderr and "tpnode-tui status" in proc.stderr
+
+
+async def test_no_state_dir_error_advises_a_second_state_dir(tmp_path):
+    """A private state dir would be a second truth about the node: every error
+    says what is wrong with this one instead."""
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.locks import make_lock
+    from tpnode_tui.runtimes.statefile import StateFile
+
+    (tmp_path / "file").write_text("")
+    inside_a_file = tmp_path / "file" / "state"
+    lock = make_lock(load_settings({}, state_dir=str(inside_a_file)))
+    with pytest.raises(ConfigError) as locked:
+        async with lock.hold():
+            pass
+    with pytest.raises(RuntimeUnavailable) as recorded:
+        StateFile(inside_a_file).ensure_dir()
+    for error in (locked.value, recorded.value):
+        assert str(inside_a_file) in str(error)
+        assert "TUNEPLANE_STATE_DIR to a directory" not in str(error)
+    assert f"the state dir {inside_a_file} is not a directory" in str(locked.value)

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.config import ENV_VARS, Settings, load_settings, redact_url
-from tpnode_tui.model import ConfigError
+from tpnode_tui.config import ENV_VARS, Settings, load_settings, parse_duration, redact_url, state_dir_exists
+from tpnode_tui.model import BadRequest, ConfigError
 
 
 def test_defaults_without_environment():
@@ -28,6 +28,8 @@ def test_every_variable_is_read():
         "TUNEPLANE_IMAGES": "busybox:*, nvcr.io/*", "TUNEPLANE_LOG_MAX_MB": "5",
         "TUNEPLANE_IDLE_RESERVATION_MIN": "45", "TUNEPLANE_XID_DRAIN": "79, 48,48",
         "TUNEPLANE_XID_IGNORE": "13", "TUNEPLANE_EVICT_GRACE_S": "2.5",
+        "TUNEPLANE_FLEET_URL": "redis://fleet:6379/2", "TUNEPLANE_NODE_NAME": "gpu-07",
+        "TUNEPLANE_FLEET_PUBLISH_S": "2.5", "TUNEPLANE_METRICS_ADDR": "[::]:9400",
     }
     assert set(env) == {var for var, _ in ENV_VARS.values()}
     s = load_settings(env)
@@ -40,6 +42,19 @@ def test_every_variable_is_read():
     assert (s.max_cards_per_user, s.max_cards_for) == (2, (("alice", 4), ("@students", 1)))
     assert (s.images, s.log_max_mb) == (("busybox:*", "nvcr.io/*"), 5.0)
     assert (s.idle_reservation_min, s.xid_drain, s.xid_ignore, s.evict_grace_s) == (45, (48, 79), (13,), 2.5)
+    assert (s.fleet_url, s.node_name, s.node, s.fleet_publish_s) == ("redis://fleet:6379/2", "gpu-07", "gpu-07", 2.5)
+    assert s.metrics_addr == ("::", 9400)
+
+
+def test_fleet_and_metrics_settings():
+    import socket
+
+    s = load_settings({})
+    assert (s.fleet_url, s.metrics_addr, s.fleet_publish_s) == (None, None, 10.0)
+    assert s.node == socket.gethostname()
+    assert load_settings({"TUNEPLANE_METRICS_ADDR": ":9400"}).metrics_addr == ("0.0.0.0", 9400)
+    assert load_settings({"TUNEPLANE_METRICS_ADDR": "127.0.0.1:19400"}).metrics_addr == ("127.0.0.1", 19400)
+    assert "s3cret" not in load_settings({"TUNEPLANE_FLEET_URL": "redis://:s3cret@h/0"}).fleet_url_safe
 
 
 def test_flags_override_the_environment():
@@ -58,12 +73,26 @@ def test_flags_override_the_environment():
     ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "maybe"),
     ("TUNEPLANE_REDIS_URL", "http://x"),
     ("TUNEPLANE_PROBE_TIMEOUT_S", "nan"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "inf"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "-inf"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "601"),
+    ("TUNEPLANE_PROBE_TIMEOUT_S", "1e1"),
+    ("TUNEPLANE_LOCAL_GPU_COUNT", "٣"),
+    ("TUNEPLANE_MEM_BUSY_MIB", "1_000"),
     ("TUNEPLANE_LOCK_LEASE_MS", "5"),
     ("TUNEPLANE_LOCAL_GPU_COUNT", "100000000"),
     ("TUNEPLANE_IDLE_RESERVATION_MIN", "0"),
     ("TUNEPLANE_XID_DRAIN", "79,x"),
     ("TUNEPLANE_XID_IGNORE", "-13"),
     ("TUNEPLANE_EVICT_GRACE_S", "0"),
+    ("TUNEPLANE_FLEET_URL", "http://fleet"),
+    ("TUNEPLANE_NODE_NAME", "gpu 07"),
+    ("TUNEPLANE_NODE_NAME", "-gpu"),
+    ("TUNEPLANE_FLEET_PUBLISH_S", "0"),
+    ("TUNEPLANE_FLEET_PUBLISH_S", "301"),
+    ("TUNEPLANE_METRICS_ADDR", "9400"),
+    ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:http"),
+    ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:70000"),
 ])
 def test_a_bad_value_is_refused_with_its_name(var, value):
     with pytest.raises(ConfigError, match=var):
@@ -116,3 +145,33 @@ def test_xid_lists_default_to_the_catalog_and_none_means_no_drains():
 def test_an_xid_both_drained_and_ignored_is_refused():
     with pytest.raises(ConfigError, match="both name XID 48"):
         load_settings({"TUNEPLANE_XID_IGNORE": "48"})
+
+
+def test_numbers_are_plain_ascii_decimals():
+    assert load_settings({"TUNEPLANE_PROBE_TIMEOUT_S": " 600 "}).probe_timeout_s == 600
+    assert load_settings({"TUNEPLANE_PROBE_TIMEOUT_S": "0.5"}).probe_timeout_s == 0.5
+    assert load_settings({"TUNEPLANE_LOCAL_GPU_COUNT": "+8"}).local_gpu_count == 8
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("1h30m", 5400), ("1d", 86400), ("1", 1), ("2.5", 2.5)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0.0001s", "0.5", "0s", "٣h", "1_0s", "inf", "nan", "1e3", "367d"])
+def test_a_duration_under_a_second_or_not_in_ascii_digits_is_refused(text):
+    with pytest.raises(BadRequest):
+        parse_duration(text)
+
+
+def test_a_state_dir_is_a_directory_or_not_there_yet(tmp_path):
+    assert state_dir_exists(tmp_path) is True
+    assert state_dir_exists(tmp_path / "later") is False
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        state_dir_exists(tmp_path / "file")
+    with pytest.raises(ConfigError, match="inside a file"):
+        state_dir_exists(tmp_path / "file" / "state")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="link to nothing"):
+        state_dir_exists(tmp_path / "dangling")

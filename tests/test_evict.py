@@ -13,8 +13,8 @@ import time
 
 import psutil
 import pytest
-
 from accounts import make_accounts
+
 from load_tools import kill_process_jobs
 from services import write_scene
 from tpnode_tui import GpuAllocator
@@ -133,7 +133,8 @@ async def test_a_process_that_ignores_sigterm_needs_kill(node, accounts):
 
 
 async def test_on_a_reservation_only_the_intruder_is_evicted(node, accounts):
-    await node.service.reserve(ROOT, ReserveRequest(cards=1, duration_s=600, run_id="rsv-ops", owner=accounts.alice.name))
+    await node.service.reserve(ROOT, ReserveRequest(cards=1, duration_s=600, run_id="rsv-ops",
+                                                    owner=accounts.alice.name))
     hers = node.run_as(accounts.alice, ["sleep", "300"])
     his = node.run_as(accounts.bob, ["sleep", "300"])
     node.put(0, hers.pid)

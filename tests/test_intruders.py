@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from accounts import make_accounts
+
 from load_tools import kill_process_jobs
 from services import write_scene
 from tpnode_tui import GpuAllocator

@@ -144,3 +144,18 @@ def test_fence_label_round_trips_and_a_bad_one_is_a_problem():
     bad = parse_labels({**labels, FENCE: "soon"}, "tpn-r1")
     assert bad.fence is None and any("not a fencing number" in p for p in bad.problems)
     assert parse_labels({"tuneplane.gpus": "0"}, "hand").fence is None
+
+
+def test_the_owners_uid_round_trips_and_a_label_that_is_not_one_is_a_problem():
+    from tpnode_tui.runtimes.labels import UID
+
+    labels = job_labels(JobSpec("r1", 1, ("x",), owner="ann", uid=1001), [0])
+    assert labels[UID] == "1001"
+    assert parse_labels(labels, "tpn-r1").uid == 1001
+    assert UID not in job_labels(JobSpec("r1", 1, ("x",)), [0])
+    for bad in ("ann", "-1", "+5", "1e3", "٣", "4294967295", "99999999999999999999"):
+        facts = parse_labels({**labels, UID: bad}, "tpn-r1")
+        assert facts.uid is None and any(f"{UID}:" in p and "is not a uid" in p
+                                         for p in facts.problems), bad
+    with pytest.raises(BadRequest, match="not a uid"):
+        job_labels(JobSpec("r1", 1, ("x",), uid=-3), [0])

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,9 @@ from tpnode_tui.locks import (
     check_allocation_safety,
     make_lock,
 )
+from tpnode_tui.locks.flock import short_command
 from tpnode_tui.model import ConfigError
+from tpnode_tui.printable import printable
 
 WORKER = Path(__file__).with_name("lock_worker.py")
 WORKERS = 8
@@ -250,7 +253,7 @@ async def test_allocation_waits_while_redis_is_down(state_dir, redis_server, red
     try:
         taker = asyncio.create_task(_take(lock))
         await _until(lambda: lock.waiting is not None, 5, "waiting for Redis")
-        assert lock.waiting.startswith(f"waiting for Redis at {redis_url}")
+        assert lock.waiting.startswith(f"Redis at {redis_url} unreachable (")
         await asyncio.sleep(0.3)  # many retries at 20 ms
         assert not taker.done()
         redis_server.start()
@@ -261,7 +264,8 @@ async def test_allocation_waits_while_redis_is_down(state_dir, redis_server, red
         await lock.close()
 
     outage = [r for r in caplog.records if "cannot be reached" in r.getMessage()]
-    assert [r.levelno for r in outage] == [logging.WARNING]  # once per outage, not per retry
+    # once per outage, not per retry; at info, since whoever waits says it where it is read
+    assert [r.levelno for r in outage] == [logging.INFO]
     assert any("answers again" in r.getMessage() for r in caplog.records)
     assert lock.waiting is None
 
@@ -428,3 +432,33 @@ async def test_state_says_when_redis_cannot_be_reached(redis_server, redis_url, 
     finally:
         redis_server.start()
         await lock.close()
+
+
+@pytest.mark.parametrize("redis_url,loaded", [(None, False), ("redis://127.0.0.1:1/0", True)])
+def test_redis_py_is_imported_only_for_a_configured_redis_lease(tmp_path, redis_url, loaded):
+    """redis-py is most of a CLI command's start-up; the default flock lock never needs it."""
+    script = (
+        "import sys\n"
+        "from tpnode_tui import cli\n"
+        "from tpnode_tui.config import load_settings\n"
+        "from tpnode_tui.locks import make_lock\n"
+        f"make_lock(load_settings({{}}, state_dir={str(tmp_path)!r}, redis_url={redis_url!r}))\n"
+        "print('redis' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(loaded)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["/usr/bin/python3", "-m", "tpnode_tui", "launch", "--cards", "2", "--", "python", "t.py"], "tpnode-tui launch"),
+    (["/usr/bin/python3", "/usr/local/bin/tpnode-tui", "--demo"], "tpnode-tui dashboard"),
+    (["/usr/local/bin/tpnode-tui", "--state-dir", "/x", "reserve", "--for", "1h"], "tpnode-tui reserve"),
+    (["/usr/bin/python3", "/opt/jobs/train.py", "--lr", "3"], "python3 train.py --lr 3"),
+    (["sched\n\x1b[2J", "x" * 80], "sched\n\x1b[2J " + "x" * 48 + "…"),
+])
+def test_a_lock_holder_is_named_in_a_few_words(argv, words):
+    """In a few words; on one line and escaped where it is shown (printable.py),
+    since the holder's command line is anyone's to choose."""
+    assert short_command(argv) == words
+    assert printable(words).isprintable()

@@ -2,7 +2,7 @@
 import pytest
 
 from tpnode_tui import GpuOccupancy, NoCapacity, pick_gpus
-from tpnode_tui.model import BadRequest, CardFacts, ProcessFacts, check_run_id
+from tpnode_tui.model import BadRequest, CardFacts, JobState, ProcessFacts, check_run_id
 
 
 def test_busy_is_the_union_of_jobs_external_and_unhealthy():
@@ -60,3 +60,9 @@ def test_run_ids_outside_the_documented_pattern_are_refused(bad):
 def test_valid_run_ids_pass():
     for good in ("a", "run-1130-101010-ab12", "exp_3.1", "A" * 63):
         assert check_run_id(good) == good
+
+
+def test_a_job_is_asked_for_by_its_run_id_or_else_its_name():
+    labelled = JobState(name="tpn-train", run_id="train", gpus=(0,), status="running")
+    by_hand = JobState(name="someones-container", run_id="", gpus=(1,), status="running")
+    assert (labelled.key, by_hand.key) == ("train", "someones-container")

@@ -61,10 +61,15 @@ def test_reading_filters_by_time_and_kind(tmp_path):
     assert list(log.read(since=4e9)) == []
 
 
-def test_a_log_that_cannot_be_written_never_stops_what_it_records(tmp_path):
-    log = NodeLog(tmp_path / "no" / "such" / "dir")
-    entry_ = log.append("action", "still answered")
-    assert entry_["message"] == "still answered"
+def test_a_log_that_cannot_be_written_never_stops_what_it_records(tmp_path, caplog):
+    missing = NodeLog(tmp_path / "no" / "such" / "dir")
+    assert missing.append("action", "still answered")["message"] == "still answered"
+    assert not (tmp_path / "no").exists() and caplog.records == []  # no state dir made, nothing said
+    (tmp_path / LOG_FILE).mkdir()  # something in the way of the file itself
+    broken = NodeLog(tmp_path)
+    for _ in range(3):
+        assert broken.append("action", "still answered")["message"] == "still answered"
+    assert [r.levelname for r in caplog.records] == ["WARNING"]  # said once
 
 
 # ── the agent's queue ────────────────────────────────────────────────────────

@@ -564,8 +564,9 @@ def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(node):
     data = status(counted)
     assert [c["state"] for c in data["cards"]] == ["unverified"] * 8
     assert "free count may be too high" in data["explain"]
-    waits = cli(counted, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
-    assert waits.returncode == 75 and "waiting until the probe works" in waits.stderr
+    refused = cli(counted, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
+    assert refused.returncode == 75 and "until the probe works again" in refused.stderr
+    assert "not waiting for cards: try again later" in refused.stderr
     allowed = dict(counted, TUNEPLANE_ALLOW_UNVERIFIED="true")
     placed = cli(allowed, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
     assert placed.returncode == 0

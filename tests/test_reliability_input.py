@@ -18,6 +18,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -253,11 +254,19 @@ def test_a_redis_password_is_used_and_never_shown(node, tmp_path):
         down = cli(env, "status")
         assert "cannot be reached" in down.stdout
         waiting = spawn(env, "-v", "launch", "--cards", "1", "--", "sleep", "120")
+        said = []
         try:
-            out, err = waiting.communicate(timeout=1.5)
-        except subprocess.TimeoutExpired:
+            # Read what it says until it says it waits for Redis (it would wait for ever).
+            deadline = time.monotonic() + BOUND_S
+            while time.monotonic() < deadline and not any("cannot be reached" in line for line in said):
+                line = waiting.stderr.readline()
+                if not line:
+                    break
+                said.append(line)
+        finally:
             waiting.kill()
-            out, err = waiting.communicate()
+            out, rest = waiting.communicate()
+        err = "".join(said) + rest
         assert "cannot be reached" in err  # the -v log said it waits
         seen += [down.stdout, down.stderr, out, err]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import shutil
@@ -9,14 +10,25 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RuntimeUnavailable, TpnodeError
+from tpnode_tui.config import DOCKER_GPU_MODES
+from tpnode_tui.model import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    JobNotFound,
+    JobSpec,
+    RunAs,
+    RuntimeUnavailable,
+    TpnodeError,
+)
 from tpnode_tui.runtimes.docker import DockerRuntime
-from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID
+from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID, UID
 
 
 @pytest.fixture
@@ -151,6 +163,96 @@ def test_a_socket_the_user_may_not_open_says_permission_denied():
         assert "docker group" in done.stdout
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize("host,words", [
+    ("ssh://builder@10.0.0.7", "ssh:// needs the asyncssh package"),
+    ("npipe:////./pipe/docker_engine", "npipe:// is a Windows named pipe"),
+    ("ftp://10.0.0.7", "ftp:// is not a Docker engine address"),
+    ("10.0.0.7:2375", "it has no scheme"),
+])
+def test_an_address_the_client_cannot_dial_is_a_configuration_error(monkeypatch, host, words):
+    monkeypatch.setenv("DOCKER_HOST", host)
+    with pytest.raises(ConfigError) as caught:
+        DockerRuntime()
+    assert f"DOCKER_HOST={host} cannot be used: {words}" in str(caught.value)
+    assert "unix:///path/to/docker.sock or tcp://host:port" in str(caught.value)
+
+
+@pytest.fixture
+def black_hole():
+    """A TCP address that never answers: a listener whose one-place backlog is
+    full, so the kernel drops every further connection attempt unanswered, as
+    a firewall that drops packets does."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(2):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.2)
+    yield f"tcp://127.0.0.1:{port}"
+    for sock in (*fillers, server):
+        sock.close()
+
+
+async def test_an_address_where_nothing_answers_fails_within_the_connect_timeout(black_hole):
+    rt = DockerRuntime(docker_host=black_hole)
+    started = time.monotonic()
+    with pytest.raises(RuntimeUnavailable) as caught:
+        await rt.ps()
+    await rt.close()
+    assert time.monotonic() - started < 20  # the connect timeout (5 s), not the 30 s call timeout
+    assert f"cannot reach the Docker engine at {black_hole}: no connection within 5s" in str(caught.value)
+
+
+@pytest.fixture
+def not_an_engine():
+    """An HTTP server that answers every request with a bare 404, as a proxy or
+    another web server at the engine's address does."""
+    class Bare404(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Bare404)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_an_engine_error_with_no_message_still_says_why(not_an_engine):
+    rt = DockerRuntime(docker_host=not_an_engine)
+    with pytest.raises(RuntimeUnavailable) as caught:
+        await rt.ps()
+    await rt.close()
+    assert "could not list containers: HTTP 404 with no explanation; " in str(caught.value)
+    assert f"is {not_an_engine} a Docker engine?" in str(caught.value)
+
+
+@pytest.mark.parametrize("host,code,words", [
+    ("ssh://builder@10.0.0.7", 2, "ssh:// needs the asyncssh package"),
+    ("black hole", 1, "no connection within 5s"),
+])
+def test_the_cli_tells_a_docker_address_mistake_from_an_engine_out_of_reach(tmp_path, black_hole, host, code, words):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    env.update(DOCKER_HOST=black_hole if host == "black hole" else host, TUNEPLANE_RUNTIME="docker",
+               TUNEPLANE_PROBE=f"simulated:{tmp_path / 'node.json'}", TUNEPLANE_STATE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "tpnode_tui", "status"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == code, done
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert words in done.stderr
 
 
 # ------------------------------------------------------------------ real dockerd
@@ -329,3 +431,139 @@ async def test_nvidia_mode_asks_the_engine_for_exactly_those_devices(dockerd):
         await rt.remove(created.name)
     finally:
         await rt.close()
+
+
+# ------------------------------------------------- what a container is given
+
+
+def everything(dockerd_image: str, run_id: str = "boxed", **kw) -> JobSpec:
+    """A spec carrying every field a caller's request can fill, some of them hostile."""
+    fields = dict(
+        run_id=run_id, cards=2, command=("sleep", "30"), image=dockerd_image, owner="alice",
+        uid=1001, env=(("LD_PRELOAD", "/host/evil.so"), ("HF_TOKEN", "secret")), cwd="/root",
+        run_as=RunAs(0, 0, (0, 27), "root", "/root"),
+    )
+    fields.update(kw)
+    return JobSpec(**fields)
+
+
+@pytest.mark.parametrize("mode", DOCKER_GPU_MODES)
+def test_the_config_holds_the_image_command_labels_and_cards_and_nothing_else(mode):
+    rt = DockerRuntime(gpu_mode=mode, docker_host="unix:///nonexistent/docker.sock")
+    specs = [everything("img"),
+             everything("img", kind="reservation", command=(), expires_at=time.time() + 60)]
+    for spec in specs:
+        config = rt._config(spec, [1, 3])
+        assert set(config) <= {"Image", "Cmd", "Labels", "Env", "HostConfig"}
+        assert config["HostConfig"].pop("CgroupnsMode") == config["HostConfig"].pop("IpcMode") == "private"
+        assert set(config["HostConfig"]) <= {"DeviceRequests"}
+        assert all(e.split("=", 1)[0] in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+                   for e in config.get("Env", []))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", DOCKER_GPU_MODES)
+async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(dockerd, mode):
+    rt = DockerRuntime(gpu_mode=mode, hold_image=dockerd.image)
+    try:
+        created = await rt.create(everything(dockerd.image), [1, 3])
+        host = inspect(dockerd, created.name, ".HostConfig")
+        config = inspect(dockerd, created.name, ".Config")
+        assert inspect(dockerd, created.name, ".Mounts") == []
+        assert not host["Binds"] and not host.get("Mounts") and not host["VolumesFrom"]
+        assert host["Privileged"] is False and not host["CapAdd"] and not host["SecurityOpt"]
+        assert not host["Devices"] and not host["DeviceCgroupRules"]
+        requests = host["DeviceRequests"] or []
+        assert [r["DeviceIDs"] for r in requests] == ([["1", "3"]] if mode == "nvidia" else [])
+        assert (host["PidMode"], host["UTSMode"], host["UsernsMode"]) == ("", "", "")
+        assert (host["IpcMode"], host["CgroupnsMode"]) == ("private", "private")
+        assert host["NetworkMode"] != "host"
+        assert config["User"] == ""  # the image's own user, never the caller's (or root by request)
+        assert config["WorkingDir"] == ""
+        assert not [e for e in config["Env"] or [] if e.startswith(("LD_PRELOAD=", "HF_TOKEN="))]
+        assert config["Labels"][UID] == "1001" and created.uid == 1001
+    finally:
+        await rt.close()
+
+
+# ------------------------------------------------------ extending a reservation
+
+
+@pytest.mark.docker
+async def test_an_extended_reservation_changes_container_but_never_lets_go_of_its_cards(
+        dockerd, runtime, tmp_path):
+    from services import write_scene
+    from tpnode_tui.allocator import GpuAllocator
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.locks import make_lock
+    from tpnode_tui.probes import make_probe
+
+    scene = write_scene(tmp_path / "node.json", 8)
+    settings = load_settings({}, runtime="docker", docker_gpu_mode="none", hold_image=dockerd.image,
+                             probe=f"simulated:{scene}", state_dir=str(tmp_path / "state"))
+    allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
+    samples: list[dict[int, str]] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            samples.append(dict((await allocator.occupancy()).by_job))
+            await asyncio.sleep(0.01)
+
+    spec = JobSpec("hold-x", 2, kind="reservation", owner="bob", uid=1002,
+                   expires_at=time.time() + 30)
+    held = await allocator.launch(spec, hold_for_s=30)
+    first = held.job
+    sampler = asyncio.create_task(sample())
+    await asyncio.sleep(0.2)
+    extended = await allocator.extend("hold-x", 3600)
+    await asyncio.sleep(0.2)
+    done.set()
+    await sampler
+
+    wanted = {card: "hold-x" for card in held.gpus}
+    assert len(samples) > 2 and all(s == wanted for s in samples), [s for s in samples if s != wanted][:3]
+    assert extended.name != first.name and extended.name.startswith("tpnx-hold-x-")
+    assert extended.expires_at == pytest.approx(first.expires_at + 3600, abs=0.001)
+    assert (extended.run_id, extended.gpus, extended.status) == ("hold-x", held.gpus, "running")
+    assert (extended.owner, extended.uid, extended.fence) == ("bob", 1002, first.fence)
+    [now] = await runtime.ps()  # the old container is gone, not merely stopped
+    assert now.name == extended.name
+    labels = inspect(dockerd, now.name, ".Config.Labels")
+    assert float(labels[EXPIRES]) == pytest.approx(extended.expires_at, abs=0.001)
+
+    await allocator.extend("hold-x", 60)  # and again: each successor has a name of its own
+    [again] = await runtime.ps()
+    assert again.name not in (first.name, extended.name)
+    assert again.expires_at == pytest.approx(extended.expires_at + 60, abs=0.001)
+
+    stopped = await allocator.stop("hold-x")  # by run id, as before any extension
+    assert stopped.name == again.name
+    assert [j.status for j in await runtime.ps()] == ["exited"]
+    assert [j.name for j in await allocator.reclaim("hold-x")] == [again.name]
+    assert await runtime.ps() == []
+
+
+@pytest.mark.docker
+async def test_only_a_live_reservation_with_readable_labels_is_extended(dockerd, runtime):
+    await runtime.run(job(dockerd, "work", "sleep", "30"), [0])
+    with pytest.raises(Conflict, match="is a job, not a reservation"):
+        await runtime.extend("tpn-work", time.time() + 60)
+    with pytest.raises(JobNotFound):
+        await runtime.extend("tpn-nobody", time.time() + 60)
+
+    held = await runtime.run(JobSpec("short", 1, kind="reservation", expires_at=time.time() + 1), [1])
+    await wait_for_status(runtime, held.name, "exited")
+    with pytest.raises(Conflict, match="has ended"):
+        await runtime.extend(held.name, time.time() + 60)
+
+    dockerd.cli("run", "-d", "--name", "by-hand", "--label", f"{GPUS}=2,x", "--label",
+                f"{KIND}=reservation", "--label", f"{EXPIRES}={int(time.time()) + 60}",
+                dockerd.image, "sleep", "30")
+    with pytest.raises(Conflict, match="cannot all be read"):
+        await runtime.extend("by-hand", time.time() + 120)
+
+    live = await runtime.run(JobSpec("live", 1, kind="reservation", expires_at=time.time() + 60), [3])
+    with pytest.raises(BadRequest, match="in the past"):
+        await runtime.extend(live.name, time.time() - 5)
+    assert {j.name for j in await runtime.ps() if j.live} == {"tpn-work", "by-hand", live.name}

@@ -6,16 +6,16 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import time
 from dataclasses import replace
-
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RuntimeUnavailable
+from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RunAs, RuntimeUnavailable
 from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime, boot_id
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
@@ -285,7 +285,7 @@ async def test_a_reservation_holds_until_it_expires_by_itself(runtime):
     )
     ended = await wait_for_status(runtime, "rsv-1", "exited")
     assert ended.exit_code == 0
-    with pytest.raises(BadRequest, match="no expiry"):
+    with pytest.raises(BadRequest, match="needs an expiry time"):
         await runtime.create(JobSpec(run_id="rsv-2", cards=1, kind="reservation"), [0])
     with pytest.raises(BadRequest, match="in the past"):
         await runtime.create(replace(spec, run_id="rsv-3", expires_at=time.time() - 5), [0])
@@ -306,6 +306,7 @@ async def test_waiting_for_the_lock_does_not_block_the_event_loop(state_dir):
     import fcntl
 
     rt = ProcessRuntime(state_dir, lock_timeout_s=0.5)
+    (state_dir / "jobs.json").write_text('{"version": 1, "jobs": {}}')  # a file to wait for
     lock_fd = os.open(state_dir / "jobs.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
     ticks = 0
 
@@ -578,3 +579,366 @@ async def test_a_cgroup_the_command_cannot_join_is_dropped_and_said(state_dir, t
     assert f"runs without a cgroup: it could not be moved into {not_a_cgroup}" in log
     assert not (not_a_cgroup / "cgroup.procs").exists()
     await clear(rt)
+
+
+COPY_LAUNCHER = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from tpnode_tui.model import JobSpec
+from tpnode_tui.runtimes.process import ProcessRuntime
+asyncio.run(ProcessRuntime(sys.argv[2]).run(JobSpec("copy", 1, ("true",)), [0]))
+"""
+
+
+async def test_the_supervisor_runs_the_launchers_own_code_wherever_that_came_from(state_dir, tmp_path):
+    """Under python -I nothing but site-packages is on the path: a launcher run
+    from a checkout would otherwise start supervisors that cannot be imported,
+    or that are another installed version."""
+    import shutil
+
+    import tpnode_tui
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(Path(tpnode_tui.__file__).parent, copy / "tpnode_tui",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    supervise = copy / "tpnode_tui" / "runtimes" / "supervise.py"
+    supervise.write_text(supervise.read_text().replace(
+        "def main(argv: Optional[list[str]] = None) -> int:\n",
+        "def main(argv: Optional[list[str]] = None) -> int:\n    print('THE COPY', file=sys.stderr)\n"))
+    done = subprocess.run([sys.executable, "-c", COPY_LAUNCHER, str(copy), str(state_dir)],
+                          capture_output=True, text=True, timeout=WAIT_S, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ended = await wait_for_status(ProcessRuntime(state_dir), "copy", "exited")
+    assert ended.exit_code == 0
+    assert "THE COPY" in (state_dir / "logs" / "copy.log").read_text()
+
+
+# ── a caller's job runs as the caller ────────────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    from accounts import make_accounts
+
+    made = make_accounts()
+    yield made
+    made.remove()
+
+
+@pytest.fixture
+def shared_state():
+    """A state dir every test account can reach the way the agent's is reached
+    (a pytest tmp_path is root's alone), removed afterwards."""
+    import shutil
+
+    from accounts import shared_dir
+
+    base = shared_dir("tpn-runas-")
+    yield base / "state"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+async def root_runtime(shared_state):
+    rt = ProcessRuntime(shared_state, stop_timeout_s=2.0)
+    yield rt
+    await clear(rt)
+
+
+def run_as(account) -> RunAs:
+    return RunAs(uid=account.uid, gid=account.gid, groups=account.groups, user=account.name,
+                 home=str(account.home))
+
+
+def owned_dir(account, path: Path, mode: int = 0o755) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, account.uid, account.gid)
+    path.chmod(mode)
+    return path
+
+
+def as_caller(account, run_id: str, *command: str, cwd=None, **env) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=1, command=command, owner=account.name, uid=account.uid,
+                   env=tuple(account.env(**env).items()), cwd=str(cwd or account.home),
+                   run_as=run_as(account))
+
+
+def command_of(supervisor: int) -> psutil.Process:
+    deadline = time.monotonic() + WAIT_S
+    while not (found := descendants(supervisor)):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    return found[0]
+
+
+SHOW = "id -u; id -g; id -G; pwd; env; echo READY; sleep 30"
+
+
+async def test_a_callers_job_runs_as_them_with_their_environment_and_directory(
+        accounts, root_runtime, shared_state, with_cgroup):
+    alice = accounts.alice
+    root_runtime.cgroups = with_cgroup
+    work = owned_dir(alice, alice.home / "work")
+    spec = as_caller(alice, "mine", "sh", "-c", SHOW, cwd=work,
+                     HOME="/root", USER="root", TRAINING_SEED="7")
+    started = await root_runtime.run(spec, [1, 2])
+    log = shared_state / "logs" / "mine.log"
+    lines = (await wait_for_log(log, "READY")).splitlines()
+    uid, gid, groups, pwd = lines[:4]
+    assert (int(uid), int(gid), pwd) == (alice.uid, alice.gid, str(work))
+    assert {int(g) for g in groups.split()} == set(alice.groups) | {alice.gid}  # not root's groups
+    env = dict(line.split("=", 1) for line in lines[4:] if "=" in line)
+    assert env["TRAINING_SEED"] == "7"
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == (str(alice.home), alice.name, alice.name)
+    assert (env["CUDA_VISIBLE_DEVICES"], env["NVIDIA_VISIBLE_DEVICES"]) == ("1,2", "1,2")
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert (started.uid, recorded(shared_state, "mine").uid) == (alice.uid, alice.uid)
+    command = command_of(started.pid)
+    if with_cgroup:  # joined as root, before the switch: it could not have joined after it
+        cgroup = recorded(shared_state, "mine").cgroup
+        assert cgroup and Path(f"/proc/{command.pid}/cgroup").read_text().strip().endswith(
+            "/" + Path(cgroup).name)
+    # The command holds nothing of the launch but its output: no sheet, no gate.
+    held = {os.readlink(f"/proc/{command.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{command.pid}/fd")}
+    assert held == {"/dev/null", str(log)}
+
+
+async def test_the_supervisor_starts_clean_and_the_callers_environment_reaches_only_the_command(
+        accounts, root_runtime, shared_state):
+    """A caller's PYTHONPATH or LD_PRELOAD in the supervisor would run their code as root."""
+    from tpnode_tui.runtimes.process import SUPERVISOR_ENV
+
+    alice = accounts.alice
+    planted = owned_dir(alice, alice.home / "planted")
+    marker = planted / "ran-as"
+    (planted / "sitecustomize.py").write_text(
+        f"import os\nwith open({str(marker)!r}, 'a') as f: f.write(f'{{os.getuid()}}\\n')\n")
+    secret = "tok-" + os.urandom(8).hex()
+    spec = as_caller(alice, "clean", "sh", "-c", 'echo "P=$PYTHONPATH"; echo READY',
+                     PYTHONPATH=str(planted), PYTHONSTARTUP=str(planted / "sitecustomize.py"),
+                     LD_PRELOAD="/nonexistent/preload.so", HF_TOKEN=secret)
+    created = await root_runtime.create(spec, [0])
+    supervisor = psutil.Process(created.pid)
+    deadline = time.monotonic() + WAIT_S
+    while "tpnode_tui.runtimes.supervise" not in supervisor.cmdline():  # until it has exec'd
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    assert supervisor.environ() == SUPERVISOR_ENV
+    assert "-I" in supervisor.cmdline() and secret not in " ".join(supervisor.cmdline())
+    assert supervisor.cwd() == "/"
+    await root_runtime.start(created.name)
+    assert f"P={planted}\n" in await wait_for_log(shared_state / "logs" / "clean.log", "READY")
+    await wait_for_status(root_runtime, "clean", "exited")
+    assert not marker.exists()  # no Python of the launch read the caller's PYTHONPATH as root
+
+
+async def test_a_working_directory_the_caller_cannot_enter_is_refused_before_anything_is_held(
+        accounts, root_runtime, shared_state):
+    alice = accounts.alice
+    closed = shared_state.parent / "roots-only"
+    closed.mkdir(mode=0o700)  # root enters it; alice may not
+    plain = shared_state.parent / "a-file"
+    plain.write_text("")
+    cases = {
+        closed: f"alice may not enter working directory {str(closed)!r}",
+        shared_state.parent / "missing": "does not exist",
+        plain: "is not a directory",
+    }
+    for cwd, words in cases.items():
+        spec = as_caller(alice, "nowhere", "true", cwd=cwd)
+        for attempt in (root_runtime.check, lambda s: root_runtime._create(s, [0])):
+            with pytest.raises(Conflict) as refused:
+                attempt(spec)
+            assert str(refused.value).replace(alice.name, "alice").find(
+                words.replace(alice.name, "alice")) >= 0, refused.value
+    with pytest.raises(BadRequest, match="not an absolute path"):
+        root_runtime.check(replace(as_caller(alice, "rel", "true"), cwd="work"))
+    assert await root_runtime.ps() == []
+    assert not (shared_state / "logs").exists()
+
+
+async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(
+        accounts, root_runtime, shared_state):
+    alice = accounts.alice
+    mine = shared_state.parent / "bin"
+    mine.mkdir(mode=0o755)
+    tool = mine / "tpn-tool"
+    tool.write_text("#!/bin/sh\necho TOOL RAN\n")
+    tool.chmod(0o755)
+    secret = shared_state.parent / "secret-bin"
+    secret.mkdir(mode=0o700)  # only root may look inside
+    hidden = secret / "tpn-hidden"
+    hidden.write_text("#!/bin/sh\ntrue\n")
+    hidden.chmod(0o755)
+    roots = shared_state.parent / "roots-script"
+    roots.write_text("#!/bin/sh\ntrue\n")
+    roots.chmod(0o700)
+    path = f"{mine}:{secret}:/usr/bin:/bin"
+    with pytest.raises(Conflict, match=f"is not executable by {alice.name}"):
+        root_runtime.check(as_caller(alice, "r", str(roots), PATH=path))
+    with pytest.raises(Conflict, match="'tpn-hidden' not found on PATH"):
+        root_runtime.check(as_caller(alice, "h", "tpn-hidden", PATH=path))
+    with pytest.raises(Conflict, match="'tpn-tool' not found on PATH"):  # not on alice's own PATH
+        root_runtime.check(as_caller(alice, "t", "tpn-tool"))
+    with pytest.raises(Conflict, match=r"'\./tpn-tool' not found"):  # relative to her directory
+        root_runtime.check(as_caller(alice, "t", "./tpn-tool", PATH=path))
+    await root_runtime.run(as_caller(alice, "tool", "tpn-tool", PATH=path), [0])
+    await root_runtime.run(as_caller(alice, "dot", "./tpn-tool", cwd=mine), [1])
+    for name in ("tool", "dot"):
+        assert (await wait_for_status(root_runtime, name, "exited")).exit_code == 0
+        assert "TOOL RAN" in (shared_state / "logs" / f"{name}.log").read_text()
+
+
+def test_a_check_that_does_not_answer_in_time_refuses_the_launch(root_runtime, monkeypatch):
+    import tpnode_tui.runtimes.process as process_module
+
+    # As if its file system hung: the check stays in it (however fast the machine).
+    monkeypatch.setattr(process_module, "_RUNNABLE", "sleep 30")
+    monkeypatch.setattr(process_module, "CHECK_TIMEOUT_S", 0.5)
+    started = time.monotonic()
+    with pytest.raises(Conflict, match="could not check within 0.5 s"):
+        root_runtime.check(job("slow", "true"))
+    assert time.monotonic() - started < 10  # it gave up; it did not wait the check out
+
+
+async def test_a_directory_closed_after_the_check_is_never_entered_as_root(
+        accounts, root_runtime, shared_state):
+    """The command enters its directory as the caller: entered by root before the
+    switch (as Popen's cwd does), a directory closed to the caller would be used."""
+    alice = accounts.alice
+    work = owned_dir(alice, alice.home / "closing")
+    created = await root_runtime.create(as_caller(alice, "late", "pwd", cwd=work), [0])
+    os.chown(work, 0, 0)
+    work.chmod(0o700)
+    await root_runtime.start(created.name)
+    ended = await wait_for_status(root_runtime, "late", "exited")
+    assert ended.exit_code == 126
+    log = (shared_state / "logs" / "late.log").read_text()
+    assert f"cannot enter the working directory {str(work)!r} as {alice.name}: Permission denied" in log
+    assert str(work) + "\n" not in log  # pwd never ran
+
+
+async def test_the_log_is_the_callers_alone_and_the_state_stays_roots(
+        accounts, root_runtime, shared_state):
+    alice, bob = accounts.alice, accounts.bob
+    await root_runtime.run(as_caller(alice, "private", "sh", "-c", "echo ALICE-OUTPUT"), [0])
+    await wait_for_status(root_runtime, "private", "exited")
+    logs = shared_state / "logs"
+    log = logs / "private.log"
+    info = log.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (alice.uid, 0o600)
+    for directory in (shared_state, logs):
+        mode = stat.S_IMODE(directory.stat().st_mode)
+        assert mode & 0o011 == 0o011 and mode & 0o044 == 0, oct(mode)  # passable, not listable
+    state = (shared_state / "jobs.json").stat()
+    assert (state.st_uid, stat.S_IMODE(state.st_mode)) == (0, 0o600)
+    assert alice.run(["cat", str(log)], env=alice.env()).stdout == "ALICE-OUTPUT\n"
+    for argv in (["cat", str(log)], ["ls", str(logs)], ["ls", str(shared_state)],
+                 ["cat", str(shared_state / "jobs.json")]):
+        assert bob.run(argv, env=bob.env()).returncode != 0, argv
+
+
+async def test_a_log_left_by_another_account_is_moved_aside_not_handed_on(
+        accounts, root_runtime, shared_state):
+    alice, bob = accounts.alice, accounts.bob
+    await root_runtime.run(as_caller(alice, "reused", "sh", "-c", "echo ALICE-SECRET"), [0])
+    await wait_for_status(root_runtime, "reused", "exited")
+    await root_runtime.remove("reused")
+    await root_runtime.run(as_caller(bob, "reused", "sh", "-c", "echo BOB-OUTPUT"), [0])
+    await wait_for_status(root_runtime, "reused", "exited")
+    log = shared_state / "logs" / "reused.log"
+    assert log.stat().st_uid == bob.uid
+    assert "ALICE-SECRET" not in log.read_text() and "BOB-OUTPUT" in log.read_text()
+    [aside] = [p for p in (shared_state / "logs").iterdir() if p.name.startswith("reused.log.")]
+    assert aside.stat().st_uid == alice.uid and "ALICE-SECRET" in aside.read_text()
+
+
+# ── extending a reservation ──────────────────────────────────────────────────
+
+
+def reservation(run_id: str, seconds: float) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=1, kind="reservation", owner="ana",
+                   expires_at=time.time() + seconds)
+
+
+async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(node):
+    from tpnode_tui.allocator import GpuAllocator
+    from tpnode_tui.config import load_settings
+
+    scene, state_dir = node
+    settings = load_settings({}, runtime="process", state_dir=str(state_dir), probe=f"simulated:{scene}")
+    allocator = GpuAllocator.from_settings(settings)
+    samples: list[dict[int, str]] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            samples.append(dict((await allocator.occupancy()).by_job))
+            await asyncio.sleep(0.02)
+
+    try:
+        launched = await allocator.reserve(2, duration_s=1.5, run_id="held")
+        first_end = launched.job.expires_at
+        sampler = asyncio.create_task(sample())
+        await asyncio.sleep(0.5)
+        extended = await allocator.extend("held", 3.0)
+        assert extended.expires_at == pytest.approx(first_end + 3.0)
+        assert (extended.status, extended.gpus) == ("running", launched.gpus)
+        while time.time() < first_end + 1.0:  # well past the first expiry
+            await asyncio.sleep(0.05)
+        done.set()
+        await sampler
+        wanted = {card: "held" for card in launched.gpus}
+        assert samples and all(s == wanted for s in samples), [s for s in samples if s != wanted][:3]
+        ended = await wait_for_status(allocator.runtime, "held", "exited")
+        assert time.time() >= extended.expires_at and ended.exit_code == 0
+        assert recorded(state_dir, "held").expires_at == extended.expires_at
+    finally:
+        await allocator.close()
+
+
+async def test_an_extension_landing_as_the_hold_decides_to_end_is_kept(runtime, state_dir):
+    """The hold looks at its expiry, then ends it only after looking again under
+    the state file's exclusive lock, and extend moves the expiry under that lock:
+    an extension that lands in between is seen, never lost."""
+    import fcntl
+
+    spec = reservation("edge", 0.5)
+    await runtime.run(spec, [0])
+    state = StateFile(state_dir)
+    fd = os.open(state.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # the hold may look, but not yet decide
+        await asyncio.sleep(max(0.0, spec.expires_at - time.time()) + 0.5)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as extend does, while the hold waits to decide
+        jobs = state._load()
+        jobs["edge"] = replace(jobs["edge"], expires_at=time.time() + 60)
+        state._write(jobs)
+    finally:
+        os.close(fd)
+    await asyncio.sleep(0.5)
+    kept = await state_of(runtime, "edge")
+    assert (kept.status, kept.exit_code) == ("running", None)
+
+
+async def test_only_a_live_reservation_of_this_version_is_extended(runtime, state_dir):
+    await runtime.run(job("work", "sleep", "30"), [0])
+    with pytest.raises(Conflict, match="is a job, not a reservation"):
+        await runtime.extend("work", time.time() + 60)
+    with pytest.raises(JobNotFound):
+        await runtime.extend("nobody", time.time() + 60)
+    await runtime.run(reservation("held", 60), [1])
+    with pytest.raises(BadRequest, match="not a time to come"):
+        await runtime.extend("held", time.time() - 1)
+    with pytest.raises(BadRequest, match="not a time to come"):
+        await runtime.extend("held", float("inf"))
+    await runtime.stop("held")
+    stopped = await state_of(runtime, "held")
+    assert (stopped.status, stopped.exit_code) == ("exited", 128 + signal.SIGTERM)
+    with pytest.raises(Conflict, match="has ended"):
+        await runtime.extend("held", time.time() + 60)
+    await runtime.run(reservation("old", 60), [2])
+    with StateFile(state_dir).transaction() as jobs:  # as an earlier version recorded its sleep
+        jobs["old"] = replace(jobs["old"], command=(sys.executable, "-c", "sleep", "60"))
+    with pytest.raises(Conflict, match="older tpnode-tui"):
+        await runtime.extend("old", time.time() + 120)

@@ -220,3 +220,9 @@ def test_a_temporary_file_left_by_a_writer_that_died_is_cleared_by_the_next_writ
         jobs["a"] = record("a")
     assert not leftover.exists()
     assert list(state.read()) == ["a"]
+
+
+def test_reading_a_state_dir_with_no_state_file_creates_nothing(state_dir):
+    """status on a node where no job was ever recorded leaves no trace there."""
+    assert StateFile(state_dir).read() == {}
+    assert list(state_dir.iterdir()) == []

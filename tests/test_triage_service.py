@@ -19,7 +19,7 @@ import pytest
 from fakes import MemoryRuntime, StaticProbe
 from services import write_scene
 from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import load_settings
+from tpnode_tui.config import DEFAULT_XID_DRAIN, load_settings
 from tpnode_tui.identity import Caller, Operators
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model import (
@@ -36,7 +36,6 @@ from tpnode_tui.policy import Policy
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.service import LaunchRequest, NodeService, ReserveRequest
 from tpnode_tui.xid import XidRules
-from tpnode_tui.config import DEFAULT_XID_DRAIN
 
 ALICE = Caller(uid=5001, gid=5001, user="alice", pid=11)
 BOB = Caller(uid=5002, gid=5002, user="bob", pid=12)
@@ -314,13 +313,6 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(node):
     # bob sees what happened to the cards, each once, and none of root's actions
     assert [(e["kind"], e["cards"]) for e in got] == [("drain", [1]), ("undrain", [1]), ("drain", [2])]
     assert got[0]["message"] == "card 1 drained by root: old news"
-
-
-def test_a_new_nodes_first_entries_are_kept_though_its_state_dir_is_not_made_yet(tmp_path):
-    log = NodeLog(tmp_path / "new" / "state")
-    log.append("xid", "card 6: XID 79: GPU has fallen off the bus; reboot the node", cards=[6])
-    assert [e["cards"] for e in log.read()] == [[6]]
-    assert oct(log.dir.stat().st_mode & 0o777) == "0o700"
 
 
 async def test_the_log_rotates_at_its_size_through_the_service(tmp_path):

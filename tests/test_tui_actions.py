@@ -103,10 +103,11 @@ def states(app: NodeDashboard) -> list[str]:
 
 
 def row_cells(app: NodeDashboard, run_id: str) -> list[str]:
-    """The jobs-table row of a launch not started yet (queued or under way), as text."""
+    """The jobs-table row of a launch not started yet (queued or under way), as
+    text, each cell's wrapped lines joined back into one."""
     table = app.query_one("#jobs")
     key = f"launch:{run_id}"
-    return [str(cell) for cell in table.get_row(key)] if key in table.row_keys else []
+    return [" ".join(str(cell).split()) for cell in table.get_row(key)] if key in table.row_keys else []
 
 
 def row_status(app: NodeDashboard, run_id: str) -> str:
@@ -332,7 +333,8 @@ async def test_a_queued_launch_waiting_for_redis_can_be_abandoned_and_the_next_o
             app._enqueue(JobSpec(run_id="first", cards=1, command=("sleep", "60")))
             app._enqueue(JobSpec(run_id="second", cards=1, command=("sleep", "60")))
             await until(pilot, lambda: row_status(app, "first") == "waiting", "the head of the queue to wait")
-            await until(pilot, lambda: "waiting for Redis at" in row_cells(app, "first")[-1], "why it waits")
+            await until(pilot, lambda: "unreachable" in row_cells(app, "first")[-1]
+                        and f"Redis at {url}" in row_cells(app, "first")[-1], "why it waits")
             assert row_status(app, "second") == "queued #2"
             await select_row(pilot, app, "launch:first")
             await pilot.press("c")

@@ -6,9 +6,8 @@ import time
 import pytest
 
 from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.cli import build_parser
+from tpnode_tui.cli import main
 from tpnode_tui.demo import DEMO_COMMAND, start_demo
-from tpnode_tui.tui import run_dashboard
 from tpnode_tui.tui.app import NodeDashboard, stop_demo_jobs
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.screens import ConfirmScreen
@@ -133,7 +132,6 @@ async def test_while_probe_blind_a_launch_can_be_queued_and_starts_once_the_prob
 
 def test_a_bad_setting_at_start_is_one_line_and_exit_code_2(capsys, monkeypatch):
     monkeypatch.setenv("TUNEPLANE_PROBE", "nvml-please")
-    args = build_parser().parse_args([])
-    assert run_dashboard(args) == 2
+    assert main([]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "TUNEPLANE_PROBE" in err and "nvml-please" in err

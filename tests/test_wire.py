@@ -78,7 +78,8 @@ def test_a_damaged_document_is_refused_by_name(demo_doc, damage, says):
 
 
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-                    st.text(max_size=5), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+                    st.text(max_size=5), st.lists(st.integers(), max_size=2),
+                    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])

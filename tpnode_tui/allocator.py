@@ -23,18 +23,20 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Awaitable, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 from .belonging import classify
 from .config import Settings
 from .drains import DrainStore
-from .locks import check_allocation_safety, make_lock
+from .locks import AllocationLock, check_allocation_safety, make_lock
 from .model import (
     BadRequest,
     Conflict,
     Drain,
     GpuOccupancy,
+    HolderInfo,
     JobNotFound,
     JobSpec,
     JobState,
@@ -49,7 +51,11 @@ from .model import (
 )
 from .occupancy import card_count, card_views, compute_occupancy
 from .procinfo import describe, name_containers
-from .render import cards_words
+from .render import cards_words, format_duration, show_command
+
+if TYPE_CHECKING:
+    from .probes.base import Probe
+    from .runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +86,9 @@ class GpuAllocator:
     it would silently steal cards, which costs far more than one extra wait.
     """
 
-    def __init__(self, runtime, probe, settings: Settings, lock, *,
+    def __init__(self, runtime: Runtime, probe: Probe, settings: Settings, lock: AllocationLock, *,
                  series_resolver: Optional[SeriesResolver] = None,
-                 drains: Optional[DrainStore] = None):
+                 drains: Optional[DrainStore] = None) -> None:
         # A node always has more than one would-be allocator (the dashboard and
         # any shell running the CLI), so a lock that only orders tasks of this
         # process is refused outright rather than trusted.
@@ -99,11 +105,17 @@ class GpuAllocator:
         self._series = ""
 
     @classmethod
-    def from_settings(cls, settings: Settings, **kwargs) -> "GpuAllocator":
+    def from_settings(cls, settings: Settings, *, lock: Optional[AllocationLock] = None,
+                      series_resolver: Optional[SeriesResolver] = None) -> GpuAllocator:
+        """The allocator the settings describe; ``lock`` replaces the one they
+        would make (the CLI's, which bounds its wait and says what it waits for)."""
+        # Imported here: the probes and the docker client are most of a CLI
+        # command's start-up, and constructing them is what settings are checked for.
         from .probes import make_probe
         from .runtimes import make_runtime
 
-        return cls(make_runtime(settings), make_probe(settings), settings, make_lock(settings), **kwargs)
+        return cls(make_runtime(settings), make_probe(settings), settings, lock or make_lock(settings),
+                   series_resolver=series_resolver)
 
     async def close(self) -> None:
         for part in (self.runtime, self.probe, self.lock):
@@ -112,21 +124,25 @@ class GpuAllocator:
     # -- what the node has ----------------------------------------------------
 
     def _count(self, reading: ProbeReading) -> int:
-        """The card count, caching only a positive answer.
+        """The card count: the most cards any reading of this process has found.
 
-        A failed probe counts 0 cards. Cached, that 0 would pin the node at
-        "no cards" until a restart after one transient miss; so only a real
-        count is kept (a card count does not change while the node runs).
+        Every successful reading counts again, so a card that comes back after
+        a reset or a driver reload is seen by a dashboard that ran through it.
+        A failed reading (no count) changes nothing: a cached 0 would pin the
+        node at "no cards". And the count never goes down: a card the driver
+        stops reporting stays counted and is shown as not reported (unhealthy,
+        or a job's card with a warning), never silently dropped with whatever
+        holds it.
         """
         total = card_count(self.settings.local_gpu_count, self._total, reading)
-        if total > 0:
+        if total > (self._total or 0):
             self._total = total
         return total
 
     async def total_gpus(self) -> int:
-        """The configured count, else the count a probe found (asking it only until it answers)."""
-        if self.settings.local_gpu_count or self._total:
-            return self._count(ProbeReading("unasked"))
+        """The configured count, else the most cards a probe has found, asking it now."""
+        if self.settings.local_gpu_count:
+            return self.settings.local_gpu_count
         return self._count(await self.probe.read())
 
     async def series_id(self) -> str:
@@ -192,7 +208,7 @@ class GpuAllocator:
         """Occupancy, per-card facts, holders and jobs, for display."""
         occ, reading, jobs, drains = await self._read_all()
         jobs = [_note_missing_cards(j, occ.total) for j in jobs]
-        holders: dict[int, tuple] = {}
+        holders: dict[int, tuple[HolderInfo, ...]] = {}
         live = {j.key: j for j in jobs if j.live}
 
         def identify() -> None:
@@ -205,8 +221,7 @@ class GpuAllocator:
 
         _, lock_state = await asyncio.gather(asyncio.to_thread(identify), self.lock.state())
         # Only a runtime that knows containers (docker) can name them.
-        lookup = self.runtime if hasattr(self.runtime, "containers") else None
-        holders = await name_containers(holders, lookup)
+        holders = await name_containers(holders, getattr(self.runtime, "containers", None))
         if not self._series:
             self._series = self._series_from(reading)
         return NodeSnapshot(
@@ -242,8 +257,8 @@ class GpuAllocator:
         if not occ.external_probe_ok and not self.settings.allow_unverified:
             raise NoCapacity(
                 f"use from outside the platform cannot be probed, so no card can be checked "
-                f"free ({occ.explain()}); waiting until the probe works. To hand out unverified "
-                "cards anyway, set TUNEPLANE_ALLOW_UNVERIFIED=true"
+                f"free ({occ.explain()}); no card is handed out until the probe works again, "
+                "unless TUNEPLANE_ALLOW_UNVERIFIED=true hands out unverified cards anyway"
             )
         try:
             return pick_gpus(occ.free, count)
@@ -280,8 +295,10 @@ class GpuAllocator:
                      admit: Optional[Callable[[list[JobState]], None]] = None) -> Launched:
         """Place and start a job: pick and create under the lock, start after it.
 
-        A run id that already holds cards gets its job back unchanged. A run id
-        taken by an exited job is refused (its record would be overwritten).
+        A run id that already holds cards gets its job back unchanged when the
+        request is the same (a retry); asked for differently, it is a Conflict
+        naming the difference. A run id taken by an exited job is refused (its
+        record would be overwritten).
         ``hold_for_s`` sets the expiry from the moment the cards are picked, so
         time spent waiting for the lock does not shorten a reservation.
         ``locked`` is called as soon as the lock is held: until then the launch
@@ -294,7 +311,9 @@ class GpuAllocator:
         check_run_id(spec.run_id)
         if spec.cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
-        self.runtime.check(spec)
+        # In a thread: the process runtime checks as the caller, in a process
+        # of theirs, which a hung home directory could keep for seconds.
+        await asyncio.to_thread(self.runtime.check, spec)
         async with self.lock.hold() as hold:
             if locked is not None:
                 locked()
@@ -309,6 +328,13 @@ class GpuAllocator:
                         "starting it now, or its launcher died. If it stays created, stop and "
                         f"reclaim it (tpnode-tui stop {spec.run_id}; tpnode-tui reclaim "
                         f"{spec.run_id}) before launching it again"
+                    )
+                expires_at = time.time() + hold_for_s if hold_for_s is not None else spec.expires_at
+                if differences := request_differences(replace(spec, expires_at=expires_at), live[0]):
+                    raise Conflict(
+                        f"run id {spec.run_id} is taken by a {live[0].status} {live[0].kind} asked for "
+                        f"differently: {'; '.join(differences)}. Stop it first (tpnode-tui stop "
+                        f"{spec.run_id}) or choose another run id"
                     )
                 return Launched(tuple(live[0].gpus), live[0], existing=True)
             if mine:
@@ -386,7 +412,7 @@ class GpuAllocator:
         if not duration_s > 0:
             raise BadRequest(f"a reservation needs a positive duration, not {duration_s!r}")
         spec = JobSpec(
-            run_id=run_id or new_run_id("rsv"),
+            run_id=new_run_id("rsv") if run_id is None else run_id,
             cards=cards,
             kind="reservation",
             owner=owner or default_owner(),
@@ -423,7 +449,7 @@ class GpuAllocator:
         """
         removed = []
         for job in await self.runtime.ps():
-            if run_id in (None, job.run_id or job.name) and not job.live:
+            if run_id in (None, job.key) and not job.live:
                 await self._remove(job)
                 removed.append(job)
         return removed
@@ -437,7 +463,7 @@ class GpuAllocator:
         removed = await self.release(run_id)
         if removed or run_id is None:
             return removed
-        live = [j for j in await self.runtime.ps() if (j.run_id or j.name) == run_id]
+        live = [j for j in await self.runtime.ps() if j.key == run_id]
         if live:
             raise Conflict(
                 f"{run_id} is still {live[0].status}; stop it first (tpnode-tui stop {run_id})"
@@ -453,10 +479,67 @@ class GpuAllocator:
     async def stop(self, run_id: str) -> JobState:
         """Stop the live job with this run id; its cards are free once it has ended."""
         for job in await self.runtime.ps():
-            if (job.run_id or job.name) == run_id and job.live:
+            if job.key == run_id and job.live:
                 await self.runtime.stop(job.name)
                 return job
         raise JobNotFound(f"no running platform job has run id {run_id}")
+
+
+def expiry_tolerance_s(duration_s: float) -> float:
+    """How far a repeated reservation's expiry may lie from the existing one's
+    and still be the same request: a minute, or a tenth of the duration.
+
+    Asking again a few seconds or minutes later (a retry after a lost answer,
+    a script run twice) moves the asked-for expiry by that much, while a
+    different request differs by far more; a tenth scales with the length, so
+    ``--for 1d`` repeated an hour later is the same and ``--for 1h`` is not ``--for 2h``.
+    """
+    return max(60.0, duration_s / 10)
+
+
+def _image(name: Optional[str]) -> Optional[str]:
+    """An image name as the engine reads it: no tag means ":latest"."""
+    if not name or "@" in name or ":" in name.rsplit("/", 1)[-1]:
+        return name
+    return f"{name}:latest"
+
+
+def request_differences(spec: JobSpec, job: JobState) -> list[str]:
+    """How ``spec`` differs from what the live ``job`` with its run id was asked
+    for, in plain words; empty when it is the same request.
+
+    Compared: the kind, the card count, and for jobs the image and the command
+    (a container's command as the engine reports it starts with the image's
+    entrypoint, so there the asked-for command only has to end it); for
+    reservations the expiry, within :func:`expiry_tolerance_s`. A reservation's
+    own workload (a sleep) is the runtime's, not something anyone asked for.
+    """
+    found = []
+    if spec.kind != job.kind:
+        found.append(f"it is a {job.kind}, not a {spec.kind}")
+    if spec.cards != len(job.gpus):
+        found.append(f"it holds {cards_words(len(job.gpus))}, not {spec.cards}")
+    if spec.kind != job.kind:
+        return found
+    if spec.kind == "reservation":
+        if spec.expires_at is not None and job.expires_at is not None:
+            now = time.time()
+            if abs(spec.expires_at - job.expires_at) > expiry_tolerance_s(max(spec.expires_at - now, 0)):
+                found.append(
+                    f"it ends in {format_duration(round(job.expires_at - now))}, not "
+                    f"{format_duration(round(spec.expires_at - now))}"
+                )
+        return found
+    if spec.image is not None and _image(spec.image) != _image(job.image):
+        found.append(f"its image is {job.image or 'none'}, not {spec.image}")
+    if spec.command:
+        asked, ran = spec.command, job.command
+        same = ran == asked or (job.image is not None and ran[len(ran) - len(asked):] == asked)
+        if not same:
+            found.append(
+                f"its command is {show_command(ran) or 'none'}, not {show_command(asked)}"
+            )
+    return found
 
 
 def _note_missing_cards(job: JobState, total: int) -> JobState:

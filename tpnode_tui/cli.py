@@ -1,9 +1,15 @@
 """The headless CLI: the same allocator and lock as the dashboard, for shells and scripts.
 
 Exit codes are part of the interface, so scripts can tell "try later" from
-"this is wrong": 0 done; 75 no capacity now (EX_TEMPFAIL: try again later);
-1 any other failure, including a request that can never fit; 2 bad usage or
-configuration. Errors are one line on stderr, never a traceback.
+"this is wrong": 0 done; 75 no capacity now, or the lock not had within
+``--wait`` (EX_TEMPFAIL: try again later); 1 any other failure, including a
+request that can never fit; 2 bad usage or configuration; 141 standard output
+closed early (as a program killed by SIGPIPE: ``tpnode-tui status | head -1``).
+Errors are one line on stderr, never a traceback.
+
+A command that has to wait for the allocation lock says once, on stderr, what
+it waits for. It never waits for cards: with none free it exits 75 at once,
+and a script decides whether to try again (the dashboard queues instead).
 """
 from __future__ import annotations
 
@@ -12,20 +18,54 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
+import os
+import shlex
 import sys
 import time
-from dataclasses import asdict
-from typing import Optional, Sequence, TextIO
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Optional, Sequence, TextIO, TypeVar
 
 from . import __version__
-from .allocator import GpuAllocator, Launched, default_owner, new_run_id
-from .config import FLAGS, ConfigError, Settings, load_settings, parse_duration
-from .model import BadRequest, JobSpec, NoCapacity, NodeSnapshot, TpnodeError
+from .allocator import new_run_id
+from .config import (
+    Settings,
+    decimal_number,
+    parse_duration,
+    settings_from_flags,
+    state_dir_exists,
+    whole_number,
+)
+from .locks import make_lock
+from .model import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    BadRequest,
+    JobNotFound,
+    Launched,
+    LockWaitTimeout,
+    NodeSnapshot,
+    QueuedLaunch,
+    TpnodeError,
+    error_line,
+    exit_code,
+)
+from .node.base import NodeView
+from .node.choose import AnyNode, open_node
+from .node.local import LocalNode
+from .node.remote import AgentNode
 from .printable import PrintableStream, printable, printable_view
 from .render import card_summary, cards_words, format_duration, format_mib
+from .runtimes import choose_runtime
+from .service import LaunchRequest, ReserveRequest
+from .wire import job_to_json, launched_to_json, queued_to_json, snapshot_to_json
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TEMPFAIL = 0, 1, 2, 75
+T = TypeVar("T")
+
+#: 128 + SIGPIPE: what a shell reports for a program a closed pipe ended
+EXIT_PIPE = 141
+
 
 class UsageError(Exception):
     pass
@@ -39,13 +79,23 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cards(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cards") from None
+    value = whole_number(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cards")
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} cards: a job needs at least 1")
     return value
+
+
+def _seconds(text: str) -> float:
+    value = decimal_number(text)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (write it like 30 or 0.5)")
+    return value
+
+
+WAIT_HELP = ("at most this long for the allocation lock (default: as long as it takes); "
+             "then exit 75. Cards are never waited for: with none free, exit 75 at once")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,10 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--hold-image", metavar="IMG", help="image that holds a reservation's cards")
     node.add_argument("--allow-unverified", action="store_true", default=None,
                       help="hand out cards even while use from outside cannot be probed")
+    node.add_argument("--agent", metavar="MODE",
+                      help="auto (the node's agent if it answers), on (the agent only) or off (this process)")
+    node.add_argument("--agent-socket", metavar="PATH", help="the node agent's Unix socket")
     ui = parser.add_argument_group("dashboard (no command)")
     ui.add_argument("--demo", action="store_true", help="a simulated 8-card node: no GPU, Docker or Redis needed")
     ui.add_argument("--readonly", action="store_true", help="show only: every action is refused")
-    ui.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between polls (0.2 to 3600)")
+    ui.add_argument("--interval", type=_seconds, default=1.0, metavar="S",
+                    help="seconds between polls (0.2 to 3600)")
     ui.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -80,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--cards", type=_cards, required=True, metavar="N")
     launch.add_argument("--run-id", metavar="ID", help="default: a generated one")
     launch.add_argument("--image", metavar="IMG", help="container image (docker runtime)")
+    launch.add_argument("--wait", type=_seconds, metavar="SECONDS", help=WAIT_HELP)
+    launch.add_argument("--queue", action="store_true",
+                        help="with no capacity now, wait in the agent's queue instead of exit 75")
     launch.add_argument("--json", action="store_true")
     launch.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
 
@@ -87,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     reserve.add_argument("--cards", type=_cards, required=True, metavar="N")
     reserve.add_argument("--for", dest="duration", required=True, metavar="DURATION", help="e.g. 30m, 2h, 1d")
     reserve.add_argument("--owner", metavar="NAME", help="default: the current user")
-    reserve.add_argument("--run-id", metavar="ID")
+    reserve.add_argument("--run-id", metavar="ID", help="default: a generated one")
+    reserve.add_argument("--wait", type=_seconds, metavar="SECONDS", help=WAIT_HELP)
     reserve.add_argument("--json", action="store_true")
 
     reclaim = sub.add_parser("reclaim", help="remove exited jobs (never a running one)")
@@ -95,77 +153,65 @@ def build_parser() -> argparse.ArgumentParser:
 
     stop = sub.add_parser("stop", help="stop a running job or reservation")
     stop.add_argument("run_id", metavar="RUN_ID")
+
+    extend = sub.add_parser("extend", help="hold a reservation longer (its owner or an operator)")
+    extend.add_argument("run_id", metavar="RUN_ID")
+    extend.add_argument("--for", dest="duration", required=True, metavar="DURATION",
+                        help="how much longer, e.g. 30m, 2h")
+    extend.add_argument("--json", action="store_true")
+
+    env = sub.add_parser("env", help='exports that point CUDA at a job\'s cards: eval "$(tpnode-tui env ID)"')
+    env.add_argument("run_id", metavar="RUN_ID")
+
+    queue = sub.add_parser("queue", help="launches queued or waiting for the lock")
+    queue.add_argument("--json", action="store_true")
+
+    cancel = sub.add_parser("cancel", help="drop a queued launch (its owner or an operator)")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+
+    audit = sub.add_parser("audit", help="who asked the node for what (operators see everyone's)")
+    audit.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
+    audit.add_argument("--json", action="store_true")
+
+    sub.add_parser("agent", help="serve this node to every account on its socket (run as root, or by systemd)")
+
+    fleet = sub.add_parser("fleet", help="every node publishing to TUNEPLANE_FLEET_URL, read-only")
+    fleet.add_argument("--json", action="store_true", help="one reading, machine-readable")
     return parser
-
-
-def settings_from(args: argparse.Namespace, environ=None) -> Settings:
-    overrides = {setting: getattr(args, flag[2:].replace("-", "_")) for setting, flag in FLAGS.items()}
-    return load_settings(environ, **overrides)
 
 
 # -- output -------------------------------------------------------------------
 
 
-def snapshot_json(snap: NodeSnapshot) -> dict:
-    occ = snap.occupancy
-    return {
-        "host": snap.host,
-        "series": snap.series,
-        "probe": snap.probe.source,
-        "probe_problem": snap.probe.problem,
-        "runtime": snap.runtime,
-        "lock": snap.lock,
-        "lock_state": snap.lock_state,
-        "total": occ.total,
-        "free": occ.free,
-        "by_job": {str(k): v for k, v in sorted(occ.by_job.items())},
-        "external": sorted(occ.external),
-        "unhealthy": {str(k): v for k, v in sorted(occ.unhealthy.items())},
-        "external_probe_ok": occ.external_probe_ok,
-        "explain": snap.explain,
-        "cards": [
-            {
-                "index": c.index,
-                "state": c.state,
-                "run_id": c.run_id,
-                "holders": [asdict(h) for h in c.holders],
-                "reason": c.reason,
-                "warning": c.warning,
-                "name": c.facts.name if c.facts else None,
-                "memory_used_mib": c.facts.memory_used_mib if c.facts else None,
-                "memory_total_mib": c.facts.memory_total_mib if c.facts else None,
-                "utilization_pct": c.facts.utilization_pct if c.facts else None,
-                "temperature_c": c.facts.temperature_c if c.facts else None,
-                "power_w": c.facts.power_w if c.facts else None,
-            }
-            for c in snap.cards
-        ],
-        "jobs": [
-            {
-                "run_id": j.run_id,
-                "name": j.name,
-                "status": j.status,
-                "gpus": list(j.gpus),
-                "kind": j.kind,
-                "owner": j.owner,
-                "image": j.image,
-                "command": list(j.command),
-                "started_at": j.started_at,
-                "expires_at": j.expires_at,
-                "exit_code": j.exit_code,
-                "problems": list(j.problems),
-            }
-            for j in snap.jobs
-        ],
-    }
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
+    """Rows as lines, every column as wide as its widest cell: a 63-character
+    run id or an 8-card list must not run into the next column."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(parts).rstrip()
+
+    return [line(header)] + [line(row) for row in rows]
 
 
-def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None) -> None:
+def _time_left(expires_at: Optional[float], live: bool, now: float) -> str:
+    if expires_at is None or not live:
+        return "-"
+    return f"left {format_duration(expires_at - now)}"
+
+
+def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None, note: Optional[str] = None,
+                 you: Optional[str] = None) -> None:
     out = out or sys.stdout
     snap = printable_view(snap)  # every field on its one line of the table
     occ = snap.occupancy
     model = snap.probe.model_name or "unknown cards"
     print(f"{snap.host} · {model} · probe {snap.probe.source} · {snap.runtime} · lock {snap.lock}", file=out)
+    if you:
+        print(you, file=out)
+    if note:
+        print(note, file=out)
     if snap.probe.problem:
         print(f"probe: {snap.probe.problem}", file=out)
     if snap.lock_state:
@@ -184,31 +230,26 @@ def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None) -> None:
             print(f"{card.index:<5}{card.state:<13}{summary:<48}{mem:>22}", file=out)
     if snap.jobs:
         print(file=out)
-        print(f"{'RUN ID':<28}{'KIND':<13}{'STATUS':<14}{'CARDS':<10}{'AGE':>8}  OWNER", file=out)
         now = time.time()
+        rows = []
+        notes: dict[int, tuple[str, ...]] = {}
         for job in snap.jobs:
             status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
             age = format_duration(now - job.started_at) if job.started_at else "-"
             cards = ",".join(map(str, job.gpus)) or "-"
-            print(f"{job.run_id:<28}{job.kind:<13}{status:<14}{cards:<10}{age:>8}  {job.owner}", file=out)
-            for problem in job.problems:
-                print(f"{'':<28}! {problem}", file=out)
-
-
-def _launched_json(result: Launched) -> str:
-    return json.dumps({
-        "run_id": result.job.run_id,
-        "name": result.job.name,
-        "gpus": list(result.gpus),
-        "existing": result.existing,
-        "expires_at": result.job.expires_at,
-        "warning": result.warning,
-    })
+            rows.append([job.key, job.kind, status, cards, age,
+                         _time_left(job.expires_at, job.live, now), job.owner])
+            notes[len(rows)] = job.problems
+        lines = _table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))
+        for i, line in enumerate(lines):
+            print(line, file=out)
+            for problem in notes.get(i, ()):
+                print(f"  ! {problem}", file=out)
 
 
 def _report_launch(result: Launched, as_json: bool, what: str) -> None:
     if as_json:
-        print(_launched_json(result))
+        print(json.dumps(launched_to_json(result)))
     elif result.existing:
         print(f"{result.job.run_id} already holds {cards_words(result.gpus)}; nothing new started")
     else:
@@ -217,55 +258,306 @@ def _report_launch(result: Launched, as_json: bool, what: str) -> None:
         print(f"warning: {result.warning}", file=sys.stderr)
 
 
+def _you_line(view: NodeView, node: AnyNode) -> str:
+    you = view.you
+    role = ", an operator" if you.operator else ""
+    limit = "" if you.card_limit is None else f" of at most {you.card_limit}"
+    where = (f"through the node's agent at {node.socket_path}" if isinstance(node, AgentNode)
+             else "served by this process (no agent answers)")
+    return f"you: {you.user} (uid {you.uid}{role}), holding {cards_words(you.cards_held)}{limit}; {where}"
+
+
+def print_queue(queue: Sequence[QueuedLaunch], out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    if not queue:
+        print("no launch is queued or waiting", file=out)
+        return
+    now = time.time()
+    rows = [[q.run_id, q.state, cards_words(q.cards), q.owner or "-", format_duration(now - q.queued_at),
+             q.waiting_for or "-"] for q in printable_view(tuple(queue))]
+    for line in _table(["RUN ID", "STATE", "WANTS", "OWNER", "WAITING", "FOR"], rows):
+        print(line, file=out)
+
+
+def print_audit(entries: Sequence[dict[str, Any]], out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    for entry in printable_view(list(entries)):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.get("time", 0)))
+        print(f"{when}  {entry.get('user', '?')}  {entry.get('action', '?')} {entry.get('target', '')}"
+              f"  {entry.get('result', '')}: {entry.get('message', '')}", file=out)
+
+
+def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
+    """``export`` lines that point CUDA at a live job's cards, for ``eval``.
+
+    The indices are the driver's (PCI bus order, as nvidia-smi numbers them),
+    so CUDA is told to number the same way; NVIDIA_VISIBLE_DEVICES names the
+    cards by UUID where the driver gave every one (a container runtime reads it).
+    """
+    job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
+    if job is None:
+        raise JobNotFound(f"no running job or reservation has run id {run_id}")
+    cards = sorted(job.gpus)
+    lines = [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, cards))}",
+             "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    uuids = [c.facts.uuid if c.facts else None for c in snap.cards if c.index in cards]
+    if len(uuids) == len(cards) and all(uuids):
+        lines.append(f"export NVIDIA_VISIBLE_DEVICES={shlex.quote(','.join(u for u in uuids if u))}")
+    return lines
+
+
 # -- commands -----------------------------------------------------------------
 
 
+def _say(message: str) -> None:
+    print(f"tpnode-tui: {printable(message)}", file=sys.stderr, flush=True)
+
+
+def _say_once() -> Callable[[str], None]:
+    """What a waiting launch says: the first reason only, so a wait of an
+    hour is one line, not one per retry."""
+    said = False
+
+    def say(why: str) -> None:
+        nonlocal said
+        if not said:
+            said = True
+            _say(why)
+
+    return say
+
+
+def _state_dir_note(settings: Settings) -> Optional[str]:
+    """A plain sentence when the state dir this command uses does not exist yet.
+
+    A mistyped TUNEPLANE_STATE_DIR otherwise shows every card free and makes a
+    launch start a second, private record of the node: the one thing worse
+    than no record. A state dir that is not a directory is a ConfigError.
+    """
+    process = choose_runtime(settings) == "process"
+    if not process and settings.redis_url:  # docker with a Redis lease: no state dir at all
+        return None
+    if state_dir_exists(settings.state_dir):
+        return None
+    recorded = "no job has been recorded here" if process else "no launch has taken the allocation lock here"
+    return (f"no state dir at {settings.state_dir}: {recorded}. If jobs were expected, check "
+            "TUNEPLANE_STATE_DIR: everyone who allocates on this node must use the same one")
+
+
+def _run_id(given: Optional[str]) -> Optional[str]:
+    """An explicit --run-id is taken as given, so an empty one is refused rather
+    than silently replaced by a generated one."""
+    if given is not None and not given.strip():
+        raise BadRequest("--run-id is empty: give 1 to 63 letters, digits, '.', '_' or '-', or leave it out")
+    return given
+
+
 async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
-    allocator = GpuAllocator.from_settings(settings)
+    if args.command == "agent":
+        from .agent.serve import serve  # aiohttp's server: only the agent needs it
+
+        return await serve(settings, interval=args.interval)
+    lock = make_lock(settings, max_wait_s=getattr(args, "wait", None), on_wait=_say_once())
+    node = await open_node(settings, lock=lock, interval=args.interval)
+    note = _state_dir_note(settings) if isinstance(node, LocalNode) else None
     try:
-        if args.command == "status":
-            snap = await allocator.snapshot()
-            if args.json:
-                print(json.dumps(snapshot_json(snap), indent=2))
-            else:
-                print_status(snap)
-        elif args.command == "launch":
-            argv = list(args.argv)
-            if argv and argv[0] == "--":
-                argv = argv[1:]
-            if not argv and not args.image:
-                raise UsageError("nothing to run: give the command after --, e.g. launch --cards 1 -- python train.py")
-            spec = JobSpec(
-                run_id=args.run_id or new_run_id(),
-                cards=args.cards,
-                command=tuple(argv),
-                image=args.image,
-                owner=default_owner(),
-            )
-            _report_launch(await allocator.launch(spec), args.json, "launched")
-        elif args.command == "reserve":
-            result = await allocator.reserve(
-                args.cards, parse_duration(args.duration), args.owner or "", args.run_id
-            )
-            _report_launch(result, args.json, "reserved")
-        elif args.command == "reclaim":
-            removed = await allocator.reclaim(args.run_id)
-            for job in removed:
-                code = "unknown" if job.exit_code is None else str(job.exit_code)
-                print(f"removed {job.run_id} ({job.kind}, exit code {code})")
-            if not removed:
-                print("nothing to reclaim: no exited jobs")
-        elif args.command == "stop":
-            job = await allocator.stop(args.run_id)
-            print(f"stopped {job.run_id} ({cards_words(job.gpus)})")
+        await _COMMANDS[args.command](_Run(node, args, note))
+        if note and settings.state_dir.is_dir():
+            # Said after the fact, and only on success: a refusal stays one line.
+            _say(f"created the state dir {settings.state_dir}, which did not exist: everyone who "
+                 "allocates on this node must use this same one (TUNEPLANE_STATE_DIR)")
         return EXIT_OK
     finally:
-        await allocator.close()
+        await node.close()
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One command's node, arguments, and the state dir's note (local only)."""
+
+    node: AnyNode
+    args: argparse.Namespace
+    note: Optional[str]
+
+
+async def _status(run: _Run) -> None:
+    node, args, note = run.node, run.args, run.note
+    view = await node.status()
+    assert view.snapshot is not None
+    if args.json:
+        data = snapshot_to_json(view.snapshot)
+        data.update(via=node.via, you=asdict(view.you), state_dir_note=note)
+        print(json.dumps(data, indent=2))
+    else:
+        print_status(view.snapshot, note=note and f"state: {note}", you=_you_line(view, node))
+
+
+async def _launch(run: _Run) -> None:
+    node, args = run.node, run.args
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv and not args.image:
+        raise UsageError("nothing to run: give the command after --, e.g. launch --cards 1 -- python train.py")
+    remote = isinstance(node, AgentNode)
+    if args.queue and not remote:
+        raise UsageError("--queue needs the node's agent, which keeps the queue: no agent answers, "
+                         "and this command exits when it is done")
+    run_id = _run_id(args.run_id) or new_run_id()
+    request = LaunchRequest(
+        cards=args.cards, command=tuple(argv), image=args.image, run_id=run_id, queue=args.queue,
+        # Through the agent the job runs as this account, with this shell's
+        # environment and working directory, as a local launch would.
+        env=tuple(os.environ.items()) if remote else None, cwd=os.getcwd() if remote else None)
+    result = await _bounded(node, node.launch(request), run_id, getattr(args, "wait", None))
+    if result.queued is not None:
+        q = result.queued
+        if args.json:
+            print(json.dumps({"queued": queued_to_json(q)}))
+        else:
+            print(f"queued {q.run_id}: it starts by itself once {cards_words(q.cards)} "
+                  f"{'is' if q.cards == 1 else 'are'} free, after the launches queued before it "
+                  f"(tpnode-tui queue shows them; tpnode-tui cancel {q.run_id} drops it)")
+        return
+    assert result.launched is not None
+    _report_launch(result.launched, args.json, "launched")
+
+
+async def _bounded(node: AnyNode, work: Awaitable[T], run_id: str, wait_s: Optional[float]) -> T:
+    """``work`` through the agent, saying once what it waits for and giving up
+    after ``wait_s`` as a local launch does (exit 75); in-process, the lock
+    itself bounds and reports the wait."""
+    if not isinstance(node, AgentNode):
+        return await work
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_watch_wait(node, run_id))
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), wait_s)
+    except asyncio.TimeoutError:
+        task.cancel()  # the agent drops a launch whose asker hung up while it waited
+        raise LockWaitTimeout(f"{run_id} was not placed within {wait_s:g} s: the agent was still "
+                              "waiting for the allocation lock; nothing was placed") from None
+    finally:
+        watcher.cancel()
+
+
+async def _watch_wait(node: AgentNode, run_id: str) -> None:
+    """Say once what a launch through the agent waits for, if it waits at all."""
+    say = _say_once()
+    while True:
+        await asyncio.sleep(0.5)
+        for q in await node.queued():
+            if q.run_id == run_id and q.state == "waiting" and q.waiting_for:
+                say(q.waiting_for)
+
+
+async def _reserve(run: _Run) -> None:
+    node, args = run.node, run.args
+    run_id = _run_id(args.run_id) or new_run_id("rsv")
+    request = ReserveRequest(cards=args.cards, duration_s=parse_duration(args.duration), run_id=run_id,
+                             owner=args.owner or "")
+    result = await _bounded(node, node.reserve(request), run_id, getattr(args, "wait", None))
+    _report_launch(result, args.json, "reserved")
+
+
+async def _extend(run: _Run) -> None:
+    node, args = run.node, run.args
+    job = await node.extend(args.run_id, parse_duration(args.duration))
+    if args.json:
+        print(json.dumps(job_to_json(job)))
+        return
+    until = time.strftime("%H:%M:%S", time.localtime(job.expires_at or 0))
+    print(f"extended {job.key}: it holds {cards_words(job.gpus)} until {until} "
+          f"({_time_left(job.expires_at, True, time.time())})")
+
+
+async def _reclaim(run: _Run) -> None:
+    node, args = run.node, run.args
+    removed = await node.reclaim(args.run_id)
+    for job in removed:
+        code = "unknown" if job.exit_code is None else str(job.exit_code)
+        print(f"removed {job.key} ({job.kind}, exit code {code})")
+    if not removed:
+        print("nothing to reclaim: no exited jobs this account may remove")
+
+
+async def _stop(run: _Run) -> None:
+    node, args = run.node, run.args
+    job = await node.stop(args.run_id)
+    print(f"stopped {job.key} ({cards_words(job.gpus)})")
+
+
+async def _env(run: _Run) -> None:
+    node, args = run.node, run.args
+    view = await node.status()
+    assert view.snapshot is not None
+    for line in env_lines(view.snapshot, args.run_id):
+        print(line)
+
+
+async def _queue(run: _Run) -> None:
+    node, args = run.node, run.args
+    queue = await node.queued()
+    if args.json:
+        print(json.dumps({"queue": [queued_to_json(q) for q in queue]}, indent=2))
+    else:
+        print_queue(queue)
+
+
+async def _cancel(run: _Run) -> None:
+    node, args = run.node, run.args
+    q = await node.cancel(args.run_id)
+    print(f"cancelled {q.run_id} (queued by {q.owner or 'an unknown account'}); nothing was placed")
+
+
+async def _audit(run: _Run) -> None:
+    node, args = run.node, run.args
+    since = parse_duration(args.since) if args.since else None
+    entries, everyone = await node.audit(since)
+    if args.json:
+        print(json.dumps({"entries": entries, "all": everyone}, indent=2))
+        return
+    if not everyone:
+        print("your own actions (an operator sees everyone's):")
+    print_audit(entries)
+
+
+_COMMANDS: dict[str, Callable[[_Run], Awaitable[None]]] = {
+    "status": _status, "launch": _launch, "reserve": _reserve, "extend": _extend,
+    "reclaim": _reclaim, "stop": _stop, "env": _env, "queue": _queue, "cancel": _cancel,
+    "audit": _audit,
+}
+
+
+def _fleet(settings: Settings, *, as_json: bool, interval: float) -> int:
+    """``tpnode-tui fleet``: once as JSON, or live in the fleet view. redis-py and
+    the view are imported only here, when asked for."""
+    if settings.fleet_url is None:
+        raise UsageError("tpnode-tui fleet reads what the nodes' agents publish: set "
+                         "TUNEPLANE_FLEET_URL to their Redis (redis://host:port/db)")
+    safe = settings.fleet_url_safe or ""
+    if as_json:
+        from .fleet.reader import read_once
+        from .fleet.record import fleet_json
+
+        print(json.dumps(fleet_json(asyncio.run(read_once(settings.fleet_url, safe))), indent=2))
+        return EXIT_OK
+    from .tui.fleet import run_fleet_view
+
+    return run_fleet_view(settings.fleet_url, safe, interval)
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"tpnode-tui: {printable(message)}", file=sys.stderr)
+    _say(message)
     return code
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's last
+    flush into a closed pipe does not print an error of its own."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -281,24 +573,33 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if not (math.isfinite(args.interval) and 0.2 <= args.interval <= 3600):
+        if not 0.2 <= args.interval <= 3600:
             raise UsageError(f"--interval {args.interval:g}: give seconds from 0.2 to 3600")
         logging.basicConfig(
-            level=logging.INFO if args.verbose else logging.WARNING,
+            level=logging.INFO if args.verbose or args.command == "agent" else logging.WARNING,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
         if args.command is None:
+            settings = None
+            if not args.demo:
+                settings = settings_from_flags(vars(args))
+                state_dir_exists(settings.state_dir)  # a file there is refused before the screen opens
             from .tui import run_dashboard  # the only import of the UI, and only when asked for
 
-            return run_dashboard(args)
-        settings = settings_from(args)
+            return run_dashboard(
+                settings, demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose
+            )
+        settings = settings_from_flags(vars(args))
+        if args.command == "fleet":
+            return _fleet(settings, as_json=args.json, interval=args.interval)
         return asyncio.run(_run_command(args, settings))
-    except (UsageError, ConfigError, BadRequest) as e:
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE
+    except UsageError as e:
         return _fail(str(e), EXIT_USAGE)
-    except NoCapacity as e:
-        return _fail(f"no capacity now: {e}; try again later", EXIT_TEMPFAIL)
-    except TpnodeError as e:  # NeverFits, Conflict, RuntimeUnavailable, JobNotFound, ...
-        return _fail(str(e), EXIT_FAIL)
+    except TpnodeError as e:  # each kind has its exit code: 75 try later, 77 not allowed, ...
+        return _fail(error_line(e), exit_code(e))
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except Exception as e:  # a bug of ours: still one line, with the detail in the log

@@ -10,11 +10,21 @@ attributed (a real ``sleep`` started by the demo), memory in use by a process
 this machine cannot see (as host pids look from inside a container), an
 unhealthy card, a platform job, a reservation, and free cards; a key toggles
 "probe-blind" to show unverified cards.
+
+A demo cleans up when it ends. One that was killed (``kill -9``) cannot, so
+every demo first removes what dead demos left: its temporary directory is
+named ``tpnode-demo-*`` and holds an owner file naming the demo's process by
+pid *and* start time, so a directory is touched only when that very process
+is gone, never a live demo's (whose pid, start and boot still match) and
+never one without an owner file (one being made right now, or not a demo's).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
+import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -22,12 +32,22 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import psutil
 
 from .config import Settings, load_settings
-from .model import JobSpec
+from .model import JobSpec, TpnodeError
+from .runtimes.jobprocs import process_stat
+from .runtimes.process import boot_id, liveness, pid_namespace
+from .runtimes.statefile import StateFile
+
+log = logging.getLogger(__name__)
+
+#: the start of every demo's temporary directory's name
+DEMO_PREFIX = "tpnode-demo-"
+#: in it: which process made it (pid, start ticks, boot) and its squatter
+OWNER_FILE = "owner.json"
 
 CARDS = 8
 CARD_NAME = "NVIDIA H200"
@@ -81,7 +101,7 @@ class Demo:
     root: Path
     scene_path: Path
     state_dir: Path
-    squatter: subprocess.Popen
+    squatter: subprocess.Popen[bytes]
 
     @property
     def settings_overrides(self) -> dict:
@@ -139,14 +159,91 @@ class Demo:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _process(pid: int) -> Optional[dict[str, Any]]:
+    """``pid`` as an owner file records it: the number and when that process started."""
+    started = process_stat(pid)
+    return None if started is None else {"pid": pid, "start_ticks": started.ticks}
+
+
+def _still_running(recorded: Any, boot: str) -> bool:
+    """Whether the process an owner file recorded is the one running now.
+
+    Anything that cannot be checked counts as running: a demo's directory is
+    only ever removed when its owner is known to be gone.
+    """
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("pid"), int):
+        return True
+    try:
+        now = process_stat(recorded["pid"])
+    except (PermissionError, OSError, ValueError, IndexError):
+        return True
+    return now is not None and now.ticks == recorded.get("start_ticks") and now.state not in ("Z", "X")
+
+
+def _owner_file(root: Path, squatter: subprocess.Popen[bytes]) -> None:
+    data = {"boot_id": boot_id(), "pid_ns": pid_namespace(), "demo": _process(os.getpid()),
+            "squatter": _process(squatter.pid)}
+    tmp = root / f".{OWNER_FILE}.tmp"
+    tmp.write_text(json.dumps(data))
+    tmp.replace(root / OWNER_FILE)
+
+
+def clean_up_after_dead_demos(temp_dir: Optional[Path] = None) -> list[Path]:
+    """Remove what killed demos of this user left in ``temp_dir``; returns the
+    directories removed. Their jobs are ended (their process groups killed:
+    demo workloads, nothing to save) and their squatters too."""
+    temp_dir = Path(temp_dir or tempfile.gettempdir())
+    try:
+        boot = boot_id()
+    except TpnodeError:
+        return []  # no /proc to tell a dead owner from a live one: touch nothing
+    removed = []
+    for root in sorted(temp_dir.glob(f"{DEMO_PREFIX}*")):
+        try:
+            if root.is_symlink() or not root.is_dir() or root.stat().st_uid != os.getuid():
+                continue
+            owner = json.loads((root / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # a demo starting right now, or not a demo's directory
+        if not isinstance(owner, dict) or owner.get("pid_ns") != pid_namespace():
+            continue  # made in another PID namespace (a container sharing /tmp): its pids mean nothing here
+        same_boot = owner.get("boot_id") == boot
+        if same_boot and _still_running(owner.get("demo"), boot):
+            continue
+        if same_boot:
+            _end_jobs(root / "state", boot)
+            squatter = owner.get("squatter")
+            if isinstance(squatter, dict) and isinstance(squatter.get("pid"), int) and _still_running(squatter, boot):
+                with contextlib.suppress(OSError):
+                    os.kill(squatter["pid"], signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+        log.info("removed %s, left by a demo that was killed", root)
+        removed.append(root)
+    return removed
+
+
+def _end_jobs(state_dir: Path, boot: str) -> None:
+    try:
+        records = StateFile(state_dir).read()
+    except TpnodeError:
+        return
+    for record in records.values():
+        status, problems = liveness(record, boot)
+        if status != "exited" and not problems:
+            with contextlib.suppress(OSError):
+                os.killpg(record.pid, signal.SIGKILL)  # the supervisor leads its job's group
+
+
 def start_demo(root: Optional[Path] = None) -> Demo:
-    root = Path(root or tempfile.mkdtemp(prefix="tpnode-demo-"))
+    clean_up_after_dead_demos()
+    root = Path(root or tempfile.mkdtemp(prefix=DEMO_PREFIX))
     state_dir = root / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
     squatter = subprocess.Popen(
         ["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
     )
+    _owner_file(root, squatter)
     scene_path = root / "node.json"
     scene_path.write_text(json.dumps(scene(squatter.pid, _unseen_pid()), indent=1))
     return Demo(root=root, scene_path=scene_path, state_dir=state_dir, squatter=squatter)

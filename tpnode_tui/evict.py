@@ -21,12 +21,21 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass
 from typing import Optional
 
 import psutil
 
-from .model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Conflict, HolderInfo, JobNotFound
+from .model import (
+    EXTERNAL,
+    HOLDER,
+    INTRUDER,
+    UNKNOWN,
+    CardView,
+    Conflict,
+    Evicted,
+    HolderInfo,
+    JobNotFound,
+)
 
 #: how often the grace period looks whether the processes have ended
 _POLL_S = 0.05
@@ -34,34 +43,6 @@ _POLL_S = 0.05
 KILL_WAIT_S = 5.0
 
 LISTED, ENDED, KILLED, RUNNING, GONE, FAILED = "listed", "ended", "killed", "running", "gone", "failed"
-
-
-@dataclass(frozen=True)
-class Evicted:
-    """One process evict acted on (or, in a dry run, would)."""
-
-    card: int
-    pid: int
-    user: Optional[str]
-    uid: Optional[int]
-    command: Optional[str]
-    #: "external" or "intruder"
-    belongs: str
-    used_memory_mib: Optional[int]
-    #: LISTED (dry run), ENDED (after SIGTERM), KILLED, RUNNING (still, after the
-    #: grace period), GONE (before it was signalled) or FAILED (could not be signalled)
-    outcome: str
-    #: what became of it, in plain words
-    fate: str
-
-
-@dataclass(frozen=True)
-class EvictReport:
-    card: int
-    dry_run: bool
-    kill: bool
-    grace_s: float
-    processes: tuple[Evicted, ...]
 
 
 def _refusal(card: CardView, holder: HolderInfo) -> Optional[str]:

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from .model import CardFacts
+from .model import CardFacts, Sample
 
 #: seconds of full resolution, and of history altogether
 FINE_S = 300.0
@@ -33,18 +32,6 @@ MIN_INTERVAL_S = 0.05
 #: fields of a sample, in ring order
 FIELDS = ("utilization_pct", "memory_used_mib", "power_w", "temperature_c")
 _NAN = float("nan")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One poll (``seconds`` 0) or the average of the polls of ``seconds`` seconds from ``at``."""
-
-    at: float
-    seconds: float
-    utilization_pct: Optional[float]
-    memory_used_mib: Optional[float]
-    power_w: Optional[float]
-    temperature_c: Optional[float]
 
 
 def _values(facts: Optional[CardFacts]) -> tuple[float, ...]:

@@ -23,13 +23,16 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Generic, Iterator, TypeVar
 from pathlib import Path
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .model import RuntimeUnavailable
 
 R = TypeVar("R")
 
+#: A lock is only ever held for a few file operations (and a process spawn),
+#: so a wait this long means another process is stuck holding it. Saying so
+#: beats a launch or a dashboard that hangs without a word.
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 _LOCK_POLL_S = 0.02
 
@@ -85,7 +88,10 @@ class JsonStore(Generic[R]):
         try:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as e:
-            raise RuntimeUnavailable(f"cannot create the state directory {self.dir}: {e.strerror}") from None
+            raise RuntimeUnavailable(
+                f"cannot create the state directory {self.dir}: {e.strerror}; "
+                "run as a user who may create it (every allocator on this node shares it)"
+            ) from None
 
     @contextmanager
     def _locked(self, mode: int) -> Iterator[None]:

@@ -11,9 +11,40 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional, Union
 
-from .render import card_ranges, cards_words
+
+def card_ranges(cards: Iterable[int]) -> str:
+    """Card indices in order, three or more in a row as a range: "0-3,7,9-12".
+
+    A node of 256 cards has lists of 255 indices, which as plain lists fill a
+    screen and push everything else off it. Two neighbours stay "0,1": as a
+    range they would be no shorter.
+    """
+    ordered = sorted(set(cards))
+    parts: list[str] = []
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        if end - start >= 2:
+            parts.append(f"{ordered[start]}-{ordered[end]}")
+        else:
+            parts.extend(map(str, ordered[start:end + 1]))
+        start = end + 1
+    return ",".join(parts)
+
+
+def cards_words(cards: Union[int, Iterable[int]]) -> str:
+    """A count as "1 card" / "3 cards"; a list as "card 4" / "cards 0,1" / "cards 0-254" / "no cards"."""
+    if isinstance(cards, int):
+        return f"{cards} card" if cards == 1 else f"{cards} cards"
+    listed = tuple(cards)
+    if not listed:
+        return "no cards"
+    return ("card " if len(set(listed)) == 1 else "cards ") + card_ranges(listed)
+
 
 #: Job statuses that hold cards. A job that exited is still listed until it is
 #: reclaimed, but it gave its GPU memory back when it ended.
@@ -30,6 +61,10 @@ RUN_ID_RULE = "1 to 63 letters, digits, '.', '_' or '-', starting with a letter 
 class TpnodeError(Exception):
     """Base of every error the product reports to a person in plain words."""
 
+    #: True when the message is already the whole line to show (an agent's
+    #: answer, worded by :func:`error_line` on its side)
+    worded = False
+
 
 class NoCapacity(TpnodeError):
     """Not enough free cards *now*.
@@ -43,6 +78,15 @@ class NoCapacity(TpnodeError):
 
 class NeverFits(TpnodeError):
     """The request is larger than this node will ever have: waiting cannot help."""
+
+
+class LockWaitTimeout(TpnodeError):
+    """The allocation lock was not had within the time the caller allowed.
+
+    Like NoCapacity it means "try again later", and like it nothing was
+    started; it is kept apart so the message can say what was waited for
+    (the lock's holder, or Redis) rather than talk about cards.
+    """
 
 
 class ConfigError(TpnodeError):
@@ -83,15 +127,25 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TEMPFAIL, EXIT_NOPERM = 0, 1, 2, 75, 77
 
 
 def exit_code(error: TpnodeError) -> int:
-    """The exit code that reports ``error``: 75 for no capacity now (EX_TEMPFAIL),
-    77 for not allowed (EX_NOPERM), 2 for a malformed request or setting, else 1."""
-    if isinstance(error, NoCapacity):
+    """The exit code that reports ``error``: 75 for no capacity now or the lock
+    not had in time (EX_TEMPFAIL), 77 for not allowed (EX_NOPERM), 2 for a
+    malformed request or setting, else 1."""
+    if isinstance(error, (NoCapacity, LockWaitTimeout)):
         return EXIT_TEMPFAIL
     if isinstance(error, NotAllowed):
         return EXIT_NOPERM
     if isinstance(error, (BadRequest, ConfigError)):
         return EXIT_USAGE
     return EXIT_FAIL
+
+
+def error_line(error: TpnodeError) -> str:
+    """The one line that reports ``error`` to a person, the same from the CLI
+    and from the agent's API. No capacity says what to do about it: a command
+    never waits for cards, it tries again later (or queues through the agent)."""
+    if isinstance(error, NoCapacity) and not error.worded:
+        return f"no capacity now: {error}; not waiting for cards: try again later"
+    return str(error)
 
 
 def check_run_id(run_id: str) -> str:
@@ -313,7 +367,8 @@ class JobState:
 
     @property
     def key(self) -> str:
-        """What the job is known by: its run id, or the name of a hand-made one without."""
+        """How the job is named and asked for: its run id, or its container or
+        record name when it has none (a container labelled by hand)."""
         return self.run_id or self.name
 
 
@@ -467,3 +522,46 @@ class NodeSnapshot:
     def intruder_cards(self) -> tuple[int, ...]:
         """Cards on which someone other than their holder has a process."""
         return tuple(c.index for c in self.cards if c.intruders)
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """One process evict acted on (or, in a dry run, would)."""
+
+    card: int
+    pid: int
+    user: Optional[str]
+    uid: Optional[int]
+    command: Optional[str]
+    #: "external" or "intruder"
+    belongs: str
+    used_memory_mib: Optional[int]
+    #: "listed" (dry run), "ended" (after SIGTERM), "killed", "running" (still, after the
+    #: grace period), "gone" (before it was signalled) or "failed" (could not be signalled)
+    outcome: str
+    #: what became of it, in plain words
+    fate: str
+
+
+@dataclass(frozen=True)
+class EvictReport:
+    """What evict did on one card (in a dry run: what it would do), process by process."""
+
+    card: int
+    dry_run: bool
+    kill: bool
+    grace_s: float
+    processes: tuple[Evicted, ...]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A moment of a card's history: one poll (``seconds`` 0), or the average of
+    the polls of ``seconds`` seconds from ``at``."""
+
+    at: float
+    seconds: float
+    utilization_pct: Optional[float]
+    memory_used_mib: Optional[float]
+    power_w: Optional[float]
+    temperature_c: Optional[float]

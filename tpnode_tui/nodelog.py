@@ -44,24 +44,24 @@ class NodeLog:
     def append(self, kind: str, message: str, **fields: Any) -> dict[str, Any]:
         """Append one entry and return it. A log that cannot be written is
         said once in the process's log and never stops the action it records:
-        the node's truth is elsewhere."""
+        the node's truth is elsewhere. Without a state dir nothing is written."""
         entry = {"time": time.time(), "kind": kind, "message": message, **fields}
         line = json.dumps(entry, separators=(",", ":")) + "\n"
         with self._lock:
             try:
                 self._rotate_if_full(len(line))
-                try:
-                    fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-                except FileNotFoundError:
-                    # A new node's state dir: what happens first must not be lost for want of it.
-                    self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-                    fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
                 try:
                     os.write(fd, line.encode())
                 finally:
                     os.close(fd)
                 self._warned = False
             except OSError as e:
+                # No state dir (yet): nothing has been kept on this node, and a
+                # log is no reason to make one (a docker node with a Redis lock
+                # needs none). The agent's, and a process launch's, exists.
+                if isinstance(e, FileNotFoundError) and not self.dir.exists():
+                    return entry
                 if not self._warned:
                     log.warning("cannot write the node log %s: %s", self.path, e.strerror or e)
                     self._warned = True

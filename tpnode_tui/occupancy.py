@@ -22,10 +22,12 @@ from .model import (
 from .render import clock_time, format_mib
 
 
-def card_count(configured: int, cached: Optional[int], reading: ProbeReading) -> int:
+def card_count(configured: int, seen: Optional[int], reading: ProbeReading) -> int:
     """How many cards the node has: a configured count wins (probing can fail
-    inside a container); otherwise what a probe once found; otherwise this reading."""
-    return configured or cached or reading.count or 0
+    inside a container); otherwise the most of what a probe found before
+    (``seen``) and what this reading found. A reading that lost a card, or
+    found none, never lowers it: the card stays, shown as not reported."""
+    return configured or max(seen or 0, reading.count or 0)
 
 
 def compute_occupancy(
@@ -132,11 +134,15 @@ def card_views(
         who = holders(facts) if facts and facts.processes else ()
         health = "; ".join(facts.health) if facts and facts.health else None
         drain = drains.get(idx)
+        if facts is None and (reading.cards or reading.external_probe_ok):
+            # Only a job's or a drained card gets here (a free one is unhealthy):
+            # it is still held or drained, but it can no longer be seen.
+            health = f"not reported by the driver ({reading.source})"
         if idx in occ.by_job:
             run_id = occ.by_job[idx]
-            job = live_by_run.get(run_id)
-            state = "reservation" if job is not None and job.kind == "reservation" else "job"
-            notes = [intruder_words(h, idx, job, run_id) for h in who if h.belongs == INTRUDER]
+            holder = live_by_run.get(run_id)
+            state = "reservation" if holder is not None and holder.kind == "reservation" else "job"
+            notes = [intruder_words(h, idx, holder, run_id) for h in who if h.belongs == INTRUDER]
             if len(claimants[idx]) > 1:
                 # The failure this product exists to prevent: never show it as one job.
                 notes.append(f"claimed by {len(claimants[idx])} jobs at once: {', '.join(claimants[idx])}")
@@ -144,12 +150,11 @@ def card_views(
                 notes.append(f"drained: {drain.reason} (it is not handed out again when {run_id} ends)")
             if health:
                 notes.append(health)
-            views.append(CardView(idx, state, facts, run_id, job, who,
+            views.append(CardView(idx, state, facts, run_id, holder, who,
                                   warning="; ".join(notes) or None, drain=drain))
         elif idx in occ.drained:
-            unseen = f"not reported by the driver ({reading.source})" if facts is None else None
             views.append(CardView(idx, "drained", facts, holders=who, reason=occ.drained[idx],
-                                  warning=health or unseen, drain=drain))
+                                  warning=health, drain=drain))
         elif idx in occ.unhealthy:
             views.append(CardView(idx, "unhealthy", facts, holders=who, reason=occ.unhealthy[idx]))
         elif idx in occ.external:

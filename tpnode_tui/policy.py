@@ -74,7 +74,7 @@ class Policy:
         return f"only {owner} or {ops}" if owner else f"only {ops}"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "Policy":
+    def from_settings(cls, settings: Settings) -> Policy:
         return cls(
             operators=Operators(settings.operators_group),
             limits=CardLimits(settings.max_cards_per_user, dict(settings.max_cards_for)),

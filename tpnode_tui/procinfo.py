@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from pathlib import Path
 from dataclasses import replace
-from typing import Awaitable, Iterable, Mapping, Optional, Protocol
+from pathlib import Path
+from typing import Awaitable, Callable, Iterable, Mapping, Optional
 
 import psutil
 
@@ -74,12 +74,9 @@ def _uid(pid: int) -> Optional[int]:
         return None
 
 
-class ContainerLookup(Protocol):
-    """What a runtime that knows containers offers: their names and images by id."""
-
-    def containers(self, ids: Iterable[str]) -> Awaitable[dict[str, tuple[str, str]]]:
-        """id -> (name, image) for the ids it knows; unknown ids are left out."""
-        ...
+#: What a runtime that knows containers offers (the docker runtime's ``containers``):
+#: container id -> (name, image) for the ids it knows; unknown ids are left out.
+ContainerLookup = Callable[[Iterable[str]], Awaitable[dict[str, tuple[str, str]]]]
 
 
 async def name_containers(holders: Mapping[int, tuple[HolderInfo, ...]],
@@ -89,7 +86,7 @@ async def name_containers(holders: Mapping[int, tuple[HolderInfo, ...]],
     ids = {h.container for hs in holders.values() for h in hs if h.container}
     if lookup is None or not ids:
         return dict(holders)
-    known = await lookup.containers(ids)
+    known = await lookup(ids)
     return {
         card: tuple(replace(h, container_name=known[h.container][0], container_image=known[h.container][1])
                     if h.container in known else h for h in hs)

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import shlex
 import time
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Optional
 
-if TYPE_CHECKING:  # model words its own explanation with cards_words, so it imports this module
-    from .model import CardView, HolderInfo
+from .model import CardView, HolderInfo, card_ranges, cards_words
+
+__all__ = ["NA", "card_ranges", "cards_words", "show_command", "format_mib", "format_duration",
+           "describe_holder", "unseen_use", "card_summary"]
 
 NA = "N/A"
 
@@ -24,38 +26,6 @@ def show_command(argv: tuple[str, ...]) -> str:
         else:
             words.append(shlex.quote(arg).replace("\n", "\\n"))
     return " ".join(words)
-
-
-def card_ranges(cards: Iterable[int]) -> str:
-    """Card indices in order, three or more in a row as a range: "0-3,7,9-12".
-
-    A node of 256 cards has lists of 255 indices, which as plain lists fill a
-    screen and push everything else off it. Two neighbours stay "0,1": as a
-    range they would be no shorter.
-    """
-    ordered = sorted(set(cards))
-    parts: list[str] = []
-    start = 0
-    while start < len(ordered):
-        end = start
-        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
-            end += 1
-        if end - start >= 2:
-            parts.append(f"{ordered[start]}-{ordered[end]}")
-        else:
-            parts.extend(map(str, ordered[start:end + 1]))
-        start = end + 1
-    return ",".join(parts)
-
-
-def cards_words(cards) -> str:
-    """A count as "1 card" / "3 cards"; a list as "card 4" / "cards 0,1" / "cards 0-254" / "no cards"."""
-    if isinstance(cards, int):
-        return f"{cards} card" if cards == 1 else f"{cards} cards"
-    cards = tuple(cards)
-    if not cards:
-        return "no cards"
-    return ("card " if len(set(cards)) == 1 else "cards ") + card_ranges(cards)
 
 
 def format_mib(mib: Optional[int]) -> str:

@@ -25,6 +25,7 @@ operators drain, undrain and evict through the same checks and log.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import grp
 import json
@@ -36,24 +37,26 @@ from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional, TypeVar
 
 from . import evict as evicting
-from .allocator import GpuAllocator, Launched, new_run_id
+from .allocator import GpuAllocator, new_run_id
 from .config import DEFAULT_XID_DRAIN, Settings
-from .evict import EvictReport
-from .history import History, Sample
+from .history import History
 from .identity import Caller, account_groups
 from .launchqueue import LaunchQueue, MemoryQueue, QueueEntry
 from .model import (
     BadRequest,
     Conflict,
     Drain,
+    EvictReport,
     JobNotFound,
     JobSpec,
     JobState,
+    Launched,
     NoCapacity,
     NodeSnapshot,
     NotAllowed,
     QueuedLaunch,
     RunAs,
+    Sample,
     TpnodeError,
     check_run_id,
 )
@@ -72,6 +75,8 @@ T = TypeVar("T")
 AUDIT_LIMIT = 10_000
 #: how many new log entries a follower may fall behind before it misses some
 FOLLOW_BACKLOG = 1000
+
+DEFAULT_XID_RULES = XidRules.of(DEFAULT_XID_DRAIN)
 
 
 class OverQuota(NotAllowed):
@@ -163,7 +168,7 @@ class NodeService:
     def __init__(self, allocator: GpuAllocator, policy: Policy, *,
                  queue: Optional[LaunchQueue] = None, node_log: Optional[NodeLog] = None,
                  interval: float = 1.0, clock: Callable[[], float] = time.time,
-                 xid_rules: XidRules = XidRules.of(DEFAULT_XID_DRAIN), idle_after_s: float = 30 * 60,
+                 xid_rules: XidRules = DEFAULT_XID_RULES, idle_after_s: float = 30 * 60,
                  evict_grace_s: float = 10.0, watch_xids: bool = True) -> None:
         self.allocator = allocator
         self.policy = policy
@@ -195,6 +200,8 @@ class NodeService:
         self._changes = 0
         self._reading_changes = 0
         self._fresh = asyncio.Condition()
+        #: launches and reservations by result since the service started (for /metrics)
+        self.launch_results: collections.Counter[str] = collections.Counter()
 
     # ── reading ───────────────────────────────────────────────────────────────
 
@@ -408,7 +415,11 @@ class NodeService:
                    card_limit=self.policy.limits.limit_for(caller, group_names(caller.groups)))
 
     def _record(self, caller: Caller, action: str, target: str, result: str, message: str,
-                **fields: object) -> None:
+                *, counted: Optional[str] = None, cards: Iterable[int] = (), **fields: object) -> None:
+        if action in ("launch", "reserve"):
+            self.launch_results[counted or result.replace(" ", "_")] += 1
+        if cards:
+            fields["cards"] = sorted(set(cards))
         self._event("action", message, action=action, target=target, result=result,
                     uid=caller.uid, user=caller.user, pid=caller.pid, **fields)
 
@@ -430,22 +441,23 @@ class NodeService:
                        asked: Iterable[int] = ()) -> T:
         """Run ``work``, and log the attempt, allowed or not, before answering.
         ``asked`` are the cards the request names, for an attempt that failed."""
-        about = {"cards": sorted(set(asked))} if asked else {}
         try:
             result = await work
         except NoCapacity as e:
-            self._record(caller, action, target, "no capacity", str(e), **about)
+            self._record(caller, action, target, "no capacity", str(e), cards=asked)
             raise
         except NotAllowed as e:
-            self._record(caller, action, target, "refused", str(e), **about)
+            self._record(caller, action, target, "refused", str(e), cards=asked)
             raise
         except TpnodeError as e:
-            self._record(caller, action, target, "failed", str(e), **about)
+            self._record(caller, action, target, "failed", str(e), cards=asked)
             raise
         except asyncio.CancelledError:
             self._record(caller, action, target, "abandoned", f"{caller.user} went away before {target} was placed")
             raise
-        self._record(caller, action, target, "ok", done(result), cards=sorted(set(cards(result))))
+        queued = isinstance(result, LaunchResult) and result.queued is not None
+        self._record(caller, action, target, "ok", done(result), counted="queued" if queued else "placed",
+                     cards=cards(result))
         self._changes += 1
         self.poll_soon()
         return result
@@ -756,7 +768,7 @@ class NodeService:
                 continue
             if self.queue.remove(spec.run_id) is not None:
                 self._record(entry.caller, "launch", spec.run_id, "ok",
-                             f"queued launch: {_placed(launched)}")
+                             f"queued launch: {_placed(launched)}", counted="placed")
             self._changes += 1
             self.poll_soon()
 

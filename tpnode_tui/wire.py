@@ -16,14 +16,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Callable, Optional, TypeVar
 
-from .evict import EvictReport, Evicted
-from .history import Sample
 from .model import (
     BELONGS,
     DRAIN_SOURCES,
     CardFacts,
     CardView,
     Drain,
+    Evicted,
+    EvictReport,
     GpuOccupancy,
     HolderInfo,
     JobState,
@@ -32,6 +32,7 @@ from .model import (
     ProbeReading,
     ProcessFacts,
     QueuedLaunch,
+    Sample,
     TpnodeError,
 )
 
@@ -149,7 +150,7 @@ class Reader:
         self.doc = doc
         self.where = where
 
-    def only(self, *keys: str) -> "Reader":
+    def only(self, *keys: str) -> Reader:
         """Refuse keys this reader does not know: a misspelt option silently
         ignored would do something other than what was asked."""
         unknown = sorted(set(self.doc) - set(keys))
@@ -201,7 +202,7 @@ class Reader:
     def obj(self, key: str) -> dict[str, Any]:
         return self._get(key, lambda v: isinstance(v, dict), "an object", _REQUIRED)  # type: ignore[no-any-return]
 
-    def each(self, key: str, read: Callable[["Reader"], T], default: Any = _REQUIRED) -> list[T]:
+    def each(self, key: str, read: Callable[[Reader], T], default: Any = _REQUIRED) -> list[T]:
         return [read(Reader(item, f"{self.where}.{key}[{n}]"))
                 for n, item in enumerate(self.items(key, default))]
 

@@ -129,7 +129,7 @@ class XidRules:
     ignore: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, drain: Iterable[int], ignore: Iterable[int] = ()) -> "XidRules":
+    def of(cls, drain: Iterable[int], ignore: Iterable[int] = ()) -> XidRules:
         return cls(frozenset(drain), frozenset(ignore))
 
     def judge(self, xid: int, recovery_action: Optional[int] = None) -> Verdict:

@@ -139,7 +139,7 @@ class NvmlXidWatcher(_Threaded):
 
     def _module(self) -> Any:
         if self._nv is None:
-            import pynvml
+            import pynvml  # type: ignore[import-untyped]
 
             self._nv = pynvml
         return self._nv
@@ -344,11 +344,11 @@ class SimulatedXidWatcher:
             except ValueError as e:
                 events = []
                 self.problem = f"XID events are not watched: {e}"
-            for e in events:
-                if (e.card, e.id) not in self._seen:
-                    self._seen.add((e.card, e.id))
-                    deliver(XidEvent(e.card, e.xid, time.time(), self.source, pid=e.pid,
-                                     recovery_action=e.recovery_action))
+            for raised in events:
+                if (raised.card, raised.id) not in self._seen:
+                    self._seen.add((raised.card, raised.id))
+                    deliver(XidEvent(raised.card, raised.xid, time.time(), self.source, pid=raised.pid,
+                                     recovery_action=raised.recovery_action))
             await asyncio.sleep(self.interval_s)
 
     async def close(self) -> None:

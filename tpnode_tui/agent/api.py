@@ -49,6 +49,7 @@ from ..model import (
     NotAllowed,
     RuntimeUnavailable,
     TpnodeError,
+    error_line,
     exit_code,
 )
 from ..service import Cancelled, LaunchRequest, NodeService, Reading, ReserveRequest
@@ -90,7 +91,7 @@ def _for_error(e: TpnodeError) -> web.Response:
     status = next((s for cls, s in _STATUS if isinstance(e, cls)), 500)
     code = 2 if isinstance(e, WireError) else exit_code(e)
     kind = "BadRequest" if isinstance(e, WireError) else type(e).__name__
-    return error_response(status, str(e), code, kind)
+    return error_response(status, error_line(e), code, kind)
 
 
 @web.middleware

@@ -28,6 +28,7 @@ from ..nodelog import NodeLog
 from ..policy import Policy
 from ..service import NodeService, triage_options
 from .api import make_app
+from .exports import Exports
 
 log = logging.getLogger("tpnode_tui.agent")
 
@@ -91,7 +92,9 @@ async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.E
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     poller = None
+    exports = Exports()
     try:
+        await exports.start(settings, service)
         await runner.setup()
         site = web.UnixSite(runner, str(path))
         await site.start()
@@ -110,6 +113,7 @@ async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.E
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError, TpnodeError):
                 await poller
+        await exports.close()
         await runner.cleanup()
         await service.close()
         await allocator.close()

@@ -4,9 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional, Protocol
 
-from ..evict import EvictReport
-from ..history import Sample
-from ..model import Drain, JobState, Launched, NodeSnapshot, QueuedLaunch
+from ..model import Drain, EvictReport, JobState, Launched, NodeSnapshot, QueuedLaunch, Sample
 from ..service import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
 
 
@@ -45,6 +43,10 @@ class Node(Protocol):
     async def reclaim(self, run_id: Optional[str]) -> list[JobState]: ...
 
     async def cancel(self, run_id: str) -> QueuedLaunch: ...
+
+    async def queued(self) -> tuple[QueuedLaunch, ...]:
+        """Launches queued or under way now, in order."""
+        ...
 
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         """Logged actions (the caller's own, or all for an operator) and whether they are all."""

@@ -15,9 +15,8 @@ from typing import Any, AsyncIterator, Optional
 from ..allocator import GpuAllocator
 from ..config import Settings
 from ..identity import Caller, this_process
-from ..evict import EvictReport
-from ..history import Sample
-from ..model import Drain, JobState, Launched, QueuedLaunch
+from ..locks import AllocationLock
+from ..model import Drain, EvictReport, JobState, Launched, QueuedLaunch, Sample
 from ..nodelog import NodeLog
 from ..policy import Policy
 from ..service import LaunchRequest, LaunchResult, NodeService, ReserveRequest, triage_options
@@ -33,10 +32,12 @@ class LocalNode:
         self._running: Optional[asyncio.Task[None]] = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, interval: float = 1.0) -> "LocalNode":
+    def from_settings(cls, settings: Settings, *, lock: Optional[AllocationLock] = None,
+                      interval: float = 1.0) -> LocalNode:
+        """``lock`` replaces the one the settings would make (the CLI's bounds its wait)."""
         policy = Policy.from_settings(settings)
         service = NodeService(
-            GpuAllocator.from_settings(settings), policy,
+            GpuAllocator.from_settings(settings, lock=lock), policy,
             node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
             interval=interval, **triage_options(settings))
         return cls(service, this_process(policy.operators))
@@ -77,6 +78,9 @@ class LocalNode:
 
     async def cancel(self, run_id: str) -> QueuedLaunch:
         return await self.service.cancel(self.caller, run_id)
+
+    async def queued(self) -> tuple[QueuedLaunch, ...]:
+        return self.service.queued()
 
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         return self.service.audit(self.caller, since_s)

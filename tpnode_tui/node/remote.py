@@ -14,13 +14,12 @@ from typing import Any, AsyncIterator, Optional
 
 import aiohttp
 
-from ..evict import EvictReport
-from ..history import Sample
 from ..model import (
     BadRequest,
     ConfigError,
     Conflict,
     Drain,
+    EvictReport,
     JobNotFound,
     JobState,
     Launched,
@@ -29,6 +28,7 @@ from ..model import (
     NotAllowed,
     QueuedLaunch,
     RuntimeUnavailable,
+    Sample,
     TpnodeError,
 )
 from ..service import (
@@ -69,7 +69,9 @@ class AgentUnavailable(TpnodeError):
 def _error(doc: Any, status: int) -> TpnodeError:
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         cls = _KINDS.get(str(doc.get("kind")), TpnodeError)
-        return cls(doc["error"])
+        error = cls(doc["error"])
+        error.worded = True
+        return error
     return TpnodeError(f"the agent answered HTTP {status} without saying why")
 
 
@@ -205,6 +207,10 @@ class AgentNode:
     async def cancel(self, run_id: str) -> QueuedLaunch:
         doc = await self._call("POST", "/v1/queue/cancel", {"run_id": run_id})
         return queued_from_json(doc.get("cancelled"))
+
+    async def queued(self) -> tuple[QueuedLaunch, ...]:
+        r = Reader(await self._call("GET", "/v1/queue"), "answer")
+        return tuple(queued_from_json(q, "queued launch") for q in r.items("queue"))
 
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         path = "/v1/audit" if since_s is None else f"/v1/audit?since={since_s:g}"

@@ -62,7 +62,7 @@ class _Worker:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
 
-    def submit(self, fn: Callable[[], _T]) -> "concurrent.futures.Future[_T]":
+    def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
         if self._thread is None:
             self._jobs = queue.SimpleQueue()
             self._thread = threading.Thread(

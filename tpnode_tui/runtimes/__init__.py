@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..config import Settings
+from .base import Runtime
 
 DEFAULT_DOCKER_SOCKET = Path("/var/run/docker.sock")
 
 
-def choose_runtime(settings: Settings, environ=os.environ) -> str:
+def choose_runtime(settings: Settings, environ: Mapping[str, str] = os.environ) -> str:
     """"auto" means docker wherever an engine is configured or its socket exists.
 
     The choice is made from configuration, not from whether the engine answers
@@ -23,7 +25,7 @@ def choose_runtime(settings: Settings, environ=os.environ) -> str:
     return "process"
 
 
-def make_runtime(settings: Settings):
+def make_runtime(settings: Settings) -> Runtime:
     if choose_runtime(settings) == "docker":
         from .docker import DockerRuntime
 

@@ -7,9 +7,12 @@ same picture from ``ps()``.
 """
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Sequence
 from typing import Protocol
 
-from ..model import JobSpec, JobState
+from ..model import JOB_KINDS, BadRequest, JobSpec, JobState
 
 
 class Runtime(Protocol):
@@ -58,3 +61,28 @@ class Runtime(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+# What every runtime refuses alike, before any card is held.
+
+
+def check_kind(spec: JobSpec) -> None:
+    if spec.kind not in JOB_KINDS:
+        raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
+
+
+def check_cards(gpus: Sequence[int]) -> None:
+    """Card indices as an allocator hands them out: whole numbers, none twice."""
+    if len(set(gpus)) != len(gpus) or any(type(i) is not int or i < 0 for i in gpus):
+        raise BadRequest(f"cards {list(gpus)!r} are not distinct card indices")
+
+
+def hold_seconds(spec: JobSpec) -> float:
+    """How long a reservation still holds its cards; BadRequest when it has no
+    expiry or it is past (a hold that ended at once would look like a success)."""
+    if spec.expires_at is None or not math.isfinite(spec.expires_at):
+        raise BadRequest(f"reservation {spec.run_id!r} needs an expiry time")
+    seconds = spec.expires_at - time.time()
+    if not seconds > 0:
+        raise BadRequest(f"reservation {spec.run_id!r} would expire in the past; give a later time")
+    return seconds

@@ -15,23 +15,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import math
 import os
 import re
+import secrets
 import shlex
-import time
 from collections import OrderedDict
 from datetime import datetime
 from typing import Any, AsyncIterator, Iterable, Optional
 
 import aiodocker
 import aiohttp
+from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
 
+from ..config import DOCKER_GPU_MODES
 from ..model import (
-    JOB_KINDS,
     LIVE_STATUSES,
     BadRequest,
+    ConfigError,
     Conflict,
     JobNotFound,
     JobSpec,
@@ -40,9 +43,10 @@ from ..model import (
     TpnodeError,
     check_run_id,
 )
-from .labels import GPUS, job_labels, parse_labels
+from .base import check_cards, check_kind, hold_seconds
+from .labels import GPUS, RUN_ID, job_labels, parse_labels
 
-GPU_MODES = ("nvidia", "env", "none")
+log = logging.getLogger(__name__)
 
 #: Where the engine is looked for when neither the caller nor DOCKER_HOST says:
 #: the same places, in the same order, as aiodocker's own search.
@@ -52,6 +56,13 @@ _DEFAULT_HOST = "unix:///var/run/docker.sock"
 #: How long one engine call may take before the engine counts as unreachable.
 #: Without a bound a hung dockerd would freeze the dashboard and the CLI with it.
 _CALL_TIMEOUT_S = 30.0
+#: How long connecting may take. An address nothing answers at (a firewall
+#: that drops packets) would otherwise use up the whole call timeout.
+_CONNECT_TIMEOUT_S = 5.0
+
+#: The address schemes the Docker client here can dial (aiodocker: tcp and
+#: http(s) over TCP, unix sockets; ssh needs asyncssh, npipe is Windows-only).
+_SCHEMES = ("unix", "tcp", "http", "https")
 
 #: The engine's own status text is the only place the list endpoint gives an
 #: exit code: "Exited (137) 5 minutes ago".
@@ -80,11 +91,21 @@ _NAMES_KEPT = 1024
 def _call_timeout(extra_s: float = 0) -> aiohttp.ClientTimeout:
     """The bound on one engine call. aiodocker leaves stop and delete unbounded
     unless told, so they are told too."""
-    return aiohttp.ClientTimeout(total=_CALL_TIMEOUT_S + extra_s)
+    return aiohttp.ClientTimeout(total=_CALL_TIMEOUT_S + extra_s, sock_connect=_CONNECT_TIMEOUT_S)
 
 
 def container_name(run_id: str) -> str:
     return f"tpn-{run_id}"
+
+
+def extension_name(run_id: str) -> str:
+    """A name for the container that takes over an extended reservation.
+
+    Every ``container_name`` starts ``tpn-`` and a letter or digit, so no run
+    id's first container can ever be called this, and the random part keeps
+    one extension's name from the next one's.
+    """
+    return f"tpnx-{run_id}-{secrets.token_hex(4)}"
 
 
 def _resolve_host(docker_host: Optional[str]) -> tuple[str, str]:
@@ -175,12 +196,13 @@ class DockerRuntime:
         docker_host: Optional[str] = None,
         stop_timeout_s: int = 10,
     ) -> None:
-        if gpu_mode not in GPU_MODES:
-            raise BadRequest(f"docker GPU mode {gpu_mode!r} is not one of {', '.join(GPU_MODES)}")
+        if gpu_mode not in DOCKER_GPU_MODES:
+            raise BadRequest(f"docker GPU mode {gpu_mode!r} is not one of {', '.join(DOCKER_GPU_MODES)}")
         self.gpu_mode = gpu_mode
         self.hold_image = hold_image
         self.stop_timeout_s = stop_timeout_s
         self.host, self._host_source = _resolve_host(docker_host)
+        self._check_scheme()
         self._docker: Optional[aiodocker.Docker] = None
         #: container id -> (name, image), or None for an id the engine does not know
         self._names: OrderedDict[str, Optional[tuple[str, str]]] = OrderedDict()
@@ -189,6 +211,22 @@ class DockerRuntime:
         return f"docker at {self.host}"
 
     # ----------------------------------------------------------------- engine
+
+    def _check_scheme(self) -> None:
+        """Refuse at once an address this client can never dial: that is a
+        setting to correct (exit 2), not an engine that is down for now."""
+        scheme = self.host.split("://", 1)[0].lower() if "://" in self.host else ""
+        if scheme not in _SCHEMES:
+            why = {
+                "ssh": "ssh:// needs the asyncssh package, which tpnode-tui does not use; forward the "
+                       "engine's socket instead (ssh -nNT -L /tmp/docker.sock:/var/run/docker.sock HOST) "
+                       "and use unix:///tmp/docker.sock",
+                "npipe": "npipe:// is a Windows named pipe",
+                "": "it has no scheme",
+            }.get(scheme, f"{scheme}:// is not a Docker engine address")
+            raise ConfigError(
+                f"{self._where()} cannot be used: {why}; give unix:///path/to/docker.sock or tcp://host:port"
+            )
 
     def _client(self) -> aiodocker.Docker:
         """The aiodocker client, made on first use.
@@ -199,10 +237,10 @@ class DockerRuntime:
         if self._docker is None:
             try:
                 self._docker = aiodocker.Docker(url=self.host, timeout=_call_timeout())
-            except ValueError as e:
-                raise RuntimeUnavailable(
-                    f"{self._where()} is not an address the Docker client understands ({e}); "
-                    "use unix:///path/to/docker.sock or tcp://host:port"
+            except (ValueError, DockerError) as e:
+                raise ConfigError(
+                    f"{self._where()} is not an address the Docker client understands "
+                    f"({getattr(e, 'message', None) or e}); use unix:///path/to/docker.sock or tcp://host:port"
                 ) from None
         return self._docker
 
@@ -222,6 +260,8 @@ class DockerRuntime:
             why = "no engine socket there"
         elif code == errno.ECONNREFUSED:
             why = "connection refused (is dockerd running?)"
+        elif isinstance(exc, aiohttp.ConnectionTimeoutError):
+            why = f"no connection within {_CONNECT_TIMEOUT_S:g}s (nothing answers at that address)"
         elif isinstance(exc, asyncio.TimeoutError):
             why = f"no answer within {_CALL_TIMEOUT_S:g}s"
         elif err is not None:
@@ -273,17 +313,19 @@ class DockerRuntime:
                     *(self._inspect_live(docker, item) for item in items),
                     return_exceptions=True,
                 )
+                inspected: list[Optional[dict[str, Any]]] = []
                 for detail in details:
                     if isinstance(detail, BaseException):
                         raise detail
+                    inspected.append(detail)
             except DockerError as e:
                 if e.status == 900:
                     raise
                 raise RuntimeUnavailable(
                     f"the Docker engine at {self._where()} could not list containers: "
-                    f"{e.message}. Until it can, which cards platform jobs hold is unknown."
+                    f"{self._said(e)}. Until it can, which cards platform jobs hold is unknown."
                 ) from None
-        return [_job_state(item, detail) for item, detail in zip(items, details)]
+        return [_job_state(item, detail) for item, detail in zip(items, inspected)]
 
     async def _inspect_live(
         self, docker: aiodocker.Docker, item: dict[str, Any]
@@ -369,8 +411,15 @@ class DockerRuntime:
             )
         return data
 
+    def _said(self, e: DockerError) -> str:
+        """What the engine answered, never empty: something that is not a Docker
+        engine (a proxy, another web server) answers with a bare status."""
+        return str(e.message or "").strip() or (
+            f"HTTP {e.status} with no explanation; is {self.host} a Docker engine?"
+        )
+
     def _engine_error(self, doing: str, e: DockerError) -> TpnodeError:
-        return TpnodeError(f"{doing}: the Docker engine said: {e.message}")
+        return TpnodeError(f"{doing}: the Docker engine said: {self._said(e)}")
 
     async def _one(self, container_id: str, name: str) -> JobState:
         states = await self._read({"label": [GPUS], "id": [container_id]})
@@ -385,14 +434,22 @@ class DockerRuntime:
         self._config(spec, list(range(max(spec.cards, 1))))
 
     def _config(self, spec: JobSpec, gpus: list[int]) -> dict[str, Any]:
-        """The engine's container config for ``spec`` on ``gpus``, or BadRequest."""
+        """The engine's container config for ``spec`` on ``gpus``, or BadRequest.
+
+        This is all a job gets: its image and command, its labels, and its
+        cards (device requests naming them, or two variables). Never a bind
+        mount, a device, a capability, privileges or a host namespace, whatever
+        the spec says: a caller gets only what the product offers. The caller's
+        environment, directory and account (``spec.env``, ``cwd``, ``run_as``)
+        are for process jobs and never reach a container, which runs as its
+        image's own user: with nothing of the host mounted, the caller's uid
+        would open nothing more, and images expect their own users.
+        """
         check_run_id(spec.run_id)
-        if spec.kind not in JOB_KINDS:
-            raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
+        check_kind(spec)
         if not gpus:
             raise BadRequest(f"job {spec.run_id!r} was given no cards; a job needs at least one")
-        if len(set(gpus)) != len(gpus) or any(type(i) is not int or i < 0 for i in gpus):
-            raise BadRequest(f"cards {list(gpus)!r} are not distinct card indices")
+        check_cards(gpus)
         if spec.kind == "reservation":
             image, command = self._hold(spec)
         else:
@@ -405,7 +462,9 @@ class DockerRuntime:
         config: dict[str, Any] = {
             "Image": image,
             "Labels": job_labels(spec, gpus),
-            "HostConfig": {},
+            # Namespaces of its own even where the engine's defaults would share
+            # the host's: its cgroups on a cgroup v1 host, its IPC everywhere.
+            "HostConfig": {"CgroupnsMode": "private", "IpcMode": "private"},
         }
         if command:
             config["Cmd"] = command
@@ -429,11 +488,7 @@ class DockerRuntime:
                 f"reservation {spec.run_id!r} was given a command; a reservation runs none, "
                 "it only holds its cards until it expires"
             )
-        if spec.expires_at is None or not math.isfinite(spec.expires_at):
-            raise BadRequest(f"reservation {spec.run_id!r} needs an expiry time")
-        seconds = math.ceil(spec.expires_at - time.time())
-        if seconds <= 0:
-            raise BadRequest(f"reservation {spec.run_id!r} expires in the past; give a later time")
+        seconds = math.ceil(hold_seconds(spec))
         return spec.image or self.hold_image, ["sleep", str(seconds)]
 
     async def create(self, spec: JobSpec, gpus: list[int]) -> JobState:
@@ -488,12 +543,12 @@ class DockerRuntime:
                     await container.delete(force=True, timeout=_call_timeout())
                 except DockerError as removal:
                     raise TpnodeError(
-                        f"job {name!r} could not start: {e.message}. Removing it failed too "
-                        f"({removal.message}), so it still holds its cards; "
+                        f"job {name!r} could not start: {self._said(e)}. Removing it failed too "
+                        f"({self._said(removal)}), so it still holds its cards; "
                         f"remove it with: docker rm -f {name}"
                     ) from None
                 raise TpnodeError(
-                    f"job {name!r} could not start: {e.message}. "
+                    f"job {name!r} could not start: {self._said(e)}. "
                     "Its container was removed, so it holds no cards."
                 ) from None
         return await self._one(data["Id"], name)
@@ -501,6 +556,76 @@ class DockerRuntime:
     async def run(self, spec: JobSpec, gpus: list[int]) -> JobState:
         state = await self.create(spec, gpus)
         return await self.start(state.name)
+
+    # ---------------------------------------------------------------- extend
+
+    async def extend(self, name: str, expires_at: float) -> JobState:
+        """Move a live reservation's expiry. Called under the allocation lock.
+
+        Labels cannot change, so a new holding container takes over: the same
+        run id, cards, owner, uid and fencing number, the new expiry, and a
+        name of its own (:func:`extension_name`). It is created and started
+        while the old one still holds the cards, and only then is the old one
+        removed, so the cards are held by one or both all along; two live
+        containers of one run id count as one job. If the new one cannot be
+        made or started, the old one stays as it was and the error is raised.
+        """
+        data = await self._platform_container(name)
+        config = data.get("Config") or {}
+        facts = parse_labels(config.get("Labels") or {}, default_run_id=name)
+        status = (data.get("State") or {}).get("Status")
+        if facts.kind != "reservation":
+            raise Conflict(f"{facts.run_id} is a job, not a reservation: it ends when its command does")
+        if status not in LIVE_STATUSES:
+            raise Conflict(f"reservation {facts.run_id} has ended; reserve the cards again")
+        if facts.problems:
+            raise Conflict(
+                f"reservation {facts.run_id} has labels that cannot all be read "
+                f"({'; '.join(facts.problems)}), so no container can take over exactly its cards; "
+                "reserve the cards afresh once it ends"
+            )
+        spec = JobSpec(
+            run_id=facts.run_id, cards=len(facts.gpus), kind="reservation", owner=facts.owner,
+            uid=facts.uid, fence=facts.fence, expires_at=expires_at,
+            image=config.get("Image") or None,  # the image holding it now is certainly here
+        )
+        successor = extension_name(facts.run_id)
+        async with self._engine() as docker:
+            try:
+                created = await docker.containers.create(self._config(spec, list(facts.gpus)),
+                                                         name=successor)
+            except DockerError as e:
+                raise self._engine_error(f"could not extend reservation {facts.run_id}", e) from None
+        state = await self.start(successor)  # removed again if it cannot start
+        await self._retire(facts.run_id, keep=created.id)
+        return state
+
+    async def _retire(self, run_id: str, keep: str) -> None:
+        """Remove the containers a reservation's successor took over from.
+
+        They only sleep, so they are killed, not given a grace. One that cannot
+        be removed is only logged: the extension stands, and the old one
+        still ends by itself at its own, earlier, expiry.
+        """
+        async with self._engine() as docker:
+            try:
+                listed = await docker.containers.list(
+                    all=True, filters={"label": [GPUS, f"{RUN_ID}={run_id}"]})
+            except DockerError as e:
+                log.warning("extending %s: could not list what it took over from: %s", run_id, e.message)
+                return
+            for container in listed:
+                item = _fields(container, _LIST_FIELDS)
+                facts = parse_labels(item.get("Labels") or {}, default_run_id=run_id)
+                if item.get("Id") == keep or facts.kind != "reservation":
+                    continue
+                try:
+                    await docker.containers.container(item["Id"]).delete(
+                        force=True, timeout=_call_timeout())
+                except DockerError as e:
+                    if e.status != 404:
+                        log.warning("extending %s: could not remove %s, which ends by itself: %s",
+                                    run_id, item["Id"][:12], e.message)
 
     # -------------------------------------------------------- stop / remove
 
@@ -556,7 +681,7 @@ class DockerRuntime:
             await docker.close()
 
 
-def _fields(container: aiodocker.DockerContainer, keys: tuple[str, ...]) -> dict[str, Any]:
+def _fields(container: DockerContainer, keys: tuple[str, ...]) -> dict[str, Any]:
     """The engine's answer about a container, as a plain dict of the keys used here."""
     return {k: container[k] for k in keys if k in container}
 
@@ -596,5 +721,6 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         pid=pid,
         fence=facts.fence,
         problems=facts.problems,
+        uid=facts.uid,
         container_id=str(item.get("Id") or "") or None,
     )

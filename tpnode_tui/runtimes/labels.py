@@ -26,6 +26,10 @@ EXPIRES = "tuneplane.expires"
 #: the allocation lock's fencing number when the cards were picked: of two jobs
 #: found on one card (only possible if a lock was lost) the later one backs off
 FENCE = "tuneplane.fence"
+#: the owner's uid, so that rules compare accounts, not names a label could repeat
+UID = "tuneplane.uid"
+#: uids are 32-bit: (uid_t)-1 and above name no account
+_MAX_UID = 2**32 - 2
 
 #: A card index with more significant digits than this is not a card on any
 #: machine. The cap also keeps ``int()`` away from Python's limit on converting
@@ -128,6 +132,7 @@ class LabelFacts:
     expires_at: Optional[float]
     problems: tuple[str, ...]
     fence: Optional[int] = None
+    uid: Optional[int] = None
 
 
 def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
@@ -149,6 +154,12 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
     fence = int(fence_text) if fence_text.isascii() and fence_text.isdigit() and len(fence_text) <= 20 else None
     if fence_text and fence is None:
         extra.append(f"{FENCE}: {_show(fence_text)} is not a fencing number")
+    uid_text = (labels.get(UID) or "").strip()
+    uid = int(uid_text) if _DIGITS.fullmatch(uid_text) and len(uid_text) <= 10 else None
+    if uid is not None and uid > _MAX_UID:
+        uid = None
+    if uid_text and uid is None:
+        extra.append(f"{UID}: {_show(uid_text)} is not a uid")
     return LabelFacts(
         run_id=run_id,
         gpus=gpus,
@@ -157,6 +168,7 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
         expires_at=expires_at,
         problems=problems + kind_problems + expires_problems + tuple(extra),
         fence=fence,
+        uid=uid,
     )
 
 
@@ -183,6 +195,10 @@ def job_labels(spec: JobSpec, gpus: list[int] | tuple[int, ...]) -> dict[str, st
         labels[OWNER] = spec.owner
     if spec.fence is not None:
         labels[FENCE] = str(spec.fence)
+    if spec.uid is not None:
+        if type(spec.uid) is not int or not 0 <= spec.uid <= _MAX_UID:
+            raise BadRequest(f"uid {spec.uid!r} is not a uid")
+        labels[UID] = str(spec.uid)
     if spec.expires_at is not None:
         text = _seconds(spec.expires_at)
         if parse_expires(text)[1]:

@@ -15,16 +15,27 @@ supervisor outlives its command until every process of the job has ended
 started runs. A supervisor killed outright records nothing; its job then
 counts as running for as long as any of its processes is left.
 
-Logs (``state_dir/logs/<name>.log``) are kept when a record is removed, for a
-post-mortem; a later job with the same name appends to the same log.
+A caller's job (``spec.run_as``, set by the node's agent) runs as the caller:
+their uid, gid and groups, their environment and working directory, checked
+as them before any card is held. Its supervisor stays the launcher's (it
+writes the state file) and never sees the caller's environment: it starts
+clean, under ``python -I``, and gets the launch on a sheet (:mod:`.launchsheet`).
+
+Logs (``state_dir/logs/<name>.log``) belong to the account the command runs
+as, readable by it alone; the state dir and the logs dir let everyone through
+to their own log but list nothing. Logs are kept when a record is removed,
+for a post-mortem; a later job with the same name appends to the same log,
+unless the log belongs to another account: then it is moved aside (it stays
+theirs) and the new job starts a log of its own.
 """
 from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import os
-import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -34,24 +45,40 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..model import (
-    JOB_KINDS,
     BadRequest,
     Conflict,
     JobNotFound,
     JobSpec,
     JobState,
+    RunAs,
     RuntimeUnavailable,
     check_run_id,
 )
+from .base import check_cards, check_kind, hold_seconds
 from .jobprocs import JobProcesses, ProcessStat, make_cgroup, process_stat, remove_cgroup
+from .launchsheet import LaunchSheet, write_sheet
 from .statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
 
-#: A reservation's workload: sleep for the seconds appended to it.
-DEFAULT_HOLD_COMMAND = (
-    sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))",
-)
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _STOP_POLL_S = 0.05
+#: The supervisor's whole environment. It runs as the launcher (root, in the
+#: node's agent), so nothing a caller sent may shape how it starts.
+SUPERVISOR_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+#: The PATH of a command run as another account that sent no environment: the
+#: launcher's own environment (root's, the agent's settings) is never handed on.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: How long the check of a working directory and command, run as the caller,
+#: may take. It takes milliseconds; only a hung file system takes longer, and
+#: the check runs before (and again under) the allocation lock.
+CHECK_TIMEOUT_S = 5.0
+#: The supervisor runs this very code, wherever it was loaded from (an
+#: installed package or a checkout), not whatever ``python -I`` would find:
+#: argv[1] is this package's parent directory, argv[2] the module to run.
+_CODE_ROOT = str(Path(__file__).resolve().parents[2])
+_SUPERVISOR_BOOT = (
+    "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
+    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
+)
 
 
 def boot_id() -> str:
@@ -158,16 +185,13 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         pid=record.pid,
         fence=record.fence,
         problems=problems,
+        uid=record.uid,
         note=record.note,
     )
 
 
-def _check_argv(argv: Sequence[str], path: Optional[str]) -> None:
-    """Refuse a command that cannot be started, before any record holds cards.
-
-    The supervisor would find out too, but only after the job was recorded;
-    a person who mistyped a command should hear about it straight away.
-    """
+def _check_argv(argv: Sequence[str]) -> None:
+    """Refuse an argv no program can receive."""
     for i, arg in enumerate(argv):
         if not isinstance(arg, str):
             raise BadRequest(f"argument {i} of the command is {arg!r}, not a string")
@@ -175,16 +199,156 @@ def _check_argv(argv: Sequence[str], path: Optional[str]) -> None:
             raise BadRequest(
                 f"argument {i} of the command contains a NUL byte, which no program can receive"
             )
-    program = argv[0]
-    if not program:
+    if not argv[0]:
         raise BadRequest("the command's program name is empty")
-    if "/" in program:
-        if not os.path.isfile(program):
-            raise Conflict(f"command {program!r} not found")
-        if not os.access(program, os.X_OK):
-            raise Conflict(f"command {program!r} is not executable (chmod +x it)")
-    elif shutil.which(program, path=path) is None:
-        raise Conflict(f"command {program!r} not found on PATH; give its full path or install it")
+
+
+def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
+    """The command's whole environment: the caller's as sent (else, for the
+    launcher's own jobs, the launcher's), their account's HOME, USER and
+    LOGNAME, and the cards."""
+    if spec.env is not None:
+        env: dict[str, str] = {}
+        for pair in spec.env:
+            if not (isinstance(pair, tuple) and len(pair) == 2
+                    and all(isinstance(part, str) for part in pair)):
+                raise BadRequest(f"environment entry {pair!r} is not a name and a value")
+            key, value = pair
+            if not key or "=" in key or "\0" in key:
+                raise BadRequest(f"environment variable name {key[:60]!r} is not valid "
+                                 "(it must be non-empty, without '=' or NUL)")
+            if "\0" in value:
+                raise BadRequest(f"environment variable {key[:60]} contains a NUL byte, "
+                                 "which no program can receive")
+            env[key] = value
+    elif spec.run_as is not None:
+        env = {"PATH": DEFAULT_PATH}
+    else:
+        env = dict(os.environ)
+    if spec.run_as is not None:
+        env.update(HOME=spec.run_as.home, USER=spec.run_as.user, LOGNAME=spec.run_as.user)
+    env.update(
+        CUDA_VISIBLE_DEVICES=",".join(str(i) for i in gpus),
+        NVIDIA_VISIBLE_DEVICES=",".join(str(i) for i in gpus),
+        # CUDA numbers cards fastest first unless told otherwise; the
+        # indices above are the driver's (PCI bus) order, as nvidia-smi shows.
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",
+    )
+    return env
+
+
+def _working_dir(spec: JobSpec) -> str:
+    """Where the command starts: the caller's directory as sent, else the home
+    of the account it runs as, else (the launcher's own jobs) the launcher's."""
+    if spec.cwd is not None:
+        if not isinstance(spec.cwd, str) or not spec.cwd.startswith("/") or "\0" in spec.cwd:
+            raise BadRequest(f"working directory {str(spec.cwd)[:200]!r} is not an absolute path")
+        return spec.cwd
+    if spec.run_as is not None:
+        return spec.run_as.home
+    try:
+        return os.getcwd()
+    except OSError:
+        return "/"
+
+
+#: Run as the account the command will run as: $1 the working directory, $2
+#: the program, $3 its PATH. Each way to fail has its own exit code.
+_RUNNABLE = """
+set -f
+[ -e "$1" ] || exit 10
+[ -d "$1" ] || exit 11
+cd -- "$1" 2>/dev/null || exit 12
+case $2 in
+*/*) [ -f "$2" ] || exit 13; [ -x "$2" ] || exit 14; exit 0 ;;
+esac
+IFS=:
+for dir in $3; do
+    [ -f "${dir:-.}/$2" ] && [ -x "${dir:-.}/$2" ] && exit 0
+done
+exit 15
+"""
+
+
+def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str,
+                    run_as: Optional[RunAs]) -> None:
+    """Refuse a command that cannot be started, before any record holds cards.
+
+    Checked by a small process running as the account the command will run
+    as, with its PATH and in its working directory: that account's view is
+    the one that counts. Asked as root, every directory can be entered and
+    nearly every file executed, and reading mode bits would miss ACLs,
+    read-only mounts and the groups that grant access. The supervisor would
+    find out too, but only after the job was recorded; a person who mistyped
+    a command should hear about it straight away.
+    """
+    program = argv[0]
+    who = run_as.user if run_as is not None else "this account"
+    try:
+        check = subprocess.Popen(
+            ["/bin/sh", "-c", _RUNNABLE, "sh", cwd, program, env.get("PATH", os.defpath)],
+            env={"PATH": os.defpath}, cwd="/", stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            user=None if run_as is None else run_as.uid,
+            group=None if run_as is None else run_as.gid,
+            extra_groups=None if run_as is None else list(run_as.groups),
+        )
+    except OSError as e:
+        raise RuntimeUnavailable(f"cannot check the command as {who}: {e.strerror}") from None
+    try:
+        returncode = check.wait(timeout=CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        check.kill()
+        # Not waited for: a process stuck in a hung file system cannot die until it returns.
+        threading.Thread(target=check.wait, name="reap-check", daemon=True).start()
+        raise Conflict(f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
+                       f"{program!r} in {cwd!r} (is that file system hanging?)") from None
+    problem = {
+        10: f"working directory {cwd!r} does not exist (or {who} cannot reach it)",
+        11: f"working directory {cwd!r} is not a directory",
+        12: f"{who} may not enter working directory {cwd!r}",
+        13: f"command {program!r} not found",
+        14: f"command {program!r} is not executable by {who} (chmod +x it)",
+        15: f"command {program!r} not found on PATH; give its full path or install it",
+    }.get(returncode)
+    if problem is not None:
+        raise Conflict(problem)
+    if returncode != 0:
+        raise RuntimeUnavailable(
+            f"could not check the command as {who}: the check exited with {returncode}")
+
+
+def _let_through(directory: Path) -> None:
+    """Let every account pass through ``directory`` (not list it): a job's log
+    under it belongs to the job's account, who must be able to open it."""
+    mode = stat.S_IMODE(os.stat(directory).st_mode)
+    if mode & 0o011 != 0o011:
+        os.chmod(directory, mode | 0o011)
+
+
+def _open_log(log: Path, run_as: Optional[RunAs]) -> int:
+    """The job's log, opened for appending, belonging to the account the command
+    runs as and readable by it alone.
+
+    A log an earlier job of the same name left, that belongs to another
+    account, is moved aside first (it stays theirs): appending to it would
+    hand its contents to the new owner.
+    """
+    uid = run_as.uid if run_as is not None else os.geteuid()
+    try:
+        old = os.lstat(log)
+    except FileNotFoundError:
+        old = None
+    if old is not None and old.st_uid != uid:
+        os.rename(log, log.with_name(f"{log.name}.uid{old.st_uid}.{old.st_mtime_ns}"))
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if run_as is not None:
+            os.fchown(fd, run_as.uid, run_as.gid)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class ProcessRuntime:
@@ -195,14 +359,12 @@ class ProcessRuntime:
     def __init__(
         self,
         state_dir: Path,
-        hold_command: Optional[Sequence[str]] = None,
         *,
         stop_timeout_s: float = 10.0,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         cgroups: bool = True,
     ):
         self.state = StateFile(Path(state_dir), lock_timeout_s=lock_timeout_s)
-        self.hold_command = tuple(hold_command or DEFAULT_HOLD_COMMAND)
         #: the grace between SIGTERM and SIGKILL, for ``stop`` and for what a
         #: job's command leaves running when it ends
         self.stop_timeout_s = stop_timeout_s
@@ -244,45 +406,44 @@ class ProcessRuntime:
         return await asyncio.to_thread(self._create, spec, list(gpus))
 
     def check(self, spec: JobSpec) -> None:
-        _check_argv(self._argv(spec), os.environ.get("PATH"))
+        self._sheet(spec, ())
 
-    def _argv(self, spec: JobSpec) -> tuple[str, ...]:
-        if spec.kind not in JOB_KINDS:
-            raise BadRequest(f"job kind {spec.kind!r} is not one of {', '.join(JOB_KINDS)}")
+    def _sheet(self, spec: JobSpec, gpus: Sequence[int]) -> LaunchSheet:
+        """What the supervisor is to run for ``spec`` on ``gpus``, checked as the
+        account it will run as; BadRequest or Conflict when it cannot run."""
+        check_kind(spec)
         if spec.image:
             raise BadRequest(
                 f"job {spec.run_id!r} names image {spec.image!r}, but the process runtime runs "
                 "commands on this machine, not images; use TUNEPLANE_RUNTIME=docker for images"
             )
         if spec.kind == "reservation":
-            if spec.expires_at is None:
-                raise BadRequest(f"reservation {spec.run_id!r} has no expiry time")
-            seconds = spec.expires_at - time.time()
-            if not seconds > 0:
-                raise BadRequest(f"reservation {spec.run_id!r} would expire in the past")
-            return (*self.hold_command, f"{seconds:.3f}")
+            hold_seconds(spec)
+            # No command: the supervisor holds the cards itself, until the
+            # expiry its record holds, however often that moves.
+            return LaunchSheet(command=(), env=(), cwd="/")
         if not spec.command:
             raise BadRequest(
                 f"job {spec.run_id!r} has no command: the process runtime runs a command "
                 "(an argv list), not an image"
             )
-        return tuple(spec.command)
+        argv = tuple(spec.command)
+        _check_argv(argv)
+        if spec.run_as is not None and os.geteuid() != 0:
+            raise Conflict(
+                f"this node's launcher runs as uid {os.geteuid()}, not root, so it cannot run "
+                f"a command as {spec.run_as.user}; run the node's agent as root, or launch "
+                "from that account"
+            )
+        env = _environment(spec, gpus)
+        cwd = _working_dir(spec)
+        _check_runnable(argv, env, cwd, spec.run_as)
+        return LaunchSheet(command=argv, env=tuple(env.items()), cwd=cwd, run_as=spec.run_as)
 
     def _create(self, spec: JobSpec, gpus: list[int]) -> JobState:
         name = check_run_id(spec.run_id)
-        indices = all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in gpus)
-        if not indices or len(set(gpus)) != len(gpus):
-            raise BadRequest(f"cards {gpus!r} are not distinct card indices")
-        argv = self._argv(spec)
-        env = dict(os.environ)
-        env.update(
-            CUDA_VISIBLE_DEVICES=",".join(str(i) for i in gpus),
-            NVIDIA_VISIBLE_DEVICES=",".join(str(i) for i in gpus),
-            # CUDA numbers cards fastest first unless told otherwise; the
-            # indices above are the driver's (PCI bus) order, as nvidia-smi shows.
-            CUDA_DEVICE_ORDER="PCI_BUS_ID",
-        )
-        _check_argv(argv, env.get("PATH"))
+        check_cards(gpus)
+        sheet = self._sheet(spec, gpus)
         logs = self.state.dir / "logs"
         log = logs / f"{name}.log"
         current_boot = boot_id()
@@ -295,8 +456,9 @@ class ProcessRuntime:
                         f"a job named {name!r} is already recorded, so run id {name!r} is "
                         "taken; use another run id or reclaim the old job"
                     )
-                cgroup = make_cgroup(name) if self.cgroups else None
-                proc, gate = self._spawn(name, argv, env, logs, log, cgroup)
+                # A reservation runs nothing, so it has no processes to keep together.
+                cgroup = make_cgroup(name) if self.cgroups and sheet.command else None
+                proc, gate = self._spawn(name, sheet, logs, log, cgroup)
                 started = process_stat(proc.pid)
                 if started is None:
                     raise RuntimeUnavailable(f"job {name!r} vanished as it was started")
@@ -306,7 +468,7 @@ class ProcessRuntime:
                     gpus=tuple(gpus),
                     kind=spec.kind,
                     owner=spec.owner,
-                    command=argv,
+                    command=sheet.command,
                     started_at=time.time(),
                     expires_at=spec.expires_at,
                     pid=proc.pid,
@@ -317,6 +479,7 @@ class ProcessRuntime:
                     gated=True,
                     pid_ns=pid_namespace(),
                     cgroup=str(cgroup or ""),
+                    uid=spec.uid,
                 )
                 jobs[name] = record
         except BaseException:
@@ -333,29 +496,47 @@ class ProcessRuntime:
         return _job_state(record, current_boot)
 
     def _spawn(
-        self, name: str, argv: Sequence[str], env: dict[str, str], logs: Path, log: Path,
-        cgroup: Optional[Path],
+        self, name: str, sheet: LaunchSheet, logs: Path, log: Path, cgroup: Optional[Path],
     ) -> tuple[subprocess.Popen[bytes], int]:
         """The supervisor and the write end of its gate (non-inheritable, so no
-        other child of this process can keep the gate open)."""
+        other child of this process can keep the gate open).
+
+        The supervisor gets a clean environment, ``python -I`` (no PYTHON*
+        variables, no user site, not even the working directory on its path)
+        with only this package's own directory added, and "/" as its
+        directory; the job's environment, directory and account reach it only
+        on the launch sheet.
+        """
         try:
             logs.mkdir(mode=0o700, exist_ok=True)
-            log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            if sheet.run_as is not None:  # its account must reach its log, and only that
+                _let_through(self.state.dir)
+                _let_through(logs)
+            log_fd = _open_log(log, sheet.run_as)
         except OSError as e:
             raise RuntimeUnavailable(f"cannot open the log {log}: {e.strerror}") from None
         gate_r, gate_w = os.pipe()
+        sheet_fd = -1
+        # A reservation's supervisor takes SIGTERM as "stop holding" and records
+        # it, but only once it runs: blocked from the start (a child inherits the
+        # mask of the thread that spawns it), one sent while it starts waits.
+        mask = signal.pthread_sigmask(
+            signal.SIG_BLOCK, set() if sheet.command else {signal.SIGTERM, signal.SIGINT})
         try:
+            sheet_fd = write_sheet(sheet)
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tpnode_tui.runtimes.supervise",
-                 str(self.state.dir), name, "--gate", str(gate_r),
+                [sys.executable, "-I", "-c", _SUPERVISOR_BOOT, _CODE_ROOT,
+                 "tpnode_tui.runtimes.supervise", str(self.state.dir), name,
+                 "--sheet", str(sheet_fd), "--gate", str(gate_r),
                  "--grace", str(float(self.stop_timeout_s)),
-                 *(("--cgroup", str(cgroup)) if cgroup else ()), "--", *argv],
+                 *(("--cgroup", str(cgroup)) if cgroup else ())],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
-                env=env,
+                env=SUPERVISOR_ENV,
+                cwd="/",
                 start_new_session=True,
-                pass_fds=(gate_r,),
+                pass_fds=(gate_r, sheet_fd),
             )
         except OSError as e:
             os.close(gate_w)
@@ -363,8 +544,11 @@ class ProcessRuntime:
                 f"cannot start the supervisor for job {name!r} ({sys.executable}): {e.strerror}"
             ) from None
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(log_fd)
             os.close(gate_r)
+            if sheet_fd >= 0:
+                os.close(sheet_fd)
         return proc, gate_w
 
     async def start(self, name: str) -> JobState:
@@ -392,6 +576,41 @@ class ProcessRuntime:
 
     async def run(self, spec: JobSpec, gpus: list[int]) -> JobState:
         return await self.start((await self.create(spec, gpus)).name)
+
+    # ------------------------------------------------------------ extending
+
+    async def extend(self, name: str, expires_at: float) -> JobState:
+        """Move a live reservation's expiry in its record.
+
+        The record is the truth: the supervisor holding the reservation reads
+        its expiry from there when the old one comes (and every few seconds),
+        and decides that it has expired under the state file's lock, recording
+        the end in the same hold. This changes the expiry under that lock too,
+        only while no end is recorded, so the reservation never stops holding
+        its cards in between.
+        """
+        return await asyncio.to_thread(self._extend, name, expires_at)
+
+    def _extend(self, name: str, expires_at: float) -> JobState:
+        if not (isinstance(expires_at, (int, float)) and math.isfinite(expires_at)
+                and expires_at > time.time()):
+            raise BadRequest(f"cannot extend {name!r} to {expires_at!r}: not a time to come")
+        current_boot = boot_id()
+        with self.state.transaction() as jobs:
+            record = jobs.get(name)
+            if record is None:
+                raise JobNotFound(f"no job named {name!r} in {self.state.path}")
+            if record.kind != "reservation":
+                raise Conflict(f"{name!r} is a job, not a reservation: it ends when its command does")
+            if record.command:
+                raise Conflict(
+                    f"reservation {name!r} was made by an older tpnode-tui, whose hold ends at "
+                    "its first expiry whatever the record says; reserve again when it ends"
+                )
+            if liveness(record, current_boot)[0] == "exited":
+                raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
+            record = jobs[name] = replace(record, expires_at=float(expires_at))
+        return _job_state(record, current_boot)
 
     # ------------------------------------------------------ stopping, removing
 
@@ -484,7 +703,7 @@ class ProcessRuntime:
         with self.state.transaction() as jobs:
             now = jobs.get(record.name)
             same = now is not None and (now.pid, now.pid_start_ticks) == (record.pid, record.pid_start_ticks)
-            if same and now.exit_code is None:
+            if now is not None and same and now.exit_code is None:
                 jobs[record.name] = replace(now, note="; ".join(n for n in (now.note, note) if n))
 
     async def remove(self, name: str) -> None:

@@ -1,46 +1,35 @@
 """The process runtime's state file: the only record of which cards its jobs hold.
 
 Processes carry no labels, so the platform's knowledge of them lives in one
-JSON document, ``jobs.json``, next to a lock file. Everything about it is
-chosen so that the file is either right or loudly unreadable:
+JSON document, ``jobs.json``, kept as every such document in the state dir
+is (:mod:`tpnode_tui.jsonstore`): changed only under an exclusive ``flock`` on
+its own lock file, so two launchers (the dashboard and a CLI) cannot both
+read the old list and each write back a copy missing the other's job; written
+by atomic replace, so a crash leaves the old document or the new one; and a
+file that cannot be understood is refused, never written over. Read as "no
+jobs", it would hand every card to the next launch while the jobs it listed
+still run; written over, they would be lost for good.
 
-* Every change is a read-modify-write under an exclusive ``flock`` on a
-  separate lock file, so two launchers (the dashboard and a CLI) cannot both
-  read the old list and each write back a copy missing the other's job.
-  The lock lives on its own file because the data file is replaced on every
-  write, and a lock on a file that has been replaced guards nothing.
-* A write goes to a temporary file in the same directory, is fsynced, then
-  renamed over the old one: a crash or a full disk leaves the old document or
-  the new one, never half of each.
-* A file that cannot be understood (cut short, hand-edited badly, written by a
-  newer version) raises :class:`RuntimeUnavailable` and is never written over.
-  Treating it as "no jobs" would hand every card to the next launch while the
-  jobs it listed still run; writing over it would lose them for good.
+What is particular to this file is the record: every field is checked, and
+an unknown one refused, because a record not fully understood might hold
+cards nobody can see.
 """
 from __future__ import annotations
 
-import fcntl
-import json
-import os
-import tempfile
-import time
-from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-from ..model import JOB_KINDS, RuntimeUnavailable
+from ..jsonstore import DEFAULT_LOCK_TIMEOUT_S, JsonStore
+from ..model import JOB_KINDS
 from .jobprocs import CGROUP_PREFIX
 
 STATE_VERSION = 1
 STATE_FILE = "jobs.json"
-LOCK_FILE = "jobs.json.lock"
+LOCK_FILE = f"{STATE_FILE}.lock"
 
-#: The lock is only ever held for a few file operations and one process spawn,
-#: so a wait this long means another process is stuck holding it. Saying so
-#: beats a launch or a dashboard that hangs without a word.
-DEFAULT_LOCK_TIMEOUT_S = 30.0
-_LOCK_POLL_S = 0.02
+__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "LOCK_FILE", "STATE_FILE", "STATE_VERSION", "JobRecord", "StateFile",
+           "record_from_json"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +74,8 @@ class JobRecord:
     #: how the job ended, in plain words, where the exit code does not say it
     #: all (e.g. "killed by SIGKILL after 10 s")
     note: str = ""
+    #: the owner's uid, so that rules compare accounts, not names (None: not recorded)
+    uid: Optional[int] = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -133,6 +124,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
         f'"" or the absolute path of a cgroup named {CGROUP_PREFIX}*',
     ),
     "note": (lambda v: isinstance(v, str), "a string"),
+    "uid": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
 }
 
 
@@ -164,161 +156,13 @@ def record_from_json(key: str, data: Any) -> JobRecord:
     return JobRecord(**values)
 
 
-class StateFile:
-    """``state_dir/jobs.json`` and its lock. Holds nothing between calls."""
+class StateFile(JsonStore[JobRecord]):
+    """``state_dir/jobs.json`` and its lock (``jobs.json.lock``). Holds nothing between calls."""
 
     def __init__(self, state_dir: Path, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S):
-        self.dir = Path(state_dir)
-        self.path = self.dir / STATE_FILE
-        self.lock_path = self.dir / LOCK_FILE
-        self.lock_timeout_s = lock_timeout_s
-
-    def read(self) -> dict[str, JobRecord]:
-        """Every record, under a shared lock. A missing directory or file is no jobs."""
-        if not self.dir.exists():
-            return {}
-        with self._locked(fcntl.LOCK_SH):
-            return self._load()
-
-    @contextmanager
-    def transaction(self) -> Iterator[dict[str, JobRecord]]:
-        """Hold the exclusive lock; yield the records to change in place.
-
-        They are written back when the block ends without an exception and
-        something changed. The file is read first, so a file that cannot be
-        read stops the write before anything is touched.
-        """
-        self.ensure_dir()
-        with self._locked(fcntl.LOCK_EX):
-            jobs = self._load()
-            before = dict(jobs)
-            yield jobs
-            if jobs != before:
-                self._write(jobs)
-
-    def ensure_dir(self) -> None:
-        """Create the state directory (0700) if missing; an existing one keeps its mode."""
-        try:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as e:
-            raise RuntimeUnavailable(
-                f"cannot create the state directory {self.dir}: {e.strerror}; "
-                "set TUNEPLANE_STATE_DIR to a directory this user can write"
-            ) from None
-
-    @contextmanager
-    def _locked(self, mode: int) -> Iterator[None]:
-        """Hold ``flock(mode)`` on the lock file, waiting at most ``lock_timeout_s``.
-
-        The descriptor is close-on-exec (Python's default, relied on here): a
-        job spawned while the lock is held must not inherit it, or the lock
-        would stay held for as long as the job runs.
-        """
-        try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as e:
-            raise RuntimeUnavailable(
-                f"cannot open the lock file {self.lock_path}: {e.strerror}; "
-                f"run as the user that owns {self.dir}"
-            ) from None
-        try:
-            deadline = time.monotonic() + self.lock_timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise RuntimeUnavailable(
-                            f"the lock file {self.lock_path} has been held by another process "
-                            f"for {self.lock_timeout_s:g}s; find it with: fuser -v {self.lock_path}"
-                        ) from None
-                    time.sleep(_LOCK_POLL_S)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
-
-    def _unreadable(self, what: str) -> RuntimeUnavailable:
-        return RuntimeUnavailable(
-            f"the state file {self.path} {what}. It was left untouched, and no job can be "
-            "launched or changed until it is repaired: moving it aside would make the cards "
-            "of the jobs it lists look free while those jobs may still run"
+        super().__init__(
+            Path(state_dir), STATE_FILE, section="jobs", version=STATE_VERSION,
+            parse=record_from_json, dump=JobRecord.to_json, what="state file",
+            losing="the cards of the jobs it lists would look free while those jobs may still run",
+            lock_timeout_s=lock_timeout_s,
         )
-
-    def _load(self) -> dict[str, JobRecord]:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        except OSError as e:
-            raise RuntimeUnavailable(
-                f"cannot read the state file {self.path}: {e.strerror}; "
-                f"run as the user that owns {self.dir}"
-            ) from None
-        try:
-            doc = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise self._unreadable("is not UTF-8 text") from None
-        except json.JSONDecodeError as e:
-            where = "is empty" if not raw.strip() else (
-                f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
-                "it may have been cut short or edited by hand"
-            )
-            raise self._unreadable(where) from None
-        if not isinstance(doc, dict) or "version" not in doc:
-            raise self._unreadable("has no \"version\": it is not a tpnode-tui state file")
-        version = doc["version"]
-        if not _is_int(version) or version < 1:
-            raise self._unreadable(f"has version {version!r}, which no tpnode-tui writes")
-        if version > STATE_VERSION:
-            raise self._unreadable(
-                f"has version {version}, written by a newer tpnode-tui than this one "
-                f"(which reads version {STATE_VERSION}); upgrade tpnode-tui"
-            )
-        jobs = doc.get("jobs")
-        if not isinstance(jobs, dict) or set(doc) != {"version", "jobs"}:
-            raise self._unreadable("does not hold exactly \"version\" and a \"jobs\" object")
-        try:
-            return {key: record_from_json(key, value) for key, value in jobs.items()}
-        except ValueError as e:
-            raise self._unreadable(f"has a record that cannot be understood ({e})") from None
-
-    def _write(self, jobs: dict[str, JobRecord]) -> None:
-        text = json.dumps(
-            {"version": STATE_VERSION, "jobs": {k: r.to_json() for k, r in jobs.items()}},
-            indent=1,
-        )
-        tmp = None
-        try:
-            # Writers hold the exclusive lock, so any temporary file already
-            # here was left by a writer that died mid-write: never read, safe to drop.
-            for stale in self.dir.glob(".jobs.json.*.tmp"):
-                stale.unlink(missing_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".jobs.json.", suffix=".tmp", dir=self.dir)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:  # mkstemp makes it 0600
-                f.write(text + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
-        except OSError as e:
-            raise RuntimeUnavailable(
-                f"cannot write the state file {self.path}: {e.strerror}; "
-                "the previous version was kept, so nothing changed"
-            ) from None
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
-        # The new document is in place; syncing the directory only makes the
-        # rename survive a power cut, so a failure here changes no answer.
-        try:
-            dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError:
-            pass

@@ -1,4 +1,4 @@
-"""The supervisor a process job runs under: ``python -m tpnode_tui.runtimes.supervise``.
+"""The supervisor a process job runs under: ``python -I -m tpnode_tui.runtimes.supervise``.
 
 The CLI that launches a job exits at once, so nobody would be left to
 ``wait()`` for the job and its exit code would be lost. Each job therefore
@@ -7,6 +7,23 @@ the launcher. It starts the command (an argv list, never a shell), passes
 SIGTERM and SIGINT on to it, waits for it, and records its exit code in the
 job's record in the state file, under the state file's lock. The supervisor's
 pid and start time are what the record names as the job.
+
+What to run comes on a launch sheet (:mod:`.launchsheet`, ``--sheet FD``): the
+command, its environment and working directory, and the account it runs as.
+The supervisor itself runs as the launcher (root, in the node's agent), with a
+clean environment and ``python -I``, so nothing a caller sends runs as root.
+The command is started in this order: it joins the job's cgroup (which only
+the launcher may write), drops to the caller's groups, gid and uid, asks for
+``PR_SET_PDEATHSIG`` (a change of identity clears it), enters its working
+directory as the caller (so a directory only root may enter is never
+entered), and then executes with the caller's ``PATH``.
+
+A reservation's sheet has no command: the supervisor holds its cards itself
+until the expiry its record holds, looking at it again when that time comes
+and every :data:`RECHECK_S` seconds (a clock stepped back or forth, an
+expiry moved earlier). ``extend`` moves the expiry in the record. The hold is
+ended only under the state file's lock, with the end recorded in the same
+hold, so an extension is either seen or refused, never lost.
 
 A job ends when all of it has ended, as a container does. When the command
 ends, whatever it left running (:mod:`.jobprocs`: its session, and its cgroup
@@ -29,6 +46,9 @@ and the command never runs (exit code 125, as Docker uses for "not started").
 
 With ``--cgroup DIR`` the command is moved into that (empty) cgroup before it
 runs. Should that fail, the command runs without it and the record says so.
+A command that cannot be started as its caller (its working directory gone
+or closed to them since the launch was checked) ends with 126 and the reason
+in its log.
 
 The command gets ``PR_SET_PDEATHSIG``: if the supervisor is killed outright
 (``kill -9``), the record can only say "exited, code unknown", and a command
@@ -37,26 +57,32 @@ left running then would hold its cards while the platform counts them free.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..model import RuntimeUnavailable
+from ..model import RunAs, RuntimeUnavailable
 from .jobprocs import JobProcesses, join_cgroup, remove_cgroup
+from .launchsheet import LaunchSheet, read_sheet
 from .statefile import JobRecord, StateFile
 
 _PR_SET_PDEATHSIG = 1
 _USAGE = (
-    "usage: python -m tpnode_tui.runtimes.supervise STATE_DIR NAME [--gate FD] [--grace S] "
-    "[--cgroup DIR] -- COMMAND [ARG...]"
+    "usage: python -I -m tpnode_tui.runtimes.supervise STATE_DIR NAME --sheet FD [--gate FD] "
+    "[--grace S] [--cgroup DIR]"
 )
-_OPTIONS = ("--gate", "--grace", "--cgroup")
+_OPTIONS = ("--sheet", "--gate", "--grace", "--cgroup")
 NOT_STARTED = 125
+CANNOT_START = 126
 DEFAULT_GRACE_S = 10.0
+#: how often a holding supervisor reads its record's expiry before it is due
+RECHECK_S = 5.0
 
 
 def exit_code(returncode: int) -> int:
@@ -64,34 +90,77 @@ def exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def _child_setup(parent: int, cgroup: Optional[Path]) -> Callable[[], None]:
-    """A ``preexec_fn`` that makes the child die when ``parent`` does, and puts
-    it into ``cgroup``, before the command runs.
+def _child_setup(parent: int, cgroup: Optional[Path], run_as: Optional[RunAs], cwd: str,
+                 report: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that readies the child to become the command, in the
+    one order that works for a caller's job started by root.
 
-    libc is loaded here, before the fork, so the child does not have to. A
-    supervisor that died before the child asked for the signal would never send
-    it, hence the check of the parent pid afterwards. The child joins the cgroup
-    itself, before it can start anything, so nothing of the job runs outside it.
+    The cgroup is joined first, while the child may still write the launcher's
+    cgroup. Then the identity is dropped: groups, gid, uid (real, effective and
+    saved, so none can be taken back). The parent-death signal is asked for
+    only then, because a change of identity clears it; a supervisor that died
+    before it was asked for would never send it, hence the check of the parent
+    pid. Last the working directory is entered, as the caller: Popen's own
+    ``cwd`` would enter it as root. Python's ``user``/``group`` arguments switch
+    before any ``preexec_fn`` runs, too late for the cgroup, so the switch is
+    made here.
+
+    What went wrong is written to ``report`` (a pipe, closed at exec): a line
+    ``cgroup`` when the cgroup could not be joined (the command runs without
+    it), or ``error <reason>`` before the child gives up. libc is loaded
+    before the fork, so the child does not have to.
     """
     libc = ctypes.CDLL(None, use_errno=True)
 
+    def fail(reason: str, error: OSError) -> None:
+        os.write(report, f"error {reason}: {error.strerror}\n".encode(errors="backslashreplace"))
+
     def preexec() -> None:
+        if cgroup is not None:
+            try:
+                join_cgroup(cgroup)
+            except OSError:
+                os.write(report, b"cgroup\n")
+        if run_as is not None:
+            try:
+                os.setgroups(list(run_as.groups))
+                os.setresgid(run_as.gid, run_as.gid, run_as.gid)
+                os.setresuid(run_as.uid, run_as.uid, run_as.uid)
+            except OSError as e:
+                fail(f"cannot switch to {run_as.user} (uid {run_as.uid})", e)
+                raise
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(exit_code(-signal.SIGKILL))
-        if cgroup is not None:
-            join_cgroup(cgroup)
+        try:
+            os.chdir(cwd)
+        except OSError as e:
+            who = f" as {run_as.user}" if run_as is not None else ""
+            fail(f"cannot enter the working directory {cwd!r}{who}", e)
+            raise
 
     return preexec
 
 
-def run(command: list[str], cgroup: Optional[Path] = None,
+def _read_report(fd: int) -> list[str]:
+    """Every line the child wrote before it ran the command or gave up."""
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    finally:
+        os.close(fd)
+    return data.decode(errors="replace").splitlines()
+
+
+def run(sheet: LaunchSheet, cgroup: Optional[Path] = None,
         on_no_cgroup: Callable[[str], None] = lambda why: None) -> int:
-    """Run ``command`` to its end, passing on SIGTERM and SIGINT; its exit code.
+    """Run the sheet's command to its end, passing on SIGTERM and SIGINT; its exit code.
 
     If the command cannot be put into ``cgroup``, ``on_no_cgroup`` is told why
     and the command runs without it.
     """
+    command = list(sheet.command)
     child: Optional[subprocess.Popen[bytes]] = None
     pending: list[int] = []
 
@@ -103,16 +172,26 @@ def run(command: list[str], cgroup: Optional[Path] = None,
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    report_r, report_w = os.pipe()  # close-on-exec: the command never holds it
     try:
         try:
-            child = subprocess.Popen(command, preexec_fn=_child_setup(os.getpid(), cgroup))
-        except subprocess.SubprocessError:
-            # Only joining the cgroup can fail in the set-up, and the command has not run.
-            on_no_cgroup(f"it could not be moved into {cgroup}")
-            child = subprocess.Popen(command, preexec_fn=_child_setup(os.getpid(), None))
+            child = subprocess.Popen(
+                command, env=dict(sheet.env),
+                preexec_fn=_child_setup(os.getpid(), cgroup, sheet.run_as, sheet.cwd, report_w),
+            )
+        finally:
+            os.close(report_w)
+            report = _read_report(report_r)
+    except subprocess.SubprocessError:
+        reason = next((line[6:] for line in report if line.startswith("error ")),
+                      "its set-up failed")
+        print(f"tpnode-tui: cannot start {command[0]!r}: {reason}", file=sys.stderr)
+        return CANNOT_START
     except OSError as e:
         print(f"tpnode-tui: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
-        return 127 if isinstance(e, FileNotFoundError) else 126
+        return 127 if isinstance(e, FileNotFoundError) else CANNOT_START
+    if "cgroup" in report:
+        on_no_cgroup(f"it could not be moved into {cgroup}")
     for signum in pending:
         child.send_signal(signum)
     return exit_code(child.wait())
@@ -165,7 +244,7 @@ def record_exit(state_dir: Path, name: str, code: int, note: str = "") -> None:
 
 
 def record_no_cgroup(state_dir: Path, name: str) -> None:
-    """Say in the record that the job has no cgroup after all (before its command runs)."""
+    """Say in the record that the job has no cgroup after all (its command runs without one)."""
     _update_own(state_dir, name, lambda record: replace(record, cgroup=""))
 
 
@@ -177,23 +256,73 @@ def wait_for_start(fd: int) -> bool:
         os.close(fd)
 
 
-def _parse(args: list[str]) -> Optional[tuple[Path, str, dict[str, str], list[str]]]:
-    if "--" not in args:
+_HOLD_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def _time_left(state: StateFile, name: str) -> Optional[float]:
+    """Seconds until this supervisor's reservation expires; None once it has
+    ended, the end recorded (or the record gone, or another job's now).
+
+    The end is decided and recorded in one hold of the state file's lock, so an
+    ``extend`` (which moves the expiry under the same lock, and only while the
+    record has no exit code) lands either before it, and is seen, or after it,
+    and is refused.
+    """
+    record = state.read().get(name)
+    if record is None or record.pid != os.getpid():
         return None
-    split = args.index("--")
-    head, command = args[:split], args[split + 1 :]
-    if len(head) < 2 or len(head) % 2 or not command:
+    if record.expires_at is None:
+        return math.inf  # no expiry: held until stopped
+    if time.time() < record.expires_at:
+        return record.expires_at - time.time()
+    with state.transaction() as jobs:
+        record = jobs.get(name)
+        if record is None or record.pid != os.getpid():
+            return None
+        if record.expires_at is None or time.time() < record.expires_at:
+            return math.inf if record.expires_at is None else record.expires_at - time.time()
+        jobs[name] = replace(record, exit_code=0)
+    return None
+
+
+def hold(state_dir: Path, name: str, recheck_s: float = RECHECK_S) -> Optional[int]:
+    """Hold a reservation's cards until its record's expiry; the exit code when
+    a signal ended it first (128 + N), None when it expired (already recorded).
+
+    The caller blocks SIGTERM and SIGINT beforehand, so one that arrives at any
+    moment waits here to be taken. A state file that cannot be read keeps the
+    hold: unknown is not expired.
+    """
+    state = StateFile(state_dir)
+    while True:
+        try:
+            left = _time_left(state, name)
+        except RuntimeUnavailable as e:
+            print(f"tpnode-tui: reservation {name!r} keeps holding: {e}", file=sys.stderr)
+            left = recheck_s
+        if left is None:
+            return None
+        got = signal.sigtimedwait(_HOLD_SIGNALS, min(left, recheck_s))
+        if got is not None:
+            return exit_code(-got.si_signo)
+
+
+def _parse(args: list[str]) -> Optional[tuple[Path, str, dict[str, str]]]:
+    if len(args) < 2 or len(args) % 2:
         return None
-    options = dict(zip(head[2::2], head[3::2]))
-    if set(options) - set(_OPTIONS) or len(options) != len(head[2:]) // 2:
+    options = dict(zip(args[2::2], args[3::2]))
+    if set(options) - set(_OPTIONS) or len(options) != len(args[2:]) // 2:
         return None
-    return Path(head[0]), head[1], options, command
+    if "--sheet" not in options:
+        return None
+    return Path(args[0]), args[1], options
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parsed = _parse(sys.argv[1:] if argv is None else argv)
     try:
-        state_dir, name, options, command = parsed  # type: ignore[misc]
+        state_dir, name, options = parsed  # type: ignore[misc]
+        sheet_fd = int(options["--sheet"])
         gate = int(options["--gate"]) if "--gate" in options else None
         grace_s = float(options.get("--grace", DEFAULT_GRACE_S))
     except (TypeError, ValueError):
@@ -201,9 +330,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     cgroup: Optional[Path] = Path(options["--cgroup"]) if "--cgroup" in options else None
     note = ""
-    if gate is not None and not wait_for_start(gate):
+    try:
+        sheet: Optional[LaunchSheet] = read_sheet(sheet_fd)
+    except (OSError, ValueError) as e:
+        print(f"tpnode-tui: job {name!r} cannot be started: its launch sheet is unreadable ({e})",
+              file=sys.stderr)
+        sheet = None
+    if sheet is not None and not sheet.command:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _HOLD_SIGNALS)
+    if sheet is None:
+        code = NOT_STARTED
+    elif gate is not None and not wait_for_start(gate):
         print(f"tpnode-tui: job {name!r} was never started (its launcher went away)", file=sys.stderr)
         code = NOT_STARTED
+    elif not sheet.command:
+        ended_by = hold(state_dir, name)
+        if ended_by is None:
+            return 0  # it expired, and that was recorded with the decision
+        code = ended_by
     else:
 
         def no_cgroup(why: str) -> None:
@@ -213,7 +357,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             remove_cgroup(cgroup)
             cgroup = None
 
-        code = run(command, cgroup, no_cgroup)
+        code = run(sheet, cgroup, no_cgroup)
         note = end_the_rest(JobProcesses(os.getpid(), cgroup), grace_s)
     remove_cgroup(cgroup)
     try:

@@ -1,7 +1,6 @@
 """The live dashboard. The only package that imports Textual (the CLI imports it lazily)."""
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ..allocator import GpuAllocator
+from ..config import Settings
 from ..model import ConfigError
 
 __all__ = ["run_dashboard"]
@@ -44,25 +44,24 @@ def _logging_off_the_terminal(verbose: bool) -> Iterator[Optional[Path]]:
             root.addHandler(handler)
 
 
-async def _run(args: argparse.Namespace) -> int:
-    from ..cli import settings_from
+async def _run(settings: Optional[Settings], *, demo: bool, readonly: bool, interval: float) -> int:
     from .app import NodeDashboard, stop_demo_jobs
 
-    demo = None
-    if args.demo:
+    scene = None
+    command: tuple[str, ...] = ()
+    if demo:
         from ..demo import DEMO_COMMAND, start_demo
 
-        demo = start_demo()
-        settings = demo.settings()
+        scene = start_demo()
+        settings = scene.settings()
         command = DEMO_COMMAND
-    else:
-        settings = settings_from(args)
-        command = ()
+    if settings is None:
+        raise TypeError("the dashboard needs the node's settings unless it shows the demo")
     allocator: Optional[GpuAllocator] = None
     try:
         allocator = GpuAllocator.from_settings(settings)
-        app = NodeDashboard(allocator, demo=demo, readonly=args.readonly,
-                            interval=args.interval, default_command=command)
+        app = NodeDashboard(allocator, demo=scene, readonly=readonly,
+                            interval=interval, default_command=command)
         # A closed terminal or a kill must still end the demo's jobs and close the lock.
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -75,18 +74,35 @@ async def _run(args: argparse.Namespace) -> int:
         return app.return_code or 0
     finally:
         if allocator is not None:
-            if demo is not None:
+            if scene is not None:
                 await stop_demo_jobs(allocator)
             await allocator.close()
-        if demo is not None:
-            demo.close()
+        if scene is not None:
+            scene.close()
 
 
-def run_dashboard(args: argparse.Namespace) -> int:
-    """Open the dashboard; returns the exit code. A bad setting is one line and exit code 2."""
+def run_dashboard(
+    settings: Optional[Settings],
+    *,
+    demo: bool = False,
+    readonly: bool = False,
+    interval: float = 1.0,
+    verbose: bool = False,
+) -> int:
+    """Open the dashboard; returns the exit code.
+
+    ``settings`` are the node's; with ``demo`` they are not needed (the demo
+    brings its own). A bad setting is one line and exit code 2, and so is a
+    standard input that is not a terminal: the dashboard reads its keys there,
+    and with none it could neither be driven nor quit.
+    """
+    if sys.stdin is None or not sys.stdin.isatty():
+        print("tpnode-tui: the dashboard needs a terminal on standard input, and this one is not; "
+              "for the node's state without one use: tpnode-tui status", file=sys.stderr)
+        return 2
     try:
-        with _logging_off_the_terminal(getattr(args, "verbose", False)) as log_path:
-            code = asyncio.run(_run(args))
+        with _logging_off_the_terminal(verbose) as log_path:
+            code = asyncio.run(_run(settings, demo=demo, readonly=readonly, interval=interval))
     except ConfigError as e:
         print(f"tpnode-tui: {e}", file=sys.stderr)
         return 2

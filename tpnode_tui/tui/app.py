@@ -21,9 +21,9 @@ from typing import Callable, Iterable, Optional
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
-from textual.notifications import SeverityLevel
 from textual.binding import Binding
 from textual.events import Resize
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
@@ -32,8 +32,8 @@ from textual.widgets import DataTable, Footer, Static
 from ..allocator import GpuAllocator, Launched, default_owner, new_run_id
 from ..model import (
     BadRequest,
-    Conflict,
     CardView,
+    Conflict,
     JobNotFound,
     JobSpec,
     JobState,

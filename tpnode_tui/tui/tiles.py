@@ -190,7 +190,7 @@ class CardGrid(Container, can_focus=True):
     ]
 
     class Selected(Message):
-        def __init__(self, grid: "CardGrid", index: int) -> None:
+        def __init__(self, grid: CardGrid, index: int) -> None:
             super().__init__()
             self.grid = grid
             self.index = index

@@ -1,4 +1,4 @@
-"""The Redis lease backend of the allocation lock (see locks.py for why there are two).
+"""The Redis lease backend of the allocation lock (see the package for why there are two).
 
 Kept apart so that redis-py is imported only by processes that use it.
 """
@@ -20,8 +20,8 @@ from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .locks import REDIS_KEY, LockHold, _fence_floor, _Release, _Report
-from .model import ConfigError
+from ..model import ConfigError, LockWaitTimeout
+from .base import REDIS_KEY, LockHold, Release, Report, fence_floor, past
 
 log = logging.getLogger("tpnode_tui.locks")  # one logger for the allocation lock, whichever backend
 
@@ -152,25 +152,27 @@ class RedisLease:
         reason = self._scrub(str(e)) or type(e).__name__
         if not self._outage:
             self._outage = True
-            log.warning(
+            # Info, not a warning: the caller says why it waits where a person
+            # reads it (the CLI's one line, the dashboard's header); this keeps when.
+            log.info(
                 "Redis at %s cannot be reached (%s): allocations wait until it answers",
                 self._safe, reason,
             )
-        return f"waiting for Redis at {self._safe}: {reason}"
+        return f"Redis at {self._safe} unreachable ({reason}): waiting for it to answer"
 
     def _reachable(self) -> None:
         if self._outage:
             self._outage = False
             log.info("Redis at %s answers again", self._safe)
 
-    async def acquire(self, report: _Report) -> tuple[LockHold, _Release]:
+    async def acquire(self, report: Report, deadline: Optional[float]) -> tuple[LockHold, Release]:
         token = _new_token()
         while True:
             started = time.monotonic()
             try:
                 answer = await self._acquire(
                     keys=[self._key, self._fence_key],
-                    args=[token, self._lease_ms, _fence_floor()],
+                    args=[token, self._lease_ms, fence_floor()],
                 )
             except asyncio.CancelledError:
                 # The lease may have been granted with the reply lost on the way.
@@ -179,7 +181,10 @@ class RedisLease:
             except AuthenticationError as e:
                 raise self._refused(e) from None
             except _OUTAGE as e:
-                report(self._unreachable(e))
+                why = self._unreachable(e)
+                report(why)
+                if past(deadline):
+                    raise LockWaitTimeout(why) from None
             except RedisError as e:
                 raise ConfigError(
                     f"Redis at {self._safe} cannot hold the allocation lock "
@@ -189,10 +194,13 @@ class RedisLease:
                 self._reachable()
                 if isinstance(answer, int):
                     break
-                report(
-                    f"waiting for the allocation lock ({_describe_holder(answer)}; "
-                    f"Redis lease at {self._safe}, key {self._key})"
+                why = (
+                    f"waiting for the allocation lock, {_describe_holder(answer)} "
+                    f"(Redis lease at {self._safe}, key {self._key})"
                 )
+                report(why)
+                if past(deadline):
+                    raise LockWaitTimeout(why)
             await asyncio.sleep(self._retry_s)
 
         hold = LockHold(fence=answer)
@@ -236,7 +244,7 @@ class RedisLease:
             delay = self._lease_s / 3
 
     def _lost(self, hold: LockHold, why: str) -> None:
-        hold._mark_lost(why)
+        hold.mark_lost(why)
         log.error(
             "lost the allocation lock lease at %s (key %s): %s; another process may be "
             "allocating at the same time, so this allocation must back off",

@@ -1,0 +1,236 @@
+"""Prometheus /metrics: parsed as Prometheus parses it, from a real agent and from readings made by hand.
+
+The agent runs in the test's loop (as in tests/test_agent_api.py) with its
+metrics on a free loopback port; the scrape is plain HTTP and its text is
+read with prometheus_client's own parser.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import re
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleet_tools import T, job, node_snapshot
+from load_tools import kill_process_jobs
+from services import free_port, write_scene
+from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
+from tpnode_tui.agent.serve import serve
+from tpnode_tui.config import load_settings
+from tpnode_tui.model import QueuedLaunch
+from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.service import LaunchRequest, Reading
+
+WAIT_S = 15.0
+DCGM = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE")
+GRAFANA = Path(__file__).resolve().parent.parent / "contrib" / "grafana" / "tpnode.json"
+
+
+def scene_cards(n: int = 8) -> list[dict]:
+    cards = [{"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 0,
+              "uuid": f"GPU-{i:08d}-0000-4000-8000-000000000000", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
+              "utilization_pct": 10 * i, "temperature_c": 30 + i, "power_w": 70.5 + i} for i in range(n)]
+    del cards[7]["temperature_c"]  # the driver could not say: no sample, never a 0
+    cards[5]["memory_used_mib"] = 30000
+    cards[5]["processes"] = [{"pid": 4242, "used_memory_mib": 30000}]
+    return cards
+
+
+def families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+class Agent:
+    def __init__(self, tmp_path) -> None:
+        self.scene = write_scene(tmp_path / "node.json", scene_cards())
+        self.state = tmp_path / "state"
+        self.socket = tmp_path / "agent.sock"
+        self.port = free_port()
+        self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
+                                      state_dir=str(self.state), agent_socket=str(self.socket))
+        self.settings = self.settings.__class__(**{**self.settings.__dict__,
+                                                   "metrics_addr": ("127.0.0.1", self.port),
+                                                   "node_name": "gpu-07", "probe_timeout_s": 60.0})
+        self.stop = asyncio.Event()
+        self.task = None
+
+    async def start(self) -> None:
+        self.task = asyncio.ensure_future(serve(self.settings, interval=0.2, stop=self.stop))
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while not self.socket.exists():
+            assert not self.task.done(), self.task.exception()
+            assert asyncio.get_running_loop().time() < deadline, "the agent did not start"
+            await asyncio.sleep(0.02)
+
+    async def scrape(self) -> str:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{self.port}/metrics") as response:
+                assert response.status == 200
+                assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                return await response.text()
+
+
+@pytest.fixture
+async def agent(tmp_path):
+    a = Agent(tmp_path)
+    await a.start()
+    yield a
+    a.stop.set()
+    await asyncio.wait_for(a.task, WAIT_S)
+    kill_process_jobs(a.state)
+
+
+async def scrape_when(agent: Agent, ready) -> dict:
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while True:
+        found = families(await agent.scrape())
+        if ready(found):
+            return found
+        assert asyncio.get_running_loop().time() < deadline, "the metrics never showed it"
+        await asyncio.sleep(0.1)
+
+
+async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent):
+    node = AgentNode(agent.socket)
+    try:
+        await node.launch(LaunchRequest(cards=2, command=("sleep", "60"), run_id="train-1"))
+        with pytest.raises(Exception, match="no capacity|free"):
+            await node.launch(LaunchRequest(cards=8, command=("sleep", "60"), run_id="too-big"))
+    finally:
+        await node.close()
+    found = await scrape_when(agent, lambda f: any(
+        s.labels.get("run_id") == "train-1" for s in f["tpnode_card_holder_info"].samples)
+        and f["tpnode_queue_length"].samples[0].value == 0)  # the refused launch is gone from it
+
+    states = [s for s in found["tpnode_card_state"].samples]
+    for gpu in range(8):
+        mine = {s.labels["state"]: s.value for s in states if s.labels["gpu"] == str(gpu)}
+        assert set(mine) == set(CARD_STATES) and sum(mine.values()) == 1, (gpu, mine)
+    current = {s.labels["gpu"]: s.labels["state"] for s in states if s.value == 1}
+    assert current == {"0": "job", "1": "job", "2": "free", "3": "free", "4": "free", "5": "external",
+                       "6": "free", "7": "free"}
+    holders = {(s.labels["gpu"], s.labels["run_id"], s.labels["kind"], s.labels["owner"])
+               for s in found["tpnode_card_holder_info"].samples}
+    assert holders == {("0", "train-1", "job", "root"), ("1", "train-1", "job", "root")}
+
+    for name in DCGM:
+        for sample in found[name].samples:
+            assert set(sample.labels) == set(DCGM_LABELS), (name, sample.labels)
+    util = {s.labels["gpu"]: s for s in found["DCGM_FI_DEV_GPU_UTIL"].samples}
+    assert len(util) == 8 and util["3"].value == 30
+    assert util["3"].labels == {"gpu": "3", "UUID": "GPU-00000003-0000-4000-8000-000000000000",
+                                "pci_bus_id": "00000000:1B:00.0", "device": "nvidia3",
+                                "modelName": "NVIDIA H200", "Hostname": "gpu-07"}
+    used = {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_FB_USED"].samples}
+    free = {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_FB_FREE"].samples}
+    assert (used["5"], free["5"]) == (30000, 143771 - 30000)
+    temps = {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_GPU_TEMP"].samples}
+    assert temps["2"] == 32 and "7" not in temps  # unknown is left out, never 0
+    assert {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_POWER_USAGE"].samples}["1"] == 71.5
+    assert found["DCGM_FI_DEV_XID_ERRORS"].samples == []  # no XID known yet: no made-up 0
+
+    def value(name: str) -> float:
+        return found[name].samples[0].value
+
+    assert (value("tpnode_cards_free"), value("tpnode_cards_total"), value("tpnode_probe_ok")) == (5, 8, 1)
+    assert (value("tpnode_queue_length"), value("tpnode_lock_wait_seconds")) == (0, 0)
+    assert (value("tpnode_intruders"), value("tpnode_drained_cards")) == (0, 0)
+    launches = {s.labels["result"]: s.value for s in found["tpnode_launches"].samples
+                if s.name == "tpnode_launches_total"}
+    assert launches == {"placed": 1, "no_capacity": 1}
+    assert found["tpnode_launches"].type == "counter"
+    assert found["tpnode_node_info"].samples[0].labels["node"] == "gpu-07"
+
+
+async def test_a_scrape_during_a_hung_probe_answers_at_once_from_the_last_reading(agent):
+    await scrape_when(agent, lambda f: len(f["tpnode_card_state"].samples) == 8 * len(CARD_STATES))
+    hung = json.loads(agent.scene.read_text()) | {"hang_s": 60}
+    agent.scene.write_text(json.dumps(hung))
+    await asyncio.sleep(1.0)  # the next poll is now stuck in the probe (timeout 60 s)
+    started = time.monotonic()
+    found = families(await asyncio.wait_for(agent.scrape(), 5))
+    assert time.monotonic() - started < 5  # a correctness bound: the probe hangs for 60 s
+    assert {s.labels["gpu"] for s in found["DCGM_FI_DEV_GPU_UTIL"].samples} == {str(i) for i in range(8)}
+    assert sum(s.value for s in found["tpnode_card_state"].samples) == 8
+    hung.pop("hang_s")
+    agent.scene.write_text(json.dumps(hung))
+
+
+def collect(reading: Reading, clock=lambda: T + 12, results=None) -> dict:
+    service = SimpleNamespace(reading=reading, launch_results=collections.Counter(results or {}))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(service, "gpu-07", clock=clock))
+    return families(generate_latest(registry).decode())
+
+
+def test_lock_wait_is_the_oldest_waiting_launch_and_the_queue_counts_every_launch_not_started():
+    queue = (QueuedLaunch("a", 2, "alice", T - 30, state="queued"),
+             QueuedLaunch("b", 1, "bob", T, state="waiting", waiting_for="held by pid 7"),
+             QueuedLaunch("c", 1, "carol", T + 5, state="waiting"),
+             QueuedLaunch("d", 1, "dave", T + 6, state="placing"))
+    snap = node_snapshot()
+    found = collect(Reading(1, snap.__class__(**{**snap.__dict__, "queue": queue})))
+    assert found["tpnode_lock_wait_seconds"].samples[0].value == 12
+    assert found["tpnode_queue_length"].samples[0].value == 4
+
+
+def test_drained_cards_and_a_stale_reading():
+    found = collect(Reading(1, node_snapshot(drained=(6, 7))))
+    assert found["tpnode_drained_cards"].samples[0].value == 2
+    assert {s.labels["gpu"] for s in found["tpnode_card_state"].samples
+            if s.labels["state"] == "drained" and s.value == 1} == {"6", "7"}
+    stale = collect(Reading(2, node_snapshot(), error="cannot read the state file", stale_since=T))
+    assert stale["tpnode_probe_ok"].samples[0].value == 0
+    assert stale["tpnode_reading_age_seconds"].samples[0].value == 12
+    nothing = collect(Reading(0, None))
+    assert nothing["tpnode_probe_ok"].samples[0].value == 0 and nothing["tpnode_cards_free"].samples == []
+
+
+def test_other_peoples_words_in_labels_cannot_break_a_scrape():
+    owner = "eve\ud800\x1b[2J\"}\n"
+    snap = node_snapshot(jobs=(job("r1", (0,), owner=owner),))
+    found = collect(Reading(1, snap))
+    labels = found["tpnode_card_holder_info"].samples[0].labels
+    assert labels["owner"] == "eve\\ud800\\x1b[2J\"}\\n"
+
+
+def served_names() -> set[str]:
+    snap = node_snapshot(jobs=(job("r1", (0,)),))
+    names: set[str] = set()
+    for family in collect(Reading(1, snap), results={"placed": 1}).values():
+        names.add(family.name)
+        names.update(s.name for s in family.samples)
+    return names
+
+
+def test_every_metric_the_grafana_dashboard_queries_is_served():
+    dashboard = json.loads(GRAFANA.read_text())
+    exprs = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("expr", "query", "definition") and isinstance(value, str):
+                    exprs.append(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(dashboard)
+    assert len(exprs) >= 6, "the walk found too few queries to mean anything"
+    named = {m for e in exprs for m in re.findall(r"\b((?:tpnode|DCGM)_[A-Za-z0-9_:]*)", e)}
+    assert named, "no metric names found in the dashboard"
+    assert named - served_names() == set()
+    # and the check can fail: a name the agent does not serve is caught
+    assert {"tpnode_no_such_metric"} - served_names() == {"tpnode_no_such_metric"}

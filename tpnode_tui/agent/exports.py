@@ -1,0 +1,65 @@
+"""What the agent tells the world beyond its socket, each only when configured:
+its snapshot to the fleet's Redis (``TUNEPLANE_FLEET_URL``) and Prometheus
+metrics on a TCP address (``TUNEPLANE_METRICS_ADDR``).
+
+Both only read the service's latest reading; neither is in the allocation
+path, and neither failing stops the agent serving its node. redis-py is
+imported only when a fleet URL is set.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Optional
+
+from aiohttp import web
+
+from ..config import Settings
+from ..model import ConfigError
+from ..service import NodeService
+
+if TYPE_CHECKING:
+    from ..fleet.publisher import FleetPublisher
+
+log = logging.getLogger("tpnode_tui.agent")
+
+
+class Exports:
+    def __init__(self) -> None:
+        self._publisher: Optional[FleetPublisher] = None
+        self._publishing: Optional[asyncio.Task[None]] = None
+        self._metrics: Optional[web.AppRunner] = None
+
+    async def start(self, settings: Settings, service: NodeService) -> None:
+        if settings.metrics_addr is not None:
+            from .metrics import metrics_app
+
+            host, port = settings.metrics_addr
+            self._metrics = web.AppRunner(metrics_app(service, settings.node), access_log=None)
+            await self._metrics.setup()
+            try:
+                await web.TCPSite(self._metrics, host, port).start()
+            except OSError as e:
+                raise ConfigError(f"TUNEPLANE_METRICS_ADDR={host}:{port} cannot be served: "
+                                  f"{e.strerror or e}") from None
+            log.info("serving Prometheus metrics on http://%s:%d/metrics", host, port)
+        if settings.fleet_url is not None:
+            from ..fleet.publisher import FleetPublisher
+
+            publisher = FleetPublisher(settings.fleet_url, settings.fleet_url_safe or "",
+                                       settings.node, settings.fleet_publish_s)
+            self._publisher = publisher
+            self._publishing = asyncio.ensure_future(publisher.run(service))
+            log.info("publishing to the fleet at %s as %s (instance %s), at least every %g s",
+                     settings.fleet_url_safe, settings.node, publisher.instance, settings.fleet_publish_s)
+
+    async def close(self) -> None:
+        if self._publishing is not None:
+            self._publishing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._publishing
+        if self._publisher is not None:
+            await self._publisher.close()
+        if self._metrics is not None:
+            await self._metrics.cleanup()

@@ -1,0 +1,164 @@
+"""Prometheus ``/metrics``, served by the agent on an opt-in TCP address.
+
+A scrape reads the service's latest reading and nothing else: it never calls
+NVML, Docker or the state file, so a hung probe or a slow engine cannot make a
+scrape hang or pile work onto the node. (A stale reading says so:
+``tpnode_probe_ok`` is 0 and ``tpnode_reading_age_seconds`` grows.)
+
+Device facts carry dcgm-exporter's names, types and labels, so NVIDIA's
+published Grafana dashboard for dcgm-exporter works on these nodes unchanged.
+The allocator's own facts are under ``tpnode_``. A value the probe could not
+read is left out, never sent as 0: a missing sample reads as "unknown", a 0
+would read as "idle". docs/metrics.md lists every metric.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator, Optional
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .. import __version__
+from ..model import CardView, NodeSnapshot
+from ..printable import printable
+from ..service import NodeService
+
+#: every state a card can be in; a state met that is not listed is added as it comes
+CARD_STATES = ("free", "job", "reservation", "external", "unhealthy", "unverified", "drained")
+
+#: dcgm-exporter's labels, in its order
+DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+
+#: what the exposition is, for the Content-Type header
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _text(value: Optional[str]) -> str:
+    """A label value from someone else's text (owners, run ids, the driver's
+    names): escaped as the screen shows it, so a lone surrogate from a command
+    line cannot make the whole scrape fail to encode."""
+    return printable(value or "")
+
+
+def last_xid(card: CardView) -> Optional[int]:
+    """The last XID error the driver reported for the card, once the node records them."""
+    value = getattr(card.facts, "last_xid", None)
+    return value if isinstance(value, int) else None
+
+
+class NodeCollector(Collector):
+    """Every metric, made afresh from the service's latest reading at each scrape."""
+
+    def __init__(self, service: NodeService, node: str, clock: Callable[[], float] = time.time) -> None:
+        self.service = service
+        self.node = node
+        self.clock = clock
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        reading = self.service.reading
+        snap = reading.snapshot
+        yield from self._device(snap)
+        yield from self._allocator(snap, stale=reading.error is not None)
+        launches = CounterMetricFamily("tpnode_launches", "Launches and reservations asked of this "
+                                       "agent since it started, by result", labels=["result"])
+        for result, count in sorted(self.service.launch_results.items()):
+            launches.add_metric([result], count)
+        yield launches
+        info = GaugeMetricFamily("tpnode_node_info", "This node's name, series and agent version",
+                                 labels=["node", "series", "agent_version"])
+        info.add_metric([self.node, _text(snap.series if snap else ""), __version__], 1)
+        yield info
+
+    def _device(self, snap: Optional[NodeSnapshot]) -> Iterator[GaugeMetricFamily]:
+        families = {
+            "util": GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=DCGM_LABELS),
+            "used": GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=DCGM_LABELS),
+            "free": GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=DCGM_LABELS),
+            "temp": GaugeMetricFamily("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", labels=DCGM_LABELS),
+            "power": GaugeMetricFamily("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", labels=DCGM_LABELS),
+            "xid": GaugeMetricFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
+                                     labels=DCGM_LABELS),
+        }
+        for card in snap.cards if snap is not None else ():
+            f = card.facts
+            if f is None:
+                continue
+            labels = [str(card.index), _text(f.uuid), _text(f.pci_bus_id), f"nvidia{card.index}",
+                      _text(f.name), self.node]
+            values = {
+                "util": f.utilization_pct,
+                "used": f.memory_used_mib,
+                "free": (f.memory_total_mib - f.memory_used_mib
+                         if f.memory_total_mib is not None and f.memory_used_mib is not None else None),
+                "temp": f.temperature_c,
+                "power": f.power_w,
+                "xid": last_xid(card),
+            }
+            for key, value in values.items():
+                if value is not None:
+                    families[key].add_metric(labels, value)
+        yield from families.values()
+
+    def _allocator(self, snap: Optional[NodeSnapshot], stale: bool) -> Iterator[GaugeMetricFamily]:
+        now = self.clock()
+        state = GaugeMetricFamily("tpnode_card_state", "1 for the card's current state, 0 for the others",
+                                  labels=["gpu", "state"])
+        holder = GaugeMetricFamily("tpnode_card_holder_info", "The job or reservation holding the card",
+                                   labels=["gpu", "run_id", "kind", "owner"])
+        cards = snap.cards if snap is not None else ()
+        states = list(CARD_STATES) + sorted({c.state for c in cards} - set(CARD_STATES))
+        for card in cards:
+            for s in states:
+                state.add_metric([str(card.index), s], 1 if s == card.state else 0)
+            if card.state in ("job", "reservation") and card.run_id:
+                job = card.job
+                holder.add_metric([str(card.index), _text(card.run_id), card.state,
+                                   _text(job.owner if job else "")], 1)
+        yield state
+        yield holder
+
+        def gauge(name: str, doc: str, value: Optional[float]) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc)
+            if value is not None:
+                family.add_metric([], value)
+            return family
+
+        free = drained = intruders = total = age = queued = wait = None
+        probe_ok = False
+        if snap is not None:
+            total = snap.occupancy.total
+            free = sum(1 for c in cards if c.state == "free")
+            drained = sum(1 for c in cards if c.state == "drained")
+            intruders = sum(len(getattr(c, "intruders", ()) or ()) for c in cards)
+            probe_ok = not stale and snap.occupancy.external_probe_ok and snap.probe.problem is None
+            age = now - snap.taken_at
+            queued = len(snap.queue)
+            waiting = [q.queued_at for q in snap.queue if q.state == "waiting"]
+            wait = max(0.0, now - min(waiting)) if waiting else 0.0
+        yield gauge("tpnode_cards_total", "Cards on this node", total)
+        yield gauge("tpnode_cards_free", "Cards checked free (unverified cards are not counted)", free)
+        yield gauge("tpnode_drained_cards", "Cards drained: not handed out until undrained", drained)
+        yield gauge("tpnode_intruders", "Processes on held cards that belong to neither the job nor "
+                    "the reservation's owner", intruders)
+        yield gauge("tpnode_probe_ok", "1 while the last poll succeeded and the probe saw every card's "
+                    "use, else 0", 1 if probe_ok else 0)
+        yield gauge("tpnode_reading_age_seconds", "Seconds since the reading these metrics come from", age)
+        yield gauge("tpnode_queue_length", "Launches not started yet: queued for cards, waiting for the "
+                    "allocation lock, or being placed", queued)
+        yield gauge("tpnode_lock_wait_seconds", "How long the oldest launch waiting for the allocation "
+                    "lock has waited; 0 when none waits", wait)
+
+
+def metrics_app(service: NodeService, node: str) -> web.Application:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(service, node))
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
+
+    app = web.Application()
+    app.add_routes([web.get("/metrics", metrics)])
+    return app
