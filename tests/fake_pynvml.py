@@ -13,10 +13,23 @@ it as a driver that costs nothing.
 
 Field names for ``errors`` and ``hang``: handle, uuid, name, pci, memory_v2
 (memory info version 2), memory (version 1), utilization, temperature, power, processes, retired_pages, ecc,
-remapped_rows, clocks_event, clocks_throttle.
+remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events.
+
+Events, as nvidia-ml-py's event API delivers them (``nvmlEventSetCreate``,
+``nvmlDeviceRegisterEvents``, ``nvmlEventSetWait_v2``):
+
+    fake.xid(1, 79)                        # card 1 reports XID 79
+    fake.event(0, EVENT_DOUBLE_BIT_ECC)    # another registered event type
+    fake.fail_wait(NVMLError_GpuIsLost)    # the next wait raises this
+    fake.cards[2].supported_events &= ~EVENT_GPU_UNAVAILABLE   # registering it raises NotSupported
+
+A wait with nothing queued blocks for its timeout and raises
+NVMLError_Timeout, as the real call does; an event for a card or type not
+registered in that set is not delivered to it.
 """
 from __future__ import annotations
 
+import queue
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,6 +51,8 @@ from pynvml import (  # noqa: F401  (re-exported for tests)
     NVMLError_LibraryNotFound,
     NVMLError_NoPermission,
     NVMLError_NotSupported,
+    NVMLError_Timeout,
+    NVMLError_Uninitialized,
     NVMLError_Unknown,
     NVMLLibraryMismatchError,
 )
@@ -48,6 +63,13 @@ HW_SLOWDOWN = pynvml.nvmlClocksEventReasonHwSlowdown
 HW_THERMAL_SLOWDOWN = pynvml.nvmlClocksEventReasonHwThermalSlowdown
 HW_POWER_BRAKE_SLOWDOWN = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
 SW_POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
+
+EVENT_XID = pynvml.nvmlEventTypeXidCriticalError
+EVENT_DOUBLE_BIT_ECC = pynvml.nvmlEventTypeDoubleBitEccError
+EVENT_GPU_UNAVAILABLE = pynvml.nvmlEventTypeGpuUnavailableError
+RECOVERY_ACTION_FIELD = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+_NVML_SUCCESS = pynvml.NVML_SUCCESS
+_NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 
 
 @dataclass(eq=False)  # cards are told apart by identity, like handles
@@ -73,6 +95,17 @@ class FakeCard:
     lost: bool = False
     #: field name -> error class that call raises
     errors: dict[str, type] = field(default_factory=dict)
+    #: event types this card can deliver
+    supported_events: int = EVENT_XID | EVENT_DOUBLE_BIT_ECC | EVENT_GPU_UNAVAILABLE
+    #: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, or None when the driver does not report it
+    recovery_action: Optional[int] = None
+
+
+@dataclass(eq=False)
+class FakeEventSet:
+    #: card -> event types registered for it
+    registered: dict = field(default_factory=dict)
+    freed: bool = False
 
 
 class FakeNvml:
@@ -93,7 +126,13 @@ class FakeNvml:
     NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVMLLibraryMismatchError = NVMLLibraryMismatchError
+    NVMLError_Timeout = NVMLError_Timeout
     nvmlMemory_v2 = pynvml.nvmlMemory_v2
+    nvmlEventTypeXidCriticalError = EVENT_XID
+    nvmlEventTypeDoubleBitEccError = EVENT_DOUBLE_BIT_ECC
+    nvmlEventTypeGpuUnavailableError = EVENT_GPU_UNAVAILABLE
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = RECOVERY_ACTION_FIELD
+    NVML_SUCCESS = _NVML_SUCCESS
     nvmlClocksEventReasonHwSlowdown = HW_SLOWDOWN
     nvmlClocksEventReasonHwThermalSlowdown = HW_THERMAL_SLOWDOWN
     nvmlClocksEventReasonHwPowerBrakeSlowdown = HW_POWER_BRAKE_SLOWDOWN
@@ -113,6 +152,19 @@ class FakeNvml:
         self.count_error = count_error
         self.calls: Counter = Counter()
         self._hangs: dict[str, threading.Event] = {}
+        #: what the next waits return or raise, in order: (card, type, data) or an error class
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self.event_sets: list[FakeEventSet] = []
+
+    # -- scripting events ----------------------------------------------------
+    def xid(self, index: int, xid: int) -> None:
+        self.event(index, EVENT_XID, xid)
+
+    def event(self, index: int, event_type: int, data: int = 0) -> None:
+        self._events.put((self.cards[index], event_type, data))
+
+    def fail_wait(self, error: type) -> None:
+        self._events.put(error)
 
     def hang(self, what: str) -> threading.Event:
         """Make the call for ``what`` (a field name, or "init"/"count") block until the event is set."""
@@ -231,6 +283,59 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, card: FakeCard) -> int:
         self._enter("clocks_throttle", card)
         return card.clocks_reasons
+
+
+    # -- events --------------------------------------------------------------
+    def nvmlDeviceGetIndex(self, card: FakeCard) -> int:
+        self._enter("index", card)
+        return self.cards.index(card)
+
+    def nvmlDeviceGetSupportedEventTypes(self, card: FakeCard) -> int:
+        self._enter("supported_events", card)
+        return card.supported_events
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._enter("event_set_create")
+        event_set = FakeEventSet()
+        self.event_sets.append(event_set)
+        return event_set
+
+    def nvmlDeviceRegisterEvents(self, card: FakeCard, event_types: int, event_set: FakeEventSet) -> None:
+        self._enter("register_events", card)
+        if event_types & ~card.supported_events:
+            raise NVMLError_NotSupported()
+        event_set.registered[card] = event_set.registered.get(card, 0) | event_types
+
+    def nvmlEventSetWait_v2(self, event_set: FakeEventSet, timeout_ms: int) -> SimpleNamespace:
+        self._enter("event_wait")
+        if event_set.freed:
+            raise NVMLError_Uninitialized()
+        while True:
+            try:
+                item = self._events.get(timeout=timeout_ms / 1000)
+            except queue.Empty:
+                raise NVMLError_Timeout() from None
+            if isinstance(item, type):
+                raise item()
+            card, event_type, data = item
+            if event_set.registered.get(card, 0) & event_type:
+                return SimpleNamespace(device=card, eventType=event_type, eventData=data,
+                                       gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+
+    def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
+        self._enter("event_set_free")
+        event_set.freed = True
+
+    def nvmlDeviceGetFieldValues(self, card: FakeCard, field_ids: list[int]) -> list[SimpleNamespace]:
+        self._enter("field_values", card)
+        values = []
+        for field_id in field_ids:
+            known = field_id == RECOVERY_ACTION_FIELD and card.recovery_action is not None
+            values.append(SimpleNamespace(
+                fieldId=field_id, scopeId=0, timestamp=0, latencyUsec=0, valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                nvmlReturn=_NVML_SUCCESS if known else _NVML_ERROR_NOT_SUPPORTED,
+                value=SimpleNamespace(uiVal=card.recovery_action if known else 0)))
+        return values
 
 
 def a100_style(**kw) -> FakeCard:

@@ -26,6 +26,8 @@ def test_every_variable_is_read():
         "TUNEPLANE_AGENT_SOCKET": "/tmp/a.sock", "TUNEPLANE_OPERATORS_GROUP": "gpu-admins",
         "TUNEPLANE_MAX_CARDS_PER_USER": "2", "TUNEPLANE_MAX_CARDS_FOR": "alice=4, @students=1",
         "TUNEPLANE_IMAGES": "busybox:*, nvcr.io/*", "TUNEPLANE_LOG_MAX_MB": "5",
+        "TUNEPLANE_IDLE_RESERVATION_MIN": "45", "TUNEPLANE_XID_DRAIN": "79, 48,48",
+        "TUNEPLANE_XID_IGNORE": "13", "TUNEPLANE_EVICT_GRACE_S": "2.5",
         "TUNEPLANE_FLEET_URL": "redis://fleet:6379/2", "TUNEPLANE_NODE_NAME": "gpu-07",
         "TUNEPLANE_FLEET_PUBLISH_S": "2.5", "TUNEPLANE_METRICS_ADDR": "[::]:9400",
     }
@@ -39,6 +41,7 @@ def test_every_variable_is_read():
     assert (s.agent, s.agent_socket, s.operators_group) == ("off", Path("/tmp/a.sock"), "gpu-admins")
     assert (s.max_cards_per_user, s.max_cards_for) == (2, (("alice", 4), ("@students", 1)))
     assert (s.images, s.log_max_mb) == (("busybox:*", "nvcr.io/*"), 5.0)
+    assert (s.idle_reservation_min, s.xid_drain, s.xid_ignore, s.evict_grace_s) == (45, (48, 79), (13,), 2.5)
     assert (s.fleet_url, s.node_name, s.node, s.fleet_publish_s) == ("redis://fleet:6379/2", "gpu-07", "gpu-07", 2.5)
     assert s.metrics_addr == ("::", 9400)
 
@@ -78,6 +81,10 @@ def test_flags_override_the_environment():
     ("TUNEPLANE_MEM_BUSY_MIB", "1_000"),
     ("TUNEPLANE_LOCK_LEASE_MS", "5"),
     ("TUNEPLANE_LOCAL_GPU_COUNT", "100000000"),
+    ("TUNEPLANE_IDLE_RESERVATION_MIN", "0"),
+    ("TUNEPLANE_XID_DRAIN", "79,x"),
+    ("TUNEPLANE_XID_IGNORE", "-13"),
+    ("TUNEPLANE_EVICT_GRACE_S", "0"),
     ("TUNEPLANE_FLEET_URL", "http://fleet"),
     ("TUNEPLANE_NODE_NAME", "gpu 07"),
     ("TUNEPLANE_NODE_NAME", "-gpu"),
@@ -127,6 +134,17 @@ def test_the_readme_table_names_every_variable_flag_and_default():
     for setting, (var, _) in ENV_VARS.items():
         if setting in FLAGS:
             assert f"`{FLAGS[setting]}`" in documented[var], var
+
+
+def test_xid_lists_default_to_the_catalog_and_none_means_no_drains():
+    s = load_settings({})
+    assert 79 in s.xid_drain and 48 in s.xid_drain and 13 not in s.xid_drain and s.xid_ignore == ()
+    assert load_settings({"TUNEPLANE_XID_DRAIN": "none"}).xid_drain == ()
+
+
+def test_an_xid_both_drained_and_ignored_is_refused():
+    with pytest.raises(ConfigError, match="both name XID 48"):
+        load_settings({"TUNEPLANE_XID_IGNORE": "48"})
 
 
 def test_numbers_are_plain_ascii_decimals():

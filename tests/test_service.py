@@ -127,8 +127,9 @@ async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_t
     await node.service.stop(ALICE, "big-running")
     runner = asyncio.ensure_future(node.service.run())
     try:
-        await until(lambda: "tpn-wants-3" in node.runtime.jobs and "tpn-wants-1" in node.runtime.jobs,
-                    "both queued launches to start in order")
+        # Started, and the launch that placed it has returned (until then it is listed as placing).
+        await until(lambda: "tpn-wants-3" in node.runtime.jobs and "tpn-wants-1" in node.runtime.jobs
+                    and node.service.queued() == (), "both queued launches to start in order")
     finally:
         runner.cancel()
     assert list(node.runtime.started)[-2:] == ["tpn-wants-3", "tpn-wants-1"]

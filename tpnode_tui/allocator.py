@@ -27,11 +27,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional, TypeVar
 
+from .belonging import classify
 from .config import Settings
+from .drains import DrainStore
 from .locks import AllocationLock, check_allocation_safety, make_lock
 from .model import (
     BadRequest,
     Conflict,
+    Drain,
     GpuOccupancy,
     HolderInfo,
     JobNotFound,
@@ -47,7 +50,7 @@ from .model import (
     pick_gpus,
 )
 from .occupancy import card_count, card_views, compute_occupancy
-from .procinfo import describe
+from .procinfo import describe, name_containers
 from .render import cards_words, format_duration, show_command
 
 if TYPE_CHECKING:
@@ -84,7 +87,8 @@ class GpuAllocator:
     """
 
     def __init__(self, runtime: Runtime, probe: Probe, settings: Settings, lock: AllocationLock, *,
-                 series_resolver: Optional[SeriesResolver] = None) -> None:
+                 series_resolver: Optional[SeriesResolver] = None,
+                 drains: Optional[DrainStore] = None) -> None:
         # A node always has more than one would-be allocator (the dashboard and
         # any shell running the CLI), so a lock that only orders tasks of this
         # process is refused outright rather than trusted.
@@ -93,6 +97,9 @@ class GpuAllocator:
         self.probe = probe
         self.settings = settings
         self.lock = lock
+        #: the cards taken out of service; every allocator on the node reads the
+        #: same file, so none can be constructed that would hand them out
+        self.drains = drains if drains is not None else DrainStore(settings.state_dir)
         self._resolve_series = series_resolver or raw_series
         self._total: Optional[int] = None
         self._series = ""
@@ -167,7 +174,19 @@ class GpuAllocator:
         If the runtime cannot be read this raises: nobody knows which cards
         platform jobs hold, so no card may be called free.
         """
-        jobs, reading = await asyncio.gather(self.runtime.ps(), self.probe.read())
+        occ, reading, jobs, _drains = await self._read_all()
+        return occ, reading, jobs
+
+    async def _read_all(self) -> tuple[GpuOccupancy, ProbeReading, list[JobState], dict[int, Drain]]:
+        """:meth:`_read`, and the drains it took into account.
+
+        The drain file is read with the jobs and the driver, so under the
+        allocation lock a drain is part of "who may have this card". A drain
+        file that cannot be understood raises like an unreadable runtime: which
+        cards are out of service is then unknown, so none may be handed out.
+        """
+        jobs, reading, drains = await asyncio.gather(
+            self.runtime.ps(), self.probe.read(), asyncio.to_thread(self.drains.read))
         total = self._count(reading)
         occ = compute_occupancy(
             total,
@@ -176,8 +195,9 @@ class GpuAllocator:
             mem_busy_mib=self.settings.mem_busy_mib,
             check_external=self.settings.check_external,
             check_health=self.settings.check_health,
+            drains=drains,
         )
-        return occ, reading, jobs
+        return occ, reading, jobs, drains
 
     async def occupancy(self) -> GpuOccupancy:
         """Occupancy now, read afresh: a cached answer is how cards get handed out twice."""
@@ -186,23 +206,29 @@ class GpuAllocator:
 
     async def snapshot(self) -> NodeSnapshot:
         """Occupancy, per-card facts, holders and jobs, for display."""
-        occ, reading, jobs = await self._read()
+        occ, reading, jobs, drains = await self._read_all()
         jobs = [_note_missing_cards(j, occ.total) for j in jobs]
         holders: dict[int, tuple[HolderInfo, ...]] = {}
+        live = {j.key: j for j in jobs if j.live}
 
         def identify() -> None:
+            # Each process is told apart against the job that holds its card:
+            # its own processes, or someone else's (an intruder).
             for card in reading.cards:
                 if card.processes:
-                    holders[card.index] = tuple(describe(p) for p in card.processes)
+                    job = live.get(occ.by_job.get(card.index, ""))
+                    holders[card.index] = tuple(classify(describe(p), job) for p in card.processes)
 
         _, lock_state = await asyncio.gather(asyncio.to_thread(identify), self.lock.state())
+        # Only a runtime that knows containers (docker) can name them.
+        holders = await name_containers(holders, getattr(self.runtime, "containers", None))
         if not self._series:
             self._series = self._series_from(reading)
         return NodeSnapshot(
             taken_at=time.time(),
             host=socket.gethostname(),
             occupancy=occ,
-            cards=card_views(occ, reading, jobs, lambda c: holders.get(c.index, ())),
+            cards=card_views(occ, reading, jobs, lambda c: holders.get(c.index, ()), drains),
             jobs=tuple(sorted(jobs, key=lambda j: (j.started_at or 0, j.name))),
             probe=reading,
             series=self._series,

@@ -53,6 +53,12 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "max_cards_for": ("TUNEPLANE_MAX_CARDS_FOR", "per-account or per-group limits, e.g. alice=4,@students=1"),
     "images": ("TUNEPLANE_IMAGES", "comma-separated glob patterns of images jobs may use; empty: any"),
     "log_max_mb": ("TUNEPLANE_LOG_MAX_MB", "size at which the node's event and audit log is rotated"),
+    "idle_reservation_min": ("TUNEPLANE_IDLE_RESERVATION_MIN",
+                             "minutes a reservation's owner may leave its cards unused before it is marked idle"),
+    "xid_drain": ("TUNEPLANE_XID_DRAIN", "XIDs that drain their card until an operator undrains it (none: none do)"),
+    "xid_ignore": ("TUNEPLANE_XID_IGNORE", "XIDs that are only logged: not shown on the card, never drained"),
+    "evict_grace_s": ("TUNEPLANE_EVICT_GRACE_S",
+                      "seconds an evicted process has between SIGTERM and being reported (or SIGKILLed)"),
     "fleet_url": ("TUNEPLANE_FLEET_URL", "Redis the agent publishes its snapshot to, and tpnode-tui fleet reads"),
     "node_name": ("TUNEPLANE_NODE_NAME", "this node's name in the fleet and in metrics; empty: the host name"),
     "fleet_publish_s": ("TUNEPLANE_FLEET_PUBLISH_S", "seconds between publications at most; 3 missed: unreachable"),
@@ -80,6 +86,10 @@ DOCKER_GPU_MODES = ("nvidia", "env", "none")
 
 #: more cards than any machine has; a larger count is a typo, not a node
 MAX_CARDS = 1024
+
+#: XIDs after which a card is drained until it is reset (79: until the node
+#: reboots), from NVIDIA's XID catalog: resolution "reset the GPU" or worse.
+DEFAULT_XID_DRAIN = (46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158)
 
 #: Numbers are ASCII digits only: int() and float() also take "٣", "1_0" and
 #: "inf", and a typo read as one of those must not become a count or a time.
@@ -123,6 +133,10 @@ class Settings:
     max_cards_for: tuple[tuple[str, int], ...] = ()
     images: tuple[str, ...] = ()
     log_max_mb: float = 10.0
+    idle_reservation_min: int = 30
+    xid_drain: tuple[int, ...] = DEFAULT_XID_DRAIN
+    xid_ignore: tuple[int, ...] = ()
+    evict_grace_s: float = 10.0
     fleet_url: Optional[str] = None
     #: empty: the host name (see :attr:`node`)
     node_name: str = ""
@@ -265,6 +279,15 @@ def _parse_limits(name: str, raw: str) -> tuple[tuple[str, int], ...]:
     return tuple(limits.items())
 
 
+def _parse_xids(name: str, raw: str) -> tuple[int, ...]:
+    """"46,48, 79" -> (46, 48, 79); "none" -> ()."""
+    if raw.strip().lower() == "none":
+        return ()
+    xids = []
+    for part in (p.strip() for p in raw.split(",")):
+        if part:
+            xids.append(_parse_int(f"{name} ({part!r})", part, 1, 65535))
+    return tuple(sorted(set(xids)))
 #: a node name: what a host name may hold, so it reads the same in keys, labels and screens
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 
@@ -286,6 +309,12 @@ def _parse_addr(name: str, raw: str) -> Optional[tuple[str, int]]:
 
 def _convert(setting: str, raw: object, name: str) -> object:
     text = str(raw)
+    if setting == "idle_reservation_min":
+        return _parse_int(name, text, 1, 366 * 24 * 60)
+    if setting in ("xid_drain", "xid_ignore"):
+        return _parse_xids(name, text)
+    if setting == "evict_grace_s":
+        return _parse_float(name, text, 0.1, 3600)
     if setting == "fleet_url":
         return _parse_redis_url(name, text)
     if setting == "node_name":
@@ -376,7 +405,13 @@ def load_settings(
     unknown = set(overrides) - {f.name for f in fields(Settings)}
     if unknown:
         raise TypeError(f"unknown settings: {sorted(unknown)}")
-    return replace(Settings(), **values)
+    settings = replace(Settings(), **values)
+    both = set(settings.xid_drain) & set(settings.xid_ignore)
+    if both:
+        raise ConfigError(
+            f"TUNEPLANE_XID_DRAIN and TUNEPLANE_XID_IGNORE both name XID {', '.join(map(str, sorted(both)))}; "
+            "an XID is either drained or ignored")
+    return settings
 
 
 _POINT_IT = "point TUNEPLANE_STATE_DIR (or --state-dir) at the node's state directory"

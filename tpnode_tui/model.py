@@ -170,10 +170,15 @@ class GpuOccupancy:
     #: False when use from outside could not be probed. Then ``external`` is empty
     #: and that does *not* mean nobody holds a card: the free count may be too high.
     external_probe_ok: bool = True
+    #: card index -> why an operator or an XID took it out of service (never
+    #: includes job-held cards, like ``unhealthy``; a drained card is never
+    #: also listed as unhealthy or external)
+    drained: dict[int, str] = field(default_factory=dict)
 
     @property
     def busy(self) -> frozenset[int]:
-        return frozenset(self.by_job) | self.external | frozenset(self.unhealthy)
+        return (frozenset(self.by_job) | self.external | frozenset(self.unhealthy)
+                | frozenset(self.drained))
 
     @property
     def free(self) -> list[int]:
@@ -198,6 +203,8 @@ class GpuOccupancy:
                 by_reason.setdefault(reason, []).append(i)
             bad = "; ".join(f"{cards_words(cards)}: {r}" for r, cards in by_reason.items())
             parts.append(f"{len(self.unhealthy)} unhealthy ({bad})")
+        if self.drained:
+            parts.append(f"{len(self.drained)} drained ({cards_words(self.drained)})")
         if not self.external_probe_ok:
             parts.append(
                 "cannot probe use from outside the platform, so the free count may be too high"
@@ -349,6 +356,10 @@ class JobState:
     uid: Optional[int] = None
     #: how it ended, where the exit code does not say it all ("killed by SIGKILL after 10 s")
     note: str = ""
+    #: the docker container's full id (docker runtime), to tell its processes by their cgroup
+    container_id: Optional[str] = None
+    #: the job's own cgroup directory (process runtime, where the node allows one)
+    cgroup: Optional[str] = None
 
     @property
     def live(self) -> bool:
@@ -373,6 +384,13 @@ class Launched:
     warning: Optional[str] = None
 
 
+#: Whom a process on a card belongs to (:attr:`HolderInfo.belongs`):
+#: the job or reservation that holds the card; anyone else on a held card;
+#: a process on a card nobody holds; or a pid this machine cannot look at.
+HOLDER, INTRUDER, EXTERNAL, UNKNOWN = "holder", "intruder", "external", "unknown"
+BELONGS = (HOLDER, INTRUDER, EXTERNAL, UNKNOWN)
+
+
 @dataclass(frozen=True)
 class HolderInfo:
     """Who a driver-reported process is, as far as this machine can tell.
@@ -388,8 +406,44 @@ class HolderInfo:
     visible: bool = False
     user: Optional[str] = None
     command: Optional[str] = None
+    #: the full id of the container it runs in, from its cgroup
     container: Optional[str] = None
     started_at: Optional[float] = None
+    #: one of BELONGS: "holder" (the card's job, or its reservation's owner),
+    #: "intruder" (anyone else on a held card), "external" (on a card nobody
+    #: holds) or "unknown" (a pid this machine cannot look at)
+    belongs: str = UNKNOWN
+    #: the process's real uid (None when not visible)
+    uid: Optional[int] = None
+    #: the container as people know it: its name and image (docker runtime)
+    container_name: Optional[str] = None
+    container_image: Optional[str] = None
+
+
+#: Who took a card out of service: an operator, or the XID watcher.
+DRAIN_SOURCES = ("operator", "xid")
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A card taken out of service until an operator puts it back.
+
+    Drains live in the state dir (:mod:`~tpnode_tui.drains`) and outlive
+    restarts: a card drained for a fault must not come back because the
+    agent restarted before the card was reset.
+    """
+
+    card: int
+    #: in plain words, what is wrong and what to do
+    reason: str
+    #: the account that drained it ("xid" for the XID watcher)
+    by: str
+    #: unix seconds
+    at: float
+    #: "operator" or "xid"
+    source: str = "operator"
+    #: the XID that drained it, when one did
+    xid: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -402,10 +456,18 @@ class CardView:
     run_id: Optional[str] = None
     job: Optional[JobState] = None
     holders: tuple[HolderInfo, ...] = ()
-    #: why the card is unhealthy or unverified, in plain words
+    #: why the card is unhealthy, drained or unverified, in plain words
     reason: Optional[str] = None
-    #: a health problem on a card a job holds: it stays "job" but carries this
+    #: what is wrong on a card that keeps its state: a health problem, a drain
+    #: or an intruder on a card a job holds, a recent XID
     warning: Optional[str] = None
+    #: the card's drain, on a drained card and on a held card drained under its job
+    drain: Optional[Drain] = None
+
+    @property
+    def intruders(self) -> tuple[int, ...]:
+        """Pids of the processes of someone else on this held card."""
+        return tuple(h.pid for h in self.holders if h.belongs == INTRUDER)
 
 
 @dataclass(frozen=True)
@@ -454,3 +516,58 @@ class NodeSnapshot:
     explain: str = ""
     #: launches waiting their turn, in order
     queue: tuple[QueuedLaunch, ...] = ()
+    #: live reservations whose owner has used none of their cards for
+    #: TUNEPLANE_IDLE_RESERVATION_MIN or longer: run id -> unix seconds since when
+    idle: dict[str, float] = field(default_factory=dict)
+    #: where XID events are read from ("nvml", "kmsg", "simulated"); "" when they are not
+    xid_watch: str = ""
+    #: why XID events are not watched, in plain words; None while they are
+    xid_problem: Optional[str] = None
+
+    @property
+    def intruder_cards(self) -> tuple[int, ...]:
+        """Cards on which someone other than their holder has a process."""
+        return tuple(c.index for c in self.cards if c.intruders)
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """One process evict acted on (or, in a dry run, would)."""
+
+    card: int
+    pid: int
+    user: Optional[str]
+    uid: Optional[int]
+    command: Optional[str]
+    #: "external" or "intruder"
+    belongs: str
+    used_memory_mib: Optional[int]
+    #: "listed" (dry run), "ended" (after SIGTERM), "killed", "running" (still, after the
+    #: grace period), "gone" (before it was signalled) or "failed" (could not be signalled)
+    outcome: str
+    #: what became of it, in plain words
+    fate: str
+
+
+@dataclass(frozen=True)
+class EvictReport:
+    """What evict did on one card (in a dry run: what it would do), process by process."""
+
+    card: int
+    dry_run: bool
+    kill: bool
+    grace_s: float
+    processes: tuple[Evicted, ...]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A moment of a card's history: one poll (``seconds`` 0), or the average of
+    the polls of ``seconds`` seconds from ``at``."""
+
+    at: float
+    seconds: float
+    utilization_pct: Optional[float]
+    memory_used_mib: Optional[float]
+    power_w: Optional[float]
+    temperature_c: Optional[float]

@@ -6,9 +6,20 @@ dashboard can never disagree about a card: both are built from these.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Sequence
+import time
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from .model import CardFacts, CardView, GpuOccupancy, HolderInfo, JobState, ProbeReading
+from .model import (
+    INTRUDER,
+    CardFacts,
+    CardView,
+    Drain,
+    GpuOccupancy,
+    HolderInfo,
+    JobState,
+    ProbeReading,
+)
+from .render import clock_time, format_mib
 
 
 def card_count(configured: int, seen: Optional[int], reading: ProbeReading) -> int:
@@ -27,6 +38,7 @@ def compute_occupancy(
     mem_busy_mib: int,
     check_external: bool = True,
     check_health: bool = True,
+    drains: Mapping[int, Drain] = {},
 ) -> GpuOccupancy:
     """Which cards are held, by whom, and which must not be handed out.
 
@@ -38,6 +50,8 @@ def compute_occupancy(
       free. The card views still carry the warning.
     - A card the driver no longer reports, while it reports others, cannot be
       seen and so is never free.
+    - A drained card is never free, whatever the driver says of it; a job
+      already on it keeps it (the card counts as the job's until it ends).
     """
     by_job: dict[int, str] = {}
     for job in jobs:
@@ -78,12 +92,14 @@ def compute_occupancy(
               and facts.memory_used_mib is None and facts.processes is None):
             unhealthy[idx] = "; ".join(facts.health) or "nothing about this card could be read"
 
+    drained = {idx: d.reason for idx, d in drains.items() if 0 <= idx < total and idx not in by_job}
     return GpuOccupancy(
         total=total,
         by_job=by_job,
-        external=frozenset(external),
-        unhealthy=unhealthy,
+        external=frozenset(external - set(drained)),
+        unhealthy={idx: why for idx, why in unhealthy.items() if idx not in drained},
         external_probe_ok=probe_ok,
+        drained=drained,
     )
 
 
@@ -92,12 +108,15 @@ def card_views(
     reading: ProbeReading,
     jobs: Sequence[JobState],
     holders: Callable[[CardFacts], tuple[HolderInfo, ...]] = lambda _c: (),
+    drains: Mapping[int, Drain] = {},
 ) -> tuple[CardView, ...]:
     """One view per card, in index order, in exactly one display state.
 
-    A job's card stays "job" (or "reservation") when it is also unhealthy, and
-    carries the health problem as a warning: the job is there, and its owner
-    needs to know. A free card is shown as "unverified" when use from outside
+    A job's card stays "job" (or "reservation") when it is also unhealthy,
+    drained or used by an intruder, and carries each as a warning: the job is
+    there, and its owner needs to know. A drained card nobody holds is
+    "drained", whatever else is true of it (its health problem is its
+    warning). A free card is shown as "unverified" when use from outside
     could not be probed, because "free" would be a claim nobody checked.
     """
     live_by_run = {j.key: j for j in jobs if j.live}
@@ -114,20 +133,28 @@ def card_views(
         facts = reading.card(idx)
         who = holders(facts) if facts and facts.processes else ()
         health = "; ".join(facts.health) if facts and facts.health else None
+        drain = drains.get(idx)
         if facts is None and (reading.cards or reading.external_probe_ok):
-            # Only a job's card gets here (a free one is unhealthy): the job is
-            # still there, but its card can no longer be seen.
+            # Only a job's or a drained card gets here (a free one is unhealthy):
+            # it is still held or drained, but it can no longer be seen.
             health = f"not reported by the driver ({reading.source})"
         if idx in occ.by_job:
             run_id = occ.by_job[idx]
             holder = live_by_run.get(run_id)
             state = "reservation" if holder is not None and holder.kind == "reservation" else "job"
-            warning = health
+            notes = [intruder_words(h, idx, holder, run_id) for h in who if h.belongs == INTRUDER]
             if len(claimants[idx]) > 1:
                 # The failure this product exists to prevent: never show it as one job.
-                shared = f"claimed by {len(claimants[idx])} jobs at once: {', '.join(claimants[idx])}"
-                warning = f"{shared}; {health}" if health else shared
-            views.append(CardView(idx, state, facts, run_id, holder, who, warning=warning))
+                notes.append(f"claimed by {len(claimants[idx])} jobs at once: {', '.join(claimants[idx])}")
+            if drain is not None:
+                notes.append(f"drained: {drain.reason} (it is not handed out again when {run_id} ends)")
+            if health:
+                notes.append(health)
+            views.append(CardView(idx, state, facts, run_id, holder, who,
+                                  warning="; ".join(notes) or None, drain=drain))
+        elif idx in occ.drained:
+            views.append(CardView(idx, "drained", facts, holders=who, reason=occ.drained[idx],
+                                  warning=health, drain=drain))
         elif idx in occ.unhealthy:
             views.append(CardView(idx, "unhealthy", facts, holders=who, reason=occ.unhealthy[idx]))
         elif idx in occ.external:
@@ -140,3 +167,26 @@ def card_views(
         else:
             views.append(CardView(idx, "free", facts, holders=who, warning=health))
     return tuple(views)
+
+
+def intruder_words(holder: HolderInfo, card: int, job: Optional[JobState], run_id: str,
+                   now: Optional[float] = None) -> str:
+    """"bob (pid 4242, python train.py, 30.0 GiB) is using card 1, reserved by alice until 14:00"."""
+    who = holder.user or (f"uid {holder.uid}" if holder.uid is not None else "someone")
+    what = [f"pid {holder.pid}"]
+    if holder.command:
+        command = holder.command if len(holder.command) <= 60 else holder.command[:57] + "..."
+        what.append(command)
+    if holder.container:
+        name = holder.container_name or holder.container[:12]
+        what.append(f"in container {name}")
+    if holder.used_memory_mib is not None:
+        what.append(format_mib(holder.used_memory_mib))
+    owner = job.owner if job is not None and job.owner else None
+    if job is not None and job.kind == "reservation":
+        held = f"reserved by {owner or 'nobody recorded'}"
+        if job.expires_at is not None:
+            held += f" until {clock_time(job.expires_at, now if now is not None else time.time())}"
+    else:
+        held = f"held by {run_id}" + (f" of {owner}" if owner else "")
+    return f"{who} ({', '.join(what)}) is using card {card}, {held}"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shlex
+import time
 from typing import Optional
 
 from .model import CardView, HolderInfo, JobNotFound, NodeSnapshot, card_ranges, cards_words
@@ -46,6 +47,18 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
+def clock_time(when: float, now: float) -> str:
+    """A moment as a person reads it on this node's clock: "14:00" within the
+    day, "Tue 14:00" within the week, "3 Mar 14:00" beyond."""
+    ahead = abs(when - now)
+    moment = time.localtime(when)
+    if ahead < 20 * 3600:
+        return time.strftime("%H:%M", moment)
+    if ahead < 6 * 86400:
+        return time.strftime("%a %H:%M", moment)
+    return f"{moment.tm_mday} {time.strftime('%b %H:%M', moment)}"
+
+
 def describe_holder(holder: HolderInfo) -> str:
     """One holder in plain words, including the one this machine cannot see."""
     mem = f": {format_mib(holder.used_memory_mib)} in use" if holder.used_memory_mib is not None else ""
@@ -53,7 +66,10 @@ def describe_holder(holder: HolderInfo) -> str:
         return f"a process this machine cannot see (pid {holder.pid} from another PID namespace){mem}"
     who = holder.user or "unknown user"
     what = holder.command or "command not readable"
-    where = f" in container {holder.container[:12]}" if holder.container else ""
+    where = ""
+    if holder.container:
+        image = f" ({holder.container_image})" if holder.container_image else ""
+        where = f" in container {holder.container_name or holder.container[:12]}{image}"
     return f"pid {holder.pid} ({who}){where}: {what}{mem}"
 
 
@@ -74,10 +90,16 @@ def card_summary(card: CardView) -> str:
     """Who or what holds the card, or why it is not free, in a few words."""
     if card.state in ("job", "reservation"):
         owner = f" ({card.job.owner})" if card.job and card.job.owner else ""
-        warn = " ! unhealthy" if card.warning else ""
+        warn = ""
+        if card.intruders:
+            warn = " ! intruder"
+        elif card.drain is not None:
+            warn = " ! drained"
+        elif card.warning:
+            warn = " ! unhealthy"
         return f"{card.run_id}{owner}{warn}"
-    if card.state == "unhealthy":
-        return card.reason or "unhealthy"
+    if card.state in ("unhealthy", "drained"):
+        return card.reason or card.state
     if card.state == "external":
         visible = [h for h in card.holders if h.visible]
         if visible:

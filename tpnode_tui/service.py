@@ -14,6 +14,13 @@ placing its job, and one queued for cards are all listed in the snapshot's
 queue, and each can be cancelled by its owner or an operator until it holds
 cards. A launch whose asker goes away while it waits for the lock is dropped;
 once it holds the lock it is finished, so a job is never left half-made.
+
+Triage lives here too, so an agent and an in-process dashboard both have it:
+the XID watcher runs beside the polls and drains a card an XID says must be
+reset; each reading is compared with the last (intruders appearing and
+leaving, health changes, ends and expiries go to the node's log; idle
+reservations are marked); each card's last hour is kept in fixed rings; and
+operators drain, undrain and evict through the same checks and log.
 """
 from __future__ import annotations
 
@@ -21,18 +28,25 @@ import asyncio
 import collections
 import contextlib
 import grp
+import json
 import logging
 import os
 import pwd
 import time
 from dataclasses import dataclass, replace
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional, TypeVar
 
+from . import evict as evicting
 from .allocator import GpuAllocator, new_run_id
+from .config import DEFAULT_XID_DRAIN, Settings
+from .history import History
 from .identity import Caller, account_groups
 from .launchqueue import LaunchQueue, MemoryQueue, QueueEntry
 from .model import (
     BadRequest,
+    Conflict,
+    Drain,
+    EvictReport,
     JobNotFound,
     JobSpec,
     JobState,
@@ -42,19 +56,27 @@ from .model import (
     NotAllowed,
     QueuedLaunch,
     RunAs,
+    Sample,
     TpnodeError,
     check_run_id,
 )
 from .nodelog import NodeLog
 from .policy import Policy, held_by
 from .render import cards_words, format_duration
+from .triage import Triage
+from .xid import REBOOT, REBOOT_NODE, Verdict, XidRules
+from .xidwatch import XidEvent, XidWatcher, card_by_pci, watcher_for
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: how many log entries one audit answer holds at most (the newest)
+#: how many log entries one audit or events answer holds at most (the newest)
 AUDIT_LIMIT = 10_000
+#: how many new log entries a follower may fall behind before it misses some
+FOLLOW_BACKLOG = 1000
+
+DEFAULT_XID_RULES = XidRules.of(DEFAULT_XID_DRAIN)
 
 
 class OverQuota(NotAllowed):
@@ -145,13 +167,29 @@ def group_names(gids: tuple[int, ...]) -> list[str]:
 class NodeService:
     def __init__(self, allocator: GpuAllocator, policy: Policy, *,
                  queue: Optional[LaunchQueue] = None, node_log: Optional[NodeLog] = None,
-                 interval: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+                 interval: float = 1.0, clock: Callable[[], float] = time.time,
+                 xid_rules: XidRules = DEFAULT_XID_RULES, idle_after_s: float = 30 * 60,
+                 evict_grace_s: float = 10.0, watch_xids: bool = True) -> None:
         self.allocator = allocator
         self.policy = policy
         self.queue: LaunchQueue = queue if queue is not None else MemoryQueue()
         self.log = node_log
         self.interval = interval
         self.clock = clock
+        self.xid_rules = xid_rules
+        self.evict_grace_s = evict_grace_s
+        self.watch_xids = watch_xids
+        self.history = History(interval)
+        self.triage = Triage(idle_after_s=idle_after_s, mem_busy_mib=allocator.settings.mem_busy_mib,
+                             history=self.history, record=self._event, started_at=clock())
+        #: the allocator's last snapshot, before this service added what it knows
+        self._raw: Optional[NodeSnapshot] = None
+        self._watcher: Optional[XidWatcher] = None
+        self._xid_problem = ("XID events are watched only while the node is served "
+                             "(the agent, or an open dashboard)")
+        self._xids: asyncio.Queue[XidEvent] = asyncio.Queue()
+        self._xid_task: Optional[asyncio.Task[None]] = None
+        self._followers: set[asyncio.Queue[dict[str, Any]]] = set()
         self._reading = Reading(seq=0, snapshot=None)
         self._poll_lock = asyncio.Lock()
         self._pending: dict[str, _Pending] = {}
@@ -194,6 +232,11 @@ class NodeService:
                     log.warning("poll failed", exc_info=True)
                 self._set_reading(error=str(e) or type(e).__name__, changes=changes)
                 raise
+            self._raw = snap
+            try:
+                self.triage.observe(snap, self.clock())
+            except Exception:  # what is learnt from a reading must never lose the reading
+                log.warning("could not compare the reading with the last one", exc_info=True)
             self._set_reading(snapshot=snap, changes=changes)
             assert self._reading.snapshot is not None
             return self._reading.snapshot
@@ -210,7 +253,17 @@ class NodeService:
         self._publish(reading)
 
     def _with_queue(self, snap: Optional[NodeSnapshot]) -> Optional[NodeSnapshot]:
-        return None if snap is None else replace(snap, queue=self.queued())
+        """The allocator's snapshot as readers get it: with the queue, idle
+        reservations, recent XIDs and whether XIDs are watched. Always built
+        from the allocator's own snapshot, so nothing is added twice."""
+        if snap is None:
+            return None
+        watching = self._watcher is not None and self._watcher.problem is None
+        snap = self.triage.decorate(
+            self._raw if self._raw is not None else snap, self.clock(),
+            xid_watch=self._watcher.source if watching and self._watcher is not None else "",
+            xid_problem=None if watching else (self._watcher.problem if self._watcher else self._xid_problem))
+        return replace(snap, queue=self.queued())
 
     def _publish(self, reading: Reading) -> None:
         self._reading = reading
@@ -261,13 +314,97 @@ class NodeService:
 
     async def run(self) -> None:
         """Poll once per interval (or sooner when an action asks), then try the
-        queue. Polls never overlap: the next waits for the last to end."""
+        queue. Polls never overlap: the next waits for the last to end. The
+        XID watcher starts once a poll has found which probe reads the cards."""
+        if self._xid_task is None:
+            self._xid_task = asyncio.ensure_future(self._handle_xids())
         while True:
             self._wake.clear()
             await self.poll()
+            if self.watch_xids and self._watcher is None:
+                await self._start_watcher()
             self._start_drain()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+            await self._pause()
+
+    async def _pause(self) -> None:
+        """Wait for the interval, or less if an action asks for a poll.
+
+        Not ``wait_for``: before Python 3.12 it can swallow a cancellation that
+        arrives as the wait ends, and a cancelled ``run`` would then poll on for
+        ever while whoever cancelled it waits (a dashboard that never quits)."""
+        waiter = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=self.interval)
+        finally:
+            waiter.cancel()
+
+    # ── XIDs ──────────────────────────────────────────────────────────────────
+
+    def _card_of_pci(self, pci: str) -> Optional[int]:
+        snap = self._raw
+        return None if snap is None else card_by_pci(snap.probe.cards)(pci)
+
+    async def _start_watcher(self) -> None:
+        watcher, why = watcher_for(self.allocator.probe, self._card_of_pci)
+        if watcher is None:
+            self._xid_problem = why
+            return
+        self._watcher = watcher
+        await watcher.start(self._xids.put_nowait)
+
+    async def _handle_xids(self) -> None:
+        """Each event in the order it came; one that cannot be handled is logged
+        and the next is handled all the same."""
+        while True:
+            event = await self._xids.get()
+            try:
+                await self.on_xid(event)
+            except Exception:
+                log.warning("could not handle XID event %s", event, exc_info=True)
+
+    def _job_on(self, card: Optional[int]) -> Optional[JobState]:
+        snap = self._raw
+        if snap is None or card is None or not 0 <= card < len(snap.cards):
+            return None
+        return snap.cards[card].job
+
+    async def on_xid(self, event: XidEvent) -> Verdict:
+        """Drain, log or show one XID event by its verdict."""
+        if event.xid is None:  # lost, or "unavailable": no XID, and no reset will reach it
+            verdict = Verdict(None, REBOOT, event.text or "GPU is lost", REBOOT_NODE)
+        else:
+            verdict = self.xid_rules.judge(event.xid, event.recovery_action)
+        words = verdict.words()
+        job = self._job_on(event.card)
+        cards = [] if event.card is None else [event.card]
+        where = f"card {event.card}" if event.card is not None else f"PCI device {event.pci}, no card here,"
+        fields: dict[str, Any] = {"xid": event.xid, "verdict": verdict.kind, "source": event.source}
+        if event.pid is not None:
+            fields["pid"] = event.pid
+        if event.process is not None:
+            fields["process"] = event.process
+        if event.text is not None:
+            fields["driver_says"] = event.text
+        if job is not None:
+            fields.update(run_id=job.key, owner=job.owner)
+        against = f" while {job.key} of {job.owner or 'nobody recorded'} held it" if job is not None else ""
+        what = verdict.meaning if verdict.xid is None else f"XID {verdict.xid}: {verdict.meaning}"
+        then = f"; {verdict.action}" if verdict.action else ""
+        self._event("xid", f"{where}: {what}{against}{then}", cards=cards, user=job.owner if job else None,
+                    **fields)
+        if verdict.drains and event.card is not None:
+            drain = Drain(card=event.card, reason=words, by="xid", at=event.at, source="xid",
+                          xid=event.xid)
+            kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
+            if new:
+                self._event("drain", f"card {event.card} drained: {words}", cards=cards, source="xid",
+                            xid=event.xid, by="xid")
+            self._changes += 1
+        elif event.card is not None and verdict.kind != "ignored":
+            self.triage.note_xid(event.card, verdict, event.at, job)
+            self._queue_changed()
+        self.poll_soon()
+        return verdict
 
     # ── who is asking ────────────────────────────────────────────────────────
 
@@ -278,32 +415,49 @@ class NodeService:
                    card_limit=self.policy.limits.limit_for(caller, group_names(caller.groups)))
 
     def _record(self, caller: Caller, action: str, target: str, result: str, message: str,
-                *, counted: Optional[str] = None, **fields: object) -> None:
+                *, counted: Optional[str] = None, cards: Iterable[int] = (), **fields: object) -> None:
         if action in ("launch", "reserve"):
             self.launch_results[counted or result.replace(" ", "_")] += 1
+        if cards:
+            fields["cards"] = sorted(set(cards))
+        self._event("action", message, action=action, target=target, result=result,
+                    uid=caller.uid, user=caller.user, pid=caller.pid, **fields)
+
+    def _event(self, kind: str, message: str, **fields: Any) -> dict[str, Any]:
+        """Write one entry to the node's log and hand it to everyone following it."""
         if self.log is not None:
-            self.log.append("action", message, action=action, target=target, result=result,
-                            uid=caller.uid, user=caller.user, pid=caller.pid, **fields)
+            entry = self.log.append(kind, message, **fields)
+        else:
+            entry = {"time": self.clock(), "kind": kind, "message": message, **fields}
+        for follower in self._followers:
+            if follower.full():
+                follower.get_nowait()  # a follower that stopped reading loses the oldest
+            follower.put_nowait(entry)
+        return entry
 
     async def _audited(self, caller: Caller, action: str, target: str,
-                       work: Awaitable[T], done: Callable[[T], str]) -> T:
-        """Run ``work``, and log the attempt, allowed or not, before answering."""
+                       work: Awaitable[T], done: Callable[[T], str],
+                       cards: Callable[[T], Iterable[int]] = lambda _r: (),
+                       asked: Iterable[int] = ()) -> T:
+        """Run ``work``, and log the attempt, allowed or not, before answering.
+        ``asked`` are the cards the request names, for an attempt that failed."""
         try:
             result = await work
         except NoCapacity as e:
-            self._record(caller, action, target, "no capacity", str(e))
+            self._record(caller, action, target, "no capacity", str(e), cards=asked)
             raise
         except NotAllowed as e:
-            self._record(caller, action, target, "refused", str(e))
+            self._record(caller, action, target, "refused", str(e), cards=asked)
             raise
         except TpnodeError as e:
-            self._record(caller, action, target, "failed", str(e))
+            self._record(caller, action, target, "failed", str(e), cards=asked)
             raise
         except asyncio.CancelledError:
             self._record(caller, action, target, "abandoned", f"{caller.user} went away before {target} was placed")
             raise
         queued = isinstance(result, LaunchResult) and result.queued is not None
-        self._record(caller, action, target, "ok", done(result), counted="queued" if queued else "placed")
+        self._record(caller, action, target, "ok", done(result), counted="queued" if queued else "placed",
+                     cards=cards(result))
         self._changes += 1
         self.poll_soon()
         return result
@@ -318,6 +472,166 @@ class NodeService:
         entries = [e for e in self.log.read(since=since, kinds={"action"})
                    if caller.operator or e.get("uid") == caller.uid]
         return entries[-AUDIT_LIMIT:], caller.operator
+
+    def _visible(self, caller: Caller, entry: dict[str, Any], card: Optional[int]) -> bool:
+        """Actions are the caller's own unless they operate (as for audit); what
+        happened to the cards is everyone's to see."""
+        if entry.get("kind") == "action" and not caller.operator and entry.get("uid") != caller.uid:
+            return False
+        if card is not None:
+            cards = entry.get("cards")
+            return isinstance(cards, list) and card in cards
+        return True
+
+    def events(self, caller: Caller, since_s: Optional[float] = None,
+               card: Optional[int] = None) -> list[dict[str, Any]]:
+        """The node's log of the last ``since_s`` seconds (all of it for None),
+        oldest first, at most the newest AUDIT_LIMIT: health events, XIDs,
+        drains, intruders, ends and expiries, evictions, and the actions the
+        caller may see; only those about ``card`` when one is given."""
+        if self.log is None:
+            return []
+        since = None if since_s is None else self.clock() - since_s
+        return [e for e in self.log.read(since=since) if self._visible(caller, e, card)][-AUDIT_LIMIT:]
+
+    async def follow_events(self, caller: Caller, card: Optional[int] = None,
+                            since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+        """What :meth:`events` shows for ``since_s`` (nothing for None), then every
+        entry as it is written, none twice and none missed in between. A follower
+        that falls FOLLOW_BACKLOG entries behind loses the oldest."""
+        follower: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=FOLLOW_BACKLOG)
+        self._followers.add(follower)
+        try:
+            past = self.events(caller, since_s, card) if since_s is not None else []
+            # Entries written while the past was read are in both: skip them once.
+            overlap = {json.dumps(e, sort_keys=True) for e in past[-FOLLOW_BACKLOG:]}
+            for entry in past:
+                yield entry
+            while True:
+                entry = await follower.get()
+                if overlap and json.dumps(entry, sort_keys=True) in overlap:
+                    continue
+                overlap = set()
+                if self._visible(caller, entry, card):
+                    yield entry
+        finally:
+            self._followers.discard(follower)
+
+    # ── a card's last hour ───────────────────────────────────────────────────
+
+    def card_history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
+        """The last hour of ``card`` (every card for None), oldest first: every
+        poll of the last five minutes, 10-second averages before."""
+        now = self.clock()
+        if card is not None:
+            self._check_card(card)
+            return {card: self.history.samples(card, now)}
+        return {i: self.history.samples(i, now) for i in sorted(self.history.cards)}
+
+    def _check_card(self, card: int) -> None:
+        snap = self._raw
+        total = snap.occupancy.total if snap is not None else None
+        if card < 0 or (total is not None and card >= total):
+            cards = f"0-{total - 1}" if total else "none"
+            raise BadRequest(f"card {card} is not a card of this node (its cards: {cards})")
+
+    # ── taking cards out of service ──────────────────────────────────────────
+
+    def _operators_only(self, caller: Caller, what: str) -> None:
+        if not caller.operator:
+            raise NotAllowed(f"{caller.user} may not {what}: only an operator "
+                             f"({self.policy.operators.describe()}) may")
+
+    async def drain_card(self, caller: Caller, card: int, reason: str) -> Drain:
+        """Take ``card`` out of service (operators): it is never handed out again
+        until undrained; a job already on it keeps running."""
+        async def work() -> Drain:
+            self._operators_only(caller, f"drain card {card}")
+            if not reason.strip():
+                raise BadRequest("say why the card is drained (a reason), so the next operator knows")
+            if len(reason) > 500:
+                raise BadRequest("a drain reason is at most 500 characters")
+            if self._raw is None:
+                await self.read_now()  # to know which cards the node has
+            self._check_card(card)
+            drain = Drain(card=card, reason=reason.strip(), by=caller.user, at=self.clock(), source="operator")
+            kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
+            if not new:
+                raise Conflict(f"card {card} is drained already, by {kept.by}: {kept.reason}")
+            self._event("drain", f"card {card} drained by {caller.user}: {kept.reason}", cards=[card],
+                        user=caller.user, source="operator", by=caller.user)
+            return kept
+
+        def done(d: Drain) -> str:
+            job = self._job_on(card)
+            under = f"; {job.key} keeps running on it" if job is not None else ""
+            return f"{caller.user} drained card {card}: {d.reason}{under}"
+
+        return await self._audited(caller, "drain", f"card {card}", work(), done, lambda d: [d.card], [card])
+
+    async def undrain_card(self, caller: Caller, card: int) -> Drain:
+        """Put ``card`` back in service (operators); refused while the driver
+        still reports a problem with it, which is named."""
+        async def work() -> Drain:
+            self._operators_only(caller, f"undrain card {card}")
+            self._check_card(card)
+            drains = await asyncio.to_thread(self.allocator.drains.read)
+            if card not in drains:
+                raise JobNotFound(f"card {card} is not drained")
+            snap = await self.read_now()
+            view = snap.cards[card] if card < len(snap.cards) else None
+            facts = view.facts if view is not None else None
+            if facts is None:
+                raise Conflict(f"card {card} stays drained: the driver does not report it "
+                               f"({snap.probe.problem or 'it is missing from the reading'}); "
+                               f"{drains[card].reason}")
+            if facts.health:
+                raise Conflict(f"card {card} stays drained: it still reports {'; '.join(facts.health)}. "
+                               f"Drained for: {drains[card].reason}")
+            removed = await asyncio.to_thread(self.allocator.drains.undrain, card)
+            if removed is None:
+                raise JobNotFound(f"card {card} is not drained")
+            self._event("undrain", f"card {card} is back in service, undrained by {caller.user} "
+                        f"(drained by {removed.by}: {removed.reason})", cards=[card], user=caller.user,
+                        by=caller.user)
+            return removed
+
+        return await self._audited(
+            caller, "undrain", f"card {card}", work(),
+            lambda d: f"{caller.user} put card {card} back in service (drained by {d.by}: {d.reason})",
+            lambda d: [d.card], [card])
+
+    async def evict(self, caller: Caller, card: int, pid: Optional[int] = None, *,
+                    kill: bool = False, dry_run: bool = False) -> EvictReport:
+        """SIGTERM the card's external or intruding processes, or the one named
+        (operators); SIGKILL what is left after the grace period when ``kill``.
+        ``dry_run`` only lists what would be signalled."""
+        async def work() -> EvictReport:
+            self._operators_only(caller, f"evict processes from card {card}")
+            snap = await self.read_now()
+            self._check_card(card)
+            view = snap.cards[card]
+            chosen = evicting.targets(view, pid)
+            if dry_run:
+                done = evicting.listed(view, chosen, kill)
+            else:
+                done = await asyncio.to_thread(evicting.evict, view, chosen, grace_s=self.evict_grace_s,
+                                               kill=kill)
+                for e in done:
+                    who = e.user or (f"uid {e.uid}" if e.uid is not None else "someone")
+                    self._event("evict", f"card {card}: {who}'s pid {e.pid} ({e.command or 'command unknown'}), "
+                                f"evicted by {caller.user}: {e.fate}", cards=[card], user=e.user, pid=e.pid,
+                                outcome=e.outcome, by=caller.user)
+            return EvictReport(card=card, dry_run=dry_run, kill=kill, grace_s=self.evict_grace_s,
+                               processes=tuple(done))
+
+        def said(r: EvictReport) -> str:
+            what = "would evict" if r.dry_run else "evicted"
+            return f"{caller.user} {what} from card {card}: " + "; ".join(
+                f"pid {e.pid} of {e.user or e.uid}: {e.fate}" for e in r.processes)
+
+        target = f"card {card}" + (f" pid {pid}" if pid is not None else "")
+        return await self._audited(caller, "evict", target, work(), said, lambda r: [r.card], [card])
 
     # ── launching ────────────────────────────────────────────────────────────
 
@@ -360,7 +674,8 @@ class NodeService:
                 return f"{run_id} queued for {cards_words(spec.cards)}"
             return _placed(result.launched)
 
-        return await self._audited(caller, "launch", run_id, work(), done)
+        return await self._audited(caller, "launch", run_id, work(), done,
+                                   lambda r: r.launched.gpus if r.launched is not None else ())
 
     async def reserve(self, caller: Caller, request: ReserveRequest) -> Launched:
         if not request.duration_s >= 1:
@@ -371,7 +686,8 @@ class NodeService:
         spec = replace(spec, expires_at=self.clock() + request.duration_s)
         entry = QueueEntry(spec, caller, self.clock())
         return await self._audited(caller, "reserve", run_id,
-                                   self._place(entry, hold_for_s=request.duration_s), _placed)
+                                   self._place(entry, hold_for_s=request.duration_s), _placed,
+                                   lambda launched: launched.gpus)
 
     async def _place(self, entry: QueueEntry, hold_for_s: Optional[float] = None) -> Launched:
         """Launch ``entry`` as a cancellable pending launch, listed in the
@@ -496,7 +812,8 @@ class NodeService:
             return await self.allocator.stop(run_id)
 
         return await self._audited(caller, "stop", run_id, work(),
-                                   lambda j: f"{caller.user} stopped {j.key} ({cards_words(j.gpus)})")
+                                   lambda j: f"{caller.user} stopped {j.key} ({cards_words(j.gpus)})",
+                                   lambda j: j.gpus)
 
     async def extend(self, caller: Caller, run_id: str, duration_s: float) -> JobState:
         async def work() -> JobState:
@@ -510,7 +827,7 @@ class NodeService:
             left = format_duration((job.expires_at or 0) - self.clock())
             return f"{caller.user} extended {job.key} by {format_duration(duration_s)}; {left} left"
 
-        return await self._audited(caller, "extend", run_id, work(), done)
+        return await self._audited(caller, "extend", run_id, work(), done, lambda j: j.gpus)
 
     async def reclaim(self, caller: Caller, run_id: Optional[str]) -> list[JobState]:
         """Remove exited jobs' records: one run id (its owner or an operator), or
@@ -531,9 +848,16 @@ class NodeService:
         def done(jobs: list[JobState]) -> str:
             return f"{caller.user} reclaimed " + (", ".join(j.key for j in jobs) or "nothing")
 
-        return await self._audited(caller, "reclaim", run_id or "*", work(), done)
+        return await self._audited(caller, "reclaim", run_id or "*", work(), done,
+                                   lambda jobs: [i for j in jobs for i in j.gpus])
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.close()
+        if self._xid_task is not None:
+            self._xid_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._xid_task
         for pending in list(self._pending.values()):
             if pending.task is not None and pending.phase == "waiting":
                 pending.task.cancel()
@@ -541,6 +865,15 @@ class NodeService:
             self._draining.cancel()
             with contextlib.suppress(BaseException):
                 await self._draining
+
+
+def triage_options(settings: Settings) -> dict[str, Any]:
+    """The service's triage settings, as the agent and an in-process node both give them."""
+    return {
+        "xid_rules": XidRules.of(settings.xid_drain, settings.xid_ignore),
+        "idle_after_s": settings.idle_reservation_min * 60.0,
+        "evict_grace_s": settings.evict_grace_s,
+    }
 
 
 def _placed(launched: Optional[Launched]) -> str:

@@ -17,8 +17,13 @@ from dataclasses import asdict
 from typing import Any, Callable, Optional, TypeVar
 
 from .model import (
+    BELONGS,
+    DRAIN_SOURCES,
     CardFacts,
     CardView,
+    Drain,
+    Evicted,
+    EvictReport,
     GpuOccupancy,
     HolderInfo,
     JobState,
@@ -27,6 +32,7 @@ from .model import (
     ProbeReading,
     ProcessFacts,
     QueuedLaunch,
+    Sample,
     TpnodeError,
 )
 
@@ -61,11 +67,16 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "by_job": {str(k): v for k, v in sorted(occ.by_job.items())},
         "external": sorted(occ.external),
         "unhealthy": {str(k): v for k, v in sorted(occ.unhealthy.items())},
+        "drained": {str(k): v for k, v in sorted(occ.drained.items())},
         "external_probe_ok": occ.external_probe_ok,
         "explain": snap.explain,
         "cards": [_card_json(c) for c in snap.cards],
         "jobs": [_job_json(j) for j in snap.jobs],
         "queue": [queued_to_json(q) for q in snap.queue],
+        "intruder_cards": list(snap.intruder_cards),
+        "idle": dict(sorted(snap.idle.items())),
+        "xid_watch": snap.xid_watch,
+        "xid_problem": snap.xid_problem,
     }
 
 
@@ -78,6 +89,8 @@ def _card_json(c: CardView) -> dict[str, Any]:
         "holders": [asdict(h) for h in c.holders],
         "reason": c.reason,
         "warning": c.warning,
+        "intruders": list(c.intruders),
+        "drain": None if c.drain is None else drain_to_json(c.drain),
         "name": f.name if f else None,
         "uuid": f.uuid if f else None,
         "pci_bus_id": f.pci_bus_id if f else None,
@@ -111,7 +124,13 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "fence": j.fence,
         "problems": list(j.problems),
         "note": j.note,
+        "container_id": j.container_id,
+        "cgroup": j.cgroup,
     }
+
+
+def drain_to_json(d: Drain) -> dict[str, Any]:
+    return asdict(d)
 
 
 # ── reading back ────────────────────────────────────────────────────────────
@@ -170,6 +189,9 @@ class Reader:
     def opt_number(self, key: str) -> Optional[float]:
         value = self._get(key, lambda v: v is None or _is_number(v), "a number or null", None)
         return None if value is None else float(value)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: Any = _REQUIRED) -> str:
+        return self._get(key, lambda v: v in choices, f"one of {', '.join(choices)}", default)  # type: ignore[no-any-return]
 
     def flag(self, key: str, default: Any = _REQUIRED) -> bool:
         return self._get(key, lambda v: isinstance(v, bool), "true or false", default)  # type: ignore[no-any-return]
@@ -233,7 +255,20 @@ def _holder(r: Reader) -> HolderInfo:
         command=r.opt_text("command"),
         container=r.opt_text("container"),
         started_at=r.opt_number("started_at"),
+        belongs=r.choice("belongs", BELONGS, "unknown"),
+        uid=r.opt_whole("uid"),
+        container_name=r.opt_text("container_name"),
+        container_image=r.opt_text("container_image"),
     )
+
+
+def _drain(r: Reader) -> Drain:
+    return Drain(card=r.whole("card"), reason=r.text("reason"), by=r.text("by"), at=r.number("at"),
+                 source=r.choice("source", DRAIN_SOURCES, "operator"), xid=r.opt_whole("xid"))
+
+
+def drain_from_json(doc: Any, where: str = "drain") -> Drain:
+    return _drain(Reader(doc, where))
 
 
 def _process(r: Reader) -> ProcessFacts:
@@ -277,6 +312,8 @@ def _job(r: Reader) -> JobState:
         fence=r.opt_whole("fence"),
         problems=r.texts("problems"),
         note=r.text("note", ""),
+        container_id=r.opt_text("container_id"),
+        cgroup=r.opt_text("cgroup"),
     )
 
 
@@ -328,6 +365,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
             holders=tuple(c.each("holders", _holder, [])),
             reason=c.opt_text("reason"),
             warning=c.opt_text("warning"),
+            drain=None if c.doc.get("drain") is None else _drain(Reader(c.doc["drain"], f"{c.where}.drain")),
         ))
     occupancy = GpuOccupancy(
         total=total,
@@ -335,6 +373,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         external=frozenset(r.wholes("external")),
         unhealthy=_int_keys(r, "unhealthy"),
         external_probe_ok=r.flag("external_probe_ok"),
+        drained=_int_keys(r, "drained") if "drained" in r.doc else {},
     )
     return NodeSnapshot(
         taken_at=r.number("taken_at"),
@@ -352,7 +391,18 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         lock_state=r.opt_text("lock_state"),
         explain=r.text("explain", ""),
         queue=tuple(r.each("queue", _queued, [])),
+        idle=_idle(r),
+        xid_watch=r.text("xid_watch", ""),
+        xid_problem=r.opt_text("xid_problem"),
     )
+
+
+def _idle(r: Reader) -> dict[str, float]:
+    doc = r.doc.get("idle", {})
+    if not isinstance(doc, dict) or not all(
+            isinstance(k, str) and _is_number(v) for k, v in doc.items()):
+        raise WireError(f"{r.where}.idle is not an object of run id -> unix seconds")
+    return {k: float(v) for k, v in doc.items()}
 
 
 # ── answers to actions ─────────────────────────────────────────────────────
@@ -391,3 +441,54 @@ def launched_from_json(doc: Any, where: str = "launch") -> Launched:
     r = Reader(doc, where)
     return Launched(gpus=r.wholes("gpus"), job=_job(Reader(r.obj("job"), f"{where}.job")),
                     existing=r.flag("existing", False), warning=r.opt_text("warning"))
+
+
+# ── triage ────────────────────────────────────────────────────────────────────
+
+
+def evict_to_json(report: EvictReport) -> dict[str, Any]:
+    return asdict(report) | {"processes": [asdict(e) for e in report.processes]}
+
+
+def _evicted(r: Reader) -> Evicted:
+    return Evicted(card=r.whole("card"), pid=r.whole("pid"), user=r.opt_text("user"), uid=r.opt_whole("uid"),
+                   command=r.opt_text("command"), belongs=r.choice("belongs", BELONGS),
+                   used_memory_mib=r.opt_whole("used_memory_mib"), outcome=r.text("outcome"),
+                   fate=r.text("fate"))
+
+
+def evict_from_json(doc: Any, where: str = "evict") -> EvictReport:
+    r = Reader(doc, where)
+    return EvictReport(card=r.whole("card"), dry_run=r.flag("dry_run"), kill=r.flag("kill"),
+                       grace_s=r.number("grace_s"), processes=tuple(r.each("processes", _evicted)))
+
+
+def history_to_json(history: dict[int, list[Sample]]) -> dict[str, Any]:
+    """{"cards": {"3": [{"at", "seconds", "utilization_pct", ...}, ...]}}."""
+    return {"cards": {str(card): [asdict(s) for s in samples] for card, samples in history.items()}}
+
+
+def _sample(r: Reader) -> Sample:
+    return Sample(at=r.number("at"), seconds=r.number("seconds"),
+                  utilization_pct=r.opt_number("utilization_pct"), memory_used_mib=r.opt_number("memory_used_mib"),
+                  power_w=r.opt_number("power_w"), temperature_c=r.opt_number("temperature_c"))
+
+
+def history_from_json(doc: Any, where: str = "history") -> dict[int, list[Sample]]:
+    r = Reader(doc, where)
+    out: dict[int, list[Sample]] = {}
+    for key, samples in r.obj("cards").items():
+        if not key.isdigit() or len(key) > 6:
+            raise WireError(f"{where}.cards has {key!r}, not a card index")
+        out[int(key)] = Reader({"s": samples}, f"{where}.cards.{key}").each("s", _sample)
+    return out
+
+
+def event_from_json(doc: Any, where: str = "event") -> dict[str, Any]:
+    """One entry of the node's log as the agent sent it: an object with at least
+    a time, a kind and a message; everything else is kept as it came."""
+    r = Reader(doc, where)
+    r.number("time")
+    r.text("kind")
+    r.text("message")
+    return dict(r.doc)

@@ -21,6 +21,12 @@ the others.
 ``POST /v1/extend``         ``{run_id, duration_s}``
 ``POST /v1/stop``           ``{run_id}``
 ``POST /v1/reclaim``        ``{run_id}`` (null: every exited job the caller may remove)
+``GET  /v1/events``         the node's log (``?since=SECONDS&card=N``); ``&follow=true``: then each
+                            new entry as a line of JSON, as it is written
+``GET  /v1/history``        each card's last hour (``?card=N``: one card's)
+``POST /v1/drain``          ``{card, reason}`` (operators)
+``POST /v1/undrain``        ``{card}`` (operators; refused while the card reports a problem)
+``POST /v1/evict``          ``{card, pid, kill, dry_run}`` (operators)
 ``GET  /v1/queue``          launches queued or waiting
 ``POST /v1/queue/cancel``   ``{run_id}``
 """
@@ -51,6 +57,9 @@ from ..service import Cancelled, LaunchRequest, NodeService, Reading, ReserveReq
 from ..wire import (
     Reader,
     WireError,
+    drain_to_json,
+    evict_to_json,
+    history_to_json,
     job_to_json,
     launched_to_json,
     queued_to_json,
@@ -184,15 +193,31 @@ class Api:
 
     async def audit(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
-        since_text = request.query.get("since")
-        since: Optional[float] = None
-        if since_text is not None:
-            try:
-                since = float(since_text)
-            except ValueError:
-                raise BadRequest(f"since={since_text!r} is not a number of seconds") from None
-        entries, everyone = self.service.audit(caller, since)
+        entries, everyone = self.service.audit(caller, _since(request))
         return web.json_response({"entries": entries, "all": everyone})
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        caller = self.caller(request)
+        _only_query(request, "since", "card", "follow")
+        since, card = _since(request), _card(request)
+        follow = request.query.get("follow", "false").lower()
+        if follow not in ("true", "false", "1", "0"):
+            raise BadRequest(f"follow={follow!r} is not true or false")
+        if follow in ("false", "0"):
+            return web.json_response({"entries": self.service.events(caller, since, card)})
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        async for entry in self.service.follow_events(caller, card, since):
+            try:
+                await response.write((json.dumps(entry) + "\n").encode())
+            except (ConnectionResetError, RuntimeError):
+                break  # the follower went away
+        return response
+
+    async def history(self, request: web.Request) -> web.Response:
+        self.caller(request)
+        _only_query(request, "card")
+        return web.json_response(history_to_json(self.service.card_history(_card(request))))
 
     async def queue(self, request: web.Request) -> web.Response:
         self.caller(request)
@@ -255,6 +280,27 @@ class Api:
         removed = await self.service.reclaim(caller, r.opt_text("run_id"))
         return web.json_response({"removed": [job_to_json(j) for j in removed]})
 
+    async def drain(self, request: web.Request) -> web.Response:
+        caller = self.caller(request)
+        r = await self._body(request, "card", "reason")
+        drain = await self.service.drain_card(caller, _card_index(r), r.text("reason"))
+        return web.json_response({"drain": drain_to_json(drain)})
+
+    async def undrain(self, request: web.Request) -> web.Response:
+        caller = self.caller(request)
+        r = await self._body(request, "card")
+        return web.json_response({"drain": drain_to_json(await self.service.undrain_card(caller, _card_index(r)))})
+
+    async def evict(self, request: web.Request) -> web.Response:
+        caller = self.caller(request)
+        r = await self._body(request, "card", "pid", "kill", "dry_run")
+        pid = r.opt_whole("pid")
+        if pid is not None and pid <= 0:
+            raise BadRequest(f"request.pid is {pid}, not a process id")
+        report = await self.service.evict(caller, _card_index(r), pid, kill=r.flag("kill", False),
+                                          dry_run=r.flag("dry_run", False))
+        return web.json_response({"evict": evict_to_json(report)})
+
     async def cancel(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
         r = await self._body(request, "run_id")
@@ -277,5 +323,45 @@ def make_app(service: NodeService, operators: Operators) -> web.Application:
         web.post("/v1/stop", api.stop),
         web.post("/v1/reclaim", api.reclaim),
         web.post("/v1/queue/cancel", api.cancel),
+        web.get("/v1/events", api.events),
+        web.get("/v1/history", api.history),
+        web.post("/v1/drain", api.drain),
+        web.post("/v1/undrain", api.undrain),
+        web.post("/v1/evict", api.evict),
     ])
     return app
+
+
+def _only_query(request: web.Request, *keys: str) -> None:
+    unknown = sorted(set(request.query) - set(keys))
+    if unknown:
+        raise BadRequest(f"{request.path} does not take {', '.join(unknown)}; it takes {', '.join(keys)}")
+
+
+def _since(request: web.Request) -> Optional[float]:
+    text = request.query.get("since")
+    if text is None:
+        return None
+    try:
+        since = float(text)
+    except ValueError:
+        raise BadRequest(f"since={text!r} is not a number of seconds") from None
+    if not since >= 0:
+        raise BadRequest(f"since={text!r} is not a number of seconds")
+    return since
+
+
+def _card(request: web.Request) -> Optional[int]:
+    text = request.query.get("card")
+    if text is None:
+        return None
+    if not text.isascii() or not text.isdigit() or len(text) > 6:
+        raise BadRequest(f"card={text!r} is not a card index")
+    return int(text)
+
+
+def _card_index(r: Reader) -> int:
+    card = r.whole("card")
+    if not 0 <= card < 1_000_000:
+        raise BadRequest(f"request.card is {card}, not a card index")
+    return card

@@ -26,7 +26,7 @@ from ..launchqueue import FileQueue
 from ..model import ConfigError, TpnodeError
 from ..nodelog import NodeLog
 from ..policy import Policy
-from ..service import NodeService
+from ..service import NodeService, triage_options
 from .api import make_app
 from .exports import Exports
 
@@ -83,7 +83,7 @@ async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.E
     service = NodeService(
         allocator, policy, queue=FileQueue(settings.state_dir),
         node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
-        interval=interval)
+        interval=interval, **triage_options(settings))
     runner = web.AppRunner(make_app(service, policy.operators), access_log=None,
                            handler_cancellation=True, keepalive_timeout=IDLE_TIMEOUT_S)
     loop = asyncio.get_running_loop()

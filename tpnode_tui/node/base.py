@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional, Protocol
 
-from ..model import JobState, Launched, NodeSnapshot, QueuedLaunch
+from ..model import Drain, EvictReport, JobState, Launched, NodeSnapshot, QueuedLaunch, Sample
 from ..service import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
 
 
@@ -50,6 +50,35 @@ class Node(Protocol):
 
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         """Logged actions (the caller's own, or all for an operator) and whether they are all."""
+        ...
+
+    async def drain(self, card: int, reason: str) -> Drain:
+        """Take a card out of service (operators; NotAllowed otherwise)."""
+        ...
+
+    async def undrain(self, card: int) -> Drain:
+        """Put a drained card back (operators); Conflict, naming the problem, while
+        the card still reports one. Returns the drain that was lifted."""
+        ...
+
+    async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
+                    dry_run: bool = False) -> EvictReport:
+        """SIGTERM the card's external or intruding processes, or ``pid`` (operators);
+        SIGKILL after the grace period with ``kill``; ``dry_run`` only lists them."""
+        ...
+
+    async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
+        """The node's log (of the last ``since_s`` seconds; about ``card``), oldest first.
+        Each entry has ``time``, ``kind``, ``message`` and, where it is about cards, ``cards``."""
+        ...
+
+    def follow_events(self, card: Optional[int] = None,
+                      since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+        """:meth:`events` for ``since_s``, then each entry as it is written, until closed."""
+        ...
+
+    async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
+        """Each card's (or one card's) last hour, oldest first."""
         ...
 
     async def close(self) -> None: ...

@@ -16,10 +16,10 @@ from ..allocator import GpuAllocator
 from ..config import Settings
 from ..identity import Caller, this_process
 from ..locks import AllocationLock
-from ..model import JobState, Launched, QueuedLaunch
+from ..model import Drain, EvictReport, JobState, Launched, QueuedLaunch, Sample
 from ..nodelog import NodeLog
 from ..policy import Policy
-from ..service import LaunchRequest, LaunchResult, NodeService, ReserveRequest
+from ..service import LaunchRequest, LaunchResult, NodeService, ReserveRequest, triage_options
 from .base import NodeView
 
 
@@ -39,7 +39,7 @@ class LocalNode:
         service = NodeService(
             GpuAllocator.from_settings(settings, lock=lock), policy,
             node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
-            interval=interval)
+            interval=interval, **triage_options(settings))
         return cls(service, this_process(policy.operators))
 
     def _view(self) -> NodeView:
@@ -50,10 +50,14 @@ class LocalNode:
         await self.service.read_now()
         return self._view()
 
-    async def views(self) -> AsyncIterator[NodeView]:
-        """Runs the service's polling for as long as someone watches."""
+    def _serve(self) -> None:
+        """Run the service's polling (and its XID watcher) from now until closed."""
         if self._running is None:
             self._running = asyncio.ensure_future(self.service.run())
+
+    async def views(self) -> AsyncIterator[NodeView]:
+        """Runs the service's polling for as long as someone watches."""
+        self._serve()
         async for reading in self.service.subscribe():
             yield NodeView(reading, self.service.you(self.caller, reading.snapshot))
 
@@ -80,6 +84,30 @@ class LocalNode:
 
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         return self.service.audit(self.caller, since_s)
+
+    async def drain(self, card: int, reason: str) -> Drain:
+        return await self.service.drain_card(self.caller, card, reason)
+
+    async def undrain(self, card: int) -> Drain:
+        return await self.service.undrain_card(self.caller, card)
+
+    async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
+                    dry_run: bool = False) -> EvictReport:
+        return await self.service.evict(self.caller, card, pid, kill=kill, dry_run=dry_run)
+
+    async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
+        return self.service.events(self.caller, since_s, card)
+
+    async def follow_events(self, card: Optional[int] = None,
+                            since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+        """Serves the node meanwhile: in-process, nothing happens that nobody polls."""
+        self._serve()
+        async for entry in self.service.follow_events(self.caller, card, since_s):
+            yield entry
+
+    async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
+        """What this process has seen: in-process, history starts with the dashboard."""
+        return self.service.card_history(card)
 
     async def close(self) -> None:
         if self._running is not None:

@@ -18,6 +18,8 @@ from ..model import (
     BadRequest,
     ConfigError,
     Conflict,
+    Drain,
+    EvictReport,
     JobNotFound,
     JobState,
     Launched,
@@ -26,6 +28,7 @@ from ..model import (
     NotAllowed,
     QueuedLaunch,
     RuntimeUnavailable,
+    Sample,
     TpnodeError,
 )
 from ..service import (
@@ -40,6 +43,10 @@ from ..service import (
 from ..wire import (
     Reader,
     WireError,
+    drain_from_json,
+    event_from_json,
+    evict_from_json,
+    history_from_json,
     job_from_json,
     launched_from_json,
     queued_from_json,
@@ -211,6 +218,45 @@ class AgentNode:
         path = "/v1/audit" if since_s is None else f"/v1/audit?since={since_s:g}"
         r = Reader(await self._call("GET", path), "answer")
         return [e for e in r.items("entries") if isinstance(e, dict)], r.flag("all", False)
+
+    async def drain(self, card: int, reason: str) -> Drain:
+        return drain_from_json((await self._call("POST", "/v1/drain", {"card": card, "reason": reason})).get("drain"))
+
+    async def undrain(self, card: int) -> Drain:
+        return drain_from_json((await self._call("POST", "/v1/undrain", {"card": card})).get("drain"))
+
+    async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
+                    dry_run: bool = False) -> EvictReport:
+        doc = await self._call("POST", "/v1/evict", {"card": card, "pid": pid, "kill": kill, "dry_run": dry_run})
+        return evict_from_json(doc.get("evict"))
+
+    @staticmethod
+    def _events_query(since_s: Optional[float], card: Optional[int], **more: str) -> str:
+        query = {**({} if since_s is None else {"since": f"{since_s:g}"}),
+                 **({} if card is None else {"card": str(card)}), **more}
+        return "/v1/events" + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+
+    async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
+        r = Reader(await self._call("GET", self._events_query(since_s, card)), "answer")
+        return [event_from_json(e, f"answer.entries[{n}]") for n, e in enumerate(r.items("entries"))]
+
+    async def follow_events(self, card: Optional[int] = None,
+                            since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+        """The agent's log as it is written. Raises AgentUnavailable when the
+        agent cannot be reached or goes away."""
+        try:
+            async with self._client().get(self._events_query(since_s, card, follow="true")) as response:
+                if response.status >= 400:
+                    raise _error(await response.json(content_type=None), response.status)
+                async for line in _lines(response.content):
+                    yield event_from_json(json.loads(line))
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as e:
+            raise self._gone(e) from None
+        raise self._gone(ConnectionResetError("the agent closed the stream"))
+
+    async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
+        path = "/v1/history" if card is None else f"/v1/history?card={card}"
+        return history_from_json(await self._call("GET", path))
 
     async def close(self) -> None:
         if self._session is not None:

@@ -27,6 +27,11 @@ class AutoProbe:
         self._found: Optional[Probe] = None
 
     @property
+    def found(self) -> Optional[Probe]:
+        """The probe in use, once one works."""
+        return self._found
+
+    @property
     def source(self) -> str:
         return self._found.source if self._found is not None else NONE
 

@@ -34,6 +34,11 @@ def uncorrected_ecc(count: int) -> str:
     return f"{count} uncorrected ECC errors"
 
 
+def recovery_needed(action: str) -> str:
+    """The driver's own recovery action for the card (NVML field 230): it knows best."""
+    return f"the driver asks to {action}"
+
+
 def hw_slowdown(*, thermal: bool = False, power_brake: bool = False) -> str:
     """Hardware throttling makes training silently slower; name the cause when the driver does."""
     causes = [name for name, on in (("thermal", thermal), ("power brake", power_brake)) if on]

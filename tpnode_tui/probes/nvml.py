@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any, Callable, Optional, TypeVar
 
 from ..model import CardFacts, ProbeReading, ProcessFacts
+from ..xid import recovery_words
 from . import health
 from .base import blind_reading
 
@@ -165,6 +166,18 @@ def _clock_reasons(nv: Any, handle: Any) -> int:
     return nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
 
 
+def _recovery_action(nv: Any, handle: Any) -> Optional[int]:
+    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: what the driver says the card needs
+    after an error (None where the driver or the binding does not report it)."""
+    field_id = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+    if field_id is None:
+        return None
+    (value,) = nv.nvmlDeviceGetFieldValues(handle, [field_id])
+    if value.nvmlReturn != getattr(nv, "NVML_SUCCESS", 0):
+        return None
+    return int(value.value.uiVal)
+
+
 class _CardReader:
     """Reads one card field by field, so one failing field costs only itself."""
 
@@ -258,6 +271,9 @@ class _CardReader:
                 reasons.append(
                     health.hw_slowdown(thermal=bool(clocks & thermal), power_brake=bool(clocks & brake))
                 )
+        action = recovery_words(self.field("the recovery action", _recovery_action, nv, handle))
+        if action is not None:
+            reasons.append(health.recovery_needed(action))
         return tuple(reasons)
 
 
@@ -289,6 +305,11 @@ class NvmlProbe:
 
     async def close(self) -> None:
         self._worker.stop()
+
+    @property
+    def nvml(self) -> Any:
+        """The nvidia-ml-py module this probe asks (a test's fake, or None: import pynvml)."""
+        return self._nvml
 
     async def _call(self, fn: Callable[[], _T]) -> _T:
         if self._stuck is not None and not self._stuck.done():

@@ -12,7 +12,8 @@ a missing one takes its idle value)::
                 "lost": false,
                 "health": {"retired_pages_pending": false, "row_remap_pending": false,
                            "row_remap_failure": false, "ecc_uncorrected_volatile": 0,
-                           "hw_slowdown": false}}]}
+                           "hw_slowdown": false},
+                "xid_events": [{"id": "e1", "xid": 79}]}]}
 
 ``hw_slowdown`` is true, or names its cause ("thermal", "power brake").
 ``null`` for a number means the driver could not say (``memory_used_mib:
@@ -21,6 +22,12 @@ could not be read. Fault tests may add ``"fail": "reason"`` (the driver
 cannot be read at all) or ``"hang_s": seconds`` (it answers that late; at or
 past the probe's timeout it does not answer).
 
+``xid_events`` are the XIDs the card reports, for the demo and tests to raise
+them: each ``id`` is handled once by each watcher that reads the file (so a
+test appends events and never has to remove them), and may also carry the
+``pid`` the driver names and the driver's ``recovery_action`` (NVML field
+230: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).
+
 A file that is missing or malformed gives a blind reading that names the file
 and what is wrong with it: never a traceback, never a free node.
 """
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -123,6 +131,45 @@ def _health(raw: dict, where: str) -> tuple[str, ...]:
     return tuple(reasons)
 
 
+@dataclass(frozen=True)
+class SimulatedXid:
+    """One XID a simulated card reports."""
+
+    card: int
+    id: str
+    xid: int
+    pid: Optional[int] = None
+    recovery_action: Optional[int] = None
+
+
+def _xid_events(index: int, raw: dict, where: str) -> list[SimulatedXid]:
+    value = raw.get("xid_events", [])
+    if not isinstance(value, list):
+        raise _BadScene(f'{where}: "xid_events" must be a list, not {json.dumps(value)}')
+    events = []
+    for n, item in enumerate(value):
+        what = f"{where}, XID event {n}"
+        event = _object(item, what)
+        event_id = _text(event, "id", what, None)
+        if not event_id:
+            raise _BadScene(f'{what}: "id" is missing (each event needs an id, so it is handled once)')
+        xid = _number(event, "xid", what, None)
+        if xid is None:
+            raise _BadScene(f'{what}: "xid" is missing')
+        events.append(SimulatedXid(index, event_id, xid, _number(event, "pid", what, None),
+                                   _number(event, "recovery_action", what, None)))
+    return events
+
+
+def xid_events(path: Path) -> list[SimulatedXid]:
+    """Every XID event the file lists, in card order; ValueError naming what is wrong."""
+    try:
+        scene = _Scene(path)
+    except _BadScene as e:
+        raise ValueError(f"simulated node {path}: {e}") from None
+    return scene.xid_events
+
+
 def _card(index: int, value: Any, blind: bool) -> CardFacts:
     where = f"card {index}"
     raw = _object(value, where)
@@ -163,6 +210,7 @@ class _Scene:
         self.fail = _text(top, "fail", "the file", None)
         self.hang_s = _number(top, "hang_s", "the file", 0, float) or 0
         self.cards = tuple(_card(i, c, self.blind) for i, c in enumerate(cards))
+        self.xid_events = [e for i, c in enumerate(cards) for e in _xid_events(i, c, f"card {i}")]
 
 
 class SimulatedProbe:

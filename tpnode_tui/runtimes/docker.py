@@ -21,8 +21,9 @@ import os
 import re
 import secrets
 import shlex
+from collections import OrderedDict
 from datetime import datetime
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Iterable, Optional
 
 import aiodocker
 import aiohttp
@@ -77,6 +78,14 @@ _INSPECT_FIELDS = ("Id", "Name", "Config", "State", "Path", "Args")
 #: What the engine accepts as a container name or id; anything else (a "/" or
 #: "..") would change which API path is asked.
 _CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+#: A full container id, as a process's cgroup names it.
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+
+#: How many containers' names are remembered. An id is never reused, so an
+#: answer never goes stale; the bound only keeps a long-lived agent from
+#: remembering every container the node ever ran.
+_NAMES_KEPT = 1024
 
 
 def _call_timeout(extra_s: float = 0) -> aiohttp.ClientTimeout:
@@ -195,6 +204,8 @@ class DockerRuntime:
         self.host, self._host_source = _resolve_host(docker_host)
         self._check_scheme()
         self._docker: Optional[aiodocker.Docker] = None
+        #: container id -> (name, image), or None for an id the engine does not know
+        self._names: OrderedDict[str, Optional[tuple[str, str]]] = OrderedDict()
 
     def describe(self) -> str:
         return f"docker at {self.host}"
@@ -334,6 +345,45 @@ class DockerRuntime:
                 return None
             raise
         return _fields(container, _INSPECT_FIELDS)
+
+    # ----------------------------------------------------- naming containers
+
+    async def containers(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """The name and image of each container id the engine knows, whoever
+        started it: a holder process is shown as "web-1 (nginx:1.27)", not as
+        a 64-character id. Answers are remembered per id; an engine that does
+        not answer now is asked again next time."""
+        wanted = [i for i in dict.fromkeys(ids) if _CONTAINER_ID.fullmatch(i or "")]
+        missing = [i for i in wanted if i not in self._names]
+        if missing:
+            try:
+                async with self._engine() as docker:
+                    found = await asyncio.gather(*(self._name_of(docker, i) for i in missing))
+            except (TpnodeError, DockerError):
+                found = []
+            for container_id, named in zip(missing, found):
+                self._names[container_id] = named
+        known = {}
+        for container_id in wanted:
+            if container_id in self._names:
+                self._names.move_to_end(container_id)
+                named = self._names[container_id]
+                if named is not None:
+                    known[container_id] = named
+        while len(self._names) > _NAMES_KEPT:
+            self._names.popitem(last=False)
+        return known
+
+    @staticmethod
+    async def _name_of(docker: aiodocker.Docker, container_id: str) -> Optional[tuple[str, str]]:
+        try:
+            data = _fields(await docker.containers.get(container_id), _INSPECT_FIELDS)
+        except DockerError as e:
+            if e.status == 404:
+                return None
+            raise
+        image = str((data.get("Config") or {}).get("Image") or "")
+        return str(data.get("Name") or "").lstrip("/") or container_id[:12], image
 
     # ------------------------------------------------------------ the guard
 
@@ -672,4 +722,5 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         fence=facts.fence,
         problems=facts.problems,
         uid=facts.uid,
+        container_id=str(item.get("Id") or "") or None,
     )

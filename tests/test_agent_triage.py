@@ -1,0 +1,211 @@
+"""The agent's triage endpoints: drain, undrain, evict, events (and following them), history.
+
+As in tests/test_agent_api.py the agent runs in the test's own event loop on
+a real Unix socket over a simulated node and the process runtime; clients
+are the product's own (AgentNode) or raw HTTP. A caller who is not an
+operator is a real test account: the test connects with that account's
+uid and gid (the kernel records them for SO_PEERCRED at connect) and then
+takes root's back.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+from dataclasses import replace
+
+import pytest
+from accounts import make_accounts, shared_dir
+from test_agent_api import Agent
+
+from load_tools import kill_process_jobs
+from tpnode_tui.model import Conflict, JobNotFound
+from tpnode_tui.node.remote import AgentNode
+
+WAIT_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    made = make_accounts()
+    yield made
+    made.remove()
+
+
+@pytest.fixture
+async def agent(tmp_path):
+    a = Agent(tmp_path)
+    # A socket every test account can reach (a pytest tmp_path is root's alone).
+    place = shared_dir("tpn-agent-")
+    a.socket = place / "agent.sock"
+    a.settings = replace(a.settings, agent_socket=a.socket)
+    a.state.mkdir()  # as the agent's unit makes it (StateDirectory=): its log is kept from the start
+    await a.start()
+    yield a
+    a.stop.set()
+    await asyncio.wait_for(a.task, WAIT_S)
+    kill_process_jobs(a.state)
+    shutil.rmtree(place, ignore_errors=True)
+
+
+@pytest.fixture
+async def client(agent):
+    node = AgentNode(agent.socket)
+    yield node
+    await node.close()
+
+
+async def until(predicate, what: str):
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while not (found := await predicate()):
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+    return found
+
+
+async def get(agent, path: str) -> tuple[int, dict]:
+    return await agent.request(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+
+
+async def test_drain_and_undrain_through_the_agent_show_in_status_and_events(agent, client):
+    drain = await client.drain(3, "fan replaced tomorrow")
+    assert (drain.card, drain.by, drain.source) == (3, "root", "operator")
+    view = await client.status()
+    assert view.snapshot.cards[3].state == "drained" and view.snapshot.cards[3].drain == drain
+    assert view.snapshot.occupancy.drained == {3: "fan replaced tomorrow"}
+    with pytest.raises(Conflict, match="card 3 is drained already"):
+        await client.drain(3, "again")
+    lifted = await client.undrain(3)
+    assert lifted == drain
+    with pytest.raises(JobNotFound, match="card 3 is not drained"):
+        await client.undrain(3)
+    kinds = [(e["kind"], e.get("action")) for e in await client.events(card=3)]
+    assert kinds == [("drain", None), ("action", "drain"), ("action", "drain"), ("undrain", None),
+                     ("action", "undrain"), ("action", "undrain")]
+    assert await client.events(card=5) == []
+
+
+async def test_following_the_log_through_the_agent(agent, client):
+    got: list[dict] = []
+
+    async def follow():
+        async for entry in client.follow_events(card=1):
+            got.append(entry)
+
+    other = AgentNode(agent.socket)
+    follower = asyncio.ensure_future(follow())
+    try:
+        await asyncio.sleep(0.3)  # the stream is open
+        await other.drain(1, "watch this")
+        await other.drain(2, "not this card")
+        await until(lambda: asyncio.sleep(0, result=len(got) >= 2), "the drain of card 1")
+        assert [(e["kind"], e["cards"]) for e in got] == [("drain", [1]), ("action", [1])]
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+        await other.close()
+
+
+async def test_an_xid_in_the_scene_drains_its_card_through_the_agent(agent, client):
+    doc = json.loads(agent.scene.read_text())
+    doc["cards"][6]["xid_events"] = [{"id": "boom", "xid": 79}]
+    agent.scene.write_text(json.dumps(doc))
+
+    async def drained():
+        snap = (await client.status()).snapshot
+        return snap if snap.cards[6].state == "drained" else None
+
+    snap = await until(drained, "card 6 to be drained")
+    assert snap.xid_watch == "simulated" and snap.xid_problem is None
+    assert snap.cards[6].drain.reason == "XID 79: GPU has fallen off the bus; reboot the node"
+    [xid] = [e for e in await client.events() if e["kind"] == "xid"]
+    assert xid["cards"] == [6] and xid["verdict"] == "reboot"
+
+
+async def test_history_and_an_evict_dry_run_through_the_agent(agent, client):
+    squatter = subprocess.Popen(["sleep", "300"])
+    try:
+        doc = json.loads(agent.scene.read_text())
+        doc["cards"][4].update(processes=[{"pid": squatter.pid, "used_memory_mib": 4096}], memory_used_mib=4096)
+        agent.scene.write_text(json.dumps(doc))
+
+        async def seen():
+            return (await client.status()).snapshot.cards[4].state == "external"
+
+        await until(seen, "the squatter")
+        report = await client.evict(4, dry_run=True)
+        assert report.dry_run and [(p.pid, p.outcome, p.belongs) for p in report.processes] == [
+            (squatter.pid, "listed", "external")]
+        assert squatter.poll() is None
+        history = await until(lambda: client.history(4), "some history")
+        assert list(history) == [4] and history[4] and history[4][-1].memory_used_mib == 4096
+        assert set(await client.history()) == set(range(8))
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+@pytest.mark.parametrize("path, says", [
+    ("/v1/events?card=x", "card='x' is not a card index"),
+    ("/v1/events?since=-5", "since='-5' is not a number of seconds"),
+    ("/v1/events?follow=maybe", "follow='maybe' is not true or false"),
+    ("/v1/events?sice=5", "does not take sice"),
+    ("/v1/history?card=99", "card 99 is not a card of this node (its cards: 0-7)"),
+])
+async def test_a_malformed_query_is_a_400_and_one_line(agent, client, path, says):
+    await client.status()  # the agent has read the node, so it knows its cards
+    status, doc = await get(agent, path)
+    assert status == 400 and doc["exit_code"] == 2 and says in doc["error"], doc
+
+
+@pytest.mark.parametrize("path, body, says", [
+    ("/v1/drain", b'{"card": "1", "reason": "x"}', "request.card is a string, not a whole number"),
+    ("/v1/drain", b'{"card": 1}', "request has no 'reason'"),
+    ("/v1/drain", b'{"card": -1, "reason": "x"}', "request.card is -1, not a card index"),
+    ("/v1/undrain", b'{"card": 1, "force": true}', "unknown fields ['force']"),
+    ("/v1/evict", b'{"card": 1, "pid": 0}', "request.pid is 0, not a process id"),
+    ("/v1/evict", b'{"card": 1, "kill": "yes"}', "request.kill is a string, not true or false"),
+])
+async def test_a_malformed_triage_request_is_a_400(agent, path, body, says):
+    status, doc = await agent.post(path, body)
+    assert status == 400 and doc["exit_code"] == 2 and says in doc["error"], doc
+
+
+def connect_as(account, path) -> socket.socket:
+    """A connection the kernel records as ``account``'s: its ids while connecting, then root's back."""
+    groups = os.getgroups()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.setgroups(list(account.groups))
+    os.setegid(account.gid)
+    os.seteuid(account.uid)
+    try:
+        sock.connect(str(path))
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(groups)
+    return sock
+
+
+async def test_a_user_who_is_not_an_operator_is_refused_with_77(agent, client, accounts):
+    for path, body in (("/v1/drain", {"card": 1, "reason": "mine now"}), ("/v1/undrain", {"card": 1}),
+                       ("/v1/evict", {"card": 1, "dry_run": True})):
+        raw = json.dumps(body).encode()
+        reader, writer = await asyncio.open_unix_connection(sock=connect_as(accounts.bob, agent.socket))
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n".encode() + raw)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), WAIT_S)
+        writer.close()
+        head, _, answer = data.partition(b"\r\n\r\n")
+        doc = json.loads(answer)
+        assert int(head.split()[1]) == 403 and doc["exit_code"] == 77 and doc["kind"] == "NotAllowed", doc
+        assert doc["error"].startswith(f"{accounts.bob.name} may not ")
+    refused = [e for e in await client.events() if e["kind"] == "action"]
+    assert [(e["user"], e["action"], e["result"]) for e in refused] == [
+        (accounts.bob.name, "drain", "refused"), (accounts.bob.name, "undrain", "refused"),
+        (accounts.bob.name, "evict", "refused")]
+    assert (await client.status()).snapshot.occupancy.drained == {}

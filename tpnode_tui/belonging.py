@@ -1,0 +1,105 @@
+"""Whose is a process on a card: the card's holder, an intruder, or nobody's business.
+
+A card held by alice's reservation that bob is also using is the quiet way a
+shared node goes wrong: both runs slow down or go out of memory, and the
+card still reads "reservation (alice)". So every process the driver lists on
+a held card is told apart here:
+
+* **holder**: part of the job that holds the card, or the reservation's
+  owner. A process job's processes are the supervisor's descendants, its
+  session (the supervisor leads one, and a background process that was
+  re-parented to init keeps it) and, where the job has one, its cgroup; a
+  docker job's are the processes in its container (their cgroup names the
+  container id). A reservation has no processes of its own: whatever its
+  owner runs on its cards is what it is for, so the owner's uid decides. The
+  owner of a job running something of their own on its card is not an
+  intruder either: it is their card.
+* **intruder**: any other process this machine can see on a held card.
+* **external**: a process on a card no platform job holds (the card's state
+  already says "external").
+* **unknown**: a pid this machine cannot look at (another PID namespace):
+  whose it is cannot be told, so it is not called anyone's.
+
+Reads ``/proc`` (through psutil) and, for a job's cgroup, the cgroup
+filesystem; call it off the event loop.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import psutil
+
+from .model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, HolderInfo, JobState
+
+
+def owner_uid(job: JobState) -> Optional[int]:
+    """The uid of the job's owner: the one it recorded, else its owner's account here."""
+    if job.uid is not None:
+        return job.uid
+    if not job.owner:
+        return None
+    try:
+        return pwd.getpwnam(job.owner).pw_uid
+    except KeyError:
+        return None
+
+
+def in_cgroup(pid: int, cgroup: str) -> bool:
+    """Whether ``pid`` is in the cgroup directory ``cgroup`` or one below it."""
+    root = Path(cgroup)
+    try:
+        for directory, _dirs, files in os.walk(root):
+            if "cgroup.procs" in files:
+                text = (Path(directory) / "cgroup.procs").read_text()
+                if str(pid) in text.split():
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def in_process_tree(pid: int, leader: int) -> bool:
+    """Whether ``pid`` is ``leader``, one of its descendants, or in the session it leads."""
+    if pid == leader:
+        return True
+    try:
+        if os.getsid(pid) == leader:
+            return True
+    except OSError:
+        pass
+    try:
+        return any(p.pid == leader for p in psutil.Process(pid).parents())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
+def part_of_job(holder: HolderInfo, job: JobState) -> bool:
+    """Whether a process belongs to ``job`` itself (its tree, its cgroup or its container)."""
+    if job.container_id:
+        return holder.container is not None and holder.container == job.container_id
+    if job.cgroup and in_cgroup(holder.pid, job.cgroup):
+        return True
+    return job.pid is not None and in_process_tree(holder.pid, job.pid)
+
+
+def classify(holder: HolderInfo, job: Optional[JobState]) -> HolderInfo:
+    """``holder`` with ``belongs`` set, for a card ``job`` holds (None: nobody holds it)."""
+    if not holder.visible:
+        return replace(holder, belongs=UNKNOWN)
+    if job is None:
+        return replace(holder, belongs=EXTERNAL)
+    uid = owner_uid(job)
+    if job.kind != "reservation" and part_of_job(holder, job):
+        return replace(holder, belongs=HOLDER)
+    if uid is not None and holder.uid == uid:
+        return replace(holder, belongs=HOLDER)
+    if holder.uid is None and uid is not None:
+        # Visible but its owner unreadable: it cannot be told apart from the owner's own.
+        return replace(holder, belongs=UNKNOWN)
+    if uid is None and not job.owner:
+        return replace(holder, belongs=UNKNOWN)  # no owner recorded: nobody to intrude on
+    return replace(holder, belongs=INTRUDER)

@@ -1,0 +1,86 @@
+"""Cards taken out of service, kept in the state dir: ``drains.json``.
+
+A drain is a decision, not a reading: an operator's ("card 3 goes back to
+the vendor") or the XID watcher's ("XID 79: reboot the node"). Nothing on
+the card says so afterwards (a card that fell off the bus looks fine once
+the node rebooted, before anyone checked it), so the decision is written
+down where every allocator on the node reads it, under the allocation lock,
+together with the jobs and the driver's facts.
+
+The file is kept like the launch queue (:class:`~tpnode_tui.jsonstore.JsonStore`:
+flock, atomic replace, 0600) and read as strictly: a file that cannot be
+understood is never taken for "nothing drained", since that would hand
+out cards someone took out of service; no card can be handed out until it
+is repaired.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from .jsonstore import JsonStore
+from .model import DRAIN_SOURCES, Drain
+
+DRAIN_FILE = "drains.json"
+DRAIN_VERSION = 1
+
+_FIELDS = {"reason", "by", "at", "source", "xid"}
+
+
+def _parse(key: str, data: Any) -> Drain:
+    if not key.isdigit() or len(key) > 6:
+        raise ValueError(f"card {key!r} is not a card index")
+    if not isinstance(data, dict) or set(data) - _FIELDS or not {"reason", "by", "at"} <= set(data):
+        raise ValueError(f"card {key}: expected an object with reason, by, at, source and xid")
+    reason, by, at = data["reason"], data["by"], data["at"]
+    source = data.get("source", "operator")
+    xid = data.get("xid")
+    if not isinstance(reason, str) or not isinstance(by, str):
+        raise ValueError(f"card {key}: reason and by must be text")
+    if isinstance(at, bool) or not isinstance(at, (int, float)):
+        raise ValueError(f"card {key}: at must be a time in unix seconds")
+    if source not in DRAIN_SOURCES:
+        raise ValueError(f"card {key}: source {source!r} is not one of {', '.join(DRAIN_SOURCES)}")
+    if xid is not None and (isinstance(xid, bool) or not isinstance(xid, int)):
+        raise ValueError(f"card {key}: xid must be a whole number or null")
+    return Drain(card=int(key), reason=reason, by=by, at=float(at), source=source, xid=xid)
+
+
+def _dump(drain: Drain) -> dict[str, Any]:
+    return {"reason": drain.reason, "by": drain.by, "at": drain.at, "source": drain.source,
+            "xid": drain.xid}
+
+
+class DrainStore:
+    """``state_dir/drains.json``: card index -> :class:`Drain`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.store: JsonStore[Drain] = JsonStore(
+            Path(directory), DRAIN_FILE, section="cards", version=DRAIN_VERSION,
+            parse=_parse, dump=_dump, what="drain file",
+            losing="every card taken out of service would be handed out again",
+        )
+
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    def read(self) -> dict[int, Drain]:
+        """Every drain; RuntimeUnavailable when the file cannot be understood."""
+        return {int(k): d for k, d in self.store.read().items()}
+
+    def drain(self, drain: Drain) -> tuple[Drain, bool]:
+        """Record ``drain`` unless the card is drained already; the card's drain
+        and whether it is new. An earlier drain is kept: its reason (an XID
+        and what to do about it) is what the operator will need."""
+        with self.store.transaction() as cards:
+            old = cards.get(str(drain.card))
+            if old is not None:
+                return old, False
+            cards[str(drain.card)] = drain
+            return drain, True
+
+    def undrain(self, card: int) -> Optional[Drain]:
+        """Put the card back in service; its drain, or None when it was not drained."""
+        with self.store.transaction() as cards:
+            return cards.pop(str(card), None)

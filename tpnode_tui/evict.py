@@ -1,0 +1,157 @@
+"""Evicting a squatter: SIGTERM to a process that is on a card without being its holder.
+
+A process from outside the platform on a free card, or someone else's on a
+held one, costs its rightful users memory and speed, and nothing in the
+platform ends it: ``stop`` ends platform jobs only. An operator can evict it.
+What may be evicted is decided from the card as the node just read it:
+
+* the card's external processes (nobody holds the card), or its intruders
+  (someone else's on a held card), or the one pid named;
+* never a platform job's own processes (that is ``stop``), nor a
+  reservation owner's on their own card, nor a pid this machine cannot
+  see, nor pid 1, nor the serving process itself.
+
+A process is signalled only while it is still the process that was read
+(same pid *and* start time): a pid that changed hands is not touched.
+SIGTERM first, a grace period, then, if asked, SIGKILL; what became of each
+process is said in plain words and written to the node's log.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Optional
+
+import psutil
+
+from .model import (
+    EXTERNAL,
+    HOLDER,
+    INTRUDER,
+    UNKNOWN,
+    CardView,
+    Conflict,
+    Evicted,
+    HolderInfo,
+    JobNotFound,
+)
+
+#: how often the grace period looks whether the processes have ended
+_POLL_S = 0.05
+#: how long a SIGKILLed process is given to be gone
+KILL_WAIT_S = 5.0
+
+LISTED, ENDED, KILLED, RUNNING, GONE, FAILED = "listed", "ended", "killed", "running", "gone", "failed"
+
+
+def _refusal(card: CardView, holder: HolderInfo) -> Optional[str]:
+    """Why ``holder`` may not be evicted from ``card``; None when it may."""
+    if holder.pid == 1:
+        return "pid 1 is the system's init process; it is never evicted"
+    if holder.pid == os.getpid():
+        return f"pid {holder.pid} is this node's own service"
+    if not holder.visible or holder.belongs == UNKNOWN:
+        return (f"pid {holder.pid} cannot be looked at from this machine (another PID namespace, "
+                "or its owner cannot be read), so it cannot be told apart from the card's holder; "
+                "it is not signalled")
+    if holder.belongs == HOLDER:
+        job = card.job
+        if job is not None and job.kind == "reservation":
+            return (f"pid {holder.pid} belongs to {job.owner or 'the owner'}, whose reservation "
+                    f"{card.run_id} holds card {card.index}: it is not a squatter")
+        return (f"pid {holder.pid} is part of platform job {card.run_id} on card {card.index}; "
+                f"end the job with: tpnode-tui stop {card.run_id}")
+    return None
+
+
+def targets(card: CardView, pid: Optional[int] = None) -> list[HolderInfo]:
+    """The processes evict acts on: ``pid``, or every external or intruding one."""
+    if pid is not None:
+        holder = next((h for h in card.holders if h.pid == pid), None)
+        if holder is None:
+            raise JobNotFound(f"pid {pid} is not on card {card.index} (the driver lists "
+                              f"{', '.join(str(h.pid) for h in card.holders) or 'no process'} there)")
+        why = _refusal(card, holder)
+        if why is not None:
+            raise Conflict(f"not evicted: {why}")
+        return [holder]
+    found = [h for h in card.holders if h.belongs in (EXTERNAL, INTRUDER) and _refusal(card, h) is None]
+    if not found:
+        held = f" (it is held by {card.run_id})" if card.run_id else ""
+        listed = f"; its processes: {', '.join(f'pid {h.pid} ({h.belongs})' for h in card.holders)}" \
+            if card.holders else ""
+        raise JobNotFound(f"card {card.index} has no process from outside the platform or of "
+                          f"someone else to evict{held}{listed}")
+    return found
+
+
+def _ended(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """The processes still running after at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in procs if not _ended(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        alive = [p for p in alive if not _ended(p)]
+    return alive
+
+
+def evict(card: CardView, holders: list[HolderInfo], *, grace_s: float, kill: bool) -> list[Evicted]:
+    """SIGTERM each holder, wait ``grace_s``, SIGKILL what is left when ``kill``.
+
+    Blocking (it waits out the grace period): run it off the event loop.
+    """
+    fates: dict[int, tuple[str, str]] = {}
+    procs: dict[int, psutil.Process] = {}
+    for h in holders:
+        try:
+            proc = psutil.Process(h.pid)
+            if h.started_at is not None and abs(proc.create_time() - h.started_at) > 0.01:
+                fates[h.pid] = (GONE, f"pid {h.pid} now belongs to another process, started after the "
+                                      "card was read; not signalled")
+                continue
+            proc.send_signal(signal.SIGTERM)  # psutil checks it is still the same process first
+            procs[h.pid] = proc
+        except psutil.NoSuchProcess:
+            fates[h.pid] = (GONE, "it had ended before it was signalled")
+        except psutil.AccessDenied:
+            fates[h.pid] = (FAILED, "not signalled: permission denied (evicting another account's "
+                                    "process needs root, as the agent runs)")
+    alive = {p.pid for p in _wait(list(procs.values()), grace_s)}
+    for pid in procs:
+        if pid not in alive:
+            fates[pid] = (ENDED, "ended after SIGTERM")
+    if alive and kill:
+        for pid in alive:
+            try:
+                procs[pid].send_signal(signal.SIGKILL)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        still = {p.pid for p in _wait([procs[pid] for pid in alive], KILL_WAIT_S)}
+        for pid in alive:
+            fates[pid] = ((RUNNING, f"still running {KILL_WAIT_S:g} s after SIGKILL (stuck in the kernel?)")
+                          if pid in still else
+                          (KILLED, f"did not end within {grace_s:g} s of SIGTERM; killed with SIGKILL"))
+    elif alive:
+        for pid in alive:
+            fates[pid] = (RUNNING, f"still running {grace_s:g} s after SIGTERM; evict it again "
+                                   "with kill to send SIGKILL")
+    return [described(card, h, *fates[h.pid]) for h in holders]
+
+
+def described(card: CardView, h: HolderInfo, outcome: str, fate: str) -> Evicted:
+    return Evicted(card=card.index, pid=h.pid, user=h.user, uid=h.uid, command=h.command,
+                   belongs=h.belongs, used_memory_mib=h.used_memory_mib, outcome=outcome, fate=fate)
+
+
+def listed(card: CardView, holders: list[HolderInfo], kill: bool) -> list[Evicted]:
+    """What a dry run says it would do."""
+    then = "SIGTERM, then SIGKILL if it has not ended" if kill else "SIGTERM"
+    return [described(card, h, LISTED, f"would be sent {then}") for h in holders]

@@ -1,0 +1,179 @@
+"""What the service learns by comparing one reading with the ones before it.
+
+A snapshot says what is true now; some things a person needs are about
+change: an intruder who has just appeared (or gone), a card that has just
+started reporting a fault, a reservation whose hour ran out, one whose owner
+has not touched its cards for 45 minutes, an XID a minute ago that killed a
+job and left no trace on the card, the last hour of a card's utilisation.
+The service keeps that here, in memory, and only for as long as it runs:
+none of it decides who holds a card (the runtime, the driver and the drain
+file do), so none of it needs to survive a restart.
+
+Each change is written to the node's log through ``record(kind, message,
+cards=..., user=..., **fields)``; each reading given out is ``decorate``-d
+with what the readers should see of it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional
+
+from .history import History
+from .model import HOLDER, INTRUDER, CardView, JobState, NodeSnapshot
+from .occupancy import intruder_words
+from .render import cards_words, clock_time
+from .xid import APPLICATION, Verdict
+
+Record = Callable[..., Any]
+
+#: how long an XID that drained nothing stays on its card's warning
+XID_SHOWN_S = 15 * 60
+
+
+@dataclass(frozen=True)
+class _Seen:
+    card: int
+    pid: int
+    words: str
+    user: Optional[str]
+
+
+@dataclass(frozen=True)
+class _RecentXid:
+    card: int
+    at: float
+    words: str
+
+
+class Triage:
+    def __init__(self, *, idle_after_s: float, mem_busy_mib: int, history: History,
+                 record: Record, started_at: float) -> None:
+        self.idle_after_s = idle_after_s
+        self.mem_busy_mib = mem_busy_mib
+        self.history = history
+        self.record = record
+        self.started_at = started_at
+        #: live reservation run id -> when its owner last used one of its cards
+        self.last_used: dict[str, float] = {}
+        #: (card, pid, process start) -> the intruder as first seen
+        self._intruders: dict[tuple[int, int, Optional[float]], _Seen] = {}
+        #: card -> the health problems it reported at the last reading (None before the first)
+        self._health: Optional[dict[int, tuple[str, ...]]] = None
+        #: live job key -> the job, at the last reading (None before the first)
+        self._live: Optional[dict[str, JobState]] = None
+        self._xids: list[_RecentXid] = []
+
+    # ── each fresh reading ──────────────────────────────────────────────────
+
+    def observe(self, snap: NodeSnapshot, now: float) -> None:
+        self.history.record(now, [(c.index, c.facts) for c in snap.cards])
+        self._track_idle(snap, now)
+        self._track_intruders(snap)
+        self._track_health(snap)
+        self._track_jobs(snap, now)
+
+    def _used(self, card: CardView) -> bool:
+        """Whether the holder uses the card: a process of theirs, or memory in use
+        that no process of someone else accounts for (inside a container the
+        driver lists no process, but memory reads the same everywhere)."""
+        if any(h.belongs == HOLDER for h in card.holders):
+            return True
+        others = any(h.belongs == INTRUDER for h in card.holders)
+        memory = card.facts.memory_used_mib if card.facts is not None else None
+        return not others and memory is not None and memory >= self.mem_busy_mib
+
+    def _track_idle(self, snap: NodeSnapshot, now: float) -> None:
+        cards = {c.index: c for c in snap.cards}
+        live = {j.key: j for j in snap.jobs if j.live and j.kind == "reservation"}
+        for key in list(self.last_used):
+            if key not in live:
+                del self.last_used[key]
+        for key, job in live.items():
+            if any(self._used(cards[i]) for i in job.gpus if i in cards):
+                self.last_used[key] = now
+            elif key not in self.last_used:
+                # Unused when first seen: idle since it began, or since this service
+                # did (what happened before that is not known here).
+                self.last_used[key] = max(job.started_at or now, self.started_at)
+
+    def idle(self, now: float) -> dict[str, float]:
+        return {k: t for k, t in self.last_used.items() if now - t >= self.idle_after_s}
+
+    def _track_intruders(self, snap: NodeSnapshot) -> None:
+        now_seen: dict[tuple[int, int, Optional[float]], _Seen] = {}
+        for card in snap.cards:
+            for h in card.holders:
+                if h.belongs == INTRUDER:
+                    words = intruder_words(h, card.index, card.job, card.run_id or "")
+                    now_seen[(card.index, h.pid, h.started_at)] = _Seen(card.index, h.pid, words, h.user)
+        for key, seen in now_seen.items():
+            if key not in self._intruders:
+                self.record("intruder", seen.words, cards=[seen.card], user=seen.user, pid=seen.pid,
+                            state="seen")
+        for key, seen in self._intruders.items():
+            if key not in now_seen:
+                who = seen.user or "someone"
+                self.record("intruder", f"{who}'s pid {seen.pid} is no longer on card {seen.card}",
+                            cards=[seen.card], user=seen.user, pid=seen.pid, state="gone")
+        self._intruders = now_seen
+
+    def _track_health(self, snap: NodeSnapshot) -> None:
+        health = {c.index: (c.facts.health if c.facts is not None else ("not reported by the driver",))
+                  for c in snap.cards}
+        if self._health is not None:
+            for index, problems in health.items():
+                before = self._health.get(index, ())
+                for problem in problems:
+                    if problem not in before:
+                        self.record("health", f"card {index}: {problem}", cards=[index], state="started")
+                for problem in before:
+                    if problem not in problems:
+                        self.record("health", f"card {index} no longer reports: {problem}", cards=[index],
+                                    state="cleared")
+        self._health = health
+
+    def _track_jobs(self, snap: NodeSnapshot, now: float) -> None:
+        live = {j.key: j for j in snap.jobs if j.live}
+        if self._live is not None:
+            ended = {j.key: j for j in snap.jobs if not j.live}
+            for key, job in self._live.items():
+                if key in live:
+                    continue
+                owner = f" of {job.owner}" if job.owner else ""
+                cards = list(job.gpus)
+                after = ended.get(key)
+                expires_at = after.expires_at if after is not None else job.expires_at
+                if job.kind == "reservation" and expires_at is not None and expires_at <= now + 1:
+                    self.record("expiry", f"reservation {key}{owner} expired; {cards_words(cards)} "
+                                f"{'is' if len(cards) == 1 else 'are'} no longer held by it",
+                                cards=cards, user=job.owner or None, run_id=key)
+                    continue
+                how = (f" (exit {after.exit_code})" if after is not None and after.exit_code is not None
+                       else "" if after is not None else " and its record is gone")
+                self.record("ended", f"{job.kind} {key}{owner} ended{how}; it no longer holds "
+                            f"{cards_words(cards)}", cards=cards, user=job.owner or None, run_id=key)
+        self._live = live
+
+    # ── XIDs that drained nothing ──────────────────────────────────────────
+
+    def note_xid(self, card: int, verdict: Verdict, at: float, job: Optional[JobState]) -> None:
+        words = f"XID {verdict.xid} at {clock_time(at, at)}: {verdict.meaning}"
+        if verdict.kind == APPLICATION and job is not None:
+            words += f" (the program of {job.key}" + (f" of {job.owner}" if job.owner else "") + ")"
+        self._xids.append(_RecentXid(card, at, words))
+
+    # ── each reading given out ──────────────────────────────────────────────
+
+    def decorate(self, snap: NodeSnapshot, now: float, *, xid_watch: str,
+                 xid_problem: Optional[str]) -> NodeSnapshot:
+        self._xids = [x for x in self._xids if now - x.at < XID_SHOWN_S]
+        cards = snap.cards
+        if self._xids:
+            notes: dict[int, list[str]] = {}
+            for x in self._xids:
+                notes.setdefault(x.card, []).append(x.words)
+            cards = tuple(
+                replace(c, warning="; ".join(filter(None, [c.warning, *notes[c.index]])))
+                if c.index in notes else c
+                for c in cards)
+        return replace(snap, cards=cards, idle=self.idle(now), xid_watch=xid_watch, xid_problem=xid_problem)
