@@ -199,6 +199,28 @@ def test_a_process_in_the_jobs_cgroup_is_the_jobs_even_outside_its_session(tmp_p
         cgroup.rmdir()
 
 
+async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_its_cgroup(node, spawned):
+    """End to end: the process runtime records the job's cgroup, and its
+    reading carries it, so a setsid() escapee on the card is not an intruder."""
+    from tpnode_tui.runtimes.jobprocs import cgroup_parent
+
+    if cgroup_parent()[0] is None:
+        pytest.skip(f"no cgroup v2 to make a job cgroup in here: {cgroup_parent()[1]}")
+    launched = await node.allocator.launch(JobSpec(run_id="escapes", cards=1, owner="root", uid=0,
+                                                   command=("sh", "-c", "setsid sleep 303 & wait")))
+    assert launched.job.cgroup, "the job got no cgroup"
+
+    def escapee():
+        return next((p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "303"]),
+                    None)
+
+    pid = await until(escapee, "the job's setsid sleep")
+    assert os.getsid(pid) != launched.job.pid  # out of the job's session and tree
+    node.put(0, pid)
+    card = (await node.allocator.snapshot()).cards[0]
+    assert belongs(card) == {pid: HOLDER} and card.intruders == ()
+
+
 @pytest.mark.docker
 async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrudes(tmp_path, dockerd, accounts,
                                                                                     spawned):

@@ -187,6 +187,7 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         problems=problems,
         uid=record.uid,
         note=record.note,
+        cgroup=record.cgroup or None,
     )
 
 
