@@ -83,6 +83,14 @@ async def test_the_socket_is_connectable_by_every_account(agent):
     assert oct(os.stat(agent.socket).st_mode & 0o777) == "0o666"
 
 
+async def test_the_agent_makes_its_state_dir_so_the_first_refusal_is_logged(agent, client):
+    assert agent.state.is_dir() and oct(agent.state.stat().st_mode & 0o777) == "0o700"
+    with pytest.raises(Exception):
+        await client.stop("nothing-by-this-name")
+    entries, _ = await client.audit(None)
+    assert [(e["action"], e["result"]) for e in entries] == [("stop", "failed")]
+
+
 async def test_status_through_the_agent_names_the_caller_and_the_node(client):
     view = await client.status()
     assert view.snapshot.occupancy.total == 8 and len(view.snapshot.occupancy.free) == 8

@@ -41,6 +41,7 @@ from .model import (
     EXIT_OK,
     EXIT_USAGE,
     BadRequest,
+    EvictReport,
     Launched,
     LockWaitTimeout,
     NodeSnapshot,
@@ -54,7 +55,7 @@ from .node.choose import AnyNode, open_node
 from .node.local import LocalNode
 from .node.remote import AgentNode
 from .printable import PrintableStream, printable, printable_view
-from .render import card_summary, cards_words, env_lines, format_duration, format_mib
+from .render import card_summary, cards_words, clock_time, env_lines, format_duration, format_mib
 from .runtimes import choose_runtime
 from .service import LaunchRequest, ReserveRequest
 from .wire import job_to_json, launched_to_json, queued_to_json, snapshot_to_json
@@ -83,6 +84,17 @@ def _cards(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} cards: a job needs at least 1")
     return value
+
+
+def _card_list(text: str) -> tuple[int, ...]:
+    """"3" or "0,1,5": card indices as ASCII digits, none twice."""
+    cards = [whole_number(part.strip()) for part in text.split(",")]
+    if not cards or any(c is None for c in cards):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a card index or a list like 0,1,5")
+    listed = tuple(c for c in cards if c is not None)
+    if len(set(listed)) != len(listed):
+        raise argparse.ArgumentTypeError(f"{text!r} names a card twice")
+    return listed
 
 
 def _seconds(text: str) -> float:
@@ -170,6 +182,28 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="who asked the node for what (operators see everyone's)")
     audit.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
     audit.add_argument("--json", action="store_true")
+
+    drain = sub.add_parser("drain", help="take cards out of service (operators)")
+    drain.add_argument("cards", type=_card_list, metavar="CARD[,CARD...]")
+    drain.add_argument("--reason", required=True, metavar="TEXT", help="why, in words the next person understands")
+    drain.add_argument("--json", action="store_true")
+
+    undrain = sub.add_parser("undrain", help="put drained cards back in service (operators)")
+    undrain.add_argument("cards", type=_card_list, metavar="CARD[,CARD...]")
+    undrain.add_argument("--json", action="store_true")
+
+    evict = sub.add_parser("evict", help="end what squats on a card from outside the platform (operators)")
+    evict.add_argument("card", type=_card_list, metavar="CARD")
+    evict.add_argument("--pid", type=_cards, metavar="PID", help="only this process of the card's")
+    evict.add_argument("--kill", action="store_true", help="SIGKILL what SIGTERM did not end within the grace")
+    evict.add_argument("--yes", action="store_true", help="do not ask first (needed without a terminal)")
+    evict.add_argument("--json", action="store_true")
+
+    events = sub.add_parser("events", help="what happened on the node: health, drains, intruders, launches, ...")
+    events.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
+    events.add_argument("--card", type=_card_list, metavar="CARD", help="only what concerns this card")
+    events.add_argument("--follow", action="store_true", help="keep printing new events as they happen")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
 
     sub.add_parser("agent", help="serve this node to every account on its socket (run as root, or by systemd)")
 
@@ -501,10 +535,104 @@ async def _audit(run: _Run) -> None:
     print_audit(entries)
 
 
+async def _drain(run: _Run) -> None:
+    node, args = run.node, run.args
+    for card in args.cards:
+        drain = await node.drain(card, args.reason)
+        if args.json:
+            print(json.dumps(asdict(drain)))
+        else:
+            print(f"drained card {drain.card}: {drain.reason} (by {drain.by}); it is handed out to no job "
+                  f"until an operator undrains it (tpnode-tui undrain {drain.card})")
+
+
+async def _undrain(run: _Run) -> None:
+    node, args = run.node, run.args
+    for card in args.cards:
+        drain = await node.undrain(card)
+        if args.json:
+            print(json.dumps(asdict(drain)))
+        else:
+            print(f"card {drain.card} is back in service (it was drained: {drain.reason})")
+
+
+def print_evicted(report: EvictReport, out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    shown = printable_view(report)
+    if not shown.processes:
+        print(f"nothing to evict on card {shown.card}: no process from outside the platform is there", file=out)
+        return
+    for p in shown.processes:
+        memory = "" if p.used_memory_mib is None else f", {format_mib(p.used_memory_mib)}"
+        print(f"card {p.card}: pid {p.pid} ({p.user or 'unknown user'}, {p.belongs}{memory}) "
+              f"{p.command or 'command not readable'}: {p.fate}", file=out)
+
+
+async def _evict(run: _Run) -> None:
+    node, args = run.node, run.args
+    if len(args.card) != 1:
+        raise UsageError("evict acts on one card at a time; name it alone")
+    card, pid = args.card[0], args.pid
+    if not args.yes:
+        plan = await node.evict(card, pid, dry_run=True)
+        print_evicted(plan)
+        if not plan.processes:
+            return
+        if not _ask(f"send SIGTERM to {len(plan.processes)} process(es) on card {card}?"):
+            print("nothing was signalled")
+            return
+    report = await node.evict(card, pid, kill=args.kill)
+    if args.json:
+        print(json.dumps(asdict(report)))
+        return
+    print_evicted(report)
+    left = [p for p in report.processes if p.outcome == "running"]
+    if left and not args.kill and not args.yes and _ask(
+            f"{len(left)} process(es) did not end on SIGTERM within {report.grace_s:g} s: SIGKILL them?"):
+        for p in left:
+            print_evicted(await node.evict(card, p.pid, kill=True))
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question on the terminal; without one, asking is a usage error."""
+    if not sys.stdin.isatty():
+        raise UsageError("evict asks before it signals anything: give --yes to do it without asking")
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _event_line(entry: dict[str, Any], now: float) -> str:
+    shown = printable_view(entry)
+    cards = shown.get("cards")
+    where = f"  {cards_words(cards)}" if isinstance(cards, list) and cards else ""
+    who = f"  {shown['user']}" if shown.get("user") else ""
+    return (f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: "
+            f"{shown.get('message', '')}")
+
+
+async def _events(run: _Run) -> None:
+    node, args = run.node, run.args
+    since = parse_duration(args.since) if args.since else None
+    card = None if args.card is None else args.card[0]
+
+    def show(entry: dict[str, Any]) -> None:
+        print(json.dumps(entry) if args.json else _event_line(entry, time.time()), flush=True)
+
+    if not args.follow:
+        for entry in await node.events(since, card):
+            show(entry)
+        return
+    async for entry in node.follow_events(card, since):  # until Ctrl-C
+        show(entry)
+
+
 _COMMANDS: dict[str, Callable[[_Run], Awaitable[None]]] = {
     "status": _status, "launch": _launch, "reserve": _reserve, "extend": _extend,
     "reclaim": _reclaim, "stop": _stop, "env": _env, "queue": _queue, "cancel": _cancel,
-    "audit": _audit,
+    "audit": _audit, "drain": _drain, "undrain": _undrain, "evict": _evict, "events": _events,
 }
 
 

@@ -64,6 +64,18 @@ def prepare_socket(path: Path) -> None:
         path.unlink()
 
 
+def prepare_state_dir(state_dir: Path) -> None:
+    """The agent owns the node's state dir: it keeps the queue, the drains and
+    the log there from its first moment, not from the first launch (systemd's
+    StateDirectory= makes it too; run by hand, the agent does)."""
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the state dir {state_dir} for the agent: {e.strerror}") from None
+    if not state_dir.is_dir():
+        raise ConfigError(f"the state dir {state_dir} is not a directory")
+
+
 def _more_connections() -> None:
     """Dashboards, CLIs and idle connections each take a descriptor: use the
     hard limit, not the soft 1024, so many clients at once are not refused."""
@@ -77,6 +89,7 @@ async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.E
     """Serve the node until SIGTERM or SIGINT (or ``stop`` is set); the exit code."""
     path = settings.agent_socket
     prepare_socket(path)
+    prepare_state_dir(settings.state_dir)
     _more_connections()
     allocator = GpuAllocator.from_settings(settings)
     policy = Policy.from_settings(settings)

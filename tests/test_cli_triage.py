@@ -1,0 +1,112 @@
+"""Drain, undrain, evict and events from the command line, against a real agent.
+
+The agent runs as root as under systemd; an operator and an ordinary account
+use the CLI as real processes of their own, and the squatters are real
+processes of a real account, put on a card of the simulated node.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from accounts import shared_dir
+from load_tools import BOUND_S, kill_process_jobs, wait_until
+from services import write_scene
+from test_agent_accounts import SharedNode, people  # noqa: F401 - the module's accounts
+
+PYTHON = sys.executable
+
+
+@pytest.fixture
+def node(people):  # noqa: F811 - the accounts fixture, by name
+    root = shared_dir("tpn-triage-cli-")
+    n = SharedNode(people, root)
+    n.start()
+    yield n
+    n.kill()
+    kill_process_jobs(n.state)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def squat(node: SharedNode, card: int, proc: subprocess.Popen) -> None:
+    cards = [{"memory_total_mib": 143771} for _ in range(8)]
+    cards[card].update(memory_used_mib=20000, processes=[{"pid": proc.pid, "used_memory_mib": 20000}])
+    write_scene(node.scene, cards)
+
+
+def card(status: dict, index: int) -> dict:
+    return status["cards"][index]
+
+
+def test_an_operator_drains_and_undrains_cards_and_nobody_else_may(node, people):
+    carol, bob = people.carol, people.bob
+    drained = node.cli(carol, "drain", "2,3", "--reason", "fan noise, card to be reseated")
+    assert drained.returncode == 0, drained.stderr
+    assert "drained card 2: fan noise, card to be reseated" in drained.stdout
+    status = node.status(bob)
+    assert [card(status, i)["state"] for i in (2, 3)] == ["drained", "drained"]
+    assert card(status, 2)["drain"]["by"] == carol.name and card(status, 2)["drain"]["source"] == "operator"
+    full = node.cli(bob, "reserve", "--cards", "7", "--for", "10m")
+    assert full.returncode == 75  # drained cards are never handed out
+
+    refused = node.cli(bob, "undrain", "2")
+    assert refused.returncode == 77 and "operator" in refused.stderr
+    assert node.cli(bob, "drain", "1", "--reason", "mine").returncode == 77
+
+    back = node.cli(carol, "undrain", "2,3", "--json")
+    assert back.returncode == 0, back.stderr
+    assert [json.loads(line)["card"] for line in back.stdout.splitlines()] == [2, 3]
+    assert card(node.status(bob), 2)["state"] == "free"
+    kinds = [e["kind"] for e in json.loads("[" + ",".join(
+        node.cli(bob, "events", "--json", "--card", "2").stdout.splitlines()) + "]")]
+    assert "drain" in kinds and "undrain" in kinds
+
+
+def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, people):
+    carol, bob = people.carol, people.bob
+    stubborn = bob.spawn(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"], env=bob.env())
+    try:
+        squat(node, 4, stubborn)
+        wait_until(lambda: card(node.status(carol), 4)["state"] == "external", "the squatter to be seen")
+
+        unasked = node.cli(carol, "evict", "4")  # no terminal to ask on
+        assert unasked.returncode == 2 and "give --yes" in unasked.stderr
+        assert stubborn.poll() is None  # nothing was signalled
+
+        assert node.cli(bob, "evict", "4", "--yes").returncode == 77  # operators only
+
+        termed = node.cli(carol, "evict", "4", "--yes")
+        assert termed.returncode == 0, termed.stderr
+        assert f"pid {stubborn.pid} ({bob.name}, external" in termed.stdout
+        assert stubborn.poll() is None  # it ignores SIGTERM: still there, and said so
+
+        killed = node.cli(carol, "evict", "4", "--yes", "--kill")
+        assert killed.returncode == 0, killed.stderr
+        assert stubborn.wait(BOUND_S) == -signal.SIGKILL
+        events = node.cli(carol, "events", "--card", "4")
+        assert events.returncode == 0, events.stderr
+        log = events.stdout
+        assert "evict" in log and str(stubborn.pid) in log
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
+        stubborn.wait()
+
+
+def test_events_follow_prints_what_happens_as_it_happens(node, people):
+    carol = people.carol
+    follower = carol.spawn([PYTHON, "-m", "tpnode_tui", "events", "--follow", "--json"], env=node.env(carol),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert node.cli(carol, "drain", "5", "--reason", "follow me").returncode == 0
+        seen = []
+        wait_until(lambda: seen.append(json.loads(follower.stdout.readline())) or
+                   any(e["kind"] == "drain" and e.get("cards") == [5] for e in seen), "the drain to be followed")
+    finally:
+        follower.kill()
+        follower.wait()
