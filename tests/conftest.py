@@ -64,6 +64,17 @@ def dockerd(dockerd_service, monkeypatch):
     dockerd_service.remove_all_containers()
 
 
+@pytest.fixture(scope="session")
+def accounts():
+    """Two ordinary accounts and an operator, made with useradd for this test
+    session and removed after it (tests/accounts.py)."""
+    from accounts import make_accounts
+
+    made = make_accounts()
+    yield made
+    made.remove()
+
+
 @pytest.fixture
 def scene(tmp_path):
     """Path of a simulated 8-card idle node; rewrite it with write_scene()."""

@@ -1,4 +1,4 @@
-"""A shared node as its people use it: a real agent as root, real accounts at the CLI.
+"""A shared node as its accounts use it: a real agent as root, real accounts at the CLI.
 
 The agent runs as its own process (``python -m tpnode_tui agent``), as it does
 under systemd, on a simulated node with the process runtime; two ordinary
@@ -13,84 +13,23 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from accounts import Account, Accounts, cli_as, make_accounts, shared_dir
 
+from accounts import cli_as, shared_dir
+from agent_tools import SharedNode
 from load_tools import BOUND_S, kill_process_jobs, shared_cards, wait_until
-from services import write_scene
 
 INTERVAL = "0.2"
 
 
-class SharedNode:
-    """A node with an agent, in a directory every test account can reach."""
-
-    def __init__(self, people: Accounts, root: Path, **settings: str) -> None:
-        self.people = people
-        self.root = root
-        self.scene = write_scene(root / "node.json", 8)
-        self.state = root / "state"
-        self.socket = root / "run" / "agent.sock"
-        self.settings = {
-            "TUNEPLANE_PROBE": f"simulated:{self.scene}", "TUNEPLANE_RUNTIME": "process",
-            "TUNEPLANE_STATE_DIR": str(self.state), "TUNEPLANE_AGENT_SOCKET": str(self.socket),
-            "TUNEPLANE_OPERATORS_GROUP": people.operators_group, "TUNEPLANE_LOCK_RETRY_MS": "10",
-            **settings,
-        }
-        self.agent: subprocess.Popen | None = None
-        self.log = root / "agent.log"
-
-    def start(self) -> None:
-        """Start the agent and wait until it answers on its socket (an agent
-        killed outright leaves a socket file behind that answers nobody)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")} | self.settings
-        with open(self.log, "ab") as log:
-            self.agent = subprocess.Popen([sys.executable, "-m", "tpnode_tui", "--interval", INTERVAL, "agent"],
-                                          env=env, stdout=log, stderr=log, start_new_session=True)
-        wait_until(lambda: self._answers() or self.agent.poll() is not None, "the agent to answer")
-        assert self.agent.poll() is None, self.log.read_text()
-
-    def _answers(self) -> bool:
-        with socket.socket(socket.AF_UNIX) as s:
-            try:
-                s.connect(str(self.socket))
-            except OSError:
-                return False
-        return True
-
-    def kill(self, sig: int = signal.SIGTERM) -> None:
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.send_signal(sig)
-            self.agent.wait(BOUND_S)
-
-    def env(self, who: Account) -> dict[str, str]:
-        return who.env(TUNEPLANE_AGENT="on", TUNEPLANE_AGENT_SOCKET=str(self.socket))
-
-    def cli(self, who: Account, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        return cli_as(who, self.env(who), *args, cwd=cwd)
-
-    def status(self, who: Account) -> dict:
-        done = self.cli(who, "status", "--json")
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-
-@pytest.fixture(scope="module")
-def people():
-    made = make_accounts()
-    yield made
-    made.remove()
-
-
 @pytest.fixture
-def node(people):
+def node(accounts):
     root = shared_dir("tpn-shared-")
-    n = SharedNode(people, root)
+    n = SharedNode(accounts, root)
     n.start()
     yield n
     n.kill()
@@ -102,19 +41,19 @@ def job(status: dict, run_id: str) -> dict:
     return next(j for j in status["jobs"] if j["run_id"] == run_id)
 
 
-def test_every_account_sees_the_same_node_and_is_named_by_the_kernel(node, people):
-    seen = {who.name: node.status(who) for who in (people.alice, people.bob, people.carol)}
+def test_every_account_sees_the_same_node_and_is_named_by_the_kernel(node, accounts):
+    seen = {who.name: node.status(who) for who in (accounts.alice, accounts.bob, accounts.carol)}
     for name, status in seen.items():
         assert status["via"] == "agent" and status["you"]["user"] == name
         assert status["total"] == 8 and len(status["free"]) == 8
-    assert seen[people.carol.name]["you"]["operator"] is True
-    assert seen[people.alice.name]["you"]["operator"] is False
+    assert seen[accounts.carol.name]["you"]["operator"] is True
+    assert seen[accounts.alice.name]["you"]["operator"] is False
     mode = node.socket.stat().st_mode & 0o777
     assert mode == 0o666
 
 
-def test_a_job_runs_as_its_caller_with_their_groups_and_their_log(node, people):
-    alice = people.alice
+def test_a_job_runs_as_its_caller_with_their_groups_and_their_log(node, accounts):
+    alice = accounts.alice
     work = alice.home / "work"
     alice.run(["mkdir", "-p", str(work)], env=alice.env())
     done = node.cli(alice, "launch", "--cards", "1", "--run-id", "a-train", "--", "sleep", "120", cwd=work)
@@ -133,7 +72,7 @@ def test_a_job_runs_as_its_caller_with_their_groups_and_their_log(node, people):
     log = node.state / "logs" / "a-train.log"
     assert log.stat().st_uid == alice.uid
     assert alice.run(["cat", str(log)], env=alice.env()).returncode == 0
-    assert people.bob.run(["cat", str(log)], env=people.bob.env()).returncode != 0
+    assert accounts.bob.run(["cat", str(log)], env=accounts.bob.env()).returncode != 0
 
 
 def _child_running(supervisor: int, name: str) -> int | None:
@@ -148,15 +87,15 @@ def _child_running(supervisor: int, name: str) -> int | None:
     return None
 
 
-def test_another_account_may_not_stop_extend_or_reclaim_and_changes_nothing(node, people):
-    alice, bob = people.alice, people.bob
+def test_another_account_may_not_stop_extend_or_reclaim_and_changes_nothing(node, accounts):
+    alice, bob = accounts.alice, accounts.bob
     assert node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
     before = job(node.status(alice), "a-rsv")
     for args in (["stop", "a-rsv"], ["extend", "a-rsv", "--for", "1h"], ["reclaim", "a-rsv"]):
         refused = node.cli(bob, *args)
         assert refused.returncode == 77, (args, refused.stderr)
         assert len(refused.stderr.splitlines()) == 1
-        assert f"only {alice.name} or an operator (root, group {people.operators_group})" in refused.stderr
+        assert f"only {alice.name} or an operator (root, group {accounts.operators_group})" in refused.stderr
     assert "card 0 is held by a-rsv of" in node.cli(bob, "stop", "a-rsv").stderr
     after = job(node.status(alice), "a-rsv")
     assert after["status"] == "running" and after["expires_at"] == before["expires_at"]
@@ -166,8 +105,8 @@ def test_another_account_may_not_stop_extend_or_reclaim_and_changes_nothing(node
     assert [j["run_id"] for j in node.status(bob)["jobs"]] == ["a-rsv"]
 
 
-def test_the_owner_and_an_operator_may_and_the_audit_log_has_every_attempt(node, people):
-    alice, bob, carol = people.alice, people.bob, people.carol
+def test_the_owner_and_an_operator_may_and_the_audit_log_has_every_attempt(node, accounts):
+    alice, bob, carol = accounts.alice, accounts.bob, accounts.carol
     assert node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "r1").returncode == 0
     extended = node.cli(alice, "extend", "r1", "--for", "30m", "--json")
     assert extended.returncode == 0, extended.stderr
@@ -185,26 +124,26 @@ def test_the_owner_and_an_operator_may_and_the_audit_log_has_every_attempt(node,
     assert mine["all"] is False and [e["user"] for e in mine["entries"]] == [bob.name]
 
 
-def test_a_card_limit_per_account_is_kept_and_says_what_you_hold(people):
+def test_a_card_limit_per_account_is_kept_and_says_what_you_hold(accounts):
     root = shared_dir("tpn-quota-")
-    n = SharedNode(people, root, TUNEPLANE_MAX_CARDS_FOR=f"{people.bob.name}=1")
+    n = SharedNode(accounts, root, TUNEPLANE_MAX_CARDS_FOR=f"{accounts.bob.name}=1")
     n.start()
     try:
-        assert n.cli(people.bob, "reserve", "--cards", "1", "--for", "1h", "--run-id", "b1").returncode == 0
-        over = n.cli(people.bob, "reserve", "--cards", "1", "--for", "1h", "--run-id", "b2")
+        assert n.cli(accounts.bob, "reserve", "--cards", "1", "--for", "1h", "--run-id", "b1").returncode == 0
+        over = n.cli(accounts.bob, "reserve", "--cards", "1", "--for", "1h", "--run-id", "b2")
         assert over.returncode == 77
-        assert f"you hold 1 card (b1) and ask for 1 card; the limit for {people.bob.name} is 1 card" in over.stderr
-        you = n.status(people.bob)["you"]
+        assert f"you hold 1 card (b1) and ask for 1 card; the limit for {accounts.bob.name} is 1 card" in over.stderr
+        you = n.status(accounts.bob)["you"]
         assert (you["cards_held"], you["card_limit"]) == (1, 1)
-        assert n.cli(people.alice, "reserve", "--cards", "2", "--for", "1h").returncode == 0
+        assert n.cli(accounts.alice, "reserve", "--cards", "2", "--for", "1h").returncode == 0
     finally:
         n.kill()
         kill_process_jobs(n.state)
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_fifty_clients_from_three_accounts_at_once_never_share_a_card(node, people):
-    everyone = (people.alice, people.bob, people.carol)
+def test_fifty_clients_from_three_accounts_at_once_never_share_a_card(node, accounts):
+    everyone = (accounts.alice, accounts.bob, accounts.carol)
     procs = []
     for n in range(50):
         who = everyone[n % 3]
@@ -215,15 +154,15 @@ def test_fifty_clients_from_three_accounts_at_once_never_share_a_card(node, peop
     results = [(p.communicate(timeout=2 * BOUND_S), p.returncode) for p in procs]
     codes = sorted({code for _, code in results})
     assert set(codes) <= {0, 75}, [err for (_, err), code in results if code not in (0, 75)]
-    status = node.status(people.carol)
+    status = node.status(accounts.carol)
     live = [(j["run_id"], j["gpus"]) for j in status["jobs"] if j["status"] == "running"]
     assert len(live) == 8 and shared_cards(live) == {}
     owners = {j["owner"] for j in status["jobs"]}
     assert owners <= {p.name for p in everyone}
 
 
-def test_a_queued_launch_survives_the_agent_killed_outright_and_starts_once_there_is_room(node, people):
-    alice, bob = people.alice, people.bob
+def test_a_queued_launch_survives_the_agent_killed_outright_and_starts_once_there_is_room(node, accounts):
+    alice, bob = accounts.alice, accounts.bob
     assert node.cli(alice, "reserve", "--cards", "8", "--for", "1h", "--run-id", "all").returncode == 0
     queued = node.cli(bob, "launch", "--cards", "2", "--run-id", "later", "--queue", "--", "sleep", "120")
     assert queued.returncode == 0 and "queued later" in queued.stdout, queued.stderr
@@ -244,23 +183,23 @@ def test_a_queued_launch_survives_the_agent_killed_outright_and_starts_once_ther
     assert started["owner"] == bob.name and len(started["gpus"]) == 2
 
 
-def test_no_agent_and_a_state_dir_this_account_cannot_use_is_one_clear_line(node, people):
+def test_no_agent_and_a_state_dir_this_account_cannot_use_is_one_clear_line(node, accounts):
     node.kill()
-    env = people.bob.env(TUNEPLANE_STATE_DIR=str(node.state), TUNEPLANE_AGENT_SOCKET=str(node.socket),
+    env = accounts.bob.env(TUNEPLANE_STATE_DIR=str(node.state), TUNEPLANE_AGENT_SOCKET=str(node.socket),
                          TUNEPLANE_RUNTIME="process", TUNEPLANE_PROBE=f"simulated:{node.scene}")
-    done = cli_as(people.bob, env, "status")
+    done = cli_as(accounts.bob, env, "status")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
     assert f"no agent answers at {node.socket}" in done.stderr
     assert "start it (systemctl start tpnode-tui-agent)" in done.stderr or "ask the node's operator" in done.stderr
     assert "TUNEPLANE_STATE_DIR=" not in done.stderr  # never a second state dir
 
 
-def test_env_prints_exports_for_the_owners_shell(node, people):
-    alice = people.alice
+def test_env_prints_exports_for_the_owners_shell(node, accounts):
+    alice = accounts.alice
     assert node.cli(alice, "reserve", "--cards", "2", "--for", "1h", "--run-id", "nb").returncode == 0
     printed = node.cli(alice, "env", "nb")
     assert printed.returncode == 0, printed.stderr
     shell = alice.run(["sh", "-c", 'eval "$1"; echo "$CUDA_VISIBLE_DEVICES"', "sh", printed.stdout],
                       env=alice.env())
     assert shell.stdout.strip() == "0,1"
-    assert node.cli(people.bob, "env", "nb").returncode == 0  # reading is anyone's
+    assert node.cli(accounts.bob, "env", "nb").returncode == 0  # reading is anyone's

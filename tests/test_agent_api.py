@@ -14,52 +14,12 @@ import os
 
 import pytest
 
+from agent_tools import WAIT_S, Agent
 from load_tools import kill_process_jobs
 from services import write_scene
-from tpnode_tui.agent.serve import serve
-from tpnode_tui.config import load_settings
+from tpnode_tui.model import JobNotFound
 from tpnode_tui.node.remote import AgentNode, AgentUnavailable
 from tpnode_tui.service import LaunchRequest, ReserveRequest
-
-WAIT_S = 15.0
-
-
-class Agent:
-    def __init__(self, tmp_path) -> None:
-        self.scene = write_scene(tmp_path / "node.json", 8)
-        self.state = tmp_path / "state"
-        self.socket = tmp_path / "run" / "agent.sock"
-        self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
-                                      state_dir=str(self.state), agent_socket=str(self.socket),
-                                      lock_retry_ms="10")
-        self.stop = asyncio.Event()
-        self.task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        self.task = asyncio.ensure_future(serve(self.settings, interval=0.2, stop=self.stop))
-        deadline = asyncio.get_running_loop().time() + WAIT_S
-        while not self.socket.exists():
-            assert not self.task.done(), self.task.exception()
-            assert asyncio.get_running_loop().time() < deadline, "the agent did not start"
-            await asyncio.sleep(0.02)
-
-    async def request(self, raw: bytes) -> tuple[int, dict]:
-        """One raw HTTP exchange; the status and the JSON body."""
-        reader, writer = await asyncio.open_unix_connection(str(self.socket))
-        writer.write(raw)
-        await writer.drain()
-        data = await asyncio.wait_for(reader.read(), WAIT_S)
-        writer.close()
-        head, _, body = data.partition(b"\r\n\r\n")
-        status = int(head.split()[1])
-        if b"chunked" in head.lower():
-            body = b"".join(body.split(b"\r\n")[1::2])
-        return status, json.loads(body)
-
-    async def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict]:
-        return await self.request(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
 
 
 @pytest.fixture
@@ -85,7 +45,7 @@ async def test_the_socket_is_connectable_by_every_account(agent):
 
 async def test_the_agent_makes_its_state_dir_so_the_first_refusal_is_logged(agent, client):
     assert agent.state.is_dir() and oct(agent.state.stat().st_mode & 0o777) == "0o700"
-    with pytest.raises(Exception):
+    with pytest.raises(JobNotFound):
         await client.stop("nothing-by-this-name")
     entries, _ = await client.audit(None)
     assert [(e["action"], e["result"]) for e in entries] == [("stop", "failed")]

@@ -18,21 +18,14 @@ import subprocess
 from dataclasses import replace
 
 import pytest
-from accounts import make_accounts, shared_dir
-from test_agent_api import Agent
 
+from accounts import shared_dir
+from agent_tools import Agent
 from load_tools import kill_process_jobs
 from tpnode_tui.model import Conflict, JobNotFound
 from tpnode_tui.node.remote import AgentNode
 
 WAIT_S = 15.0
-
-
-@pytest.fixture(scope="module")
-def accounts():
-    made = make_accounts()
-    yield made
-    made.remove()
 
 
 @pytest.fixture

@@ -15,17 +15,17 @@ import sys
 import pytest
 
 from accounts import shared_dir
+from agent_tools import SharedNode
 from load_tools import BOUND_S, kill_process_jobs, wait_until
 from services import write_scene
-from test_agent_accounts import SharedNode, people  # noqa: F401 - the module's accounts
 
 PYTHON = sys.executable
 
 
 @pytest.fixture
-def node(people):  # noqa: F811 - the accounts fixture, by name
+def node(accounts):
     root = shared_dir("tpn-triage-cli-")
-    n = SharedNode(people, root)
+    n = SharedNode(accounts, root)
     n.start()
     yield n
     n.kill()
@@ -43,8 +43,8 @@ def card(status: dict, index: int) -> dict:
     return status["cards"][index]
 
 
-def test_an_operator_drains_and_undrains_cards_and_nobody_else_may(node, people):
-    carol, bob = people.carol, people.bob
+def test_an_operator_drains_and_undrains_cards_and_nobody_else_may(node, accounts):
+    carol, bob = accounts.carol, accounts.bob
     drained = node.cli(carol, "drain", "2,3", "--reason", "fan noise, card to be reseated")
     assert drained.returncode == 0, drained.stderr
     assert "drained card 2: fan noise, card to be reseated" in drained.stdout
@@ -67,8 +67,8 @@ def test_an_operator_drains_and_undrains_cards_and_nobody_else_may(node, people)
     assert "drain" in kinds and "undrain" in kinds
 
 
-def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, people):
-    carol, bob = people.carol, people.bob
+def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, accounts):
+    carol, bob = accounts.carol, accounts.bob
     stubborn = bob.spawn(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"], env=bob.env())
     try:
         squat(node, 4, stubborn)
@@ -98,8 +98,8 @@ def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, p
         stubborn.wait()
 
 
-def test_events_follow_prints_what_happens_as_it_happens(node, people):
-    carol = people.carol
+def test_events_follow_prints_what_happens_as_it_happens(node, accounts):
+    carol = accounts.carol
     follower = carol.spawn([PYTHON, "-m", "tpnode_tui", "events", "--follow", "--json"], env=node.env(carol),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -13,7 +13,6 @@ import time
 
 import psutil
 import pytest
-from accounts import make_accounts
 
 from load_tools import kill_process_jobs
 from services import write_scene
@@ -33,13 +32,6 @@ ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
 WAIT_S = 20.0
 #: ignores SIGTERM: an ignored signal stays ignored across exec, so the sleep ignores it too
 STUBBORN = ["sh", "-c", "trap '' TERM; echo ready; exec sleep 300"]
-
-
-@pytest.fixture(scope="module")
-def accounts():
-    made = make_accounts()
-    yield made
-    made.remove()
 
 
 class Node:

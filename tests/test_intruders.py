@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from accounts import make_accounts
 
 from load_tools import kill_process_jobs
 from services import write_scene
@@ -30,13 +29,6 @@ from tpnode_tui.procinfo import describe
 from tpnode_tui.runtimes.process import ProcessRuntime
 
 WAIT_S = 20.0
-
-
-@pytest.fixture(scope="module")
-def accounts():
-    made = make_accounts()
-    yield made
-    made.remove()
 
 
 @pytest.fixture

@@ -616,15 +616,6 @@ async def test_the_supervisor_runs_the_launchers_own_code_wherever_that_came_fro
 # ── a caller's job runs as the caller ────────────────────────────────────────
 
 
-@pytest.fixture(scope="module")
-def accounts():
-    from accounts import make_accounts
-
-    made = make_accounts()
-    yield made
-    made.remove()
-
-
 @pytest.fixture
 def shared_state():
     """A state dir every test account can reach the way the agent's is reached

@@ -18,10 +18,9 @@ import sys
 import textwrap
 
 import pytest
-from accounts import make_accounts, shared_dir
-from test_agent_accounts import SharedNode
-from test_agent_api import Agent
 
+from accounts import shared_dir
+from agent_tools import Agent, SharedNode
 from load_tools import kill_process_jobs
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.service import LaunchRequest, ReserveRequest
@@ -124,17 +123,10 @@ async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_
 # -- the agent as its own process, and other accounts ----------------------------------
 
 
-@pytest.fixture(scope="module")
-def people():
-    made = make_accounts()
-    yield made
-    made.remove()
-
-
 @pytest.fixture
-def shared(people):
+def shared(accounts):
     root = shared_dir("tpn-tui-")
-    n = SharedNode(people, root)
+    n = SharedNode(accounts, root)
     n.start()
     yield n
     n.kill()
@@ -198,8 +190,8 @@ AS_ACCOUNT = textwrap.dedent('''
 ''')
 
 
-def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared, people):
-    alice, bob = people.alice, people.bob
+def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared, accounts):
+    alice, bob = accounts.alice, accounts.bob
     assert shared.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
     script = shared.root / "dashboard_as.py"
     script.write_text(AS_ACCOUNT)
@@ -212,7 +204,7 @@ def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_age
     assert shown["stop offered"] is False and shown["extend offered"] is False
     [refusal] = [m for m in shown["said"] if "allowed" in m]
     assert refusal.startswith("Not allowed to stop a-rsv: card 0 is held by a-rsv of ")
-    assert f"only {alice.name} or an operator (root, group {people.operators_group}) may stop it" in refusal
+    assert f"only {alice.name} or an operator (root, group {accounts.operators_group}) may stop it" in refusal
     assert shared.status(alice)["jobs"][0]["status"] == "running"
 
 
