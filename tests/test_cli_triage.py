@@ -100,8 +100,10 @@ def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, a
 
 def test_events_follow_prints_what_happens_as_it_happens(node, accounts):
     carol = accounts.carol
-    follower = carol.spawn([PYTHON, "-m", "tpnode_tui", "events", "--follow", "--json"], env=node.env(carol),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # --since, so the drain is printed whether the follower was listening yet or
+    # not: a follower starting up on a loaded machine may be slower than the drain.
+    follower = carol.spawn([PYTHON, "-m", "tpnode_tui", "events", "--follow", "--since", "1h", "--json"],
+                           env=node.env(carol), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert node.cli(carol, "drain", "5", "--reason", "follow me").returncode == 0
         seen = []

@@ -225,3 +225,22 @@ async def test_reclaim_without_a_run_id_removes_only_what_the_caller_may(node):
         node.runtime.jobs[f"tpn-{run_id}"] = replace(node.runtime.jobs[f"tpn-{run_id}"], status="exited")
     assert [j.run_id for j in await node.service.reclaim(ALICE, None)] == ["a"]
     assert [j.run_id for j in await node.service.reclaim(ROOT, None)] == ["b"]
+
+
+async def test_a_queued_launch_being_tried_keeps_its_place_unless_the_lock_keeps_it_waiting(node):
+    await node.launch(ALICE, "full", 4)
+    await node.launch(BOB, "later", 1, queue=True)
+    read = asyncio.Event()
+    slow = node.probe.read
+
+    async def slowly():
+        read.set()
+        await asyncio.sleep(0.3)
+        return await slow()
+
+    node.probe.read = slowly
+    node.service._start_drain()  # tries "later": reads the node under the lock, slowly
+    await asyncio.wait_for(read.wait(), WAIT_S)
+    [shown] = node.service.queued()
+    assert (shown.run_id, shown.state) == ("later", "queued")  # being tried, not waiting for anyone
+    assert shown.waiting_for == "1 card, #1 in the queue"

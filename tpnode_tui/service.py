@@ -733,12 +733,27 @@ class NodeService:
                 del self._pending[spec.run_id]
 
     def queued(self) -> tuple[QueuedLaunch, ...]:
-        """Launches in flight first (in the order they began), then the queue."""
+        """Launches in flight first (in the order they began), then the queue in
+        its order. A launch is shown waiting only while the allocation lock really
+        keeps it waiting, and says for what: a queued launch being tried, as
+        each round tries it, keeps its place and its "queued" meanwhile."""
         waiting = self.allocator.lock.waiting
-        shown = [p.entry.public(p.phase, waiting if p.phase == "waiting" else "placing its job")
-                 for p in self._pending.values()]
-        for n, entry in enumerate(e for e in self.queue.entries() if e.spec.run_id not in self._pending):
-            shown.append(entry.public("queued", f"{cards_words(entry.spec.cards)}, #{n + 1} in the queue"))
+        entries = self.queue.entries()
+        in_queue = {e.spec.run_id for e in entries}
+
+        def trying(p: _Pending, otherwise: QueuedLaunch) -> QueuedLaunch:
+            if p.phase == "waiting" and waiting:
+                return p.entry.public("waiting", waiting)
+            if p.phase == "placing":
+                return p.entry.public("placing", "placing its job")
+            return otherwise
+
+        shown = [trying(p, p.entry.public("placing", "placing its job"))
+                 for run_id, p in self._pending.items() if run_id not in in_queue]
+        for n, entry in enumerate(entries):
+            place = entry.public("queued", f"{cards_words(entry.spec.cards)}, #{n + 1} in the queue")
+            pending = self._pending.get(entry.spec.run_id)
+            shown.append(place if pending is None else trying(pending, place))
         return tuple(shown)
 
     def _start_drain(self) -> None:
