@@ -100,15 +100,22 @@ def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, a
 
 def test_events_follow_prints_what_happens_as_it_happens(node, accounts):
     carol = accounts.carol
-    # --since, so the drain is printed whether the follower was listening yet or
-    # not: a follower starting up on a loaded machine may be slower than the drain.
+    # --since, so the first drain is printed whether the follower was listening
+    # yet or not (one starting on a loaded machine may be slower than the drain);
+    # once it printed that, it is listening, and the second can only come live.
     follower = carol.spawn([PYTHON, "-m", "tpnode_tui", "events", "--follow", "--since", "1h", "--json"],
                            env=node.env(carol), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[dict] = []
+
+    def printed(card: int) -> bool:
+        seen.append(json.loads(follower.stdout.readline()))
+        return any(e["kind"] == "drain" and e.get("cards") == [card] for e in seen)
+
     try:
         assert node.cli(carol, "drain", "5", "--reason", "follow me").returncode == 0
-        seen = []
-        wait_until(lambda: seen.append(json.loads(follower.stdout.readline())) or
-                   any(e["kind"] == "drain" and e.get("cards") == [5] for e in seen), "the drain to be followed")
+        wait_until(lambda: printed(5), "the first drain to be printed")
+        assert node.cli(carol, "drain", "6", "--reason", "and me").returncode == 0
+        wait_until(lambda: printed(6), "the second drain to be printed as it happened")
     finally:
         follower.kill()
         follower.wait()
