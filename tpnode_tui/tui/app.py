@@ -302,8 +302,9 @@ class NodeDashboard(App[int]):
         yield DetailPane(id="detail", history=True)
         yield JobsTable(id="jobs")
         yield EventsPane(id="events")
-        # compact: an operator's keys, the log's and the demo's fit one line of 120 columns
-        yield Footer(compact=True)
+        # Compact, and without the palette's key (ctrl+p still opens it; the help
+        # says so): an operator's keys, the log's and the demo's fit 120 columns.
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one(CardGrid).focus()
