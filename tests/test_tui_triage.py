@@ -24,7 +24,7 @@ from tpnode_tui.model import Sample
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
 from tpnode_tui.tui.screens import ConfirmScreen, DrainScreen
-from tpnode_tui.tui.sparks import BARS, FixedSparkline, columns, padded, summary
+from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns, padded, squeeze, summary
 from tpnode_tui.tui.tiles import CardGrid
 from tui_tools import SIZE, Dashboard, Node, fill, polled, states, tile_text, until
 
@@ -302,6 +302,17 @@ def test_columns_are_slices_of_time_and_a_silence_is_a_gap():
     assert cols[:7] == [50.0] * 7, "a sample stands for up to 30 s after it"
     assert cols[7:9] == [None, None], "then nothing was read: a gap"
     assert cols[9] == 90.0
+
+
+def test_a_fetched_hour_is_kept_as_a_fixed_number_of_slices_and_drawn_at_any_width():
+    now = 10_000.0
+    hour = [Sample(now - 3600 + 10 * n, 10.0, 20.0, 1000.0, None, None) for n in range(330)]
+    hour += [Sample(now - 300 + 0.2 * n, 0.0, 80.0, 2000.0, None, None) for n in range(1500)]  # 0.2 s polls
+    recent = Recent.of(hour, now)
+    assert len(recent.utilization_pct) == len(recent.memory_used_mib) == SLICES, "however many samples"
+    assert recent.span == 3600.0
+    assert squeeze(recent.utilization_pct, 12) == [20.0] * 11 + [80.0]
+    assert squeeze([1.0, None, 3.0, None], 2) == [1.0, 3.0] and squeeze([None, None], 1) == [None]
 
 
 async def test_history_is_fetched_when_the_selection_changes_not_every_poll(node, monkeypatch):

@@ -52,7 +52,6 @@ from ..model import (
     NodeSnapshot,
     NotAllowed,
     QueuedLaunch,
-    Sample,
     TpnodeError,
 )
 from ..node.base import Node, NodeView
@@ -68,6 +67,7 @@ from .header import PollState, banner_lines, header_text, no_cards_text, summary
 from .jobs import JOB_PREFIX, LAUNCH_PREFIX, PLACING, QUEUED, WAITING, JobsTable
 from .redraw import same, update
 from .screens import ConfirmScreen, DrainScreen, ExtendScreen, HelpScreen, LaunchScreen, ReserveScreen
+from .sparks import Recent
 from .tiles import CardGrid
 from .triage import (
     NOT_GONE,
@@ -267,8 +267,8 @@ class NodeDashboard(App[int]):
         self._cols: Optional[int] = None
         #: whether a banner (stale, probe-blind) takes rows over the grid
         self._banners = False
-        #: the selected card's history as last fetched: (card, samples, when)
-        self._history: Optional[tuple[int, Sequence[Sample], float]] = None
+        #: each card's history as last fetched (a few kilobytes a card, whatever the node keeps)
+        self.card_history: dict[int, Recent] = {}
         #: set when the history should be fetched at once (a new selection, the first reading)
         self._history_wake = asyncio.Event()
         self._tiles_history_at: Optional[float] = None
@@ -406,24 +406,20 @@ class NodeDashboard(App[int]):
             return  # shutting down: the widgets are gone
         if tiles:
             self._tiles_history_at = now
-            self.query_one(CardGrid).show_history(history, now)
-        self._history = (card, history.get(card, []), now)
+        fetched = {index: Recent.of(samples, now) for index, samples in history.items()}
+        self.card_history.update(fetched)
+        self.query_one(CardGrid).show_history(fetched)
         self.history_fetches += 1
         self._redraw_history()
 
     def _redraw_history(self) -> None:
-        """The selected card's lines: its own history if fetched, else what the tiles have of it."""
+        """The selected card's lines, from its history as last fetched (with every
+        card's, for the tiles, or on its own when it was selected)."""
         card = self.selected_card()
         if card is None or not self.screen_stack:
             return
-        if self._history is not None and self._history[0] == card.index:
-            _, samples, at = self._history
-        else:
-            grid = self.query_one(CardGrid)
-            tile = next((t for t in grid.tiles if t.card.index == card.index), None)
-            samples, at = (tile.samples, tile.samples_at) if tile is not None else ((), self.clock())
         total = card.facts.memory_total_mib if card.facts is not None else None
-        self.query_one(DetailPane).show_history(samples, at, total)
+        self.query_one(DetailPane).show_history(self.card_history.get(card.index), total)
 
     @property
     def stale_since(self) -> Optional[float]:
@@ -618,8 +614,9 @@ class NodeDashboard(App[int]):
         """A short terminal (80x24) drops the summary and the header's second
         line, shortens the blind banner, and shrinks the detail pane, so the jobs
         table stays on screen; below HISTORY_ROWS, or with a banner over the
-        grid, the tiles and the detail pane leave out the cards' history. The event's size, not ``self.size``: this handler
-        runs before Textual's own, which is the one that updates ``self.size``."""
+        grid, the tiles and the detail pane leave out the cards' history. The
+        event's size, not ``self.size``: this handler runs before Textual's own,
+        which is the one that updates ``self.size``."""
         self._rows = event.size.height
         self._cols = event.size.width
         self._lay_out()

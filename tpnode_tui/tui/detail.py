@@ -15,10 +15,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from ..model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, JobState, Sample
+from ..model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, JobState
 from ..render import NA, card_ranges, describe_holder, format_duration, format_mib, show_command, unseen_use
 from ..render import clock_time as moment
-from .sparks import FixedSparkline, window, window_words
+from .sparks import FixedSparkline, Recent, window_words
 from .tiles import BADGES, DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, readings
 
 STATE_MEANING = {
@@ -190,21 +190,21 @@ class DetailPane(VerticalScroll, can_focus=True):
     def show(self, text: Text) -> None:
         self.query_one("#detail-text", Static).update(text)
 
-    def show_history(self, samples: Sequence[Sample], now: float, memory_total_mib: Optional[int]) -> None:
+    def show_history(self, recent: Optional[Recent], memory_total_mib: Optional[int]) -> None:
         """Utilisation against 0-100 %, memory against the card's total: a
         scale that moved with the data would make an idle card look busy."""
         if not self.history:
             return
-        span = window(samples, now)
-        when = window_words(span) if samples else "no readings yet"
+        known = recent is not None and not recent.empty
+        when = window_words(recent.span) if recent is not None and known else "no readings yet"
         util = self.query_one("#spark-utilization_pct", FixedSparkline)
-        util.plot(samples, "utilization_pct", 100.0, now, span)
+        util.plot(recent.utilization_pct if recent is not None else (), 100.0)
         self.query_one("#spark-utilization_pct-caption", Static).update(Text(f"0-100 % · {when}"))
         memory = self.query_one("#spark-memory_used_mib", FixedSparkline)
         if memory_total_mib:
-            memory.plot(samples, "memory_used_mib", float(memory_total_mib), now, span)
+            memory.plot(recent.memory_used_mib if recent is not None else (), float(memory_total_mib))
             caption = f"of {format_mib(memory_total_mib)} · {when}"
         else:  # no total to scale to: drawing against the data's own range would mislead
-            memory.plot((), "memory_used_mib", 1.0, now, span)
+            memory.plot((), 1.0)
             caption = "total not known"
         self.query_one("#spark-memory_used_mib-caption", Static).update(Text(caption))

@@ -13,10 +13,13 @@ the window (the last hour, or as much of it as the node has kept), so a
 stretch the node did not read is a gap, not squeezed out. The node's
 history is every poll of the last five minutes and 10-second averages
 before (``tpnode_tui/history.py``); a sample stands for the time until the
-next one, up to :data:`GAP_S`.
+next one, up to :data:`GAP_S`. A fetched history is kept only as
+:data:`SLICES` means per field (:class:`Recent`), so what the dashboard holds
+of every card's hour is a few kilobytes, however fast the node polls.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from rich.text import Text
@@ -32,6 +35,8 @@ MIN_SPAN_S = 10.0
 #: a sample stands for the time until the next one, but no longer: a longer
 #: silence (the node was not read) is drawn as a gap
 GAP_S = 30.0
+#: the slices of time a fetched history is kept as (10 s each, for an hour)
+SLICES = 360
 
 BARS = SparklineRenderable.BARS
 
@@ -88,6 +93,41 @@ def columns(samples: Sequence[Sample], field: str, width: int, now: float,
     return [sums[c] / counts[c] if counts[c] else None for c in range(width)]
 
 
+@dataclass(frozen=True)
+class Recent:
+    """A card's history as fetched at ``at``: its utilisation and memory used
+    over ``span`` seconds, in SLICES equal slices of time (None: not read)."""
+
+    at: float
+    span: float
+    utilization_pct: tuple[Optional[float], ...]
+    memory_used_mib: tuple[Optional[float], ...]
+
+    @classmethod
+    def of(cls, samples: Sequence[Sample], at: float) -> Recent:
+        span = window(samples, at)
+        return cls(at, span, tuple(columns(samples, "utilization_pct", SLICES, at, span)),
+                   tuple(columns(samples, "memory_used_mib", SLICES, at, span)))
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in self.utilization_pct) and all(v is None for v in self.memory_used_mib)
+
+
+def squeeze(values: Sequence[Optional[float]], width: int) -> list[Optional[float]]:
+    """``values`` (equal slices of time) in ``width`` columns: each the mean of
+    the known values in its share, None where none is known."""
+    if width <= 0 or not values:
+        return []
+    n = len(values)
+    out: list[Optional[float]] = []
+    for c in range(width):
+        lo = c * n // width
+        share = [v for v in values[lo:max((c + 1) * n // width, lo + 1)] if v is not None]
+        out.append(sum(share) / len(share) if share else None)
+    return out
+
+
 def padded(values: Sequence[Optional[float]], top: float) -> list[float]:
     """Data for a Sparkline as wide as ``values``: two items a column, the
     column's value (a gap where None) and a bound; the first two bounds are
@@ -111,19 +151,18 @@ class FixedSparkline(Sparkline):
     def __init__(self, *, top: float = 100.0, **kwargs) -> None:
         super().__init__(summary_function=summary, **kwargs)
         self.top = top
+        #: what is drawn, a value a column
         self.values: list[Optional[float]] = []
-        self._samples: Sequence[Sample] = ()
-        self._field = "utilization_pct"
-        self._now = 0.0
-        self._span = SPAN_S
+        self._slices: Sequence[Optional[float]] = ()
 
-    def plot(self, samples: Sequence[Sample], field: str, top: float, now: float, span_s: float) -> None:
-        self._samples, self._field, self.top, self._now, self._span = samples, field, top, now, span_s
+    def plot(self, slices: Sequence[Optional[float]], top: float) -> None:
+        """``slices``: equal slices of time, oldest first (a :class:`Recent` field)."""
+        self._slices, self.top = slices, top
         self._replot()
 
     def _replot(self) -> None:
         width = self.size.width
-        values = columns(self._samples, self._field, width, self._now, self._span)
+        values = squeeze(self._slices, width) if self._slices else [None] * width
         if values != self.values or len(self.data or ()) != 2 * width:
             self.values = values
             self.data = padded(values, self.top)

@@ -6,7 +6,7 @@ and a tile keeps its place on screen: operators learn "card 5 is bottom left".
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
@@ -16,10 +16,10 @@ from textual.events import Click, Resize
 from textual.message import Message
 from textual.widget import Widget
 
-from ..model import CardView, Drain, Sample
+from ..model import CardView, Drain
 from ..render import NA, card_summary, format_duration, format_mib
 from .redraw import same
-from .sparks import columns, spark_text, window, window_words
+from .sparks import Recent, spark_text, squeeze, window_words
 
 #: state -> (badge text, badge colour). The colours match the legend in the help screen.
 BADGES: dict[str, tuple[str, str]] = {
@@ -140,12 +140,13 @@ def tile_note(card: CardView, now: float) -> tuple[str, str]:
     return "", ""
 
 
-def spark_line(samples: Sequence[Sample], at: float, width: int) -> Text:
-    """The card's utilisation since ``at`` minus the window, 0-100 %, and how long that is."""
-    span = window(samples, at)
-    words = " " + window_words(span).removeprefix("last ")
-    bars = columns(samples, "utilization_pct", max(0, width - len(words)), at, span)
-    return spark_text(bars, 100.0) + Text(words, style="grey50") if samples else Text("")
+def spark_line(recent: Optional[Recent], width: int) -> Text:
+    """The card's utilisation over its recent past, 0-100 %, and how long that is."""
+    if recent is None or recent.empty:
+        return Text("")
+    words = " " + window_words(recent.span).removeprefix("last ")
+    bars = squeeze(recent.utilization_pct, max(0, width - len(words)))
+    return spark_text(bars, 100.0) + Text(words, style="grey50")
 
 
 def render_tile(card: CardView, width: int, now: float, stale: bool, idle_since: Optional[float] = None,
@@ -193,13 +194,12 @@ class CardTile(Widget):
         self.now = 0.0
         self.stale = False
         self.idle_since: Optional[float] = None
-        #: the card's history as last fetched, and when
-        self.samples: Sequence[Sample] = ()
-        self.samples_at = 0.0
+        #: the card's history as last fetched
+        self.recent: Optional[Recent] = None
         #: the width and text last drawn: a poll that changes neither repaints nothing
         self._drawn: Optional[tuple[int, Text]] = None
-        #: the utilisation line for (samples, width), drawn once per fetch and width
-        self._spark: Optional[tuple[Sequence[Sample], int, Text]] = None
+        #: the utilisation line for (history, width), drawn once per fetch and width
+        self._spark: Optional[tuple[Optional[Recent], int, Text]] = None
 
     def _width(self) -> int:
         return self.content_region.width or self.size.width
@@ -208,8 +208,8 @@ class CardTile(Widget):
         """Only where the tile has a line for it (not on a short terminal)."""
         if (self.content_region.height or self.size.height) < LINES_WITH_SPARK:
             return None
-        if self._spark is None or self._spark[0] is not self.samples or self._spark[1] != width:
-            self._spark = (self.samples, width, spark_line(self.samples, self.samples_at, width))
+        if self._spark is None or self._spark[0] is not self.recent or self._spark[1] != width:
+            self._spark = (self.recent, width, spark_line(self.recent, width))
         return self._spark[2]
 
     def _text(self, width: int) -> Text:
@@ -223,8 +223,8 @@ class CardTile(Widget):
         self.set_class(stale, "-stale")
         self._redraw()
 
-    def show_history(self, samples: Sequence[Sample], at: float) -> None:
-        self.samples, self.samples_at = samples, at
+    def show_history(self, recent: Recent) -> None:
+        self.recent = recent
         self._redraw()
 
     def _redraw(self) -> None:
@@ -300,11 +300,11 @@ class CardGrid(Container, can_focus=True):
             tile.show(card, now, stale, since)
             tile.set_class(card.index == self.selected, "-selected")
 
-    def show_history(self, history: Mapping[int, Sequence[Sample]], at: float) -> None:
-        """Each card's utilisation line, from the node's history as fetched at ``at``."""
+    def show_history(self, history: Mapping[int, Recent]) -> None:
+        """Each card's utilisation line, from the node's history as last fetched."""
         for tile in self.tiles:
             if tile.card.index in history:
-                tile.show_history(history[tile.card.index], at)
+                tile.show_history(history[tile.card.index])
 
     def select(self, index: int) -> None:
         if not self.tiles:
