@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 
 import psutil
 import pytest
@@ -20,8 +21,9 @@ from rich.console import Console
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 
 from tpnode_tui.identity import Caller
-from tpnode_tui.model import Sample
+from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, Sample
 from tpnode_tui.node.local import LocalNode
+from tpnode_tui.tui.detail import holder_text
 from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
 from tpnode_tui.tui.screens import ConfirmScreen, DrainScreen
 from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns, padded, squeeze, summary
@@ -192,6 +194,17 @@ async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signa
         assert app.heard(f"pid {unseen} cannot be looked at from this machine")
         assert not isinstance(app.screen, ConfirmScreen), "nothing to confirm"
         assert psutil.Process(job.job.pid).is_running()
+
+
+def test_each_process_is_marked_whose_it_is_and_a_container_is_named_by_name_and_image():
+    squatter = HolderInfo(pid=4242, used_memory_mib=30720, visible=True, user="bob", uid=1002,
+                          command="python nb.py", container="f" * 64, container_name="bob-notebook",
+                          container_image="jupyter/base:2024", belongs=INTRUDER)
+    text = holder_text(squatter).plain
+    assert text.startswith("intruder") and "in container bob-notebook (jupyter/base:2024)" in text, text
+    assert holder_text(replace(squatter, belongs=HOLDER)).plain.startswith("holder")
+    unseen = HolderInfo(pid=3999999, used_memory_mib=1024, visible=False, belongs=UNKNOWN)
+    assert holder_text(unseen).plain.startswith("unknown") and "cannot see" in holder_text(unseen).plain
 
 
 # -- who is offered what ------------------------------------------------------------------
