@@ -2,8 +2,10 @@
 
 The demo is the product over a simulated probe (the node served in-process,
 real allocator, real local processes, real lock), so these pictures show what
-`tpnode-tui --demo` shows: the main screen, triage of a card held from outside
-the platform, and the launch dialog. The header names whoever runs this (as
+`tpnode-tui --demo` shows: the main screen (once the demo's reservation has
+been idle for its minute and the XID has drained its card), triage of the
+reservation someone else's process sits on, the question evict asks, the
+node's log, and the launch dialog. The header names whoever runs this (as
 the demo does). The fleet view is the real reader over a private redis-server
 (it needs `redis-server`) into which real publishers publish a dozen simulated
 nodes; two of them stop publishing, and two claim one name (``fleet`` makes
@@ -21,21 +23,30 @@ from tpnode_tui.demo import DEMO_COMMAND, start_demo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.demo import DemoScene
+from tpnode_tui.tui.screens import ConfirmScreen
 from tpnode_tui.tui.tiles import CardGrid
 
 HERE = Path(__file__).resolve().parent
 SIZE = (120, 40)
-SQUATTED_CARD = 2  # the demo's attributable outside process
+INTRUDED_CARD = 2  # alice's reservation, with the demo's outside process on it
+XID_CARD = 7
 
 
-async def settle(pilot, app: NodeDashboard, timeout_s: float = 20.0) -> None:
-    """Until the demo's job and reservation are up and a poll has shown them."""
+def opened(app: NodeDashboard) -> bool:
+    """The demo's job and reservation are up, the XID drained its card, the reservation is idle."""
+    snap = app.snapshot
+    return (snap is not None and {"demo-train-llama", "rsv-alice"} <= {j.run_id for j in snap.jobs}
+            and snap.cards[XID_CARD].state == "drained" and "rsv-alice" in snap.idle)
+
+
+async def settle(pilot, app: NodeDashboard, timeout_s: float = 120.0) -> None:
+    """Until the demo shows all it opens with (idle takes the demo's minute)."""
     deadline = time.monotonic() + timeout_s
-    while not (app.snapshot and {"demo-train-llama", "rsv-alice"} <= {j.run_id for j in app.snapshot.jobs}):
+    while not opened(app):
         if time.monotonic() > deadline:
             raise SystemExit("the demo did not open in time")
-        await pilot.pause(0.1)
-    await pilot.pause(1.5)
+        await pilot.pause(0.5)
+    await pilot.pause(6)  # a history fetch since, so the tiles' lines are there
 
 
 async def main() -> int:
@@ -48,9 +59,21 @@ async def main() -> int:
             await settle(pilot, app)
             app.save_screenshot("main.svg", str(HERE))
 
-            app.query_one(CardGrid).select(SQUATTED_CARD)
-            await pilot.pause(0.5)
+            app.query_one(CardGrid).select(INTRUDED_CARD)
+            await pilot.pause(1.0)
             app.save_screenshot("triage.svg", str(HERE))
+
+            await pilot.press("k")
+            while not isinstance(app.screen, ConfirmScreen):
+                await pilot.pause(0.1)
+            await pilot.pause(0.5)
+            app.save_screenshot("evict.svg", str(HERE))
+            await pilot.press("n")
+
+            await pilot.press("e")
+            await pilot.pause(1.0)
+            app.save_screenshot("log.svg", str(HERE))
+            await pilot.press("e")
 
             await pilot.press("l")
             await pilot.pause(0.5)
@@ -61,7 +84,7 @@ async def main() -> int:
         await node.close()
         demo.close()
     await fleet_picture()
-    for name in ("main.svg", "triage.svg", "launch.svg", "fleet.svg"):
+    for name in ("main.svg", "triage.svg", "evict.svg", "log.svg", "launch.svg", "fleet.svg"):
         print(HERE / name)
     return 0
 

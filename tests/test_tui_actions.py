@@ -135,7 +135,9 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         await pilot.press("y")
         await until(pilot, lambda: app.heard("waits-its-turn is queued"), "the launch to be queued")
         await until(pilot, lambda: "launch:waits-its-turn" in app.query_one("#jobs").row_keys, "its row")
-        assert queued(app) == ["waits-its-turn"] and row_status(app, "waits-its-turn") == "queued #1"
+        # Each round of the node's queue tries it, and a reading made meanwhile shows it "placing".
+        await until(pilot, lambda: row_status(app, "waits-its-turn") == "queued #1", "it listed as queued #1")
+        assert queued(app) == ["waits-its-turn"]
         assert states(app) == ["job", "job"], "a queued launch must not take a held card"
 
         await small_node.allocator.stop("holder")
@@ -480,7 +482,8 @@ async def test_readonly_hides_and_refuses_every_action(node):
     app = node.app(readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        for action in ("launch", "reserve", "extend", "stop", "reclaim", "cancel_launch"):
+        for action in ("launch", "reserve", "extend", "stop", "reclaim", "cancel_launch", "drain", "undrain",
+                       "evict"):
             assert app.check_action(action, ()) is False, action
         assert "READ-ONLY" in str(app.query_one("#header").render())
         footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
@@ -489,10 +492,14 @@ async def test_readonly_hides_and_refuses_every_action(node):
         assert app.screen is app.screen_stack[0], "a dialog opened in read-only mode"
         app.action_launch()  # as the command palette would call it
         app.action_stop()
+        app.action_drain()
+        app.action_evict()
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
         assert app.heard("read-only dashboard: launching is refused")
         assert app.heard("read-only dashboard: stopping is refused")
+        assert app.heard("read-only dashboard: draining is refused")
+        assert app.heard("read-only dashboard: evicting is refused")
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Launch a job" not in titles and "Help: keys and card states" in titles
         assert [j.live for j in app.snapshot.jobs] == [True]

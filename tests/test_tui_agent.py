@@ -99,6 +99,29 @@ async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_r
         await until(pilot, lambda: app.heard("Launched: after-the-restart got card 1."), "a launch once back")
 
 
+async def test_with_the_log_open_the_agent_still_stops_at_once_and_the_log_follows_the_next_one(agent, client):
+    """The events pane follows the agent's log as a stream: one the agent must
+    cut when it stops, or it would wait on the dashboard before stopping."""
+    await client.drain(3, "before the restart")
+    app = Dashboard(client, default_command=("sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("e")
+        await until(pilot, lambda: any("before the restart" in e["message"] for e in app.events), "the log")
+
+        agent.stop.set()
+        await asyncio.wait_for(agent.task, WAIT_S)  # not held up by the dashboard's stream
+        await until(pilot, lambda: app._events_problem is not None, "the pane to say it is not following")
+
+        agent.stop = asyncio.Event()
+        await agent.start()
+        await client.drain(5, "after the restart")
+        await until(pilot, lambda: any("after the restart" in e["message"] for e in app.events),
+                    "the log followed again, from the new agent")
+        assert app._events_problem is None
+        assert [e["message"] for e in app.events].count("card 3 drained by root: before the restart") == 1
+
+
 async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_asking(agent, client):
     await client.reserve(ReserveRequest(cards=8, duration_s=600, run_id="everything"))
     app = Dashboard(client, default_command=("sleep", "60"))

@@ -53,14 +53,29 @@ async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
     app = demo_app
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: opened(app), "the demo's opening job and reservation")
+        await until(pilot, lambda: card(app, 7).state == "drained", "the opening XID to drain card 7")
         states = [c.state for c in app.snapshot.cards]
-        assert {"job", "reservation", "external", "unhealthy", "free"} <= set(states), states
+        assert {"job", "reservation", "external", "unhealthy", "drained", "free"} <= set(states), states
+        assert app.you is not None and app.you.operator, "whoever runs the demo operates its node"
 
-        squatter = card(app, 2)
-        assert squatter.state == "external"
-        [holder] = squatter.holders
-        assert holder.visible and holder.pid == app.demo.squatter.pid and "sleep" in holder.command
-        assert f"pid {holder.pid}" in app.query_one("#card-2").render().plain
+        await until(pilot, lambda: card(app, 0).holders, "the job's process on its cards")
+        [worker] = card(app, 0).holders
+        assert worker.belongs == "holder" and "tpnode_tui.demo train" in worker.command
+
+        reserved = card(app, 2)
+        assert reserved.state == "reservation" and reserved.run_id == "rsv-alice"
+        [squatter] = reserved.holders
+        assert squatter.pid == app.demo.squatter.pid and squatter.belongs == "intruder"
+        assert reserved.intruders == (squatter.pid,) and app.snapshot.intruder_cards == (2,)
+        assert "is using card 2, reserved by alice" in reserved.warning
+        assert "! " in app.query_one("#card-2").render().plain
+
+        drained = card(app, 4)
+        assert drained.state == "drained" and drained.drain.source == "operator" and drained.drain.by == "ops"
+        assert "RMA 4411" in app.query_one("#card-4").render().plain
+        xid = card(app, 7).drain
+        assert xid.source == "xid" and xid.xid == 79
+        assert xid.reason == "XID 79: GPU has fallen off the bus; reboot the node"
 
         unseen = card(app, 5)
         assert unseen.state == "external" and not unseen.holders[0].visible
@@ -70,8 +85,12 @@ async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
         assert card(app, 6).state == "unhealthy" and "row remapping" in card(app, 6).reason
         assert "row remapping" in app.query_one("#card-6").render().plain
 
+        seen = {card(app, 0).facts.utilization_pct}
+        await until(pilot, lambda: seen.add(card(app, 0).facts.utilization_pct) or len(seen) > 1,
+                    "the job's utilisation to move")
 
-async def test_the_demo_keys_toggle_probe_blind_and_an_outside_user(demo_app):
+
+async def test_the_demo_keys_toggle_probe_blind_an_outside_user_and_raise_an_xid(demo_app):
     app = demo_app
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: opened(app), "the demo to open")
@@ -91,6 +110,11 @@ async def test_the_demo_keys_toggle_probe_blind_and_an_outside_user(demo_app):
         assert card(app, free[0]).holders[0].pid == app.demo.squatter.pid
         await pilot.press("x")
         await until(pilot, lambda: card(app, free[0]).state == "free", "the outside user to leave")
+
+        await pilot.press("X")
+        await until(pilot, lambda: card(app, free[0]).state == "drained", "the XID to drain the card")
+        drain = card(app, free[0]).drain
+        assert drain.source == "xid" and drain.xid == 48 and "double bit ECC error" in drain.reason
 
 
 async def test_an_empty_command_in_the_demo_runs_the_demo_workload(demo_app):

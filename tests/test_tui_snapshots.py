@@ -12,21 +12,36 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional
 
 import pytest
 
 from tpnode_tui.demo import scene as demo_scene
-from tpnode_tui.model import HolderInfo, JobState, NodeSnapshot, ProbeReading, QueuedLaunch
+from tpnode_tui.model import (
+    EXTERNAL,
+    INTRUDER,
+    UNKNOWN,
+    Drain,
+    Evicted,
+    EvictReport,
+    HolderInfo,
+    JobState,
+    NodeSnapshot,
+    ProbeReading,
+    QueuedLaunch,
+    Sample,
+)
 from tpnode_tui.node.base import NodeView
 from tpnode_tui.node.remote import AgentNode, AgentUnavailable
 from tpnode_tui.occupancy import card_views, compute_occupancy
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.service import Reading, You
 from tpnode_tui.tui.app import NodeDashboard
+from tpnode_tui.tui.screens import ConfirmScreen
 
 SIZE = (120, 40)
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
@@ -44,15 +59,19 @@ JOBS = (
     JobState(name="eval-nightly", run_id="eval-nightly", gpus=(4,), status="exited",
              owner="bob", command=("python", "eval.py"), started_at=T - 7200, exit_code=0),
 )
+MALLORY = HolderInfo(pid=SQUATTER, used_memory_mib=18432, visible=True, user="mallory", uid=1003,
+                     command="python notebook_kernel.py --port 8888", started_at=T - 86000, belongs=EXTERNAL)
 HOLDERS = {
-    2: (HolderInfo(pid=SQUATTER, used_memory_mib=18432, visible=True, user="mallory",
-                   command="python notebook_kernel.py --port 8888", started_at=T - 86000),),
-    5: (HolderInfo(pid=UNSEEN, used_memory_mib=30720, visible=False),),
+    2: (MALLORY,),
+    5: (HolderInfo(pid=UNSEEN, used_memory_mib=30720, visible=False, belongs=UNKNOWN),),
 }
 
 
-def read_scene(tmp_path, *, blind: bool = False, fail: str = "") -> ProbeReading:
-    data = demo_scene(SQUATTER, UNSEEN)
+def read_scene(tmp_path, *, blind: bool = False, fail: str = "", squatted: int = 2) -> ProbeReading:
+    """The demo's scene, with an outside process of mallory's on card ``squatted``."""
+    data = demo_scene(UNSEEN)
+    data["cards"][squatted].update(memory_used_mib=18950, utilization_pct=97, temperature_c=61, power_w=512.3,
+                                   processes=[{"pid": SQUATTER, "used_memory_mib": 18432}])
     data["blind"] = blind
     if fail:
         data = {"cards": [], "fail": fail}
@@ -64,14 +83,16 @@ def read_scene(tmp_path, *, blind: bool = False, fail: str = "") -> ProbeReading
     return reading
 
 
-def frozen_snapshot(reading: ProbeReading, jobs=JOBS, queue: tuple[QueuedLaunch, ...] = ()) -> NodeSnapshot:
+def frozen_snapshot(reading: ProbeReading, jobs=JOBS, queue: tuple[QueuedLaunch, ...] = (), *,
+                    holders=HOLDERS, drains: Optional[dict[int, Drain]] = None,
+                    idle: Optional[dict[str, float]] = None) -> NodeSnapshot:
     total = reading.count or 0
-    occ = compute_occupancy(total, jobs, reading, mem_busy_mib=512)
+    occ = compute_occupancy(total, jobs, reading, mem_busy_mib=512, drains=drains or {})
     return NodeSnapshot(
         taken_at=T,
         host="gpu-node-07",
         occupancy=occ,
-        cards=card_views(occ, reading, jobs, lambda c: HOLDERS.get(c.index, ())),
+        cards=card_views(occ, reading, jobs, lambda c: holders.get(c.index, ()), drains or {}),
         jobs=jobs,
         probe=reading,
         series="nvidia h200",
@@ -80,7 +101,45 @@ def frozen_snapshot(reading: ProbeReading, jobs=JOBS, queue: tuple[QueuedLaunch,
         lock="flock /var/lib/tpnode-tui/alloc.lock",
         explain=occ.explain(),
         queue=queue,
+        idle=idle or {},
     )
+
+
+def hour_of(snap: NodeSnapshot) -> dict[int, list[Sample]]:
+    """An hour of each card's readings ending at T, the same on every run: 10-second
+    averages, then every second of the last five minutes; a busy card's
+    utilisation rises and falls around its reading now, an idle card's stays 0."""
+    history = {}
+    for card in snap.cards:
+        f = card.facts
+        util = float(f.utilization_pct or 0) if f else 0.0
+        memory = float(f.memory_used_mib or 0) if f else 0.0
+        samples = []
+        times = [(T - 3600 + 10 * n, 10.0) for n in range(330)] + [(T - 300 + n, 0.0) for n in range(300)]
+        for at, seconds in times:
+            wave = 0.5 + 0.5 * math.sin((at - T) / 300 + card.index)
+            samples.append(Sample(at, seconds, util * wave if util else 0.0, memory * (0.6 + 0.4 * wave),
+                                  None, None))
+        history[card.index] = samples
+    return history
+
+
+#: what the frozen node's log says, oldest first
+EVENTS = (
+    {"time": T - 1800, "kind": "drain", "message": "card 4 drained by ana: fan failing, replacement ordered "
+     "(RMA 4411)", "cards": [4], "user": "ana", "source": "operator", "by": "ana"},
+    {"time": T - 600, "kind": "action", "action": "reserve", "target": "rsv-alice", "result": "ok",
+     "message": "alice reserved card 3 for 2h (rsv-alice)", "cards": [3], "user": "alice", "uid": 1002},
+    {"time": T - 420, "kind": "intruder", "state": "seen", "cards": [3], "user": "mallory", "pid": SQUATTER,
+     "message": "mallory (pid 4242, python notebook_kernel.py --port 8888, 18.0 GiB) is using card 3, "
+                "reserved by alice until 13:50"},
+    {"time": T - 300, "kind": "xid", "xid": 79, "verdict": "reboot", "cards": [7],
+     "message": "card 7: XID 79: GPU has fallen off the bus; reboot the node"},
+    {"time": T - 300, "kind": "drain", "cards": [7], "source": "xid", "xid": 79, "by": "xid",
+     "message": "card 7 drained: XID 79: GPU has fallen off the bus; reboot the node"},
+    {"time": T - 60, "kind": "health", "state": "started", "cards": [6],
+     "message": "card 6: row remapping pending (needs a GPU reset) \x1b[31m[/]"},
+)
 
 
 class FrozenNode:
@@ -102,6 +161,18 @@ class FrozenNode:
             raise AgentUnavailable(self.gone)
         await asyncio.Event().wait()
 
+    async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
+        snap = next((r.snapshot for r in self.readings if r.snapshot is not None), None)
+        hour = hour_of(snap) if snap is not None else {}
+        return hour if card is None else {card: hour.get(card, [])}
+
+    async def follow_events(self, card: Optional[int] = None,
+                            since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+        for entry in EVENTS:
+            if card is None or card in entry["cards"]:
+                yield dict(entry)
+        await asyncio.Event().wait()
+
     async def close(self) -> None:
         pass
 
@@ -116,6 +187,8 @@ class FrozenAgent(AgentNode, FrozenNode):
         FrozenNode.__init__(self, *readings, you=you, gone=gone)
 
     views = FrozenNode.views
+    history = FrozenNode.history
+    follow_events = FrozenNode.follow_events
 
 
 def good(snap: NodeSnapshot, seq: int = 1) -> Reading:
@@ -133,10 +206,13 @@ def fixed_world(monkeypatch):
 
 
 class NoDemo:
-    """A demo with nothing to open: only the demo keys show."""
+    """A demo with nothing to open and nothing moving: only the demo keys show."""
 
     async def open(self):
         return []
+
+    async def animate(self):
+        pass
 
 
 def dashboard(node, *, demo: bool = True) -> NodeDashboard:
@@ -154,13 +230,17 @@ def frozen(snap: NodeSnapshot, **kwargs) -> NodeDashboard:
 
 
 async def first_poll(pilot) -> None:
+    """Until the first reading is shown, and the history fetched after it."""
     while pilot.app.readings < 1 and pilot.app.stale_since is None:
         await pilot.pause(0.02)
+    while pilot.app.snapshot is not None and pilot.app.history_fetches < 1:
+        await pilot.pause(0.02)
+    await pilot.pause()
 
 
 def readings(n: int):
     async def wait(pilot) -> None:
-        while pilot.app.readings < n:
+        while pilot.app.readings < n or pilot.app.history_fetches < 1:
             await pilot.pause(0.02)
         await pilot.pause(0.05)
     return wait
@@ -209,7 +289,7 @@ class TestCannotSee:
         app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path))), gone=gone), demo=False)
 
         async def gone_away(pilot) -> None:
-            while pilot.app.stale_since is None:
+            while pilot.app.stale_since is None or pilot.app.history_fetches < 1:
                 await pilot.pause(0.02)
             await pilot.pause(0.05)
 
@@ -248,6 +328,74 @@ class TestDialogs:
     def test_help(self, snap_compare, tmp_path):
         app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["question_mark"])
+
+
+#: card 3 is rsv-alice's, and mallory's notebook sits on it
+ON_ALICES = {3: (replace(MALLORY, belongs=INTRUDER),), 5: HOLDERS[5]}
+DRAINS = {
+    4: Drain(card=4, reason="fan failing, replacement ordered (RMA 4411)", by="ana", at=T - 7200),
+    7: Drain(card=7, reason="XID 79: GPU has fallen off the bus; reboot the node", by="xid", at=T - 300,
+             source="xid", xid=79),
+}
+
+
+def triage_snapshot(tmp_path, **kwargs) -> NodeSnapshot:
+    return frozen_snapshot(read_scene(tmp_path, squatted=3), holders=ON_ALICES, **kwargs)
+
+
+class FrozenEvict(FrozenNode):
+    """Answers evict's dry run as the node would for mallory's notebook on card 3."""
+
+    async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
+                    dry_run: bool = False) -> EvictReport:
+        e = Evicted(card=card, pid=SQUATTER, user="mallory", uid=1003, command=MALLORY.command,
+                    belongs=INTRUDER, used_memory_mib=18432, outcome="listed", fate="would be sent SIGTERM")
+        return EvictReport(card=card, dry_run=dry_run, kill=kill, grace_s=10.0, processes=(e,))
+
+
+class TestTriage:
+    """Whose process is on whose card, which cards are out of service and why, what happened."""
+
+    def test_an_intruder_on_an_idle_reservation(self, snap_compare, tmp_path):
+        """Card 3 keeps its state, says who is on it in the error colour, and is idle 45m."""
+        app = frozen(triage_snapshot(tmp_path, idle={"rsv-alice": T - 45 * 60}))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["right"] * 3)
+
+    def test_an_idle_reservation_in_the_jobs_table(self, snap_compare, tmp_path):
+        app = frozen(frozen_snapshot(read_scene(tmp_path), idle={"rsv-alice": T - 45 * 60}))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["tab", "tab", "down"])
+
+    def test_a_card_an_operator_drained(self, snap_compare, tmp_path):
+        app = frozen(triage_snapshot(tmp_path, drains=DRAINS))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["down"])
+
+    def test_a_card_an_xid_drained(self, snap_compare, tmp_path):
+        app = frozen(triage_snapshot(tmp_path, drains=DRAINS))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["down"] + ["right"] * 3)
+
+    def test_the_node_s_log_newest_first(self, snap_compare, tmp_path):
+        app = frozen(triage_snapshot(tmp_path, drains=DRAINS))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["e"])
+
+    def test_the_node_s_log_for_one_card(self, snap_compare, tmp_path):
+        app = frozen(triage_snapshot(tmp_path, drains=DRAINS))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["right"] * 3 + ["e", "f"])
+
+    def test_drain_asks_why(self, snap_compare, tmp_path):
+        app = frozen(triage_snapshot(tmp_path))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["right"] * 3 + ["d"])
+
+    def test_evict_lists_exactly_what_it_would_signal(self, snap_compare, tmp_path):
+        app = dashboard(FrozenEvict(good(triage_snapshot(tmp_path))))
+
+        async def asked(pilot) -> None:
+            await first_poll(pilot)
+            await pilot.press(*["right"] * 3, "k")
+            while not isinstance(pilot.app.screen, ConfirmScreen):
+                await pilot.pause(0.02)
+            await pilot.pause()
+
+        assert snap_compare(app, terminal_size=SIZE, run_before=asked)
 
 
 class TestLaunches:

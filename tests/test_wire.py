@@ -23,7 +23,7 @@ from tpnode_tui.wire import WireError, snapshot_from_json, snapshot_to_json
 
 @pytest.fixture(scope="module")
 def demo_doc(tmp_path_factory):
-    """The demo node with its job and reservation: every card state, real holders."""
+    """The demo node with its job and reservation: every card state, real holders (an intruder)."""
     import asyncio
 
     async def take():
@@ -31,7 +31,9 @@ def demo_doc(tmp_path_factory):
         allocator = GpuAllocator.from_settings(demo.settings())
         try:
             for spec in demo.opening_jobs():
-                await allocator.launch(spec)
+                launched = await allocator.launch(spec)
+                if spec.kind == "reservation":  # as the dashboard's demo does: someone else's process on it
+                    demo.intrude(launched.gpus[0])
             snap = await allocator.snapshot()
         finally:
             await allocator.close()
@@ -47,7 +49,7 @@ def demo_doc(tmp_path_factory):
 def test_a_snapshot_written_and_read_back_is_the_same_snapshot(demo_doc):
     snap = demo_doc
     assert {"job", "reservation", "external", "unhealthy", "free"} <= {c.state for c in snap.cards}
-    assert any(h.visible for c in snap.cards for h in c.holders)
+    assert any(h.visible and h.belongs == "intruder" for c in snap.cards for h in c.holders)
     doc = json.loads(json.dumps(snapshot_to_json(snap)))
     assert snapshot_from_json(doc) == snap
 

@@ -5,11 +5,15 @@ temporary directory (read afresh on every poll, like a driver), jobs are real
 local processes in a temporary state dir, and every launch goes through the
 real allocator and lock. Only the cards are pretend.
 
-The scene shows every card state at once: an external process that can be
-attributed (a real ``sleep`` started by the demo), memory in use by a process
+The scene shows every card state at once: a platform job whose process
+works its cards (its utilisation rises and falls, so the sparklines move),
+a reservation on which someone else's process (a real ``sleep`` started by
+the demo) sits while its owner leaves it idle, memory in use by a process
 this machine cannot see (as host pids look from inside a container), an
-unhealthy card, a platform job, a reservation, and free cards; a key toggles
-"probe-blind" to show unverified cards.
+unhealthy card, a card an operator drained, one the driver's XID 79 drained,
+and a free card; keys toggle "probe-blind" to show unverified cards, put the
+outside process on a card, and raise an XID. Whoever runs the demo operates
+its node (its operators group is their own), so every key can be tried.
 
 A demo cleans up when it ends. One that was killed (``kill -9``) cannot, so
 every demo first removes what dead demos left: its temporary directory is
@@ -22,22 +26,25 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import grp
 import json
 import logging
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import psutil
 
 from .config import Settings, load_settings
-from .model import JobSpec, TpnodeError
+from .model import Drain, JobSpec, TpnodeError
 from .runtimes.jobprocs import process_stat
 from .runtimes.process import boot_id, liveness, pid_namespace
 from .runtimes.statefile import StateFile
@@ -52,6 +59,18 @@ OWNER_FILE = "owner.json"
 CARDS = 8
 CARD_NAME = "NVIDIA H200"
 CARD_MIB = 143771
+#: the cards of the opening scene: drained by an operator, used by a process
+#: this machine cannot see, unhealthy, drained by an XID (the job takes 0 and
+#: 1, the reservation 2, and 3 is free)
+DRAINED_CARD, UNSEEN_CARD, UNHEALTHY_CARD, XID_CARD = 4, 5, 6, 7
+#: what the opening XID drains its card with (GPU fallen off the bus)
+OPENING_XID = 79
+#: what the demo's key raises (double-bit ECC error: drained until a reset)
+KEY_XID = 48
+#: memory the demo's outside process holds on a card
+SQUATTER_MIB = 12288
+#: memory a card uses besides its processes' (the driver's own)
+OVERHEAD_MIB = 512
 #: what a launch from the demo runs by default: harmless, prints, ends by itself
 DEMO_COMMAND = (sys.executable, "-m", "tpnode_tui.demo", "train", "--steps", "3600")
 
@@ -86,14 +105,48 @@ def _idle_card(i: int) -> dict:
     }
 
 
-def scene(squatter_pid: int, unseen_pid: int) -> dict:
+def scene(unseen_pid: int) -> dict:
+    """The node as the demo opens it; the job's, the reservation's and the
+    outside process's cards are filled in once they are placed."""
     cards = [_idle_card(i) for i in range(CARDS)]
-    cards[2].update(memory_used_mib=18950, utilization_pct=97, temperature_c=61, power_w=512.3,
-                    processes=[{"pid": squatter_pid, "used_memory_mib": 18432}])
-    cards[5].update(memory_used_mib=30922, utilization_pct=64, temperature_c=55, power_w=388.0,
-                    processes=[{"pid": unseen_pid, "used_memory_mib": 30720}])
-    cards[6]["health"] = {"row_remap_pending": True}
+    cards[UNSEEN_CARD].update(memory_used_mib=30922, utilization_pct=64, temperature_c=55, power_w=388.0,
+                              processes=[{"pid": unseen_pid, "used_memory_mib": 30720}])
+    cards[UNHEALTHY_CARD]["health"] = {"row_remap_pending": True}
+    cards[XID_CARD]["xid_events"] = [{"id": "opening", "xid": OPENING_XID}]
     return {"blind": False, "cards": cards}
+
+
+def training_load(t: float, card: int) -> float:
+    """A training job's utilisation at ``t``: busy, with an evaluation dip every two minutes."""
+    if (t + 17 * card) % 120 < 14:
+        return 12 + 6 * math.sin(t / 3)
+    return 91 + 5 * math.sin(t / 7 + card) + 2 * math.sin(t / 1.7)
+
+
+def bursty_load(t: float, card: int) -> float:
+    """A notebook's or an unknown process's: comes and goes."""
+    return 45 + 38 * math.sin(t / 23 + 1.7 * card) + 12 * math.sin(t / 5 + card)
+
+
+def _set_load(card: dict, util: float, index: int) -> None:
+    util = max(0.0, min(100.0, util))
+    card.update(utilization_pct=int(util), temperature_c=int(31 + index % 3 + util * 0.36),
+                power_w=round(74.5 + index + util * 5.6, 1))
+
+
+def _own_group() -> str:
+    """The name of this process's group: the demo's operators, so whoever runs it operates it."""
+    try:
+        return grp.getgrgid(os.getgid()).gr_name
+    except KeyError:
+        return Settings().operators_group  # no name to give: root only, as on a node
+
+
+def _start_squatter() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+    )
 
 
 @dataclass
@@ -102,11 +155,19 @@ class Demo:
     scene_path: Path
     state_dir: Path
     squatter: subprocess.Popen[bytes]
+    #: cards a live job works on, by the pid shown there, as the last move left them
+    working: dict[int, int] = field(default_factory=dict)
+    #: XIDs raised from the dashboard, to give each its own id
+    raised: int = 0
+    #: outside processes that ended (evicted): the driver no longer lists them
+    ended: set[int] = field(default_factory=set)
 
     @property
     def settings_overrides(self) -> dict:
         return {"probe": f"simulated:{self.scene_path}", "runtime": "process",
-                "state_dir": str(self.state_dir), "local_gpu_count": 0}
+                "state_dir": str(self.state_dir), "local_gpu_count": 0,
+                # idle after a minute, so that the demo shows it soon
+                "idle_reservation_min": 1, "operators_group": _own_group()}
 
     def settings(self) -> Settings:
         """Demo settings. Everything that decides where the truth lives is the
@@ -126,23 +187,76 @@ class Demo:
         """Flip "use from outside cannot be probed"; returns the new value."""
         return self._edit(lambda d: d.update(blind=not d.get("blind", False)))["blind"]
 
+    def _squatter_pid(self) -> int:
+        """The outside process, started again if it was evicted (its owner file follows)."""
+        if self.squatter.poll() is not None:
+            self.ended.add(self.squatter.pid)
+            self.squatter = _start_squatter()
+            _owner_file(self.root, self.squatter)
+        return self.squatter.pid
+
     def toggle_external(self, index: int) -> bool:
-        """Put a squatter on card ``index``, or take it off; True when one is there now."""
+        """Put the outside process on card ``index`` (beside whatever runs there:
+        on a held card it is an intruder), or take it off; True when it is there now."""
+        pid = self._squatter_pid()
+
         def change(data: dict) -> None:
             card = data["cards"][index]
-            if card.get("processes") or card.get("memory_used_mib", 0) >= Settings().mem_busy_mib:
-                card.update(processes=[], memory_used_mib=1, utilization_pct=0)
-            else:
-                card.update(processes=[{"pid": self.squatter.pid, "used_memory_mib": 12288}],
-                            memory_used_mib=12806, utilization_pct=88)
+            processes = [p for p in card.get("processes") or [] if p.get("pid") != pid]
+            if len(processes) == len(card.get("processes") or []):
+                processes.append({"pid": pid, "used_memory_mib": SQUATTER_MIB})
+            _set_processes(card, processes)
 
         data = self._edit(change)
-        return bool(data["cards"][index]["processes"])
+        return any(p.get("pid") == pid for p in data["cards"][index]["processes"])
+
+    def intrude(self, index: int) -> None:
+        """The outside process also uses card ``index`` (the reservation's, at the start)."""
+        if not self.toggle_external(index):
+            self.toggle_external(index)
+
+    def raise_xid(self, index: int, xid: int = KEY_XID) -> None:
+        """Card ``index`` reports ``xid``, as the driver would (each event has an id of its own)."""
+        self.raised += 1
+        event = {"id": f"key-{self.raised}", "xid": xid}
+        self._edit(lambda d: d["cards"][index].setdefault("xid_events", []).append(event))
+
+    def opening_drain(self, now: float) -> Drain:
+        """A card an operator took out of service two hours before the demo began."""
+        return Drain(card=DRAINED_CARD, reason="fan failing (RMA 4411)", by="ops",
+                     at=now - 2 * 3600, source="operator")
+
+    def move(self, now: float, working: Mapping[int, int]) -> None:
+        """The node at ``now``: each card a live job holds shows its process
+        (``working``: card -> pid) and a training load; cards with other
+        processes a bursty one; a card the job left is idle again. The outside
+        process is taken off the cards once it has ended (an operator evicted it)."""
+        if self.squatter.poll() is not None:
+            self.ended.add(self.squatter.pid)
+
+        def change(data: dict) -> None:
+            for index, card in enumerate(data["cards"]):
+                old = self.working.get(index)
+                processes = [p for p in card.get("processes") or []
+                             if p.get("pid") != old and p.get("pid") not in self.ended]
+                pid = working.get(index)
+                if pid is not None:
+                    memory = int(62000 + 1500 * math.sin(now / 40 + index))
+                    processes.insert(0, {"pid": pid, "used_memory_mib": memory})
+                if processes != (card.get("processes") or []):
+                    _set_processes(card, processes)
+                if pid is not None:
+                    _set_load(card, training_load(now, index), index)
+                elif processes:
+                    _set_load(card, bursty_load(now, index), index)
+                elif index in self.working or card.get("utilization_pct"):
+                    _set_load(card, 0, index)
+
+        self._edit(change)
+        self.working = dict(working)
 
     def opening_jobs(self) -> list[JobSpec]:
         """What the demo starts through the allocator, so jobs and reservations show."""
-        import time
-
         return [
             JobSpec(run_id="demo-train-llama", cards=2, command=DEMO_COMMAND, owner="demo"),
             JobSpec(run_id="rsv-alice", cards=1, kind="reservation", owner="alice",
@@ -157,6 +271,11 @@ class Demo:
             except subprocess.TimeoutExpired:
                 self.squatter.kill()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _set_processes(card: dict, processes: list) -> None:
+    memory = sum(p.get("used_memory_mib") or 0 for p in processes)
+    card.update(processes=processes, memory_used_mib=memory + OVERHEAD_MIB if processes else 1)
 
 
 def _process(pid: int) -> Optional[dict[str, Any]]:
@@ -239,20 +358,15 @@ def start_demo(root: Optional[Path] = None) -> Demo:
     root = Path(root or tempfile.mkdtemp(prefix=DEMO_PREFIX))
     state_dir = root / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    squatter = subprocess.Popen(
-        ["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
-    )
+    squatter = _start_squatter()
     _owner_file(root, squatter)
     scene_path = root / "node.json"
-    scene_path.write_text(json.dumps(scene(squatter.pid, _unseen_pid()), indent=1))
+    scene_path.write_text(json.dumps(scene(_unseen_pid()), indent=1))
     return Demo(root=root, scene_path=scene_path, state_dir=state_dir, squatter=squatter)
 
 
 def train(steps: int) -> None:
     """The demo's stand-in workload: a step a second, printed, then done."""
-    import time
-
     for step in range(steps):
         print(f"step {step + 1}/{steps}", flush=True)
         time.sleep(1)

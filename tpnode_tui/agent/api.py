@@ -207,11 +207,17 @@ class Api:
             return web.json_response({"entries": self.service.events(caller, since, card)})
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
-        async for entry in self.service.follow_events(caller, card, since):
-            try:
-                await response.write((json.dumps(entry) + "\n").encode())
-            except (ConnectionResetError, RuntimeError):
-                break  # the follower went away
+        task = asyncio.current_task()
+        assert task is not None  # a handler always runs in a task
+        self._streams.add(task)  # a follower never ends by itself: cut it when the agent stops
+        try:
+            async for entry in self.service.follow_events(caller, card, since):
+                try:
+                    await response.write((json.dumps(entry) + "\n").encode())
+                except (ConnectionResetError, RuntimeError):
+                    break  # the follower went away
+        finally:
+            self._streams.discard(task)
         return response
 
     async def history(self, request: web.Request) -> web.Response:

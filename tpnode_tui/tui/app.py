@@ -20,12 +20,14 @@ reconnects by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
@@ -40,6 +42,9 @@ from ..allocator import new_run_id
 from ..model import (
     CardView,
     Conflict,
+    Drain,
+    Evicted,
+    EvictReport,
     JobNotFound,
     JobState,
     Launched,
@@ -57,16 +62,28 @@ from ..render import cards_words, env_lines, format_duration
 from ..service import Cancelled, LaunchRequest, LaunchResult, ReserveRequest, You
 from .demo import DemoScene
 from .detail import DetailPane, clock_time, describe_card
+from .events import EVENTS_KEPT, EVENTS_SINCE_S, EventsPane, events_title
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
 from .jobs import JOB_PREFIX, LAUNCH_PREFIX, PLACING, QUEUED, WAITING, JobsTable
 from .redraw import same, update
-from .screens import ConfirmScreen, ExtendScreen, HelpScreen, LaunchScreen, ReserveScreen
+from .screens import ConfirmScreen, DrainScreen, ExtendScreen, HelpScreen, LaunchScreen, ReserveScreen
+from .sparks import Recent
 from .tiles import CardGrid
+from .triage import (
+    NOT_GONE,
+    drain_context,
+    evict_question,
+    evicting_words,
+    fates,
+    kill_question,
+    undrain_question,
+)
 
 log = logging.getLogger(__name__)
 
-#: below this many rows the screen is laid out compactly
-SHORT_ROWS = 32
+#: below this many rows the screen is laid out compactly; below the second, the
+#: tiles and the detail pane have no room for the cards' history
+SHORT_ROWS, HISTORY_ROWS = 32, 38
 
 #: columns of the terminal the detail pane's text does not get: its border,
 #: padding and scroll bar (dashboard.tcss)
@@ -81,8 +98,20 @@ RECONNECT_FIRST_S, RECONNECT_MOST_S = 1.0, 5.0
 #: may come after it left the queue)
 LEFT_QUEUE_READINGS = 3
 
-#: actions that change jobs; all refused in read-only mode
-NODE_ACTIONS = frozenset({"launch", "reserve", "extend", "stop", "reclaim", "cancel_launch"})
+#: how often the selected card's history is fetched again, and every cards' (for
+#: the tiles' lines): the node keeps it, and fetching it each poll would cost
+#: the agent an hour of samples per card per dashboard per second
+HISTORY_S, TILES_HISTORY_S = 5.0, 15.0
+
+#: processes of a card whose refusals are asked of the node one by one, to say why none can be evicted
+REFUSALS_ASKED = 8
+
+#: actions that change jobs or cards; all refused in read-only mode
+NODE_ACTIONS = frozenset({"launch", "reserve", "extend", "stop", "reclaim", "cancel_launch",
+                          "drain", "undrain", "evict"})
+
+#: actions only an operator is offered (the node refuses anyone else)
+OPERATOR_ACTIONS = frozenset({"drain", "undrain", "evict"})
 
 #: action -> (palette title, what it does); the palette lists the ones that apply now
 PALETTE = {
@@ -94,10 +123,19 @@ PALETTE = {
     "reclaim": ("Reclaim exited jobs", "Remove the records of jobs that have ended"),
     "cancel_launch": ("Cancel the selected launch",
                       "Cancel the launch selected in the jobs table: queued, or waiting for the allocation lock"),
+    "drain": ("Drain the selected card", "Take it out of service, saying why (operators)"),
+    "undrain": ("Undrain the selected card", "Put it back in service (operators; refused while it reports a problem)"),
+    "evict": ("Evict from the selected card",
+              "SIGTERM its processes from outside or of someone else, listed first (operators)"),
+    "events": ("Show the node's log", "What happened to the cards, and actions, newest first"),
+    "hide_events": ("Hide the node's log", "Back to the jobs table"),
+    "events_card": ("Log: the selected card only", "Only entries about the selected card"),
+    "events_all": ("Log: every card", "Entries about every card"),
     "pause": ("Pause the display", "Stop redrawing until resumed (the node is still read)"),
     "resume": ("Resume the display", "Show each new reading again"),
     "demo_blind": ("Demo: toggle probe-blind", "Pretend use from outside cannot be probed"),
     "demo_external": ("Demo: toggle outside use", "Put or remove an outside process on the selected card"),
+    "demo_xid": ("Demo: raise an XID", "The selected card reports XID 48 (double-bit ECC): the node drains it"),
     "help": ("Help: keys and card states", "Every key and every card state explained"),
 }
 
@@ -150,12 +188,27 @@ class NodeDashboard(App[int]):
         Binding("r", "reclaim", "Reclaim", id="reclaim", tooltip="Remove exited jobs (asks first)"),
         Binding("c", "cancel_launch", "Cancel launch", id="cancel-launch",
                 tooltip="Cancel the launch selected in the jobs table (queued, or waiting for the lock)"),
-        Binding("p", "pause", "Pause", id="pause", tooltip="Stop redrawing (the node is still read)"),
+        Binding("d", "drain", "Drain", id="drain",
+                tooltip="Take the selected card out of service, saying why (operators)"),
+        Binding("u", "undrain", "Undrain", id="undrain",
+                tooltip="Put the selected drained card back in service (operators; asks first)"),
+        Binding("k", "evict", "Evict", id="evict",
+                tooltip="SIGTERM the selected card's squatters: lists them and asks first (operators)"),
+        Binding("e", "events", "Log", id="events", tooltip="The node's log in place of the jobs table"),
+        Binding("e", "hide_events", "Jobs", id="hide-events", tooltip="Back to the jobs table"),
+        Binding("f", "events_card", "This card", id="events-card",
+                tooltip="Only the selected card's entries in the log"),
+        Binding("f", "events_all", "All cards", id="events-all", tooltip="Every card's entries in the log"),
+        # Pause is not in the footer (it would not fit beside the operator's keys and the
+        # demo's); Resume is, so that a paused picture says how to go on.
+        Binding("p", "pause", "Pause", show=False, id="pause", tooltip="Stop redrawing (the node is still read)"),
         Binding("p", "resume", "Resume", id="resume", tooltip="Show each new reading again"),
         Binding("b", "demo_blind", "Blind", id="demo-blind",
                 tooltip="Demo: toggle 'use from outside cannot be probed'"),
-        Binding("x", "demo_external", "Outside use", id="demo-external",
+        Binding("x", "demo_external", "Outsider", id="demo-external",
                 tooltip="Demo: put or remove an outside process on the selected card"),
+        Binding("X", "demo_xid", "XID", id="demo-xid", key_display="X",
+                tooltip="Demo: the selected card reports XID 48 (double-bit ECC), which drains it"),
         Binding("enter", "focus_detail", "Detail", show=False, id="focus-detail",
                 tooltip="Move into the detail pane"),
         Binding("escape", "focus_grid", "Grid", show=False, id="focus-grid", tooltip="Back to the card grid"),
@@ -212,6 +265,23 @@ class NodeDashboard(App[int]):
         #: the terminal's size as the last resize gave it (``self.size`` lags behind it)
         self._rows: Optional[int] = None
         self._cols: Optional[int] = None
+        #: whether a banner (stale, probe-blind) takes rows over the grid
+        self._banners = False
+        #: each card's history as last fetched (a few kilobytes a card, whatever the node keeps)
+        self.card_history: dict[int, Recent] = {}
+        #: set when the history should be fetched at once (a new selection, the first reading)
+        self._history_wake = asyncio.Event()
+        self._tiles_history_at: Optional[float] = None
+        #: fetches of the node's history that succeeded
+        self.history_fetches = 0
+        #: the events pane: shown or not, the card it is kept to (None: every card),
+        #: the newest entries first, and why the log is not followed now
+        self.events_shown = False
+        self.events_card: Optional[int] = None
+        self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
+        self._events_problem: Optional[str] = None
+        self._events_drawn: Optional[tuple[Optional[str], int, int]] = None
+        self._events_due = False
 
     @property
     def agent(self) -> bool:
@@ -229,9 +299,12 @@ class NodeDashboard(App[int]):
         yield Static(id="blind-banner", classes="banner")
         yield Static(id="no-cards")
         yield CardGrid(id="grid")
-        yield DetailPane(id="detail")
+        yield DetailPane(id="detail", history=True)
         yield JobsTable(id="jobs")
-        yield Footer()
+        yield EventsPane(id="events")
+        # Compact, and without the palette's key (ctrl+p still opens it; the help
+        # says so): an operator's keys, the log's and the demo's fit 120 columns.
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one(CardGrid).focus()
@@ -242,6 +315,7 @@ class NodeDashboard(App[int]):
         if self.demo is not None:
             self.run_worker(self._open_demo(), group="demo", exit_on_error=False)
         self._follow_node()
+        self._follow_history()
 
     # -- readings ---------------------------------------------------------------
 
@@ -279,6 +353,8 @@ class NodeDashboard(App[int]):
         # The one place readings cross to the screen: every string in them
         # (process names, labels, owners, driver text) is escaped from here on.
         if reading.snapshot is not None:
+            if self.snapshot is None:
+                self._history_wake.set()  # the first reading: now there are cards to fetch the history of
             self.snapshot = printable_view(reading.snapshot)
         self._stale_since = reading.stale_since if reading.error is not None else None
         self._stale_error = reading.error or ""
@@ -297,6 +373,53 @@ class NodeDashboard(App[int]):
     def _tick(self) -> None:
         """Once a second: the header's age moves even between readings."""
         self._redraw_header()
+
+    # -- the cards' last hour -------------------------------------------------------
+
+    def _follow_history(self) -> None:
+        self.run_worker(self._history_loop(), group="history", exclusive=True, exit_on_error=False)
+
+    async def _history_loop(self) -> None:
+        """The selected card's history when the selection changes and every
+        HISTORY_S; every card's, for the tiles, every TILES_HISTORY_S while
+        the tiles have room for it. The node keeps the history; this only
+        fetches it, at a rate that does not grow with the poll rate."""
+        while True:
+            self._history_wake.clear()
+            if self.snapshot is not None and not self._paused:  # paused, the picture holds still
+                await self._fetch_history()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._history_wake.wait(), HISTORY_S)
+
+    async def _fetch_history(self) -> None:
+        card = self.query_one(CardGrid).selected
+        now = self.clock()
+        tiles = not self._lean() and (self._tiles_history_at is None
+                                       or now - self._tiles_history_at >= TILES_HISTORY_S)
+        try:
+            history = await self.node.history(None if tiles else card)
+        except Exception as e:  # the readings say why the node cannot be reached; keep the last
+            if not isinstance(e, TpnodeError):
+                log.warning("the node's history could not be read", exc_info=True)
+            return
+        if not self.is_running or not self.screen_stack:
+            return  # shutting down: the widgets are gone
+        if tiles:
+            self._tiles_history_at = now
+        fetched = {index: Recent.of(samples, now) for index, samples in history.items()}
+        self.card_history.update(fetched)
+        self.query_one(CardGrid).show_history(fetched)
+        self.history_fetches += 1
+        self._redraw_history()
+
+    def _redraw_history(self) -> None:
+        """The selected card's lines, from its history as last fetched (with every
+        card's, for the tiles, or on its own when it was selected)."""
+        card = self.selected_card()
+        if card is None or not self.screen_stack:
+            return
+        total = card.facts.memory_total_mib if card.facts is not None else None
+        self.query_one(DetailPane).show_history(self.card_history.get(card.index), total)
 
     @property
     def stale_since(self) -> Optional[float]:
@@ -381,6 +504,83 @@ class NodeDashboard(App[int]):
         else:
             self.notify(f"{run_id} is no longer queued.", title="Queued launch")
 
+    # -- the node's log -------------------------------------------------------------
+
+    def _show_events(self, card: Optional[int]) -> None:
+        """Follow the node's log (about ``card``, or every card) in the events pane,
+        from an hour back; the pane keeps the newest EVENTS_KEPT entries."""
+        self.events_shown = True
+        self.events_card = card
+        self.events.clear()
+        self._events_problem = None
+        self._events_drawn = None
+        pane = self.query_one(EventsPane)
+        pane.border_title = events_title(card)
+        pane.add_class("-shown")
+        table = self.query_one(JobsTable)
+        if table.has_focus:
+            pane.focus()
+        table.add_class("-hidden")
+        self.run_worker(self._follow_events(card), group="events", exclusive=True, exit_on_error=False)
+        self._redraw_events()
+        self.refresh_bindings()
+
+    def _hide_events(self) -> None:
+        self.workers.cancel_group(self, "events")
+        self.events_shown = False
+        self.events_card = None
+        self.events.clear()  # nothing kept while the pane is closed
+        pane = self.query_one(EventsPane)
+        if pane.has_focus:
+            self.query_one(CardGrid).focus()
+        pane.remove_class("-shown")
+        self.query_one(JobsTable).remove_class("-hidden")
+        self.refresh_bindings()
+
+    async def _follow_events(self, card: Optional[int]) -> None:
+        """Each entry as the node writes it; a node that goes away (its agent
+        restarting) is followed again after a short wait, as the readings are."""
+        first, most = self.reconnect_s
+        wait = first
+        while True:
+            fresh = True
+            try:
+                async for entry in self.node.follow_events(card=card, since_s=EVENTS_SINCE_S):
+                    if fresh:  # following again: the hour is read afresh, so nothing is doubled
+                        self.events.clear()
+                        self._events_problem = None
+                        fresh = False
+                    # other people's words (process names, reasons, the driver's text): escaped here
+                    self.events.appendleft(printable_view(entry))
+                    wait = first
+                    self._events_soon()
+            except Exception as e:  # the log failing must never take the dashboard down
+                if not isinstance(e, TpnodeError):
+                    log.warning("the node's log could not be followed", exc_info=True)
+                self._events_problem = printable(str(e) or type(e).__name__)
+            else:
+                self._events_problem = "the node stopped sending it"
+            self._redraw_events()
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, most)
+
+    def _events_soon(self) -> None:
+        """Redraw the pane once for a burst of entries (the hour read at the start)."""
+        if not self._events_due:
+            self._events_due = True
+            self.set_timer(0.1, self._redraw_events)
+
+    def _redraw_events(self) -> None:
+        self._events_due = False
+        if not self.events_shown or self._paused or not self._on_main_screen():
+            return
+        newest = id(self.events[0]) if self.events else 0
+        drawn = (self._events_problem, len(self.events), newest)
+        if drawn == self._events_drawn:
+            return
+        self._events_drawn = drawn
+        self.query_one(EventsPane).show(self.events, self._events_problem)
+
     # -- drawing ----------------------------------------------------------------
 
     def _on_main_screen(self) -> bool:
@@ -396,14 +596,30 @@ class NodeDashboard(App[int]):
     def _short(self) -> bool:
         return (self._rows if self._rows is not None else self.size.height) < SHORT_ROWS
 
+    def _lean(self) -> bool:
+        """Too few rows for the history's lines (on the tiles and in the detail
+        pane): a terminal under HISTORY_ROWS, or one whose rows a banner takes."""
+        rows = self._rows if self._rows is not None else self.size.height
+        return rows < HISTORY_ROWS or self._banners
+
+    def _lay_out(self) -> None:
+        screen = self.screen_stack[0]
+        lean = screen.has_class("-lean")
+        screen.set_class(self._short(), "-short")
+        screen.set_class(self._lean(), "-lean")
+        if lean and not self._lean():
+            self._history_wake.set()  # the tiles have room for their lines now: fetch them
+
     def on_resize(self, event: Resize) -> None:
         """A short terminal (80x24) drops the summary and the header's second
         line, shortens the blind banner, and shrinks the detail pane, so the jobs
-        table stays on screen. The event's size, not ``self.size``: this handler
-        runs before Textual's own, which is the one that updates ``self.size``."""
+        table stays on screen; below HISTORY_ROWS, or with a banner over the
+        grid, the tiles and the detail pane leave out the cards' history. The
+        event's size, not ``self.size``: this handler runs before Textual's own,
+        which is the one that updates ``self.size``."""
         self._rows = event.size.height
         self._cols = event.size.width
-        self.screen_stack[0].set_class(self._short(), "-short")
+        self._lay_out()
         self.redraw()
 
     def redraw(self) -> None:
@@ -414,6 +630,9 @@ class NodeDashboard(App[int]):
         snap = self.snapshot
         self._redraw_header()
         shown = dict(banner_lines(snap, poll, compact=self._short()))
+        if bool(shown) != self._banners:
+            self._banners = bool(shown)
+            self._lay_out()
         for name in ("stale", "blind"):
             banner = self.query_one(f"#{name}-banner", Static)
             banner.set_class(name in shown, "-shown")
@@ -433,11 +652,12 @@ class NodeDashboard(App[int]):
         stale = self.stale_since is not None
         if empty:
             update(no_cards, no_cards_text(snap))
-        grid.show(snap.cards, now, stale)
+        grid.show(snap.cards, now, stale, snap.idle)
         self._redraw_detail()
         jobs = self.query_one(JobsTable)
         jobs.set_class(stale, "-stale")
-        jobs.show(snap.jobs, snap.queue, now)
+        jobs.show(snap.jobs, snap.queue, now, snap.idle)
+        self._redraw_events()
         # The footer is rebuilt, every key re-mounted, on each refresh_bindings:
         # done every poll, that was the largest part of an idle dashboard's CPU.
         if self._binding_states() != self._bindings_shown:
@@ -486,6 +706,10 @@ class NodeDashboard(App[int]):
             return
         if self._on_main_screen() and self.snapshot is not None:
             self._redraw_detail()
+            self._redraw_history()
+        self._history_wake.set()
+        if self.events_shown and self.events_card is not None and self.events_card != message.index:
+            self._show_events(message.index)  # kept to one card: the card selected now
         self.refresh_bindings()
 
     def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
@@ -556,9 +780,38 @@ class NodeDashboard(App[int]):
         run_id = key[len(LAUNCH_PREFIX):]
         return next((q for q in self.snapshot.queue if q.run_id == run_id), None)
 
+    @property
+    def operator(self) -> bool:
+        """Whether the node says the person at the dashboard operates it."""
+        return self.you is not None and self.you.operator
+
+    def triage_card(self) -> Optional[CardView]:
+        """The card drain, undrain and evict act on: the selected one, while the
+        node answers and is read (an operator acts on what is there now)."""
+        if self.stale_since is not None:
+            return None
+        return self.selected_card()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         if action in NODE_ACTIONS and self.readonly:
             return False
+        if action in OPERATOR_ACTIONS:
+            card = self.triage_card() if self.operator else None
+            if card is None:
+                return False
+            if action == "drain":
+                return card.drain is None
+            if action == "undrain":
+                return card.drain is not None
+            return bool(card.holders)
+        if action == "events":
+            return not self.events_shown
+        if action == "hide_events":
+            return self.events_shown
+        if action == "events_card":
+            return self.events_shown and self.events_card is None and self.selected_card() is not None
+        if action == "events_all":
+            return self.events_shown and self.events_card is not None
         if action == "stop":
             job = self.stop_target()
             return job is not None and self._mine(job.uid, job.owner)
@@ -576,7 +829,7 @@ class NodeDashboard(App[int]):
             return self._paused
         if action == "demo_blind":
             return self.demo is not None
-        if action == "demo_external":
+        if action in ("demo_external", "demo_xid"):
             return self.demo is not None and self.selected_card() is not None
         return True
 
@@ -988,6 +1241,153 @@ class NodeDashboard(App[int]):
         else:
             self.notify(f"{run_id} is no longer queued.", title="Cancelled")
 
+    # -- triage: drain, undrain, evict, the node's log ---------------------------------
+
+    def action_drain(self) -> None:
+        if self._refused("draining"):
+            return
+        card = self.triage_card()
+        if card is None:
+            self.notify("Select a card that can be read to drain it.", severity="warning")
+            return
+        index = card.index
+        self.push_screen(DrainScreen(index, context=drain_context(card)),
+                         lambda reason: self._drain_chosen(index, reason))
+
+    def _drain_chosen(self, card: int, reason: Optional[str]) -> None:
+        if reason is not None:
+            self.run_worker(self._drain(card, reason), group="action", exit_on_error=False)
+
+    async def _drain(self, card: int, reason: str) -> None:
+        """The node decides (operators only) and words any refusal."""
+        try:
+            drain = printable_view(await self.node.drain(card, reason))
+        except Exception as e:
+            self._failed(f"Could not drain card {card}", e)
+            return
+        self.notify(f"Card {card} is out of service: {drain.reason}. It is not handed out until an "
+                    "operator undrains it (u).", title="Drained")
+
+    def action_undrain(self) -> None:
+        if self._refused("undraining"):
+            return
+        card = self.triage_card()
+        if card is None or card.drain is None:
+            self.notify("Select a drained card to undrain it.", severity="warning")
+            return
+        index, drain = card.index, card.drain
+        self.push_screen(ConfirmScreen(f"Undrain card {index}?", undrain_question(index, drain, self.clock()),
+                                       yes="Undrain"),
+                         lambda yes: self._undrain_confirmed(index) if yes else None)
+
+    def _undrain_confirmed(self, card: int) -> None:
+        self.run_worker(self._undrain(card), group="action", exit_on_error=False)
+
+    async def _undrain(self, card: int) -> None:
+        """Refused while the card still reports a problem: the node names it."""
+        try:
+            lifted: Drain = printable_view(await self.node.undrain(card))
+        except Conflict as e:
+            self._failed(f"Card {card} stays drained", e)
+            return
+        except Exception as e:
+            self._failed(f"Could not undrain card {card}", e)
+            return
+        self.notify(f"Card {card} is back in service (it was drained by {lifted.by}: {lifted.reason}).",
+                    title="Undrained")
+
+    def action_evict(self) -> None:
+        if self._refused("evicting"):
+            return
+        card = self.triage_card()
+        if card is None:
+            self.notify("Select a card that can be read to evict from it.", severity="warning")
+            return
+        self.run_worker(self._evict_ask(card), group="action", exit_on_error=False)
+
+    async def _evict_ask(self, card: CardView) -> None:
+        """A dry run first: the question lists exactly the pids the node would
+        signal, and only those are signalled if the answer is yes."""
+        try:
+            report: EvictReport = printable_view(await self.node.evict(card.index, dry_run=True))
+        except JobNotFound as e:  # nothing there may be evicted: say why for each, in the node's words
+            why = await self._refusals(card)
+            self._failed(f"Nothing to evict on card {card.index}", TpnodeError("\n".join([str(e), *why])))
+            return
+        except Exception as e:
+            self._failed(f"Could not evict from card {card.index}", e)
+            return
+        self.push_screen(ConfirmScreen(f"Evict from card {report.card}?", evict_question(report),
+                                       yes="Send SIGTERM"),
+                         lambda yes: self._evict_confirmed(report) if yes else None)
+
+    async def _refusals(self, card: CardView) -> list[str]:
+        """Why the node would not signal each process on the card (a platform
+        job's, one this machine cannot see, pid 1), asked pid by pid."""
+        said = []
+        for holder in card.holders[:REFUSALS_ASKED]:
+            try:
+                await self.node.evict(card.index, holder.pid, dry_run=True)
+            except TpnodeError as e:
+                said.append(printable(str(e)))
+            except Exception:
+                log.warning("could not ask why pid %s cannot be evicted", holder.pid, exc_info=True)
+        more = len(card.holders) - REFUSALS_ASKED
+        return said + ([f"(and {more} more processes)"] if more > 0 else [])
+
+    def _evict_confirmed(self, report: EvictReport) -> None:
+        self.run_worker(self._evict(report.card, report.processes, kill=False, grace_s=report.grace_s),
+                        group="action", exit_on_error=False)
+
+    async def _evict(self, card: int, listed: Sequence[Evicted], *, kill: bool, grace_s: float) -> None:
+        """Each listed pid by name, all at once (so the grace period is waited
+        once): a pid that is no longer what was listed is refused by the node,
+        not signalled. Survivors of SIGTERM are offered SIGKILL."""
+        self.notify(evicting_words(card, listed, kill, grace_s), title="Evicting", timeout=grace_s + 5)
+        answers = await asyncio.gather(*(self.node.evict(card, e.pid, kill=kill) for e in listed),
+                                       return_exceptions=True)
+        done: list[Evicted] = []
+        for e, answer in zip(listed, answers):
+            if isinstance(answer, EvictReport):
+                done += printable_view(answer).processes
+            elif isinstance(answer, BaseException):
+                self._failed(f"pid {e.pid} was not evicted", answer)
+        if done:
+            bad = any(e.outcome in NOT_GONE for e in done)
+            self.notify(fates(done), title=f"Evicted from card {card}" if not bad else f"Card {card}",
+                        severity="warning" if bad else "information", timeout=15)
+        survivors = [e for e in done if e.outcome == "running"]
+        if survivors and not kill:
+            self.push_screen(ConfirmScreen(f"Kill what is left on card {card}?",
+                                           kill_question(card, survivors, grace_s), yes="Send SIGKILL"),
+                             lambda yes: self._kill_confirmed(card, survivors, grace_s) if yes else None)
+
+    def _kill_confirmed(self, card: int, survivors: Sequence[Evicted], grace_s: float) -> None:
+        self.run_worker(self._evict(card, survivors, kill=True, grace_s=grace_s),
+                        group="action", exit_on_error=False)
+
+    def action_events(self) -> None:
+        self._show_events(None)
+
+    def action_hide_events(self) -> None:
+        self._hide_events()
+
+    def action_events_card(self) -> None:
+        card = self.selected_card()
+        if card is not None:
+            self._show_events(card.index)
+
+    def action_events_all(self) -> None:
+        self._show_events(None)
+
+    def action_demo_xid(self) -> None:
+        card = self.selected_card()
+        if self.demo is None or card is None:
+            return
+        self.demo.raise_xid(card.index)
+        self.notify(f"Card {card.index} reports XID 48 (double-bit ECC error): the node drains it "
+                    "until an operator undrains it (e shows the log).", title="Demo", timeout=6)
+
     def action_demo_blind(self) -> None:
         if self.demo is None:
             return
@@ -1004,7 +1404,9 @@ class NodeDashboard(App[int]):
                     else f"Card {card.index} has no outside user any more.", title="Demo", timeout=4)
 
     async def _open_demo(self) -> None:
-        """Start the demo's job and reservation, which stand for other people's."""
+        """Start the demo's job and reservation, which stand for other people's,
+        then keep its cards moving."""
         assert self.demo is not None
-        for run_id, error in await self.demo.open():
-            self._failed(f"Demo could not start {run_id}", error)
+        for what, error in await self.demo.open():
+            self._failed(f"Demo could not start {what}", error)
+        await self.demo.animate()

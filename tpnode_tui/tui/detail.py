@@ -11,12 +11,15 @@ from typing import Optional, Sequence
 
 from rich.cells import cell_len
 from rich.text import Text
-from textual.containers import VerticalScroll
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from ..model import CardView, JobState
+from ..model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, JobState
 from ..render import NA, card_ranges, describe_holder, format_duration, format_mib, show_command, unseen_use
-from .tiles import BADGES, STALE_BADGE, readings
+from ..render import clock_time as moment
+from .sparks import FixedSparkline, Recent, window_words
+from .tiles import BADGES, DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, readings
 
 STATE_MEANING = {
     "free": "nothing holds it",
@@ -25,6 +28,15 @@ STATE_MEANING = {
     "external": "in use by something the platform did not start",
     "unhealthy": "must not be handed out",
     "unverified": "free as far as the platform knows, but use from outside cannot be probed",
+    "drained": "taken out of service until an operator puts it back",
+}
+
+#: whose a process on the card is (HolderInfo.belongs), as the pane marks it
+BELONGS_MARK = {
+    HOLDER: ("holder", "#66bb6a"),
+    INTRUDER: ("intruder", f"bold {ERROR}"),
+    EXTERNAL: ("external", WARNING),
+    UNKNOWN: ("unknown", "grey62"),
 }
 
 
@@ -68,6 +80,24 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     return rows
 
 
+def drain_source(drain: Drain, now: float) -> str:
+    """Who drained the card and when: "by ana, an operator, at 10:00 (2h00m ago)"."""
+    when = f"at {moment(drain.at, now)} ({format_duration(now - drain.at)} ago)"
+    if drain.source == "xid":
+        xid = f" on XID {drain.xid}" if drain.xid is not None else ""
+        return f"by the XID watcher{xid}, {when}; it stays out of service until an operator undrains it"
+    return f"by {drain.by}, an operator, {when}"
+
+
+def holder_text(holder: HolderInfo) -> Text:
+    """A process on the card, marked with whose it is."""
+    mark, style = BELONGS_MARK.get(holder.belongs, (holder.belongs, ""))
+    out = Text()
+    out.append(f"{mark:<9}", style=style)
+    out.append(describe_holder(holder))
+    return out
+
+
 def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None,
                   env: Sequence[str] = (), width: int = 0) -> Text:
     """``env``: the lines that point CUDA at the card's job, for its owner to copy
@@ -92,6 +122,33 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
     if card.job is not None:
         for key, value in job_lines(card.job, now):
             row(key, value, "bold" if key == "run id" else "")
+    elif card.run_id:
+        row("run id", card.run_id, "bold")
+
+    # What needs attention first, then whose each process is: this is where
+    # "who is on card 5, and why is it out of service?" is answered.
+    if card.state == "unhealthy":
+        row("health", f"not handed out: {card.reason}", f"bold {ERROR}")
+    if card.warning:
+        row("warning", card.warning, f"bold {ERROR}" if card.intruders else f"bold {WARNING}")
+    if card.drain is not None:
+        row("drained", card.drain.reason, f"bold {DRAINED_TEXT}")
+        row("", drain_source(card.drain, now))
+    if card.state == "unverified" and card.reason:
+        row("why", card.reason)
+
+    f = card.facts
+    if card.holders:
+        for holder in card.holders:
+            out.append(f"  {'process':<{KEY_WIDTH - 2}}", style="grey62")
+            out.append_text(holder_text(holder))
+            out.append("\n")
+    elif f is not None and f.processes is None:
+        out.append("  The driver's process list could not be read.\n", style="#ffb300")
+    elif f is not None and f.memory_used_mib is not None and f.memory_used_mib >= mem_busy_mib:
+        out.append(f"  {unseen_use(f.memory_used_mib, long=True)}\n", style="#ffb300")
+
+    if card.job is not None:
         room = width - KEY_WIDTH if width > 0 else None
         fits = [line for line in env if room is None or cell_len(line) <= room]
         for n, line in enumerate(fits):
@@ -101,24 +158,6 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
                 name = line.removeprefix("export ").split("=", 1)[0]
                 row("env" if not fits else "", f"{name} is too long to show here: tpnode-tui env "
                     f"{card.job.key} prints it", "grey62")
-    elif card.run_id:
-        row("run id", card.run_id, "bold")
-
-    f = card.facts
-    if card.holders:
-        for holder in card.holders:
-            row("process", describe_holder(holder))
-    elif f is not None and f.processes is None:
-        out.append("  The driver's process list could not be read.\n", style="#ffb300")
-    elif f is not None and f.memory_used_mib is not None and f.memory_used_mib >= mem_busy_mib:
-        out.append(f"  {unseen_use(f.memory_used_mib, long=True)}\n", style="#ffb300")
-
-    if card.state == "unhealthy":
-        row("health", f"not handed out: {card.reason}", "bold #ef5350")
-    if card.warning:
-        row("health", card.warning, "bold #ffb300")
-    if card.state == "unverified" and card.reason:
-        row("why", card.reason)
 
     if f is not None:
         row("memory", f"{format_mib(f.memory_used_mib)} used of {format_mib(f.memory_total_mib)} · {readings(card)}")
@@ -130,10 +169,42 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
 
 
 class DetailPane(VerticalScroll, can_focus=True):
-    """Focusable (enter from the grid) so a long holder list can be scrolled."""
+    """Focusable (enter from the grid) so a long holder list can be scrolled.
+    With ``history``, the card's utilisation and memory over the last hour
+    stay in view under the text, however far it is scrolled."""
 
-    def compose(self):
+    def __init__(self, *, history: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.history = history
+
+    def compose(self) -> ComposeResult:
         yield Static(id="detail-text")
+        if self.history:
+            with Vertical(id="detail-history"):
+                for field, label in (("utilization_pct", "util"), ("memory_used_mib", "memory")):
+                    with Horizontal(classes="spark-row"):
+                        yield Static(Text(f"  {label}"), classes="spark-label")
+                        yield FixedSparkline(id=f"spark-{field}")
+                        yield Static("", id=f"spark-{field}-caption", classes="spark-caption")
 
     def show(self, text: Text) -> None:
         self.query_one("#detail-text", Static).update(text)
+
+    def show_history(self, recent: Optional[Recent], memory_total_mib: Optional[int]) -> None:
+        """Utilisation against 0-100 %, memory against the card's total: a
+        scale that moved with the data would make an idle card look busy."""
+        if not self.history:
+            return
+        known = recent is not None and not recent.empty
+        when = window_words(recent.span) if recent is not None and known else "no readings yet"
+        util = self.query_one("#spark-utilization_pct", FixedSparkline)
+        util.plot(recent.utilization_pct if recent is not None else (), 100.0)
+        self.query_one("#spark-utilization_pct-caption", Static).update(Text(f"0-100 % · {when}"))
+        memory = self.query_one("#spark-memory_used_mib", FixedSparkline)
+        if memory_total_mib:
+            memory.plot(recent.memory_used_mib if recent is not None else (), float(memory_total_mib))
+            caption = f"of {format_mib(memory_total_mib)} · {when}"
+        else:  # no total to scale to: drawing against the data's own range would mislead
+            memory.plot((), 1.0)
+            caption = "total not known"
+        self.query_one("#spark-memory_used_mib-caption", Static).update(Text(caption))

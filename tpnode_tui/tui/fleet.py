@@ -33,11 +33,10 @@ from ..printable import printable, printable_view
 from ..render import format_duration
 from .detail import DetailPane, describe_card
 from .redraw import update
-from .tiles import BADGES, CardGrid, fit
+from .tiles import BADGES, DRAINED_TEXT, CardGrid, fit
 
-#: a card's colour in a node's strip: the node grid's, and two of the fleet's own
+#: a card's colour in a node's strip: the node grid's, and one of the fleet's own
 STRIP: dict[str, tuple[str, str]] = {state: ("█", colour) for state, (_, colour) in BADGES.items()}
-STRIP["drained"] = ("█", "#00838f")
 STRIP["unknown"] = ("?", "#8a8a8a")
 #: a card in a state this version does not know
 OTHER = ("█", "#4a4a4a")
@@ -122,7 +121,7 @@ def row_cells(node: NodeRow, now: float) -> tuple[Text, ...]:
         free,
         _count(node.largest_free_window),
         _count(node.count("unhealthy"), "bold #ef5350"),
-        _count(node.count("drained"), "#4dd0e1"),
+        _count(node.count("drained"), DRAINED_TEXT),
         _count(node.intruder_cards, "bold #ffb300"),
         seen_text(node, now),
     )

@@ -154,11 +154,25 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState,
     return banners
 
 
+def intruder_words(snap: NodeSnapshot) -> str:
+    """"1 with an intruder (card 3)": cards someone other than their holder uses."""
+    cards = snap.intruder_cards
+    if not cards:
+        return ""
+    return f"{len(cards)} with {'an intruder' if len(cards) == 1 else 'intruders'} ({cards_words(cards)})"
+
+
 def summary_text(snap: NodeSnapshot, poll: PollState) -> Text:
+    intruders = intruder_words(snap)
     if poll.stale_since is None:
-        return Text(snap.explain)
+        out = Text(snap.explain)
+        if intruders:
+            out.append("; ")
+            out.append(intruders, style="bold #ef5350")
+        return out
     out = Text("Now unknown. ", style="bold #ef5350")
-    out.append(f"The last good reading said: {snap.explain}", style="grey62")
+    said = f"{snap.explain}; {intruders}" if intruders else snap.explain
+    out.append(f"The last good reading said: {said}", style="grey62")
     return out
 
 

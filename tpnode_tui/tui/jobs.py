@@ -7,7 +7,7 @@ or being placed, whoever asked for them and from where.
 from __future__ import annotations
 
 import textwrap
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -15,7 +15,7 @@ from textual.widgets import DataTable
 from ..model import JobState, QueuedLaunch
 from ..render import card_ranges, format_duration
 from .detail import workload
-from .tiles import fit
+from .tiles import WARNING, fit, short_duration
 
 COLUMNS = (
     ("run_id", "RUN ID"),
@@ -33,7 +33,12 @@ JOB_PREFIX = "job:"
 LAUNCH_PREFIX = "launch:"
 
 
-def _status(job: JobState) -> Text:
+def _status(job: JobState, idle_for: Optional[float] = None) -> Text:
+    """``idle_for``: seconds a reservation's owner has not used its cards."""
+    if job.live and idle_for is not None:
+        out = Text(job.status, style="#66bb6a")
+        out.append(f", idle {short_duration(idle_for)}", style=f"bold {WARNING}")
+        return out
     if job.live:
         return Text(job.status, style="#66bb6a")
     code = "" if job.exit_code is None else f" ({job.exit_code})"
@@ -46,7 +51,7 @@ def _as_text(cells: tuple) -> tuple:
     return tuple(Text(cell) if isinstance(cell, str) else cell for cell in cells)
 
 
-def job_row(job: JobState, now: float) -> tuple:
+def job_row(job: JobState, now: float, idle_since: Optional[float] = None) -> tuple:
     left = "-"
     if job.kind == "reservation" and job.expires_at:
         remaining = job.expires_at - now
@@ -54,7 +59,7 @@ def job_row(job: JobState, now: float) -> tuple:
     return (
         Text(job.run_id or job.name, style="bold"),
         job.kind,
-        _status(job),
+        _status(job, None if idle_since is None else now - idle_since),
         card_ranges(job.gpus) or "-",
         format_duration(now - job.started_at) if job.started_at else "-",
         job.owner or "-",
@@ -137,12 +142,15 @@ class JobsTable(DataTable):
         if self._shown is not None:
             self.show(*self._shown)
 
-    def show(self, jobs: Iterable[JobState], pending: Iterable[QueuedLaunch], now: float) -> None:
+    def show(self, jobs: Iterable[JobState], pending: Iterable[QueuedLaunch], now: float,
+             idle: Mapping[str, float] = {}) -> None:
+        """``idle``: reservations' run ids -> since when their owner has not used them."""
         jobs, pending = tuple(jobs), tuple(pending)
-        self._shown = (jobs, pending, now)
+        self._shown = (jobs, pending, now, idle)
         rows: dict[str, tuple] = {}
         for job in jobs:
-            rows[JOB_PREFIX + job.name] = job_row(job, now)
+            since = idle.get(job.key) if job.kind == "reservation" else None
+            rows[JOB_PREFIX + job.name] = job_row(job, now, since)
         waits = set()
         position = 0
         for launch in pending:

@@ -237,6 +237,35 @@ class ExtendScreen(FormScreen):
             return None
 
 
+#: the longest drain reason the node accepts
+REASON_MOST = 500
+
+
+class DrainScreen(FormScreen):
+    """Why the card is taken out of service: the next operator reads it on the card."""
+
+    submit_label = "Drain"
+
+    def __init__(self, card: int, context: str = "") -> None:
+        super().__init__()
+        self.card = card
+        self.title_text = f"Drain card {card}"
+        self.context = context
+
+    def fields(self):
+        return [("reason", "Reason", "", "e.g. fan failing, RMA 4411; XID 48 after the reset")]
+
+    def collect(self) -> Optional[str]:
+        reason = self.value("reason")
+        if not reason:
+            self.refuse("reason", "say why the card is drained, so the next operator knows")
+            return None
+        if len(reason) > REASON_MOST:
+            self.refuse("reason", f"{len(reason)} characters: a reason is at most {REASON_MOST}")
+            return None
+        return reason
+
+
 class ConfirmScreen(ModalScreen[bool]):
     """Yes or no, with the consequence spelled out. Cancel has the focus: a stray
     enter must not stop somebody's training."""
@@ -273,7 +302,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
 KEYS_HELP = [
     ("←/h  →", "select the card to the left / right (l is launch, not right)"),
-    ("↑/k  ↓/j", "select the card above / below"),
+    ("↑  ↓/j", "select the card above / below (k is evict, not up)"),
     ("enter", "move into the detail pane (scroll it with the arrows; escape returns)"),
     ("tab", "move between the grid, the detail pane and the jobs table"),
     ("l", "launch a job on free cards; if none are free now, offer to queue it"),
@@ -285,6 +314,17 @@ KEYS_HELP = [
     ("r", "reclaim: remove exited jobs' records (lists them and asks first)"),
     ("c", "cancel the launch selected in the jobs table: a queued one is dropped, one waiting for "
           "the allocation lock is abandoned; one already being placed goes on (stop it then)"),
+    ("d", "drain the selected card: take it out of service, saying why (operators). A job on it keeps "
+          "running; the card is not handed out again until it is undrained"),
+    ("u", "undrain the selected drained card: put it back in service (operators; asks first). The node "
+          "refuses while the card still reports a problem, and names it"),
+    ("k", "evict from the selected card (operators): lists exactly the processes from outside the "
+          "platform or of someone else that would get SIGTERM, and asks; one still running after the "
+          "grace period is offered SIGKILL. A platform job's processes (that is s), processes this "
+          "machine cannot see and pid 1 are never signalled"),
+    ("e", "the node's log, newest first, in place of the jobs table (and back): what happened to the "
+          "cards in the last hour (XIDs, drains, intruders, health, ends, evictions) and actions"),
+    ("f", "in the log: only the selected card's entries (following the selection), or every card's"),
     ("p", "pause or resume the display (the node is still read, and queued launches still start)"),
     ("ctrl+p", "command palette: every action by name"),
     ("?", "this help"),
@@ -299,7 +339,17 @@ QUIT_HELP = {
 }
 DEMO_KEYS_HELP = [
     ("b", "demo: toggle probe-blind (use from outside cannot be probed)"),
-    ("x", "demo: put or remove an outside process on the selected card"),
+    ("x", "demo: put or remove an outside process on the selected card (on a held card, an intruder)"),
+    ("X", "demo: the selected card reports XID 48 (double-bit ECC error), so the node drains it"),
+]
+MARKS_HELP = [
+    ("! in red", "an intruder: someone else's process on a held card (the card keeps its state); the "
+                 "detail pane marks each process holder, intruder, external or unknown (a pid this "
+                 "machine cannot see) and names containers by name and image"),
+    ("idle 45m", "a reservation whose owner has used none of its cards for that long "
+                 "(TUNEPLANE_IDLE_RESERVATION_MIN)"),
+    ("▁▃▇", "utilisation on a tile, and utilisation and memory in the detail pane: the last hour (or "
+            "as much as the node has kept), on a fixed scale: 0-100 %, and the card's whole memory"),
 ]
 STATES_HELP = [
     ("free", "nothing holds it; it can be handed out"),
@@ -313,6 +363,9 @@ STATES_HELP = [
                    "so it may be held; a banner over the grid says why. Launches wait until the "
                    "probe works again (one queued with l then starts by itself), unless "
                    "TUNEPLANE_ALLOW_UNVERIFIED=true hands such cards out anyway"),
+    ("drained", "taken out of service by an operator (d), or by an XID that needs a GPU reset or a "
+                "reboot, until an operator undrains it (u); the detail pane says why, by whom, when. "
+                "A job already on a card keeps it; its tile carries the drain as a warning"),
     ("?", "unknown: the last poll failed, or the node's agent is not answering; the header says "
           "since when and why. No card is shown free until a reading comes again"),
 ]
@@ -336,17 +389,23 @@ def help_text(demo: bool, readonly: bool, agent: bool = False) -> Group:
         states.add_row(Text(f" {label:^10} ", style=f"bold white on {colour}"), meaning)
     parts = [Text("Keys", style="bold underline"), keys]
     if readonly:
-        parts.append(Text("Read-only: launch, reserve, extend, stop, reclaim and cancel are refused.",
-                          style="#ffb300"))
+        parts.append(Text("Read-only: launch, reserve, extend, stop, reclaim, cancel, drain, undrain and "
+                          "evict are refused.", style="#ffb300"))
+    marks = _table()
+    for mark, meaning in MARKS_HELP:
+        marks.add_row(Text(mark, style="bold #ef5350" if mark.startswith("!") else "bold #ffb300"), meaning)
     parts += [
         Text("\nWho may do what", style="bold underline"),
         Text("The header names you as the node knows you (from the kernel, not from anything typed). "
              "Stop, extend and cancel are offered on your own jobs, reservations and launches; an "
-             "operator may act on anyone's. Anything else the node may refuse (a card limit, an "
+             "operator may act on anyone's, and only an operator is offered drain, undrain and evict. "
+             "Anything else the node may refuse (a card limit, an "
              "image not allowed) is said in its own words. For a running job or reservation the "
              "detail pane shows the exports (env) that point CUDA at its cards, to paste into a shell."),
         Text("\nCard states", style="bold underline"),
         states,
+        Text("\nOn a card", style="bold underline"),
+        marks,
         Text("\nEvery action goes through the node, with the same rules and the same lock as the "
              "tpnode-tui command line, so the dashboard and a shell never hand out the same card.",
              style="grey62"),

@@ -6,7 +6,7 @@ and a tile keeps its place on screen: operators learn "card 5 is bottom left".
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
@@ -16,9 +16,10 @@ from textual.events import Click, Resize
 from textual.message import Message
 from textual.widget import Widget
 
-from ..model import CardView
+from ..model import CardView, Drain
 from ..render import NA, card_summary, format_duration, format_mib
 from .redraw import same
+from .sparks import Recent, spark_text, squeeze, window_words
 
 #: state -> (badge text, badge colour). The colours match the legend in the help screen.
 BADGES: dict[str, tuple[str, str]] = {
@@ -28,8 +29,20 @@ BADGES: dict[str, tuple[str, str]] = {
     "external": ("EXTERNAL", "#e08600"),
     "unhealthy": ("UNHEALTHY", "#c62828"),
     "unverified": ("UNVERIFIED", "#6b6b6b"),
+    "drained": ("DRAINED", "#00838f"),
 }
 STALE_BADGE = ("?", "#4a4a4a")
+
+#: text that must be dealt with: an unhealthy card, someone else's process on a held card
+ERROR = "#ef5350"
+#: text that needs attention: a problem on a card that keeps its state
+WARNING = "#ffb300"
+#: text about a drain, in the drained badge's colour made readable on a dark background
+DRAINED_TEXT = "#4dd0e1"
+
+#: content lines a tile needs to show its utilisation line too (dashboard.tcss gives
+#: tiles that much room when the terminal is tall enough)
+LINES_WITH_SPARK = 6
 
 #: narrowest a tile may get before the grid drops a column
 MIN_TILE_WIDTH = 28
@@ -91,12 +104,29 @@ def readings(card: CardView) -> str:
     return f"util {util}  {temp}  {power}"
 
 
+def short_duration(seconds: float) -> str:
+    """"45m" under an hour, else as format_duration says it ("1h05m")."""
+    return f"{max(0, int(seconds)) // 60}m" if seconds < 3600 else format_duration(seconds)
+
+
+def drain_note(drain: Drain, now: float) -> str:
+    """"by ana, 2h00m ago", "by XID 79, 5m00s ago" (the badge says drained)."""
+    by = f"XID {drain.xid}" if drain.source == "xid" and drain.xid is not None else drain.by
+    return f"by {by}, {format_duration(now - drain.at)} ago"
+
+
 def tile_note(card: CardView, now: float) -> tuple[str, str]:
-    """The tile's last line and its style: what needs attention, or the job's time."""
+    """The tile's last line and its style: what needs attention, or the job's time.
+    Someone else's process on a held card is in the error colour: the card's
+    holder is losing memory and speed to it now."""
     if card.state == "unhealthy":
-        return "never handed out", "#ef5350"
+        return "never handed out", ERROR
+    if card.intruders and card.warning:
+        return f"! {card.warning}", f"bold {ERROR}"
     if card.warning:
-        return f"! {card.warning}", "bold #ffb300"
+        return f"! {card.warning}", f"bold {WARNING}"
+    if card.state == "drained" and card.drain is not None:
+        return drain_note(card.drain, now), DRAINED_TEXT
     job = card.job
     if card.state == "reservation" and job and job.expires_at:
         left = job.expires_at - now
@@ -110,11 +140,25 @@ def tile_note(card: CardView, now: float) -> tuple[str, str]:
     return "", ""
 
 
-def render_tile(card: CardView, width: int, now: float, stale: bool) -> Text:
+def spark_line(recent: Optional[Recent], width: int) -> Text:
+    """The card's utilisation over its recent past, 0-100 %, and how long that is."""
+    if recent is None or recent.empty:
+        return Text("")
+    words = " " + window_words(recent.span).removeprefix("last ")
+    bars = squeeze(recent.utilization_pct, max(0, width - len(words)))
+    return spark_text(bars, 100.0) + Text(words, style="grey50")
+
+
+def render_tile(card: CardView, width: int, now: float, stale: bool, idle_since: Optional[float] = None,
+                spark: Optional[Text] = None) -> Text:
+    """``idle_since``: the card's reservation has not been used since then;
+    ``spark``: the utilisation line, where the tile has room for it."""
     label, colour = STALE_BADGE if stale else BADGES.get(card.state, (card.state.upper(), "grey30"))
     head = Text()
     head.append(f"{card.index:<2} ", style="bold")
     head.append(f" {label} ", style=f"bold white on {colour}")
+    if idle_since is not None and not stale:
+        head.append(f" idle {short_duration(now - idle_since)}", style=f"bold {WARNING}")
 
     summary = card_summary(card) or ("nothing holds it" if card.state == "free" else "")
     if stale:
@@ -125,8 +169,8 @@ def render_tile(card: CardView, width: int, now: float, stale: bool) -> Text:
     else:
         who = summary
         note, note_style = tile_note(card, now)
-        summary_style = {"free": "grey62", "unverified": "grey62", "unhealthy": "bold #ef5350"}.get(
-            card.state, "bold")
+        summary_style = {"free": "grey62", "unverified": "grey62", "unhealthy": f"bold {ERROR}",
+                         "drained": f"bold {DRAINED_TEXT}"}.get(card.state, "bold")
 
     f = card.facts
     lines = [
@@ -134,8 +178,10 @@ def render_tile(card: CardView, width: int, now: float, stale: bool) -> Text:
         Text(fit(who, width), style=summary_style),
         memory_bar(f.memory_used_mib if f else None, f.memory_total_mib if f else None, width, stale),
         Text(fit(readings(card), width), style="grey62" if stale else ""),
-        Text(fit(note, width), style=note_style),
     ]
+    if spark is not None:
+        lines.append(Text(spark.plain, style="grey50") if stale else spark)
+    lines.append(Text(fit(note, width), style=note_style))
     return Text("\n").join(lines)
 
 
@@ -147,28 +193,51 @@ class CardTile(Widget):
         self.card = card
         self.now = 0.0
         self.stale = False
+        self.idle_since: Optional[float] = None
+        #: the card's history as last fetched
+        self.recent: Optional[Recent] = None
         #: the width and text last drawn: a poll that changes neither repaints nothing
         self._drawn: Optional[tuple[int, Text]] = None
+        #: the utilisation line for (history, width), drawn once per fetch and width
+        self._spark: Optional[tuple[Optional[Recent], int, Text]] = None
 
     def _width(self) -> int:
         return self.content_region.width or self.size.width
 
-    def show(self, card: CardView, now: float, stale: bool) -> None:
+    def _spark_line(self, width: int) -> Optional[Text]:
+        """Only where the tile has a line for it (not on a short terminal)."""
+        if (self.content_region.height or self.size.height) < LINES_WITH_SPARK:
+            return None
+        if self._spark is None or self._spark[0] is not self.recent or self._spark[1] != width:
+            self._spark = (self.recent, width, spark_line(self.recent, width))
+        return self._spark[2]
+
+    def _text(self, width: int) -> Text:
+        return render_tile(self.card, width, self.now, self.stale, self.idle_since, self._spark_line(width))
+
+    def show(self, card: CardView, now: float, stale: bool, idle_since: Optional[float] = None) -> None:
         if card.state != self.card.state:
             self.remove_class(f"state-{self.card.state}")
             self.add_class(f"state-{card.state}")
-        self.card, self.now, self.stale = card, now, stale
+        self.card, self.now, self.stale, self.idle_since = card, now, stale, idle_since
         self.set_class(stale, "-stale")
+        self._redraw()
+
+    def show_history(self, recent: Recent) -> None:
+        self.recent = recent
+        self._redraw()
+
+    def _redraw(self) -> None:
         if self._drawn is None:
             self.refresh()
             return
         width, text = self._drawn
-        if width != self._width() or not same(text, render_tile(card, width, now, stale)):
+        if width != self._width() or not same(text, self._text(width)):
             self.refresh()
 
     def render(self) -> Text:
         width = self._width()
-        text = render_tile(self.card, width, self.now, self.stale)
+        text = self._text(width)
         self._drawn = (width, text)
         return text
 
@@ -177,16 +246,17 @@ class CardTile(Widget):
 
 
 class CardGrid(Container, can_focus=True):
-    """The tiles, with the selection. Arrow keys and h/j/k move it.
+    """The tiles, with the selection. Arrow keys, h and j move it.
 
-    ``l`` is launch, not "right", by the lead's decision: the arrow key moves
-    right, and opening a dialog by mistake is harmless.
+    ``l`` is launch, not "right", and ``k`` is evict, not "up": the arrow
+    keys move right and up, and either key opens a dialog that asks first,
+    so pressing one by mistake is harmless.
     """
 
     BINDINGS = [
         Binding("left,h", "move(-1, 0)", "Move", show=False, id="move-left", tooltip="Select the card to the left"),
         Binding("right", "move(1, 0)", "Move", show=False, id="move-right", tooltip="Select the card to the right"),
-        Binding("up,k", "move(0, -1)", "Move", show=False, id="move-up", tooltip="Select the card above"),
+        Binding("up", "move(0, -1)", "Move", show=False, id="move-up", tooltip="Select the card above"),
         Binding("down,j", "move(0, 1)", "Move", show=False, id="move-down", tooltip="Select the card below"),
     ]
 
@@ -215,8 +285,10 @@ class CardGrid(Container, can_focus=True):
             self.columns = columns
             self.styles.grid_size_columns = columns
 
-    def show(self, cards: tuple[CardView, ...], now: float, stale: bool) -> None:
-        """Update every tile in place; tiles are only built when the card count changes."""
+    def show(self, cards: tuple[CardView, ...], now: float, stale: bool,
+             idle: Mapping[str, float] = {}) -> None:
+        """Update every tile in place; tiles are only built when the card count
+        changes. ``idle``: reservations' run ids -> unused since."""
         if len(cards) != len(self.tiles):
             self.remove_children()
             self.tiles = [CardTile(card) for card in cards]
@@ -224,8 +296,15 @@ class CardGrid(Container, can_focus=True):
             if self.selected >= len(self.tiles):
                 self.selected = 0
         for tile, card in zip(self.tiles, cards):
-            tile.show(card, now, stale)
+            since = idle.get(card.run_id) if card.state == "reservation" and card.run_id else None
+            tile.show(card, now, stale, since)
             tile.set_class(card.index == self.selected, "-selected")
+
+    def show_history(self, history: Mapping[int, Recent]) -> None:
+        """Each card's utilisation line, from the node's history as last fetched."""
+        for tile in self.tiles:
+            if tile.card.index in history:
+                tile.show_history(history[tile.card.index])
 
     def select(self, index: int) -> None:
         if not self.tiles:

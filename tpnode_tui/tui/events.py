@@ -1,0 +1,128 @@
+"""The events pane: the node's log as it is written, newest first.
+
+What happened to the cards in the last hour (XIDs, drains, intruders coming
+and going, health problems, jobs ending, evictions) and the actions the
+viewer may see, followed live from the node (``node.follow_events``). Only
+the newest :data:`EVENTS_KEPT` entries are kept, so a node whose log never
+stops stays a fixed cost to watch.
+
+Every entry quotes other people's words (process names, owners, reasons a
+drain was given, the driver's text): entries are escaped as they arrive
+and drawn as ``Text``, never as markup.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ..render import card_ranges
+from .detail import clock_time
+from .tiles import DRAINED_TEXT, ERROR, WARNING, fit
+
+#: entries kept in memory, newest first
+EVENTS_KEPT = 200
+#: how far back the pane starts when it opens
+EVENTS_SINCE_S = 3600.0
+#: widest the user column is drawn (names come from anywhere)
+USER_WIDTH = 12
+
+#: how each kind of entry is coloured; an action's by its result
+KIND_STYLE = {
+    "xid": f"bold {ERROR}",
+    "intruder": f"bold {ERROR}",
+    "health": WARNING,
+    "drain": f"bold {DRAINED_TEXT}",
+    "undrain": DRAINED_TEXT,
+    "evict": WARNING,
+    "ended": "",
+    "expiry": "",
+}
+
+
+def _kind(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """What the entry is, in a word or two, and its style: an action is named
+    by what was asked ("drain refused"), the rest by their kind."""
+    kind = entry.get("kind")
+    kind = kind if isinstance(kind, str) else "?"
+    if kind == "action":
+        action = entry.get("action")
+        result = entry.get("result")
+        name = action if isinstance(action, str) else "action"
+        if isinstance(result, str) and result != "ok":
+            return f"{name} {result}", "grey62"
+        return name, "#4fc3f7"
+    if kind in ("intruder", "health") and entry.get("state") in ("gone", "cleared"):
+        return kind, "grey62"
+    return kind, KIND_STYLE.get(kind, "")
+
+
+def _cards(entry: Mapping[str, Any]) -> str:
+    cards = entry.get("cards")
+    if not isinstance(cards, list):
+        return "-"
+    indices = [c for c in cards if isinstance(c, int) and not isinstance(c, bool)]
+    return card_ranges(indices) or "-"
+
+
+def _user(entry: Mapping[str, Any]) -> str:
+    user = entry.get("user")
+    return fit(user, USER_WIDTH) if isinstance(user, str) and user else "-"
+
+
+def _time(entry: Mapping[str, Any]) -> str:
+    at = entry.get("time")
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        return clock_time(float(at))
+    return "?"
+
+
+def events_table(entries: Iterable[Mapping[str, Any]]) -> Table:
+    """One row per entry, as given (newest first): time, kind, cards, user, what
+    happened. The entries must already be escaped (``printable_view``)."""
+    table = Table.grid(padding=(0, 1))
+    for _ in range(4):
+        table.add_column(no_wrap=True)
+    table.add_column(ratio=1)
+    for entry in entries:
+        kind, style = _kind(entry)
+        message = entry.get("message")
+        table.add_row(
+            Text(_time(entry), style="grey62"),
+            Text(kind, style=style),
+            Text(_cards(entry)),
+            Text(_user(entry), style="grey62"),
+            Text(message if isinstance(message, str) else ""),
+        )
+    return table
+
+
+def events_title(card: Optional[int]) -> str:
+    if card is None:
+        return "The node's log, newest first: every card (f: the selected card only · e: the jobs table)"
+    return f"The node's log, newest first: card {card} only (f: every card · e: the jobs table)"
+
+
+class EventsPane(VerticalScroll, can_focus=True):
+    """Shown in place of the jobs table while open (e)."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="events-text")
+
+    def show(self, entries: Iterable[Mapping[str, Any]], problem: Optional[str] = None) -> None:
+        """``problem``: why the log is not being followed now."""
+        parts: list[Any] = []
+        if problem:
+            parts.append(Text(f"Not following the node's log: {problem}; trying again by itself.",
+                              style=f"bold {ERROR}"))
+        entries = list(entries)
+        if entries:
+            parts.append(events_table(entries))
+        elif not problem:
+            parts.append(Text("Nothing in the last hour.", style="grey62"))
+        self.query_one("#events-text", Static).update(Group(*parts))
