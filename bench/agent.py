@@ -44,7 +44,9 @@ START_TIMEOUT_S = 60.0
 SETTLE_S = 2.0
 #: long enough after a probe read for its reading to reach every stream, well short of the interval
 DELIVERED_S = 0.3
-STREAMS = (0, 1, 20)
+#: how many streams each node is measured with; ``--quick`` only the ones the targets need
+STREAMS = {8: (0, 1, 20), 64: (0, 1, 20)}
+QUICK_STREAMS = {8: (1, 20), 64: (20,)}
 DASHBOARDS = 20
 
 
@@ -199,6 +201,7 @@ def _window(agent: Agent, window_s: float, streams: Optional[Streams] = None) ->
     reading has reached them: what they received in between is what the reads
     in between made, one reading each if every stream gets every reading.
     """
+    load0 = os.getloadavg()[0]
     reads0, cpu0, t0 = agent.after_next_read()
     time.sleep(DELIVERED_S)
     before = streams.counts() if streams else None
@@ -209,7 +212,7 @@ def _window(agent: Agent, window_s: float, streams: Optional[Streams] = None) ->
     elapsed = t1 - t0
     out = {"reads_per_s": (reads1 - reads0) / elapsed, "reads": reads1 - reads0,
            "cpu_pct": (cpu1 - cpu0) / elapsed * 100, "rss_mb": agent.process.memory_info().rss / 1e6,
-           "connections": agent.connections(), "elapsed": elapsed}
+           "connections": agent.connections(), "elapsed": elapsed, "load": (load0, os.getloadavg()[0])}
     if before and after:
         got = [b - a for a, b in zip(before["received"], after["received"])]
         seqs = [b - a for a, b in zip(before["seq"], after["seq"])]
@@ -233,6 +236,7 @@ def _status_times(env: dict[str, str], rounds: int) -> dict[str, list[float]]:
             "import": ([sys.executable, "-c", "import tpnode_tui.cli"], env, "")}
     order = list(ways)
     times: dict[str, list[float]] = {way: [] for way in ways}
+    load0 = os.getloadavg()[0]
     for n in range(rounds + 1):  # the first round warms the page cache and is thrown away
         for way in order[n % 3:] + order[:n % 3]:
             command, way_env, says = ways[way]
@@ -244,24 +248,32 @@ def _status_times(env: dict[str, str], rounds: int) -> dict[str, list[float]]:
                                    f"{(done.stderr or done.stdout).strip()[-500:]}")
             if n:
                 times[way].append(elapsed)
+    times["load"] = [load0, os.getloadavg()[0]]
     return times
 
 
+def _window_s(quick: bool) -> float:
+    return 3.0 if quick else 30.0
+
+
 def _node(cards: int, tmp: Path, quick: bool, section: Section, results: dict) -> None:
-    window = 5.0 if quick else 30.0
+    window = _window_s(quick)
+    settle = 1.0 if quick else SETTLE_S
     agent = Agent(tmp, cards)
     try:
-        time.sleep(SETTLE_S)
-        for n in STREAMS:
+        time.sleep(settle)
+        for n in (QUICK_STREAMS if quick else STREAMS)[cards]:
             streams = Streams(agent.socket, n) if n else None
             try:
-                time.sleep(SETTLE_S)
+                time.sleep(settle)
                 results[cards, n] = _window(agent, window, streams)
             finally:
                 if streams is not None:
                     streams.close()
-        if cards == 8 and shutil.which("tmux"):
-            dashboards = Dashboards(4 if quick else DASHBOARDS, agent.env)
+        if cards == 8 and quick:
+            section.notes.append("--quick runs no real dashboards: only the full run does")
+        elif cards == 8 and shutil.which("tmux"):
+            dashboards = Dashboards(DASHBOARDS, agent.env)
             try:
                 _wait_for(lambda: dashboards.all_show(cards, agent.socket), 3 * START_TIMEOUT_S,
                           "not every dashboard showed the node through the agent")
@@ -274,14 +286,22 @@ def _node(cards: int, tmp: Path, quick: bool, section: Section, results: dict) -
                 dashboards.close()
         elif cards == 8:
             section.notes.append("tmux is not installed: no real dashboards were run")
-        results[cards, "status"] = _status_times(agent.env, 5 if quick else 20)
+        results[cards, "status"] = _status_times(agent.env, 3 if quick else 20)
     finally:
         agent.close()
 
 
+def _clients(n: int) -> str:
+    return f"{n} client{'s' if n != 1 else ''}"
+
+
+def _load(before_after) -> str:
+    return f"load average (1 min) {before_after[0]:.2f} before, {before_after[1]:.2f} after"
+
+
 def run(quick: bool) -> Section:
     section = Section(TITLE)
-    window = 5.0 if quick else 30.0
+    window = _window_s(quick)
     results: dict = {}
     # short: the agent's socket lives here
     with tempfile.TemporaryDirectory(prefix="tpb-a", dir="/tmp") as tmp:
@@ -290,7 +310,7 @@ def run(quick: bool) -> Section:
 
     rows: dict[str, Row] = {}
     for cards in (8, 64):
-        for n in STREAMS:
+        for n in (QUICK_STREAMS if quick else STREAMS)[cards]:
             r = results[cards, n]
             who = {0: "no dashboard", 1: "1 dashboard stream"}.get(n, f"{n} dashboard streams")
             rows[f"reads{cards}_{n}"] = Row(f"agent_probe_reads_per_s_{n}" + ("" if cards == 8 else f"_{cards}"),
@@ -305,7 +325,7 @@ def run(quick: bool) -> Section:
                 section.notes.append(
                     f"{cards} cards, {streams}: {r['reads']} probe reads in {r['elapsed']:.1f} s; each stream "
                     f"received {r['received_min']}-{r['received_max']} readings ({ok}); "
-                    f"{r['connections']} connections on the agent's socket")
+                    f"{_clients(r['connections'])} on the agent's socket; {_load(r['load'])}")
         rows[f"rss{cards}"] = Row(f"agent_rss_mb_{cards}", f"agent resident memory, {cards} cards, 20 streams",
                                   [results[cards, 20]["rss_mb"]], unit="MB")
     if (8, "tui") in results:
@@ -316,7 +336,7 @@ def run(quick: bool) -> Section:
         rows["cpu_tui"] = Row("agent_cpu_pct_8_tui", f"agent CPU, 8 cards, {d} real dashboards, over {window:g} s",
                               [r["cpu_pct"]], unit="%")
         section.notes.append(f"8 cards, {d} real dashboards: {r['reads']} probe reads in {r['elapsed']:.1f} s; "
-                             f"{r['connections']} connections on the agent's socket")
+                             f"{_clients(r['connections'])} on the agent's socket; {_load(r['load'])}")
     for cards in (8, 64):
         times = results[cards, "status"]
         suffix = "" if cards == 8 else f"_{cards}"
@@ -327,7 +347,7 @@ def run(quick: bool) -> Section:
                                            times["local"])
         p90 = {way: percentile(times[way], 90) * 1000 for way in ("agent", "local")}
         section.notes.append(f"tpnode-tui status, {cards} cards, p90: through the agent {p90['agent']:.0f} ms, "
-                             f"in-process {p90['local']:.0f} ms")
+                             f"in-process {p90['local']:.0f} ms; {_load(times['load'])}")
     rows["import"] = Row("cli_import_ms", "of which: Python starting and importing tpnode_tui.cli",
                          results[8, "status"]["import"] + results[64, "status"]["import"])
     section.rows += rows.values()
