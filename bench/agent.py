@@ -4,9 +4,9 @@ temporary state dir, a 1 s interval), its probe reads counted.
 
 - Probe reads: bench/agent_counted.py is the real agent (``tpnode_tui.cli``'s
   ``agent``) with ``SimulatedProbe.read`` wrapped to append one byte to a file
-  per read; the file's size is the count. The window runs from one read to
-  the read after it has lasted ``window`` seconds, so no partial interval is
-  counted at either end.
+  per read; the file's size is the count. The API's snapshot encodings are
+  counted the same way. The window runs from one read to the read after it
+  has lasted ``window`` seconds, so no partial interval is counted at either end.
 - Dashboards: bench/agent_streams.py holds 0, 1 or 20 real AgentNode streams
   (``GET /v1/stream``, each reading decoded as a dashboard decodes it) in a
   process of its own, and counts the readings and seqs each receives; the
@@ -16,8 +16,8 @@ temporary state dir, a 1 s interval), its probe reads counted.
 - CPU: the agent process's user + system time (psutil) over the same window,
   idle, as a percentage of one core; its resident memory at the end.
 - ``tpnode-tui status``: the console script through the agent and in-process
-  (``TUNEPLANE_AGENT=off``, the same node and state dir), alternated run by
-  run, each a whole process from exec to exit; median and p90. Beside them,
+  (``TUNEPLANE_AGENT=off``, the same node and state dir), in turn
+  round by round, each a whole process from exec to exit; median and p90. Beside them,
   an interpreter that only imports ``tpnode_tui.cli``: what both pay first.
 """
 from __future__ import annotations
@@ -67,6 +67,13 @@ def _wait_for(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 class Agent:
     """The real agent, as its own process, with its probe reads counted."""
 
@@ -74,11 +81,12 @@ class Agent:
         write_scene(tmp / f"node{cards}.json", cards)
         self.env = _node_env(tmp, cards)
         self.socket = Path(self.env["TUNEPLANE_AGENT_SOCKET"])
-        self._count = tmp / f"reads{cards}"
+        self._reads = tmp / f"reads{cards}"
+        self._encodes = tmp / f"encodes{cards}"
         self._log = open(tmp / f"agent{cards}.log", "wb")
         self._proc = subprocess.Popen(
-            [sys.executable, str(BENCH / "agent_counted.py"), str(self._count), "--interval", f"{INTERVAL_S:g}",
-             "agent"], env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+            [sys.executable, str(BENCH / "agent_counted.py"), str(self._reads), str(self._encodes),
+             "--interval", f"{INTERVAL_S:g}", "agent"], env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         self.process = psutil.Process(self._proc.pid)
         try:
             _wait_for(lambda: self._proc.poll() is None and self.socket.exists() and self.reads() > 0,
@@ -88,10 +96,12 @@ class Agent:
             raise RuntimeError(f"the agent did not start: {Path(self._log.name).read_text()[-2000:]}") from None
 
     def reads(self) -> int:
-        try:
-            return self._count.stat().st_size
-        except FileNotFoundError:
-            return 0
+        """Probe reads so far."""
+        return _size(self._reads)
+
+    def encodes(self) -> int:
+        """Snapshots made into JSON for clients so far."""
+        return _size(self._encodes)
 
     def connections(self) -> int:
         """Clients connected to the agent's socket now: its sockets bound to that
@@ -195,22 +205,24 @@ class Dashboards:
 
 
 def _window(agent: Agent, window_s: float, streams: Optional[Streams] = None) -> dict:
-    """Probe reads per second, the agent's CPU and what each stream received, from read to read.
+    """Probe reads per second, the agent's CPU, its encodings and what each
+    stream received, from read to read.
 
-    The streams are counted a moment after each of the two reads, once its
-    reading has reached them: what they received in between is what the reads
-    in between made, one reading each if every stream gets every reading.
+    Encodings and streams are counted a moment after each of the two reads,
+    once its reading has been encoded and has reached them: what happened in
+    between is what the reads in between made, one encoding for all and one
+    reading per stream if every stream gets every reading.
     """
     load0 = os.getloadavg()[0]
     reads0, cpu0, t0 = agent.after_next_read()
     time.sleep(DELIVERED_S)
-    before = streams.counts() if streams else None
+    encodes0, before = agent.encodes(), streams.counts() if streams else None
     time.sleep(window_s - DELIVERED_S)
     reads1, cpu1, t1 = agent.after_next_read()
     time.sleep(DELIVERED_S)
-    after = streams.counts() if streams else None
+    encodes1, after = agent.encodes(), streams.counts() if streams else None
     elapsed = t1 - t0
-    out = {"reads_per_s": (reads1 - reads0) / elapsed, "reads": reads1 - reads0,
+    out = {"reads_per_s": (reads1 - reads0) / elapsed, "reads": reads1 - reads0, "encodes": encodes1 - encodes0,
            "cpu_pct": (cpu1 - cpu0) / elapsed * 100, "rss_mb": agent.process.memory_info().rss / 1e6,
            "connections": agent.connections(), "elapsed": elapsed, "load": (load0, os.getloadavg()[0])}
     if before and after:
@@ -324,7 +336,8 @@ def run(quick: bool) -> Section:
                 ok = "every stream got every reading" if r["every_seq"] else "SOME STREAM MISSED A READING"
                 streams = f"{n} stream{'s' if n > 1 else ''}"
                 section.notes.append(
-                    f"{cards} cards, {streams}: {r['reads']} probe reads in {r['elapsed']:.1f} s; each stream "
+                    f"{cards} cards, {streams}: {r['reads']} probe reads and {r['encodes']} snapshot encodings "
+                    f"in {r['elapsed']:.1f} s; each stream "
                     f"received {r['received_min']}-{r['received_max']} readings ({ok}); "
                     f"{_clients(r['connections'])} on the agent's socket; {_load(r['load'])}")
         rows[f"rss{cards}"] = Row(f"agent_rss_mb_{cards}", f"agent resident memory, {cards} cards, 20 streams",
@@ -336,7 +349,8 @@ def run(quick: bool) -> Section:
                                 "dashboards in tmux", [r["reads_per_s"]], unit="/s")
         rows["cpu_tui"] = Row("agent_cpu_pct_8_tui", f"agent CPU, 8 cards, {d} real dashboards, over {window:g} s",
                               [r["cpu_pct"]], unit="%")
-        section.notes.append(f"8 cards, {d} real dashboards: {r['reads']} probe reads in {r['elapsed']:.1f} s; "
+        section.notes.append(f"8 cards, {d} real dashboards: {r['reads']} probe reads and {r['encodes']} snapshot "
+                             f"encodings in {r['elapsed']:.1f} s; "
                              f"{_clients(r['connections'])} on the agent's socket; {_load(r['load'])}")
     for cards in (8, 64):
         times = results[cards, "status"]
