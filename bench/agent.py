@@ -332,14 +332,14 @@ def run(quick: bool) -> Section:
             rows[f"cpu{cards}_{n}"] = Row(f"agent_cpu_pct_{cards}" + ("" if n == 20 else f"_{n}_streams"),
                                           f"agent CPU, {cards} cards, {who}, over {window:g} s",
                                           [r["cpu_pct"]], unit="%")
+            received = ""
             if n:
                 ok = "every stream got every reading" if r["every_seq"] else "SOME STREAM MISSED A READING"
-                streams = f"{n} stream{'s' if n > 1 else ''}"
-                section.notes.append(
-                    f"{cards} cards, {streams}: {r['reads']} probe reads and {r['encodes']} snapshot encodings "
-                    f"in {r['elapsed']:.1f} s; each stream "
-                    f"received {r['received_min']}-{r['received_max']} readings ({ok}); "
-                    f"{_clients(r['connections'])} on the agent's socket; {_load(r['load'])}")
+                received = f"each stream received {r['received_min']}-{r['received_max']} readings ({ok}); "
+            section.notes.append(
+                f"{cards} cards, {who}: {r['reads']} probe reads and {r['encodes']} snapshot encodings in "
+                f"{r['elapsed']:.1f} s; {received}{_clients(r['connections'])} on the agent's socket; "
+                f"{_load(r['load'])}")
         rows[f"rss{cards}"] = Row(f"agent_rss_mb_{cards}", f"agent resident memory, {cards} cards, 20 streams",
                                   [results[cards, 20]["rss_mb"]], unit="MB")
     if (8, "tui") in results:

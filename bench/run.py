@@ -275,7 +275,7 @@ def _stop_on_sigterm(signum, frame):
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds: the whole run in under a minute")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds: the whole run in about a minute and a half")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
                         help=f"run only these sections ({', '.join(SECTIONS)})")
