@@ -28,7 +28,7 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet")
+SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent")
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -53,6 +53,12 @@ HEADLINE = {
     "fleet_publisher_cpu_ms_per_node_s": ("fleet_publisher_cpu_ms_per_node_s",),
     "metrics_scrape_8_ms": ("metrics_scrape_8_ms",),
     "metrics_scrape_64_ms": ("metrics_scrape_64_ms",),
+    "agent_probe_reads_per_s_1": ("agent_probe_reads_per_s_1",),
+    "agent_probe_reads_per_s_20": ("agent_probe_reads_per_s_20",),
+    "agent_cpu_pct_8": ("agent_cpu_pct_8",),
+    "agent_cpu_pct_64": ("agent_cpu_pct_64",),
+    "status_agent_ms": ("status_agent_ms",),
+    "status_local_ms": ("status_local_ms",),
 }
 
 
@@ -242,6 +248,10 @@ class Runner:
                 return Section(fleet.TITLE, skipped=str(redis))
             why = dashboard.available()
             return Section(fleet.TITLE, skipped=why) if why else fleet.run(redis, quick)
+        if name == "agent":
+            import agent
+
+            return agent.run(quick)
         import dashboard
 
         why = dashboard.available()
@@ -265,7 +275,7 @@ def _stop_on_sigterm(signum, frame):
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds: the whole run in under a minute")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds: the whole run in about a minute and a half")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
                         help=f"run only these sections ({', '.join(SECTIONS)})")
