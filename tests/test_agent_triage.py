@@ -133,6 +133,9 @@ async def test_history_and_an_evict_dry_run_through_the_agent(agent, client):
         assert report.dry_run and [(p.pid, p.outcome, p.belongs) for p in report.processes] == [
             (squatter.pid, "listed", "external")]
         assert squatter.poll() is None
+        with pytest.raises(Conflict, match="no longer the process that was listed"):  # its start travels both ways
+            await client.evict(4, squatter.pid, started_at=report.processes[0].started_at + 60)
+        assert squatter.poll() is None
         history = await until(lambda: client.history(4), "some history")
         assert list(history) == [4] and history[4] and history[4][-1].memory_used_mib == 4096
         assert set(await client.history()) == set(range(8))
@@ -161,6 +164,8 @@ async def test_a_malformed_query_is_a_400_and_one_line(agent, client, path, says
     ("/v1/undrain", b'{"card": 1, "force": true}', "unknown fields ['force']"),
     ("/v1/evict", b'{"card": 1, "pid": 0}', "request.pid is 0, not a process id"),
     ("/v1/evict", b'{"card": 1, "kill": "yes"}', "request.kill is a string, not true or false"),
+    ("/v1/evict", b'{"card": 1, "started_at": 1700000000.5}', "names the start of one process: give its pid"),
+    ("/v1/evict", b'{"card": 1, "pid": 42, "started_at": "noon"}', "request.started_at is a string"),
 ])
 async def test_a_malformed_triage_request_is_a_400(agent, path, body, says):
     status, doc = await agent.post(path, body)

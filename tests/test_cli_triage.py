@@ -7,10 +7,13 @@ processes of a real account, put on a card of the simulated node.
 from __future__ import annotations
 
 import json
+import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -33,10 +36,29 @@ def node(accounts):
     shutil.rmtree(root, ignore_errors=True)
 
 
-def squat(node: SharedNode, card: int, proc: subprocess.Popen) -> None:
+def squat(node: SharedNode, card: int, *procs: subprocess.Popen) -> None:
     cards = [{"memory_total_mib": 143771} for _ in range(8)]
-    cards[card].update(memory_used_mib=20000, processes=[{"pid": proc.pid, "used_memory_mib": 20000}])
+    cards[card].update(memory_used_mib=20000 * len(procs),
+                       processes=[{"pid": proc.pid, "used_memory_mib": 20000} for proc in procs])
     write_scene(node.scene, cards)
+
+
+def read_until(fd: int, wanted: str, timeout_s: float = BOUND_S) -> str:
+    """What a program wrote on its terminal, up to ``wanted`` (or its end)."""
+    got = b""
+    deadline = time.monotonic() + timeout_s
+    while wanted.encode() not in got:
+        left = deadline - time.monotonic()
+        assert left > 0, f"waited for {wanted!r}; the terminal showed {got.decode(errors='replace')!r}"
+        if select.select([fd], [], [], left)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the program has ended and closed the terminal
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got.decode(errors="replace")
 
 
 def card(status: dict, index: int) -> dict:
@@ -119,3 +141,34 @@ def test_events_follow_prints_what_happens_as_it_happens(node, accounts):
     finally:
         follower.kill()
         follower.wait()
+
+
+def test_evict_asked_on_a_terminal_signals_what_it_listed_and_nothing_that_came_since(node, accounts):
+    carol, bob = accounts.carol, accounts.bob
+    listed = bob.spawn(["sleep", "300"], env=bob.env())
+    later = bob.spawn(["sleep", "301"], env=bob.env())
+    master, terminal = os.openpty()
+    try:
+        squat(node, 5, listed)
+        wait_until(lambda: card(node.status(carol), 5)["state"] == "external", "the squatter to be seen")
+        asking = carol.spawn([PYTHON, "-m", "tpnode_tui", "evict", "5"], env=node.env(carol),
+                             stdin=terminal, stdout=terminal, stderr=terminal)
+        os.close(terminal)
+        question = read_until(master, "[y/N]")
+        assert f"pid {listed.pid} ({bob.name}, external" in question and "sleep 300" in question, question
+
+        squat(node, 5, listed, later)  # a second squatter arrives while carol reads the question
+        wait_until(lambda: len(card(node.status(carol), 5)["holders"]) == 2, "the second squatter to be seen")
+        os.write(master, b"y\n")
+        answer = read_until(master, "\x00never")  # to the end
+        assert asking.wait(BOUND_S) == 0, answer
+        assert f"pid {listed.pid}" in answer and "ended after SIGTERM" in answer, answer
+        assert listed.wait(BOUND_S) == -signal.SIGTERM
+        assert later.poll() is None, "signalled without being asked about"
+        assert str(later.pid) not in answer
+    finally:
+        os.close(master)
+        for proc in (listed, later):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()

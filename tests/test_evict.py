@@ -114,6 +114,20 @@ async def test_an_external_process_ends_at_sigterm_and_its_fate_is_logged(node, 
                                 "ended after SIGTERM")
 
 
+async def test_a_pid_named_with_its_start_time_is_signalled_only_while_it_is_that_process(node, accounts):
+    """A confirmation can take minutes: a pid that changed hands meanwhile was not the one asked about."""
+    squatter = node.run_as(accounts.bob, ["sleep", "300"])
+    node.put(3, squatter.pid)
+    [listed] = (await node.service.evict(ROOT, 3, dry_run=True)).processes
+    assert listed.started_at == pytest.approx(psutil.Process(squatter.pid).create_time(), abs=0.01)
+    with pytest.raises(Conflict, match=f"pid {squatter.pid} on card 3 is no longer the process that was listed"):
+        await node.service.evict(ROOT, 3, squatter.pid, started_at=listed.started_at - 30)
+    await asyncio.sleep(0.2)
+    assert alive(squatter)
+    [done] = (await node.service.evict(ROOT, 3, squatter.pid, started_at=listed.started_at)).processes
+    assert done.outcome == ENDED and not alive(squatter)
+
+
 async def test_a_process_that_ignores_sigterm_needs_kill(node, accounts):
     stubborn = node.stubborn(accounts.bob)
     node.put(0, stubborn.pid)

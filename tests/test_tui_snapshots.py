@@ -16,7 +16,7 @@ import math
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 import pytest
 
@@ -166,8 +166,10 @@ class FrozenNode:
         hour = hour_of(snap) if snap is not None else {}
         return hour if card is None else {card: hour.get(card, [])}
 
-    async def follow_events(self, card: Optional[int] = None,
-                            since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
+                            opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
+        if opened is not None:
+            opened()
         for entry in EVENTS:
             if card is None or card in entry["cards"]:
                 yield dict(entry)
@@ -229,18 +231,23 @@ def frozen(snap: NodeSnapshot, **kwargs) -> NodeDashboard:
     return dashboard(FrozenNode(good(snap)), **kwargs)
 
 
+def history_settled(app: NodeDashboard) -> bool:
+    """The history is fetched, or nothing on screen would show it (so none is)."""
+    return app.history_fetches >= 1 or not app.wants_history
+
+
 async def first_poll(pilot) -> None:
     """Until the first reading is shown, and the history fetched after it."""
     while pilot.app.readings < 1 and pilot.app.stale_since is None:
         await pilot.pause(0.02)
-    while pilot.app.snapshot is not None and pilot.app.history_fetches < 1:
+    while pilot.app.snapshot is not None and not history_settled(pilot.app):
         await pilot.pause(0.02)
     await pilot.pause()
 
 
 def readings(n: int):
     async def wait(pilot) -> None:
-        while pilot.app.readings < n or pilot.app.history_fetches < 1:
+        while pilot.app.readings < n or not history_settled(pilot.app):
             await pilot.pause(0.02)
         await pilot.pause(0.05)
     return wait
@@ -289,7 +296,7 @@ class TestCannotSee:
         app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path))), gone=gone), demo=False)
 
         async def gone_away(pilot) -> None:
-            while pilot.app.stale_since is None or pilot.app.history_fetches < 1:
+            while pilot.app.stale_since is None or not history_settled(pilot.app):
                 await pilot.pause(0.02)
             await pilot.pause(0.05)
 

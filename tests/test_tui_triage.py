@@ -9,6 +9,7 @@ test names someone else.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -21,8 +22,9 @@ from rich.console import Console
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 
 from tpnode_tui.identity import Caller
-from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, Sample
+from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, NotAllowed, Sample
 from tpnode_tui.node.local import LocalNode
+from tpnode_tui.node.remote import AgentUnavailable
 from tpnode_tui.tui.detail import holder_text
 from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
 from tpnode_tui.tui.screens import ConfirmScreen, DrainScreen
@@ -173,6 +175,64 @@ async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_befo
         stubborn.wait()
 
 
+async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypatch):
+    """Through an agent a dry run takes a moment; a second press must not stack a second question."""
+    squatter = subprocess.Popen(["sleep", "300"])
+    try:
+        on_card(node, 1, squatter.pid)
+        app = node.app()
+        dry_runs: list[int] = []
+        evict = node.local.evict
+
+        async def slow(card, pid=None, **kw):
+            if kw.get("dry_run"):
+                dry_runs.append(card)
+                await asyncio.sleep(0.5)
+            return await evict(card, pid, **kw)
+
+        monkeypatch.setattr(node.local, "evict", slow)
+        async with app.run_test(size=SIZE) as pilot:
+            await polled(pilot, app, 2)
+            await select(pilot, app, 1)
+            await pilot.press("k")
+            await pilot.pause(0.1)
+            assert app.check_action("evict", ()) is False, "not offered while its question is on its way"
+            await pilot.press("k")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+            await pilot.pause(0.7)
+            assert len(app.screen_stack) == 2 and dry_runs == [1], (app.screen_stack, dry_runs)
+            await pilot.press("n")
+            await pilot.pause()
+            assert app.check_action("evict", ()) is True, "offered again once answered"
+        assert squatter.poll() is None, "the answer was no"
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_anything_is_written(node, monkeypatch):
+    follow = node.local.follow_events
+    calls: list[int] = []
+
+    async def flaky(card=None, since_s=None, opened=None):
+        calls.append(1)
+        if len(calls) == 1:
+            raise AgentUnavailable("no agent answers at /run/tpnode-tui/agent.sock (it went away)")
+        async for entry in follow(card=card, since_s=None, opened=opened):  # a quiet log: nothing in the hour
+            yield entry
+
+    monkeypatch.setattr(node.local, "follow_events", flaky)
+    app = node.app()
+    app.reconnect_s = (0.2, 0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.press("e")
+        await until(pilot, lambda: "it went away" in pane_text(app), "the problem while it lasts")
+        await until(pilot, lambda: len(calls) >= 2 and "it went away" not in pane_text(app), "following again")
+        await node.local.drain(2, "after the reconnect")
+        await until(pilot, lambda: "after the reconnect" in pane_text(app), "a new entry")
+
+
 async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signalled(node):
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
@@ -228,12 +288,15 @@ async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evi
         assert not titles & {"Drain the selected card", "Undrain the selected card", "Evict from the selected card"}
 
         await select(pilot, app, 0)
-        app.action_drain()  # as if offered anyway: the node decides, in its words
-        await until(pilot, lambda: isinstance(app.screen, DrainScreen) and app.screen.query("#reason"), "the form")
-        await fill(pilot, app.screen, "reason", "mine now")
-        await pilot.press("enter")
-        await until(pilot, lambda: app.heard("Could not drain card 0: bob may not drain card 0: only an operator"),
-                    "the node's refusal")
+        for action in (app.action_drain, app.action_undrain, app.action_evict):
+            action()  # as if offered anyway (a palette entry kept from before): no question is asked
+            await pilot.pause()
+            assert app.screen is app.screen_stack[0], action.__name__
+        assert app.heard("only an operator of this node may drain a card")
+        assert app.heard("only an operator of this node may evict processes")
+        # and the node refuses by itself, in its words, whatever a client offers
+        with pytest.raises(NotAllowed, match="bob may not drain card 0: only an operator"):
+            await app.node.drain(0, "mine now")
         assert states(app)[0] == "free"
 
 
@@ -305,6 +368,12 @@ def test_an_idle_card_s_sparkline_stays_low_and_a_busy_one_s_high_on_a_fixed_sca
     assert drawn([100.0, 95.0, 100.0, 98.0], 100.0, 4) == (BARS[7] + BARS[6]) * 2
     assert drawn([None, 50.0, None, 100.0], 100.0, 4) == f" {BARS[3]} {BARS[-1]}", "a gap is blank"
     assert drawn([70000.0, 140000.0], 140000.0, 2) == BARS[3] + BARS[-1], "memory against the card's total"
+
+
+def test_a_column_too_few_for_both_bounds_plots_nothing_rather_than_a_full_bar():
+    """Scaled to its own range, a single 1 % would draw as a full bar."""
+    assert padded([1.0], 100.0) == [] and padded([], 100.0) == []
+    assert drawn([1.0, 1.0], 100.0, 2) == BARS[0] * 2
 
 
 def test_columns_are_slices_of_time_and_a_silence_is_a_gap():

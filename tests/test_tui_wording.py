@@ -88,6 +88,22 @@ def test_a_tile_whose_holder_has_a_wide_name_keeps_every_line_inside_it():
         assert line.cell_len <= 24, f"{line.plain!r} is {line.cell_len} cells wide"
 
 
+def test_an_idle_mark_never_wraps_the_tile_s_head_off_its_last_line():
+    """A wrapped head would push the last line (here an intruder's name) out of the tile."""
+    job = JobState(name="rsv-alice", run_id="rsv-alice", gpus=(1,), status="running", kind="reservation",
+                   owner="alice")
+    card = CardView(1, "reservation", facts(1), run_id="rsv-alice", job=job,
+                    warning="bob (pid 4242, python train.py, 30.0 GiB) is using card 1")
+    for width in (24, 22, 20):  # 24: the narrowest tile the grid makes
+        tile = render_tile(card, width, NOW, False, idle_since=NOW - 12 * 3600 - 5 * 60)
+        lines = tile.split()
+        assert all(line.cell_len <= width for line in lines), [line.plain for line in lines]
+        assert len(lines) == len(render_tile(card, width, NOW, False).split()), "one head line, idle or not"
+    assert "idle 12h05m" in render_tile(card, 30, NOW, False, idle_since=NOW - 12 * 3600 - 5 * 60).split()[0].plain
+    assert render_tile(card, 20, NOW, False, idle_since=NOW - 12 * 3600).split()[0].plain.endswith(" idle"), \
+        "short of room, the mark keeps its word and drops the time"
+
+
 def test_a_stale_tile_never_says_free():
     tile = render_tile(CardView(0, "free", facts()), 25, NOW, stale=True).plain
     assert "FREE" not in tile and "?" in tile and "unknown" in tile

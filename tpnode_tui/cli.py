@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional, Sequence, TextIO, TypeVar
 
 from . import __version__
@@ -41,6 +41,7 @@ from .model import (
     EXIT_OK,
     EXIT_USAGE,
     BadRequest,
+    Evicted,
     EvictReport,
     Launched,
     LockWaitTimeout,
@@ -573,7 +574,10 @@ async def _evict(run: _Run) -> None:
     if len(args.card) != 1:
         raise UsageError("evict acts on one card at a time; name it alone")
     card, pid = args.card[0], args.pid
-    if not args.yes:
+    refused: list[TpnodeError] = []
+    if args.yes:
+        report = await node.evict(card, pid, kill=args.kill)
+    else:
         plan = await node.evict(card, pid, dry_run=True)
         print_evicted(plan)
         if not plan.processes:
@@ -581,16 +585,39 @@ async def _evict(run: _Run) -> None:
         if not _ask(f"send SIGTERM to {len(plan.processes)} process(es) on card {card}?"):
             print("nothing was signalled")
             return
-    report = await node.evict(card, pid, kill=args.kill)
+        report, refused = await _evict_each(node, plan, kill=args.kill)
     if args.json:
         print(json.dumps(asdict(report)))
-        return
-    print_evicted(report)
+    elif report.processes or not refused:
+        print_evicted(report)
     left = [p for p in report.processes if p.outcome == "running"]
-    if left and not args.kill and not args.yes and _ask(
+    if left and not args.kill and not args.yes and not args.json and _ask(
             f"{len(left)} process(es) did not end on SIGTERM within {report.grace_s:g} s: SIGKILL them?"):
-        for p in left:
-            print_evicted(await node.evict(card, p.pid, kill=True))
+        killed, more = await _evict_each(node, replace(report, processes=tuple(left)), kill=True)
+        print_evicted(killed)
+        refused += more
+    for e in refused[:-1]:
+        _say(str(e))
+    if refused:
+        raise refused[-1]
+
+
+async def _evict_each(node: AnyNode, listed: EvictReport, *, kill: bool) -> tuple[EvictReport, list[TpnodeError]]:
+    """Exactly the processes a question listed, each by pid and start time, all
+    at once (one grace period): a process that came since is not signalled, nor
+    one whose pid changed hands; the node's refusals come back to be said."""
+    answers = await asyncio.gather(*(node.evict(listed.card, p.pid, kill=kill, started_at=p.started_at)
+                                     for p in listed.processes), return_exceptions=True)
+    done: list[Evicted] = []
+    refused: list[TpnodeError] = []
+    for answer in answers:
+        if isinstance(answer, TpnodeError):
+            refused.append(answer)
+        elif isinstance(answer, BaseException):
+            raise answer
+        else:
+            done += answer.processes
+    return replace(listed, dry_run=False, kill=kill, processes=tuple(done)), refused
 
 
 def _ask(question: str) -> bool:

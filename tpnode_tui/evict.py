@@ -41,6 +41,8 @@ from .model import (
 _POLL_S = 0.05
 #: how long a SIGKILLed process is given to be gone
 KILL_WAIT_S = 5.0
+#: two readings of one process's start time differ by less (they come from boot-time ticks)
+START_SLACK_S = 0.01
 
 LISTED, ENDED, KILLED, RUNNING, GONE, FAILED = "listed", "ended", "killed", "running", "gone", "failed"
 
@@ -65,13 +67,23 @@ def _refusal(card: CardView, holder: HolderInfo) -> Optional[str]:
     return None
 
 
-def targets(card: CardView, pid: Optional[int] = None) -> list[HolderInfo]:
-    """The processes evict acts on: ``pid``, or every external or intruding one."""
+def targets(card: CardView, pid: Optional[int] = None, started_at: Optional[float] = None) -> list[HolderInfo]:
+    """The processes evict acts on: ``pid``, or every external or intruding one.
+
+    ``started_at`` is the start time of ``pid`` when it was shown to whoever
+    asked (a confirmation can take minutes): a pid that changed hands since
+    is refused, even when its new process would be evicted too, because
+    nobody was asked about that one.
+    """
     if pid is not None:
         holder = next((h for h in card.holders if h.pid == pid), None)
         if holder is None:
             raise JobNotFound(f"pid {pid} is not on card {card.index} (the driver lists "
                               f"{', '.join(str(h.pid) for h in card.holders) or 'no process'} there)")
+        if started_at is not None and (holder.started_at is None
+                                       or abs(holder.started_at - started_at) > START_SLACK_S):
+            raise Conflict(f"not evicted: pid {pid} on card {card.index} is no longer the process that "
+                           "was listed (it has ended and its pid was given to another); look again")
         why = _refusal(card, holder)
         if why is not None:
             raise Conflict(f"not evicted: {why}")
@@ -113,7 +125,7 @@ def evict(card: CardView, holders: list[HolderInfo], *, grace_s: float, kill: bo
     for h in holders:
         try:
             proc = psutil.Process(h.pid)
-            if h.started_at is not None and abs(proc.create_time() - h.started_at) > 0.01:
+            if h.started_at is not None and abs(proc.create_time() - h.started_at) > START_SLACK_S:
                 fates[h.pid] = (GONE, f"pid {h.pid} now belongs to another process, started after the "
                                       "card was read; not signalled")
                 continue
@@ -148,7 +160,8 @@ def evict(card: CardView, holders: list[HolderInfo], *, grace_s: float, kill: bo
 
 def described(card: CardView, h: HolderInfo, outcome: str, fate: str) -> Evicted:
     return Evicted(card=card.index, pid=h.pid, user=h.user, uid=h.uid, command=h.command,
-                   belongs=h.belongs, used_memory_mib=h.used_memory_mib, outcome=outcome, fate=fate)
+                   belongs=h.belongs, used_memory_mib=h.used_memory_mib, outcome=outcome, fate=fate,
+                   started_at=h.started_at)
 
 
 def listed(card: CardView, holders: list[HolderInfo], kill: bool) -> list[Evicted]:

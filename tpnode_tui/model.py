@@ -547,6 +547,9 @@ class Evicted:
     outcome: str
     #: what became of it, in plain words
     fate: str
+    #: when the process started (seconds since the epoch) as the node read it: naming
+    #: it back to evict signals that process only, never a later one given its pid
+    started_at: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional, 
 from . import evict as evicting
 from .allocator import GpuAllocator, new_run_id
 from .config import DEFAULT_XID_DRAIN, Settings
+from .drains import REASON_MOST
 from .history import History
 from .identity import Caller, account_groups
 from .launchqueue import LaunchQueue, MemoryQueue, QueueEntry
@@ -549,8 +550,8 @@ class NodeService:
             self._operators_only(caller, f"drain card {card}")
             if not reason.strip():
                 raise BadRequest("say why the card is drained (a reason), so the next operator knows")
-            if len(reason) > 500:
-                raise BadRequest("a drain reason is at most 500 characters")
+            if len(reason) > REASON_MOST:
+                raise BadRequest(f"a drain reason is at most {REASON_MOST} characters")
             if self._raw is None:
                 await self.read_now()  # to know which cards the node has
             self._check_card(card)
@@ -602,16 +603,18 @@ class NodeService:
             lambda d: [d.card], [card])
 
     async def evict(self, caller: Caller, card: int, pid: Optional[int] = None, *,
-                    kill: bool = False, dry_run: bool = False) -> EvictReport:
+                    kill: bool = False, dry_run: bool = False,
+                    started_at: Optional[float] = None) -> EvictReport:
         """SIGTERM the card's external or intruding processes, or the one named
         (operators); SIGKILL what is left after the grace period when ``kill``.
-        ``dry_run`` only lists what would be signalled."""
+        ``dry_run`` only lists what would be signalled; ``started_at`` names the
+        very process (as a dry run listed it) that ``pid`` must still be."""
         async def work() -> EvictReport:
             self._operators_only(caller, f"evict processes from card {card}")
             snap = await self.read_now()
             self._check_card(card)
             view = snap.cards[card]
-            chosen = evicting.targets(view, pid)
+            chosen = evicting.targets(view, pid, started_at)
             if dry_run:
                 done = evicting.listed(view, chosen, kill)
             else:

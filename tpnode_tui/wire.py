@@ -454,7 +454,7 @@ def _evicted(r: Reader) -> Evicted:
     return Evicted(card=r.whole("card"), pid=r.whole("pid"), user=r.opt_text("user"), uid=r.opt_whole("uid"),
                    command=r.opt_text("command"), belongs=r.choice("belongs", BELONGS),
                    used_memory_mib=r.opt_whole("used_memory_mib"), outcome=r.text("outcome"),
-                   fate=r.text("fate"))
+                   fate=r.text("fate"), started_at=r.opt_number("started_at"))
 
 
 def evict_from_json(doc: Any, where: str = "evict") -> EvictReport:

@@ -26,7 +26,7 @@ the others.
 ``GET  /v1/history``        each card's last hour (``?card=N``: one card's)
 ``POST /v1/drain``          ``{card, reason}`` (operators)
 ``POST /v1/undrain``        ``{card}`` (operators; refused while the card reports a problem)
-``POST /v1/evict``          ``{card, pid, kill, dry_run}`` (operators)
+``POST /v1/evict``          ``{card, pid, kill, dry_run, started_at}`` (operators)
 ``GET  /v1/queue``          launches queued or waiting
 ``POST /v1/queue/cancel``   ``{run_id}``
 """
@@ -299,12 +299,15 @@ class Api:
 
     async def evict(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
-        r = await self._body(request, "card", "pid", "kill", "dry_run")
+        r = await self._body(request, "card", "pid", "kill", "dry_run", "started_at")
         pid = r.opt_whole("pid")
         if pid is not None and pid <= 0:
             raise BadRequest(f"request.pid is {pid}, not a process id")
+        started_at = r.opt_number("started_at")
+        if started_at is not None and pid is None:
+            raise BadRequest("request.started_at names the start of one process: give its pid too")
         report = await self.service.evict(caller, _card_index(r), pid, kill=r.flag("kill", False),
-                                          dry_run=r.flag("dry_run", False))
+                                          dry_run=r.flag("dry_run", False), started_at=started_at)
         return web.json_response({"evict": evict_to_json(report)})
 
     async def cancel(self, request: web.Request) -> web.Response:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Protocol
+from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
 from ..model import Drain, EvictReport, JobState, Launched, NodeSnapshot, QueuedLaunch, Sample
 from ..service import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
@@ -62,9 +62,11 @@ class Node(Protocol):
         ...
 
     async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
-                    dry_run: bool = False) -> EvictReport:
+                    dry_run: bool = False, started_at: Optional[float] = None) -> EvictReport:
         """SIGTERM the card's external or intruding processes, or ``pid`` (operators);
-        SIGKILL after the grace period with ``kill``; ``dry_run`` only lists them."""
+        SIGKILL after the grace period with ``kill``; ``dry_run`` only lists them.
+        With ``started_at`` (from a dry run's answer) ``pid`` is signalled only
+        while it is still that process."""
         ...
 
     async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
@@ -72,9 +74,11 @@ class Node(Protocol):
         Each entry has ``time``, ``kind``, ``message`` and, where it is about cards, ``cards``."""
         ...
 
-    def follow_events(self, card: Optional[int] = None,
-                      since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
-        """:meth:`events` for ``since_s``, then each entry as it is written, until closed."""
+    def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
+                      opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
+        """:meth:`events` for ``since_s``, then each entry as it is written, until closed.
+        ``opened`` is called once the node has taken the request, before any entry:
+        a follower can tell it follows again even when nothing is written for hours."""
         ...
 
     async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from ..allocator import GpuAllocator
 from ..config import Settings
@@ -92,16 +92,18 @@ class LocalNode:
         return await self.service.undrain_card(self.caller, card)
 
     async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
-                    dry_run: bool = False) -> EvictReport:
-        return await self.service.evict(self.caller, card, pid, kill=kill, dry_run=dry_run)
+                    dry_run: bool = False, started_at: Optional[float] = None) -> EvictReport:
+        return await self.service.evict(self.caller, card, pid, kill=kill, dry_run=dry_run, started_at=started_at)
 
     async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
         return self.service.events(self.caller, since_s, card)
 
-    async def follow_events(self, card: Optional[int] = None,
-                            since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
+                            opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
         """Serves the node meanwhile: in-process, nothing happens that nobody polls."""
         self._serve()
+        if opened is not None:
+            opened()
         async for entry in self.service.follow_events(self.caller, card, since_s):
             yield entry
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 import aiohttp
 
@@ -226,8 +226,9 @@ class AgentNode:
         return drain_from_json((await self._call("POST", "/v1/undrain", {"card": card})).get("drain"))
 
     async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
-                    dry_run: bool = False) -> EvictReport:
-        doc = await self._call("POST", "/v1/evict", {"card": card, "pid": pid, "kill": kill, "dry_run": dry_run})
+                    dry_run: bool = False, started_at: Optional[float] = None) -> EvictReport:
+        doc = await self._call("POST", "/v1/evict", {"card": card, "pid": pid, "kill": kill, "dry_run": dry_run,
+                                                     "started_at": started_at})
         return evict_from_json(doc.get("evict"))
 
     @staticmethod
@@ -240,14 +241,16 @@ class AgentNode:
         r = Reader(await self._call("GET", self._events_query(since_s, card)), "answer")
         return [event_from_json(e, f"answer.entries[{n}]") for n, e in enumerate(r.items("entries"))]
 
-    async def follow_events(self, card: Optional[int] = None,
-                            since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
+                            opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
         """The agent's log as it is written. Raises AgentUnavailable when the
         agent cannot be reached or goes away."""
         try:
             async with self._client().get(self._events_query(since_s, card, follow="true")) as response:
                 if response.status >= 400:
                     raise _error(await response.json(content_type=None), response.status)
+                if opened is not None:
+                    opened()
                 async for line in _lines(response.content):
                     yield event_from_json(json.loads(line))
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as e:

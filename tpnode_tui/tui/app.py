@@ -280,8 +280,12 @@ class NodeDashboard(App[int]):
         self.events_card: Optional[int] = None
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
         self._events_problem: Optional[str] = None
-        self._events_drawn: Optional[tuple[Optional[str], int, int]] = None
+        #: moves with every change to the entries, so a redraw is never skipped for one
+        self._events_version = 0
+        self._events_drawn: Optional[tuple[Optional[str], int]] = None
         self._events_due = False
+        #: a dry run for evict is out: its question is on its way, a second would double it
+        self._evict_asking = False
 
     @property
     def agent(self) -> bool:
@@ -386,8 +390,12 @@ class NodeDashboard(App[int]):
         fetches it, at a rate that does not grow with the poll rate."""
         while True:
             self._history_wake.clear()
-            if self.snapshot is not None and not self._paused:  # paused, the picture holds still
-                await self._fetch_history()
+            # paused, the picture holds still
+            if self.wants_history and not self._paused:
+                try:
+                    await self._fetch_history()
+                except Exception:  # a drawing bug must not end the history for good
+                    log.warning("the history could not be shown", exc_info=True)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._history_wake.wait(), HISTORY_S)
 
@@ -511,11 +519,10 @@ class NodeDashboard(App[int]):
         from an hour back; the pane keeps the newest EVENTS_KEPT entries."""
         self.events_shown = True
         self.events_card = card
-        self.events.clear()
-        self._events_problem = None
-        self._events_drawn = None
+        self._clear_events()
         pane = self.query_one(EventsPane)
         pane.border_title = events_title(card)
+        pane.show(self.events, None)  # never the last card's entries under this title, even paused
         pane.add_class("-shown")
         table = self.query_one(JobsTable)
         if table.has_focus:
@@ -529,7 +536,7 @@ class NodeDashboard(App[int]):
         self.workers.cancel_group(self, "events")
         self.events_shown = False
         self.events_card = None
-        self.events.clear()  # nothing kept while the pane is closed
+        self._clear_events()  # nothing kept while the pane is closed
         pane = self.query_one(EventsPane)
         if pane.has_focus:
             self.query_one(CardGrid).focus()
@@ -541,17 +548,18 @@ class NodeDashboard(App[int]):
         """Each entry as the node writes it; a node that goes away (its agent
         restarting) is followed again after a short wait, as the readings are."""
         first, most = self.reconnect_s
+
+        def following() -> None:  # again: the hour is read afresh, so nothing is doubled
+            self._clear_events()
+            self._events_soon()
+
         wait = first
         while True:
-            fresh = True
             try:
-                async for entry in self.node.follow_events(card=card, since_s=EVENTS_SINCE_S):
-                    if fresh:  # following again: the hour is read afresh, so nothing is doubled
-                        self.events.clear()
-                        self._events_problem = None
-                        fresh = False
+                async for entry in self.node.follow_events(card=card, since_s=EVENTS_SINCE_S, opened=following):
                     # other people's words (process names, reasons, the driver's text): escaped here
                     self.events.appendleft(printable_view(entry))
+                    self._events_version += 1
                     wait = first
                     self._events_soon()
             except Exception as e:  # the log failing must never take the dashboard down
@@ -564,6 +572,11 @@ class NodeDashboard(App[int]):
             await asyncio.sleep(wait)
             wait = min(wait * 2, most)
 
+    def _clear_events(self) -> None:
+        self.events.clear()
+        self._events_problem = None
+        self._events_version += 1
+
     def _events_soon(self) -> None:
         """Redraw the pane once for a burst of entries (the hour read at the start)."""
         if not self._events_due:
@@ -574,8 +587,7 @@ class NodeDashboard(App[int]):
         self._events_due = False
         if not self.events_shown or self._paused or not self._on_main_screen():
             return
-        newest = id(self.events[0]) if self.events else 0
-        drawn = (self._events_problem, len(self.events), newest)
+        drawn = (self._events_problem, self._events_version)
         if drawn == self._events_drawn:
             return
         self._events_drawn = drawn
@@ -595,6 +607,12 @@ class NodeDashboard(App[int]):
 
     def _short(self) -> bool:
         return (self._rows if self._rows is not None else self.size.height) < SHORT_ROWS
+
+    @property
+    def wants_history(self) -> bool:
+        """Whether there are cards and a line on screen shows their history:
+        while not, none is fetched."""
+        return self.snapshot is not None and bool(self.snapshot.cards) and not self._lean()
 
     def _lean(self) -> bool:
         """Too few rows for the history's lines (on the tiles and in the detail
@@ -803,7 +821,7 @@ class NodeDashboard(App[int]):
                 return card.drain is None
             if action == "undrain":
                 return card.drain is not None
-            return bool(card.holders)
+            return bool(card.holders) and not self._evict_asking
         if action == "events":
             return not self.events_shown
         if action == "hide_events":
@@ -1243,8 +1261,17 @@ class NodeDashboard(App[int]):
 
     # -- triage: drain, undrain, evict, the node's log ---------------------------------
 
+    def _not_operator(self, what: str) -> bool:
+        """The node refuses anyway; this only spares a question that cannot end well
+        (an action called from the palette after the person's role changed)."""
+        if self.operator:
+            return False
+        self.notify(f"only an operator of this node may {what} (the header says who you are)",
+                    severity="warning")
+        return True
+
     def action_drain(self) -> None:
-        if self._refused("draining"):
+        if self._refused("draining") or self._not_operator("drain a card"):
             return
         card = self.triage_card()
         if card is None:
@@ -1269,7 +1296,7 @@ class NodeDashboard(App[int]):
                     "operator undrains it (u).", title="Drained")
 
     def action_undrain(self) -> None:
-        if self._refused("undraining"):
+        if self._refused("undraining") or self._not_operator("undrain a card"):
             return
         card = self.triage_card()
         if card is None or card.drain is None:
@@ -1297,12 +1324,14 @@ class NodeDashboard(App[int]):
                     title="Undrained")
 
     def action_evict(self) -> None:
-        if self._refused("evicting"):
+        if self._refused("evicting") or self._not_operator("evict processes") or self._evict_asking:
             return
         card = self.triage_card()
         if card is None:
             self.notify("Select a card that can be read to evict from it.", severity="warning")
             return
+        self._evict_asking = True
+        self.refresh_bindings()
         self.run_worker(self._evict_ask(card), group="action", exit_on_error=False)
 
     async def _evict_ask(self, card: CardView) -> None:
@@ -1317,6 +1346,9 @@ class NodeDashboard(App[int]):
         except Exception as e:
             self._failed(f"Could not evict from card {card.index}", e)
             return
+        finally:
+            self._evict_asking = False
+            self.refresh_bindings()
         self.push_screen(ConfirmScreen(f"Evict from card {report.card}?", evict_question(report),
                                        yes="Send SIGTERM"),
                          lambda yes: self._evict_confirmed(report) if yes else None)
@@ -1344,8 +1376,8 @@ class NodeDashboard(App[int]):
         once): a pid that is no longer what was listed is refused by the node,
         not signalled. Survivors of SIGTERM are offered SIGKILL."""
         self.notify(evicting_words(card, listed, kill, grace_s), title="Evicting", timeout=grace_s + 5)
-        answers = await asyncio.gather(*(self.node.evict(card, e.pid, kill=kill) for e in listed),
-                                       return_exceptions=True)
+        answers = await asyncio.gather(*(self.node.evict(card, e.pid, kill=kill, started_at=e.started_at)
+                                         for e in listed), return_exceptions=True)
         done: list[Evicted] = []
         for e, answer in zip(listed, answers):
             if isinstance(answer, EvictReport):

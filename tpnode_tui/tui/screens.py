@@ -22,6 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
 from ..config import parse_duration
+from ..drains import REASON_MOST
 from ..model import BadRequest, JobState, check_run_id
 from ..printable import printable, printable_lines
 from ..render import cards_words, show_command
@@ -237,10 +238,6 @@ class ExtendScreen(FormScreen):
             return None
 
 
-#: the longest drain reason the node accepts
-REASON_MOST = 500
-
-
 class DrainScreen(FormScreen):
     """Why the card is taken out of service: the next operator reads it on the card."""
 
@@ -248,7 +245,6 @@ class DrainScreen(FormScreen):
 
     def __init__(self, card: int, context: str = "") -> None:
         super().__init__()
-        self.card = card
         self.title_text = f"Drain card {card}"
         self.context = context
 

@@ -95,10 +95,9 @@ def columns(samples: Sequence[Sample], field: str, width: int, now: float,
 
 @dataclass(frozen=True)
 class Recent:
-    """A card's history as fetched at ``at``: its utilisation and memory used
-    over ``span`` seconds, in SLICES equal slices of time (None: not read)."""
+    """A card's history as fetched: its utilisation and memory used over the
+    last ``span`` seconds, in SLICES equal slices of time (None: not read)."""
 
-    at: float
     span: float
     utilization_pct: tuple[Optional[float], ...]
     memory_used_mib: tuple[Optional[float], ...]
@@ -106,7 +105,7 @@ class Recent:
     @classmethod
     def of(cls, samples: Sequence[Sample], at: float) -> Recent:
         span = window(samples, at)
-        return cls(at, span, tuple(columns(samples, "utilization_pct", SLICES, at, span)),
+        return cls(span, tuple(columns(samples, "utilization_pct", SLICES, at, span)),
                    tuple(columns(samples, "memory_used_mib", SLICES, at, span)))
 
     @property
@@ -131,7 +130,10 @@ def squeeze(values: Sequence[Optional[float]], width: int) -> list[Optional[floa
 def padded(values: Sequence[Optional[float]], top: float) -> list[float]:
     """Data for a Sparkline as wide as ``values``: two items a column, the
     column's value (a gap where None) and a bound; the first two bounds are
-    0 and ``top``, so the bars are scaled to exactly that range."""
+    0 and ``top``, so the bars are scaled to exactly that range. Under two
+    columns there is no room for both bounds, and nothing to plot: empty."""
+    if len(values) < 2:
+        return []
     out: list[float] = []
     for n, value in enumerate(values):
         out.append(_Bound(0.0) if value is None else min(top, max(0.0, value)))

@@ -158,7 +158,14 @@ def render_tile(card: CardView, width: int, now: float, stale: bool, idle_since:
     head.append(f"{card.index:<2} ", style="bold")
     head.append(f" {label} ", style=f"bold white on {colour}")
     if idle_since is not None and not stale:
-        head.append(f" idle {short_duration(now - idle_since)}", style=f"bold {WARNING}")
+        # on one line whatever the width: a wrapped head would push the tile's last line
+        # (an intruder's name, say) out of its fixed height
+        mark = f" idle {short_duration(now - idle_since)}"
+        if len(head) + len(mark) > width:
+            mark = " idle"
+        if len(head) + len(mark) <= width:
+            head.append(mark, style=f"bold {WARNING}")
+    head.truncate(width)
 
     summary = card_summary(card) or ("nothing holds it" if card.state == "free" else "")
     if stale:
