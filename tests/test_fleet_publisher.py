@@ -108,3 +108,41 @@ async def test_a_clean_stop_says_so_at_once(redis_url):
     reg = record.decode_registration(publisher.instance, client.hget(record.AGENTS_KEY, publisher.instance))
     assert reg.stopped_at is not None and reg.node == "gpu-01"
     client.close()
+
+
+async def test_a_hostile_registration_in_redis_does_not_stop_this_node_publishing(redis_url):
+    """Anyone who can write to the fleet's Redis can put anything in the agents hash."""
+    client = redis_sync.Redis.from_url(redis_url)
+    client.hset(record.AGENTS_KEY, "hostile", b"[" * 100_000)
+    service = Service(node_snapshot())
+    publisher = FleetPublisher(redis_url, redis_url, "gpu-01", 0.2)
+    task = asyncio.ensure_future(publisher.run(service))
+    try:
+        await until(lambda: publisher.published >= 3, "publications despite it")
+        assert not task.done()
+        assert client.get(record.snapshot_key(publisher.instance)) is not None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await publisher.close()
+        client.delete(record.AGENTS_KEY)
+        client.close()
+
+
+async def test_before_the_first_reading_the_publisher_waits_for_it_and_does_not_spin(redis_url):
+    service = Service(None)
+    service.reading = Reading(0, None)  # the agent's first poll (NVML, Docker) can take seconds
+    publisher = FleetPublisher(redis_url, redis_url, "gpu-01", 0.2)
+    asked: list[int] = []
+    due = publisher.due
+    publisher.due = lambda reading: asked.append(1) or due(reading)  # type: ignore[method-assign]
+    task = asyncio.ensure_future(publisher.run(service))
+    try:
+        await asyncio.sleep(0.5)
+        assert asked == [] and publisher.published == 0, "nothing to say yet, and nothing asked"
+        service.set(node_snapshot())
+        await until(lambda: publisher.published == 1, "the first reading published")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await publisher.close()

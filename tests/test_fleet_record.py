@@ -114,6 +114,7 @@ def test_a_restarted_agent_supersedes_its_dead_instance():
     (json.dumps({"fleet": 1, "instance": "i1"}).encode(), "no snapshot line"),
     (json.dumps({"fleet": 1}).encode() + b"\nnull", "has no 'instance'"),
     (json.dumps({"fleet": 99, "instance": "i1"}).encode() + b"\nnull", "newer than this tpnode-tui reads"),
+    (b"[" * 100_000, "nested too deeply"),  # the parser's recursion limit: refused, not raised through
 ])
 def test_a_malformed_publication_marks_its_node_and_nothing_is_free(raw, says):
     fleet = read({"i1": registration_bytes("gpu-01")}, {"i1": raw})
@@ -142,6 +143,9 @@ def _doc(**changes) -> bytes:
     (stored(publication_parts("gpu-01", "i1", node_snapshot())[0], [1, 2]), "snapshot is not an object"),
     (_doc(period_s=0), "not a period"),
     (_doc(published_at="now"), "published_at is a string"),
+    (_doc(published_at=1e300), "published_at is 1e+300, not a time"),
+    (_doc(published_at=float("inf")), "published_at is inf (Infinity or NaN), not a number"),  # JSON Python reads
+    (_doc(published_at=float("nan")), "published_at is nan (Infinity or NaN), not a number"),
     (_doc(node=""), "not a node name"),
     (_doc(instance="someone-else"), "not the instance it is stored under"),
     (_doc(node="gpu-99"), "registered as 'gpu-01'"),
@@ -156,6 +160,13 @@ def test_a_registration_that_cannot_be_read_is_reported_not_shown():
     decoder = record.Decoder()
     with pytest.raises(WireError):
         record.decode_registration("x", b'{"fleet": 1, "node": 5}')
+    with pytest.raises(WireError, match="nested too deeply"):
+        record.decode_registration("x", b"[" * 100_000)
+    stopped_never = json.loads(registration_bytes("gpu-01"))
+    stopped_never["stopped_at"] = 1e300  # no clock can show it: refused, never a frame that fails
+    with pytest.raises(WireError, match="stopped_at is 1e\\+300, not a time"):
+        record.decode_registration("x", json.dumps(stopped_never).encode())
+    assert record.clock(1e300) == "--:--:--"
     assert read({"i1": registration_bytes("gpu-01")}, {}, decoder=decoder).nodes[0].name == "gpu-01"
 
 

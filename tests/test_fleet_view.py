@@ -202,6 +202,17 @@ async def test_when_redis_cannot_be_read_every_card_is_unknown():
         assert "no card counts as free" in app.query_one("#fleet-summary").content.plain
 
 
+async def test_a_read_that_fails_unexpectedly_goes_stale_and_the_view_keeps_reading():
+    """Not frozen on the last picture, with its free cards, for good."""
+    app = app_for(mixed_fleet(), RecursionError("maximum recursion depth exceeded"), mixed_fleet())
+    async with app.run_test(size=SIZE) as pilot:
+        await reads(2)(pilot)
+        assert cell(app, "gpu-01", "free") == "?/8" and cell(app, "gpu-01", "seen") == "unknown now"
+        assert "maximum recursion depth exceeded" in app.query_one("#fleet-summary").content.plain
+        await reads(3)(pilot)
+        assert cell(app, "gpu-01", "seen") != "unknown now", "read again, and shown again"
+
+
 async def test_other_peoples_text_from_redis_is_escaped():
     nasty = "gpu-\x1b[2J\u202e9"
     snap = node_snapshot(host="\x1b]0;owned\x07", jobs=(job("j\x1b[31m", (0,), owner="eve\u202e"),))
@@ -214,6 +225,19 @@ async def test_other_peoples_text_from_redis_is_escaped():
         await pilot.pause(0.1)
         tile = app.screen.query_one(CardGrid).tiles[0]
         assert "\x1b" not in tile.card.run_id and "\\x1b[31m" in tile.card.run_id
+
+
+async def test_a_node_with_nothing_to_open_is_said_in_plain_text_whatever_its_name():
+    """In markup, "[/x]" would fail to render and "[@click=app.quit]" would be a button."""
+    nasty = "gpu-[@click=app.quit]x[/][/nope]\x1b[2J"
+    app = app_for(fleet_of({"n": (registration_bytes(nasty), None)}))
+    async with app.run_test(size=SIZE) as pilot:
+        await first_read(pilot)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        [note] = app._notifications
+        assert note.message.startswith("gpu-[@click=app.quit]x[/][/nope]\\x1b[2J: no card grid to show")
+        assert note.markup is False and app.is_running
 
 
 # ── as pictures ───────────────────────────────────────────────────────────────

@@ -136,7 +136,8 @@ async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent)
     temps = {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_GPU_TEMP"].samples}
     assert temps["2"] == 32 and "7" not in temps  # unknown is left out, never 0
     assert {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_POWER_USAGE"].samples}["1"] == 71.5
-    assert found["DCGM_FI_DEV_XID_ERRORS"].samples == []  # no XID known yet: no made-up 0
+    assert {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_XID_ERRORS"].samples} == {
+        str(gpu): 0 for gpu in range(8)}, "as dcgm-exporter: 0 until a card reports one"
 
     def value(name: str) -> float:
         return found[name].samples[0].value
@@ -148,6 +149,13 @@ async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent)
                 if s.name == "tpnode_launches_total"}
     assert launches == {"placed": 1, "no_capacity": 1}
     assert found["tpnode_launches"].type == "counter"
+
+    cards = scene_cards()
+    cards[6]["xid_events"] = [{"id": "e1", "xid": 13}]  # an application fault: logged, the card stays in service
+    write_scene(agent.scene, cards)
+    found = await scrape_when(agent, lambda f: any(
+        s.labels["gpu"] == "6" and s.value == 13 for s in f["DCGM_FI_DEV_XID_ERRORS"].samples))
+    assert {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_XID_ERRORS"].samples}["5"] == 0
     assert found["tpnode_node_info"].samples[0].labels["node"] == "gpu-07"
 
 
@@ -166,7 +174,7 @@ async def test_a_scrape_during_a_hung_probe_answers_at_once_from_the_last_readin
 
 
 def collect(reading: Reading, clock=lambda: T + 12, results=None) -> dict:
-    service = SimpleNamespace(reading=reading, launch_results=collections.Counter(results or {}))
+    service = SimpleNamespace(reading=reading, launch_results=collections.Counter(results or {}), last_xid={})
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(service, "gpu-07", clock=clock))
     return families(generate_latest(registry).decode())

@@ -203,6 +203,8 @@ class NodeService:
         self._fresh = asyncio.Condition()
         #: launches and reservations by result since the service started (for /metrics)
         self.launch_results: collections.Counter[str] = collections.Counter()
+        #: each card's last XID since the service started (for /metrics, as dcgm-exporter gives it)
+        self.last_xid: dict[int, int] = {}
 
     # ── reading ───────────────────────────────────────────────────────────────
 
@@ -376,6 +378,8 @@ class NodeService:
         else:
             verdict = self.xid_rules.judge(event.xid, event.recovery_action)
         words = verdict.words()
+        if event.card is not None and event.xid is not None:
+            self.last_xid[event.card] = event.xid
         job = self._job_on(event.card)
         cards = [] if event.card is None else [event.card]
         where = f"card {event.card}" if event.card is not None else f"PCI device {event.pci}, no card here,"

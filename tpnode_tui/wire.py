@@ -13,6 +13,7 @@ look free.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import Any, Callable, Optional, TypeVar
 
@@ -227,12 +228,16 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """Python's json reads Infinity and NaN, and 1e400 as inf: none is a number
+    any field of ours can hold, and each breaks the arithmetic and clocks after."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} (Infinity or NaN)"
     return {bool: "true/false", int: "a number", float: "a number", str: "a string",
             list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 

@@ -9,7 +9,6 @@ imported only when a fleet URL is set.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Optional
 
@@ -57,8 +56,12 @@ class Exports:
     async def close(self) -> None:
         if self._publishing is not None:
             self._publishing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._publishing
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # the agent's own shutdown must still run to its end
+                log.warning("the fleet publisher had stopped with an error", exc_info=True)
         if self._publisher is not None:
             await self._publisher.close()
         if self._metrics is not None:

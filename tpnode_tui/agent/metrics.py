@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import __version__
-from ..model import CardView, NodeSnapshot
+from ..model import NodeSnapshot
 from ..printable import printable
 from ..service import NodeService
 
@@ -41,12 +41,6 @@ def _text(value: Optional[str]) -> str:
     names): escaped as the screen shows it, so a lone surrogate from a command
     line cannot make the whole scrape fail to encode."""
     return printable(value or "")
-
-
-def last_xid(card: CardView) -> Optional[int]:
-    """The last XID error the driver reported for the card, once the node records them."""
-    value = getattr(card.facts, "last_xid", None)
-    return value if isinstance(value, int) else None
 
 
 class NodeCollector(Collector):
@@ -95,7 +89,8 @@ class NodeCollector(Collector):
                          if f.memory_total_mib is not None and f.memory_used_mib is not None else None),
                 "temp": f.temperature_c,
                 "power": f.power_w,
-                "xid": last_xid(card),
+                # as dcgm-exporter: 0 until the card reports one (here: since the agent started)
+                "xid": self.service.last_xid.get(card.index, 0),
             }
             for key, value in values.items():
                 if value is not None:

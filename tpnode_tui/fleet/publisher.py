@@ -51,13 +51,16 @@ MAX_BACKOFF_S = 30.0
 class FleetPublisher:
     def __init__(self, url: str, safe_url: str, node: str, period_s: float, *,
                  client: Any = None, version: str = __version__,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, ticks: Callable[[], float] = time.monotonic) -> None:
+        """``clock`` is the time published (readers compare it); ``ticks`` times the
+        periods, so a wall clock stepped back an hour does not silence the node."""
         self.url = url
         self.safe_url = safe_url
         self.node = node
         self.period_s = period_s
         self.version = version
         self.clock = clock
+        self.ticks = ticks
         self.instance = secrets.token_hex(8)
         self.key = record.snapshot_key(self.instance)
         self._own_client = client is None
@@ -67,10 +70,10 @@ class FleetPublisher:
         self._picture: Optional[tuple[bool, bytes]] = None
         #: (series, total) as last registered; None: register before the next publication
         self._registered: Optional[tuple[str, Optional[int]]] = None
-        self._registered_at = float("-inf")
+        self._registered_tick = float("-inf")
         #: whether the entries of this node's earlier agents were swept (once, at the first registration)
         self._swept = False
-        self._last_ok = float("-inf")
+        self._last_ok_tick = float("-inf")
         self._outage = False
         self._backoff = BACKOFF_S
         #: publications made, for tests and benchmarks
@@ -92,10 +95,9 @@ class FleetPublisher:
         live one is left: that is a conflict to show."""
         client = self._client
         await client.hset(record.AGENTS_KEY, self.instance, self._registration(series, total, now))
-        self._registered, self._registered_at = (series, total), now
+        self._registered, self._registered_tick = (series, total), self.ticks()
         if self._swept:
             return
-        self._swept = True
         others = []
         for key, raw in (await client.hgetall(record.AGENTS_KEY)).items():
             instance = record.text_of(key)
@@ -114,6 +116,7 @@ class FleetPublisher:
             dead = [i for i, n in zip(others, alive) if not n]
             if dead:
                 await client.hdel(record.AGENTS_KEY, *dead)
+        self._swept = True  # only once it is done: a sweep cut short by Redis is tried again
 
     def _document(self, reading: Reading, now: float) -> record.Encoded:
         return record.publication(node=self.node, instance=self.instance, version=self.version,
@@ -131,7 +134,7 @@ class FleetPublisher:
         series, total = (snap.series, snap.occupancy.total) if snap is not None else ("", None)
         try:
             if (self._registered is None or (snap is not None and (series, total) != self._registered)
-                    or now - self._registered_at >= REGISTRATION_REFRESH_S):
+                    or self.ticks() - self._registered_tick >= REGISTRATION_REFRESH_S):
                 await self._register(series, total, now)
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.set(self.key, doc.encode(), px=record.expiry_ms(self.period_s), get=True)
@@ -150,7 +153,7 @@ class FleetPublisher:
             log.info("publishing to the fleet at %s again", self.safe_url)
         self._backoff = BACKOFF_S
         self._picture = doc.picture
-        self._last_ok = now
+        self._last_ok_tick = self.ticks()
         self.published += 1
         return True
 
@@ -162,13 +165,13 @@ class FleetPublisher:
                         "and publishing is retried", self.safe_url,
                         scrub(str(e), self.url) or type(e).__name__)
 
-    def due(self, reading: Reading, now: float) -> Optional[record.Encoded]:
+    def due(self, reading: Reading) -> Optional[record.Encoded]:
         """The publication to make now, or None: one is due when the picture
         changed or a period passed since the last that Redis took."""
-        if reading.snapshot is None and reading.error is None:
-            return None  # nothing read yet: nothing to say
-        doc = self._document(reading, now)
-        if now - self._last_ok >= self.period_s or doc.picture != self._picture:
+        if not _read_yet(reading):
+            return None  # nothing to say
+        doc = self._document(reading, self.clock())
+        if self.ticks() - self._last_ok_tick >= self.period_s or doc.picture != self._picture:
             return doc
         return None
 
@@ -189,13 +192,21 @@ class FleetPublisher:
         try:
             while True:
                 fresh.clear()  # a reading that arrives while this one is published is not missed
-                doc = self.due(latest, self.clock())
-                if doc is not None:
-                    if not await self.publish(latest, doc):
-                        await asyncio.sleep(self._backoff)
-                        self._backoff = min(self._backoff * 2, max(BACKOFF_S, min(self.period_s, MAX_BACKOFF_S)))
-                        continue
-                wait = max(0.0, self._last_ok + self.period_s - self.clock())
+                if not _read_yet(latest):  # the first poll (NVML, Docker) can take seconds
+                    await fresh.wait()
+                    continue
+                try:
+                    doc = self.due(latest)
+                    ok = doc is None or await self.publish(latest, doc)
+                except Exception as e:  # whatever it was, publishing must outlive it
+                    log.warning("publishing to the fleet failed unexpectedly; retrying", exc_info=True)
+                    self._failed(e)
+                    ok = False
+                if not ok:
+                    await asyncio.sleep(self._backoff)
+                    self._backoff = min(self._backoff * 2, max(BACKOFF_S, min(self.period_s, MAX_BACKOFF_S)))
+                    continue
+                wait = max(0.0, self._last_ok_tick + self.period_s - self.ticks())
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(fresh.wait(), wait)
         finally:
@@ -218,3 +229,8 @@ class FleetPublisher:
                     await pipe.execute()
         if self._own_client:
             await self._client.aclose()
+
+
+def _read_yet(reading: Reading) -> bool:
+    """Whether the node has been read (well or not): before that there is nothing to publish."""
+    return reading.snapshot is not None or reading.error is not None

@@ -51,6 +51,8 @@ FORMAT = 1
 MAX_PERIOD_S = 300.0
 #: leeway for clocks that differ a little between a node and the reader
 CLOCK_SLACK_S = 2.0
+#: no time another node publishes is later (the year 5138): beyond, no clock can show it
+LATEST_MOMENT = 1e11
 #: a publication larger than this is refused unread (a 1024-card node's is far smaller)
 MAX_PUBLICATION = 16 * 1024 * 1024
 #: agents read at most: a registry grown past it is reported, not read whole
@@ -207,6 +209,8 @@ def _json(raw: Any, where: str) -> Any:
         return json.loads(raw)
     except (TypeError, ValueError) as e:
         raise WireError(f"{where} is not valid JSON ({e})") from None
+    except RecursionError:  # nesting deep enough to exhaust the parser: no record of ours is
+        raise WireError(f"{where} is nested too deeply to be a publication") from None
 
 
 def _format(r: Reader) -> None:
@@ -222,9 +226,17 @@ def decode_registration(instance: str, raw: Any) -> Registration:
     return Registration(
         instance=instance, node=_node_name(r), agent_version=r.text("agent_version", ""),
         period_s=_period(r), host=r.text("host", ""), pid=r.opt_whole("pid"),
-        started_at=r.number("started_at"), seen_at=r.number("seen_at"), series=r.text("series", ""),
+        started_at=_moment(r, "started_at"), seen_at=_moment(r, "seen_at"), series=r.text("series", ""),
         total=total if total is not None and 0 <= total <= 65536 else None,
-        stopped_at=r.opt_number("stopped_at"))
+        stopped_at=None if r.opt_number("stopped_at") is None else _moment(r, "stopped_at"))
+
+
+def _moment(r: Reader, key: str) -> float:
+    """A time another node wrote: seconds since the epoch, on a calendar a clock can show."""
+    value = r.number(key)
+    if not 0 <= value < LATEST_MOMENT:
+        raise WireError(f"{r.where}.{key} is {value!r}, not a time")
+    return value
 
 
 def _intruders(snapshot_doc: dict[str, Any]) -> dict[int, tuple[int, ...]]:
@@ -285,7 +297,7 @@ class Decoder:
                 cards = tuple(FleetCard(c.index, c.state, intruders.get(c.index, ())) for c in snap.cards)
         pub = Publication(
             instance=instance, node=_node_name(r), agent_version=r.text("agent_version", ""),
-            published_at=r.number("published_at"), period_s=_period(r), seq=r.whole("seq"),
+            published_at=_moment(r, "published_at"), period_s=_period(r), seq=r.whole("seq"),
             snapshot=snap, error=r.opt_text("error"), intruders=intruders, taken_at=taken_at, cards=cards)
         self._last[instance] = (snapshot_text, pub)
         return pub
@@ -465,7 +477,10 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
 
 
 def clock(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(ts))
+    except (OverflowError, OSError, ValueError):  # no such moment: say so, never fail a frame
+        return "--:--:--"
 
 
 def assemble(registrations: dict[str, Registration], publications: dict[str, Publication],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +35,8 @@ from ..render import format_duration
 from .detail import DetailPane, describe_card
 from .redraw import update
 from .tiles import BADGES, DRAINED_TEXT, CardGrid, fit
+
+log = logging.getLogger("tpnode_tui.fleet")
 
 #: a card's colour in a node's strip: the node grid's, and one of the fleet's own
 STRIP: dict[str, tuple[str, str]] = {state: ("█", colour) for state, (_, colour) in BADGES.items()}
@@ -302,15 +305,18 @@ class FleetApp(App[int]):
             try:
                 async for _ in self.source.notices():
                     self._wake.set()
-            except TpnodeError:
-                pass
+            except Exception as e:  # the timer reads on; notices are only a shortcut
+                if not isinstance(e, TpnodeError):
+                    log.warning("the fleet's notices could not be followed", exc_info=True)
             await asyncio.sleep(self.interval)
 
     async def read_now(self) -> None:
         try:
             fleet = await self.source.read()
-        except TpnodeError as e:
-            self._error = str(e)
+        except Exception as e:  # whatever it was, the view goes stale (no card free), never frozen as it was
+            if not isinstance(e, TpnodeError):
+                log.warning("the fleet could not be read", exc_info=True)
+            self._error = str(e) or type(e).__name__
             if self._stale_since is None:
                 self._stale_since = self.clock()
         else:
@@ -468,7 +474,9 @@ class FleetApp(App[int]):
         if self.last_snapshot(name) is None:
             node = self.node(name)
             why = node.problem if node is not None and node.problem else "nothing it published can be read"
-            self.notify(f"{name}: no card grid to show: {why}.", title="Nothing to open", severity="warning")
+            # another node's words (its name, its problem): plain text, never markup
+            self.notify(printable(f"{name}: no card grid to show: {why}."), title="Nothing to open",
+                        severity="warning", markup=False)
             return
         self.push_screen(NodeScreen(name))
 
