@@ -75,6 +75,33 @@ def test_a_job_runs_as_its_caller_with_their_groups_and_their_log(node, accounts
     assert accounts.bob.run(["cat", str(log)], env=accounts.bob.env()).returncode != 0
 
 
+def test_an_operator_may_name_another_owner_but_does_not_become_them(node, accounts):
+    """Operators are a group, not root: naming alice (or root) as owner must not run code as her (or root)."""
+    alice, carol = accounts.alice, accounts.carol
+    for owner, run_id in ((alice.name, "for-alice"), ("root", "for-root")):
+        # the CLI names other owners for reservations only; the API takes one for any launch
+        client = (f"import asyncio, sys; from pathlib import Path; from tpnode_tui.node.remote import AgentNode; "
+                  f"from tpnode_tui.service import LaunchRequest\n"
+                  f"async def main():\n"
+                  f"    node = AgentNode(Path({str(node.socket)!r}))\n"
+                  f"    try:\n"
+                  f"        await node.launch(LaunchRequest(cards=1, command=('sleep', '120'), run_id={run_id!r}, "
+                  f"owner={owner!r}))\n"
+                  f"    finally:\n"
+                  f"        await node.close()\n"
+                  f"asyncio.run(main())\n")
+        done = carol.run([sys.executable, "-c", client], env=node.env(carol))
+        assert done.returncode == 0, done.stderr
+        record = job(node.status(carol), run_id)
+        assert record["owner"] == owner
+        supervisor = record["pid"]
+        sleeper = wait_until(lambda: _child_running(supervisor, "sleep"), "the job's command to run")  # noqa: B023
+        uids = re.search(r"^Uid:\s+(.*)$", Path(f"/proc/{sleeper}/status").read_text(), re.M).group(1).split()
+        assert uids == [str(carol.uid)] * 4, (owner, uids)
+    assert job(node.status(alice), "for-alice")["uid"] == alice.uid
+    assert node.cli(alice, "stop", "for-alice").returncode == 0, "hers to stop"
+
+
 def _child_running(supervisor: int, name: str) -> int | None:
     import psutil
 

@@ -650,10 +650,14 @@ class NodeService:
             raise BadRequest(f"a job needs at least 1 card, not {cards}")
         owner = self.policy.owner_for(caller, owner)
         self.policy.check_image(image)
-        account = caller if owner == caller.user else _account(owner) or caller
+        named = caller if owner == caller.user else _account(owner)
+        # Being an operator is not being root: a job an operator places for alice is
+        # hers (her uid, so she may stop it and her processes are its own) but runs
+        # as the operator. Only root, who could anyway, starts it as her.
+        runner = named if named is not None and caller.uid == 0 else caller
         return JobSpec(run_id=run_id, cards=cards, command=command, image=image, kind=kind,
-                       owner=owner, uid=account.uid if account.user == owner else None,
-                       env=env, cwd=cwd, run_as=_run_as(account))
+                       owner=owner, uid=named.uid if named is not None else None,
+                       env=env, cwd=cwd, run_as=_run_as(runner))
 
     async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
         run_id = request.run_id or new_run_id()
@@ -908,8 +912,8 @@ def _placed(launched: Optional[Launched]) -> str:
 
 
 def _account(user: str) -> Optional[Caller]:
-    """The account an operator named as a job's owner, so the job runs as them;
-    None when the name has no account here (the job then runs as the operator)."""
+    """The account an operator named as a job's owner; None when the name has
+    no account here (the job then has no owner uid)."""
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
