@@ -244,3 +244,41 @@ async def test_a_queued_launch_being_tried_keeps_its_place_unless_the_lock_keeps
     [shown] = node.service.queued()
     assert (shown.run_id, shown.state) == ("later", "queued")  # being tried, not waiting for anyone
     assert shown.waiting_for == "1 card, #1 in the queue"
+
+
+async def test_a_broken_queue_file_is_said_by_the_readings_and_the_polls_go_on(node):
+    await node.launch(ALICE, "all", 4)
+    await node.launch(BOB, "waits", 1, queue=True)
+    runner = asyncio.ensure_future(node.service.run())
+    try:
+        await until(lambda: node.service.reading.snapshot is not None and node.service.reading.error is None,
+                    "a first reading")
+        queue_file = node.settings.state_dir / "queue.json"
+        good = queue_file.read_bytes()
+        queue_file.write_text("{broken")
+        await until(lambda: "launch queue" in (node.service.reading.error or ""), "the reading to say so")
+        reads = node.probe.reads
+        await until(lambda: node.probe.reads >= reads + 3, "the polls to go on")
+        queue_file.write_bytes(good)
+        await until(lambda: node.service.reading.error is None, "a good reading again")
+        assert [q.run_id for q in node.service.reading.snapshot.queue] == ["waits"]
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(node):
+    await node.launch(ALICE, "all", 4)
+    await node.launch(BOB, "first", 2, queue=True)
+    await node.launch(BOB, "second", 1, queue=True)
+    drains = node.settings.state_dir / "drains.json"
+    drains.write_text("{broken")  # no card can be handed out until it is repaired
+    await node.service.stop(ALICE, "all")
+    await node.service.poll()
+    node.service._start_drain()
+    await until(lambda: node.service._draining is not None and node.service._draining.done(), "a round")
+    assert [q.run_id for q in node.service.queued()] == ["first", "second"], "both kept their place"
+    assert "tpn-first" not in node.runtime.jobs
+    drains.unlink()
+    node.service._start_drain()
+    await until(lambda: "tpn-first" in node.runtime.jobs and "tpn-second" in node.runtime.jobs, "both to start")

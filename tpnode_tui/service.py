@@ -52,17 +52,20 @@ from .model import (
     JobSpec,
     JobState,
     Launched,
+    LockWaitTimeout,
     NoCapacity,
     NodeSnapshot,
     NotAllowed,
     QueuedLaunch,
     RunAs,
+    RuntimeUnavailable,
     Sample,
     TpnodeError,
     check_run_id,
 )
 from .nodelog import NodeLog
 from .policy import Policy, held_by
+from .printable import printable
 from .render import cards_words, format_duration
 from .triage import Triage
 from .xid import REBOOT, REBOOT_NODE, Verdict, XidRules
@@ -240,7 +243,11 @@ class NodeService:
                 self.triage.observe(snap, self.clock())
             except Exception:  # what is learnt from a reading must never lose the reading
                 log.warning("could not compare the reading with the last one", exc_info=True)
-            self._set_reading(snapshot=snap, changes=changes)
+            try:
+                self._set_reading(snapshot=snap, changes=changes)
+            except TpnodeError as e:  # the queue's file cannot be read: the reading says so, and is stale
+                self._set_reading(error=str(e), changes=changes)
+                raise
             assert self._reading.snapshot is not None
             return self._reading.snapshot
 
@@ -324,9 +331,12 @@ class NodeService:
         while True:
             self._wake.clear()
             await self.poll()
-            if self.watch_xids and self._watcher is None:
-                await self._start_watcher()
-            self._start_drain()
+            try:
+                if self.watch_xids and self._watcher is None:
+                    await self._start_watcher()
+                self._start_drain()
+            except Exception:  # a broken queue file, say: said by the readings, and the polls go on
+                log.warning("could not try the queue", exc_info=True)
             await self._pause()
 
     async def _pause(self) -> None:
@@ -774,16 +784,20 @@ class NodeService:
 
     async def _drain(self) -> None:
         """One round over the queue, in order. The first launch that does not fit
-        ends the round (no starving a large job with small ones); one over its
-        owner's quota waits without holding back anyone else's; one that fails
-        otherwise leaves the queue with its reason in the node's log."""
+        ends the round (no starving a large job with small ones), and so does a
+        problem of the node's that passes (the engine restarting, a broken
+        drains file, the lock not had): nobody's launch is dropped for it. One
+        over its owner's quota waits without holding back anyone else's; one
+        that fails for its own reasons leaves the queue, said in the node's log."""
         for entry in self.queue.entries():
             spec = entry.spec
             if spec.run_id in self._pending:
                 continue
             try:
                 launched = await self._place(entry)
-            except NoCapacity:
+            except (NoCapacity, LockWaitTimeout, RuntimeUnavailable) as e:
+                if not isinstance(e, NoCapacity):
+                    log.warning("the queue waits: %s", printable(str(e)))
                 return
             except OverQuota:
                 continue
