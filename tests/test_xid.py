@@ -206,6 +206,22 @@ async def test_a_card_without_gpu_unavailable_events_is_registered_for_the_rest(
     assert (event.card, event.xid) == (1, 48)
 
 
+async def test_one_card_the_driver_refuses_keeps_no_other_card_from_being_watched(nvml_watcher):
+    refuses, lost, good = FakeCard(), FakeCard(), FakeCard()
+    refuses.errors["register_events"] = NVMLError_Unknown
+    lost.errors["supported_events"] = NVMLError_GpuIsLost
+    fake = FakeNvml([refuses, lost, good])
+    watcher, got = await nvml_watcher(fake)
+    [event_set] = fake.event_sets  # registered once, not again and again on the same card
+    assert set(event_set.registered) == {good}
+    [said] = await got.until(1, "the lost card said lost")
+    assert (said.card, said.text) == (1, "GPU is lost")
+    fake.xid(2, 79)
+    await got.until(2, "the good card's XID")
+    assert (got.events[-1].card, got.events[-1].xid) == (2, 79)
+    assert len(fake.event_sets) == 1
+
+
 async def test_a_lost_gpu_is_found_by_card_and_the_rest_are_registered_again(nvml_watcher):
     fake = FakeNvml([FakeCard(), FakeCard()])
     watcher, got = await nvml_watcher(fake)

@@ -151,36 +151,47 @@ class NvmlXidWatcher(_Threaded):
         return types + ([unavailable] if unavailable is not None else [])
 
     def _register(self, nv: Any, event_set: Any) -> dict[int, Any]:
-        """Register every card; index -> handle of those registered."""
+        """Register every card; index -> handle of those registered. Each card
+        on its own: one that is lost is said lost, one the driver refuses
+        otherwise is left out, and neither keeps the others from being watched."""
         handles: dict[int, Any] = {}
         skipped: list[str] = []
         for index in range(int(nv.nvmlDeviceGetCount())):
             try:
-                handle = nv.nvmlDeviceGetHandleByIndex(index)
+                handle = self._register_card(nv, event_set, index)
             except nv.NVMLError_GpuIsLost:
                 self._lost_card(index)
                 continue
+            except nv.NVMLError as e:
+                skipped.append(f"{index} ({e})")
+                continue
             self._lost.discard(index)
-            try:
-                supported = int(nv.nvmlDeviceGetSupportedEventTypes(handle))
-            except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
-                supported = ~0
-            types = [t for t in self._wanted(nv) if t & supported]
-            while types:
-                mask = 0
-                for t in types:
-                    mask |= t
-                try:
-                    nv.nvmlDeviceRegisterEvents(handle, mask, event_set)
-                    handles[index] = handle
-                    break
-                except nv.NVMLError_NotSupported:
-                    types.pop()  # "where supported": give up the last, try again
+            if handle is None:
+                skipped.append(f"{index} (no XID events supported)")
             else:
-                skipped.append(str(index))
+                handles[index] = handle
         if skipped:
-            log.warning("cards %s support no XID events", ",".join(skipped))
+            log.warning("XID events are not watched on cards %s", ", ".join(skipped))
         return handles
+
+    def _register_card(self, nv: Any, event_set: Any, index: int) -> Any:
+        """The card's handle once registered; None when it supports none of the events."""
+        handle = nv.nvmlDeviceGetHandleByIndex(index)
+        try:
+            supported = int(nv.nvmlDeviceGetSupportedEventTypes(handle))
+        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
+            supported = ~0
+        types = [t for t in self._wanted(nv) if t & supported]
+        while types:
+            mask = 0
+            for t in types:
+                mask |= t
+            try:
+                nv.nvmlDeviceRegisterEvents(handle, mask, event_set)
+                return handle
+            except nv.NVMLError_NotSupported:
+                types.pop()  # "where supported": give up the last, try again
+        return None
 
     def _watch(self) -> None:
         nv = self._module()
