@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 from dataclasses import replace
 
 import pytest
@@ -24,6 +25,7 @@ from agent_tools import Agent
 from load_tools import kill_process_jobs
 from tpnode_tui.model import Conflict, JobNotFound
 from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.nodelog import NodeLog
 
 WAIT_S = 15.0
 
@@ -207,3 +209,27 @@ async def test_a_user_who_is_not_an_operator_is_refused_with_77(agent, client, a
         (accounts.bob.name, "drain", "refused"), (accounts.bob.name, "undrain", "refused"),
         (accounts.bob.name, "evict", "refused")]
     assert (await client.status()).snapshot.occupancy.drained == {}
+
+
+async def test_reading_a_long_log_keeps_no_one_else_waiting(agent, client, monkeypatch):
+    """The log files (up to TUNEPLANE_LOG_MAX_MB each) are read off the event loop."""
+    entered, release, read_done = threading.Event(), threading.Event(), threading.Event()
+    read = NodeLog.read
+
+    def slow_read(self, **kw):
+        entered.set()
+        release.wait(5.0)  # a log that takes seconds to read; never for ever
+        read_done.set()
+        return read(self, **kw)
+
+    monkeypatch.setattr(NodeLog, "read", slow_read)
+    reading = asyncio.ensure_future(client.events())
+    try:
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        await client.status()
+        answered_while_reading = not read_done.is_set()
+    finally:
+        release.set()
+        await reading
+    assert answered_while_reading, "status waited for someone else's log read"

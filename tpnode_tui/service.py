@@ -484,9 +484,9 @@ class NodeService:
         if self.log is None:
             return [], caller.operator
         since = None if since_s is None else self.clock() - since_s
-        entries = [e for e in self.log.read(since=since, kinds={"action"})
-                   if caller.operator or e.get("uid") == caller.uid]
-        return entries[-AUDIT_LIMIT:], caller.operator
+        entries = collections.deque((e for e in self.log.read(since=since, kinds={"action"})
+                                     if caller.operator or e.get("uid") == caller.uid), maxlen=AUDIT_LIMIT)
+        return list(entries), caller.operator
 
     def _visible(self, caller: Caller, entry: dict[str, Any], card: Optional[int]) -> bool:
         """Actions are the caller's own unless they operate (as for audit); what
@@ -503,11 +503,15 @@ class NodeService:
         """The node's log of the last ``since_s`` seconds (all of it for None),
         oldest first, at most the newest AUDIT_LIMIT: health events, XIDs,
         drains, intruders, ends and expiries, evictions, and the actions the
-        caller may see; only those about ``card`` when one is given."""
+        caller may see; only those about ``card`` when one is given.
+
+        Reads every kept log file (up to TUNEPLANE_LOG_MAX_MB a file): blocking,
+        so the agent calls it in a thread; only the newest are ever held."""
         if self.log is None:
             return []
         since = None if since_s is None else self.clock() - since_s
-        return [e for e in self.log.read(since=since) if self._visible(caller, e, card)][-AUDIT_LIMIT:]
+        return list(collections.deque((e for e in self.log.read(since=since) if self._visible(caller, e, card)),
+                                      maxlen=AUDIT_LIMIT))
 
     async def follow_events(self, caller: Caller, card: Optional[int] = None,
                             since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
@@ -517,7 +521,7 @@ class NodeService:
         follower: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=FOLLOW_BACKLOG)
         self._followers.add(follower)
         try:
-            past = self.events(caller, since_s, card) if since_s is not None else []
+            past = await asyncio.to_thread(self.events, caller, since_s, card) if since_s is not None else []
             # Entries written while the past was read are in both: skip them once.
             overlap = {json.dumps(e, sort_keys=True) for e in past[-FOLLOW_BACKLOG:]}
             for entry in past:

@@ -193,7 +193,8 @@ class Api:
 
     async def audit(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
-        entries, everyone = self.service.audit(caller, _since(request))
+        # the log files are read in a thread: a long log must not stall everyone else's requests
+        entries, everyone = await asyncio.to_thread(self.service.audit, caller, _since(request))
         return web.json_response({"entries": entries, "all": everyone})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
@@ -204,7 +205,7 @@ class Api:
         if follow not in ("true", "false", "1", "0"):
             raise BadRequest(f"follow={follow!r} is not true or false")
         if follow in ("false", "0"):
-            return web.json_response({"entries": self.service.events(caller, since, card)})
+            return web.json_response({"entries": await asyncio.to_thread(self.service.events, caller, since, card)})
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         task = asyncio.current_task()

@@ -83,7 +83,7 @@ class LocalNode:
         return self.service.queued()
 
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
-        return self.service.audit(self.caller, since_s)
+        return await asyncio.to_thread(self.service.audit, self.caller, since_s)
 
     async def drain(self, card: int, reason: str) -> Drain:
         return await self.service.drain_card(self.caller, card, reason)
@@ -96,7 +96,7 @@ class LocalNode:
         return await self.service.evict(self.caller, card, pid, kill=kill, dry_run=dry_run, started_at=started_at)
 
     async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
-        return self.service.events(self.caller, since_s, card)
+        return await asyncio.to_thread(self.service.events, self.caller, since_s, card)
 
     async def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
                             opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
