@@ -19,7 +19,7 @@ from tpnode_tui.config import load_settings
 from tpnode_tui.identity import Caller, Operators
 from tpnode_tui.launchqueue import FileQueue
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import JobNotFound, NoCapacity, NotAllowed
+from tpnode_tui.model import Conflict, JobNotFound, NoCapacity, NotAllowed
 from tpnode_tui.nodelog import NodeLog
 from tpnode_tui.policy import CardLimits, Policy
 from tpnode_tui.service import Cancelled, LaunchRequest, NodeService, ReserveRequest
@@ -282,3 +282,12 @@ async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(node):
     drains.unlink()
     node.service._start_drain()
     await until(lambda: "tpn-first" in node.runtime.jobs and "tpn-second" in node.runtime.jobs, "both to start")
+
+
+async def test_someone_else_s_run_id_is_not_theirs_to_get_back(node):
+    await node.launch(ALICE, "a1", 1)
+    with pytest.raises(Conflict, match="run id a1 is taken by alice's job; choose another run id"):
+        await node.launch(BOB, "a1", 1)
+    again = await node.launch(ALICE, "a1", 1)  # the owner's retry gets her job back, as before
+    assert again.launched is not None and again.launched.existing
+    assert [e["result"] for e in node.log.read() if e.get("target") == "a1"] == ["ok", "failed", "ok"]

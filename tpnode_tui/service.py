@@ -732,7 +732,12 @@ class NodeService:
         def admit(jobs: list[JobState]) -> None:
             # Under the allocation lock, on the jobs just read: a quota checked
             # before the lock could be passed by two launches at once.
-            if not any(j.live and j.key == spec.run_id for j in jobs):
+            taken = next((j for j in jobs if j.live and j.key == spec.run_id), None)
+            if taken is not None and taken.owner != spec.owner:
+                # a retry gets its own job back; someone else's is not "already placed" for them
+                raise Conflict(f"run id {spec.run_id} is taken by {taken.owner or 'another account'}'s "
+                               f"{taken.kind}; choose another run id (or leave it out for a new one)")
+            if taken is None:
                 self.policy.check_quota_ever(caller, spec.cards, groups)
                 try:
                     self.policy.check_quota(caller, jobs, spec.cards, groups)
