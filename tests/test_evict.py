@@ -172,6 +172,27 @@ async def test_a_platform_jobs_process_is_refused_and_stop_is_named(node, accoun
     assert command.is_running()
 
 
+async def test_a_platform_job_s_process_on_a_card_it_was_not_given_is_named_and_not_evicted(node, accounts):
+    """It squats on that card, but it is a job's: stop ends it, not evict."""
+    result = await node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "300"), run_id="train"))
+    supervisor = psutil.Process(result.launched.job.pid)
+    deadline = time.monotonic() + WAIT_S
+    while not supervisor.children():
+        assert time.monotonic() < deadline, "the job's command did not start"
+        await asyncio.sleep(0.05)
+    [command] = supervisor.children()
+    node.put(3, command.pid)  # it opened card 3 too
+    snap = await node.service.read_now()
+    [holder] = snap.cards[3].holders
+    assert (holder.belongs, holder.job_elsewhere) == ("external", "train")
+    with pytest.raises(Conflict, match=f"pid {command.pid} is part of platform job train, using card 3 though it "
+                                       "was not given it; end the job with: tpnode-tui stop train"):
+        await node.service.evict(ROOT, 3, command.pid)
+    with pytest.raises(JobNotFound, match="card 3 has no process from outside the platform"):
+        await node.service.evict(ROOT, 3)
+    assert command.is_running()
+
+
 async def test_pid_1_an_unseen_pid_and_a_pid_not_on_the_card_are_refused(node, accounts):
     unseen = 3_999_999
     while psutil.pid_exists(unseen):

@@ -217,7 +217,8 @@ class GpuAllocator:
             for card in reading.cards:
                 if card.processes:
                     job = live.get(occ.by_job.get(card.index, ""))
-                    holders[card.index] = tuple(classify(describe(p), job) for p in card.processes)
+                    holders[card.index] = tuple(classify(describe(p), job, live.values())
+                                                for p in card.processes)
 
         _, lock_state = await asyncio.gather(asyncio.to_thread(identify), self.lock.state())
         # Only a runtime that knows containers (docker) can name them.

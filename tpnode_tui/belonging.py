@@ -29,7 +29,7 @@ import os
 import pwd
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 import psutil
 
@@ -86,8 +86,20 @@ def part_of_job(holder: HolderInfo, job: JobState) -> bool:
     return job.pid is not None and in_process_tree(holder.pid, job.pid)
 
 
-def classify(holder: HolderInfo, job: Optional[JobState]) -> HolderInfo:
-    """``holder`` with ``belongs`` set, for a card ``job`` holds (None: nobody holds it)."""
+def classify(holder: HolderInfo, job: Optional[JobState], others: Iterable[JobState] = ()) -> HolderInfo:
+    """``holder`` with ``belongs`` set, for a card ``job`` holds (None: nobody
+    holds it); an outsider that is part of one of the ``others`` (live platform
+    jobs) says which, so it is never taken for a stranger's process to evict."""
+    found = _classify(holder, job)
+    if found.belongs in (EXTERNAL, INTRUDER):
+        home = next((o for o in others if o is not job and o.kind != "reservation" and part_of_job(holder, o)),
+                    None)
+        if home is not None:
+            return replace(found, job_elsewhere=home.key)
+    return found
+
+
+def _classify(holder: HolderInfo, job: Optional[JobState]) -> HolderInfo:
     if not holder.visible:
         return replace(holder, belongs=UNKNOWN)
     if job is None:

@@ -418,6 +418,9 @@ class HolderInfo:
     #: the container as people know it: its name and image (docker runtime)
     container_name: Optional[str] = None
     container_image: Optional[str] = None
+    #: the run id of another platform job this process is part of, when it uses a
+    #: card that job was not given: still a squatter here, but ended with ``stop``
+    job_elsewhere: Optional[str] = None
 
 
 #: Who took a card out of service: an operator, or the XID watcher.

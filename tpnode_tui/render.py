@@ -70,7 +70,8 @@ def describe_holder(holder: HolderInfo) -> str:
     if holder.container:
         image = f" ({holder.container_image})" if holder.container_image else ""
         where = f" in container {holder.container_name or holder.container[:12]}{image}"
-    return f"pid {holder.pid} ({who}){where}: {what}{mem}"
+    elsewhere = f" (part of platform job {holder.job_elsewhere}, not given this card)" if holder.job_elsewhere else ""
+    return f"pid {holder.pid} ({who}){where}{elsewhere}: {what}{mem}"
 
 
 def unseen_use(memory_used_mib: Optional[int] = None, long: bool = False) -> str:

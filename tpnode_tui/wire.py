@@ -264,6 +264,7 @@ def _holder(r: Reader) -> HolderInfo:
         uid=r.opt_whole("uid"),
         container_name=r.opt_text("container_name"),
         container_image=r.opt_text("container_image"),
+        job_elsewhere=r.opt_text("job_elsewhere"),
     )
 
 
