@@ -216,3 +216,16 @@ async def test_only_an_operator_may_evict(node, accounts):
     with pytest.raises(NotAllowed, match="only an operator") as refused:
         await node.service.evict(alice, 1, dry_run=True)
     assert exit_code(refused.value) == 77 and alive(squatter)
+
+
+def test_a_process_whose_start_time_cannot_be_read_is_not_signalled():
+    """Without it, a later process given the same pid could not be told from it."""
+    from tpnode_tui.evict import targets
+    from tpnode_tui.model import CardView, HolderInfo
+
+    squatter = HolderInfo(pid=4242, visible=True, user="bob", uid=5002, belongs="external", started_at=None)
+    card = CardView(2, "external", holders=(squatter,))
+    with pytest.raises(Conflict, match="pid 4242's start time cannot be read"):
+        targets(card, 4242)
+    with pytest.raises(JobNotFound, match="no process from outside the platform"):
+        targets(card)

@@ -57,6 +57,9 @@ def _refusal(card: CardView, holder: HolderInfo) -> Optional[str]:
         return (f"pid {holder.pid} cannot be looked at from this machine (another PID namespace, "
                 "or its owner cannot be read), so it cannot be told apart from the card's holder; "
                 "it is not signalled")
+    if holder.started_at is None:
+        return (f"pid {holder.pid}'s start time cannot be read, so it could not be told from another "
+                "process given the same pid later; it is not signalled")
     if holder.job_elsewhere is not None:
         return (f"pid {holder.pid} is part of platform job {holder.job_elsewhere}, using card {card.index} "
                 f"though it was not given it; end the job with: tpnode-tui stop {holder.job_elsewhere}")
