@@ -393,3 +393,18 @@ async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(tmp_path
             assert done, f"run() went on polling after it was cancelled ({hops} hops after the wake)"
     finally:
         await n.close()
+
+
+def test_a_storm_of_xids_is_counted_on_the_card_not_listed_without_end():
+    from fleet_tools import node_snapshot
+    from tpnode_tui.history import History
+    from tpnode_tui.triage import XIDS_NAMED, Triage
+
+    triage = Triage(idle_after_s=1800, mem_busy_mib=1024, history=History(1.0), record=lambda *a, **k: None,
+                    started_at=1_700_000_000.0)
+    verdict = XidRules.of(DEFAULT_XID_DRAIN).judge(13, None)
+    for n in range(5000):
+        triage.note_xid(1, verdict, 1_700_000_000.0 + n * 0.1, None)
+    card = triage.decorate(node_snapshot(), 1_700_000_500.5, xid_watch="nvml", xid_problem=None).cards[1]
+    assert card.warning.startswith("997 more XIDs in the last 15 min; XID 13 at")
+    assert card.warning.count("XID 13 at") == XIDS_NAMED

@@ -28,6 +28,10 @@ Record = Callable[..., Any]
 
 #: how long an XID that drained nothing stays on its card's warning
 XID_SHOWN_S = 15 * 60
+#: the newest XIDs a card's warning names; a storm of them is counted, not listed
+XIDS_NAMED = 3
+#: at most this many recent XIDs are kept in all, whatever the rate they come at
+XIDS_KEPT = 1000
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,8 @@ class Triage:
         if verdict.kind == APPLICATION and job is not None:
             words += f" (the program of {job.key}" + (f" of {job.owner}" if job.owner else "") + ")"
         self._xids.append(_RecentXid(card, at, words))
+        if len(self._xids) > XIDS_KEPT:  # a storm: each card's newest are what is shown
+            del self._xids[:len(self._xids) - XIDS_KEPT]
 
     # ── each reading given out ──────────────────────────────────────────────
 
@@ -172,6 +178,10 @@ class Triage:
             notes: dict[int, list[str]] = {}
             for x in self._xids:
                 notes.setdefault(x.card, []).append(x.words)
+            for card, said in notes.items():
+                if len(said) > XIDS_NAMED:
+                    notes[card] = [f"{len(said) - XIDS_NAMED} more XIDs in the last {XID_SHOWN_S // 60} min",
+                                   *said[-XIDS_NAMED:]]
             cards = tuple(
                 replace(c, warning="; ".join(filter(None, [c.warning, *notes[c.index]])))
                 if c.index in notes else c
