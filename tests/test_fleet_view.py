@@ -180,9 +180,10 @@ async def test_enter_opens_the_nodes_grid_read_only_and_escape_returns():
 
 async def test_a_node_that_stops_publishing_is_shown_unreachable_and_its_free_cards_go():
     alive = {"gpu-01": up("gpu-01", node_snapshot(), published_at=T)}
-    later = T + 3 * 10 + record.CLOCK_SLACK_S + 1
-    app = FleetApp(FixedFleet(fleet_of(alive, now=T + 1), fleet_of(alive, now=later)), interval=60,
-                   clock=lambda: later)
+    gone = {"gpu-01": (alive["gpu-01"][0], None)}  # its key expired, three periods on
+    later = T + 3 * 10 + 1
+    app = FleetApp(FixedFleet(fleet_of(alive, now=T + 1), fleet_of(gone, now=later, remembered={"gpu-01": T})),
+                   interval=60, clock=lambda: later)
     async with app.run_test(size=SIZE) as pilot:
         await first_read(pilot)
         assert cell(app, "gpu-01", "free") == "8/8"
@@ -280,8 +281,10 @@ class TestPictures:
             await pilot.press("enter")
             await reads(2)(pilot)
 
-        app = FleetApp(FixedFleet(fleet_of(alive, now=T + 1), fleet_of(alive, now=later)), interval=60,
-                       clock=lambda: later)
+        gone = {name: (reg, None) for name, (reg, _) in alive.items()}  # the keys expired
+        app = FleetApp(FixedFleet(fleet_of(alive, now=T + 1),
+                                  fleet_of(gone, now=later, remembered={name: T for name in alive})),
+                       interval=60, clock=lambda: later)
         assert snap_compare(app, terminal_size=SIZE, run_before=open_after_it_went)
 
     def test_filtering(self, snap_compare):

@@ -24,8 +24,11 @@ by :func:`~tpnode_tui.wire.snapshot_from_json`); one that cannot be read marks
 its node *malformed*, and no card of a node that is not plainly up, alone
 under its name, with a current reading, is ever counted free.
 
-Liveness is decided here, on read: a node is unreachable when its publication
-key has expired or the publication inside is older than three of its periods.
+Liveness is decided here, on read, by Redis's clock alone: a node is
+unreachable when its publication key has expired (three periods after its
+last publication). The time inside a publication is the node's own clock,
+so it is shown, never compared: a node whose clock is behind the reader's
+is said to be, not taken for gone.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional
 
 from ..model import NodeSnapshot
+from ..render import format_duration
 from ..service import Reading
 from ..wire import Reader, WireError, snapshot_from_json, snapshot_to_json
 
@@ -413,8 +417,16 @@ class FleetPicture:
         return best
 
 
-def _alive(pub: Publication, now: float) -> bool:
-    return now - pub.published_at <= MISSED * pub.period_s + CLOCK_SLACK_S
+def _skew(pub: Publication, now: float) -> Optional[str]:
+    """What a publication's time says of its node's clock, when it cannot be right:
+    its key is there, so it was set within three periods by Redis's clock."""
+    behind = now - pub.published_at - MISSED * pub.period_s
+    if behind > CLOCK_SLACK_S:
+        return f"its clock is at least {format_duration(behind)} behind this one's: the times it publishes are off"
+    ahead = pub.published_at - now
+    if ahead > CLOCK_SLACK_S:
+        return f"its clock is {format_duration(ahead)} ahead of this one's: the times it publishes are off"
+    return None
 
 
 def _cards(snap: Optional[NodeSnapshot], total: int, known: bool,
@@ -431,7 +443,7 @@ def _who(regs: list[Registration]) -> str:
 
 def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
          broken: dict[str, str], now: float, remembered: Optional[float]) -> NodeRow:
-    live = [pubs[r.instance] for r in regs if r.instance in pubs and _alive(pubs[r.instance], now)]
+    live = [pubs[r.instance] for r in regs if r.instance in pubs]
     bad = [(r, broken[r.instance]) for r in regs if r.instance in broken]
     newest_reg = max(regs, key=lambda r: (r.stopped_at or r.seen_at))
     seen_pubs = [pubs[r.instance] for r in regs if r.instance in pubs]
@@ -473,7 +485,8 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
     if pub.error is not None:
         row = down(STALE, f"its agent's last poll failed: {pub.error}", keep_snapshot=True)
         return replace(row, error=pub.error)
-    return replace(base, status=UP, cards=pub.cards or _cards(snap, total, True, pub.intruders), snapshot=snap)
+    return replace(base, status=UP, cards=pub.cards or _cards(snap, total, True, pub.intruders), snapshot=snap,
+                   problem=_skew(pub, now))
 
 
 def clock(ts: float) -> str:
@@ -506,8 +519,7 @@ def assemble(registrations: dict[str, Registration], publications: dict[str, Pub
     for name, regs in by_name.items():
         # An agent restarted under the same name leaves its old instance behind,
         # dead: only a node none of whose agents is alive is unreachable.
-        alive = [r for r in regs if (r.instance in pubs and _alive(pubs[r.instance], now))
-                 or r.instance in broken]
+        alive = [r for r in regs if r.instance in pubs or r.instance in broken]
         rows.append(_row(name, alive or regs, pubs, broken, now, (remembered or {}).get(name)))
     rows.sort(key=lambda n: n.name)
     return FleetPicture(tuple(rows), now, tuple(problems))
