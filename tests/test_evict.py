@@ -229,3 +229,21 @@ def test_a_process_whose_start_time_cannot_be_read_is_not_signalled():
         targets(card, 4242)
     with pytest.raises(JobNotFound, match="no process from outside the platform"):
         targets(card)
+
+
+async def test_an_eviction_whose_asker_goes_away_is_finished_and_logged_as_it_ended(node, accounts):
+    """The agent cancels a request whose client hung up; signals already sent must still be logged."""
+    stubborn = node.stubborn(accounts.bob)
+    node.put(1, stubborn.pid)
+    asking = asyncio.ensure_future(node.service.evict(ROOT, 1))
+    await asyncio.sleep(0.3)  # SIGTERM sent, the grace period under way
+    asking.cancel()
+    await asyncio.gather(asking, return_exceptions=True)
+    deadline = time.monotonic() + WAIT_S
+    while not [e for e in node.log.read() if e["kind"] == "evict"]:
+        assert time.monotonic() < deadline, "the eviction was never logged"
+        await asyncio.sleep(0.05)
+    [event] = [e for e in node.log.read() if e["kind"] == "evict"]
+    assert event["pid"] == stubborn.pid and event["outcome"] == RUNNING
+    [action] = [e for e in node.log.read() if e["kind"] == "action"]
+    assert action["result"] == "ok" and "evicted from card 1" in action["message"], action

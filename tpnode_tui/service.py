@@ -453,29 +453,47 @@ class NodeService:
     async def _audited(self, caller: Caller, action: str, target: str,
                        work: Awaitable[T], done: Callable[[T], str],
                        cards: Callable[[T], Iterable[int]] = lambda _r: (),
-                       asked: Iterable[int] = ()) -> T:
+                       asked: Iterable[int] = (), finish: bool = True) -> T:
         """Run ``work``, and log the attempt, allowed or not, before answering.
-        ``asked`` are the cards the request names, for an attempt that failed."""
+        ``asked`` are the cards the request names, for an attempt that failed.
+
+        ``finish``: once asked, it is done even if the asker goes away (a drain
+        half-written, or signals sent with nobody logging them, would be worse),
+        and logged as it ended. Launches say False: one still waiting for the
+        lock is dropped when its asker goes (see :meth:`_place`)."""
+        task = asyncio.ensure_future(work)
         try:
-            result = await work
-        except NoCapacity as e:
-            self._record(caller, action, target, "no capacity", str(e), cards=asked)
-            raise
-        except NotAllowed as e:
-            self._record(caller, action, target, "refused", str(e), cards=asked)
-            raise
-        except TpnodeError as e:
-            self._record(caller, action, target, "failed", str(e), cards=asked)
-            raise
+            result = await (asyncio.shield(task) if finish else task)
         except asyncio.CancelledError:
-            self._record(caller, action, target, "abandoned", f"{caller.user} went away before {target} was placed")
+            if finish:  # logged as it ends, whenever that is
+                task.add_done_callback(lambda t: self._ended(caller, action, target, t, done, cards, asked))
+            else:
+                self._record(caller, action, target, "abandoned",
+                             f"{caller.user} went away before {target} was placed")
             raise
-        queued = isinstance(result, LaunchResult) and result.queued is not None
-        self._record(caller, action, target, "ok", done(result), counted="queued" if queued else "placed",
-                     cards=cards(result))
+        except Exception:
+            self._ended(caller, action, target, task, done, cards, asked)
+            raise
+        self._ended(caller, action, target, task, done, cards, asked)
+        return result
+
+    def _ended(self, caller: Caller, action: str, target: str, task: asyncio.Future[T],
+               done: Callable[[T], str], cards: Callable[[T], Iterable[int]], asked: Iterable[int]) -> None:
+        """Log how an action ended (allowed, refused, failed), and show its effect."""
+        if task.cancelled():
+            self._record(caller, action, target, "abandoned", f"{target}: stopped before it ended")
+            return
+        e = task.exception()
+        if e is not None:
+            how = "no capacity" if isinstance(e, NoCapacity) else "refused" if isinstance(e, NotAllowed) else "failed"
+            self._record(caller, action, target, how, str(e) or type(e).__name__, cards=asked)
+            return
+        outcome = task.result()
+        queued = isinstance(outcome, LaunchResult) and outcome.queued is not None
+        self._record(caller, action, target, "ok", done(outcome), counted="queued" if queued else "placed",
+                     cards=cards(outcome))
         self._changes += 1
         self.poll_soon()
-        return result
 
     def audit(self, caller: Caller, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         """The logged actions of the last ``since_s`` seconds (all of them for
@@ -700,7 +718,7 @@ class NodeService:
             return _placed(result.launched)
 
         return await self._audited(caller, "launch", run_id, work(), done,
-                                   lambda r: r.launched.gpus if r.launched is not None else ())
+                                   lambda r: r.launched.gpus if r.launched is not None else (), finish=False)
 
     async def reserve(self, caller: Caller, request: ReserveRequest) -> Launched:
         if not request.duration_s >= 1:
@@ -712,7 +730,7 @@ class NodeService:
         entry = QueueEntry(spec, caller, self.clock())
         return await self._audited(caller, "reserve", run_id,
                                    self._place(entry, hold_for_s=request.duration_s), _placed,
-                                   lambda launched: launched.gpus)
+                                   lambda launched: launched.gpus, finish=False)
 
     async def _place(self, entry: QueueEntry, hold_for_s: Optional[float] = None) -> Launched:
         """Launch ``entry`` as a cancellable pending launch, listed in the
