@@ -113,6 +113,18 @@ def test_a_restarted_agent_supersedes_its_dead_instance():
     assert (node.status, node.free, node.instances) == ("up", 8, ("new",))
 
 
+def test_an_agent_restarted_after_a_crash_is_no_conflict_with_the_key_its_predecessor_left():
+    """A SIGKILLed agent's publication lives on for up to three periods."""
+    regs = {"crashed": registration_bytes("gpu-01", started_at=T - 900, host="rack1-n3", pid=4101),
+            "new": registration_bytes("gpu-01", started_at=T - 5, host="rack1-n3", pid=4190)}
+    docs = {"crashed": publication_bytes("gpu-01", "crashed", node_snapshot(), published_at=T - 12),
+            "new": publication_bytes("gpu-01", "new", node_snapshot(), published_at=T - 1)}
+    node = read(regs, docs).nodes[0]
+    assert (node.status, node.free, node.instances) == ("up", 8, ("new",))
+    elsewhere = dict(regs, new=registration_bytes("gpu-01", started_at=T - 5, host="rack4-n9", pid=977))
+    assert read(elsewhere, docs).nodes[0].status == "conflict", "another host claiming the name still is one"
+
+
 @pytest.mark.parametrize("raw, says", [
     (b"{not json", "not valid JSON"),
     (b"\xff\xfe", "not UTF-8"),

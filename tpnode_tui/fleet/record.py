@@ -429,6 +429,20 @@ def _skew(pub: Publication, now: float) -> Optional[str]:
     return None
 
 
+def _replaced_dropped(regs: list[Registration], pubs: dict[str, Publication]) -> list[Registration]:
+    """Without the agents another agent on the same host replaced: one that started
+    after the other's last publication (both times are that host's own clock). A
+    crashed agent's key outlives it by up to three periods; its successor is no
+    conflict."""
+    def last_heard(r: Registration) -> float:
+        pub = pubs.get(r.instance)
+        return max(r.seen_at, pub.published_at if pub is not None else r.seen_at)
+
+    return [r for r in regs
+            if not any(o.instance != r.instance and o.host and o.host == r.host and o.started_at > last_heard(r)
+                       for o in regs)]
+
+
 def _cards(snap: Optional[NodeSnapshot], total: int, known: bool,
            intruders: dict[int, tuple[int, ...]]) -> tuple[FleetCard, ...]:
     if snap is not None and snap.cards:
@@ -519,7 +533,7 @@ def assemble(registrations: dict[str, Registration], publications: dict[str, Pub
     for name, regs in by_name.items():
         # An agent restarted under the same name leaves its old instance behind,
         # dead: only a node none of whose agents is alive is unreachable.
-        alive = [r for r in regs if r.instance in pubs or r.instance in broken]
+        alive = _replaced_dropped([r for r in regs if r.instance in pubs or r.instance in broken], pubs)
         rows.append(_row(name, alive or regs, pubs, broken, now, (remembered or {}).get(name)))
     rows.sort(key=lambda n: n.name)
     return FleetPicture(tuple(rows), now, tuple(problems))
