@@ -214,6 +214,15 @@ async def test_a_read_that_fails_unexpectedly_goes_stale_and_the_view_keeps_read
         assert cell(app, "gpu-01", "seen") != "unknown now", "read again, and shown again"
 
 
+async def test_what_the_view_keeps_of_each_node_goes_with_the_node():
+    """Names come and go (anyone can write to Redis): nothing is kept for one that is gone."""
+    churn = [fleet_of({f"sim-{i}": up(f"sim-{i}", node_snapshot())}) for i in range(5)]
+    app = app_for(*churn)
+    async with app.run_test(size=SIZE) as pilot:
+        await reads(5)(pilot)
+        assert set(app._snapshots) == {"sim-4"} and set(app._cells) == {"sim-4"}
+
+
 async def test_other_peoples_text_from_redis_is_escaped():
     nasty = "gpu-\x1b[2J\u202e9"
     snap = node_snapshot(host="\x1b]0;owned\x07", jobs=(job("j\x1b[31m", (0,), owner="eve\u202e"),))

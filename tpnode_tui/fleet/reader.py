@@ -82,6 +82,8 @@ class FleetReader:
             del self._registrations[gone]
         fleet = record.assemble(registrations, publications, broken, now, problems=problems,
                                 remembered=self._seen)
+        names = {node.name for node in fleet.nodes}
+        self._seen = {n: t for n, t in self._seen.items() if n in names}  # names come and go: keep the ones there
         for node in fleet.nodes:
             if node.seen_exactly and node.last_seen is not None:
                 self._seen[node.name] = max(node.last_seen, self._seen.get(node.name, 0.0))

@@ -323,6 +323,10 @@ class FleetApp(App[int]):
             self.fleet = fleet
             self._error = None
             self._stale_since = None
+            # Kept for the nodes there are: names come and go (anyone can write to Redis)
+            names = {node.name for node in fleet.nodes}
+            self._snapshots = {n: s for n, s in self._snapshots.items() if n in names}
+            self._cells = {n: c for n, c in self._cells.items() if n in names}
             for node in self.fleet.nodes:
                 if node.snapshot is not None:
                     self._snapshots[node.name] = node.snapshot
