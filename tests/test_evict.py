@@ -247,3 +247,21 @@ async def test_an_eviction_whose_asker_goes_away_is_finished_and_logged_as_it_en
     assert event["pid"] == stubborn.pid and event["outcome"] == RUNNING
     [action] = [e for e in node.log.read() if e["kind"] == "action"]
     assert action["result"] == "ok" and "evicted from card 1" in action["message"], action
+
+
+async def test_why_nothing_on_a_card_may_be_evicted_is_one_answer_and_one_log_line(node, accounts):
+    unseen = 3_999_999
+    while psutil.pid_exists(unseen):
+        unseen -= 1
+    node.put(2, 1)
+    node.put(2, unseen)
+    with pytest.raises(JobNotFound) as refused:
+        await node.service.evict(ROOT, 2, dry_run=True)
+    said = str(refused.value)
+    assert said.startswith("card 2 has no process from outside the platform or of someone else to evict: ")
+    assert "pid 1 is the system's init process" in said and f"pid {unseen} cannot be looked at" in said
+    assert "\n" not in said, "one line, as the CLI prints it"
+    assert len([e for e in node.log.read() if e["kind"] == "action"]) == 1
+    with pytest.raises(JobNotFound, match="^card 3 has no process from outside the platform or of someone else "
+                                          "to evict$"):
+        await node.service.evict(ROOT, 3, dry_run=True)

@@ -41,6 +41,8 @@ from .model import (
 _POLL_S = 0.05
 #: how long a SIGKILLed process is given to be gone
 KILL_WAIT_S = 5.0
+#: the processes a refusal says why of (in its one line)
+REASONS_GIVEN = 8
 #: two readings of one process's start time differ by less (they come from boot-time ticks)
 START_SLACK_S = 0.01
 
@@ -97,10 +99,13 @@ def targets(card: CardView, pid: Optional[int] = None, started_at: Optional[floa
     found = [h for h in card.holders if h.belongs in (EXTERNAL, INTRUDER) and _refusal(card, h) is None]
     if not found:
         held = f" (it is held by {card.run_id})" if card.run_id else ""
-        listed = f"; its processes: {', '.join(f'pid {h.pid} ({h.belongs})' for h in card.holders)}" \
-            if card.holders else ""
+        # why each is not, in one answer: asking pid by pid would log a refusal for each
+        reasons = [_refusal(card, h) or f"pid {h.pid} ({h.belongs})" for h in card.holders[:REASONS_GIVEN]]
+        if len(card.holders) > REASONS_GIVEN:
+            reasons.append(f"and {len(card.holders) - REASONS_GIVEN} more processes")
+        said = f": {'; '.join(reasons)}" if reasons else ""
         raise JobNotFound(f"card {card.index} has no process from outside the platform or of "
-                          f"someone else to evict{held}{listed}")
+                          f"someone else to evict{held}{said}")
     return found
 
 

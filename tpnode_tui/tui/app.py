@@ -103,9 +103,6 @@ LEFT_QUEUE_READINGS = 3
 #: the agent an hour of samples per card per dashboard per second
 HISTORY_S, TILES_HISTORY_S = 5.0, 15.0
 
-#: processes of a card whose refusals are asked of the node one by one, to say why none can be evicted
-REFUSALS_ASKED = 8
-
 #: actions that change jobs or cards; all refused in read-only mode
 NODE_ACTIONS = frozenset({"launch", "reserve", "extend", "stop", "reclaim", "cancel_launch",
                           "drain", "undrain", "evict"})
@@ -1339,9 +1336,8 @@ class NodeDashboard(App[int]):
         signal, and only those are signalled if the answer is yes."""
         try:
             report: EvictReport = printable_view(await self.node.evict(card.index, dry_run=True))
-        except JobNotFound as e:  # nothing there may be evicted: say why for each, in the node's words
-            why = await self._refusals(card)
-            self._failed(f"Nothing to evict on card {card.index}", TpnodeError("\n".join([str(e), *why])))
+        except JobNotFound as e:  # nothing there may be evicted: the node says why for each
+            self._failed(f"Nothing to evict on card {card.index}", e)
             return
         except Exception as e:
             self._failed(f"Could not evict from card {card.index}", e)
@@ -1352,20 +1348,6 @@ class NodeDashboard(App[int]):
         self.push_screen(ConfirmScreen(f"Evict from card {report.card}?", evict_question(report),
                                        yes="Send SIGTERM"),
                          lambda yes: self._evict_confirmed(report) if yes else None)
-
-    async def _refusals(self, card: CardView) -> list[str]:
-        """Why the node would not signal each process on the card (a platform
-        job's, one this machine cannot see, pid 1), asked pid by pid."""
-        said = []
-        for holder in card.holders[:REFUSALS_ASKED]:
-            try:
-                await self.node.evict(card.index, holder.pid, dry_run=True)
-            except TpnodeError as e:
-                said.append(printable(str(e)))
-            except Exception:
-                log.warning("could not ask why pid %s cannot be evicted", holder.pid, exc_info=True)
-        more = len(card.holders) - REFUSALS_ASKED
-        return said + ([f"(and {more} more processes)"] if more > 0 else [])
 
     def _evict_confirmed(self, report: EvictReport) -> None:
         self.run_worker(self._evict(report.card, report.processes, kill=False, grace_s=report.grace_s),
