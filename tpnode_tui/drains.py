@@ -5,7 +5,10 @@ the vendor") or the XID watcher's ("XID 79: reboot the node"). Nothing on
 the card says so afterwards (a card that fell off the bus looks fine once
 the node rebooted, before anyone checked it), so the decision is written
 down where every allocator on the node reads it, under the allocation lock,
-together with the jobs and the driver's facts.
+together with the jobs and the driver's facts. It is written without that
+lock, so an XID drain never waits on a lock holder or an unreachable Redis:
+a launch that read the file a moment before keeps its card, and its job
+runs with the drain shown as a warning, as one that was there first does.
 
 The file is kept like the launch queue (:class:`~tpnode_tui.jsonstore.JsonStore`:
 flock, atomic replace, 0600) and read as strictly: a file that cannot be
