@@ -153,15 +153,21 @@ async def test_on_a_reservation_only_the_intruder_is_evicted(node, accounts):
         await node.service.evict(ROOT, 0, hers.pid)
 
 
-async def test_a_platform_jobs_process_is_refused_and_stop_is_named(node, accounts):
-    result = await node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "300"), run_id="train"))
-    card = result.launched.gpus[0]
-    supervisor = psutil.Process(result.launched.job.pid)
+async def job_command(supervisor_pid: int) -> psutil.Process:
+    """The process a process job's supervisor started, once it runs."""
+    supervisor = psutil.Process(supervisor_pid)
     deadline = time.monotonic() + WAIT_S
     while not supervisor.children():
         assert time.monotonic() < deadline, "the job's command did not start"
         await asyncio.sleep(0.05)
     [command] = supervisor.children()
+    return command
+
+
+async def test_a_platform_jobs_process_is_refused_and_stop_is_named(node, accounts):
+    result = await node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "300"), run_id="train"))
+    card = result.launched.gpus[0]
+    command = await job_command(result.launched.job.pid)
     node.put(card, command.pid)
     with pytest.raises(Conflict, match=f"pid {command.pid} is part of platform job train on card {card}; "
                                        "end the job with: tpnode-tui stop train"):
@@ -175,12 +181,7 @@ async def test_a_platform_jobs_process_is_refused_and_stop_is_named(node, accoun
 async def test_a_platform_job_s_process_on_a_card_it_was_not_given_is_named_and_not_evicted(node, accounts):
     """It squats on that card, but it is a job's: stop ends it, not evict."""
     result = await node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "300"), run_id="train"))
-    supervisor = psutil.Process(result.launched.job.pid)
-    deadline = time.monotonic() + WAIT_S
-    while not supervisor.children():
-        assert time.monotonic() < deadline, "the job's command did not start"
-        await asyncio.sleep(0.05)
-    [command] = supervisor.children()
+    command = await job_command(result.launched.job.pid)
     node.put(3, command.pid)  # it opened card 3 too
     snap = await node.service.read_now()
     [holder] = snap.cards[3].holders
