@@ -8,16 +8,19 @@ anyone is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from accounts import Account, Accounts, cli_as
-from load_tools import BOUND_S, wait_until
+from accounts import Account, Accounts, cli_as, shared_dir
+from load_tools import BOUND_S, kill_process_jobs, wait_until
 from services import write_scene
 from tpnode_tui.agent.serve import serve
 from tpnode_tui.config import load_settings
@@ -115,3 +118,30 @@ class SharedNode:
         done = self.cli(who, "status", "--json")
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
+
+
+@contextlib.asynccontextmanager
+async def running(agent: Agent) -> AsyncIterator[Agent]:
+    """``agent`` started in this loop; stopped, and its jobs ended, afterwards."""
+    await agent.start()
+    try:
+        yield agent
+    finally:
+        agent.stop.set()
+        await asyncio.wait_for(agent.task, WAIT_S)
+        kill_process_jobs(agent.state)
+
+
+@contextlib.contextmanager
+def shared_node(accounts: Accounts, prefix: str, **settings: str) -> Iterator[SharedNode]:
+    """A SharedNode started in a fresh directory every account can reach; its
+    agent, its jobs and the directory are gone afterwards."""
+    root = shared_dir(prefix)
+    node = SharedNode(accounts, root, **settings)
+    try:
+        node.start()
+        yield node
+    finally:
+        node.kill()
+        kill_process_jobs(node.state)
+        shutil.rmtree(root, ignore_errors=True)

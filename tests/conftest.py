@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from services import Dockerd, redis_or_unavailable, unavailable, write_scene
+from tpnode_tui.node.remote import AgentNode
 
 
 def pytest_addoption(parser):
@@ -98,3 +99,11 @@ def state_dir(tmp_path):
     d = tmp_path / "state"
     d.mkdir()
     return d
+
+
+@pytest.fixture
+async def client(agent):
+    """The product's agent client on the module's ``agent`` (a test agent in this loop)."""
+    node = AgentNode(agent.socket)
+    yield node
+    await node.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,22 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from accounts import cli_as, shared_dir
-from agent_tools import SharedNode
-from load_tools import BOUND_S, kill_process_jobs, shared_cards, wait_until
+from accounts import cli_as
+from agent_tools import shared_node
+from load_tools import BOUND_S, shared_cards, wait_until
 
 INTERVAL = "0.2"
 
 
 @pytest.fixture
 def node(accounts):
-    root = shared_dir("tpn-shared-")
-    n = SharedNode(accounts, root)
-    n.start()
-    yield n
-    n.kill()
-    kill_process_jobs(n.state)
-    shutil.rmtree(root, ignore_errors=True)
+    with shared_node(accounts, "tpn-shared-") as n:
+        yield n
 
 
 def job(status: dict, run_id: str) -> dict:
@@ -152,10 +146,7 @@ def test_the_owner_and_an_operator_may_and_the_audit_log_has_every_attempt(node,
 
 
 def test_a_card_limit_per_account_is_kept_and_says_what_you_hold(accounts):
-    root = shared_dir("tpn-quota-")
-    n = SharedNode(accounts, root, TUNEPLANE_MAX_CARDS_FOR=f"{accounts.bob.name}=1")
-    n.start()
-    try:
+    with shared_node(accounts, "tpn-quota-", TUNEPLANE_MAX_CARDS_FOR=f"{accounts.bob.name}=1") as n:
         assert n.cli(accounts.bob, "reserve", "--cards", "1", "--for", "1h", "--run-id", "b1").returncode == 0
         over = n.cli(accounts.bob, "reserve", "--cards", "1", "--for", "1h", "--run-id", "b2")
         assert over.returncode == 77
@@ -163,10 +154,6 @@ def test_a_card_limit_per_account_is_kept_and_says_what_you_hold(accounts):
         you = n.status(accounts.bob)["you"]
         assert (you["cards_held"], you["card_limit"]) == (1, 1)
         assert n.cli(accounts.alice, "reserve", "--cards", "2", "--for", "1h").returncode == 0
-    finally:
-        n.kill()
-        kill_process_jobs(n.state)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_fifty_clients_from_three_accounts_at_once_never_share_a_card(node, accounts):

@@ -14,8 +14,7 @@ import os
 
 import pytest
 
-from agent_tools import WAIT_S, Agent
-from load_tools import kill_process_jobs
+from agent_tools import WAIT_S, Agent, running
 from services import write_scene
 from tpnode_tui.model import JobNotFound
 from tpnode_tui.node.remote import AgentNode, AgentUnavailable
@@ -24,19 +23,8 @@ from tpnode_tui.service import LaunchRequest, ReserveRequest
 
 @pytest.fixture
 async def agent(tmp_path):
-    a = Agent(tmp_path)
-    await a.start()
-    yield a
-    a.stop.set()
-    await asyncio.wait_for(a.task, WAIT_S)
-    kill_process_jobs(a.state)
-
-
-@pytest.fixture
-async def client(agent):
-    node = AgentNode(agent.socket)
-    yield node
-    await node.close()
+    async with running(Agent(tmp_path)) as a:
+        yield a
 
 
 async def test_the_socket_is_connectable_by_every_account(agent):

@@ -21,8 +21,7 @@ from dataclasses import replace
 import pytest
 
 from accounts import shared_dir
-from agent_tools import Agent
-from load_tools import kill_process_jobs
+from agent_tools import Agent, running
 from tpnode_tui.model import Conflict, JobNotFound
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.nodelog import NodeLog
@@ -38,19 +37,11 @@ async def agent(tmp_path):
     a.socket = place / "agent.sock"
     a.settings = replace(a.settings, agent_socket=a.socket)
     a.state.mkdir()  # as the agent's unit makes it (StateDirectory=): its log is kept from the start
-    await a.start()
-    yield a
-    a.stop.set()
-    await asyncio.wait_for(a.task, WAIT_S)
-    kill_process_jobs(a.state)
+    async with running(a):
+        yield a
     shutil.rmtree(place, ignore_errors=True)
 
 
-@pytest.fixture
-async def client(agent):
-    node = AgentNode(agent.socket)
-    yield node
-    await node.close()
 
 
 async def until(predicate, what: str):

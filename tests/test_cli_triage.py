@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,9 +16,8 @@ import time
 
 import pytest
 
-from accounts import shared_dir
-from agent_tools import SharedNode
-from load_tools import BOUND_S, kill_process_jobs, wait_until
+from agent_tools import SharedNode, shared_node
+from load_tools import BOUND_S, wait_until
 from services import write_scene
 
 PYTHON = sys.executable
@@ -27,13 +25,8 @@ PYTHON = sys.executable
 
 @pytest.fixture
 def node(accounts):
-    root = shared_dir("tpn-triage-cli-")
-    n = SharedNode(accounts, root)
-    n.start()
-    yield n
-    n.kill()
-    kill_process_jobs(n.state)
-    shutil.rmtree(root, ignore_errors=True)
+    with shared_node(accounts, "tpn-triage-cli-") as n:
+        yield n
 
 
 def squat(node: SharedNode, card: int, *procs: subprocess.Popen) -> None:

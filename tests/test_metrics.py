@@ -11,6 +11,7 @@ import collections
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,12 +20,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent_tools import Agent, running
 from fleet_tools import T, job, node_snapshot
-from load_tools import kill_process_jobs
 from services import free_port, write_scene
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
-from tpnode_tui.agent.serve import serve
-from tpnode_tui.config import load_settings
 from tpnode_tui.model import QueuedLaunch
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.service import LaunchRequest, Reading
@@ -49,27 +48,15 @@ def families(text: str) -> dict:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-class Agent:
-    def __init__(self, tmp_path) -> None:
-        self.scene = write_scene(tmp_path / "node.json", scene_cards())
-        self.state = tmp_path / "state"
-        self.socket = tmp_path / "agent.sock"
-        self.port = free_port()
-        self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
-                                      state_dir=str(self.state), agent_socket=str(self.socket))
-        self.settings = self.settings.__class__(**{**self.settings.__dict__,
-                                                   "metrics_addr": ("127.0.0.1", self.port),
-                                                   "node_name": "gpu-07", "probe_timeout_s": 60.0})
-        self.stop = asyncio.Event()
-        self.task = None
+class MetricsAgent(Agent):
+    """The tests' agent on the scene above, with its metrics on a free loopback port."""
 
-    async def start(self) -> None:
-        self.task = asyncio.ensure_future(serve(self.settings, interval=0.2, stop=self.stop))
-        deadline = asyncio.get_running_loop().time() + WAIT_S
-        while not self.socket.exists():
-            assert not self.task.done(), self.task.exception()
-            assert asyncio.get_running_loop().time() < deadline, "the agent did not start"
-            await asyncio.sleep(0.02)
+    def __init__(self, tmp_path) -> None:
+        super().__init__(tmp_path)
+        write_scene(self.scene, scene_cards())
+        self.port = free_port()
+        self.settings = replace(self.settings, metrics_addr=("127.0.0.1", self.port), node_name="gpu-07",
+                                probe_timeout_s=60.0)
 
     async def scrape(self) -> str:
         async with aiohttp.ClientSession() as session:
@@ -81,15 +68,11 @@ class Agent:
 
 @pytest.fixture
 async def agent(tmp_path):
-    a = Agent(tmp_path)
-    await a.start()
-    yield a
-    a.stop.set()
-    await asyncio.wait_for(a.task, WAIT_S)
-    kill_process_jobs(a.state)
+    async with running(MetricsAgent(tmp_path)) as a:
+        yield a
 
 
-async def scrape_when(agent: Agent, ready) -> dict:
+async def scrape_when(agent: MetricsAgent, ready) -> dict:
     deadline = asyncio.get_running_loop().time() + WAIT_S
     while True:
         found = families(await agent.scrape())

@@ -12,16 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from accounts import shared_dir
-from agent_tools import Agent, SharedNode
-from load_tools import kill_process_jobs
+from agent_tools import Agent, running, shared_node
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.service import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.screens import ConfirmScreen, LaunchScreen
@@ -32,19 +29,8 @@ WAIT_S = 15.0
 
 @pytest.fixture
 async def agent(tmp_path):
-    a = Agent(tmp_path)
-    await a.start()
-    yield a
-    a.stop.set()
-    await asyncio.wait_for(a.task, WAIT_S)
-    kill_process_jobs(a.state)
-
-
-@pytest.fixture
-async def client(agent):
-    node = AgentNode(agent.socket)
-    yield node
-    await node.close()
+    async with running(Agent(tmp_path)) as a:
+        yield a
 
 
 async def test_through_the_agent_the_header_names_you_and_the_socket_and_a_launch_shows(agent, client):
@@ -148,13 +134,8 @@ async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_
 
 @pytest.fixture
 def shared(accounts):
-    root = shared_dir("tpn-tui-")
-    n = SharedNode(accounts, root)
-    n.start()
-    yield n
-    n.kill()
-    kill_process_jobs(n.state)
-    shutil.rmtree(root, ignore_errors=True)
+    with shared_node(accounts, "tpn-tui-") as n:
+        yield n
 
 
 async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_exports(shared):
