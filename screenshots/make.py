@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from tpnode_tui.demo import DEMO_COMMAND, start_demo
+from tpnode_tui.node.demo import DemoScene
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.demo import DemoScene
 from tpnode_tui.tui.screens import ConfirmScreen
 from tpnode_tui.tui.tiles import CardGrid
 
@@ -98,7 +98,7 @@ async def fleet_picture() -> None:
     from services import RedisServer, free_port
     from tpnode_tui.fleet.publisher import FleetPublisher
     from tpnode_tui.fleet.reader import FleetReader
-    from tpnode_tui.service import Reading
+    from tpnode_tui.port import Reading
     from tpnode_tui.tui.fleet import FleetApp
 
     nodes = {

@@ -16,7 +16,7 @@ from services import write_scene
 from tpnode_tui.fleet import record
 from tpnode_tui.model import CardFacts, JobState, NodeSnapshot, ProbeReading, ProcessFacts
 from tpnode_tui.occupancy import card_views, compute_occupancy
-from tpnode_tui.service import Reading
+from tpnode_tui.port import Reading
 
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
 ROOT = Path(__file__).resolve().parent.parent

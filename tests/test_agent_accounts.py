@@ -75,7 +75,7 @@ def test_an_operator_may_name_another_owner_but_does_not_become_them(node, accou
     for owner, run_id in ((alice.name, "for-alice"), ("root", "for-root")):
         # the CLI names other owners for reservations only; the API takes one for any launch
         client = (f"import asyncio, sys; from pathlib import Path; from tpnode_tui.node.remote import AgentNode; "
-                  f"from tpnode_tui.service import LaunchRequest\n"
+                  f"from tpnode_tui.port import LaunchRequest\n"
                   f"async def main():\n"
                   f"    node = AgentNode(Path({str(node.socket)!r}))\n"
                   f"    try:\n"
@@ -217,3 +217,22 @@ def test_env_prints_exports_for_the_owners_shell(node, accounts):
                       env=alice.env())
     assert shell.stdout.strip() == "0,1"
     assert node.cli(accounts.bob, "env", "nb").returncode == 0  # reading is anyone's
+
+
+@pytest.mark.parametrize("mode", ["auto", "on"])
+def test_a_socket_this_account_may_not_open_is_refused_in_one_line_not_served_here(node, accounts, mode):
+    # The agent is there, behind a directory bob may not enter: falling back to
+    # serving the node in his own process would be a second record of its cards.
+    node.socket.parent.chmod(0o700)
+    bob = accounts.bob
+    env = bob.env(TUNEPLANE_AGENT=mode, TUNEPLANE_AGENT_SOCKET=str(node.socket),
+                  TUNEPLANE_STATE_DIR=str(bob.home / "state"), TUNEPLANE_RUNTIME="process",
+                  TUNEPLANE_PROBE=f"simulated:{node.scene}")
+    for command in (["status"], ["launch", "--cards", "1", "--", "sleep", "1"]):
+        done = cli_as(bob, env, *command)
+        assert done.returncode == 77, done.stderr
+        [line] = done.stderr.splitlines()
+        assert line == (f"tpnode-tui: this account ({bob.name}) may not open the node's agent socket "
+                        f"{node.socket} (permission denied on it or on a directory above it): the node's "
+                        "operator decides which accounts may reach the agent")
+    assert not (bob.home / "state").exists()

@@ -17,8 +17,8 @@ import pytest
 from agent_tools import WAIT_S, Agent, running
 from services import write_scene
 from tpnode_tui.model import JobNotFound
-from tpnode_tui.node.remote import AgentNode, AgentUnavailable
-from tpnode_tui.service import LaunchRequest, ReserveRequest
+from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.port import AgentUnavailable, LaunchRequest, ReserveRequest
 
 
 @pytest.fixture

@@ -24,9 +24,10 @@ from tpnode_tui.locks import make_lock
 from tpnode_tui.model import Conflict, JobNotFound, NotAllowed, exit_code
 from tpnode_tui.nodelog import NodeLog
 from tpnode_tui.policy import Policy
+from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.runtimes.process import ProcessRuntime
-from tpnode_tui.service import LaunchRequest, NodeService, ReserveRequest
+from tpnode_tui.service import NodeService
 
 ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
 WAIT_S = 20.0

@@ -22,7 +22,7 @@ from load_tools import kill_process_jobs
 from services import write_scene
 from tpnode_tui.fleet.reader import FleetReader, read_once
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.service import LaunchRequest
+from tpnode_tui.port import LaunchRequest
 
 pytestmark = pytest.mark.redis
 WAIT_S = 30.0

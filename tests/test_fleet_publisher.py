@@ -16,7 +16,7 @@ from fleet_tools import T, job, node_snapshot
 from services import free_port
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.publisher import FleetPublisher
-from tpnode_tui.service import Reading
+from tpnode_tui.port import Reading
 
 pytestmark = pytest.mark.redis
 

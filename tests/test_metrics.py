@@ -26,7 +26,7 @@ from services import free_port, write_scene
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
 from tpnode_tui.model import QueuedLaunch
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.service import LaunchRequest, Reading
+from tpnode_tui.port import LaunchRequest, Reading
 
 WAIT_S = 15.0
 DCGM = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",

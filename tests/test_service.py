@@ -22,7 +22,8 @@ from tpnode_tui.locks import make_lock
 from tpnode_tui.model import Conflict, JobNotFound, NoCapacity, NotAllowed
 from tpnode_tui.nodelog import NodeLog
 from tpnode_tui.policy import CardLimits, Policy
-from tpnode_tui.service import Cancelled, LaunchRequest, NodeService, ReserveRequest
+from tpnode_tui.port import Cancelled, LaunchRequest, ReserveRequest
+from tpnode_tui.service import NodeService
 
 ALICE = Caller(uid=5001, gid=5001, user="alice", pid=11)
 BOB = Caller(uid=5002, gid=5002, user="bob", pid=12)

@@ -33,8 +33,9 @@ from tpnode_tui.model import (
 )
 from tpnode_tui.nodelog import NodeLog
 from tpnode_tui.policy import Policy
+from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.probes import SimulatedProbe
-from tpnode_tui.service import LaunchRequest, NodeService, ReserveRequest
+from tpnode_tui.service import NodeService
 from tpnode_tui.xid import XidRules
 
 ALICE = Caller(uid=5001, gid=5001, user="alice", pid=11)

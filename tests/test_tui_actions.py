@@ -22,7 +22,7 @@ from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.identity import Caller
 from tpnode_tui.locks import make_lock
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.service import LaunchRequest, ReserveRequest
+from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens import ConfirmScreen, ExtendScreen, LaunchScreen, ReserveScreen
 from tpnode_tui.tui.tiles import CardGrid

@@ -20,7 +20,7 @@ import pytest
 
 from agent_tools import Agent, running, shared_node
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.service import LaunchRequest, ReserveRequest
+from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.screens import ConfirmScreen, LaunchScreen
 from tui_tools import SIZE, Dashboard, fill, header, polled, queued, states, tile_text, until
 

@@ -7,9 +7,9 @@ import pytest
 
 from tpnode_tui.cli import main
 from tpnode_tui.demo import DEMO_COMMAND, start_demo
+from tpnode_tui.node.demo import DemoScene
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.demo import DemoScene
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.screens import ConfirmScreen
 from tpnode_tui.tui.tiles import CardGrid

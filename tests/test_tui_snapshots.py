@@ -15,7 +15,6 @@ import json
 import math
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Optional
 
 import pytest
@@ -35,11 +34,9 @@ from tpnode_tui.model import (
     QueuedLaunch,
     Sample,
 )
-from tpnode_tui.node.base import NodeView
-from tpnode_tui.node.remote import AgentNode, AgentUnavailable
 from tpnode_tui.occupancy import card_views, compute_occupancy
+from tpnode_tui.port import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.probes.simulated import SimulatedProbe
-from tpnode_tui.service import Reading, You
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens import ConfirmScreen
 
@@ -148,6 +145,7 @@ class FrozenNode:
     stops answering after them."""
 
     via = "local"
+    where = "served in-process (no agent)"
 
     def __init__(self, *readings: Reading, you: You = OPERATOR, gone: Optional[str] = None) -> None:
         self.readings = readings
@@ -179,18 +177,11 @@ class FrozenNode:
         pass
 
 
-class FrozenAgent(AgentNode, FrozenNode):
+class FrozenAgent(FrozenNode):
     """The same, as if served by an agent at the usual socket."""
 
     via = "agent"
-
-    def __init__(self, *readings: Reading, you: You = OPERATOR, gone: Optional[str] = None) -> None:
-        AgentNode.__init__(self, Path("/run/tpnode-tui/agent.sock"))
-        FrozenNode.__init__(self, *readings, you=you, gone=gone)
-
-    views = FrozenNode.views
-    history = FrozenNode.history
-    follow_events = FrozenNode.follow_events
+    where = "agent at /run/tpnode-tui/agent.sock"
 
 
 def good(snap: NodeSnapshot, seq: int = 1) -> Reading:

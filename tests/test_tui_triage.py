@@ -24,7 +24,7 @@ from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from tpnode_tui.identity import Caller
 from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, NotAllowed, Sample
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.node.remote import AgentUnavailable
+from tpnode_tui.port import AgentUnavailable
 from tpnode_tui.tui.detail import holder_text
 from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
 from tpnode_tui.tui.screens import ConfirmScreen, DrainScreen

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -50,6 +49,7 @@ from .model import (
     pick_gpus,
 )
 from .occupancy import card_count, card_views, compute_occupancy
+from .port import new_run_id
 from .procinfo import describe, name_containers
 from .render import cards_words, format_duration, show_command
 
@@ -72,11 +72,6 @@ def raw_series(profile: str, gpu_name: str) -> str:
     """The series a node reports when nobody maps it: the raw name, lower-cased,
     so that "NVIDIA H200" and "nvidia h200" are one series to a strict comparison."""
     return (profile or gpu_name or "").strip().lower()
-
-
-def new_run_id(prefix: str = "run") -> str:
-    """A run id that sorts by time and does not collide between two launches in one second."""
-    return f"{prefix}-{time.strftime('%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 class GpuAllocator:

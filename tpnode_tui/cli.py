@@ -14,7 +14,6 @@ and a script decides whether to try again (the dashboard queues instead).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import logging
@@ -26,7 +25,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional, Sequence, TextIO, TypeVar
 
 from . import __version__
-from .allocator import new_run_id
 from .config import (
     Settings,
     decimal_number,
@@ -35,7 +33,6 @@ from .config import (
     state_dir_exists,
     whole_number,
 )
-from .locks import make_lock
 from .model import (
     EXIT_FAIL,
     EXIT_OK,
@@ -51,14 +48,13 @@ from .model import (
     error_line,
     exit_code,
 )
-from .node.base import NodeView
-from .node.choose import AnyNode, open_node
-from .node.local import LocalNode
+from .node.base import Node
+from .node.choose import open_node
+from .node.http import straight
 from .node.remote import AgentNode
+from .port import LaunchRequest, NodeView, ReserveRequest, new_run_id
 from .printable import PrintableStream, printable, printable_view
 from .render import card_summary, cards_words, clock_time, env_lines, format_duration, format_mib
-from .runtimes import choose_runtime
-from .service import LaunchRequest, ReserveRequest
 from .wire import job_to_json, launched_to_json, queued_to_json, snapshot_to_json
 
 T = TypeVar("T")
@@ -291,12 +287,11 @@ def _report_launch(result: Launched, as_json: bool, what: str) -> None:
         print(f"warning: {result.warning}", file=sys.stderr)
 
 
-def _you_line(view: NodeView, node: AnyNode) -> str:
+def _you_line(view: NodeView, node: Node) -> str:
     you = view.you
     role = ", an operator" if you.operator else ""
     limit = "" if you.card_limit is None else f" of at most {you.card_limit}"
-    where = (f"through the node's agent at {node.socket_path}" if isinstance(node, AgentNode)
-             else "served by this process (no agent answers)")
+    where = f"through the node's {node.where}" if node.via == "agent" else "served by this process (no agent answers)"
     return f"you: {you.user} (uid {you.uid}{role}), holding {cards_words(you.cards_held)}{limit}; {where}"
 
 
@@ -348,6 +343,8 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
     launch start a second, private record of the node: the one thing worse
     than no record. A state dir that is not a directory is a ConfigError.
     """
+    from .runtimes import choose_runtime
+
     process = choose_runtime(settings) == "process"
     if not process and settings.redis_url:  # docker with a Redis lease: no state dir at all
         return None
@@ -366,14 +363,36 @@ def _run_id(given: Optional[str]) -> Optional[str]:
     return given
 
 
-async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
+#: commands that ask the node's agent and wait for nothing else: when an agent
+#: answers they run straight through on a blocking connection, with no event
+#: loop (see tpnode_tui.node.http.straight), which is most of a command's start
+STRAIGHT = frozenset({"status", "env", "queue", "cancel", "audit", "drain", "undrain", "stop", "extend",
+                      "reclaim", "events"})
+
+
+def _run_command(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command in STRAIGHT and settings.agent != "off":
+        agent = AgentNode(settings.agent_socket, blocking=True)
+        if straight(agent.answers()):
+            return straight(_serve(agent, args, settings, None))
+        straight(agent.close())
+    import asyncio  # here, not at the top: a command run straight through never loads it
+
+    return asyncio.run(_run_in_loop(args, settings))
+
+
+async def _run_in_loop(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "agent":
         from .agent.serve import serve  # aiohttp's server: only the agent needs it
 
         return await serve(settings, interval=args.interval)
-    lock = make_lock(settings, max_wait_s=getattr(args, "wait", None), on_wait=_say_once())
-    node = await open_node(settings, lock=lock, interval=args.interval)
-    note = _state_dir_note(settings) if isinstance(node, LocalNode) else None
+    node = await open_node(settings, interval=args.interval, max_wait_s=getattr(args, "wait", None),
+                           on_wait=_say_once())
+    return await _serve(node, args, settings, _state_dir_note(settings) if node.via == "local" else None)
+
+
+async def _serve(node: Node, args: argparse.Namespace, settings: Settings, note: Optional[str]) -> int:
+    """Run the command on ``node``; ``note``: the state dir's, for a node served here."""
     try:
         await _COMMANDS[args.command](_Run(node, args, note))
         if note and settings.state_dir.is_dir():
@@ -389,7 +408,7 @@ async def _run_command(args: argparse.Namespace, settings: Settings) -> int:
 class _Run:
     """One command's node, arguments, and the state dir's note (local only)."""
 
-    node: AnyNode
+    node: Node
     args: argparse.Namespace
     note: Optional[str]
 
@@ -413,16 +432,11 @@ async def _launch(run: _Run) -> None:
         argv = argv[1:]
     if not argv and not args.image:
         raise UsageError("nothing to run: give the command after --, e.g. launch --cards 1 -- python train.py")
-    remote = isinstance(node, AgentNode)
-    if args.queue and not remote:
+    if args.queue and node.via != "agent":
         raise UsageError("--queue needs the node's agent, which keeps the queue: no agent answers, "
                          "and this command exits when it is done")
     run_id = _run_id(args.run_id) or new_run_id()
-    request = LaunchRequest(
-        cards=args.cards, command=tuple(argv), image=args.image, run_id=run_id, queue=args.queue,
-        # Through the agent the job runs as this account, with this shell's
-        # environment and working directory, as a local launch would.
-        env=tuple(os.environ.items()) if remote else None, cwd=os.getcwd() if remote else None)
+    request = LaunchRequest(cards=args.cards, command=tuple(argv), image=args.image, run_id=run_id, queue=args.queue)
     result = await _bounded(node, node.launch(request), run_id, getattr(args, "wait", None))
     if result.queued is not None:
         q = result.queued
@@ -437,11 +451,13 @@ async def _launch(run: _Run) -> None:
     _report_launch(result.launched, args.json, "launched")
 
 
-async def _bounded(node: AnyNode, work: Awaitable[T], run_id: str, wait_s: Optional[float]) -> T:
+async def _bounded(node: Node, work: Awaitable[T], run_id: str, wait_s: Optional[float]) -> T:
     """``work`` through the agent, saying once what it waits for and giving up
     after ``wait_s`` as a local launch does (exit 75); in-process, the lock
     itself bounds and reports the wait."""
-    if not isinstance(node, AgentNode):
+    import asyncio
+
+    if node.via != "agent":
         return await work
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_watch_wait(node, run_id))
@@ -455,8 +471,10 @@ async def _bounded(node: AnyNode, work: Awaitable[T], run_id: str, wait_s: Optio
         watcher.cancel()
 
 
-async def _watch_wait(node: AgentNode, run_id: str) -> None:
+async def _watch_wait(node: Node, run_id: str) -> None:
     """Say once what a launch through the agent waits for, if it waits at all."""
+    import asyncio
+
     say = _say_once()
     while True:
         await asyncio.sleep(0.5)
@@ -602,10 +620,12 @@ async def _evict(run: _Run) -> None:
         raise refused[-1]
 
 
-async def _evict_each(node: AnyNode, listed: EvictReport, *, kill: bool) -> tuple[EvictReport, list[TpnodeError]]:
+async def _evict_each(node: Node, listed: EvictReport, *, kill: bool) -> tuple[EvictReport, list[TpnodeError]]:
     """Exactly the processes a question listed, each by pid and start time, all
     at once (one grace period): a process that came since is not signalled, nor
     one whose pid changed hands; the node's refusals come back to be said."""
+    import asyncio
+
     answers = await asyncio.gather(*(node.evict(listed.card, p.pid, kill=kill, started_at=p.started_at)
                                      for p in listed.processes), return_exceptions=True)
     done: list[Evicted] = []
@@ -666,6 +686,8 @@ _COMMANDS: dict[str, Callable[[_Run], Awaitable[None]]] = {
 def _fleet(settings: Settings, *, as_json: bool, interval: float) -> int:
     """``tpnode-tui fleet``: once as JSON, or live in the fleet view. redis-py and
     the view are imported only here, when asked for."""
+    import asyncio
+
     if settings.fleet_url is None:
         raise UsageError("tpnode-tui fleet reads what the nodes' agents publish: set "
                          "TUNEPLANE_FLEET_URL to their Redis (redis://host:port/db)")
@@ -726,7 +748,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         settings = settings_from_flags(vars(args))
         if args.command == "fleet":
             return _fleet(settings, as_json=args.json, interval=args.interval)
-        return asyncio.run(_run_command(args, settings))
+        return _run_command(args, settings)
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_PIPE

@@ -24,9 +24,6 @@ from typing import Any, Optional
 from .jsonstore import JsonStore
 from .model import DRAIN_SOURCES, Drain
 
-#: the longest drain reason taken: it is shown on a tile and in every log line about the card
-REASON_MOST = 500
-
 DRAIN_FILE = "drains.json"
 DRAIN_VERSION = 1
 

@@ -25,6 +25,7 @@ from typing import Iterable, Mapping, Optional
 from .config import Settings
 from .identity import Caller, Operators
 from .model import JobState, NotAllowed
+from .port import is_owner
 from .render import cards_words
 
 
@@ -49,15 +50,6 @@ class CardLimits:
         if granted:
             return max(granted)
         return self.default
-
-
-def is_owner(owner_uid: Optional[int], owner: str, uid: int, user: str) -> bool:
-    """Whether the account ``uid``/``user`` owns what recorded ``owner_uid``
-    and ``owner``: by uid where one was recorded, else by name. A client (the
-    dashboard) asks this to offer only what the node would allow."""
-    if owner_uid is not None:
-        return owner_uid == uid
-    return bool(owner) and owner == user
 
 
 def owns(caller: Caller, job: JobState) -> bool:

@@ -37,9 +37,8 @@ from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional, TypeVar
 
 from . import evict as evicting
-from .allocator import GpuAllocator, new_run_id
+from .allocator import GpuAllocator
 from .config import DEFAULT_XID_DRAIN, Settings
-from .drains import REASON_MOST
 from .history import History
 from .identity import Caller, account_groups
 from .launchqueue import LaunchQueue, MemoryQueue, QueueEntry
@@ -65,6 +64,17 @@ from .model import (
 )
 from .nodelog import NodeLog
 from .policy import Policy, held_by
+from .port import (
+    DRAIN_REASON_MOST,
+    Cancelled,
+    LaunchRequest,
+    LaunchResult,
+    OverQuota,
+    Reading,
+    ReserveRequest,
+    You,
+    new_run_id,
+)
 from .printable import printable
 from .render import cards_words, format_duration
 from .triage import Triage
@@ -81,71 +91,6 @@ AUDIT_LIMIT = 10_000
 FOLLOW_BACKLOG = 1000
 
 DEFAULT_XID_RULES = XidRules.of(DEFAULT_XID_DRAIN)
-
-
-class OverQuota(NotAllowed):
-    """The owner holds as many cards as they may: a queued launch waits for their own jobs."""
-
-
-class Cancelled(TpnodeError):
-    """A launch cancelled while it waited for its turn."""
-
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    """A launch as a client asks for it; the service fills in who and how."""
-
-    cards: int
-    command: tuple[str, ...] = ()
-    image: Optional[str] = None
-    run_id: Optional[str] = None
-    #: another owner than the caller: operators only
-    owner: str = ""
-    #: the caller's environment and working directory, for a process job
-    env: Optional[tuple[tuple[str, str], ...]] = None
-    cwd: Optional[str] = None
-    #: wait in the queue when the node has no room now, instead of refusing
-    queue: bool = False
-
-
-@dataclass(frozen=True)
-class ReserveRequest:
-    cards: int
-    duration_s: float
-    run_id: Optional[str] = None
-    owner: str = ""
-
-
-@dataclass(frozen=True)
-class LaunchResult:
-    """What a launch got: cards now, or a place in the queue."""
-
-    launched: Optional[Launched] = None
-    queued: Optional[QueuedLaunch] = None
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What the service last learned of the node, as it is handed to every reader."""
-
-    seq: int
-    #: the last good snapshot (None until one poll succeeded)
-    snapshot: Optional[NodeSnapshot]
-    #: why the latest poll failed; None when it succeeded
-    error: Optional[str] = None
-    #: when polls started failing (None while they succeed)
-    stale_since: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class You:
-    """The caller as the node sees them: for the header and ``status --json``."""
-
-    user: str
-    uid: int
-    operator: bool
-    cards_held: int
-    card_limit: Optional[int]
 
 
 @dataclass
@@ -586,8 +531,8 @@ class NodeService:
             self._operators_only(caller, f"drain card {card}")
             if not reason.strip():
                 raise BadRequest("say why the card is drained (a reason), so the next operator knows")
-            if len(reason) > REASON_MOST:
-                raise BadRequest(f"a drain reason is at most {REASON_MOST} characters")
+            if len(reason) > DRAIN_REASON_MOST:
+                raise BadRequest(f"a drain reason is at most {DRAIN_REASON_MOST} characters")
             if self._raw is None:
                 await self.read_now()  # to know which cards the node has
             self._check_card(card)

@@ -53,7 +53,8 @@ from ..model import (
     error_line,
     exit_code,
 )
-from ..service import Cancelled, LaunchRequest, NodeService, Reading, ReserveRequest
+from ..port import Cancelled, LaunchRequest, Reading, ReserveRequest
+from ..service import NodeService
 from ..wire import (
     Reader,
     WireError,

@@ -32,7 +32,8 @@ from typing import Any, Callable, Optional
 from redis.exceptions import RedisError
 
 from .. import __version__
-from ..service import NodeService, Reading
+from ..port import Reading
+from ..service import NodeService
 from ..wire import WireError
 from . import record
 from .connect import open_client, scrub

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional
 
 from ..model import NodeSnapshot
+from ..port import Reading
 from ..render import format_duration
-from ..service import Reading
 from ..wire import Reader, WireError, snapshot_from_json, snapshot_to_json
 
 PREFIX = "tpnode:fleet"

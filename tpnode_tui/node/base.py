@@ -1,28 +1,18 @@
 """What a client may ask of a node, wherever the node is served."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
-from ..model import Drain, EvictReport, JobState, Launched, NodeSnapshot, QueuedLaunch, Sample
-from ..service import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One reading of the node, and the caller as the node sees them then."""
-
-    reading: Reading
-    you: You
-
-    @property
-    def snapshot(self) -> Optional[NodeSnapshot]:
-        return self.reading.snapshot
+from ..model import Drain, EvictReport, JobState, Launched, QueuedLaunch, Sample
+from ..port import LaunchRequest, LaunchResult, NodeView, ReserveRequest
 
 
 class Node(Protocol):
-    #: "agent" or "local": where the node is served from, for ``status --json``
+    #: "agent" or "local": whether the node is served by its agent (which keeps
+    #: the queue, and every account's jobs) or by this process, for ``status --json``
     via: str
+    #: where the node is served from, in words: "agent at /run/tpnode-tui/agent.sock"
+    where: str
 
     async def status(self) -> NodeView:
         """The node now (an agent's latest reading); raises when it cannot be read."""

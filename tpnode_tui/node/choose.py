@@ -8,25 +8,29 @@ the node in this process only where this account can use the node's state
 dir (a machine one account uses, and the demo); otherwise it says, in one
 line, that no agent answers and who can start one. It never suggests another
 state dir.
+
+What serving the node here needs (the service, the allocator, the lock, the
+runtimes and probes) is imported only when it is served here: a command that
+asks the agent never loads it.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional
 
 from ..config import Settings, state_dir_exists
-from ..locks import AllocationLock
-from ..runtimes import choose_runtime
-from .local import LocalNode
-from .remote import AgentNode, AgentUnavailable
-
-AnyNode = Union[LocalNode, AgentNode]
+from ..identity import user_name
+from ..port import AgentUnavailable
+from .base import Node
+from .remote import AgentNode
 
 
 def _state_dir_problem(settings: Settings) -> Optional[str]:
     """Why this account cannot serve the node itself; None when it can.
     A state dir that is not a directory is a ConfigError, as it is everywhere."""
+    from ..runtimes import choose_runtime
+
     if choose_runtime(settings) != "process":
         # The engine's socket decides who may read or start containers, and
         # says so itself; the lock file is only needed to allocate.
@@ -38,24 +42,19 @@ def _state_dir_problem(settings: Settings) -> Optional[str]:
         existing = existing.parent
     if os.access(existing, os.W_OK | os.X_OK):
         return None
-    user = _user()
+    user = user_name(os.getuid())
     if existing == path:
         return f"this account ({user}) cannot use the node's state dir {path}"
     return f"this account ({user}) cannot create the node's state dir {path}"
 
 
-def _user() -> str:
-    import pwd
+async def open_node(settings: Settings, *, interval: float = 1.0, max_wait_s: Optional[float] = None,
+                    on_wait: Optional[Callable[[str], None]] = None) -> Node:
+    """The node to talk to, as ``settings.agent`` (auto, on, off) says.
 
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
-
-
-async def open_node(settings: Settings, *, lock: Optional[AllocationLock] = None,
-                    interval: float = 1.0) -> AnyNode:
-    """The node to talk to, as ``settings.agent`` (auto, on, off) says."""
+    ``max_wait_s`` and ``on_wait`` bound and report a wait for the allocation
+    lock of a node served here (see :class:`~tpnode_tui.locks.AllocationLock`);
+    an agent's launches wait in the agent, and the caller bounds those itself."""
     socket = settings.agent_socket
     if settings.agent != "off":
         agent = AgentNode(socket)
@@ -71,4 +70,8 @@ async def open_node(settings: Settings, *, lock: Optional[AllocationLock] = None
             raise AgentUnavailable(
                 f"no agent answers at {socket}, and {problem}; on a shared node every account goes "
                 "through the agent: ask the node's operator to start it (systemctl start tpnode-tui-agent)")
+    from ..locks import make_lock
+    from .local import LocalNode
+
+    lock = make_lock(settings, max_wait_s=max_wait_s, on_wait=on_wait)
     return LocalNode.from_settings(settings, lock=lock, interval=interval)

@@ -19,12 +19,13 @@ from ..locks import AllocationLock
 from ..model import Drain, EvictReport, JobState, Launched, QueuedLaunch, Sample
 from ..nodelog import NodeLog
 from ..policy import Policy
-from ..service import LaunchRequest, LaunchResult, NodeService, ReserveRequest, triage_options
-from .base import NodeView
+from ..port import LaunchRequest, LaunchResult, NodeView, ReserveRequest
+from ..service import NodeService, triage_options
 
 
 class LocalNode:
     via = "local"
+    where = "served in-process (no agent)"
 
     def __init__(self, service: NodeService, caller: Caller) -> None:
         self.service = service

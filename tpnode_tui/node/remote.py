@@ -1,19 +1,24 @@
-"""The node as served by its agent, over the agent's Unix socket.
+"""The node as served by its agent, over the agent's Unix socket (or a bridge to it).
 
 Every answer is the agent's; nothing is decided here. An error arrives as the
 agent's one line with its kind and exit code, and is raised as the same
 exception the in-process node would have raised, so the CLI and the
 dashboard report it the same way whichever node they talk to.
+
+This is the whole of what a command needs to ask an agent, so it imports
+nothing of the node's own machinery (service, allocator, runtimes, probes):
+``tpnode-tui status`` through the agent costs a Python start, a connection
+and the answer.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Callable, NoReturn, Optional
 
-import aiohttp
-
+from ..identity import user_name
 from ..model import (
     BadRequest,
     ConfigError,
@@ -31,10 +36,12 @@ from ..model import (
     Sample,
     TpnodeError,
 )
-from ..service import (
+from ..port import (
+    AgentUnavailable,
     Cancelled,
     LaunchRequest,
     LaunchResult,
+    NodeView,
     OverQuota,
     Reading,
     ReserveRequest,
@@ -52,18 +59,20 @@ from ..wire import (
     queued_from_json,
     snapshot_from_json,
 )
-from .base import NodeView
-
-#: the longest line one streamed reading may take (a 1024-card node is far below it)
-MAX_LINE = 64 * 1024 * 1024
+from .http import Connector, HttpClient, ProtocolError, Unreachable, unix_blocking
 
 _KINDS: dict[str, type[TpnodeError]] = {cls.__name__: cls for cls in (
     BadRequest, ConfigError, Conflict, JobNotFound, NeverFits, NoCapacity, NotAllowed,
     OverQuota, RuntimeUnavailable, Cancelled, TpnodeError)}
 
+#: what the kernel says when this account may not open the socket (or a directory above it)
+_FORBIDDEN = (errno.EACCES, errno.EPERM)
 
-class AgentUnavailable(TpnodeError):
-    """No agent answers at the socket (not running, restarting, or not reachable)."""
+
+class AgentForbidden(NotAllowed):
+    """This account may not reach the agent at all (permission denied on its
+    socket). Not an AgentUnavailable: an agent is likely there, so serving the
+    node in this process instead would make a second record of its cards."""
 
 
 def _error(doc: Any, status: int) -> TpnodeError:
@@ -84,20 +93,6 @@ def _you(doc: Any) -> You:
                cards_held=r.whole("cards_held", 0), card_limit=limit)
 
 
-async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """Whole lines from a stream, however it was cut into chunks; a line past
-    MAX_LINE is an agent gone wrong, not a reading to wait for."""
-    buffer = b""
-    async for chunk in content.iter_any():
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield line
-        if len(buffer) > MAX_LINE:
-            raise WireError(f"the agent sent a line longer than {MAX_LINE} bytes")
-
-
 def _view(doc: Any) -> NodeView:
     r = Reader(doc, "reading")
     snap = doc.get("snapshot")
@@ -106,56 +101,104 @@ def _view(doc: Any) -> NodeView:
     return NodeView(reading, _you(doc.get("you")))
 
 
+def _json(text: bytes, where: str, status: int) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise TpnodeError(f"the agent at {where} answered something that is not JSON (HTTP {status})") from None
+
+
 class AgentNode:
+    """The node's agent at ``socket_path``; :meth:`through` reaches it by another way.
+
+    ``blocking``: every call blocks, and none needs an event loop; run them
+    with :func:`~.http.straight`. For a command that asks one question: the
+    dashboard, which goes on drawing while it waits, uses the default."""
+
     via = "agent"
 
-    def __init__(self, socket_path: Path, *, connect_timeout_s: float = 5.0) -> None:
-        self.socket_path = Path(socket_path)
-        self.connect_timeout_s = connect_timeout_s
-        self._session: Optional[aiohttp.ClientSession] = None
+    def __init__(self, socket_path: Path | str, *, blocking: bool = False, connect_timeout_s: float = 5.0) -> None:
+        path = str(socket_path)
+        if blocking:
+            connect = unix_blocking(path, connect_timeout_s)
+        else:
+            from .aiostream import unix
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=str(self.socket_path)),
-                base_url="http://tpnode-agent",
-                timeout=aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s),
-            )
-        return self._session
+            connect = unix(path, connect_timeout_s)
+        self._setup(connect, address=path, where=f"agent at {path}", sends_env=True)
 
-    def _gone(self, e: BaseException) -> AgentUnavailable:
-        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
-        return AgentUnavailable(
-            f"no agent answers at {self.socket_path} ({why}); start it (systemctl start "
-            "tpnode-tui-agent) or ask the node's operator")
+    @classmethod
+    def through(cls, connect: Connector, *, address: str, where: str, sends_env: bool) -> AgentNode:
+        """The agent reached through ``connect`` (a bridge to its socket).
+        ``sends_env`` False: this machine's environment means nothing there."""
+        node = cls.__new__(cls)
+        node._setup(connect, address=address, where=where, sends_env=sends_env)
+        return node
+
+    def _setup(self, connect: Connector, *, address: str, where: str, sends_env: bool) -> None:
+        #: the agent as an error names it
+        self.address = address
+        self.where = where
+        #: whether a launch carries this process's environment and working directory
+        self.sends_env = sends_env
+        self._http = HttpClient(connect)
+
+    def _gone(self, e: Unreachable) -> NoReturn:
+        cause = e.cause
+        if isinstance(cause, OSError) and cause.errno in _FORBIDDEN:
+            raise AgentForbidden(
+                f"this account ({user_name(os.getuid())}) may not open the node's agent socket "
+                f"{self.address} (permission denied on it or on a directory above it): the node's "
+                "operator decides which accounts may reach the agent") from None
+        raise AgentUnavailable(
+            f"no agent answers at {self.address} ({e}); start it (systemctl start "
+            "tpnode-tui-agent) or ask the node's operator") from None
 
     async def _call(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
         try:
-            async with self._client().request(method, path, json=body) as response:
-                text = await response.text()
-                status = response.status
-        except (aiohttp.ClientConnectionError, OSError) as e:
-            raise self._gone(e) from None
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError:
-            raise TpnodeError(f"the agent at {self.socket_path} answered something that is not "
-                              f"JSON (HTTP {status})") from None
-        if status >= 400:
-            raise _error(doc, status)
+            answer = await self._http.request(method, path, data)
+        except Unreachable as e:
+            self._gone(e)
+        except ProtocolError as e:
+            raise TpnodeError(f"the agent at {self.address} answered something that is not HTTP ({e})") from None
+        doc = _json(answer.body, self.address, answer.status)
+        if answer.status >= 400:
+            raise _error(doc, answer.status)
         if not isinstance(doc, dict):
             raise WireError("the agent's answer is not a JSON object")
         return doc
 
     async def answers(self) -> bool:
-        """Whether an agent answers at the socket now."""
-        if not self.socket_path.exists():
-            return False
+        """Whether an agent answers now. Raises AgentForbidden where this account
+        may not reach it: that is not "no agent"."""
         try:
             await self._call("GET", "/v1/whoami")
         except AgentUnavailable:
             return False
         return True
+
+    async def _lines(self, path: str, opened: Optional[Callable[[], None]] = None) -> AsyncIterator[bytes]:
+        """A stream's lines until it ends; AgentUnavailable when it cannot be had
+        or breaks, which is how an agent that stopped or died looks from here.
+        ``opened`` is called once the agent has taken the request."""
+        try:
+            async with self._http.stream(path) as (status, lines):
+                if status >= 400:
+                    body = b"".join([line async for line in lines])
+                    raise _error(_json(body, self.address, status), status)
+                if opened is not None:
+                    opened()
+                try:
+                    async for line in lines:
+                        yield line
+                except Unreachable as e:  # cut mid-stream: the agent stopped or died
+                    self._gone(Unreachable("it went away mid-stream", e.cause))
+        except Unreachable as e:
+            self._gone(e)
+        except ProtocolError as e:
+            raise TpnodeError(f"the agent at {self.address} sent something that is not HTTP ({e})") from None
+        self._gone(Unreachable("the agent closed the stream"))
 
     async def status(self) -> NodeView:
         doc = await self._call("GET", "/v1/snapshot")
@@ -166,23 +209,22 @@ class AgentNode:
     async def views(self) -> AsyncIterator[NodeView]:
         """The agent's readings as it makes them. Raises AgentUnavailable when
         the agent cannot be reached or goes away mid-stream."""
-        try:
-            async with self._client().get("/v1/stream") as response:
-                if response.status >= 400:
-                    raise _error(await response.json(content_type=None), response.status)
-                async for line in _lines(response.content):
-                    yield _view(json.loads(line))
-        except aiohttp.ClientPayloadError:  # cut mid-stream: the agent stopped or died
-            raise self._gone(ConnectionResetError("it went away mid-stream")) from None
-        except (aiohttp.ClientConnectionError, OSError) as e:
-            raise self._gone(e) from None
-        raise self._gone(ConnectionResetError("the agent closed the stream"))
+        async for line in self._lines("/v1/stream"):
+            yield _view(_json(line, self.address, 200))
 
     async def launch(self, request: LaunchRequest) -> LaunchResult:
+        """A process job runs as the caller, with the environment and working
+        directory of the shell that asked, as a launch in-process would: a
+        request that names none carries this process's (where they mean
+        something to the agent: on its own machine)."""
+        env, cwd = request.env, request.cwd
+        if self.sends_env:
+            env = env if env is not None else tuple(os.environ.items())
+            cwd = cwd or os.getcwd()
         body: dict[str, Any] = {
             "cards": request.cards, "command": list(request.command), "image": request.image,
-            "run_id": request.run_id, "owner": request.owner, "cwd": request.cwd,
-            "queue": request.queue, "env": None if request.env is None else dict(request.env),
+            "run_id": request.run_id, "owner": request.owner, "cwd": cwd,
+            "queue": request.queue, "env": None if env is None else dict(env),
         }
         doc = await self._call("POST", "/v1/launch", body)
         if "queued" in doc:
@@ -245,28 +287,12 @@ class AgentNode:
                             opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
         """The agent's log as it is written. Raises AgentUnavailable when the
         agent cannot be reached or goes away."""
-        try:
-            async with self._client().get(self._events_query(since_s, card, follow="true")) as response:
-                if response.status >= 400:
-                    raise _error(await response.json(content_type=None), response.status)
-                if opened is not None:
-                    opened()
-                async for line in _lines(response.content):
-                    yield event_from_json(json.loads(line))
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as e:
-            raise self._gone(e) from None
-        raise self._gone(ConnectionResetError("the agent closed the stream"))
+        async for line in self._lines(self._events_query(since_s, card, follow="true"), opened):
+            yield event_from_json(_json(line, self.address, 200))
 
     async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
         path = "/v1/history" if card is None else f"/v1/history?card={card}"
         return history_from_json(await self._call("GET", path))
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-
-def launch_environment() -> tuple[tuple[str, str], ...]:
-    """This shell's environment, as a launch through the agent carries it to the job."""
-    return tuple(os.environ.items())
+        await self._http.close()

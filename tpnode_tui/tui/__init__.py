@@ -45,9 +45,9 @@ def _logging_off_the_terminal(verbose: bool) -> Iterator[Optional[Path]]:
 
 async def _run(settings: Optional[Settings], *, demo: bool, readonly: bool, interval: float) -> int:
     from ..node.choose import open_node
+    from ..node.demo import DemoScene
     from ..node.local import LocalNode
     from .app import NodeDashboard
-    from .demo import DemoScene
 
     scene: Optional[DemoScene] = None
     command: tuple[str, ...] = ()

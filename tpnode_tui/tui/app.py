@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
@@ -38,7 +37,6 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
-from ..allocator import new_run_id
 from ..model import (
     CardView,
     Conflict,
@@ -54,13 +52,20 @@ from ..model import (
     QueuedLaunch,
     TpnodeError,
 )
-from ..node.base import Node, NodeView
-from ..node.remote import AgentNode, AgentUnavailable, launch_environment
-from ..policy import is_owner
+from ..node.base import Node
+from ..port import (
+    AgentUnavailable,
+    Cancelled,
+    LaunchRequest,
+    LaunchResult,
+    NodeView,
+    ReserveRequest,
+    You,
+    is_owner,
+    new_run_id,
+)
 from ..printable import printable, printable_lines, printable_view
 from ..render import cards_words, env_lines, format_duration
-from ..service import Cancelled, LaunchRequest, LaunchResult, ReserveRequest, You
-from .demo import DemoScene
 from .detail import DetailPane, clock_time, describe_card
 from .events import EVENTS_KEPT, EVENTS_SINCE_S, EventsPane, events_title
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
@@ -78,6 +83,9 @@ from .triage import (
     kill_question,
     undrain_question,
 )
+
+if TYPE_CHECKING:  # the demo's scene, with its allocator, loads only with the demo
+    from ..node.demo import DemoScene
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +151,9 @@ DROPPED_AS = {QUEUED: "queued", WAITING: "waiting for the allocation lock",
 
 def served_from(node: Node, demo: bool = False) -> str:
     """Where the node is served from, for the header."""
-    if isinstance(node, AgentNode):
-        return f"agent at {node.socket_path}"
-    return "demo node, served in-process" if demo else "served in-process (no agent)"
+    if node.via == "local" and demo:
+        return "demo node, served in-process"
+    return node.where
 
 
 def _capacity_words(error: NoCapacity) -> str:
@@ -286,7 +294,7 @@ class NodeDashboard(App[int]):
 
     @property
     def agent(self) -> bool:
-        return isinstance(self.node, AgentNode)
+        return self.node.via == "agent"
 
     # -- layout -----------------------------------------------------------------
 
@@ -985,19 +993,11 @@ class NodeDashboard(App[int]):
         if request is not None:
             self.run_worker(self._launch(request), group="launch", exit_on_error=False)
 
-    def _from_here(self, request: LaunchRequest) -> LaunchRequest:
-        """Through the agent, a job runs as this account with this dashboard's
-        environment and working directory, as a launch from this shell would;
-        in-process it runs as this process anyway."""
-        if not self.agent:
-            return request
-        return replace(request, env=launch_environment(), cwd=os.getcwd())
-
     async def _launch(self, request: LaunchRequest) -> None:
         """Launch from the dialog; the node lists it (and it can be cancelled) while under way."""
         assert request.run_id is not None
         run_id = request.run_id
-        result = await self._ask(run_id, "Launch refused", self.node.launch(self._from_here(request)))
+        result = await self._ask(run_id, "Launch refused", self.node.launch(request))
         if isinstance(result, NoCapacity):
             body = (f"{_capacity_words(result)}.\n\nQueue {run_id}? It starts by itself "
                     f"{self._starts_when(request.cards)}, after the launches queued before it.")
@@ -1039,7 +1039,7 @@ class NodeDashboard(App[int]):
         more, and keeps it in line if there is still no room."""
         assert request.run_id is not None
         result = await self._ask(request.run_id, "Launch refused",
-                                 self.node.launch(self._from_here(replace(request, queue=True))))
+                                 self.node.launch(replace(request, queue=True)))
         if isinstance(result, LaunchResult) and result.queued is not None:
             self._queued_here[result.queued.run_id] = self.clock()
             kept = ("The node's agent keeps it, with or without this dashboard." if self.agent

@@ -15,8 +15,8 @@ from typing import Optional
 from rich.text import Text
 
 from ..model import NodeSnapshot
+from ..port import You
 from ..render import cards_words, format_duration
-from ..service import You
 from .detail import clock_time
 
 

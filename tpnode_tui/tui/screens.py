@@ -22,11 +22,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
 from ..config import parse_duration
-from ..drains import REASON_MOST
 from ..model import BadRequest, JobState, check_run_id
+from ..port import DRAIN_REASON_MOST, LaunchRequest, ReserveRequest
 from ..printable import printable, printable_lines
 from ..render import cards_words, show_command
-from ..service import LaunchRequest, ReserveRequest
 from .tiles import BADGES
 
 
@@ -256,8 +255,8 @@ class DrainScreen(FormScreen):
         if not reason:
             self.refuse("reason", "say why the card is drained, so the next operator knows")
             return None
-        if len(reason) > REASON_MOST:
-            self.refuse("reason", f"{len(reason)} characters: a reason is at most {REASON_MOST}")
+        if len(reason) > DRAIN_REASON_MOST:
+            self.refuse("reason", f"{len(reason)} characters: a reason is at most {DRAIN_REASON_MOST}")
             return None
         return reason
 

@@ -1,0 +1,198 @@
+"""The agent's client: its HTTP, on a blocking socket and in an event loop.
+
+Against the real agent for what a user does, and against a small server of
+the test's own, speaking raw bytes, for what a real agent rarely does: close
+a kept connection, cut an answer short, or answer something that is not HTTP.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from agent_tools import Agent, running
+from tpnode_tui.model import TpnodeError, exit_code
+from tpnode_tui.node.aiostream import unix
+from tpnode_tui.node.http import MAX_BODY, HttpClient, ProtocolError, Unreachable, straight, unix_blocking
+from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.port import AgentUnavailable
+
+WAIT_S = 15.0
+
+
+class RawServer:
+    """A Unix socket server answering each request with the next of ``answers``
+    (bytes sent as they are); ``None`` closes the connection without a word.
+    It keeps a connection open after an answer unless told otherwise, and
+    records each request's first line, and each connection."""
+
+    def __init__(self, path: Path, answers: list[bytes | None]) -> None:
+        self.path = path
+        self.answers = list(answers)
+        self.requests: list[str] = []
+        self.connections = 0
+        self.close_after: set[int] = set()  # answer numbers after which the connection is closed
+        self._server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> RawServer:
+        self._server = await asyncio.start_unix_server(self._serve, str(self.path))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                self.requests.append(head.split(b"\r\n")[0].decode())
+                answer = self.answers.pop(0)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if len(self.requests) in self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            pass
+        finally:
+            writer.close()
+
+
+def ok(doc: object, *, close: bool = False) -> bytes:
+    body = json.dumps(doc).encode()
+    extra = b"Connection: close\r\n" if close else b""
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + extra
+            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+def chunked(*pieces: bytes) -> bytes:
+    out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for piece in pieces:
+        out += f"{len(piece):x};ext=1\r\n".encode() + piece + b"\r\n"
+    return out + b"0\r\nX-Trailer: yes\r\n\r\n"
+
+
+@pytest.fixture(params=["blocking", "event loop"])
+def kind(request):
+    return request.param
+
+
+async def ask(kind: str, path: Path, work):
+    """``work(client)`` with a client of ``kind`` on ``path``: the blocking one
+    run straight through (no event loop) on a thread, so the test's server goes on."""
+    if kind == "blocking":
+        def run():
+            client = HttpClient(unix_blocking(str(path), WAIT_S))
+            try:
+                return straight(work(client))
+            finally:
+                straight(client.close())
+        return await asyncio.to_thread(run)
+    client = HttpClient(unix(str(path), WAIT_S))
+    try:
+        return await work(client)
+    finally:
+        await client.close()
+
+
+async def test_a_kept_connection_carries_the_next_request(tmp_path, kind):
+    async with RawServer(tmp_path / "s.sock", [ok({"n": 1}), ok({"n": 2})]) as server:
+        async def twice(client):
+            return [json.loads((await client.request("GET", f"/v1/{n}")).body) for n in (1, 2)]
+        assert await ask(kind, server.path, twice) == [{"n": 1}, {"n": 2}]
+    assert server.requests == ["GET /v1/1 HTTP/1.1", "GET /v1/2 HTTP/1.1"]
+    assert server.connections == 1
+
+
+async def test_a_kept_connection_the_agent_closed_is_replaced_and_the_request_made_once(tmp_path, kind):
+    async with RawServer(tmp_path / "s.sock", [ok({"n": 1}), ok({"n": 2})]) as server:
+        server.close_after = {1}  # as an agent closes an idle connection
+
+        async def twice(client):
+            first = json.loads((await client.request("GET", "/v1/1")).body)
+            return first, json.loads((await client.request("POST", "/v1/2", b"{}")).body)
+        assert await ask(kind, server.path, twice) == ({"n": 1}, {"n": 2})
+    assert server.requests == ["GET /v1/1 HTTP/1.1", "POST /v1/2 HTTP/1.1"]
+    assert server.connections == 2
+
+
+async def test_an_answer_cut_short_is_not_asked_again(tmp_path, kind):
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"half\": "
+    async with RawServer(tmp_path / "s.sock", [cut, ok({"again": True})]) as server:
+        server.close_after = {1}
+        with pytest.raises(Unreachable, match="closed in the middle of an answer"):
+            await ask(kind, server.path, lambda client: client.request("POST", "/v1/launch", b"{}"))
+    assert server.requests == ["POST /v1/launch HTTP/1.1"]
+
+
+async def test_a_stream_s_lines_whatever_its_chunks(tmp_path, kind):
+    pieces = (b'{"a": 1}\n{"b"', b': 2}\n', b'\n\n{"c": 3}\n{"d": ', b"4}")
+    async with RawServer(tmp_path / "s.sock", [chunked(*pieces)]) as server:
+        async def lines(client):
+            async with client.stream("/v1/stream") as (status, body):
+                return status, [json.loads(line) async for line in body]
+        assert await ask(kind, server.path, lines) == (200, [{"a": 1}, {"b": 2}, {"c": 3}, {"d": 4}])
+
+
+@pytest.mark.parametrize("answer, words", [
+    (b"SSH-2.0-OpenSSH_9.2\r\n", "not an HTTP answer"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: " + str(MAX_BODY + 1).encode() + b"\r\n\r\n", "Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n", "Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not hexadecimal"),
+    (b"HTTP/1.1 200 OK\r\nX-Long: " + b"x" * (70 * 1024) + b"\r\n\r\n", "too long"),
+])
+async def test_what_is_not_http_is_a_protocol_error(tmp_path, kind, answer, words):
+    async with RawServer(tmp_path / "s.sock", [answer]) as server:
+        server.close_after = {1}
+        with pytest.raises(ProtocolError, match=words):
+            await ask(kind, server.path, lambda client: client.request("GET", "/v1/whoami"))
+
+
+async def test_the_node_says_in_one_line_what_an_answer_that_is_not_http_was(tmp_path):
+    async with RawServer(tmp_path / "s.sock", [b"220 smtp ready\r\n"]) as server:
+        node = AgentNode(server.path)
+        try:
+            with pytest.raises(TpnodeError) as said:
+                await node.status()
+        finally:
+            await node.close()
+    assert "answered something that is not HTTP" in str(said.value) and "\n" not in str(said.value)
+    assert exit_code(said.value) == 1
+
+
+def test_work_that_waits_on_an_event_loop_is_refused_straight_through():
+    async def sleeps():
+        await asyncio.sleep(0)
+
+    with pytest.raises(RuntimeError, match="waited for one"):
+        straight(sleeps())
+
+
+async def test_a_blocking_node_asks_the_real_agent_without_an_event_loop(tmp_path):
+    async with running(Agent(tmp_path)) as agent:
+        def look():
+            node = AgentNode(agent.socket, blocking=True)
+            try:
+                assert straight(node.answers())
+                view = straight(node.status())
+                return view.you.user, len(view.snapshot.cards), node.where
+            finally:
+                straight(node.close())
+        user, cards, where = await asyncio.to_thread(look)
+    assert (cards, where) == (8, f"agent at {agent.socket}") and user
+
+
+def test_no_agent_is_unavailable_not_an_error_of_ours(tmp_path):
+    gone = AgentNode(tmp_path / "nobody.sock", blocking=True)
+    assert straight(gone.answers()) is False
+    with pytest.raises(AgentUnavailable, match="no agent answers at .*nobody.sock"):
+        straight(gone.status())

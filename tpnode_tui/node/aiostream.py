@@ -1,0 +1,71 @@
+"""Streams for an event loop: connections to the agent read without blocking.
+
+The dashboard follows readings and the log while it acts, so its connections
+must never block the loop; a command that asks one question uses the
+blocking kind in :mod:`.http` instead, and never loads this.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from .http import MAX_HEAD_LINE, Connector, ProtocolError, Stream, Unreachable
+
+
+class AsyncioStream:
+    """asyncio's reader and writer as a :class:`~.http.Stream`."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def read_line(self) -> bytes:
+        try:
+            return await self._reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError:
+            raise Unreachable("the connection closed in the middle of an answer") from None
+        except asyncio.LimitOverrunError:
+            raise ProtocolError("a header line too long to read") from None
+        except OSError as e:
+            raise Unreachable(e.strerror or str(e), e) from None
+
+    async def read_exactly(self, n: int) -> bytes:
+        try:
+            return await self._reader.readexactly(n)
+        except asyncio.IncompleteReadError:
+            raise Unreachable("the connection closed in the middle of an answer") from None
+        except OSError as e:
+            raise Unreachable(e.strerror or str(e), e) from None
+
+    async def read_some(self, n: int) -> bytes:
+        try:
+            return await self._reader.read(n)
+        except OSError as e:
+            raise Unreachable(e.strerror or str(e), e) from None
+
+    async def send(self, data: bytes) -> None:
+        try:
+            self._writer.write(data)
+            await self._writer.drain()
+        except OSError as e:
+            raise Unreachable(e.strerror or str(e), e) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._writer.close()
+
+
+def unix(path: str, timeout_s: float) -> Connector:
+    """Connections to the Unix socket at ``path``, for an event loop."""
+
+    async def connect() -> Stream:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(path, limit=MAX_HEAD_LINE), timeout_s)
+        except asyncio.TimeoutError:
+            raise Unreachable(f"no answer within {timeout_s:g} s") from None
+        except OSError as e:
+            raise Unreachable(e.strerror or str(e) or type(e).__name__, e) from None
+        return AsyncioStream(reader, writer)
+
+    return connect

@@ -1,0 +1,321 @@
+"""Just enough HTTP/1.1 to ask the node's agent, over any byte stream.
+
+A command asks the agent one question and exits, so it must start fast: a
+general client library costs more to import than the whole answer takes
+(aiohttp's client alone was 150 ms of a 370 ms ``status``). The agent's API
+is small and ours: JSON bodies with a Content-Length, and streams of JSON
+lines sent chunked. That is all this speaks.
+
+The bytes travel over a :class:`Stream`, which a *connector* opens: the
+agent's Unix socket, or a bridge to it started over SSH; each comes in two
+kinds, one for an event loop (the dashboard) and one that blocks (a command
+that asks one question, which then needs no event loop at all: see
+:func:`straight`). The HTTP is written once, as coroutines, for both.
+
+Connections are kept for the next request (a new SSH bridge per request
+would cost a login each time). A kept one the agent has closed meanwhile is
+noticed before anything of the answer arrived, and the request is made once
+more on a new connection: the agent never read it (it closes only idle
+connections), or, for a launch, meets the same run id again, which it
+answers as the same request.
+"""
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Protocol, TypeVar
+
+T = TypeVar("T")
+
+#: the most one answer, one chunk or one line of a stream may take (a
+#: 1024-card node's reading is far below it); more is an agent gone wrong
+MAX_BODY = 64 * 1024 * 1024
+#: the longest status or header line read
+MAX_HEAD_LINE = 64 * 1024
+#: connections kept open for the next request
+KEEP = 2
+
+
+class Unreachable(Exception):
+    """No answer could be had: the connection could not be made, or broke.
+    ``cause`` is the error underneath (an OSError names what the kernel said)."""
+
+    def __init__(self, why: str, cause: Optional[BaseException] = None) -> None:
+        super().__init__(why)
+        self.cause = cause
+
+
+class ProtocolError(Exception):
+    """The other end answered, but not in HTTP this client can read."""
+
+
+class Stream(Protocol):
+    """One connection's bytes. Reads raise :class:`Unreachable` when the
+    connection ends or breaks before what was asked for arrived."""
+
+    async def read_line(self) -> bytes:
+        """Up to and including the next ``\\n`` (at most MAX_HEAD_LINE bytes)."""
+        ...
+
+    async def read_exactly(self, n: int) -> bytes: ...
+
+    async def read_some(self, n: int) -> bytes:
+        """At most ``n`` bytes, at least one; b"" at the end of the connection."""
+        ...
+
+    async def send(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+Connector = Callable[[], Awaitable[Stream]]
+
+
+def straight(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end without an event loop.
+
+    Only for work whose every wait is on a blocking stream (:class:`SocketStream`
+    and the like), which never suspends: a command that asks the agent one
+    question then costs no asyncio, whose import alone takes longer than a
+    Python start. A coroutine that does suspend is a mistake of ours, said so."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("work run without an event loop waited for one")
+
+
+def _gone(e: OSError) -> Unreachable:
+    return Unreachable(e.strerror or str(e) or type(e).__name__, e)
+
+
+class SocketStream:
+    """A connected socket, read and written blocking."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._file = sock.makefile("rb")
+
+    async def read_line(self) -> bytes:
+        try:
+            line = self._file.readline(MAX_HEAD_LINE + 1)
+        except OSError as e:
+            raise _gone(e) from None
+        if len(line) > MAX_HEAD_LINE:
+            raise ProtocolError("a header line too long to read")
+        if not line.endswith(b"\n"):
+            raise Unreachable("the connection closed in the middle of an answer")
+        return line
+
+    async def read_exactly(self, n: int) -> bytes:
+        try:
+            data = self._file.read(n)
+        except OSError as e:
+            raise _gone(e) from None
+        if len(data) < n:
+            raise Unreachable("the connection closed in the middle of an answer")
+        return data
+
+    async def read_some(self, n: int) -> bytes:
+        try:
+            return self._file.read1(n)
+        except OSError as e:
+            raise _gone(e) from None
+
+    async def send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as e:
+            raise _gone(e) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+            self._sock.close()
+
+
+def unix_blocking(path: str, timeout_s: float) -> Connector:
+    """Connections to the Unix socket at ``path``, made and used blocking."""
+
+    async def connect() -> Stream:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+            sock.settimeout(None)  # an answer may wait on the allocation lock, as long as it takes
+        except TimeoutError:
+            sock.close()
+            raise Unreachable(f"no answer within {timeout_s:g} s") from None
+        except OSError as e:
+            sock.close()
+            raise _gone(e) from None
+        return SocketStream(sock)
+
+    return connect
+
+
+class _Response:
+    """One answer being read: its status and headers, then its body."""
+
+    def __init__(self, stream: Stream, status: int, headers: dict[str, str]) -> None:
+        self.stream = stream
+        self.status = status
+        self.headers = headers
+        #: True once the body ran to its end, so the connection may carry another
+        self.complete = False
+
+    @property
+    def reusable(self) -> bool:
+        return self.complete and "close" not in self.headers.get("connection", "").lower()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, whatever its framing."""
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            async for data in self._chunked():
+                yield data
+            return
+        length = self.headers.get("content-length")
+        if length is None:  # the body runs to the end of the connection
+            total = 0
+            while data := await self.stream.read_some(1 << 20):
+                total += len(data)
+                if total > MAX_BODY:
+                    raise ProtocolError(f"an answer longer than {MAX_BODY} bytes")
+                yield data
+            return
+        if not length.isdigit() or int(length) > MAX_BODY:
+            raise ProtocolError(f"a Content-Length of {length[:40]!r}, not a number up to {MAX_BODY}")
+        left = int(length)
+        while left:
+            data = await self.stream.read_some(min(left, 1 << 20))
+            if not data:
+                raise Unreachable("the connection closed in the middle of an answer")
+            left -= len(data)
+            yield data
+        self.complete = True
+
+    async def _chunked(self) -> AsyncIterator[bytes]:
+        while True:
+            size_line = (await self.stream.read_line()).strip()
+            digits = size_line.split(b";", 1)[0].strip()
+            try:
+                size = int(digits, 16)
+            except ValueError:
+                raise ProtocolError(f"a chunk size that is not hexadecimal: {size_line[:40]!r}") from None
+            if not 0 <= size <= MAX_BODY:
+                raise ProtocolError(f"a chunk of {size} bytes, more than {MAX_BODY}")
+            if size == 0:
+                while (await self.stream.read_line()).strip():  # trailers, to the blank line
+                    pass
+                self.complete = True
+                return
+            data = await self.stream.read_exactly(size)
+            await self.stream.read_exactly(2)  # the chunk's CRLF
+            yield data
+
+    async def body(self) -> bytes:
+        parts = []
+        total = 0
+        async for chunk in self.chunks():
+            total += len(chunk)
+            if total > MAX_BODY:
+                raise ProtocolError(f"an answer longer than {MAX_BODY} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """The body's non-empty lines, however it was cut into chunks."""
+        buffer = b""
+        async for chunk in self.chunks():
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield line
+            if len(buffer) > MAX_BODY:
+                raise ProtocolError(f"a line longer than {MAX_BODY} bytes")
+        if buffer.strip():
+            yield buffer
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+
+
+class HttpClient:
+    """Requests to one agent, over streams from ``connect``; ``host`` only fills the Host header."""
+
+    def __init__(self, connect: Connector, *, host: str = "tpnode-agent") -> None:
+        self._connect = connect
+        self.host = host
+        self._idle: list[Stream] = []
+
+    async def _send(self, method: str, path: str, body: Optional[bytes]) -> _Response:
+        """The request sent and the answer's head read, on a kept connection or
+        a new one; a kept one that turns out closed is replaced, once each."""
+        while True:
+            kept = bool(self._idle)
+            stream = self._idle.pop() if kept else await self._connect()
+            answered = False
+            try:
+                await stream.send(self._head(method, path, body) + (body or b""))
+                status_line = await stream.read_line()
+                answered = True
+                return await self._response(stream, status_line)
+            except BaseException as e:
+                stream.close()
+                if isinstance(e, Unreachable) and kept and not answered:
+                    continue  # a kept connection the agent had closed: nothing of an answer came
+                raise
+
+    def _head(self, method: str, path: str, body: Optional[bytes]) -> bytes:
+        head = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", "Accept: application/json"]
+        if body is not None:
+            head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        elif method != "GET":
+            head.append("Content-Length: 0")
+        return ("\r\n".join(head) + "\r\n\r\n").encode("ascii")
+
+    @staticmethod
+    async def _response(stream: Stream, status_line: bytes) -> _Response:
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise ProtocolError(f"not an HTTP answer: {status_line[:60]!r}")
+        headers: dict[str, str] = {}
+        while line := (await stream.read_line()).strip():
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return _Response(stream, int(parts[1]), headers)
+
+    async def request(self, method: str, path: str, body: Optional[bytes] = None) -> Answer:
+        """One request and its whole answer."""
+        response = await self._send(method, path, body)
+        try:
+            data = await response.body()
+        except BaseException:
+            response.stream.close()
+            raise
+        if response.reusable and len(self._idle) < KEEP:
+            self._idle.append(response.stream)
+        else:
+            response.stream.close()
+        return Answer(response.status, data)
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        """A GET whose answer is a stream: its status, and its lines as they come.
+        The connection is closed when the block ends: a stream is not resumed."""
+        response = await self._send("GET", path, None)
+        try:
+            yield response.status, response.lines()
+        finally:
+            response.stream.close()
+
+    async def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
