@@ -18,7 +18,10 @@ temporary state dir, a 1 s interval), its probe reads counted.
 - ``tpnode-tui status``: the console script through the agent and in-process
   (``TUNEPLANE_AGENT=off``, the same node and state dir), in turn
   round by round, each a whole process from exec to exit; median and p90. Beside them,
-  an interpreter that only imports ``tpnode_tui.cli``: what both pay first.
+  an interpreter that only imports ``tpnode_tui.cli`` (what both pay first) and one
+  that does nothing (``python -c pass``, a bare Python start): the goal is both
+  under 3 times that. Whether the package is installed editable is noted: an
+  editable install's import hook is part of every start.
 """
 from __future__ import annotations
 
@@ -245,12 +248,13 @@ def _status_times(env: dict[str, str], rounds: int) -> dict[str, list[float]]:
     status = _status_command()
     ways = {"agent": (status, {**env, "TUNEPLANE_AGENT": "on"}, "through the node's agent"),
             "local": (status, {**env, "TUNEPLANE_AGENT": "off"}, "served by this process"),
-            "import": ([sys.executable, "-c", "import tpnode_tui.cli"], env, "")}
+            "import": ([sys.executable, "-c", "import tpnode_tui.cli"], env, ""),
+            "bare": ([sys.executable, "-c", "pass"], env, "")}
     order = list(ways)
     times: dict[str, list[float]] = {way: [] for way in ways}
     load0 = os.getloadavg()[0]
     for n in range(rounds + 1):  # the first round warms the page cache and is thrown away
-        for way in order[n % 3:] + order[:n % 3]:
+        for way in order[n % len(order):] + order[:n % len(order)]:
             command, way_env, says = ways[way]
             start = time.perf_counter()
             done = subprocess.run(command, env=way_env, capture_output=True, text=True, timeout=120)
@@ -262,6 +266,17 @@ def _status_times(env: dict[str, str], rounds: int) -> dict[str, list[float]]:
                 times[way].append(elapsed)
     times["load"] = [load0, os.getloadavg()[0]]
     return times
+
+
+def _install_kind() -> str:
+    """"editable" when this interpreter imports the package from a work tree."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        direct = distribution("tpnode-tui").read_text("direct_url.json") or "{}"
+    except PackageNotFoundError:
+        return "nowhere (imported from the work tree)"
+    return "editable" if json.loads(direct).get("dir_info", {}).get("editable") else "as a copy (not editable)"
 
 
 def _window_s(quick: bool) -> float:
@@ -365,12 +380,26 @@ def run(quick: bool) -> Section:
                              f"in-process {p90['local']:.0f} ms; {_load(times['load'])}")
     rows["import"] = Row("cli_import_ms", "of which: Python starting and importing tpnode_tui.cli",
                          results[8, "status"]["import"] + results[64, "status"]["import"])
+    rows["bare"] = Row("python_start_ms", "a bare Python start (python -c pass)",
+                       results[8, "status"]["bare"] + results[64, "status"]["bare"])
     section.rows += rows.values()
+    bare = rows["bare"].median
+    if bare is not None:
+        section.limits += [
+            Limit("status through the agent, 8 cards, ms: under 3 bare Python starts", rows["status_agent8"],
+                  3 * bare),
+            Limit("status in-process, 8 cards, ms: under 3 bare Python starts", rows["status_local8"], 3 * bare),
+        ]
+    section.notes.append(f"the package is installed {_install_kind()} in {sys.prefix}")
     section.ratios += [
         Ratio("agent_reads_20_over_1", "probe reads with 20 streams / with 1, 8 cards",
               rows["reads8_20"], rows["reads8_1"]),
         Ratio("status_local_over_agent", "status in-process / through the agent, 8 cards",
               rows["status_local8"], rows["status_agent8"]),
+        Ratio("status_agent_over_bare", "status through the agent / a bare Python start, 8 cards",
+              rows["status_agent8"], rows["bare"]),
+        Ratio("status_local_over_bare", "status in-process / a bare Python start, 8 cards",
+              rows["status_local8"], rows["bare"]),
     ]
     section.limits += [
         Limit("probe reads per second, 8 cards, 20 streams", rows["reads8_20"], 1.05, inclusive=True),
