@@ -464,3 +464,15 @@ async def test_a_mig_card_whose_device_count_cannot_be_read_has_unknown_slices(m
 async def test_a_mig_card_with_no_devices_made_yet_has_none(make):
     (card,) = (await make(FakeNvml([FakeCard(mig=True)])).read()).cards
     assert (card.mig_mode, card.slices, card.processes) == (True, (), ())
+
+
+async def test_a_mig_card_without_a_whole_card_memory_figure_is_seen_through_its_slices(make):
+    """Some drivers give no whole-card memory in MIG mode; each slice's is still read."""
+    card, unread = mig_card(), mig_card()
+    card.errors["memory_v2"] = card.errors["memory"] = NVMLError_NotSupported
+    unread.errors["memory_v2"] = unread.errors["memory"] = NVMLError_NotSupported
+    unread.slices[1].errors["memory_v2"] = unread.slices[1].errors["memory"] = NVMLError_NotSupported
+    reading = await make(FakeNvml([card, unread])).read()
+    assert reading.cards[0].memory_used_mib is None and reading.cards[0].in_use(512)  # its slice 1 holds 3013 MiB
+    assert not reading.external_probe_ok
+    assert reading.problem.startswith("memory use could not be read on card 1, so use from outside")
