@@ -1,6 +1,10 @@
 """MIG as every probe reads it: the rules they share, and a node in MIG mode read by each."""
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +14,9 @@ from tpnode_tui.model import CardFacts, ProcessFacts, SliceFacts
 from tpnode_tui.printable import printable_view
 from tpnode_tui.probes import mig
 from tpnode_tui.probes.nvml import NvmlProbe
+from tpnode_tui.probes.smi import SmiProbe
+
+CAPTURE = Path(__file__).parent / "captures" / "h200-mig"
 
 #: tests/captures/h200-mig's card 0, slice by slice:
 #: (index, profile, uuid, GPU instance, compute instance, MiB total, MiB used, pids)
@@ -48,6 +55,34 @@ async def test_nvml_reads_the_h200_in_mig_mode_as_five_slices():
         assert_reads_as_the_h200_capture(await probe.read())
     finally:
         await probe.close()
+
+
+@pytest.fixture
+def smi_capture(monkeypatch):
+    """The nvidia-smi stub first on PATH, replaying tests/captures/h200-mig."""
+    for name in list(os.environ):
+        if name.startswith("TPN_SMI_"):
+            monkeypatch.delenv(name)
+    stubs = Path(__file__).parent / "stubs"
+    monkeypatch.setenv("PATH", os.pathsep.join([str(stubs), os.path.dirname(sys.executable), os.environ["PATH"]]))
+    monkeypatch.setenv("TPN_SMI_CAPTURE", str(CAPTURE))
+
+
+async def test_nvidia_smi_reads_the_h200_capture_as_five_slices(smi_capture):
+    assert_reads_as_the_h200_capture(await SmiProbe().read())
+
+
+async def test_both_probes_read_the_h200_alike(smi_capture):
+    probe = NvmlProbe(nvml=FakeNvml(h200_in_mig_mode()))
+    try:
+        by_nvml = await probe.read()
+    finally:
+        await probe.close()
+    by_smi = await SmiProbe().read()
+    assert by_nvml.cards[0].slices == by_smi.cards[0].slices
+    assert [c.processes for c in by_nvml.cards] == [c.processes for c in by_smi.cards]
+    assert [(c.uuid, c.mig_mode, c.memory_used_mib) for c in by_nvml.cards] == [
+        (c.uuid, c.mig_mode, c.memory_used_mib) for c in by_smi.cards]
 
 
 # -- the shared rules -------------------------------------------------------------
