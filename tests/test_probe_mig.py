@@ -10,10 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fake_pynvml import FakeNvml, h200_in_mig_mode
+from services import write_scene
 from tpnode_tui.model import CardFacts, ProcessFacts, SliceFacts
 from tpnode_tui.printable import printable_view
 from tpnode_tui.probes import mig
 from tpnode_tui.probes.nvml import NvmlProbe
+from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.probes.smi import SmiProbe
 
 CAPTURE = Path(__file__).parent / "captures" / "h200-mig"
@@ -83,6 +85,20 @@ async def test_both_probes_read_the_h200_alike(smi_capture):
     assert [c.processes for c in by_nvml.cards] == [c.processes for c in by_smi.cards]
     assert [(c.uuid, c.mig_mode, c.memory_used_mib) for c in by_nvml.cards] == [
         (c.uuid, c.mig_mode, c.memory_used_mib) for c in by_smi.cards]
+
+
+async def test_the_simulated_probe_reads_the_h200_written_as_a_scene_alike(tmp_path):
+    def slice_(index, profile, uuid, gi, ci, total, used, pids):
+        used_by = {4242: 20480, 5151: 9000}
+        return {"profile": profile, "uuid": uuid, "gpu_instance_id": gi, "compute_instance_id": ci,
+                "memory_total_mib": total, "memory_used_mib": used,
+                "processes": [{"pid": pid, "used_memory_mib": used_by[pid]} for pid in pids]}
+
+    split = {"uuid": "GPU-8f0d4c2e-31b7-6a5e-92c4-7d1e0b3a5f61", "memory_used_mib": 30444, "mig": True,
+             "slices": [slice_(*row) for row in H200_SLICES]}
+    whole = {"uuid": "GPU-3a91e7c5-0b24-4d6f-a8e3-5c7b2f9d1e04", "memory_used_mib": 1}
+    reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [split, whole])).read()
+    assert_reads_as_the_h200_capture(reading)
 
 
 # -- the shared rules -------------------------------------------------------------
