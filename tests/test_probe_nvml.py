@@ -204,6 +204,7 @@ async def test_a_lost_gpu_is_unhealthy_and_still_counted(make, where):
     card = reading.cards[1]
     assert card.health == (health.GPU_LOST,)
     assert (card.name, card.memory_used_mib, card.processes) == (None, None, None)
+    assert (card.mig_mode, card.slices) == (None, None)  # nothing known of it, whole or split
     assert reading.cards[2].health == () and reading.cards[2].memory_used_mib == 1
     # a lost card is not handed out anyway, so it does not blind the node
     assert reading.external_probe_ok
@@ -214,6 +215,7 @@ async def test_a_card_nvml_cannot_open_is_not_offered(make):
     card.errors["handle"] = NVMLError_NoPermission
     (facts,) = (await make(FakeNvml([card])).read()).cards
     assert facts.health == ("NVML cannot open this card (Insufficient Permissions)",)
+    assert (facts.mig_mode, facts.slices) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -401,7 +403,7 @@ async def test_a_gpu_found_lost_through_a_mig_device_is_a_lost_card(make, where)
     card.slices[1].errors[where] = NVMLError_GpuIsLost
     reading = await make(FakeNvml([card, FakeCard()])).read()
     assert reading.cards[0].health == (health.GPU_LOST,)
-    assert (reading.cards[0].slices, reading.cards[0].processes) == (None, None)
+    assert (reading.cards[0].mig_mode, reading.cards[0].slices, reading.cards[0].processes) == (None, None, None)
     assert reading.cards[1].health == () and reading.cards[1].memory_used_mib == 1
 
 

@@ -80,6 +80,7 @@ async def test_a_lost_gpu(tmp_path):
     reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [{}, {"lost": True}])).read()
     assert reading.count == 2
     assert reading.cards[1].health == (health.GPU_LOST,) and reading.cards[1].memory_used_mib is None
+    assert (reading.cards[1].mig_mode, reading.cards[1].slices) == (None, None)
     assert reading.external_probe_ok
 
 

@@ -316,15 +316,16 @@ class CardFacts:
     #: why the card must not be handed out; empty when healthy or not checked
     health: tuple[str, ...] = ()
     #: True when the card is split into MIG devices, False when it is whole
-    #: (a card that cannot do MIG is whole); ``None`` when it could not be told
-    mig_mode: Optional[bool] = None
+    #: (a card that cannot do MIG is whole, and so is one nobody said is split:
+    #: every reading was, before MIG); ``None`` when it could not be told
+    mig_mode: Optional[bool] = False
     #: the MIG mode the card takes at its next reset, where that differs from
     #: ``mig_mode`` (True: it waits for a reset to be split; False: to be whole
     #: again); ``None`` when nothing is pending or it could not be told
     mig_pending: Optional[bool] = None
     #: the MIG devices of a card in MIG mode, by index; ``()`` on a whole card
     #: (or a MIG card with none made yet); ``None`` when they could not be listed
-    slices: Optional[tuple[SliceFacts, ...]] = None
+    slices: Optional[tuple[SliceFacts, ...]] = ()
 
     def in_use(self, mem_busy_mib: int) -> bool:
         """Whether something holds this card, or any part of it, by either signal.

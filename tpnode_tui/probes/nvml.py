@@ -259,7 +259,8 @@ class _CardReader:
             raise
         except nv.NVMLError as e:
             # A card NVML cannot open cannot be seen, so it must not be handed out.
-            return CardFacts(index=index, processes=None, health=(f"NVML cannot open this card ({e})",))
+            return CardFacts(index=index, processes=None, health=(f"NVML cannot open this card ({e})",),
+                             mig_mode=None, slices=None)
 
         mig_mode, mig_pending = self.field("the MIG mode", _mig_modes, nv, handle) or (None, None)
         memory = self.field("memory use", _memory, nv, handle)
@@ -450,4 +451,4 @@ class NvmlProbe:
         try:
             return _CardReader(nv, index, notes).read()
         except nv.NVMLError_GpuIsLost:
-            return CardFacts(index=index, processes=None, health=(health.GPU_LOST,))
+            return CardFacts(index=index, processes=None, health=(health.GPU_LOST,), mig_mode=None, slices=None)

@@ -228,7 +228,7 @@ def _card(index: int, value: Any, blind: bool) -> CardFacts:
     where = f"card {index}"
     raw = _object(value, where)
     if _flag(raw, "lost", where):
-        return CardFacts(index=index, processes=None, health=(health.GPU_LOST,))
+        return CardFacts(index=index, processes=None, health=(health.GPU_LOST,), mig_mode=None, slices=None)
     mig_mode = _maybe_flag(raw, "mig", where)
     pending = _maybe_flag(raw, "mig_pending", where) if "mig_pending" in raw else mig_mode
     slices = _slices(index, raw, mig_mode, blind)
