@@ -493,6 +493,9 @@ def test_mig_document_parser_tolerates_what_is_missing():
         UUID1: ({}, None),
     }
     assert parse_mig_xml("<html><gpu><uuid>x</uuid></gpu></html>") is None
+    assert parse_mig_xml(f"<nvidia_smi_log><gpu><uuid>{UUID0}</uuid><processes><process_info><pid>7</pid>"
+                         "<process_name>\x1b\udcff</process_name></process_info></processes></gpu></nvidia_smi_log>"
+                         ) == {UUID0: ({}, [(None, None, ProcessFacts(7))])}
     assert parse_mig_xml("<nvidia_smi_log><gpu>") is None
 
 

@@ -267,9 +267,10 @@ def parse_mig_list(text: str) -> dict[str, list[Listed]]:
     return cards
 
 
-#: XML 1.0 forbids these; a process name carrying one (any user names their own
-#: processes) would make the whole document unreadable.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+#: XML 1.0 forbids these (and a lone surrogate cannot even be encoded); a process
+#: name carrying one (any user names their own processes) would make the whole
+#: document unreadable.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 #: what ``nvidia-smi -q -x`` says of one card's MIG devices: the devices by
 #: index (instance ids and memory; uuid, profile and processes not in it), and
