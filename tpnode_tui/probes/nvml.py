@@ -204,6 +204,18 @@ def _mig_modes(nv: Any, handle: Any) -> tuple[bool, Optional[bool]]:
     return on, None if after == on else after
 
 
+def _card_processes(nv: Any, handle: Any, split: bool) -> Any:
+    """The card's process infos. In MIG mode NVML gives them only to a privileged
+    caller, by design: then None, without a word, and the slices' own lists
+    make the card's (see :func:`mig.card_processes`)."""
+    try:
+        return nv.nvmlDeviceGetComputeRunningProcesses(handle)
+    except nv.NVMLError_NoPermission:
+        if split:
+            return None
+        raise
+
+
 def _instance_id(value: Any) -> Optional[int]:
     """A GPU or compute instance id; None where there is none (or the binding gave none)."""
     if value is None or int(value) == _NO_INSTANCE:
@@ -268,7 +280,7 @@ class _CardReader:
         # In MIG mode the card's utilisation covers none of its slices: not asked.
         util = None if mig_mode else self.field("utilization", nv.nvmlDeviceGetUtilizationRates, handle)
         milliwatts = self.field("power draw", nv.nvmlDeviceGetPowerUsage, handle)
-        procs = self.field("the process list", nv.nvmlDeviceGetComputeRunningProcesses, handle)
+        procs = self.field("the process list", _card_processes, nv, handle, bool(mig_mode))
         processes = None if procs is None else tuple(_process(p) for p in procs)
         slices: Optional[tuple[SliceFacts, ...]] = () if mig_mode is False else None
         if mig_mode:
