@@ -13,7 +13,25 @@ it as a driver that costs nothing.
 
 Field names for ``errors`` and ``hang``: handle, uuid, name, pci, memory_v2
 (memory info version 2), memory (version 1), utilization, temperature, power, processes, retired_pages, ecc,
-remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events.
+remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events,
+mig_mode, max_mig (the MIG device count), mig_handle (every MIG device handle of the card).
+
+MIG, as nvidia-ml-py answers it (``nvmlDeviceGetMigMode`` -> [current, pending],
+``nvmlDeviceGetMaxMigDeviceCount``, ``nvmlDeviceGetMigDeviceHandleByIndex``,
+which raises NotFound for an empty slot; a MIG device handle answers
+``nvmlDeviceGetUUID`` "MIG-...", ``nvmlDeviceGetName`` "NVIDIA H200 MIG 1g.18gb",
+``nvmlDeviceGetGpuInstanceId``, ``nvmlDeviceGetComputeInstanceId``, memory
+info and its own processes; the card's process infos carry the instance ids):
+
+    card = FakeCard(mig=True, slices=[FakeSlice("3g.71gb", gpu_instance_id=2), None,
+                                      FakeSlice("1g.18gb", gpu_instance_id=9, processes=[(4242, 3000)])])
+    card.slices[0].errors["memory_v2"] = NVMLError_Unknown     # field names as for a card
+    FakeCard(mig=False, mig_pending=True)                       # MIG enabled, waiting for a reset
+    consumer_style()                                             # a card that cannot do MIG
+
+In MIG mode the card's utilisation raises NotSupported, as the real call does,
+and its process list is every slice's (with their instance ids) followed by
+``processes``, whose entries may name their own ids: (pid, MiB, gi, ci).
 
 Events, as nvidia-ml-py's event API delivers them (``nvmlEventSetCreate``,
 ``nvmlDeviceRegisterEvents``, ``nvmlEventSetWait_v2``):
@@ -50,6 +68,7 @@ from pynvml import (  # noqa: F401  (re-exported for tests)
     NVMLError_InvalidArgument,
     NVMLError_LibraryNotFound,
     NVMLError_NoPermission,
+    NVMLError_NotFound,
     NVMLError_NotSupported,
     NVMLError_Timeout,
     NVMLError_Uninitialized,
@@ -70,6 +89,28 @@ EVENT_GPU_UNAVAILABLE = pynvml.nvmlEventTypeGpuUnavailableError
 RECOVERY_ACTION_FIELD = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 _NVML_SUCCESS = pynvml.NVML_SUCCESS
 _NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+
+
+#: the instance id NVML gives a process on a card not in MIG mode
+NO_INSTANCE = 0xFFFFFFFF
+
+
+@dataclass(eq=False)  # MIG device handles are told apart by identity, like cards
+class FakeSlice:
+    """One MIG device (a compute instance in a GPU instance) of a FakeCard."""
+
+    profile: str = "1g.18gb"
+    gpu_instance_id: int = 9
+    compute_instance_id: int = 0
+    uuid: Optional[str] = None  # made up from the card and slot when None
+    memory_total_mib: int = 16384
+    memory_used_mib: int = 13
+    #: (pid, used MiB or None)
+    processes: list[tuple[int, Optional[int]]] = field(default_factory=list)
+    #: field name -> error class that call raises on this MIG device
+    errors: dict[str, type] = field(default_factory=dict)
+    #: the card it is a slot of, set when its handle is first asked for
+    parent: Optional[FakeCard] = field(default=None, repr=False)
 
 
 @dataclass(eq=False)  # cards are told apart by identity, like handles
@@ -99,6 +140,12 @@ class FakeCard:
     supported_events: int = EVENT_XID | EVENT_DOUBLE_BIT_ECC | EVENT_GPU_UNAVAILABLE
     #: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, or None when the driver does not report it
     recovery_action: Optional[int] = None
+    #: MIG mode now, and after the next reset (None: the same as now)
+    mig: bool = False
+    mig_pending: Optional[bool] = None
+    #: MIG devices by slot; None is an empty slot
+    slices: list[Optional[FakeSlice]] = field(default_factory=list)
+    max_mig_devices: int = 7
 
 
 @dataclass(eq=False)
@@ -119,6 +166,9 @@ class FakeNvml:
     NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
     NVMLError_NoPermission = NVMLError_NoPermission
     NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    NVMLError_NotFound = NVMLError_NotFound
+    NVML_DEVICE_MIG_ENABLE = pynvml.NVML_DEVICE_MIG_ENABLE
+    NVML_DEVICE_MIG_DISABLE = pynvml.NVML_DEVICE_MIG_DISABLE
     NVMLError_LibRmVersionMismatch = pynvml.NVMLError_LibRmVersionMismatch
     NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
     NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
@@ -172,17 +222,22 @@ class FakeNvml:
         self._hangs[what] = event
         return event
 
-    def _enter(self, what: str, card: Optional[FakeCard] = None) -> None:
+    def _enter(self, what: str, device: Optional[FakeCard | FakeSlice] = None) -> None:
         self.calls[what] += 1
         event = self._hangs.get(what)
         if event is not None:
             event.wait()
-        if card is not None:
-            if card.lost:
+        if device is not None:
+            card = device.parent if isinstance(device, FakeSlice) else device
+            if card is not None and card.lost:
                 raise NVMLError_GpuIsLost()
-            error = card.errors.get(what)
+            error = device.errors.get(what)
             if error is not None:
                 raise error()
+
+    def _slot(self, mig: FakeSlice) -> tuple[int, int]:
+        assert mig.parent is not None
+        return self.cards.index(mig.parent), mig.parent.slices.index(mig)
 
     # -- library -----------------------------------------------------------
     def nvmlInit(self) -> None:
@@ -208,13 +263,19 @@ class FakeNvml:
         return card
 
     # -- identity ------------------------------------------------------------
-    def nvmlDeviceGetUUID(self, card: FakeCard) -> str:
-        self._enter("uuid", card)
-        return card.uuid or f"GPU-1c0f8a1e-0000-4000-8000-{self.cards.index(card):012d}"
+    def nvmlDeviceGetUUID(self, device: FakeCard | FakeSlice) -> str:
+        self._enter("uuid", device)
+        if isinstance(device, FakeSlice):
+            card, slot = self._slot(device)
+            return device.uuid or f"MIG-5a6ef5fb-0000-5000-8000-{card:06d}{slot:06d}"
+        return device.uuid or f"GPU-1c0f8a1e-0000-4000-8000-{self.cards.index(device):012d}"
 
-    def nvmlDeviceGetName(self, card: FakeCard) -> str:
-        self._enter("name", card)
-        return card.name
+    def nvmlDeviceGetName(self, device: FakeCard | FakeSlice) -> str:
+        self._enter("name", device)
+        if isinstance(device, FakeSlice):
+            assert device.parent is not None
+            return f"{device.parent.name} MIG {device.profile}"
+        return device.name
 
     def nvmlDeviceGetPciInfo(self, card: FakeCard) -> SimpleNamespace:
         self._enter("pci", card)
@@ -222,9 +283,9 @@ class FakeNvml:
         return SimpleNamespace(busId=bus)
 
     # -- use ---------------------------------------------------------------
-    def nvmlDeviceGetMemoryInfo(self, card: FakeCard, version: Optional[int] = None) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, card: FakeCard | FakeSlice, version: Optional[int] = None) -> SimpleNamespace:
         total, used = card.memory_total_mib * MIB, card.memory_used_mib * MIB
-        reserved = card.memory_reserved_mib * MIB
+        reserved = card.memory_reserved_mib * MIB if isinstance(card, FakeCard) else 0
         if version is None:
             self._enter("memory", card)
             return SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
@@ -237,6 +298,8 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, card: FakeCard) -> SimpleNamespace:
         self._enter("utilization", card)
+        if card.mig:
+            raise NVMLError_NotSupported()
         return SimpleNamespace(gpu=card.utilization_pct, memory=0)
 
     def nvmlDeviceGetTemperature(self, card: FakeCard, sensor: int) -> int:
@@ -249,17 +312,56 @@ class FakeNvml:
         self._enter("power", card)
         return int(round(card.power_w * 1000))
 
-    def nvmlDeviceGetComputeRunningProcesses(self, card: FakeCard) -> list[SimpleNamespace]:
-        self._enter("processes", card)
-        return [
-            SimpleNamespace(
-                pid=pid,
-                usedGpuMemory=None if mib is None else mib * MIB,
-                gpuInstanceId=0xFFFFFFFF,
-                computeInstanceId=0xFFFFFFFF,
-            )
-            for pid, mib in card.processes
-        ]
+    def nvmlDeviceGetComputeRunningProcesses(self, device: FakeCard | FakeSlice) -> list[SimpleNamespace]:
+        self._enter("processes", device)
+        if isinstance(device, FakeSlice):
+            return [_info(pid, mib, device.gpu_instance_id, device.compute_instance_id)
+                    for pid, mib in device.processes]
+        listed = []
+        if device.mig:
+            for mig in device.slices:
+                if mig is not None:
+                    listed += [_info(pid, mib, mig.gpu_instance_id, mig.compute_instance_id)
+                               for pid, mib in mig.processes]
+        for pid, mib, *ids in device.processes:
+            gi, ci = ids or (NO_INSTANCE, NO_INSTANCE)
+            listed.append(_info(pid, mib, gi, ci))
+        return listed
+
+    # -- MIG -------------------------------------------------------------------
+    def nvmlDeviceGetMigMode(self, card: FakeCard) -> list[int]:
+        self._enter("mig_mode", card)
+        pending = card.mig if card.mig_pending is None else card.mig_pending
+        return [int(card.mig), int(pending)]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, card: FakeCard) -> int:
+        self._enter("max_mig", card)
+        return card.max_mig_devices
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, card: FakeCard, index: int) -> FakeSlice:
+        self._enter("mig_handle", card)
+        if not card.mig:
+            raise NVMLError_NotSupported()
+        if not 0 <= index < card.max_mig_devices:
+            raise NVMLError_InvalidArgument()
+        mig = card.slices[index] if index < len(card.slices) else None
+        if mig is None:
+            raise NVMLError_NotFound()
+        mig.parent = card
+        self._enter("handle", mig)
+        return mig
+
+    def nvmlDeviceGetGpuInstanceId(self, device: FakeCard | FakeSlice) -> int:
+        self._enter("gpu_instance_id", device)
+        if not isinstance(device, FakeSlice):
+            raise NVMLError_InvalidArgument()
+        return device.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, device: FakeCard | FakeSlice) -> int:
+        self._enter("compute_instance_id", device)
+        if not isinstance(device, FakeSlice):
+            raise NVMLError_InvalidArgument()
+        return device.compute_instance_id
 
     # -- health --------------------------------------------------------------
     def nvmlDeviceGetRetiredPagesPendingStatus(self, card: FakeCard) -> int:
@@ -338,8 +440,43 @@ class FakeNvml:
         return values
 
 
+def _info(pid: int, mib: Optional[int], gi: int, ci: int) -> SimpleNamespace:
+    """A process info as nvidia-ml-py gives it (usedGpuMemory None where the driver cannot say)."""
+    return SimpleNamespace(pid=pid, usedGpuMemory=None if mib is None else mib * MIB,
+                           gpuInstanceId=gi, computeInstanceId=ci)
+
+
+def consumer_style(**kw) -> FakeCard:
+    """A card that cannot do MIG: the MIG calls raise NotSupported."""
+    card = FakeCard(name="NVIDIA GeForce RTX 4090", **kw)
+    for what in ("mig_mode", "max_mig", "mig_handle"):
+        card.errors.setdefault(what, NVMLError_NotSupported)
+    return card
+
+
 def a100_style(**kw) -> FakeCard:
     """Ampere and Hopper report retired pages as not supported: row remapping replaced them."""
     card = FakeCard(**kw)
     card.errors.setdefault("retired_pages", NVMLError_NotSupported)
     return card
+
+
+def h200_in_mig_mode() -> list[FakeCard]:
+    """The node of tests/captures/h200-mig as NVML would answer it: card 0 in MIG
+    mode with five MIG devices (two compute instances of one 3g.71gb GPU
+    instance, a 2g.35gb, two 1g.18gb), a process on the first and on the
+    fourth; card 1 whole. The same values as the capture's files."""
+    def mig(profile: str, gi: int, ci: int, uuid: str, total: int, used: int, processes=()) -> FakeSlice:
+        return FakeSlice(profile, gi, ci, f"MIG-{uuid}", total, used, list(processes))
+
+    split = FakeCard(
+        uuid="GPU-8f0d4c2e-31b7-6a5e-92c4-7d1e0b3a5f61", memory_used_mib=30444, temperature_c=36,
+        power_w=182.61, mig=True, slices=[
+            mig("1c.3g.71gb", 2, 0, "4b6e2f1a-7c3d-5e8f-9a0b-1c2d3e4f5a6b", 71424, 20493, [(4242, 20480)]),
+            mig("2c.3g.71gb", 2, 1, "9d8c7b6a-5f4e-5d3c-8b2a-190817263544", 71424, 20493),
+            mig("2g.35gb", 3, 0, "a1b2c3d4-e5f6-5a7b-8c9d-0e1f2a3b4c5d", 33280, 13),
+            mig("1g.18gb", 9, 0, "5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9", 16384, 9013, [(5151, 9000)]),
+            mig("1g.18gb", 10, 0, "c7d8e9f0-a1b2-5c3d-94e5-f6a7b8c9d0e1", 16384, 13),
+        ])
+    whole = FakeCard(uuid="GPU-3a91e7c5-0b24-4d6f-a8e3-5c7b2f9d1e04", pci_bus_id="00000000:2A:00.0")
+    return [split, whole]

@@ -2,7 +2,7 @@
 import pytest
 
 from tpnode_tui import GpuOccupancy, NoCapacity, pick_gpus
-from tpnode_tui.model import BadRequest, CardFacts, JobState, ProcessFacts, check_run_id
+from tpnode_tui.model import BadRequest, CardFacts, JobState, ProcessFacts, SliceFacts, check_run_id
 
 
 def test_busy_is_the_union_of_jobs_external_and_unhealthy():
@@ -49,6 +49,21 @@ def test_in_use_by_process_or_by_memory():
     assert CardFacts(0, memory_used_mib=512, processes=None).in_use(512)
     assert not CardFacts(0, memory_used_mib=511, processes=()).in_use(512)
     assert not CardFacts(0, memory_used_mib=None, processes=None).in_use(512)
+
+
+def test_a_mig_card_is_in_use_when_any_slice_is_by_either_signal():
+    idle = SliceFacts(0, memory_used_mib=13, processes=())
+    working = SliceFacts(1, memory_used_mib=13, processes=(ProcessFacts(4242),))
+    filled = SliceFacts(2, memory_used_mib=9013, processes=())
+    unread = SliceFacts(3, processes=None)
+    # the card's own list could not be read (NVML answers it only to root in MIG mode)
+    card = CardFacts(0, memory_used_mib=100, processes=None, mig_mode=True, slices=(idle, working))
+    assert card.in_use(512)
+    assert CardFacts(0, memory_used_mib=None, processes=(), mig_mode=True, slices=(idle, filled)).in_use(512)
+    assert not CardFacts(0, memory_used_mib=100, processes=(), mig_mode=True, slices=(idle, unread)).in_use(512)
+    # the card's memory used counts what MIG itself sets aside, and still counts
+    assert CardFacts(0, memory_used_mib=912, processes=(), mig_mode=True, slices=(idle,)).in_use(512)
+    assert (working.in_use(512), filled.in_use(512), idle.in_use(512), unread.in_use(512)) == (True, True, False, False)
 
 
 @pytest.mark.parametrize("bad", ["", " ", "a b", "x;rm", "$(id)", "-lead", "a" * 64, "é", "a\nb", "../x"])

@@ -13,6 +13,7 @@ from fake_pynvml import (
     SW_POWER_CAP,
     FakeCard,
     FakeNvml,
+    FakeSlice,
     NVMLError_DriverNotLoaded,
     NVMLError_FunctionNotFound,
     NVMLError_GpuIsLost,
@@ -22,8 +23,9 @@ from fake_pynvml import (
     NVMLError_Unknown,
     NVMLLibraryMismatchError,
     a100_style,
+    consumer_style,
 )
-from tpnode_tui.model import ProcessFacts
+from tpnode_tui.model import ProcessFacts, SliceFacts
 from tpnode_tui.probes import health
 from tpnode_tui.probes.nvml import NvmlProbe
 
@@ -202,6 +204,7 @@ async def test_a_lost_gpu_is_unhealthy_and_still_counted(make, where):
     card = reading.cards[1]
     assert card.health == (health.GPU_LOST,)
     assert (card.name, card.memory_used_mib, card.processes) == (None, None, None)
+    assert (card.mig_mode, card.slices) == (None, None)  # nothing known of it, whole or split
     assert reading.cards[2].health == () and reading.cards[2].memory_used_mib == 1
     # a lost card is not handed out anyway, so it does not blind the node
     assert reading.external_probe_ok
@@ -212,6 +215,7 @@ async def test_a_card_nvml_cannot_open_is_not_offered(make):
     card.errors["handle"] = NVMLError_NoPermission
     (facts,) = (await make(FakeNvml([card])).read()).cards
     assert facts.health == ("NVML cannot open this card (Insufficient Permissions)",)
+    assert (facts.mig_mode, facts.slices) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -309,3 +313,170 @@ async def test_real_nvidia_ml_py_without_a_driver_reads_blind(make):
         pytest.skip("this machine has a working NVIDIA driver")
     assert reading.problem.startswith("NVML: ")
     assert (reading.cards, reading.external_probe_ok) == ((), False)
+
+
+# -- MIG -----------------------------------------------------------------------
+
+
+def mig_card(**kw) -> FakeCard:
+    """A card in MIG mode: a 3g.71gb GPU instance (2) and a 1g.18gb one (9)."""
+    return FakeCard(mig=True, memory_used_mib=1000, slices=[
+        FakeSlice("3g.71gb", gpu_instance_id=2, memory_total_mib=71424, memory_used_mib=13),
+        FakeSlice("1g.18gb", gpu_instance_id=9, memory_used_mib=3013, processes=[(4242, 3000)]),
+    ], **kw)
+
+
+async def test_a_card_with_mig_disabled_is_whole(make):
+    reading = await make(FakeNvml([FakeCard()])).read()
+    (card,) = reading.cards
+    assert (card.mig_mode, card.mig_pending, card.slices, card.utilization_pct) == (False, None, (), 0)
+    assert reading.problem is None
+
+
+@pytest.mark.parametrize("error", [NVMLError_NotSupported, NVMLError_FunctionNotFound])
+async def test_a_card_or_driver_without_mig_is_whole_and_that_is_no_problem(make, error):
+    card = consumer_style()
+    card.errors["mig_mode"] = error
+    reading = await make(FakeNvml([card])).read()
+    assert (reading.cards[0].mig_mode, reading.cards[0].slices) == (False, ())
+    assert reading.problem is None and reading.external_probe_ok
+
+
+async def test_mig_enabled_pending_a_reset_says_so_and_the_card_is_still_whole(make):
+    reading = await make(FakeNvml([FakeCard(mig=False, mig_pending=True)])).read()
+    (card,) = reading.cards
+    assert (card.mig_mode, card.mig_pending, card.slices) == (False, True, ())
+    assert card.utilization_pct == 0  # still one card until the reset
+
+
+async def test_mig_disabled_pending_a_reset_says_so_and_the_slices_are_still_read(make):
+    (card,) = (await make(FakeNvml([mig_card(mig_pending=False)])).read()).cards
+    assert (card.mig_mode, card.mig_pending, len(card.slices)) == (True, False, 2)
+
+
+async def test_a_mig_mode_that_cannot_be_read_is_unknown_and_said(make):
+    card = FakeCard()
+    card.errors["mig_mode"] = NVMLError_Unknown
+    reading = await make(FakeNvml([card])).read()
+    assert (reading.cards[0].mig_mode, reading.cards[0].slices) == (None, None)
+    assert reading.problem == "card 0: NVML could not read the MIG mode (Unknown Error)"
+    assert reading.cards[0].utilization_pct == 0 and reading.external_probe_ok
+
+
+async def test_each_mig_device_is_read_from_its_own_handle(make):
+    fake = FakeNvml([mig_card()])
+    reading = await make(fake).read()
+    (card,) = reading.cards
+    assert (card.mig_mode, card.mig_pending, card.memory_used_mib) == (True, None, 1000)
+    assert card.slices == (
+        SliceFacts(0, "MIG-5a6ef5fb-0000-5000-8000-000000000000", "3g.71gb", 2, 0, 71424, 13, ()),
+        SliceFacts(1, "MIG-5a6ef5fb-0000-5000-8000-000000000001", "1g.18gb", 9, 0, 16384, 3013,
+                   (ProcessFacts(4242, 3000),)),
+    )
+    assert card.processes == (ProcessFacts(4242, 3000),)
+    # utilisation covers no slice in MIG mode: None, and not even asked
+    assert card.utilization_pct is None and fake.calls["utilization"] == 0
+    assert reading.problem is None and reading.external_probe_ok
+
+
+async def test_an_empty_slot_is_skipped(make):
+    card = mig_card()
+    card.slices.insert(1, None)
+    reading = await make(FakeNvml([card])).read()
+    assert [s.index for s in reading.cards[0].slices] == [0, 2]
+    assert reading.cards[0].slices[1].profile == "1g.18gb" and reading.problem is None
+
+
+async def test_a_slot_nvml_cannot_open_is_kept_with_nothing_known(make):
+    card = mig_card()
+    card.slices[1].errors["handle"] = NVMLError_Unknown
+    reading = await make(FakeNvml([card])).read()
+    first, second = reading.cards[0].slices
+    assert first.profile == "3g.71gb"
+    assert second == SliceFacts(1, processes=None)
+    assert reading.problem == "card 0: NVML could not open MIG device 1 (Unknown Error)"
+
+
+@pytest.mark.parametrize("where", ["handle", "uuid", "memory_v2", "processes"])
+async def test_a_gpu_found_lost_through_a_mig_device_is_a_lost_card(make, where):
+    card = mig_card()
+    card.slices[1].errors[where] = NVMLError_GpuIsLost
+    reading = await make(FakeNvml([card, FakeCard()])).read()
+    assert reading.cards[0].health == (health.GPU_LOST,)
+    assert (reading.cards[0].mig_mode, reading.cards[0].slices, reading.cards[0].processes) == (None, None, None)
+    assert reading.cards[1].health == () and reading.cards[1].memory_used_mib == 1
+
+
+async def test_a_failing_mig_device_field_degrades_only_that_field(make):
+    card = mig_card()
+    card.slices[0].errors["memory_v2"] = card.slices[0].errors["memory"] = NVMLError_Unknown
+    card.slices[1].errors["name"] = NVMLError_NotSupported
+    reading = await make(FakeNvml([card])).read()
+    first, second = reading.cards[0].slices
+    assert (first.memory_total_mib, first.memory_used_mib, first.profile, first.gpu_instance_id) == (
+        None, None, "3g.71gb", 2)
+    assert (second.profile, second.memory_used_mib, second.uuid) == (
+        None, 3013, "MIG-5a6ef5fb-0000-5000-8000-000000000001")
+    assert reading.problem == "card 0: NVML could not read MIG device 0's memory use (Unknown Error)"
+
+
+@pytest.mark.parametrize("error", [NVMLError_NotSupported, NVMLError_NoPermission])
+async def test_a_slice_that_cannot_list_its_processes_gets_the_cards_by_instance_ids(make, error):
+    card = mig_card()
+    card.slices[1].errors["processes"] = error
+    (facts,) = (await make(FakeNvml([card])).read()).cards
+    assert facts.slices[1].processes == (ProcessFacts(4242, 3000),)  # from the card's list, by GI 9 / CI 0
+    assert facts.slices[0].processes == ()
+
+
+async def test_a_slice_whose_processes_cannot_be_told_any_way_is_unknown(make):
+    card = mig_card()
+    card.slices[1].errors["processes"] = card.errors["processes"] = NVMLError_NoPermission
+    reading = await make(FakeNvml([card])).read()
+    (facts,) = reading.cards
+    assert facts.slices[1].processes is None and facts.slices[0].processes == ()
+    assert facts.processes is None  # one slice unread: the card's list is not complete
+    assert facts.in_use(512)  # its memory still says so
+    assert reading.problem == "card 0: NVML could not read MIG device 1's processes (Insufficient Permissions)"
+
+
+async def test_without_the_cards_own_list_the_slices_lists_are_the_cards(make):
+    """In MIG mode NVML answers the card's own list only to a privileged caller."""
+    card = mig_card()
+    card.errors["processes"] = NVMLError_NoPermission
+    reading = await make(FakeNvml([card])).read()
+    assert reading.cards[0].processes == (ProcessFacts(4242, 3000),)
+    assert reading.problem is None  # refused by design, and nothing is missing (a whole card's is said)
+
+
+async def test_a_process_whose_instances_match_no_slice_stays_on_the_card(make):
+    card = mig_card(processes=[(777, 500, 5, 0), (778, None)])
+    (facts,) = (await make(FakeNvml([card])).read()).cards
+    assert facts.processes == (ProcessFacts(4242, 3000), ProcessFacts(777, 500), ProcessFacts(778, None))
+    assert [s.processes for s in facts.slices] == [(), (ProcessFacts(4242, 3000),)]
+
+
+async def test_a_mig_card_whose_device_count_cannot_be_read_has_unknown_slices(make):
+    card = mig_card()
+    card.errors["max_mig"] = NVMLError_Unknown
+    reading = await make(FakeNvml([card])).read()
+    assert reading.cards[0].slices is None
+    assert reading.cards[0].processes == (ProcessFacts(4242, 3000),)  # the card's own list still stands
+    assert reading.problem == "card 0: NVML could not read the MIG device count (Unknown Error)"
+
+
+async def test_a_mig_card_with_no_devices_made_yet_has_none(make):
+    (card,) = (await make(FakeNvml([FakeCard(mig=True)])).read()).cards
+    assert (card.mig_mode, card.slices, card.processes) == (True, (), ())
+
+
+async def test_a_mig_card_without_a_whole_card_memory_figure_is_seen_through_its_slices(make):
+    """Some drivers give no whole-card memory in MIG mode; each slice's is still read."""
+    card, unread = mig_card(), mig_card()
+    card.errors["memory_v2"] = card.errors["memory"] = NVMLError_NotSupported
+    unread.errors["memory_v2"] = unread.errors["memory"] = NVMLError_NotSupported
+    unread.slices[1].errors["memory_v2"] = unread.slices[1].errors["memory"] = NVMLError_NotSupported
+    reading = await make(FakeNvml([card, unread])).read()
+    assert reading.cards[0].memory_used_mib is None and reading.cards[0].in_use(512)  # its slice 1 holds 3013 MiB
+    assert not reading.external_probe_ok
+    assert reading.problem.startswith("memory use could not be read on card 1, so use from outside")

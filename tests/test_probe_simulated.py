@@ -7,7 +7,7 @@ import json
 import pytest
 
 from services import write_scene
-from tpnode_tui.model import ProcessFacts
+from tpnode_tui.model import ProcessFacts, SliceFacts
 from tpnode_tui.probes import health
 from tpnode_tui.probes.simulated import SimulatedProbe
 
@@ -26,6 +26,7 @@ async def test_missing_keys_take_idle_defaults(tmp_path):
     reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [{}])).read()
     (card,) = reading.cards
     assert (card.memory_used_mib, card.utilization_pct, card.processes, card.health) == (0, 0, (), ())
+    assert (card.mig_mode, card.mig_pending, card.slices) == (False, None, ())  # a whole card
     assert not card.in_use(512)
     assert (card.temperature_c, card.power_w) == (None, None)  # not made up
 
@@ -79,6 +80,7 @@ async def test_a_lost_gpu(tmp_path):
     reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [{}, {"lost": True}])).read()
     assert reading.count == 2
     assert reading.cards[1].health == (health.GPU_LOST,) and reading.cards[1].memory_used_mib is None
+    assert (reading.cards[1].mig_mode, reading.cards[1].slices) == (None, None)
     assert reading.external_probe_ok
 
 
@@ -108,6 +110,45 @@ async def test_fail_and_hang_for_fault_tests(tmp_path):
     assert not reading.external_probe_ok
 
 
+async def test_a_card_in_mig_mode_lists_its_slices_and_their_processes(tmp_path):
+    card = {"mig": True, "memory_used_mib": 12000, "processes": [{"pid": 777}], "slices": [
+        {"profile": "1g.18gb", "uuid": "MIG-a", "gpu_instance_id": 9, "compute_instance_id": 0,
+         "memory_total_mib": 16384, "memory_used_mib": 9013, "processes": [{"pid": 5151, "used_memory_mib": 9000}]},
+        {"profile": "2g.35gb"},
+    ]}
+    reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [card, {}])).read()
+    split, whole = reading.cards
+    assert (split.mig_mode, split.mig_pending, split.utilization_pct) == (True, None, None)
+    assert split.slices == (
+        SliceFacts(0, "MIG-a", "1g.18gb", 9, 0, 16384, 9013, (ProcessFacts(5151, 9000),)),
+        SliceFacts(1, "MIG-00000000-0000-5000-8000-000000000001", "2g.35gb", memory_used_mib=0, processes=()),
+    )
+    # the card's list: the process whose slice cannot be told, and every slice's
+    assert split.processes == (ProcessFacts(777), ProcessFacts(5151, 9000))
+    assert (whole.mig_mode, whole.slices) == (False, ())
+    assert reading.external_probe_ok and reading.problem is None
+
+
+@pytest.mark.parametrize("card, mode", [
+    ({"mig_pending": True}, (False, True, ())),
+    ({"mig": True, "mig_pending": False}, (True, False, ())),
+    ({"mig": True, "mig_pending": True}, (True, None, ())),
+    ({"mig": True, "slices": None}, (True, None, None)),
+    ({"mig": None}, (None, None, None)),
+])
+async def test_mig_modes_pending_a_reset_and_unknowns(tmp_path, card, mode):
+    (facts,) = (await SimulatedProbe(write_scene(tmp_path / "n.json", [card])).read()).cards
+    assert (facts.mig_mode, facts.mig_pending, facts.slices) == mode
+
+
+async def test_blind_sees_no_use_on_slices_either(tmp_path):
+    card = {"mig": True, "slices": [{"memory_used_mib": 9000, "processes": [{"pid": 1}]}]}
+    reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [card], blind=True)).read()
+    (facts,) = reading.cards
+    assert (facts.slices[0].memory_used_mib, facts.slices[0].processes, facts.processes) == (None, None, None)
+    assert not reading.external_probe_ok
+
+
 @pytest.mark.parametrize(
     "content, says",
     [
@@ -123,6 +164,13 @@ async def test_fail_and_hang_for_fault_tests(tmp_path):
         ('{"cards": [{"health": {"hw_slowdown": "yes"}}]}', '"hw_slowdown" must be true, false, "thermal"'),
         ('{"cards": [{"health": {"row_remap_pending": 1}}]}', '"row_remap_pending" must be true or false'),
         ('{"blind": "no", "cards": []}', '"blind" must be true or false'),
+        ('{"cards": [{"mig": "yes"}]}', 'card 0: "mig" must be true, false or null, not "yes"'),
+        ('{"cards": [{"slices": [{}]}]}', 'card 0: "slices" are listed, but the card is not in MIG mode'),
+        ('{"cards": [{"mig": true, "slices": 3}]}', 'card 0: "slices" must be a list, not 3'),
+        ('{"cards": [{"mig": true, "slices": [7]}]}', "card 0, slice 0 must be a JSON object, not 7"),
+        ('{"cards": [{"mig": true, "slices": [{}, {"gpu_instance_id": -1}]}]}',
+         'card 0, slice 1: "gpu_instance_id" must be a whole number of 0 or more'),
+        ('{"cards": [{"mig": true, "slices": [{"processes": [{}]}]}]}', 'card 0, slice 0, process 0: "pid" is missing'),
     ],
 )
 async def test_a_bad_file_is_blind_and_says_what_is_wrong(tmp_path, content, says):

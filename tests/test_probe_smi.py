@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -14,18 +15,24 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tpnode_tui.model import ProcessFacts
+from tpnode_tui.model import ProcessFacts, SliceFacts
+from tpnode_tui.printable import printable_view
 from tpnode_tui.probes import health
 from tpnode_tui.probes import smi as smi_module
 from tpnode_tui.probes.smi import (
     SmiProbe,
+    mig_slices,
     parse_compute_apps,
     parse_gpu_facts,
     parse_gpu_health,
     parse_index_uuid,
+    parse_mig_list,
+    parse_mig_modes,
+    parse_mig_xml,
 )
 
 STUBS = Path(__file__).parent / "stubs"
+CAPTURE = Path(__file__).parent / "captures" / "h200-mig"
 UUID0 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000000"
 UUID1 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000001"
 
@@ -175,7 +182,7 @@ async def test_an_nvidia_smi_that_outlives_its_kill_stops_new_ones_until_it_exit
     monkeypatch.setattr(smi_module, "_kill_group", lambda proc: None)  # the kill has no effect
     await probe.read()
     stuck = _running_stubs()
-    assert len(stuck) == 3  # one per query
+    assert len(stuck) == 4  # one per query
     smi(MODE="ok")
     again = await probe.read()
     assert not again.external_probe_ok and "has not exited" in again.problem, again.problem
@@ -191,7 +198,7 @@ async def test_an_nvidia_smi_that_outlives_its_kill_stops_new_ones_until_it_exit
 async def test_a_read_given_up_by_its_caller_kills_its_nvidia_smi(smi):
     smi(MODE="hang-group", HANG_S=HANG_S)
     task = asyncio.create_task(SmiProbe(timeout_s=60).read())
-    await _until(lambda: len(_sleepers()) == 6, "three hung nvidia-smi groups")
+    await _until(lambda: len(_sleepers()) == 8, "four hung nvidia-smi groups")
     task.cancel()
     started = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
@@ -262,6 +269,148 @@ async def test_a_binary_that_cannot_start_is_blind(tmp_path, monkeypatch):
     assert not reading.external_probe_ok
 
 
+# -- MIG ---------------------------------------------------------------------------
+
+MIG_UUID3 = "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
+
+
+def capture_copy(tmp_path, **edits: tuple[str, str]) -> Path:
+    """tests/captures/h200-mig with ``old`` replaced by ``new`` in each named file
+    (file names with "-" and "." as "_": nvidia_smi_q_x_xml=(old, new))."""
+    copy = tmp_path / "capture"
+    shutil.copytree(CAPTURE, copy)
+    for name, (old, new) in edits.items():
+        path = copy / name.replace("_xml", ".xml").replace("_txt", ".txt").replace("_csv", ".csv").replace("_", "-")
+        text = path.read_text()
+        assert old in text, f"{old!r} is not in {path.name}"
+        path.write_text(text.replace(old, new))
+    return copy
+
+
+async def test_mig_modes_are_read_and_nothing_more_is_asked_of_a_node_without_mig(smi):
+    # -L and -q -x would fail: they must not be asked while no card is in MIG mode
+    smi(SET="0:mig.mode.current=[N/A];0:mig.mode.pending=[N/A];1:mig.mode.pending=Enabled",
+        MODE_LIST="fail", MODE_XML="fail")
+    reading = await SmiProbe().read()
+    first, second = reading.cards
+    assert (first.mig_mode, first.mig_pending, first.slices) == (False, None, ())  # cannot do MIG: whole
+    assert (second.mig_mode, second.mig_pending, second.slices) == (False, True, ())  # enabled, waits for a reset
+    assert second.utilization_pct == 0
+    assert reading.problem is None
+
+
+async def test_a_driver_that_does_not_know_mig_modes_is_unknown_and_said(smi):
+    smi(UNKNOWN="mig.mode.current")
+    reading = await SmiProbe().read()
+    assert all((c.mig_mode, c.slices) == (None, None) for c in reading.cards)
+    assert reading.problem.startswith("MIG mode could not be read (nvidia-smi exited with status 2: Field")
+    assert reading.external_probe_ok and reading.cards[0].memory_used_mib == 1
+
+
+async def test_a_card_in_mig_mode_with_no_devices_made_yet(smi):
+    smi(SET="0:mig.mode.current=Enabled;0:mig.mode.pending=Enabled;0:utilization.gpu=[N/A]", APPS="0:4242:100")
+    reading = await SmiProbe().read()
+    first, second = reading.cards
+    assert (first.mig_mode, first.slices, first.utilization_pct) == (True, (), None)
+    assert first.processes == (ProcessFacts(4242, 100),)
+    assert (second.mig_mode, second.slices) == (False, ())
+    assert reading.problem is None
+
+
+async def test_the_capture_with_mig_pending_disable(smi):
+    smi(CAPTURE=str(CAPTURE), SET="0:mig.mode.pending=Disabled")
+    (split, _whole) = (await SmiProbe().read()).cards
+    assert (split.mig_mode, split.mig_pending, len(split.slices)) == (True, False, 5)
+
+
+async def test_without_the_listing_the_slices_have_no_uuid_or_profile_but_the_rest(smi):
+    smi(CAPTURE=str(CAPTURE), MODE_LIST="fail")
+    reading = await SmiProbe().read()
+    split = reading.cards[0]
+    assert [(s.index, s.uuid, s.profile, s.gpu_instance_id, s.compute_instance_id) for s in split.slices] == [
+        (0, None, None, 2, 0), (1, None, None, 2, 1), (2, None, None, 3, 0), (3, None, None, 9, 0),
+        (4, None, None, 10, 0)]
+    assert split.slices[3].processes == (ProcessFacts(5151, 9000),)
+    assert reading.problem.startswith("MIG devices could not be listed (nvidia-smi exited with status 9")
+    assert reading.external_probe_ok
+
+
+@pytest.mark.parametrize("mode, why", [
+    ("fail", "MIG devices could not be described (nvidia-smi exited with status 9"),
+    ("junk", "MIG devices could not be described (nvidia-smi -q -x answered something this probe does not"),
+])
+async def test_without_the_document_the_slices_have_only_what_the_listing_says(smi, mode, why):
+    smi(CAPTURE=str(CAPTURE), MODE_XML=mode)
+    reading = await SmiProbe().read()
+    split = reading.cards[0]
+    assert [(s.index, s.profile) for s in split.slices] == [
+        (0, "1c.3g.71gb"), (1, "2c.3g.71gb"), (2, "2g.35gb"), (3, "1g.18gb"), (4, "1g.18gb")]
+    assert split.slices[3] == SliceFacts(3, MIG_UUID3, "1g.18gb", processes=None)
+    assert split.processes == (ProcessFacts(4242, 20480), ProcessFacts(5151, 9000))  # the compute apps still
+    assert reading.problem.startswith(why) and reading.external_probe_ok
+
+
+async def test_without_either_answer_the_slices_are_unknown(smi):
+    smi(CAPTURE=str(CAPTURE), MODE_XML="fail", MODE_LIST="fail")
+    reading = await SmiProbe().read()
+    assert reading.cards[0].slices is None and reading.cards[0].mig_mode is True
+    assert reading.cards[0].processes == (ProcessFacts(4242, 20480), ProcessFacts(5151, 9000))
+    assert reading.cards[1].slices == ()
+
+
+async def test_a_process_whose_instances_match_no_slice_stays_on_the_card(smi, tmp_path):
+    moved = "\t\t\t\t<gpu_instance_id>5</gpu_instance_id>\n\t\t\t\t<compute_instance_id>0</compute_instance_id>\n" \
+            "\t\t\t\t<pid>5151</pid>"
+    smi(CAPTURE=str(capture_copy(tmp_path, nvidia_smi_q_x_xml=(moved.replace(">5<", ">9<"), moved))))
+    split = (await SmiProbe().read()).cards[0]
+    assert split.slices[3].processes == ()
+    assert split.processes == (ProcessFacts(4242, 20480), ProcessFacts(5151, 9000))
+
+
+async def test_without_the_compute_apps_the_documents_processes_are_the_cards(smi):
+    smi(CAPTURE=str(CAPTURE), MODE_APPS="fail")
+    reading = await SmiProbe().read()
+    split, whole = reading.cards
+    assert split.processes == (ProcessFacts(4242, 20480), ProcessFacts(5151, 9000))
+    assert split.slices[0].processes == (ProcessFacts(4242, 20480),)
+    assert whole.processes is None  # not in MIG mode: the document was not its list
+    assert "compute processes could not be listed" in reading.problem
+
+
+async def test_a_process_listed_under_its_mig_devices_uuid_is_on_its_card(smi, tmp_path):
+    apps = "GPU-8f0d4c2e-31b7-6a5e-92c4-7d1e0b3a5f61, 5151"
+    smi(CAPTURE=str(capture_copy(tmp_path, query_compute_apps_csv=(apps, f"{MIG_UUID3}, 5151"))))
+    split = (await SmiProbe().read()).cards[0]
+    assert split.processes == (ProcessFacts(4242, 20480), ProcessFacts(5151, 9000))
+
+
+async def test_odd_text_in_the_answers_is_data_and_reaches_the_screen_escaped(smi, tmp_path):
+    """A process name is anybody's: a control character in it would make the XML
+    unreadable. A profile is the driver's: whatever it is, it is kept as data."""
+    smi(CAPTURE=str(capture_copy(
+        tmp_path,
+        nvidia_smi_q_x_xml=("<process_name>python3</process_name>", "<process_name>\x1b]0;pwned\x07</process_name>"),
+        nvidia_smi_L_txt=("MIG 2g.35gb  ", "MIG 2g\x1b[31m"),
+    )))
+    reading = await SmiProbe().read()
+    split = reading.cards[0]
+    assert split.slices[0].processes == (ProcessFacts(4242, 20480),)
+    assert split.slices[2].profile == "2g\x1b[31m"
+    assert printable_view(split).slices[2].profile == "2g\\x1b[31m"
+    assert reading.problem is None
+
+
+async def test_a_hung_mig_answer_ends_the_read_at_its_deadline(smi):
+    smi(CAPTURE=str(CAPTURE), MODE_XML="hang", HANG_S=HANG_S)
+    started = time.monotonic()
+    reading = await SmiProbe(timeout_s=1).read()
+    took = time.monotonic() - started
+    assert took < 1 + 1, f"a read with a 1 s timeout took {took:.1f} s"
+    assert "MIG devices could not be described (nvidia-smi did not answer within 1 s)" in reading.problem
+    assert reading.cards[0].slices[3].processes is None and reading.cards[0].slices[3].profile == "1g.18gb"
+    _gone(_running_stubs, "the hung nvidia-smi -q -x")
+
+
 # -- the parsers, on their own ----------------------------------------------------
 
 
@@ -297,12 +446,84 @@ def test_compute_apps_parser():
     ]
 
 
-_PARSERS = (parse_gpu_health, parse_index_uuid, parse_gpu_facts, parse_compute_apps)
+def test_mig_modes_parser():
+    text = ("0, Enabled, Enabled\n1, Disabled, Enabled\n2, [N/A], [N/A]\n3, Enabled, Disabled\n"
+            "4, [Unknown Error], x\n5, x\n")
+    assert parse_mig_modes(text) == {
+        0: (True, None), 1: (False, True), 2: (False, None), 3: (True, False), 4: (None, None)}
+
+
+def test_mig_listing_parser():
+    text = (
+        "  MIG 1g.18gb     Device  0: (UUID: MIG-before-any-card)\n"
+        f"GPU 0: NVIDIA H200 (UUID: GPU-fake) (UUID: {UUID0})\n"
+        "  MIG 1c.3g.71gb  Device  0: (UUID: MIG-a)\n"
+        "WARNING: infoROM is corrupted at gpu 0000:18:00.0\n"
+        "  MIG 1g.18gb     Device  3: (UUID: MIG-GPU-old-style/9/0)\n"
+        "  MIG 1g.18gb     Device  3: (UUID: MIG-same-index-again)\n"
+        f"GPU 1: NVIDIA H200 (UUID: {UUID1})\n"
+    )
+    assert parse_mig_list(text) == {
+        UUID0: [(0, "1c.3g.71gb", "MIG-a"), (3, "1g.18gb", "MIG-GPU-old-style/9/0")],
+        UUID1: [],
+    }
+
+
+def test_mig_document_parser_tolerates_what_is_missing():
+    text = f"""<?xml version="1.0" ?>
+<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">
+<nvidia_smi_log>
+  <gpu id="00000000:18:00.0"><uuid>{UUID0}</uuid>
+    <mig_devices>
+      <mig_device><index>1</index><gpu_instance_id>9</gpu_instance_id></mig_device>
+      <mig_device><gpu_instance_id>7</gpu_instance_id></mig_device>
+      <mig_device><index>2</index><gpu_instance_id>N/A</gpu_instance_id><compute_instance_id>0</compute_instance_id>
+        <fb_memory_usage><total>16384 MiB</total><used>N/A</used></fb_memory_usage></mig_device>
+    </mig_devices>
+    <processes><process_info><gpu_instance_id>9</gpu_instance_id><pid>7</pid></process_info>
+      <process_info><pid>N/A</pid></process_info></processes>
+  </gpu>
+  <gpu><uuid>{UUID1}</uuid><mig_devices>None</mig_devices></gpu>
+  <gpu><mig_devices><mig_device><index>0</index></mig_device></mig_devices></gpu>
+</nvidia_smi_log>"""
+    assert parse_mig_xml(text) == {
+        UUID0: ({1: SliceFacts(1, gpu_instance_id=9, processes=None),
+                 2: SliceFacts(2, compute_instance_id=0, memory_total_mib=16384, processes=None)},
+                [(9, None, ProcessFacts(7))]),
+        UUID1: ({}, None),
+    }
+    assert parse_mig_xml("<html><gpu><uuid>x</uuid></gpu></html>") is None
+    assert parse_mig_xml(f"<nvidia_smi_log><gpu><uuid>{UUID0}</uuid><processes><process_info><pid>7</pid>"
+                         "<process_name>\x1b\udcff</process_name></process_info></processes></gpu></nvidia_smi_log>"
+                         ) == {UUID0: ({}, [(None, None, ProcessFacts(7))])}
+    assert parse_mig_xml("<nvidia_smi_log><gpu>") is None
+
+
+def test_mig_slices_join_the_listing_and_the_document_by_index():
+    listed = [(0, "1g.18gb", "MIG-a"), (2, "2g.35gb", "MIG-c")]
+    described = ({0: SliceFacts(0, gpu_instance_id=9, compute_instance_id=0, processes=None),
+                  1: SliceFacts(1, gpu_instance_id=10, compute_instance_id=0, processes=None)},
+                 [(9, 0, ProcessFacts(7))])
+    assert mig_slices(listed, described) == (
+        SliceFacts(0, "MIG-a", "1g.18gb", 9, 0, processes=(ProcessFacts(7),)),
+        SliceFacts(1, None, None, 10, 0, processes=()),
+        SliceFacts(2, "MIG-c", "2g.35gb", processes=None),  # no instance ids: its processes cannot be told
+    )
+    assert mig_slices(None, None) is None
+    assert mig_slices([], None) == ()
+
+
+_PARSERS = (parse_gpu_health, parse_index_uuid, parse_gpu_facts, parse_compute_apps, parse_mig_modes,
+            parse_mig_list, parse_mig_xml)
 
 #: pieces of real output and of what goes wrong with it, glued at random
 _TOKENS = st.sampled_from(
     ["0", "1", "17", "-3", "1e999", "nan", "٣", "²", "9" * 5000, "30000 MiB", "74.38", "74.38.1", "[N/A]",
-     "N/A", "[Not Supported]", "Yes", "No", "Active", "Not Active", UUID0, "NVIDIA H200", "", " ", "\x00"]
+     "N/A", "[Not Supported]", "Yes", "No", "Active", "Not Active", UUID0, "NVIDIA H200", "", " ", "\x00",
+     "Enabled", "Disabled", "GPU 0: NVIDIA H200 (UUID: " + UUID0 + ")", "  MIG 1g.18gb     Device  3: (UUID: MIG-x)",
+     "<nvidia_smi_log>", "<gpu>", "<uuid>" + UUID0 + "</uuid>", "<mig_devices>", "<mig_device>", "<index>0</index>",
+     "<gpu_instance_id>9</gpu_instance_id>", "</mig_device>", "<processes>", "<process_info>", "<pid>7</pid>",
+     "</gpu>", "</nvidia_smi_log>", "<!DOCTYPE x>", "&amp;", "&bogus;"]
 )
 _LINES = st.lists(st.lists(st.one_of(_TOKENS, st.text(max_size=8)), max_size=10).map(", ".join), max_size=6).map(
     "\n".join
@@ -319,14 +540,29 @@ def test_no_parser_raises_on_any_text(text):
 
 
 @settings(max_examples=100, deadline=None)
-@given(facts=st.one_of(st.text(), _LINES), health_text=_LINES, apps=_LINES)
+@given(facts=st.one_of(st.text(), _LINES), health_text=_LINES, apps=_LINES, modes=_LINES,
+       listing=st.one_of(st.text(), _LINES), document=st.one_of(st.text(), _LINES))
 @example(  # a stray line maps an app's uuid to a card that is not in the answer
-    facts=f"7, {UUID1}\n0, {UUID0}, H200, 0:18:00.0, 1, 1, 0, 31, 74", health_text="", apps=f"{UUID1}, 5, 10"
+    facts=f"7, {UUID1}\n0, {UUID0}, H200, 0:18:00.0, 1, 1, 0, 31, 74", health_text="", apps=f"{UUID1}, 5, 10",
+    modes="", listing="", document="",
 )
-def test_the_probe_never_raises_on_any_output(facts, health_text, apps):
+@example(  # card 0 in MIG mode, its MIG devices told of in pieces that do not match
+    facts=f"0, {UUID0}, H200, 0:18:00.0, 1, 1, 0, 31, 74", health_text="", apps=f"MIG-a, 5, 10\n{UUID0}, 6, 1",
+    modes="0, Enabled, Enabled", listing=f"GPU 0: H200 (UUID: {UUID0})\n  MIG 1g.18gb     Device  3: (UUID: MIG-a)",
+    document=f"<nvidia_smi_log><gpu><uuid>{UUID0}</uuid><mig_devices><mig_device><index>3</index></mig_device>"
+             "<mig_device><index>x</index></mig_device></mig_devices><processes><process_info><pid>5</pid>"
+             "<gpu_instance_id>N/A</gpu_instance_id></process_info></processes></gpu></nvidia_smi_log>",
+)
+def test_the_probe_never_raises_on_any_output(facts, health_text, apps, modes, listing, document):
     """Whatever nvidia-smi prints, a read gives a reading (stray lines naming a uuid too)."""
-    async def answer(self, path, query):
-        return (apps if "compute-apps" in query else health_text if "retired" in query else facts), ""
+    async def answer(self, path, *args, timeout_s=None):
+        query = " ".join(args)
+        if args == ("-L",):
+            return listing, ""
+        if args == ("-q", "-x"):
+            return document, ""
+        return (apps if "compute-apps" in query else health_text if "retired" in query
+                else modes if "mig.mode" in query else facts), ""
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(SmiProbe, "_run", answer)
@@ -334,5 +570,12 @@ def test_the_probe_never_raises_on_any_output(facts, health_text, apps):
         reading = asyncio.run(SmiProbe().read())
     assert reading.external_probe_ok or reading.problem
     if reading.external_probe_ok:
-        # "saw everything" must mean every card's use was read, or it is unhealthy
-        assert all(c.memory_used_mib is not None or c.health for c in reading.cards)
+        # "saw everything" must mean every card's use was read (on a MIG card, or
+        # every slice's), or it is unhealthy
+        assert all(c.memory_used_mib is not None or c.health
+                   or (c.mig_mode and c.slices and all(s.memory_used_mib is not None for s in c.slices))
+                   for c in reading.cards)
+    for card in reading.cards:
+        # a process on a slice is on its card too
+        on_slices = {p.pid for s in card.slices or () for p in s.processes or ()}
+        assert card.processes is None or on_slices <= {p.pid for p in card.processes}

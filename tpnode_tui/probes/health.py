@@ -50,10 +50,19 @@ def unseen_cards(cards: Iterable[CardFacts]) -> list[int]:
 
     Memory used is the signal that works everywhere (the process list is empty
     inside a container), so a card whose memory could not be read is unknown.
-    A card already known to be unhealthy is not handed out anyway, so a lost
-    GPU does not make the whole node blind.
+    A MIG card whose driver gives no whole-card figure (some do not in MIG
+    mode) is seen when every one of its slices' memory was read. A card
+    already known to be unhealthy is not handed out anyway, so a lost GPU does
+    not make the whole node blind.
     """
-    return [c.index for c in cards if c.memory_used_mib is None and not c.health]
+    return [c.index for c in cards if not _memory_seen(c) and not c.health]
+
+
+def _memory_seen(card: CardFacts) -> bool:
+    if card.memory_used_mib is not None:
+        return True
+    slices = card.slices if card.mig_mode else None
+    return bool(slices) and all(s.memory_used_mib is not None for s in slices or ())
 
 
 def unseen_problem(unseen: list[int]) -> str:

@@ -5,6 +5,13 @@ typed errors instead of text to parse: "not supported on this card" and "the
 GPU fell off the bus" arrive as different exceptions, so each can degrade
 exactly what it affects.
 
+A card in MIG mode is read as a whole and then MIG device by MIG device:
+each device's own handle (``nvmlDeviceGetMigDeviceHandleByIndex``) answers
+for its uuid, its name (which carries the profile), its GPU and compute
+instance ids, its memory and its processes, each a field of its own. The
+card's process list names the instances each process runs in, which places
+a process on its slice where the slice's own list could not be read.
+
 ``pynvml`` (nvidia-ml-py) is imported only when a probe first runs, so the
 package imports on machines without it and tests can hand in a fake.
 
@@ -23,13 +30,16 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Optional, TypeVar
 
-from ..model import CardFacts, ProbeReading, ProcessFacts
+from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
 from ..xid import recovery_words
-from . import health
+from . import health, mig
 from .base import blind_reading
 
 SOURCE = "nvml"
 _MIB = 1024 * 1024
+#: what NVML puts in a GPU or compute instance id that does not apply (a card
+#: not in MIG mode): the unsigned int with every bit set
+_NO_INSTANCE = 0xFFFFFFFF
 _T = TypeVar("_T")
 
 #: nvmlInit is reference-counted and meant to be called once per process, not
@@ -178,6 +188,55 @@ def _recovery_action(nv: Any, handle: Any) -> Optional[int]:
     return int(value.value.uiVal)
 
 
+def _mig_modes(nv: Any, handle: Any) -> tuple[bool, Optional[bool]]:
+    """(MIG on now, the mode after the next reset where it differs, else None).
+
+    A card that cannot do MIG (a consumer card: NotSupported) or a driver that
+    predates it (the call is missing) is whole, which is an answer, not a
+    problem to report.
+    """
+    try:
+        current, pending = nv.nvmlDeviceGetMigMode(handle)
+    except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
+        return False, None
+    on = current == nv.NVML_DEVICE_MIG_ENABLE
+    after = pending == nv.NVML_DEVICE_MIG_ENABLE
+    return on, None if after == on else after
+
+
+def _card_processes(nv: Any, handle: Any, split: bool) -> Any:
+    """The card's process infos. In MIG mode NVML gives them only to a privileged
+    caller, by design: then None, without a word, and the slices' own lists
+    make the card's (see :func:`mig.card_processes`)."""
+    try:
+        return nv.nvmlDeviceGetComputeRunningProcesses(handle)
+    except nv.NVMLError_NoPermission:
+        if split:
+            return None
+        raise
+
+
+def _instance_id(value: Any) -> Optional[int]:
+    """A GPU or compute instance id; None where there is none (or the binding gave none)."""
+    if value is None or int(value) == _NO_INSTANCE:
+        return None
+    return int(value)
+
+
+def _process(info: Any) -> ProcessFacts:
+    used = info.usedGpuMemory
+    return ProcessFacts(pid=int(info.pid), used_memory_mib=None if used is None else int(used) // _MIB)
+
+
+def _tagged(infos: Any) -> list[mig.Tagged]:
+    """A MIG card's process infos with the instance ids each carries (older bindings carry none)."""
+    return [
+        (_instance_id(getattr(p, "gpuInstanceId", None)), _instance_id(getattr(p, "computeInstanceId", None)),
+         _process(p))
+        for p in infos
+    ]
+
+
 class _CardReader:
     """Reads one card field by field, so one failing field costs only itself."""
 
@@ -212,13 +271,23 @@ class _CardReader:
             raise
         except nv.NVMLError as e:
             # A card NVML cannot open cannot be seen, so it must not be handed out.
-            return CardFacts(index=index, processes=None, health=(f"NVML cannot open this card ({e})",))
+            return CardFacts(index=index, processes=None, health=(f"NVML cannot open this card ({e})",),
+                             mig_mode=None, slices=None)
 
+        mig_mode, mig_pending = self.field("the MIG mode", _mig_modes, nv, handle) or (None, None)
         memory = self.field("memory use", _memory, nv, handle)
         pci = self.field("the PCI bus id", nv.nvmlDeviceGetPciInfo, handle)
-        util = self.field("utilization", nv.nvmlDeviceGetUtilizationRates, handle)
+        # In MIG mode the card's utilisation covers none of its slices: not asked.
+        util = None if mig_mode else self.field("utilization", nv.nvmlDeviceGetUtilizationRates, handle)
         milliwatts = self.field("power draw", nv.nvmlDeviceGetPowerUsage, handle)
-        procs = self.field("the process list", nv.nvmlDeviceGetComputeRunningProcesses, handle)
+        procs = self.field("the process list", _card_processes, nv, handle, bool(mig_mode))
+        processes = None if procs is None else tuple(_process(p) for p in procs)
+        slices: Optional[tuple[SliceFacts, ...]] = () if mig_mode is False else None
+        if mig_mode:
+            slices = self.slices(handle)
+            if slices is not None:
+                slices = mig.attribute(slices, None if procs is None else _tagged(procs))
+                processes = mig.card_processes(processes, slices)
         return CardFacts(
             index=index,
             uuid=_text(self.field("the UUID", nv.nvmlDeviceGetUUID, handle)),
@@ -231,14 +300,55 @@ class _CardReader:
                 "the temperature", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU
             ),
             power_w=round(milliwatts / 1000.0, 2) if milliwatts is not None else None,
-            processes=None if procs is None else tuple(
-                ProcessFacts(
-                    pid=int(p.pid),
-                    used_memory_mib=None if p.usedGpuMemory is None else int(p.usedGpuMemory) // _MIB,
-                )
-                for p in procs
-            ),
+            processes=processes,
             health=self.faults(handle),
+            mig_mode=mig_mode,
+            mig_pending=mig_pending,
+            slices=slices,
+        )
+
+    def slices(self, handle: Any) -> Optional[tuple[SliceFacts, ...]]:
+        """The card's MIG devices, slot by slot. An empty slot (NotFound) has
+        none; a slot NVML cannot open is kept as a slice with nothing known
+        about it, since it may hold someone's work. A lost GPU ends the card."""
+        nv = self.nv
+        count = self.field("the MIG device count", nv.nvmlDeviceGetMaxMigDeviceCount, handle)
+        if count is None:
+            return None
+        found = []
+        for slot in range(int(count)):
+            try:
+                device = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nv.NVMLError_NotFound:
+                continue
+            except nv.NVMLError_GpuIsLost:
+                raise
+            except nv.NVMLError as e:
+                self.notes.append(f"card {self.index}: NVML could not open MIG device {slot} ({e})")
+                found.append(SliceFacts(index=slot, processes=None))
+                continue
+            found.append(self.slice(slot, device))
+        return tuple(found)
+
+    def slice(self, slot: int, device: Any) -> SliceFacts:
+        """One MIG device, field by field like the card."""
+        nv = self.nv
+        its = f"MIG device {slot}'s"
+        memory = self.field(f"{its} memory use", _memory, nv, device)
+        procs = self.field(f"{its} processes", nv.nvmlDeviceGetComputeRunningProcesses, device)
+        return SliceFacts(
+            index=slot,
+            uuid=_text(self.field(f"{its} UUID", nv.nvmlDeviceGetUUID, device)),
+            profile=mig.profile_of(_text(self.field(f"{its} name", nv.nvmlDeviceGetName, device))),
+            gpu_instance_id=_instance_id(
+                self.field(f"{its} GPU instance id", nv.nvmlDeviceGetGpuInstanceId, device)
+            ),
+            compute_instance_id=_instance_id(
+                self.field(f"{its} compute instance id", nv.nvmlDeviceGetComputeInstanceId, device)
+            ),
+            memory_total_mib=int(memory.total) // _MIB if memory is not None else None,
+            memory_used_mib=int(memory.used) // _MIB if memory is not None else None,
+            processes=None if procs is None else tuple(_process(p) for p in procs),
         )
 
     def faults(self, handle: Any) -> tuple[str, ...]:
@@ -353,4 +463,4 @@ class NvmlProbe:
         try:
             return _CardReader(nv, index, notes).read()
         except nv.NVMLError_GpuIsLost:
-            return CardFacts(index=index, processes=None, health=(health.GPU_LOST,))
+            return CardFacts(index=index, processes=None, health=(health.GPU_LOST,), mig_mode=None, slices=None)

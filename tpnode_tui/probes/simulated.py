@@ -22,6 +22,24 @@ could not be read. Fault tests may add ``"fail": "reason"`` (the driver
 cannot be read at all) or ``"hang_s": seconds`` (it answers that late; at or
 past the probe's timeout it does not answer).
 
+A card in MIG mode says ``"mig": true`` and lists its MIG devices, by index
+in the order given (``null`` for ``"mig"``: the driver could not tell;
+``"slices": null``: they could not be listed)::
+
+    {"mig": true, "memory_used_mib": 30444,
+     "slices": [{"profile": "1g.18gb", "uuid": "MIG-...", "gpu_instance_id": 9,
+                 "compute_instance_id": 0, "memory_total_mib": 16384, "memory_used_mib": 9013,
+                 "processes": [{"pid": 5151, "used_memory_mib": 9000}]}],
+     "processes": [{"pid": 777}]}
+
+A slice's ``memory_used_mib`` and ``processes`` take their idle values (0 and
+none) when missing, its uuid is made up from the card and slice, and the rest
+is ``null`` (not said). A MIG card's ``processes`` are those whose slice
+cannot be told; its process list as read is those and every slice's. Its
+``utilization_pct`` is ``null`` unless given, as drivers report none in MIG
+mode. ``"mig_pending"`` is the mode the card takes at its next reset (``true``
+on a card waiting to be split). Only a card in MIG mode may list slices.
+
 ``xid_events`` are the XIDs the card reports, for the demo and tests to raise
 them: each ``id`` is handled once by each watcher that reads the file (so a
 test appends events and never has to remove them), and may also carry the
@@ -39,8 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..model import CardFacts, ProbeReading, ProcessFacts
-from . import health
+from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
+from . import health, mig
 from .base import blind_reading
 
 SOURCE = "simulated"
@@ -82,6 +100,13 @@ def _flag(raw: dict, key: str, where: str) -> bool:
 def _object(value: Any, what: str) -> dict:
     if not isinstance(value, dict):
         raise _BadScene(f"{what} must be a JSON object, not {json.dumps(value)}")
+    return value
+
+
+def _maybe_flag(raw: dict, key: str, where: str) -> Optional[bool]:
+    value = raw.get(key, False)
+    if value is not None and not isinstance(value, bool):
+        raise _BadScene(f'{where}: "{key}" must be true, false or null, not {json.dumps(value)}')
     return value
 
 
@@ -170,11 +195,46 @@ def xid_events(path: Path) -> list[SimulatedXid]:
     return scene.xid_events
 
 
+def _slice(card: int, index: int, value: Any, blind: bool) -> SliceFacts:
+    where = f"card {card}, slice {index}"
+    raw = _object(value, where)
+    return SliceFacts(
+        index=index,
+        uuid=_text(raw, "uuid", where, f"MIG-00000000-0000-5000-8000-{card:06d}{index:06d}"),
+        profile=_text(raw, "profile", where, None),
+        gpu_instance_id=_number(raw, "gpu_instance_id", where, None),
+        compute_instance_id=_number(raw, "compute_instance_id", where, None),
+        memory_total_mib=_number(raw, "memory_total_mib", where, None),
+        memory_used_mib=None if blind else _number(raw, "memory_used_mib", where, 0),
+        processes=None if blind else _processes(raw, where),
+    )
+
+
+def _slices(index: int, raw: dict, mig_mode: Optional[bool], blind: bool) -> Optional[tuple[SliceFacts, ...]]:
+    where = f"card {index}"
+    if not mig_mode:
+        if "slices" in raw:
+            raise _BadScene(f'{where}: "slices" are listed, but the card is not in MIG mode ("mig": true)')
+        return () if mig_mode is False else None
+    value = raw.get("slices", [])
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _BadScene(f'{where}: "slices" must be a list, not {json.dumps(value)}')
+    return tuple(_slice(index, n, item, blind) for n, item in enumerate(value))
+
+
 def _card(index: int, value: Any, blind: bool) -> CardFacts:
     where = f"card {index}"
     raw = _object(value, where)
     if _flag(raw, "lost", where):
-        return CardFacts(index=index, processes=None, health=(health.GPU_LOST,))
+        return CardFacts(index=index, processes=None, health=(health.GPU_LOST,), mig_mode=None, slices=None)
+    mig_mode = _maybe_flag(raw, "mig", where)
+    pending = _maybe_flag(raw, "mig_pending", where) if "mig_pending" in raw else mig_mode
+    slices = _slices(index, raw, mig_mode, blind)
+    processes = None if blind else _processes(raw, where)
+    if slices is not None and mig_mode:
+        processes = mig.card_processes(processes, slices)
     return CardFacts(
         index=index,
         uuid=_text(raw, "uuid", where, f"GPU-00000000-0000-4000-8000-{index:012d}"),
@@ -182,11 +242,14 @@ def _card(index: int, value: Any, blind: bool) -> CardFacts:
         pci_bus_id=_text(raw, "pci_bus_id", where, None),
         memory_total_mib=_number(raw, "memory_total_mib", where, 143771),
         memory_used_mib=None if blind else _number(raw, "memory_used_mib", where, 0),
-        utilization_pct=_number(raw, "utilization_pct", where, 0),
+        utilization_pct=_number(raw, "utilization_pct", where, None if mig_mode else 0),
         temperature_c=_number(raw, "temperature_c", where, None),
         power_w=_number(raw, "power_w", where, None, float),
-        processes=None if blind else _processes(raw, where),
+        processes=processes,
         health=_health(raw, where),
+        mig_mode=mig_mode,
+        mig_pending=None if mig_mode is None or pending is None or pending == mig_mode else pending,
+        slices=slices,
     )
 
 

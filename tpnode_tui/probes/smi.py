@@ -20,6 +20,16 @@ knows who holds a card"; an empty answer means "asked, and nobody does".
 Reading the first as the second hands a full card out as idle, the failure
 this product exists to prevent, so the two are never merged.
 
+A card in MIG mode is read in two more answers, asked only when some card
+reports MIG on (so a node without it runs nothing more) and within what is
+left of the same deadline: ``nvidia-smi -L`` names each MIG device's profile
+and uuid, and ``nvidia-smi -q -x`` gives its GPU and compute instance ids and
+memory, and the instances each process runs in. The two are joined by the
+MIG device's index on its card, and each card is found by its uuid in both.
+The XML is the most robust of nvidia-smi's texts (a document, not a layout
+to scrape) and is read with missing elements tolerated. Either answer may
+fail alone: what it would have said is unknown (``None``), the rest stands.
+
 The parsers are pure and public. They take whatever text nvidia-smi printed
 and never raise: a line they do not understand is skipped, a field reported
 as ``[N/A]`` or ``[Not Supported]`` becomes ``None``.
@@ -33,11 +43,12 @@ import shutil
 import signal
 import subprocess
 import time
+import xml.etree.ElementTree as ElementTree
 from dataclasses import replace
 from typing import Optional
 
-from ..model import CardFacts, ProbeReading, ProcessFacts
-from . import health
+from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
+from . import health, mig
 from .base import blind_reading
 
 SOURCE = "nvidia-smi"
@@ -56,6 +67,9 @@ HEALTH_FIELDS = (
     "remapped_rows.failure",
 )
 APPS_FIELDS = ("gpu_uuid", "pid", "used_memory")
+#: Asked apart from the facts: a driver older than MIG does not know these
+#: fields and refuses the whole query that names them.
+MIG_FIELDS = ("index", "mig.mode.current", "mig.mode.pending")
 _FORMAT = "--format=csv,noheader,nounits"
 
 # Bounded, ASCII-only numbers: int() would take other scripts' digits, and
@@ -200,6 +214,163 @@ def parse_compute_apps(text: str) -> list[tuple[str, ProcessFacts]]:
     return apps
 
 
+def _mig_word(value: str) -> Optional[bool]:
+    """Enabled / Disabled; a card that cannot do MIG reads [N/A] or [Not Supported]: whole."""
+    word = value.strip().lower()
+    if word == "enabled":
+        return True
+    if word in ("disabled", "n/a", "[n/a]", "[not supported]"):
+        return False
+    return None
+
+
+def parse_mig_modes(text: str) -> dict[int, tuple[Optional[bool], Optional[bool]]]:
+    """``--query-gpu=`` :data:`MIG_FIELDS` output -> {index: (MIG now, the mode after
+    the next reset where it differs, else None)}."""
+    modes: dict[int, tuple[Optional[bool], Optional[bool]]] = {}
+    for line in text.splitlines():
+        cols = _columns(line)
+        if len(cols) != len(MIG_FIELDS):
+            continue
+        index = _index(cols[0])
+        if index is None or index in modes:
+            continue
+        current, pending = _mig_word(cols[1]), _mig_word(cols[2])
+        modes[index] = (current, None if current is None or pending == current else pending)
+    return modes
+
+
+# "GPU 0: NVIDIA H200 (UUID: GPU-...)": the name is anybody's text, so the uuid is
+# the last parenthesis on the line. "  MIG 1g.18gb     Device  3: (UUID: MIG-...)".
+_LIST_CARD = re.compile(r"GPU [0-9]{1,5}: .*\(UUID: (GPU-[^\s()]{1,100})\)\s*")
+_LIST_MIG = re.compile(r"\s+MIG (\S{1,40})\s+Device\s+([0-9]{1,4}): \(UUID: (MIG-[^\s()]{1,200})\)\s*")
+
+#: one MIG device as ``nvidia-smi -L`` names it: (its index on the card, profile, uuid)
+Listed = tuple[int, str, str]
+
+
+def parse_mig_list(text: str) -> dict[str, list[Listed]]:
+    """``nvidia-smi -L`` output -> {card uuid: its MIG devices}; a card without any
+    has an empty list, a card the listing does not name is not in it."""
+    cards: dict[str, list[Listed]] = {}
+    devices: Optional[list[Listed]] = None
+    for line in text.splitlines():
+        card = _LIST_CARD.fullmatch(line)
+        if card is not None:
+            devices = cards.setdefault(card.group(1), [])
+            continue
+        device = _LIST_MIG.fullmatch(line)
+        if device is not None and devices is not None:
+            index = int(device.group(2))
+            if all(listed[0] != index for listed in devices):
+                devices.append((index, device.group(1), device.group(3)))
+    return cards
+
+
+#: XML 1.0 forbids these (and a lone surrogate cannot even be encoded); a process
+#: name carrying one (any user names their own processes) would make the whole
+#: document unreadable.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+#: what ``nvidia-smi -q -x`` says of one card's MIG devices: the devices by
+#: index (instance ids and memory; uuid, profile and processes not in it), and
+#: the card's processes with the instances they run in (None: no list given)
+XmlMig = tuple[dict[int, SliceFacts], Optional[list[mig.Tagged]]]
+
+
+def _xml_text(element: ElementTree.Element, path: str) -> str:
+    return element.findtext(path) or ""
+
+
+def parse_mig_xml(text: str) -> Optional[dict[str, XmlMig]]:
+    """``nvidia-smi -q -x`` output -> {card uuid: its MIG devices and processes};
+    None when it is not such a document at all. A missing element is a fact
+    not given (None), never a reason to drop the card or the device."""
+    try:
+        root = ElementTree.fromstring(_NOT_XML.sub("\ufffd", text))
+    except ElementTree.ParseError:
+        return None
+    if root.tag != "nvidia_smi_log":
+        return None
+    cards: dict[str, XmlMig] = {}
+    for gpu in root.findall("gpu"):
+        uuid = _present(_xml_text(gpu, "uuid"))
+        if uuid is None or uuid in cards:
+            continue
+        devices: dict[int, SliceFacts] = {}
+        for device in gpu.findall("mig_devices/mig_device"):
+            index = _index(_xml_text(device, "index").strip())
+            if index is None or index in devices:
+                continue
+            devices[index] = SliceFacts(
+                index=index,
+                gpu_instance_id=_index(_xml_text(device, "gpu_instance_id").strip()),
+                compute_instance_id=_index(_xml_text(device, "compute_instance_id").strip()),
+                memory_total_mib=_whole(_xml_text(device, "fb_memory_usage/total")),
+                memory_used_mib=_whole(_xml_text(device, "fb_memory_usage/used")),
+                processes=None,
+            )
+        listed = gpu.find("processes")
+        tagged: Optional[list[mig.Tagged]] = None
+        if listed is not None:
+            tagged = []
+            for info in listed.findall("process_info"):
+                pid = _index(_xml_text(info, "pid").strip())
+                if pid is not None:
+                    tagged.append((
+                        _index(_xml_text(info, "gpu_instance_id").strip()),
+                        _index(_xml_text(info, "compute_instance_id").strip()),
+                        ProcessFacts(pid=pid, used_memory_mib=_whole(_xml_text(info, "used_memory"))),
+                    ))
+        cards[uuid] = (devices, tagged)
+    return cards
+
+
+def mig_slices(
+    listed: Optional[list[Listed]], described: Optional[XmlMig]
+) -> Optional[tuple[SliceFacts, ...]]:
+    """One card's MIG devices from its ``-L`` lines and its ``-q -x`` element,
+    joined by index; None when neither answer says anything of the card.
+
+    A device only one of them names is kept, with what the other would have
+    said unknown; a device's processes are those of the card that name its
+    instances (unknown without the XML).
+    """
+    if listed is None and described is None:
+        return None
+    devices, tagged = described if described is not None else ({}, None)
+    by_index = dict(devices)
+    for index, profile, uuid in listed or ():
+        by_index[index] = replace(by_index.get(index, SliceFacts(index=index, processes=None)),
+                                  uuid=uuid, profile=profile)
+    return mig.attribute([by_index[i] for i in sorted(by_index)], tagged)
+
+
+def _with_mig(
+    card: CardFacts,
+    mode: tuple[Optional[bool], Optional[bool]],
+    listing: Optional[dict[str, list[Listed]]],
+    described: Optional[dict[str, XmlMig]],
+) -> CardFacts:
+    """``card`` with its MIG mode and, in MIG mode, its slices and their processes.
+
+    Where the compute processes could not be listed, the processes ``-q -x``
+    names on the card stand for them.
+    """
+    current, pending = mode
+    if not current:
+        return replace(card, mig_mode=current, mig_pending=pending, slices=None if current is None else ())
+    listed = None if listing is None or card.uuid is None else listing.get(card.uuid)
+    found = None if described is None or card.uuid is None else described.get(card.uuid)
+    slices = mig_slices(listed, found)
+    processes = card.processes
+    if slices is not None:
+        if processes is None and found is not None and found[1] is not None:
+            processes = tuple(p for _gi, _ci, p in found[1])
+        processes = mig.card_processes(processes, slices)
+    return replace(card, processes=processes, mig_mode=True, mig_pending=pending, slices=slices)
+
+
 def _said(raw: bytes) -> str:
     """The first line nvidia-smi printed, to put in an error message."""
     line = next((ln.strip() for ln in raw.decode(errors="replace").splitlines() if ln.strip()), "")
@@ -223,10 +394,14 @@ class SmiProbe:
             return blind_reading(SOURCE, f"{self.binary}: not found on PATH")
         if stuck := self._still_stuck():
             return blind_reading(SOURCE, stuck)
-        (facts, facts_err), (health_text, health_err), (apps, apps_err) = await asyncio.gather(
-            self._run(path, "--query-gpu=" + ",".join(FACTS_FIELDS)),
-            self._run(path, "--query-gpu=" + ",".join(HEALTH_FIELDS)),
-            self._run(path, "--query-compute-apps=" + ",".join(APPS_FIELDS)),
+        started = time.monotonic()
+        (facts, facts_err), (health_text, health_err), (apps, apps_err), (modes_text, modes_err) = (
+            await asyncio.gather(
+                self._run(path, "--query-gpu=" + ",".join(FACTS_FIELDS), _FORMAT),
+                self._run(path, "--query-gpu=" + ",".join(HEALTH_FIELDS), _FORMAT),
+                self._run(path, "--query-compute-apps=" + ",".join(APPS_FIELDS), _FORMAT),
+                self._run(path, "--query-gpu=" + ",".join(MIG_FIELDS), _FORMAT),
+            )
         )
         if facts is None:
             return blind_reading(SOURCE, facts_err)
@@ -238,12 +413,25 @@ class SmiProbe:
             )
 
         notes: list[str] = []
+        modes: Optional[dict[int, tuple[Optional[bool], Optional[bool]]]] = None
+        if modes_text is None:
+            notes.append(f"MIG mode could not be read ({modes_err})")
+        else:
+            modes = parse_mig_modes(modes_text)
+        split = modes is not None and any(modes.get(c.index, (None,))[0] for c in cards)
+        listing, described = await self._mig(path, started, notes) if split else (None, None)
+
         held: Optional[dict[int, list[ProcessFacts]]] = None
         if apps is None:
             notes.append(f"compute processes could not be listed ({apps_err})")
         else:
             held = {c.index: [] for c in cards}
             where = parse_index_uuid(facts)
+            # A process may be listed under its MIG device's uuid: it is on that card.
+            for card_uuid, devices in (listing or {}).items():
+                if card_uuid in where:
+                    for _index_on_card, _profile, mig_uuid in devices:
+                        where.setdefault(mig_uuid, where[card_uuid])
             for uuid, proc in parse_compute_apps(apps):
                 index = where.get(uuid)
                 if index in held:
@@ -257,15 +445,45 @@ class SmiProbe:
         return health.reading(
             SOURCE,
             tuple(
-                replace(
-                    c,
-                    processes=None if held is None else tuple(held[c.index]),
-                    health=reasons.get(c.index, ()),
+                _with_mig(
+                    replace(
+                        c,
+                        processes=None if held is None else tuple(held[c.index]),
+                        health=reasons.get(c.index, ()),
+                    ),
+                    (None, None) if modes is None else modes.get(c.index, (None, None)),
+                    listing,
+                    described,
                 )
                 for c in cards
             ),
             notes,
         )
+
+    async def _mig(
+        self, path: str, started: float, notes: list[str]
+    ) -> tuple[Optional[dict[str, list[Listed]]], Optional[dict[str, XmlMig]]]:
+        """``-L`` and ``-q -x`` side by side, within what is left of this read's deadline."""
+        left = self.timeout_s - (time.monotonic() - started)
+        if left <= 0:
+            notes.append(f"MIG devices could not be read: nothing was left of the {self.timeout_s:g} s timeout")
+            return None, None
+        (list_text, list_err), (xml_text, xml_err) = await asyncio.gather(
+            self._run(path, "-L", timeout_s=left), self._run(path, "-q", "-x", timeout_s=left)
+        )
+        listing = described = None
+        if list_text is None:
+            notes.append(f"MIG devices could not be listed ({list_err})")
+        else:
+            listing = parse_mig_list(list_text)
+        if xml_text is None:
+            notes.append(f"MIG devices could not be described ({xml_err})")
+        else:
+            described = parse_mig_xml(xml_text)
+            if described is None:
+                notes.append("MIG devices could not be described (nvidia-smi -q -x answered something "
+                             "this probe does not understand)")
+        return listing, described
 
     async def close(self) -> None:
         """Reap what has exited; a straggler that has not is left to the system."""
@@ -283,11 +501,12 @@ class SmiProbe:
             "nvidia-smi is started until it exits"
         )
 
-    async def _run(self, path: str, query: str) -> tuple[Optional[str], str]:
-        """nvidia-smi's stdout, or None and why it could not answer."""
+    async def _run(self, path: str, *args: str, timeout_s: Optional[float] = None) -> tuple[Optional[str], str]:
+        """nvidia-smi's stdout, or None and why it could not answer (by ``timeout_s``,
+        else the probe's timeout)."""
         try:
             proc = subprocess.Popen(
-                [path, query, _FORMAT],
+                [path, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -296,7 +515,7 @@ class SmiProbe:
         except OSError as e:
             return None, f"nvidia-smi could not be run ({e.strerror or e})"
         try:
-            answer = await asyncio.to_thread(_communicate, proc, self.timeout_s)
+            answer = await asyncio.to_thread(_communicate, proc, self.timeout_s if timeout_s is None else timeout_s)
         except BaseException:
             # The caller gave up on this read: end it now, not at the deadline.
             _kill_group(proc)
