@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.config import ENV_VARS, Settings, load_settings, parse_duration, redact_url, state_dir_exists
+from tpnode_tui.config import DECLARED, Settings, load_settings, parse_duration, redact_url, state_dir_exists
 from tpnode_tui.model import BadRequest, ConfigError
 
 
@@ -31,7 +31,7 @@ def test_every_variable_is_read():
         "TUNEPLANE_FLEET_URL": "redis://fleet:6379/2", "TUNEPLANE_NODE_NAME": "gpu-07",
         "TUNEPLANE_FLEET_PUBLISH_S": "2.5", "TUNEPLANE_METRICS_ADDR": "[::]:9400",
     }
-    assert set(env) == {var for var, _ in ENV_VARS.values()}
+    assert set(env) == {d.env for d in DECLARED.values()}
     s = load_settings(env)
     assert (s.local_gpu_count, s.cluster_profile, s.check_external, s.check_health) == (4, "h200-sxm", False, False)
     assert (s.mem_busy_mib, s.probe, s.probe_timeout_s, s.runtime) == (1024, "simulated:/tmp/n.json", 2.5, "process")
@@ -125,15 +125,13 @@ def test_a_relative_state_dir_is_made_absolute_so_every_shell_shares_one_lock(tm
 
 
 def test_the_readme_table_names_every_variable_flag_and_default():
-    from tpnode_tui.config import FLAGS
-
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     table = [line for line in readme.splitlines() if line.startswith("| `TUNEPLANE_")]
     documented = {line.split("`")[1]: line for line in table}
-    assert set(documented) == {var for var, _ in ENV_VARS.values()}
-    for setting, (var, _) in ENV_VARS.items():
-        if setting in FLAGS:
-            assert f"`{FLAGS[setting]}`" in documented[var], var
+    assert set(documented) == {d.env for d in DECLARED.values()}
+    for declared in DECLARED.values():
+        if declared.flag:
+            assert f"`{declared.flag}`" in documented[declared.env], declared.env
 
 
 def test_xid_lists_default_to_the_catalog_and_none_means_no_drains():

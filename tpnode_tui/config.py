@@ -11,9 +11,9 @@ import os
 import re
 import socket
 import stat
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from .model import BadRequest, ConfigError
@@ -21,65 +21,6 @@ from .model import BadRequest, ConfigError
 DEFAULT_STATE_DIR = "/var/lib/tpnode-tui"
 DEFAULT_AGENT_SOCKET = "/run/tpnode-tui/agent.sock"
 DEFAULT_OPERATORS_GROUP = "tpnode-operators"
-
-#: setting name -> (environment variable, what it does). A test checks that the
-#: README's configuration table names every variable and flag here.
-ENV_VARS: dict[str, tuple[str, str]] = {
-    "local_gpu_count": ("TUNEPLANE_LOCAL_GPU_COUNT", "card count; 0 asks the driver"),
-    "cluster_profile": (
-        "TUNEPLANE_CLUSTER_PROFILE", "hardware series to report; empty asks the driver for the card name"
-    ),
-    "check_external": ("TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS", "count cards used from outside the platform as held"),
-    "check_health": ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "keep unhealthy cards from being handed out"),
-    "mem_busy_mib": ("TUNEPLANE_MEM_BUSY_MIB", "memory used (MiB) from which a card counts as in use"),
-    "probe": ("TUNEPLANE_PROBE", "nvml, smi, simulated:PATH or auto (NVML, then nvidia-smi, else probe-blind)"),
-    "probe_timeout_s": ("TUNEPLANE_PROBE_TIMEOUT_S", "seconds a probe may take before the node counts as probe-blind"),
-    "runtime": ("TUNEPLANE_RUNTIME", "docker, process or auto (docker when an engine socket exists)"),
-    "docker_gpu_mode": (
-        "TUNEPLANE_DOCKER_GPU_MODE",
-        "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES with host ids, CUDA_VISIBLE_DEVICES "
-        "from 0) or none (labels only)",
-    ),
-    "state_dir": ("TUNEPLANE_STATE_DIR", "lock file and the process runtime's state file and logs"),
-    "redis_url": ("TUNEPLANE_REDIS_URL", "use a Redis lease as the cross-process lock instead of flock"),
-    "lock_lease_ms": ("TUNEPLANE_LOCK_LEASE_MS", "Redis lease length; renewed every third of it"),
-    "lock_retry_ms": ("TUNEPLANE_LOCK_RETRY_MS", "how often a waiting allocation retries the lock"),
-    "hold_image": ("TUNEPLANE_HOLD_IMAGE", "image whose sleep holds a reservation's cards (docker)"),
-    "allow_unverified": ("TUNEPLANE_ALLOW_UNVERIFIED", "hand out cards even while use from outside cannot be probed"),
-    "agent": ("TUNEPLANE_AGENT", "auto (the agent if it answers, else in-process where allowed), on or off"),
-    "agent_socket": ("TUNEPLANE_AGENT_SOCKET", "the node agent's Unix socket"),
-    "operators_group": ("TUNEPLANE_OPERATORS_GROUP", "members may stop, extend and reclaim anyone's jobs"),
-    "max_cards_per_user": ("TUNEPLANE_MAX_CARDS_PER_USER", "most cards one account may hold at once; empty: no limit"),
-    "max_cards_for": ("TUNEPLANE_MAX_CARDS_FOR", "per-account or per-group limits, e.g. alice=4,@students=1"),
-    "images": ("TUNEPLANE_IMAGES", "comma-separated glob patterns of images jobs may use; empty: any"),
-    "log_max_mb": ("TUNEPLANE_LOG_MAX_MB", "size at which the node's event and audit log is rotated"),
-    "idle_reservation_min": ("TUNEPLANE_IDLE_RESERVATION_MIN",
-                             "minutes a reservation's owner may leave its cards unused before it is marked idle"),
-    "xid_drain": ("TUNEPLANE_XID_DRAIN", "XIDs that drain their card until an operator undrains it (none: none do)"),
-    "xid_ignore": ("TUNEPLANE_XID_IGNORE", "XIDs that are only logged: not shown on the card, never drained"),
-    "evict_grace_s": ("TUNEPLANE_EVICT_GRACE_S",
-                      "seconds an evicted process has between SIGTERM and being reported (or SIGKILLed)"),
-    "fleet_url": ("TUNEPLANE_FLEET_URL", "Redis the agent publishes its snapshot to, and tpnode-tui fleet reads"),
-    "node_name": ("TUNEPLANE_NODE_NAME", "this node's name in the fleet and in metrics; empty: the host name"),
-    "fleet_publish_s": ("TUNEPLANE_FLEET_PUBLISH_S", "seconds between publications at most; 3 missed: unreachable"),
-    "metrics_addr": ("TUNEPLANE_METRICS_ADDR", "HOST:PORT where the agent serves Prometheus /metrics; empty: off"),
-}
-
-#: setting name -> the command-line flag that overrides its variable
-FLAGS: dict[str, str] = {
-    "local_gpu_count": "--gpu-count",
-    "probe": "--probe",
-    "runtime": "--runtime",
-    "state_dir": "--state-dir",
-    "redis_url": "--redis-url",
-    "docker_gpu_mode": "--docker-gpu-mode",
-    "mem_busy_mib": "--mem-busy-mib",
-    "lock_lease_ms": "--lock-lease-ms",
-    "hold_image": "--hold-image",
-    "allow_unverified": "--allow-unverified",
-    "agent": "--agent",
-    "agent_socket": "--agent-socket",
-}
 
 #: How the docker runtime may give a container its cards (see TUNEPLANE_DOCKER_GPU_MODE).
 DOCKER_GPU_MODES = ("nvidia", "env", "none")
@@ -106,62 +47,6 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-
-
-@dataclass(frozen=True)
-class Settings:
-    local_gpu_count: int = 0
-    cluster_profile: str = ""
-    check_external: bool = True
-    check_health: bool = True
-    mem_busy_mib: int = 512
-    probe: str = "auto"
-    probe_timeout_s: float = 10.0
-    runtime: str = "auto"
-    docker_gpu_mode: str = "nvidia"
-    state_dir: Path = Path(DEFAULT_STATE_DIR)
-    redis_url: Optional[str] = None
-    lock_lease_ms: int = 120_000
-    lock_retry_ms: int = 100
-    hold_image: str = "busybox:latest"
-    allow_unverified: bool = False
-    agent: str = "auto"
-    agent_socket: Path = Path(DEFAULT_AGENT_SOCKET)
-    operators_group: str = DEFAULT_OPERATORS_GROUP
-    max_cards_per_user: Optional[int] = None
-    #: account name or "@group" -> most cards
-    max_cards_for: tuple[tuple[str, int], ...] = ()
-    images: tuple[str, ...] = ()
-    log_max_mb: float = 10.0
-    idle_reservation_min: int = 30
-    xid_drain: tuple[int, ...] = DEFAULT_XID_DRAIN
-    xid_ignore: tuple[int, ...] = ()
-    evict_grace_s: float = 10.0
-    fleet_url: Optional[str] = None
-    #: empty: the host name (see :attr:`node`)
-    node_name: str = ""
-    fleet_publish_s: float = 10.0
-    #: (host, port) of the Prometheus endpoint; None: off
-    metrics_addr: Optional[tuple[str, int]] = None
-
-    @property
-    def simulated_path(self) -> Optional[Path]:
-        if self.probe.startswith("simulated:"):
-            return Path(self.probe.split(":", 1)[1])
-        return None
-
-    @property
-    def redis_url_safe(self) -> Optional[str]:
-        return redact_url(self.redis_url) if self.redis_url else None
-
-    @property
-    def fleet_url_safe(self) -> Optional[str]:
-        return redact_url(self.fleet_url) if self.fleet_url else None
-
-    @property
-    def node(self) -> str:
-        """The node's name in the fleet and in metrics."""
-        return self.node_name or socket.gethostname()
 
 
 def redact_url(url: str) -> str:
@@ -307,73 +192,182 @@ def _parse_addr(name: str, raw: str) -> Optional[tuple[str, int]]:
     return host or "0.0.0.0", int(port)
 
 
-def _convert(setting: str, raw: object, name: str) -> object:
-    text = str(raw)
-    if setting == "idle_reservation_min":
-        return _parse_int(name, text, 1, 366 * 24 * 60)
-    if setting in ("xid_drain", "xid_ignore"):
-        return _parse_xids(name, text)
-    if setting == "evict_grace_s":
-        return _parse_float(name, text, 0.1, 3600)
-    if setting == "fleet_url":
-        return _parse_redis_url(name, text)
-    if setting == "node_name":
-        if text.strip() and not _NODE_NAME.fullmatch(text.strip()):
-            raise ConfigError(f"{name}={raw!r} is not a node name: 1 to 253 letters, digits, "
-                              "'.', '_' or '-', starting with a letter or digit")
-        return text.strip()
-    if setting == "fleet_publish_s":
-        return _parse_float(name, text, 0.1, 300)
-    if setting == "metrics_addr":
-        return _parse_addr(name, text)
-    if setting == "agent":
-        return _parse_choice(name, text, ("auto", "on", "off"))
-    if setting == "agent_socket":
-        if not text.strip():
-            raise ConfigError(f"{name} is empty")
-        return Path(text).expanduser().absolute()
-    if setting == "operators_group":
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\$?", text.strip()):
-            raise ConfigError(f"{name}={raw!r} is not a group name")
-        return text.strip()
-    if setting == "max_cards_per_user":
-        return None if not text.strip() else _parse_int(name, text, 0, MAX_CARDS)
-    if setting == "max_cards_for":
-        return _parse_limits(name, text)
-    if setting == "images":
-        return tuple(p.strip() for p in text.split(",") if p.strip())
-    if setting == "log_max_mb":
-        return _parse_float(name, text, 0.01, 100_000)
-    if setting == "local_gpu_count":
-        return _parse_int(name, text, 0, MAX_CARDS)
-    if setting == "mem_busy_mib":
-        return _parse_int(name, text, 1)
-    if setting == "lock_lease_ms":
-        return _parse_int(name, text, 100)
-    if setting == "lock_retry_ms":
-        return _parse_int(name, text, 1)
-    if setting == "probe_timeout_s":
-        return _parse_float(name, text, 0.1, MAX_PROBE_TIMEOUT_S)
-    if setting in ("check_external", "check_health", "allow_unverified"):
-        return raw if isinstance(raw, bool) else _parse_bool(name, text)
-    if setting == "probe":
-        return _parse_probe(name, text)
-    if setting == "runtime":
-        return _parse_choice(name, text, ("docker", "process", "auto"))
-    if setting == "docker_gpu_mode":
-        return _parse_choice(name, text, DOCKER_GPU_MODES)
-    if setting == "state_dir":
-        if not text.strip():
-            raise ConfigError(f"{name} is empty")
-        # Absolute, so that shells started in different directories share one
-        # lock and one state file instead of each allocating on its own.
-        return Path(text).expanduser().absolute()
-    if setting == "redis_url":
-        return _parse_redis_url(name, text)
-    if setting in ("cluster_profile", "hold_image"):
-        return text.strip()
-    raise AssertionError(setting)
+def _node_name(name: str, raw: str) -> str:
+    text = raw.strip()
+    if text and not _NODE_NAME.fullmatch(text):
+        raise ConfigError(f"{name}={raw!r} is not a node name: 1 to 253 letters, digits, "
+                          "'.', '_' or '-', starting with a letter or digit")
+    return text
 
+
+def _group_name(name: str, raw: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\$?", raw.strip()):
+        raise ConfigError(f"{name}={raw!r} is not a group name")
+    return raw.strip()
+
+
+def _path(name: str, raw: str) -> Path:
+    """Absolute, so that shells started in different directories share one
+    lock, one state file and one agent instead of each finding its own."""
+    if not raw.strip():
+        raise ConfigError(f"{name} is empty")
+    return Path(raw).expanduser().absolute()
+
+
+def _whole(minimum: int, maximum: Optional[int] = None) -> Parse:
+    return lambda name, raw: _parse_int(name, raw, minimum, maximum)
+
+
+def _decimal(minimum: float, maximum: float) -> Parse:
+    return lambda name, raw: _parse_float(name, raw, minimum, maximum)
+
+
+def _choice(*choices: str) -> Parse:
+    return lambda name, raw: _parse_choice(name, raw, choices)
+
+
+def _text(name: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _patterns(name: str, raw: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+def _limit(name: str, raw: str) -> Optional[int]:
+    return None if not raw.strip() else _parse_int(name, raw, 0, MAX_CARDS)
+
+
+#: reads a setting's text; the first argument names where the text came from, for errors
+Parse = Callable[[str, str], Any]
+
+
+@dataclass(frozen=True)
+class Declared:
+    """How one setting is given: its variable, the flag that overrides it (if
+    any), what it does in a few words (for the README and --help), and how its
+    text is read (checked, or a ConfigError naming the variable)."""
+
+    env: str
+    help: str
+    parse: Parse
+    flag: Optional[str] = None
+    metavar: Optional[str] = None
+
+
+def _setting(default: Any, env: str, help: str, parse: Parse, *, flag: Optional[str] = None,
+             metavar: Optional[str] = None) -> Any:
+    """One field of :class:`Settings`, declared once: its default here, the rest in its metadata."""
+    return field(default=default, metadata={"declared": Declared(env, help, parse, flag, metavar)})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The node's settings. Each is declared once, here: its type and default,
+    its TUNEPLANE_* variable, its flag, its help and its parser; the CLI's
+    flags, the README's table (a test compares) and the checks come from it."""
+
+    local_gpu_count: int = _setting(0, "TUNEPLANE_LOCAL_GPU_COUNT", "card count; 0 asks the driver",
+                                    _whole(0, MAX_CARDS), flag="--gpu-count", metavar="N")
+    cluster_profile: str = _setting("", "TUNEPLANE_CLUSTER_PROFILE",
+                                    "hardware series to report; empty asks the driver for the card name", _text)
+    check_external: bool = _setting(True, "TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS",
+                                    "count cards used from outside the platform as held", _parse_bool)
+    check_health: bool = _setting(True, "TUNEPLANE_LOCAL_CHECK_GPU_HEALTH",
+                                  "keep unhealthy cards from being handed out", _parse_bool)
+    mem_busy_mib: int = _setting(512, "TUNEPLANE_MEM_BUSY_MIB", "memory used (MiB) from which a card counts as in use",
+                                 _whole(1), flag="--mem-busy-mib", metavar="MIB")
+    probe: str = _setting("auto", "TUNEPLANE_PROBE",
+                          "nvml, smi, simulated:PATH or auto (NVML, then nvidia-smi, else probe-blind)",
+                          _parse_probe, flag="--probe", metavar="P")
+    probe_timeout_s: float = _setting(10.0, "TUNEPLANE_PROBE_TIMEOUT_S",
+                                      "seconds a probe may take before the node counts as probe-blind",
+                                      _decimal(0.1, MAX_PROBE_TIMEOUT_S))
+    runtime: str = _setting("auto", "TUNEPLANE_RUNTIME",
+                            "docker, process or auto (docker when an engine socket exists)",
+                            _choice("docker", "process", "auto"), flag="--runtime", metavar="R")
+    docker_gpu_mode: str = _setting(
+        "nvidia", "TUNEPLANE_DOCKER_GPU_MODE",
+        "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES with host ids, CUDA_VISIBLE_DEVICES "
+        "from 0) or none (labels only)", _choice(*DOCKER_GPU_MODES), flag="--docker-gpu-mode", metavar="M")
+    state_dir: Path = _setting(Path(DEFAULT_STATE_DIR), "TUNEPLANE_STATE_DIR",
+                               "lock file and the process runtime's state file and logs", _path,
+                               flag="--state-dir", metavar="DIR")
+    redis_url: Optional[str] = _setting(None, "TUNEPLANE_REDIS_URL",
+                                        "use a Redis lease as the cross-process lock instead of flock",
+                                        _parse_redis_url, flag="--redis-url", metavar="URL")
+    lock_lease_ms: int = _setting(120_000, "TUNEPLANE_LOCK_LEASE_MS", "Redis lease length; renewed every third of it",
+                                  _whole(100), flag="--lock-lease-ms", metavar="MS")
+    lock_retry_ms: int = _setting(100, "TUNEPLANE_LOCK_RETRY_MS", "how often a waiting allocation retries the lock",
+                                  _whole(1))
+    hold_image: str = _setting("busybox:latest", "TUNEPLANE_HOLD_IMAGE",
+                               "image whose sleep holds a reservation's cards (docker)", _text,
+                               flag="--hold-image", metavar="IMG")
+    allow_unverified: bool = _setting(False, "TUNEPLANE_ALLOW_UNVERIFIED",
+                                      "hand out cards even while use from outside cannot be probed", _parse_bool,
+                                      flag="--allow-unverified")
+    agent: str = _setting("auto", "TUNEPLANE_AGENT",
+                          "auto (the agent if it answers, else in-process where allowed), on or off",
+                          _choice("auto", "on", "off"), flag="--agent", metavar="MODE")
+    agent_socket: Path = _setting(Path(DEFAULT_AGENT_SOCKET), "TUNEPLANE_AGENT_SOCKET", "the node agent's Unix socket",
+                                  _path, flag="--agent-socket", metavar="PATH")
+    operators_group: str = _setting(DEFAULT_OPERATORS_GROUP, "TUNEPLANE_OPERATORS_GROUP",
+                                    "members may stop, extend and reclaim anyone's jobs", _group_name)
+    max_cards_per_user: Optional[int] = _setting(None, "TUNEPLANE_MAX_CARDS_PER_USER",
+                                                 "most cards one account may hold at once; empty: no limit", _limit)
+    #: account name or "@group" -> most cards
+    max_cards_for: tuple[tuple[str, int], ...] = _setting(
+        (), "TUNEPLANE_MAX_CARDS_FOR", "per-account or per-group limits, e.g. alice=4,@students=1", _parse_limits)
+    images: tuple[str, ...] = _setting((), "TUNEPLANE_IMAGES",
+                                       "comma-separated glob patterns of images jobs may use; empty: any", _patterns)
+    log_max_mb: float = _setting(10.0, "TUNEPLANE_LOG_MAX_MB",
+                                 "size at which the node's event and audit log is rotated", _decimal(0.01, 100_000))
+    idle_reservation_min: int = _setting(
+        30, "TUNEPLANE_IDLE_RESERVATION_MIN",
+        "minutes a reservation's owner may leave its cards unused before it is marked idle", _whole(1, 366 * 24 * 60))
+    xid_drain: tuple[int, ...] = _setting(
+        DEFAULT_XID_DRAIN, "TUNEPLANE_XID_DRAIN",
+        "XIDs that drain their card until an operator undrains it (none: none do)", _parse_xids)
+    xid_ignore: tuple[int, ...] = _setting(
+        (), "TUNEPLANE_XID_IGNORE", "XIDs that are only logged: not shown on the card, never drained", _parse_xids)
+    evict_grace_s: float = _setting(
+        10.0, "TUNEPLANE_EVICT_GRACE_S",
+        "seconds an evicted process has between SIGTERM and being reported (or SIGKILLed)", _decimal(0.1, 3600))
+    fleet_url: Optional[str] = _setting(
+        None, "TUNEPLANE_FLEET_URL", "Redis the agent publishes its snapshot to, and tpnode-tui fleet reads",
+        _parse_redis_url)
+    #: empty: the host name (see :attr:`node`)
+    node_name: str = _setting("", "TUNEPLANE_NODE_NAME",
+                              "this node's name in the fleet and in metrics; empty: the host name", _node_name)
+    fleet_publish_s: float = _setting(
+        10.0, "TUNEPLANE_FLEET_PUBLISH_S", "seconds between publications at most; 3 missed: unreachable",
+        _decimal(0.1, 300))
+    #: (host, port) of the Prometheus endpoint; None: off
+    metrics_addr: Optional[tuple[str, int]] = _setting(
+        None, "TUNEPLANE_METRICS_ADDR", "HOST:PORT where the agent serves Prometheus /metrics; empty: off", _parse_addr)
+
+    @property
+    def simulated_path(self) -> Optional[Path]:
+        if self.probe.startswith("simulated:"):
+            return Path(self.probe.split(":", 1)[1])
+        return None
+
+    @property
+    def redis_url_safe(self) -> Optional[str]:
+        return redact_url(self.redis_url) if self.redis_url else None
+
+    @property
+    def fleet_url_safe(self) -> Optional[str]:
+        return redact_url(self.fleet_url) if self.fleet_url else None
+
+    @property
+    def node(self) -> str:
+        """The node's name in the fleet and in metrics."""
+        return self.node_name or socket.gethostname()
+
+
+#: setting name -> how it is given, in the order declared
+DECLARED: dict[str, Declared] = {f.name: f.metadata["declared"] for f in fields(Settings)}
 
 def settings_from_flags(
     flags: Mapping[str, object], environ: Optional[Mapping[str, str]] = None
@@ -383,7 +377,7 @@ def settings_from_flags(
     ``flags`` maps each flag's name as argparse stores it ("gpu_count" for
     ``--gpu-count``) to its value, None where it was not given.
     """
-    overrides = {setting: flags.get(flag[2:].replace("-", "_")) for setting, flag in FLAGS.items()}
+    overrides = {name: flags.get(d.flag[2:].replace("-", "_")) for name, d in DECLARED.items() if d.flag}
     return load_settings(environ, **overrides)
 
 
@@ -395,14 +389,16 @@ def load_settings(
     Raises ConfigError naming the first bad value.
     """
     env = os.environ if environ is None else environ
-    values: dict[str, object] = {}
-    for f in fields(Settings):
-        var = ENV_VARS[f.name][0]
-        if overrides.get(f.name) is not None:
-            values[f.name] = _convert(f.name, overrides[f.name], FLAGS.get(f.name, f.name))
-        elif env.get(var, "").strip():
-            values[f.name] = _convert(f.name, env[var], var)
-    unknown = set(overrides) - {f.name for f in fields(Settings)}
+    values: dict[str, Any] = {}
+    for name, declared in DECLARED.items():
+        given = overrides.get(name)
+        if isinstance(given, bool):  # a switch on the command line (--allow-unverified): no text to read
+            values[name] = given
+        elif given is not None:
+            values[name] = declared.parse(declared.flag or name, str(given))
+        elif env.get(declared.env, "").strip():
+            values[name] = declared.parse(declared.env, env[declared.env])
+    unknown = set(overrides) - set(DECLARED)
     if unknown:
         raise TypeError(f"unknown settings: {sorted(unknown)}")
     settings = replace(Settings(), **values)

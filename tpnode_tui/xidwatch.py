@@ -139,7 +139,7 @@ class NvmlXidWatcher(_Threaded):
 
     def _module(self) -> Any:
         if self._nv is None:
-            import pynvml  # type: ignore[import-untyped]
+            import pynvml
 
             self._nv = pynvml
         return self._nv

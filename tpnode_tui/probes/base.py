@@ -14,8 +14,10 @@ from ..model import ProbeReading
 
 
 class Probe(Protocol):
-    #: short name shown in the header and in ``status --json``: nvml, nvidia-smi, simulated, none
-    source: str
+    @property
+    def source(self) -> str:
+        """Short name shown in the header and in ``status --json``: nvml, nvidia-smi, simulated, none."""
+        ...
 
     async def read(self) -> ProbeReading:
         """Read every card now. Never raises for a driver problem: a reading

@@ -61,6 +61,10 @@ _INIT_PROBLEMS = (
 )
 
 
+#: one call for the worker thread, and the future its answer goes to
+_Job = tuple[Callable[[], Any], "concurrent.futures.Future[Any]"]
+
+
 class _Blind(Exception):
     """This read cannot go on; the message becomes the reading's problem."""
 
@@ -69,7 +73,7 @@ class _Worker:
     """One daemon thread that makes a probe's NVML calls, one after another."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Optional[_Job]] = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
 
     def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
@@ -79,7 +83,7 @@ class _Worker:
                 target=self._serve, args=(self._jobs,), name="tpnode-nvml", daemon=True
             )
             self._thread.start()
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut: concurrent.futures.Future[_T] = concurrent.futures.Future()
         self._jobs.put((fn, fut))
         return fut
 
@@ -89,7 +93,7 @@ class _Worker:
             self._thread = None
 
     @staticmethod
-    def _serve(jobs: queue.SimpleQueue) -> None:
+    def _serve(jobs: queue.SimpleQueue[Optional[_Job]]) -> None:
         while (job := jobs.get()) is not None:
             fn, fut = job
             if not fut.set_running_or_notify_cancel():
@@ -170,10 +174,10 @@ def _clock_reasons(nv: Any, handle: Any) -> int:
     current = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
     if current is not None:
         try:
-            return current(handle)
+            return int(current(handle))
         except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
             pass
-    return nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+    return int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
 
 
 def _recovery_action(nv: Any, handle: Any) -> Optional[int]:
@@ -397,7 +401,7 @@ class NvmlProbe:
         self._nvml: Any = nvml
         self._worker = _Worker()
         #: a call that overran its timeout and has not returned yet
-        self._stuck: Optional[concurrent.futures.Future] = None
+        self._stuck: Optional[concurrent.futures.Future[Any]] = None
 
     async def start(self) -> Optional[str]:
         """Initialise NVML now: None when it is ready, else why not, in plain words."""

@@ -70,7 +70,7 @@ class _BadScene(Exception):
     """What is wrong with the file, in plain words."""
 
 
-def _number(raw: dict, key: str, where: str, default: Any, kind: type = int) -> Any:
+def _number(raw: dict[str, Any], key: str, where: str, default: Any, kind: type = int) -> Any:
     if key not in raw:
         return default
     value = raw[key]
@@ -83,34 +83,34 @@ def _number(raw: dict, key: str, where: str, default: Any, kind: type = int) -> 
     return value
 
 
-def _text(raw: dict, key: str, where: str, default: Optional[str]) -> Optional[str]:
+def _text(raw: dict[str, Any], key: str, where: str, default: Optional[str]) -> Optional[str]:
     value = raw.get(key, default)
     if value is not None and not isinstance(value, str):
         raise _BadScene(f'{where}: "{key}" must be text, not {json.dumps(value)}')
     return value
 
 
-def _flag(raw: dict, key: str, where: str) -> bool:
+def _flag(raw: dict[str, Any], key: str, where: str) -> bool:
     value = raw.get(key, False)
     if not isinstance(value, bool):
         raise _BadScene(f'{where}: "{key}" must be true or false, not {json.dumps(value)}')
     return value
 
 
-def _object(value: Any, what: str) -> dict:
+def _object(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _BadScene(f"{what} must be a JSON object, not {json.dumps(value)}")
     return value
 
 
-def _maybe_flag(raw: dict, key: str, where: str) -> Optional[bool]:
+def _maybe_flag(raw: dict[str, Any], key: str, where: str) -> Optional[bool]:
     value = raw.get(key, False)
     if value is not None and not isinstance(value, bool):
         raise _BadScene(f'{where}: "{key}" must be true, false or null, not {json.dumps(value)}')
     return value
 
 
-def _processes(raw: dict, where: str) -> Optional[tuple[ProcessFacts, ...]]:
+def _processes(raw: dict[str, Any], where: str) -> Optional[tuple[ProcessFacts, ...]]:
     value = raw.get("processes", [])
     if value is None:
         return None
@@ -131,7 +131,7 @@ def _processes(raw: dict, where: str) -> Optional[tuple[ProcessFacts, ...]]:
     return tuple(procs)
 
 
-def _health(raw: dict, where: str) -> tuple[str, ...]:
+def _health(raw: dict[str, Any], where: str) -> tuple[str, ...]:
     signals = _object(raw.get("health", {}), f'{where}: "health"')
     reasons: list[str] = []
     if _flag(signals, "retired_pages_pending", where):
@@ -167,7 +167,7 @@ class SimulatedXid:
     recovery_action: Optional[int] = None
 
 
-def _xid_events(index: int, raw: dict, where: str) -> list[SimulatedXid]:
+def _xid_events(index: int, raw: dict[str, Any], where: str) -> list[SimulatedXid]:
     value = raw.get("xid_events", [])
     if not isinstance(value, list):
         raise _BadScene(f'{where}: "xid_events" must be a list, not {json.dumps(value)}')
@@ -210,7 +210,7 @@ def _slice(card: int, index: int, value: Any, blind: bool) -> SliceFacts:
     )
 
 
-def _slices(index: int, raw: dict, mig_mode: Optional[bool], blind: bool) -> Optional[tuple[SliceFacts, ...]]:
+def _slices(index: int, raw: dict[str, Any], mig_mode: Optional[bool], blind: bool) -> Optional[tuple[SliceFacts, ...]]:
     where = f"card {index}"
     if not mig_mode:
         if "slices" in raw:

@@ -1,0 +1,186 @@
+"""The headless CLI: the same allocator and lock as the dashboard, for shells and scripts.
+
+Exit codes are part of the interface, so scripts can tell "try later" from
+"this is wrong": 0 done; 75 no capacity now, or the lock not had within
+``--wait`` (EX_TEMPFAIL: try again later); 77 not allowed (EX_NOPERM); 1 any
+other failure, including a request that can never fit; 2 bad usage or
+configuration; 141 standard output closed early (as a program killed by
+SIGPIPE: ``tpnode-tui status | head -1``). Errors are one line on stderr,
+never a traceback.
+
+Each command is declared once, with its arguments, in :mod:`.commands`; each
+node setting once, in :class:`~tpnode_tui.config.Settings`, whose flags the
+parser is made from. What a command needs is imported when it runs: a
+command that only asks the node's agent loads no asyncio, no allocator and
+no dashboard.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import NoReturn, Optional, Sequence
+
+from .. import __version__
+from ..config import DECLARED, Settings, settings_from_flags, state_dir_exists
+from ..model import EXIT_FAIL, EXIT_OK, EXIT_USAGE, TpnodeError, error_line, exit_code
+from ..node.base import Node
+from ..node.http import straight
+from ..node.remote import AgentNode
+from ..printable import PrintableStream
+from . import commands  # noqa: F401  (each command registers itself)
+from .registry import COMMANDS, Command, Run, UsageError, say, say_once, seconds
+
+#: 128 + SIGPIPE: what a shell reports for a program a closed pipe ended
+EXIT_PIPE = 141
+
+__all__ = ["main", "build_parser", "EXIT_PIPE"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line instead of exiting on its own."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tpnode-tui",
+        description="See who holds each GPU on this node, and hand cards to jobs without ever sharing one.",
+    )
+    parser.add_argument("--version", action="version", version=f"tpnode-tui {__version__}")
+    node = parser.add_argument_group("node settings (each overrides its TUNEPLANE_* variable)")
+    for declared in DECLARED.values():
+        if declared.flag is None:
+            continue
+        if declared.metavar is None:  # a switch: given, it is on; not given, the variable decides
+            node.add_argument(declared.flag, action="store_true", default=None, help=declared.help)
+        else:
+            node.add_argument(declared.flag, metavar=declared.metavar, help=declared.help)
+    ui = parser.add_argument_group("dashboard (no command)")
+    ui.add_argument("--demo", action="store_true", help="a simulated 8-card node: no GPU, Docker or Redis needed")
+    ui.add_argument("--readonly", action="store_true", help="show only: every action is refused")
+    ui.add_argument("--interval", type=seconds, default=1.0, metavar="S",
+                    help="seconds between polls (0.2 to 3600)")
+    ui.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for command in COMMANDS.values():
+        command.arguments(sub.add_parser(command.name, help=command.help))
+    return parser
+
+
+def _state_dir_note(settings: Settings) -> Optional[str]:
+    """A plain sentence when the state dir this command uses does not exist yet.
+
+    A mistyped TUNEPLANE_STATE_DIR otherwise shows every card free and makes a
+    launch start a second, private record of the node: the one thing worse
+    than no record. A state dir that is not a directory is a ConfigError.
+    """
+    from ..runtimes import choose_runtime
+
+    process = choose_runtime(settings) == "process"
+    if not process and settings.redis_url:  # docker with a Redis lease: no state dir at all
+        return None
+    if state_dir_exists(settings.state_dir):
+        return None
+    recorded = "no job has been recorded here" if process else "no launch has taken the allocation lock here"
+    return (f"no state dir at {settings.state_dir}: {recorded}. If jobs were expected, check "
+            "TUNEPLANE_STATE_DIR: everyone who allocates on this node must use the same one")
+
+
+def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
+    if command.alone is not None:
+        return command.alone(args, settings)
+    if command.straight and settings.agent != "off":
+        agent = AgentNode(settings.agent_socket, blocking=True)
+        if straight(agent.answers()):
+            return straight(_on_node(command, agent, args, settings, None))
+        straight(agent.close())
+    import asyncio  # here, not at the top: a command run straight through never loads it
+
+    return asyncio.run(_in_loop(command, args, settings))
+
+
+async def _in_loop(command: Command, args: argparse.Namespace, settings: Settings) -> int:
+    from ..node.choose import open_node
+
+    node = await open_node(settings, interval=args.interval, max_wait_s=getattr(args, "wait", None),
+                           on_wait=say_once())
+    return await _on_node(command, node, args, settings, _state_dir_note(settings) if node.via == "local" else None)
+
+
+async def _on_node(command: Command, node: Node, args: argparse.Namespace, settings: Settings,
+                   note: Optional[str]) -> int:
+    """Run ``command`` on ``node``; ``note``: the state dir's, for a node served here."""
+    assert command.on_node is not None
+    try:
+        await command.on_node(Run(node, args, note))
+        if note and settings.state_dir.is_dir():
+            # Said after the fact, and only on success: a refusal stays one line.
+            say(f"created the state dir {settings.state_dir}, which did not exist: everyone who "
+                "allocates on this node must use this same one (TUNEPLANE_STATE_DIR)")
+        return EXIT_OK
+    finally:
+        await node.close()
+
+
+def _fail(message: str, code: int) -> int:
+    say(message)
+    return code
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's last
+    flush into a closed pipe does not print an error of its own."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    # Everything the commands print, errors and log lines included, reaches
+    # the terminal escaped: much of it was written by other users (process
+    # names, labels, owners) or by Docker, Redis and the driver.
+    with contextlib.redirect_stdout(PrintableStream(sys.stdout)), \
+            contextlib.redirect_stderr(PrintableStream(sys.stderr)):
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    import logging
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not 0.2 <= args.interval <= 3600:
+            raise UsageError(f"--interval {args.interval:g}: give seconds from 0.2 to 3600")
+        logging.basicConfig(
+            level=logging.INFO if args.verbose or args.command == "agent" else logging.WARNING,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        if args.command is None:
+            settings = None
+            if not args.demo:
+                settings = settings_from_flags(vars(args))
+                state_dir_exists(settings.state_dir)  # a file there is refused before the screen opens
+            from ..tui import run_dashboard  # the only import of the UI, and only when asked for
+
+            return run_dashboard(
+                settings, demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose
+            )
+        return _run(COMMANDS[args.command], args, settings_from_flags(vars(args)))
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE
+    except UsageError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except TpnodeError as e:  # each kind has its exit code: 75 try later, 77 not allowed, ...
+        return _fail(error_line(e), exit_code(e))
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as e:  # a bug of ours: still one line, with the detail in the log
+        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
+        return _fail(f"unexpected error ({type(e).__name__}: {e}); run with -v for details", EXIT_FAIL)

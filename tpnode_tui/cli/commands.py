@@ -1,0 +1,404 @@
+"""The headless commands, each with its arguments beside it.
+
+A command never waits for cards: with none free it exits 75 at once and a
+script decides whether to try again (the dashboard queues instead). One that
+has to wait for the allocation lock says once, on stderr, what it waits for.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Awaitable
+from dataclasses import asdict, replace
+from typing import Any, Optional, TypeVar
+
+from ..config import Settings, parse_duration
+from ..model import BadRequest, Evicted, EvictReport, LockWaitTimeout, TpnodeError
+from ..node.base import Node
+from ..port import LaunchRequest, ReserveRequest, new_run_id
+from ..render import cards_words, env_lines
+from ..wire import job_to_json, queued_to_json, snapshot_to_json
+from .output import (
+    event_line,
+    print_audit,
+    print_evicted,
+    print_queue,
+    print_status,
+    report_launch,
+    time_left,
+    you_line,
+)
+from .registry import Run, UsageError, card_list, cards, command, node_command, say, say_once, seconds
+
+T = TypeVar("T")
+
+WAIT_HELP = ("at most this long for the allocation lock (default: as long as it takes); "
+             "then exit 75. Cards are never waited for: with none free, exit 75 at once")
+
+
+def _run_id(given: Optional[str]) -> Optional[str]:
+    """An explicit --run-id is taken as given, so an empty one is refused rather
+    than silently replaced by a generated one."""
+    if given is not None and not given.strip():
+        raise BadRequest("--run-id is empty: give 1 to 63 letters, digits, '.', '_' or '-', or leave it out")
+    return given
+
+
+def _json_flag(parser: argparse.ArgumentParser, help: Optional[str] = None) -> None:
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    _json_flag(parser, "machine-readable")
+
+
+@node_command("status", "occupancy, cards and jobs now", _status_arguments, straight=True)
+async def _status(run: Run) -> None:
+    node, args, note = run.node, run.args, run.note
+    view = await node.status()
+    assert view.snapshot is not None
+    if args.json:
+        data = snapshot_to_json(view.snapshot)
+        data.update(via=node.via, you=asdict(view.you), state_dir_note=note)
+        print(json.dumps(data, indent=2))
+    else:
+        print_status(view.snapshot, note=note and f"state: {note}", you=you_line(view, node))
+
+
+def _launch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cards", type=cards, required=True, metavar="N")
+    parser.add_argument("--run-id", metavar="ID", help="default: a generated one")
+    parser.add_argument("--image", metavar="IMG", help="container image (docker runtime)")
+    parser.add_argument("--wait", type=seconds, metavar="SECONDS", help=WAIT_HELP)
+    parser.add_argument("--queue", action="store_true",
+                        help="with no capacity now, wait in the agent's queue instead of exit 75")
+    _json_flag(parser)
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
+
+
+@node_command("launch", "place and start a job on free cards", _launch_arguments)
+async def _launch(run: Run) -> None:
+    node, args = run.node, run.args
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv and not args.image:
+        raise UsageError("nothing to run: give the command after --, e.g. launch --cards 1 -- python train.py")
+    if args.queue and node.via != "agent":
+        raise UsageError("--queue needs the node's agent, which keeps the queue: no agent answers, "
+                         "and this command exits when it is done")
+    run_id = _run_id(args.run_id) or new_run_id()
+    request = LaunchRequest(cards=args.cards, command=tuple(argv), image=args.image, run_id=run_id, queue=args.queue)
+    result = await _bounded(node, node.launch(request), run_id, args.wait)
+    if result.queued is not None:
+        q = result.queued
+        if args.json:
+            print(json.dumps({"queued": queued_to_json(q)}))
+        else:
+            print(f"queued {q.run_id}: it starts by itself once {cards_words(q.cards)} "
+                  f"{'is' if q.cards == 1 else 'are'} free, after the launches queued before it "
+                  f"(tpnode-tui queue shows them; tpnode-tui cancel {q.run_id} drops it)")
+        return
+    assert result.launched is not None
+    report_launch(result.launched, args.json, "launched")
+
+
+async def _bounded(node: Node, work: Awaitable[T], run_id: str, wait_s: Optional[float]) -> T:
+    """``work`` through the agent, saying once what it waits for and giving up
+    after ``wait_s`` as a local launch does (exit 75); in-process, the lock
+    itself bounds and reports the wait."""
+    import asyncio
+
+    if node.via != "agent":
+        return await work
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_watch_wait(node, run_id))
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), wait_s)
+    except asyncio.TimeoutError:
+        task.cancel()  # the agent drops a launch whose asker hung up while it waited
+        raise LockWaitTimeout(f"{run_id} was not placed within {wait_s:g} s: the agent was still "
+                              "waiting for the allocation lock; nothing was placed") from None
+    finally:
+        watcher.cancel()
+
+
+async def _watch_wait(node: Node, run_id: str) -> None:
+    """Say once what a launch through the agent waits for, if it waits at all."""
+    import asyncio
+
+    said = say_once()
+    while True:
+        await asyncio.sleep(0.5)
+        for q in await node.queued():
+            if q.run_id == run_id and q.state == "waiting" and q.waiting_for:
+                said(q.waiting_for)
+
+
+def _reserve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cards", type=cards, required=True, metavar="N")
+    parser.add_argument("--for", dest="duration", required=True, metavar="DURATION", help="e.g. 30m, 2h, 1d")
+    parser.add_argument("--owner", metavar="NAME", help="default: the current user")
+    parser.add_argument("--run-id", metavar="ID", help="default: a generated one")
+    parser.add_argument("--wait", type=seconds, metavar="SECONDS", help=WAIT_HELP)
+    _json_flag(parser)
+
+
+@node_command("reserve", "hold cards for a person until a time", _reserve_arguments)
+async def _reserve(run: Run) -> None:
+    node, args = run.node, run.args
+    run_id = _run_id(args.run_id) or new_run_id("rsv")
+    request = ReserveRequest(cards=args.cards, duration_s=parse_duration(args.duration), run_id=run_id,
+                             owner=args.owner or "")
+    result = await _bounded(node, node.reserve(request), run_id, args.wait)
+    report_launch(result, args.json, "reserved")
+
+
+def _run_id_argument(parser: argparse.ArgumentParser, optional: bool = False) -> None:
+    parser.add_argument("run_id", nargs="?" if optional else None, metavar="RUN_ID")
+
+
+@node_command("reclaim", "remove exited jobs (never a running one)",
+              lambda parser: _run_id_argument(parser, optional=True), straight=True)
+async def _reclaim(run: Run) -> None:
+    removed = await run.node.reclaim(run.args.run_id)
+    for job in removed:
+        code = "unknown" if job.exit_code is None else str(job.exit_code)
+        print(f"removed {job.key} ({job.kind}, exit code {code})")
+    if not removed:
+        print("nothing to reclaim: no exited jobs this account may remove")
+
+
+@node_command("stop", "stop a running job or reservation", _run_id_argument, straight=True)
+async def _stop(run: Run) -> None:
+    job = await run.node.stop(run.args.run_id)
+    print(f"stopped {job.key} ({cards_words(job.gpus)})")
+
+
+def _extend_arguments(parser: argparse.ArgumentParser) -> None:
+    _run_id_argument(parser)
+    parser.add_argument("--for", dest="duration", required=True, metavar="DURATION",
+                        help="how much longer, e.g. 30m, 2h")
+    _json_flag(parser)
+
+
+@node_command("extend", "hold a reservation longer (its owner or an operator)", _extend_arguments, straight=True)
+async def _extend(run: Run) -> None:
+    node, args = run.node, run.args
+    job = await node.extend(args.run_id, parse_duration(args.duration))
+    if args.json:
+        print(json.dumps(job_to_json(job)))
+        return
+    until = time.strftime("%H:%M:%S", time.localtime(job.expires_at or 0))
+    print(f"extended {job.key}: it holds {cards_words(job.gpus)} until {until} "
+          f"({time_left(job.expires_at, True, time.time())})")
+
+
+@node_command("env", 'exports that point CUDA at a job\'s cards: eval "$(tpnode-tui env ID)"', _run_id_argument,
+              straight=True)
+async def _env(run: Run) -> None:
+    view = await run.node.status()
+    assert view.snapshot is not None
+    for line in env_lines(view.snapshot, run.args.run_id):
+        print(line)
+
+
+@node_command("queue", "launches queued or waiting for the lock", _json_flag, straight=True)
+async def _queue(run: Run) -> None:
+    queue = await run.node.queued()
+    if run.args.json:
+        print(json.dumps({"queue": [queued_to_json(q) for q in queue]}, indent=2))
+    else:
+        print_queue(queue)
+
+
+@node_command("cancel", "drop a queued launch (its owner or an operator)", _run_id_argument, straight=True)
+async def _cancel(run: Run) -> None:
+    q = await run.node.cancel(run.args.run_id)
+    print(f"cancelled {q.run_id} (queued by {q.owner or 'an unknown account'}); nothing was placed")
+
+
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
+    _json_flag(parser)
+
+
+@node_command("audit", "who asked the node for what (operators see everyone's)", _audit_arguments, straight=True)
+async def _audit(run: Run) -> None:
+    args = run.args
+    since = parse_duration(args.since) if args.since else None
+    entries, everyone = await run.node.audit(since)
+    if args.json:
+        print(json.dumps({"entries": entries, "all": everyone}, indent=2))
+        return
+    if not everyone:
+        print("your own actions (an operator sees everyone's):")
+    print_audit(entries)
+
+
+def _drain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cards", type=card_list, metavar="CARD[,CARD...]")
+    parser.add_argument("--reason", required=True, metavar="TEXT", help="why, in words the next person understands")
+    _json_flag(parser)
+
+
+@node_command("drain", "take cards out of service (operators)", _drain_arguments, straight=True)
+async def _drain(run: Run) -> None:
+    args = run.args
+    for card in args.cards:
+        drain = await run.node.drain(card, args.reason)
+        if args.json:
+            print(json.dumps(asdict(drain)))
+        else:
+            print(f"drained card {drain.card}: {drain.reason} (by {drain.by}); it is handed out to no job "
+                  f"until an operator undrains it (tpnode-tui undrain {drain.card})")
+
+
+def _undrain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cards", type=card_list, metavar="CARD[,CARD...]")
+    _json_flag(parser)
+
+
+@node_command("undrain", "put drained cards back in service (operators)", _undrain_arguments, straight=True)
+async def _undrain(run: Run) -> None:
+    args = run.args
+    for card in args.cards:
+        drain = await run.node.undrain(card)
+        if args.json:
+            print(json.dumps(asdict(drain)))
+        else:
+            print(f"card {drain.card} is back in service (it was drained: {drain.reason})")
+
+
+def _evict_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("card", type=card_list, metavar="CARD")
+    parser.add_argument("--pid", type=cards, metavar="PID", help="only this process of the card's")
+    parser.add_argument("--kill", action="store_true", help="SIGKILL what SIGTERM did not end within the grace")
+    parser.add_argument("--yes", action="store_true", help="do not ask first (needed without a terminal)")
+    _json_flag(parser)
+
+
+@node_command("evict", "end what squats on a card from outside the platform (operators)", _evict_arguments)
+async def _evict(run: Run) -> None:
+    node, args = run.node, run.args
+    if len(args.card) != 1:
+        raise UsageError("evict acts on one card at a time; name it alone")
+    card, pid = args.card[0], args.pid
+    refused: list[TpnodeError] = []
+    if args.yes:
+        report = await node.evict(card, pid, kill=args.kill)
+    else:
+        plan = await node.evict(card, pid, dry_run=True)
+        print_evicted(plan)
+        if not plan.processes:
+            return
+        if not _ask(f"send SIGTERM to {len(plan.processes)} process(es) on card {card}?"):
+            print("nothing was signalled")
+            return
+        report, refused = await _evict_each(node, plan, kill=args.kill)
+    if args.json:
+        print(json.dumps(asdict(report)))
+    elif report.processes or not refused:
+        print_evicted(report)
+    left = [p for p in report.processes if p.outcome == "running"]
+    if left and not args.kill and not args.yes and not args.json and _ask(
+            f"{len(left)} process(es) did not end on SIGTERM within {report.grace_s:g} s: SIGKILL them?"):
+        killed, more = await _evict_each(node, replace(report, processes=tuple(left)), kill=True)
+        print_evicted(killed)
+        refused += more
+    for e in refused[:-1]:
+        say(str(e))
+    if refused:
+        raise refused[-1]
+
+
+async def _evict_each(node: Node, listed: EvictReport, *, kill: bool) -> tuple[EvictReport, list[TpnodeError]]:
+    """Exactly the processes a question listed, each by pid and start time, all
+    at once (one grace period): a process that came since is not signalled, nor
+    one whose pid changed hands; the node's refusals come back to be said."""
+    import asyncio
+
+    answers = await asyncio.gather(*(node.evict(listed.card, p.pid, kill=kill, started_at=p.started_at)
+                                     for p in listed.processes), return_exceptions=True)
+    done: list[Evicted] = []
+    refused: list[TpnodeError] = []
+    for answer in answers:
+        if isinstance(answer, TpnodeError):
+            refused.append(answer)
+        elif isinstance(answer, BaseException):
+            raise answer
+        else:
+            done += answer.processes
+    return replace(listed, dry_run=False, kill=kill, processes=tuple(done)), refused
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question on the terminal; without one, asking is a usage error."""
+    if not sys.stdin.isatty():
+        raise UsageError("evict asks before it signals anything: give --yes to do it without asking")
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _events_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
+    parser.add_argument("--card", type=card_list, metavar="CARD", help="only what concerns this card")
+    parser.add_argument("--follow", action="store_true", help="keep printing new events as they happen")
+    _json_flag(parser, "one JSON object per line")
+
+
+@node_command("events", "what happened on the node: health, drains, intruders, launches, ...", _events_arguments,
+              straight=True)
+async def _events(run: Run) -> None:
+    node, args = run.node, run.args
+    since = parse_duration(args.since) if args.since else None
+    card = None if args.card is None else args.card[0]
+
+    def show(entry: dict[str, Any]) -> None:
+        print(json.dumps(entry) if args.json else event_line(entry, time.time()), flush=True)
+
+    if not args.follow:
+        for entry in await node.events(since, card):
+            show(entry)
+        return
+    async for entry in node.follow_events(card, since):  # until Ctrl-C
+        show(entry)
+
+
+@command("agent", "serve this node to every account on its socket (run as root, or by systemd)")
+def _agent(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+
+    from ..agent.serve import serve  # aiohttp's server: only the agent needs it
+
+    return asyncio.run(serve(settings, interval=args.interval))
+
+
+def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    _json_flag(parser, "one reading, machine-readable")
+
+
+@command("fleet", "every node publishing to TUNEPLANE_FLEET_URL, read-only", _fleet_arguments)
+def _fleet(args: argparse.Namespace, settings: Settings) -> int:
+    """Once as JSON, or live in the fleet view. redis-py and the view are
+    imported only here, when asked for."""
+    if settings.fleet_url is None:
+        raise UsageError("tpnode-tui fleet reads what the nodes' agents publish: set "
+                         "TUNEPLANE_FLEET_URL to their Redis (redis://host:port/db)")
+    safe = settings.fleet_url_safe or ""
+    if args.json:
+        import asyncio
+
+        from ..fleet.reader import read_once
+        from ..fleet.record import fleet_json
+
+        print(json.dumps(fleet_json(asyncio.run(read_once(settings.fleet_url, safe))), indent=2))
+        return 0
+    from ..tui.fleet import run_fleet_view
+
+    return run_fleet_view(settings.fleet_url, safe, args.interval)

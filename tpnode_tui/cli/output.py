@@ -1,0 +1,143 @@
+"""What the commands print: tables and lines for people, one line per fact.
+
+Every string here passes :func:`~tpnode_tui.printable.printable_view` before
+it is laid out, so a column is as wide as its escaped text and a label or a
+process name written by someone else cannot move the cursor.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Optional, Sequence, TextIO
+
+from ..model import EvictReport, Launched, NodeSnapshot, QueuedLaunch
+from ..node.base import Node
+from ..port import NodeView
+from ..printable import printable_view
+from ..render import card_summary, cards_words, clock_time, format_duration, format_mib
+from ..wire import launched_to_json
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
+    """Rows as lines, every column as wide as its widest cell: a 63-character
+    run id or an 8-card list must not run into the next column."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(parts).rstrip()
+
+    return [line(header)] + [line(row) for row in rows]
+
+
+def time_left(expires_at: Optional[float], live: bool, now: float) -> str:
+    if expires_at is None or not live:
+        return "-"
+    return f"left {format_duration(expires_at - now)}"
+
+
+def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None, note: Optional[str] = None,
+                 you: Optional[str] = None) -> None:
+    out = out or sys.stdout
+    snap = printable_view(snap)  # every field on its one line of the table
+    occ = snap.occupancy
+    model = snap.probe.model_name or "unknown cards"
+    print(f"{snap.host} · {model} · probe {snap.probe.source} · {snap.runtime} · lock {snap.lock}", file=out)
+    if you:
+        print(you, file=out)
+    if note:
+        print(note, file=out)
+    if snap.probe.problem:
+        print(f"probe: {snap.probe.problem}", file=out)
+    if snap.lock_state:
+        print(f"lock: {snap.lock_state}", file=out)
+    print(snap.explain, file=out)
+    if occ.total:
+        print(file=out)
+        print(f"{'CARD':<5}{'STATE':<13}{'HELD BY / WHY':<48}{'MEMORY':>22}", file=out)
+        for card in snap.cards:
+            mem = "N/A"
+            if card.facts:
+                mem = f"{format_mib(card.facts.memory_used_mib)} / {format_mib(card.facts.memory_total_mib)}"
+            summary = card_summary(card)
+            if len(summary) > 47:
+                summary = summary[:46] + "…"
+            print(f"{card.index:<5}{card.state:<13}{summary:<48}{mem:>22}", file=out)
+    if snap.jobs:
+        print(file=out)
+        now = time.time()
+        rows = []
+        notes: dict[int, tuple[str, ...]] = {}
+        for job in snap.jobs:
+            status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
+            age = format_duration(now - job.started_at) if job.started_at else "-"
+            cards = ",".join(map(str, job.gpus)) or "-"
+            rows.append([job.key, job.kind, status, cards, age,
+                         time_left(job.expires_at, job.live, now), job.owner])
+            notes[len(rows)] = job.problems
+        lines = table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))
+        for i, line in enumerate(lines):
+            print(line, file=out)
+            for problem in notes.get(i, ()):
+                print(f"  ! {problem}", file=out)
+
+
+def report_launch(result: Launched, as_json: bool, what: str) -> None:
+    if as_json:
+        print(json.dumps(launched_to_json(result)))
+    elif result.existing:
+        print(f"{result.job.run_id} already holds {cards_words(result.gpus)}; nothing new started")
+    else:
+        print(f"{what} {result.job.run_id} on {cards_words(result.gpus)}")
+    if result.warning:
+        print(f"warning: {result.warning}", file=sys.stderr)
+
+
+def you_line(view: NodeView, node: Node) -> str:
+    you = view.you
+    role = ", an operator" if you.operator else ""
+    limit = "" if you.card_limit is None else f" of at most {you.card_limit}"
+    where = f"through the node's {node.where}" if node.via == "agent" else "served by this process (no agent answers)"
+    return f"you: {you.user} (uid {you.uid}{role}), holding {cards_words(you.cards_held)}{limit}; {where}"
+
+
+def print_queue(queue: Sequence[QueuedLaunch], out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    if not queue:
+        print("no launch is queued or waiting", file=out)
+        return
+    now = time.time()
+    rows = [[q.run_id, q.state, cards_words(q.cards), q.owner or "-", format_duration(now - q.queued_at),
+             q.waiting_for or "-"] for q in printable_view(tuple(queue))]
+    for line in table(["RUN ID", "STATE", "WANTS", "OWNER", "WAITING", "FOR"], rows):
+        print(line, file=out)
+
+
+def print_audit(entries: Sequence[dict[str, Any]], out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    for entry in printable_view(list(entries)):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.get("time", 0)))
+        print(f"{when}  {entry.get('user', '?')}  {entry.get('action', '?')} {entry.get('target', '')}"
+              f"  {entry.get('result', '')}: {entry.get('message', '')}", file=out)
+
+
+def print_evicted(report: EvictReport, out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    shown = printable_view(report)
+    if not shown.processes:
+        print(f"nothing to evict on card {shown.card}: no process from outside the platform is there", file=out)
+        return
+    for p in shown.processes:
+        memory = "" if p.used_memory_mib is None else f", {format_mib(p.used_memory_mib)}"
+        print(f"card {p.card}: pid {p.pid} ({p.user or 'unknown user'}, {p.belongs}{memory}) "
+              f"{p.command or 'command not readable'}: {p.fate}", file=out)
+
+
+def event_line(entry: dict[str, Any], now: float) -> str:
+    shown = printable_view(entry)
+    cards = shown.get("cards")
+    where = f"  {cards_words(cards)}" if isinstance(cards, list) and cards else ""
+    who = f"  {shown['user']}" if shown.get("user") else ""
+    return (f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: "
+            f"{shown.get('message', '')}")

@@ -1,0 +1,128 @@
+"""Each command declared once, with its arguments beside it.
+
+A command is registered where it is written: its name, its help, the
+function that adds its arguments and the function that runs it, so adding or
+changing one touches one place. The parser and the dispatch are made from
+:data:`COMMANDS`, in the order the commands are declared.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Optional
+
+from ..config import Settings, decimal_number, whole_number
+from ..node.base import Node
+from ..printable import printable
+
+
+class UsageError(Exception):
+    """A command line that cannot be run as written: exit 2, one line."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One command's node, arguments, and the state dir's note (a node served here)."""
+
+    node: Node
+    args: argparse.Namespace
+    note: Optional[str]
+
+
+Arguments = Callable[[argparse.ArgumentParser], None]
+OnNode = Callable[["Run"], Awaitable[None]]
+Alone = Callable[[argparse.Namespace, Settings], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    arguments: Arguments
+    #: a command on a node: run with the node the settings name
+    on_node: Optional[OnNode] = None
+    #: a command of its own (the agent, the fleet): given the arguments and settings, returns the exit code
+    alone: Optional[Alone] = None
+    #: it asks the agent and waits for nothing else, so when an agent answers it
+    #: runs straight through on a blocking connection with no event loop
+    #: (tpnode_tui.node.http.straight): most of a short command's time otherwise
+    straight: bool = False
+
+
+#: every command, in the order declared (the order --help lists them)
+COMMANDS: dict[str, Command] = {}
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def node_command(name: str, help: str, arguments: Arguments = _no_arguments, *,
+                 straight: bool = False) -> Callable[[OnNode], OnNode]:
+    """Register the decorated coroutine as the command ``name``, run on the node."""
+
+    def register(run: OnNode) -> OnNode:
+        COMMANDS[name] = Command(name, help, arguments, on_node=run, straight=straight)
+        return run
+
+    return register
+
+
+def command(name: str, help: str, arguments: Arguments = _no_arguments) -> Callable[[Alone], Alone]:
+    """Register the decorated function as the command ``name``, run on its own."""
+
+    def register(run: Alone) -> Alone:
+        COMMANDS[name] = Command(name, help, arguments, alone=run)
+        return run
+
+    return register
+
+
+def say(message: str) -> None:
+    print(f"tpnode-tui: {printable(message)}", file=sys.stderr, flush=True)
+
+
+def say_once() -> Callable[[str], None]:
+    """What a waiting launch says: the first reason only, so a wait of an
+    hour is one line, not one per retry."""
+    said = False
+
+    def once(why: str) -> None:
+        nonlocal said
+        if not said:
+            said = True
+            say(why)
+
+    return once
+
+
+# -- argument types -------------------------------------------------------------
+
+
+def cards(text: str) -> int:
+    value = whole_number(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cards")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} cards: a job needs at least 1")
+    return value
+
+
+def card_list(text: str) -> tuple[int, ...]:
+    """"3" or "0,1,5": card indices as ASCII digits, none twice."""
+    listed = [whole_number(part.strip()) for part in text.split(",")]
+    if not listed or any(c is None for c in listed):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a card index or a list like 0,1,5")
+    indices = tuple(c for c in listed if c is not None)
+    if len(set(indices)) != len(indices):
+        raise argparse.ArgumentTypeError(f"{text!r} names a card twice")
+    return indices
+
+
+def seconds(text: str) -> float:
+    value = decimal_number(text)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (write it like 30 or 0.5)")
+    return value
