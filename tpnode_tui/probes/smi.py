@@ -39,6 +39,7 @@ from typing import Optional
 from ..model import CardFacts, ProbeReading, ProcessFacts
 from . import health
 from .base import blind_reading
+from .topology import TOPO_ARGS, TopologyKeeper, smi_topology
 
 SOURCE = "nvidia-smi"
 
@@ -216,6 +217,8 @@ class SmiProbe:
         self.binary = binary
         #: nvidia-smi processes killed at a deadline, with when, until seen to exit
         self._stragglers: list[tuple[subprocess.Popen[bytes], float]] = []
+        #: the topology, from ``nvidia-smi topo -m`` run beside the queries when due
+        self._topology = TopologyKeeper()
 
     async def read(self) -> ProbeReading:
         path = shutil.which(self.binary)
@@ -223,11 +226,17 @@ class SmiProbe:
             return blind_reading(SOURCE, f"{self.binary}: not found on PATH")
         if stuck := self._still_stuck():
             return blind_reading(SOURCE, stuck)
-        (facts, facts_err), (health_text, health_err), (apps, apps_err) = await asyncio.gather(
+        topology = self._topology.due()
+        if topology:
+            self._topology.begin()
+        (facts, facts_err), (health_text, health_err), (apps, apps_err), (topo, topo_err) = await asyncio.gather(
             self._run(path, "--query-gpu=" + ",".join(FACTS_FIELDS)),
             self._run(path, "--query-gpu=" + ",".join(HEALTH_FIELDS)),
             self._run(path, "--query-compute-apps=" + ",".join(APPS_FIELDS)),
+            self._exec([path, *TOPO_ARGS]) if topology else _not_asked(),
         )
+        if topology:
+            self._topology.keep(*smi_topology(topo, topo_err))
         if facts is None:
             return blind_reading(SOURCE, facts_err)
         cards = parse_gpu_facts(facts)
@@ -254,7 +263,7 @@ class SmiProbe:
         else:
             reasons = parse_gpu_health(health_text)
 
-        return health.reading(
+        return self._topology.attach(health.reading(
             SOURCE,
             tuple(
                 replace(
@@ -265,7 +274,7 @@ class SmiProbe:
                 for c in cards
             ),
             notes,
-        )
+        ))
 
     async def close(self) -> None:
         """Reap what has exited; a straggler that has not is left to the system."""
@@ -284,10 +293,14 @@ class SmiProbe:
         )
 
     async def _run(self, path: str, query: str) -> tuple[Optional[str], str]:
+        """A CSV query's answer, or None and why it could not answer."""
+        return await self._exec([path, query, _FORMAT])
+
+    async def _exec(self, argv: list[str]) -> tuple[Optional[str], str]:
         """nvidia-smi's stdout, or None and why it could not answer."""
         try:
             proc = subprocess.Popen(
-                [path, query, _FORMAT],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -309,6 +322,11 @@ class SmiProbe:
             said = _said(err) or _said(out)
             return None, f"nvidia-smi exited with status {proc.returncode}" + (f": {said}" if said else "")
         return out.decode(errors="replace"), ""
+
+
+async def _not_asked() -> tuple[Optional[str], str]:
+    """Stands for ``topo -m`` in a read that does not run it."""
+    return None, ""
 
 
 def _communicate(proc: subprocess.Popen[bytes], timeout_s: float) -> Optional[tuple[bytes, bytes]]:
