@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import combinations, permutations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tpnode_tui.model import BadRequest, Link, NeverFits, NoCapacity, Topology, pick_gpus
@@ -15,8 +15,8 @@ from tpnode_tui.topology import (
     TopologyError,
     choose,
     cube_mesh,
+    grouped_search,
     hierarchy,
-    is_hierarchy,
     link_from_word,
     pair_points,
     parse_topo_matrix,
@@ -267,7 +267,7 @@ def test_the_chosen_set_is_the_best_of_every_set(topology, data, require):
 @settings(max_examples=300, deadline=None)
 @given(topology=hierarchies(), data=st.data(), require=st.sampled_from([None, SAME_SWITCH, CONTIGUOUS]))
 def test_on_a_hierarchy_the_grouped_search_is_as_good_as_every_set(topology, data, require):
-    assert is_hierarchy(topology)
+    assert grouped_search(topology) == "tree"
     free = data.draw(st.sets(st.integers(0, topology.count - 1)))
     count = data.draw(st.integers(1, topology.count))
     checked = _check(topology, free, count, require, limit=0)
@@ -276,11 +276,29 @@ def test_on_a_hierarchy_the_grouped_search_is_as_good_as_every_set(topology, dat
         assert _value(topology, free, got) == best
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(topology=topologies(max_cards=9), data=st.data(), require=st.sampled_from([None, SAME_SWITCH, CONTIGUOUS]))
+def test_groups_that_are_no_hierarchy_are_searched_set_by_set_and_as_well(topology, data, require):
+    assert grouped_search(topology) in ("tree", "tree of blocks")
+    free = data.draw(st.sets(st.integers(0, topology.count - 1)))
+    count = data.draw(st.integers(1, topology.count))
+    checked = _check(topology, free, count, require, limit=0)
+    if checked is not None:
+        got, best = checked
+        assert _value(topology, free, got) == best
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    topology=topologies(max_cards=16).filter(lambda t: t.count > 12),
+    data=st.data(),
+    require=st.sampled_from([None, SAME_SWITCH, CONTIGUOUS]),
+)
 def test_without_a_hierarchy_the_greedy_search_still_gives_a_valid_set(topology, data, require):
-    """No optimum is promised there (a big node with no hierarchy is rare), only a
-    set of the right size that meets the requirement, or a refusal."""
+    """No optimum is promised there (a big node with a big group that is no
+    hierarchy is rare), only a set of the right size that meets the
+    requirement, or a refusal."""
+    assume(grouped_search(topology) == "greedy")
     free = data.draw(st.sets(st.integers(0, topology.count - 1)))
     count = data.draw(st.integers(1, topology.count))
     try:
@@ -292,11 +310,30 @@ def test_without_a_hierarchy_the_greedy_search_still_gives_a_valid_set(topology,
         assert all(pair_points(topology, a, b) >= 40 for a, b in combinations(got, 2))
 
 
-def test_the_greedy_search_finds_the_cube_meshes_quads():
-    cube = cube_mesh()
-    assert not is_hierarchy(cube) and is_hierarchy(pcie()) and is_hierarchy(Topology.build(3, {}))
-    assert choose(range(8), 4, cube, exhaustive_limit=0) in ([0, 1, 2, 3], [4, 5, 6, 7])
-    assert choose(range(8), 4, cube, SAME_SWITCH, exhaustive_limit=0) in ([0, 1, 2, 3], [4, 5, 6, 7])
+def test_how_each_shape_is_searched_once_its_sets_are_too_many():
+    assert grouped_search(pcie()) == grouped_search(Topology.build(3, {})) == "tree"
+    assert grouped_search(cube_mesh()) == "tree of blocks"
+    meshes = Topology.build(
+        16,
+        {
+            (a, b): cube_mesh().link(a % 8, b % 8) or SYS if a // 8 == b // 8 else SYS
+            for a, b in combinations(range(16), 2)
+        },
+    )
+    assert grouped_search(meshes) == "tree of blocks"
+    assert choose(range(16), 4, meshes, exhaustive_limit=0) == [0, 1, 2, 3]
+    # the quad left free in the first mesh, so the second stays whole
+    assert choose(range(3, 16), 4, meshes, SAME_SWITCH, exhaustive_limit=0) == [4, 5, 6, 7]
+    # 13 cards in a ring of NV2, the other pairs NV1 or SYS: one group, no hierarchy, too big for set by set
+    ring = Topology.build(
+        13,
+        {
+            (a, b): NV2 if (b - a) % 13 in (1, 12) else (NV1 if (a + b) % 2 else SYS)
+            for a, b in combinations(range(13), 2)
+        },
+    )
+    assert grouped_search(ring) == "greedy"
+    assert set_points(ring, choose(range(13), 3, ring, exhaustive_limit=0)) == 500  # two NV2 and one NV1: the best
 
 
 def test_a_big_hierarchical_node_is_searched_on_its_tree():

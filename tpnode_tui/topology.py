@@ -21,10 +21,11 @@ card with nothing known is still placed when no better set is free.
 :func:`choose` finds the best-scoring set of the free cards: exhaustively
 where the candidate sets are few (every 8-card node), otherwise on the tree
 that a hierarchical topology forms (NVLink or switch groups inside NUMA nodes
-inside the node: every real node of many cards), which is exact, and as a
-last resort greedily (a big node whose links form no hierarchy). Without a
-topology it is :func:`~tpnode_tui.model.pick_gpus`, so a node whose topology
-cannot be read loses nothing.
+inside the node: every real node of many cards), with any group of up to 12
+cards whose links form no hierarchy (a DGX-1's cube mesh) searched set by
+set; both exact. Only a node with a bigger such group is searched greedily.
+Without a topology it is :func:`~tpnode_tui.model.pick_gpus`, so a node whose
+topology cannot be read loses nothing.
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ _WANTED = {
 #: than 70; beyond it the tree (or the greedy search) takes over.
 EXHAUSTIVE_LIMIT = 2000
 
+#: Beyond this many free cards the tree is searched rather than every set,
+#: which scores each free card against every other first.
+_EXHAUSTIVE_CARDS = 16
+#: A group whose links form no hierarchy (a cube mesh) is searched set by set
+#: when it has at most this many cards; a bigger one leaves the node to the
+#: greedy search.
+_BLOCK_CARDS = 12
 #: A hierarchy deeper than this is not one (a PCIe tree has a few levels).
 _MAX_DEPTH = 32
 #: the diagonal of the effective matrix: above every real level
@@ -181,13 +189,14 @@ class _Found:
 class _Node:
     """A group of a hierarchical topology: every pair across two of its parts
     has the points of ``level``. Its parts are single cards (``bag``, whose
-    links to the rest of the group are all alike) and smaller groups."""
+    links to the rest of the group are all alike) and smaller groups. A
+    ``block`` is a group whose links form no hierarchy: its cards, all in
+    ``bag``, are searched set by set."""
 
     level: int
     bag: list[int] = field(default_factory=list)
     subs: list[_Node] = field(default_factory=list)
-    start: int = 0
-    end: int = 0
+    block: bool = False
 
 
 #: (points, minus the points to the free cards left): compared as a tuple
@@ -224,6 +233,8 @@ class _Plan:
             eff[a * n + a] = _SELF
         #: each pair's level, ``count * count`` bytes
         self.eff = bytes(eff)
+        #: how many groups of the tree are blocks
+        self.blocks = 0
         self.tree = self._hierarchy()
         self._on_node: dict[tuple[int, bool, int], Optional[int]] = {}
 
@@ -239,7 +250,7 @@ class _Plan:
         return self._on_node[key]
 
     def best(self, cards: list[int], count: int, same_switch: bool, limit: int) -> Optional[_Found]:
-        if comb(len(cards), count) <= limit:
+        if comb(len(cards), count) <= limit and (self.tree is None or len(cards) <= _EXHAUSTIVE_CARDS):
             return self._exhaustive(cards, count, same_switch)
         if self.tree is not None:
             return self._on_tree(self.tree, set(cards), count, same_switch)
@@ -270,63 +281,80 @@ class _Plan:
     # -- the tree -----------------------------------------------------------------
 
     def _hierarchy(self) -> Optional[_Node]:
-        """The tree of groups whose levels give exactly every pair's points; None
-        when the topology is no hierarchy (a cube mesh: cards 0 and 1 share one
-        NVLink, 1 and 2 two, 0 and 2 one, yet 0 and 3 two)."""
-        n = self.n
-        if n == 0:
-            return None
-        root = self._split(list(range(n)), 0)
-        if root is None:
-            return None
-        order: list[int] = []
-
-        def place(node: _Node) -> None:
-            node.start = len(order)
-            order.extend(node.bag)
-            for sub in node.subs:
-                place(sub)
-            node.end = len(order)
-
-        place(root)
-        position = {card: i for i, card in enumerate(order)}
-        reorder = itemgetter(*order) if n > 1 else None
-
-        def explains(node: _Node, row: bytearray) -> bool:
-            row[node.start : node.end] = bytes([node.level]) * (node.end - node.start)
-            for card in node.bag:
-                implied = bytearray(row)
-                implied[position[card]] = _SELF
-                actual = self.eff[card * n : (card + 1) * n]
-                permuted = bytes(reorder(actual)) if reorder is not None else actual
-                if permuted != implied:
-                    return False
-            return all(explains(sub, bytearray(row)) for sub in node.subs)
-
-        return root if explains(root, bytearray(n)) else None
+        """The tree of groups whose levels give every pair's points, groups that
+        are no hierarchy (a cube mesh: cards 0 and 1 share one NVLink, 1 and 2
+        two, 0 and 2 one, yet 0 and 3 two) kept whole as blocks; None when such
+        a group is too big to search set by set."""
+        return self._split(list(range(self.n)), 0) if self.n else None
 
     def _split(self, members: list[int], depth: int) -> Optional[_Node]:
-        """``members`` as a group: parts of the cards linked to each other above
-        the lowest level their first card has to the others."""
+        """``members`` as a group whose parts are linked to each other at one
+        level, the lowest its first card has to the others: the cards linked
+        above it to one card after another, else the cards connected above it.
+        Neither holding, the group is a block."""
         if depth > _MAX_DEPTH:
             return None
         n, eff = self.n, self.eff
         first = members[0] * n
         level = min((eff[first + b] for b in members[1:]), default=0)
-        node = _Node(level)
+        parts: list[list[int]] = []
         rest = members
         while rest:
             row = rest[0] * n
-            inside = [b for b in rest if eff[row + b] > level]
+            parts.append([b for b in rest if eff[row + b] > level])
             rest = [b for b in rest if eff[row + b] <= level]
-            if len(inside) == 1:
-                node.bag.append(inside[0])
-            else:
-                sub = self._split(inside, depth + 1)
-                if sub is None:
+        if not self._apart_at(parts, level):
+            parts = self._connected(members, level)
+            if len(parts) == 1 or not self._apart_at(parts, level):
+                if len(members) > _BLOCK_CARDS:
                     return None
-                node.subs.append(sub)
+                self.blocks += 1
+                return _Node(level, bag=sorted(members), block=True)
+        node = _Node(level)
+        for part in parts:
+            if len(part) == 1:
+                node.bag.append(part[0])
+                continue
+            sub = self._split(part, depth + 1)
+            if sub is None:
+                return None
+            node.subs.append(sub)
         return node
+
+    def _apart_at(self, parts: list[list[int]], level: int) -> bool:
+        """Whether every pair across two of the parts is at ``level``: each card's
+        row in the parts' order, its own part's span left out, is that level only."""
+        n, eff = self.n, self.eff
+        ordered = [card for part in parts for card in part]
+        if len(ordered) < 2:
+            return True
+        pick = itemgetter(*ordered)
+        start = 0
+        for part in parts:
+            end = start + len(part)
+            for card in part:
+                row = bytes(pick(eff[card * n : (card + 1) * n]))
+                if row.count(level, 0, start) != start or row.count(level, end) != len(ordered) - end:
+                    return False
+            start = end
+        return True
+
+    def _connected(self, members: list[int], level: int) -> list[list[int]]:
+        """The members in groups connected by links above ``level``."""
+        n, eff = self.n, self.eff
+        left = members
+        parts = []
+        while left:
+            part, frontier, left = [left[0]], [left[0]], left[1:]
+            while frontier and left:
+                row = frontier.pop() * n
+                reached = [b for b in left if eff[row + b] > level]
+                if reached:
+                    part += reached
+                    frontier += reached
+                    left = [b for b in left if eff[row + b] <= level]
+            parts.append(sorted(part))
+        return parts
 
     def _on_tree(self, root: _Node, free: set[int], count: int, same_switch: bool) -> Optional[_Found]:
         """The best set by dynamic programming over the groups: from each, the
@@ -348,6 +376,8 @@ class _Plan:
             ``outside``: the points from any of its free cards to the free cards beyond it."""
             points, here = levels[node.level], frees[id(node)]
             cap = min(count, here)
+            if node.block:
+                return self._block([c for c in node.bag if c in free], outside, cap, same_switch, chosen)
             apart = same_switch and points < _SWITCH_POINTS  # its parts' pairs would break the rule
             bag = [c for c in node.bag if c in free]
             left = outside + points * (here - 1)  # a bag card's points to the other free cards
@@ -371,6 +401,36 @@ class _Plan:
         value = best[count]
         assert value is not None
         return _Found(sorted(chosen), value[0])
+
+    def _block(
+        self, cards: list[int], outside: int, cap: int, same_switch: bool, chosen: list[int]
+    ) -> tuple[_Table, Callable[[int], None]]:
+        """A block's table: every subset of its free cards, each scored from the
+        one without its lowest card (at most 2 ** _BLOCK_CARDS of them)."""
+        rows = [[self.points(a, b) for b in cards] for a in cards]
+        left = [outside + sum(row) for row in rows]
+        subsets = 1 << len(cards)
+        points, lefts, sizes = [0] * subsets, [0] * subsets, [0] * subsets
+        allowed = [True] * subsets
+        best: _Table = [(0, 0)] + [None] * cap
+        masks = [0] * (cap + 1)
+        for mask in range(1, subsets):
+            low = (mask & -mask).bit_length() - 1
+            rest = mask & (mask - 1)
+            size = sizes[mask] = sizes[rest] + 1
+            added = [rows[low][i] for i in range(low + 1, len(cards)) if rest >> i & 1]
+            points[mask] = points[rest] + sum(added)
+            lefts[mask] = lefts[rest] + left[low]
+            allowed[mask] = allowed[rest] and not (same_switch and any(p < _SWITCH_POINTS for p in added))
+            if size <= cap and allowed[mask]:
+                value, known = (points[mask], -lefts[mask]), best[size]
+                if known is None or value > known:
+                    best[size], masks[size] = value, mask
+
+        def take(j: int) -> None:
+            chosen.extend(card for i, card in enumerate(cards) if masks[j] >> i & 1)
+
+        return best, take
 
     # -- no hierarchy, too many sets ------------------------------------------------
 
@@ -491,11 +551,15 @@ def _plan(topology: Topology) -> _Plan:
     return plan
 
 
-def is_hierarchy(topology: Topology) -> bool:
-    """Whether the topology's links form a hierarchy (groups inside groups, faster
-    inside), on whose tree :func:`choose` searches a big node exactly; a node
-    that is none (the cube mesh) is searched greedily once its sets are too many."""
-    return _plan(topology).tree is not None
+def grouped_search(topology: Topology) -> str:
+    """How :func:`choose` searches this topology once its sets are too many to
+    score one by one: "tree" where its links form a hierarchy (groups inside
+    groups), "tree of blocks" where some groups form none (a cube mesh) but are
+    small enough to search set by set (both exact), else "greedy"."""
+    plan = _plan(topology)
+    if plan.tree is None:
+        return "greedy"
+    return "tree of blocks" if plan.blocks else "tree"
 
 
 # -- simulated nodes -------------------------------------------------------------------
