@@ -131,8 +131,14 @@ def choose(
     whole NVLink and switch groups stay free for the next job that needs one:
     of {0,1,2,3} free under one switch and {4,5} under another, a 2-card job
     gets 4 and 5. Among those, a run of consecutive indices, else the lowest
-    (what :func:`~tpnode_tui.model.pick_gpus` takes). The same question always
-    gets the same answer.
+    (what :func:`~tpnode_tui.model.pick_gpus` takes; on a big node's tree, the
+    lower groups first). The same question always gets the same answer.
+
+    go-gpuallocator instead takes its set from the best partition of all the
+    free cards into sets of that size, which can hand the job asking now a
+    slower set (two NV1 cards beside a free NV2 pair) for the sake of jobs
+    that may never come. Here the job asking now gets the best set there is,
+    and fragmentation decides only between equals.
 
     ``require``: None takes the best set free now, however scattered; with
     ``"same-switch"`` every pair must be NVLinked or under one PCIe switch
