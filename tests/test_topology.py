@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from itertools import combinations, permutations
 
 import pytest
@@ -181,6 +183,16 @@ def test_requirements_without_a_topology_can_never_be_shown_met():
     with pytest.raises(BadRequest, match="not a placement requirement"):
         choose(range(8), 2, pcie(), "nearby")
     assert choose(range(8), 0, None, SAME_SWITCH) == []
+
+
+def test_what_is_worked_out_for_a_topology_goes_with_it():
+    """A probe reads a new topology every 10 minutes: the old ones must not pile up."""
+    topology = pcie(16)
+    assert choose(range(16), 4, topology, exhaustive_limit=0) == [0, 1, 2, 3]
+    gone = weakref.ref(topology)
+    del topology
+    gc.collect()
+    assert gone() is None
 
 
 # -- choosing against every set --------------------------------------------------------

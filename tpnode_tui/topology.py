@@ -216,7 +216,7 @@ class _Plan:
     and, where the topology is a hierarchy, its tree."""
 
     def __init__(self, topology: Topology) -> None:
-        self.topology = topology
+        # no reference to the topology itself: the plan is dropped with it
         n = self.n = topology.count
         kind_points = [0] + [link_points(k) for k in topology.kinds]
         matrix = topology.matrix
