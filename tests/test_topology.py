@@ -302,7 +302,7 @@ def test_groups_that_are_no_hierarchy_are_searched_set_by_set_and_as_well(topolo
 
 @settings(max_examples=100, deadline=None)
 @given(
-    topology=topologies(max_cards=16).filter(lambda t: t.count > 12),
+    topology=topologies(max_cards=14).filter(lambda t: t.count > 10),
     data=st.data(),
     require=st.sampled_from([None, SAME_SWITCH, CONTIGUOUS]),
 )

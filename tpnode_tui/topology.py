@@ -21,7 +21,7 @@ card with nothing known is still placed when no better set is free.
 :func:`choose` finds the best-scoring set of the free cards: exhaustively
 where the candidate sets are few (every 8-card node), otherwise on the tree
 that a hierarchical topology forms (NVLink or switch groups inside NUMA nodes
-inside the node: every real node of many cards), with any group of up to 12
+inside the node: every real node of many cards), with any group of up to 10
 cards whose links form no hierarchy (a DGX-1's cube mesh) searched set by
 set; both exact. Only a node with a bigger such group is searched greedily.
 Without a topology it is :func:`~tpnode_tui.model.pick_gpus`, so a node whose
@@ -77,7 +77,7 @@ _EXHAUSTIVE_CARDS = 16
 #: A group whose links form no hierarchy (a cube mesh) is searched set by set
 #: when it has at most this many cards; a bigger one leaves the node to the
 #: greedy search.
-_BLOCK_CARDS = 12
+_BLOCK_CARDS = 10
 #: A hierarchy deeper than this is not one (a PCIe tree has a few levels).
 _MAX_DEPTH = 32
 #: the diagonal of the effective matrix: above every real level
