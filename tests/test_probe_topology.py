@@ -193,8 +193,8 @@ async def test_a_topology_call_that_fails_is_noted_once_and_costs_only_its_fact(
     assert reading.topology.link(0, 1) == Link(2, "SYS")
     assert reading.external_probe_ok and reading.count == 3
     assert reading.problem == (
-        "topology partly not known: NVML could not read card 2: the state of NVLink 0 (Unknown Error) "
-        f"and {fake.NVML_NVLINK_MAX_LINKS - 1} more"
+        "topology partly not known (NVML could not read card 2: the state of NVLink 0 (Unknown Error) "
+        f"and {fake.NVML_NVLINK_MAX_LINKS - 1} more)"
     )
 
 
@@ -393,7 +393,7 @@ def test_a_failed_read_is_said_on_every_reading_and_tried_again_after_the_retry(
     clock = Clock()
     keeper = TopologyKeeper(max_age_s=600, retry_s=60, clock=clock)
     keeper.begin(2)
-    keeper.keep(None, "topology not known (it broke), so cards are placed without it")
+    keeper.keep(None, "it broke")
     reading = keeper.attach(ProbeReading(source="test", count=2, problem="card 1: no power draw"))
     assert reading.topology is None
     assert reading.problem == "card 1: no power draw; topology not known (it broke), so cards are placed without it"
@@ -416,8 +416,33 @@ def test_a_read_that_never_ends_waits_its_turn():
 def test_a_node_without_cards_says_nothing_of_their_wiring():
     keeper = TopologyKeeper()
     keeper.begin()
-    keeper.keep(None, "topology not known (no matrix), so cards are placed without it")
+    keeper.keep(None, "no matrix")
     assert keeper.attach(_reading(0)) == _reading(0)
+
+
+def test_a_read_again_that_fails_for_the_same_cards_keeps_the_one_before():
+    clock = Clock()
+    keeper = TopologyKeeper(max_age_s=600, retry_s=60, clock=clock)
+    keeper.begin(8)
+    keeper.keep(shape("pcie-2x4", 8), None)
+    clock.now += 600
+    keeper.begin(8)
+    keeper.keep(None, "nvidia-smi topo -m: nvidia-smi did not answer within 10 s")
+    reading = keeper.attach(_reading(8))
+    assert reading.topology is shape("pcie-2x4", 8)
+    assert reading.problem == (
+        "topology not read again (nvidia-smi topo -m: nvidia-smi did not answer within 10 s): "
+        "the one read before is used"
+    )
+    clock.now += 60
+    assert keeper.due(8)  # tried again as soon as a failed read is
+    keeper.begin(8)
+    keeper.keep(shape("pcie-2x4", 8), None)
+    assert keeper.attach(_reading(8)).problem is None
+    clock.now += 600
+    keeper.begin(9)  # other cards: what was read before is not theirs
+    keeper.keep(None, "it broke")
+    assert keeper.attach(_reading(9)).topology is None
 
 
 def test_a_read_begun_without_a_count_learns_it_from_the_reading_beside_it():

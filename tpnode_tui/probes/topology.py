@@ -12,7 +12,9 @@ in hundreds). A read that failed is tried again after :data:`RETRY_S`.
 In between, every reading carries the topology last read. A failed read
 leaves it unknown, and placement then picks cards as it does without one;
 the reading says so in its problem, and is never made blind by it: who holds
-a card does not depend on how the cards are wired.
+a card does not depend on how the cards are wired. A read again that fails
+for the same cards keeps the one read before (a timeout does not rewire a
+node), and says so.
 
 Each reader asks through its probe's own machinery: NVML on the probe's
 worker thread, within the probe's deadline; ``nvidia-smi topo -m`` through the
@@ -43,8 +45,14 @@ PCI_DEVICES = Path("/sys/bus/pci/devices")
 TOPO_ARGS = ("topo", "-m")
 
 
-def _unknown(why: str) -> str:
-    return f"topology not known ({why}), so cards are placed without it"
+def topology_problem(topology: Optional[Topology], why: Optional[str]) -> Optional[str]:
+    """What a reading says of a topology read: ``why`` is what went wrong, all
+    of it when ``topology`` is None, part of it otherwise."""
+    if why is None:
+        return None
+    if topology is None:
+        return f"topology not known ({why}), so cards are placed without it"
+    return f"topology partly not known ({why})"
 
 
 def with_topology(reading: ProbeReading, topology: Optional[Topology], problem: Optional[str]) -> ProbeReading:
@@ -63,16 +71,15 @@ class TopologyKeeper:
         self.retry_s = retry_s
         self._clock = clock
         self._topology: Optional[Topology] = None
+        #: what the reading says of it
         self._problem: Optional[str] = None
+        #: whether the last read failed (it is tried again sooner)
+        self._failed = False
         #: when the last read began, and how many cards there were then
         self._began: Optional[float] = None
         self._count: Optional[int] = None
         #: the card count of the latest reading
         self._seen: Optional[int] = None
-
-    @property
-    def topology(self) -> Optional[Topology]:
-        return self._topology
 
     def due(self, count: Optional[int] = None) -> bool:
         """Whether to read the topology now. ``count``: the cards the probe sees
@@ -82,8 +89,7 @@ class TopologyKeeper:
         now = self._seen if count is None else count
         if now is not None and now != self._count:
             return True
-        failed = self._topology is None and self._problem is not None
-        return self._clock() - self._began >= (self.retry_s if failed else self.max_age_s)
+        return self._clock() - self._began >= (self.retry_s if self._failed else self.max_age_s)
 
     def begin(self, count: Optional[int] = None) -> None:
         """A read starts. If it never ends (the probe gave up on it) the next
@@ -92,9 +98,15 @@ class TopologyKeeper:
         self._began = self._clock()
         self._count = self._seen if count is None else count
 
-    def keep(self, topology: Optional[Topology], problem: Optional[str]) -> None:
-        """What the read found: the topology (None: not known), and what went wrong."""
-        self._topology, self._problem = topology, problem
+    def keep(self, topology: Optional[Topology], why: Optional[str]) -> None:
+        """What the read found: the topology (None: not known), and what went
+        wrong (all of it without a topology, part of it with one)."""
+        self._failed = topology is None and why is not None
+        before = self._topology
+        if self._failed and before is not None and before.count == self._count:
+            self._problem = f"topology not read again ({why}): the one read before is used"
+            return
+        self._topology, self._problem = topology, topology_problem(topology, why)
 
     def attach(self, reading: ProbeReading) -> ProbeReading:
         """``reading`` with the topology kept, and what is not known of it (on a
@@ -113,13 +125,13 @@ class TopologyKeeper:
 
 def smi_topology(text: Optional[str], error: str) -> tuple[Optional[Topology], Optional[str]]:
     """The topology from ``nvidia-smi topo -m``'s output (None: it could not be
-    run, and ``error`` says why), and what went wrong."""
+    run, and ``error`` says why), and why there is none."""
     if text is None:
-        return None, _unknown(f"nvidia-smi topo -m: {error}")
+        return None, f"nvidia-smi topo -m: {error}"
     try:
         return parse_topo_matrix(text), None
     except TopologyError as e:
-        return None, _unknown(f"nvidia-smi topo -m answered what this probe does not understand: {e}")
+        return None, f"nvidia-smi topo -m answered what this probe does not understand: {e}"
 
 
 # -- the simulated node --------------------------------------------------------------------
@@ -129,7 +141,8 @@ def scene_topology(value: Any, count: int) -> tuple[Optional[Topology], Optional
     """The scene file's ``"topology"``: a shape's name (``"nvswitch"``,
     ``"pcie-2x4"``, ``"cube-mesh"``), or ``{"links": [[word, ...], ...],
     "numa": [node or null, ...]}`` with one row per card of ``topo -m`` words
-    ("X", "NV18", "PIX" ... "SYS"; "" for not known). None when the scene has none."""
+    ("X", "NV18", "PIX" ... "SYS"; "" for not known). None when the scene has
+    none; the problem is the reading's words for what is wrong with it."""
     if value is None:
         return None, None
     try:
@@ -137,7 +150,7 @@ def scene_topology(value: Any, count: int) -> tuple[Optional[Topology], Optional
             return shape(value, count), None
         return _scene_links(value, count), None
     except ValueError as e:
-        return None, _unknown(f'the scene\'s "topology": {e}')
+        return None, topology_problem(None, f'the scene\'s "topology": {e}')
 
 
 def _scene_links(value: Any, count: int) -> Topology:
@@ -264,7 +277,7 @@ class _NvmlTopology:
         problem = None
         if self.failures:
             more = f" and {len(self.failures) - 1} more" if len(self.failures) > 1 else ""
-            problem = f"topology partly not known: NVML could not read {self.failures[0]}{more}"
+            problem = f"NVML could not read {self.failures[0]}{more}"
         return Topology.build(self.count, links, numa), problem
 
     def _paths(self, handles: dict[int, Any]) -> dict[tuple[int, int], str]:
@@ -340,7 +353,7 @@ class _NvmlTopology:
 
 def read_nvml_topology(nv: Any, count: int) -> tuple[Optional[Topology], Optional[str]]:
     """The topology of ``count`` cards through NVML (``nv``: the pynvml module),
-    and what could not be read. PCIe paths from nvmlDeviceGetTopologyCommonAncestor;
+    and what of it could not be read. PCIe paths from nvmlDeviceGetTopologyCommonAncestor;
     NVLinks from nvmlDeviceGetNvLinkState for each link up to NVML_NVLINK_MAX_LINKS,
     the far end told by nvmlDeviceGetNvLinkRemoteDeviceType (an NVSwitch) and
     nvmlDeviceGetNvLinkRemotePciInfo (which card); NUMA nodes from sysfs by
