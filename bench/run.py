@@ -28,7 +28,7 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent")
+SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology")
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -59,6 +59,10 @@ HEADLINE = {
     "agent_cpu_pct_64": ("agent_cpu_pct_64",),
     "status_agent_ms": ("status_agent_ms",),
     "status_local_ms": ("status_local_ms",),
+    "topology_mismatches_8": ("topology_mismatches_8",),
+    "topology_choose_8_median_us": ("topology_choose_8_median_us",),
+    "topology_choose_8_max_us": ("topology_choose_8_max_us",),
+    "topology_choose_1024_4_median_us": ("topology_choose_1024_4_median_us",),
 }
 
 
@@ -252,6 +256,10 @@ class Runner:
             import agent
 
             return agent.run(quick)
+        if name == "topology":
+            import topology
+
+            return topology.run(quick)
         import dashboard
 
         why = dashboard.available()

@@ -14,7 +14,9 @@ it as a driver that costs nothing.
 Field names for ``errors`` and ``hang``: handle, uuid, name, pci, memory_v2
 (memory info version 2), memory (version 1), utilization, temperature, power, processes, retired_pages, ecc,
 remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events,
-mig_mode, max_mig (the MIG device count), mig_handle (every MIG device handle of the card).
+mig_mode, max_mig (the MIG device count), mig_handle (every MIG device handle of the card),
+topology (nvmlDeviceGetTopologyCommonAncestor, raised when either card has it), nvlink_state,
+nvlink_remote_type, nvlink_remote_pci.
 
 MIG, as nvidia-ml-py answers it (``nvmlDeviceGetMigMode`` -> [current, pending],
 ``nvmlDeviceGetMaxMigDeviceCount``, ``nvmlDeviceGetMigDeviceHandleByIndex``,
@@ -32,6 +34,14 @@ info and its own processes; the card's process infos carry the instance ids):
 In MIG mode the card's utilisation raises NotSupported, as the real call does,
 and its process list is every slice's (with their instance ids) followed by
 ``processes``, whose entries may name their own ids: (pid, MiB, gi, ci).
+
+Topology, as a real node's driver reports it (every pair's common PCIe
+ancestor is ``fake.default_ancestor`` unless set; a card has no NVLink, and
+every link of it reads NotSupported, until one is wired):
+
+    fake.ancestors[(0, 1)] = NVML_TOPOLOGY_SINGLE   # cards 0 and 1 under one PCIe switch
+    fake.nvlink(0, 1, 2)                             # two NVLinks between cards 0 and 1
+    fake.nvswitch(18)                                # every card: 18 NVLinks into the NVSwitches
 
 Events, as nvidia-ml-py's event API delivers them (``nvmlEventSetCreate``,
 ``nvmlDeviceRegisterEvents``, ``nvmlEventSetWait_v2``):
@@ -82,6 +92,15 @@ HW_SLOWDOWN = pynvml.nvmlClocksEventReasonHwSlowdown
 HW_THERMAL_SLOWDOWN = pynvml.nvmlClocksEventReasonHwThermalSlowdown
 HW_POWER_BRAKE_SLOWDOWN = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
 SW_POWER_CAP = pynvml.nvmlClocksEventReasonSwPowerCap
+
+NVML_TOPOLOGY_INTERNAL = pynvml.NVML_TOPOLOGY_INTERNAL
+NVML_TOPOLOGY_SINGLE = pynvml.NVML_TOPOLOGY_SINGLE
+NVML_TOPOLOGY_MULTIPLE = pynvml.NVML_TOPOLOGY_MULTIPLE
+NVML_TOPOLOGY_HOSTBRIDGE = pynvml.NVML_TOPOLOGY_HOSTBRIDGE
+NVML_TOPOLOGY_NODE = pynvml.NVML_TOPOLOGY_NODE
+NVML_TOPOLOGY_SYSTEM = pynvml.NVML_TOPOLOGY_SYSTEM
+NVLINK_GPU = pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+NVLINK_SWITCH = pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
 
 EVENT_XID = pynvml.nvmlEventTypeXidCriticalError
 EVENT_DOUBLE_BIT_ECC = pynvml.nvmlEventTypeDoubleBitEccError
@@ -146,6 +165,9 @@ class FakeCard:
     #: MIG devices by slot; None is an empty slot
     slices: list[Optional[FakeSlice]] = field(default_factory=list)
     max_mig_devices: int = 7
+    #: its NVLinks, in order: (what is at the far end, that device's PCI bus id);
+    #: None for a link that is down. No links: NVLink is not supported on it.
+    nvlinks: list[Optional[tuple[int, str]]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -169,6 +191,7 @@ class FakeNvml:
     NVMLError_NotFound = NVMLError_NotFound
     NVML_DEVICE_MIG_ENABLE = pynvml.NVML_DEVICE_MIG_ENABLE
     NVML_DEVICE_MIG_DISABLE = pynvml.NVML_DEVICE_MIG_DISABLE
+    NVMLError_InvalidArgument = NVMLError_InvalidArgument
     NVMLError_LibRmVersionMismatch = pynvml.NVMLError_LibRmVersionMismatch
     NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
     NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
@@ -186,6 +209,15 @@ class FakeNvml:
     nvmlClocksEventReasonHwSlowdown = HW_SLOWDOWN
     nvmlClocksEventReasonHwThermalSlowdown = HW_THERMAL_SLOWDOWN
     nvmlClocksEventReasonHwPowerBrakeSlowdown = HW_POWER_BRAKE_SLOWDOWN
+    NVML_TOPOLOGY_INTERNAL = NVML_TOPOLOGY_INTERNAL
+    NVML_TOPOLOGY_SINGLE = NVML_TOPOLOGY_SINGLE
+    NVML_TOPOLOGY_MULTIPLE = NVML_TOPOLOGY_MULTIPLE
+    NVML_TOPOLOGY_HOSTBRIDGE = NVML_TOPOLOGY_HOSTBRIDGE
+    NVML_TOPOLOGY_NODE = NVML_TOPOLOGY_NODE
+    NVML_TOPOLOGY_SYSTEM = NVML_TOPOLOGY_SYSTEM
+    NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
+    NVML_NVLINK_DEVICE_TYPE_GPU = NVLINK_GPU
+    NVML_NVLINK_DEVICE_TYPE_SWITCH = NVLINK_SWITCH
 
     def __init__(
         self,
@@ -201,10 +233,31 @@ class FakeNvml:
         self.init_failures = init_failures
         self.count_error = count_error
         self.calls: Counter = Counter()
+        #: (card, card) -> nvmlDeviceGetTopologyCommonAncestor's level, either order
+        self.ancestors: dict[tuple[int, int], int] = {}
+        self.default_ancestor = NVML_TOPOLOGY_SYSTEM
         self._hangs: dict[str, threading.Event] = {}
         #: what the next waits return or raise, in order: (card, type, data) or an error class
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self.event_sets: list[FakeEventSet] = []
+
+    # -- wiring ------------------------------------------------------------------
+    def bus_id(self, card: FakeCard) -> str:
+        return card.pci_bus_id or f"00000000:{0x18 + self.cards.index(card):02X}:00.0"
+
+    def nvlink(self, a: int, b: int, count: int = 1) -> None:
+        """``count`` NVLinks between cards ``a`` and ``b``, seen from both ends."""
+        first, second = self.cards[a], self.cards[b]
+        for _ in range(count):
+            first.nvlinks.append((NVLINK_GPU, self.bus_id(second)))
+            second.nvlinks.append((NVLINK_GPU, self.bus_id(first)))
+
+    def nvswitch(self, links: int = 18, switches: int = 4) -> None:
+        """Every card's ``links`` NVLinks into the NVSwitches, spread over ``switches``
+        (each a PCI device of its own), as on an HGX board."""
+        for card in self.cards:
+            for link in range(links):
+                card.nvlinks.append((NVLINK_SWITCH, f"00000000:{0xC0 + link % switches:02X}:00.0"))
 
     # -- scripting events ----------------------------------------------------
     def xid(self, index: int, xid: int) -> None:
@@ -279,8 +332,38 @@ class FakeNvml:
 
     def nvmlDeviceGetPciInfo(self, card: FakeCard) -> SimpleNamespace:
         self._enter("pci", card)
-        bus = card.pci_bus_id or f"00000000:{0x18 + self.cards.index(card):02X}:00.0"
-        return SimpleNamespace(busId=bus)
+        return SimpleNamespace(busId=self.bus_id(card))
+
+    # -- topology ------------------------------------------------------------
+    def nvmlDeviceGetTopologyCommonAncestor(self, first: FakeCard, second: FakeCard) -> int:
+        self._enter("topology", first)
+        self._enter("topology", second)
+        pair = (self.cards.index(first), self.cards.index(second))
+        return self.ancestors.get(pair, self.ancestors.get(pair[::-1], self.default_ancestor))
+
+    def _link(self, card: FakeCard, link: int, what: str) -> Optional[tuple[int, str]]:
+        self._enter(what, card)
+        if not card.nvlinks:
+            raise NVMLError_NotSupported()
+        if not 0 <= link < len(card.nvlinks):
+            raise NVMLError_InvalidArgument()
+        return card.nvlinks[link]
+
+    def nvmlDeviceGetNvLinkState(self, card: FakeCard, link: int) -> int:
+        return NVML_FEATURE_DISABLED if self._link(card, link, "nvlink_state") is None else NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, card: FakeCard, link: int) -> int:
+        far = self._link(card, link, "nvlink_remote_type")
+        if far is None:
+            raise NVMLError_InvalidArgument()
+        return far[0]
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, card: FakeCard, link: int) -> SimpleNamespace:
+        far = self._link(card, link, "nvlink_remote_pci")
+        if far is None:
+            raise NVMLError_InvalidArgument()
+        # the real struct's busId is a char array: bytes, not str
+        return SimpleNamespace(busId=far[1].encode())
 
     # -- use ---------------------------------------------------------------
     def nvmlDeviceGetMemoryInfo(self, card: FakeCard | FakeSlice, version: Optional[int] = None) -> SimpleNamespace:

@@ -182,7 +182,7 @@ async def test_an_nvidia_smi_that_outlives_its_kill_stops_new_ones_until_it_exit
     monkeypatch.setattr(smi_module, "_kill_group", lambda proc: None)  # the kill has no effect
     await probe.read()
     stuck = _running_stubs()
-    assert len(stuck) == 4  # one per query
+    assert len(stuck) == 5  # one per query, and topo -m (a probe's first read reads the topology)
     smi(MODE="ok")
     again = await probe.read()
     assert not again.external_probe_ok and "has not exited" in again.problem, again.problem
@@ -198,7 +198,7 @@ async def test_an_nvidia_smi_that_outlives_its_kill_stops_new_ones_until_it_exit
 async def test_a_read_given_up_by_its_caller_kills_its_nvidia_smi(smi):
     smi(MODE="hang-group", HANG_S=HANG_S)
     task = asyncio.create_task(SmiProbe(timeout_s=60).read())
-    await _until(lambda: len(_sleepers()) == 8, "four hung nvidia-smi groups")
+    await _until(lambda: len(_sleepers()) == 10, "five hung nvidia-smi groups (four queries and topo -m)")
     task.cancel()
     started = time.monotonic()
     with pytest.raises(asyncio.CancelledError):

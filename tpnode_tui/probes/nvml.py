@@ -34,6 +34,7 @@ from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
 from ..xid import recovery_words
 from . import health, mig
 from .base import blind_reading
+from .topology import TopologyKeeper, read_nvml_topology
 
 SOURCE = "nvml"
 _MIB = 1024 * 1024
@@ -402,6 +403,8 @@ class NvmlProbe:
         self._worker = _Worker()
         #: a call that overran its timeout and has not returned yet
         self._stuck: Optional[concurrent.futures.Future[Any]] = None
+        #: the topology, read on the worker thread when due (see probes/topology.py)
+        self._topology = TopologyKeeper()
 
     async def start(self) -> Optional[str]:
         """Initialise NVML now: None when it is ready, else why not, in plain words."""
@@ -460,7 +463,11 @@ class NvmlProbe:
             _forget_init(nv)
             raise _Blind(f"NVML could not count the cards ({e})") from None
         notes: list[str] = []
-        return health.reading(SOURCE, tuple(self._card(nv, i, notes) for i in range(count)), notes)
+        cards = tuple(self._card(nv, i, notes) for i in range(count))
+        if self._topology.due(count):
+            self._topology.begin(count)
+            self._topology.keep(*read_nvml_topology(nv, count))
+        return self._topology.attach(health.reading(SOURCE, cards, notes))
 
     @staticmethod
     def _card(nv: Any, index: int, notes: list[str]) -> CardFacts:

@@ -46,6 +46,11 @@ test appends events and never has to remove them), and may also carry the
 ``pid`` the driver names and the driver's ``recovery_action`` (NVML field
 230: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).
 
+A top-level ``"topology"`` describes how the cards are wired: a shape's name
+(``"nvswitch"``, ``"pcie-2x4"``, ``"cube-mesh"``) or the matrix itself (see
+:func:`~tpnode_tui.probes.topology.scene_topology`). One that cannot be used
+leaves the topology unknown and says so; the reading is not made blind by it.
+
 A file that is missing or malformed gives a blind reading that names the file
 and what is wrong with it: never a traceback, never a free node.
 """
@@ -60,6 +65,7 @@ from typing import Any, Optional, Union
 from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
 from . import health, mig
 from .base import blind_reading
+from .topology import scene_topology, with_topology
 
 SOURCE = "simulated"
 
@@ -273,6 +279,7 @@ class _Scene:
         self.fail = _text(top, "fail", "the file", None)
         self.hang_s = _number(top, "hang_s", "the file", 0, float) or 0
         self.cards = tuple(_card(i, c, self.blind) for i, c in enumerate(cards))
+        self.topology, self.topology_problem = scene_topology(top.get("topology"), len(self.cards))
         self.xid_events = [e for i, c in enumerate(cards) for e in _xid_events(i, c, f"card {i}")]
 
 
@@ -299,14 +306,16 @@ class SimulatedProbe:
         if scene.fail:
             return blind_reading(SOURCE, scene.fail)
         if scene.blind:
-            return ProbeReading(
+            reading = ProbeReading(
                 source=SOURCE,
                 cards=scene.cards,
                 count=len(scene.cards),
                 external_probe_ok=False,
                 problem=f'use from outside the platform cannot be probed ("blind": true in {self.path})',
             )
-        return health.reading(SOURCE, scene.cards, [])
+        else:
+            reading = health.reading(SOURCE, scene.cards, [])
+        return with_topology(reading, scene.topology, scene.topology_problem)
 
     async def close(self) -> None:
         """Nothing is kept between reads."""

@@ -50,6 +50,7 @@ from typing import Optional
 from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
 from . import health, mig
 from .base import blind_reading
+from .topology import TOPO_ARGS, TopologyKeeper, smi_topology
 
 SOURCE = "nvidia-smi"
 
@@ -387,6 +388,8 @@ class SmiProbe:
         self.binary = binary
         #: nvidia-smi processes killed at a deadline, with when, until seen to exit
         self._stragglers: list[tuple[subprocess.Popen[bytes], float]] = []
+        #: the topology, from ``nvidia-smi topo -m`` run beside the queries when due
+        self._topology = TopologyKeeper()
 
     async def read(self) -> ProbeReading:
         path = shutil.which(self.binary)
@@ -395,14 +398,20 @@ class SmiProbe:
         if stuck := self._still_stuck():
             return blind_reading(SOURCE, stuck)
         started = time.monotonic()
-        (facts, facts_err), (health_text, health_err), (apps, apps_err), (modes_text, modes_err) = (
+        topology = self._topology.due()
+        if topology:
+            self._topology.begin()
+        (facts, facts_err), (health_text, health_err), (apps, apps_err), (modes_text, modes_err), (topo, topo_err) = (
             await asyncio.gather(
                 self._run(path, "--query-gpu=" + ",".join(FACTS_FIELDS), _FORMAT),
                 self._run(path, "--query-gpu=" + ",".join(HEALTH_FIELDS), _FORMAT),
                 self._run(path, "--query-compute-apps=" + ",".join(APPS_FIELDS), _FORMAT),
                 self._run(path, "--query-gpu=" + ",".join(MIG_FIELDS), _FORMAT),
+                self._run(path, *TOPO_ARGS) if topology else _not_asked(),
             )
         )
+        if topology:
+            self._topology.keep(*smi_topology(topo, topo_err))
         if facts is None:
             return blind_reading(SOURCE, facts_err)
         cards = parse_gpu_facts(facts)
@@ -442,7 +451,7 @@ class SmiProbe:
         else:
             reasons = parse_gpu_health(health_text)
 
-        return health.reading(
+        return self._topology.attach(health.reading(
             SOURCE,
             tuple(
                 _with_mig(
@@ -458,7 +467,7 @@ class SmiProbe:
                 for c in cards
             ),
             notes,
-        )
+        ))
 
     async def _mig(
         self, path: str, started: float, notes: list[str]
@@ -528,6 +537,11 @@ class SmiProbe:
             said = _said(err) or _said(out)
             return None, f"nvidia-smi exited with status {proc.returncode}" + (f": {said}" if said else "")
         return out.decode(errors="replace"), ""
+
+
+async def _not_asked() -> tuple[Optional[str], str]:
+    """Stands for ``topo -m`` in a read that does not run it."""
+    return None, ""
 
 
 def _communicate(proc: subprocess.Popen[bytes], timeout_s: float) -> Optional[tuple[bytes, bytes]]:
