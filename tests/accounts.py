@@ -7,21 +7,102 @@ with ``useradd`` when the tests run as root (as in CI) and deleted afterwards.
 Their names carry a random suffix, so nothing is assumed about the accounts a
 machine already has. Outside CI a machine where they cannot be made skips
 these tests; with ``CI=true`` they fail.
+
+What the accounts run is a copy of the product, made for the session under
+/tmp where every account may read it (:func:`runnable`): the checkout and its
+virtual environment may sit where only root can enter (root's home is 0700),
+and the tests must pass from any checkout.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import grp
 import os
 import pwd
+import re
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
 from services import unavailable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Runnable:
+    """The product where every account can run it: an interpreter they may
+    execute, and a directory holding the package and what it needs to run."""
+
+    python: str
+    site: Path
+    #: a directory with a ``tpnode-tui`` command, for an account's PATH
+    bin: Path
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.python, "-m", "tpnode_tui", *args]
+
+
+def _requirements(name: str, seen: set[str]) -> None:
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key in seen:
+        return
+    seen.add(key)
+    from packaging.requirements import Requirement
+
+    for raw in metadata.distribution(name).requires or []:
+        req = Requirement(raw)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            _requirements(req.name, seen)
+
+
+def _runnable_by_all(path: str) -> bool:
+    """Whether any account may run ``path``: it and every directory above it
+    open to others (executable, and searchable)."""
+    return all(part.stat().st_mode & stat.S_IXOTH for part in [Path(path), *Path(path).parents])
+
+
+@functools.cache
+def runnable() -> Runnable:
+    """Copy the package (from this checkout) and its run-time requirements
+    (from this environment) into a fresh directory under /tmp, readable by
+    all, for this session; removed when the tests' interpreter exits."""
+    python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    if not _runnable_by_all(python):
+        unavailable(f"the interpreter {python} is not one every account may run: make the test "
+                    "environment from one that is (tests/run.sh uses /usr/bin/python3)")
+    root = Path(tempfile.mkdtemp(prefix="tpn-py-", dir="/tmp"))
+    atexit.register(shutil.rmtree, root, True)
+    site = root / "site"
+    needed: set[str] = set()
+    _requirements("tpnode-tui", needed)
+    needed.discard("tpnode-tui")
+    for name in sorted(needed):
+        dist = metadata.distribution(name)
+        for file in dist.files or []:
+            source = Path(str(dist.locate_file(file)))
+            if file.parts[0] in ("..", "/") or "__pycache__" in file.parts or not source.is_file():
+                continue
+            target = site / file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    shutil.copytree(ROOT / "tpnode_tui", site / "tpnode_tui", ignore=shutil.ignore_patterns("__pycache__"))
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    command = bin_dir / "tpnode-tui"
+    command.write_text(f"#!{python}\nimport sys\nsys.path.insert(0, {str(site)!r})\n"
+                       "from tpnode_tui.cli import main\nsys.exit(main())\n")
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() or path == command else 0o644)
+    return Runnable(python=python, site=site, bin=bin_dir)
 
 
 @dataclass(frozen=True)
@@ -34,9 +115,11 @@ class Account:
 
     def env(self, **extra: str) -> dict[str, str]:
         """A login-like environment for this account, nothing inherited from root's."""
+        product = runnable()
         env = {
             "HOME": str(self.home), "USER": self.name, "LOGNAME": self.name,
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"{product.bin}:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": str(product.site),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
         }
         env.update(extra)
@@ -115,7 +198,7 @@ def _checked(argv: list[str]) -> None:
 def cli_as(account: Account, env: dict[str, str], *args: str, timeout: float = 60.0,
            cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
     """The product's CLI as a real process of ``account``."""
-    return account.run([sys.executable, "-m", "tpnode_tui", *args], env=env, timeout=timeout, cwd=cwd)
+    return account.run(runnable().argv(*args), env=env, timeout=timeout, cwd=cwd)
 
 
 def shared_dir(prefix: str) -> Path:

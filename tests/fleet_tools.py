@@ -72,11 +72,12 @@ def publication_bytes(node: str, instance: str, snap: Optional[NodeSnapshot], **
 
 def registration_bytes(node: str, *, started_at: float = T - 60, period_s: float = 10.0,
                        host: str = "host", pid: int = 1, total: Optional[int] = 8,
-                       stopped_at: Optional[float] = None, seen_at: Optional[float] = None) -> bytes:
+                       stopped_at: Optional[float] = None, seen_at: Optional[float] = None,
+                       ssh: str = "") -> bytes:
     return json.dumps(record.registration(node=node, version="0.1.0", period_s=period_s, host=host,
                                           pid=pid, started_at=started_at, series="nvidia h200",
                                           seen_at=started_at if seen_at is None else seen_at,
-                                          total=total, stopped_at=stopped_at)).encode()
+                                          total=total, stopped_at=stopped_at, ssh=ssh)).encode()
 
 
 class AgentProcess:

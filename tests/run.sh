@@ -3,13 +3,14 @@
 # the imports' layers, lint and types, and run every test.
 #   bash tests/run.sh            the whole suite (what CI runs)
 #   bash tests/run.sh --long     also the bigger load and fault tests
-# System services the tests start themselves: redis-server, dockerd (private
-# socket, no bridge, no iptables) with a busybox image imported from busybox-static.
+# System services the tests start themselves: redis-server, sshd (loopback, keys made
+# by the tests), dockerd (private socket, no bridge, no iptables) with a busybox image
+# imported from busybox-static.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pkg in redis-server docker.io busybox-static; do
+for pkg in redis-server docker.io busybox-static openssh-server; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
 done
 if ((${#missing[@]})); then

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from accounts import cli_as
+from accounts import cli_as, runnable
 from agent_tools import shared_node
 from load_tools import BOUND_S, shared_cards, wait_until
 
@@ -84,7 +84,7 @@ def test_an_operator_may_name_another_owner_but_does_not_become_them(node, accou
                   f"    finally:\n"
                   f"        await node.close()\n"
                   f"asyncio.run(main())\n")
-        done = carol.run([sys.executable, "-c", client], env=node.env(carol))
+        done = carol.run([runnable().python, "-c", client], env=node.env(carol))
         assert done.returncode == 0, done.stderr
         record = job(node.status(carol), run_id)
         assert record["owner"] == owner
@@ -163,7 +163,7 @@ def test_fifty_clients_from_three_accounts_at_once_never_share_a_card(node, acco
         who = everyone[n % 3]
         args = (["status", "--json"] if n % 2 else
                 ["reserve", "--cards", "1", "--for", "10m", "--run-id", f"many-{n}", "--json"])
-        procs.append(who.spawn([sys.executable, "-m", "tpnode_tui", *args], env=node.env(who),
+        procs.append(who.spawn(runnable().argv(*args), env=node.env(who),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = [(p.communicate(timeout=2 * BOUND_S), p.returncode) for p in procs]
     codes = sorted({code for _, code in results})

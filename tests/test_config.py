@@ -30,6 +30,7 @@ def test_every_variable_is_read():
         "TUNEPLANE_XID_IGNORE": "13", "TUNEPLANE_EVICT_GRACE_S": "2.5",
         "TUNEPLANE_FLEET_URL": "redis://fleet:6379/2", "TUNEPLANE_NODE_NAME": "gpu-07",
         "TUNEPLANE_FLEET_PUBLISH_S": "2.5", "TUNEPLANE_METRICS_ADDR": "[::]:9400",
+        "TUNEPLANE_HOST": "ssh://alice@gpu-07:2222", "TUNEPLANE_SSH_ADDRESS": "gpu-07.example.org",
     }
     assert set(env) == {d.env for d in DECLARED.values()}
     s = load_settings(env)
@@ -44,6 +45,15 @@ def test_every_variable_is_read():
     assert (s.idle_reservation_min, s.xid_drain, s.xid_ignore, s.evict_grace_s) == (45, (48, 79), (13,), 2.5)
     assert (s.fleet_url, s.node_name, s.node, s.fleet_publish_s) == ("redis://fleet:6379/2", "gpu-07", "gpu-07", 2.5)
     assert s.metrics_addr == ("::", 9400)
+    assert (str(s.host), s.host.user, s.host.port) == ("alice@gpu-07:2222", "alice", 2222)
+    assert str(s.ssh_address) == "gpu-07.example.org"
+
+
+@pytest.mark.parametrize("given", ["-oProxyCommand=touch /tmp/x", "a b", "bob;id@x", "x:0", "x:65536", "@x",
+                                   "bob@", "x/y", "x:22:33"])
+def test_an_ssh_host_that_is_not_a_destination_is_refused(given):
+    with pytest.raises(ConfigError, match="TUNEPLANE_HOST"):
+        load_settings({"TUNEPLANE_HOST": given})
 
 
 def test_fleet_and_metrics_settings():

@@ -251,3 +251,17 @@ def test_redis_and_prometheus_are_imported_only_when_configured():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("published, reached", [
+    ("gpu-01", "gpu-01"), ("ops@gpu-01.example.org:2222", "ops@gpu-01.example.org:2222"),
+    ("", None), ("-oProxyCommand=touch /tmp/x", None), ("gpu 01", None), ("\x1b[2Jgpu", None),
+])
+def test_fleet_json_says_how_to_reach_each_node_and_only_a_destination_is_believed(published, reached):
+    regs, docs = one()
+    regs = {"i1": registration_bytes("gpu-01", ssh=published)}
+    [node] = read(regs, docs).nodes
+    [said] = record.fleet_json(read(regs, docs))["nodes"]
+    assert (None if node.ssh is None else str(node.ssh)) == reached
+    assert said["ssh"] == reached
+    assert said["dashboard"] == (None if reached is None else f"tpnode-tui --host {reached}")

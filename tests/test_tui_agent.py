@@ -18,6 +18,7 @@ import textwrap
 
 import pytest
 
+from accounts import runnable
 from agent_tools import Agent, running, shared_node
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
@@ -200,7 +201,7 @@ def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_age
     script = shared.root / "dashboard_as.py"
     script.write_text(AS_ACCOUNT)
     script.chmod(0o644)
-    done = bob.run([sys.executable, str(script), str(shared.socket)], env=shared.env(bob), timeout=90)
+    done = bob.run([runnable().python, str(script), str(shared.socket)], env=shared.env(bob), timeout=90)
     assert done.returncode == 0, done.stderr[-3000:]
     shown = json.loads(done.stdout.strip().splitlines()[-1])
     who = shown["header"].splitlines()[1].strip()

@@ -44,14 +44,15 @@ from .model import (
     NoCapacity,
     NodeSnapshot,
     ProbeReading,
+    Topology,
     TpnodeError,
     check_run_id,
-    pick_gpus,
 )
 from .occupancy import card_count, card_views, compute_occupancy
 from .port import new_run_id
 from .procinfo import describe, name_containers
 from .render import cards_words, format_duration, show_command
+from .topology import choose
 
 if TYPE_CHECKING:
     from .probes.base import Probe
@@ -239,8 +240,11 @@ class GpuAllocator:
 
     # -- allocation -----------------------------------------------------------
 
-    def _pick(self, run_id: str, count: int, occ: GpuOccupancy) -> list[int]:
-        """Choose cards, with the lock held and occupancy just read.
+    def _pick(self, run_id: str, count: int, occ: GpuOccupancy, topology: Optional[Topology] = None,
+              placement: Optional[str] = None) -> list[int]:
+        """Choose cards, with the lock held and occupancy just read: the free set
+        that talks fastest on ``topology`` (as ``placement`` requires, if it
+        does), else a consecutive run (see :func:`~tpnode_tui.topology.choose`).
 
         Idempotent: a run id that already holds cards gets those back, so a
         retried submission never takes a second set.
@@ -260,9 +264,13 @@ class GpuAllocator:
                 "unless TUNEPLANE_ALLOW_UNVERIFIED=true hands out unverified cards anyway"
             )
         try:
-            return pick_gpus(occ.free, count)
-        except NoCapacity:
-            raise NoCapacity(f"need {cards_words(count)}, but {occ.explain()}") from None
+            return choose(occ.free, count, topology, placement)
+        except NoCapacity as e:
+            if placement is None:
+                raise NoCapacity(f"need {cards_words(count)}, but {occ.explain()}") from None
+            raise NoCapacity(f"need {cards_words(count)} {placement} ({e}), but {occ.explain()}") from None
+        except NeverFits as e:
+            raise NeverFits(f"{run_id}: {e}") from None
 
     async def allocate(self, run_id: str, count: int) -> list[int]:
         """Pick cards without starting anything: a dry run.
@@ -273,7 +281,8 @@ class GpuAllocator:
         if count <= 0:
             return []
         async with self.lock.hold():
-            return self._pick(run_id, count, await self.occupancy())
+            occ, reading, _jobs = await self._read()
+            return self._pick(run_id, count, occ, reading.topology)
 
     async def allocate_and_run(
         self, run_id: str, count: int, run: Callable[[list[int]], Awaitable[T]]
@@ -286,7 +295,8 @@ class GpuAllocator:
         if count <= 0:
             return [], await run([])
         async with self.lock.hold():
-            gpus = self._pick(run_id, count, await self.occupancy())
+            occ, reading, _jobs = await self._read()
+            gpus = self._pick(run_id, count, occ, reading.topology)
             return gpus, await run(gpus)
 
     async def launch(self, spec: JobSpec, *, hold_for_s: Optional[float] = None,
@@ -313,7 +323,7 @@ class GpuAllocator:
         # of theirs, which a hung home directory could keep for seconds.
         await asyncio.to_thread(self.runtime.check, spec)
         async with self.lock.hold() as hold:
-            occ, _reading, jobs = await self._read()
+            occ, reading, jobs = await self._read()
             if admit is not None:
                 admit(jobs)
             mine = [j for j in jobs if j.key == spec.run_id]
@@ -338,7 +348,7 @@ class GpuAllocator:
                     f"run id {spec.run_id} belongs to an exited job that has not been "
                     f"reclaimed; reclaim it (tpnode-tui reclaim {spec.run_id}) or choose another"
                 )
-            gpus = self._pick(spec.run_id, spec.cards, occ)
+            gpus = self._pick(spec.run_id, spec.cards, occ, reading.topology, spec.placement)
             if hold_for_s is not None:
                 spec = replace(spec, expires_at=time.time() + hold_for_s)
             created = await self.runtime.create(replace(spec, fence=hold.fence), gpus)

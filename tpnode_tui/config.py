@@ -192,6 +192,49 @@ def _parse_addr(name: str, raw: str) -> Optional[tuple[str, int]]:
     return host or "0.0.0.0", int(port)
 
 
+#: what an SSH destination's parts may hold: nothing ssh could read as an option
+#: (a leading "-") or that a shell or ssh_config would expand
+_SSH_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+_SSH_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\]")
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """A node reached over SSH, as ``docker -H ssh://`` writes it:
+    ``[ssh://][user@]host[:port]``. Only SSH's own authentication is used: the
+    node's agent names whoever SSH logged in, from the kernel, as for anyone."""
+
+    host: str
+    user: Optional[str] = None
+    port: Optional[int] = None
+
+    @classmethod
+    def parse(cls, text: str, name: str = "the host") -> SshTarget:
+        """Checked strictly (the text may come from another node's publication):
+        a ConfigError naming ``name`` for anything but a destination."""
+        value = text.strip().removeprefix("ssh://").rstrip("/")
+        user, at, rest = value.rpartition("@")
+        host, port = rest, None
+        if rest.count(":") == 1 or (rest.startswith("[") and "]:" in rest):
+            host, _, digits = rest.rpartition(":")
+            if not digits.isascii() or not digits.isdigit() or not 1 <= int(digits) <= 65535:
+                raise ConfigError(f"{name} {text!r}: the port must be a number from 1 to 65535")
+            port = int(digits)
+        if at and not _SSH_USER.fullmatch(user):
+            raise ConfigError(f"{name} {text!r}: {user!r} is not a user name")
+        if not _SSH_HOST.fullmatch(host):
+            raise ConfigError(f"{name} {text!r} is not [ssh://][user@]host[:port]")
+        return cls(host=host, user=user if at else None, port=port)
+
+    def __str__(self) -> str:
+        who = f"{self.user}@" if self.user else ""
+        return f"{who}{self.host}" + ("" if self.port is None else f":{self.port}")
+
+
+def _ssh_target(name: str, raw: str) -> Optional[SshTarget]:
+    return SshTarget.parse(raw, name) if raw.strip() else None
+
+
 def _node_name(name: str, raw: str) -> str:
     text = raw.strip()
     if text and not _NODE_NAME.fullmatch(text):
@@ -345,6 +388,14 @@ class Settings:
     #: (host, port) of the Prometheus endpoint; None: off
     metrics_addr: Optional[tuple[str, int]] = _setting(
         None, "TUNEPLANE_METRICS_ADDR", "HOST:PORT where the agent serves Prometheus /metrics; empty: off", _parse_addr)
+    #: the node to talk to over SSH; None: this machine's agent (or this process)
+    host: Optional[SshTarget] = _setting(
+        None, "TUNEPLANE_HOST", "reach another node's agent over SSH: [ssh://][user@]host[:port]; empty: this machine",
+        _ssh_target, flag="--host", metavar="[USER@]HOST")
+    #: how the fleet should reach this node over SSH; None: its node name
+    ssh_address: Optional[SshTarget] = _setting(
+        None, "TUNEPLANE_SSH_ADDRESS",
+        "how others reach this node over SSH, as the fleet publishes it; empty: its name", _ssh_target)
 
     @property
     def simulated_path(self) -> Optional[Path]:

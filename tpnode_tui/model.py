@@ -517,6 +517,10 @@ class JobSpec:
     cwd: Optional[str] = None
     #: the account to run the command as (process runtime); None: the launcher's own
     run_as: Optional[RunAs] = None
+    #: how the cards must be placed on the node's topology: None (the best set free
+    #: now), "same-switch" or "contiguous" (see tpnode_tui.topology.choose). How the
+    #: cards are chosen, not what the job is: not recorded with it
+    placement: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,9 @@ class LaunchRequest:
     cwd: Optional[str] = None
     #: wait in the queue when the node has no room now, instead of refusing
     queue: bool = False
+    #: how the cards must sit on the node's topology: None (the best set free now),
+    #: "same-switch" or "contiguous" (a launch waits for such a set)
+    placement: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class ReserveRequest:
     duration_s: float
     run_id: Optional[str] = None
     owner: str = ""
+    placement: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ from .port import (
 )
 from .printable import printable
 from .render import cards_words, format_duration
+from .topology import REQUIREMENTS as PLACEMENTS
 from .triage import Triage
 from .xid import REBOOT, REBOOT_NODE, Verdict, XidRules
 from .xidwatch import XidEvent, XidWatcher, card_by_pci, watcher_for
@@ -621,10 +622,13 @@ class NodeService:
 
     def _spec(self, caller: Caller, *, run_id: str, cards: int, owner: str,
               command: tuple[str, ...] = (), image: Optional[str] = None, kind: str = "job",
-              env: Optional[tuple[tuple[str, str], ...]] = None, cwd: Optional[str] = None) -> JobSpec:
+              env: Optional[tuple[tuple[str, str], ...]] = None, cwd: Optional[str] = None,
+              placement: Optional[str] = None) -> JobSpec:
         check_run_id(run_id)
         if cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {cards}")
+        if placement is not None and placement not in PLACEMENTS:
+            raise BadRequest(f"{placement!r} is not a placement: use {' or '.join(PLACEMENTS)}")
         owner = self.policy.owner_for(caller, owner)
         self.policy.check_image(image)
         named = caller if owner == caller.user else _account(owner)
@@ -634,13 +638,13 @@ class NodeService:
         runner = named if named is not None and caller.uid == 0 else caller
         return JobSpec(run_id=run_id, cards=cards, command=command, image=image, kind=kind,
                        owner=owner, uid=named.uid if named is not None else None,
-                       env=env, cwd=cwd, run_as=_run_as(runner))
+                       env=env, cwd=cwd, run_as=_run_as(runner), placement=placement)
 
     async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
         run_id = request.run_id or new_run_id()
         spec = self._spec(caller, run_id=run_id, cards=request.cards, owner=request.owner,
                           command=request.command, image=request.image, env=request.env,
-                          cwd=request.cwd)
+                          cwd=request.cwd, placement=request.placement)
         entry = QueueEntry(spec, caller, self.clock())
 
         async def work() -> LaunchResult:
@@ -670,7 +674,7 @@ class NodeService:
             raise BadRequest(f"a reservation lasts at least 1 second, not {request.duration_s:g}")
         run_id = request.run_id or new_run_id("rsv")
         spec = self._spec(caller, run_id=run_id, cards=request.cards, owner=request.owner,
-                          kind="reservation")
+                          kind="reservation", placement=request.placement)
         spec = replace(spec, expires_at=self.clock() + request.duration_s)
         entry = QueueEntry(spec, caller, self.clock())
         return await self._audited(caller, "reserve", run_id,

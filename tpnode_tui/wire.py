@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, TypeVar
 from .model import (
     BELONGS,
     DRAIN_SOURCES,
+    PCIE_PATHS,
     CardFacts,
     CardView,
     Drain,
@@ -29,11 +30,13 @@ from .model import (
     HolderInfo,
     JobState,
     Launched,
+    Link,
     NodeSnapshot,
     ProbeReading,
     ProcessFacts,
     QueuedLaunch,
     Sample,
+    Topology,
     TpnodeError,
 )
 
@@ -57,6 +60,7 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "probe": snap.probe.source,
         "probe_problem": snap.probe.problem,
         "probe_count": snap.probe.count,
+        "topology": None if snap.probe.topology is None else topology_to_json(snap.probe.topology),
         "runtime": snap.runtime,
         "runtime_kind": snap.runtime_kind,
         "allow_unverified": snap.allow_unverified,
@@ -79,6 +83,44 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "xid_watch": snap.xid_watch,
         "xid_problem": snap.xid_problem,
     }
+
+
+def topology_to_json(t: Topology) -> dict[str, Any]:
+    """How the cards are linked: each kind of link once (``word`` as ``nvidia-smi
+    topo -m`` writes it), then one row a card of kind numbers (0: not known, and
+    the card itself; k: ``kinds[k - 1]``), and each card's NUMA node."""
+    return {
+        "kinds": [{"word": k.word, "nvlinks": k.nvlinks, "pcie": k.pcie} for k in t.kinds],
+        "links": [list(t.matrix[a * t.count:(a + 1) * t.count]) for a in range(t.count)],
+        "numa": list(t.numa),
+    }
+
+
+def _topology(r: Reader) -> Topology:
+    kinds = []
+    for k in r.each("kinds", lambda k: k.only("word", "nvlinks", "pcie")):
+        pcie = k.opt_text("pcie")
+        if pcie is not None and pcie not in PCIE_PATHS:
+            raise WireError(f"{k.where}.pcie is {pcie!r}, not one of {', '.join(PCIE_PATHS)}")
+        try:
+            kinds.append(Link(nvlinks=k.whole("nvlinks"), pcie=pcie))
+        except ValueError as e:
+            raise WireError(f"{k.where}: {e}") from None
+    rows = r.items("links")
+    count = len(rows)
+    flat = bytearray()
+    for n, row in enumerate(rows):
+        if (not isinstance(row, list) or len(row) != count
+                or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= len(kinds) for v in row)):
+            raise WireError(f"{r.where}.links[{n}] is not {count} kind numbers from 0 to {len(kinds)}")
+        flat.extend(row)
+    numa = r.items("numa")
+    if len(numa) != count or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in numa):
+        raise WireError(f"{r.where}.numa is not one NUMA node (or null) for each of {count} cards")
+    try:
+        return Topology(count, tuple(kinds), bytes(flat), tuple(numa))
+    except ValueError as e:
+        raise WireError(f"{r.where}: {e}") from None
 
 
 def _card_json(c: CardView) -> dict[str, Any]:
@@ -357,6 +399,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         count=r.opt_whole("probe_count"),
         external_probe_ok=r.flag("external_probe_ok"),
         problem=r.opt_text("probe_problem"),
+        topology=None if r.doc.get("topology") is None else _topology(Reader(r.doc["topology"], f"{where}.topology")),
     )
     live = {j.key: j for j in jobs if j.live}
     views = []

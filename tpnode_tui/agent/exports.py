@@ -46,8 +46,8 @@ class Exports:
         if settings.fleet_url is not None:
             from ..fleet.publisher import FleetPublisher
 
-            publisher = FleetPublisher(settings.fleet_url, settings.fleet_url_safe or "",
-                                       settings.node, settings.fleet_publish_s)
+            publisher = FleetPublisher(settings.fleet_url, settings.fleet_url_safe or "", settings.node,
+                                       settings.fleet_publish_s, ssh=str(settings.ssh_address or ""))
             self._publisher = publisher
             self._publishing = asyncio.ensure_future(publisher.run(service))
             log.info("publishing to the fleet at %s as %s (instance %s), at least every %g s",

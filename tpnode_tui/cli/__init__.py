@@ -26,8 +26,8 @@ from .. import __version__
 from ..config import DECLARED, Settings, settings_from_flags, state_dir_exists
 from ..model import EXIT_FAIL, EXIT_OK, EXIT_USAGE, TpnodeError, error_line, exit_code
 from ..node.base import Node
+from ..node.choose import agent_for
 from ..node.http import straight
-from ..node.remote import AgentNode
 from ..printable import PrintableStream
 from . import commands  # noqa: F401  (each command registers itself)
 from .registry import COMMANDS, Command, Run, UsageError, say, say_once, seconds
@@ -94,8 +94,11 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
 def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
     if command.alone is not None:
         return command.alone(args, settings)
+    if command.straight and settings.host is not None:  # that node's agent, or nothing
+        agent = agent_for(settings, blocking=True)
+        return straight(_on_node(command, agent, args, settings, None))
     if command.straight and settings.agent != "off":
-        agent = AgentNode(settings.agent_socket, blocking=True)
+        agent = agent_for(settings, blocking=True)
         if straight(agent.answers()):
             return straight(_on_node(command, agent, args, settings, None))
         straight(agent.close())

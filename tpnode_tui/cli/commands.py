@@ -19,6 +19,7 @@ from ..model import BadRequest, Evicted, EvictReport, LockWaitTimeout, TpnodeErr
 from ..node.base import Node
 from ..port import LaunchRequest, ReserveRequest, new_run_id
 from ..render import cards_words, env_lines
+from ..topology import CONTIGUOUS, SAME_SWITCH
 from ..wire import job_to_json, queued_to_json, snapshot_to_json
 from .output import (
     event_line,
@@ -44,6 +45,17 @@ def _run_id(given: Optional[str]) -> Optional[str]:
     if given is not None and not given.strip():
         raise BadRequest("--run-id is empty: give 1 to 63 letters, digits, '.', '_' or '-', or leave it out")
     return given
+
+
+def _placement_flags(parser: argparse.ArgumentParser) -> None:
+    """How the cards must sit on the node's topology; without either, the best set free now."""
+    placed = parser.add_mutually_exclusive_group()
+    placed.add_argument("--same-switch", dest="placement", action="store_const", const=SAME_SWITCH,
+                        help="only cards that all share NVLink or one PCIe switch "
+                             "(none free now: exit 75, or --queue waits)")
+    placed.add_argument("--contiguous", dest="placement", action="store_const", const=CONTIGUOUS,
+                        help="only a set as well connected as this node's best of that size (none free now: exit 75, "
+                             "or --queue waits)")
 
 
 def _json_flag(parser: argparse.ArgumentParser, help: Optional[str] = None) -> None:
@@ -74,6 +86,7 @@ def _launch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", type=seconds, metavar="SECONDS", help=WAIT_HELP)
     parser.add_argument("--queue", action="store_true",
                         help="with no capacity now, wait in the agent's queue instead of exit 75")
+    _placement_flags(parser)
     _json_flag(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
 
@@ -90,7 +103,8 @@ async def _launch(run: Run) -> None:
         raise UsageError("--queue needs the node's agent, which keeps the queue: no agent answers, "
                          "and this command exits when it is done")
     run_id = _run_id(args.run_id) or new_run_id()
-    request = LaunchRequest(cards=args.cards, command=tuple(argv), image=args.image, run_id=run_id, queue=args.queue)
+    request = LaunchRequest(cards=args.cards, command=tuple(argv), image=args.image, run_id=run_id, queue=args.queue,
+                            placement=args.placement)
     result = await _bounded(node, node.launch(request), run_id, args.wait)
     if result.queued is not None:
         q = result.queued
@@ -143,6 +157,7 @@ def _reserve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--owner", metavar="NAME", help="default: the current user")
     parser.add_argument("--run-id", metavar="ID", help="default: a generated one")
     parser.add_argument("--wait", type=seconds, metavar="SECONDS", help=WAIT_HELP)
+    _placement_flags(parser)
     _json_flag(parser)
 
 
@@ -151,7 +166,7 @@ async def _reserve(run: Run) -> None:
     node, args = run.node, run.args
     run_id = _run_id(args.run_id) or new_run_id("rsv")
     request = ReserveRequest(cards=args.cards, duration_s=parse_duration(args.duration), run_id=run_id,
-                             owner=args.owner or "")
+                             owner=args.owner or "", placement=args.placement)
     result = await _bounded(node, node.reserve(request), run_id, args.wait)
     report_launch(result, args.json, "reserved")
 
@@ -402,3 +417,13 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
     from ..tui.fleet import run_fleet_view
 
     return run_fleet_view(settings.fleet_url, safe, args.interval)
+
+
+@command("dial-stdio", "join standard input and output to this node's agent (what --host runs over SSH)")
+def _dial_stdio(args: argparse.Namespace, settings: Settings) -> int:
+    """The bridge at the node's end of an SSH connection. It runs as the
+    account SSH logged in, so the agent names that account (SO_PEERCRED);
+    it only moves bytes, and ends when either side does."""
+    from ..node.bridge import bridge
+
+    return bridge(settings.agent_socket)

@@ -50,7 +50,7 @@ MAX_BACKOFF_S = 30.0
 
 
 class FleetPublisher:
-    def __init__(self, url: str, safe_url: str, node: str, period_s: float, *,
+    def __init__(self, url: str, safe_url: str, node: str, period_s: float, *, ssh: str = "",
                  client: Any = None, version: str = __version__,
                  clock: Callable[[], float] = time.time, ticks: Callable[[], float] = time.monotonic) -> None:
         """``clock`` is the time published (readers compare it); ``ticks`` times the
@@ -58,6 +58,8 @@ class FleetPublisher:
         self.url = url
         self.safe_url = safe_url
         self.node = node
+        #: how others reach this node over SSH, published with it
+        self.ssh = ssh or node
         self.period_s = period_s
         self.version = version
         self.clock = clock
@@ -87,7 +89,7 @@ class FleetPublisher:
         return json.dumps(record.registration(
             node=self.node, version=self.version, period_s=self.period_s, host=socket.gethostname(),
             pid=os.getpid(), started_at=self._started_at, seen_at=now, series=series, total=total,
-            stopped_at=stopped_at))
+            stopped_at=stopped_at, ssh=self.ssh))
 
     async def _register(self, series: str, total: Optional[int], now: float) -> None:
         """Add this agent to the agents hash (or refresh its entry), and the

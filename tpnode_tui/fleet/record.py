@@ -37,7 +37,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional
 
-from ..model import NodeSnapshot
+from ..config import SshTarget
+from ..model import ConfigError, NodeSnapshot
 from ..port import Reading
 from ..render import format_duration
 from ..wire import Reader, WireError, snapshot_from_json, snapshot_to_json
@@ -86,10 +87,12 @@ def expiry_ms(period_s: float) -> int:
 
 def registration(*, node: str, version: str, period_s: float, host: str, pid: int,
                  started_at: float, seen_at: float, series: str = "", total: Optional[int] = None,
-                 stopped_at: Optional[float] = None) -> dict[str, Any]:
+                 stopped_at: Optional[float] = None, ssh: str = "") -> dict[str, Any]:
+    """``ssh``: how the node is reached over SSH (``[user@]host[:port]``), for
+    ``fleet --json`` and the fleet view's way into the node's dashboard."""
     return {"fleet": FORMAT, "node": node, "agent_version": version, "period_s": period_s,
             "host": host, "pid": pid, "started_at": started_at, "seen_at": seen_at, "series": series,
-            "total": total, "stopped_at": stopped_at}
+            "total": total, "stopped_at": stopped_at, "ssh": ssh}
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,9 @@ class Registration:
     series: str
     total: Optional[int]
     stopped_at: Optional[float]
+    #: how to reach the node over SSH, as its agent published it; None: not said,
+    #: or not a destination (it is checked: a fleet view hands it to ssh)
+    ssh: Optional[SshTarget] = None
 
 
 @dataclass(frozen=True)
@@ -227,12 +233,16 @@ def decode_registration(instance: str, raw: Any) -> Registration:
     r = Reader(_json(raw, "registration"), "registration")
     _format(r)
     total = r.opt_whole("total")
+    try:
+        ssh = SshTarget.parse(r.text("ssh", ""), "its ssh address") if r.text("ssh", "").strip() else None
+    except ConfigError:
+        ssh = None
     return Registration(
         instance=instance, node=_node_name(r), agent_version=r.text("agent_version", ""),
         period_s=_period(r), host=r.text("host", ""), pid=r.opt_whole("pid"),
         started_at=_moment(r, "started_at"), seen_at=_moment(r, "seen_at"), series=r.text("series", ""),
         total=total if total is not None and 0 <= total <= 65536 else None,
-        stopped_at=None if r.opt_number("stopped_at") is None else _moment(r, "stopped_at"))
+        stopped_at=None if r.opt_number("stopped_at") is None else _moment(r, "stopped_at"), ssh=ssh)
 
 
 def _moment(r: Reader, key: str) -> float:
@@ -344,6 +354,8 @@ class NodeRow:
     error: Optional[str] = None
     #: when the node was last read, as its latest publication says
     taken_at: Optional[float] = None
+    #: how to reach it over SSH (its dashboard: tpnode-tui --host), as its agent published it
+    ssh: Optional[SshTarget] = None
 
     @property
     def reachable(self) -> bool:
@@ -475,7 +487,7 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
     version = newest.agent_version if newest is not None else newest_reg.agent_version
     base = NodeRow(name, UNREACHABLE, last_seen, exactly, series=series, total=total, agent_version=version,
                    instances=tuple(sorted(r.instance for r in regs)),
-                   taken_at=newest.taken_at if newest is not None else None)
+                   taken_at=newest.taken_at if newest is not None else None, ssh=newest_reg.ssh)
 
     def down(status: str, problem: str, keep_snapshot: bool = False) -> NodeRow:
         return replace(base, status=status, cards=_cards(snap, total, False, {}), problem=problem,
@@ -558,6 +570,8 @@ def fleet_json(fleet: FleetPicture) -> dict[str, Any]:
             "intruders": n.intruder_cards,
             "largest_free_window": n.largest_free_window,
             "cards": [{"index": c.index, "state": c.state} for c in n.cards],
+            "ssh": None if n.ssh is None else str(n.ssh),
+            "dashboard": None if n.ssh is None else f"tpnode-tui --host {n.ssh}",
         } for n in fleet.nodes],
         "up": fleet.up,
         "down": fleet.down,

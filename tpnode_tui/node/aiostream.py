@@ -8,22 +8,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Optional
 
 from .http import MAX_HEAD_LINE, Connector, ProtocolError, Stream, Unreachable
 
 
-class AsyncioStream:
-    """asyncio's reader and writer as a :class:`~.http.Stream`."""
+async def _nothing_said() -> Optional[str]:
+    return None
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+
+class AsyncioStream:
+    """asyncio's reader and writer as a :class:`~.http.Stream`. ``why`` says,
+    when the connection ends early, what the other end said about it (a
+    bridge's stderr), if anything; ``ended`` runs once it is closed."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 why: Callable[[], Awaitable[Optional[str]]] = _nothing_said,
+                 ended: Callable[[], None] = lambda: None) -> None:
         self._reader = reader
         self._writer = writer
+        self._why = why
+        self._ended = ended
+
+    async def _cut(self) -> Unreachable:
+        return Unreachable(await self._why() or "the connection closed in the middle of an answer")
 
     async def read_line(self) -> bytes:
         try:
             return await self._reader.readuntil(b"\n")
         except asyncio.IncompleteReadError:
-            raise Unreachable("the connection closed in the middle of an answer") from None
+            raise await self._cut() from None
         except asyncio.LimitOverrunError:
             raise ProtocolError("a header line too long to read") from None
         except OSError as e:
@@ -33,7 +48,7 @@ class AsyncioStream:
         try:
             return await self._reader.readexactly(n)
         except asyncio.IncompleteReadError:
-            raise Unreachable("the connection closed in the middle of an answer") from None
+            raise await self._cut() from None
         except OSError as e:
             raise Unreachable(e.strerror or str(e), e) from None
 
@@ -48,11 +63,12 @@ class AsyncioStream:
             self._writer.write(data)
             await self._writer.drain()
         except OSError as e:
-            raise Unreachable(e.strerror or str(e), e) from None
+            raise Unreachable(await self._why() or e.strerror or str(e), e) from None
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._writer.close()
+        self._ended()
 
 
 def unix(path: str, timeout_s: float) -> Connector:

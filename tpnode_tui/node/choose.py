@@ -48,13 +48,33 @@ def _state_dir_problem(settings: Settings) -> Optional[str]:
     return f"this account ({user}) cannot create the node's state dir {path}"
 
 
+def agent_for(settings: Settings, *, blocking: bool = False) -> AgentNode:
+    """The agent the settings name: this machine's, at its socket, or another
+    node's over SSH (``settings.host``). ``blocking``: see :class:`AgentNode`."""
+    if settings.host is not None:
+        from .ssh import ssh_node
+
+        return ssh_node(settings.host, blocking_calls=blocking)
+    return AgentNode(settings.agent_socket, blocking=blocking)
+
+
 async def open_node(settings: Settings, *, interval: float = 1.0, max_wait_s: Optional[float] = None,
                     on_wait: Optional[Callable[[str], None]] = None) -> Node:
     """The node to talk to, as ``settings.agent`` (auto, on, off) says.
 
     ``max_wait_s`` and ``on_wait`` bound and report a wait for the allocation
     lock of a node served here (see :class:`~tpnode_tui.locks.AllocationLock`);
-    an agent's launches wait in the agent, and the caller bounds those itself."""
+    an agent's launches wait in the agent, and the caller bounds those itself.
+    With ``settings.host`` it is that node's agent over SSH, or nothing: a node
+    asked for by name is never served here instead."""
+    if settings.host is not None:
+        node = agent_for(settings)
+        try:
+            await node.check()
+        except BaseException:
+            await node.close()
+            raise
+        return node
     socket = settings.agent_socket
     if settings.agent != "off":
         agent = AgentNode(socket)

@@ -25,7 +25,7 @@ import contextlib
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Protocol, TypeVar
+from typing import IO, Any, AsyncIterator, Awaitable, Callable, Optional, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -76,10 +76,10 @@ Connector = Callable[[], Awaitable[Stream]]
 def straight(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to its end without an event loop.
 
-    Only for work whose every wait is on a blocking stream (:class:`SocketStream`
-    and the like), which never suspends: a command that asks the agent one
-    question then costs no asyncio, whose import alone takes longer than a
-    Python start. A coroutine that does suspend is a mistake of ours, said so."""
+    Only for work whose every wait is on a :class:`BlockingStream`, which never
+    suspends: a command that asks the agent one question then costs no
+    asyncio, whose import alone takes longer than a Python start. A coroutine
+    that does suspend is a mistake of ours, said so."""
     try:
         coro.send(None)
     except StopIteration as done:
@@ -92,12 +92,21 @@ def _gone(e: OSError) -> Unreachable:
     return Unreachable(e.strerror or str(e) or type(e).__name__, e)
 
 
-class SocketStream:
-    """A connected socket, read and written blocking."""
+class BlockingStream:
+    """A connection read from a buffered file and written with ``send``, both
+    blocking: a socket's, or a bridge's pipes. ``why`` says, when the
+    connection ends early, what the other end said about it (a bridge's
+    stderr), if anything."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._file = sock.makefile("rb")
+    def __init__(self, rfile: IO[bytes], send: Callable[[bytes], None], close: Callable[[], None],
+                 why: Callable[[], Optional[str]] = lambda: None) -> None:
+        self._file = rfile
+        self._send = send
+        self._close = close
+        self._why = why
+
+    def _ended(self) -> Unreachable:
+        return Unreachable(self._why() or "the connection closed in the middle of an answer")
 
     async def read_line(self) -> bytes:
         try:
@@ -107,7 +116,7 @@ class SocketStream:
         if len(line) > MAX_HEAD_LINE:
             raise ProtocolError("a header line too long to read")
         if not line.endswith(b"\n"):
-            raise Unreachable("the connection closed in the middle of an answer")
+            raise self._ended()
         return line
 
     async def read_exactly(self, n: int) -> bytes:
@@ -116,25 +125,33 @@ class SocketStream:
         except OSError as e:
             raise _gone(e) from None
         if len(data) < n:
-            raise Unreachable("the connection closed in the middle of an answer")
+            raise self._ended()
         return data
 
     async def read_some(self, n: int) -> bytes:
         try:
-            return self._file.read1(n)
+            return self._file.read1(n)  # type: ignore[attr-defined,no-any-return]  # a buffered reader's
         except OSError as e:
             raise _gone(e) from None
 
     async def send(self, data: bytes) -> None:
         try:
-            self._sock.sendall(data)
+            self._send(data)
         except OSError as e:
-            raise _gone(e) from None
+            raise Unreachable(self._why() or e.strerror or str(e), e) from None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._file.close()
-            self._sock.close()
+        self._close()
+
+
+def socket_stream(sock: socket.socket) -> BlockingStream:
+    def close() -> None:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    return BlockingStream(sock.makefile("rb"), sock.sendall, close)
 
 
 def unix_blocking(path: str, timeout_s: float) -> Connector:
@@ -152,7 +169,7 @@ def unix_blocking(path: str, timeout_s: float) -> Connector:
         except OSError as e:
             sock.close()
             raise _gone(e) from None
-        return SocketStream(sock)
+        return socket_stream(sock)
 
     return connect
 

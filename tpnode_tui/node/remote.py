@@ -169,11 +169,15 @@ class AgentNode:
             raise WireError("the agent's answer is not a JSON object")
         return doc
 
+    async def check(self) -> None:
+        """Ask the agent whether it answers: AgentUnavailable, saying why, when it
+        does not; AgentForbidden where this account may not reach it."""
+        await self._call("GET", "/v1/whoami")
+
     async def answers(self) -> bool:
-        """Whether an agent answers now. Raises AgentForbidden where this account
-        may not reach it: that is not "no agent"."""
+        """Whether an agent answers now (AgentForbidden is not "no agent": it is raised)."""
         try:
-            await self._call("GET", "/v1/whoami")
+            await self.check()
         except AgentUnavailable:
             return False
         return True
@@ -224,7 +228,7 @@ class AgentNode:
         body: dict[str, Any] = {
             "cards": request.cards, "command": list(request.command), "image": request.image,
             "run_id": request.run_id, "owner": request.owner, "cwd": cwd,
-            "queue": request.queue, "env": None if env is None else dict(env),
+            "queue": request.queue, "env": None if env is None else dict(env), "placement": request.placement,
         }
         doc = await self._call("POST", "/v1/launch", body)
         if "queued" in doc:
@@ -234,7 +238,7 @@ class AgentNode:
     async def reserve(self, request: ReserveRequest) -> Launched:
         doc = await self._call("POST", "/v1/reserve", {
             "cards": request.cards, "duration_s": request.duration_s,
-            "run_id": request.run_id, "owner": request.owner})
+            "run_id": request.run_id, "owner": request.owner, "placement": request.placement})
         return launched_from_json(doc.get("launched"))
 
     async def extend(self, run_id: str, duration_s: float) -> JobState:

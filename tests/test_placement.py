@@ -1,0 +1,176 @@
+"""Cards that talk fast: the allocator places a job on the node's topology.
+
+The pure choice is tested in test_topology.py; here it is the allocator's,
+under its lock (with the in-memory stand-ins, so nothing else moves), the
+CLI's flags as a user types them, and the topology in the snapshot document.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from fakes import MemoryRuntime, StaticProbe
+from load_tools import kill_process_jobs, node_env
+from services import write_scene
+from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
+from tpnode_tui.config import load_settings
+from tpnode_tui.locks import make_lock
+from tpnode_tui.model import BadRequest, JobSpec, JobState
+from tpnode_tui.topology import CONTIGUOUS, SAME_SWITCH, nvswitch, pcie
+from tpnode_tui.wire import WireError, snapshot_from_json, snapshot_to_json
+
+
+@pytest.fixture
+async def make(tmp_path):
+    made = []
+
+    def build(topology, *held: tuple[str, list[int]]):
+        settings = load_settings({}, state_dir=str(tmp_path / "state"))
+        probe = StaticProbe()
+        probe.reading = replace(probe.reading, topology=topology)
+        runtime = MemoryRuntime()
+        for run_id, gpus in held:
+            runtime.add(JobState(name=f"tpn-{run_id}", run_id=run_id, gpus=tuple(gpus), status="running"))
+        alloc = GpuAllocator(runtime, probe, settings, make_lock(settings))
+        made.append(alloc)
+        return alloc
+
+    yield build
+    for alloc in made:
+        await alloc.close()
+
+
+def spec(run_id: str, cards: int, placement=None) -> JobSpec:
+    return JobSpec(run_id=run_id, cards=cards, command=("sleep", "60"), placement=placement)
+
+
+async def test_a_pair_stays_under_one_switch_where_a_consecutive_pair_would_span_two(make):
+    # 0-2 held: 3 is alone under the first switch; 3,4 are consecutive but cross the sockets
+    alloc = make(pcie(8, per_switch=4), ("a", [0, 1, 2]))
+    launched = await alloc.launch(spec("pair", 2))
+    assert launched.gpus == (4, 5)
+
+
+async def test_without_a_topology_the_pick_is_consecutive_as_before(make):
+    alloc = make(None, ("a", [0, 1, 2]))
+    assert (await alloc.launch(spec("pair", 2))).gpus == (3, 4)
+
+
+async def test_same_switch_waits_for_a_whole_switch_and_never_takes_a_scattered_set(make):
+    alloc = make(pcie(8, per_switch=4), ("a", [0]), ("b", [5]))
+    with pytest.raises(NoCapacity) as refused:
+        await alloc.launch(spec("four", 4, SAME_SWITCH))
+    said = str(refused.value)
+    assert "need 4 cards same-switch" in said and "6 free" in said, said
+    assert (await alloc.launch(spec("any", 4))).gpus  # without the requirement it is placed
+
+
+async def test_a_set_that_no_switch_can_ever_hold_never_fits(make):
+    alloc = make(pcie(8, per_switch=4))
+    with pytest.raises(NeverFits) as never:
+        await alloc.launch(spec("five", 5, SAME_SWITCH))
+    assert str(never.value).startswith("five: ")
+    assert not isinstance(never.value, NoCapacity)
+
+
+async def test_contiguous_is_the_node_s_best_shape_of_that_size(make):
+    alloc = make(pcie(8, per_switch=4), ("a", [1]))
+    assert (await alloc.launch(spec("quad", 4, CONTIGUOUS))).gpus == (4, 5, 6, 7)
+    with pytest.raises(NoCapacity):  # {0,2,3} and the rest of the node are no whole switch
+        await alloc.launch(spec("quad2", 4, CONTIGUOUS))
+    on_nvswitch = make(nvswitch(8), ("a", [1]))
+    assert len((await on_nvswitch.launch(spec("quad", 4, CONTIGUOUS))).gpus) == 4  # every set is the best
+
+
+async def test_a_placement_the_node_does_not_know_is_a_bad_request(make):
+    alloc = make(pcie(8))
+    with pytest.raises(BadRequest, match="not a placement requirement"):
+        await alloc.launch(spec("odd", 2, "nearby"))
+
+
+async def test_placement_needs_a_known_topology(make):
+    alloc = make(None)
+    with pytest.raises(NeverFits, match="topology is not known"):
+        await alloc.launch(spec("p", 2, SAME_SWITCH))
+
+
+def test_the_topology_travels_in_the_snapshot_and_a_damaged_one_is_refused(tmp_path):
+    import asyncio
+
+    async def take():
+        settings = load_settings({}, state_dir=str(tmp_path / "state"))
+        probe = StaticProbe()
+        probe.reading = replace(probe.reading, topology=pcie(8, per_switch=4))
+        alloc = GpuAllocator(MemoryRuntime(), probe, settings, make_lock(settings))
+        try:
+            return await alloc.snapshot()
+        finally:
+            await alloc.close()
+
+    snap = asyncio.run(take())
+    doc = json.loads(json.dumps(snapshot_to_json(snap)))
+    words = [doc["topology"]["kinds"][k - 1]["word"] if k else "X" for k in doc["topology"]["links"][0]]
+    assert words == ["X", "PIX", "PIX", "PIX", "SYS", "SYS", "SYS", "SYS"]
+    assert snapshot_from_json(doc) == snap
+    doc["topology"]["links"][2] = doc["topology"]["links"][2][:5]
+    with pytest.raises(WireError, match=r"snapshot.topology.links\[2\] is not 8 kind numbers"):
+        snapshot_from_json(doc)
+
+
+@pytest.fixture
+def placed_cli(tmp_path):
+    scene = write_scene(tmp_path / "node.json", 8, topology="pcie-2x4")
+    state = tmp_path / "state"
+    env = node_env(scene, state)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "tpnode_tui", *args], capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    yield run
+    kill_process_jobs(state)
+
+
+def test_launch_same_switch_from_the_command_line(placed_cli):
+    first = placed_cli("launch", "--cards", "2", "--run-id", "p1", "--json", "--", "sleep", "60")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["gpus"] == [0, 1]
+    whole = placed_cli("launch", "--cards", "4", "--same-switch", "--run-id", "p2", "--json", "--", "sleep", "60")
+    assert whole.returncode == 0, whole.stderr
+    assert json.loads(whole.stdout)["gpus"] == [4, 5, 6, 7]
+    again = placed_cli("launch", "--cards", "4", "--same-switch", "--run-id", "p3", "--", "sleep", "60")
+    assert again.returncode == 75
+    [line] = again.stderr.splitlines()
+    assert "need 4 cards same-switch" in line and "not waiting for cards" in line, line
+    status = json.loads(placed_cli("status", "--json").stdout)
+    assert len(status["topology"]["links"]) == 8
+    both = placed_cli("launch", "--cards", "1", "--same-switch", "--contiguous", "--", "true")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+async def test_the_placement_travels_through_the_agent(tmp_path):
+    from agent_tools import Agent, running
+    from tpnode_tui.node.remote import AgentNode
+    from tpnode_tui.port import LaunchRequest, ReserveRequest
+
+    agent = Agent(tmp_path)
+    write_scene(agent.scene, 8, topology="pcie-2x4")
+    async with running(agent):
+        node = AgentNode(agent.socket)
+        try:
+            held = await node.reserve(ReserveRequest(cards=4, duration_s=600, run_id="r", placement=SAME_SWITCH))
+            assert held.gpus == (0, 1, 2, 3)
+            result = await node.launch(LaunchRequest(cards=4, command=("sleep", "60"), run_id="j",
+                                                     placement=CONTIGUOUS))
+            assert result.launched is not None and result.launched.gpus == (4, 5, 6, 7)
+            with pytest.raises(NeverFits):
+                await node.launch(LaunchRequest(cards=5, command=("sleep", "60"), run_id="k",
+                                                placement=SAME_SWITCH))
+            with pytest.raises(BadRequest, match="not a placement"):
+                await node.launch(LaunchRequest(cards=1, command=("true",), placement="near"))
+        finally:
+            await node.close()
