@@ -144,7 +144,7 @@ class NodeService:
         self._pending: dict[str, _Pending] = {}
         self._subscribers: set[asyncio.Queue[Reading]] = set()
         self._wake = asyncio.Event()
-        self._draining: Optional[asyncio.Task[None]] = None
+        self._round: Optional[asyncio.Task[None]] = None
         #: bumped by every action; a reading taken before it may not show its effect
         self._changes = 0
         self._reading_changes = 0
@@ -279,7 +279,7 @@ class NodeService:
             try:
                 if self.watch_xids and self._watcher is None:
                     await self._start_watcher()
-                self._start_drain()
+                self._try_queue()
             except Exception:  # a broken queue file, say: said by the readings, and the polls go on
                 log.warning("could not try the queue", exc_info=True)
             await self._pause()
@@ -749,12 +749,13 @@ class NodeService:
             shown.append(place if pending is None else trying(pending, place))
         return tuple(shown)
 
-    def _start_drain(self) -> None:
-        if self._draining is None or self._draining.done():
+    def _try_queue(self) -> None:
+        """Start a round over the queue, unless one is under way or nothing is queued."""
+        if self._round is None or self._round.done():
             if self.queue.entries():
-                self._draining = asyncio.ensure_future(self._drain())
+                self._round = asyncio.ensure_future(self._queue_round())
 
-    async def _drain(self) -> None:
+    async def _queue_round(self) -> None:
         """One round over the queue, in order. The first launch that does not fit
         ends the round (no starving a large job with small ones), and so does a
         problem of the node's that passes (the engine restarting, a broken
@@ -873,10 +874,10 @@ class NodeService:
         for pending in list(self._pending.values()):
             if pending.task is not None and pending.phase == "waiting":
                 pending.task.cancel()
-        if self._draining is not None:
-            self._draining.cancel()
+        if self._round is not None:
+            self._round.cancel()
             with contextlib.suppress(BaseException):
-                await self._draining
+                await self._round
 
 
 def triage_options(settings: Settings) -> dict[str, Any]:
