@@ -21,6 +21,7 @@ from ..config import DEFAULT_XID_DRAIN, Settings
 from ..history import History
 from ..identity import Caller
 from ..launchqueue import LaunchQueue, MemoryQueue
+from ..locks import AllocationLock
 from ..model import Drain, EvictReport, JobState, Launched, NodeSnapshot, QueuedLaunch, Sample
 from ..nodelog import NodeLog
 from ..policy import Policy, held_by
@@ -65,6 +66,19 @@ class NodeService:
         self.operator_actions = OperatorActions(allocator, policy, clock=clock, evict_grace_s=evict_grace_s,
                                                 readings=self.readings, journal=self.journal)
         self.job_actions = JobActions(allocator, policy, clock=clock, journal=self.journal)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, queue: Optional[LaunchQueue] = None,
+                      lock: Optional[AllocationLock] = None, interval: float = 1.0) -> NodeService:
+        """The node's service as its settings make it: the one place it is put
+        together, so the agent and an in-process node apply the same rules,
+        log and triage. ``queue``: the agent's survives it, in the state dir (an
+        in-process one is in memory); ``lock`` replaces the one the settings
+        would make (the CLI's bounds its wait)."""
+        return cls(GpuAllocator.from_settings(settings, lock=lock), Policy.from_settings(settings), queue=queue,
+                   node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
+                   interval=interval, xid_rules=XidRules.of(settings.xid_drain, settings.xid_ignore),
+                   idle_after_s=settings.idle_reservation_min * 60.0, evict_grace_s=settings.evict_grace_s)
 
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
         """The allocator's snapshot as readers get it: with the queue, idle
@@ -203,11 +217,3 @@ class NodeService:
         await self.xids.close()
         await self.launches.close()
 
-
-def triage_options(settings: Settings) -> dict[str, Any]:
-    """The service's triage settings, as the agent and an in-process node both give them."""
-    return {
-        "xid_rules": XidRules.of(settings.xid_drain, settings.xid_ignore),
-        "idle_after_s": settings.idle_reservation_min * 60.0,
-        "evict_grace_s": settings.evict_grace_s,
-    }
