@@ -121,7 +121,7 @@ async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_t
     small = await node.launch(BOB, "wants-1", 1, queue=True)
     assert big.queued is not None and small.queued is not None
     await node.service.poll()
-    node.service._start_drain()
+    node.service.launches.try_queue()
     await asyncio.sleep(0.2)
     assert "tpn-wants-1" not in node.runtime.jobs  # a free card, but not its turn
     assert [q.run_id for q in node.service.queued()] == ["wants-3", "wants-1"]
@@ -148,8 +148,8 @@ async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_
         await n.launch(BOB, "queued-b", 4, queue=True)
         await n.launch(BOB, "queued-c", 1, queue=True)
         await n.service.poll()
-        n.service._start_drain()
-        await until(lambda: "tpn-queued-c" not in n.runtime.jobs and n.service._draining.done(),
+        n.service.launches.try_queue()
+        await until(lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(),
                     "a round of the queue")
         assert "tpn-later" not in n.runtime.jobs
         assert [q.run_id for q in n.service.queued()] == ["later", "queued-b", "queued-c"]
@@ -240,7 +240,7 @@ async def test_a_queued_launch_being_tried_keeps_its_place_unless_the_lock_keeps
         return await slow()
 
     node.probe.read = slowly
-    node.service._start_drain()  # tries "later": reads the node under the lock, slowly
+    node.service.launches.try_queue()  # tries "later": reads the node under the lock, slowly
     await asyncio.wait_for(read.wait(), WAIT_S)
     [shown] = node.service.queued()
     assert (shown.run_id, shown.state) == ("later", "queued")  # being tried, not waiting for anyone
@@ -276,12 +276,13 @@ async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(node):
     drains.write_text("{broken")  # no card can be handed out until it is repaired
     await node.service.stop(ALICE, "all")
     await node.service.poll()
-    node.service._start_drain()
-    await until(lambda: node.service._draining is not None and node.service._draining.done(), "a round")
+    node.service.launches.try_queue()
+    launches = node.service.launches
+    await until(lambda: launches._round is not None and launches._round.done(), "a round")
     assert [q.run_id for q in node.service.queued()] == ["first", "second"], "both kept their place"
     assert "tpn-first" not in node.runtime.jobs
     drains.unlink()
-    node.service._start_drain()
+    node.service.launches.try_queue()
     await until(lambda: "tpn-first" in node.runtime.jobs and "tpn-second" in node.runtime.jobs, "both to start")
 
 

@@ -20,13 +20,10 @@ from typing import Optional
 
 from aiohttp import web
 
-from ..allocator import GpuAllocator
 from ..config import Settings
 from ..launchqueue import FileQueue
 from ..model import ConfigError, TpnodeError
-from ..nodelog import NodeLog
-from ..policy import Policy
-from ..service import NodeService, triage_options
+from ..service import NodeService
 from .api import make_app
 from .exports import Exports
 
@@ -91,12 +88,9 @@ async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.E
     prepare_socket(path)
     prepare_state_dir(settings.state_dir)
     _more_connections()
-    allocator = GpuAllocator.from_settings(settings)
-    policy = Policy.from_settings(settings)
-    service = NodeService(
-        allocator, policy, queue=FileQueue(settings.state_dir),
-        node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
-        interval=interval, **triage_options(settings))
+    # The queue is the state dir's, so a queued launch survives the agent.
+    service = NodeService.from_settings(settings, queue=FileQueue(settings.state_dir), interval=interval)
+    allocator, policy = service.allocator, service.policy
     runner = web.AppRunner(make_app(service, policy.operators), access_log=None,
                            handler_cancellation=True, keepalive_timeout=IDLE_TIMEOUT_S)
     loop = asyncio.get_running_loop()

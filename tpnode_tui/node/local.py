@@ -12,15 +12,12 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator, Callable, Optional
 
-from ..allocator import GpuAllocator
 from ..config import Settings
 from ..identity import Caller, this_process
 from ..locks import AllocationLock
 from ..model import Drain, EvictReport, JobState, Launched, QueuedLaunch, Sample
-from ..nodelog import NodeLog
-from ..policy import Policy
 from ..port import LaunchRequest, LaunchResult, NodeView, ReserveRequest
-from ..service import NodeService, triage_options
+from ..service import NodeService
 
 
 class LocalNode:
@@ -36,12 +33,8 @@ class LocalNode:
     def from_settings(cls, settings: Settings, *, lock: Optional[AllocationLock] = None,
                       interval: float = 1.0) -> LocalNode:
         """``lock`` replaces the one the settings would make (the CLI's bounds its wait)."""
-        policy = Policy.from_settings(settings)
-        service = NodeService(
-            GpuAllocator.from_settings(settings, lock=lock), policy,
-            node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
-            interval=interval, **triage_options(settings))
-        return cls(service, this_process(policy.operators))
+        service = NodeService.from_settings(settings, lock=lock, interval=interval)
+        return cls(service, this_process(service.policy.operators))
 
     def _view(self) -> NodeView:
         reading = self.service.reading

@@ -1,0 +1,78 @@
+"""Changing and ending jobs that run: stop, extend, reclaim, each by its owner or an operator.
+
+The job is found where the truth lives (the runtime's ``ps()``), and who owns
+it is decided from what it recorded: by uid where it recorded one, else by name.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Optional
+
+from ..allocator import GpuAllocator
+from ..identity import Caller
+from ..model import BadRequest, JobNotFound, JobState
+from ..policy import Policy
+from ..render import cards_words, format_duration
+from .journal import Journal
+
+
+class JobActions:
+    def __init__(self, allocator: GpuAllocator, policy: Policy, *, clock: Callable[[], float],
+                 journal: Journal) -> None:
+        self.allocator = allocator
+        self.policy = policy
+        self.clock = clock
+        self.journal = journal
+
+    async def _job(self, run_id: str, *, live: Optional[bool] = None) -> JobState:
+        for job in await self.allocator.runtime.ps():
+            if job.key == run_id and (live is None or job.live == live):
+                return job
+        state = {True: "running ", False: "exited ", None: ""}[live]
+        raise JobNotFound(f"no {state}platform job has run id {run_id}")
+
+    async def stop(self, caller: Caller, run_id: str) -> JobState:
+        async def work() -> JobState:
+            job = await self._job(run_id, live=True)
+            self.policy.check_may(caller, job, "stop", card=min(job.gpus, default=None))
+            return await self.allocator.stop(run_id)
+
+        return await self.journal.audited(caller, "stop", run_id, work(),
+                                          lambda j: f"{caller.user} stopped {j.key} ({cards_words(j.gpus)})",
+                                          lambda j: j.gpus)
+
+    async def extend(self, caller: Caller, run_id: str, duration_s: float) -> JobState:
+        async def work() -> JobState:
+            if not duration_s >= 1:
+                raise BadRequest(f"extend by at least 1 second, not {duration_s:g}")
+            job = await self._job(run_id, live=True)
+            self.policy.check_may(caller, job, "extend", card=min(job.gpus, default=None))
+            return await self.allocator.extend(run_id, duration_s)
+
+        def done(job: JobState) -> str:
+            left = format_duration((job.expires_at or 0) - self.clock())
+            return f"{caller.user} extended {job.key} by {format_duration(duration_s)}; {left} left"
+
+        return await self.journal.audited(caller, "extend", run_id, work(), done, lambda j: j.gpus)
+
+    async def reclaim(self, caller: Caller, run_id: Optional[str]) -> list[JobState]:
+        """Remove exited jobs' records: one run id (its owner or an operator), or
+        all the caller may remove (an operator: every exited job)."""
+        async def work() -> list[JobState]:
+            if run_id is not None:
+                jobs = [j for j in await self.allocator.runtime.ps() if j.key == run_id]
+                for job in jobs:
+                    self.policy.check_may(caller, job, "reclaim")
+                return await self.allocator.reclaim(run_id)
+            removed: list[JobState] = []
+            for job in await self.allocator.runtime.ps():
+                if not job.live and self.policy.may(caller, job):
+                    with contextlib.suppress(JobNotFound):
+                        removed += await self.allocator.release(job.key)
+            return removed
+
+        def done(jobs: list[JobState]) -> str:
+            return f"{caller.user} reclaimed " + (", ".join(j.key for j in jobs) or "nothing")
+
+        return await self.journal.audited(caller, "reclaim", run_id or "*", work(), done,
+                                          lambda jobs: [i for j in jobs for i in j.gpus])

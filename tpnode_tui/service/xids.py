@@ -1,0 +1,132 @@
+"""XIDs as the node's service meets them: the watcher that fits the probe, and what each event does.
+
+The watcher runs beside the polls (an agent and an in-process dashboard both
+have it) and starts once a poll has found which probe reads the cards. Its
+events are queued to the event loop and handled in order; each one's verdict
+drains the card through the drain file (an XID that says the card must be
+reset), or is logged and shown on the card as a warning for a while.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Optional
+
+from ..allocator import GpuAllocator
+from ..model import Drain
+from ..triage import Triage
+from ..xid import REBOOT, REBOOT_NODE, Verdict, XidRules
+from ..xidwatch import XidEvent, XidWatcher, card_by_pci, watcher_for
+from .changes import Changes
+from .journal import Journal
+from .readings import Readings
+
+log = logging.getLogger(__name__)
+
+
+class Xids:
+    def __init__(self, allocator: GpuAllocator, rules: XidRules, *, watch: bool, triage: Triage,
+                 readings: Readings, journal: Journal, changes: Changes) -> None:
+        self.allocator = allocator
+        self.rules = rules
+        self.watch = watch
+        self.triage = triage
+        self.readings = readings
+        self.journal = journal
+        self.changes = changes
+        self._watcher: Optional[XidWatcher] = None
+        self._problem = ("XID events are watched only while the node is served "
+                         "(the agent, or an open dashboard)")
+        self._events: asyncio.Queue[XidEvent] = asyncio.Queue()
+        self._handler: Optional[asyncio.Task[None]] = None
+        #: each card's last XID since the service started (for /metrics, as dcgm-exporter gives it)
+        self.last_xid: dict[int, int] = {}
+
+    @property
+    def watching(self) -> tuple[str, Optional[str]]:
+        """What watches XIDs (empty while nothing does), and why nothing does."""
+        w = self._watcher
+        if w is not None and w.problem is None:
+            return w.source, None
+        return "", w.problem if w is not None else self._problem
+
+    def listen(self) -> None:
+        """Handle events from now on (the watcher starts later, after a poll)."""
+        if self._handler is None:
+            self._handler = asyncio.ensure_future(self._handle())
+
+    async def start_watcher(self) -> None:
+        """Start the watcher that fits the probe; until one does, each poll tries
+        again and the reason none fits is what the readings say."""
+        if not self.watch or self._watcher is not None:
+            return
+        watcher, why = watcher_for(self.allocator.probe, self._card_of_pci)
+        if watcher is None:
+            self._problem = why
+            return
+        self._watcher = watcher
+        await watcher.start(self._events.put_nowait)
+
+    def _card_of_pci(self, pci: str) -> Optional[int]:
+        snap = self.readings.raw
+        return None if snap is None else card_by_pci(snap.probe.cards)(pci)
+
+    async def _handle(self) -> None:
+        """Each event in the order it came; one that cannot be handled is logged
+        and the next is handled all the same."""
+        while True:
+            event = await self._events.get()
+            try:
+                await self.on_xid(event)
+            except Exception:
+                log.warning("could not handle XID event %s", event, exc_info=True)
+
+    async def on_xid(self, event: XidEvent) -> Verdict:
+        """Drain, log or show one XID event by its verdict."""
+        if event.xid is None:  # lost, or "unavailable": no XID, and no reset will reach it
+            verdict = Verdict(None, REBOOT, event.text or "GPU is lost", REBOOT_NODE)
+        else:
+            verdict = self.rules.judge(event.xid, event.recovery_action)
+        words = verdict.words()
+        if event.card is not None and event.xid is not None:
+            self.last_xid[event.card] = event.xid
+        job = self.readings.job_on(event.card)
+        cards = [] if event.card is None else [event.card]
+        where = f"card {event.card}" if event.card is not None else f"PCI device {event.pci}, no card here,"
+        fields: dict[str, Any] = {"xid": event.xid, "verdict": verdict.kind, "source": event.source}
+        if event.pid is not None:
+            fields["pid"] = event.pid
+        if event.process is not None:
+            fields["process"] = event.process
+        if event.text is not None:
+            fields["driver_says"] = event.text
+        if job is not None:
+            fields.update(run_id=job.key, owner=job.owner)
+        against = f" while {job.key} of {job.owner or 'nobody recorded'} held it" if job is not None else ""
+        what = verdict.meaning if verdict.xid is None else f"XID {verdict.xid}: {verdict.meaning}"
+        then = f"; {verdict.action}" if verdict.action else ""
+        self.journal.event("xid", f"{where}: {what}{against}{then}", cards=cards,
+                           user=job.owner if job else None, **fields)
+        if verdict.drains and event.card is not None:
+            drain = Drain(card=event.card, reason=words, by="xid", at=event.at, source="xid",
+                          xid=event.xid)
+            kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
+            if new:
+                self.journal.event("drain", f"card {event.card} drained: {words}", cards=cards, source="xid",
+                                   xid=event.xid, by="xid")
+            self.changes.acted()
+            return verdict
+        if event.card is not None and verdict.kind != "ignored":
+            self.triage.note_xid(event.card, verdict, event.at, job)
+            self.readings.republish()
+        self.changes.poll_soon()
+        return verdict
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.close()
+        if self._handler is not None:
+            self._handler.cancel()
+            with contextlib.suppress(BaseException):
+                await self._handler
