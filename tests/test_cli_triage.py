@@ -11,16 +11,14 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
+from accounts import runnable
 from agent_tools import SharedNode, shared_node
 from load_tools import BOUND_S, wait_until
 from services import write_scene
-
-PYTHON = sys.executable
 
 
 @pytest.fixture
@@ -118,7 +116,7 @@ def test_events_follow_prints_what_happens_as_it_happens(node, accounts):
     # --since, so the first drain is printed whether the follower was listening
     # yet or not (one starting on a loaded machine may be slower than the drain);
     # once it printed that, it is listening, and the second can only come live.
-    follower = carol.spawn([PYTHON, "-m", "tpnode_tui", "events", "--follow", "--since", "1h", "--json"],
+    follower = carol.spawn(runnable().argv("events", "--follow", "--since", "1h", "--json"),
                            env=node.env(carol), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: list[dict] = []
 
@@ -144,7 +142,7 @@ def test_evict_asked_on_a_terminal_signals_what_it_listed_and_nothing_that_came_
     try:
         squat(node, 5, listed)
         wait_until(lambda: card(node.status(carol), 5)["state"] == "external", "the squatter to be seen")
-        asking = carol.spawn([PYTHON, "-m", "tpnode_tui", "evict", "5"], env=node.env(carol),
+        asking = carol.spawn(runnable().argv("evict", "5"), env=node.env(carol),
                              stdin=terminal, stdout=terminal, stderr=terminal)
         os.close(terminal)
         question = read_until(master, "[y/N]")
