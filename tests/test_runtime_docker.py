@@ -619,3 +619,41 @@ async def test_env_mode_hands_the_mig_device_to_the_job_by_uuid(dockerd):
         await rt.close()
     out = dockerd.cli("logs", "tpn-envy-mig").stdout.decode().splitlines()
     assert f"NVIDIA_VISIBLE_DEVICES={MIG}" in out and f"CUDA_VISIBLE_DEVICES={MIG}" in out
+
+
+@pytest.mark.docker
+async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_slice_reservation_keeps_it(
+        dockerd, runtime, tmp_path):
+    from services import write_scene
+    from tpnode_tui.allocator import GpuAllocator
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.locks import make_lock
+    from tpnode_tui.model import NoCapacity
+    from tpnode_tui.probes import make_probe
+    from tpnode_tui.runtimes.labels import SLICES
+
+    slices = [{"profile": "1g.18gb", "uuid": f"MIG-0000000{n}-9c0d-5e1f-a2b3-c4d5e6f7a8b9",
+               "gpu_instance_id": 9 + n, "compute_instance_id": 0, "memory_total_mib": 16384,
+               "memory_used_mib": 13} for n in range(2)]
+    scene = write_scene(tmp_path / "node.json", [{"mig": True, "slices": slices}, {}])
+    settings = load_settings({}, runtime="docker", docker_gpu_mode="none", hold_image=dockerd.image,
+                             probe=f"simulated:{scene}", state_dir=str(tmp_path / "state"))
+    allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
+    try:
+        got = await allocator.launch(JobSpec("nb", 1, ("sleep", "30"), image=dockerd.image, slice="1g.18gb"))
+        assert got.gpus == () and got.slices[0].uuid == slices[0]["uuid"]
+        labels = inspect(dockerd, got.job.name, ".Config.Labels")
+        assert (labels[GPUS], labels[SLICES]) == ("", f"0:{slices[0]['uuid']}:1g.18gb")
+
+        held = await allocator.reserve(1, 30, owner="bob", run_id="rsv-nb", slice="1g.18gb")
+        assert held.slices[0].uuid == slices[1]["uuid"]
+        with pytest.raises(NoCapacity, match="no 1g.18gb MIG slice is free"):
+            await allocator.launch(JobSpec("late", 1, ("true",), image=dockerd.image, slice="1g.18gb"))
+        extended = await allocator.extend("rsv-nb", 3600)
+        assert extended.slices == held.slices and extended.gpus == ()
+        assert inspect(dockerd, extended.name, ".Config.Labels")[SLICES] == f"0:{slices[1]['uuid']}:1g.18gb"
+        snap = await allocator.snapshot()
+        assert [(s.state, s.run_id) for s in snap.cards[0].slices] == [("job", "nb"), ("reservation", "rsv-nb")]
+    finally:
+        await allocator.stop("nb")
+        await allocator.stop("rsv-nb")
