@@ -67,6 +67,9 @@ class LaunchRequest:
     cwd: Optional[str] = None
     #: wait in the queue when the node has no room now, instead of refusing
     queue: bool = False
+    #: a MIG profile ("1g.18gb"): one MIG slice of it instead of whole cards
+    #: (``cards`` is then 1); None: whole cards, never a card in MIG mode
+    slice: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class ReserveRequest:
     duration_s: float
     run_id: Optional[str] = None
     owner: str = ""
+    #: a MIG profile: reserve one MIG slice of it (``cards`` is then 1)
+    slice: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -621,7 +621,8 @@ class NodeService:
 
     def _spec(self, caller: Caller, *, run_id: str, cards: int, owner: str,
               command: tuple[str, ...] = (), image: Optional[str] = None, kind: str = "job",
-              env: Optional[tuple[tuple[str, str], ...]] = None, cwd: Optional[str] = None) -> JobSpec:
+              env: Optional[tuple[tuple[str, str], ...]] = None, cwd: Optional[str] = None,
+              slice: Optional[str] = None) -> JobSpec:
         check_run_id(run_id)
         if cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {cards}")
@@ -634,13 +635,13 @@ class NodeService:
         runner = named if named is not None and caller.uid == 0 else caller
         return JobSpec(run_id=run_id, cards=cards, command=command, image=image, kind=kind,
                        owner=owner, uid=named.uid if named is not None else None,
-                       env=env, cwd=cwd, run_as=_run_as(runner))
+                       env=env, cwd=cwd, run_as=_run_as(runner), slice=slice)
 
     async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
         run_id = request.run_id or new_run_id()
         spec = self._spec(caller, run_id=run_id, cards=request.cards, owner=request.owner,
                           command=request.command, image=request.image, env=request.env,
-                          cwd=request.cwd)
+                          cwd=request.cwd, slice=request.slice)
         entry = QueueEntry(spec, caller, self.clock())
 
         async def work() -> LaunchResult:
@@ -670,7 +671,7 @@ class NodeService:
             raise BadRequest(f"a reservation lasts at least 1 second, not {request.duration_s:g}")
         run_id = request.run_id or new_run_id("rsv")
         spec = self._spec(caller, run_id=run_id, cards=request.cards, owner=request.owner,
-                          kind="reservation")
+                          kind="reservation", slice=request.slice)
         spec = replace(spec, expires_at=self.clock() + request.duration_s)
         entry = QueueEntry(spec, caller, self.clock())
         return await self._audited(caller, "reserve", run_id,
@@ -893,8 +894,8 @@ def _placed(launched: Optional[Launched]) -> str:
         return "nothing placed"
     job = launched.job
     if launched.existing:
-        return f"{job.key} already held {cards_words(launched.gpus)}"
-    return f"{job.key} of {job.owner or 'nobody'} got {cards_words(launched.gpus)}"
+        return f"{job.key} already held {launched.holding}"
+    return f"{job.key} of {job.owner or 'nobody'} got {launched.holding}"
 
 
 def _account(user: str) -> Optional[Caller]:

@@ -226,15 +226,19 @@ class AgentNode:
             "run_id": request.run_id, "owner": request.owner, "cwd": cwd,
             "queue": request.queue, "env": None if env is None else dict(env),
         }
+        if request.slice is not None:  # only then: an older agent refuses a key it does not know
+            body["slice"] = request.slice
         doc = await self._call("POST", "/v1/launch", body)
         if "queued" in doc:
             return LaunchResult(queued=queued_from_json(doc["queued"]))
         return LaunchResult(launched=launched_from_json(doc.get("launched")))
 
     async def reserve(self, request: ReserveRequest) -> Launched:
-        doc = await self._call("POST", "/v1/reserve", {
-            "cards": request.cards, "duration_s": request.duration_s,
-            "run_id": request.run_id, "owner": request.owner})
+        body: dict[str, Any] = {"cards": request.cards, "duration_s": request.duration_s,
+                                "run_id": request.run_id, "owner": request.owner}
+        if request.slice is not None:
+            body["slice"] = request.slice
+        doc = await self._call("POST", "/v1/reserve", body)
         return launched_from_json(doc.get("launched"))
 
     async def extend(self, run_id: str, duration_s: float) -> JobState:
