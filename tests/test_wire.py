@@ -119,6 +119,26 @@ def test_any_damage_is_a_wire_error_or_a_snapshot_never_a_crash(demo_doc, data):
 # -- MIG ---------------------------------------------------------------------------
 
 
+def test_a_mig_card_its_slices_and_a_slice_job_travel_in_the_document(demo_doc):
+    doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
+    [mig] = [c for c in doc["cards"] if c["state"] == "mig"]
+    assert (mig["mig_mode"], mig["mig_pending"]) == (True, None)
+    assert doc["mig"] == {str(mig["index"]): "split into 5 MIG slices: see them"}
+    assert [s["profile"] for s in mig["slices"]] == ["1c.3g.71gb", "2c.3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"]
+    assert set(mig["slices"][0]) == {"index", "profile", "uuid", "gpu_instance_id", "compute_instance_id",
+                                     "memory_total_mib", "memory_used_mib", "processes", "state", "run_id",
+                                     "holders", "reason", "warning", "intruders"}
+    assert [s["state"] for s in mig["slices"]] == ["external", "shared", "free", "job", "free"]
+    assert mig["slices"][3]["run_id"] == "demo-notebook"
+    [job] = [j for j in doc["jobs"] if j["run_id"] == "demo-notebook"]
+    assert job["gpus"] == [] and job["slices"] == [{"card": mig["index"], "uuid": mig["slices"][3]["uuid"],
+                                                    "profile": "1g.18gb"}]
+    assert all(c["slices"] == [] for c in doc["cards"] if c["state"] != "mig")
+    back = snapshot_from_json(doc)
+    assert back.cards[mig["index"]].slices[3].job.key == "demo-notebook"
+    assert [s.state for s in back.occupancy.slices] == ["external", "shared", "free", "job", "free"]
+
+
 def test_a_lost_cards_unknown_mig_mode_survives_the_wire(demo_doc):
     from tpnode_tui.model import CardFacts
 
@@ -149,6 +169,20 @@ def test_a_document_written_before_mig_reads_every_card_whole(demo_doc):
     assert back.occupancy.mig == {}
     assert all(c.facts.mig_mode is False and c.facts.slices == () for c in back.cards
                if c.facts is not None and c.state != "mig")
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda s: s.update(privileged=True), "has unknown fields ['privileged']"),
+    (lambda s: s.update(index="3"), "index is a string, not a whole number"),
+    (lambda s: s.pop("state"), "has no 'state'"),
+    (lambda s: s.update(processes=[{"pid": "x"}]), "processes[0].pid"),
+])
+def test_a_damaged_slice_is_refused_by_name(demo_doc, damage, says):
+    doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
+    [mig] = [c for c in doc["cards"] if c["state"] == "mig"]
+    damage(mig["slices"][0])
+    with pytest.raises(WireError, match=r"snapshot\.cards\[\d\]\.slices\[0\]" + ".*" + re.escape(says)):
+        snapshot_from_json(doc)
 
 
 @pytest.mark.parametrize("damage, says", [
