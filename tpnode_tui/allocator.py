@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -58,7 +57,7 @@ from .model import (
     holding_words,
     pick_gpus,
 )
-from .occupancy import blind_reason, card_count, card_views, compute_occupancy
+from .occupancy import blind_reason, card_count, card_views, compute_occupancy, shares_gpu_instance
 from .port import new_run_id
 from .procinfo import describe, name_containers
 from .render import cards_words, format_duration, show_command
@@ -686,11 +685,7 @@ def example_profile(occ: GpuOccupancy) -> str:
     for s in occ.slices:
         if s.profile:
             count[s.profile] = count.get(s.profile, 0) + 1
-    return min(count, key=lambda p: (p not in free, bool(_SHARED_PROFILE.match(p)), -count[p], p))
-
-
-#: a compute instance's profile ("1c.3g.71gb"): it shares its GPU instance with others
-_SHARED_PROFILE = re.compile(r"[0-9]+c\.")
+    return min(count, key=lambda p: (p not in free, shares_gpu_instance(p), -count[p], p))
 
 
 def _note_missing_slices(job: JobState, reading: ProbeReading) -> JobState:

@@ -31,6 +31,12 @@ from .render import clock_time, format_mib
 _COMPUTE_INSTANCE = re.compile(r"[0-9]+c\.")
 
 
+def shares_gpu_instance(profile: Optional[str]) -> bool:
+    """Whether ``profile`` names a compute instance that shares its GPU instance
+    (and memory) with others ("1c.3g.71gb"), not a GPU instance of its own ("1g.18gb")."""
+    return bool(profile and _COMPUTE_INSTANCE.match(profile))
+
+
 def card_count(configured: int, seen: Optional[int], reading: ProbeReading) -> int:
     """How many cards the node has: a configured count wins (probing can fail
     inside a container); otherwise the most of what a probe found before
@@ -303,7 +309,7 @@ def _on_mig_card(card: CardFacts, occ: GpuOccupancy, reading: ProbeReading, kind
             by = f"held by {o.run_id}" if o.run_id else f"in use ({o.reason})"
             state, reason = "shared", (f"shares GPU instance {s.gpu_instance_id}'s memory with {o.words()}, "
                                        f"{by}: not handed out while it is")
-        elif s.gpu_instance_id is None and s.profile and _COMPUTE_INSTANCE.match(s.profile):
+        elif s.gpu_instance_id is None and shares_gpu_instance(s.profile):
             state, reason = "unverified", (f"a compute instance ({s.profile}) whose GPU instance cannot be told, "
                                            "so whether the slices it shares memory with are in use is unknown")
         elif vanished:
