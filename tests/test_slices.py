@@ -42,7 +42,7 @@ from tpnode_tui.model import (
 )
 from tpnode_tui.policy import CardLimits, Policy
 from tpnode_tui.probes import SimulatedProbe
-from tpnode_tui.render import card_summary, env_lines
+from tpnode_tui.render import card_summary, env_lines, slice_name, slice_summary
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
 
@@ -620,3 +620,21 @@ async def test_a_slice_on_a_card_the_node_lacks_is_said_and_its_job_still_listed
     [job] = [j for j in snap.jobs if j.key == "by-hand"]
     assert job.live and any("names card 9, which this node does not have" in p for p in job.problems)
     assert states(snap.cards[0]) == ["free"] * 5
+
+
+async def test_each_slice_is_named_and_summed_up_in_a_few_words_as_a_card_is(mig_node, spawned):
+    node = mig_node()
+    await node.launch("nb", owner="bob")
+    squatter = sleeper(spawned)
+    node.put(0, 0, squatter)
+    node.put(0, 2, UNSEEN)
+    card = (await node.snapshot()).cards[0]
+    words = [(slice_name(0, v.index), v.facts.profile, v.state, slice_summary(v)) for v in card.slices]
+    assert words == [
+        ("0:0", "1c.3g.71gb", "external", f"pid {squatter} root sleep"),
+        ("0:1", "2c.3g.71gb", "shared", f"shares GPU instance 2's memory with slice 0 (1c.3g.71gb) of card 0, in use "
+                                        f"(pid {squatter} uses it): not handed out while it is"),
+        ("0:2", "2g.35gb", "external", f"pid {UNSEEN} (not visible here)"),
+        ("0:3", "1g.18gb", "job", "nb (bob)"),
+        ("0:4", "1g.18gb", "free", ""),
+    ]
