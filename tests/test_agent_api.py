@@ -179,3 +179,59 @@ async def test_an_agent_that_is_gone_is_said_plainly(tmp_path):
         await node.status()
     assert not await node.answers()
     await node.close()
+
+
+def _mig_scene(scene) -> None:
+    slices = [{"profile": "1g.18gb", "uuid": f"MIG-0000000{n}-9c0d-5e1f-a2b3-c4d5e6f7a8b9", "gpu_instance_id": 9 + n,
+               "compute_instance_id": 0, "memory_total_mib": 16384, "memory_used_mib": 13} for n in range(2)]
+    write_scene(scene, [{"mig": True, "slices": slices}] + [{"memory_total_mib": 143771}] * 7)
+
+
+async def test_a_slice_is_asked_for_launched_and_reserved_through_the_agent(agent, client):
+    from tpnode_tui.model import NeverFits
+
+    _mig_scene(agent.scene)
+    launched = (await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="nb",
+                                                  slice="1g.18gb"))).launched
+    assert launched.gpus == () and launched.slices[0].uuid == "MIG-00000000-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
+    reserved = await client.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv", slice="1g.18gb"))
+    assert reserved.slices[0].uuid == "MIG-00000001-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
+    with pytest.raises(NeverFits, match="this node has none: its MIG slices are 2 of 1g.18gb"):
+        await client.launch(LaunchRequest(cards=1, command=("true",), slice="2g.35gb"))
+    view = await client.status()
+    card = view.snapshot.cards[0]
+    assert card.state == "mig" and [(s.state, s.run_id) for s in card.slices] == [("job", "nb"),
+                                                                                  ("reservation", "rsv")]
+    assert view.snapshot.occupancy.free == list(range(1, 8))
+    await client.stop("nb")
+    await client.stop("rsv")
+
+
+async def test_a_slice_that_is_not_a_profile_is_a_4xx_through_the_agent(agent):
+    status, doc = await agent.post("/v1/launch", b'{"cards": 1, "command": ["true"], "slice": 3}')
+    assert status == 400 and "request.slice is a number, not a string or null" in doc["error"]
+    status, doc = await agent.post("/v1/reserve", b'{"cards": 1, "duration_s": 60, "slice": "1g 18gb"}')
+    assert status == 400 and "'1g 18gb' is not a MIG profile" in doc["error"]
+
+
+async def test_a_slice_launch_waits_in_the_agents_queue_and_starts_when_a_slice_frees(agent, client):
+    _mig_scene(agent.scene)
+    first = (await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="a", slice="1g.18gb")))
+    await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="b", slice="1g.18gb"))
+    queued = (await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="c", slice="1g.18gb",
+                                                queue=True))).queued
+    assert queued is not None and queued.slice == "1g.18gb"
+    kept = json.loads((agent.state / "queue.json").read_text())["launches"]["c"]["spec"]
+    assert kept["slice"] == "1g.18gb" and "slices" not in kept  # which slice is chosen when it is placed
+    assert [q.slice for q in (await client.status()).snapshot.queue] == ["1g.18gb"]
+    await client.stop("a")
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while True:
+        jobs = {j.key: j for j in (await client.status()).snapshot.jobs if j.live}
+        if "c" in jobs:
+            break
+        assert asyncio.get_running_loop().time() < deadline, "the queued slice launch never started"
+        await asyncio.sleep(0.1)
+    assert jobs["c"].slices == first.launched.slices
+    for run_id in ("b", "c"):
+        await client.stop(run_id)

@@ -7,18 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpnode_tui.model import BadRequest, JobSpec
+from tpnode_tui.model import BadRequest, JobSpec, SliceRef
 from tpnode_tui.runtimes.labels import (
     EXPIRES,
     GPUS,
     KIND,
     OWNER,
     RUN_ID,
+    SLICES,
     job_labels,
     parse_expires,
     parse_gpus_label,
     parse_kind,
     parse_labels,
+    parse_slices_label,
 )
 
 
@@ -159,3 +161,47 @@ def test_the_owners_uid_round_trips_and_a_label_that_is_not_one_is_a_problem():
                                          for p in facts.problems), bad
     with pytest.raises(BadRequest, match="not a uid"):
         job_labels(JobSpec("r1", 1, ("x",), uid=-3), [0])
+
+
+MIG_A = "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
+
+
+def test_a_slice_jobs_labels_name_its_slice_and_no_whole_card():
+    spec = JobSpec("nb", 1, ("x",), slice="1g.18gb", slices=(SliceRef(1, MIG_A, "1g.18gb"),))
+    labels = job_labels(spec, [])
+    assert labels[GPUS] == "" and labels[SLICES] == f"1:{MIG_A}:1g.18gb"
+    facts = parse_labels(labels, "tpn-nb")
+    assert (facts.gpus, facts.slices, facts.problems) == ((), (SliceRef(1, MIG_A, "1g.18gb"),), ())
+    assert SLICES not in job_labels(JobSpec("w", 1, ("x",)), [0])
+
+
+def test_a_slice_written_by_hand_without_its_profile_reads_and_an_old_uuid_form_too():
+    old = "MIG-GPU-8f0d4c2e-31b7-6a5e-92c4-7d1e0b3a5f61/9/0"
+    assert parse_slices_label(f"0:{MIG_A}, 3:{old}") == ((SliceRef(0, MIG_A), SliceRef(3, old)), ())
+    assert parse_slices_label(None) == parse_slices_label(" ") == ((), ())
+
+
+@pytest.mark.parametrize("text", ["0", f"x:{MIG_A}", "0:GPU-abc", "0:MIG-1:1g 18gb", "-1:MIG-1",
+                                  "0:MIG-1:1g.18gb:extra", "", "0:MIG-", "0:MIG-a b"])
+def test_a_slice_that_cannot_be_read_is_a_problem_and_the_rest_is_kept(text):
+    slices, problems = parse_slices_label(f"{text},2:{MIG_A}")
+    assert slices == (SliceRef(2, MIG_A),)
+    assert len(problems) == 1 and SLICES in problems[0] and "is not a MIG slice" in problems[0]
+
+
+def test_a_slice_listed_twice_is_a_problem():
+    slices, problems = parse_slices_label(f"0:{MIG_A},1:{MIG_A}")
+    assert slices == (SliceRef(0, MIG_A),) and "listed more than once" in problems[0]
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=300)
+def test_the_slices_parser_never_raises(text):
+    slices, problems = parse_slices_label(text)
+    assert all(isinstance(s, SliceRef) and s.uuid in text for s in slices)
+
+
+def test_a_slice_that_would_not_read_back_is_never_written():
+    for bad in (SliceRef(0, "GPU-not-a-mig-device"), SliceRef(-1, MIG_A), SliceRef(0, MIG_A, "1g,18gb")):
+        with pytest.raises(BadRequest, match="MIG slice"):
+            job_labels(JobSpec("nb", 1, ("x",), slices=(bad,)), [])

@@ -225,3 +225,47 @@ def test_every_metric_the_grafana_dashboard_queries_is_served():
     assert named - served_names() == set()
     # and the check can fail: a name the agent does not serve is caught
     assert {"tpnode_no_such_metric"} - served_names() == {"tpnode_no_such_metric"}
+
+
+async def test_each_mig_slice_has_its_memory_with_dcgm_exporters_mig_labels_and_its_own_state(agent):
+    from tpnode_tui.agent.metrics import DCGM_MIG_LABELS
+
+    cards = scene_cards()
+    cards[1].update(mig=True, utilization_pct=None, memory_used_mib=20000, slices=[
+        {"profile": "1c.3g.71gb", "uuid": "MIG-aaaa0000-7c3d-5e8f-9a0b-1c2d3e4f5a6b", "gpu_instance_id": 2,
+         "compute_instance_id": 0, "memory_total_mib": 71424, "memory_used_mib": 20493,
+         "processes": [{"pid": 4343, "used_memory_mib": 20480}]},
+        {"profile": "2c.3g.71gb", "uuid": "MIG-aaaa0001-7c3d-5e8f-9a0b-1c2d3e4f5a6b", "gpu_instance_id": 2,
+         "compute_instance_id": 1, "memory_total_mib": 71424, "memory_used_mib": 20493},
+        {"profile": "1g.18gb", "uuid": "MIG-aaaa0002-7c3d-5e8f-9a0b-1c2d3e4f5a6b", "gpu_instance_id": 9,
+         "compute_instance_id": 0, "memory_total_mib": 16384, "memory_used_mib": 13},
+    ])
+    write_scene(agent.scene, cards)
+    node = AgentNode(agent.socket)
+    try:
+        await node.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="nb", slice="1g.18gb"))
+    finally:
+        await node.close()
+    found = await scrape_when(agent, lambda f: "tpnode_slice_holder_info" in f and any(
+        s.labels.get("run_id") == "nb" for s in f["tpnode_slice_holder_info"].samples))
+
+    per_slice = [s for s in found["DCGM_FI_DEV_FB_USED"].samples if "GPU_I_ID" in s.labels]
+    assert [(s.labels["gpu"], s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"], s.value) for s in per_slice] == [
+        ("1", "1c.3g.71gb", "2", 20493), ("1", "2c.3g.71gb", "2", 20493), ("1", "1g.18gb", "9", 13)]
+    assert all(set(s.labels) == set(DCGM_MIG_LABELS) for s in per_slice)
+    assert per_slice[0].labels["UUID"] == cards[1]["uuid"] and per_slice[0].labels["device"] == "nvidia1"
+    free = [s for s in found["DCGM_FI_DEV_FB_FREE"].samples if s.labels.get("GPU_I_PROFILE") == "1g.18gb"]
+    assert [s.value for s in free] == [16384 - 13]
+    whole = [s for s in found["DCGM_FI_DEV_FB_USED"].samples if s.labels["gpu"] == "1" and "GPU_I_ID" not in s.labels]
+    assert [s.value for s in whole] == [20000]  # the card's own sample stays, beside its slices'
+
+    current = {(s.labels["GPU_I_PROFILE"], s.labels["mig_device"]): s.labels["state"]
+               for s in found["tpnode_slice_state"].samples if s.value == 1}
+    assert current == {("1c.3g.71gb", "0"): "external", ("2c.3g.71gb", "1"): "shared", ("1g.18gb", "2"): "job"}
+    [held] = found["tpnode_slice_holder_info"].samples
+    assert (held.labels["gpu"], held.labels["GPU_I_ID"], held.labels["run_id"], held.labels["kind"]) == (
+        "1", "9", "nb", "job")
+    assert found["tpnode_slices_total"].samples[0].value == 3
+    assert found["tpnode_slices_free"].samples[0].value == 0
+    states = {s.labels["gpu"]: s.labels["state"] for s in found["tpnode_card_state"].samples if s.value == 1}
+    assert states["1"] == "mig"

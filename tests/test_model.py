@@ -81,3 +81,55 @@ def test_a_job_is_asked_for_by_its_run_id_or_else_its_name():
     labelled = JobState(name="tpn-train", run_id="train", gpus=(0,), status="running")
     by_hand = JobState(name="someones-container", run_id="", gpus=(1,), status="running")
     assert (labelled.key, by_hand.key) == ("train", "someones-container")
+
+
+def test_what_a_job_holds_is_said_in_a_few_words():
+    from tpnode_tui.model import SliceRef, holding_words
+
+    mig = SliceRef(1, "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9", "1g.18gb")
+    assert holding_words((0, 1)) == "cards 0,1" and holding_words(()) == "no cards"
+    assert holding_words((), (mig,)) == "slice 1g.18gb of card 1"
+    assert holding_words((0,), (mig,)) == "card 0 and slice 1g.18gb of card 1"
+    assert holding_words((), (SliceRef(2, "MIG-abc"),)) == "slice MIG-abc of card 2"
+
+
+def test_two_jobs_overlap_on_a_card_a_slice_or_a_slice_of_a_card_the_other_holds_whole():
+    from tpnode_tui.model import JobState, SliceRef, claims_overlap
+
+    def job(gpus=(), *slices):
+        return JobState(name="x", run_id="x", gpus=tuple(gpus), status="running", slices=slices)
+
+    a, b = SliceRef(1, "MIG-a"), SliceRef(1, "MIG-b")
+    assert claims_overlap(job([0]), job([0])) and not claims_overlap(job([0]), job([1]))
+    assert claims_overlap(job((), a), job((), a)) and not claims_overlap(job((), a), job((), b))
+    assert claims_overlap(job([1]), job((), b)) and claims_overlap(job((), b), job([1]))
+    assert not claims_overlap(job([0]), job((), b))
+
+
+@pytest.mark.parametrize("profile", ["1g.18gb", "1c.3g.71gb", "1g.5gb+me", "7g.141gb"])
+def test_nvidias_profile_names_are_profiles(profile):
+    from tpnode_tui.model import check_profile
+
+    assert check_profile(profile) == profile
+
+
+@pytest.mark.parametrize("profile", ["", " 1g.18gb", "1g,18gb", "1g:18gb", "-1g", "x" * 41, "1g\x1b"])
+def test_anything_else_is_refused_saying_what_a_profile_looks_like(profile):
+    from tpnode_tui.model import BadRequest, check_profile
+
+    with pytest.raises(BadRequest, match="is not a MIG profile: give a MIG profile as nvidia-smi -L names it"):
+        check_profile(profile)
+
+
+def test_a_card_not_handed_out_whole_for_mig_is_busy_and_explain_says_why_and_what_slices_are_free():
+    from tpnode_tui.model import SliceState
+
+    slices = (SliceState(0, 0, "job", profile="1g.18gb", run_id="nb"), SliceState(0, 1, "free", profile="1g.18gb"),
+              SliceState(0, 2, "free", profile="1g.18gb"), SliceState(0, 3, "free", profile="2g.35gb"))
+    occ = GpuOccupancy(total=3, mig={0: "split into 4 MIG slices: see them", 2: "its MIG mode cannot be read"},
+                       slices=slices)
+    assert occ.busy == {0, 2} and occ.free == [1]
+    assert [s.index for s in occ.free_slices] == [1, 2, 3]
+    assert occ.explain() == ("3 cards total, 1 free; 1 split into MIG slices (card 0); 1 not handed out whole "
+                             "(card 2: its MIG mode cannot be read); MIG slices: 4, 3 free (1g.18gb x2, 2g.35gb on "
+                             "card 0), 1 held by platform jobs")

@@ -567,3 +567,93 @@ async def test_only_a_live_reservation_with_readable_labels_is_extended(dockerd,
     with pytest.raises(BadRequest, match="in the past"):
         await runtime.extend(live.name, time.time() - 5)
     assert {j.name for j in await runtime.ps() if j.live} == {"tpn-work", "by-hand", live.name}
+
+
+# ------------------------------------------------------------------ MIG slices
+
+MIG = "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
+
+
+def on_slice(dockerd, run_id: str, *command: str, **kw) -> JobSpec:
+    from tpnode_tui.model import SliceRef
+
+    return JobSpec(run_id=run_id, cards=1, command=command, image=dockerd.image, owner="ann", slice="1g.18gb",
+                   slices=(SliceRef(1, MIG, "1g.18gb"),), **kw)
+
+
+@pytest.mark.docker
+async def test_a_slice_jobs_container_names_its_slice_in_labels_and_holds_no_whole_card(dockerd, runtime):
+    from tpnode_tui.model import SliceRef
+    from tpnode_tui.runtimes.labels import SLICES
+
+    created = await runtime.create(on_slice(dockerd, "nb", "true"), [])
+    labels = inspect(dockerd, created.name, ".Config.Labels")
+    assert (labels[GPUS], labels[SLICES]) == ("", f"1:{MIG}:1g.18gb")
+    [listed] = await runtime.ps()
+    assert (listed.gpus, listed.slices, listed.problems) == ((), (SliceRef(1, MIG, "1g.18gb"),), ())
+    with pytest.raises(BadRequest, match="whole cards or MIG slices, not both"):
+        await runtime.create(on_slice(dockerd, "both", "true"), [0])
+
+
+@pytest.mark.docker
+async def test_nvidia_mode_asks_the_engine_for_the_mig_device(dockerd):
+    rt = DockerRuntime(gpu_mode="nvidia")
+    try:
+        created = await rt.create(on_slice(dockerd, "mig", "true"), [])
+        requests = inspect(dockerd, created.name, ".HostConfig.DeviceRequests")
+        assert [(r["Driver"], r["DeviceIDs"], r["Capabilities"]) for r in requests] == [
+            ("nvidia", [MIG], [["gpu"]])
+        ]
+        await rt.remove(created.name)
+    finally:
+        await rt.close()
+
+
+@pytest.mark.docker
+async def test_env_mode_hands_the_mig_device_to_the_job_by_uuid(dockerd):
+    rt = DockerRuntime(gpu_mode="env")
+    try:
+        await rt.run(on_slice(dockerd, "envy-mig", "env"), [])
+        await wait_for_status(rt, "tpn-envy-mig", "exited")
+    finally:
+        await rt.close()
+    out = dockerd.cli("logs", "tpn-envy-mig").stdout.decode().splitlines()
+    assert f"NVIDIA_VISIBLE_DEVICES={MIG}" in out and f"CUDA_VISIBLE_DEVICES={MIG}" in out
+
+
+@pytest.mark.docker
+async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_slice_reservation_keeps_it(
+        dockerd, runtime, tmp_path):
+    from services import write_scene
+    from tpnode_tui.allocator import GpuAllocator
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.locks import make_lock
+    from tpnode_tui.model import NoCapacity
+    from tpnode_tui.probes import make_probe
+    from tpnode_tui.runtimes.labels import SLICES
+
+    slices = [{"profile": "1g.18gb", "uuid": f"MIG-0000000{n}-9c0d-5e1f-a2b3-c4d5e6f7a8b9",
+               "gpu_instance_id": 9 + n, "compute_instance_id": 0, "memory_total_mib": 16384,
+               "memory_used_mib": 13} for n in range(2)]
+    scene = write_scene(tmp_path / "node.json", [{"mig": True, "slices": slices}, {}])
+    settings = load_settings({}, runtime="docker", docker_gpu_mode="none", hold_image=dockerd.image,
+                             probe=f"simulated:{scene}", state_dir=str(tmp_path / "state"))
+    allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
+    try:
+        got = await allocator.launch(JobSpec("nb", 1, ("sleep", "30"), image=dockerd.image, slice="1g.18gb"))
+        assert got.gpus == () and got.slices[0].uuid == slices[0]["uuid"]
+        labels = inspect(dockerd, got.job.name, ".Config.Labels")
+        assert (labels[GPUS], labels[SLICES]) == ("", f"0:{slices[0]['uuid']}:1g.18gb")
+
+        held = await allocator.reserve(1, 30, owner="bob", run_id="rsv-nb", slice="1g.18gb")
+        assert held.slices[0].uuid == slices[1]["uuid"]
+        with pytest.raises(NoCapacity, match="no 1g.18gb MIG slice is free"):
+            await allocator.launch(JobSpec("late", 1, ("true",), image=dockerd.image, slice="1g.18gb"))
+        extended = await allocator.extend("rsv-nb", 3600)
+        assert extended.slices == held.slices and extended.gpus == ()
+        assert inspect(dockerd, extended.name, ".Config.Labels")[SLICES] == f"0:{slices[1]['uuid']}:1g.18gb"
+        snap = await allocator.snapshot()
+        assert [(s.state, s.run_id) for s in snap.cards[0].slices] == [("job", "nb"), ("reservation", "rsv-nb")]
+    finally:
+        await allocator.stop("nb")
+        await allocator.stop("rsv-nb")

@@ -116,6 +116,23 @@ async def test_run_records_cards_and_sets_visible_devices_in_the_job(runtime, st
     assert runtime.describe() == f"processes recorded in {state_dir / 'jobs.json'}"
 
 
+async def test_a_slice_job_is_recorded_with_its_slice_and_pointed_at_its_mig_device(runtime, state_dir):
+    from tpnode_tui.model import SliceRef
+
+    mig = SliceRef(1, "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9", "1g.18gb")
+    spec = job("nb", "sh", "-c", "env; echo READY; sleep 30", slice="1g.18gb", slices=(mig,))
+    started = await runtime.run(spec, [])
+    assert (started.gpus, started.slices) == ((), (mig,))
+    env = await wait_for_log(state_dir / "logs" / "nb.log", "READY")
+    assert f"CUDA_VISIBLE_DEVICES={mig.uuid}\n" in env and f"NVIDIA_VISIBLE_DEVICES={mig.uuid}\n" in env
+    [seen] = await runtime.ps()
+    assert seen.slices == (mig,)
+    with pytest.raises(BadRequest, match="whole cards or MIG slices, not both"):
+        await runtime.create(replace(spec, run_id="both"), [0])
+    with pytest.raises(BadRequest, match="are not distinct MIG slices"):
+        await runtime.create(replace(spec, run_id="odd", slices=(SliceRef(1, "GPU-1234"),)), [])
+
+
 async def test_exit_code_is_recorded_with_nobody_waiting_and_stays_until_removed(runtime, state_dir):
     await runtime.run(job("fails", "sh", "-c", "echo bye; exit 3"), [0])
     ended = await wait_for_status(runtime, "fails", "exited")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.model import RuntimeUnavailable
+from tpnode_tui.model import RuntimeUnavailable, SliceRef
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
 
@@ -131,6 +131,13 @@ BAD_FILES = {
         {"version": 1, "jobs": {"a": dict(record("a").to_json(), cgroup="/sys/fs/cgroup/../tpnode-tui.a")}}
     ).encode(),
     "unknown field": json.dumps({"version": 1, "jobs": {"a": dict(record("a").to_json(), extra=1)}}).encode(),
+    "slice not a MIG device": json.dumps({"version": 1, "jobs": {"a": dict(
+        record("a").to_json(), gpus=[], slices=[{"card": 0, "uuid": "GPU-1234"}])}}).encode(),
+    "slice listed twice": json.dumps({"version": 1, "jobs": {"a": dict(
+        record("a").to_json(), gpus=[], slices=[{"card": 0, "uuid": "MIG-a1"}, {"card": 1, "uuid": "MIG-a1"}])}}
+    ).encode(),
+    "slice with an unknown field": json.dumps({"version": 1, "jobs": {"a": dict(
+        record("a").to_json(), gpus=[], slices=[{"card": 0, "uuid": "MIG-a1", "gi": 9}])}}).encode(),
     "name mismatch": json.dumps({"version": 1, "jobs": {"b": record("a").to_json()}}).encode(),
 }
 
@@ -226,3 +233,23 @@ def test_reading_a_state_dir_with_no_state_file_creates_nothing(state_dir):
     """status on a node where no job was ever recorded leaves no trace there."""
     assert StateFile(state_dir).read() == {}
     assert list(state_dir.iterdir()) == []
+
+
+def test_a_slice_jobs_record_round_trips_and_one_without_slices_is_written_as_before(state_dir):
+    state = StateFile(state_dir)
+    on_slice = record("nb", gpus=(), slices=(SliceRef(1, "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9", "1g.18gb"),))
+    with state.transaction() as jobs:
+        jobs["nb"] = on_slice
+        jobs["a"] = record("a")
+    assert StateFile(state_dir).read() == {"nb": on_slice, "a": record("a")}
+    doc = json.loads(state.path.read_text())["jobs"]
+    assert doc["nb"]["slices"] == [{"card": 1, "uuid": "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9",
+                                    "profile": "1g.18gb"}]
+    assert "slices" not in doc["a"]  # so a version that knows no slices still reads it
+
+
+def test_an_old_record_without_slices_still_reads(state_dir):
+    old = {k: v for k, v in record("a").to_json().items()}
+    assert "slices" not in old
+    (state_dir / "jobs.json").write_text(json.dumps({"version": 1, "jobs": {"a": old}}))
+    assert StateFile(state_dir).read()["a"].slices == ()

@@ -37,7 +37,7 @@ async def until(pilot, condition, what: str) -> None:
 
 
 def opened(app: NodeDashboard) -> bool:
-    return app.snapshot is not None and {"demo-train-llama", "rsv-alice"} <= {
+    return app.snapshot is not None and {"demo-train-llama", "demo-notebook", "rsv-alice"} <= {
         j.run_id for j in app.snapshot.jobs if j.live}
 
 
@@ -55,7 +55,7 @@ async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
         await until(pilot, lambda: opened(app), "the demo's opening job and reservation")
         await until(pilot, lambda: card(app, 7).state == "drained", "the opening XID to drain card 7")
         states = [c.state for c in app.snapshot.cards]
-        assert {"job", "reservation", "external", "unhealthy", "drained", "free"} <= set(states), states
+        assert {"job", "reservation", "external", "unhealthy", "drained", "free", "mig"} <= set(states), states
         assert app.you is not None and app.you.operator, "whoever runs the demo operates its node"
 
         await until(pilot, lambda: card(app, 0).holders, "the job's process on its cards")
@@ -81,6 +81,19 @@ async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
         assert unseen.state == "external" and not unseen.holders[0].visible
         text = describe_card(unseen, time.time(), 512).plain
         assert "a process this machine cannot see" in text and "30.0 GiB in use" in text
+
+        split = card(app, 1)
+        assert split.state == "mig" and split.reason == "split into 5 MIG slices: see them"
+        assert [(s.facts.profile, s.state) for s in split.slices] == [
+            ("1c.3g.71gb", "external"), ("2c.3g.71gb", "shared"), ("2g.35gb", "free"), ("1g.18gb", "job"),
+            ("1g.18gb", "free")]
+        assert split.slices[3].run_id == "demo-notebook" and split.slices[3].job.owner == "bob"
+        await until(pilot, lambda: card(app, 1).slices[3].holders, "the notebook's process on its slice")
+        [notebook] = card(app, 1).slices[3].holders
+        assert notebook.belongs == "holder" and "tpnode_tui.demo train" in notebook.command
+        await until(pilot, lambda: "2 of 5 MIG slices free" in app.query_one("#card-1").render().plain,
+                    "the MIG card's tile to show its slices")
+        assert " MIG " in app.query_one("#card-1").render().plain
 
         assert card(app, 6).state == "unhealthy" and "row remapping" in card(app, 6).reason
         assert "row remapping" in app.query_one("#card-6").render().plain

@@ -49,7 +49,7 @@ STATE_FILE_BROKEN = ("cannot read the state file /var/lib/tpnode-tui/jobs.json: 
 OPERATOR = You(user="ana", uid=1001, operator=True, cards_held=0, card_limit=None)
 
 JOBS = (
-    JobState(name="demo-train-llama", run_id="demo-train-llama", gpus=(0, 1), status="running",
+    JobState(name="demo-train-llama", run_id="demo-train-llama", gpus=(0,), status="running",
              owner="demo", command=COMMAND, started_at=T - 3723, pid=51234),
     JobState(name="rsv-alice", run_id="rsv-alice", gpus=(3,), status="running", kind="reservation",
              owner="alice", started_at=T - 600, expires_at=T + 6600, pid=51240),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -113,3 +114,123 @@ def test_any_damage_is_a_wire_error_or_a_snapshot_never_a_crash(demo_doc, data):
         snapshot_from_json(doc)
     except WireError:
         pass
+
+
+# -- MIG ---------------------------------------------------------------------------
+
+
+def test_a_mig_card_its_slices_and_a_slice_job_travel_in_the_document(demo_doc):
+    doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
+    [mig] = [c for c in doc["cards"] if c["state"] == "mig"]
+    assert (mig["mig_mode"], mig["mig_pending"]) == (True, None)
+    assert doc["mig"] == {str(mig["index"]): "split into 5 MIG slices: see them"}
+    assert [s["profile"] for s in mig["slices"]] == ["1c.3g.71gb", "2c.3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"]
+    assert set(mig["slices"][0]) == {"index", "profile", "uuid", "gpu_instance_id", "compute_instance_id",
+                                     "memory_total_mib", "memory_used_mib", "processes", "state", "run_id",
+                                     "holders", "reason", "warning", "intruders"}
+    assert [s["state"] for s in mig["slices"]] == ["external", "shared", "free", "job", "free"]
+    assert mig["slices"][3]["run_id"] == "demo-notebook"
+    [job] = [j for j in doc["jobs"] if j["run_id"] == "demo-notebook"]
+    assert job["gpus"] == [] and job["slices"] == [{"card": mig["index"], "uuid": mig["slices"][3]["uuid"],
+                                                    "profile": "1g.18gb"}]
+    assert all(c["slices"] == [] for c in doc["cards"] if c["state"] != "mig")
+    back = snapshot_from_json(doc)
+    assert back.cards[mig["index"]].slices[3].job.key == "demo-notebook"
+    assert [s.state for s in back.occupancy.slices] == ["external", "shared", "free", "job", "free"]
+
+
+def test_a_lost_cards_unknown_mig_mode_survives_the_wire(demo_doc):
+    from tpnode_tui.model import CardFacts
+
+    cards = list(demo_doc.cards)
+    lost = replace(cards[3], state="unhealthy", reason="GPU is lost",
+                   facts=CardFacts(index=3, processes=None, health=("GPU is lost",), mig_mode=None, slices=None))
+    facts = tuple(lost.facts if f.index == 3 else f for f in demo_doc.probe.cards)
+    snap = replace(demo_doc, cards=tuple(cards[:3]) + (lost,) + tuple(cards[4:]),
+                   probe=replace(demo_doc.probe, cards=facts))
+    doc = json.loads(json.dumps(snapshot_to_json(snap)))
+    assert (doc["cards"][3]["mig_mode"], doc["cards"][3]["slices"]) == (None, None)
+    back = snapshot_from_json(doc)
+    assert (back.cards[3].facts.mig_mode, back.cards[3].facts.slices) == (None, None)
+    assert back == snap
+
+
+def test_a_document_written_before_mig_reads_every_card_whole(demo_doc):
+    doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
+    doc.pop("mig")
+    for card in doc["cards"]:
+        if card["state"] != "mig":
+            for key in ("mig_mode", "mig_pending", "slices"):
+                card.pop(key)
+    for job in doc["jobs"]:
+        if not job["slices"]:
+            job.pop("slices")
+    back = snapshot_from_json(doc)
+    assert back.occupancy.mig == {}
+    assert all(c.facts.mig_mode is False and c.facts.slices == () for c in back.cards
+               if c.facts is not None and c.state != "mig")
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda s: s.update(privileged=True), "has unknown fields ['privileged']"),
+    (lambda s: s.update(index="3"), "index is a string, not a whole number"),
+    (lambda s: s.pop("state"), "has no 'state'"),
+    (lambda s: s.update(processes=[{"pid": "x"}]), "processes[0].pid"),
+])
+def test_a_damaged_slice_is_refused_by_name(demo_doc, damage, says):
+    doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
+    [mig] = [c for c in doc["cards"] if c["state"] == "mig"]
+    damage(mig["slices"][0])
+    with pytest.raises(WireError, match=r"snapshot\.cards\[\d\]\.slices\[0\]" + ".*" + re.escape(says)):
+        snapshot_from_json(doc)
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda d: d["cards"][1].update(mig_mode="yes"), "mig_mode is a string, not true, false or null"),
+    (lambda d: d["jobs"][0].update(slices=[{"card": 0}]), "has no 'uuid'"),
+    (lambda d: d["jobs"][0].update(slices=[{"card": 0, "uuid": "MIG-1", "gi": 2}]), "unknown fields ['gi']"),
+])
+def test_damaged_mig_facts_and_job_slices_are_refused_by_name(demo_doc, damage, says):
+    doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
+    damage(doc)
+    with pytest.raises(WireError, match=re.escape(says)):
+        snapshot_from_json(doc)
+
+
+@pytest.fixture(scope="module")
+def mig_doc(tmp_path_factory):
+    """A node with an H200 split in five, a job on one slice, another's process on another."""
+    import asyncio
+
+    from services import write_scene
+    from tpnode_tui.config import load_settings
+    from tpnode_tui.model import JobSpec
+
+    root = tmp_path_factory.mktemp("mig")
+    layout = [("1c.3g.71gb", 2, 0), ("2c.3g.71gb", 2, 1), ("2g.35gb", 3, 0), ("1g.18gb", 9, 0), ("1g.18gb", 10, 0)]
+    slices = [{"profile": p, "uuid": f"MIG-0000000{n}-7c3d-5e8f-9a0b-1c2d3e4f5a6b", "gpu_instance_id": gi,
+               "compute_instance_id": ci, "memory_total_mib": 16384, "memory_used_mib": 13}
+              for n, (p, gi, ci) in enumerate(layout)]
+    slices[0].update(memory_used_mib=20493, processes=[{"pid": 3999901, "used_memory_mib": 20480}])
+    slices[1].update(memory_used_mib=20493)
+    scene = write_scene(root / "node.json", [{"mig": True, "memory_used_mib": 30444, "slices": slices}, {}])
+
+    async def take():
+        allocator = GpuAllocator.from_settings(load_settings(
+            {}, probe=f"simulated:{scene}", runtime="process", state_dir=str(root / "state"), local_gpu_count=0))
+        try:
+            await allocator.launch(JobSpec("nb", 1, ("sleep", "300"), owner="bob", slice="1g.18gb"))
+            return await allocator.snapshot()
+        finally:
+            await allocator.close()
+            kill_process_jobs(root / "state")
+
+    return asyncio.run(take())
+
+
+def test_a_mig_card_and_a_slice_job_read_back_as_themselves(mig_doc):
+    card = mig_doc.cards[0]
+    assert card.state == "mig" and [s.state for s in card.slices] == ["external", "shared", "free", "job", "free"]
+    doc = json.loads(json.dumps(snapshot_to_json(mig_doc)))
+    assert doc["cards"][0]["slices"][3]["run_id"] == "nb" and doc["jobs"][0]["slices"][0]["profile"] == "1g.18gb"
+    assert snapshot_from_json(doc) == mig_doc

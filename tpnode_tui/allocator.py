@@ -31,6 +31,10 @@ from .config import Settings
 from .drains import DrainStore
 from .locks import AllocationLock, check_allocation_safety, make_lock
 from .model import (
+    EXTERNAL,
+    HOLDER,
+    INTRUDER,
+    UNKNOWN,
     BadRequest,
     Conflict,
     Drain,
@@ -44,11 +48,15 @@ from .model import (
     NoCapacity,
     NodeSnapshot,
     ProbeReading,
-    Topology,
+    SliceRef,
+    SliceState,
     TpnodeError,
+    check_profile,
     check_run_id,
+    claims_overlap,
+    holding_words,
 )
-from .occupancy import card_count, card_views, compute_occupancy
+from .occupancy import blind_reason, card_count, card_views, compute_occupancy, shares_gpu_instance
 from .port import new_run_id
 from .procinfo import describe, name_containers
 from .render import cards_words, format_duration, show_command
@@ -63,6 +71,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SeriesResolver = Callable[[str, str], str]
+
+#: which of two readings of one process a card shows: the one that needs attention
+_WORSE = {INTRUDER: 0, EXTERNAL: 1, UNKNOWN: 2, HOLDER: 3}
 
 #: how long a job that met a later-fenced rival on its cards waits for that
 #: rival to withdraw before withdrawing itself
@@ -203,29 +214,47 @@ class GpuAllocator:
     async def snapshot(self) -> NodeSnapshot:
         """Occupancy, per-card facts, holders and jobs, for display."""
         occ, reading, jobs, drains = await self._read_all()
-        jobs = [_note_missing_cards(j, occ.total) for j in jobs]
+        jobs = [_note_missing_slices(_note_missing_cards(j, occ.total), reading) for j in jobs]
         holders: dict[int, tuple[HolderInfo, ...]] = {}
+        on_slices: dict[tuple[int, int], tuple[HolderInfo, ...]] = {}
         live = {j.key: j for j in jobs if j.live}
+        held = {(st.card, st.index): st.run_id for st in occ.slices}
 
         def identify() -> None:
-            # Each process is told apart against the job that holds its card:
-            # its own processes, or someone else's (an intruder).
+            # Each process is told apart against the job that holds its card, or
+            # on a MIG card the slice it runs on: its own processes, or someone
+            # else's (an intruder). A process on no slice the driver could tell
+            # is told apart against the card's holder (nobody, on a MIG card).
             for card in reading.cards:
+                whole = live.get(occ.by_job.get(card.index, ""))
+                seen: dict[int, HolderInfo] = {}
+                for s in card.slices or ():
+                    if s.processes:
+                        job = live.get(held.get((card.index, s.index)) or "") or whole
+                        found = tuple(classify(describe(p), job, live.values()) for p in s.processes)
+                        on_slices[(card.index, s.index)] = found
+                        for h in found:  # on two slices: the card shows the worse of the two
+                            if h.pid not in seen or _WORSE[h.belongs] < _WORSE[seen[h.pid].belongs]:
+                                seen[h.pid] = h
                 if card.processes:
-                    job = live.get(occ.by_job.get(card.index, ""))
-                    holders[card.index] = tuple(classify(describe(p), job, live.values())
+                    holders[card.index] = tuple(seen.get(p.pid) or classify(describe(p), whole, live.values())
                                                 for p in card.processes)
 
         _, lock_state = await asyncio.gather(asyncio.to_thread(identify), self.lock.state())
         # Only a runtime that knows containers (docker) can name them.
         holders = await name_containers(holders, getattr(self.runtime, "containers", None))
+        if on_slices:  # the names the card's list was given, on each slice's
+            named = {h.pid: (h.container_name, h.container_image) for hs in holders.values() for h in hs}
+            on_slices = {k: tuple(replace(h, container_name=named[h.pid][0], container_image=named[h.pid][1])
+                                  if h.pid in named else h for h in hs) for k, hs in on_slices.items()}
         if not self._series:
             self._series = self._series_from(reading)
         return NodeSnapshot(
             taken_at=time.time(),
             host=socket.gethostname(),
             occupancy=occ,
-            cards=card_views(occ, reading, jobs, lambda c: holders.get(c.index, ()), drains),
+            cards=card_views(occ, reading, jobs, lambda c: holders.get(c.index, ()), drains,
+                             lambda card, s: on_slices.get((card, s.index), ())),
             jobs=tuple(sorted(jobs, key=lambda j: (j.started_at or 0, j.name))),
             probe=reading,
             series=self._series,
@@ -240,11 +269,11 @@ class GpuAllocator:
 
     # -- allocation -----------------------------------------------------------
 
-    def _pick(self, run_id: str, count: int, occ: GpuOccupancy, topology: Optional[Topology] = None,
+    def _pick(self, run_id: str, count: int, occ: GpuOccupancy, reading: Optional[ProbeReading] = None,
               placement: Optional[str] = None) -> list[int]:
         """Choose cards, with the lock held and occupancy just read: the free set
-        that talks fastest on ``topology`` (as ``placement`` requires, if it
-        does), else a consecutive run (see :func:`~tpnode_tui.topology.choose`).
+        that talks fastest on the reading's topology (as ``placement`` requires,
+        if it does), else a consecutive run (see :func:`~tpnode_tui.topology.choose`).
 
         Idempotent: a run id that already holds cards gets those back, so a
         retried submission never takes a second set.
@@ -257,6 +286,27 @@ class GpuAllocator:
                 f"{run_id} needs {cards_words(count)} and this node has {occ.total}: "
                 "no amount of waiting will place it; ask for fewer cards"
             )
+        cards = [c for c in (reading.cards if reading is not None else ()) if 0 <= c.index < occ.total]
+        in_mig = [c.index for c in cards if c.mig_mode is True]
+        to_split = [c.index for c in cards if c.mig_mode is False and c.mig_pending is True]
+        split = len(in_mig) + len(to_split)
+        if split and count > occ.total - split:
+            # A card in MIG mode is never handed out whole, and waiting does not
+            # make it whole: only an operator turning MIG off does.
+            why = []
+            if in_mig:
+                why.append(f"{cards_words(in_mig)} {'is' if len(in_mig) == 1 else 'are'} in MIG mode")
+            if to_split:
+                why.append(f"{cards_words(to_split)} {'is' if len(to_split) == 1 else 'are'} split into MIG "
+                           f"slices at {'its' if len(to_split) == 1 else 'their'} next reset")
+            ask = f"ask for a slice (launch --slice {example_profile(occ)})" if occ.slices else (
+                "ask an operator to make MIG devices, or to turn MIG off")
+            if split == occ.total:
+                raise NeverFits(f"{'; '.join(why)}: {ask}")
+            raise NeverFits(
+                f"{run_id} needs {cards_words(count)} whole and this node has {occ.total - split} "
+                f"({'; '.join(why)}): ask for fewer cards, or {ask}"
+            )
         if not occ.external_probe_ok and not self.settings.allow_unverified:
             raise NoCapacity(
                 f"use from outside the platform cannot be probed, so no card can be checked "
@@ -264,13 +314,62 @@ class GpuAllocator:
                 "unless TUNEPLANE_ALLOW_UNVERIFIED=true hands out unverified cards anyway"
             )
         try:
-            return choose(occ.free, count, topology, placement)
+            return choose(occ.free, count, reading.topology if reading is not None else None, placement)
         except NoCapacity as e:
             if placement is None:
                 raise NoCapacity(f"need {cards_words(count)}, but {occ.explain()}") from None
             raise NoCapacity(f"need {cards_words(count)} {placement} ({e}), but {occ.explain()}") from None
         except NeverFits as e:
             raise NeverFits(f"{run_id}: {e}") from None
+
+    def _pick_slice(self, run_id: str, profile: str, occ: GpuOccupancy, reading: ProbeReading,
+                    jobs: list[JobState]) -> SliceState:
+        """Choose a MIG slice of ``profile``, with the lock held and occupancy just read.
+
+        Only an exact match: a 1g.18gb job is never put on a 2g.35gb slice. Of
+        the free ones, the slice on the MIG card with the fewest free slices
+        (so emptier cards stay empty, for bigger slices or to be made whole
+        again), then the lowest card and slice index.
+        """
+        on_node = [st for st in occ.slices if st.profile == profile]
+        if not on_node:
+            unseen = [c.index for c in reading.cards if 0 <= c.index < occ.total and (
+                c.mig_mode is None or (c.mig_mode is True and c.slices is None))]
+            counted: dict[str, list[int]] = {}
+            for st in occ.slices:
+                counted.setdefault(st.profile or "profile unknown", []).append(st.card)
+            kinds = "; ".join(f"{len(cards)} of {p} ({cards_words(cards)})" for p, cards in sorted(counted.items()))
+            if unseen:
+                raise NoCapacity(
+                    f"{run_id} asks for a {profile} MIG slice, and none can be seen: the MIG devices of "
+                    f"{cards_words(unseen)} cannot be read now" + (f" (the others: {kinds})" if kinds else ""))
+            if not occ.slices:
+                split = [c.index for c in reading.cards if c.mig_mode]
+                if not split:
+                    raise NeverFits(f"{run_id} asks for a {profile} MIG slice, but no card of this node is in "
+                                    "MIG mode: ask for whole cards (launch --cards N)")
+                raise NeverFits(f"{run_id} asks for a {profile} MIG slice, but {cards_words(split)} in MIG mode "
+                                "has no MIG devices made: ask an operator to make some")
+            raise NeverFits(f"{run_id} asks for a {profile} MIG slice, and this node has none: its MIG slices "
+                            f"are {kinds}; ask for one of those, or ask an operator to make a {profile} instance")
+        allow = self.settings.allow_unverified
+        if not occ.external_probe_ok and not allow:
+            raise NoCapacity(
+                f"use from outside the platform cannot be probed, so no slice can be checked free "
+                f"({occ.explain()}); no slice is handed out until the probe works again, unless "
+                "TUNEPLANE_ALLOW_UNVERIFIED=true hands out unverified ones anyway"
+            )
+        blind = blind_reason(reading)
+        usable = [st for st in on_node if st.state == "free"
+                  or (allow and st.state == "unverified" and st.reason == blind)]
+        if not usable:
+            owners = {j.key: j.owner for j in jobs if j.live}
+            raise NoCapacity(f"no {profile} MIG slice is free: " + "; ".join(
+                _slice_taken_words(st, owners) for st in on_node))
+        free_on: dict[int, int] = {}
+        for st in occ.free_slices:
+            free_on[st.card] = free_on.get(st.card, 0) + 1
+        return min(usable, key=lambda st: (free_on.get(st.card, 0), st.card, st.index))
 
     async def allocate(self, run_id: str, count: int) -> list[int]:
         """Pick cards without starting anything: a dry run.
@@ -282,7 +381,7 @@ class GpuAllocator:
             return []
         async with self.lock.hold():
             occ, reading, _jobs = await self._read()
-            return self._pick(run_id, count, occ, reading.topology)
+            return self._pick(run_id, count, occ, reading)
 
     async def allocate_and_run(
         self, run_id: str, count: int, run: Callable[[list[int]], Awaitable[T]]
@@ -296,7 +395,7 @@ class GpuAllocator:
             return [], await run([])
         async with self.lock.hold():
             occ, reading, _jobs = await self._read()
-            gpus = self._pick(run_id, count, occ, reading.topology)
+            gpus = self._pick(run_id, count, occ, reading)
             return gpus, await run(gpus)
 
     async def launch(self, spec: JobSpec, *, hold_for_s: Optional[float] = None,
@@ -317,7 +416,13 @@ class GpuAllocator:
         cards and creates its job, and should be left to finish.
         """
         check_run_id(spec.run_id)
-        if spec.cards <= 0:
+        if spec.slice is not None:
+            check_profile(spec.slice)
+            if spec.cards != 1:
+                raise BadRequest(f"a job gets one MIG slice, not {spec.cards}: ask for one {spec.slice} slice, "
+                                 "or for whole cards")
+            spec = replace(spec, slices=())  # the allocator chooses it, below
+        elif spec.cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
         # In a thread: the process runtime checks as the caller, in a process
         # of theirs, which a hung home directory could keep for seconds.
@@ -342,13 +447,19 @@ class GpuAllocator:
                         f"differently: {'; '.join(differences)}. Stop it first (tpnode-tui stop "
                         f"{spec.run_id}) or choose another run id"
                     )
-                return Launched(tuple(live[0].gpus), live[0], existing=True)
+                return Launched(tuple(live[0].gpus), live[0], existing=True, slices=live[0].slices)
             if mine:
                 raise Conflict(
                     f"run id {spec.run_id} belongs to an exited job that has not been "
                     f"reclaimed; reclaim it (tpnode-tui reclaim {spec.run_id}) or choose another"
                 )
-            gpus = self._pick(spec.run_id, spec.cards, occ, reading.topology, spec.placement)
+            if spec.slice is not None:
+                chosen = self._pick_slice(spec.run_id, spec.slice, occ, reading, jobs)
+                assert chosen.uuid is not None  # a slice without one is never free
+                gpus: list[int] = []
+                spec = replace(spec, slices=(SliceRef(chosen.card, chosen.uuid, chosen.profile or spec.slice),))
+            else:
+                gpus = self._pick(spec.run_id, spec.cards, occ, reading, spec.placement)
             if hold_for_s is not None:
                 spec = replace(spec, expires_at=time.time() + hold_for_s)
             created = await self.runtime.create(replace(spec, fence=hold.fence), gpus)
@@ -359,12 +470,13 @@ class GpuAllocator:
             # create and start, not a command that ran and finished quickly.
             raise Conflict(f"{spec.run_id} was stopped before it started; nothing ran")
         warning = None
+        slices = job.slices or spec.slices
         if not occ.external_probe_ok:
             warning = (
-                f"{cards_words(gpus)} handed out unverified: "
+                f"{holding_words(gpus, slices)} handed out unverified: "
                 "use from outside the platform could not be probed"
             )
-        return Launched(tuple(gpus), job, warning=warning)
+        return Launched(tuple(gpus), job, warning=warning, slices=slices)
 
     async def _check_fence(self, created: JobState, fence: int, lost: bool) -> None:
         """Make sure no other live job sits on our cards before ours starts.
@@ -385,17 +497,17 @@ class GpuAllocator:
             except TpnodeError:
                 await self._withdraw(created)
                 raise
-            rivals = [j for j in jobs if j.live and j.name != created.name
-                      and set(j.gpus) & set(created.gpus)]
+            rivals = [j for j in jobs if j.live and j.name != created.name and claims_overlap(j, created)]
             if not rivals:
                 return
             earlier = [j for j in rivals if j.fence is None or j.fence < fence]
             if earlier or asyncio.get_running_loop().time() >= deadline:
                 await self._withdraw(created)
-                names = ", ".join(f"{j.run_id} ({cards_words(j.gpus)})" for j in rivals)
+                names = ", ".join(f"{j.run_id} ({j.holding})" for j in rivals)
                 why = "the allocation lock was lost" if lost else "another allocation placed a job there"
                 log.error("withdrew %s: %s meanwhile; %s", created.run_id, why, names)
-                raise NoCapacity(f"cards were taken meanwhile by {names} ({why}); try again")
+                what = "cards were" if created.gpus or not created.slices else "its MIG slice was"
+                raise NoCapacity(f"{what} taken meanwhile by {names} ({why}); try again")
             await asyncio.sleep(FENCE_GRACE_S / 10)
 
     async def _withdraw(self, job: JobState) -> None:
@@ -408,7 +520,7 @@ class GpuAllocator:
                 log.warning("while withdrawing %s: %s", job.name, e)
 
     async def reserve(self, cards: int, duration_s: float, owner: str = "",
-                      run_id: Optional[str] = None) -> Launched:
+                      run_id: Optional[str] = None, slice: Optional[str] = None) -> Launched:
         """Hold cards for a person until a time: a job whose workload only waits.
 
         It lives where every job lives, so it needs no sweeper: when its sleep
@@ -422,6 +534,7 @@ class GpuAllocator:
             kind="reservation",
             owner=owner or default_owner(),
             expires_at=time.time() + duration_s,
+            slice=slice,
         )
         return await self.launch(spec, hold_for_s=duration_s)
 
@@ -522,7 +635,15 @@ def request_differences(spec: JobSpec, job: JobState) -> list[str]:
     found = []
     if spec.kind != job.kind:
         found.append(f"it is a {job.kind}, not a {spec.kind}")
-    if spec.cards != len(job.gpus):
+    held = sorted({s.profile or "of a profile not recorded" for s in job.slices})
+    if spec.slice is not None:
+        if not job.slices:
+            found.append(f"it holds {holding_words(job.gpus)}, not a {spec.slice} MIG slice")
+        elif held != [spec.slice]:
+            found.append(f"it holds a {', '.join(held)} MIG slice, not a {spec.slice} one")
+    elif job.slices:
+        found.append(f"it holds a {', '.join(held)} MIG slice, not {cards_words(spec.cards)}")
+    elif spec.cards != len(job.gpus):
         found.append(f"it holds {cards_words(len(job.gpus))}, not {spec.cards}")
     if spec.kind != job.kind:
         return found
@@ -555,12 +676,52 @@ def _note_missing_cards(job: JobState, total: int) -> JobState:
     but whoever wrote it meant some real card, which may be in use unaccounted
     for: that has to be said. With no card count known nothing is claimed.
     """
-    missing = [i for i in job.gpus if i >= total]
+    missing = sorted({i for i in (*job.gpus, *(ref.card for ref in job.slices)) if i >= total})
     if total <= 0 or not missing:
         return job
     problem = (f"names {cards_words(missing)}, which this node does not have (its cards are "
                f"0-{total - 1}); check the job's cards")
     return replace(job, problems=job.problems + (problem,))
+
+
+def example_profile(occ: GpuOccupancy) -> str:
+    """The MIG profile to suggest to someone who asked for a whole card: a free
+    one first, a GPU instance's own profile before a shared compute
+    instance's, the most plentiful, then by name."""
+    free = {s.profile for s in occ.free_slices}
+    count: dict[str, int] = {}
+    for s in occ.slices:
+        if s.profile:
+            count[s.profile] = count.get(s.profile, 0) + 1
+    return min(count, key=lambda p: (p not in free, shares_gpu_instance(p), -count[p], p))
+
+
+def _note_missing_slices(job: JobState, reading: ProbeReading) -> JobState:
+    """``job`` with a problem added for each MIG slice it lists that the driver
+    does not report (destroyed, or its card reset or whole again): it still
+    holds it, and its card, until it ends, and whoever looks needs to know why.
+    A card whose MIG devices cannot be listed says nothing either way."""
+    problems = []
+    for ref in job.slices:
+        card = reading.card(ref.card)
+        if card is None or card.slices is None or any(s.uuid == ref.uuid for s in card.slices):
+            continue
+        what = f"MIG device {ref.uuid}" + (f" ({ref.profile})" if ref.profile else "")
+        where = "" if card.mig_mode else f", and card {ref.card} is not in MIG mode now"
+        problems.append(f"holds {what} of card {ref.card}, which the driver no longer reports{where}; "
+                        f"stop the job (tpnode-tui stop {job.key}) if it is gone")
+    return replace(job, problems=job.problems + tuple(problems)) if problems else job
+
+
+def _slice_taken_words(st: SliceState, owners: dict[str, str]) -> str:
+    """Why a slice is not free, for a refusal: "slice 3 (1g.18gb) of card 1 is held by nb of bob"."""
+    if st.state in ("job", "reservation") and st.run_id:
+        owner = owners.get(st.run_id)
+        return f"{st.words()} is {'reserved' if st.state == 'reservation' else 'held'} by {st.run_id}" + (
+            f" of {owner}" if owner else "")
+    if st.state == "external":
+        return f"{st.words()} is in use outside the platform ({st.reason or 'in use'})"
+    return f"{st.words()} is {st.state}" + (f": {st.reason}" if st.reason else "")
 
 
 def default_owner() -> str:

@@ -6,8 +6,12 @@ local processes in a temporary state dir, and every launch goes through the
 real allocator and lock. Only the cards are pretend.
 
 The scene shows every card state at once: a platform job whose process
-works its cards (its utilisation rises and falls, so the sparklines move),
-a reservation on which someone else's process (a real ``sleep`` started by
+works its card (its utilisation rises and falls, so the sparklines move),
+a card in MIG mode split as an H200 is (two compute instances of one
+3g.71gb GPU instance, a 2g.35gb, two 1g.18gb), with a platform job on a
+1g.18gb slice and a process this machine cannot see on the 1c.3g.71gb one
+(so its sibling, which shares that memory, is not handed out either), a
+reservation on which someone else's process (a real ``sleep`` started by
 the demo) sits while its owner leaves it idle, memory in use by a process
 this machine cannot see (as host pids look from inside a container), an
 unhealthy card, a card an operator drained, one the driver's XID 79 drained,
@@ -59,10 +63,18 @@ OWNER_FILE = "owner.json"
 CARDS = 8
 CARD_NAME = "NVIDIA H200"
 CARD_MIB = 143771
-#: the cards of the opening scene: drained by an operator, used by a process
-#: this machine cannot see, unhealthy, drained by an XID (the job takes 0 and
-#: 1, the reservation 2, and 3 is free)
-DRAINED_CARD, UNSEEN_CARD, UNHEALTHY_CARD, XID_CARD = 4, 5, 6, 7
+#: the cards of the opening scene: in MIG mode, drained by an operator, used by
+#: a process this machine cannot see, unhealthy, drained by an XID (the job
+#: takes 0, the reservation 2, and 3 is free)
+MIG_CARD, DRAINED_CARD, UNSEEN_CARD, UNHEALTHY_CARD, XID_CARD = 1, 4, 5, 6, 7
+#: the MIG card's slices as an H200 is split (tests/captures/h200-mig): (profile,
+#: GPU instance, compute instance, MiB total); the first two share one GPU instance
+MIG_LAYOUT = (("1c.3g.71gb", 2, 0, 71424), ("2c.3g.71gb", 2, 1, 71424), ("2g.35gb", 3, 0, 33280),
+              ("1g.18gb", 9, 0, 16384), ("1g.18gb", 10, 0, 16384))
+#: what an idle MIG device reads used, and what MIG itself sets aside on its card
+SLICE_IDLE_MIB, MIG_OVERHEAD_MIB = 13, 1024
+#: what the process this machine cannot see holds on the MIG card's first slice
+UNSEEN_SLICE_MIB = 20480
 #: what the opening XID drains its card with (GPU fallen off the bus)
 OPENING_XID = 79
 #: what the demo's key raises (double-bit ECC error: drained until a reset)
@@ -83,9 +95,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _unseen_pid() -> int:
+def _unseen_pid(below: int = 4_000_000) -> int:
     """A pid that does not exist here, standing in for a host pid seen from a container."""
-    pid = 3_999_999
+    pid = below - 1
     while psutil.pid_exists(pid):
         pid -= 1
     return pid
@@ -105,10 +117,33 @@ def _idle_card(i: int) -> dict:
     }
 
 
-def scene(unseen_pid: int) -> dict:
+def _mig_card(i: int, unseen_pid: int) -> dict:
+    """Card ``i`` split as an H200 is, with a process this machine cannot see on its first slice."""
+    card = _idle_card(i)
+    slices = [{"profile": profile, "uuid": f"MIG-demo{i:04d}-{n:04d}-5e8f-9a0b-{gi:06d}{ci:06d}",
+               "gpu_instance_id": gi, "compute_instance_id": ci, "memory_total_mib": total,
+               "memory_used_mib": SLICE_IDLE_MIB, "processes": []}
+              for n, (profile, gi, ci, total) in enumerate(MIG_LAYOUT)]
+    # The two compute instances of one GPU instance read its memory alike.
+    for shared in slices[:2]:
+        shared["memory_used_mib"] = UNSEEN_SLICE_MIB + SLICE_IDLE_MIB
+    slices[0]["processes"] = [{"pid": unseen_pid, "used_memory_mib": UNSEEN_SLICE_MIB}]
+    card.update(mig=True, slices=slices, processes=[], utilization_pct=None, temperature_c=44, power_w=161.5)
+    _set_mig_memory(card)
+    return card
+
+
+def _set_mig_memory(card: dict) -> None:
+    """A MIG card's whole memory used: each GPU instance's once, and what MIG sets aside."""
+    by_gi = {s.get("gpu_instance_id"): s.get("memory_used_mib") or 0 for s in card.get("slices") or []}
+    card["memory_used_mib"] = sum(by_gi.values()) + MIG_OVERHEAD_MIB
+
+
+def scene(unseen_pid: int, unseen_slice_pid: Optional[int] = None) -> dict:
     """The node as the demo opens it; the job's, the reservation's and the
     outside process's cards are filled in once they are placed."""
     cards = [_idle_card(i) for i in range(CARDS)]
+    cards[MIG_CARD] = _mig_card(MIG_CARD, unseen_slice_pid if unseen_slice_pid is not None else unseen_pid - 1)
     cards[UNSEEN_CARD].update(memory_used_mib=30922, utilization_pct=64, temperature_c=55, power_w=388.0,
                               processes=[{"pid": unseen_pid, "used_memory_mib": 30720}])
     cards[UNHEALTHY_CARD]["health"] = {"row_remap_pending": True}
@@ -157,6 +192,8 @@ class Demo:
     squatter: subprocess.Popen[bytes]
     #: cards a live job works on, by the pid shown there, as the last move left them
     working: dict[int, int] = field(default_factory=dict)
+    #: MIG slices a live job works on, (card, MIG uuid) -> the pid shown there, likewise
+    on_slices: dict[tuple[int, str], int] = field(default_factory=dict)
     #: XIDs raised from the dashboard, to give each its own id
     raised: int = 0
     #: outside processes that ended (evicted): the driver no longer lists them
@@ -226,16 +263,22 @@ class Demo:
         return Drain(card=DRAINED_CARD, reason="fan failing (RMA 4411)", by="ops",
                      at=now - 2 * 3600, source="operator")
 
-    def move(self, now: float, working: Mapping[int, int]) -> None:
+    def move(self, now: float, working: Mapping[int, int],
+             on_slices: Mapping[tuple[int, str], int] = {}) -> None:
         """The node at ``now``: each card a live job holds shows its process
         (``working``: card -> pid) and a training load; cards with other
-        processes a bursty one; a card the job left is idle again. The outside
-        process is taken off the cards once it has ended (an operator evicted it)."""
+        processes a bursty one; a card the job left is idle again. Each MIG
+        slice a live job holds (``on_slices``: (card, MIG uuid) -> pid) shows its
+        process and the memory it uses. The outside process is taken off the
+        cards once it has ended (an operator evicted it)."""
         if self.squatter.poll() is not None:
             self.ended.add(self.squatter.pid)
 
         def change(data: dict) -> None:
             for index, card in enumerate(data["cards"]):
+                if card.get("mig"):
+                    self._move_slices(now, index, card, on_slices)
+                    continue
                 old = self.working.get(index)
                 processes = [p for p in card.get("processes") or []
                              if p.get("pid") != old and p.get("pid") not in self.ended]
@@ -254,11 +297,31 @@ class Demo:
 
         self._edit(change)
         self.working = dict(working)
+        self.on_slices = dict(on_slices)
+
+    def _move_slices(self, now: float, index: int, card: dict, on_slices: Mapping[tuple[int, str], int]) -> None:
+        """A MIG card: its utilisation is not reported; each slice shows the job's process on it."""
+        outside = [p for p in card.get("processes") or [] if p.get("pid") not in self.ended]
+        if outside != (card.get("processes") or []):
+            card["processes"] = outside
+        for s in card.get("slices") or []:
+            key = (index, s.get("uuid"))
+            old = self.on_slices.get(key)
+            processes = [p for p in s.get("processes") or [] if p.get("pid") != old and p.get("pid") not in self.ended]
+            pid = on_slices.get(key)
+            if pid is not None:
+                processes.insert(0, {"pid": pid, "used_memory_mib": int(9000 + 600 * math.sin(now / 30 + index))})
+            if processes != (s.get("processes") or []) or pid is not None:
+                s["processes"] = processes
+                s["memory_used_mib"] = sum(p.get("used_memory_mib") or 0 for p in processes) + SLICE_IDLE_MIB
+        _set_mig_memory(card)
 
     def opening_jobs(self) -> list[JobSpec]:
-        """What the demo starts through the allocator, so jobs and reservations show."""
+        """What the demo starts through the allocator, so jobs, a job on a MIG slice
+        and a reservation show."""
         return [
-            JobSpec(run_id="demo-train-llama", cards=2, command=DEMO_COMMAND, owner="demo"),
+            JobSpec(run_id="demo-train-llama", cards=1, command=DEMO_COMMAND, owner="demo"),
+            JobSpec(run_id="demo-notebook", cards=1, command=DEMO_COMMAND, owner="bob", slice="1g.18gb"),
             JobSpec(run_id="rsv-alice", cards=1, kind="reservation", owner="alice",
                     expires_at=time.time() + 2 * 3600),
         ]
@@ -361,7 +424,8 @@ def start_demo(root: Optional[Path] = None) -> Demo:
     squatter = _start_squatter()
     _owner_file(root, squatter)
     scene_path = root / "node.json"
-    scene_path.write_text(json.dumps(scene(_unseen_pid()), indent=1))
+    unseen = _unseen_pid()
+    scene_path.write_text(json.dumps(scene(unseen, _unseen_pid(below=unseen)), indent=1))
     return Demo(root=root, scene_path=scene_path, state_dir=state_dir, squatter=squatter)
 
 

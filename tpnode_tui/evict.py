@@ -6,7 +6,10 @@ platform ends it: ``stop`` ends platform jobs only. An operator can evict it.
 What may be evicted is decided from the card as the node just read it:
 
 * the card's external processes (nobody holds the card), or its intruders
-  (someone else's on a held card), or the one pid named;
+  (someone else's on a held card), or the one pid named; on a card in MIG
+  mode, each process is judged on its slice (external on a free slice, an
+  intruder on a held one), so evicting a squatter leaves every slice's own
+  job alone;
 * never a platform job's own processes (that is ``stop``), nor a
   reservation owner's on their own card, nor a pid this machine cannot
   see, nor pid 1, nor the serving process itself.
@@ -35,6 +38,7 @@ from .model import (
     Evicted,
     HolderInfo,
     JobNotFound,
+    JobState,
 )
 
 #: how often the grace period looks whether the processes have ended
@@ -47,6 +51,15 @@ REASONS_GIVEN = 8
 START_SLACK_S = 0.01
 
 LISTED, ENDED, KILLED, RUNNING, GONE, FAILED = "listed", "ended", "killed", "running", "gone", "failed"
+
+
+def _holder_of(card: CardView, pid: int) -> tuple[Optional[JobState], Optional[str], str]:
+    """The job, run id and words for where ``pid`` runs: its slice's on a MIG card, else the card's."""
+    for s in card.slices:
+        if any(h.pid == pid for h in s.holders):
+            where = f"slice {s.index} ({s.facts.profile or 'profile unknown'}) of card {card.index}"
+            return s.job, s.run_id, where
+    return card.job, card.run_id, f"card {card.index}"
 
 
 def _refusal(card: CardView, holder: HolderInfo) -> Optional[str]:
@@ -66,12 +79,12 @@ def _refusal(card: CardView, holder: HolderInfo) -> Optional[str]:
         return (f"pid {holder.pid} is part of platform job {holder.job_elsewhere}, using card {card.index} "
                 f"though it was not given it; end the job with: tpnode-tui stop {holder.job_elsewhere}")
     if holder.belongs == HOLDER:
-        job = card.job
+        job, run_id, where = _holder_of(card, holder.pid)
         if job is not None and job.kind == "reservation":
             return (f"pid {holder.pid} belongs to {job.owner or 'the owner'}, whose reservation "
-                    f"{card.run_id} holds card {card.index}: it is not a squatter")
-        return (f"pid {holder.pid} is part of platform job {card.run_id} on card {card.index}; "
-                f"end the job with: tpnode-tui stop {card.run_id}")
+                    f"{run_id} holds {where}: it is not a squatter")
+        return (f"pid {holder.pid} is part of platform job {run_id} on {where}; "
+                f"end the job with: tpnode-tui stop {run_id}")
     return None
 
 

@@ -23,7 +23,7 @@ from typing import Any, Optional, Protocol
 
 from .identity import Caller
 from .jsonstore import JsonStore
-from .model import BadRequest, JobSpec, QueuedLaunch, RunAs
+from .model import BadRequest, JobSpec, QueuedLaunch, RunAs, check_profile
 
 QUEUE_FILE = "queue.json"
 QUEUE_VERSION = 1
@@ -39,7 +39,7 @@ class QueueEntry:
         s = self.spec
         return QueuedLaunch(run_id=s.run_id, cards=s.cards, owner=s.owner, queued_at=self.queued_at,
                             kind=s.kind, command=s.command, image=s.image, uid=s.uid, state=state,
-                            waiting_for=waiting_for)
+                            waiting_for=waiting_for, slice=s.slice)
 
 
 class LaunchQueue(Protocol):
@@ -107,6 +107,12 @@ class FileQueue:
 
 def entry_to_json(entry: QueueEntry) -> dict[str, Any]:
     spec = asdict(entry.spec)
+    # Written only when asked for, so a queue of whole-card launches reads as
+    # it always did; slices are chosen at launch, never queued.
+    if spec.get("slice") is None:
+        spec.pop("slice", None)
+    if not spec.get("slices"):
+        spec.pop("slices", None)
     return {"spec": spec, "caller": asdict(entry.caller), "queued_at": entry.queued_at}
 
 
@@ -141,7 +147,15 @@ def entry_from_json(key: str, data: Any) -> QueueEntry:
                    "env must be a list of [name, value] pairs")
             env = tuple((k, v) for k, v in env)
         _check(_strs(spec.get("command", [])), key, "command must be a list of strings")
-        parsed = JobSpec(**dict(spec, command=tuple(spec.get("command", [])), env=env, run_as=run_as))
+        _check(spec.get("slice") is None or isinstance(spec["slice"], str), key, "slice must be a MIG profile")
+        if spec.get("slice") is not None:
+            try:
+                check_profile(spec["slice"])
+            except BadRequest as e:
+                raise ValueError(f"launch {key!r}: {e}") from None
+        _check(not spec.get("slices"), key, "slices are chosen when it is placed, never queued")
+        parsed = JobSpec(**dict(spec, command=tuple(spec.get("command", [])), env=env, run_as=run_as,
+                                slices=()))
         _check(_ints(caller.get("groups", [])), key, "caller.groups must be whole numbers")
         who = Caller(**dict(caller, groups=tuple(caller.get("groups", []))))
     except TypeError as e:

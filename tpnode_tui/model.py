@@ -58,6 +58,15 @@ JOB_KINDS = ("job", "reservation")
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 RUN_ID_RULE = "1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
+#: A MIG profile as NVIDIA names it ("1g.18gb", "1c.3g.71gb", "1g.5gb+me"). A job
+#: asks for one by name, and it is written into labels and records, so it is kept
+#: to what NVIDIA's names use: no spaces, commas or colons.
+PROFILE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,39}")
+PROFILE_RULE = "a MIG profile as nvidia-smi -L names it, such as 1g.18gb or 2g.35gb"
+#: A MIG device's uuid as CUDA_VISIBLE_DEVICES takes it: "MIG-<uuid>", or on older
+#: drivers "MIG-GPU-<card uuid>/<GPU instance>/<compute instance>".
+MIG_UUID_PATTERN = re.compile(r"MIG-[A-Za-z0-9][A-Za-z0-9/_.-]{0,120}")
+
 
 class TpnodeError(Exception):
     """Base of every error the product reports to a person in plain words."""
@@ -156,6 +165,78 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+def check_profile(profile: str) -> str:
+    """``profile`` when it can name a MIG profile; BadRequest saying what one looks like."""
+    if not isinstance(profile, str) or not PROFILE_PATTERN.fullmatch(profile):
+        shown = repr(profile) if not isinstance(profile, str) or len(profile) <= 60 else repr(profile[:57] + "...")
+        raise BadRequest(f"{shown} is not a MIG profile: give {PROFILE_RULE}")
+    return profile
+
+
+@dataclass(frozen=True)
+class SliceRef:
+    """A MIG slice a job holds: the card it is on and its MIG device's uuid,
+    which is what the job is pointed at (``CUDA_VISIBLE_DEVICES=MIG-...``).
+
+    The uuid, not the slice's index, names it: indices are renumbered when an
+    operator makes or destroys MIG devices, a uuid is never given to another.
+    """
+
+    card: int
+    uuid: str
+    #: the profile it was handed out as ("1g.18gb"), so a job whose slice is no
+    #: longer reported still says what it held; "" when not recorded
+    profile: str = ""
+
+    def words(self) -> str:
+        """"slice 1g.18gb of card 1"."""
+        return f"slice {self.profile or self.uuid} of card {self.card}"
+
+
+def holding_words(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> str:
+    """What a job holds, in a few words: "cards 0,1", "slice 1g.18gb of card 1",
+    "card 0 and slice 1g.18gb of card 1", "no cards"."""
+    cards = tuple(gpus)
+    parts = [s.words() for s in slices]
+    if cards or not parts:
+        parts.insert(0, cards_words(cards))
+    return " and ".join(parts)
+
+
+#: How a card split into MIG slices is said (``GpuOccupancy.mig``), the grid's
+#: "MIG" meaning "split into slices: see them".
+MIG_SPLIT = "split into"
+
+#: The states a MIG slice can be in, each exactly one at a time: held by a
+#: platform job or reservation; in use from outside the platform; not offered
+#: because it shares its GPU instance's memory with a slice that is held or in
+#: use; unhealthy, drained or unverified (with its card, or on its own); free.
+SLICE_STATES = ("free", "job", "reservation", "external", "shared", "unhealthy", "unverified", "drained")
+
+
+@dataclass(frozen=True)
+class SliceState:
+    """One MIG slice as the allocator decides on it: exactly one state, and why."""
+
+    card: int
+    #: the MIG device's index on its card
+    index: int
+    #: one of SLICE_STATES
+    state: str
+    uuid: Optional[str] = None
+    profile: Optional[str] = None
+    gpu_instance_id: Optional[int] = None
+    #: the platform job holding it (held slices only)
+    run_id: Optional[str] = None
+    #: in plain words, why it is not free: what uses it (external), which slice it
+    #: shares its memory with (shared), what is wrong (unhealthy, drained, unverified)
+    reason: Optional[str] = None
+
+    def words(self) -> str:
+        """"slice 3 (1g.18gb) of card 1"."""
+        return f"slice {self.index} ({self.profile or 'profile unknown'}) of card {self.card}"
+
+
 @dataclass(frozen=True)
 class GpuOccupancy:
     """What is physically held at one moment, as the allocator decides on it."""
@@ -175,11 +256,23 @@ class GpuOccupancy:
     #: includes job-held cards, like ``unhealthy``; a drained card is never
     #: also listed as unhealthy or external)
     drained: dict[int, str] = field(default_factory=dict)
+    #: card index -> why it is not handed out whole: it is split into MIG slices,
+    #: its MIG mode changes at its next reset, or its MIG mode cannot be read
+    #: (never includes job-held, drained or unhealthy cards, nor external ones
+    #: that are whole)
+    mig: dict[int, str] = field(default_factory=dict)
+    #: every MIG slice the driver reports, in card and slice order, each in
+    #: exactly one state; a job gets a free one, never a card in ``mig`` whole
+    slices: tuple[SliceState, ...] = ()
 
     @property
     def busy(self) -> frozenset[int]:
         return (frozenset(self.by_job) | self.external | frozenset(self.unhealthy)
-                | frozenset(self.drained))
+                | frozenset(self.drained) | frozenset(self.mig))
+
+    @property
+    def free_slices(self) -> list[SliceState]:
+        return [s for s in self.slices if s.state == "free"]
 
     @property
     def free(self) -> list[int]:
@@ -206,11 +299,52 @@ class GpuOccupancy:
             parts.append(f"{len(self.unhealthy)} unhealthy ({bad})")
         if self.drained:
             parts.append(f"{len(self.drained)} drained ({cards_words(self.drained)})")
+        if self.mig:
+            # Cards split into slices are said in one breath; any other reason
+            # (a mode pending a reset, or unknown) once per reason, as unhealthy.
+            split = sorted(i for i, why in self.mig.items() if why.startswith(MIG_SPLIT))
+            if split:
+                parts.append(f"{len(split)} split into MIG slices ({cards_words(split)})")
+            others: dict[str, list[int]] = {}
+            for i, why in sorted(self.mig.items()):
+                if i not in split:
+                    others.setdefault(why, []).append(i)
+            if others:
+                said = "; ".join(f"{cards_words(cards)}: {why}" for why, cards in others.items())
+                parts.append(f"{sum(map(len, others.values()))} not handed out whole ({said})")
+        if self.slices:
+            parts.append(self._explain_slices())
         if not self.external_probe_ok:
             parts.append(
                 "cannot probe use from outside the platform, so the free count may be too high"
             )
         return "; ".join(parts)
+
+    def _explain_slices(self) -> str:
+        """"MIG slices: 5, 2 free (2g.35gb, 1g.18gb on card 1), 1 held by platform jobs, ..."."""
+        free = self.free_slices
+        said = f"MIG slices: {len(self.slices)}, {len(free)} free"
+        if free:
+            by_card: dict[int, dict[str, int]] = {}
+            for s in free:
+                profiles = by_card.setdefault(s.card, {})
+                profiles[s.profile or "profile unknown"] = profiles.get(s.profile or "profile unknown", 0) + 1
+            said += " (" + "; ".join(
+                ", ".join(f"{p} x{n}" if n > 1 else p for p, n in profiles.items()) + f" on card {c}"
+                for c, profiles in sorted(by_card.items())) + ")"
+        counts: dict[str, int] = {}
+        for s in self.slices:
+            counts[s.state] = counts.get(s.state, 0) + 1
+        words = {
+            "job": "held by platform jobs", "reservation": "reserved",
+            "external": "in use outside the platform",
+            "shared": "sharing memory with one in use", "unhealthy": "unhealthy",
+            "unverified": "unverified", "drained": "drained",
+        }
+        for state, what in words.items():
+            if counts.get(state):
+                said += f", {counts[state]} {what}"
+        return said
 
 
 def pick_gpus(free: list[int], count: int) -> list[int]:
@@ -521,6 +655,11 @@ class JobSpec:
     #: now), "same-switch" or "contiguous" (see tpnode_tui.topology.choose). How the
     #: cards are chosen, not what the job is: not recorded with it
     placement: Optional[str] = None
+    #: the MIG profile asked for ("1g.18gb"): the job gets one MIG slice of it
+    #: instead of whole cards (``cards`` is then 1); None: whole cards
+    slice: Optional[str] = None
+    #: the MIG slices it was given; set by the allocator, as ``fence`` is
+    slices: tuple[SliceRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -551,10 +690,22 @@ class JobState:
     container_id: Optional[str] = None
     #: the job's own cgroup directory (process runtime, where the node allows one)
     cgroup: Optional[str] = None
+    #: the MIG slices it holds (a slice job holds no whole card: ``gpus`` is empty)
+    slices: tuple[SliceRef, ...] = ()
 
     @property
     def live(self) -> bool:
         return self.status in LIVE_STATUSES
+
+    @property
+    def holding(self) -> str:
+        """What it holds, in a few words: "cards 0,1", "slice 1g.18gb of card 1"."""
+        return holding_words(self.gpus, self.slices)
+
+    @property
+    def cards(self) -> tuple[int, ...]:
+        """Every card it holds or holds a slice of: what the node's log files it under."""
+        return tuple(sorted({*self.gpus, *(ref.card for ref in self.slices)}))
 
     @property
     def key(self) -> str:
@@ -573,6 +724,23 @@ class Launched:
     existing: bool = False
     #: set when the cards were handed out while use from outside could not be probed
     warning: Optional[str] = None
+    #: the MIG slices it got (a slice job gets no whole card)
+    slices: tuple[SliceRef, ...] = ()
+
+    @property
+    def holding(self) -> str:
+        return holding_words(self.gpus, self.slices)
+
+
+def claims_overlap(a: JobState, b: JobState) -> bool:
+    """Whether two jobs claim any of the same hardware: a card both list, a MIG
+    slice both list, or a card one lists whole on which the other holds a slice."""
+    cards_a, cards_b = set(a.gpus), set(b.gpus)
+    if cards_a & cards_b:
+        return True
+    if {s.uuid for s in a.slices} & {s.uuid for s in b.slices}:
+        return True
+    return bool(cards_a & {s.card for s in b.slices} or cards_b & {s.card for s in a.slices})
 
 
 #: Whom a process on a card belongs to (:attr:`HolderInfo.belongs`):
@@ -641,8 +809,39 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class SliceView:
+    """One MIG slice as displayed, under its card: its state and everything said about it."""
+
+    card: int
+    facts: SliceFacts
+    #: one of SLICE_STATES
+    state: str
+    run_id: Optional[str] = None
+    job: Optional[JobState] = None
+    #: the processes the driver lists on this slice, each told apart against its holder
+    holders: tuple[HolderInfo, ...] = ()
+    #: why it is not free, in plain words (see :class:`SliceState`)
+    reason: Optional[str] = None
+    #: what is wrong on a slice that keeps its state: an intruder, two claimants
+    warning: Optional[str] = None
+
+    @property
+    def index(self) -> int:
+        return self.facts.index
+
+    @property
+    def intruders(self) -> tuple[int, ...]:
+        return tuple(h.pid for h in self.holders if h.belongs == INTRUDER)
+
+
+@dataclass(frozen=True)
 class CardView:
-    """One card as displayed: its state and everything said about it."""
+    """One card as displayed: its state and everything said about it.
+
+    A card in MIG mode is in state "mig" (split into slices: see them) and has
+    one :class:`SliceView` per MIG device in ``slices``; its ``holders`` are every
+    process on it, each told apart against the holder of the slice it runs on.
+    """
 
     index: int
     state: str
@@ -657,6 +856,8 @@ class CardView:
     warning: Optional[str] = None
     #: the card's drain, on a drained card and on a held card drained under its job
     drain: Optional[Drain] = None
+    #: its MIG slices, one per MIG device the driver reports, in index order
+    slices: tuple[SliceView, ...] = ()
 
     @property
     def intruders(self) -> tuple[int, ...]:
@@ -684,6 +885,8 @@ class QueuedLaunch:
     state: str = "queued"
     #: what it waits for, in plain words
     waiting_for: Optional[str] = None
+    #: the MIG profile it asks for a slice of; None: whole cards
+    slice: Optional[str] = None
 
 
 @dataclass(frozen=True)

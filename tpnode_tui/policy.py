@@ -13,8 +13,9 @@ renamed, reused or faked in a hand-set label) and by name otherwise. A job
 that recorded no owner at all is for operators only.
 
 Quotas count the cards of an account's live jobs and reservations, the way a
-shared node's users think of "what I hold". Operators are not limited: they
-are the ones who clear a stuck node.
+shared node's users think of "what I hold"; a MIG slice counts as one card
+(never less: a limit must not be passed by taking slices). Operators are not
+limited: they are the ones who clear a stuck node.
 """
 from __future__ import annotations
 
@@ -59,6 +60,11 @@ def owns(caller: Caller, job: JobState) -> bool:
 def held_by(caller: Caller, jobs: Iterable[JobState]) -> list[JobState]:
     """The caller's live jobs and reservations: what their quota counts."""
     return [j for j in jobs if j.live and owns(caller, j)]
+
+
+def counted(job: JobState) -> int:
+    """How much of a card limit ``job`` takes: its cards, and one for each MIG slice."""
+    return len(job.gpus) + len(job.slices)
 
 
 @dataclass(frozen=True)
@@ -124,10 +130,12 @@ class Policy:
         if limit is None:
             return
         mine = held_by(caller, jobs)
-        holding = sum(len(j.gpus) for j in mine)
+        holding = sum(counted(j) for j in mine)
         if holding + wanted <= limit:
             return
-        what = (f"you hold {cards_words(holding)} ({', '.join(j.key for j in mine)})" if mine
+        slices = sum(len(j.slices) for j in mine)
+        counts = ", a MIG slice counting as one card" if slices else ""
+        what = (f"you hold {cards_words(holding)} ({', '.join(j.key for j in mine)}{counts})" if mine
                 else "you hold no cards")
         raise NotAllowed(
             f"{what} and ask for {cards_words(wanted)}; the limit for {caller.user} is "

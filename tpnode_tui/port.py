@@ -70,6 +70,9 @@ class LaunchRequest:
     #: how the cards must sit on the node's topology: None (the best set free now),
     #: "same-switch" or "contiguous" (a launch waits for such a set)
     placement: Optional[str] = None
+    #: a MIG profile ("1g.18gb"): one MIG slice of it instead of whole cards
+    #: (``cards`` is then 1); None: whole cards, never a card in MIG mode
+    slice: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class ReserveRequest:
     run_id: Optional[str] = None
     owner: str = ""
     placement: Optional[str] = None
+    #: a MIG profile: reserve one MIG slice of it (``cards`` is then 1)
+    slice: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,20 @@ import shlex
 import time
 from typing import Optional
 
-from .model import CardView, HolderInfo, JobNotFound, NodeSnapshot, card_ranges, cards_words
+from .model import (
+    CardView,
+    HolderInfo,
+    JobNotFound,
+    NodeSnapshot,
+    SliceView,
+    card_ranges,
+    cards_words,
+    holding_words,
+)
 
-__all__ = ["NA", "card_ranges", "cards_words", "show_command", "format_mib", "format_duration",
-           "describe_holder", "unseen_use", "card_summary", "env_lines"]
+__all__ = ["NA", "card_ranges", "cards_words", "holding_words", "show_command", "format_mib", "format_duration",
+           "describe_holder", "unseen_use", "card_summary", "slices_summary", "slice_name", "slice_summary",
+           "env_lines"]
 
 NA = "N/A"
 
@@ -112,7 +122,39 @@ def card_summary(card: CardView) -> str:
         return unseen_use()
     if card.state == "unverified":
         return "not probed"
+    if card.state == "mig":
+        return slices_summary(card) if card.slices else (card.reason or "MIG")
     return ""
+
+
+def slices_summary(card: CardView) -> str:
+    """A MIG card's slices in the few words a tile has room for: "2 of 5 MIG slices free"."""
+    free = sum(1 for s in card.slices if s.state == "free")
+    return f"{free} of {len(card.slices)} MIG slice{'s' if len(card.slices) != 1 else ''} free"
+
+
+def slice_name(card: int, index: int) -> str:
+    """A MIG slice as a person names it: "1:3", card 1's MIG device 3 (as
+    ``docker run --gpus device=1:3`` and ``nvidia-smi -L`` number them)."""
+    return f"{card}:{index}"
+
+
+def slice_summary(s: SliceView) -> str:
+    """Who or what holds a MIG slice, or why it is not free, in a few words
+    (as :func:`card_summary` says it of a card)."""
+    if s.state in ("job", "reservation"):
+        owner = f" ({s.job.owner})" if s.job and s.job.owner else ""
+        warn = " ! intruder" if s.intruders else (" ! " + s.warning if s.warning else "")
+        return f"{s.run_id}{owner}{warn}"
+    if s.state == "external":
+        visible = [h for h in s.holders if h.visible]
+        if visible:
+            h = visible[0]
+            return f"pid {h.pid} {h.user or ''} {(h.command or '').split(' ')[0]}".strip()
+        if s.holders:
+            return f"pid {s.holders[0].pid} (not visible here)"
+        return unseen_use()
+    return s.reason or ("" if s.state == "free" else s.state)
 
 
 def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
@@ -121,10 +163,15 @@ def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
     The indices are the driver's (PCI bus order, as nvidia-smi numbers them),
     so CUDA is told to number the same way; NVIDIA_VISIBLE_DEVICES names the
     cards by UUID where the driver gave every one (a container runtime reads it).
+    A job on a MIG slice is pointed at it by its MIG device's uuid, in both
+    (an index would name the whole card).
     """
     job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
     if job is None:
         raise JobNotFound(f"no running job or reservation has run id {run_id}")
+    if job.slices and not job.gpus:
+        devices = shlex.quote(",".join(s.uuid for s in job.slices))
+        return [f"export CUDA_VISIBLE_DEVICES={devices}", f"export NVIDIA_VISIBLE_DEVICES={devices}"]
     cards = sorted(job.gpus)
     lines = [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, cards))}",
              "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]

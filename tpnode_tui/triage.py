@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from .history import History
-from .model import HOLDER, INTRUDER, CardView, JobState, NodeSnapshot
+from .model import HOLDER, INTRUDER, CardView, JobState, NodeSnapshot, SliceView
 from .occupancy import intruder_words
-from .render import cards_words, clock_time
+from .render import clock_time
 from .xid import APPLICATION, Verdict
 
 Record = Callable[..., Any]
@@ -86,14 +86,26 @@ class Triage:
         memory = card.facts.memory_used_mib if card.facts is not None else None
         return not others and memory is not None and memory >= self.mem_busy_mib
 
+    def _slice_used(self, s: SliceView) -> bool:
+        """As :meth:`_used`, on one MIG slice (its own memory; siblings share it, but
+        a sibling in use is never handed out, so the memory is the holder's)."""
+        if any(h.belongs == HOLDER for h in s.holders):
+            return True
+        others = any(h.belongs == INTRUDER for h in s.holders)
+        memory = s.facts.memory_used_mib
+        return not others and memory is not None and memory >= self.mem_busy_mib
+
     def _track_idle(self, snap: NodeSnapshot, now: float) -> None:
         cards = {c.index: c for c in snap.cards}
         live = {j.key: j for j in snap.jobs if j.live and j.kind == "reservation"}
         for key in list(self.last_used):
             if key not in live:
                 del self.last_used[key]
+        slices = {(c.index, s.facts.uuid): s for c in snap.cards for s in c.slices if s.facts.uuid}
         for key, job in live.items():
-            if any(self._used(cards[i]) for i in job.gpus if i in cards):
+            if any(self._used(cards[i]) for i in job.gpus if i in cards) or any(
+                    self._slice_used(slices[(ref.card, ref.uuid)]) for ref in job.slices
+                    if (ref.card, ref.uuid) in slices):
                 self.last_used[key] = now
             elif key not in self.last_used:
                 # Unused when first seen: idle since it began, or since this service
@@ -106,9 +118,14 @@ class Triage:
     def _track_intruders(self, snap: NodeSnapshot) -> None:
         now_seen: dict[tuple[int, int, Optional[float]], _Seen] = {}
         for card in snap.cards:
+            on_slice = {h.pid: s for s in card.slices for h in s.holders}
             for h in card.holders:
                 if h.belongs == INTRUDER:
-                    words = intruder_words(h, card.index, card.job, card.run_id or "")
+                    s = on_slice.get(h.pid)
+                    if s is not None:
+                        words = intruder_words(h, card.index, s.job, s.run_id or "", on=s.facts)
+                    else:
+                        words = intruder_words(h, card.index, card.job, card.run_id or "")
                     now_seen[(card.index, h.pid, h.started_at)] = _Seen(card.index, h.pid, words, h.user)
         for key, seen in now_seen.items():
             if key not in self._intruders:
@@ -144,18 +161,19 @@ class Triage:
                 if key in live:
                     continue
                 owner = f" of {job.owner}" if job.owner else ""
-                cards = list(job.gpus)
+                cards = list(job.gpus) or sorted({ref.card for ref in job.slices})
+                held = job.holding
                 after = ended.get(key)
                 expires_at = after.expires_at if after is not None else job.expires_at
                 if job.kind == "reservation" and expires_at is not None and expires_at <= now + 1:
-                    self.record("expiry", f"reservation {key}{owner} expired; {cards_words(cards)} "
-                                f"{'is' if len(cards) == 1 else 'are'} no longer held by it",
+                    self.record("expiry", f"reservation {key}{owner} expired; {held} "
+                                f"{'is' if len(cards) == 1 or job.slices else 'are'} no longer held by it",
                                 cards=cards, user=job.owner or None, run_id=key)
                     continue
                 how = (f" (exit {after.exit_code})" if after is not None and after.exit_code is not None
                        else "" if after is not None else " and its record is gone")
                 self.record("ended", f"{job.kind} {key}{owner} ended{how}; it no longer holds "
-                            f"{cards_words(cards)}", cards=cards, user=job.owner or None, run_id=key)
+                            f"{held}", cards=cards, user=job.owner or None, run_id=key)
         self._live = live
 
     # ── XIDs that drained nothing ──────────────────────────────────────────

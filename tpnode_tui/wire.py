@@ -36,6 +36,10 @@ from .model import (
     ProcessFacts,
     QueuedLaunch,
     Sample,
+    SliceFacts,
+    SliceRef,
+    SliceState,
+    SliceView,
     Topology,
     TpnodeError,
 )
@@ -73,6 +77,7 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "external": sorted(occ.external),
         "unhealthy": {str(k): v for k, v in sorted(occ.unhealthy.items())},
         "drained": {str(k): v for k, v in sorted(occ.drained.items())},
+        "mig": {str(k): v for k, v in sorted(occ.mig.items())},
         "external_probe_ok": occ.external_probe_ok,
         "explain": snap.explain,
         "cards": [_card_json(c) for c in snap.cards],
@@ -146,6 +151,31 @@ def _card_json(c: CardView) -> dict[str, Any]:
                       else [asdict(p) for p in f.processes]),
         "health": list(f.health) if f else [],
         "reported": f is not None,
+        # None: not read (a lost card), not False: a card whose MIG mode is
+        # unknown must not read back as whole, and be handed out whole
+        "mig_mode": f.mig_mode if f else None,
+        "mig_pending": f.mig_pending if f else None,
+        "slices": None if f is None or f.slices is None else [_slice_json(v) for v in c.slices],
+    }
+
+
+def _slice_json(v: SliceView) -> dict[str, Any]:
+    f = v.facts
+    return {
+        "index": f.index,
+        "profile": f.profile,
+        "uuid": f.uuid,
+        "gpu_instance_id": f.gpu_instance_id,
+        "compute_instance_id": f.compute_instance_id,
+        "memory_total_mib": f.memory_total_mib,
+        "memory_used_mib": f.memory_used_mib,
+        "processes": None if f.processes is None else [asdict(p) for p in f.processes],
+        "state": v.state,
+        "run_id": v.run_id,
+        "holders": [asdict(h) for h in v.holders],
+        "reason": v.reason,
+        "warning": v.warning,
+        "intruders": list(v.intruders),
     }
 
 
@@ -169,6 +199,7 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "note": j.note,
         "container_id": j.container_id,
         "cgroup": j.cgroup,
+        "slices": [asdict(ref) for ref in j.slices],
     }
 
 
@@ -323,7 +354,49 @@ def _process(r: Reader) -> ProcessFacts:
     return ProcessFacts(pid=r.whole("pid"), used_memory_mib=r.opt_whole("used_memory_mib"))
 
 
-def _facts(r: Reader) -> Optional[CardFacts]:
+def _processes(r: Reader) -> Optional[tuple[ProcessFacts, ...]]:
+    return None if r.opt_items("processes") is None else tuple(r.each("processes", _process))
+
+
+_SLICE_KEYS = ("index", "profile", "uuid", "gpu_instance_id", "compute_instance_id", "memory_total_mib",
+               "memory_used_mib", "processes", "state", "run_id", "holders", "reason", "warning", "intruders")
+
+
+def _slice(r: Reader) -> tuple[SliceFacts, Reader]:
+    """A slice's facts, and its reader for the rest (its state, holder, reason)."""
+    r.only(*_SLICE_KEYS)
+    facts = SliceFacts(
+        index=r.whole("index"),
+        uuid=r.opt_text("uuid"),
+        profile=r.opt_text("profile"),
+        gpu_instance_id=r.opt_whole("gpu_instance_id"),
+        compute_instance_id=r.opt_whole("compute_instance_id"),
+        memory_total_mib=r.opt_whole("memory_total_mib"),
+        memory_used_mib=r.opt_whole("memory_used_mib"),
+        processes=_processes(r),
+    )
+    r.text("state")
+    return facts, r
+
+
+def _opt_flag(r: Reader, key: str, default: Optional[bool]) -> Optional[bool]:
+    if key not in r.doc:
+        return default
+    value = r.doc[key]
+    if value is not None and not isinstance(value, bool):
+        raise WireError(f"{r.where}.{key} is {_kind(value)}, not true, false or null")
+    return value
+
+
+def _card_slices(r: Reader) -> Optional[list[tuple[SliceFacts, Reader]]]:
+    """A card's slices as written: None when they could not be listed; none
+    from a document written before slices (a card read whole then)."""
+    if "slices" in r.doc and r.doc["slices"] is None:
+        return None
+    return r.each("slices", _slice, [])
+
+
+def _facts(r: Reader, slices: Optional[list[tuple[SliceFacts, Reader]]]) -> Optional[CardFacts]:
     if not r.flag("reported", True):
         return None
     processes = r.opt_items("processes")
@@ -339,6 +412,10 @@ def _facts(r: Reader) -> Optional[CardFacts]:
         power_w=r.opt_number("power_w"),
         processes=None if processes is None else tuple(r.each("processes", _process)),
         health=r.texts("health"),
+        # written before MIG: a card nobody said is split is whole
+        mig_mode=_opt_flag(r, "mig_mode", False),
+        mig_pending=_opt_flag(r, "mig_pending", None),
+        slices=None if slices is None else tuple(f for f, _ in slices),
     )
 
 
@@ -362,7 +439,13 @@ def _job(r: Reader) -> JobState:
         note=r.text("note", ""),
         container_id=r.opt_text("container_id"),
         cgroup=r.opt_text("cgroup"),
+        slices=tuple(r.each("slices", _slice_ref, [])),
     )
+
+
+def _slice_ref(r: Reader) -> SliceRef:
+    r.only("card", "uuid", "profile")
+    return SliceRef(card=r.whole("card"), uuid=r.text("uuid"), profile=r.text("profile", ""))
 
 
 def _queued(r: Reader) -> QueuedLaunch:
@@ -377,6 +460,7 @@ def _queued(r: Reader) -> QueuedLaunch:
         uid=r.opt_whole("uid"),
         state=r.text("state", "queued"),
         waiting_for=r.opt_text("waiting_for"),
+        slice=r.opt_text("slice"),
     )
 
 
@@ -392,7 +476,8 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         raise WireError(f"{where}.total is {total}, not a card count")
     jobs = tuple(r.each("jobs", _job))
     cards_raw = r.each("cards", lambda c: c)
-    facts = [_facts(c) for c in cards_raw]
+    slices_raw = [_card_slices(c) for c in cards_raw]
+    facts = [_facts(c, sl) for c, sl in zip(cards_raw, slices_raw)]
     reading = ProbeReading(
         source=r.text("probe"),
         cards=tuple(f for f in facts if f is not None),
@@ -403,8 +488,19 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
     )
     live = {j.key: j for j in jobs if j.live}
     views = []
-    for c, f in zip(cards_raw, facts):
+    states: list[SliceState] = []
+    for c, f, sl in zip(cards_raw, facts, slices_raw):
         run_id = c.opt_text("run_id")
+        parts = []
+        for sf, sr in (sl or []) if f is not None else []:
+            slice_run = sr.opt_text("run_id")
+            parts.append(SliceView(
+                card=c.whole("index"), facts=sf, state=sr.text("state"), run_id=slice_run,
+                job=live.get(slice_run) if slice_run else None, holders=tuple(sr.each("holders", _holder, [])),
+                reason=sr.opt_text("reason"), warning=sr.opt_text("warning")))
+            states.append(SliceState(card=c.whole("index"), index=sf.index, state=sr.text("state"), uuid=sf.uuid,
+                                     profile=sf.profile, gpu_instance_id=sf.gpu_instance_id, run_id=slice_run,
+                                     reason=sr.opt_text("reason")))
         views.append(CardView(
             index=c.whole("index"),
             state=c.text("state"),
@@ -415,6 +511,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
             reason=c.opt_text("reason"),
             warning=c.opt_text("warning"),
             drain=None if c.doc.get("drain") is None else _drain(Reader(c.doc["drain"], f"{c.where}.drain")),
+            slices=tuple(parts),
         ))
     occupancy = GpuOccupancy(
         total=total,
@@ -423,6 +520,8 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         unhealthy=_int_keys(r, "unhealthy"),
         external_probe_ok=r.flag("external_probe_ok"),
         drained=_int_keys(r, "drained") if "drained" in r.doc else {},
+        mig=_int_keys(r, "mig") if "mig" in r.doc else {},
+        slices=tuple(states),
     )
     return NodeSnapshot(
         taken_at=r.number("taken_at"),
@@ -483,13 +582,15 @@ def launched_to_json(result: Launched) -> dict[str, Any]:
         "expires_at": result.job.expires_at,
         "warning": result.warning,
         "job": _job_json(result.job),
+        "slices": [asdict(ref) for ref in result.slices],
     }
 
 
 def launched_from_json(doc: Any, where: str = "launch") -> Launched:
     r = Reader(doc, where)
     return Launched(gpus=r.wholes("gpus"), job=_job(Reader(r.obj("job"), f"{where}.job")),
-                    existing=r.flag("existing", False), warning=r.opt_text("warning"))
+                    existing=r.flag("existing", False), warning=r.opt_text("warning"),
+                    slices=tuple(r.each("slices", _slice_ref, [])))
 
 
 # ── triage ────────────────────────────────────────────────────────────────────

@@ -16,8 +16,8 @@ the others.
 ``GET  /v1/stream``         every new reading as a line of JSON (newline-delimited), as made
 ``GET  /v1/whoami``         the caller as the node sees them
 ``GET  /v1/audit``          the node's log of actions (``?since=SECONDS``); your own unless operator
-``POST /v1/launch``         ``{cards, command, image, run_id, owner, env, cwd, queue, placement}``
-``POST /v1/reserve``        ``{cards, duration_s, run_id, owner, placement}``
+``POST /v1/launch``         ``{cards, command, image, run_id, owner, env, cwd, queue, slice, placement}``
+``POST /v1/reserve``        ``{cards, duration_s, run_id, owner, slice, placement}`` (``slice``: a MIG profile, 1 card)
 ``POST /v1/extend``         ``{run_id, duration_s}``
 ``POST /v1/stop``           ``{run_id}``
 ``POST /v1/reclaim``        ``{run_id}`` (null: every exited job the caller may remove)
@@ -248,7 +248,7 @@ class Api:
     async def launch(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
         r = await self._body(request, "cards", "command", "image", "run_id", "owner", "env", "cwd", "queue",
-                             "placement")
+                             "slice", "placement")
         env_doc = r.doc.get("env")
         env: Optional[tuple[tuple[str, str], ...]] = None
         if env_doc is not None:
@@ -258,7 +258,7 @@ class Api:
             env = tuple(env_doc.items())
         req = LaunchRequest(cards=r.whole("cards"), command=r.texts("command"), image=r.opt_text("image"),
                             run_id=r.opt_text("run_id"), owner=r.text("owner", ""), env=env,
-                            cwd=r.opt_text("cwd"), queue=r.flag("queue", False),
+                            cwd=r.opt_text("cwd"), queue=r.flag("queue", False), slice=r.opt_text("slice"),
                             placement=r.opt_text("placement"))
         result = await self.service.launch(caller, req)
         if result.queued is not None:
@@ -268,9 +268,9 @@ class Api:
 
     async def reserve(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
-        r = await self._body(request, "cards", "duration_s", "run_id", "owner", "placement")
+        r = await self._body(request, "cards", "duration_s", "run_id", "owner", "slice", "placement")
         req = ReserveRequest(cards=r.whole("cards"), duration_s=r.number("duration_s"),
-                             run_id=r.opt_text("run_id"), owner=r.text("owner", ""),
+                             run_id=r.opt_text("run_id"), owner=r.text("owner", ""), slice=r.opt_text("slice"),
                              placement=r.opt_text("placement"))
         return web.json_response({"launched": launched_to_json(await self.service.reserve(caller, req))})
 

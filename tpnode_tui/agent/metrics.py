@@ -6,7 +6,9 @@ scrape hang or pile work onto the node. (A stale reading says so:
 ``tpnode_probe_ok`` is 0 and ``tpnode_reading_age_seconds`` grows.)
 
 Device facts carry dcgm-exporter's names, types and labels, so NVIDIA's
-published Grafana dashboard for dcgm-exporter works on these nodes unchanged.
+published Grafana dashboard for dcgm-exporter works on these nodes unchanged;
+a MIG slice's memory is a sample of its own with dcgm-exporter's two MIG
+labels, ``GPU_I_PROFILE`` and ``GPU_I_ID``, beside its card's.
 The allocator's own facts are under ``tpnode_``. A value the probe could not
 read is left out, never sent as 0: a missing sample reads as "unknown", a 0
 would read as "idle". docs/metrics.md lists every metric.
@@ -22,15 +24,21 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import __version__
-from ..model import NodeSnapshot
+from ..model import SLICE_STATES, NodeSnapshot
 from ..printable import printable
 from ..service import NodeService
 
 #: every state a card can be in; a state met that is not listed is added as it comes
-CARD_STATES = ("free", "job", "reservation", "external", "unhealthy", "unverified", "drained")
+CARD_STATES = ("free", "job", "reservation", "external", "unhealthy", "unverified", "drained", "mig")
 
 #: dcgm-exporter's labels, in its order
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+#: dcgm-exporter's labels on a MIG instance's samples, in its order: the card's, and
+#: the GPU instance's profile and id before the host name
+DCGM_MIG_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", "Hostname")
+#: what names a slice in the allocator's own series: its card, dcgm-exporter's
+#: MIG labels, and the MIG device's index (two compute instances share one GPU instance)
+SLICE_LABELS = ("gpu", "GPU_I_ID", "GPU_I_PROFILE", "mig_device")
 
 #: what the exposition is, for the Content-Type header
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -95,6 +103,18 @@ class NodeCollector(Collector):
             for key, value in values.items():
                 if value is not None:
                     families[key].add_metric(labels, value)
+            for s in card.slices:
+                sf = s.facts
+                mig = dict(zip(DCGM_MIG_LABELS, [*labels[:5], _text(sf.profile), _gi(sf.gpu_instance_id),
+                                                 self.node]))
+                slice_values = {
+                    "used": sf.memory_used_mib,
+                    "free": (sf.memory_total_mib - sf.memory_used_mib
+                             if sf.memory_total_mib is not None and sf.memory_used_mib is not None else None),
+                }
+                for key, value in slice_values.items():
+                    if value is not None:
+                        families[key].add_sample(families[key].name, mig, value)
         yield from families.values()
 
     def _allocator(self, snap: Optional[NodeSnapshot], stale: bool) -> Iterator[GaugeMetricFamily]:
@@ -114,6 +134,21 @@ class NodeCollector(Collector):
                                    _text(job.owner if job else "")], 1)
         yield state
         yield holder
+        slice_state = GaugeMetricFamily("tpnode_slice_state", "1 for the MIG slice's current state, 0 for "
+                                        "the others", labels=[*SLICE_LABELS, "state"])
+        slice_holder = GaugeMetricFamily("tpnode_slice_holder_info", "The job or reservation holding the "
+                                         "MIG slice", labels=[*SLICE_LABELS, "run_id", "kind", "owner"])
+        slices = [(card, sv) for card in cards for sv in card.slices]
+        slice_states = list(SLICE_STATES) + sorted({sv.state for _c, sv in slices} - set(SLICE_STATES))
+        for card, sv in slices:
+            names = [str(card.index), _gi(sv.facts.gpu_instance_id), _text(sv.facts.profile), str(sv.index)]
+            for st in slice_states:
+                slice_state.add_metric([*names, st], 1 if st == sv.state else 0)
+            if sv.state in ("job", "reservation") and sv.run_id:
+                slice_holder.add_metric([*names, _text(sv.run_id), sv.state,
+                                         _text(sv.job.owner if sv.job else "")], 1)
+        yield slice_state
+        yield slice_holder
 
         def gauge(name: str, doc: str, value: Optional[float]) -> GaugeMetricFamily:
             family = GaugeMetricFamily(name, doc)
@@ -121,12 +156,14 @@ class NodeCollector(Collector):
                 family.add_metric([], value)
             return family
 
-        free = drained = intruders = total = age = queued = wait = None
+        free = drained = intruders = total = age = queued = wait = slices_total = slices_free = None
         probe_ok = False
         if snap is not None:
             total = snap.occupancy.total
             free = sum(1 for c in cards if c.state == "free")
             drained = sum(1 for c in cards if c.state == "drained")
+            slices_total = len(slices)
+            slices_free = sum(1 for _c, sv in slices if sv.state == "free")
             intruders = sum(len(getattr(c, "intruders", ()) or ()) for c in cards)
             probe_ok = not stale and snap.occupancy.external_probe_ok and snap.probe.problem is None
             age = now - snap.taken_at
@@ -135,6 +172,8 @@ class NodeCollector(Collector):
             wait = max(0.0, now - min(waiting)) if waiting else 0.0
         yield gauge("tpnode_cards_total", "Cards on this node", total)
         yield gauge("tpnode_cards_free", "Cards checked free (unverified cards are not counted)", free)
+        yield gauge("tpnode_slices_total", "MIG slices on this node's cards in MIG mode", slices_total)
+        yield gauge("tpnode_slices_free", "MIG slices checked free (unverified ones are not counted)", slices_free)
         yield gauge("tpnode_drained_cards", "Cards drained: not handed out until undrained", drained)
         yield gauge("tpnode_intruders", "Processes on held cards that belong to neither the job nor "
                     "the reservation's owner", intruders)
@@ -145,6 +184,11 @@ class NodeCollector(Collector):
                     "allocation lock, or being placed", queued)
         yield gauge("tpnode_lock_wait_seconds", "How long the oldest launch waiting for the allocation "
                     "lock has waited; 0 when none waits", wait)
+
+
+def _gi(gpu_instance_id: Optional[int]) -> str:
+    """A GPU instance id as a label: empty when the driver did not say."""
+    return "" if gpu_instance_id is None else str(gpu_instance_id)
 
 
 def metrics_app(service: NodeService, node: str) -> web.Application:

@@ -79,8 +79,28 @@ async def _status(run: Run) -> None:
         print_status(view.snapshot, note=note and f"state: {note}", you=you_line(view, node))
 
 
+def _what_arguments(parser: argparse.ArgumentParser) -> None:
+    """Whole cards, or one MIG slice of a profile: what a launch or a reservation holds."""
+    parser.add_argument("--cards", type=cards, metavar="N", help="whole cards (never a card in MIG mode)")
+    parser.add_argument("--slice", metavar="PROFILE",
+                        help="one MIG slice of this profile instead of whole cards, e.g. 1g.18gb")
+
+
+def _what(args: argparse.Namespace) -> int:
+    """The card count asked for, checked against --slice: one of them, and a slice is one device."""
+    if args.slice is not None:
+        if args.cards not in (None, 1):
+            raise UsageError(f"--slice {args.slice} is one MIG device: leave out --cards {args.cards}")
+        if args.placement is not None:
+            raise UsageError(f"--slice {args.slice} is one MIG device: it has no --{args.placement} to ask for")
+        return 1
+    if args.cards is None:
+        raise UsageError("say what to hold: --cards N (whole cards) or --slice PROFILE (one MIG slice)")
+    return int(args.cards)
+
+
 def _launch_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cards", type=cards, required=True, metavar="N")
+    _what_arguments(parser)
     parser.add_argument("--run-id", metavar="ID", help="default: a generated one")
     parser.add_argument("--image", metavar="IMG", help="container image (docker runtime)")
     parser.add_argument("--wait", type=seconds, metavar="SECONDS", help=WAIT_HELP)
@@ -103,15 +123,16 @@ async def _launch(run: Run) -> None:
         raise UsageError("--queue needs the node's agent, which keeps the queue: no agent answers, "
                          "and this command exits when it is done")
     run_id = _run_id(args.run_id) or new_run_id()
-    request = LaunchRequest(cards=args.cards, command=tuple(argv), image=args.image, run_id=run_id, queue=args.queue,
-                            placement=args.placement)
+    request = LaunchRequest(cards=_what(args), command=tuple(argv), image=args.image, run_id=run_id,
+                            queue=args.queue, placement=args.placement, slice=args.slice)
     result = await _bounded(node, node.launch(request), run_id, args.wait)
     if result.queued is not None:
         q = result.queued
+        wanted = f"a {args.slice} MIG slice" if args.slice is not None else cards_words(q.cards)
         if args.json:
             print(json.dumps({"queued": queued_to_json(q)}))
         else:
-            print(f"queued {q.run_id}: it starts by itself once {cards_words(q.cards)} "
+            print(f"queued {q.run_id}: it starts by itself once {wanted} "
                   f"{'is' if q.cards == 1 else 'are'} free, after the launches queued before it "
                   f"(tpnode-tui queue shows them; tpnode-tui cancel {q.run_id} drops it)")
         return
@@ -152,7 +173,7 @@ async def _watch_wait(node: Node, run_id: str) -> None:
 
 
 def _reserve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cards", type=cards, required=True, metavar="N")
+    _what_arguments(parser)
     parser.add_argument("--for", dest="duration", required=True, metavar="DURATION", help="e.g. 30m, 2h, 1d")
     parser.add_argument("--owner", metavar="NAME", help="default: the current user")
     parser.add_argument("--run-id", metavar="ID", help="default: a generated one")
@@ -165,8 +186,8 @@ def _reserve_arguments(parser: argparse.ArgumentParser) -> None:
 async def _reserve(run: Run) -> None:
     node, args = run.node, run.args
     run_id = _run_id(args.run_id) or new_run_id("rsv")
-    request = ReserveRequest(cards=args.cards, duration_s=parse_duration(args.duration), run_id=run_id,
-                             owner=args.owner or "", placement=args.placement)
+    request = ReserveRequest(cards=_what(args), duration_s=parse_duration(args.duration), run_id=run_id,
+                             owner=args.owner or "", placement=args.placement, slice=args.slice)
     result = await _bounded(node, node.reserve(request), run_id, args.wait)
     report_launch(result, args.json, "reserved")
 
@@ -189,7 +210,7 @@ async def _reclaim(run: Run) -> None:
 @node_command("stop", "stop a running job or reservation", _run_id_argument, straight=True)
 async def _stop(run: Run) -> None:
     job = await run.node.stop(run.args.run_id)
-    print(f"stopped {job.key} ({cards_words(job.gpus)})")
+    print(f"stopped {job.key} ({job.holding})")
 
 
 def _extend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -207,7 +228,7 @@ async def _extend(run: Run) -> None:
         print(json.dumps(job_to_json(job)))
         return
     until = time.strftime("%H:%M:%S", time.localtime(job.expires_at or 0))
-    print(f"extended {job.key}: it holds {cards_words(job.gpus)} until {until} "
+    print(f"extended {job.key}: it holds {job.holding} until {until} "
           f"({time_left(job.expires_at, True, time.time())})")
 
 

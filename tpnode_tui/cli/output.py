@@ -11,11 +11,11 @@ import sys
 import time
 from typing import Any, Optional, Sequence, TextIO
 
-from ..model import EvictReport, Launched, NodeSnapshot, QueuedLaunch
+from ..model import EvictReport, Launched, NodeSnapshot, QueuedLaunch, SliceRef
 from ..node.base import Node
 from ..port import NodeView
 from ..printable import printable_view
-from ..render import card_summary, cards_words, clock_time, format_duration, format_mib
+from ..render import card_summary, cards_words, clock_time, format_duration, format_mib, slice_name, slice_summary
 from ..wire import launched_to_json
 
 
@@ -64,6 +64,12 @@ def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None, note: Optiona
             if len(summary) > 47:
                 summary = summary[:46] + "…"
             print(f"{card.index:<5}{card.state:<13}{summary:<48}{mem:>22}", file=out)
+            for piece in card.slices:  # a MIG card's slices, each under its card
+                used = f"{format_mib(piece.facts.memory_used_mib)} / {format_mib(piece.facts.memory_total_mib)}"
+                said = f"{piece.facts.profile or 'profile unknown'}  {slice_summary(piece)}".rstrip()
+                if len(said) > 45:
+                    said = said[:44] + "…"
+                print(f"  {slice_name(card.index, piece.index):<5}{piece.state:<11}{said:<47}{used:>22}", file=out)
     if snap.jobs:
         print(file=out)
         now = time.time()
@@ -72,7 +78,7 @@ def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None, note: Optiona
         for job in snap.jobs:
             status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
             age = format_duration(now - job.started_at) if job.started_at else "-"
-            cards = ",".join(map(str, job.gpus)) or "-"
+            cards = ",".join([*map(str, job.gpus), *(slice_of(ref) for ref in job.slices)]) or "-"
             rows.append([job.key, job.kind, status, cards, age,
                          time_left(job.expires_at, job.live, now), job.owner])
             notes[len(rows)] = job.problems
@@ -83,13 +89,18 @@ def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None, note: Optiona
                 print(f"  ! {problem}", file=out)
 
 
+def slice_of(ref: SliceRef) -> str:
+    """A job's MIG slice in the jobs table, by its card and profile ("1:1g.18gb"): its uuid is too long."""
+    return f"{ref.card}:{ref.profile}" if ref.profile else f"{ref.card}:{ref.uuid}"
+
+
 def report_launch(result: Launched, as_json: bool, what: str) -> None:
     if as_json:
         print(json.dumps(launched_to_json(result)))
     elif result.existing:
-        print(f"{result.job.run_id} already holds {cards_words(result.gpus)}; nothing new started")
+        print(f"{result.job.run_id} already holds {result.holding}; nothing new started")
     else:
-        print(f"{what} {result.job.run_id} on {cards_words(result.gpus)}")
+        print(f"{what} {result.job.run_id} on {result.holding}")
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
 

@@ -114,7 +114,7 @@ class DemoScene:
             snap = view.snapshot
             if snap is not None:
                 try:  # on the event loop, as the keys' edits are: one writer at a time
-                    self.demo.move(time.time(), self._working(snap))
+                    self.demo.move(time.time(), self._working(snap), self._on_slices(snap))
                 except (OSError, ValueError):
                     log.warning("could not move the demo's scene", exc_info=True)
             await asyncio.sleep(MOVE_S)
@@ -128,6 +128,15 @@ class DemoScene:
                 for index in job.gpus:
                     working[index] = pid
         return working
+
+    def _on_slices(self, snap: NodeSnapshot) -> dict[tuple[int, str], int]:
+        """(card, MIG uuid) -> the pid the driver would list on that slice: each live job's command."""
+        on = {}
+        for job in snap.jobs:
+            if job.live and job.kind == "job" and job.pid is not None:
+                for ref in job.slices:
+                    on[(ref.card, ref.uuid)] = self._worker(job.pid)
+        return on
 
     def _worker(self, supervisor: int) -> int:
         pid: Optional[int] = self._workers.get(supervisor)

@@ -228,17 +228,26 @@ class AgentNode:
         body: dict[str, Any] = {
             "cards": request.cards, "command": list(request.command), "image": request.image,
             "run_id": request.run_id, "owner": request.owner, "cwd": cwd,
-            "queue": request.queue, "env": None if env is None else dict(env), "placement": request.placement,
+            "queue": request.queue, "env": None if env is None else dict(env),
         }
+        # only when asked for: an older agent refuses a key it does not know
+        if request.slice is not None:
+            body["slice"] = request.slice
+        if request.placement is not None:
+            body["placement"] = request.placement
         doc = await self._call("POST", "/v1/launch", body)
         if "queued" in doc:
             return LaunchResult(queued=queued_from_json(doc["queued"]))
         return LaunchResult(launched=launched_from_json(doc.get("launched")))
 
     async def reserve(self, request: ReserveRequest) -> Launched:
-        doc = await self._call("POST", "/v1/reserve", {
-            "cards": request.cards, "duration_s": request.duration_s,
-            "run_id": request.run_id, "owner": request.owner, "placement": request.placement})
+        body: dict[str, Any] = {"cards": request.cards, "duration_s": request.duration_s,
+                                "run_id": request.run_id, "owner": request.owner}
+        if request.slice is not None:
+            body["slice"] = request.slice
+        if request.placement is not None:
+            body["placement"] = request.placement
+        doc = await self._call("POST", "/v1/reserve", body)
         return launched_from_json(doc.get("launched"))
 
     async def extend(self, run_id: str, duration_s: float) -> JobState:

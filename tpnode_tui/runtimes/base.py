@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..model import JOB_KINDS, BadRequest, JobSpec, JobState
+from ..model import JOB_KINDS, MIG_UUID_PATTERN, BadRequest, JobSpec, JobState, SliceRef
 
 
 class Runtime(Protocol):
@@ -75,6 +75,20 @@ def check_cards(gpus: Sequence[int]) -> None:
     """Card indices as an allocator hands them out: whole numbers, none twice."""
     if len(set(gpus)) != len(gpus) or any(type(i) is not int or i < 0 for i in gpus):
         raise BadRequest(f"cards {list(gpus)!r} are not distinct card indices")
+
+
+def check_slices(gpus: Sequence[int], slices: Sequence[SliceRef]) -> None:
+    """MIG slices as an allocator hands them out: each a card index and a MIG
+    uuid, none twice, and never beside whole cards (a job holds one or the other)."""
+    if not slices:
+        return
+    if gpus:
+        raise BadRequest(f"a job is given whole cards or MIG slices, not both ({list(gpus)!r} and slices)")
+    uuids = [getattr(s, "uuid", None) for s in slices]
+    if len(set(uuids)) != len(uuids) or not all(
+            isinstance(s, SliceRef) and type(s.card) is int and s.card >= 0
+            and isinstance(s.uuid, str) and MIG_UUID_PATTERN.fullmatch(s.uuid) for s in slices):
+        raise BadRequest(f"slices {list(slices)!r} are not distinct MIG slices (a card and a MIG-... uuid each)")
 
 
 def hold_seconds(spec: JobSpec) -> float:

@@ -22,6 +22,7 @@ import re
 import secrets
 import shlex
 from collections import OrderedDict
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, AsyncIterator, Iterable, Optional
 
@@ -40,10 +41,11 @@ from ..model import (
     JobSpec,
     JobState,
     RuntimeUnavailable,
+    SliceRef,
     TpnodeError,
     check_run_id,
 )
-from .base import check_cards, check_kind, hold_seconds
+from .base import check_cards, check_kind, check_slices, hold_seconds
 from .labels import GPUS, RUN_ID, job_labels, parse_labels
 
 log = logging.getLogger(__name__)
@@ -431,7 +433,10 @@ class DockerRuntime:
 
     def check(self, spec: JobSpec) -> None:
         """Everything but the engine's own answers (whether the image is here)."""
-        self._config(spec, list(range(max(spec.cards, 1))))
+        if spec.slice is not None:  # the slice is chosen later; any will do to check the rest
+            self._config(replace(spec, slices=(_SOME_SLICE,)), [])
+        else:
+            self._config(spec, list(range(max(spec.cards, 1))))
 
     def _config(self, spec: JobSpec, gpus: list[int]) -> dict[str, Any]:
         """The engine's container config for ``spec`` on ``gpus``, or BadRequest.
@@ -447,9 +452,10 @@ class DockerRuntime:
         """
         check_run_id(spec.run_id)
         check_kind(spec)
-        if not gpus:
+        if not gpus and not spec.slices:
             raise BadRequest(f"job {spec.run_id!r} was given no cards; a job needs at least one")
         check_cards(gpus)
+        check_slices(gpus, spec.slices)
         if spec.kind == "reservation":
             image, command = self._hold(spec)
         else:
@@ -468,16 +474,20 @@ class DockerRuntime:
         }
         if command:
             config["Cmd"] = command
-        devices = ",".join(str(i) for i in gpus)
+        # A MIG slice is named by its MIG device's uuid, as the NVIDIA container
+        # toolkit takes it (docker run --gpus device=MIG-...); a card by its index.
+        ids = [s.uuid for s in spec.slices] if spec.slices else [str(i) for i in gpus]
+        devices = ",".join(ids)
         if self.gpu_mode == "nvidia":
             config["HostConfig"]["DeviceRequests"] = [
-                {"Driver": "nvidia", "DeviceIDs": devices.split(","), "Capabilities": [["gpu"]]}
+                {"Driver": "nvidia", "DeviceIDs": ids, "Capabilities": [["gpu"]]}
             ]
         elif self.gpu_mode == "env":
             # The nvidia runtime shows the container only these cards, numbered
             # from 0, so CUDA's list counts inside the container: host indices
-            # there would hide cards 2,3 of a job given [2, 3] entirely.
-            inside = ",".join(str(i) for i in range(len(gpus)))
+            # there would hide cards 2,3 of a job given [2, 3] entirely. A MIG
+            # device's uuid means the same inside and out.
+            inside = devices if spec.slices else ",".join(str(i) for i in range(len(gpus)))
             config["Env"] = [f"NVIDIA_VISIBLE_DEVICES={devices}", f"CUDA_VISIBLE_DEVICES={inside}"]
         return config
 
@@ -585,9 +595,10 @@ class DockerRuntime:
                 "reserve the cards afresh once it ends"
             )
         spec = JobSpec(
-            run_id=facts.run_id, cards=len(facts.gpus), kind="reservation", owner=facts.owner,
-            uid=facts.uid, fence=facts.fence, expires_at=expires_at,
+            run_id=facts.run_id, cards=len(facts.gpus) or len(facts.slices), kind="reservation",
+            owner=facts.owner, uid=facts.uid, fence=facts.fence, expires_at=expires_at,
             image=config.get("Image") or None,  # the image holding it now is certainly here
+            slices=facts.slices,
         )
         successor = extension_name(facts.run_id)
         async with self._engine() as docker:
@@ -681,6 +692,10 @@ class DockerRuntime:
             await docker.close()
 
 
+#: what a slice job is checked with before its slice is chosen
+_SOME_SLICE = SliceRef(0, "MIG-00000000-0000-0000-0000-000000000000")
+
+
 def _fields(container: DockerContainer, keys: tuple[str, ...]) -> dict[str, Any]:
     """The engine's answer about a container, as a plain dict of the keys used here."""
     return {k: container[k] for k in keys if k in container}
@@ -723,4 +738,5 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         problems=facts.problems,
         uid=facts.uid,
         container_id=str(item.get("Id") or "") or None,
+        slices=facts.slices,
     )

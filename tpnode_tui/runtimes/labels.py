@@ -16,9 +16,24 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ..model import JOB_KINDS, RUN_ID_PATTERN, RUN_ID_RULE, BadRequest, JobSpec, check_run_id
+from ..model import (
+    JOB_KINDS,
+    MIG_UUID_PATTERN,
+    PROFILE_PATTERN,
+    RUN_ID_PATTERN,
+    RUN_ID_RULE,
+    BadRequest,
+    JobSpec,
+    SliceRef,
+    check_run_id,
+)
 
+#: Every platform container carries it (it is what ``ps`` lists by): the cards
+#: it holds whole, "0,1", or empty for a job that holds a MIG slice instead.
 GPUS = "tuneplane.gpus"
+#: the MIG slices it holds: "CARD:MIG-UUID:PROFILE" ("1:MIG-5e6f...:1g.18gb"),
+#: comma-separated; the profile may be left out
+SLICES = "tuneplane.slices"
 RUN_ID = "tuneplane.run_id"
 KIND = "tuneplane.kind"
 OWNER = "tuneplane.owner"
@@ -90,6 +105,49 @@ def parse_gpus_label(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
     return tuple(sorted(found)), _capped(problems)
 
 
+def parse_slices_label(text: Optional[str]) -> tuple[tuple[SliceRef, ...], tuple[str, ...]]:
+    """The MIG slices a ``tuneplane.slices`` label names, and what is wrong with it.
+
+    No label, or an empty one, is no slice. Each entry is ``CARD:UUID`` or
+    ``CARD:UUID:PROFILE``; one that cannot be read is a problem, never
+    dropped silently: a slice a label names is held, whatever else it says.
+    """
+    if text is None or not text.strip():
+        return (), ()
+    found: list[SliceRef] = []
+    problems: list[str] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        parts = piece.split(":")
+        card_text = parts[0].lstrip("0") or "0"
+        if not piece or len(parts) not in (2, 3) or not _DIGITS.fullmatch(parts[0]) \
+                or len(card_text) > _MAX_INDEX_DIGITS or not MIG_UUID_PATTERN.fullmatch(parts[1]) \
+                or (len(parts) == 3 and parts[2] and not PROFILE_PATTERN.fullmatch(parts[2])):
+            problems.append(f"{SLICES}: {_show(piece)} is not a MIG slice (write CARD:MIG-UUID or "
+                            "CARD:MIG-UUID:PROFILE, separated by commas)")
+            continue
+        ref = SliceRef(int(card_text), parts[1], parts[2] if len(parts) == 3 else "")
+        if any(f.uuid == ref.uuid for f in found):
+            problems.append(f"{SLICES}: {ref.uuid} is listed more than once")
+            continue
+        found.append(ref)
+    return tuple(found), tuple(problems[:_MAX_PROBLEMS])
+
+
+def slices_label(slices: tuple[SliceRef, ...]) -> str:
+    """The ``tuneplane.slices`` value for ``slices``; BadRequest for one that would not read back."""
+    pieces = []
+    for ref in slices:
+        if type(ref.card) is not int or ref.card < 0 or not MIG_UUID_PATTERN.fullmatch(ref.uuid or "") \
+                or (ref.profile and not PROFILE_PATTERN.fullmatch(ref.profile)):
+            raise BadRequest(f"{ref!r} is not a MIG slice that can be written in a label")
+        pieces.append(f"{ref.card}:{ref.uuid}" + (f":{ref.profile}" if ref.profile else ""))
+    text = ",".join(pieces)
+    if parse_slices_label(text)[1]:
+        raise BadRequest(f"MIG slices {text!r} cannot be written in a label")
+    return text
+
+
 def parse_expires(text: Optional[str]) -> tuple[Optional[float], tuple[str, ...]]:
     """A ``tuneplane.expires`` value as unix seconds, and what is wrong with it.
 
@@ -133,6 +191,7 @@ class LabelFacts:
     problems: tuple[str, ...]
     fence: Optional[int] = None
     uid: Optional[int] = None
+    slices: tuple[SliceRef, ...] = ()
 
 
 def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
@@ -141,7 +200,13 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
     ``default_run_id`` (the container name) stands in for a missing run id, so a
     container labelled by hand with only ``tuneplane.gpus`` is still named.
     """
-    gpus, problems = parse_gpus_label(labels.get(GPUS, ""))
+    slices, slice_problems = parse_slices_label(labels.get(SLICES))
+    gpus_text = labels.get(GPUS, "")
+    gpus: tuple[int, ...] = ()
+    problems: tuple[str, ...] = ()
+    if not slices or (gpus_text or "").strip():  # a job that holds a MIG slice holds no whole card
+        gpus, problems = parse_gpus_label(gpus_text)
+    problems += slice_problems
     kind, kind_problems = parse_kind(labels.get(KIND))
     expires_at, expires_problems = parse_expires(labels.get(EXPIRES))
     run_id = (labels.get(RUN_ID) or "").strip() or default_run_id
@@ -169,6 +234,7 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
         problems=problems + kind_problems + expires_problems + tuple(extra),
         fence=fence,
         uid=uid,
+        slices=slices,
     )
 
 
@@ -180,7 +246,7 @@ def _seconds(value: float) -> str:
 
 
 def job_labels(spec: JobSpec, gpus: list[int] | tuple[int, ...]) -> dict[str, str]:
-    """The labels that make a container hold ``gpus`` for ``spec``.
+    """The labels that make a container hold ``gpus`` (and ``spec.slices``) for ``spec``.
 
     Only checked values are written, so the labels always read back without
     problems: a run id or expiry that could not be read back is refused here
@@ -191,6 +257,8 @@ def job_labels(spec: JobSpec, gpus: list[int] | tuple[int, ...]) -> dict[str, st
         RUN_ID: check_run_id(spec.run_id),
         KIND: spec.kind,
     }
+    if spec.slices:
+        labels[SLICES] = slices_label(spec.slices)
     if spec.owner:
         labels[OWNER] = spec.owner
     if spec.fence is not None:

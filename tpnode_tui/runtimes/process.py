@@ -54,7 +54,7 @@ from ..model import (
     RuntimeUnavailable,
     check_run_id,
 )
-from .base import check_cards, check_kind, hold_seconds
+from .base import check_cards, check_kind, check_slices, hold_seconds
 from .jobprocs import JobProcesses, ProcessStat, make_cgroup, process_stat, remove_cgroup
 from .launchsheet import LaunchSheet, write_sheet
 from .statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
@@ -188,6 +188,7 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         uid=record.uid,
         note=record.note,
         cgroup=record.cgroup or None,
+        slices=record.slices,
     )
 
 
@@ -207,7 +208,8 @@ def _check_argv(argv: Sequence[str]) -> None:
 def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
     """The command's whole environment: the caller's as sent (else, for the
     launcher's own jobs, the launcher's), their account's HOME, USER and
-    LOGNAME, and the cards."""
+    LOGNAME, and the cards, or the MIG slices by uuid (which is how CUDA is
+    pointed at a MIG device: an index would name the whole card)."""
     if spec.env is not None:
         env: dict[str, str] = {}
         for pair in spec.env:
@@ -228,9 +230,10 @@ def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
         env = dict(os.environ)
     if spec.run_as is not None:
         env.update(HOME=spec.run_as.home, USER=spec.run_as.user, LOGNAME=spec.run_as.user)
+    devices = ",".join(s.uuid for s in spec.slices) if spec.slices else ",".join(str(i) for i in gpus)
     env.update(
-        CUDA_VISIBLE_DEVICES=",".join(str(i) for i in gpus),
-        NVIDIA_VISIBLE_DEVICES=",".join(str(i) for i in gpus),
+        CUDA_VISIBLE_DEVICES=devices,
+        NVIDIA_VISIBLE_DEVICES=devices,
         # CUDA numbers cards fastest first unless told otherwise; the
         # indices above are the driver's (PCI bus) order, as nvidia-smi shows.
         CUDA_DEVICE_ORDER="PCI_BUS_ID",
@@ -444,6 +447,7 @@ class ProcessRuntime:
     def _create(self, spec: JobSpec, gpus: list[int]) -> JobState:
         name = check_run_id(spec.run_id)
         check_cards(gpus)
+        check_slices(gpus, spec.slices)
         sheet = self._sheet(spec, gpus)
         logs = self.state.dir / "logs"
         log = logs / f"{name}.log"
@@ -481,6 +485,7 @@ class ProcessRuntime:
                     pid_ns=pid_namespace(),
                     cgroup=str(cgroup or ""),
                     uid=spec.uid,
+                    slices=tuple(spec.slices),
                 )
                 jobs[name] = record
         except BaseException:

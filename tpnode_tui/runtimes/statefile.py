@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
 from ..jsonstore import DEFAULT_LOCK_TIMEOUT_S, JsonStore
-from ..model import JOB_KINDS
+from ..model import JOB_KINDS, MIG_UUID_PATTERN, PROFILE_PATTERN, SliceRef
 from .jobprocs import CGROUP_PREFIX
 
 STATE_VERSION = 1
@@ -76,11 +76,19 @@ class JobRecord:
     note: str = ""
     #: the owner's uid, so that rules compare accounts, not names (None: not recorded)
     uid: Optional[int] = None
+    #: the MIG slices the job holds (``gpus`` is then empty); a record made before
+    #: slices has none, and one without slices is written without the field, so
+    #: such a record still reads where slices are not known
+    slices: tuple[SliceRef, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["gpus"] = list(self.gpus)
         data["command"] = list(self.command)
+        if self.slices:
+            data["slices"] = [asdict(ref) for ref in self.slices]
+        else:
+            del data["slices"]
         return data
 
 
@@ -90,6 +98,14 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_slice(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) <= {"card", "uuid", "profile"} and {"card", "uuid"} <= set(value)
+            and _is_int(value["card"]) and value["card"] >= 0
+            and isinstance(value["uuid"], str) and MIG_UUID_PATTERN.fullmatch(value["uuid"]) is not None
+            and isinstance(value.get("profile", ""), str)
+            and (value.get("profile", "") == "" or PROFILE_PATTERN.fullmatch(value["profile"]) is not None))
 
 
 _CHECKS: dict[str, tuple[Any, str]] = {
@@ -125,6 +141,11 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     ),
     "note": (lambda v: isinstance(v, str), "a string"),
     "uid": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
+    "slices": (
+        lambda v: isinstance(v, list) and all(_is_slice(i) for i in v)
+        and len({i["uuid"] for i in v}) == len(v),
+        'a list of distinct MIG slices ({"card": N, "uuid": "MIG-...", "profile": "1g.18gb"})',
+    ),
 }
 
 
@@ -152,7 +173,8 @@ def record_from_json(key: str, data: Any) -> JobRecord:
             raise ValueError(f"job {key!r} field {name!r} is {data[name]!r}, expected {wanted}")
     if data["name"] != key:
         raise ValueError(f"job {key!r} is recorded under the name {data['name']!r}")
-    values = dict(data, gpus=tuple(data["gpus"]), command=tuple(data["command"]))
+    values = dict(data, gpus=tuple(data["gpus"]), command=tuple(data["command"]),
+                  slices=tuple(SliceRef(i["card"], i["uuid"], i.get("profile", "")) for i in data.get("slices", [])))
     return JobRecord(**values)
 
 

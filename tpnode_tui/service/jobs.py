@@ -12,7 +12,7 @@ from ..allocator import GpuAllocator
 from ..identity import Caller
 from ..model import BadRequest, JobNotFound, JobState
 from ..policy import Policy
-from ..render import cards_words, format_duration
+from ..render import format_duration
 from .journal import Journal
 
 
@@ -38,8 +38,8 @@ class JobActions:
             return await self.allocator.stop(run_id)
 
         return await self.journal.audited(caller, "stop", run_id, work(),
-                                          lambda j: f"{caller.user} stopped {j.key} ({cards_words(j.gpus)})",
-                                          lambda j: j.gpus)
+                                          lambda j: f"{caller.user} stopped {j.key} ({j.holding})",
+                                          lambda j: j.cards)
 
     async def extend(self, caller: Caller, run_id: str, duration_s: float) -> JobState:
         async def work() -> JobState:
@@ -53,7 +53,7 @@ class JobActions:
             left = format_duration((job.expires_at or 0) - self.clock())
             return f"{caller.user} extended {job.key} by {format_duration(duration_s)}; {left} left"
 
-        return await self.journal.audited(caller, "extend", run_id, work(), done, lambda j: j.gpus)
+        return await self.journal.audited(caller, "extend", run_id, work(), done, lambda j: j.cards)
 
     async def reclaim(self, caller: Caller, run_id: Optional[str]) -> list[JobState]:
         """Remove exited jobs' records: one run id (its owner or an operator), or
@@ -75,4 +75,4 @@ class JobActions:
             return f"{caller.user} reclaimed " + (", ".join(j.key for j in jobs) or "nothing")
 
         return await self.journal.audited(caller, "reclaim", run_id or "*", work(), done,
-                                          lambda jobs: [i for j in jobs for i in j.gpus])
+                                          lambda jobs: [i for j in jobs for i in j.cards])

@@ -75,12 +75,14 @@ class Launches:
     def _spec(self, caller: Caller, *, run_id: str, cards: int, owner: str,
               command: tuple[str, ...] = (), image: Optional[str] = None, kind: str = "job",
               env: Optional[tuple[tuple[str, str], ...]] = None, cwd: Optional[str] = None,
-              placement: Optional[str] = None) -> JobSpec:
+              placement: Optional[str] = None, slice: Optional[str] = None) -> JobSpec:
         check_run_id(run_id)
         if cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {cards}")
         if placement is not None and placement not in PLACEMENTS:
             raise BadRequest(f"{placement!r} is not a placement: use {' or '.join(PLACEMENTS)}")
+        if placement is not None and slice is not None:
+            raise BadRequest(f"a MIG slice ({slice}) is one device: it has no placement ({placement}) to ask for")
         owner = self.policy.owner_for(caller, owner)
         self.policy.check_image(image)
         named = caller if owner == caller.user else account(owner)
@@ -90,13 +92,13 @@ class Launches:
         runner = named if named is not None and caller.uid == 0 else caller
         return JobSpec(run_id=run_id, cards=cards, command=command, image=image, kind=kind,
                        owner=owner, uid=named.uid if named is not None else None,
-                       env=env, cwd=cwd, run_as=run_as(runner), placement=placement)
+                       env=env, cwd=cwd, run_as=run_as(runner), placement=placement, slice=slice)
 
     async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
         run_id = request.run_id or new_run_id()
         spec = self._spec(caller, run_id=run_id, cards=request.cards, owner=request.owner,
                           command=request.command, image=request.image, env=request.env,
-                          cwd=request.cwd, placement=request.placement)
+                          cwd=request.cwd, placement=request.placement, slice=request.slice)
         entry = QueueEntry(spec, caller, self.clock())
 
         async def work() -> LaunchResult:
@@ -115,11 +117,11 @@ class Launches:
 
         def done(result: LaunchResult) -> str:
             if result.queued is not None:
-                return f"{run_id} queued for {cards_words(spec.cards)}"
+                return f"{run_id} queued for {_wanted(spec)}"
             return _placed(result.launched)
 
         return await self.journal.audited(caller, "launch", run_id, work(), done,
-                                          lambda r: r.launched.gpus if r.launched is not None else (),
+                                          lambda r: r.launched.job.cards if r.launched is not None else (),
                                           finish=False)
 
     async def reserve(self, caller: Caller, request: ReserveRequest) -> Launched:
@@ -127,12 +129,12 @@ class Launches:
             raise BadRequest(f"a reservation lasts at least 1 second, not {request.duration_s:g}")
         run_id = request.run_id or new_run_id("rsv")
         spec = self._spec(caller, run_id=run_id, cards=request.cards, owner=request.owner,
-                          kind="reservation", placement=request.placement)
+                          kind="reservation", placement=request.placement, slice=request.slice)
         spec = replace(spec, expires_at=self.clock() + request.duration_s)
         entry = QueueEntry(spec, caller, self.clock())
         return await self.journal.audited(caller, "reserve", run_id,
                                           self._place(entry, hold_for_s=request.duration_s), _placed,
-                                          lambda launched: launched.gpus, finish=False)
+                                          lambda launched: launched.job.cards, finish=False)
 
     async def _place(self, entry: QueueEntry, hold_for_s: Optional[float] = None) -> Launched:
         """Launch ``entry`` as a cancellable pending launch, listed in the
@@ -201,7 +203,7 @@ class Launches:
         shown = [trying(p, p.entry.public("placing", "placing its job"))
                  for run_id, p in self._pending.items() if run_id not in in_queue]
         for n, entry in enumerate(entries):
-            place = entry.public("queued", f"{cards_words(entry.spec.cards)}, #{n + 1} in the queue")
+            place = entry.public("queued", f"{_wanted(entry.spec)}, #{n + 1} in the queue")
             pending = self._pending.get(entry.spec.run_id)
             shown.append(place if pending is None else trying(pending, place))
         return tuple(shown)
@@ -276,10 +278,15 @@ class Launches:
                 await self._round
 
 
+def _wanted(spec: JobSpec) -> str:
+    """What a queued launch waits for: "2 cards", "a 1g.18gb MIG slice"."""
+    return f"a {spec.slice} MIG slice" if spec.slice is not None else cards_words(spec.cards)
+
+
 def _placed(launched: Optional[Launched]) -> str:
     if launched is None:
         return "nothing placed"
     job = launched.job
     if launched.existing:
-        return f"{job.key} already held {cards_words(launched.gpus)}"
-    return f"{job.key} of {job.owner or 'nobody'} got {cards_words(launched.gpus)}"
+        return f"{job.key} already held {launched.holding}"
+    return f"{job.key} of {job.owner or 'nobody'} got {launched.holding}"

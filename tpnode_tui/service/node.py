@@ -24,7 +24,7 @@ from ..launchqueue import LaunchQueue, MemoryQueue
 from ..locks import AllocationLock
 from ..model import Drain, EvictReport, JobState, Launched, NodeSnapshot, QueuedLaunch, Sample
 from ..nodelog import NodeLog
-from ..policy import Policy, held_by
+from ..policy import Policy, counted, held_by
 from ..port import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
 from ..triage import Triage
 from ..xid import XidRules
@@ -156,7 +156,7 @@ class NodeService:
     def you(self, caller: Caller, snap: Optional[NodeSnapshot]) -> You:
         jobs = snap.jobs if snap is not None else ()
         return You(user=caller.user, uid=caller.uid, operator=caller.operator,
-                   cards_held=sum(len(j.gpus) for j in held_by(caller, jobs)),
+                   cards_held=sum(counted(j) for j in held_by(caller, jobs)),
                    card_limit=self.policy.limits.limit_for(caller, group_names(caller.groups)))
 
     def audit(self, caller: Caller, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
