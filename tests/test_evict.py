@@ -18,7 +18,6 @@ from load_tools import kill_process_jobs
 from services import write_scene
 from tpnode_tui import GpuAllocator
 from tpnode_tui.config import load_settings
-from tpnode_tui.evict import ENDED, KILLED, LISTED, RUNNING
 from tpnode_tui.identity import Caller, Operators
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model import Conflict, JobNotFound, NotAllowed, exit_code
@@ -28,6 +27,7 @@ from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
+from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 
 ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
 WAIT_S = 20.0
@@ -222,8 +222,8 @@ async def test_only_an_operator_may_evict(node, accounts):
 
 def test_a_process_whose_start_time_cannot_be_read_is_not_signalled():
     """Without it, a later process given the same pid could not be told from it."""
-    from tpnode_tui.evict import targets
     from tpnode_tui.model import CardView, HolderInfo
+    from tpnode_tui.triage.evict import targets
 
     squatter = HolderInfo(pid=4242, visible=True, user="bob", uid=5002, belongs="external", started_at=None)
     card = CardView(2, "external", holders=(squatter,))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import tracemalloc
 
-from tpnode_tui.history import COARSE_STEP_S, FINE_S, HOUR_S, History
 from tpnode_tui.model import CardFacts
+from tpnode_tui.triage.history import COARSE_STEP_S, FINE_S, HOUR_S, History
 
 CARDS = 64
 INTERVAL_S = 0.2

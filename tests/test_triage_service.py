@@ -398,8 +398,8 @@ async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(tmp_path
 
 def test_a_storm_of_xids_is_counted_on_the_card_not_listed_without_end():
     from fleet_tools import node_snapshot
-    from tpnode_tui.history import History
-    from tpnode_tui.triage import XIDS_NAMED, Triage
+    from tpnode_tui.triage.compare import XIDS_NAMED, Triage
+    from tpnode_tui.triage.history import History
 
     triage = Triage(idle_after_s=1800, mem_busy_mib=1024, history=History(1.0), record=lambda *a, **k: None,
                     started_at=1_700_000_000.0)

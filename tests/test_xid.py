@@ -28,8 +28,8 @@ from fake_pynvml import (
 from tpnode_tui.config import DEFAULT_XID_DRAIN
 from tpnode_tui.probes import NvmlProbe, SimulatedProbe, SmiProbe
 from tpnode_tui.probes.auto import AutoProbe
+from tpnode_tui.triage.watch import KmsgXidWatcher, NvmlXidWatcher, SimulatedXidWatcher, watcher_for
 from tpnode_tui.xid import APPLICATION, DRAIN, IGNORED, OTHER, REBOOT, XidRules, parse_kmsg, pci_key
-from tpnode_tui.xidwatch import KmsgXidWatcher, NvmlXidWatcher, SimulatedXidWatcher, watcher_for
 
 WAIT_S = 10.0
 RULES = XidRules.of(DEFAULT_XID_DRAIN)

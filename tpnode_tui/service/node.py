@@ -18,7 +18,6 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 from ..allocator import GpuAllocator
 from ..config import DEFAULT_XID_DRAIN, Settings
-from ..history import History
 from ..identity import Caller
 from ..launchqueue import LaunchQueue, MemoryQueue
 from ..locks import AllocationLock
@@ -26,7 +25,8 @@ from ..model import Drain, EvictReport, JobState, Launched, NodeSnapshot, Queued
 from ..nodelog import NodeLog
 from ..policy import Policy, counted, held_by
 from ..port import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
-from ..triage import Triage
+from ..triage.compare import Triage
+from ..triage.history import History
 from ..xid import XidRules
 from .accounts import group_names
 from .changes import Changes

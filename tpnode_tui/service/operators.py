@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Optional
 
-from .. import evict as evicting
 from ..allocator import GpuAllocator
 from ..identity import Caller
 from ..model import BadRequest, Conflict, Drain, EvictReport, JobNotFound, NotAllowed
 from ..policy import Policy
 from ..port import DRAIN_REASON_MOST
+from ..triage import evict as evicting
 from .journal import Journal
 from .readings import Readings
 

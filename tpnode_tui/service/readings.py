@@ -8,7 +8,7 @@ subscriber through a one-slot queue, so a slow reader gets the newest and
 never a backlog; one asked for right after an action (:meth:`Readings.current`)
 waits for a poll that began after it.
 
-Each fresh snapshot is compared with the last (:class:`~tpnode_tui.triage.Triage`)
+Each fresh snapshot is compared with the last (:class:`~tpnode_tui.triage.compare.Triage`)
 before readers get it, and each card's last hour is kept from the polls.
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import replace
 from typing import AsyncIterator, Callable, Optional
 
 from ..allocator import GpuAllocator
-from ..history import History
 from ..model import BadRequest, JobState, NodeSnapshot, Sample, TpnodeError
 from ..port import Reading
-from ..triage import Triage
+from ..triage.compare import Triage
+from ..triage.history import History
 from .changes import Changes
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from typing import Any, Optional
 
 from ..allocator import GpuAllocator
 from ..model import Drain
-from ..triage import Triage
+from ..triage.compare import Triage
+from ..triage.watch import XidEvent, XidWatcher, card_by_pci, watcher_for
 from ..xid import REBOOT, REBOOT_NODE, Verdict, XidRules
-from ..xidwatch import XidEvent, XidWatcher, card_by_pci, watcher_for
 from .changes import Changes
 from .journal import Journal
 from .readings import Readings

@@ -28,7 +28,7 @@ from typing import Optional
 
 import psutil
 
-from .model import (
+from ..model import (
     EXTERNAL,
     HOLDER,
     INTRUDER,

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
+from ..model import HOLDER, INTRUDER, CardView, JobState, NodeSnapshot, SliceView
+from ..occupancy import intruder_words
+from ..render import clock_time
+from ..xid import APPLICATION, Verdict
 from .history import History
-from .model import HOLDER, INTRUDER, CardView, JobState, NodeSnapshot, SliceView
-from .occupancy import intruder_words
-from .render import clock_time
-from .xid import APPLICATION, Verdict
 
 Record = Callable[..., Any]
 

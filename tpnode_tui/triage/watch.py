@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
-from .probes.auto import AutoProbe
-from .probes.nvml import NvmlProbe, _forget_init, _init, _recovery_action
-from .probes.simulated import SimulatedProbe, xid_events
-from .probes.smi import SmiProbe
-from .xid import parse_kmsg, pci_key
+from ..probes.auto import AutoProbe
+from ..probes.nvml import NvmlProbe, _forget_init, _init, _recovery_action
+from ..probes.simulated import SimulatedProbe, xid_events
+from ..probes.smi import SmiProbe
+from ..xid import parse_kmsg, pci_key
 
 log = logging.getLogger(__name__)
 

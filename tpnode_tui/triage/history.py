@@ -19,7 +19,7 @@ import math
 from array import array
 from typing import Iterable, Optional
 
-from .model import CardFacts, Sample
+from ..model import CardFacts, Sample
 
 #: seconds of full resolution, and of history altogether
 FINE_S = 300.0
