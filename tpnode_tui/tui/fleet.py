@@ -353,7 +353,8 @@ class FleetApp(App[int]):
             self._printable = (snap, printable_view(snap))
         return self._printable[1]
 
-    def visible(self) -> list[NodeRow]:
+    def nodes_shown(self) -> list[NodeRow]:
+        """The nodes whose name or series has the filter's text, in the fleet's order (all without one)."""
         if self.fleet is None:
             return []
         words = self.filter.lower()
@@ -376,7 +377,7 @@ class FleetApp(App[int]):
             age = self.clock() - self.fleet.read_at
             head.append("read just now" if age < 1 else f"read {format_duration(age)} ago", style="grey62")
         if self.filter:
-            head.append(f" │ filter: {self.filter!r} ({len(self.visible())} shown)", style="bold #4fc3f7")
+            head.append(f" │ filter: {self.filter!r} ({len(self.nodes_shown())} shown)", style="bold #4fc3f7")
         head.append(" │ read-only: enter shows a node's cards", style="grey62")
         update(self.query_one("#fleet-header", Static), head)
 
@@ -392,7 +393,7 @@ class FleetApp(App[int]):
         now = self.clock()
         stale = self._error is not None
         rows = {}
-        for node in self.visible():
+        for node in self.nodes_shown():
             # What a row shows depends on these alone: an unchanged row is not drawn again.
             key = (stale, node.status, node.total, node.series, node.cards, seen_text(node, now).plain)
             cached = self._cells.get(node.name)
