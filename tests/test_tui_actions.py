@@ -24,7 +24,10 @@ from tpnode_tui.locks import make_lock
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens import ConfirmScreen, ExtendScreen, LaunchScreen, ReserveScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.extend import ExtendScreen
+from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.reserve import ReserveScreen
 from tpnode_tui.tui.tiles import CardGrid
 from tui_tools import (
     SIZE,

@@ -21,7 +21,8 @@ import pytest
 from agent_tools import Agent, running, shared_node
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
-from tpnode_tui.tui.screens import ConfirmScreen, LaunchScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.launch import LaunchScreen
 from tui_tools import SIZE, Dashboard, fill, header, polled, queued, states, tile_text, until
 
 WAIT_S = 15.0

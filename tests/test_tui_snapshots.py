@@ -38,7 +38,7 @@ from tpnode_tui.occupancy import card_views, compute_occupancy
 from tpnode_tui.port import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens import ConfirmScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
 
 SIZE = (120, 40)
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC

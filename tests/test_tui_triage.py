@@ -27,7 +27,8 @@ from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port import AgentUnavailable
 from tpnode_tui.tui.detail import holder_text
 from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
-from tpnode_tui.tui.screens import ConfirmScreen, DrainScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.drain import DrainScreen
 from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns, padded, squeeze, summary
 from tpnode_tui.tui.tiles import CardGrid
 from tui_tools import SIZE, Dashboard, Node, fill, polled, states, tile_text, until

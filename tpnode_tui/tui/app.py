@@ -69,9 +69,15 @@ from ..render import cards_words, env_lines, format_duration
 from .detail import DetailPane, clock_time, describe_card
 from .events import EVENTS_KEPT, EVENTS_SINCE_S, EventsPane, events_title
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
-from .jobs import JOB_PREFIX, LAUNCH_PREFIX, PLACING, QUEUED, WAITING, JobsTable
+from .jobs import JOB_PREFIX, LAUNCH_PREFIX, WAITING, JobsTable
 from .redraw import same, update
-from .screens import ConfirmScreen, DrainScreen, ExtendScreen, HelpScreen, LaunchScreen, ReserveScreen
+from .screens.confirm import ConfirmScreen
+from .screens.drain import DrainScreen
+from .screens.extend import ExtendScreen
+from .screens.help import HelpScreen
+from .screens.launch import LaunchScreen
+from .screens.quit import QuitScreen
+from .screens.reserve import ReserveScreen
 from .sparks import Recent
 from .tiles import CardGrid
 from .triage import (
@@ -144,11 +150,6 @@ PALETTE = {
     "help": ("Help: keys and card states", "Every key and every card state explained"),
 }
 
-#: how quitting names a launch it would drop, by its state
-DROPPED_AS = {QUEUED: "queued", WAITING: "waiting for the allocation lock",
-              PLACING: "being placed now: stop and reclaim it if it shows up", "": "under way"}
-
-
 def served_from(node: Node, demo: bool = False) -> str:
     """Where the node is served from, for the header."""
     if node.via == "local" and demo:
@@ -162,10 +163,6 @@ def _capacity_words(error: NoCapacity) -> str:
     later"): the dashboard offers the queue instead."""
     return (str(error).removeprefix("no capacity now: ")
             .removesuffix("; not waiting for cards: try again later"))
-
-
-class QuitScreen(ConfirmScreen):
-    """The question asked before quitting drops launches not started yet."""
 
 
 class DashboardScreen(Screen):
@@ -921,16 +918,7 @@ class NodeDashboard(App[int]):
             return
         if isinstance(self.screen, QuitScreen):
             return  # already asking
-        names = [f"{run_id} ({DROPPED_AS.get(state, state)})" for run_id, state in dropped]
-        many = len(names) > 1
-        count = f"{len(names)} launch{'es' if many else ''} not started yet"
-        jobs = ("The demo stops its own jobs." if self.demo is not None
-                else "Running jobs and reservations keep running.")
-        where = ("They wait for the allocation lock on this dashboard's behalf, and end with it"
-                 if self.agent else "They live only in this dashboard")
-        body = (f"{count} will be dropped: {', '.join(names)}.\n\n{where}; nothing else will start "
-                f"{'them' if many else 'it'}. {jobs}")
-        self.push_screen(QuitScreen(f"Quit and drop {count}?", body, yes="Quit"),
+        self.push_screen(QuitScreen(dropped, agent=self.agent, demo=self.demo is not None),
                          lambda yes: self.exit() if yes else None)
 
     def action_pause(self) -> None:
