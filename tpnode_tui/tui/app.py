@@ -55,7 +55,6 @@ from ..model import (
 from ..node.base import Node
 from ..port import (
     AgentUnavailable,
-    Cancelled,
     LaunchRequest,
     LaunchResult,
     NodeView,
@@ -70,6 +69,7 @@ from .detail import DetailPane, clock_time, describe_card
 from .events import EVENTS_KEPT, EVENTS_SINCE_S, EventsPane, events_title
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
 from .jobs import JOB_PREFIX, LAUNCH_PREFIX, WAITING, JobsTable
+from .launches import LaunchTracker, LeftQueue, Notice, Refused, Started, left_queue_notice
 from .redraw import same, update
 from .screens.confirm import ConfirmScreen
 from .screens.drain import DrainScreen
@@ -106,11 +106,6 @@ DETAIL_FRAME = 5
 #: how long to wait before following a node that went away again: the first
 #: try soon (an agent restarting is back in a second), then no more often than this
 RECONNECT_FIRST_S, RECONNECT_MOST_S = 1.0, 5.0
-
-#: readings to wait for a launch that left the queue to show as a job, before
-#: asking the node's log what became of it (a reading begun before it was placed
-#: may come after it left the queue)
-LEFT_QUEUE_READINGS = 3
 
 #: how often the selected card's history is fetched again, and every cards' (for
 #: the tiles' lines): the node keeps it, and fetching it each poll would cost
@@ -250,16 +245,8 @@ class NodeDashboard(App[int]):
         self._gone_since: Optional[float] = None
         self._gone_why = ""
         self._gone_agent = False
-        #: launches and reservations this dashboard asked for and awaits the answer to
-        self._asked: set[str] = set()
-        #: launches this dashboard queued: run id -> when, said once they leave the queue
-        self._queued_here: dict[str, float] = {}
-        #: of those, the ones gone from the queue: run id -> readings seen by then
-        self._leaving: dict[str, int] = {}
-        #: launches cancelled from here: the cancel said so, not their refusal
-        self._cancelled_here: set[str] = set()
-        #: launches whose cancel came too late: their outcome says they went ahead
-        self._too_late: set[str] = set()
+        #: the launches this dashboard asked for, to say what became of them
+        self.launches = LaunchTracker()
         #: what the footer and the detail pane were last given, so that a reading
         #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
         self._bindings_shown: Optional[tuple[Optional[bool], ...]] = None
@@ -472,47 +459,25 @@ class NodeDashboard(App[int]):
     def _follow_queued(self) -> None:
         """Say when a launch queued from here has left the queue: started (it
         shows as a job), or dropped or cancelled elsewhere (the node's log says why)."""
-        snap = self.snapshot
-        if snap is None:
+        if self.snapshot is None:
             return
-        queued = {q.run_id for q in snap.queue}
-        for run_id in self._queued_here:
-            if run_id not in queued and run_id not in self._leaving:
-                self._leaving[run_id] = self.readings
-        for run_id, since in list(self._leaving.items()):
-            if run_id in queued:  # listed again (a reading begun earlier came late)
-                del self._leaving[run_id]
-                continue
-            job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
-            if job is not None:
-                self._forget_queued(run_id)
-                self.notify(f"{run_id} got {cards_words(job.gpus)}.", title="Queued launch started")
-            elif self.readings - since >= LEFT_QUEUE_READINGS:
-                queued_at = self._queued_here[run_id]
-                self._forget_queued(run_id)
-                self.run_worker(self._left_queue(run_id, queued_at), group="queued", exit_on_error=False)
+        for outcome in self.launches.follow(self.snapshot, self.readings):
+            if isinstance(outcome, Started):
+                self.notify(f"{outcome.run_id} got {cards_words(outcome.gpus)}.", title="Queued launch started")
+            else:
+                self.run_worker(self._left_queue(outcome), group="queued", exit_on_error=False)
 
-    def _forget_queued(self, run_id: str) -> None:
-        self._queued_here.pop(run_id, None)
-        self._leaving.pop(run_id, None)
-
-    async def _left_queue(self, run_id: str, queued_at: float) -> None:
+    async def _left_queue(self, left: LeftQueue) -> None:
         try:
-            entries, _everyone = await self.node.audit(max(60.0, self.clock() - queued_at + 60))
+            entries, _everyone = await self.node.audit(max(60.0, self.clock() - left.queued_at + 60))
         except TpnodeError as e:
-            self.notify(f"{run_id} is no longer queued, and the node's log cannot be read to say "
+            self.notify(f"{left.run_id} is no longer queued, and the node's log cannot be read to say "
                         f"why: {e}", title="Queued launch", severity="warning", timeout=12)
             return
-        last = next((e for e in reversed(entries) if e.get("target") == run_id), None)
-        message = str(last.get("message", "")) if last else ""
-        if last is not None and last.get("result") == "dropped":
-            self.notify(message, title="Queued launch dropped", severity="error", timeout=12)
-        elif last is not None and last.get("action") == "launch" and last.get("result") == "ok":
-            self.notify(message.removeprefix("queued launch: "), title="Queued launch started")
-        elif last is not None and last.get("action") == "cancel":
-            self.notify(message, title="Queued launch cancelled", severity="warning", timeout=12)
-        else:
-            self.notify(f"{run_id} is no longer queued.", title="Queued launch")
+        self._say(left_queue_notice(left.run_id, entries))
+
+    def _say(self, notice: Notice) -> None:
+        self.notify(notice.message, title=notice.title, severity=notice.severity, timeout=notice.timeout)
 
     # -- the node's log -------------------------------------------------------------
 
@@ -895,24 +860,11 @@ class NodeDashboard(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(demo=self.demo is not None, readonly=self.readonly, agent=self.agent))
 
-    def _dropped_on_quit(self) -> list[tuple[str, str]]:
-        """(run id, state) of the launches that quitting would drop.
-
-        In-process the node lives in this dashboard: its queue and every launch
-        under way end with it. Through the agent the queue stays with the agent
-        and a launch being placed is finished there; only a launch of this
-        dashboard still waiting for the lock ends with the asker."""
-        queue = self.snapshot.queue if self.snapshot is not None else ()
-        if self.agent:
-            return [(q.run_id, q.state) for q in queue if q.run_id in self._asked and q.state == WAITING]
-        listed = [(q.run_id, q.state) for q in queue]
-        shown = {run_id for run_id, _ in listed}
-        return listed + [(run_id, "") for run_id in sorted(self._asked) if run_id not in shown]
-
     async def action_quit(self) -> None:
         """Quit; with launches that would be dropped, ask first, naming them:
         whoever asked for them may be waiting."""
-        dropped = self._dropped_on_quit()
+        queue = self.snapshot.queue if self.snapshot is not None else ()
+        dropped = self.launches.dropped_on_quit(queue, agent=self.agent)
         if not dropped:
             self.exit()
             return
@@ -985,8 +937,10 @@ class NodeDashboard(App[int]):
         """Launch from the dialog; the node lists it (and it can be cancelled) while under way."""
         assert request.run_id is not None
         run_id = request.run_id
-        result = await self._ask(run_id, "Launch refused", self.node.launch(request))
-        if isinstance(result, NoCapacity):
+        result = await self.launches.ask(run_id, self.node.launch(request))
+        if isinstance(result, Refused):
+            self._failed("Launch refused", result.error)
+        elif isinstance(result, NoCapacity):
             body = (f"{_capacity_words(result)}.\n\nQueue {run_id}? It starts by itself "
                     f"{self._starts_when(request.cards)}, after the launches queued before it.")
             title = "No card can be checked free now" if self._waits_for_probe() else "No capacity now"
@@ -995,30 +949,6 @@ class NodeDashboard(App[int]):
         elif isinstance(result, LaunchResult):
             self._report_result(result, "Launched")
 
-    async def _ask(self, run_id: str, refused: str, call):
-        """Await a launch or reservation this dashboard asked for, saying what went
-        wrong; returns its answer, NoCapacity (which the caller may offer to
-        queue), or None when there is nothing more to say."""
-        self._asked.add(run_id)
-        try:
-            return await call
-        except NoCapacity as e:
-            if run_id in self._too_late:  # cancelled: not to be offered a queue
-                self._too_late.discard(run_id)
-                return None
-            return e
-        except Cancelled as e:
-            if run_id not in self._cancelled_here:  # a cancel from here already said so
-                self._failed(refused, e)
-            return None
-        except Exception as e:
-            self._too_late.discard(run_id)
-            self._failed(refused, e)
-            return None
-        finally:
-            self._asked.discard(run_id)
-            self._cancelled_here.discard(run_id)
-
     def _queue_chosen(self, request: LaunchRequest) -> None:
         self.run_worker(self._enqueue(request), group="launch", exit_on_error=False)
 
@@ -1026,10 +956,11 @@ class NodeDashboard(App[int]):
         """Ask again, agreeing to wait in the node's queue: the node tries once
         more, and keeps it in line if there is still no room."""
         assert request.run_id is not None
-        result = await self._ask(request.run_id, "Launch refused",
-                                 self.node.launch(replace(request, queue=True)))
-        if isinstance(result, LaunchResult) and result.queued is not None:
-            self._queued_here[result.queued.run_id] = self.clock()
+        result = await self.launches.ask(request.run_id, self.node.launch(replace(request, queue=True)))
+        if isinstance(result, Refused):
+            self._failed("Launch refused", result.error)
+        elif isinstance(result, LaunchResult) and result.queued is not None:
+            self.launches.queued_here(result.queued.run_id, self.clock())
             kept = ("The node's agent keeps it, with or without this dashboard." if self.agent
                     else "It lives in this dashboard: quitting asks first.")
             self.notify(f"{result.queued.run_id} is queued; it starts {self._starts_when(request.cards)}, "
@@ -1051,8 +982,7 @@ class NodeDashboard(App[int]):
     def _report_launched(self, result: Launched, what: str) -> None:
         cards = cards_words(result.gpus)
         run_id = result.job.run_id
-        if run_id in self._too_late and not result.existing:
-            self._too_late.discard(run_id)
+        if self.launches.went_ahead_anyway(run_id, result.existing):
             self.notify(f"{run_id} was cancelled while its launch was under way, and it got {cards} "
                         "anyway; stop it (s) if it is not wanted.", title="Cancelled too late",
                         severity="warning", timeout=12)
@@ -1087,8 +1017,10 @@ class NodeDashboard(App[int]):
     async def _reserve(self, request: ReserveRequest) -> None:
         """A reservation is a launch too: listed by the node, and cancellable, while under way."""
         assert request.run_id is not None
-        result = await self._ask(request.run_id, "Reservation refused", self.node.reserve(request))
-        if isinstance(result, NoCapacity):
+        result = await self.launches.ask(request.run_id, self.node.reserve(request))
+        if isinstance(result, Refused):
+            self._failed("Reservation refused", result.error)
+        elif isinstance(result, NoCapacity):
             self._failed("Reservation refused", result)
         elif isinstance(result, Launched):
             self._report_launched(result, f"Reserved for {result.job.owner or request.owner}")
@@ -1220,24 +1152,23 @@ class NodeDashboard(App[int]):
     async def _cancel(self, launch: QueuedLaunch) -> None:
         """Cancel through the node, which says whether it was still in time."""
         run_id = launch.run_id
-        self._cancelled_here.add(run_id)
+        self.launches.cancelling(run_id)
         try:
             await self.node.cancel(run_id)
         except JobNotFound:
-            self._cancelled_here.discard(run_id)
+            self.launches.not_cancelled(run_id)
             self.notify(f"{run_id} is no longer queued or waiting: it was placed or dropped meanwhile.",
                         title="Nothing to cancel", severity="warning")
             return
         except (NotAllowed, AgentUnavailable) as e:
-            self._cancelled_here.discard(run_id)
+            self.launches.not_cancelled(run_id)
             self._failed(f"Could not cancel {run_id}", e)
             return
         except TpnodeError as e:  # being placed already: too late, and the node says what to do
-            self._cancelled_here.discard(run_id)
-            self._too_late.add(run_id)
+            self.launches.not_cancelled(run_id, too_late=True)
             self.notify(str(e), title="Too late to cancel", severity="warning", timeout=12)
             return
-        self._forget_queued(run_id)
+        self.launches.cancelled(run_id)
         if launch.state == WAITING:
             self.notify(f"{run_id} is abandoned: it was still waiting for the allocation lock, so no "
                         "card was picked and nothing was started.", title="Cancelled")
