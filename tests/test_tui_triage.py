@@ -223,8 +223,7 @@ async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_
             yield entry
 
     monkeypatch.setattr(node.local, "follow_events", flaky)
-    app = node.app()
-    app.reconnect_s = (0.2, 0.2)
+    app = node.app(reconnect_s=(0.2, 0.2))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
@@ -331,7 +330,7 @@ async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_sel
 
         await select(pilot, app, 3)
         await pilot.press("f")
-        await until(pilot, lambda: app.events_card == 3 and "first" in pane_text(app)
+        await until(pilot, lambda: app.node_log.card == 3 and "first" in pane_text(app)
                     and "second" not in pane_text(app), "card 3's entries only")
         assert "card 3 only" in str(pane.border_title)
         await select(pilot, app, 1)  # kept to one card: the selected one
@@ -344,11 +343,11 @@ async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_sel
             await node.local.undrain(3)
             await node.local.drain(3, f"again {n}")
         await until(pilot, lambda: f"again {rounds - 1}" in pane_text(app), "the newest entry")
-        assert len(app.events) == EVENTS_KEPT
+        assert len(app.node_log.entries) == EVENTS_KEPT
 
         await pilot.press("e")
         assert not pane.display and app.query_one("#jobs").display
-        assert len(app.events) == 0, "nothing is kept while the pane is closed"
+        assert len(app.node_log.entries) == 0, "nothing is kept while the pane is closed"
 
 
 # -- history --------------------------------------------------------------------------------

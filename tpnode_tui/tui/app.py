@@ -23,10 +23,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
@@ -57,7 +56,6 @@ from ..port import (
     AgentUnavailable,
     LaunchRequest,
     LaunchResult,
-    NodeView,
     ReserveRequest,
     You,
     is_owner,
@@ -65,8 +63,9 @@ from ..port import (
 )
 from ..printable import printable, printable_lines, printable_view
 from ..render import cards_words, env_lines, format_duration
-from .detail import DetailPane, clock_time, describe_card
-from .events import EVENTS_KEPT, EVENTS_SINCE_S, EventsPane, events_title
+from .detail import DetailPane, describe_card
+from .events import EventsPane, events_title
+from .follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, LogFollower, NodeFollower
 from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
 from .jobs import JOB_PREFIX, LAUNCH_PREFIX, WAITING, JobsTable
 from .launches import LaunchTracker, LeftQueue, Notice, Refused, Started, left_queue_notice
@@ -102,10 +101,6 @@ SHORT_ROWS, HISTORY_ROWS = 32, 38
 #: columns of the terminal the detail pane's text does not get: its border,
 #: padding and scroll bar (dashboard.tcss)
 DETAIL_FRAME = 5
-
-#: how long to wait before following a node that went away again: the first
-#: try soon (an agent restarting is back in a second), then no more often than this
-RECONNECT_FIRST_S, RECONNECT_MOST_S = 1.0, 5.0
 
 #: how often the selected card's history is fetched again, and every cards' (for
 #: the tiles' lines): the node keeps it, and fetching it each poll would cost
@@ -230,21 +225,12 @@ class NodeDashboard(App[int]):
         self.readonly = readonly
         self.default_command = default_command
         self.clock = clock
-        self.reconnect_s = reconnect_s
         self.served = served_from(node, demo is not None)
-        #: the last reading's snapshot, escaped (None until one was made)
-        self.snapshot: Optional[NodeSnapshot] = None
-        #: who the node says is asking
-        self.you: Optional[You] = None
-        #: readings received (each poll the node makes, and each change to its queue)
-        self.readings = 0
-        self._paused = False
-        self._stale_since: Optional[float] = None
-        self._stale_error = ""
-        #: since when, and why, the node's readings stopped coming (an agent gone)
-        self._gone_since: Optional[float] = None
-        self._gone_why = ""
-        self._gone_agent = False
+        #: the node's readings as they come, and how fresh what is shown is
+        self.follower = NodeFollower(node, clock=clock, reconnect_s=reconnect_s,
+                                     on_reading=self._read, on_lost=self.redraw)
+        #: the node's log, while the events pane shows it
+        self.node_log = LogFollower(node, reconnect_s=reconnect_s, changed=self._log_changed)
         #: the launches this dashboard asked for, to say what became of them
         self.launches = LaunchTracker()
         #: what the footer and the detail pane were last given, so that a reading
@@ -263,14 +249,6 @@ class NodeDashboard(App[int]):
         self._tiles_history_at: Optional[float] = None
         #: fetches of the node's history that succeeded
         self.history_fetches = 0
-        #: the events pane: shown or not, the card it is kept to (None: every card),
-        #: the newest entries first, and why the log is not followed now
-        self.events_shown = False
-        self.events_card: Optional[int] = None
-        self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
-        self._events_problem: Optional[str] = None
-        #: moves with every change to the entries, so a redraw is never skipped for one
-        self._events_version = 0
         self._events_drawn: Optional[tuple[Optional[str], int]] = None
         self._events_due = False
         #: a dry run for evict is out: its question is on its way, a second would double it
@@ -312,55 +290,34 @@ class NodeDashboard(App[int]):
 
     # -- readings ---------------------------------------------------------------
 
+    @property
+    def snapshot(self) -> Optional[NodeSnapshot]:
+        """The last reading's snapshot, escaped (None until one was made)."""
+        return self.follower.snapshot
+
+    @property
+    def you(self) -> Optional[You]:
+        """Who the node says is asking."""
+        return self.follower.you
+
+    @property
+    def readings(self) -> int:
+        """Readings received (each poll the node makes, and each change to its queue)."""
+        return self.follower.readings
+
+    @property
+    def stale_since(self) -> Optional[float]:
+        """Unix time since when what is shown may be out of date (polls failing, or
+        the node's agent gone); None while readings come and succeed."""
+        return self.follower.stale_since
+
     def _follow_node(self) -> None:
-        self.run_worker(self._follow(), group="readings", exclusive=True, exit_on_error=False)
+        self.run_worker(self.follower.follow(), group="readings", exclusive=True, exit_on_error=False)
 
-    async def _follow(self) -> None:
-        """Every reading the node makes, until paused. A node whose readings stop
-        (an agent stopped or restarting) is followed again after a short wait,
-        longer each time up to a few seconds, for as long as it takes."""
-        first, most = self.reconnect_s
-        wait = first
-        while True:
-            try:
-                async for view in self.node.views():
-                    if self._take(view):
-                        wait = first
-            except Exception as e:  # a lost agent must never take the dashboard down
-                if not isinstance(e, TpnodeError):
-                    log.warning("the node's readings failed", exc_info=True)
-                self._lost(e)
-            else:
-                self._lost(AgentUnavailable("the node's readings ended"))
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, most)
-
-    def _take(self, view: NodeView) -> bool:
-        """One reading; False when it brings nothing (a node that has not read yet)."""
-        reading = view.reading
-        self.you = view.you
-        if reading.snapshot is None and reading.error is None:
-            return False  # an agent just (re)started: keep what was shown until it has read
-        self._gone_since = None
-        self._gone_why = ""
-        # The one place readings cross to the screen: every string in them
-        # (process names, labels, owners, driver text) is escaped from here on.
-        if reading.snapshot is not None:
-            if self.snapshot is None:
-                self._history_wake.set()  # the first reading: now there are cards to fetch the history of
-            self.snapshot = printable_view(reading.snapshot)
-        self._stale_since = reading.stale_since if reading.error is not None else None
-        self._stale_error = reading.error or ""
-        self.readings += 1
+    def _read(self, first: bool) -> None:
+        if first:
+            self._history_wake.set()  # the first reading: now there are cards to fetch the history of
         self._follow_queued()
-        self.redraw()
-        return True
-
-    def _lost(self, error: BaseException) -> None:
-        if self._gone_since is None:
-            self._gone_since = self.clock()
-        self._gone_why = str(error) or type(error).__name__
-        self._gone_agent = isinstance(error, AgentUnavailable)
         self.redraw()
 
     def _tick(self) -> None:
@@ -380,7 +337,7 @@ class NodeDashboard(App[int]):
         while True:
             self._history_wake.clear()
             # paused, the picture holds still
-            if self.wants_history and not self._paused:
+            if self.wants_history and not self.follower.paused:
                 try:
                     await self._fetch_history()
                 except Exception:  # a drawing bug must not end the history for good
@@ -418,16 +375,6 @@ class NodeDashboard(App[int]):
         total = card.facts.memory_total_mib if card.facts is not None else None
         self.query_one(DetailPane).show_history(self.card_history.get(card.index), total)
 
-    @property
-    def stale_since(self) -> Optional[float]:
-        """Unix time since when what is shown may be out of date (polls failing, or
-        the node's agent gone); None while readings come and succeed."""
-        return self._gone_since if self._gone_since is not None else self._stale_since
-
-    @property
-    def stale_error(self) -> str:
-        return self._gone_why if self._gone_since is not None else self._stale_error
-
     def _lock_line(self) -> Optional[str]:
         """What the allocation lock means for a launch now: what a launch under
         way waits for, else who holds the lock or that Redis cannot be reached,
@@ -442,11 +389,11 @@ class NodeDashboard(App[int]):
     @property
     def poll_state(self) -> PollState:
         return PollState(
-            paused=self._paused,
+            paused=self.follower.paused,
             readonly=self.readonly,
             stale_since=self.stale_since,
-            stale_error=self.stale_error,
-            agent_gone=self._gone_since is not None and self._gone_agent,
+            stale_error=self.follower.stale_error,
+            agent_gone=self.follower.gone_since is not None and self.follower.gone_agent,
             lock_waiting=self._lock_line(),
             unverified_allowed=self.snapshot is not None and self.snapshot.allow_unverified,
             you=self.you,
@@ -484,26 +431,22 @@ class NodeDashboard(App[int]):
     def _show_events(self, card: Optional[int]) -> None:
         """Follow the node's log (about ``card``, or every card) in the events pane,
         from an hour back; the pane keeps the newest EVENTS_KEPT entries."""
-        self.events_shown = True
-        self.events_card = card
-        self._clear_events()
+        self.node_log.open(card)
         pane = self.query_one(EventsPane)
         pane.border_title = events_title(card)
-        pane.show(self.events, None)  # never the last card's entries under this title, even paused
+        pane.show(self.node_log.entries, None)  # never the last card's entries under this title, even paused
         pane.add_class("-shown")
         table = self.query_one(JobsTable)
         if table.has_focus:
             pane.focus()
         table.add_class("-hidden")
-        self.run_worker(self._follow_events(card), group="events", exclusive=True, exit_on_error=False)
+        self.run_worker(self.node_log.follow(card), group="events", exclusive=True, exit_on_error=False)
         self._redraw_events()
         self.refresh_bindings()
 
     def _hide_events(self) -> None:
         self.workers.cancel_group(self, "events")
-        self.events_shown = False
-        self.events_card = None
-        self._clear_events()  # nothing kept while the pane is closed
+        self.node_log.close()
         pane = self.query_one(EventsPane)
         if pane.has_focus:
             self.query_one(CardGrid).focus()
@@ -511,38 +454,11 @@ class NodeDashboard(App[int]):
         self.query_one(JobsTable).remove_class("-hidden")
         self.refresh_bindings()
 
-    async def _follow_events(self, card: Optional[int]) -> None:
-        """Each entry as the node writes it; a node that goes away (its agent
-        restarting) is followed again after a short wait, as the readings are."""
-        first, most = self.reconnect_s
-
-        def following() -> None:  # again: the hour is read afresh, so nothing is doubled
-            self._clear_events()
+    def _log_changed(self, burst: bool) -> None:
+        if burst:
             self._events_soon()
-
-        wait = first
-        while True:
-            try:
-                async for entry in self.node.follow_events(card=card, since_s=EVENTS_SINCE_S, opened=following):
-                    # other people's words (process names, reasons, the driver's text): escaped here
-                    self.events.appendleft(printable_view(entry))
-                    self._events_version += 1
-                    wait = first
-                    self._events_soon()
-            except Exception as e:  # the log failing must never take the dashboard down
-                if not isinstance(e, TpnodeError):
-                    log.warning("the node's log could not be followed", exc_info=True)
-                self._events_problem = printable(str(e) or type(e).__name__)
-            else:
-                self._events_problem = "the node stopped sending it"
+        else:
             self._redraw_events()
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, most)
-
-    def _clear_events(self) -> None:
-        self.events.clear()
-        self._events_problem = None
-        self._events_version += 1
 
     def _events_soon(self) -> None:
         """Redraw the pane once for a burst of entries (the hour read at the start)."""
@@ -552,13 +468,13 @@ class NodeDashboard(App[int]):
 
     def _redraw_events(self) -> None:
         self._events_due = False
-        if not self.events_shown or self._paused or not self._on_main_screen():
+        if not self.node_log.shown or self.follower.paused or not self._on_main_screen():
             return
-        drawn = (self._events_problem, self._events_version)
+        drawn = (self.node_log.problem, self.node_log.version)
         if drawn == self._events_drawn:
             return
         self._events_drawn = drawn
-        self.query_one(EventsPane).show(self.events, self._events_problem)
+        self.query_one(EventsPane).show(self.node_log.entries, self.node_log.problem)
 
     # -- drawing ----------------------------------------------------------------
 
@@ -665,11 +581,7 @@ class NodeDashboard(App[int]):
         if card is None or snap is None:
             text = no_cards_text(snap) if snap else Text("")
         else:
-            stale = None
-            if self._gone_since is not None:
-                stale = self._gone_why
-            elif self._stale_since is not None:
-                stale = f"the last poll failed: {self._stale_error}"
+            stale = self.follower.why_stale
             env: list[str] = []
             if card.job is not None and card.job.live:
                 try:
@@ -693,7 +605,8 @@ class NodeDashboard(App[int]):
             self._redraw_detail()
             self._redraw_history()
         self._history_wake.set()
-        if self.events_shown and self.events_card is not None and self.events_card != message.index:
+        log_card = self.node_log.card
+        if self.node_log.shown and log_card is not None and log_card != message.index:
             self._show_events(message.index)  # kept to one card: the card selected now
         self.refresh_bindings()
 
@@ -790,13 +703,13 @@ class NodeDashboard(App[int]):
                 return card.drain is not None
             return bool(card.holders) and not self._evict_asking
         if action == "events":
-            return not self.events_shown
+            return not self.node_log.shown
         if action == "hide_events":
-            return self.events_shown
+            return self.node_log.shown
         if action == "events_card":
-            return self.events_shown and self.events_card is None and self.selected_card() is not None
+            return self.node_log.shown and self.node_log.card is None and self.selected_card() is not None
         if action == "events_all":
-            return self.events_shown and self.events_card is not None
+            return self.node_log.shown and self.node_log.card is not None
         if action == "stop":
             job = self.stop_target()
             return job is not None and self._mine(job.uid, job.owner)
@@ -809,9 +722,9 @@ class NodeDashboard(App[int]):
             launch = self.selected_launch()
             return launch is not None and self.stale_since is None and self._mine(launch.uid, launch.owner)
         if action == "pause":
-            return not self._paused
+            return not self.follower.paused
         if action == "resume":
-            return self._paused
+            return self.follower.paused
         if action == "demo_blind":
             return self.demo is not None
         if action in ("demo_external", "demo_xid"):
@@ -841,11 +754,9 @@ class NodeDashboard(App[int]):
             self.notify(f"read-only dashboard: {what} is refused (started with --readonly)",
                         severity="warning")
             return True
-        if self._gone_since is not None:
-            who = "the node's agent is" if self._gone_agent else "the node is"
-            self.notify(f"{who} not answering since {clock_time(self._gone_since)}, so {what} cannot "
-                        f"be asked for ({self._gone_why}); the dashboard reconnects by itself.",
-                        title="Not answering", severity="warning", timeout=10)
+        not_answering = self.follower.not_answering(what)
+        if not_answering is not None:
+            self.notify(not_answering, title="Not answering", severity="warning", timeout=10)
             return True
         return False
 
@@ -876,13 +787,13 @@ class NodeDashboard(App[int]):
     def action_pause(self) -> None:
         """Stop following the node's readings: the picture holds still. The node
         is still read (by its agent, or by this process for the queue's sake)."""
-        self._paused = True
+        self.follower.paused = True
         self.workers.cancel_group(self, "readings")
         self.notify("Paused: the picture is not updated until you press p again.", timeout=4)
         self.redraw()
 
     def action_resume(self) -> None:
-        self._paused = False
+        self.follower.paused = False
         self.notify("Resumed.", timeout=3)
         self._follow_node()
         self.redraw()
@@ -891,7 +802,7 @@ class NodeDashboard(App[int]):
         """What the form's user needs to know before asking: how much is free now."""
         snap = self.snapshot
         if snap is None and self.stale_since is not None:
-            return f"The node could not be read yet ({self.stale_error}). The node reads it afresh."
+            return f"The node could not be read yet ({self.follower.stale_error}). The node reads it afresh."
         if snap is None:
             return "The node has not been read yet."
         if self.stale_since is not None:
