@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
 from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -63,6 +62,7 @@ from ..port import (
 )
 from ..printable import printable, printable_lines, printable_view
 from ..render import cards_words, env_lines, format_duration
+from .actions import ACTIONS, BINDINGS, BY_NAME
 from .detail import DetailPane, describe_card
 from .events import EventsPane, events_title
 from .follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, LogFollower, NodeFollower
@@ -107,39 +107,6 @@ DETAIL_FRAME = 5
 #: the agent an hour of samples per card per dashboard per second
 HISTORY_S, TILES_HISTORY_S = 5.0, 15.0
 
-#: actions that change jobs or cards; all refused in read-only mode
-NODE_ACTIONS = frozenset({"launch", "reserve", "extend", "stop", "reclaim", "cancel_launch",
-                          "drain", "undrain", "evict"})
-
-#: actions only an operator is offered (the node refuses anyone else)
-OPERATOR_ACTIONS = frozenset({"drain", "undrain", "evict"})
-
-#: action -> (palette title, what it does); the palette lists the ones that apply now
-PALETTE = {
-    "launch": ("Launch a job", "Place a job on free cards (queue it if none are free)"),
-    "reserve": ("Reserve cards", "Hold cards for a person for a while"),
-    "extend": ("Extend the selected reservation", "Hold the selected reservation's cards longer"),
-    "stop": ("Stop the selected job",
-             "Stop the job or reservation on the selected card, or in the highlighted jobs-table row"),
-    "reclaim": ("Reclaim exited jobs", "Remove the records of jobs that have ended"),
-    "cancel_launch": ("Cancel the selected launch",
-                      "Cancel the launch selected in the jobs table: queued, or waiting for the allocation lock"),
-    "drain": ("Drain the selected card", "Take it out of service, saying why (operators)"),
-    "undrain": ("Undrain the selected card", "Put it back in service (operators; refused while it reports a problem)"),
-    "evict": ("Evict from the selected card",
-              "SIGTERM its processes from outside or of someone else, listed first (operators)"),
-    "events": ("Show the node's log", "What happened to the cards, and actions, newest first"),
-    "hide_events": ("Hide the node's log", "Back to the jobs table"),
-    "events_card": ("Log: the selected card only", "Only entries about the selected card"),
-    "events_all": ("Log: every card", "Entries about every card"),
-    "pause": ("Pause the display", "Stop redrawing until resumed (the node is still read)"),
-    "resume": ("Resume the display", "Show each new reading again"),
-    "demo_blind": ("Demo: toggle probe-blind", "Pretend use from outside cannot be probed"),
-    "demo_external": ("Demo: toggle outside use", "Put or remove an outside process on the selected card"),
-    "demo_xid": ("Demo: raise an XID", "The selected card reports XID 48 (double-bit ECC): the node drains it"),
-    "help": ("Help: keys and card states", "Every key and every card state explained"),
-}
-
 def served_from(node: Node, demo: bool = False) -> str:
     """Where the node is served from, for the header."""
     if node.via == "local" and demo:
@@ -170,44 +137,8 @@ class NodeDashboard(App[int]):
     CSS_PATH = str(Path(__file__).with_name("dashboard.tcss"))
     TITLE = "tpnode-tui"
 
-    BINDINGS = [
-        Binding("l", "launch", "Launch", id="launch", tooltip="Launch a job on free cards"),
-        Binding("v", "reserve", "Reserve", id="reserve", tooltip="Hold cards for a person for a while"),
-        Binding("plus", "extend", "Extend", id="extend", key_display="+",
-                tooltip="Hold the selected reservation's cards longer"),
-        Binding("s", "stop", "Stop", id="stop",
-                tooltip="Stop the selected card's job, or the highlighted row's (asks first)"),
-        Binding("r", "reclaim", "Reclaim", id="reclaim", tooltip="Remove exited jobs (asks first)"),
-        Binding("c", "cancel_launch", "Cancel launch", id="cancel-launch",
-                tooltip="Cancel the launch selected in the jobs table (queued, or waiting for the lock)"),
-        Binding("d", "drain", "Drain", id="drain",
-                tooltip="Take the selected card out of service, saying why (operators)"),
-        Binding("u", "undrain", "Undrain", id="undrain",
-                tooltip="Put the selected drained card back in service (operators; asks first)"),
-        Binding("k", "evict", "Evict", id="evict",
-                tooltip="SIGTERM the selected card's squatters: lists them and asks first (operators)"),
-        Binding("e", "events", "Log", id="events", tooltip="The node's log in place of the jobs table"),
-        Binding("e", "hide_events", "Jobs", id="hide-events", tooltip="Back to the jobs table"),
-        Binding("f", "events_card", "This card", id="events-card",
-                tooltip="Only the selected card's entries in the log"),
-        Binding("f", "events_all", "All cards", id="events-all", tooltip="Every card's entries in the log"),
-        # Pause is not in the footer (it would not fit beside the operator's keys and the
-        # demo's); Resume is, so that a paused picture says how to go on.
-        Binding("p", "pause", "Pause", show=False, id="pause", tooltip="Stop redrawing (the node is still read)"),
-        Binding("p", "resume", "Resume", id="resume", tooltip="Show each new reading again"),
-        Binding("b", "demo_blind", "Blind", id="demo-blind",
-                tooltip="Demo: toggle 'use from outside cannot be probed'"),
-        Binding("x", "demo_external", "Outsider", id="demo-external",
-                tooltip="Demo: put or remove an outside process on the selected card"),
-        Binding("X", "demo_xid", "XID", id="demo-xid", key_display="X",
-                tooltip="Demo: the selected card reports XID 48 (double-bit ECC), which drains it"),
-        Binding("enter", "focus_detail", "Detail", show=False, id="focus-detail",
-                tooltip="Move into the detail pane"),
-        Binding("escape", "focus_grid", "Grid", show=False, id="focus-grid", tooltip="Back to the card grid"),
-        Binding("question_mark", "help", "Help", id="help", tooltip="Every key and card state explained"),
-        Binding("q", "quit", "Quit", id="quit",
-                tooltip="Leave the dashboard; jobs keep running (asks first if launches would be dropped)"),
-    ]
+    #: every key, as the table of actions describes it (tui/actions.py)
+    BINDINGS = BINDINGS
 
     def __init__(
         self,
@@ -252,7 +183,7 @@ class NodeDashboard(App[int]):
         self._events_drawn: Optional[tuple[Optional[str], int]] = None
         self._events_due = False
         #: a dry run for evict is out: its question is on its way, a second would double it
-        self._evict_asking = False
+        self.evict_asking = False
 
     @property
     def agent(self) -> bool:
@@ -656,7 +587,7 @@ class NodeDashboard(App[int]):
         job = self.stop_target()
         return job if job is not None and job.kind == "reservation" and job.expires_at else None
 
-    def _mine(self, owner_uid: Optional[int], owner: str) -> bool:
+    def mine(self, owner_uid: Optional[int], owner: str) -> bool:
         """Whether the node would let the caller end or change what ``owner``
         holds: theirs (by uid where recorded, else by name), or anyone's for an
         operator. Only to offer keys; the node decides, and says why not."""
@@ -667,7 +598,7 @@ class NodeDashboard(App[int]):
         """The exited jobs the caller may reclaim: their own, or all for an operator."""
         if self.snapshot is None:
             return []
-        return [j for j in self.snapshot.jobs if not j.live and self._mine(j.uid, j.owner)]
+        return [j for j in self.snapshot.jobs if not j.live and self.mine(j.uid, j.owner)]
 
     def selected_launch(self) -> Optional[QueuedLaunch]:
         """The launch not started yet (queued or under way) highlighted in the jobs table."""
@@ -683,6 +614,26 @@ class NodeDashboard(App[int]):
         """Whether the node says the person at the dashboard operates it."""
         return self.you is not None and self.you.operator
 
+    @property
+    def paused(self) -> bool:
+        return self.follower.paused
+
+    @property
+    def stale(self) -> bool:
+        return self.stale_since is not None
+
+    @property
+    def has_demo(self) -> bool:
+        return self.demo is not None
+
+    @property
+    def log_shown(self) -> bool:
+        return self.node_log.shown
+
+    @property
+    def log_card(self) -> Optional[int]:
+        return self.node_log.card
+
     def triage_card(self) -> Optional[CardView]:
         """The card drain, undrain and evict act on: the selected one, while the
         node answers and is read (an operator acts on what is there now)."""
@@ -691,53 +642,18 @@ class NodeDashboard(App[int]):
         return self.selected_card()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
-        if action in NODE_ACTIONS and self.readonly:
-            return False
-        if action in OPERATOR_ACTIONS:
-            card = self.triage_card() if self.operator else None
-            if card is None:
-                return False
-            if action == "drain":
-                return card.drain is None
-            if action == "undrain":
-                return card.drain is not None
-            return bool(card.holders) and not self._evict_asking
-        if action == "events":
-            return not self.node_log.shown
-        if action == "hide_events":
-            return self.node_log.shown
-        if action == "events_card":
-            return self.node_log.shown and self.node_log.card is None and self.selected_card() is not None
-        if action == "events_all":
-            return self.node_log.shown and self.node_log.card is not None
-        if action == "stop":
-            job = self.stop_target()
-            return job is not None and self._mine(job.uid, job.owner)
-        if action == "extend":
-            job = self.extend_target()
-            return job is not None and self._mine(job.uid, job.owner)
-        if action == "reclaim":
-            return bool(self.exited_jobs()) and self.stale_since is None
-        if action == "cancel_launch":
-            launch = self.selected_launch()
-            return launch is not None and self.stale_since is None and self._mine(launch.uid, launch.owner)
-        if action == "pause":
-            return not self.follower.paused
-        if action == "resume":
-            return self.follower.paused
-        if action == "demo_blind":
-            return self.demo is not None
-        if action in ("demo_external", "demo_xid"):
-            return self.demo is not None and self.selected_card() is not None
-        return True
+        """Whether a key shows and works now: the table of actions says when."""
+        row = BY_NAME.get(action)
+        return True if row is None else row.offered(self)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         if screen is not self.screen_stack[0]:
             return
-        for action, (title, help_) in PALETTE.items():
-            if self.check_action(action, ()):
-                yield SystemCommand(title, help_, getattr(self, f"action_{action}"))
+        for action in ACTIONS:
+            if action.palette is not None and action.offered(self):
+                title, help_ = action.palette
+                yield SystemCommand(title, help_, getattr(self, f"action_{action.name}"))
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: Optional[float] = None, markup: bool = True) -> None:
@@ -1151,13 +1067,13 @@ class NodeDashboard(App[int]):
                     title="Undrained")
 
     def action_evict(self) -> None:
-        if self._refused("evicting") or self._not_operator("evict processes") or self._evict_asking:
+        if self._refused("evicting") or self._not_operator("evict processes") or self.evict_asking:
             return
         card = self.triage_card()
         if card is None:
             self.notify("Select a card that can be read to evict from it.", severity="warning")
             return
-        self._evict_asking = True
+        self.evict_asking = True
         self.refresh_bindings()
         self.run_worker(self._evict_ask(card), group="action", exit_on_error=False)
 
@@ -1173,7 +1089,7 @@ class NodeDashboard(App[int]):
             self._failed(f"Could not evict from card {card.index}", e)
             return
         finally:
-            self._evict_asking = False
+            self.evict_asking = False
             self.refresh_bindings()
         self.push_screen(ConfirmScreen(f"Evict from card {report.card}?", evict_question(report),
                                        yes="Send SIGTERM"),

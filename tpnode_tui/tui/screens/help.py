@@ -10,50 +10,18 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from ..actions import HelpLine, help_lines, node_words
 from ..tiles import BADGES
 
-KEYS_HELP = [
+#: the keys the help explains that are not the dashboard's actions: the grid's
+#: own (tiles.CardGrid), and Textual's focus and command palette
+GRID_KEYS_HELP = [
     ("←/h  →", "select the card to the left / right (l is launch, not right)"),
     ("↑  ↓/j", "select the card above / below (k is evict, not up)"),
-    ("enter", "move into the detail pane (scroll it with the arrows; escape returns)"),
-    ("tab", "move between the grid, the detail pane and the jobs table"),
-    ("l", "launch a job on free cards; if none are free now, offer to queue it"),
-    ("v", "reserve cards for a person for a while (they are freed when it ends); only an operator "
-          "reserves for someone else"),
-    ("+", "extend the selected reservation: asks how much longer it holds its cards"),
-    ("s", "stop the job or reservation on the selected card, or in the highlighted jobs-table "
-          "row (asks first, naming it)"),
-    ("r", "reclaim: remove exited jobs' records (lists them and asks first)"),
-    ("c", "cancel the launch selected in the jobs table: a queued one is dropped, one waiting for "
-          "the allocation lock is abandoned; one already being placed goes on (stop it then)"),
-    ("d", "drain the selected card: take it out of service, saying why (operators). A job on it keeps "
-          "running; the card is not handed out again until it is undrained"),
-    ("u", "undrain the selected drained card: put it back in service (operators; asks first). The node "
-          "refuses while the card still reports a problem, and names it"),
-    ("k", "evict from the selected card (operators): lists exactly the processes from outside the "
-          "platform or of someone else that would get SIGTERM, and asks; one still running after the "
-          "grace period is offered SIGKILL. A platform job's processes (that is s), processes this "
-          "machine cannot see and pid 1 are never signalled"),
-    ("e", "the node's log, newest first, in place of the jobs table (and back): what happened to the "
-          "cards in the last hour (XIDs, drains, intruders, health, ends, evictions) and actions"),
-    ("f", "in the log: only the selected card's entries (following the selection), or every card's"),
-    ("p", "pause or resume the display (the node is still read, and queued launches still start)"),
-    ("ctrl+p", "command palette: every action by name"),
-    ("?", "this help"),
 ]
-QUIT_HELP = {
-    False: ("q", "quit (jobs keep running; the demo stops its own). This dashboard serves the node "
-                 "itself, so its launches not started yet, queued or waiting for the lock, are "
-                 "dropped: it asks first, naming them"),
-    True: ("q", "quit (jobs keep running). The node's agent keeps the queue: queued launches start "
-                "without this dashboard, so quitting does not ask; it asks only for a launch of "
-                "this dashboard still waiting for the lock, which ends with it"),
-}
-DEMO_KEYS_HELP = [
-    ("b", "demo: toggle probe-blind (use from outside cannot be probed)"),
-    ("x", "demo: put or remove an outside process on the selected card (on a held card, an intruder)"),
-    ("X", "demo: the selected card reports XID 48 (double-bit ECC error), so the node drains it"),
-]
+TAB_HELP = ("tab", "move between the grid, the detail pane and the jobs table")
+PALETTE_HELP = ("ctrl+p", "command palette: every action by name")
+
 MARKS_HELP = [
     ("! in red", "an intruder: someone else's process on a held card (the card keeps its state); the "
                  "detail pane marks each process holder, intruder, external or unknown (a pid this "
@@ -90,10 +58,22 @@ def _table() -> Table:
     return table
 
 
+def key_lines(demo: bool, agent: bool) -> list[HelpLine]:
+    """Every key, one line each: moving about, what acts on the node and what
+    only shows, then the palette, help and quit, and the demo's last."""
+    return (GRID_KEYS_HELP + help_lines("move") + [TAB_HELP] + help_lines("node") + help_lines("view")
+            + [PALETTE_HELP] + help_lines("app", agent=agent) + (help_lines("demo") if demo else []))
+
+
+def readonly_line() -> str:
+    *most, last = node_words()
+    return f"Read-only: {', '.join(most)} and {last} are refused."
+
+
 def help_text(demo: bool, readonly: bool, agent: bool = False) -> Group:
     """``agent``: the node is served by its agent (not by this dashboard)."""
     keys = _table()
-    for key, meaning in KEYS_HELP + [QUIT_HELP[agent]] + (DEMO_KEYS_HELP if demo else []):
+    for key, meaning in key_lines(demo, agent):
         keys.add_row(Text(key, style="bold #4fc3f7"), meaning)
     states = _table()
     for state, meaning in STATES_HELP:
@@ -101,8 +81,7 @@ def help_text(demo: bool, readonly: bool, agent: bool = False) -> Group:
         states.add_row(Text(f" {label:^10} ", style=f"bold white on {colour}"), meaning)
     parts = [Text("Keys", style="bold underline"), keys]
     if readonly:
-        parts.append(Text("Read-only: launch, reserve, extend, stop, reclaim, cancel, drain, undrain and "
-                          "evict are refused.", style="#ffb300"))
+        parts.append(Text(readonly_line(), style="#ffb300"))
     marks = _table()
     for mark, meaning in MARKS_HELP:
         marks.add_row(Text(mark, style="bold #ef5350" if mark.startswith("!") else "bold #ffb300"), meaning)
