@@ -224,7 +224,7 @@ def frozen(snap: NodeSnapshot, **kwargs) -> NodeDashboard:
 
 def history_settled(app: NodeDashboard) -> bool:
     """The history is fetched, or nothing on screen would show it (so none is)."""
-    return app.history_fetches >= 1 or not app.wants_history
+    return app.history.fetches >= 1 or not app.main.wants_history
 
 
 async def first_poll(pilot) -> None:

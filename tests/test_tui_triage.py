@@ -410,7 +410,7 @@ async def test_history_is_fetched_when_the_selection_changes_not_every_poll(node
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await until(pilot, lambda: app.history_fetches >= 1, "the first fetch")
+        await until(pilot, lambda: app.history.fetches >= 1, "the first fetch")
         assert asked[0] is None, "the tiles' lines: every card, once"
         await polled(pilot, app, 8)
         assert len(asked) <= 2, f"fetched {len(asked)} times in 9 polls: {asked}"

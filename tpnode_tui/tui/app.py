@@ -9,31 +9,27 @@ node's too, listed in each snapshot. The only state kept here is
 presentation (the selection, a paused flag) and which of the launches this
 dashboard asked for, so that it can say what became of them.
 
-Readings and actions run in separate workers: a launch can wait on the
-allocation lock for as long as another process holds it (forever while
-Redis is down), and the operator must go on seeing the node, and why it
-waits, meanwhile. A node served by its agent can go away (restarted,
-stopped): the last picture then stays up marked stale, no card counts as
-free, every action is refused with that reason, and the dashboard
-reconnects by itself.
+The app keeps what is app-wide: the node, the keys (tui/actions.py), and the
+workers. What the node says is followed by plain objects (tui/follow.py), the
+launches asked for are tracked by another (tui/launches.py), and the main
+screen lays out and draws the picture (tui/screens/main.py). Readings and
+actions run in separate workers: a launch can wait on the allocation lock for
+as long as another process holds it (forever while Redis is down), and the
+operator must go on seeing the node, and why it waits, meanwhile.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
-from rich.text import Text
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widget import Widget
-from textual.widgets import DataTable, Footer, Static
 
 from ..model import (
     CardView,
@@ -51,61 +47,30 @@ from ..model import (
     TpnodeError,
 )
 from ..node.base import Node
-from ..port import (
-    AgentUnavailable,
-    LaunchRequest,
-    LaunchResult,
-    ReserveRequest,
-    You,
-    is_owner,
-    new_run_id,
-)
+from ..port import AgentUnavailable, LaunchRequest, LaunchResult, ReserveRequest, You, is_owner, new_run_id
 from ..printable import printable, printable_lines, printable_view
-from ..render import cards_words, env_lines, format_duration
+from ..render import cards_words, format_duration
 from .actions import ACTIONS, BINDINGS, BY_NAME
-from .detail import DetailPane, describe_card
-from .events import EventsPane, events_title
-from .follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, LogFollower, NodeFollower
-from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
-from .jobs import JOB_PREFIX, LAUNCH_PREFIX, WAITING, JobsTable
-from .launches import LaunchTracker, LeftQueue, Notice, Refused, Started, left_queue_notice
-from .redraw import same, update
+from .detail import DetailPane
+from .follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, HistoryFollower, LogFollower, NodeFollower
+from .jobs import LAUNCH_PREFIX, WAITING, JobsTable
+from .launches import LaunchTracker, LeftQueue, Refused, Started, left_queue_notice
 from .screens.confirm import ConfirmScreen
 from .screens.drain import DrainScreen
 from .screens.extend import ExtendScreen
 from .screens.help import HelpScreen
 from .screens.launch import LaunchScreen
+from .screens.main import MainScreen
 from .screens.quit import QuitScreen
 from .screens.reserve import ReserveScreen
-from .sparks import Recent
 from .tiles import CardGrid
-from .triage import (
-    NOT_GONE,
-    drain_context,
-    evict_question,
-    evicting_words,
-    fates,
-    kill_question,
-    undrain_question,
-)
+from .triage import NOT_GONE, drain_context, evict_question, evicting_words, fates, kill_question, undrain_question
 
 if TYPE_CHECKING:  # the demo's scene, with its allocator, loads only with the demo
     from ..node.demo import DemoScene
 
 log = logging.getLogger(__name__)
 
-#: below this many rows the screen is laid out compactly; below the second, the
-#: tiles and the detail pane have no room for the cards' history
-SHORT_ROWS, HISTORY_ROWS = 32, 38
-
-#: columns of the terminal the detail pane's text does not get: its border,
-#: padding and scroll bar (dashboard.tcss)
-DETAIL_FRAME = 5
-
-#: how often the selected card's history is fetched again, and every cards' (for
-#: the tiles' lines): the node keeps it, and fetching it each poll would cost
-#: the agent an hour of samples per card per dashboard per second
-HISTORY_S, TILES_HISTORY_S = 5.0, 15.0
 
 def served_from(node: Node, demo: bool = False) -> str:
     """Where the node is served from, for the header."""
@@ -122,22 +87,12 @@ def _capacity_words(error: NoCapacity) -> str:
             .removesuffix("; not waiting for cards: try again later"))
 
 
-class DashboardScreen(Screen):
-    """The main screen. Redraws are held back while a dialog is open (a grid
-    changing under a form is distracting) and caught up when it closes."""
-
-    def on_screen_resume(self) -> None:
-        app = self.app
-        if isinstance(app, NodeDashboard):
-            app.redraw()
-
-
 class NodeDashboard(App[int]):
     #: absolute, so that a subclass defined elsewhere (tests, screenshots) finds it too
     CSS_PATH = str(Path(__file__).with_name("dashboard.tcss"))
     TITLE = "tpnode-tui"
 
-    #: every key, as the table of actions describes it (tui/actions.py)
+    #: every key, as the table of actions describes it
     BINDINGS = BINDINGS
 
     def __init__(
@@ -156,70 +111,40 @@ class NodeDashboard(App[int]):
         self.readonly = readonly
         self.default_command = default_command
         self.clock = clock
-        self.served = served_from(node, demo is not None)
         #: the node's readings as they come, and how fresh what is shown is
         self.follower = NodeFollower(node, clock=clock, reconnect_s=reconnect_s,
-                                     on_reading=self._read, on_lost=self.redraw)
+                                     on_reading=self._read, on_lost=self._lost)
         #: the node's log, while the events pane shows it
         self.node_log = LogFollower(node, reconnect_s=reconnect_s, changed=self._log_changed)
+        #: each card's last hour, as last fetched
+        self.history = HistoryFollower(node, clock=clock)
         #: the launches this dashboard asked for, to say what became of them
         self.launches = LaunchTracker()
-        #: what the footer and the detail pane were last given, so that a reading
-        #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
-        self._bindings_shown: Optional[tuple[Optional[bool], ...]] = None
-        self._detail_shown: object = None
-        #: the terminal's size as the last resize gave it (``self.size`` lags behind it)
-        self._rows: Optional[int] = None
-        self._cols: Optional[int] = None
-        #: whether a banner (stale, probe-blind) takes rows over the grid
-        self._banners = False
-        #: each card's history as last fetched (a few kilobytes a card, whatever the node keeps)
-        self.card_history: dict[int, Recent] = {}
-        #: set when the history should be fetched at once (a new selection, the first reading)
-        self._history_wake = asyncio.Event()
-        self._tiles_history_at: Optional[float] = None
-        #: fetches of the node's history that succeeded
-        self.history_fetches = 0
-        self._events_drawn: Optional[tuple[Optional[str], int]] = None
-        self._events_due = False
+        self.main = MainScreen(follower=self.follower, node_log=self.node_log, history=self.history,
+                               readonly=readonly, served=served_from(node, demo is not None),
+                               via="agent" if node.via == "agent" else "in-process", ready=self._follow)
         #: a dry run for evict is out: its question is on its way, a second would double it
         self.evict_asking = False
 
-    @property
-    def agent(self) -> bool:
-        return self.node.via == "agent"
+    def get_default_screen(self) -> Screen[Any]:
+        return self.main
 
-    # -- layout -----------------------------------------------------------------
-
-    def get_default_screen(self) -> Screen:
-        return DashboardScreen(id="_default")
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="header")
-        yield Static(id="summary")
-        yield Static(id="stale-banner", classes="banner")
-        yield Static(id="blind-banner", classes="banner")
-        yield Static(id="no-cards")
-        yield CardGrid(id="grid")
-        yield DetailPane(id="detail", history=True)
-        yield JobsTable(id="jobs")
-        yield EventsPane(id="events")
-        # Compact, and without the palette's key (ctrl+p still opens it; the help
-        # says so): an operator's keys, the log's and the demo's fit 120 columns.
-        yield Footer(compact=True, show_command_palette=False)
-
-    def on_mount(self) -> None:
-        self.query_one(CardGrid).focus()
-        self.query_one(DetailPane).border_title = "Selected card (enter to scroll, escape back)"
-        self.query_one(JobsTable).border_title = "Jobs, reservations and launches not started yet"
-        self.set_interval(1.0, self._tick)
-        self.redraw()
+    def _follow(self) -> None:
+        """Follow the node, its cards' history and the demo, once the main screen's widgets are made."""
         if self.demo is not None:
             self.run_worker(self._open_demo(), group="demo", exit_on_error=False)
         self._follow_node()
-        self._follow_history()
+        self.run_worker(self.history.follow(self.main), group="history", exclusive=True, exit_on_error=False)
 
-    # -- readings ---------------------------------------------------------------
+    def on_resize(self, event: Resize) -> None:
+        self.main.terminal_resized(event.size)
+
+    @property
+    def agent(self) -> bool:
+        """Whether the node is served by its agent (which keeps the queue), not by this process."""
+        return self.node.via == "agent"
+
+    # -- what the node says ----------------------------------------------------------
 
     @property
     def snapshot(self) -> Optional[NodeSnapshot]:
@@ -247,92 +172,12 @@ class NodeDashboard(App[int]):
 
     def _read(self, first: bool) -> None:
         if first:
-            self._history_wake.set()  # the first reading: now there are cards to fetch the history of
+            self.history.wake()  # the first reading: now there are cards to fetch the history of
         self._follow_queued()
-        self.redraw()
+        self.main.redraw()
 
-    def _tick(self) -> None:
-        """Once a second: the header's age moves even between readings."""
-        self._redraw_header()
-
-    # -- the cards' last hour -------------------------------------------------------
-
-    def _follow_history(self) -> None:
-        self.run_worker(self._history_loop(), group="history", exclusive=True, exit_on_error=False)
-
-    async def _history_loop(self) -> None:
-        """The selected card's history when the selection changes and every
-        HISTORY_S; every card's, for the tiles, every TILES_HISTORY_S while
-        the tiles have room for it. The node keeps the history; this only
-        fetches it, at a rate that does not grow with the poll rate."""
-        while True:
-            self._history_wake.clear()
-            # paused, the picture holds still
-            if self.wants_history and not self.follower.paused:
-                try:
-                    await self._fetch_history()
-                except Exception:  # a drawing bug must not end the history for good
-                    log.warning("the history could not be shown", exc_info=True)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._history_wake.wait(), HISTORY_S)
-
-    async def _fetch_history(self) -> None:
-        card = self.query_one(CardGrid).selected
-        now = self.clock()
-        tiles = not self._lean() and (self._tiles_history_at is None
-                                       or now - self._tiles_history_at >= TILES_HISTORY_S)
-        try:
-            history = await self.node.history(None if tiles else card)
-        except Exception as e:  # the readings say why the node cannot be reached; keep the last
-            if not isinstance(e, TpnodeError):
-                log.warning("the node's history could not be read", exc_info=True)
-            return
-        if not self.is_running or not self.screen_stack:
-            return  # shutting down: the widgets are gone
-        if tiles:
-            self._tiles_history_at = now
-        fetched = {index: Recent.of(samples, now) for index, samples in history.items()}
-        self.card_history.update(fetched)
-        self.query_one(CardGrid).show_history(fetched)
-        self.history_fetches += 1
-        self._redraw_history()
-
-    def _redraw_history(self) -> None:
-        """The selected card's lines, from its history as last fetched (with every
-        card's, for the tiles, or on its own when it was selected)."""
-        card = self.selected_card()
-        if card is None or not self.screen_stack:
-            return
-        total = card.facts.memory_total_mib if card.facts is not None else None
-        self.query_one(DetailPane).show_history(self.card_history.get(card.index), total)
-
-    def _lock_line(self) -> Optional[str]:
-        """What the allocation lock means for a launch now: what a launch under
-        way waits for, else who holds the lock or that Redis cannot be reached,
-        as the node found it: a launch would wait, and the operator should know
-        before pressing l."""
-        snap = self.snapshot
-        if snap is None:
-            return None
-        waiting = next((q.waiting_for for q in snap.queue if q.state == WAITING and q.waiting_for), None)
-        return waiting or snap.lock_state
-
-    @property
-    def poll_state(self) -> PollState:
-        return PollState(
-            paused=self.follower.paused,
-            readonly=self.readonly,
-            stale_since=self.stale_since,
-            stale_error=self.follower.stale_error,
-            agent_gone=self.follower.gone_since is not None and self.follower.gone_agent,
-            lock_waiting=self._lock_line(),
-            unverified_allowed=self.snapshot is not None and self.snapshot.allow_unverified,
-            you=self.you,
-            served=self.served,
-            via="agent" if self.agent else "in-process",
-        )
-
-    # -- what became of launches this dashboard queued ------------------------------
+    def _lost(self) -> None:
+        self.main.redraw()
 
     def _follow_queued(self) -> None:
         """Say when a launch queued from here has left the queue: started (it
@@ -352,231 +197,47 @@ class NodeDashboard(App[int]):
             self.notify(f"{left.run_id} is no longer queued, and the node's log cannot be read to say "
                         f"why: {e}", title="Queued launch", severity="warning", timeout=12)
             return
-        self._say(left_queue_notice(left.run_id, entries))
-
-    def _say(self, notice: Notice) -> None:
+        notice = left_queue_notice(left.run_id, entries)
         self.notify(notice.message, title=notice.title, severity=notice.severity, timeout=notice.timeout)
 
-    # -- the node's log -------------------------------------------------------------
+    # -- the node's log ---------------------------------------------------------------
 
     def _show_events(self, card: Optional[int]) -> None:
         """Follow the node's log (about ``card``, or every card) in the events pane,
         from an hour back; the pane keeps the newest EVENTS_KEPT entries."""
         self.node_log.open(card)
-        pane = self.query_one(EventsPane)
-        pane.border_title = events_title(card)
-        pane.show(self.node_log.entries, None)  # never the last card's entries under this title, even paused
-        pane.add_class("-shown")
-        table = self.query_one(JobsTable)
-        if table.has_focus:
-            pane.focus()
-        table.add_class("-hidden")
+        self.main.show_log(card)
         self.run_worker(self.node_log.follow(card), group="events", exclusive=True, exit_on_error=False)
-        self._redraw_events()
+        self.main.redraw_log()
         self.refresh_bindings()
 
     def _hide_events(self) -> None:
         self.workers.cancel_group(self, "events")
         self.node_log.close()
-        pane = self.query_one(EventsPane)
-        if pane.has_focus:
-            self.query_one(CardGrid).focus()
-        pane.remove_class("-shown")
-        self.query_one(JobsTable).remove_class("-hidden")
+        self.main.hide_log()
         self.refresh_bindings()
 
     def _log_changed(self, burst: bool) -> None:
-        if burst:
-            self._events_soon()
-        else:
-            self._redraw_events()
-
-    def _events_soon(self) -> None:
-        """Redraw the pane once for a burst of entries (the hour read at the start)."""
-        if not self._events_due:
-            self._events_due = True
-            self.set_timer(0.1, self._redraw_events)
-
-    def _redraw_events(self) -> None:
-        self._events_due = False
-        if not self.node_log.shown or self.follower.paused or not self._on_main_screen():
-            return
-        drawn = (self.node_log.problem, self.node_log.version)
-        if drawn == self._events_drawn:
-            return
-        self._events_drawn = drawn
-        self.query_one(EventsPane).show(self.node_log.entries, self.node_log.problem)
-
-    # -- drawing ----------------------------------------------------------------
-
-    def _on_main_screen(self) -> bool:
-        """Whether the main screen shows; never while the app shuts down, when the
-        once-a-second tick or a finishing poll may still come after its widgets are gone."""
-        return self.is_running and bool(self.screen_stack) and self.screen is self.screen_stack[0]
-
-    def _redraw_header(self) -> None:
-        if self._on_main_screen():
-            text = header_text(self.snapshot, self.clock(), self.poll_state, compact=self._short())
-            update(self.query_one("#header", Static), text)
-
-    def _short(self) -> bool:
-        return (self._rows if self._rows is not None else self.size.height) < SHORT_ROWS
-
-    @property
-    def wants_history(self) -> bool:
-        """Whether there are cards and a line on screen shows their history:
-        while not, none is fetched."""
-        return self.snapshot is not None and bool(self.snapshot.cards) and not self._lean()
-
-    def _lean(self) -> bool:
-        """Too few rows for the history's lines (on the tiles and in the detail
-        pane): a terminal under HISTORY_ROWS, or one whose rows a banner takes."""
-        rows = self._rows if self._rows is not None else self.size.height
-        return rows < HISTORY_ROWS or self._banners
-
-    def _lay_out(self) -> None:
-        screen = self.screen_stack[0]
-        lean = screen.has_class("-lean")
-        screen.set_class(self._short(), "-short")
-        screen.set_class(self._lean(), "-lean")
-        if lean and not self._lean():
-            self._history_wake.set()  # the tiles have room for their lines now: fetch them
-
-    def on_resize(self, event: Resize) -> None:
-        """A short terminal (80x24) drops the summary and the header's second
-        line, shortens the blind banner, and shrinks the detail pane, so the jobs
-        table stays on screen; below HISTORY_ROWS, or with a banner over the
-        grid, the tiles and the detail pane leave out the cards' history. The
-        event's size, not ``self.size``: this handler runs before Textual's own,
-        which is the one that updates ``self.size``."""
-        self._rows = event.size.height
-        self._cols = event.size.width
-        self._lay_out()
-        self.redraw()
-
-    def redraw(self) -> None:
-        if not self._on_main_screen():
-            return
-        now = self.clock()
-        poll = self.poll_state
-        snap = self.snapshot
-        self._redraw_header()
-        shown = dict(banner_lines(snap, poll, compact=self._short()))
-        if bool(shown) != self._banners:
-            self._banners = bool(shown)
-            self._lay_out()
-        for name in ("stale", "blind"):
-            banner = self.query_one(f"#{name}-banner", Static)
-            banner.set_class(name in shown, "-shown")
-            if name in shown:
-                update(banner, shown[name])
-        # Until a poll succeeds there is nothing to summarise and no card to detail.
-        empty = snap is not None and snap.occupancy.total == 0
-        self.query_one("#summary", Static).set_class(snap is None, "-hidden")
-        self.query_one(DetailPane).set_class(snap is None or empty, "-hidden")
-        if snap is None:
-            return
-        update(self.query_one("#summary", Static), summary_text(snap, poll))
-        grid = self.query_one(CardGrid)
-        no_cards = self.query_one("#no-cards", Static)
-        no_cards.set_class(empty, "-shown")
-        grid.set_class(empty, "-hidden")
-        stale = self.stale_since is not None
-        if empty:
-            update(no_cards, no_cards_text(snap))
-        grid.show(snap.cards, now, stale, snap.idle)
-        self._redraw_detail()
-        jobs = self.query_one(JobsTable)
-        jobs.set_class(stale, "-stale")
-        jobs.show(snap.jobs, snap.queue, now, snap.idle)
-        self._redraw_events()
-        # The footer is rebuilt, every key re-mounted, on each refresh_bindings:
-        # done every poll, that was the largest part of an idle dashboard's CPU.
-        if self._binding_states() != self._bindings_shown:
-            self.refresh_bindings()
-
-    def _binding_states(self) -> tuple[Optional[bool], ...]:
-        return tuple(self.check_action(b.action, ()) for b in self.BINDINGS)
-
-    def refresh_bindings(self) -> None:
-        # The footer ignores a refresh while the terminal is not focused (or the
-        # app not yet running): remember nothing then, so the next poll refreshes it.
-        shown = self.is_running and self.app_focus
-        self._bindings_shown = self._binding_states() if shown else None
-        super().refresh_bindings()
-
-    def _redraw_detail(self) -> None:
-        pane = self.query_one(DetailPane)
-        card = self.selected_card()
-        snap = self.snapshot
-        if card is None or snap is None:
-            text = no_cards_text(snap) if snap else Text("")
-        else:
-            stale = self.follower.why_stale
-            env: list[str] = []
-            if card.job is not None and card.job.live:
-                try:
-                    env = env_lines(snap, card.job.key)
-                except JobNotFound:
-                    pass
-            width = (self._cols if self._cols is not None else self.size.width) - DETAIL_FRAME
-            text = describe_card(card, self.clock(), snap.mem_busy_mib, stale, env, width)
-        if not same(self._detail_shown, text):
-            pane.show(text)
-            self._detail_shown = text
-
-    def _alive(self, widget: Widget) -> bool:
-        """Messages still arrive while the app shuts down, after its widgets are gone."""
-        return bool(self.screen_stack) and widget.is_attached
+        self.main.log_changed(burst)
 
     def on_card_grid_selected(self, message: CardGrid.Selected) -> None:
-        if not self._alive(message.grid):
-            return
-        if self._on_main_screen() and self.snapshot is not None:
-            self._redraw_detail()
-            self._redraw_history()
-        self._history_wake.set()
+        """Kept to one card, the log follows the selection (the main screen draws the rest)."""
         log_card = self.node_log.card
-        if self.node_log.shown and log_card is not None and log_card != message.index:
-            self._show_events(message.index)  # kept to one card: the card selected now
-        self.refresh_bindings()
+        if message.grid.is_attached and self.node_log.shown and log_card is not None and log_card != message.index:
+            self._show_events(message.index)
 
-    def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
-        """Following a job row in the table selects its first card, so s stops what is highlighted."""
-        table = message.data_table
-        if not self._alive(table):
-            return
-        job = self._job_for_row()
-        if job is not None and job.live and job.gpus and table.has_focus:
-            self.query_one(CardGrid).select(job.gpus[0])
-        self.refresh_bindings()
-
-    def on_descendant_focus(self, event) -> None:
-        if self._alive(event.widget):
-            self.refresh_bindings()
-
-    # -- what the keys act on -----------------------------------------------------
+    # -- what the keys act on, and whether they are offered ---------------------------------
 
     def selected_card(self) -> Optional[CardView]:
-        if self.snapshot is None:
-            return None
-        index = self.query_one(CardGrid).selected
-        return next((c for c in self.snapshot.cards if c.index == index), None)
-
-    def _job_for_row(self) -> Optional[JobState]:
-        key = self.query_one(JobsTable).selected_key()
-        if self.snapshot is None or not key or not key.startswith(JOB_PREFIX):
-            return None
-        name = key[len(JOB_PREFIX):]
-        return next((j for j in self.snapshot.jobs if j.name == name), None)
+        return self.main.selected_card()
 
     def stop_target(self) -> Optional[JobState]:
         """The live job the stop and extend keys act on: the highlighted row while
         the jobs table has the focus, else the selected card's job."""
-        if self.stale_since is not None:
+        if self.stale:
             return None
-        if self.query_one(JobsTable).has_focus:
-            job = self._job_for_row()
+        if self.main.jobs_focused:
+            job = self.main.job_for_row()
             return job if job is not None and job.live else None
         card = self.selected_card()
         if card is None or card.job is None or not card.job.live:
@@ -602,12 +263,12 @@ class NodeDashboard(App[int]):
 
     def selected_launch(self) -> Optional[QueuedLaunch]:
         """The launch not started yet (queued or under way) highlighted in the jobs table."""
-        table = self.query_one(JobsTable)
-        key = table.selected_key()
-        if self.snapshot is None or not table.has_focus or not key or not key.startswith(LAUNCH_PREFIX):
-            return None
-        run_id = key[len(LAUNCH_PREFIX):]
-        return next((q for q in self.snapshot.queue if q.run_id == run_id), None)
+        return self.main.selected_launch()
+
+    def triage_card(self) -> Optional[CardView]:
+        """The card drain, undrain and evict act on: the selected one, while the
+        node answers and is read (an operator acts on what is there now)."""
+        return None if self.stale else self.selected_card()
 
     @property
     def operator(self) -> bool:
@@ -634,26 +295,21 @@ class NodeDashboard(App[int]):
     def log_card(self) -> Optional[int]:
         return self.node_log.card
 
-    def triage_card(self) -> Optional[CardView]:
-        """The card drain, undrain and evict act on: the selected one, while the
-        node answers and is read (an operator acts on what is there now)."""
-        if self.stale_since is not None:
-            return None
-        return self.selected_card()
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         """Whether a key shows and works now: the table of actions says when."""
         row = BY_NAME.get(action)
         return True if row is None else row.offered(self)
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        if screen is not self.screen_stack[0]:
+        if screen is not self.main:
             return
         for action in ACTIONS:
             if action.palette is not None and action.offered(self):
                 title, help_ = action.palette
                 yield SystemCommand(title, help_, getattr(self, f"action_{action.name}"))
+
+    # -- saying things ------------------------------------------------------------------
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: Optional[float] = None, markup: bool = True) -> None:
@@ -662,6 +318,14 @@ class NodeDashboard(App[int]):
         "[/]" would fail to render and "[@click=...]" would be a button."""
         super().notify(printable_lines(message), title=printable(title), severity=severity,
                        timeout=timeout, markup=False)
+
+    def _failed(self, title: str, error: BaseException) -> None:
+        if not isinstance(error, TpnodeError):
+            log.warning("%s", title, exc_info=error)
+            message = f"{type(error).__name__}: {error}"
+        else:
+            message = str(error)
+        self.notify(message, title=title, severity="error", timeout=12)
 
     def _refused(self, what: str) -> bool:
         """The guard inside each action, for calls that bypass the keys: a
@@ -706,13 +370,13 @@ class NodeDashboard(App[int]):
         self.follower.paused = True
         self.workers.cancel_group(self, "readings")
         self.notify("Paused: the picture is not updated until you press p again.", timeout=4)
-        self.redraw()
+        self.main.redraw()
 
     def action_resume(self) -> None:
         self.follower.paused = False
         self.notify("Resumed.", timeout=3)
         self._follow_node()
-        self.redraw()
+        self.main.redraw()
 
     def _capacity_line(self) -> str:
         """What the form's user needs to know before asking: how much is free now."""
@@ -903,7 +567,7 @@ class NodeDashboard(App[int]):
             key = table.selected_key() or ""
             if key.startswith(LAUNCH_PREFIX):
                 return "The highlighted row is a launch not started yet, not a running job: c cancels it."
-            job = self._job_for_row()
+            job = self.main.job_for_row()
             if job is not None:
                 return (f"The highlighted row, {job.run_id}, has already ended: nothing to stop "
                         "(r reclaims it).")

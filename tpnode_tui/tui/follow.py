@@ -1,4 +1,4 @@
-"""Following the node: its readings, and its log, for as long as it takes.
+"""Following the node: its readings, its log, and its cards' last hour.
 
 Plain objects, no widgets, so what the dashboard knows of the node between
 readings is decided without a screen (tests/test_tui_follow.py). The node's
@@ -9,15 +9,17 @@ as free, every action is refused with the reason, and the node is followed
 again after a short wait, longer each time up to a few seconds, for as long
 as it takes. Every string that arrives is escaped here, once: from here on
 other people's words (process names, labels, owners, the driver's text) are
-safe to show.
+safe to show. The cards' history is the node's too: it is fetched when the
+selection changes and every few seconds, never per poll.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Mapping, Optional, Protocol
 
 from ..model import NodeSnapshot, TpnodeError
 from ..node.base import Node
@@ -25,12 +27,18 @@ from ..port import AgentUnavailable, NodeView, You
 from ..printable import printable, printable_view
 from .detail import clock_time
 from .events import EVENTS_KEPT, EVENTS_SINCE_S
+from .sparks import Recent
 
 log = logging.getLogger(__name__)
 
 #: how long to wait before following a node that went away again: the first
 #: try soon (an agent restarting is back in a second), then no more often than this
 RECONNECT_FIRST_S, RECONNECT_MOST_S = 1.0, 5.0
+
+#: how often the selected card's history is fetched again, and every cards' (for
+#: the tiles' lines): the node keeps it, and fetching it each poll would cost
+#: the agent an hour of samples per card per dashboard per second
+HISTORY_S, TILES_HISTORY_S = 5.0, 15.0
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -238,3 +246,74 @@ class LogFollower:
                 self.problem = "the node stopped sending it"
             self.changed(False)
             await backoff.wait(self._sleep)
+
+
+class HistoryShown(Protocol):
+    """Where the cards' history is drawn, as far as fetching it is concerned."""
+
+    def selected_index(self) -> int:
+        """The card whose lines the detail pane shows."""
+        ...
+
+    def history_wanted(self) -> bool:
+        """Whether there are cards, a line on screen to show their history, and
+        a picture that moves (not paused): while not, none is fetched."""
+        ...
+
+    def tiles_have_room(self) -> bool:
+        """Whether the tiles show their utilisation lines (every card's history is wanted)."""
+        ...
+
+    def show_history(self, fetched: Mapping[int, Recent]) -> None: ...
+
+
+class HistoryFollower:
+    """Each card's last hour, as last fetched from the node (a few kilobytes a
+    card, whatever the node keeps). The node keeps the history; this only
+    fetches it, at a rate that does not grow with the poll rate."""
+
+    def __init__(self, node: Node, *, clock: Callable[[], float] = time.time) -> None:
+        self.node = node
+        self.clock = clock
+        #: each card's history as last fetched
+        self.recent: dict[int, Recent] = {}
+        #: fetches of the node's history that succeeded
+        self.fetches = 0
+        self._tiles_at: Optional[float] = None
+        #: set when the history should be fetched at once (a new selection, the first reading)
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Fetch at once: the selection changed, or there are cards (or room for their lines) now."""
+        self._wake.set()
+
+    async def follow(self, shown: HistoryShown) -> None:
+        """The selected card's history when the selection changes and every
+        HISTORY_S; every card's, for the tiles, every TILES_HISTORY_S while
+        the tiles have room for it."""
+        while True:
+            self._wake.clear()
+            if shown.history_wanted():
+                try:
+                    await self._fetch(shown)
+                except Exception:  # a drawing bug must not end the history for good
+                    log.warning("the history could not be shown", exc_info=True)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), HISTORY_S)
+
+    async def _fetch(self, shown: HistoryShown) -> None:
+        card = shown.selected_index()
+        now = self.clock()
+        tiles = shown.tiles_have_room() and (self._tiles_at is None or now - self._tiles_at >= TILES_HISTORY_S)
+        try:
+            history = await self.node.history(None if tiles else card)
+        except Exception as e:  # the readings say why the node cannot be reached; keep the last
+            if not isinstance(e, TpnodeError):
+                log.warning("the node's history could not be read", exc_info=True)
+            return
+        if tiles:
+            self._tiles_at = now
+        fetched = {index: Recent.of(samples, now) for index, samples in history.items()}
+        self.recent.update(fetched)
+        shown.show_history(fetched)
+        self.fetches += 1
