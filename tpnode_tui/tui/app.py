@@ -15,7 +15,9 @@ launches asked for are tracked by another (tui/launches.py), and the main
 screen lays out and draws the picture (tui/screens/main.py). Readings and
 actions run in separate workers: a launch can wait on the allocation lock for
 as long as another process holds it (forever while Redis is down), and the
-operator must go on seeing the node, and why it waits, meanwhile.
+operator must go on seeing the node, and why it waits, meanwhile. An action
+that asks first runs as one worker from the question to the answer
+(``push_screen_wait``), so what it asks and what it then does read in order.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.events import Resize
 from textual.notifications import SeverityLevel
@@ -47,14 +50,15 @@ from ..model import (
     TpnodeError,
 )
 from ..node.base import Node
-from ..port import AgentUnavailable, LaunchRequest, LaunchResult, ReserveRequest, You, is_owner, new_run_id
+from ..port import AgentUnavailable, LaunchRequest, LaunchResult, You, is_owner, new_run_id
 from ..printable import printable, printable_lines, printable_view
 from ..render import cards_words, format_duration
 from .actions import ACTIONS, BINDINGS, BY_NAME
 from .detail import DetailPane
 from .follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, HistoryFollower, LogFollower, NodeFollower
-from .jobs import LAUNCH_PREFIX, WAITING, JobsTable
+from .jobs import WAITING
 from .launches import LaunchTracker, LeftQueue, Refused, Started, left_queue_notice
+from .questions import capacity_line, nothing_to_stop, queue_question, reclaim_question, starts_when, stop_question
 from .screens.confirm import ConfirmScreen
 from .screens.drain import DrainScreen
 from .screens.extend import ExtendScreen
@@ -77,14 +81,6 @@ def served_from(node: Node, demo: bool = False) -> str:
     if node.via == "local" and demo:
         return "demo node, served in-process"
     return node.where
-
-
-def _capacity_words(error: NoCapacity) -> str:
-    """The node's reason without the advice an agent words for the command
-    line around it ("no capacity now: ...; not waiting for cards: try again
-    later"): the dashboard offers the queue instead."""
-    return (str(error).removeprefix("no capacity now: ")
-            .removesuffix("; not waiting for cards: try again later"))
 
 
 class NodeDashboard(App[int]):
@@ -120,6 +116,7 @@ class NodeDashboard(App[int]):
         self.history = HistoryFollower(node, clock=clock)
         #: the launches this dashboard asked for, to say what became of them
         self.launches = LaunchTracker()
+        #: the node's picture, laid out and redrawn: the default screen
         self.main = MainScreen(follower=self.follower, node_log=self.node_log, history=self.history,
                                readonly=readonly, served=served_from(node, demo is not None),
                                via="agent" if node.via == "agent" else "in-process", ready=self._follow)
@@ -340,7 +337,16 @@ class NodeDashboard(App[int]):
             return True
         return False
 
-    # -- actions ------------------------------------------------------------------
+    def _not_operator(self, what: str) -> bool:
+        """The node refuses anyway; this only spares a question that cannot end well
+        (an action called from the palette after the person's role changed)."""
+        if self.operator:
+            return False
+        self.notify(f"only an operator of this node may {what} (the header says who you are)",
+                    severity="warning")
+        return True
+
+    # -- moving about, help, pause, quit ------------------------------------------------------
 
     def action_focus_detail(self) -> None:
         self.query_one(DetailPane).focus()
@@ -350,19 +356,6 @@ class NodeDashboard(App[int]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(demo=self.demo is not None, readonly=self.readonly, agent=self.agent))
-
-    async def action_quit(self) -> None:
-        """Quit; with launches that would be dropped, ask first, naming them:
-        whoever asked for them may be waiting."""
-        queue = self.snapshot.queue if self.snapshot is not None else ()
-        dropped = self.launches.dropped_on_quit(queue, agent=self.agent)
-        if not dropped:
-            self.exit()
-            return
-        if isinstance(self.screen, QuitScreen):
-            return  # already asking
-        self.push_screen(QuitScreen(dropped, agent=self.agent, demo=self.demo is not None),
-                         lambda yes: self.exit() if yes else None)
 
     def action_pause(self) -> None:
         """Stop following the node's readings: the picture holds still. The node
@@ -375,35 +368,28 @@ class NodeDashboard(App[int]):
     def action_resume(self) -> None:
         self.follower.paused = False
         self.notify("Resumed.", timeout=3)
-        self._follow_node()
+        self._follow_node()  # once the paused follow has ended (NodeFollower.follow)
         self.main.redraw()
 
-    def _capacity_line(self) -> str:
-        """What the form's user needs to know before asking: how much is free now."""
-        snap = self.snapshot
-        if snap is None and self.stale_since is not None:
-            return f"The node could not be read yet ({self.follower.stale_error}). The node reads it afresh."
-        if snap is None:
-            return "The node has not been read yet."
-        if self.stale_since is not None:
-            return "Free cards are unknown: the last reading failed. The node reads it afresh."
-        occ = snap.occupancy
-        free = occ.free
-        cards = f" ({cards_words(free)})" if free else ""
-        line = f"{len(free)} of {occ.total} cards free now{cards}"
-        if occ.external_probe_ok:
-            return line + "."
-        if snap.allow_unverified:
-            return (line + ", unverified: use from outside cannot be probed, and they are handed "
-                    "out anyway (TUNEPLANE_ALLOW_UNVERIFIED).")
-        return (f"Use from outside cannot be probed, so no card can be checked free ({len(free)} of "
-                f"{occ.total} look free): a launch waits until the probe works again. Queued, it "
-                "then starts by itself.")
+    async def action_quit(self) -> None:
+        """Quit; with launches that would be dropped, ask first, naming them:
+        whoever asked for them may be waiting."""
+        queue = self.snapshot.queue if self.snapshot is not None else ()
+        dropped = self.launches.dropped_on_quit(queue, agent=self.agent)
+        if not dropped:
+            self.exit()
+        elif not any(w.group == "quit" and not w.is_finished for w in self.workers):  # else already asking
+            self._ask_then_quit(QuitScreen(dropped, agent=self.agent, demo=self.demo is not None))
 
-    def _waits_for_probe(self) -> bool:
-        """Whether launches wait because use from outside cannot be probed, as the last reading saw it."""
-        snap = self.snapshot
-        return snap is not None and not snap.occupancy.external_probe_ok and not snap.allow_unverified
+    @work(group="quit", exit_on_error=False)
+    async def _ask_then_quit(self, question: QuitScreen) -> None:
+        if await self.push_screen_wait(question):
+            self.exit()
+
+    # -- launch, reserve, extend, cancel ------------------------------------------------
+
+    def _capacity_line(self) -> str:
+        return capacity_line(self.snapshot, self.follower.stale_error if self.stale else None)
 
     def _total(self) -> int:
         return self.snapshot.occupancy.total if self.snapshot else 0
@@ -411,37 +397,33 @@ class NodeDashboard(App[int]):
     def action_launch(self) -> None:
         if self._refused("launching"):
             return
-        screen = LaunchScreen(
+        self._ask_then_launch(LaunchScreen(
             total=self._total(),
             docker=self.snapshot is not None and self.snapshot.runtime_kind == "docker",
             default_command=self.default_command,
             run_id=new_run_id(),
             context=self._capacity_line(),
-        )
-        self.push_screen(screen, self._launch_chosen)
+        ))
 
-    def _launch_chosen(self, request: Optional[LaunchRequest]) -> None:
+    @work(group="launch", exit_on_error=False)
+    async def _ask_then_launch(self, form: LaunchScreen) -> None:
+        request = await self.push_screen_wait(form)
         if request is not None:
-            self.run_worker(self._launch(request), group="launch", exit_on_error=False)
+            await self._launch(request)
 
     async def _launch(self, request: LaunchRequest) -> None:
-        """Launch from the dialog; the node lists it (and it can be cancelled) while under way."""
+        """Launch; the node lists it (and it can be cancelled) while under way.
+        With no room now, offer the queue."""
         assert request.run_id is not None
-        run_id = request.run_id
-        result = await self.launches.ask(run_id, self.node.launch(request))
+        result = await self.launches.ask(request.run_id, self.node.launch(request))
         if isinstance(result, Refused):
             self._failed("Launch refused", result.error)
         elif isinstance(result, NoCapacity):
-            body = (f"{_capacity_words(result)}.\n\nQueue {run_id}? It starts by itself "
-                    f"{self._starts_when(request.cards)}, after the launches queued before it.")
-            title = "No card can be checked free now" if self._waits_for_probe() else "No capacity now"
-            self.push_screen(ConfirmScreen(title, body, yes="Queue it"),
-                             lambda yes: self._queue_chosen(request) if yes else None)
-        elif isinstance(result, LaunchResult):
-            self._report_result(result, "Launched")
-
-    def _queue_chosen(self, request: LaunchRequest) -> None:
-        self.run_worker(self._enqueue(request), group="launch", exit_on_error=False)
+            title, body = queue_question(result, request.run_id, request.cards, self.snapshot)
+            if await self.push_screen_wait(ConfirmScreen(title, body, yes="Queue it")):
+                await self._enqueue(request)
+        elif isinstance(result, LaunchResult) and result.launched is not None:
+            self._report_launched(result.launched, "Launched")
 
     async def _enqueue(self, request: LaunchRequest) -> None:
         """Ask again, agreeing to wait in the node's queue: the node tries once
@@ -454,21 +436,12 @@ class NodeDashboard(App[int]):
             self.launches.queued_here(result.queued.run_id, self.clock())
             kept = ("The node's agent keeps it, with or without this dashboard." if self.agent
                     else "It lives in this dashboard: quitting asks first.")
-            self.notify(f"{result.queued.run_id} is queued; it starts {self._starts_when(request.cards)}, "
+            self.notify(f"{result.queued.run_id} is queued; it starts {starts_when(self.snapshot, request.cards)}, "
                         f"after the launches queued before it. {kept}", title="Queued")
-        elif isinstance(result, LaunchResult):
-            self._report_result(result, "Launched")
+        elif isinstance(result, LaunchResult) and result.launched is not None:
+            self._report_launched(result.launched, "Launched")
         elif isinstance(result, NoCapacity):  # only from a node that keeps no queue
             self._failed("Launch refused", result)
-
-    def _starts_when(self, cards: int) -> str:
-        if self._waits_for_probe():
-            return f"once the probe works again and {cards_words(cards)} can be checked free"
-        return f"as soon as {cards_words(cards)} {'is' if cards == 1 else 'are'} free"
-
-    def _report_result(self, result: LaunchResult, what: str) -> None:
-        if result.launched is not None:
-            self._report_launched(result.launched, what)
 
     def _report_launched(self, result: Launched, what: str) -> None:
         cards = cards_words(result.gpus)
@@ -484,29 +457,20 @@ class NodeDashboard(App[int]):
         if result.warning:
             self.notify(result.warning, title="Unverified cards", severity="warning", timeout=12)
 
-    def _failed(self, title: str, error: BaseException) -> None:
-        if not isinstance(error, TpnodeError):
-            log.warning("%s", title, exc_info=error)
-            message = f"{type(error).__name__}: {error}"
-        else:
-            message = str(error)
-        self.notify(message, title=title, severity="error", timeout=12)
-
     def action_reserve(self) -> None:
         if self._refused("reserving"):
             return
         you = self.you
-        screen = ReserveScreen(total=self._total(), owner=you.user if you else "",
-                               operator=you is not None and you.operator, run_id=new_run_id("rsv"),
-                               context=self._capacity_line())
-        self.push_screen(screen, self._reserve_chosen)
+        self._ask_then_reserve(ReserveScreen(total=self._total(), owner=you.user if you else "",
+                                             operator=you is not None and you.operator,
+                                             run_id=new_run_id("rsv"), context=self._capacity_line()))
 
-    def _reserve_chosen(self, request: Optional[ReserveRequest]) -> None:
-        if request is not None:
-            self.run_worker(self._reserve(request), group="launch", exit_on_error=False)
-
-    async def _reserve(self, request: ReserveRequest) -> None:
+    @work(group="launch", exit_on_error=False)
+    async def _ask_then_reserve(self, form: ReserveScreen) -> None:
         """A reservation is a launch too: listed by the node, and cancellable, while under way."""
+        request = await self.push_screen_wait(form)
+        if request is None:
+            return
         assert request.run_id is not None
         result = await self.launches.ask(request.run_id, self.node.reserve(request))
         if isinstance(result, Refused):
@@ -524,13 +488,13 @@ class NodeDashboard(App[int]):
             self.notify("Select a running reservation (on its card, or in the jobs table) to extend it.",
                         severity="warning")
             return
-        self.push_screen(ExtendScreen(job), lambda longer: self._extend_chosen(job, longer))
+        self._ask_then_extend(job)
 
-    def _extend_chosen(self, job: JobState, longer: Optional[float]) -> None:
-        if longer is not None:
-            self.run_worker(self._extend(job, longer), group="action", exit_on_error=False)
-
-    async def _extend(self, job: JobState, longer: float) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_extend(self, job: JobState) -> None:
+        longer = await self.push_screen_wait(ExtendScreen(job))
+        if longer is None:
+            return
         try:
             extended = await self.node.extend(job.key, longer)
         except Exception as e:
@@ -541,96 +505,6 @@ class NodeDashboard(App[int]):
         self.notify(f"{extended.key} holds {cards_words(extended.gpus)} until {until} ({left} left).",
                     title="Extended")
 
-    def action_stop(self) -> None:
-        if self._refused("stopping"):
-            return
-        job = self.stop_target()
-        if job is None:
-            self.notify(self._nothing_to_stop(), severity="warning")
-            return
-        if self.query_one(JobsTable).has_focus:
-            where = "Highlighted in the jobs table"
-        else:
-            where = f"On the selected card {self.query_one(CardGrid).selected}"
-        body = (f"{where}: {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, "
-                f"{cards_words(job.gpus)}).\n\n"
-                "Stop it? Its processes are ended; its cards are free once they have exited.")
-        self.push_screen(ConfirmScreen(f"Stop {job.run_id}?", body, yes="Stop it"),
-                         lambda yes: self._stop_confirmed(job) if yes else None)
-
-    def _nothing_to_stop(self) -> str:
-        """Why s does nothing, worded by what is selected: a card, or a row of the jobs table."""
-        if self.stale_since is not None:
-            return "Nothing can be stopped while the node cannot be read: which job runs where is unknown."
-        table = self.query_one(JobsTable)
-        if table.has_focus:
-            key = table.selected_key() or ""
-            if key.startswith(LAUNCH_PREFIX):
-                return "The highlighted row is a launch not started yet, not a running job: c cancels it."
-            job = self.main.job_for_row()
-            if job is not None:
-                return (f"The highlighted row, {job.run_id}, has already ended: nothing to stop "
-                        "(r reclaims it).")
-            return "The highlighted row is not a running job: nothing to stop."
-        card = self.selected_card()
-        if card is None:
-            return "No card is selected: nothing to stop."
-        return f"The selected card {card.index} holds no running job to stop."
-
-    def _stop_confirmed(self, job: JobState) -> None:
-        self.run_worker(self._stop(job), group="action", exit_on_error=False)
-
-    async def _stop(self, job: JobState) -> None:
-        """The node decides who may stop what: a refusal is shown in its words."""
-        try:
-            await self.node.stop(job.key)
-        except NotAllowed as e:
-            self._failed(f"Not allowed to stop {job.key}", e)
-            return
-        except Exception as e:
-            self._failed(f"Could not stop {job.key}", e)
-            return
-        self.notify(f"{job.key} stopped; it frees {cards_words(job.gpus)} once it has exited.",
-                    title="Stopped")
-
-    def action_reclaim(self) -> None:
-        if self._refused("reclaiming"):
-            return
-        exited = self.exited_jobs()
-        if not exited:
-            self.notify("Nothing to reclaim: no job of yours has exited." if self.you and not self.you.operator
-                        else "Nothing to reclaim: no job has exited.")
-            return
-        lines = []
-        for job in exited:
-            code = "unknown" if job.exit_code is None else job.exit_code
-            lines.append(f"  {job.run_id}  ({job.kind}, {job.status}, exit code {code})")
-        body = ("Remove the records of these exited jobs? Running jobs are never touched.\n\n"
-                + "\n".join(lines))
-        self.push_screen(ConfirmScreen(f"Reclaim {len(exited)} exited job(s)?", body, yes="Reclaim"),
-                         lambda yes: self._reclaim_confirmed(exited) if yes else None)
-
-    def _reclaim_confirmed(self, jobs: list[JobState]) -> None:
-        self.run_worker(self._reclaim(jobs), group="action", exit_on_error=False)
-
-    async def _reclaim(self, jobs: list[JobState]) -> None:
-        """Only the listed run ids, one by one: a job restarted since the list was
-        shown is live again and is refused by the node, not removed."""
-        removed, kept = [], []
-        for run_id in dict.fromkeys(j.key for j in jobs):
-            try:
-                removed += [j.key for j in await self.node.reclaim(run_id)]
-            except JobNotFound:
-                pass  # reclaimed elsewhere meanwhile: the outcome is the same
-            except Conflict as e:  # live again since the list was shown
-                kept.append(str(e))
-            except Exception as e:
-                self._failed(f"Could not reclaim {run_id}", e)
-        if removed:
-            self.notify("Removed " + ", ".join(dict.fromkeys(removed)) + ".", title="Reclaimed")
-        for why in kept:
-            self.notify(f"Not removed: {why}", severity="warning", timeout=10)
-
     def action_cancel_launch(self) -> None:
         if self._refused("cancelling"):
             return
@@ -638,8 +512,9 @@ class NodeDashboard(App[int]):
         if launch is None:
             self.notify("Select a queued or waiting launch in the jobs table first.", severity="warning")
             return
-        self.run_worker(self._cancel(launch), group="action", exit_on_error=False)
+        self._cancel(launch)
 
+    @work(group="action", exit_on_error=False)
     async def _cancel(self, launch: QueuedLaunch) -> None:
         """Cancel through the node, which says whether it was still in time."""
         run_id = launch.run_id
@@ -666,16 +541,76 @@ class NodeDashboard(App[int]):
         else:
             self.notify(f"{run_id} is no longer queued.", title="Cancelled")
 
-    # -- triage: drain, undrain, evict, the node's log ---------------------------------
+    # -- stop and reclaim -------------------------------------------------------------------
 
-    def _not_operator(self, what: str) -> bool:
-        """The node refuses anyway; this only spares a question that cannot end well
-        (an action called from the palette after the person's role changed)."""
-        if self.operator:
-            return False
-        self.notify(f"only an operator of this node may {what} (the header says who you are)",
-                    severity="warning")
-        return True
+    def action_stop(self) -> None:
+        if self._refused("stopping"):
+            return
+        job = self.stop_target()
+        if job is None:
+            row = self.main.selected_row() if self.main.jobs_focused else None
+            card = self.selected_card()
+            self.notify(nothing_to_stop(stale=self.stale, row=row, row_job=self.main.job_for_row(),
+                                        card=card.index if card is not None else None), severity="warning")
+            return
+        if self.main.jobs_focused:
+            where = "Highlighted in the jobs table"
+        else:
+            where = f"On the selected card {self.main.selected_index()}"
+        self._ask_then_stop(job, stop_question(job, where))
+
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_stop(self, job: JobState, question: str) -> None:
+        """The node decides who may stop what: a refusal is shown in its words."""
+        if not await self.push_screen_wait(ConfirmScreen(f"Stop {job.run_id}?", question, yes="Stop it")):
+            return
+        try:
+            await self.node.stop(job.key)
+        except NotAllowed as e:
+            self._failed(f"Not allowed to stop {job.key}", e)
+            return
+        except Exception as e:
+            self._failed(f"Could not stop {job.key}", e)
+            return
+        self.notify(f"{job.key} stopped; it frees {cards_words(job.gpus)} once it has exited.",
+                    title="Stopped")
+
+    def action_reclaim(self) -> None:
+        if self._refused("reclaiming"):
+            return
+        exited = self.exited_jobs()
+        if not exited:
+            self.notify("Nothing to reclaim: no job of yours has exited." if self.you and not self.you.operator
+                        else "Nothing to reclaim: no job has exited.")
+            return
+        self._ask_then_reclaim(exited)
+
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_reclaim(self, exited: list[JobState]) -> None:
+        question = ConfirmScreen(f"Reclaim {len(exited)} exited job(s)?", reclaim_question(exited), yes="Reclaim")
+        if await self.push_screen_wait(question):
+            await self._reclaim(exited)
+
+    async def _reclaim(self, jobs: list[JobState]) -> None:
+        """Only the listed run ids, one by one: a job restarted since the list was
+        shown is live again and is refused by the node, not removed."""
+        removed: list[str] = []
+        kept: list[str] = []
+        for run_id in dict.fromkeys(j.key for j in jobs):
+            try:
+                removed += [j.key for j in await self.node.reclaim(run_id)]
+            except JobNotFound:
+                pass  # reclaimed elsewhere meanwhile: the outcome is the same
+            except Conflict as e:  # live again since the list was shown
+                kept.append(str(e))
+            except Exception as e:
+                self._failed(f"Could not reclaim {run_id}", e)
+        if removed:
+            self.notify("Removed " + ", ".join(dict.fromkeys(removed)) + ".", title="Reclaimed")
+        for why in kept:
+            self.notify(f"Not removed: {why}", severity="warning", timeout=10)
+
+    # -- triage: drain, undrain, evict, the node's log ---------------------------------
 
     def action_drain(self) -> None:
         if self._refused("draining") or self._not_operator("drain a card"):
@@ -684,16 +619,14 @@ class NodeDashboard(App[int]):
         if card is None:
             self.notify("Select a card that can be read to drain it.", severity="warning")
             return
-        index = card.index
-        self.push_screen(DrainScreen(index, context=drain_context(card)),
-                         lambda reason: self._drain_chosen(index, reason))
+        self._ask_then_drain(DrainScreen(card.index, context=drain_context(card)), card.index)
 
-    def _drain_chosen(self, card: int, reason: Optional[str]) -> None:
-        if reason is not None:
-            self.run_worker(self._drain(card, reason), group="action", exit_on_error=False)
-
-    async def _drain(self, card: int, reason: str) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_drain(self, form: DrainScreen, card: int) -> None:
         """The node decides (operators only) and words any refusal."""
+        reason = await self.push_screen_wait(form)
+        if reason is None:
+            return
         try:
             drain = printable_view(await self.node.drain(card, reason))
         except Exception as e:
@@ -709,16 +642,15 @@ class NodeDashboard(App[int]):
         if card is None or card.drain is None:
             self.notify("Select a drained card to undrain it.", severity="warning")
             return
-        index, drain = card.index, card.drain
-        self.push_screen(ConfirmScreen(f"Undrain card {index}?", undrain_question(index, drain, self.clock()),
-                                       yes="Undrain"),
-                         lambda yes: self._undrain_confirmed(index) if yes else None)
+        index = card.index
+        question = undrain_question(index, card.drain, self.clock())
+        self._ask_then_undrain(ConfirmScreen(f"Undrain card {index}?", question, yes="Undrain"), index)
 
-    def _undrain_confirmed(self, card: int) -> None:
-        self.run_worker(self._undrain(card), group="action", exit_on_error=False)
-
-    async def _undrain(self, card: int) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_undrain(self, question: ConfirmScreen, card: int) -> None:
         """Refused while the card still reports a problem: the node names it."""
+        if not await self.push_screen_wait(question):
+            return
         try:
             lifted: Drain = printable_view(await self.node.undrain(card))
         except Conflict as e:
@@ -739,34 +671,37 @@ class NodeDashboard(App[int]):
             return
         self.evict_asking = True
         self.refresh_bindings()
-        self.run_worker(self._evict_ask(card), group="action", exit_on_error=False)
+        self._ask_then_evict(card.index)
 
-    async def _evict_ask(self, card: CardView) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_evict(self, card: int) -> None:
         """A dry run first: the question lists exactly the pids the node would
-        signal, and only those are signalled if the answer is yes."""
+        signal, and only those are signalled if the answer is yes; what is still
+        running after the grace period is offered SIGKILL in a second question."""
         try:
-            report: EvictReport = printable_view(await self.node.evict(card.index, dry_run=True))
+            report: EvictReport = printable_view(await self.node.evict(card, dry_run=True))
         except JobNotFound as e:  # nothing there may be evicted: the node says why for each
-            self._failed(f"Nothing to evict on card {card.index}", e)
+            self._failed(f"Nothing to evict on card {card}", e)
             return
         except Exception as e:
-            self._failed(f"Could not evict from card {card.index}", e)
+            self._failed(f"Could not evict from card {card}", e)
             return
         finally:
             self.evict_asking = False
             self.refresh_bindings()
-        self.push_screen(ConfirmScreen(f"Evict from card {report.card}?", evict_question(report),
-                                       yes="Send SIGTERM"),
-                         lambda yes: self._evict_confirmed(report) if yes else None)
+        card, grace_s = report.card, report.grace_s
+        if not await self.push_screen_wait(ConfirmScreen(f"Evict from card {card}?", evict_question(report),
+                                                         yes="Send SIGTERM")):
+            return
+        survivors = await self._evict(card, report.processes, kill=False, grace_s=grace_s)
+        if survivors and await self.push_screen_wait(ConfirmScreen(
+                f"Kill what is left on card {card}?", kill_question(card, survivors, grace_s), yes="Send SIGKILL")):
+            await self._evict(card, survivors, kill=True, grace_s=grace_s)
 
-    def _evict_confirmed(self, report: EvictReport) -> None:
-        self.run_worker(self._evict(report.card, report.processes, kill=False, grace_s=report.grace_s),
-                        group="action", exit_on_error=False)
-
-    async def _evict(self, card: int, listed: Sequence[Evicted], *, kill: bool, grace_s: float) -> None:
+    async def _evict(self, card: int, listed: Sequence[Evicted], *, kill: bool, grace_s: float) -> list[Evicted]:
         """Each listed pid by name, all at once (so the grace period is waited
         once): a pid that is no longer what was listed is refused by the node,
-        not signalled. Survivors of SIGTERM are offered SIGKILL."""
+        not signalled. Returns those still running after the grace period."""
         self.notify(evicting_words(card, listed, kill, grace_s), title="Evicting", timeout=grace_s + 5)
         answers = await asyncio.gather(*(self.node.evict(card, e.pid, kill=kill, started_at=e.started_at)
                                          for e in listed), return_exceptions=True)
@@ -780,15 +715,7 @@ class NodeDashboard(App[int]):
             bad = any(e.outcome in NOT_GONE for e in done)
             self.notify(fates(done), title=f"Evicted from card {card}" if not bad else f"Card {card}",
                         severity="warning" if bad else "information", timeout=15)
-        survivors = [e for e in done if e.outcome == "running"]
-        if survivors and not kill:
-            self.push_screen(ConfirmScreen(f"Kill what is left on card {card}?",
-                                           kill_question(card, survivors, grace_s), yes="Send SIGKILL"),
-                             lambda yes: self._kill_confirmed(card, survivors, grace_s) if yes else None)
-
-    def _kill_confirmed(self, card: int, survivors: Sequence[Evicted], grace_s: float) -> None:
-        self.run_worker(self._evict(card, survivors, kill=True, grace_s=grace_s),
-                        group="action", exit_on_error=False)
+        return [e for e in done if e.outcome == "running"]
 
     def action_events(self) -> None:
         self._show_events(None)
@@ -803,6 +730,8 @@ class NodeDashboard(App[int]):
 
     def action_events_all(self) -> None:
         self._show_events(None)
+
+    # -- the demo -------------------------------------------------------------------------------
 
     def action_demo_xid(self) -> None:
         card = self.selected_card()
