@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional, Protocol
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from ..model import CardView, JobState, QueuedLaunch
 
@@ -258,7 +258,7 @@ ACTIONS: tuple[Action, ...] = (
 BY_NAME = {action.name: action for action in ACTIONS}
 
 #: the app's key bindings, in the footer's order
-BINDINGS = [action.binding() for action in ACTIONS]
+BINDINGS: list[BindingType] = [action.binding() for action in ACTIONS]
 
 
 def help_lines(kind: Kind, *, agent: bool = False) -> list[HelpLine]:

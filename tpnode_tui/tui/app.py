@@ -694,8 +694,10 @@ class NodeDashboard(App[int]):
                                                          yes="Send SIGTERM")):
             return
         survivors = await self._evict(card, report.processes, kill=False, grace_s=grace_s)
-        if survivors and await self.push_screen_wait(ConfirmScreen(
-                f"Kill what is left on card {card}?", kill_question(card, survivors, grace_s), yes="Send SIGKILL")):
+        if not survivors:
+            return
+        if await self.push_screen_wait(ConfirmScreen(f"Kill what is left on card {card}?",
+                                                     kill_question(card, survivors, grace_s), yes="Send SIGKILL")):
             await self._evict(card, survivors, kill=True, grace_s=grace_s)
 
     async def _evict(self, card: int, listed: Sequence[Evicted], *, kill: bool, grace_s: float) -> list[Evicted]:

@@ -160,7 +160,7 @@ def unknown_now(node: NodeRow) -> NodeRow:
     return replace(node, status="stale", cards=tuple(FleetCard(c.index, UNKNOWN) for c in node.cards))
 
 
-class NodeScreen(Screen):
+class NodeScreen(Screen[None]):
     """One node's card grid and detail pane, from its publication. Read-only."""
 
     BINDINGS = [
@@ -216,7 +216,7 @@ class NodeScreen(Screen):
             node.problem if node is not None else "it no longer publishes to the fleet")
         down = problem is not None
         banner.set_class(down, "-shown")
-        if down:
+        if problem is not None:
             what = seen_text(node, now).plain if node is not None else "gone"
             update(banner, Text(f"{what}: {printable(problem)}.\nIts cards are unknown now; shown as the last "
                                 "publication said, marked ?; none counts as free."))

@@ -1,7 +1,7 @@
 """The help: every key, who may do what, every card state and the marks on a card."""
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -79,7 +79,7 @@ def help_text(demo: bool, readonly: bool, agent: bool = False) -> Group:
     for state, meaning in STATES_HELP:
         label, colour = BADGES.get(state, ("?", "#4a4a4a"))
         states.add_row(Text(f" {label:^10} ", style=f"bold white on {colour}"), meaning)
-    parts = [Text("Keys", style="bold underline"), keys]
+    parts: list[RenderableType] = [Text("Keys", style="bold underline"), keys]
     if readonly:
         parts.append(Text(readonly_line(), style="#ffb300"))
     marks = _table()

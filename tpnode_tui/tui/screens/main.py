@@ -26,7 +26,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from ...model import CardView, JobNotFound, JobState, QueuedLaunch
 from ...render import env_lines
-from ..actions import BINDINGS
+from ..actions import ACTIONS
 from ..detail import DetailPane, describe_card
 from ..events import EventsPane, events_title
 from ..follow import HistoryFollower, LogFollower, NodeFollower
@@ -222,7 +222,7 @@ class MainScreen(Screen[None]):
             self.app.refresh_bindings()
 
     def _binding_states(self) -> tuple[Optional[bool], ...]:
-        return tuple(self.app.check_action(b.action, ()) for b in BINDINGS)
+        return tuple(self.app.check_action(action.name, ()) for action in ACTIONS)
 
     def refresh_bindings(self) -> None:
         # The footer ignores a refresh while the terminal is not focused (or the
