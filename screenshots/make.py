@@ -23,7 +23,7 @@ from tpnode_tui.demo import DEMO_COMMAND, start_demo
 from tpnode_tui.node.demo import DemoScene
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens import ConfirmScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.tiles import CardGrid
 
 HERE = Path(__file__).resolve().parent

@@ -25,7 +25,7 @@ from tpnode_tui.model import HolderInfo, JobState
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.printable import printable, printable_lines, printable_view
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens import ConfirmScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
 
 #: clears the screen, retitles the window, turns what follows red
 ESCAPES = "\x1b[2J\x1b]0;pwned\x07\x1b[31mEVIL"

@@ -24,7 +24,10 @@ from tpnode_tui.locks import make_lock
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens import ConfirmScreen, ExtendScreen, LaunchScreen, ReserveScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.extend import ExtendScreen
+from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.reserve import ReserveScreen
 from tpnode_tui.tui.tiles import CardGrid
 from tui_tools import (
     SIZE,
@@ -468,7 +471,7 @@ async def test_reclaim_keeps_a_listed_job_that_is_live_again_and_says_so(node):
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         [job] = [j for j in app.snapshot.jobs if j.run_id == "alive"]
-        app._reclaim_confirmed([job])  # as if it had exited when the list was shown
+        app.run_worker(app._reclaim([job]))  # as if it had exited when the list was shown
         await until(pilot, lambda: app.heard("Not removed: alive is still running"), "the warning")
         assert not app.heard("Could not reclaim")
         assert [j.run_id for j in await node.allocator.runtime.ps()] == ["alive"]

@@ -22,7 +22,8 @@ from accounts import runnable
 from agent_tools import Agent, running, shared_node
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
-from tpnode_tui.tui.screens import ConfirmScreen, LaunchScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.launch import LaunchScreen
 from tui_tools import SIZE, Dashboard, fill, header, polled, queued, states, tile_text, until
 
 WAIT_S = 15.0
@@ -94,19 +95,19 @@ async def test_with_the_log_open_the_agent_still_stops_at_once_and_the_log_follo
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
-        await until(pilot, lambda: any("before the restart" in e["message"] for e in app.events), "the log")
+        await until(pilot, lambda: any("before the restart" in e["message"] for e in app.node_log.entries), "the log")
 
         agent.stop.set()
         await asyncio.wait_for(agent.task, WAIT_S)  # not held up by the dashboard's stream
-        await until(pilot, lambda: app._events_problem is not None, "the pane to say it is not following")
+        await until(pilot, lambda: app.node_log.problem is not None, "the pane to say it is not following")
 
         agent.stop = asyncio.Event()
         await agent.start()
         await client.drain(5, "after the restart")
-        await until(pilot, lambda: any("after the restart" in e["message"] for e in app.events),
+        await until(pilot, lambda: any("after the restart" in e["message"] for e in app.node_log.entries),
                     "the log followed again, from the new agent")
-        assert app._events_problem is None
-        assert [e["message"] for e in app.events].count("card 3 drained by root: before the restart") == 1
+        assert app.node_log.problem is None
+        assert [e["message"] for e in app.node_log.entries].count("card 3 drained by root: before the restart") == 1
 
 
 async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_asking(agent, client):

@@ -11,7 +11,7 @@ from tpnode_tui.node.demo import DemoScene
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.detail import describe_card
-from tpnode_tui.tui.screens import ConfirmScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.tiles import CardGrid
 
 WAIT_S = 15.0

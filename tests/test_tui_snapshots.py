@@ -38,7 +38,7 @@ from tpnode_tui.occupancy import card_views, compute_occupancy
 from tpnode_tui.port import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens import ConfirmScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
 
 SIZE = (120, 40)
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
@@ -224,7 +224,7 @@ def frozen(snap: NodeSnapshot, **kwargs) -> NodeDashboard:
 
 def history_settled(app: NodeDashboard) -> bool:
     """The history is fetched, or nothing on screen would show it (so none is)."""
-    return app.history_fetches >= 1 or not app.wants_history
+    return app.history.fetches >= 1 or not app.main.wants_history
 
 
 async def first_poll(pilot) -> None:

@@ -27,7 +27,8 @@ from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port import AgentUnavailable
 from tpnode_tui.tui.detail import holder_text
 from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
-from tpnode_tui.tui.screens import ConfirmScreen, DrainScreen
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.drain import DrainScreen
 from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns, padded, squeeze, summary
 from tpnode_tui.tui.tiles import CardGrid
 from tui_tools import SIZE, Dashboard, Node, fill, polled, states, tile_text, until
@@ -222,8 +223,7 @@ async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_
             yield entry
 
     monkeypatch.setattr(node.local, "follow_events", flaky)
-    app = node.app()
-    app.reconnect_s = (0.2, 0.2)
+    app = node.app(reconnect_s=(0.2, 0.2))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
@@ -330,7 +330,7 @@ async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_sel
 
         await select(pilot, app, 3)
         await pilot.press("f")
-        await until(pilot, lambda: app.events_card == 3 and "first" in pane_text(app)
+        await until(pilot, lambda: app.node_log.card == 3 and "first" in pane_text(app)
                     and "second" not in pane_text(app), "card 3's entries only")
         assert "card 3 only" in str(pane.border_title)
         await select(pilot, app, 1)  # kept to one card: the selected one
@@ -343,11 +343,11 @@ async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_sel
             await node.local.undrain(3)
             await node.local.drain(3, f"again {n}")
         await until(pilot, lambda: f"again {rounds - 1}" in pane_text(app), "the newest entry")
-        assert len(app.events) == EVENTS_KEPT
+        assert len(app.node_log.entries) == EVENTS_KEPT
 
         await pilot.press("e")
         assert not pane.display and app.query_one("#jobs").display
-        assert len(app.events) == 0, "nothing is kept while the pane is closed"
+        assert len(app.node_log.entries) == 0, "nothing is kept while the pane is closed"
 
 
 # -- history --------------------------------------------------------------------------------
@@ -410,7 +410,7 @@ async def test_history_is_fetched_when_the_selection_changes_not_every_poll(node
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await until(pilot, lambda: app.history_fetches >= 1, "the first fetch")
+        await until(pilot, lambda: app.history.fetches >= 1, "the first fetch")
         assert asked[0] is None, "the tiles' lines: every card, once"
         await polled(pilot, app, 8)
         assert len(asked) <= 2, f"fetched {len(asked)} times in 9 polls: {asked}"

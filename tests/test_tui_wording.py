@@ -12,7 +12,7 @@ from tpnode_tui.model import CardFacts, CardView, GpuOccupancy, HolderInfo, JobS
 from tpnode_tui.probes.health import unseen_problem
 from tpnode_tui.render import card_ranges, card_summary, cards_words, show_command, unseen_use
 from tpnode_tui.tui.detail import describe_card
-from tpnode_tui.tui.screens import help_text
+from tpnode_tui.tui.screens.help import help_text
 from tpnode_tui.tui.tiles import fit, grid_columns, render_tile
 
 NOW = 1_700_000_000.0

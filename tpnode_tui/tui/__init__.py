@@ -8,10 +8,13 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from ..config import Settings
 from ..model import TpnodeError, error_line, exit_code
+
+if TYPE_CHECKING:
+    from ..node.base import Node
 
 __all__ = ["run_dashboard"]
 
@@ -57,7 +60,7 @@ async def _run(settings: Optional[Settings], *, demo: bool, readonly: bool, inte
 
         demo_node = start_demo()
         command = DEMO_COMMAND
-    node = None
+    node: Optional[Node] = None
     try:
         if demo_node is not None:
             # The demo's pretend node is this process's own, in its temporary directory.

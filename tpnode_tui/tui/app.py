@@ -9,33 +9,30 @@ node's too, listed in each snapshot. The only state kept here is
 presentation (the selection, a paused flag) and which of the launches this
 dashboard asked for, so that it can say what became of them.
 
-Readings and actions run in separate workers: a launch can wait on the
-allocation lock for as long as another process holds it (forever while
-Redis is down), and the operator must go on seeing the node, and why it
-waits, meanwhile. A node served by its agent can go away (restarted,
-stopped): the last picture then stays up marked stale, no card counts as
-free, every action is refused with that reason, and the dashboard
-reconnects by itself.
+The app keeps what is app-wide: the node, the keys (tui/actions.py), and the
+workers. What the node says is followed by plain objects (tui/follow.py), the
+launches asked for are tracked by another (tui/launches.py), and the main
+screen lays out and draws the picture (tui/screens/main.py). Readings and
+actions run in separate workers: a launch can wait on the allocation lock for
+as long as another process holds it (forever while Redis is down), and the
+operator must go on seeing the node, and why it waits, meanwhile. An action
+that asks first runs as one worker from the question to the answer
+(``push_screen_wait``), so what it asks and what it then does read in order.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import deque
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
-from rich.text import Text
-from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual import work
+from textual.app import App, SystemCommand
 from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widget import Widget
-from textual.widgets import DataTable, Footer, Static
 
 from ..model import (
     CardView,
@@ -53,100 +50,30 @@ from ..model import (
     TpnodeError,
 )
 from ..node.base import Node
-from ..port import (
-    AgentUnavailable,
-    Cancelled,
-    LaunchRequest,
-    LaunchResult,
-    NodeView,
-    ReserveRequest,
-    You,
-    is_owner,
-    new_run_id,
-)
+from ..port import AgentUnavailable, LaunchRequest, LaunchResult, You, is_owner, new_run_id
 from ..printable import printable, printable_lines, printable_view
-from ..render import cards_words, env_lines, format_duration
-from .detail import DetailPane, clock_time, describe_card
-from .events import EVENTS_KEPT, EVENTS_SINCE_S, EventsPane, events_title
-from .header import PollState, banner_lines, header_text, no_cards_text, summary_text
-from .jobs import JOB_PREFIX, LAUNCH_PREFIX, PLACING, QUEUED, WAITING, JobsTable
-from .redraw import same, update
-from .screens import ConfirmScreen, DrainScreen, ExtendScreen, HelpScreen, LaunchScreen, ReserveScreen
-from .sparks import Recent
+from ..render import cards_words, format_duration
+from .actions import ACTIONS, BINDINGS, BY_NAME
+from .detail import DetailPane
+from .follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, HistoryFollower, LogFollower, NodeFollower
+from .jobs import WAITING
+from .launches import LaunchTracker, LeftQueue, Refused, Started, left_queue_notice
+from .questions import capacity_line, nothing_to_stop, queue_question, reclaim_question, starts_when, stop_question
+from .screens.confirm import ConfirmScreen
+from .screens.drain import DrainScreen
+from .screens.extend import ExtendScreen
+from .screens.help import HelpScreen
+from .screens.launch import LaunchScreen
+from .screens.main import MainScreen
+from .screens.quit import QuitScreen
+from .screens.reserve import ReserveScreen
 from .tiles import CardGrid
-from .triage import (
-    NOT_GONE,
-    drain_context,
-    evict_question,
-    evicting_words,
-    fates,
-    kill_question,
-    undrain_question,
-)
+from .triage import NOT_GONE, drain_context, evict_question, evicting_words, fates, kill_question, undrain_question
 
 if TYPE_CHECKING:  # the demo's scene, with its allocator, loads only with the demo
     from ..node.demo import DemoScene
 
 log = logging.getLogger(__name__)
-
-#: below this many rows the screen is laid out compactly; below the second, the
-#: tiles and the detail pane have no room for the cards' history
-SHORT_ROWS, HISTORY_ROWS = 32, 38
-
-#: columns of the terminal the detail pane's text does not get: its border,
-#: padding and scroll bar (dashboard.tcss)
-DETAIL_FRAME = 5
-
-#: how long to wait before following a node that went away again: the first
-#: try soon (an agent restarting is back in a second), then no more often than this
-RECONNECT_FIRST_S, RECONNECT_MOST_S = 1.0, 5.0
-
-#: readings to wait for a launch that left the queue to show as a job, before
-#: asking the node's log what became of it (a reading begun before it was placed
-#: may come after it left the queue)
-LEFT_QUEUE_READINGS = 3
-
-#: how often the selected card's history is fetched again, and every cards' (for
-#: the tiles' lines): the node keeps it, and fetching it each poll would cost
-#: the agent an hour of samples per card per dashboard per second
-HISTORY_S, TILES_HISTORY_S = 5.0, 15.0
-
-#: actions that change jobs or cards; all refused in read-only mode
-NODE_ACTIONS = frozenset({"launch", "reserve", "extend", "stop", "reclaim", "cancel_launch",
-                          "drain", "undrain", "evict"})
-
-#: actions only an operator is offered (the node refuses anyone else)
-OPERATOR_ACTIONS = frozenset({"drain", "undrain", "evict"})
-
-#: action -> (palette title, what it does); the palette lists the ones that apply now
-PALETTE = {
-    "launch": ("Launch a job", "Place a job on free cards (queue it if none are free)"),
-    "reserve": ("Reserve cards", "Hold cards for a person for a while"),
-    "extend": ("Extend the selected reservation", "Hold the selected reservation's cards longer"),
-    "stop": ("Stop the selected job",
-             "Stop the job or reservation on the selected card, or in the highlighted jobs-table row"),
-    "reclaim": ("Reclaim exited jobs", "Remove the records of jobs that have ended"),
-    "cancel_launch": ("Cancel the selected launch",
-                      "Cancel the launch selected in the jobs table: queued, or waiting for the allocation lock"),
-    "drain": ("Drain the selected card", "Take it out of service, saying why (operators)"),
-    "undrain": ("Undrain the selected card", "Put it back in service (operators; refused while it reports a problem)"),
-    "evict": ("Evict from the selected card",
-              "SIGTERM its processes from outside or of someone else, listed first (operators)"),
-    "events": ("Show the node's log", "What happened to the cards, and actions, newest first"),
-    "hide_events": ("Hide the node's log", "Back to the jobs table"),
-    "events_card": ("Log: the selected card only", "Only entries about the selected card"),
-    "events_all": ("Log: every card", "Entries about every card"),
-    "pause": ("Pause the display", "Stop redrawing until resumed (the node is still read)"),
-    "resume": ("Resume the display", "Show each new reading again"),
-    "demo_blind": ("Demo: toggle probe-blind", "Pretend use from outside cannot be probed"),
-    "demo_external": ("Demo: toggle outside use", "Put or remove an outside process on the selected card"),
-    "demo_xid": ("Demo: raise an XID", "The selected card reports XID 48 (double-bit ECC): the node drains it"),
-    "help": ("Help: keys and card states", "Every key and every card state explained"),
-}
-
-#: how quitting names a launch it would drop, by its state
-DROPPED_AS = {QUEUED: "queued", WAITING: "waiting for the allocation lock",
-              PLACING: "being placed now: stop and reclaim it if it shows up", "": "under way"}
 
 
 def served_from(node: Node, demo: bool = False) -> str:
@@ -156,71 +83,13 @@ def served_from(node: Node, demo: bool = False) -> str:
     return node.where
 
 
-def _capacity_words(error: NoCapacity) -> str:
-    """The node's reason without the advice an agent words for the command
-    line around it ("no capacity now: ...; not waiting for cards: try again
-    later"): the dashboard offers the queue instead."""
-    return (str(error).removeprefix("no capacity now: ")
-            .removesuffix("; not waiting for cards: try again later"))
-
-
-class QuitScreen(ConfirmScreen):
-    """The question asked before quitting drops launches not started yet."""
-
-
-class DashboardScreen(Screen):
-    """The main screen. Redraws are held back while a dialog is open (a grid
-    changing under a form is distracting) and caught up when it closes."""
-
-    def on_screen_resume(self) -> None:
-        app = self.app
-        if isinstance(app, NodeDashboard):
-            app.redraw()
-
-
 class NodeDashboard(App[int]):
     #: absolute, so that a subclass defined elsewhere (tests, screenshots) finds it too
     CSS_PATH = str(Path(__file__).with_name("dashboard.tcss"))
     TITLE = "tpnode-tui"
 
-    BINDINGS = [
-        Binding("l", "launch", "Launch", id="launch", tooltip="Launch a job on free cards"),
-        Binding("v", "reserve", "Reserve", id="reserve", tooltip="Hold cards for a person for a while"),
-        Binding("plus", "extend", "Extend", id="extend", key_display="+",
-                tooltip="Hold the selected reservation's cards longer"),
-        Binding("s", "stop", "Stop", id="stop",
-                tooltip="Stop the selected card's job, or the highlighted row's (asks first)"),
-        Binding("r", "reclaim", "Reclaim", id="reclaim", tooltip="Remove exited jobs (asks first)"),
-        Binding("c", "cancel_launch", "Cancel launch", id="cancel-launch",
-                tooltip="Cancel the launch selected in the jobs table (queued, or waiting for the lock)"),
-        Binding("d", "drain", "Drain", id="drain",
-                tooltip="Take the selected card out of service, saying why (operators)"),
-        Binding("u", "undrain", "Undrain", id="undrain",
-                tooltip="Put the selected drained card back in service (operators; asks first)"),
-        Binding("k", "evict", "Evict", id="evict",
-                tooltip="SIGTERM the selected card's squatters: lists them and asks first (operators)"),
-        Binding("e", "events", "Log", id="events", tooltip="The node's log in place of the jobs table"),
-        Binding("e", "hide_events", "Jobs", id="hide-events", tooltip="Back to the jobs table"),
-        Binding("f", "events_card", "This card", id="events-card",
-                tooltip="Only the selected card's entries in the log"),
-        Binding("f", "events_all", "All cards", id="events-all", tooltip="Every card's entries in the log"),
-        # Pause is not in the footer (it would not fit beside the operator's keys and the
-        # demo's); Resume is, so that a paused picture says how to go on.
-        Binding("p", "pause", "Pause", show=False, id="pause", tooltip="Stop redrawing (the node is still read)"),
-        Binding("p", "resume", "Resume", id="resume", tooltip="Show each new reading again"),
-        Binding("b", "demo_blind", "Blind", id="demo-blind",
-                tooltip="Demo: toggle 'use from outside cannot be probed'"),
-        Binding("x", "demo_external", "Outsider", id="demo-external",
-                tooltip="Demo: put or remove an outside process on the selected card"),
-        Binding("X", "demo_xid", "XID", id="demo-xid", key_display="X",
-                tooltip="Demo: the selected card reports XID 48 (double-bit ECC), which drains it"),
-        Binding("enter", "focus_detail", "Detail", show=False, id="focus-detail",
-                tooltip="Move into the detail pane"),
-        Binding("escape", "focus_grid", "Grid", show=False, id="focus-grid", tooltip="Back to the card grid"),
-        Binding("question_mark", "help", "Help", id="help", tooltip="Every key and card state explained"),
-        Binding("q", "quit", "Quit", id="quit",
-                tooltip="Leave the dashboard; jobs keep running (asks first if launches would be dropped)"),
-    ]
+    #: every key, as the table of actions describes it
+    BINDINGS = BINDINGS
 
     def __init__(
         self,
@@ -238,539 +107,134 @@ class NodeDashboard(App[int]):
         self.readonly = readonly
         self.default_command = default_command
         self.clock = clock
-        self.reconnect_s = reconnect_s
-        self.served = served_from(node, demo is not None)
-        #: the last reading's snapshot, escaped (None until one was made)
-        self.snapshot: Optional[NodeSnapshot] = None
-        #: who the node says is asking
-        self.you: Optional[You] = None
-        #: readings received (each poll the node makes, and each change to its queue)
-        self.readings = 0
-        self._paused = False
-        self._stale_since: Optional[float] = None
-        self._stale_error = ""
-        #: since when, and why, the node's readings stopped coming (an agent gone)
-        self._gone_since: Optional[float] = None
-        self._gone_why = ""
-        self._gone_agent = False
-        #: launches and reservations this dashboard asked for and awaits the answer to
-        self._asked: set[str] = set()
-        #: launches this dashboard queued: run id -> when, said once they leave the queue
-        self._queued_here: dict[str, float] = {}
-        #: of those, the ones gone from the queue: run id -> readings seen by then
-        self._leaving: dict[str, int] = {}
-        #: launches cancelled from here: the cancel said so, not their refusal
-        self._cancelled_here: set[str] = set()
-        #: launches whose cancel came too late: their outcome says they went ahead
-        self._too_late: set[str] = set()
-        #: what the footer and the detail pane were last given, so that a reading
-        #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
-        self._bindings_shown: Optional[tuple[Optional[bool], ...]] = None
-        self._detail_shown: object = None
-        #: the terminal's size as the last resize gave it (``self.size`` lags behind it)
-        self._rows: Optional[int] = None
-        self._cols: Optional[int] = None
-        #: whether a banner (stale, probe-blind) takes rows over the grid
-        self._banners = False
-        #: each card's history as last fetched (a few kilobytes a card, whatever the node keeps)
-        self.card_history: dict[int, Recent] = {}
-        #: set when the history should be fetched at once (a new selection, the first reading)
-        self._history_wake = asyncio.Event()
-        self._tiles_history_at: Optional[float] = None
-        #: fetches of the node's history that succeeded
-        self.history_fetches = 0
-        #: the events pane: shown or not, the card it is kept to (None: every card),
-        #: the newest entries first, and why the log is not followed now
-        self.events_shown = False
-        self.events_card: Optional[int] = None
-        self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
-        self._events_problem: Optional[str] = None
-        #: moves with every change to the entries, so a redraw is never skipped for one
-        self._events_version = 0
-        self._events_drawn: Optional[tuple[Optional[str], int]] = None
-        self._events_due = False
+        #: the node's readings as they come, and how fresh what is shown is
+        self.follower = NodeFollower(node, clock=clock, reconnect_s=reconnect_s,
+                                     on_reading=self._read, on_lost=self._lost)
+        #: the node's log, while the events pane shows it
+        self.node_log = LogFollower(node, reconnect_s=reconnect_s, changed=self._log_changed)
+        #: each card's last hour, as last fetched
+        self.history = HistoryFollower(node, clock=clock)
+        #: the launches this dashboard asked for, to say what became of them
+        self.launches = LaunchTracker()
+        #: the node's picture, laid out and redrawn: the default screen
+        self.main = MainScreen(follower=self.follower, node_log=self.node_log, history=self.history,
+                               readonly=readonly, served=served_from(node, demo is not None),
+                               via="agent" if node.via == "agent" else "in-process", ready=self._follow)
         #: a dry run for evict is out: its question is on its way, a second would double it
-        self._evict_asking = False
+        self.evict_asking = False
 
-    @property
-    def agent(self) -> bool:
-        return self.node.via == "agent"
+    def get_default_screen(self) -> Screen[Any]:
+        return self.main
 
-    # -- layout -----------------------------------------------------------------
-
-    def get_default_screen(self) -> Screen:
-        return DashboardScreen(id="_default")
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="header")
-        yield Static(id="summary")
-        yield Static(id="stale-banner", classes="banner")
-        yield Static(id="blind-banner", classes="banner")
-        yield Static(id="no-cards")
-        yield CardGrid(id="grid")
-        yield DetailPane(id="detail", history=True)
-        yield JobsTable(id="jobs")
-        yield EventsPane(id="events")
-        # Compact, and without the palette's key (ctrl+p still opens it; the help
-        # says so): an operator's keys, the log's and the demo's fit 120 columns.
-        yield Footer(compact=True, show_command_palette=False)
-
-    def on_mount(self) -> None:
-        self.query_one(CardGrid).focus()
-        self.query_one(DetailPane).border_title = "Selected card (enter to scroll, escape back)"
-        self.query_one(JobsTable).border_title = "Jobs, reservations and launches not started yet"
-        self.set_interval(1.0, self._tick)
-        self.redraw()
+    def _follow(self) -> None:
+        """Follow the node, its cards' history and the demo, once the main screen's widgets are made."""
         if self.demo is not None:
             self.run_worker(self._open_demo(), group="demo", exit_on_error=False)
         self._follow_node()
-        self._follow_history()
+        self.run_worker(self.history.follow(self.main), group="history", exclusive=True, exit_on_error=False)
 
-    # -- readings ---------------------------------------------------------------
+    def on_resize(self, event: Resize) -> None:
+        self.main.terminal_resized(event.size)
 
-    def _follow_node(self) -> None:
-        self.run_worker(self._follow(), group="readings", exclusive=True, exit_on_error=False)
+    @property
+    def agent(self) -> bool:
+        """Whether the node is served by its agent (which keeps the queue), not by this process."""
+        return self.node.via == "agent"
 
-    async def _follow(self) -> None:
-        """Every reading the node makes, until paused. A node whose readings stop
-        (an agent stopped or restarting) is followed again after a short wait,
-        longer each time up to a few seconds, for as long as it takes."""
-        first, most = self.reconnect_s
-        wait = first
-        while True:
-            try:
-                async for view in self.node.views():
-                    if self._take(view):
-                        wait = first
-            except Exception as e:  # a lost agent must never take the dashboard down
-                if not isinstance(e, TpnodeError):
-                    log.warning("the node's readings failed", exc_info=True)
-                self._lost(e)
-            else:
-                self._lost(AgentUnavailable("the node's readings ended"))
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, most)
+    # -- what the node says ----------------------------------------------------------
 
-    def _take(self, view: NodeView) -> bool:
-        """One reading; False when it brings nothing (a node that has not read yet)."""
-        reading = view.reading
-        self.you = view.you
-        if reading.snapshot is None and reading.error is None:
-            return False  # an agent just (re)started: keep what was shown until it has read
-        self._gone_since = None
-        self._gone_why = ""
-        # The one place readings cross to the screen: every string in them
-        # (process names, labels, owners, driver text) is escaped from here on.
-        if reading.snapshot is not None:
-            if self.snapshot is None:
-                self._history_wake.set()  # the first reading: now there are cards to fetch the history of
-            self.snapshot = printable_view(reading.snapshot)
-        self._stale_since = reading.stale_since if reading.error is not None else None
-        self._stale_error = reading.error or ""
-        self.readings += 1
-        self._follow_queued()
-        self.redraw()
-        return True
+    @property
+    def snapshot(self) -> Optional[NodeSnapshot]:
+        """The last reading's snapshot, escaped (None until one was made)."""
+        return self.follower.snapshot
 
-    def _lost(self, error: BaseException) -> None:
-        if self._gone_since is None:
-            self._gone_since = self.clock()
-        self._gone_why = str(error) or type(error).__name__
-        self._gone_agent = isinstance(error, AgentUnavailable)
-        self.redraw()
+    @property
+    def you(self) -> Optional[You]:
+        """Who the node says is asking."""
+        return self.follower.you
 
-    def _tick(self) -> None:
-        """Once a second: the header's age moves even between readings."""
-        self._redraw_header()
-
-    # -- the cards' last hour -------------------------------------------------------
-
-    def _follow_history(self) -> None:
-        self.run_worker(self._history_loop(), group="history", exclusive=True, exit_on_error=False)
-
-    async def _history_loop(self) -> None:
-        """The selected card's history when the selection changes and every
-        HISTORY_S; every card's, for the tiles, every TILES_HISTORY_S while
-        the tiles have room for it. The node keeps the history; this only
-        fetches it, at a rate that does not grow with the poll rate."""
-        while True:
-            self._history_wake.clear()
-            # paused, the picture holds still
-            if self.wants_history and not self._paused:
-                try:
-                    await self._fetch_history()
-                except Exception:  # a drawing bug must not end the history for good
-                    log.warning("the history could not be shown", exc_info=True)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._history_wake.wait(), HISTORY_S)
-
-    async def _fetch_history(self) -> None:
-        card = self.query_one(CardGrid).selected
-        now = self.clock()
-        tiles = not self._lean() and (self._tiles_history_at is None
-                                       or now - self._tiles_history_at >= TILES_HISTORY_S)
-        try:
-            history = await self.node.history(None if tiles else card)
-        except Exception as e:  # the readings say why the node cannot be reached; keep the last
-            if not isinstance(e, TpnodeError):
-                log.warning("the node's history could not be read", exc_info=True)
-            return
-        if not self.is_running or not self.screen_stack:
-            return  # shutting down: the widgets are gone
-        if tiles:
-            self._tiles_history_at = now
-        fetched = {index: Recent.of(samples, now) for index, samples in history.items()}
-        self.card_history.update(fetched)
-        self.query_one(CardGrid).show_history(fetched)
-        self.history_fetches += 1
-        self._redraw_history()
-
-    def _redraw_history(self) -> None:
-        """The selected card's lines, from its history as last fetched (with every
-        card's, for the tiles, or on its own when it was selected)."""
-        card = self.selected_card()
-        if card is None or not self.screen_stack:
-            return
-        total = card.facts.memory_total_mib if card.facts is not None else None
-        self.query_one(DetailPane).show_history(self.card_history.get(card.index), total)
+    @property
+    def readings(self) -> int:
+        """Readings received (each poll the node makes, and each change to its queue)."""
+        return self.follower.readings
 
     @property
     def stale_since(self) -> Optional[float]:
         """Unix time since when what is shown may be out of date (polls failing, or
         the node's agent gone); None while readings come and succeed."""
-        return self._gone_since if self._gone_since is not None else self._stale_since
+        return self.follower.stale_since
 
-    @property
-    def stale_error(self) -> str:
-        return self._gone_why if self._gone_since is not None else self._stale_error
+    def _follow_node(self) -> None:
+        self.run_worker(self.follower.follow(), group="readings", exclusive=True, exit_on_error=False)
 
-    def _lock_line(self) -> Optional[str]:
-        """What the allocation lock means for a launch now: what a launch under
-        way waits for, else who holds the lock or that Redis cannot be reached,
-        as the node found it: a launch would wait, and the operator should know
-        before pressing l."""
-        snap = self.snapshot
-        if snap is None:
-            return None
-        waiting = next((q.waiting_for for q in snap.queue if q.state == WAITING and q.waiting_for), None)
-        return waiting or snap.lock_state
+    def _read(self, first: bool) -> None:
+        if first:
+            self.history.wake()  # the first reading: now there are cards to fetch the history of
+        self._follow_queued()
+        self.main.redraw()
 
-    @property
-    def poll_state(self) -> PollState:
-        return PollState(
-            paused=self._paused,
-            readonly=self.readonly,
-            stale_since=self.stale_since,
-            stale_error=self.stale_error,
-            agent_gone=self._gone_since is not None and self._gone_agent,
-            lock_waiting=self._lock_line(),
-            unverified_allowed=self.snapshot is not None and self.snapshot.allow_unverified,
-            you=self.you,
-            served=self.served,
-            via="agent" if self.agent else "in-process",
-        )
-
-    # -- what became of launches this dashboard queued ------------------------------
+    def _lost(self) -> None:
+        self.main.redraw()
 
     def _follow_queued(self) -> None:
         """Say when a launch queued from here has left the queue: started (it
         shows as a job), or dropped or cancelled elsewhere (the node's log says why)."""
-        snap = self.snapshot
-        if snap is None:
+        if self.snapshot is None:
             return
-        queued = {q.run_id for q in snap.queue}
-        for run_id in self._queued_here:
-            if run_id not in queued and run_id not in self._leaving:
-                self._leaving[run_id] = self.readings
-        for run_id, since in list(self._leaving.items()):
-            if run_id in queued:  # listed again (a reading begun earlier came late)
-                del self._leaving[run_id]
-                continue
-            job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
-            if job is not None:
-                self._forget_queued(run_id)
-                self.notify(f"{run_id} got {cards_words(job.gpus)}.", title="Queued launch started")
-            elif self.readings - since >= LEFT_QUEUE_READINGS:
-                queued_at = self._queued_here[run_id]
-                self._forget_queued(run_id)
-                self.run_worker(self._left_queue(run_id, queued_at), group="queued", exit_on_error=False)
+        for outcome in self.launches.follow(self.snapshot, self.readings):
+            if isinstance(outcome, Started):
+                self.notify(f"{outcome.run_id} got {cards_words(outcome.gpus)}.", title="Queued launch started")
+            else:
+                self.run_worker(self._left_queue(outcome), group="queued", exit_on_error=False)
 
-    def _forget_queued(self, run_id: str) -> None:
-        self._queued_here.pop(run_id, None)
-        self._leaving.pop(run_id, None)
-
-    async def _left_queue(self, run_id: str, queued_at: float) -> None:
+    async def _left_queue(self, left: LeftQueue) -> None:
         try:
-            entries, _everyone = await self.node.audit(max(60.0, self.clock() - queued_at + 60))
+            entries, _everyone = await self.node.audit(max(60.0, self.clock() - left.queued_at + 60))
         except TpnodeError as e:
-            self.notify(f"{run_id} is no longer queued, and the node's log cannot be read to say "
+            self.notify(f"{left.run_id} is no longer queued, and the node's log cannot be read to say "
                         f"why: {e}", title="Queued launch", severity="warning", timeout=12)
             return
-        last = next((e for e in reversed(entries) if e.get("target") == run_id), None)
-        message = str(last.get("message", "")) if last else ""
-        if last is not None and last.get("result") == "dropped":
-            self.notify(message, title="Queued launch dropped", severity="error", timeout=12)
-        elif last is not None and last.get("action") == "launch" and last.get("result") == "ok":
-            self.notify(message.removeprefix("queued launch: "), title="Queued launch started")
-        elif last is not None and last.get("action") == "cancel":
-            self.notify(message, title="Queued launch cancelled", severity="warning", timeout=12)
-        else:
-            self.notify(f"{run_id} is no longer queued.", title="Queued launch")
+        notice = left_queue_notice(left.run_id, entries)
+        self.notify(notice.message, title=notice.title, severity=notice.severity, timeout=notice.timeout)
 
-    # -- the node's log -------------------------------------------------------------
+    # -- the node's log ---------------------------------------------------------------
 
     def _show_events(self, card: Optional[int]) -> None:
         """Follow the node's log (about ``card``, or every card) in the events pane,
         from an hour back; the pane keeps the newest EVENTS_KEPT entries."""
-        self.events_shown = True
-        self.events_card = card
-        self._clear_events()
-        pane = self.query_one(EventsPane)
-        pane.border_title = events_title(card)
-        pane.show(self.events, None)  # never the last card's entries under this title, even paused
-        pane.add_class("-shown")
-        table = self.query_one(JobsTable)
-        if table.has_focus:
-            pane.focus()
-        table.add_class("-hidden")
-        self.run_worker(self._follow_events(card), group="events", exclusive=True, exit_on_error=False)
-        self._redraw_events()
+        self.node_log.open(card)
+        self.main.show_log(card)
+        self.run_worker(self.node_log.follow(card), group="events", exclusive=True, exit_on_error=False)
+        self.main.redraw_log()
         self.refresh_bindings()
 
     def _hide_events(self) -> None:
         self.workers.cancel_group(self, "events")
-        self.events_shown = False
-        self.events_card = None
-        self._clear_events()  # nothing kept while the pane is closed
-        pane = self.query_one(EventsPane)
-        if pane.has_focus:
-            self.query_one(CardGrid).focus()
-        pane.remove_class("-shown")
-        self.query_one(JobsTable).remove_class("-hidden")
+        self.node_log.close()
+        self.main.hide_log()
         self.refresh_bindings()
 
-    async def _follow_events(self, card: Optional[int]) -> None:
-        """Each entry as the node writes it; a node that goes away (its agent
-        restarting) is followed again after a short wait, as the readings are."""
-        first, most = self.reconnect_s
-
-        def following() -> None:  # again: the hour is read afresh, so nothing is doubled
-            self._clear_events()
-            self._events_soon()
-
-        wait = first
-        while True:
-            try:
-                async for entry in self.node.follow_events(card=card, since_s=EVENTS_SINCE_S, opened=following):
-                    # other people's words (process names, reasons, the driver's text): escaped here
-                    self.events.appendleft(printable_view(entry))
-                    self._events_version += 1
-                    wait = first
-                    self._events_soon()
-            except Exception as e:  # the log failing must never take the dashboard down
-                if not isinstance(e, TpnodeError):
-                    log.warning("the node's log could not be followed", exc_info=True)
-                self._events_problem = printable(str(e) or type(e).__name__)
-            else:
-                self._events_problem = "the node stopped sending it"
-            self._redraw_events()
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, most)
-
-    def _clear_events(self) -> None:
-        self.events.clear()
-        self._events_problem = None
-        self._events_version += 1
-
-    def _events_soon(self) -> None:
-        """Redraw the pane once for a burst of entries (the hour read at the start)."""
-        if not self._events_due:
-            self._events_due = True
-            self.set_timer(0.1, self._redraw_events)
-
-    def _redraw_events(self) -> None:
-        self._events_due = False
-        if not self.events_shown or self._paused or not self._on_main_screen():
-            return
-        drawn = (self._events_problem, self._events_version)
-        if drawn == self._events_drawn:
-            return
-        self._events_drawn = drawn
-        self.query_one(EventsPane).show(self.events, self._events_problem)
-
-    # -- drawing ----------------------------------------------------------------
-
-    def _on_main_screen(self) -> bool:
-        """Whether the main screen shows; never while the app shuts down, when the
-        once-a-second tick or a finishing poll may still come after its widgets are gone."""
-        return self.is_running and bool(self.screen_stack) and self.screen is self.screen_stack[0]
-
-    def _redraw_header(self) -> None:
-        if self._on_main_screen():
-            text = header_text(self.snapshot, self.clock(), self.poll_state, compact=self._short())
-            update(self.query_one("#header", Static), text)
-
-    def _short(self) -> bool:
-        return (self._rows if self._rows is not None else self.size.height) < SHORT_ROWS
-
-    @property
-    def wants_history(self) -> bool:
-        """Whether there are cards and a line on screen shows their history:
-        while not, none is fetched."""
-        return self.snapshot is not None and bool(self.snapshot.cards) and not self._lean()
-
-    def _lean(self) -> bool:
-        """Too few rows for the history's lines (on the tiles and in the detail
-        pane): a terminal under HISTORY_ROWS, or one whose rows a banner takes."""
-        rows = self._rows if self._rows is not None else self.size.height
-        return rows < HISTORY_ROWS or self._banners
-
-    def _lay_out(self) -> None:
-        screen = self.screen_stack[0]
-        lean = screen.has_class("-lean")
-        screen.set_class(self._short(), "-short")
-        screen.set_class(self._lean(), "-lean")
-        if lean and not self._lean():
-            self._history_wake.set()  # the tiles have room for their lines now: fetch them
-
-    def on_resize(self, event: Resize) -> None:
-        """A short terminal (80x24) drops the summary and the header's second
-        line, shortens the blind banner, and shrinks the detail pane, so the jobs
-        table stays on screen; below HISTORY_ROWS, or with a banner over the
-        grid, the tiles and the detail pane leave out the cards' history. The
-        event's size, not ``self.size``: this handler runs before Textual's own,
-        which is the one that updates ``self.size``."""
-        self._rows = event.size.height
-        self._cols = event.size.width
-        self._lay_out()
-        self.redraw()
-
-    def redraw(self) -> None:
-        if not self._on_main_screen():
-            return
-        now = self.clock()
-        poll = self.poll_state
-        snap = self.snapshot
-        self._redraw_header()
-        shown = dict(banner_lines(snap, poll, compact=self._short()))
-        if bool(shown) != self._banners:
-            self._banners = bool(shown)
-            self._lay_out()
-        for name in ("stale", "blind"):
-            banner = self.query_one(f"#{name}-banner", Static)
-            banner.set_class(name in shown, "-shown")
-            if name in shown:
-                update(banner, shown[name])
-        # Until a poll succeeds there is nothing to summarise and no card to detail.
-        empty = snap is not None and snap.occupancy.total == 0
-        self.query_one("#summary", Static).set_class(snap is None, "-hidden")
-        self.query_one(DetailPane).set_class(snap is None or empty, "-hidden")
-        if snap is None:
-            return
-        update(self.query_one("#summary", Static), summary_text(snap, poll))
-        grid = self.query_one(CardGrid)
-        no_cards = self.query_one("#no-cards", Static)
-        no_cards.set_class(empty, "-shown")
-        grid.set_class(empty, "-hidden")
-        stale = self.stale_since is not None
-        if empty:
-            update(no_cards, no_cards_text(snap))
-        grid.show(snap.cards, now, stale, snap.idle)
-        self._redraw_detail()
-        jobs = self.query_one(JobsTable)
-        jobs.set_class(stale, "-stale")
-        jobs.show(snap.jobs, snap.queue, now, snap.idle)
-        self._redraw_events()
-        # The footer is rebuilt, every key re-mounted, on each refresh_bindings:
-        # done every poll, that was the largest part of an idle dashboard's CPU.
-        if self._binding_states() != self._bindings_shown:
-            self.refresh_bindings()
-
-    def _binding_states(self) -> tuple[Optional[bool], ...]:
-        return tuple(self.check_action(b.action, ()) for b in self.BINDINGS)
-
-    def refresh_bindings(self) -> None:
-        # The footer ignores a refresh while the terminal is not focused (or the
-        # app not yet running): remember nothing then, so the next poll refreshes it.
-        shown = self.is_running and self.app_focus
-        self._bindings_shown = self._binding_states() if shown else None
-        super().refresh_bindings()
-
-    def _redraw_detail(self) -> None:
-        pane = self.query_one(DetailPane)
-        card = self.selected_card()
-        snap = self.snapshot
-        if card is None or snap is None:
-            text = no_cards_text(snap) if snap else Text("")
-        else:
-            stale = None
-            if self._gone_since is not None:
-                stale = self._gone_why
-            elif self._stale_since is not None:
-                stale = f"the last poll failed: {self._stale_error}"
-            env: list[str] = []
-            if card.job is not None and card.job.live:
-                try:
-                    env = env_lines(snap, card.job.key)
-                except JobNotFound:
-                    pass
-            width = (self._cols if self._cols is not None else self.size.width) - DETAIL_FRAME
-            text = describe_card(card, self.clock(), snap.mem_busy_mib, stale, env, width)
-        if not same(self._detail_shown, text):
-            pane.show(text)
-            self._detail_shown = text
-
-    def _alive(self, widget: Widget) -> bool:
-        """Messages still arrive while the app shuts down, after its widgets are gone."""
-        return bool(self.screen_stack) and widget.is_attached
+    def _log_changed(self, burst: bool) -> None:
+        self.main.log_changed(burst)
 
     def on_card_grid_selected(self, message: CardGrid.Selected) -> None:
-        if not self._alive(message.grid):
-            return
-        if self._on_main_screen() and self.snapshot is not None:
-            self._redraw_detail()
-            self._redraw_history()
-        self._history_wake.set()
-        if self.events_shown and self.events_card is not None and self.events_card != message.index:
-            self._show_events(message.index)  # kept to one card: the card selected now
-        self.refresh_bindings()
+        """Kept to one card, the log follows the selection (the main screen draws the rest)."""
+        log_card = self.node_log.card
+        if message.grid.is_attached and self.node_log.shown and log_card is not None and log_card != message.index:
+            self._show_events(message.index)
 
-    def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
-        """Following a job row in the table selects its first card, so s stops what is highlighted."""
-        table = message.data_table
-        if not self._alive(table):
-            return
-        job = self._job_for_row()
-        if job is not None and job.live and job.gpus and table.has_focus:
-            self.query_one(CardGrid).select(job.gpus[0])
-        self.refresh_bindings()
-
-    def on_descendant_focus(self, event) -> None:
-        if self._alive(event.widget):
-            self.refresh_bindings()
-
-    # -- what the keys act on -----------------------------------------------------
+    # -- what the keys act on, and whether they are offered ---------------------------------
 
     def selected_card(self) -> Optional[CardView]:
-        if self.snapshot is None:
-            return None
-        index = self.query_one(CardGrid).selected
-        return next((c for c in self.snapshot.cards if c.index == index), None)
-
-    def _job_for_row(self) -> Optional[JobState]:
-        key = self.query_one(JobsTable).selected_key()
-        if self.snapshot is None or not key or not key.startswith(JOB_PREFIX):
-            return None
-        name = key[len(JOB_PREFIX):]
-        return next((j for j in self.snapshot.jobs if j.name == name), None)
+        return self.main.selected_card()
 
     def stop_target(self) -> Optional[JobState]:
         """The live job the stop and extend keys act on: the highlighted row while
         the jobs table has the focus, else the selected card's job."""
-        if self.stale_since is not None:
+        if self.stale:
             return None
-        if self.query_one(JobsTable).has_focus:
-            job = self._job_for_row()
+        if self.main.jobs_focused:
+            job = self.main.job_for_row()
             return job if job is not None and job.live else None
         card = self.selected_card()
         if card is None or card.job is None or not card.job.live:
@@ -781,7 +245,7 @@ class NodeDashboard(App[int]):
         job = self.stop_target()
         return job if job is not None and job.kind == "reservation" and job.expires_at else None
 
-    def _mine(self, owner_uid: Optional[int], owner: str) -> bool:
+    def mine(self, owner_uid: Optional[int], owner: str) -> bool:
         """Whether the node would let the caller end or change what ``owner``
         holds: theirs (by uid where recorded, else by name), or anyone's for an
         operator. Only to offer keys; the node decides, and says why not."""
@@ -792,77 +256,57 @@ class NodeDashboard(App[int]):
         """The exited jobs the caller may reclaim: their own, or all for an operator."""
         if self.snapshot is None:
             return []
-        return [j for j in self.snapshot.jobs if not j.live and self._mine(j.uid, j.owner)]
+        return [j for j in self.snapshot.jobs if not j.live and self.mine(j.uid, j.owner)]
 
     def selected_launch(self) -> Optional[QueuedLaunch]:
         """The launch not started yet (queued or under way) highlighted in the jobs table."""
-        table = self.query_one(JobsTable)
-        key = table.selected_key()
-        if self.snapshot is None or not table.has_focus or not key or not key.startswith(LAUNCH_PREFIX):
-            return None
-        run_id = key[len(LAUNCH_PREFIX):]
-        return next((q for q in self.snapshot.queue if q.run_id == run_id), None)
+        return self.main.selected_launch()
+
+    def triage_card(self) -> Optional[CardView]:
+        """The card drain, undrain and evict act on: the selected one, while the
+        node answers and is read (an operator acts on what is there now)."""
+        return None if self.stale else self.selected_card()
 
     @property
     def operator(self) -> bool:
         """Whether the node says the person at the dashboard operates it."""
         return self.you is not None and self.you.operator
 
-    def triage_card(self) -> Optional[CardView]:
-        """The card drain, undrain and evict act on: the selected one, while the
-        node answers and is read (an operator acts on what is there now)."""
-        if self.stale_since is not None:
-            return None
-        return self.selected_card()
+    @property
+    def paused(self) -> bool:
+        return self.follower.paused
+
+    @property
+    def stale(self) -> bool:
+        return self.stale_since is not None
+
+    @property
+    def has_demo(self) -> bool:
+        return self.demo is not None
+
+    @property
+    def log_shown(self) -> bool:
+        return self.node_log.shown
+
+    @property
+    def log_card(self) -> Optional[int]:
+        return self.node_log.card
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
-        if action in NODE_ACTIONS and self.readonly:
-            return False
-        if action in OPERATOR_ACTIONS:
-            card = self.triage_card() if self.operator else None
-            if card is None:
-                return False
-            if action == "drain":
-                return card.drain is None
-            if action == "undrain":
-                return card.drain is not None
-            return bool(card.holders) and not self._evict_asking
-        if action == "events":
-            return not self.events_shown
-        if action == "hide_events":
-            return self.events_shown
-        if action == "events_card":
-            return self.events_shown and self.events_card is None and self.selected_card() is not None
-        if action == "events_all":
-            return self.events_shown and self.events_card is not None
-        if action == "stop":
-            job = self.stop_target()
-            return job is not None and self._mine(job.uid, job.owner)
-        if action == "extend":
-            job = self.extend_target()
-            return job is not None and self._mine(job.uid, job.owner)
-        if action == "reclaim":
-            return bool(self.exited_jobs()) and self.stale_since is None
-        if action == "cancel_launch":
-            launch = self.selected_launch()
-            return launch is not None and self.stale_since is None and self._mine(launch.uid, launch.owner)
-        if action == "pause":
-            return not self._paused
-        if action == "resume":
-            return self._paused
-        if action == "demo_blind":
-            return self.demo is not None
-        if action in ("demo_external", "demo_xid"):
-            return self.demo is not None and self.selected_card() is not None
-        return True
+        """Whether a key shows and works now: the table of actions says when."""
+        row = BY_NAME.get(action)
+        return True if row is None else row.offered(self)
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        if screen is not self.screen_stack[0]:
+        if screen is not self.main:
             return
-        for action, (title, help_) in PALETTE.items():
-            if self.check_action(action, ()):
-                yield SystemCommand(title, help_, getattr(self, f"action_{action}"))
+        for action in ACTIONS:
+            if action.palette is not None and action.offered(self):
+                title, help_ = action.palette
+                yield SystemCommand(title, help_, getattr(self, f"action_{action.name}"))
+
+    # -- saying things ------------------------------------------------------------------
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: Optional[float] = None, markup: bool = True) -> None:
@@ -872,6 +316,14 @@ class NodeDashboard(App[int]):
         super().notify(printable_lines(message), title=printable(title), severity=severity,
                        timeout=timeout, markup=False)
 
+    def _failed(self, title: str, error: BaseException) -> None:
+        if not isinstance(error, TpnodeError):
+            log.warning("%s", title, exc_info=error)
+            message = f"{type(error).__name__}: {error}"
+        else:
+            message = str(error)
+        self.notify(message, title=title, severity="error", timeout=12)
+
     def _refused(self, what: str) -> bool:
         """The guard inside each action, for calls that bypass the keys: a
         read-only dashboard, or a node that is not answering, does nothing."""
@@ -879,15 +331,22 @@ class NodeDashboard(App[int]):
             self.notify(f"read-only dashboard: {what} is refused (started with --readonly)",
                         severity="warning")
             return True
-        if self._gone_since is not None:
-            who = "the node's agent is" if self._gone_agent else "the node is"
-            self.notify(f"{who} not answering since {clock_time(self._gone_since)}, so {what} cannot "
-                        f"be asked for ({self._gone_why}); the dashboard reconnects by itself.",
-                        title="Not answering", severity="warning", timeout=10)
+        not_answering = self.follower.not_answering(what)
+        if not_answering is not None:
+            self.notify(not_answering, title="Not answering", severity="warning", timeout=10)
             return True
         return False
 
-    # -- actions ------------------------------------------------------------------
+    def _not_operator(self, what: str) -> bool:
+        """The node refuses anyway; this only spares a question that cannot end well
+        (an action called from the palette after the person's role changed)."""
+        if self.operator:
+            return False
+        self.notify(f"only an operator of this node may {what} (the header says who you are)",
+                    severity="warning")
+        return True
+
+    # -- moving about, help, pause, quit ------------------------------------------------------
 
     def action_focus_detail(self) -> None:
         self.query_one(DetailPane).focus()
@@ -898,81 +357,39 @@ class NodeDashboard(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(demo=self.demo is not None, readonly=self.readonly, agent=self.agent))
 
-    def _dropped_on_quit(self) -> list[tuple[str, str]]:
-        """(run id, state) of the launches that quitting would drop.
+    def action_pause(self) -> None:
+        """Stop following the node's readings: the picture holds still. The node
+        is still read (by its agent, or by this process for the queue's sake)."""
+        self.follower.paused = True
+        self.workers.cancel_group(self, "readings")
+        self.notify("Paused: the picture is not updated until you press p again.", timeout=4)
+        self.main.redraw()
 
-        In-process the node lives in this dashboard: its queue and every launch
-        under way end with it. Through the agent the queue stays with the agent
-        and a launch being placed is finished there; only a launch of this
-        dashboard still waiting for the lock ends with the asker."""
-        queue = self.snapshot.queue if self.snapshot is not None else ()
-        if self.agent:
-            return [(q.run_id, q.state) for q in queue if q.run_id in self._asked and q.state == WAITING]
-        listed = [(q.run_id, q.state) for q in queue]
-        shown = {run_id for run_id, _ in listed}
-        return listed + [(run_id, "") for run_id in sorted(self._asked) if run_id not in shown]
+    def action_resume(self) -> None:
+        self.follower.paused = False
+        self.notify("Resumed.", timeout=3)
+        self._follow_node()  # once the paused follow has ended (NodeFollower.follow)
+        self.main.redraw()
 
     async def action_quit(self) -> None:
         """Quit; with launches that would be dropped, ask first, naming them:
         whoever asked for them may be waiting."""
-        dropped = self._dropped_on_quit()
+        queue = self.snapshot.queue if self.snapshot is not None else ()
+        dropped = self.launches.dropped_on_quit(queue, agent=self.agent)
         if not dropped:
             self.exit()
-            return
-        if isinstance(self.screen, QuitScreen):
-            return  # already asking
-        names = [f"{run_id} ({DROPPED_AS.get(state, state)})" for run_id, state in dropped]
-        many = len(names) > 1
-        count = f"{len(names)} launch{'es' if many else ''} not started yet"
-        jobs = ("The demo stops its own jobs." if self.demo is not None
-                else "Running jobs and reservations keep running.")
-        where = ("They wait for the allocation lock on this dashboard's behalf, and end with it"
-                 if self.agent else "They live only in this dashboard")
-        body = (f"{count} will be dropped: {', '.join(names)}.\n\n{where}; nothing else will start "
-                f"{'them' if many else 'it'}. {jobs}")
-        self.push_screen(QuitScreen(f"Quit and drop {count}?", body, yes="Quit"),
-                         lambda yes: self.exit() if yes else None)
+        elif not any(w.group == "quit" and not w.is_finished for w in self.workers):  # else already asking
+            self._ask_then_quit(QuitScreen(dropped, agent=self.agent, demo=self.demo is not None))
 
-    def action_pause(self) -> None:
-        """Stop following the node's readings: the picture holds still. The node
-        is still read (by its agent, or by this process for the queue's sake)."""
-        self._paused = True
-        self.workers.cancel_group(self, "readings")
-        self.notify("Paused: the picture is not updated until you press p again.", timeout=4)
-        self.redraw()
+    @work(group="quit", exit_on_error=False)
+    async def _ask_then_quit(self, question: QuitScreen) -> None:
+        if await self.push_screen_wait(question):
+            self.exit()
 
-    def action_resume(self) -> None:
-        self._paused = False
-        self.notify("Resumed.", timeout=3)
-        self._follow_node()
-        self.redraw()
+    # -- launch, reserve, extend, cancel ------------------------------------------------
 
     def _capacity_line(self) -> str:
-        """What the form's user needs to know before asking: how much is free now."""
-        snap = self.snapshot
-        if snap is None and self.stale_since is not None:
-            return f"The node could not be read yet ({self.stale_error}). The node reads it afresh."
-        if snap is None:
-            return "The node has not been read yet."
-        if self.stale_since is not None:
-            return "Free cards are unknown: the last reading failed. The node reads it afresh."
-        occ = snap.occupancy
-        free = occ.free
-        cards = f" ({cards_words(free)})" if free else ""
-        line = f"{len(free)} of {occ.total} cards free now{cards}"
-        if occ.external_probe_ok:
-            return line + "."
-        if snap.allow_unverified:
-            return (line + ", unverified: use from outside cannot be probed, and they are handed "
-                    "out anyway (TUNEPLANE_ALLOW_UNVERIFIED).")
-        return (f"Use from outside cannot be probed, so no card can be checked free ({len(free)} of "
-                f"{occ.total} look free): a launch waits until the probe works again. Queued, it "
-                "then starts by itself.")
-
-    def _waits_for_probe(self) -> bool:
-        """Whether launches wait because use from outside cannot be probed, as the last reading saw it."""
-        snap = self.snapshot
-        return snap is not None and not snap.occupancy.external_probe_ok and not snap.allow_unverified
+        return capacity_line(self.snapshot, self.follower.stale_error if self.stale else None)
 
     def _total(self) -> int:
         return self.snapshot.occupancy.total if self.snapshot else 0
@@ -980,91 +397,56 @@ class NodeDashboard(App[int]):
     def action_launch(self) -> None:
         if self._refused("launching"):
             return
-        screen = LaunchScreen(
+        self._ask_then_launch(LaunchScreen(
             total=self._total(),
             docker=self.snapshot is not None and self.snapshot.runtime_kind == "docker",
             default_command=self.default_command,
             run_id=new_run_id(),
             context=self._capacity_line(),
-        )
-        self.push_screen(screen, self._launch_chosen)
+        ))
 
-    def _launch_chosen(self, request: Optional[LaunchRequest]) -> None:
+    @work(group="launch", exit_on_error=False)
+    async def _ask_then_launch(self, form: LaunchScreen) -> None:
+        request = await self.push_screen_wait(form)
         if request is not None:
-            self.run_worker(self._launch(request), group="launch", exit_on_error=False)
+            await self._launch(request)
 
     async def _launch(self, request: LaunchRequest) -> None:
-        """Launch from the dialog; the node lists it (and it can be cancelled) while under way."""
+        """Launch; the node lists it (and it can be cancelled) while under way.
+        With no room now, offer the queue."""
         assert request.run_id is not None
-        run_id = request.run_id
-        result = await self._ask(run_id, "Launch refused", self.node.launch(request))
-        if isinstance(result, NoCapacity):
-            body = (f"{_capacity_words(result)}.\n\nQueue {run_id}? It starts by itself "
-                    f"{self._starts_when(request.cards)}, after the launches queued before it.")
-            title = "No card can be checked free now" if self._waits_for_probe() else "No capacity now"
-            self.push_screen(ConfirmScreen(title, body, yes="Queue it"),
-                             lambda yes: self._queue_chosen(request) if yes else None)
-        elif isinstance(result, LaunchResult):
-            self._report_result(result, "Launched")
-
-    async def _ask(self, run_id: str, refused: str, call):
-        """Await a launch or reservation this dashboard asked for, saying what went
-        wrong; returns its answer, NoCapacity (which the caller may offer to
-        queue), or None when there is nothing more to say."""
-        self._asked.add(run_id)
-        try:
-            return await call
-        except NoCapacity as e:
-            if run_id in self._too_late:  # cancelled: not to be offered a queue
-                self._too_late.discard(run_id)
-                return None
-            return e
-        except Cancelled as e:
-            if run_id not in self._cancelled_here:  # a cancel from here already said so
-                self._failed(refused, e)
-            return None
-        except Exception as e:
-            self._too_late.discard(run_id)
-            self._failed(refused, e)
-            return None
-        finally:
-            self._asked.discard(run_id)
-            self._cancelled_here.discard(run_id)
-
-    def _queue_chosen(self, request: LaunchRequest) -> None:
-        self.run_worker(self._enqueue(request), group="launch", exit_on_error=False)
+        result = await self.launches.ask(request.run_id, self.node.launch(request))
+        if isinstance(result, Refused):
+            self._failed("Launch refused", result.error)
+        elif isinstance(result, NoCapacity):
+            title, body = queue_question(result, request.run_id, request.cards, self.snapshot)
+            if await self.push_screen_wait(ConfirmScreen(title, body, yes="Queue it")):
+                await self._enqueue(request)
+        elif isinstance(result, LaunchResult) and result.launched is not None:
+            self._report_launched(result.launched, "Launched")
 
     async def _enqueue(self, request: LaunchRequest) -> None:
         """Ask again, agreeing to wait in the node's queue: the node tries once
         more, and keeps it in line if there is still no room."""
         assert request.run_id is not None
-        result = await self._ask(request.run_id, "Launch refused",
-                                 self.node.launch(replace(request, queue=True)))
-        if isinstance(result, LaunchResult) and result.queued is not None:
-            self._queued_here[result.queued.run_id] = self.clock()
+        result = await self.launches.ask(request.run_id, self.node.launch(replace(request, queue=True)))
+        if isinstance(result, Refused):
+            self._failed("Launch refused", result.error)
+        elif isinstance(result, LaunchResult) and result.queued is not None:
+            self.launches.queued_here(result.queued.run_id, self.clock())
             kept = ("The node's agent keeps it, with or without this dashboard." if self.agent
                     else "It lives in this dashboard: quitting asks first.")
-            self.notify(f"{result.queued.run_id} is queued; it starts {self._starts_when(request.cards)}, "
+            self.notify(f"{result.queued.run_id} is queued; it starts {starts_when(self.snapshot, request.cards)}, "
                         f"after the launches queued before it. {kept}", title="Queued")
-        elif isinstance(result, LaunchResult):
-            self._report_result(result, "Launched")
+        elif isinstance(result, LaunchResult) and result.launched is not None:
+            self._report_launched(result.launched, "Launched")
         elif isinstance(result, NoCapacity):  # only from a node that keeps no queue
             self._failed("Launch refused", result)
-
-    def _starts_when(self, cards: int) -> str:
-        if self._waits_for_probe():
-            return f"once the probe works again and {cards_words(cards)} can be checked free"
-        return f"as soon as {cards_words(cards)} {'is' if cards == 1 else 'are'} free"
-
-    def _report_result(self, result: LaunchResult, what: str) -> None:
-        if result.launched is not None:
-            self._report_launched(result.launched, what)
 
     def _report_launched(self, result: Launched, what: str) -> None:
         cards = cards_words(result.gpus)
         run_id = result.job.run_id
-        if run_id in self._too_late and not result.existing:
-            self._too_late.discard(run_id)
+        if self.launches.went_ahead_anyway(run_id, result.existing):
             self.notify(f"{run_id} was cancelled while its launch was under way, and it got {cards} "
                         "anyway; stop it (s) if it is not wanted.", title="Cancelled too late",
                         severity="warning", timeout=12)
@@ -1075,32 +457,25 @@ class NodeDashboard(App[int]):
         if result.warning:
             self.notify(result.warning, title="Unverified cards", severity="warning", timeout=12)
 
-    def _failed(self, title: str, error: BaseException) -> None:
-        if not isinstance(error, TpnodeError):
-            log.warning("%s", title, exc_info=error)
-            message = f"{type(error).__name__}: {error}"
-        else:
-            message = str(error)
-        self.notify(message, title=title, severity="error", timeout=12)
-
     def action_reserve(self) -> None:
         if self._refused("reserving"):
             return
         you = self.you
-        screen = ReserveScreen(total=self._total(), owner=you.user if you else "",
-                               operator=you is not None and you.operator, run_id=new_run_id("rsv"),
-                               context=self._capacity_line())
-        self.push_screen(screen, self._reserve_chosen)
+        self._ask_then_reserve(ReserveScreen(total=self._total(), owner=you.user if you else "",
+                                             operator=you is not None and you.operator,
+                                             run_id=new_run_id("rsv"), context=self._capacity_line()))
 
-    def _reserve_chosen(self, request: Optional[ReserveRequest]) -> None:
-        if request is not None:
-            self.run_worker(self._reserve(request), group="launch", exit_on_error=False)
-
-    async def _reserve(self, request: ReserveRequest) -> None:
+    @work(group="launch", exit_on_error=False)
+    async def _ask_then_reserve(self, form: ReserveScreen) -> None:
         """A reservation is a launch too: listed by the node, and cancellable, while under way."""
+        request = await self.push_screen_wait(form)
+        if request is None:
+            return
         assert request.run_id is not None
-        result = await self._ask(request.run_id, "Reservation refused", self.node.reserve(request))
-        if isinstance(result, NoCapacity):
+        result = await self.launches.ask(request.run_id, self.node.reserve(request))
+        if isinstance(result, Refused):
+            self._failed("Reservation refused", result.error)
+        elif isinstance(result, NoCapacity):
             self._failed("Reservation refused", result)
         elif isinstance(result, Launched):
             self._report_launched(result, f"Reserved for {result.job.owner or request.owner}")
@@ -1113,13 +488,13 @@ class NodeDashboard(App[int]):
             self.notify("Select a running reservation (on its card, or in the jobs table) to extend it.",
                         severity="warning")
             return
-        self.push_screen(ExtendScreen(job), lambda longer: self._extend_chosen(job, longer))
+        self._ask_then_extend(job)
 
-    def _extend_chosen(self, job: JobState, longer: Optional[float]) -> None:
-        if longer is not None:
-            self.run_worker(self._extend(job, longer), group="action", exit_on_error=False)
-
-    async def _extend(self, job: JobState, longer: float) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_extend(self, job: JobState) -> None:
+        longer = await self.push_screen_wait(ExtendScreen(job))
+        if longer is None:
+            return
         try:
             extended = await self.node.extend(job.key, longer)
         except Exception as e:
@@ -1130,47 +505,65 @@ class NodeDashboard(App[int]):
         self.notify(f"{extended.key} holds {cards_words(extended.gpus)} until {until} ({left} left).",
                     title="Extended")
 
+    def action_cancel_launch(self) -> None:
+        if self._refused("cancelling"):
+            return
+        launch = self.selected_launch()
+        if launch is None:
+            self.notify("Select a queued or waiting launch in the jobs table first.", severity="warning")
+            return
+        self._cancel(launch)
+
+    @work(group="action", exit_on_error=False)
+    async def _cancel(self, launch: QueuedLaunch) -> None:
+        """Cancel through the node, which says whether it was still in time."""
+        run_id = launch.run_id
+        self.launches.cancelling(run_id)
+        try:
+            await self.node.cancel(run_id)
+        except JobNotFound:
+            self.launches.not_cancelled(run_id)
+            self.notify(f"{run_id} is no longer queued or waiting: it was placed or dropped meanwhile.",
+                        title="Nothing to cancel", severity="warning")
+            return
+        except (NotAllowed, AgentUnavailable) as e:
+            self.launches.not_cancelled(run_id)
+            self._failed(f"Could not cancel {run_id}", e)
+            return
+        except TpnodeError as e:  # being placed already: too late, and the node says what to do
+            self.launches.not_cancelled(run_id, too_late=True)
+            self.notify(str(e), title="Too late to cancel", severity="warning", timeout=12)
+            return
+        self.launches.cancelled(run_id)
+        if launch.state == WAITING:
+            self.notify(f"{run_id} is abandoned: it was still waiting for the allocation lock, so no "
+                        "card was picked and nothing was started.", title="Cancelled")
+        else:
+            self.notify(f"{run_id} is no longer queued.", title="Cancelled")
+
+    # -- stop and reclaim -------------------------------------------------------------------
+
     def action_stop(self) -> None:
         if self._refused("stopping"):
             return
         job = self.stop_target()
         if job is None:
-            self.notify(self._nothing_to_stop(), severity="warning")
+            row = self.main.selected_row() if self.main.jobs_focused else None
+            card = self.selected_card()
+            self.notify(nothing_to_stop(stale=self.stale, row=row, row_job=self.main.job_for_row(),
+                                        card=card.index if card is not None else None), severity="warning")
             return
-        if self.query_one(JobsTable).has_focus:
+        if self.main.jobs_focused:
             where = "Highlighted in the jobs table"
         else:
-            where = f"On the selected card {self.query_one(CardGrid).selected}"
-        body = (f"{where}: {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, "
-                f"{cards_words(job.gpus)}).\n\n"
-                "Stop it? Its processes are ended; its cards are free once they have exited.")
-        self.push_screen(ConfirmScreen(f"Stop {job.run_id}?", body, yes="Stop it"),
-                         lambda yes: self._stop_confirmed(job) if yes else None)
+            where = f"On the selected card {self.main.selected_index()}"
+        self._ask_then_stop(job, stop_question(job, where))
 
-    def _nothing_to_stop(self) -> str:
-        """Why s does nothing, worded by what is selected: a card, or a row of the jobs table."""
-        if self.stale_since is not None:
-            return "Nothing can be stopped while the node cannot be read: which job runs where is unknown."
-        table = self.query_one(JobsTable)
-        if table.has_focus:
-            key = table.selected_key() or ""
-            if key.startswith(LAUNCH_PREFIX):
-                return "The highlighted row is a launch not started yet, not a running job: c cancels it."
-            job = self._job_for_row()
-            if job is not None:
-                return (f"The highlighted row, {job.run_id}, has already ended: nothing to stop "
-                        "(r reclaims it).")
-            return "The highlighted row is not a running job: nothing to stop."
-        card = self.selected_card()
-        if card is None:
-            return "No card is selected: nothing to stop."
-        return f"The selected card {card.index} holds no running job to stop."
-
-    def _stop_confirmed(self, job: JobState) -> None:
-        self.run_worker(self._stop(job), group="action", exit_on_error=False)
-
-    async def _stop(self, job: JobState) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_stop(self, job: JobState, question: str) -> None:
         """The node decides who may stop what: a refusal is shown in its words."""
+        if not await self.push_screen_wait(ConfirmScreen(f"Stop {job.run_id}?", question, yes="Stop it")):
+            return
         try:
             await self.node.stop(job.key)
         except NotAllowed as e:
@@ -1190,22 +583,19 @@ class NodeDashboard(App[int]):
             self.notify("Nothing to reclaim: no job of yours has exited." if self.you and not self.you.operator
                         else "Nothing to reclaim: no job has exited.")
             return
-        lines = []
-        for job in exited:
-            code = "unknown" if job.exit_code is None else job.exit_code
-            lines.append(f"  {job.run_id}  ({job.kind}, {job.status}, exit code {code})")
-        body = ("Remove the records of these exited jobs? Running jobs are never touched.\n\n"
-                + "\n".join(lines))
-        self.push_screen(ConfirmScreen(f"Reclaim {len(exited)} exited job(s)?", body, yes="Reclaim"),
-                         lambda yes: self._reclaim_confirmed(exited) if yes else None)
+        self._ask_then_reclaim(exited)
 
-    def _reclaim_confirmed(self, jobs: list[JobState]) -> None:
-        self.run_worker(self._reclaim(jobs), group="action", exit_on_error=False)
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_reclaim(self, exited: list[JobState]) -> None:
+        question = ConfirmScreen(f"Reclaim {len(exited)} exited job(s)?", reclaim_question(exited), yes="Reclaim")
+        if await self.push_screen_wait(question):
+            await self._reclaim(exited)
 
     async def _reclaim(self, jobs: list[JobState]) -> None:
         """Only the listed run ids, one by one: a job restarted since the list was
         shown is live again and is refused by the node, not removed."""
-        removed, kept = [], []
+        removed: list[str] = []
+        kept: list[str] = []
         for run_id in dict.fromkeys(j.key for j in jobs):
             try:
                 removed += [j.key for j in await self.node.reclaim(run_id)]
@@ -1220,52 +610,7 @@ class NodeDashboard(App[int]):
         for why in kept:
             self.notify(f"Not removed: {why}", severity="warning", timeout=10)
 
-    def action_cancel_launch(self) -> None:
-        if self._refused("cancelling"):
-            return
-        launch = self.selected_launch()
-        if launch is None:
-            self.notify("Select a queued or waiting launch in the jobs table first.", severity="warning")
-            return
-        self.run_worker(self._cancel(launch), group="action", exit_on_error=False)
-
-    async def _cancel(self, launch: QueuedLaunch) -> None:
-        """Cancel through the node, which says whether it was still in time."""
-        run_id = launch.run_id
-        self._cancelled_here.add(run_id)
-        try:
-            await self.node.cancel(run_id)
-        except JobNotFound:
-            self._cancelled_here.discard(run_id)
-            self.notify(f"{run_id} is no longer queued or waiting: it was placed or dropped meanwhile.",
-                        title="Nothing to cancel", severity="warning")
-            return
-        except (NotAllowed, AgentUnavailable) as e:
-            self._cancelled_here.discard(run_id)
-            self._failed(f"Could not cancel {run_id}", e)
-            return
-        except TpnodeError as e:  # being placed already: too late, and the node says what to do
-            self._cancelled_here.discard(run_id)
-            self._too_late.add(run_id)
-            self.notify(str(e), title="Too late to cancel", severity="warning", timeout=12)
-            return
-        self._forget_queued(run_id)
-        if launch.state == WAITING:
-            self.notify(f"{run_id} is abandoned: it was still waiting for the allocation lock, so no "
-                        "card was picked and nothing was started.", title="Cancelled")
-        else:
-            self.notify(f"{run_id} is no longer queued.", title="Cancelled")
-
     # -- triage: drain, undrain, evict, the node's log ---------------------------------
-
-    def _not_operator(self, what: str) -> bool:
-        """The node refuses anyway; this only spares a question that cannot end well
-        (an action called from the palette after the person's role changed)."""
-        if self.operator:
-            return False
-        self.notify(f"only an operator of this node may {what} (the header says who you are)",
-                    severity="warning")
-        return True
 
     def action_drain(self) -> None:
         if self._refused("draining") or self._not_operator("drain a card"):
@@ -1274,16 +619,14 @@ class NodeDashboard(App[int]):
         if card is None:
             self.notify("Select a card that can be read to drain it.", severity="warning")
             return
-        index = card.index
-        self.push_screen(DrainScreen(index, context=drain_context(card)),
-                         lambda reason: self._drain_chosen(index, reason))
+        self._ask_then_drain(DrainScreen(card.index, context=drain_context(card)), card.index)
 
-    def _drain_chosen(self, card: int, reason: Optional[str]) -> None:
-        if reason is not None:
-            self.run_worker(self._drain(card, reason), group="action", exit_on_error=False)
-
-    async def _drain(self, card: int, reason: str) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_drain(self, form: DrainScreen, card: int) -> None:
         """The node decides (operators only) and words any refusal."""
+        reason = await self.push_screen_wait(form)
+        if reason is None:
+            return
         try:
             drain = printable_view(await self.node.drain(card, reason))
         except Exception as e:
@@ -1299,16 +642,15 @@ class NodeDashboard(App[int]):
         if card is None or card.drain is None:
             self.notify("Select a drained card to undrain it.", severity="warning")
             return
-        index, drain = card.index, card.drain
-        self.push_screen(ConfirmScreen(f"Undrain card {index}?", undrain_question(index, drain, self.clock()),
-                                       yes="Undrain"),
-                         lambda yes: self._undrain_confirmed(index) if yes else None)
+        index = card.index
+        question = undrain_question(index, card.drain, self.clock())
+        self._ask_then_undrain(ConfirmScreen(f"Undrain card {index}?", question, yes="Undrain"), index)
 
-    def _undrain_confirmed(self, card: int) -> None:
-        self.run_worker(self._undrain(card), group="action", exit_on_error=False)
-
-    async def _undrain(self, card: int) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_undrain(self, question: ConfirmScreen, card: int) -> None:
         """Refused while the card still reports a problem: the node names it."""
+        if not await self.push_screen_wait(question):
+            return
         try:
             lifted: Drain = printable_view(await self.node.undrain(card))
         except Conflict as e:
@@ -1321,42 +663,47 @@ class NodeDashboard(App[int]):
                     title="Undrained")
 
     def action_evict(self) -> None:
-        if self._refused("evicting") or self._not_operator("evict processes") or self._evict_asking:
+        if self._refused("evicting") or self._not_operator("evict processes") or self.evict_asking:
             return
         card = self.triage_card()
         if card is None:
             self.notify("Select a card that can be read to evict from it.", severity="warning")
             return
-        self._evict_asking = True
+        self.evict_asking = True
         self.refresh_bindings()
-        self.run_worker(self._evict_ask(card), group="action", exit_on_error=False)
+        self._ask_then_evict(card.index)
 
-    async def _evict_ask(self, card: CardView) -> None:
+    @work(group="action", exit_on_error=False)
+    async def _ask_then_evict(self, card: int) -> None:
         """A dry run first: the question lists exactly the pids the node would
-        signal, and only those are signalled if the answer is yes."""
+        signal, and only those are signalled if the answer is yes; what is still
+        running after the grace period is offered SIGKILL in a second question."""
         try:
-            report: EvictReport = printable_view(await self.node.evict(card.index, dry_run=True))
+            report: EvictReport = printable_view(await self.node.evict(card, dry_run=True))
         except JobNotFound as e:  # nothing there may be evicted: the node says why for each
-            self._failed(f"Nothing to evict on card {card.index}", e)
+            self._failed(f"Nothing to evict on card {card}", e)
             return
         except Exception as e:
-            self._failed(f"Could not evict from card {card.index}", e)
+            self._failed(f"Could not evict from card {card}", e)
             return
         finally:
-            self._evict_asking = False
+            self.evict_asking = False
             self.refresh_bindings()
-        self.push_screen(ConfirmScreen(f"Evict from card {report.card}?", evict_question(report),
-                                       yes="Send SIGTERM"),
-                         lambda yes: self._evict_confirmed(report) if yes else None)
+        card, grace_s = report.card, report.grace_s
+        if not await self.push_screen_wait(ConfirmScreen(f"Evict from card {card}?", evict_question(report),
+                                                         yes="Send SIGTERM")):
+            return
+        survivors = await self._evict(card, report.processes, kill=False, grace_s=grace_s)
+        if not survivors:
+            return
+        if await self.push_screen_wait(ConfirmScreen(f"Kill what is left on card {card}?",
+                                                     kill_question(card, survivors, grace_s), yes="Send SIGKILL")):
+            await self._evict(card, survivors, kill=True, grace_s=grace_s)
 
-    def _evict_confirmed(self, report: EvictReport) -> None:
-        self.run_worker(self._evict(report.card, report.processes, kill=False, grace_s=report.grace_s),
-                        group="action", exit_on_error=False)
-
-    async def _evict(self, card: int, listed: Sequence[Evicted], *, kill: bool, grace_s: float) -> None:
+    async def _evict(self, card: int, listed: Sequence[Evicted], *, kill: bool, grace_s: float) -> list[Evicted]:
         """Each listed pid by name, all at once (so the grace period is waited
         once): a pid that is no longer what was listed is refused by the node,
-        not signalled. Survivors of SIGTERM are offered SIGKILL."""
+        not signalled. Returns those still running after the grace period."""
         self.notify(evicting_words(card, listed, kill, grace_s), title="Evicting", timeout=grace_s + 5)
         answers = await asyncio.gather(*(self.node.evict(card, e.pid, kill=kill, started_at=e.started_at)
                                          for e in listed), return_exceptions=True)
@@ -1370,15 +717,7 @@ class NodeDashboard(App[int]):
             bad = any(e.outcome in NOT_GONE for e in done)
             self.notify(fates(done), title=f"Evicted from card {card}" if not bad else f"Card {card}",
                         severity="warning" if bad else "information", timeout=15)
-        survivors = [e for e in done if e.outcome == "running"]
-        if survivors and not kill:
-            self.push_screen(ConfirmScreen(f"Kill what is left on card {card}?",
-                                           kill_question(card, survivors, grace_s), yes="Send SIGKILL"),
-                             lambda yes: self._kill_confirmed(card, survivors, grace_s) if yes else None)
-
-    def _kill_confirmed(self, card: int, survivors: Sequence[Evicted], grace_s: float) -> None:
-        self.run_worker(self._evict(card, survivors, kill=True, grace_s=grace_s),
-                        group="action", exit_on_error=False)
+        return [e for e in done if e.outcome == "running"]
 
     def action_events(self) -> None:
         self._show_events(None)
@@ -1393,6 +732,8 @@ class NodeDashboard(App[int]):
 
     def action_events_all(self) -> None:
         self._show_events(None)
+
+    # -- the demo -------------------------------------------------------------------------------
 
     def action_demo_xid(self) -> None:
         card = self.selected_card()

@@ -7,7 +7,7 @@ and memory, and memory in use with no process at all is said out loud.
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -173,7 +173,7 @@ class DetailPane(VerticalScroll, can_focus=True):
     With ``history``, the card's utilisation and memory over the last hour
     stay in view under the text, however far it is scrolled."""
 
-    def __init__(self, *, history: bool = False, **kwargs) -> None:
+    def __init__(self, *, history: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.history = history
 

@@ -160,7 +160,7 @@ def unknown_now(node: NodeRow) -> NodeRow:
     return replace(node, status="stale", cards=tuple(FleetCard(c.index, UNKNOWN) for c in node.cards))
 
 
-class NodeScreen(Screen):
+class NodeScreen(Screen[None]):
     """One node's card grid and detail pane, from its publication. Read-only."""
 
     BINDINGS = [
@@ -216,7 +216,7 @@ class NodeScreen(Screen):
             node.problem if node is not None else "it no longer publishes to the fleet")
         down = problem is not None
         banner.set_class(down, "-shown")
-        if down:
+        if problem is not None:
             what = seen_text(node, now).plain if node is not None else "gone"
             update(banner, Text(f"{what}: {printable(problem)}.\nIts cards are unknown now; shown as the last "
                                 "publication said, marked ?; none counts as free."))
@@ -353,7 +353,8 @@ class FleetApp(App[int]):
             self._printable = (snap, printable_view(snap))
         return self._printable[1]
 
-    def visible(self) -> list[NodeRow]:
+    def nodes_shown(self) -> list[NodeRow]:
+        """The nodes whose name or series has the filter's text, in the fleet's order (all without one)."""
         if self.fleet is None:
             return []
         words = self.filter.lower()
@@ -376,7 +377,7 @@ class FleetApp(App[int]):
             age = self.clock() - self.fleet.read_at
             head.append("read just now" if age < 1 else f"read {format_duration(age)} ago", style="grey62")
         if self.filter:
-            head.append(f" │ filter: {self.filter!r} ({len(self.visible())} shown)", style="bold #4fc3f7")
+            head.append(f" │ filter: {self.filter!r} ({len(self.nodes_shown())} shown)", style="bold #4fc3f7")
         head.append(" │ read-only: enter shows a node's cards", style="grey62")
         update(self.query_one("#fleet-header", Static), head)
 
@@ -392,7 +393,7 @@ class FleetApp(App[int]):
         now = self.clock()
         stale = self._error is not None
         rows = {}
-        for node in self.visible():
+        for node in self.nodes_shown():
             # What a row shows depends on these alone: an unchanged row is not drawn again.
             key = (stale, node.status, node.total, node.series, node.cards, seen_text(node, now).plain)
             cached = self._cells.get(node.name)

@@ -95,7 +95,7 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
         out.append(f"│ {len(occ.free)}/{occ.total} free, unverified ", style="bold")
     else:
         out.append(f"│ {len(occ.free)}/{occ.total} free ", style="bold")
-    if stale:
+    if poll.stale_since is not None:
         what = "NO AGENT" if poll.agent_gone else "STALE"  # short: the line says how old the reading is
         out.append(f" {what} since {clock_time(poll.stale_since)} ", style="bold white on #c62828")
     elif poll.paused:

@@ -7,7 +7,7 @@ or being placed, whoever asked for them and from where.
 from __future__ import annotations
 
 import textwrap
-from typing import Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -28,6 +28,10 @@ COLUMNS = (
     ("workload", "RUNS"),
 )
 
+#: a row's cells as made (a string is made Text before the table gets it), and as given to the table
+Cells = tuple[Union[Text, str], ...]
+TextCells = tuple[Text, ...]
+
 #: row keys: a platform job, or a launch not started yet (queued, or under way)
 JOB_PREFIX = "job:"
 LAUNCH_PREFIX = "launch:"
@@ -45,13 +49,13 @@ def _status(job: JobState, idle_for: Optional[float] = None) -> Text:
     return Text(f"{job.status}{code}", style="#ffb300")
 
 
-def _as_text(cells: tuple) -> tuple:
+def _as_text(cells: Cells) -> TextCells:
     """Every cell as Text: the table reads a plain string as markup, and these
     quote other people's words (an owner of "[/]" would fail to render)."""
     return tuple(Text(cell) if isinstance(cell, str) else cell for cell in cells)
 
 
-def job_row(job: JobState, now: float, idle_since: Optional[float] = None) -> tuple:
+def job_row(job: JobState, now: float, idle_since: Optional[float] = None) -> Cells:
     left = "-"
     if job.kind == "reservation" and job.expires_at:
         remaining = job.expires_at - now
@@ -78,7 +82,7 @@ QUEUED, WAITING, PLACING = "queued", "waiting", "placing"
 PENDING_STYLE = {QUEUED: "#4fc3f7", WAITING: "bold #ffb300", PLACING: "#66bb6a"}
 
 
-def pending_row(launch: QueuedLaunch, position: Optional[int], now: float) -> tuple:
+def pending_row(launch: QueuedLaunch, position: Optional[int], now: float) -> Cells:
     """A launch not started yet (its strings already escaped, as the whole
     snapshot is). One waiting for the allocation lock says for what in place
     of its command: that is what the operator needs to know."""
@@ -108,15 +112,15 @@ def wrap(text: str, width: int, most: int) -> list[str]:
     return [fit(line, width) for line in lines]
 
 
-class JobsTable(DataTable):
+class JobsTable(DataTable[Text]):
     """Rows are keyed by job name or launch run id, so the cursor stays on its row."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         #: (row key, height) of each row, in order, as last laid out
         self._layout: list[tuple[str, int]] = []
         self._room = 0
-        self._shown: Optional[tuple] = None
+        self._shown: Optional[tuple[tuple[JobState, ...], tuple[QueuedLaunch, ...], float, Mapping[str, float]]] = None
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -125,7 +129,7 @@ class JobsTable(DataTable):
         for key, label in COLUMNS:
             self.add_column(label, key=key)
 
-    def _runs_room(self, rows: Iterable[tuple]) -> int:
+    def _runs_room(self, rows: Iterable[TextCells]) -> int:
         """How wide the last column may be so that no row runs off the right edge.
 
         The table would scroll sideways instead, and a sideways-scrolled table
@@ -147,22 +151,22 @@ class JobsTable(DataTable):
         """``idle``: reservations' run ids -> since when their owner has not used them."""
         jobs, pending = tuple(jobs), tuple(pending)
         self._shown = (jobs, pending, now, idle)
-        rows: dict[str, tuple] = {}
+        made: dict[str, Cells] = {}
         for job in jobs:
             since = idle.get(job.key) if job.kind == "reservation" else None
-            rows[JOB_PREFIX + job.name] = job_row(job, now, since)
-        waits = set()
+            made[JOB_PREFIX + job.name] = job_row(job, now, since)
+        waits: set[str] = set()
         position = 0
         for launch in pending:
             key = LAUNCH_PREFIX + launch.run_id
             if launch.state == QUEUED:
                 position += 1
-            rows[key] = pending_row(launch, position if launch.state == QUEUED else None, now)
+            made[key] = pending_row(launch, position if launch.state == QUEUED else None, now)
             if launch.state == WAITING:
                 waits.add(key)
-        rows = {key: _as_text(cells) for key, cells in rows.items()}
+        rows = {key: _as_text(cells) for key, cells in made.items()}
         room = self._runs_room(rows.values())
-        layout = []
+        layout: list[tuple[str, int]] = []
         for key, cells in rows.items():
             # What a launch waits for is told in full (it names who holds the
             # lock); a command is cut to one line, since the detail pane has it.

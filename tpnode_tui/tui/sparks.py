@@ -20,7 +20,7 @@ of every card's hour is a few kilobytes, however fast the node polls.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from rich.text import Text
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
@@ -150,7 +150,7 @@ def summary(part: Sequence[float]) -> float:
 class FixedSparkline(Sparkline):
     """A Sparkline whose scale is 0 to ``top``, whatever the data, over time."""
 
-    def __init__(self, *, top: float = 100.0, **kwargs) -> None:
+    def __init__(self, *, top: float = 100.0, **kwargs: Any) -> None:
         super().__init__(summary_function=summary, **kwargs)
         self.top = top
         #: what is drawn, a value a column
@@ -164,7 +164,7 @@ class FixedSparkline(Sparkline):
 
     def _replot(self) -> None:
         width = self.size.width
-        values = squeeze(self._slices, width) if self._slices else [None] * width
+        values: list[Optional[float]] = squeeze(self._slices, width) if self._slices else [None] * width
         if values != self.values or len(self.data or ()) != 2 * width:
             self.values = values
             self.data = padded(values, self.top)

@@ -6,7 +6,7 @@ and a tile keeps its place on screen: operators learn "card 5 is bottom left".
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
@@ -195,7 +195,7 @@ def render_tile(card: CardView, width: int, now: float, stale: bool, idle_since:
 class CardTile(Widget):
     """One card. Its state is a CSS class, so the border colour follows the state."""
 
-    def __init__(self, card: CardView, **kwargs) -> None:
+    def __init__(self, card: CardView, **kwargs: Any) -> None:
         super().__init__(id=f"card-{card.index}", classes=f"state-{card.state}", **kwargs)
         self.card = card
         self.now = 0.0
@@ -280,7 +280,7 @@ class CardGrid(Container, can_focus=True):
             super().__init__()
             self.index = index
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tiles: list[CardTile] = []
         self.selected = 0

@@ -1,0 +1,148 @@
+"""The table of actions (tpnode_tui/tui/actions.py): one place per key, and what it decides.
+
+The footer, the palette, the help and ``check_action`` are all made from the
+table; the pictures (tests/test_tui_snapshots.py) pin what they show. These
+tests hold the table to itself, with a stand-in for the dashboard's state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from fleet_tools import job, node_snapshot
+from tpnode_tui.model import CardView, Drain, HolderInfo, JobState, QueuedLaunch
+from tpnode_tui.tui.actions import ACTIONS, BINDINGS, BY_NAME, Situation, help_lines
+from tpnode_tui.tui.app import NodeDashboard
+from tpnode_tui.tui.screens.help import key_lines
+
+SQUATTER = HolderInfo(pid=4242, used_memory_mib=1024, visible=True, user="mallory", uid=1003)
+
+
+def card(**changes) -> CardView:
+    return replace(node_snapshot(1).cards[0], **changes)
+
+
+@dataclass
+class Now:
+    """Everything the table may ask, set by hand."""
+
+    readonly: bool = False
+    operator: bool = True
+    paused: bool = False
+    stale: bool = False
+    has_demo: bool = False
+    log_shown: bool = False
+    log_card: Optional[int] = None
+    evict_asking: bool = False
+    card: Optional[CardView] = field(default_factory=card)
+    job: Optional[JobState] = None
+    launch: Optional[QueuedLaunch] = None
+    exited: list[JobState] = field(default_factory=list)
+    owns: bool = True
+
+    def selected_card(self) -> Optional[CardView]:
+        return self.card
+
+    def triage_card(self) -> Optional[CardView]:
+        return None if self.stale else self.card
+
+    def stop_target(self) -> Optional[JobState]:
+        return self.job
+
+    def extend_target(self) -> Optional[JobState]:
+        return self.job if self.job is not None and self.job.kind == "reservation" else None
+
+    def selected_launch(self) -> Optional[QueuedLaunch]:
+        return self.launch
+
+    def exited_jobs(self) -> list[JobState]:
+        return self.exited
+
+    def mine(self, owner_uid: Optional[int], owner: str) -> bool:
+        return self.owns
+
+
+def offered(now: Situation) -> set[str]:
+    return {action.name for action in ACTIONS if action.offered(now)}
+
+
+def everything_to_act_on(**changes) -> Now:
+    rsv = job("rsv-1", (0,), kind="reservation")
+    ended = replace(job("done", (1,)), status="exited")
+    launch = QueuedLaunch(run_id="later", cards=1, owner="alice", queued_at=0.0)
+    return Now(job=rsv, launch=launch, exited=[ended], card=card(holders=(SQUATTER,)), **changes)
+
+
+def test_every_action_in_the_table_is_one_the_app_does_and_its_keys_are_the_app_s():
+    for action in ACTIONS:
+        assert callable(getattr(NodeDashboard, f"action_{action.name}", None)), action.name
+    assert NodeDashboard.BINDINGS is BINDINGS
+    assert [b.action for b in BINDINGS] == [a.name for a in ACTIONS]
+    assert len({a.id for a in ACTIONS}) == len(ACTIONS), "two bindings share an id"
+
+
+def test_read_only_refuses_exactly_what_changes_the_node():
+    node = {"launch", "reserve", "extend", "stop", "reclaim", "cancel_launch", "drain", "undrain", "evict"}
+    assert {a.name for a in ACTIONS if a.kind == "node"} == node
+    now = everything_to_act_on()
+    shown = offered(now)
+    assert node - {"undrain"} <= shown, "undrain is offered on a drained card only"
+    assert offered(replace(now, readonly=True)) == shown - node
+
+
+def test_only_an_operator_is_offered_drain_undrain_and_evict():
+    now = everything_to_act_on()
+    assert {"drain", "evict"} <= offered(now)
+    assert not offered(replace(now, operator=False)) & {"drain", "undrain", "evict"}
+    assert {"launch", "stop", "extend"} <= offered(replace(now, operator=False)), "the rest stays"
+
+
+def test_drain_and_undrain_follow_the_card_and_evict_its_processes():
+    drained = card(drain=Drain(card=0, reason="fan", by="ana", at=0.0))
+    assert {"undrain"} == offered(Now(card=drained)) & {"drain", "undrain", "evict"}
+    assert {"drain"} == offered(Now(card=card())) & {"drain", "undrain", "evict"}
+    assert "evict" in offered(Now(card=card(holders=(SQUATTER,))))
+    assert "evict" not in offered(Now(card=card(holders=(SQUATTER,)), evict_asking=True)), "asked twice"
+    assert not offered(Now(card=card(holders=(SQUATTER,)), stale=True)) & {"drain", "undrain", "evict"}
+
+
+def test_stop_extend_and_cancel_are_offered_on_what_is_the_caller_s():
+    now = everything_to_act_on()
+    assert {"stop", "extend", "cancel_launch"} <= offered(now)
+    assert not offered(replace(now, owns=False)) & {"stop", "extend", "cancel_launch"}
+    assert "extend" not in offered(replace(now, job=job("train", (0,)))), "extend is a reservation's"
+    assert "cancel_launch" not in offered(replace(now, stale=True))
+    assert "reclaim" not in offered(replace(now, stale=True)) and "reclaim" not in offered(Now())
+
+
+def test_each_key_that_does_two_things_offers_one_at_a_time():
+    pairs = [("events", "hide_events"), ("events_card", "events_all"), ("pause", "resume")]
+    for now in (Now(), Now(log_shown=True), Now(log_shown=True, log_card=3), Now(paused=True)):
+        for one, other in pairs:
+            assert BY_NAME[one].keys == BY_NAME[other].keys
+            shown = offered(now) & {one, other}
+            assert len(shown) <= 1, (now, shown)
+    assert {"events", "pause"} <= offered(Now())
+    assert {"hide_events", "events_card"} <= offered(Now(log_shown=True))
+    assert "events_all" in offered(Now(log_shown=True, log_card=3))
+    assert "resume" in offered(Now(paused=True))
+
+
+def test_the_demo_s_keys_are_offered_only_in_the_demo():
+    demo = {"demo_blind", "demo_external", "demo_xid"}
+    assert not offered(Now()) & demo
+    assert offered(Now(has_demo=True)) & demo == demo
+    assert offered(Now(has_demo=True, card=None)) & demo == {"demo_blind"}
+
+
+def test_the_help_has_one_line_per_key_and_the_quit_line_says_where_the_queue_lives():
+    lines = key_lines(demo=True, agent=False)
+    keys = [key for key, _ in lines]
+    assert len(keys) == len(set(keys)), keys
+    assert keys[:4] == ["←/h  →", "↑  ↓/j", "enter", "tab"] and keys[-3:] == ["b", "x", "X"]
+    assert keys.index("ctrl+p") == keys.index("?") - 1
+    [here] = [m for k, m in lines if k == "q"]
+    [there] = [m for k, m in key_lines(demo=False, agent=True) if k == "q"]
+    assert "asks first, naming them" in here and "The node's agent keeps the queue" in there
+    assert not {"b", "x", "X"} & {k for k, _ in key_lines(demo=False, agent=False)}
+    assert help_lines("node")[0] == BY_NAME["launch"].help

@@ -1,0 +1,319 @@
+"""Following the node: its readings, its log, and its cards' last hour.
+
+Plain objects, no widgets, so what the dashboard knows of the node between
+readings is decided without a screen (tests/test_tui_follow.py). The node's
+service polls, once for every reader; the dashboard only follows what it
+publishes. A node served by its agent can go away (restarted, stopped, or
+gone mid-stream): the last picture then stays, marked stale, no card counts
+as free, every action is refused with the reason, and the node is followed
+again after a short wait, longer each time up to a few seconds, for as long
+as it takes. Every string that arrives is escaped here, once: from here on
+other people's words (process names, labels, owners, the driver's text) are
+safe to show. The cards' history is the node's too: it is fetched when the
+selection changes and every few seconds, never per poll.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from typing import Any, Awaitable, Callable, Mapping, Optional, Protocol
+
+from ..model import NodeSnapshot, TpnodeError
+from ..node.base import Node
+from ..port import AgentUnavailable, NodeView, You
+from ..printable import printable, printable_view
+from .detail import clock_time
+from .events import EVENTS_KEPT, EVENTS_SINCE_S
+from .sparks import Recent
+
+log = logging.getLogger(__name__)
+
+#: how long to wait before following a node that went away again: the first
+#: try soon (an agent restarting is back in a second), then no more often than this
+RECONNECT_FIRST_S, RECONNECT_MOST_S = 1.0, 5.0
+
+#: how often the selected card's history is fetched again, and every cards' (for
+#: the tiles' lines): the node keeps it, and fetching it each poll would cost
+#: the agent an hour of samples per card per dashboard per second
+HISTORY_S, TILES_HISTORY_S = 5.0, 15.0
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class Backoff:
+    """The wait before following the node again: ``first``, then twice as long
+    each time, never longer than ``most``, until a follow brings something."""
+
+    def __init__(self, first: float, most: float) -> None:
+        self.first, self.most = first, most
+        self.next = first
+
+    def reset(self) -> None:
+        self.next = self.first
+
+    async def wait(self, sleep: Sleep) -> None:
+        await sleep(self.next)
+        self.next = min(self.next * 2, self.most)
+
+
+class NodeFollower:
+    """The node's readings as they come, and how fresh what is shown is.
+
+    ``on_reading`` is called after each reading taken (True when it is the
+    first to bring a snapshot: now there are cards), ``on_lost`` when the
+    readings stop coming."""
+
+    def __init__(
+        self,
+        node: Node,
+        *,
+        clock: Callable[[], float] = time.time,
+        reconnect_s: tuple[float, float] = (RECONNECT_FIRST_S, RECONNECT_MOST_S),
+        on_reading: Callable[[bool], None] = lambda first: None,
+        on_lost: Callable[[], None] = lambda: None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.node = node
+        self.clock = clock
+        self.reconnect_s = reconnect_s
+        self.on_reading = on_reading
+        self.on_lost = on_lost
+        self._sleep = sleep
+        #: the last reading's snapshot, escaped (None until one was made)
+        self.snapshot: Optional[NodeSnapshot] = None
+        #: who the node says is asking
+        self.you: Optional[You] = None
+        #: readings received (each poll the node makes, and each change to its queue)
+        self.readings = 0
+        #: the readings are not followed (p): the picture holds still
+        self.paused = False
+        #: since when, and why, the node's polls fail (the reading says so)
+        self._stale_since: Optional[float] = None
+        self._stale_error = ""
+        #: since when, and why, the node's readings stopped coming (an agent gone)
+        self.gone_since: Optional[float] = None
+        self.gone_why = ""
+        self.gone_agent = False
+        #: held by the one follow under way: the next begins when the last has ended
+        self._following = asyncio.Lock()
+
+    async def follow(self) -> None:
+        """Every reading the node makes, until cancelled (paused, or the dashboard
+        ends). A node whose readings stop (an agent stopped or restarting) is
+        followed again after a short wait, longer each time up to a few seconds,
+        for as long as it takes. One follow at a time: one begun while the last is
+        still ending (resumed just after a pause) waits for it, so the node's
+        readings are never followed twice over, and never out of order."""
+        async with self._following:
+            backoff = Backoff(*self.reconnect_s)
+            while True:
+                try:
+                    async for view in self.node.views():
+                        if self._take(view):
+                            backoff.reset()
+                except Exception as e:  # a lost agent must never take the dashboard down
+                    if not isinstance(e, TpnodeError):
+                        log.warning("the node's readings failed", exc_info=True)
+                    self._lost(e)
+                else:
+                    self._lost(AgentUnavailable("the node's readings ended"))
+                await backoff.wait(self._sleep)
+
+    def _take(self, view: NodeView) -> bool:
+        """One reading; False when it brings nothing (a node that has not read yet)."""
+        reading = view.reading
+        self.you = view.you
+        if reading.snapshot is None and reading.error is None:
+            return False  # an agent just (re)started: keep what was shown until it has read
+        self.gone_since = None
+        self.gone_why = ""
+        first = False
+        # The one place readings cross to the screen: every string in them
+        # (process names, labels, owners, driver text) is escaped from here on.
+        if reading.snapshot is not None:
+            first = self.snapshot is None
+            self.snapshot = printable_view(reading.snapshot)
+        self._stale_since = reading.stale_since if reading.error is not None else None
+        self._stale_error = reading.error or ""
+        self.readings += 1
+        self.on_reading(first)
+        return True
+
+    def _lost(self, error: BaseException) -> None:
+        if self.gone_since is None:
+            self.gone_since = self.clock()
+        self.gone_why = str(error) or type(error).__name__
+        self.gone_agent = isinstance(error, AgentUnavailable)
+        self.on_lost()
+
+    @property
+    def stale_since(self) -> Optional[float]:
+        """Unix time since when what is shown may be out of date (polls failing, or
+        the node's agent gone); None while readings come and succeed."""
+        return self.gone_since if self.gone_since is not None else self._stale_since
+
+    @property
+    def stale_error(self) -> str:
+        return self.gone_why if self.gone_since is not None else self._stale_error
+
+    @property
+    def why_stale(self) -> Optional[str]:
+        """Why a card's details may be out of date, for the detail pane; None while they are not."""
+        if self.gone_since is not None:
+            return self.gone_why
+        if self._stale_since is not None:
+            return f"the last poll failed: {self._stale_error}"
+        return None
+
+    def not_answering(self, what: str) -> Optional[str]:
+        """Why ``what`` (an action, "launching") cannot be asked for now: the node
+        does not answer. None while it does."""
+        if self.gone_since is None:
+            return None
+        who = "the node's agent is" if self.gone_agent else "the node is"
+        return (f"{who} not answering since {clock_time(self.gone_since)}, so {what} cannot "
+                f"be asked for ({self.gone_why}); the dashboard reconnects by itself.")
+
+
+class LogFollower:
+    """The node's log as the events pane shows it, newest first: open or not,
+    the card it is kept to (None: every card), the newest EVENTS_KEPT entries,
+    and why the log is not followed now.
+
+    ``changed`` is called after each change, with True while entries arrive
+    (a burst, such as the hour read when the pane opens, is drawn once)."""
+
+    def __init__(
+        self,
+        node: Node,
+        *,
+        reconnect_s: tuple[float, float] = (RECONNECT_FIRST_S, RECONNECT_MOST_S),
+        changed: Callable[[bool], None] = lambda burst: None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.node = node
+        self.reconnect_s = reconnect_s
+        self.changed = changed
+        self._sleep = sleep
+        self.shown = False
+        self.card: Optional[int] = None
+        self.entries: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
+        self.problem: Optional[str] = None
+        #: moves with every change to the entries, so a redraw is never skipped for one
+        self.version = 0
+
+    def open(self, card: Optional[int]) -> None:
+        """The pane shows the log about ``card`` (None: every card), from an hour back."""
+        self.shown = True
+        self.card = card
+        self._clear()
+
+    def close(self) -> None:
+        self.shown = False
+        self.card = None
+        self._clear()  # nothing kept while the pane is closed
+
+    def _clear(self) -> None:
+        self.entries.clear()
+        self.problem = None
+        self.version += 1
+
+    async def follow(self, card: Optional[int]) -> None:
+        """Each entry as the node writes it; a node that goes away (its agent
+        restarting) is followed again after a short wait, as the readings are."""
+
+        def following() -> None:  # again: the hour is read afresh, so nothing is doubled
+            self._clear()
+            self.changed(True)
+
+        backoff = Backoff(*self.reconnect_s)
+        while True:
+            try:
+                async for entry in self.node.follow_events(card=card, since_s=EVENTS_SINCE_S, opened=following):
+                    # other people's words (process names, reasons, the driver's text): escaped here
+                    self.entries.appendleft(printable_view(entry))
+                    self.version += 1
+                    backoff.reset()
+                    self.changed(True)
+            except Exception as e:  # the log failing must never take the dashboard down
+                if not isinstance(e, TpnodeError):
+                    log.warning("the node's log could not be followed", exc_info=True)
+                self.problem = printable(str(e) or type(e).__name__)
+            else:
+                self.problem = "the node stopped sending it"
+            self.changed(False)
+            await backoff.wait(self._sleep)
+
+
+class HistoryShown(Protocol):
+    """Where the cards' history is drawn, as far as fetching it is concerned."""
+
+    def selected_index(self) -> int:
+        """The card whose lines the detail pane shows."""
+        ...
+
+    def history_wanted(self) -> bool:
+        """Whether there are cards, a line on screen to show their history, and
+        a picture that moves (not paused): while not, none is fetched."""
+        ...
+
+    def tiles_have_room(self) -> bool:
+        """Whether the tiles show their utilisation lines (every card's history is wanted)."""
+        ...
+
+    def show_history(self, fetched: Mapping[int, Recent]) -> None: ...
+
+
+class HistoryFollower:
+    """Each card's last hour, as last fetched from the node (a few kilobytes a
+    card, whatever the node keeps). The node keeps the history; this only
+    fetches it, at a rate that does not grow with the poll rate."""
+
+    def __init__(self, node: Node, *, clock: Callable[[], float] = time.time) -> None:
+        self.node = node
+        self.clock = clock
+        #: each card's history as last fetched
+        self.recent: dict[int, Recent] = {}
+        #: fetches of the node's history that succeeded
+        self.fetches = 0
+        self._tiles_at: Optional[float] = None
+        #: set when the history should be fetched at once (a new selection, the first reading)
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Fetch at once: the selection changed, or there are cards (or room for their lines) now."""
+        self._wake.set()
+
+    async def follow(self, shown: HistoryShown) -> None:
+        """The selected card's history when the selection changes and every
+        HISTORY_S; every card's, for the tiles, every TILES_HISTORY_S while
+        the tiles have room for it."""
+        while True:
+            self._wake.clear()
+            if shown.history_wanted():
+                try:
+                    await self._fetch(shown)
+                except Exception:  # a drawing bug must not end the history for good
+                    log.warning("the history could not be shown", exc_info=True)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), HISTORY_S)
+
+    async def _fetch(self, shown: HistoryShown) -> None:
+        card = shown.selected_index()
+        now = self.clock()
+        tiles = shown.tiles_have_room() and (self._tiles_at is None or now - self._tiles_at >= TILES_HISTORY_S)
+        try:
+            history = await self.node.history(None if tiles else card)
+        except Exception as e:  # the readings say why the node cannot be reached; keep the last
+            if not isinstance(e, TpnodeError):
+                log.warning("the node's history could not be read", exc_info=True)
+            return
+        if tiles:
+            self._tiles_at = now
+        fetched = {index: Recent.of(samples, now) for index, samples in history.items()}
+        self.recent.update(fetched)
+        shown.show_history(fetched)
+        self.fetches += 1

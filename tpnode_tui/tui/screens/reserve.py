@@ -1,0 +1,50 @@
+"""The reserve form: how many cards, for how long, for whom, under which run id."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ...config import parse_duration
+from ...model import BadRequest
+from ...port import ReserveRequest
+from .form import Field, FormScreen
+
+
+class ReserveScreen(FormScreen[ReserveRequest]):
+    title_text = "Reserve cards for a person"
+    submit_label = "Reserve"
+
+    def __init__(self, *, total: int, owner: str, operator: bool, run_id: str, context: str = "") -> None:
+        """``owner``: who is asking; only an ``operator`` may reserve for someone else."""
+        super().__init__()
+        self.context = context
+        self.total = total
+        self.owner = owner
+        self.operator = operator
+        self.default_run_id = run_id
+
+    def fields(self) -> list[Field]:
+        return [
+            ("cards", "Cards", "1", f"1 to {self.total}" if self.total else "how many"),
+            ("duration", "For", "2h", "e.g. 30m, 2h, 1h30m, 1d"),
+            ("owner", "Owner", self.owner, "who the cards are for"),
+            ("run-id", "Run id", self.default_run_id, "letters, digits, . _ -"),
+        ]
+
+    def collect(self) -> Optional[ReserveRequest]:
+        cards = self.card_count("cards", self.total)
+        duration: Optional[float] = None
+        try:
+            duration = parse_duration(self.value("duration"))
+        except BadRequest as e:
+            self.refuse("duration", f"{e}; a reservation always ends")
+        owner = self.value("owner")
+        if not owner:
+            self.refuse("owner", "say who the cards are for")
+        elif owner != self.owner and not self.operator:
+            self.refuse("owner", f"only an operator may reserve for someone else; these are for "
+                        f"{self.owner}, who asks")
+            owner = ""
+        run_id = self.run_id("run-id")
+        if cards is None or duration is None or not owner or run_id is None:
+            return None
+        return ReserveRequest(cards=cards, duration_s=duration, run_id=run_id, owner=owner)
