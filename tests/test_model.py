@@ -130,6 +130,5 @@ def test_a_card_not_handed_out_whole_for_mig_is_busy_and_explain_says_why_and_wh
                        slices=slices)
     assert occ.busy == {0, 2} and occ.free == [1]
     assert [s.index for s in occ.free_slices] == [1, 2, 3]
-    assert occ.explain() == ("3 cards total, 1 free; 1 split into MIG slices (card 0); 1 not handed out whole "
-                             "(card 2: its MIG mode cannot be read); MIG slices: 4, 3 free (1g.18gb x2, 2g.35gb on "
-                             "card 0), 1 held by platform jobs")
+    assert occ.explain() == ("3 cards total, 1 free; card 0 in MIG mode: 4 slices, 3 free (1g.18gb x2, 2g.35gb); "
+                             "1 not handed out whole (card 2: its MIG mode cannot be read)")

@@ -185,8 +185,7 @@ async def test_the_h200s_slices_each_have_one_state_and_its_card_is_never_free_w
     occ = snap.occupancy
     assert occ.free == [1] and occ.mig == {0: "split into 5 MIG slices: see them"} and 0 not in occ.external
     assert [(s.card, s.index, s.profile) for s in occ.free_slices] == [(0, 2, "2g.35gb"), (0, 4, "1g.18gb")]
-    assert "1 split into MIG slices (card 0); MIG slices: 5, 2 free (2g.35gb, 1g.18gb on card 0), 2 in use " \
-           "outside the platform, 1 sharing memory with one in use" in snap.explain
+    assert "; card 0 in MIG mode: 5 slices, 2 free (2g.35gb, 1g.18gb)" in snap.explain
     assert card_summary(card) == "2 of 5 MIG slices free"
 
 

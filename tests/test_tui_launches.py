@@ -126,7 +126,7 @@ def test_a_queued_launch_that_shows_as_a_job_has_started_and_is_said_once():
     tracker.queued_here("run-1", T)
     assert tracker.follow(queue_of(launch("run-1")), readings=1) == []
     placed = queue_of(jobs=[job("run-1", (2, 3))])
-    assert tracker.follow(placed, readings=2) == [Started("run-1", (2, 3))]
+    assert tracker.follow(placed, readings=2) == [Started("run-1", "cards 2,3")]
     assert tracker.follow(placed, readings=3) == [], "said twice"
     assert tracker.queued == {}
 

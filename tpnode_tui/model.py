@@ -300,11 +300,11 @@ class GpuOccupancy:
         if self.drained:
             parts.append(f"{len(self.drained)} drained ({cards_words(self.drained)})")
         if self.mig:
-            # Cards split into slices are said in one breath; any other reason
-            # (a mode pending a reset, or unknown) once per reason, as unhealthy.
+            # Cards split into slices are said in one breath with their slices;
+            # any other reason (a mode pending a reset, or unknown) once per reason.
             split = sorted(i for i, why in self.mig.items() if why.startswith(MIG_SPLIT))
-            if split:
-                parts.append(f"{len(split)} split into MIG slices ({cards_words(split)})")
+            if split or self.slices:
+                parts.append(self._explain_slices(split))
             others: dict[str, list[int]] = {}
             for i, why in sorted(self.mig.items()):
                 if i not in split:
@@ -312,38 +312,29 @@ class GpuOccupancy:
             if others:
                 said = "; ".join(f"{cards_words(cards)}: {why}" for why, cards in others.items())
                 parts.append(f"{sum(map(len, others.values()))} not handed out whole ({said})")
-        if self.slices:
-            parts.append(self._explain_slices())
+        elif self.slices:
+            parts.append(self._explain_slices([]))
         if not self.external_probe_ok:
             parts.append(
                 "cannot probe use from outside the platform, so the free count may be too high"
             )
         return "; ".join(parts)
 
-    def _explain_slices(self) -> str:
-        """"MIG slices: 5, 2 free (2g.35gb, 1g.18gb on card 1), 1 held by platform jobs, ..."."""
+    def _explain_slices(self, split: list[int]) -> str:
+        """"card 1 in MIG mode: 5 slices, 2 free (2g.35gb, 1g.18gb)": what the
+        slices' own states are, each slice shows; the summary says what is free."""
         free = self.free_slices
-        said = f"MIG slices: {len(self.slices)}, {len(free)} free"
+        where = f"{cards_words(split)} in MIG mode" if split else "MIG"
+        said = f"{where}: {len(self.slices)} slice{'s' if len(self.slices) != 1 else ''}, {len(free)} free"
         if free:
             by_card: dict[int, dict[str, int]] = {}
             for s in free:
                 profiles = by_card.setdefault(s.card, {})
                 profiles[s.profile or "profile unknown"] = profiles.get(s.profile or "profile unknown", 0) + 1
+            many = len(by_card) > 1
             said += " (" + "; ".join(
-                ", ".join(f"{p} x{n}" if n > 1 else p for p, n in profiles.items()) + f" on card {c}"
+                ", ".join(f"{p} x{n}" if n > 1 else p for p, n in profiles.items()) + (f" on card {c}" if many else "")
                 for c, profiles in sorted(by_card.items())) + ")"
-        counts: dict[str, int] = {}
-        for s in self.slices:
-            counts[s.state] = counts.get(s.state, 0) + 1
-        words = {
-            "job": "held by platform jobs", "reservation": "reserved",
-            "external": "in use outside the platform",
-            "shared": "sharing memory with one in use", "unhealthy": "unhealthy",
-            "unverified": "unverified", "drained": "drained",
-        }
-        for state, what in words.items():
-            if counts.get(state):
-                said += f", {counts[state]} {what}"
         return said
 
 

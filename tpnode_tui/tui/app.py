@@ -52,13 +52,21 @@ from ..model import (
 from ..node.base import Node
 from ..port import AgentUnavailable, LaunchRequest, LaunchResult, You, is_owner, new_run_id
 from ..printable import printable, printable_lines, printable_view
-from ..render import cards_words, format_duration
+from ..render import format_duration
 from .actions import ACTIONS, BINDINGS, BY_NAME
 from .detail import DetailPane
 from .follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, HistoryFollower, LogFollower, NodeFollower
 from .jobs import WAITING
 from .launches import LaunchTracker, LeftQueue, Refused, Started, left_queue_notice
-from .questions import capacity_line, nothing_to_stop, queue_question, reclaim_question, starts_when, stop_question
+from .questions import (
+    capacity_line,
+    free_profiles,
+    nothing_to_stop,
+    queue_question,
+    reclaim_question,
+    starts_when,
+    stop_question,
+)
 from .screens.confirm import ConfirmScreen
 from .screens.drain import DrainScreen
 from .screens.extend import ExtendScreen
@@ -183,7 +191,7 @@ class NodeDashboard(App[int]):
             return
         for outcome in self.launches.follow(self.snapshot, self.readings):
             if isinstance(outcome, Started):
-                self.notify(f"{outcome.run_id} got {cards_words(outcome.gpus)}.", title="Queued launch started")
+                self.notify(f"{outcome.run_id} got {outcome.holding}.", title="Queued launch started")
             else:
                 self.run_worker(self._left_queue(outcome), group="queued", exit_on_error=False)
 
@@ -403,6 +411,7 @@ class NodeDashboard(App[int]):
             default_command=self.default_command,
             run_id=new_run_id(),
             context=self._capacity_line(),
+            slices=free_profiles(self.snapshot),
         ))
 
     @work(group="launch", exit_on_error=False)
@@ -419,7 +428,7 @@ class NodeDashboard(App[int]):
         if isinstance(result, Refused):
             self._failed("Launch refused", result.error)
         elif isinstance(result, NoCapacity):
-            title, body = queue_question(result, request.run_id, request.cards, self.snapshot)
+            title, body = queue_question(result, request.run_id, request.cards, self.snapshot, request.slice)
             if await self.push_screen_wait(ConfirmScreen(title, body, yes="Queue it")):
                 await self._enqueue(request)
         elif isinstance(result, LaunchResult) and result.launched is not None:
@@ -436,7 +445,8 @@ class NodeDashboard(App[int]):
             self.launches.queued_here(result.queued.run_id, self.clock())
             kept = ("The node's agent keeps it, with or without this dashboard." if self.agent
                     else "It lives in this dashboard: quitting asks first.")
-            self.notify(f"{result.queued.run_id} is queued; it starts {starts_when(self.snapshot, request.cards)}, "
+            when = starts_when(self.snapshot, request.cards, request.slice)
+            self.notify(f"{result.queued.run_id} is queued; it starts {when}, "
                         f"after the launches queued before it. {kept}", title="Queued")
         elif isinstance(result, LaunchResult) and result.launched is not None:
             self._report_launched(result.launched, "Launched")
@@ -444,7 +454,7 @@ class NodeDashboard(App[int]):
             self._failed("Launch refused", result)
 
     def _report_launched(self, result: Launched, what: str) -> None:
-        cards = cards_words(result.gpus)
+        cards = result.holding
         run_id = result.job.run_id
         if self.launches.went_ahead_anyway(run_id, result.existing):
             self.notify(f"{run_id} was cancelled while its launch was under way, and it got {cards} "
@@ -463,7 +473,8 @@ class NodeDashboard(App[int]):
         you = self.you
         self._ask_then_reserve(ReserveScreen(total=self._total(), owner=you.user if you else "",
                                              operator=you is not None and you.operator,
-                                             run_id=new_run_id("rsv"), context=self._capacity_line()))
+                                             run_id=new_run_id("rsv"), context=self._capacity_line(),
+                                             slices=free_profiles(self.snapshot)))
 
     @work(group="launch", exit_on_error=False)
     async def _ask_then_reserve(self, form: ReserveScreen) -> None:
@@ -502,7 +513,7 @@ class NodeDashboard(App[int]):
             return
         until = time.strftime("%H:%M:%S", time.localtime(extended.expires_at or 0))
         left = format_duration((extended.expires_at or 0) - self.clock())
-        self.notify(f"{extended.key} holds {cards_words(extended.gpus)} until {until} ({left} left).",
+        self.notify(f"{extended.key} holds {extended.holding} until {until} ({left} left).",
                     title="Extended")
 
     def action_cancel_launch(self) -> None:
@@ -572,7 +583,7 @@ class NodeDashboard(App[int]):
         except Exception as e:
             self._failed(f"Could not stop {job.key}", e)
             return
-        self.notify(f"{job.key} stopped; it frees {cards_words(job.gpus)} once it has exited.",
+        self.notify(f"{job.key} stopped; it frees {job.holding} once it has exited.",
                     title="Stopped")
 
     def action_reclaim(self) -> None:

@@ -15,8 +15,18 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from ..model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, JobState
-from ..render import NA, card_ranges, describe_holder, format_duration, format_mib, show_command, unseen_use
+from ..model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, JobState, SliceView
+from ..render import (
+    NA,
+    card_ranges,
+    describe_holder,
+    format_duration,
+    format_mib,
+    show_command,
+    slice_name,
+    slice_summary,
+    unseen_use,
+)
 from ..render import clock_time as moment
 from .sparks import FixedSparkline, Recent, window_words
 from .tiles import BADGES, DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, readings
@@ -29,6 +39,8 @@ STATE_MEANING = {
     "unhealthy": "must not be handed out",
     "unverified": "free as far as the platform knows, but use from outside cannot be probed",
     "drained": "taken out of service until an operator puts it back",
+    "mig": "split into MIG slices: each is handed out on its own (below)",
+    "shared": "its GPU instance's memory is in use through a sibling compute instance",
 }
 
 #: whose a process on the card is (HolderInfo.belongs), as the pane marks it
@@ -65,7 +77,7 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
     facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
     facts.append(f"owner {job.owner or 'not recorded'}")
-    facts.append(f"cards {card_ranges(job.gpus) or '-'}")
+    facts.append(job.holding if job.slices else f"cards {card_ranges(job.gpus) or '-'}")
     rows = [("run id", " · ".join(facts)), ("runs", workload(job))]
     times = []
     if job.started_at:
@@ -96,6 +108,29 @@ def holder_text(holder: HolderInfo) -> Text:
     out.append(f"{mark:<9}", style=style)
     out.append(describe_holder(holder))
     return out
+
+
+def slice_lines(out: Text, card: int, piece: SliceView) -> None:
+    """One MIG slice in the pane: "1:3  JOB  1g.18gb  nb (bob)  13 MiB of 16.0 GiB", then why
+    and what is wrong, its processes, and its uuid (what CUDA_VISIBLE_DEVICES names)."""
+    label, colour = BADGES.get(piece.state, (piece.state.upper(), "grey30"))
+    out.append(f"  {slice_name(card, piece.index):<{KEY_WIDTH - 2}}", style="grey62")
+    out.append(f" {label} ", style=f"bold white on {colour}")
+    f = piece.facts
+    summary = slice_summary(piece)
+    out.append(f"  {f.profile or 'profile unknown'}" + (f"  {summary}" if summary else ""))
+    out.append(f"  {format_mib(f.memory_used_mib)} of {format_mib(f.memory_total_mib)}\n", style="grey62")
+    pad = " " * KEY_WIDTH
+    if piece.warning:
+        out.append(f"{pad}! {piece.warning}\n", style=f"bold {ERROR}" if piece.intruders else f"bold {WARNING}")
+    elif piece.reason and piece.state not in ("job", "reservation"):
+        out.append(f"{pad}{piece.reason}\n", style="grey62")
+    for holder in piece.holders:
+        out.append(pad)
+        out.append_text(holder_text(holder))
+        out.append("\n")
+    if f.uuid:
+        out.append(f"{pad}{f.uuid}\n", style="grey50")
 
 
 def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None,
@@ -158,6 +193,9 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
                 name = line.removeprefix("export ").split("=", 1)[0]
                 row("env" if not fits else "", f"{name} is too long to show here: tpnode-tui env "
                     f"{card.job.key} prints it", "grey62")
+
+    for piece in card.slices:
+        slice_lines(out, card.index, piece)
 
     if f is not None:
         row("memory", f"{format_mib(f.memory_used_mib)} used of {format_mib(f.memory_total_mib)} · {readings(card)}")

@@ -55,6 +55,13 @@ def _as_text(cells: Cells) -> TextCells:
     return tuple(Text(cell) if isinstance(cell, str) else cell for cell in cells)
 
 
+def held_cards(job: JobState) -> str:
+    """The jobs table's CARDS: "0-3", or a MIG slice by its card and profile ("1:1g.18gb")."""
+    parts = [card_ranges(job.gpus)] if job.gpus else []
+    parts += [f"{ref.card}:{ref.profile or ref.uuid}" for ref in job.slices]
+    return ",".join(parts) or "-"
+
+
 def job_row(job: JobState, now: float, idle_since: Optional[float] = None) -> Cells:
     left = "-"
     if job.kind == "reservation" and job.expires_at:
@@ -64,7 +71,7 @@ def job_row(job: JobState, now: float, idle_since: Optional[float] = None) -> Ce
         Text(job.run_id or job.name, style="bold"),
         job.kind,
         _status(job, None if idle_since is None else now - idle_since),
-        card_ranges(job.gpus) or "-",
+        held_cards(job),
         format_duration(now - job.started_at) if job.started_at else "-",
         job.owner or "-",
         left,

@@ -39,7 +39,8 @@ class Started:
     """A launch queued from here shows as a job: it left the queue for its cards."""
 
     run_id: str
-    gpus: tuple[int, ...]
+    #: what it got, in a few words: "cards 0,1", "slice 1g.18gb of card 1"
+    holding: str
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class LaunchTracker:
             job = next((j for j in snapshot.jobs if j.key == run_id and j.live), None)
             if job is not None:
                 self._forget_queued(run_id)
-                outcomes.append(Started(run_id, job.gpus))
+                outcomes.append(Started(run_id, job.holding))
             elif readings - since >= LEFT_QUEUE_READINGS:
                 queued_at = self.queued[run_id]
                 self._forget_queued(run_id)

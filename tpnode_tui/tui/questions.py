@@ -39,16 +39,32 @@ def capacity_line(snap: Optional[NodeSnapshot], stale_error: Optional[str]) -> s
             "then starts by itself.")
 
 
+def free_profiles(snap: Optional[NodeSnapshot]) -> str:
+    """The MIG profiles a form may offer, with how many are free now
+    ("1g.18gb x2, 2g.35gb, 3g.71gb none free"); empty on a node with no slices."""
+    if snap is None or not snap.occupancy.slices:
+        return ""
+    counts: dict[str, int] = {}
+    for s in snap.occupancy.slices:
+        if s.profile:
+            counts.setdefault(s.profile, 0)
+    for s in snap.occupancy.free_slices:
+        if s.profile:
+            counts[s.profile] += 1
+    return ", ".join(p if n == 1 else f"{p} x{n}" if n else f"{p} none free" for p, n in sorted(counts.items()))
+
+
 def waits_for_probe(snap: Optional[NodeSnapshot]) -> bool:
     """Whether launches wait because use from outside cannot be probed, as the last reading saw it."""
     return snap is not None and not snap.occupancy.external_probe_ok and not snap.allow_unverified
 
 
-def starts_when(snap: Optional[NodeSnapshot], cards: int) -> str:
-    """When a queued launch of ``cards`` cards starts by itself."""
+def starts_when(snap: Optional[NodeSnapshot], cards: int, slice: Optional[str] = None) -> str:
+    """When a queued launch of ``cards`` cards (or one MIG ``slice`` of that profile) starts by itself."""
+    wanted = f"a {slice} MIG slice" if slice else cards_words(cards)
     if waits_for_probe(snap):
-        return f"once the probe works again and {cards_words(cards)} can be checked free"
-    return f"as soon as {cards_words(cards)} {'is' if cards == 1 else 'are'} free"
+        return f"once the probe works again and {wanted} can be checked free"
+    return f"as soon as {wanted} {'is' if slice or cards == 1 else 'are'} free"
 
 
 def capacity_words(error: NoCapacity) -> str:
@@ -59,10 +75,11 @@ def capacity_words(error: NoCapacity) -> str:
             .removesuffix("; not waiting for cards: try again later"))
 
 
-def queue_question(error: NoCapacity, run_id: str, cards: int, snap: Optional[NodeSnapshot]) -> tuple[str, str]:
+def queue_question(error: NoCapacity, run_id: str, cards: int, snap: Optional[NodeSnapshot],
+                   slice: Optional[str] = None) -> tuple[str, str]:
     """(title, body) of the offer to queue a launch the node has no room for now."""
     body = (f"{capacity_words(error)}.\n\nQueue {run_id}? It starts by itself "
-            f"{starts_when(snap, cards)}, after the launches queued before it.")
+            f"{starts_when(snap, cards, slice)}, after the launches queued before it.")
     title = "No card can be checked free now" if waits_for_probe(snap) else "No capacity now"
     return title, body
 
@@ -70,7 +87,7 @@ def queue_question(error: NoCapacity, run_id: str, cards: int, snap: Optional[No
 def stop_question(job: JobState, where: str) -> str:
     """``where``: what the job was chosen by ("On the selected card 3")."""
     return (f"{where}: {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, "
-            f"{cards_words(job.gpus)}).\n\n"
+            f"{job.holding}).\n\n"
             "Stop it? Its processes are ended; its cards are free once they have exited.")
 
 

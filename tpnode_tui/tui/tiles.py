@@ -30,6 +30,9 @@ BADGES: dict[str, tuple[str, str]] = {
     "unhealthy": ("UNHEALTHY", "#c62828"),
     "unverified": ("UNVERIFIED", "#6b6b6b"),
     "drained": ("DRAINED", "#00838f"),
+    # a card split into MIG slices: each slice has one of the states above, or "shared"
+    "mig": ("MIG", "#5c6bc0"),
+    "shared": ("SHARED", "#8d6e63"),
 }
 STALE_BADGE = ("?", "#4a4a4a")
 
@@ -93,6 +96,30 @@ def memory_bar(used: Optional[int], total: Optional[int], width: int, dim: bool)
     elif bar_width >= 3:
         line.append("·" * bar_width + " ", style="grey35")
     line.append(label)
+    return line
+
+
+def short_profile(profile: Optional[str]) -> str:
+    """A MIG profile as a tile has room for it: "1g.18gb" -> "1g", "1c.3g.71gb" -> "1c.3g"."""
+    if not profile:
+        return "?"
+    return profile.rsplit(".", 1)[0] if profile.count(".") > 1 else profile.split(".", 1)[0]
+
+
+def slice_strip(card: CardView, width: int, stale: bool) -> Text:
+    """A MIG card's slices on one line, each its profile after a mark in its
+    state's colour: what a tile shows in place of the card's utilisation,
+    which the driver does not report in MIG mode."""
+    line = Text()
+    for n, piece in enumerate(card.slices):
+        colour = "grey50" if stale else BADGES.get(piece.state, (piece.state, "grey30"))[1]
+        part = ("■" if n == 0 else " ■") + short_profile(piece.facts.profile)
+        room = width - (0 if n == len(card.slices) - 1 else 2)  # what is left must take " …"
+        if cell_len(line.plain) + cell_len(part) > room:
+            line.append(" …", style="grey62")
+            break
+        line.append(part[:-len(part.lstrip(" ■"))], style=colour)
+        line.append(part.lstrip(" ■"), style="grey62" if stale else "")
     return line
 
 
@@ -184,7 +211,8 @@ def render_tile(card: CardView, width: int, now: float, stale: bool, idle_since:
         head,
         Text(fit(who, width), style=summary_style),
         memory_bar(f.memory_used_mib if f else None, f.memory_total_mib if f else None, width, stale),
-        Text(fit(readings(card), width), style="grey62" if stale else ""),
+        slice_strip(card, width, stale) if card.slices
+        else Text(fit(readings(card), width), style="grey62" if stale else ""),
     ]
     if spark is not None:
         lines.append(Text(spark.plain, style="grey50") if stale else spark)

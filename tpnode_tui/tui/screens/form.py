@@ -105,6 +105,24 @@ class FormScreen(ModalScreen[Optional[Result]], Generic[Result]):
             return None
         return cards
 
+    def slice_field(self, profiles: str) -> list[Field]:
+        """On a node with MIG slices, a field for one slice's profile instead of
+        cards; ``profiles`` says which are free now ("1g.18gb x2, 2g.35gb")."""
+        if not profiles:
+            return []
+        return [("slice", "MIG slice", "", f"instead of cards: {profiles}")]
+
+    def slice_and_cards(self, total: int, has_slices: bool) -> tuple[Optional[int], Optional[str]]:
+        """(cards, profile): one MIG slice of the profile typed (1, it), or whole
+        cards (their count, None); no count after refusing a field."""
+        profile = self.value("slice") if has_slices else ""
+        if profile:
+            if self.value("cards") not in ("", "1"):
+                self.refuse("cards", f"a MIG slice ({profile}) is one device: leave cards at 1")
+                return None, None
+            return 1, profile
+        return self.card_count("cards", total), None
+
     def run_id(self, field_id: str) -> Optional[str]:
         try:
             return check_run_id(self.value(field_id))

@@ -46,6 +46,11 @@ STATES_HELP = [
     ("drained", "taken out of service by an operator (d), or by an XID that needs a GPU reset or a "
                 "reboot, until an operator undrains it (u); the detail pane says why, by whom, when. "
                 "A job already on a card keeps it; its tile carries the drain as a warning"),
+    ("mig", "split into MIG slices: the card is never handed out whole, each slice is, on its own "
+            "(launch a slice's profile); its tile shows each slice as a mark in its state's colour, and "
+            "the detail pane lists them with who holds each"),
+    ("shared", "a MIG slice whose GPU instance's memory is in use through a sibling compute "
+               "instance: not handed out while it is"),
     ("?", "unknown: the last poll failed, or the node's agent is not answering; the header says "
           "since when and why. No card is shown free until a reading comes again"),
 ]

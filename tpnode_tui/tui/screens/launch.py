@@ -14,9 +14,11 @@ class LaunchScreen(FormScreen[LaunchRequest]):
     submit_label = "Launch"
 
     def __init__(self, *, total: int, docker: bool, default_command: tuple[str, ...],
-                 run_id: str, context: str = "") -> None:
+                 run_id: str, context: str = "", slices: str = "") -> None:
+        """``slices``: the MIG profiles free now, on a node that has slices (else empty)."""
         super().__init__()
         self.context = context
+        self.slices = slices
         self.total = total
         self.docker = docker
         self.default_command = default_command
@@ -30,6 +32,7 @@ class LaunchScreen(FormScreen[LaunchRequest]):
             hint = "e.g. python train.py --epochs 3"
         rows = [
             ("cards", "Cards", "1", f"1 to {self.total}" if self.total else "how many"),
+            *self.slice_field(self.slices),
             ("command", "Command", "", hint),
         ]
         if self.docker:
@@ -38,7 +41,7 @@ class LaunchScreen(FormScreen[LaunchRequest]):
         return rows
 
     def collect(self) -> Optional[LaunchRequest]:
-        cards = self.card_count("cards", self.total)
+        cards, profile = self.slice_and_cards(self.total, bool(self.slices))
         command: Optional[tuple[str, ...]] = None
         try:
             command = tuple(shlex.split(self.value("command")))
@@ -56,4 +59,4 @@ class LaunchScreen(FormScreen[LaunchRequest]):
         if cards is None or command is None or run_id is None:
             return None
         # The job is the asker's: the node names its owner, from who asks.
-        return LaunchRequest(cards=cards, command=command, image=image or None, run_id=run_id)
+        return LaunchRequest(cards=cards, command=command, image=image or None, run_id=run_id, slice=profile)

@@ -13,10 +13,13 @@ class ReserveScreen(FormScreen[ReserveRequest]):
     title_text = "Reserve cards for a person"
     submit_label = "Reserve"
 
-    def __init__(self, *, total: int, owner: str, operator: bool, run_id: str, context: str = "") -> None:
-        """``owner``: who is asking; only an ``operator`` may reserve for someone else."""
+    def __init__(self, *, total: int, owner: str, operator: bool, run_id: str, context: str = "",
+                 slices: str = "") -> None:
+        """``owner``: who is asking; only an ``operator`` may reserve for someone else.
+        ``slices``: the MIG profiles free now, on a node that has slices (else empty)."""
         super().__init__()
         self.context = context
+        self.slices = slices
         self.total = total
         self.owner = owner
         self.operator = operator
@@ -25,13 +28,14 @@ class ReserveScreen(FormScreen[ReserveRequest]):
     def fields(self) -> list[Field]:
         return [
             ("cards", "Cards", "1", f"1 to {self.total}" if self.total else "how many"),
+            *self.slice_field(self.slices),
             ("duration", "For", "2h", "e.g. 30m, 2h, 1h30m, 1d"),
             ("owner", "Owner", self.owner, "who the cards are for"),
             ("run-id", "Run id", self.default_run_id, "letters, digits, . _ -"),
         ]
 
     def collect(self) -> Optional[ReserveRequest]:
-        cards = self.card_count("cards", self.total)
+        cards, profile = self.slice_and_cards(self.total, bool(self.slices))
         duration: Optional[float] = None
         try:
             duration = parse_duration(self.value("duration"))
@@ -47,4 +51,4 @@ class ReserveScreen(FormScreen[ReserveRequest]):
         run_id = self.run_id("run-id")
         if cards is None or duration is None or not owner or run_id is None:
             return None
-        return ReserveRequest(cards=cards, duration_s=duration, run_id=run_id, owner=owner)
+        return ReserveRequest(cards=cards, duration_s=duration, run_id=run_id, owner=owner, slice=profile)
