@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,14 @@ async def ask(kind: str, path: Path, work):
         await client.close()
 
 
+async def idle(kind: str, seconds: float = 0.2) -> None:
+    """A pause in the work ``ask`` runs: blocking on its thread, or on the loop."""
+    if kind == "blocking":
+        time.sleep(seconds)
+    else:
+        await asyncio.sleep(seconds)
+
+
 async def test_a_kept_connection_carries_the_next_request(tmp_path, kind):
     async with RawServer(tmp_path / "s.sock", [ok({"n": 1}), ok({"n": 2})]) as server:
         async def twice(client):
@@ -119,6 +128,7 @@ async def test_a_kept_connection_the_agent_closed_is_replaced_and_the_request_ma
 
         async def twice(client):
             first = json.loads((await client.request("GET", "/v1/1")).body)
+            await idle(kind)  # the agent's close arrives while the connection is idle, as its idle timeout does
             return first, json.loads((await client.request("POST", "/v1/2", b"{}")).body)
         assert await ask(kind, server.path, twice) == ({"n": 1}, {"n": 2})
     assert server.requests == ["GET /v1/1 HTTP/1.1", "POST /v1/2 HTTP/1.1"]
@@ -196,3 +206,24 @@ def test_no_agent_is_unavailable_not_an_error_of_ours(tmp_path):
     assert straight(gone.answers()) is False
     with pytest.raises(AgentUnavailable, match="no agent answers at .*nobody.sock"):
         straight(gone.status())
+
+
+async def test_a_post_the_agent_read_before_its_connection_broke_is_not_asked_again(tmp_path, kind):
+    async with RawServer(tmp_path / "s.sock", [ok({"n": 1}), None, ok({"again": True})]) as server:
+        async def twice(client):
+            await client.request("GET", "/v1/1")
+            return await client.request("POST", "/v1/extend", b'{"run_id": "r", "duration_s": 3600}')
+        with pytest.raises(Unreachable, match="whether it did what was asked is not known") as broke:
+            await ask(kind, server.path, twice)
+    assert broke.value.whole
+    assert server.requests == ["GET /v1/1 HTTP/1.1", "POST /v1/extend HTTP/1.1"]  # once, never twice
+
+
+async def test_a_get_whose_kept_connection_broke_is_asked_again_on_a_new_one(tmp_path, kind):
+    async with RawServer(tmp_path / "s.sock", [ok({"n": 1}), None, ok({"n": 2})]) as server:
+        async def twice(client):
+            await client.request("GET", "/v1/1")
+            return json.loads((await client.request("GET", "/v1/2")).body)
+        assert await ask(kind, server.path, twice) == {"n": 2}
+    assert server.requests == ["GET /v1/1 HTTP/1.1", "GET /v1/2 HTTP/1.1", "GET /v1/2 HTTP/1.1"]
+    assert server.connections == 2

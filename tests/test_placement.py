@@ -92,9 +92,9 @@ async def test_a_placement_the_node_does_not_know_is_a_bad_request(make):
         await alloc.launch(spec("odd", 2, "nearby"))
 
 
-async def test_placement_needs_a_known_topology(make):
+async def test_placement_waits_for_a_topology_not_known_now(make):
     alloc = make(None)
-    with pytest.raises(NeverFits, match="topology is not known"):
+    with pytest.raises(NoCapacity, match="topology is not known now"):
         await alloc.launch(spec("p", 2, SAME_SWITCH))
 
 

@@ -89,8 +89,7 @@ def test_what_ssh_refuses_is_one_line_and_nothing_is_served_here(reach, accounts
     done = over_ssh(bob, "status", host="as-alice")  # bob's key is not alice's
     assert done.returncode == 1, done.stderr
     [line] = done.stderr.splitlines()
-    assert line.startswith("tpnode-tui: no agent answers at as-alice (over ssh) (ssh to as-alice: ") \
-        and "Permission denied" in line, line
+    assert line.startswith("tpnode-tui: cannot reach as-alice over ssh: ") and "Permission denied" in line, line
 
 
 def test_a_host_that_could_be_an_option_is_refused_before_ssh_runs(reach, accounts):
@@ -147,10 +146,14 @@ def test_dial_stdio_joins_its_input_and_output_to_the_agent(reach, accounts):
     bob = accounts.bob
     env = bob.env(TUNEPLANE_AGENT_SOCKET=str(node.socket))
     request = b"GET /v1/whoami HTTP/1.1\r\nHost: tpnode-agent\r\nConnection: close\r\n\r\n"
-    done = subprocess.run(runnable().argv("dial-stdio"), input=request, capture_output=True, env=env,
-                          user=bob.uid, group=bob.gid, timeout=30)
-    assert done.returncode == 0, done.stderr
-    head, _, body = done.stdout.partition(b"\r\n\r\n")
+    bridge = subprocess.Popen(runnable().argv("dial-stdio"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env, user=bob.uid, group=bob.gid)
+    bridge.stdin.write(request)
+    bridge.stdin.flush()
+    answer = bridge.stdout.read()  # to its end: the agent closes after an answer asked to
+    assert bridge.wait(30) == 0, bridge.stderr.read()
+    bridge.stdin.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert json.loads(body)["user"] == bob.name  # the kernel named the bridge's account
     gone = subprocess.run(runnable().argv("dial-stdio"), input="", capture_output=True, text=True,
@@ -170,3 +173,37 @@ def _child(supervisor: int, name: str):
     except psutil.Error:
         return None
     return None
+
+
+def test_a_launch_given_up_over_ssh_is_cancelled_at_the_agent_and_nothing_is_placed(reach, accounts):
+    node, _sshd = reach
+    bob = accounts.bob
+    holder = subprocess.Popen(["flock", str(node.state / "alloc.lock"), "sleep", "4"])
+    try:
+        wait_until(lambda: node.status(bob)["lock_state"], "the allocation lock to be held")
+        done = over_ssh(bob, "launch", "--cards", "1", "--run-id", "waitssh", "--wait", "1", "--", "sleep", "300")
+        assert done.returncode == 75, done.stderr
+        assert "was not placed within 1 s" in done.stderr and "nothing was placed" in done.stderr
+    finally:
+        holder.wait(30)
+    wait_until(lambda: not node.status(bob)["lock_state"], "the lock to be free again")
+    after = node.status(bob)
+    assert "waitssh" not in {j["run_id"] for j in after["jobs"]} and not after["queue"], after["queue"]
+
+
+def test_an_agent_this_account_may_not_reach_over_ssh_is_not_allowed_not_missing(reach, accounts):
+    node, _sshd = reach
+    node.socket.parent.chmod(0o700)
+    try:
+        done = over_ssh(accounts.bob, "status")
+    finally:
+        node.socket.parent.chmod(0o755)
+    assert done.returncode == 77, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line == (f"tpnode-tui: on {NODE}: this account may not open the node's agent socket {node.socket} "
+                    "(permission denied)"), line
+
+
+def test_an_empty_host_flag_is_a_mistake_not_this_machine(reach, accounts):
+    done = over_ssh(accounts.bob, "status", host="")
+    assert done.returncode == 2 and "--host is empty" in done.stderr, done.stderr

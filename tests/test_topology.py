@@ -177,8 +177,8 @@ def test_contiguous():
         choose(range(8), 9, node, CONTIGUOUS)
 
 
-def test_requirements_without_a_topology_can_never_be_shown_met():
-    with pytest.raises(NeverFits, match="topology is not known"):
+def test_requirements_without_a_topology_wait_for_it_to_be_read():
+    with pytest.raises(NoCapacity, match="topology is not known now"):
         choose(range(8), 2, None, SAME_SWITCH)
     with pytest.raises(BadRequest, match="not a placement requirement"):
         choose(range(8), 2, pcie(), "nearby")

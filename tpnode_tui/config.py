@@ -232,7 +232,13 @@ class SshTarget:
 
 
 def _ssh_target(name: str, raw: str) -> Optional[SshTarget]:
-    return SshTarget.parse(raw, name) if raw.strip() else None
+    """An empty variable is unset; an empty flag (``--host "$NODE"`` with NODE
+    unset) is a mistake, which must not quietly mean this machine's node."""
+    if not raw.strip():
+        if name.startswith("--"):
+            raise ConfigError(f"{name} is empty: give [user@]host, or leave {name} out for this machine's node")
+        return None
+    return SshTarget.parse(raw, name)
 
 
 def _node_name(name: str, raw: str) -> str:

@@ -39,7 +39,7 @@ class QueueEntry:
         s = self.spec
         return QueuedLaunch(run_id=s.run_id, cards=s.cards, owner=s.owner, queued_at=self.queued_at,
                             kind=s.kind, command=s.command, image=s.image, uid=s.uid, state=state,
-                            waiting_for=waiting_for, slice=s.slice)
+                            waiting_for=waiting_for, slice=s.slice, placement=s.placement)
 
 
 class LaunchQueue(Protocol):

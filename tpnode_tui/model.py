@@ -878,6 +878,15 @@ class QueuedLaunch:
     waiting_for: Optional[str] = None
     #: the MIG profile it asks for a slice of; None: whole cards
     slice: Optional[str] = None
+    #: how its cards must sit on the topology ("same-switch", "contiguous"); None: any
+    placement: Optional[str] = None
+
+    @property
+    def wants(self) -> str:
+        """What it waits for, in a few words: "2 cards", "4 cards same-switch", "a 1g.18gb MIG slice"."""
+        if self.slice is not None:
+            return f"a {self.slice} MIG slice"
+        return cards_words(self.cards) + (f" {self.placement}" if self.placement else "")
 
 
 @dataclass(frozen=True)

@@ -144,9 +144,9 @@ def choose(
     ``"same-switch"`` every pair must be NVLinked or under one PCIe switch
     (PIX or PXB); with ``"contiguous"`` the set must score what the best set of
     ``count`` cards on this node scores when every card is free. Raises
-    :class:`NoCapacity` when no such set is free now (it may be later) and
-    :class:`NeverFits` when none exists on this node (nor when the topology is
-    not known: no set can be shown to be one). Without a topology, or with one
+    :class:`NoCapacity` when no such set is free now (it may be later), or when
+    the topology is not known now (no set can be shown to be one until it is
+    read), and :class:`NeverFits` when none exists on this node. Without a topology, or with one
     that does not cover every free card (read for another node than this
     reading's), this is ``pick_gpus``: NoCapacity when too few are free.
 
@@ -159,9 +159,11 @@ def choose(
     cards = sorted(set(free))
     if topology is None or (cards and (cards[0] < 0 or cards[-1] >= topology.count)):
         if require is not None:
-            raise NeverFits(
-                f"this node's topology is not known, so no {cards_words(count)} can be shown to be "
-                f"{_WANTED[require]}: waiting cannot help"
+            # Unknown is not "no such set": the probe reads it again (a first read
+            # that timed out, a driver still loading), and a queued launch waits.
+            raise NoCapacity(
+                f"this node's topology is not known now, so no {cards_words(count)} can be shown to be "
+                f"{_WANTED[require]}; it is read again as the probe reads the node"
             )
         return pick_gpus(cards, count)
     plan = _plan(topology)

@@ -461,6 +461,7 @@ def _queued(r: Reader) -> QueuedLaunch:
         state=r.text("state", "queued"),
         waiting_for=r.opt_text("waiting_for"),
         slice=r.opt_text("slice"),
+        placement=r.opt_text("placement"),
     )
 
 

@@ -31,6 +31,10 @@ log = logging.getLogger("tpnode_tui.agent")
 
 #: an idle connection, or one that never sends its request, is closed after this
 IDLE_TIMEOUT_S = 15.0
+#: how long requests still being answered get when the agent stops: streams are
+#: cut at once (end_streams), and a connection accepted as the agent stopped but
+#: never read (a dashboard's fetch) must not hold the stop for aiohttp's minute
+SHUTDOWN_S = 5.0
 
 
 def _answers(path: Path) -> bool:
@@ -92,7 +96,7 @@ async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.E
     service = NodeService.from_settings(settings, queue=FileQueue(settings.state_dir), interval=interval)
     allocator, policy = service.allocator, service.policy
     runner = web.AppRunner(make_app(service, policy.operators), access_log=None,
-                           handler_cancellation=True, keepalive_timeout=IDLE_TIMEOUT_S)
+                           handler_cancellation=True, keepalive_timeout=IDLE_TIMEOUT_S, shutdown_timeout=SHUTDOWN_S)
     loop = asyncio.get_running_loop()
     signals = () if stop is not None else (signal.SIGTERM, signal.SIGINT)
     stop = stop or asyncio.Event()

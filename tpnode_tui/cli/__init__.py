@@ -166,6 +166,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         )
         if args.command is None:
             settings = None
+            if args.demo and args.host:
+                raise UsageError("the demo is a pretend node served here; --host reaches a real one: give one of them")
             if not args.demo:
                 settings = settings_from_flags(vars(args))
                 state_dir_exists(settings.state_dir)  # a file there is refused before the screen opens
@@ -174,7 +176,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             return run_dashboard(
                 settings, demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose
             )
-        return _run(COMMANDS[args.command], args, settings_from_flags(vars(args)))
+        settings = settings_from_flags(vars(args))
+        if settings.host is not None and args.agent == "off":
+            raise UsageError(f"--host {settings.host} reaches that node's agent, and --agent off asks for none: "
+                             "give one of them")
+        return _run(COMMANDS[args.command], args, settings)
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_PIPE

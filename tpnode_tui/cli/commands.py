@@ -18,7 +18,7 @@ from ..config import Settings, parse_duration
 from ..model import BadRequest, Evicted, EvictReport, LockWaitTimeout, TpnodeError
 from ..node.base import Node
 from ..port import LaunchRequest, ReserveRequest, new_run_id
-from ..render import cards_words, env_lines
+from ..render import env_lines
 from ..topology import CONTIGUOUS, SAME_SWITCH
 from ..wire import job_to_json, queued_to_json, snapshot_to_json
 from .output import (
@@ -120,15 +120,15 @@ async def _launch(run: Run) -> None:
     if not argv and not args.image:
         raise UsageError("nothing to run: give the command after --, e.g. launch --cards 1 -- python train.py")
     if args.queue and node.via != "agent":
-        raise UsageError("--queue needs the node's agent, which keeps the queue: no agent answers, "
-                         "and this command exits when it is done")
+        raise UsageError("--queue needs the node's agent, which keeps the queue; this command serves the "
+                         "node itself (no agent answers, or TUNEPLANE_AGENT=off) and exits when it is done")
     run_id = _run_id(args.run_id) or new_run_id()
     request = LaunchRequest(cards=_what(args), command=tuple(argv), image=args.image, run_id=run_id,
                             queue=args.queue, placement=args.placement, slice=args.slice)
     result = await _bounded(node, node.launch(request), run_id, args.wait)
     if result.queued is not None:
         q = result.queued
-        wanted = f"a {args.slice} MIG slice" if args.slice is not None else cards_words(q.cards)
+        wanted = q.wants
         if args.json:
             print(json.dumps({"queued": queued_to_json(q)}))
         else:
@@ -143,7 +143,11 @@ async def _launch(run: Run) -> None:
 async def _bounded(node: Node, work: Awaitable[T], run_id: str, wait_s: Optional[float]) -> T:
     """``work`` through the agent, saying once what it waits for and giving up
     after ``wait_s`` as a local launch does (exit 75); in-process, the lock
-    itself bounds and reports the wait."""
+    itself bounds and reports the wait.
+
+    Giving up is asked of the agent (a cancel) and its answer believed: a
+    launch that took the lock meanwhile is placing its job and will run, so it
+    is waited for and reported as placed, never said to be "nothing placed"."""
     import asyncio
 
     if node.via != "agent":
@@ -153,9 +157,13 @@ async def _bounded(node: Node, work: Awaitable[T], run_id: str, wait_s: Optional
     try:
         return await asyncio.wait_for(asyncio.shield(task), wait_s)
     except asyncio.TimeoutError:
-        task.cancel()  # the agent drops a launch whose asker hung up while it waited
+        try:
+            await node.cancel(run_id)
+        except TpnodeError:  # placed meanwhile, or placing now: too late, so it runs
+            return await task
+        task.cancel()
         raise LockWaitTimeout(f"{run_id} was not placed within {wait_s:g} s: the agent was still "
-                              "waiting for the allocation lock; nothing was placed") from None
+                              "waiting for the allocation lock, and it was cancelled; nothing was placed") from None
     finally:
         watcher.cancel()
 

@@ -119,7 +119,7 @@ def print_queue(queue: Sequence[QueuedLaunch], out: Optional[TextIO] = None) -> 
         print("no launch is queued or waiting", file=out)
         return
     now = time.time()
-    rows = [[q.run_id, q.state, cards_words(q.cards), q.owner or "-", format_duration(now - q.queued_at),
+    rows = [[q.run_id, q.state, q.wants, q.owner or "-", format_duration(now - q.queued_at),
              q.waiting_for or "-"] for q in printable_view(tuple(queue))]
     for line in table(["RUN ID", "STATE", "WANTS", "OWNER", "WAITING", "FOR"], rows):
         print(line, file=out)

@@ -33,6 +33,7 @@ is said to be, not taken for gone.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional
@@ -571,7 +572,7 @@ def fleet_json(fleet: FleetPicture) -> dict[str, Any]:
             "largest_free_window": n.largest_free_window,
             "cards": [{"index": c.index, "state": c.state} for c in n.cards],
             "ssh": None if n.ssh is None else str(n.ssh),
-            "dashboard": None if n.ssh is None else f"tpnode-tui --host {n.ssh}",
+            "dashboard": None if n.ssh is None else f"tpnode-tui --host {shlex.quote(str(n.ssh))}",
         } for n in fleet.nodes],
         "up": fleet.up,
         "down": fleet.down,

@@ -14,25 +14,30 @@ from typing import Optional
 from .http import MAX_HEAD_LINE, Connector, ProtocolError, Stream, Unreachable
 
 
-async def _nothing_said() -> Optional[str]:
+async def _nothing_said() -> Optional[Unreachable]:
     return None
+
+
+async def _nothing_to_do() -> None:
+    pass
 
 
 class AsyncioStream:
     """asyncio's reader and writer as a :class:`~.http.Stream`. ``why`` says,
     when the connection ends early, what the other end said about it (a
-    bridge's stderr), if anything; ``ended`` runs once it is closed."""
+    bridge's stderr), if anything; ``finish`` runs once it is closed (a
+    bridge's process is waited for, so nothing of it outlives the loop)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 why: Callable[[], Awaitable[Optional[str]]] = _nothing_said,
-                 ended: Callable[[], None] = lambda: None) -> None:
+                 why: Callable[[], Awaitable[Optional[Unreachable]]] = _nothing_said,
+                 finish: Callable[[], Awaitable[None]] = _nothing_to_do) -> None:
         self._reader = reader
         self._writer = writer
         self._why = why
-        self._ended = ended
+        self._finish = finish
 
     async def _cut(self) -> Unreachable:
-        return Unreachable(await self._why() or "the connection closed in the middle of an answer")
+        return await self._why() or Unreachable("the connection closed in the middle of an answer")
 
     async def read_line(self) -> bytes:
         try:
@@ -63,12 +68,16 @@ class AsyncioStream:
             self._writer.write(data)
             await self._writer.drain()
         except OSError as e:
-            raise Unreachable(await self._why() or e.strerror or str(e), e) from None
+            raise await self._why() or Unreachable(e.strerror or str(e), e) from None
 
-    def close(self) -> None:
+    def ended(self) -> bool:
+        return self._reader.at_eof() or self._writer.is_closing() or bool(self._reader.exception())
+
+    async def close(self) -> None:
         with contextlib.suppress(Exception):
             self._writer.close()
-        self._ended()
+            await self._writer.wait_closed()
+        await self._finish()
 
 
 def unix(path: str, timeout_s: float) -> Connector:

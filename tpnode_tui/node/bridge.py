@@ -2,12 +2,12 @@
 
 sshd runs it as the account it logged in, so the connection the agent sees
 is that account's (SO_PEERCRED names it from the kernel) and nothing here
-can say otherwise: it moves bytes and decides nothing. It ends when the
-agent's side ends, when its output is closed (the client went away), or a
-moment after its input ends once the agent has gone quiet: an answer already
-on its way still arrives, but the agent is not told of the end by a
-half-close, since a web server takes one for a client that went away and
-drops the answer.
+can say otherwise: it moves bytes and decides nothing. It ends as soon as
+either side does: the agent's, or the client's (its input ends, or its output
+is closed). The client closes its side only once it has read every answer it
+wants, or has given up on one; either way the agent must learn at once that
+nobody waits, so that a launch still waiting for the allocation lock is
+dropped rather than placed for an asker who was told it was not.
 
 Blocking system calls and select: it starts and moves bytes without an
 event loop, since every connection made over SSH starts one.
@@ -22,8 +22,6 @@ from pathlib import Path
 
 #: bytes moved at a time
 CHUNK = 1 << 16
-#: once standard input has ended, how long the agent may stay quiet before the bridge ends
-QUIET_S = 2.0
 
 
 def _say(message: str) -> None:
@@ -44,19 +42,15 @@ def bridge(socket_path: Path, stdin: int = 0, stdout: int = 1) -> int:
         _say(f"no agent answers at {socket_path} ({e.strerror or e}); start it (systemctl start "
              "tpnode-tui-agent) or ask the node's operator")
         return 1
-    reading = True  # standard input still open
     agent = sock.fileno()
     try:
         while True:
-            ready, _, _ = select.select([agent, stdin] if reading else [agent], [], [], None if reading else QUIET_S)
-            if not ready:
-                return 0  # the client is done, and so is whatever the agent was saying to it
+            ready, _, _ = select.select([agent, stdin], [], [])
             if stdin in ready:
                 data = os.read(stdin, CHUNK)
-                if data:
-                    sock.sendall(data)
-                else:
-                    reading = False
+                if not data:
+                    return 0  # the client is done, or gone
+                sock.sendall(data)
             if agent in ready:
                 data = sock.recv(CHUNK)
                 if not data:

@@ -13,15 +13,18 @@ that asks one question, which then needs no event loop at all: see
 :func:`straight`). The HTTP is written once, as coroutines, for both.
 
 Connections are kept for the next request (a new SSH bridge per request
-would cost a login each time). A kept one the agent has closed meanwhile is
-noticed before anything of the answer arrived, and the request is made once
-more on a new connection: the agent never read it (it closes only idle
-connections), or, for a launch, meets the same run id again, which it
-answers as the same request.
+would cost a login each time). A kept one is looked at before it is used: one
+the agent has closed meanwhile (it closes idle ones) reads as ended, and a new
+connection is made instead. One that breaks after the request went out is not
+asked again, unless the request was a GET: the agent may have read a POST and
+acted on it, and doing it twice (an extend, a launch) is worse than saying the
+outcome is not known.
 """
 from __future__ import annotations
 
 import contextlib
+import re
+import select
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -36,15 +39,22 @@ MAX_BODY = 64 * 1024 * 1024
 MAX_HEAD_LINE = 64 * 1024
 #: connections kept open for the next request
 KEEP = 2
+#: a chunk's size: hexadecimal digits only (int(x, 16) also takes "0x10", "+a" and "1_0")
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class Unreachable(Exception):
     """No answer could be had: the connection could not be made, or broke.
     ``cause`` is the error underneath (an OSError names what the kernel said)."""
 
-    def __init__(self, why: str, cause: Optional[BaseException] = None) -> None:
+    def __init__(self, why: str, cause: Optional[BaseException] = None, *, whole: bool = False,
+                 forbidden: bool = False) -> None:
         super().__init__(why)
         self.cause = cause
+        #: ``why`` is already the whole line to say (the other end worded it)
+        self.whole = whole
+        #: the other end said this account may not reach the agent
+        self.forbidden = forbidden
 
 
 class ProtocolError(Exception):
@@ -67,7 +77,12 @@ class Stream(Protocol):
 
     async def send(self, data: bytes) -> None: ...
 
-    def close(self) -> None: ...
+    def ended(self) -> bool:
+        """Whether the other end has closed it (or it broke) while it was idle:
+        a kept connection is looked at with this before it carries a request."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 Connector = Callable[[], Awaitable[Stream]]
@@ -99,14 +114,14 @@ class BlockingStream:
     stderr), if anything."""
 
     def __init__(self, rfile: IO[bytes], send: Callable[[bytes], None], close: Callable[[], None],
-                 why: Callable[[], Optional[str]] = lambda: None) -> None:
+                 why: Callable[[], Optional[Unreachable]] = lambda: None) -> None:
         self._file = rfile
         self._send = send
         self._close = close
         self._why = why
 
     def _ended(self) -> Unreachable:
-        return Unreachable(self._why() or "the connection closed in the middle of an answer")
+        return self._why() or Unreachable("the connection closed in the middle of an answer")
 
     async def read_line(self) -> bytes:
         try:
@@ -138,9 +153,17 @@ class BlockingStream:
         try:
             self._send(data)
         except OSError as e:
-            raise Unreachable(self._why() or e.strerror or str(e), e) from None
+            raise self._why() or Unreachable(e.strerror or str(e), e) from None
 
-    def close(self) -> None:
+    def ended(self) -> bool:
+        try:
+            readable, _, _ = select.select([self._file], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        # nothing may arrive on an idle connection: anything readable is its end (or junk)
+        return bool(readable)
+
+    async def close(self) -> None:
         with contextlib.suppress(OSError):
             self._file.close()
         self._close()
@@ -177,8 +200,9 @@ def unix_blocking(path: str, timeout_s: float) -> Connector:
 class _Response:
     """One answer being read: its status and headers, then its body."""
 
-    def __init__(self, stream: Stream, status: int, headers: dict[str, str]) -> None:
+    def __init__(self, stream: Stream, version: bytes, status: int, headers: dict[str, str]) -> None:
         self.stream = stream
+        self.version = version
         self.status = status
         self.headers = headers
         #: True once the body ran to its end, so the connection may carry another
@@ -186,7 +210,9 @@ class _Response:
 
     @property
     def reusable(self) -> bool:
-        return self.complete and "close" not in self.headers.get("connection", "").lower()
+        if not self.complete or "close" in self.headers.get("connection", "").lower():
+            return False
+        return self.version != b"HTTP/1.0" or "keep-alive" in self.headers.get("connection", "").lower()
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives, whatever its framing."""
@@ -203,7 +229,7 @@ class _Response:
                     raise ProtocolError(f"an answer longer than {MAX_BODY} bytes")
                 yield data
             return
-        if not length.isdigit() or int(length) > MAX_BODY:
+        if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY:
             raise ProtocolError(f"a Content-Length of {length[:40]!r}, not a number up to {MAX_BODY}")
         left = int(length)
         while left:
@@ -218,10 +244,9 @@ class _Response:
         while True:
             size_line = (await self.stream.read_line()).strip()
             digits = size_line.split(b";", 1)[0].strip()
-            try:
-                size = int(digits, 16)
-            except ValueError:
-                raise ProtocolError(f"a chunk size that is not hexadecimal: {size_line[:40]!r}") from None
+            if not _CHUNK_SIZE.fullmatch(digits):
+                raise ProtocolError(f"a chunk size that is not hexadecimal: {size_line[:40]!r}")
+            size = int(digits, 16)
             if not 0 <= size <= MAX_BODY:
                 raise ProtocolError(f"a chunk of {size} bytes, more than {MAX_BODY}")
             if size == 0:
@@ -230,7 +255,8 @@ class _Response:
                 self.complete = True
                 return
             data = await self.stream.read_exactly(size)
-            await self.stream.read_exactly(2)  # the chunk's CRLF
+            if await self.stream.read_exactly(2) != b"\r\n":
+                raise ProtocolError("a chunk that does not end where its size says")
             yield data
 
     async def body(self) -> bytes:
@@ -272,12 +298,21 @@ class HttpClient:
         self.host = host
         self._idle: list[Stream] = []
 
+    async def _stream(self) -> tuple[Stream, bool]:
+        """A connection for the next request, and whether it was kept from an earlier one."""
+        while self._idle:
+            stream = self._idle.pop()
+            if not stream.ended():
+                return stream, True
+            await stream.close()  # the agent closed it while it was idle
+        return await self._connect(), False
+
     async def _send(self, method: str, path: str, body: Optional[bytes]) -> _Response:
-        """The request sent and the answer's head read, on a kept connection or
-        a new one; a kept one that turns out closed is replaced, once each."""
+        """The request sent and the answer's head read. A kept connection that
+        breaks before any of the answer came is tried again on a new one for a
+        GET only (see the module's docstring)."""
         while True:
-            kept = bool(self._idle)
-            stream = self._idle.pop() if kept else await self._connect()
+            stream, kept = await self._stream()
             answered = False
             try:
                 await stream.send(self._head(method, path, body) + (body or b""))
@@ -285,9 +320,13 @@ class HttpClient:
                 answered = True
                 return await self._response(stream, status_line)
             except BaseException as e:
-                stream.close()
+                await stream.close()
                 if isinstance(e, Unreachable) and kept and not answered:
-                    continue  # a kept connection the agent had closed: nothing of an answer came
+                    if method == "GET":
+                        continue
+                    raise Unreachable(f"the connection to the node's agent broke before it answered ({e}), so "
+                                      "whether it did what was asked is not known: look (tpnode-tui status, "
+                                      "queue or events) before asking again", e.cause, whole=True) from None
                 raise
 
     def _head(self, method: str, path: str, body: Optional[bytes]) -> bytes:
@@ -307,7 +346,7 @@ class HttpClient:
         while line := (await stream.read_line()).strip():
             name, _, value = line.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
-        return _Response(stream, int(parts[1]), headers)
+        return _Response(stream, parts[0], int(parts[1]), headers)
 
     async def request(self, method: str, path: str, body: Optional[bytes] = None) -> Answer:
         """One request and its whole answer."""
@@ -315,12 +354,12 @@ class HttpClient:
         try:
             data = await response.body()
         except BaseException:
-            response.stream.close()
+            await response.stream.close()
             raise
         if response.reusable and len(self._idle) < KEEP:
             self._idle.append(response.stream)
         else:
-            response.stream.close()
+            await response.stream.close()
         return Answer(response.status, data)
 
     @contextlib.asynccontextmanager
@@ -331,8 +370,8 @@ class HttpClient:
         try:
             yield response.status, response.lines()
         finally:
-            response.stream.close()
+            await response.stream.close()
 
     async def close(self) -> None:
         while self._idle:
-            self._idle.pop().close()
+            await self._idle.pop().close()

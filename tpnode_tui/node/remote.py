@@ -93,6 +93,12 @@ def _you(doc: Any) -> You:
                cards_held=r.whole("cards_held", 0), card_limit=limit)
 
 
+def _seconds(value: float) -> str:
+    """Seconds for a query string: plain digits, never an exponent ("1.0368e+06"
+    has a "+", which a query string reads as a space)."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
 def _view(doc: Any) -> NodeView:
     r = Reader(doc, "reading")
     snap = doc.get("snapshot")
@@ -144,6 +150,12 @@ class AgentNode:
         self._http = HttpClient(connect)
 
     def _gone(self, e: Unreachable) -> NoReturn:
+        """The error that says why no answer came: in the other end's words
+        where it gave them (a bridge over SSH), else as this side saw it."""
+        if e.forbidden:
+            raise AgentForbidden(str(e)) from None
+        if e.whole:
+            raise AgentUnavailable(str(e)) from None
         cause = e.cause
         if isinstance(cause, OSError) and cause.errno in _FORBIDDEN:
             raise AgentForbidden(
@@ -270,7 +282,7 @@ class AgentNode:
         return tuple(queued_from_json(q, "queued launch") for q in r.items("queue"))
 
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
-        path = "/v1/audit" if since_s is None else f"/v1/audit?since={since_s:g}"
+        path = "/v1/audit" if since_s is None else f"/v1/audit?since={_seconds(since_s)}"
         r = Reader(await self._call("GET", path), "answer")
         return [e for e in r.items("entries") if isinstance(e, dict)], r.flag("all", False)
 
@@ -288,7 +300,7 @@ class AgentNode:
 
     @staticmethod
     def _events_query(since_s: Optional[float], card: Optional[int], **more: str) -> str:
-        query = {**({} if since_s is None else {"since": f"{since_s:g}"}),
+        query = {**({} if since_s is None else {"since": _seconds(since_s)}),
                  **({} if card is None else {"card": str(card)}), **more}
         return "/v1/events" + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
 

@@ -147,7 +147,7 @@ class Launches:
         """
         spec, caller = entry.spec, entry.caller
         if spec.run_id in self._pending:
-            raise BadRequest(f"{spec.run_id} is being launched already; wait for it or cancel it")
+            raise Conflict(f"{spec.run_id} is being launched already; wait for it or cancel it")
         pending = _Pending(entry)
         groups = group_names(caller.groups)
 
@@ -279,8 +279,10 @@ class Launches:
 
 
 def _wanted(spec: JobSpec) -> str:
-    """What a queued launch waits for: "2 cards", "a 1g.18gb MIG slice"."""
-    return f"a {spec.slice} MIG slice" if spec.slice is not None else cards_words(spec.cards)
+    """What a queued launch waits for: "2 cards", "4 cards same-switch", "a 1g.18gb MIG slice"."""
+    if spec.slice is not None:
+        return f"a {spec.slice} MIG slice"
+    return cards_words(spec.cards) + (f" {spec.placement}" if spec.placement else "")
 
 
 def _placed(launched: Optional[Launched]) -> str:

@@ -103,7 +103,7 @@ def pending_row(launch: QueuedLaunch, position: Optional[int], now: float) -> Ce
         Text(launch.run_id, style="bold"),
         launch.kind,
         Text(status, style=PENDING_STYLE.get(launch.state, "")),
-        f"{launch.cards} wanted",
+        launch.slice or f"{launch.cards} wanted",
         format_duration(now - launch.queued_at),
         launch.owner or "-",
         "-",
