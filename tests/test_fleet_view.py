@@ -163,7 +163,7 @@ async def test_enter_opens_the_nodes_grid_read_only_and_escape_returns():
     async with app.run_test(size=SIZE) as pilot:
         await first_read(pilot)
         await pilot.press("down")  # big-64, gpu-01: the second row
-        await pilot.press("enter")
+        await pilot.press("g")
         assert isinstance(app.screen, NodeScreen) and app.screen.node_name == "gpu-01"
         grid = app.screen.query_one(CardGrid)
         await pilot.pause(0.1)
@@ -231,7 +231,7 @@ async def test_other_peoples_text_from_redis_is_escaped():
         await first_read(pilot)
         shown = cell(app, nasty, "name")
         assert "\x1b" not in shown and "\\x1b[2J\\u202e9" in shown
-        await pilot.press("enter")
+        await pilot.press("g")
         await pilot.pause(0.1)
         tile = app.screen.query_one(CardGrid).tiles[0]
         assert "\x1b" not in tile.card.run_id and "\\x1b[31m" in tile.card.run_id
@@ -243,7 +243,7 @@ async def test_a_node_with_nothing_to_open_is_said_in_plain_text_whatever_its_na
     app = app_for(fleet_of({"n": (registration_bytes(nasty), None)}))
     async with app.run_test(size=SIZE) as pilot:
         await first_read(pilot)
-        await pilot.press("enter")
+        await pilot.press("g")
         await pilot.pause(0.2)
         [note] = app._notifications
         assert note.message.startswith("gpu-[@click=app.quit]x[/][/nope]\\x1b[2J: no card grid to show")
@@ -276,7 +276,7 @@ class TestPictures:
     def test_a_node_opened_read_only(self, snap_compare):
         async def open_gpu_02(pilot) -> None:
             await first_read(pilot)
-            await pilot.press("down", "down", "enter")
+            await pilot.press("down", "down", "g")
             await pilot.pause(0.1)
 
         assert snap_compare(app_for(mixed_fleet()), terminal_size=SIZE, run_before=open_gpu_02)
@@ -287,7 +287,7 @@ class TestPictures:
 
         async def open_after_it_went(pilot) -> None:
             await first_read(pilot)
-            await pilot.press("enter")
+            await pilot.press("g")
             await reads(2)(pilot)
 
         gone = {name: (reg, None) for name, (reg, _) in alive.items()}  # the keys expired
@@ -299,3 +299,35 @@ class TestPictures:
     def test_filtering(self, snap_compare):
         assert snap_compare(app_for(mixed_fleet()), terminal_size=SIZE, run_before=first_read,
                             press=["slash", "g", "p", "u", "-", "0"])
+
+
+async def test_enter_opens_the_node_s_own_dashboard_over_ssh_at_its_published_address():
+    regs = {"i1": registration_bytes("gpu-01", ssh="ops@gpu-01.example.org:2222")}
+    opened = []
+
+    def dashboard(target):
+        opened.append(target)
+        return 1, "tpnode-tui: cannot reach ops@gpu-01.example.org:2222 over ssh: Connection refused"
+
+    app = FleetApp(FixedFleet(fleet_of({"gpu-01": (regs["i1"], None)})), clock=lambda: NOW, open_dashboard=dashboard)
+    async with app.run_test(size=SIZE) as pilot:
+        await first_read(pilot)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+    assert [str(t) for t in opened] == ["ops@gpu-01.example.org:2222"]
+    [note] = app._notifications
+    assert note.message == ("gpu-01 (ops@gpu-01.example.org:2222): its dashboard ended with exit code 1: "
+                            "tpnode-tui: cannot reach ops@gpu-01.example.org:2222 over ssh: Connection refused")
+
+
+async def test_a_node_with_no_address_is_not_handed_to_ssh():
+    opened = []
+    app = FleetApp(FixedFleet(fleet_of({"gpu-01": (registration_bytes("gpu-01", ssh="-oProxyCommand=x"), None)})),
+                   clock=lambda: NOW, open_dashboard=lambda target: opened.append(target) or (0, ""))
+    async with app.run_test(size=SIZE) as pilot:
+        await first_read(pilot)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+    assert opened == []
+    [note] = app._notifications
+    assert "published no SSH address" in note.message and "g shows its cards" in note.message

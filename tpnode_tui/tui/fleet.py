@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +30,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
+from ..config import SshTarget
 from ..fleet.record import UNKNOWN, UP, FleetCard, FleetPicture, NodeRow, clock, summary_words
 from ..model import NodeSnapshot, TpnodeError
 from ..printable import printable, printable_view
@@ -233,21 +236,38 @@ class NodeScreen(Screen[None]):
                                       stale=f"the node is {node.status if node else 'gone'}" if down else None))
 
 
+def run_over_ssh(target: SshTarget) -> tuple[int, str]:
+    """The node's own dashboard, ``tpnode-tui --host TARGET``, on this terminal
+    until it is quit: its exit code and the last line it wrote on stderr."""
+    done = subprocess.run([sys.executable, "-m", "tpnode_tui", "--host", str(target)],
+                          stderr=subprocess.PIPE, text=True, errors="replace")
+    said = [line for line in done.stderr.splitlines() if line.strip()]
+    return done.returncode, said[-1] if said else ""
+
+
+#: what opens a node's dashboard: the SSH target; returns (exit code, what it said last)
+DashboardOpener = Callable[[SshTarget], tuple[int, str]]
+
+
 class FleetApp(App[int]):
     CSS_PATH = str(Path(__file__).with_name("dashboard.tcss"))
     TITLE = "tpnode-tui fleet"
 
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="filter", tooltip="Show only nodes whose name or series has this text"),
-        Binding("enter", "open", "Open node", id="open", tooltip="The node's cards, read-only, from its publication"),
+        Binding("enter", "dashboard", "Dashboard", id="dashboard",
+                tooltip="The node's own dashboard, over SSH, as you: tpnode-tui --host NODE (q returns here)"),
+        Binding("g", "open", "Grid", id="open", tooltip="The node's cards, read-only, from its publication"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="clear-filter"),
         Binding("q", "quit", "Quit", id="quit"),
     ]
 
     def __init__(self, source: FleetSource, *, interval: float = 1.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, open_dashboard: DashboardOpener = run_over_ssh) -> None:
+        """``open_dashboard`` runs a node's dashboard while this one is suspended."""
         super().__init__()
         self.source = source
+        self.open_dashboard = open_dashboard
         self.interval = max(0.2, interval)
         self.clock = clock
         self.fleet: Optional[FleetPicture] = None
@@ -442,7 +462,7 @@ class FleetApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The fleet's own keys work on the fleet's table, not over a node's grid."""
-        if action in ("filter", "open", "clear_filter") and isinstance(self.screen, NodeScreen):
+        if action in ("filter", "open", "dashboard", "clear_filter") and isinstance(self.screen, NodeScreen):
             return False
         return True
 
@@ -470,7 +490,33 @@ class FleetApp(App[int]):
         self.query_one(DataTable).focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        self.action_open()
+        self.action_dashboard()
+
+    def action_dashboard(self) -> None:
+        """Its own dashboard, over SSH as whoever runs the fleet view: the node
+        names that account, and says what it may do. Only an address its agent
+        published, checked as a destination, is handed to ssh."""
+        name = self._selected_name()
+        if name is None:
+            return
+        node = self.node(name)
+        if node is None or node.ssh is None:
+            self.notify(printable(f"{name}: its agent published no SSH address, so its dashboard cannot be "
+                                  "opened from here; g shows its cards from its publication."),
+                        title="No way in", severity="warning", markup=False)
+            return
+        try:
+            # the terminal goes to the node's dashboard; headless (tests) there is none to hand over
+            with contextlib.nullcontext() if self.is_headless else self.suspend():
+                code, said = self.open_dashboard(node.ssh)
+        except Exception as e:  # a terminal that cannot be handed over: say so, keep the fleet
+            self.notify(printable(f"{name}: its dashboard could not be opened here ({e})."),
+                        title="Dashboard", severity="error", markup=False)
+            return
+        if code != 0:
+            self.notify(printable(f"{name} ({node.ssh}): its dashboard ended with exit code {code}"
+                                  + (f": {said}" if said else ".")),
+                        title="Dashboard", severity="error", timeout=12, markup=False)
 
     def action_open(self) -> None:
         name = self._selected_name()
