@@ -14,7 +14,6 @@ import stat
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
-from urllib.parse import urlsplit, urlunsplit
 
 from .model import BadRequest, ConfigError
 
@@ -55,6 +54,8 @@ def redact_url(url: str) -> str:
     A password can stand in the authority (``redis://:pw@host``) or, for unix
     sockets, in the query (``unix:///run/redis.sock?password=pw``).
     """
+    from urllib.parse import urlsplit, urlunsplit  # here: a command that asks the agent needs no URL
+
     parts = urlsplit(url)
     if parts.password is not None:
         host = parts.hostname or ""
@@ -143,6 +144,8 @@ def _parse_redis_url(name: str, raw: str) -> Optional[str]:
     value = str(raw).strip()
     if not value:
         return None
+    from urllib.parse import urlsplit
+
     if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(
             f"{name}={redact_url(value)!r} is not a redis://, rediss:// or unix:// URL"

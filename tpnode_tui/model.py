@@ -47,6 +47,13 @@ def cards_words(cards: Union[int, Iterable[int]]) -> str:
     return ("card " if len(set(listed)) == 1 else "cards ") + card_ranges(listed)
 
 
+#: How a launch may require its cards to sit on the node's topology (see
+#: tpnode_tui.topology.choose): every pair NVLinked or under one PCIe switch
+#: (PIX or PXB); or as well connected as the best set of that size on this
+#: node when it is empty. Words of the port, so a client needs no topology to say them.
+SAME_SWITCH, CONTIGUOUS = "same-switch", "contiguous"
+PLACEMENTS = (SAME_SWITCH, CONTIGUOUS)
+
 #: Job statuses that hold cards. A job that exited is still listed until it is
 #: reclaimed, but it gave its GPU memory back when it ended.
 LIVE_STATUSES = frozenset({"running", "created", "paused", "restarting"})

@@ -40,7 +40,10 @@ from operator import itemgetter
 from typing import Callable, Iterable, Optional, Sequence
 
 from .model import (
+    CONTIGUOUS,
     PCIE_PATHS,
+    PLACEMENTS,
+    SAME_SWITCH,
     BadRequest,
     Link,
     NeverFits,
@@ -56,11 +59,8 @@ PCIE_POINTS = {"PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
 #: what a pair nothing is known about scores, by its cards' NUMA nodes
 SAME_NUMA_POINTS, OTHER_NUMA_POINTS = PCIE_POINTS["NODE"], PCIE_POINTS["SYS"]
 
-#: every pair NVLinked or under one PCIe switch (PIX or PXB), as a link reads it
-SAME_SWITCH = "same-switch"
-#: as well connected as the best set of that size on this node when it is empty
-CONTIGUOUS = "contiguous"
-REQUIREMENTS = (SAME_SWITCH, CONTIGUOUS)
+#: the placements a launch may require (model.PLACEMENTS), by their names here
+REQUIREMENTS = PLACEMENTS
 _SWITCH_POINTS = PCIE_POINTS["PXB"]
 _WANTED = {
     SAME_SWITCH: "all linked by NVLink or under one PCIe switch",

@@ -91,7 +91,21 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
             "TUNEPLANE_STATE_DIR: everyone who allocates on this node must use the same one")
 
 
+def _logging(args: argparse.Namespace) -> None:
+    """Warnings (and with -v everything) to stderr: what serves a node here, or
+    the agent, logs. A command run straight through on the agent logs nothing,
+    so it does not load logging unless asked to (-v)."""
+    import logging
+
+    logging.basicConfig(
+        level=logging.INFO if args.verbose or args.command == "agent" else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
 def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
+    if args.verbose or command.alone is not None:
+        _logging(args)
     if command.alone is not None:
         return command.alone(args, settings)
     if command.straight and settings.host is not None:  # that node's agent, or nothing
@@ -102,6 +116,7 @@ def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
         if straight(agent.answers()):
             return straight(_on_node(command, agent, args, settings, None))
         straight(agent.close())
+    _logging(args)
     import asyncio  # here, not at the top: a command run straight through never loads it
 
     return asyncio.run(_in_loop(command, args, settings))
@@ -153,18 +168,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
-    import logging
-
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         if not 0.2 <= args.interval <= 3600:
             raise UsageError(f"--interval {args.interval:g}: give seconds from 0.2 to 3600")
-        logging.basicConfig(
-            level=logging.INFO if args.verbose or args.command == "agent" else logging.WARNING,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
         if args.command is None:
+            _logging(args)
             settings = None
             if args.demo and args.host:
                 raise UsageError("the demo is a pretend node served here; --host reaches a real one: give one of them")
@@ -191,5 +201,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except Exception as e:  # a bug of ours: still one line, with the detail in the log
+        import logging
+
         logging.getLogger(__name__).debug("unexpected error", exc_info=True)
         return _fail(f"unexpected error ({type(e).__name__}: {e}); run with -v for details", EXIT_FAIL)

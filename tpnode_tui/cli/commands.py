@@ -15,11 +15,10 @@ from dataclasses import asdict, replace
 from typing import Any, Optional, TypeVar
 
 from ..config import Settings, parse_duration
-from ..model import BadRequest, Evicted, EvictReport, LockWaitTimeout, TpnodeError
+from ..model import CONTIGUOUS, SAME_SWITCH, BadRequest, Evicted, EvictReport, LockWaitTimeout, TpnodeError
 from ..node.base import Node
 from ..port import LaunchRequest, ReserveRequest, new_run_id
 from ..render import env_lines
-from ..topology import CONTIGUOUS, SAME_SWITCH
 from ..wire import job_to_json, queued_to_json, snapshot_to_json
 from .output import (
     event_line,

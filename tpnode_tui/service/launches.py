@@ -22,6 +22,7 @@ from ..allocator import GpuAllocator
 from ..identity import Caller
 from ..launchqueue import LaunchQueue, QueueEntry
 from ..model import (
+    PLACEMENTS,
     BadRequest,
     Conflict,
     JobNotFound,
@@ -40,7 +41,6 @@ from ..policy import Policy
 from ..port import Cancelled, LaunchRequest, LaunchResult, OverQuota, ReserveRequest, new_run_id
 from ..printable import printable
 from ..render import cards_words
-from ..topology import REQUIREMENTS as PLACEMENTS
 from .accounts import account, group_names, run_as
 from .changes import Changes
 from .journal import Journal
