@@ -5,7 +5,7 @@ real allocator, real local processes, real lock), so these pictures show what
 `tpnode-tui --demo` shows: the main screen (once the demo's reservation has
 been idle for its minute and the XID has drained its card), triage of the
 reservation someone else's process sits on, the question evict asks, the
-node's log, and the launch dialog. The header names whoever runs this (as
+node's log, the MIG card with its slices, and the launch dialog. The header names whoever runs this (as
 the demo does). The fleet view is the real reader over a private redis-server
 (it needs `redis-server`) into which real publishers publish a dozen simulated
 nodes; two of them stop publishing, and two claim one name (``fleet`` makes
@@ -29,6 +29,7 @@ from tpnode_tui.tui.tiles import CardGrid
 HERE = Path(__file__).resolve().parent
 SIZE = (120, 40)
 INTRUDED_CARD = 2  # alice's reservation, with the demo's outside process on it
+MIG_CARD = 1  # an H200 split into five MIG slices
 XID_CARD = 7
 
 
@@ -59,6 +60,10 @@ async def main() -> int:
             await settle(pilot, app)
             app.save_screenshot("main.svg", str(HERE))
 
+            app.query_one(CardGrid).select(MIG_CARD)
+            await pilot.pause(1.0)
+            app.save_screenshot("mig.svg", str(HERE))
+
             app.query_one(CardGrid).select(INTRUDED_CARD)
             await pilot.pause(1.0)
             app.save_screenshot("triage.svg", str(HERE))
@@ -84,7 +89,7 @@ async def main() -> int:
         await node.close()
         demo.close()
     await fleet_picture()
-    for name in ("main.svg", "triage.svg", "evict.svg", "log.svg", "launch.svg", "fleet.svg"):
+    for name in ("main.svg", "mig.svg", "triage.svg", "evict.svg", "log.svg", "launch.svg", "fleet.svg"):
         print(HERE / name)
     return 0
 
