@@ -39,7 +39,7 @@ import psutil
 from dashboard import COLUMNS, LINES, _cpu_seconds, _frame_complete
 
 from common import BENCH, Limit, Ratio, Row, Section, percentile
-from services import write_scene
+from helpers.services import write_scene
 
 TITLE = "6. The agent: one probe read per interval for every dashboard, idle CPU, status"
 INTERVAL_S = 1.0

@@ -26,7 +26,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Iterator, Optional
 
 from common import TESTS, Limit, Ratio, Row, Section, interleave, run_async
-from fake_pynvml import FakeCard, FakeNvml
+from helpers.nvml import FakeCard, FakeNvml
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import Settings
 from tpnode_tui.locks import make_lock

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services import Dockerd, redis_or_unavailable, unavailable, write_scene
+from helpers.services import Dockerd, redis_or_unavailable, unavailable, write_scene
 from tpnode_tui.node.remote import AgentNode
 
 
@@ -68,8 +68,8 @@ def dockerd(dockerd_service, monkeypatch):
 @pytest.fixture(scope="session")
 def accounts():
     """Two ordinary accounts and an operator, made with useradd for this test
-    session and removed after it (tests/accounts.py)."""
-    from accounts import make_accounts
+    session and removed after it (tests/helpers/accounts.py)."""
+    from helpers.accounts import make_accounts
 
     made = make_accounts()
     yield made
@@ -86,7 +86,7 @@ def scene(tmp_path):
 def node(tmp_path):
     """A simulated 8-card node for the process runtime, as (scene, state_dir);
     every job left in its state dir is killed afterwards."""
-    from load_tools import kill_process_jobs
+    from helpers.load import kill_process_jobs
 
     scene = write_scene(tmp_path / "node.json", 8)
     state_dir = tmp_path / "state"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from accounts import cli_as, runnable
-from agent_tools import shared_node
-from load_tools import BOUND_S, shared_cards, wait_until
+from helpers.accounts import cli_as, runnable
+from helpers.agents import shared_node
+from helpers.load import BOUND_S, shared_cards, wait_until
 
 INTERVAL = "0.2"
 

@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from agent_tools import WAIT_S, Agent, running
-from services import write_scene
+from helpers.agents import WAIT_S, Agent, running
+from helpers.services import write_scene
 from tpnode_tui.model import JobNotFound
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import AgentUnavailable, LaunchRequest, ReserveRequest

@@ -20,8 +20,8 @@ from dataclasses import replace
 
 import pytest
 
-from accounts import shared_dir
-from agent_tools import Agent, running
+from helpers.accounts import shared_dir
+from helpers.agents import Agent, running
 from tpnode_tui.model import Conflict, JobNotFound
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.nodelog import NodeLog

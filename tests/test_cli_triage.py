@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from accounts import runnable
-from agent_tools import SharedNode, shared_node
-from load_tools import BOUND_S, wait_until
-from services import write_scene
+from helpers.accounts import runnable
+from helpers.agents import SharedNode, shared_node
+from helpers.load import BOUND_S, wait_until
+from helpers.services import write_scene
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from load_tools import node_env
+from helpers.load import node_env
 from tpnode_tui.demo import DEMO_PREFIX, OWNER_FILE, clean_up_after_dead_demos, start_demo
 
 #: a demo in a process of its own, as `tpnode-tui --demo` runs it, until it is killed

@@ -1,6 +1,6 @@
 """Drained cards: never handed out, kept in the state dir, refused when unreadable.
 
-The allocator here has the in-memory runtime and probe of tests/fakes.py, the
+The allocator here has the in-memory runtime and probe of tests/helpers/fakes.py, the
 real flock lock and the real drain file; the service's drain and undrain
 rules (operators only, refused while the card reports a problem) are in
 tests/test_triage_service.py.
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import MemoryRuntime, StaticProbe
+from helpers.fakes import MemoryRuntime, StaticProbe
 from tpnode_tui import GpuAllocator, NoCapacity
 from tpnode_tui.config import load_settings
 from tpnode_tui.drains import DrainStore

@@ -2,7 +2,7 @@
 
 The operator here is a Caller made by hand (the agent names it from the
 kernel; that is tested with the agent), but every process signalled is real
-and belongs to a real account made by tests/accounts.py, and the process job
+and belongs to a real account made by tests/helpers/accounts.py, and the process job
 whose child must not be evicted runs under the real process runtime.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 import psutil
 import pytest
 
-from load_tools import kill_process_jobs
-from services import write_scene
+from helpers.load import kill_process_jobs
+from helpers.services import write_scene
 from tpnode_tui import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.identity import Caller, Operators

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
-from fleet_tools import ROOT, AgentProcess
-from load_tools import kill_process_jobs
-from services import write_scene
+from helpers.fleet import AgentProcess
+from helpers.load import kill_process_jobs
+from helpers.paths import CHECKOUT
+from helpers.services import write_scene
 from tpnode_tui.fleet.reader import FleetReader, read_once
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest
@@ -46,8 +47,8 @@ def agents(tmp_path, redis_url):
 
 def fleet_json(redis_url: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "tpnode_tui", "fleet", "--json"], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT,
-                          env={**os.environ, "TUNEPLANE_FLEET_URL": redis_url, "PYTHONPATH": str(ROOT)})
+                          text=True, timeout=60, cwd=CHECKOUT,
+                          env={**os.environ, "TUNEPLANE_FLEET_URL": redis_url, "PYTHONPATH": str(CHECKOUT)})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

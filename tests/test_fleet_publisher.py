@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 import redis as redis_sync
 
-from fleet_tools import T, job, node_snapshot
-from services import free_port
+from helpers.fleet import T, job, node_snapshot
+from helpers.services import free_port
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.publisher import FleetPublisher
 from tpnode_tui.port import Reading

@@ -14,7 +14,7 @@ import time
 import pytest
 from textual.widgets import DataTable
 
-from fleet_tools import T, job, node_snapshot, publication_bytes, registration_bytes
+from helpers.fleet import T, job, node_snapshot, publication_bytes, registration_bytes
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.reader import FleetUnavailable
 from tpnode_tui.tui.fleet import FleetApp, NodeScreen

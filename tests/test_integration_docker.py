@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from load_tools import node_env
+from helpers.load import node_env
 
 pytestmark = pytest.mark.docker
 

@@ -2,7 +2,7 @@
 
 The simulated probe puts any real pid on a card, so the processes here are
 real: a process job's own children (one of them re-parented away from it),
-the test accounts' processes (made with useradd by tests/accounts.py), a
+the test accounts' processes (made with useradd by tests/helpers/accounts.py), a
 docker job's container on the tests' own dockerd and a container started by
 hand beside it, and a process in a real cgroup.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from load_tools import kill_process_jobs
-from services import write_scene
+from helpers.load import kill_process_jobs
+from helpers.services import write_scene
 from tpnode_tui import GpuAllocator
 from tpnode_tui.belonging import classify, part_of_job
 from tpnode_tui.config import load_settings

@@ -1,6 +1,6 @@
 """The allocation lock, against real processes and a real redis-server.
 
-Cross-process behaviour is checked with real subprocesses (tests/lock_worker.py):
+Cross-process behaviour is checked with real subprocesses (tests/helpers/lock_worker.py):
 the counter they share loses updates the moment two of them are inside at once,
 and ``kill -9`` is the real signal, not a simulated crash.
 """
@@ -20,7 +20,8 @@ from types import SimpleNamespace
 import pytest
 import redis as redis_sync
 
-from services import redis_or_unavailable
+from helpers.paths import LOCK_WORKER
+from helpers.services import redis_or_unavailable
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import (
     FENCE_FILE,
@@ -34,7 +35,6 @@ from tpnode_tui.locks.flock import short_command
 from tpnode_tui.model import ConfigError
 from tpnode_tui.printable import printable
 
-WORKER = Path(__file__).with_name("lock_worker.py")
 WORKERS = 8
 TIMES = 3
 
@@ -56,7 +56,7 @@ def _env(state_dir: Path, redis_url: str | None = None, lease_ms: int = 120_000)
 
 async def _spawn(env: dict[str, str], *args: str, stdin: int = asyncio.subprocess.DEVNULL):
     return await asyncio.create_subprocess_exec(
-        sys.executable, str(WORKER), *args, env=env, stdin=stdin, stdout=asyncio.subprocess.PIPE,
+        sys.executable, str(LOCK_WORKER), *args, env=env, stdin=stdin, stdout=asyncio.subprocess.PIPE,
     )
 
 

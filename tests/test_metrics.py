@@ -20,9 +20,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent_tools import Agent, running
-from fleet_tools import T, job, node_snapshot
-from services import free_port, write_scene
+from helpers.agents import Agent, running
+from helpers.fleet import T, job, node_snapshot
+from helpers.services import free_port, write_scene
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
 from tpnode_tui.model import QueuedLaunch
 from tpnode_tui.node.remote import AgentNode

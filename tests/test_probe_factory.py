@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_pynvml import FakeNvml, NVMLError_DriverNotLoaded, NVMLError_LibraryNotFound
+from helpers.nvml import FakeNvml, NVMLError_DriverNotLoaded, NVMLError_LibraryNotFound
 from tpnode_tui.config import load_settings
 from tpnode_tui.probes import AutoProbe, NvmlProbe, SimulatedProbe, SmiProbe, make_probe
 

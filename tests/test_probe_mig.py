@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fake_pynvml import FakeNvml, h200_in_mig_mode
-from services import write_scene
+from helpers.nvml import FakeNvml, h200_in_mig_mode
+from helpers.services import write_scene
 from tpnode_tui.model import CardFacts, ProcessFacts, SliceFacts
 from tpnode_tui.printable import printable_view
 from tpnode_tui.probes import mig

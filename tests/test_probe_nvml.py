@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fake_pynvml import (
+from helpers.nvml import (
     HW_POWER_BRAKE_SLOWDOWN,
     HW_SLOWDOWN,
     HW_THERMAL_SLOWDOWN,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_pynvml import (
+from helpers.nvml import (
     NVML_TOPOLOGY_HOSTBRIDGE,
     NVML_TOPOLOGY_INTERNAL,
     NVML_TOPOLOGY_MULTIPLE,
@@ -23,7 +23,7 @@ from fake_pynvml import (
     NVMLError_NotSupported,
     NVMLError_Unknown,
 )
-from services import write_scene
+from helpers.services import write_scene
 from tpnode_tui.model import Link, ProbeReading, Topology
 from tpnode_tui.probes import topology as probe_topology
 from tpnode_tui.probes.nvml import NvmlProbe

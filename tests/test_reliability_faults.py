@@ -5,7 +5,7 @@ nothing is half-written, and what is shown is the truth or says it is not known.
 Everything runs on real pieces: CLI processes, the process runtime's state file,
 the tests' own redis-server and dockerd, and ``kill -9`` as the real signal. A
 fault that has to hit one exact moment (between create and start, in the
-middle of writing the state file) is placed there by tests/load_tools.py,
+middle of writing the state file) is placed there by tests/helpers/load.py,
 which stalls a real CLI process at that point so the test can kill it there.
 """
 from __future__ import annotations
@@ -28,8 +28,7 @@ import psutil
 import pytest
 import redis as redis_sync
 
-from fake_pynvml import FakeCard, FakeNvml, NVMLError_DriverNotLoaded
-from load_tools import (
+from helpers.load import (
     BOUND_S,
     DOCKER_JOB,
     PYTHON,
@@ -46,7 +45,9 @@ from load_tools import (
     status,
     wait_until,
 )
-from services import write_scene
+from helpers.nvml import FakeCard, FakeNvml, NVMLError_DriverNotLoaded
+from helpers.paths import LOCK_WORKER
+from helpers.services import write_scene
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import REDIS_KEY, make_lock
@@ -57,7 +58,6 @@ from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import STATE_FILE
 
-LOCK_WORKER = Path(__file__).with_name("lock_worker.py")
 STUBS = Path(__file__).with_name("stubs")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from load_tools import (
+from helpers.load import (
     BOUND_S,
     DOCKER_JOB,
     PYTHON,
@@ -33,7 +33,7 @@ from load_tools import (
     spawn,
     status,
 )
-from services import free_port, redis_or_unavailable, write_scene
+from helpers.services import free_port, redis_or_unavailable, write_scene
 from tpnode_tui.locks import FENCE_FILE, LOCK_FILE
 from tpnode_tui.runtimes.statefile import LOCK_FILE as STATE_LOCK_FILE
 from tpnode_tui.runtimes.statefile import STATE_FILE

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from load_tools import (
+from helpers.load import (
     DOCKER_JOB,
     PROCESS_JOB,
     RuntimeSampler,
@@ -41,7 +41,7 @@ class Node:
     """One simulated 8-card node, driven through the CLI, for one runtime and one lock."""
 
     def __init__(self, request, tmp_path, runtime: str, lock: str) -> None:
-        from services import write_scene
+        from helpers.services import write_scene
 
         self.runtime, self.lock = runtime, lock
         self.state_dir = tmp_path / "state"
@@ -136,7 +136,7 @@ def check_wave(node: Node, results, sizes: list[int]) -> tuple[list[dict], list]
     return accepted, refused
 
 
-#: --long runs take minutes; every wait inside is bounded on its own (load_tools.BOUND_S)
+#: --long runs take minutes; every wait inside is bounded on its own (helpers.load.BOUND_S)
 LONG_TIMEOUT = pytest.mark.timeout(1200)
 
 
@@ -215,7 +215,7 @@ def test_launches_mixed_with_reserve_stop_and_reclaim(node, request):
 async def test_the_samplers_see_a_card_given_twice(tmp_path):
     """The control for the tests above: a card held twice (placed past the
     allocator, straight into the runtime) is caught by both samplers."""
-    from services import write_scene
+    from helpers.services import write_scene
     from tpnode_tui.model import JobSpec
     from tpnode_tui.runtimes.process import ProcessRuntime
 

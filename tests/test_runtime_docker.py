@@ -492,7 +492,7 @@ async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(docker
 @pytest.mark.docker
 async def test_an_extended_reservation_changes_container_but_never_lets_go_of_its_cards(
         dockerd, runtime, tmp_path):
-    from services import write_scene
+    from helpers.services import write_scene
     from tpnode_tui.allocator import GpuAllocator
     from tpnode_tui.config import load_settings
     from tpnode_tui.locks import make_lock
@@ -624,7 +624,7 @@ async def test_env_mode_hands_the_mig_device_to_the_job_by_uuid(dockerd):
 @pytest.mark.docker
 async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_slice_reservation_keeps_it(
         dockerd, runtime, tmp_path):
-    from services import write_scene
+    from helpers.services import write_scene
     from tpnode_tui.allocator import GpuAllocator
     from tpnode_tui.config import load_settings
     from tpnode_tui.locks import make_lock

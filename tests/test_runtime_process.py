@@ -639,7 +639,7 @@ def shared_state():
     (a pytest tmp_path is root's alone), removed afterwards."""
     import shutil
 
-    from accounts import shared_dir
+    from helpers.accounts import shared_dir
 
     base = shared_dir("tpn-runas-")
     yield base / "state"

@@ -1,6 +1,6 @@
 """The node's service: one reading for every reader, and actions checked against who asks.
 
-The runtime and probe are the in-memory stand-ins of tests/fakes.py (so a
+The runtime and probe are the in-memory stand-ins of tests/helpers/fakes.py (so a
 probe read can be counted and nothing else moves); the lock is the real flock.
 Callers are built by hand, because what the rules decide from an identity is
 what is under test here; identities from the kernel, with real accounts and a
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import MemoryRuntime, StaticProbe
+from helpers.fakes import MemoryRuntime, StaticProbe
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.identity import Caller, Operators

@@ -21,8 +21,8 @@ from typing import Optional
 import psutil
 import pytest
 
-from load_tools import kill_process_jobs
-from services import write_scene
+from helpers.load import kill_process_jobs
+from helpers.services import write_scene
 from tpnode_tui import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.identity import Caller, Operators

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from accounts import cli_as, runnable
-from agent_tools import shared_node
-from load_tools import wait_until
-from ssh_tools import Sshd
+from helpers.accounts import cli_as, runnable
+from helpers.agents import shared_node
+from helpers.load import wait_until
+from helpers.ssh import Sshd
 
 NODE = "tpn-node"
 

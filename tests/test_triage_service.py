@@ -1,6 +1,6 @@
 """The service's triage: drains by operators and by XIDs, the node's log, idle reservations, history.
 
-As in tests/test_service.py the runtime is the in-memory one of tests/fakes.py
+As in tests/test_service.py the runtime is the in-memory one of tests/helpers/fakes.py
 and callers are built by hand (what the rules decide from an identity is
 under test; the kernel's identities are in the agent tests); the probe is
 the simulated one where XIDs are raised through its scene file, and the lock
@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import MemoryRuntime, StaticProbe
-from services import write_scene
+from helpers.fakes import MemoryRuntime, StaticProbe
+from helpers.services import write_scene
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import DEFAULT_XID_DRAIN, load_settings
 from tpnode_tui.identity import Caller, Operators
@@ -397,7 +397,7 @@ async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(tmp_path
 
 
 def test_a_storm_of_xids_is_counted_on_the_card_not_listed_without_end():
-    from fleet_tools import node_snapshot
+    from helpers.fleet import node_snapshot
     from tpnode_tui.triage.compare import XIDS_NAMED, Triage
     from tpnode_tui.triage.history import History
 

@@ -1,7 +1,7 @@
 """The dashboard driven from the keyboard, over the real pieces.
 
 Each test runs the app (Textual's pilot) on a node served in the test's
-process, as the dashboard serves one without an agent (tests/tui_tools.py):
+process, as the dashboard serves one without an agent (tests/helpers/dashboard.py):
 the node's real service and allocator, the simulated probe reading a scene
 file in tmp_path, the process runtime with real processes in a tmp state dir,
 and the flock lock. What a test asserts is what an operator would see: the
@@ -17,19 +17,7 @@ import time
 
 import pytest
 
-from services import write_scene
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.identity import Caller
-from tpnode_tui.locks import make_lock
-from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port import LaunchRequest, ReserveRequest
-from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.extend import ExtendScreen
-from tpnode_tui.tui.screens.launch import LaunchScreen
-from tpnode_tui.tui.screens.reserve import ReserveScreen
-from tpnode_tui.tui.tiles import CardGrid
-from tui_tools import (
+from helpers.dashboard import (
     SIZE,
     Dashboard,
     Node,
@@ -46,6 +34,18 @@ from tui_tools import (
     tile_text,
     until,
 )
+from helpers.services import write_scene
+from tpnode_tui.allocator import GpuAllocator
+from tpnode_tui.identity import Caller
+from tpnode_tui.locks import make_lock
+from tpnode_tui.node.local import LocalNode
+from tpnode_tui.port import LaunchRequest, ReserveRequest
+from tpnode_tui.tui.app import NodeDashboard
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.extend import ExtendScreen
+from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.reserve import ReserveScreen
+from tpnode_tui.tui.tiles import CardGrid
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ The agent runs either in the test's own event loop over a real Unix socket
 watches), or as its own process as root, as systemd runs it; the dashboard
 is the real app over the product's agent client. What another account sees
 is seen by a dashboard run as that account: a real process of a real test
-account (tests/accounts.py), reporting what it showed.
+account (tests/helpers/accounts.py), reporting what it showed.
 """
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ import textwrap
 
 import pytest
 
-from accounts import runnable
-from agent_tools import Agent, running, shared_node
+from helpers.accounts import runnable
+from helpers.agents import Agent, running, shared_node
+from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text, until
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.launch import LaunchScreen
-from tui_tools import SIZE, Dashboard, fill, header, polled, queued, states, tile_text, until
 
 WAIT_S = 15.0
 

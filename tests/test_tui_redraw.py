@@ -14,10 +14,10 @@ import pytest
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from helpers.dashboard import Node
 from tpnode_tui.model import JobSpec
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.tiles import CardTile
-from tui_tools import Node
 
 WAIT_S = 15.0
 SIZE = (120, 40)

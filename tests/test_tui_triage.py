@@ -21,6 +21,7 @@ import pytest
 from rich.console import Console
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 
+from helpers.dashboard import SIZE, Dashboard, Node, fill, polled, states, tile_text, until
 from tpnode_tui.identity import Caller
 from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, NotAllowed, Sample
 from tpnode_tui.node.local import LocalNode
@@ -31,7 +32,6 @@ from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.drain import DrainScreen
 from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns, padded, squeeze, summary
 from tpnode_tui.tui.tiles import CardGrid
-from tui_tools import SIZE, Dashboard, Node, fill, polled, states, tile_text, until
 
 #: records that it got SIGTERM, and goes on: it needs SIGKILL to end
 STUBBORN = ("import pathlib, signal, sys, time\n"

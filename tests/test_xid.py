@@ -1,6 +1,6 @@
 """XIDs: the catalog's verdicts, the kernel log's lines, and the watchers.
 
-The NVML watcher runs against tests/fake_pynvml.py, which delivers events,
+The NVML watcher runs against tests/helpers/nvml.py, which delivers events,
 times out and raises nvidia-ml-py's own error classes; the kernel-log
 watcher reads records written to a pipe, as they come from /dev/kmsg; the
 lines parsed are NVIDIA drivers' own, as published in NVIDIA's
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from fake_pynvml import (
+from helpers.nvml import (
     EVENT_DOUBLE_BIT_ECC,
     EVENT_GPU_UNAVAILABLE,
     EVENT_XID,

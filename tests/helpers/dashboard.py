@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from load_tools import kill_process_jobs
-from services import write_scene
+from helpers.load import kill_process_jobs
+from helpers.paths import LOCK_WORKER
+from helpers.services import write_scene
 from tpnode_tui.config import load_settings
 from tpnode_tui.model import JobSpec
 from tpnode_tui.node.local import LocalNode
@@ -123,11 +124,11 @@ async def fill(pilot, screen, field: str, value: str) -> None:
 
 
 async def hold_the_flock(state_dir: Path) -> asyncio.subprocess.Process:
-    """Another process on the node holding the allocation lock (tests/lock_worker.py)."""
+    """Another process on the node holding the allocation lock (tests/helpers/lock_worker.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
     env.update(TUNEPLANE_STATE_DIR=str(state_dir))
     holder = await asyncio.create_subprocess_exec(
-        sys.executable, str(Path(__file__).with_name("lock_worker.py")), "hold",
+        sys.executable, str(LOCK_WORKER), "hold",
         env=env, stdout=asyncio.subprocess.PIPE)
     line = await asyncio.wait_for(holder.stdout.readline(), WAIT_S)
     assert line.startswith(b"held "), f"the lock holder said {line!r}"

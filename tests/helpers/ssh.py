@@ -7,7 +7,7 @@ product on PATH (the session's runnable copy) and the node's agent socket.
 Each account that uses it gets a key of its own and an ``~/.ssh/config``
 entry naming the node, as a user sets up SSH to reach a machine.
 
-With ``CI=true`` an sshd that cannot be started fails the test (services.py).
+With ``CI=true`` an sshd that cannot be started fails the test (helpers/services.py).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from accounts import Account, runnable
-from services import free_port, unavailable
+from helpers.accounts import Account, runnable
+from helpers.services import free_port, unavailable
 
 SSHD = "/usr/sbin/sshd"
 

@@ -9,7 +9,7 @@ then given back would not show in a check made only at the end.
 Run as a script, this file is the CLI with a fault injected at one chosen
 moment, so that a test can ``kill -9`` it exactly there:
 
-    python tests/load_tools.py stall-at WHERE CLI-ARGS...
+    python tests/helpers/load.py stall-at WHERE CLI-ARGS...
 
 WHERE is ``state-write`` (the process runtime has written the state file's new
 version to a temporary file and not yet put it in place) or ``start`` (the
@@ -328,7 +328,7 @@ def _inject(where: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] != "stall-at":
-        raise SystemExit("usage: load_tools.py stall-at state-write|start CLI-ARGS...")
+        raise SystemExit("usage: load.py stall-at state-write|start CLI-ARGS...")
     _inject(sys.argv[2])
     from tpnode_tui.cli import main
 

@@ -12,14 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from services import write_scene
+from helpers.paths import CHECKOUT
+from helpers.services import write_scene
 from tpnode_tui.fleet import record
 from tpnode_tui.model import CardFacts, JobState, NodeSnapshot, ProbeReading, ProcessFacts
 from tpnode_tui.occupancy import card_views, compute_occupancy
 from tpnode_tui.port import Reading
 
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def node_snapshot(cards: int = 8, *, host: str = "gpu-01", jobs: tuple[JobState, ...] = (),
@@ -94,7 +94,7 @@ class AgentProcess:
         self.log = self.dir / "agent.log"
         self.env = {
             "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8",
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": str(CHECKOUT),
             "TUNEPLANE_PROBE": f"simulated:{self.scene}", "TUNEPLANE_RUNTIME": "process",
             "TUNEPLANE_STATE_DIR": str(self.state), "TUNEPLANE_AGENT_SOCKET": str(self.socket),
             "TUNEPLANE_FLEET_URL": fleet_url, "TUNEPLANE_NODE_NAME": name,

@@ -19,9 +19,9 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from accounts import Account, Accounts, cli_as, shared_dir
-from load_tools import BOUND_S, kill_process_jobs, wait_until
-from services import write_scene
+from helpers.accounts import Account, Accounts, cli_as, shared_dir
+from helpers.load import BOUND_S, kill_process_jobs, wait_until
+from helpers.services import write_scene
 from tpnode_tui.agent.serve import serve
 from tpnode_tui.config import load_settings
 
