@@ -20,7 +20,8 @@ import pytest
 
 from helpers.accounts import cli_as, runnable
 from helpers.agents import shared_node
-from helpers.load import BOUND_S, shared_cards, wait_until
+from helpers.load import BOUND_S, shared_cards
+from helpers.waiting import until
 
 INTERVAL = "0.2"
 
@@ -54,7 +55,7 @@ def test_a_job_runs_as_its_caller_with_their_groups_and_their_log(node, accounts
     assert done.returncode == 0, done.stderr
     record = job(node.status(alice), "a-train")
     assert record["owner"] == alice.name and record["uid"] == alice.uid
-    sleeper = wait_until(lambda: _child_running(record["pid"], "sleep"), "the job's command to run")
+    sleeper = until(lambda: _child_running(record["pid"], "sleep"), "the job's command to run")
     status = Path(f"/proc/{sleeper}/status").read_text()
     uids = re.search(r"^Uid:\s+(.*)$", status, re.M).group(1).split()
     groups = {int(g) for g in re.search(r"^Groups:\s*(.*)$", status, re.M).group(1).split()}
@@ -89,7 +90,7 @@ def test_an_operator_may_name_another_owner_but_does_not_become_them(node, accou
         record = job(node.status(carol), run_id)
         assert record["owner"] == owner
         supervisor = record["pid"]
-        sleeper = wait_until(lambda: _child_running(supervisor, "sleep"), "the job's command to run")  # noqa: B023
+        sleeper = until(lambda: _child_running(supervisor, "sleep"), "the job's command to run")  # noqa: B023
         uids = re.search(r"^Uid:\s+(.*)$", Path(f"/proc/{sleeper}/status").read_text(), re.M).group(1).split()
         assert uids == [str(carol.uid)] * 4, (owner, uids)
     assert job(node.status(alice), "for-alice")["uid"] == alice.uid
@@ -191,9 +192,9 @@ def test_a_queued_launch_survives_the_agent_killed_outright_and_starts_once_ther
     listed = json.loads(node.cli(bob, "queue", "--json").stdout)["queue"]
     assert [(q["run_id"], q["owner"]) for q in listed] == [("later", bob.name)]
     assert node.cli(alice, "stop", "all").returncode == 0
-    started = wait_until(lambda: next((j for j in node.status(bob)["jobs"]
+    started = until(lambda: next((j for j in node.status(bob)["jobs"]
                                        if j["run_id"] == "later" and j["status"] == "running"), None),
-                         "the queued launch to start after the restart")
+                    "the queued launch to start after the restart")
     assert started["owner"] == bob.name and len(started["gpus"]) == 2
 
 

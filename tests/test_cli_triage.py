@@ -17,8 +17,9 @@ import pytest
 
 from helpers.accounts import runnable
 from helpers.agents import SharedNode, shared_node
-from helpers.load import BOUND_S, wait_until
+from helpers.load import BOUND_S
 from helpers.services import write_scene
+from helpers.waiting import until
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, a
     stubborn = bob.spawn(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"], env=bob.env())
     try:
         squat(node, 4, stubborn)
-        wait_until(lambda: card(node.status(carol), 4)["state"] == "external", "the squatter to be seen")
+        until(lambda: card(node.status(carol), 4)["state"] == "external", "the squatter to be seen")
 
         unasked = node.cli(carol, "evict", "4")  # no terminal to ask on
         assert unasked.returncode == 2 and "give --yes" in unasked.stderr
@@ -126,9 +127,9 @@ def test_events_follow_prints_what_happens_as_it_happens(node, accounts):
 
     try:
         assert node.cli(carol, "drain", "5", "--reason", "follow me").returncode == 0
-        wait_until(lambda: printed(5), "the first drain to be printed")
+        until(lambda: printed(5), "the first drain to be printed")
         assert node.cli(carol, "drain", "6", "--reason", "and me").returncode == 0
-        wait_until(lambda: printed(6), "the second drain to be printed as it happened")
+        until(lambda: printed(6), "the second drain to be printed as it happened")
     finally:
         follower.kill()
         follower.wait()
@@ -141,7 +142,7 @@ def test_evict_asked_on_a_terminal_signals_what_it_listed_and_nothing_that_came_
     master, terminal = os.openpty()
     try:
         squat(node, 5, listed)
-        wait_until(lambda: card(node.status(carol), 5)["state"] == "external", "the squatter to be seen")
+        until(lambda: card(node.status(carol), 5)["state"] == "external", "the squatter to be seen")
         asking = carol.spawn(runnable().argv("evict", "5"), env=node.env(carol),
                              stdin=terminal, stdout=terminal, stderr=terminal)
         os.close(terminal)
@@ -149,7 +150,7 @@ def test_evict_asked_on_a_terminal_signals_what_it_listed_and_nothing_that_came_
         assert f"pid {listed.pid} ({bob.name}, external" in question and "sleep 300" in question, question
 
         squat(node, 5, listed, later)  # a second squatter arrives while carol reads the question
-        wait_until(lambda: len(card(node.status(carol), 5)["holders"]) == 2, "the second squatter to be seen")
+        until(lambda: len(card(node.status(carol), 5)["holders"]) == 2, "the second squatter to be seen")
         os.write(master, b"y\n")
         answer = read_until(master, "\x00never")  # to the end
         assert asking.wait(BOUND_S) == 0, answer

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 
 import psutil
 import pytest
 
 from helpers.load import kill_process_jobs
 from helpers.services import write_scene
+from helpers.waiting import until_async
 from tpnode_tui import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.identity import Caller, Operators
@@ -30,7 +30,6 @@ from tpnode_tui.service import NodeService
 from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 
 ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
-WAIT_S = 20.0
 #: ignores SIGTERM: an ignored signal stays ignored across exec, so the sleep ignores it too
 STUBBORN = ["sh", "-c", "trap '' TERM; echo ready; exec sleep 300"]
 
@@ -156,12 +155,7 @@ async def test_on_a_reservation_only_the_intruder_is_evicted(node, accounts):
 
 async def job_command(supervisor_pid: int) -> psutil.Process:
     """The process a process job's supervisor started, once it runs."""
-    supervisor = psutil.Process(supervisor_pid)
-    deadline = time.monotonic() + WAIT_S
-    while not supervisor.children():
-        assert time.monotonic() < deadline, "the job's command did not start"
-        await asyncio.sleep(0.05)
-    [command] = supervisor.children()
+    [command] = await until_async(psutil.Process(supervisor_pid).children, "the job's command to start")
     return command
 
 
@@ -241,11 +235,9 @@ async def test_an_eviction_whose_asker_goes_away_is_finished_and_logged_as_it_en
     await asyncio.sleep(0.3)  # SIGTERM sent, the grace period under way
     asking.cancel()
     await asyncio.gather(asking, return_exceptions=True)
-    deadline = time.monotonic() + WAIT_S
     # the process's fate is logged as the grace period ends, the action's answer just after
-    while not {"evict", "action"} <= {e["kind"] for e in node.log.read()}:
-        assert time.monotonic() < deadline, "the eviction was never logged as it ended"
-        await asyncio.sleep(0.05)
+    await until_async(lambda: {"evict", "action"} <= {e["kind"] for e in node.log.read()},
+                      "the eviction to be logged as it ended")
     [event] = [e for e in node.log.read() if e["kind"] == "evict"]
     assert event["pid"] == stubborn.pid and event["outcome"] == RUNNING
     [action] = [e for e in node.log.read() if e["kind"] == "action"]

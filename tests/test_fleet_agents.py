@@ -21,6 +21,7 @@ from helpers.fleet import AgentProcess
 from helpers.load import kill_process_jobs
 from helpers.paths import CHECKOUT
 from helpers.services import write_scene
+from helpers.waiting import until
 from tpnode_tui.fleet.reader import FleetReader, read_once
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest
@@ -56,16 +57,6 @@ def fleet_json(redis_url: str) -> dict:
 def nodes(redis_url: str) -> dict[str, object]:
     fleet = asyncio.run(read_once(redis_url, redis_url))
     return {n.name: n for n in fleet.nodes}
-
-
-def until(predicate, what: str, timeout: float = WAIT_S, show=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}" + (f": {show()}" if show else "")
-        time.sleep(0.1)
 
 
 def test_three_agents_publish_and_a_change_arrives_without_waiting_for_a_period(agents, redis_url):

@@ -8,7 +8,6 @@ hand beside it, and a process in a real cgroup.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import time
@@ -19,6 +18,7 @@ import pytest
 
 from helpers.load import kill_process_jobs
 from helpers.services import write_scene
+from helpers.waiting import until_async
 from tpnode_tui import GpuAllocator
 from tpnode_tui.belonging import classify, part_of_job
 from tpnode_tui.config import load_settings
@@ -27,8 +27,6 @@ from tpnode_tui.model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, JobSpec, JobSt
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.procinfo import describe
 from tpnode_tui.runtimes.process import ProcessRuntime
-
-WAIT_S = 20.0
 
 
 @pytest.fixture
@@ -77,14 +75,6 @@ async def node(tmp_path):
     kill_process_jobs(n.state)
 
 
-async def until(predicate, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not (found := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-    return found
-
-
 def belongs(card) -> dict[int, str]:
     return {h.pid: h.belongs for h in card.holders}
 
@@ -103,7 +93,7 @@ async def test_a_process_jobs_children_are_its_own_and_another_users_process_int
                  and os.getsid(p.pid) == supervisor}
         return found if len(found) == 2 else None
 
-    sleeps = await until(job_sleeps, "the job's two sleeps")
+    sleeps = await until_async(job_sleeps, "the job's two sleeps")
     # The second was started from a subshell that exited: it is nobody's child
     # now, only its session says it is the job's.
     assert supervisor not in [p.pid for p in psutil.Process(sleeps["302"]).parents()]
@@ -206,7 +196,7 @@ async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_it
         return next((p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "303"]),
                     None)
 
-    pid = await until(escapee, "the job's setsid sleep")
+    pid = await until_async(escapee, "the job's setsid sleep")
     assert os.getsid(pid) != launched.job.pid  # out of the job's session and tree
     node.put(0, pid)
     card = (await node.allocator.snapshot()).cards[0]

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from helpers.waiting import until, until_async
 from tpnode_tui.model import ProcessFacts, SliceFacts
 from tpnode_tui.printable import printable_view
 from tpnode_tui.probes import health
@@ -198,7 +199,7 @@ async def test_an_nvidia_smi_that_outlives_its_kill_stops_new_ones_until_it_exit
 async def test_a_read_given_up_by_its_caller_kills_its_nvidia_smi(smi):
     smi(MODE="hang-group", HANG_S=HANG_S)
     task = asyncio.create_task(SmiProbe(timeout_s=60).read())
-    await _until(lambda: len(_sleepers()) == 10, "five hung nvidia-smi groups (four queries and topo -m)")
+    await until_async(lambda: len(_sleepers()) == 10, "five hung nvidia-smi groups (four queries and topo -m)")
     task.cancel()
     started = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
@@ -239,17 +240,7 @@ def _sleepers() -> list[psutil.Process]:
 
 def _gone(find, what: str) -> None:
     """Killing is not waiting: the processes go soon after, not at once."""
-    deadline = time.monotonic() + WAIT_S
-    while left := find():
-        assert time.monotonic() < deadline, f"{what} still running: {[p.pid for p in left]}"
-        time.sleep(0.05)
-
-
-async def _until(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} did not appear"
-        await asyncio.sleep(0.05)
+    until(lambda: not find(), f"{what} to end", WAIT_S, show=lambda: f"still running: {[p.pid for p in find()]}")
 
 
 async def test_not_on_path_is_blind(smi, monkeypatch, tmp_path):

@@ -43,11 +43,11 @@ from helpers.load import (
     shared_cards,
     spawn,
     status,
-    wait_until,
 )
 from helpers.nvml import FakeCard, FakeNvml, NVMLError_DriverNotLoaded
 from helpers.paths import LOCK_WORKER
 from helpers.services import write_scene
+from helpers.waiting import until, until_pilot
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import REDIS_KEY, make_lock
@@ -90,7 +90,7 @@ def test_a_killed_flock_holder_lets_the_waiting_cli_launch_through(node):
     holder, _ = _holder(env)
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "after", "--json", "--", "sleep", "120")
     try:
-        assert f"held by pid {holder.pid}" in wait_until(lambda: _lock_line(env), "status naming the holder")
+        assert f"held by pid {holder.pid}" in until(lambda: _lock_line(env), "status naming the holder")
         assert launch.poll() is None, "the launch went ahead while another process held the lock"
         os.kill(holder.pid, signal.SIGKILL)
         [done] = finish([launch], timeout=BOUND_S)
@@ -109,7 +109,7 @@ def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "after", "--json", "--", "sleep", "120")
     client = redis_sync.Redis.from_url(redis_url)
     try:
-        line = wait_until(lambda: _lock_line(env), "status naming the lease holder")
+        line = until(lambda: _lock_line(env), "status naming the lease holder")
         assert f"held by pid {holder.pid}" in line and "Redis lease" in line
         time.sleep(1.5)  # longer than a lease: the live holder's renewals keep it
         assert launch.poll() is None, "the launch went ahead while the lease was held"
@@ -137,7 +137,7 @@ def test_launches_wait_while_redis_is_down_say_so_and_finish_when_it_is_back(nod
     launches = [spawn(env, "launch", "--cards", "1", "--run-id", f"wait{i}", "--json", "--", "sleep", "120")
                 for i in range(6)]
     try:
-        wait_until(lambda: f"held by pid {holder.pid}" in _lock_line(env), "the launches queuing")
+        until(lambda: f"held by pid {holder.pid}" in _lock_line(env), "the launches queuing")
         with RuntimeSampler(env) as sampler:
             redis_server.stop()
             _kill(holder)
@@ -277,26 +277,21 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
     def tiles() -> list[str]:
         return [app.query_one(f"#card-{i}").render().plain for i in range(8)]
 
-    async def until(condition, what: str) -> None:
-        deadline = time.monotonic() + BOUND_S
-        while not condition():
-            assert time.monotonic() < deadline, f"{what} did not happen within {BOUND_S:g}s"
-            await pilot.pause(0.05)
-
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(lambda: app.snapshot is not None, "a first poll")
+            await until_pilot(pilot, lambda: app.snapshot is not None, "a first poll")
             assert any("FREE" in t for t in tiles())
             await asyncio.to_thread(dockerd.stop)
-            await until(lambda: app.stale_since is not None, "the dashboard noticing dockerd is gone")
+            await until_pilot(pilot, lambda: app.stale_since is not None, "the dashboard noticing dockerd is gone")
             banner = app.query_one("#stale-banner")
             for _ in range(3):  # several failed polls, not one
-                await until(lambda: "cannot reach the Docker engine" in str(banner.render()), "the engine error")
+                await until_pilot(pilot, lambda: "cannot reach the Docker engine" in str(banner.render()),
+                                  "the engine error")
                 assert banner.has_class("-shown")
                 assert not any("FREE" in t for t in tiles()), "a card shown free while the engine is unknown"
                 await pilot.pause(0.3)
             await asyncio.to_thread(dockerd.start)
-            await until(lambda: app.stale_since is None, "the dashboard recovering by itself")
+            await until_pilot(pilot, lambda: app.stale_since is None, "the dashboard recovering by itself")
             assert not banner.has_class("-shown")
             assert "survivor" in {j.run_id for j in app.snapshot.jobs}  # read back from its labels
             assert any("FREE" in t for t in tiles())
@@ -372,7 +367,7 @@ def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_noth
     after = status(env)
     assert (after["jobs"], after["by_job"]) == (before_status["jobs"], before_status["by_job"])
     # Its supervisor finds its launcher gone and ends without running the command.
-    wait_until(lambda: not _alive_with(marker), "the orphaned supervisor ending")
+    until(lambda: not _alive_with(marker), "the orphaned supervisor ending")
     assert not Path(marker).exists()
     done = cli(env, "launch", "--cards", "1", "--run-id", "next", "--json", "--", "sleep", "120")
     assert done.returncode == 0 and json.loads(done.stdout)["gpus"] == [2], done.stderr
@@ -394,7 +389,7 @@ def test_a_process_launch_killed_before_start_frees_its_cards_by_itself(node, tm
         jobs = status(env)["jobs"]
         return jobs if jobs and jobs[0]["status"] == "exited" else None
 
-    [job] = wait_until(ended, "the never-started job ending")
+    [job] = until(ended, "the never-started job ending")
     assert job["exit_code"] == 125  # "not started", as Docker says it
     assert not Path(marker).exists()
     assert status(env)["free"] == list(range(8))
@@ -466,7 +461,7 @@ def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(nod
         return [f"{pid} ({_job_of(pid) or 'no job'})" for pid in _alive_with(marker)
                 if _job_of(pid) not in live]
 
-    wait_until(lambda: not strays(), "every process of a killed launch ending or being on record")
+    until(lambda: not strays(), "every process of a killed launch ending or being on record")
     running = live_jobs(status(env))
     # No lock was left held: a launch gets an answer (placed, or refused if the
     # jobs that survived their launcher's death fill the node).
@@ -616,9 +611,9 @@ def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(node):
     env = node_env(*node)
     assert cli(env, "launch", "--cards", "2", "--run-id", "doomed", "--", "sleep", "120").returncode == 0
     supervisor = psutil.Process(_supervisor_pid(node[1], "doomed"))
-    [command] = wait_until(supervisor.children, "the supervisor starting the command")
+    [command] = until(supervisor.children, "the supervisor starting the command")
     command.kill()
-    wait_until(lambda: status(env)["jobs"][0]["status"] == "exited", "the job's end being read")
+    until(lambda: status(env)["jobs"][0]["status"] == "exited", "the job's end being read")
     data = status(env)
     assert data["jobs"][0]["exit_code"] == 137 and data["free"] == list(range(8))
     again = cli(env, "launch", "--cards", "2", "--run-id", "next", "--json", "--", "sleep", "120")
@@ -636,11 +631,11 @@ def test_a_process_job_holds_its_card_while_what_its_command_left_runs(node):
     leaves = ("sh", "-c", "trap '' TERM; sleep 300 & echo started $!")
     assert cli(env, "launch", "--cards", "1", "--run-id", "leaves", "--", *leaves).returncode == 0
     log = node[1] / "logs" / "leaves.log"
-    said = wait_until(lambda: log.exists() and "started" in log.read_text() and log.read_text(),
-                      "the command starting its sleep")
+    said = until(lambda: log.exists() and "started" in log.read_text() and log.read_text(),
+                 "the command starting its sleep")
     left = psutil.Process(int(said.split()[-1]))
     supervisor = psutil.Process(_supervisor_pid(node[1], "leaves"))
-    wait_until(lambda: not supervisor.children(), "the command ending")
+    until(lambda: not supervisor.children(), "the command ending")
     data = status(env)
     assert [(j["run_id"], j["status"]) for j in data["jobs"]] == [("leaves", "running")]
     assert data["by_job"] == {"0": "leaves"} and 0 not in data["free"]
@@ -663,8 +658,8 @@ def test_a_container_that_exits_frees_its_cards_and_stays_listed(dockerd, tmp_pa
     image = ["--image", dockerd.image, "--"]
     assert cli(env, "launch", "--cards", "2", "--run-id", "doomed", *image, *DOCKER_JOB).returncode == 0
     dockerd.cli("kill", "tpn-doomed")
-    wait_until(lambda: dockerd.cli("inspect", "-f", "{{.State.Status}}", "tpn-doomed").stdout.strip() == b"exited",
-               "the engine seeing the container exit")
+    until(lambda: dockerd.cli("inspect", "-f", "{{.State.Status}}", "tpn-doomed").stdout.strip() == b"exited",
+          "the engine seeing the container exit")
     data = status(env)  # the very next read
     [job] = data["jobs"]
     assert (job["status"], job["exit_code"]) == ("exited", 137) and data["free"] == list(range(8))

@@ -30,8 +30,8 @@ from helpers.load import (
     run_all,
     shared_cards,
     status,
-    wait_until,
 )
+from helpers.waiting import until
 
 CARDS = 8
 LAUNCHERS = 16  # at least twice the cards, so refusals are certain
@@ -170,8 +170,8 @@ def test_launches_mixed_with_reserve_stop_and_reclaim(node, request):
     for run_id, cards, command in (("old-a", 2, ()), ("old-b", 1, ()), ("old-c", 1, ("sh", "-c", "exit 3"))):
         proc = cli(node.env, *node.launch(run_id, cards, *command))
         assert proc.returncode == 0, proc.stderr
-    wait_until(lambda: {j["run_id"]: j["status"] for j in status(node.env)["jobs"]}.get("old-c") == "exited",
-               "old-c exiting")
+    until(lambda: {j["run_id"]: j["status"] for j in status(node.env)["jobs"]}.get("old-c") == "exited",
+          "old-c exiting")
 
     launches = [node.launch(f"m{i}", 1 + i % 2) for i in range(LAUNCHERS * scale)]
     reserves = [node.reserve(f"r{i}", 1) for i in range(3 * scale)]
@@ -226,7 +226,7 @@ async def test_the_samplers_see_a_card_given_twice(tmp_path):
         for run_id in ("one", "two"):
             await runtime.run(JobSpec(run_id=run_id, cards=1, command=PROCESS_JOB), [3])
         with RuntimeSampler(env) as direct, StatusSampler(env) as shown:
-            await asyncio.to_thread(wait_until, lambda: direct.samples >= 3 and shown.samples >= 1,
+            await asyncio.to_thread(until, lambda: direct.samples >= 3 and shown.samples >= 1,
                                     "a few samples")
         for sampler in (direct, shown):
             assert sampler.violations and sampler.violations[0][1] == {3: ["one", "two"]}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.waiting import until_async
 from tpnode_tui.config import DOCKER_GPU_MODES
 from tpnode_tui.model import (
     BadRequest,
@@ -47,14 +48,15 @@ async def by_name(rt: DockerRuntime) -> dict:
 
 
 async def wait_for_status(rt: DockerRuntime, name: str, status: str, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while True:
-        state = (await by_name(rt)).get(name)
-        if state is not None and state.status == status:
-            return state
-        if time.monotonic() > deadline:
-            pytest.fail(f"{name} did not reach {status!r} within {timeout:g}s (last: {state})")
-        await asyncio.sleep(0.1)
+    """The container's state, once its status is ``status``."""
+    last: list = [None]
+
+    async def reached():
+        last[0] = (await by_name(rt)).get(name)
+        return last[0] if last[0] is not None and last[0].status == status else None
+
+    return await until_async(reached, f"{name} to reach {status!r}", timeout, every=0.1,
+                             show=lambda: f"last: {last[0]}")
 
 
 def inspect(dockerd, name: str, template: str):

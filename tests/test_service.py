@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from helpers.fakes import MemoryRuntime, StaticProbe
+from helpers.waiting import until_async
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.identity import Caller, Operators
@@ -54,13 +55,6 @@ async def node(tmp_path):
     await n.allocator.close()
 
 
-async def until(predicate, what):
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 async def test_many_readers_cost_one_probe_read_per_poll(node):
     readers = [node.service.subscribe() for _ in range(20)]
     got = [[] for _ in readers]
@@ -72,8 +66,8 @@ async def test_many_readers_cost_one_probe_read_per_poll(node):
     tasks = [asyncio.ensure_future(read(n, it)) for n, it in enumerate(readers)]
     for _ in range(5):
         await node.service.poll()
-    await until(lambda: all(seqs and seqs[-1] == node.service.reading.seq for seqs in got),
-                "every reader to see the last reading")
+    await until_async(lambda: all(seqs and seqs[-1] == node.service.reading.seq for seqs in got),
+                      "every reader to see the last reading")
     assert node.probe.reads == 5
     assert node.service.subscribers == 20
     for task in tasks:
@@ -129,8 +123,8 @@ async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_t
     runner = asyncio.ensure_future(node.service.run())
     try:
         # Started, and the launch that placed it has returned (until then it is listed as placing).
-        await until(lambda: "tpn-wants-3" in node.runtime.jobs and "tpn-wants-1" in node.runtime.jobs
-                    and node.service.queued() == (), "both queued launches to start in order")
+        await until_async(lambda: "tpn-wants-3" in node.runtime.jobs and "tpn-wants-1" in node.runtime.jobs
+                          and node.service.queued() == (), "both queued launches to start in order")
     finally:
         runner.cancel()
     assert list(node.runtime.started)[-2:] == ["tpn-wants-3", "tpn-wants-1"]
@@ -149,8 +143,8 @@ async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_
         await n.launch(BOB, "queued-c", 1, queue=True)
         await n.service.poll()
         n.service.launches.try_queue()
-        await until(lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(),
-                    "a round of the queue")
+        await until_async(lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(),
+                          "a round of the queue")
         assert "tpn-later" not in n.runtime.jobs
         assert [q.run_id for q in n.service.queued()] == ["later", "queued-b", "queued-c"]
     finally:
@@ -162,7 +156,7 @@ async def test_a_launch_waiting_for_the_lock_is_listed_and_its_owner_can_cancel_
     other = make_lock(node.settings)  # another holder of the flock, as another process would be
     async with other.hold():
         waiting = asyncio.ensure_future(node.launch(ALICE, "w1", 1))
-        await until(lambda: node.allocator.lock.waiting, "the launch to wait for the lock")
+        await until_async(lambda: node.allocator.lock.waiting, "the launch to wait for the lock")
         await node.service.poll()
         [shown] = node.service.reading.snapshot.queue
         assert (shown.run_id, shown.state, shown.owner) == ("w1", "waiting", "alice")
@@ -180,7 +174,7 @@ async def test_a_launch_whose_asker_goes_away_while_it_waits_is_dropped(node):
     other = make_lock(node.settings)
     async with other.hold():
         asker = asyncio.ensure_future(node.launch(ALICE, "gone", 1))
-        await until(lambda: node.allocator.lock.waiting, "the launch to wait")
+        await until_async(lambda: node.allocator.lock.waiting, "the launch to wait")
         asker.cancel()
         await asyncio.sleep(0.1)
         assert node.service.queued() == ()
@@ -252,16 +246,16 @@ async def test_a_broken_queue_file_is_said_by_the_readings_and_the_polls_go_on(n
     await node.launch(BOB, "waits", 1, queue=True)
     runner = asyncio.ensure_future(node.service.run())
     try:
-        await until(lambda: node.service.reading.snapshot is not None and node.service.reading.error is None,
-                    "a first reading")
+        await until_async(lambda: node.service.reading.snapshot is not None and node.service.reading.error is None,
+                          "a first reading")
         queue_file = node.settings.state_dir / "queue.json"
         good = queue_file.read_bytes()
         queue_file.write_text("{broken")
-        await until(lambda: "launch queue" in (node.service.reading.error or ""), "the reading to say so")
+        await until_async(lambda: "launch queue" in (node.service.reading.error or ""), "the reading to say so")
         reads = node.probe.reads
-        await until(lambda: node.probe.reads >= reads + 3, "the polls to go on")
+        await until_async(lambda: node.probe.reads >= reads + 3, "the polls to go on")
         queue_file.write_bytes(good)
-        await until(lambda: node.service.reading.error is None, "a good reading again")
+        await until_async(lambda: node.service.reading.error is None, "a good reading again")
         assert [q.run_id for q in node.service.reading.snapshot.queue] == ["waits"]
     finally:
         runner.cancel()
@@ -278,12 +272,12 @@ async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(node):
     await node.service.poll()
     node.service.launches.try_queue()
     launches = node.service.launches
-    await until(lambda: launches._round is not None and launches._round.done(), "a round")
+    await until_async(lambda: launches._round is not None and launches._round.done(), "a round")
     assert [q.run_id for q in node.service.queued()] == ["first", "second"], "both kept their place"
     assert "tpn-first" not in node.runtime.jobs
     drains.unlink()
     node.service.launches.try_queue()
-    await until(lambda: "tpn-first" in node.runtime.jobs and "tpn-second" in node.runtime.jobs, "both to start")
+    await until_async(lambda: "tpn-first" in node.runtime.jobs and "tpn-second" in node.runtime.jobs, "both to start")
 
 
 async def test_someone_else_s_run_id_is_not_theirs_to_get_back(node):

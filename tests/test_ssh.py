@@ -17,8 +17,8 @@ import pytest
 
 from helpers.accounts import cli_as, runnable
 from helpers.agents import shared_node
-from helpers.load import wait_until
 from helpers.ssh import Sshd
+from helpers.waiting import until
 
 NODE = "tpn-node"
 
@@ -65,7 +65,7 @@ def test_a_job_launched_over_ssh_runs_as_its_caller_in_their_home(reach, account
     job = next(j for j in node.status(alice)["jobs"] if j["run_id"] == "a-ssh")
     assert job["owner"] == alice.name and job["uid"] == alice.uid
     supervisor = job["pid"]
-    sleeper = wait_until(lambda: _child(supervisor, "sleep"), "the job's command to run")
+    sleeper = until(lambda: _child(supervisor, "sleep"), "the job's command to run")
     uids = re.search(r"^Uid:\s+(.*)$", Path(f"/proc/{sleeper}/status").read_text(), re.M).group(1).split()
     assert set(map(int, uids)) == {alice.uid}
     assert Path(f"/proc/{sleeper}/cwd").resolve() == alice.home.resolve()  # a login's, not this machine's

@@ -18,6 +18,7 @@ import pytest
 
 from helpers.fakes import MemoryRuntime, StaticProbe
 from helpers.services import write_scene
+from helpers.waiting import until_async
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import DEFAULT_XID_DRAIN, load_settings
 from tpnode_tui.identity import Caller, Operators
@@ -41,7 +42,6 @@ from tpnode_tui.xid import XidRules
 ALICE = Caller(uid=5001, gid=5001, user="alice", pid=11)
 BOB = Caller(uid=5002, gid=5002, user="bob", pid=12)
 ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
-WAIT_S = 10.0
 
 
 class Clock:
@@ -92,14 +92,6 @@ async def node(tmp_path):
 def watching(node) -> bool:
     snap = node.service.reading.snapshot
     return snap is not None and snap.xid_watch == "simulated"
-
-
-async def until(predicate, what: str):
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not (found := predicate()):
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-    return found
 
 
 # ── drains by operators ─────────────────────────────────────────────────────
@@ -190,10 +182,10 @@ def raise_xids(node, card: int, *events: dict) -> None:
 
 async def test_xid_79_drains_its_card_saying_to_reboot_and_is_handled_once(simulated):
     simulated.serve()
-    await until(lambda: watching(simulated), "the XID watcher")
+    await until_async(lambda: watching(simulated), "the XID watcher")
     raise_xids(simulated, 1, {"id": "e1", "xid": 79})
-    await until(lambda: simulated.kinds("drain"), "the drain")
-    await until(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained", "a reading")
+    await until_async(lambda: simulated.kinds("drain"), "the drain")
+    await until_async(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained", "a reading")
     card = simulated.service.reading.snapshot.cards[1]
     assert (card.drain.source, card.drain.xid, card.drain.by) == ("xid", 79, "xid")
     assert card.reason == "XID 79: GPU has fallen off the bus; reboot the node"
@@ -206,15 +198,15 @@ async def test_xid_79_drains_its_card_saying_to_reboot_and_is_handled_once(simul
 async def test_an_application_xid_is_logged_against_the_job_and_shown_without_draining(simulated):
     simulated.serve()
     await simulated.service.launch(ALICE, LaunchRequest(cards=1, command=("sh",), run_id="train"))
-    await until(lambda: watching(simulated), "the XID watcher")
+    await until_async(lambda: watching(simulated), "the XID watcher")
     raise_xids(simulated, 0, {"id": "a", "xid": 13, "pid": 4242})
-    [entry] = await until(lambda: simulated.kinds("xid"), "the XID in the log")
+    [entry] = await until_async(lambda: simulated.kinds("xid"), "the XID in the log")
     assert (entry["cards"], entry["xid"], entry["verdict"], entry["run_id"], entry["owner"], entry["pid"]) == (
         [0], 13, "application", "train", "alice", 4242)
     assert entry["message"] == ("card 0: XID 13: graphics engine exception (the program on the card faulted) "
                                 "while train of alice held it; the program on the card failed; the card is "
                                 "fine and was not drained")
-    card = await until(lambda: (c := simulated.service.reading.snapshot.cards[0]).warning and c, "the warning")
+    card = await until_async(lambda: (c := simulated.service.reading.snapshot.cards[0]).warning and c, "the warning")
     assert card.state == "job" and card.drain is None
     assert "XID 13 at" in card.warning and "(the program of train of alice)" in card.warning
     assert simulated.kinds("drain") == []
@@ -222,13 +214,13 @@ async def test_an_application_xid_is_logged_against_the_job_and_shown_without_dr
 
 async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_action_wins(simulated):
     simulated.serve()
-    await until(lambda: watching(simulated), "the XID watcher")
+    await until_async(lambda: watching(simulated), "the XID watcher")
     raise_xids(simulated, 2, {"id": "o", "xid": 63})
     raise_xids(simulated, 3, {"id": "i", "xid": 92})
     raise_xids(simulated, 1, {"id": "r", "xid": 13, "recovery_action": 1})
-    await until(lambda: len(simulated.kinds("xid")) == 3, "three XIDs in the log")
-    snap = await until(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained" and s,
-                       "the drain")
+    await until_async(lambda: len(simulated.kinds("xid")) == 3, "three XIDs in the log")
+    snap = await until_async(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained" and s,
+                             "the drain")
     assert "XID 63 at" in snap.cards[2].warning and snap.cards[2].state == "free"
     assert snap.cards[3].warning is None and snap.cards[3].state == "free"
     assert snap.cards[1].reason == ("XID 13: graphics engine exception (the program on the card faulted); "
@@ -239,7 +231,7 @@ async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_act
 
 async def test_a_snapshot_says_when_xids_are_not_watched_and_why(node):
     node.serve()
-    await until(lambda: node.service.reading.snapshot, "a reading")
+    await until_async(lambda: node.service.reading.snapshot, "a reading")
     await asyncio.sleep(0.2)
     snap = node.service.reading.snapshot
     assert snap.xid_watch == "" and snap.xid_problem == "XID events are not watched: the static probe reports none"
@@ -304,10 +296,10 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(node):
 
     follower = asyncio.ensure_future(follow())
     try:
-        await until(lambda: got, "the past")
+        await until_async(lambda: got, "the past")
         await node.service.undrain_card(ROOT, 1)
         await node.service.drain_card(ROOT, 2, "new")
-        await until(lambda: len(got) == 3, "the undrain and the new drain")
+        await until_async(lambda: len(got) == 3, "the undrain and the new drain")
         await asyncio.sleep(0.1)
     finally:
         follower.cancel()
@@ -384,7 +376,7 @@ async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(tmp_path
     try:
         for hops in range(4):
             runner = asyncio.ensure_future(n.service.run())
-            await until(lambda: n.service.reading.seq > 0, "a first poll")
+            await until_async(lambda: n.service.reading.seq > 0, "a first poll")
             await asyncio.sleep(0.05)  # waiting out the interval now
             n.service.poll_soon()
             for _ in range(hops):

@@ -20,7 +20,8 @@ import pytest
 
 from helpers.accounts import runnable
 from helpers.agents import Agent, running, shared_node
-from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text, until
+from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text
+from helpers.waiting import until_async, until_pilot
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
@@ -45,8 +46,8 @@ async def test_through_the_agent_the_header_names_you_and_the_socket_and_a_launc
         await fill(pilot, app.screen, "cards", "2")
         await fill(pilot, app.screen, "run-id", "via-agent")
         await pilot.press("enter")
-        await until(pilot, lambda: app.heard("Launched: via-agent got cards 0,1."), "the launch")
-        await until(pilot, lambda: states(app)[:2] == ["job", "job"], "the job on its cards")
+        await until_pilot(pilot, lambda: app.heard("Launched: via-agent got cards 0,1."), "the launch")
+        await until_pilot(pilot, lambda: states(app)[:2] == ["job", "job"], "the job on its cards")
         [job] = app.snapshot.jobs
         assert job.owner == "root"  # the kernel's name for the asker
         assert "via-agent" in tile_text(app, 0)
@@ -56,13 +57,13 @@ async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_r
     await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="survivor"))
     app = Dashboard(client, default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.snapshot and states(app)[0] == "job", "the running job")
+        await until_pilot(pilot, lambda: app.snapshot and states(app)[0] == "job", "the running job")
         assert "FREE" in tile_text(app, 1)
 
         agent.stop.set()
         await asyncio.wait_for(agent.task, WAIT_S)
         banner = app.query_one("#stale-banner")
-        await until(pilot, lambda: banner.has_class("-shown"), "the banner")
+        await until_pilot(pilot, lambda: banner.has_class("-shown"), "the banner")
         text = str(banner.render())
         assert text.startswith("agent not answering since ") and f"no agent answers at {agent.socket}" in text
         assert "it reconnects by itself" in text
@@ -78,13 +79,13 @@ async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_r
 
         agent.stop = asyncio.Event()
         await agent.start()  # the same socket, a new agent: the dashboard finds it by itself
-        await until(pilot, lambda: not banner.has_class("-shown"), "the dashboard to reconnect")
+        await until_pilot(pilot, lambda: not banner.has_class("-shown"), "the dashboard to reconnect")
         assert app.stale_since is None and "reconnecting" not in header(app)
         assert "survivor" in tile_text(app, 0) and "FREE" in tile_text(app, 1)
         await pilot.press("l")
         await fill(pilot, app.screen, "run-id", "after-the-restart")
         await pilot.press("enter")
-        await until(pilot, lambda: app.heard("Launched: after-the-restart got card 1."), "a launch once back")
+        await until_pilot(pilot, lambda: app.heard("Launched: after-the-restart got card 1."), "a launch once back")
 
 
 async def test_with_the_log_open_the_agent_still_stops_at_once_and_the_log_follows_the_next_one(agent, client):
@@ -95,17 +96,18 @@ async def test_with_the_log_open_the_agent_still_stops_at_once_and_the_log_follo
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
-        await until(pilot, lambda: any("before the restart" in e["message"] for e in app.node_log.entries), "the log")
+        await until_pilot(pilot, lambda: any("before the restart" in e["message"] for e in app.node_log.entries),
+                          "the log")
 
         agent.stop.set()
         await asyncio.wait_for(agent.task, WAIT_S)  # not held up by the dashboard's stream
-        await until(pilot, lambda: app.node_log.problem is not None, "the pane to say it is not following")
+        await until_pilot(pilot, lambda: app.node_log.problem is not None, "the pane to say it is not following")
 
         agent.stop = asyncio.Event()
         await agent.start()
         await client.drain(5, "after the restart")
-        await until(pilot, lambda: any("after the restart" in e["message"] for e in app.node_log.entries),
-                    "the log followed again, from the new agent")
+        await until_pilot(pilot, lambda: any("after the restart" in e["message"] for e in app.node_log.entries),
+                          "the log followed again, from the new agent")
         assert app.node_log.problem is None
         assert [e["message"] for e in app.node_log.entries].count("card 3 drained by root: before the restart") == 1
 
@@ -116,19 +118,17 @@ async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await app._enqueue(LaunchRequest(cards=1, command=("sleep", "60"), run_id="later"))
-        await until(pilot, lambda: queued(app) == ["later"], "the launch in the agent's queue")
+        await until_pilot(pilot, lambda: queued(app) == ["later"], "the launch in the agent's queue")
         assert app.heard("The node's agent keeps it, with or without this dashboard.")
         await pilot.press("q")
         assert not isinstance(app.screen, ConfirmScreen), "quitting asked, though the agent keeps the queue"
         assert app.return_code == 0
     assert [q.run_id for q in await client.queued()] == ["later"], "the queue went with the dashboard"
     await client.stop("everything")
-    for _ in range(int(WAIT_S / 0.1)):
-        if any(j.run_id == "later" and j.live for j in (await client.status()).snapshot.jobs):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the queued launch never started after the dashboard quit")
+    async def started() -> bool:
+        return any(j.run_id == "later" and j.live for j in (await client.status()).snapshot.jobs)
+
+    await until_async(started, "the queued launch to start after the dashboard quit", every=0.1)
 
 
 # -- the agent as its own process, and other accounts ----------------------------------
@@ -151,7 +151,7 @@ async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_
             await fill(pilot, app.screen, "cards", "2")
             await fill(pilot, app.screen, "run-id", "real-agent")
             await pilot.press("enter")
-            await until(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on its cards")
+            await until_pilot(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on its cards")
             assert app.heard("Launched: real-agent got cards 0,1.")
             assert "export CUDA_VISIBLE_DEVICES=0,1" in str(app.query_one("#detail-text").render())
     finally:

@@ -7,20 +7,17 @@ appears on the selected card) still reaches the tile and the footer.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
-from helpers.dashboard import Node
+from helpers.dashboard import SIZE, Node, polled
+from helpers.waiting import until_pilot
 from tpnode_tui.model import JobSpec
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.tiles import CardTile
-
-WAIT_S = 15.0
-SIZE = (120, 40)
 
 
 @pytest.fixture
@@ -30,16 +27,9 @@ async def node(tmp_path: Path):
     await n.close()
 
 
-async def until(pilot, condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.05)
-
-
 async def polls(pilot, app: NodeDashboard, n: int) -> None:
-    target = app.readings + n
-    await until(pilot, lambda: app.readings >= target, f"{n} readings")
+    """n more readings, and what they drew."""
+    await polled(pilot, app, n)
     await pilot.pause()
 
 
@@ -80,7 +70,7 @@ async def test_a_job_that_appears_between_polls_reaches_the_tile_and_the_footer(
         assert "stop" not in footer_actions(app), "nothing to stop on a free card"
         assert "launch" in footer_actions(app)
         await node.allocator.launch(JobSpec(run_id="appears", cards=1, command=("sleep", "60"), owner="tester"))
-        await until(pilot, lambda: "stop" in footer_actions(app), "the footer to offer Stop")
+        await until_pilot(pilot, lambda: "stop" in footer_actions(app), "the footer to offer Stop")
         tile = app.query_one("#card-0", CardTile)
         assert "appears" in tile.render().plain
         assert app.query_one("#card-0").has_class("state-job")

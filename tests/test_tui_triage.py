@@ -21,7 +21,8 @@ import pytest
 from rich.console import Console
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 
-from helpers.dashboard import SIZE, Dashboard, Node, fill, polled, states, tile_text, until
+from helpers.dashboard import SIZE, Dashboard, Node, fill, polled, states, tile_text
+from helpers.waiting import until_pilot
 from tpnode_tui.identity import Caller
 from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, NotAllowed, Sample
 from tpnode_tui.node.local import LocalNode
@@ -95,7 +96,7 @@ async def test_drain_asks_why_and_the_card_says_reason_who_and_when(node):
         assert app.screen is screen and "say why" in str(screen.query_one("#reason-error").render())
         await fill(pilot, screen, "reason", "fan failing, RMA 4411")
         await pilot.press("enter")
-        await until(pilot, lambda: states(app)[1] == "drained", "card 1 drained")
+        await until_pilot(pilot, lambda: states(app)[1] == "drained", "card 1 drained")
         assert app.heard("Drained: Card 1 is out of service: fan failing, RMA 4411")
         assert "DRAINED" in tile_text(app, 1) and "fan failing" in tile_text(app, 1)
         assert "by root" in tile_text(app, 1)
@@ -120,7 +121,7 @@ async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_p
         assert isinstance(app.screen, ConfirmScreen)
         assert "row remapping: reset in the maintenance window" in dialog(app)
         await pilot.press("y")
-        await until(pilot, lambda: app.heard("Card 2 stays drained: card 2 stays drained: it still reports row "
+        await until_pilot(pilot, lambda: app.heard("Card 2 stays drained: card 2 stays drained: it still reports row "
                                              "remapping pending"), "the node's refusal")
         await polled(pilot, app)
         assert states(app)[2] == "drained"
@@ -128,9 +129,9 @@ async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_p
         edit_scene(node, 2, health={})
         await polled(pilot, app, 2)
         await pilot.press("u")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         await pilot.press("y")
-        await until(pilot, lambda: states(app)[2] == "free", "card 2 back in service")
+        await until_pilot(pilot, lambda: states(app)[2] == "free", "card 2 back in service")
         assert app.heard("Undrained: Card 2 is back in service (it was drained by root: row remapping")
 
 
@@ -150,23 +151,23 @@ async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_befo
             await select(pilot, app, 2)
             assert app.snapshot.cards[2].state == "external"
             await pilot.press("k")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the dry run's list")
+            await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the dry run's list")
             asked = dialog(app)
             assert f"pid {stubborn.pid} · root" in asked and "card 2, external" in asked, asked
             assert "would be sent SIGTERM" in asked
             assert not marker.exists(), "the dry run signalled the process"
 
             await pilot.press("y")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Kill what is left on card 2?"
-                        in str(app.screen.query_one(".dialog-title").render()), "the SIGKILL question")
+            await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Kill what is left on card 2?"
+                              in str(app.screen.query_one(".dialog-title").render()), "the SIGKILL question")
             assert marker.read_text() == "TERM"
             assert stubborn.poll() is None, "only SIGTERM was sent so far"
             assert "did not end within 0.5 s of SIGTERM" in dialog(app)
 
             await pilot.press("y")
-            await until(pilot, lambda: stubborn.poll() is not None, "the process to be killed")
+            await until_pilot(pilot, lambda: stubborn.poll() is not None, "the process to be killed")
             assert stubborn.returncode == -signal.SIGKILL
-            await until(pilot, lambda: app.heard("killed with SIGKILL"), "the outcome")
+            await until_pilot(pilot, lambda: app.heard("killed with SIGKILL"), "the outcome")
             assert app.heard(f"pid {stubborn.pid} (root, ")
             logged = [e for e in await node.local.events(card=2) if e["kind"] == "evict"]
             assert [e["outcome"] for e in logged] == ["running", "killed"], logged
@@ -199,7 +200,7 @@ async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypa
             await pilot.pause(0.1)
             assert app.check_action("evict", ()) is False, "not offered while its question is on its way"
             await pilot.press("k")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+            await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
             await pilot.pause(0.7)
             assert len(app.screen_stack) == 2 and dry_runs == [1], (app.screen_stack, dry_runs)
             await pilot.press("n")
@@ -227,10 +228,10 @@ async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
-        await until(pilot, lambda: "it went away" in pane_text(app), "the problem while it lasts")
-        await until(pilot, lambda: len(calls) >= 2 and "it went away" not in pane_text(app), "following again")
+        await until_pilot(pilot, lambda: "it went away" in pane_text(app), "the problem while it lasts")
+        await until_pilot(pilot, lambda: len(calls) >= 2 and "it went away" not in pane_text(app), "following again")
         await node.local.drain(2, "after the reconnect")
-        await until(pilot, lambda: "after the reconnect" in pane_text(app), "a new entry")
+        await until_pilot(pilot, lambda: "after the reconnect" in pane_text(app), "a new entry")
 
 
 async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signalled(node):
@@ -244,12 +245,12 @@ async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signa
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 2)
         await pilot.press("k")
-        await until(pilot, lambda: app.heard("Nothing to evict on card 0"), "the refusal for card 0")
+        await until_pilot(pilot, lambda: app.heard("Nothing to evict on card 0"), "the refusal for card 0")
         assert app.heard(f"pid {job.job.pid} is part of platform job mine on card 0; end the job with: "
                          "tpnode-tui stop mine")
         await select(pilot, app, 3)
         await pilot.press("k")
-        await until(pilot, lambda: app.heard("Nothing to evict on card 3"), "the refusal for card 3")
+        await until_pilot(pilot, lambda: app.heard("Nothing to evict on card 3"), "the refusal for card 3")
         assert app.heard("pid 1 is the system's init process; it is never evicted")
         assert app.heard(f"pid {unseen} cannot be looked at from this machine")
         assert not isinstance(app.screen, ConfirmScreen), "nothing to confirm"
@@ -320,29 +321,29 @@ async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_sel
         await pilot.press("e")
         pane = app.query_one(EventsPane)
         assert pane.display and not app.query_one("#jobs").display, "the log takes the jobs table's place"
-        await until(pilot, lambda: "card 3 drained by root: first" in pane_text(app), "the hour so far")
+        await until_pilot(pilot, lambda: "card 3 drained by root: first" in pane_text(app), "the hour so far")
 
         await node.local.drain(1, "second \x1b[2J [/] [@click=quit]")  # another account's words, escaped
-        await until(pilot, lambda: "second" in pane_text(app), "a new entry as it is written")
+        await until_pilot(pilot, lambda: "second" in pane_text(app), "a new entry as it is written")
         text = pane_text(app)
         assert text.index("second") < text.index("first"), "newest first"
         assert "\\x1b[2J [/] [@click=quit]" in text and "\x1b" not in text
 
         await select(pilot, app, 3)
         await pilot.press("f")
-        await until(pilot, lambda: app.node_log.card == 3 and "first" in pane_text(app)
-                    and "second" not in pane_text(app), "card 3's entries only")
+        await until_pilot(pilot, lambda: app.node_log.card == 3 and "first" in pane_text(app)
+                          and "second" not in pane_text(app), "card 3's entries only")
         assert "card 3 only" in str(pane.border_title)
         await select(pilot, app, 1)  # kept to one card: the selected one
-        await until(pilot, lambda: "second" in pane_text(app) and "first" not in pane_text(app), "card 1's")
+        await until_pilot(pilot, lambda: "second" in pane_text(app) and "first" not in pane_text(app), "card 1's")
         await pilot.press("f")
-        await until(pilot, lambda: "first" in pane_text(app) and "second" in pane_text(app), "every card again")
+        await until_pilot(pilot, lambda: "first" in pane_text(app) and "second" in pane_text(app), "every card again")
 
         rounds = EVENTS_KEPT // 4 + 5  # a busy log (four entries a round): the pane keeps the newest only
         for n in range(rounds):
             await node.local.undrain(3)
             await node.local.drain(3, f"again {n}")
-        await until(pilot, lambda: f"again {rounds - 1}" in pane_text(app), "the newest entry")
+        await until_pilot(pilot, lambda: f"again {rounds - 1}" in pane_text(app), "the newest entry")
         assert len(app.node_log.entries) == EVENTS_KEPT
 
         await pilot.press("e")
@@ -410,13 +411,13 @@ async def test_history_is_fetched_when_the_selection_changes_not_every_poll(node
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await until(pilot, lambda: app.history.fetches >= 1, "the first fetch")
+        await until_pilot(pilot, lambda: app.history.fetches >= 1, "the first fetch")
         assert asked[0] is None, "the tiles' lines: every card, once"
         await polled(pilot, app, 8)
         assert len(asked) <= 2, f"fetched {len(asked)} times in 9 polls: {asked}"
         await select(pilot, app, 1)
-        await until(pilot, lambda: 1 in asked, "card 1's history when it is selected")
-        await until(pilot, lambda: app.query_one("#spark-utilization_pct", FixedSparkline).values[-1] == 90.0,
-                    "card 1's utilisation on its line")
+        await until_pilot(pilot, lambda: 1 in asked, "card 1's history when it is selected")
+        await until_pilot(pilot, lambda: app.query_one("#spark-utilization_pct", FixedSparkline).values[-1] == 90.0,
+                          "card 1's utilisation on its line")
         assert "0-100 %" in str(app.query_one("#spark-utilization_pct-caption").render())
         assert any(bar in tile_text(app, 1) for bar in BARS), tile_text(app, 1)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Callable
 
 from helpers.load import kill_process_jobs
 from helpers.paths import LOCK_WORKER
 from helpers.services import write_scene
+from helpers.waiting import until_pilot
 from tpnode_tui.config import load_settings
 from tpnode_tui.model import JobSpec
 from tpnode_tui.node.local import LocalNode
@@ -65,18 +64,10 @@ class Node:
         kill_process_jobs(self.state)  # every job the test started: this state dir is the test's own
 
 
-async def until(pilot, condition: Callable[[], object], what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, (
-            f"timed out waiting for {what}; the dashboard said {getattr(pilot.app, 'said', [])}")
-        await pilot.pause(0.05)
-
-
 async def polled(pilot, app: NodeDashboard, n: int = 1) -> None:
     """Wait for n more readings (of a successful or a failed poll) to land."""
     target = app.readings + n
-    await until(pilot, lambda: app.readings >= target, f"{n} reading(s)")
+    await until_pilot(pilot, lambda: app.readings >= target, f"{n} reading(s)")
 
 
 def tile_text(app: NodeDashboard, index: int) -> str:

@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 from helpers.paths import CHECKOUT
 from helpers.services import write_scene
+from helpers.waiting import until
 from tpnode_tui.fleet import record
 from tpnode_tui.model import CardFacts, JobState, NodeSnapshot, ProbeReading, ProcessFacts
 from tpnode_tui.occupancy import card_views, compute_occupancy
@@ -110,11 +110,10 @@ class AgentProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tpnode_tui", "-v", "--interval", str(self.interval), "agent"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while not self.socket.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"agent {self.name} did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
+        until(lambda: self.socket.exists() or self.proc.poll() is not None, f"agent {self.name} to start", 30,
+              error=RuntimeError, show=lambda: self.log.read_text()[-3000:])
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"agent {self.name} did not start:\n{self.log.read_text()[-3000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 PYTHON = sys.executable
 THIS_FILE = Path(__file__).resolve()
@@ -103,18 +103,6 @@ def status(env: dict[str, str]) -> dict:
     proc = cli(env, "status", "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = BOUND_S,
-               every: float = 0.05):
-    """Poll ``predicate`` until it answers something true, or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = predicate()
-        if answer:
-            return answer
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:g}s"
-        time.sleep(every)
 
 
 def shared_cards(jobs: Iterable[tuple[str, Iterable[int]]]) -> dict[int, list[str]]:
