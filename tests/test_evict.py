@@ -13,6 +13,7 @@ import subprocess
 import psutil
 import pytest
 
+from helpers.callers import ROOT
 from helpers.load import kill_process_jobs
 from helpers.services import write_scene
 from helpers.waiting import until_async
@@ -29,7 +30,6 @@ from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
 from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 
-ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
 #: ignores SIGTERM: an ignored signal stays ignored across exec, so the sleep ignores it too
 STUBBORN = ["sh", "-c", "trap '' TERM; echo ready; exec sleep 300"]
 

@@ -13,11 +13,12 @@ from dataclasses import replace
 
 import pytest
 
+from helpers.callers import ALICE, BOB, ROOT
 from helpers.fakes import MemoryRuntime, StaticProbe
 from helpers.waiting import until_async
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Caller, Operators
+from tpnode_tui.identity import Operators
 from tpnode_tui.launchqueue import FileQueue
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model import Conflict, JobNotFound, NoCapacity, NotAllowed
@@ -26,9 +27,6 @@ from tpnode_tui.policy import CardLimits, Policy
 from tpnode_tui.port import Cancelled, LaunchRequest, ReserveRequest
 from tpnode_tui.service import NodeService
 
-ALICE = Caller(uid=5001, gid=5001, user="alice", pid=11)
-BOB = Caller(uid=5002, gid=5002, user="bob", pid=12)
-ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
 WAIT_S = 10.0
 
 

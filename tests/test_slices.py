@@ -21,12 +21,13 @@ from typing import Optional
 import psutil
 import pytest
 
+from helpers.callers import BOB, ROOT
 from helpers.load import kill_process_jobs
 from helpers.services import write_scene
 from helpers.waiting import until_async
 from tpnode_tui import GpuAllocator
 from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Caller, Operators
+from tpnode_tui.identity import Operators
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model import (
     EXTERNAL,
@@ -47,7 +48,6 @@ from tpnode_tui.render import card_summary, env_lines, slice_name, slice_summary
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
 
-ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
 #: the H200's five MIG devices: profile, GPU instance, compute instance, MiB total
 #: (the first two are compute instances of one 3g.71gb GPU instance)
 LAYOUT = [("1c.3g.71gb", 2, 0, 71424), ("2c.3g.71gb", 2, 1, 71424), ("2g.35gb", 3, 0, 33280),
@@ -577,10 +577,9 @@ async def test_a_slice_counts_as_a_card_towards_a_card_limit(mig_node):
     node = mig_node()
     await node.launch("nb", owner="bob")
     jobs = await node.allocator.runtime.ps()
-    bob = Caller(uid=4001, gid=4001, user="bob", pid=1)
     policy = Policy(limits=CardLimits(default=1))
     with pytest.raises(NotAllowed, match="you hold 1 card \\(nb, a MIG slice counting as one card\\)"):
-        policy.check_quota(bob, jobs, 1)
+        policy.check_quota(BOB, jobs, 1)
 
 
 async def test_stopping_a_slice_job_frees_its_slice(mig_node):

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from helpers.callers import BOB
 from helpers.dashboard import (
     SIZE,
     Dashboard,
@@ -36,7 +37,6 @@ from helpers.dashboard import (
 from helpers.services import write_scene
 from helpers.waiting import until_pilot
 from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.identity import Caller
 from tpnode_tui.locks import make_lock
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
@@ -788,8 +788,7 @@ async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hear
     as no other account can run inside this test (real accounts against a real
     agent are in tests/test_tui_agent.py)."""
     await node.launch("someone-elses", 1)  # owner "tester"
-    bob = Caller(uid=61234, gid=61234, user="bob")
-    as_bob = LocalNode(node.local.service, bob)
+    as_bob = LocalNode(node.local.service, BOB)
     app = Dashboard(as_bob, default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)

@@ -21,9 +21,9 @@ import pytest
 from rich.console import Console
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 
+from helpers.callers import BOB
 from helpers.dashboard import SIZE, Dashboard, Node, fill, polled, states, tile_text
 from helpers.waiting import until_pilot
-from tpnode_tui.identity import Caller
 from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, NotAllowed, Sample
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port import AgentUnavailable
@@ -274,8 +274,7 @@ def test_each_process_is_marked_whose_it_is_and_a_container_is_named_by_name_and
 async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evict(node):
     await node.local.drain(1, "fan failing")
     on_card(node, 2, 1)
-    bob = Caller(uid=61234, gid=61234, user="bob")
-    app = Dashboard(LocalNode(node.local.service, bob), default_command=("sleep", "60"))
+    app = Dashboard(LocalNode(node.local.service, BOB), default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 2)
         for index in (0, 1, 2):
