@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from helpers.load import end_processes
 from helpers.services import Dockerd, redis_or_unavailable, unavailable, write_scene
 from tpnode_tui.node.remote import AgentNode
 
@@ -92,6 +94,14 @@ def node(tmp_path):
     state_dir = tmp_path / "state"
     yield scene, state_dir
     kill_process_jobs(state_dir)
+
+
+@pytest.fixture
+def spawned():
+    """Processes a test starts (append them), killed after it."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    end_processes(procs)
 
 
 @pytest.fixture

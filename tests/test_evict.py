@@ -14,71 +14,29 @@ import psutil
 import pytest
 
 from helpers.callers import ROOT
-from helpers.load import kill_process_jobs
-from helpers.services import write_scene
+from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
-from tpnode_tui import GpuAllocator
-from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Caller, Operators
-from tpnode_tui.locks import make_lock
+from tpnode_tui.identity import Caller
 from tpnode_tui.model import Conflict, JobNotFound, NotAllowed, exit_code
-from tpnode_tui.nodelog import NodeLog
-from tpnode_tui.policy import Policy
 from tpnode_tui.port import LaunchRequest, ReserveRequest
-from tpnode_tui.probes import SimulatedProbe
-from tpnode_tui.runtimes.process import ProcessRuntime
-from tpnode_tui.service import NodeService
 from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 
 #: ignores SIGTERM: an ignored signal stays ignored across exec, so the sleep ignores it too
 STUBBORN = ["sh", "-c", "trap '' TERM; echo ready; exec sleep 300"]
 
 
-class Node:
-    def __init__(self, tmp_path) -> None:
-        self.scene = tmp_path / "node.json"
-        self.cards: list[list[dict]] = [[] for _ in range(4)]
-        self.write()
-        self.state = tmp_path / "state"
-        self.state.mkdir()
-        settings = load_settings({}, state_dir=str(self.state), lock_retry_ms=10)
-        self.allocator = GpuAllocator(ProcessRuntime(self.state, stop_timeout_s=2), SimulatedProbe(self.scene),
-                                      settings, make_lock(settings))
-        self.log = NodeLog(self.state)
-        self.service = NodeService(self.allocator, Policy(Operators("tpn-no-such-group")), node_log=self.log,
-                                   interval=0.05, evict_grace_s=1.0)
-        self.procs: list[subprocess.Popen] = []
-
-    def put(self, card: int, pid: int, mib: int = 2048) -> None:
-        self.cards[card].append({"pid": pid, "used_memory_mib": mib})
-        self.write()
-
-    def write(self) -> None:
-        write_scene(self.scene, [{"memory_used_mib": sum(p["used_memory_mib"] for p in c) or 1,
-                                  "processes": c} for c in self.cards])
-
-    def run_as(self, account, argv: list[str]) -> subprocess.Popen:
-        proc = account.spawn(argv, env=account.env(), stdout=subprocess.PIPE, text=True)
-        self.procs.append(proc)
-        return proc
-
-    def stubborn(self, account) -> subprocess.Popen:
-        proc = self.run_as(account, STUBBORN)
-        assert proc.stdout.readline().strip() == "ready"  # SIGTERM is ignored from here on
-        return proc
-
-
 @pytest.fixture
 async def node(tmp_path):
-    n = Node(tmp_path)
+    """4 simulated cards showing whichever pids a test puts there, real processes, and a 1 s grace."""
+    n = ServiceNode(tmp_path, evict_grace_s=1.0)
     yield n
-    await n.service.close()
-    await n.allocator.close()
-    kill_process_jobs(n.state)
-    for proc in n.procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    await n.close()
+
+
+def run_stubborn(node: ServiceNode, account) -> subprocess.Popen:
+    proc = node.run_as(account, STUBBORN)
+    assert proc.stdout.readline().strip() == "ready"  # SIGTERM is ignored from here on
+    return proc
 
 
 def alive(proc: subprocess.Popen) -> bool:
@@ -129,7 +87,7 @@ async def test_a_pid_named_with_its_start_time_is_signalled_only_while_it_is_tha
 
 
 async def test_a_process_that_ignores_sigterm_needs_kill(node, accounts):
-    stubborn = node.stubborn(accounts.bob)
+    stubborn = run_stubborn(node, accounts.bob)
     node.put(0, stubborn.pid)
     [still] = (await node.service.evict(ROOT, 0)).processes
     assert still.outcome == RUNNING and "evict it again with kill" in still.fate and alive(stubborn)
@@ -229,7 +187,7 @@ def test_a_process_whose_start_time_cannot_be_read_is_not_signalled():
 
 async def test_an_eviction_whose_asker_goes_away_is_finished_and_logged_as_it_ended(node, accounts):
     """The agent cancels a request whose client hung up; signals already sent must still be logged."""
-    stubborn = node.stubborn(accounts.bob)
+    stubborn = run_stubborn(node, accounts.bob)
     node.put(1, stubborn.pid)
     asking = asyncio.ensure_future(node.service.evict(ROOT, 1))
     await asyncio.sleep(0.3)  # SIGTERM sent, the grace period under way

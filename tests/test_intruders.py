@@ -11,33 +11,15 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from helpers.load import kill_process_jobs
-from helpers.services import write_scene
+from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
-from tpnode_tui import GpuAllocator
 from tpnode_tui.belonging import classify, part_of_job
-from tpnode_tui.config import load_settings
-from tpnode_tui.locks import make_lock
 from tpnode_tui.model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, JobSpec, JobState, ProcessFacts
-from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.procinfo import describe
-from tpnode_tui.runtimes.process import ProcessRuntime
-
-
-@pytest.fixture
-def spawned():
-    """Processes started by a test, killed after it."""
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 def sleeper(account, procs) -> int:
@@ -46,33 +28,12 @@ def sleeper(account, procs) -> int:
     return proc.pid
 
 
-class Node:
-    """A 4-card simulated node whose cards show whichever pids a test puts there."""
-
-    def __init__(self, tmp_path: Path, runtime=None) -> None:
-        self.scene = tmp_path / "node.json"
-        self.cards: list[list[dict]] = [[] for _ in range(4)]
-        self.write()
-        self.state = tmp_path / "state"
-        settings = load_settings({}, state_dir=str(self.state), lock_retry_ms=10)
-        self.runtime = runtime or ProcessRuntime(self.state, stop_timeout_s=2)
-        self.allocator = GpuAllocator(self.runtime, SimulatedProbe(self.scene), settings, make_lock(settings))
-
-    def put(self, card: int, pid: int, mib: int = 1024) -> None:
-        self.cards[card].append({"pid": pid, "used_memory_mib": mib})
-        self.write()
-
-    def write(self) -> None:
-        write_scene(self.scene, [{"memory_used_mib": sum(p["used_memory_mib"] for p in c) or 1,
-                                  "processes": c} for c in self.cards])
-
-
 @pytest.fixture
 async def node(tmp_path):
-    n = Node(tmp_path)
+    """4 simulated cards showing whichever pids a test puts there, and real process jobs."""
+    n = ServiceNode(tmp_path)
     yield n
-    await n.allocator.close()
-    kill_process_jobs(n.state)
+    await n.close()
 
 
 def belongs(card) -> dict[int, str]:
@@ -209,7 +170,7 @@ async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrude
     from tpnode_tui.runtimes.docker import DockerRuntime
 
     runtime = DockerRuntime(gpu_mode="none", hold_image=dockerd.image, stop_timeout_s=1)
-    node = Node(tmp_path, runtime)
+    node = ServiceNode(tmp_path, runtime=runtime)
     try:
         launched = await node.allocator.launch(JobSpec(
             run_id="web", cards=1, image=dockerd.image, owner=accounts.alice.name,
@@ -230,4 +191,4 @@ async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrude
         assert (shown[squatter].container_name, shown[squatter].container_image) == ("squatter", dockerd.image)
         assert "in container squatter" in card.warning
     finally:
-        await node.allocator.close()
+        await node.close()

@@ -14,43 +14,27 @@ from dataclasses import replace
 import pytest
 
 from helpers.callers import ALICE, BOB, ROOT
-from helpers.fakes import MemoryRuntime, StaticProbe
+from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Operators
-from tpnode_tui.launchqueue import FileQueue
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model import Conflict, JobNotFound, NoCapacity, NotAllowed
-from tpnode_tui.nodelog import NodeLog
-from tpnode_tui.policy import CardLimits, Policy
+from tpnode_tui.policy import CardLimits
 from tpnode_tui.port import Cancelled, LaunchRequest, ReserveRequest
-from tpnode_tui.service import NodeService
 
 WAIT_S = 10.0
 
 
-class Node:
-    def __init__(self, tmp_path, cards=4, **limits) -> None:
-        self.settings = load_settings({}, state_dir=str(tmp_path / "state"), lock_retry_ms=10)
-        self.probe = StaticProbe(cards=cards)
-        self.runtime = MemoryRuntime()
-        self.allocator = GpuAllocator(self.runtime, self.probe, self.settings, make_lock(self.settings))
-        self.log = NodeLog(tmp_path / "state")
-        self.service = NodeService(self.allocator, Policy(Operators("tpn-no-such-group"), CardLimits(**limits)),
-                                   queue=FileQueue(tmp_path / "state"), node_log=self.log, interval=0.05)
-
-    def launch(self, caller, run_id, cards, queue=False):
-        return self.service.launch(caller, LaunchRequest(cards=cards, command=("train",), run_id=run_id,
-                                                         queue=queue))
+def make_node(tmp_path, cards: int = 4, **limits) -> ServiceNode:
+    """The stand-ins' probe and runtime, the agent's queue file, and these card limits."""
+    return ServiceNode(tmp_path, cards, probe="static", runtime="memory", file_queue=True,
+                       limits=CardLimits(**limits))
 
 
 @pytest.fixture
 async def node(tmp_path):
-    n = Node(tmp_path)
+    n = make_node(tmp_path)
     yield n
-    await n.service.close()
-    await n.allocator.close()
+    await n.close()
 
 
 async def test_many_readers_cost_one_probe_read_per_poll(node):
@@ -93,7 +77,7 @@ async def test_asking_for_another_owner_is_refused_unless_an_operator_asks(node)
 
 
 async def test_a_quota_is_checked_under_the_lock_so_two_launches_at_once_cannot_both_pass(tmp_path):
-    n = Node(tmp_path, cards=8, default=2)
+    n = make_node(tmp_path, cards=8, default=2)
     n.runtime.create_delay = 0.05  # a wide window between reading and creating
     try:
         results = await asyncio.gather(n.launch(ALICE, "x1", 2), n.launch(ALICE, "x2", 2),
@@ -103,8 +87,7 @@ async def test_a_quota_is_checked_under_the_lock_so_two_launches_at_once_cannot_
         assert sum(len(j.gpus) for j in n.runtime.jobs.values()) == 2
         await n.launch(BOB, "b1", 2)  # another account's quota is its own
     finally:
-        await n.service.close()
-        await n.allocator.close()
+        await n.close()
 
 
 async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_the_round(node):
@@ -130,7 +113,7 @@ async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_t
 
 
 async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_others(tmp_path):
-    n = Node(tmp_path, cards=4, per_account={"alice": 1})
+    n = make_node(tmp_path, cards=4, per_account={"alice": 1})
     try:
         await n.launch(ALICE, "mine", 1)
         await n.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="later", queue=True))
@@ -146,8 +129,7 @@ async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_
         assert "tpn-later" not in n.runtime.jobs
         assert [q.run_id for q in n.service.queued()] == ["later", "queued-b", "queued-c"]
     finally:
-        await n.service.close()
-        await n.allocator.close()
+        await n.close()
 
 
 async def test_a_launch_waiting_for_the_lock_is_listed_and_its_owner_can_cancel_it(node):

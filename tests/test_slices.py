@@ -140,17 +140,6 @@ async def mig_node(tmp_path):
         kill_process_jobs(node.state)
 
 
-@pytest.fixture
-def spawned():
-    """Processes started by a test, killed after it."""
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-
-
 def sleeper(procs: list, *argv: str) -> int:
     proc = subprocess.Popen(list(argv or ("sleep", "300")), stdin=subprocess.DEVNULL)
     procs.append(proc)

@@ -9,7 +9,6 @@ and the drain file are real.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from dataclasses import replace
@@ -17,13 +16,9 @@ from dataclasses import replace
 import pytest
 
 from helpers.callers import ALICE, BOB, ROOT
-from helpers.fakes import MemoryRuntime, StaticProbe
-from helpers.services import write_scene
+from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import DEFAULT_XID_DRAIN, load_settings
-from tpnode_tui.identity import Operators
-from tpnode_tui.locks import make_lock
+from tpnode_tui.config import DEFAULT_XID_DRAIN
 from tpnode_tui.model import (
     BadRequest,
     Conflict,
@@ -33,11 +28,7 @@ from tpnode_tui.model import (
     ProcessFacts,
     exit_code,
 )
-from tpnode_tui.nodelog import NodeLog
-from tpnode_tui.policy import Policy
 from tpnode_tui.port import LaunchRequest, ReserveRequest
-from tpnode_tui.probes import SimulatedProbe
-from tpnode_tui.service import NodeService
 from tpnode_tui.xid import XidRules
 
 
@@ -49,39 +40,14 @@ class Clock:
         return self.now
 
 
-class Node:
-    def __init__(self, tmp_path, probe=None, *, log_max_bytes=10 * 1024 * 1024, ignore=(), clock=None,
-                 idle_after_s=1800.0) -> None:
-        self.state = tmp_path / "state"
-        self.state.mkdir(exist_ok=True)
-        self.settings = load_settings({}, state_dir=str(self.state), lock_retry_ms=10)
-        self.probe = probe or StaticProbe(cards=4)
-        self.runtime = MemoryRuntime()
-        self.allocator = GpuAllocator(self.runtime, self.probe, self.settings, make_lock(self.settings))
-        self.log = NodeLog(self.state, max_bytes=log_max_bytes)
-        self.clock = clock or time.time
-        self.service = NodeService(self.allocator, Policy(Operators("tpn-no-such-group")), node_log=self.log,
-                                   interval=0.05, xid_rules=XidRules.of(DEFAULT_XID_DRAIN, ignore),
-                                   clock=self.clock, idle_after_s=idle_after_s)
-        self.runner: asyncio.Task | None = None
-
-    def serve(self) -> None:
-        self.runner = asyncio.ensure_future(self.service.run())
-
-    async def close(self) -> None:
-        if self.runner is not None:
-            self.runner.cancel()
-            await asyncio.gather(self.runner, return_exceptions=True)
-        await self.service.close()
-        await self.allocator.close()
-
-    def kinds(self, kind: str) -> list[dict]:
-        return [e for e in self.log.read() if e["kind"] == kind]
+def make_node(tmp_path, **options) -> ServiceNode:
+    """The stand-ins' probe (4 cards) and runtime; ``options`` for the service (its clock, ...)."""
+    return ServiceNode(tmp_path, probe="static", runtime="memory", **options)
 
 
 @pytest.fixture
 async def node(tmp_path):
-    n = Node(tmp_path)
+    n = make_node(tmp_path)
     yield n
     await n.close()
 
@@ -146,12 +112,12 @@ async def test_undrain_is_refused_while_the_card_reports_a_problem_and_says_whic
 
 
 async def test_a_drain_survives_a_restart_of_the_service(tmp_path):
-    first = Node(tmp_path)
+    first = make_node(tmp_path)
     try:
         await first.service.drain_card(ROOT, 3, "sent for repair")
     finally:
         await first.close()
-    second = Node(tmp_path)
+    second = make_node(tmp_path)
     try:
         snap = await second.service.read_now()
         assert snap.cards[3].state == "drained" and snap.occupancy.drained == {3: "sent for repair"}
@@ -164,17 +130,13 @@ async def test_a_drain_survives_a_restart_of_the_service(tmp_path):
 
 @pytest.fixture
 async def simulated(tmp_path):
-    scene = write_scene(tmp_path / "node.json", 4)
-    n = Node(tmp_path, SimulatedProbe(scene), ignore=(92,))
-    n.scene = scene
+    n = ServiceNode(tmp_path, runtime="memory", xid_rules=XidRules.of(DEFAULT_XID_DRAIN, ignore=(92,)))
     yield n
     await n.close()
 
 
-def raise_xids(node, card: int, *events: dict) -> None:
-    doc = json.loads(node.scene.read_text())
-    doc["cards"][card].setdefault("xid_events", []).extend(events)
-    node.scene.write_text(json.dumps(doc))
+def raise_xids(node: ServiceNode, card: int, *events: dict) -> None:
+    node.edit(card, xid_events=[*node.cards[card].get("xid_events", []), *events])
 
 
 async def test_xid_79_drains_its_card_saying_to_reboot_and_is_handled_once(simulated):
@@ -306,7 +268,7 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(node):
 
 
 async def test_the_log_rotates_at_its_size_through_the_service(tmp_path):
-    n = Node(tmp_path, log_max_bytes=4096)
+    n = make_node(tmp_path, log_max_bytes=4096)
     try:
         for i in range(60):
             await n.service.drain_card(ROOT, i % 4, f"drain number {i}" + "." * 40)
@@ -326,7 +288,7 @@ async def test_the_log_rotates_at_its_size_through_the_service(tmp_path):
 
 async def test_a_reservation_nobody_uses_is_marked_idle_and_use_clears_it(tmp_path):
     clock = Clock()
-    n = Node(tmp_path, clock=clock, idle_after_s=30 * 60)
+    n = make_node(tmp_path, clock=clock, idle_after_s=30 * 60)
     try:
         await n.service.reserve(ROOT, ReserveRequest(cards=2, duration_s=7200, run_id="rsv-r"))
         start = clock.now
@@ -368,7 +330,7 @@ async def test_the_service_keeps_each_cards_recent_history(node):
 async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(tmp_path):
     """A dashboard quitting cancels the polling; it must end, not poll on unseen,
     even when the cancel comes just as an action asks for a poll."""
-    n = Node(tmp_path)
+    n = make_node(tmp_path)
     n.service.interval = 30
     try:
         for hops in range(4):

@@ -21,7 +21,7 @@ from helpers.callers import BOB
 from helpers.dashboard import (
     SIZE,
     Dashboard,
-    Node,
+    DashboardNode,
     end,
     fill,
     header,
@@ -50,14 +50,14 @@ from tpnode_tui.tui.tiles import CardGrid
 
 @pytest.fixture
 async def node(tmp_path):
-    n = Node(tmp_path, 4)
+    n = DashboardNode(tmp_path, 4)
     yield n
     await n.close()
 
 
 @pytest.fixture
 async def small_node(tmp_path):
-    n = Node(tmp_path, 2)
+    n = DashboardNode(tmp_path, 2)
     yield n
     await n.close()
 
@@ -123,7 +123,7 @@ async def test_the_launch_form_refuses_bad_input_next_to_the_field(node):
 
 
 async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_card_frees(small_node):
-    await small_node.launch("holder", 2)
+    await small_node.place("holder", 2)
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -162,7 +162,7 @@ async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(small_node
 
 
 async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
-    await small_node.launch("holder", 2)
+    await small_node.place("holder", 2)
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -247,7 +247,7 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
 
 async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(tmp_path):
     url = f"redis://127.0.0.1:{closed_port()}/0"
-    n = Node(tmp_path, 2, redis_url=url)
+    n = DashboardNode(tmp_path, 2, redis_url=url)
     app = n.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
@@ -299,7 +299,7 @@ async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(s
 
 
 async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
-    await small_node.launch("holder", 2)
+    await small_node.place("holder", 2)
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -380,7 +380,7 @@ async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_lo
 
 
 async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(node):
-    await node.launch("two-cards", 2)
+    await node.place("two-cards", 2)
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -395,7 +395,7 @@ async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(node):
 
 
 async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
-    await node.launch("to-stop", 1)
+    await node.place("to-stop", 1)
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -418,7 +418,7 @@ async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
 
 
 async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
-    await node.launch("on-card-zero", 1)
+    await node.place("on-card-zero", 1)
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -443,8 +443,8 @@ async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
 
 
 async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
-    await node.launch("done-early", 1, "true")
-    await node.launch("still-running", 1)
+    await node.place("done-early", 1, "true")
+    await node.place("still-running", 1)
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await until_pilot(pilot, lambda: app.snapshot and any(
@@ -455,7 +455,7 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
         assert "done-early" in listed and "still-running" not in listed
 
         # Another job ends while the question is open: it was not listed, so it stays.
-        await node.launch("ends-meanwhile", 1, "true")
+        await node.place("ends-meanwhile", 1, "true")
         while any(j.live for j in await node.allocator.runtime.ps() if j.run_id == "ends-meanwhile"):
             await asyncio.sleep(0.05)
         await pilot.press("y")
@@ -466,7 +466,7 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
 
 
 async def test_reclaim_keeps_a_listed_job_that_is_live_again_and_says_so(node):
-    await node.launch("alive", 1)
+    await node.place("alive", 1)
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -481,7 +481,7 @@ async def test_reclaim_keeps_a_listed_job_that_is_live_again_and_says_so(node):
 
 
 async def test_readonly_hides_and_refuses_every_action(node):
-    await node.launch("someones-job", 1)
+    await node.place("someones-job", 1)
     app = node.app(readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -569,7 +569,7 @@ async def test_the_layout_follows_each_resize_at_once_both_ways(node):
 
 
 async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_table(tmp_path):
-    n = Node(tmp_path, 256)
+    n = DashboardNode(tmp_path, 256)
     busy = {"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 30000}
     sick = {"name": "NVIDIA H200", "memory_total_mib": 143771, "health": {"row_remap_pending": True}}
     idle = {"name": "NVIDIA H200", "memory_total_mib": 143771}
@@ -610,7 +610,7 @@ async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_tabl
 
 
 async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node):
-    await node.launch("running-job", 1)
+    await node.place("running-job", 1)
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -642,7 +642,7 @@ async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node
 
 
 async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(node):
-    await node.launch("running-job", 1)
+    await node.place("running-job", 1)
     state_file = node.state / "jobs.json"
     good = state_file.read_bytes()
     state_file.write_text("{ this is not json")
@@ -668,7 +668,7 @@ async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(n
 
 async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path):
     problem = "NVML: library not found; nvidia-smi: not found on PATH"
-    n = Node(tmp_path, 0)
+    n = DashboardNode(tmp_path, 0)
     write_scene(n.scene, [], fail=problem)
     app = n.app()
     try:
@@ -745,7 +745,7 @@ async def test_pause_holds_the_picture_still_until_resumed(node):
         await pilot.press("p")
         await pilot.pause(0.1)  # a reading already on its way may still land
         frozen = app.readings
-        await node.launch("while-paused", 1)
+        await node.place("while-paused", 1)
         await pilot.pause(0.8)
         assert app.readings == frozen and app.snapshot.jobs == ()
         assert "PAUSED" in header(app)
@@ -787,7 +787,7 @@ async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hear
     """The node's service and rules are real; only the caller is named by hand,
     as no other account can run inside this test (real accounts against a real
     agent are in tests/test_tui_agent.py)."""
-    await node.launch("someone-elses", 1)  # owner "tester"
+    await node.place("someone-elses", 1)  # owner "tester"
     as_bob = LocalNode(node.local.service, BOB)
     app = Dashboard(as_bob, default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
@@ -819,7 +819,7 @@ async def test_a_queued_launch_the_node_drops_is_said_with_the_node_s_reason(sma
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\nsleep 60\n")
     script.chmod(0o755)
-    await small_node.launch("holder", 2)
+    await small_node.place("holder", 2)
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)

@@ -13,7 +13,7 @@ import pytest
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
-from helpers.dashboard import SIZE, Node, polled
+from helpers.dashboard import SIZE, DashboardNode, polled
 from helpers.waiting import until_pilot
 from tpnode_tui.model import JobSpec
 from tpnode_tui.tui.app import NodeDashboard
@@ -22,7 +22,7 @@ from tpnode_tui.tui.tiles import CardTile
 
 @pytest.fixture
 async def node(tmp_path: Path):
-    n = Node(tmp_path, 4)
+    n = DashboardNode(tmp_path, 4)
     yield n
     await n.close()
 

@@ -10,7 +10,6 @@ test names someone else.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from rich.console import Console
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 
 from helpers.callers import BOB
-from helpers.dashboard import SIZE, Dashboard, Node, fill, polled, states, tile_text
+from helpers.dashboard import SIZE, Dashboard, DashboardNode, fill, polled, states, tile_text
 from helpers.waiting import until_pilot
 from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, NotAllowed, Sample
 from tpnode_tui.node.local import LocalNode
@@ -45,23 +44,14 @@ STUBBORN = ("import pathlib, signal, sys, time\n"
 
 @pytest.fixture
 async def node(tmp_path):
-    n = Node(tmp_path, 4, evict_grace_s="0.5")
+    n = DashboardNode(tmp_path, 4, evict_grace_s="0.5")
     yield n
     await n.close()
 
 
-def edit_scene(node: Node, index: int, **card) -> None:
-    """What the driver says of card ``index`` from now on (the file is replaced whole)."""
-    data = json.loads(node.scene.read_text())
-    data["cards"][index].update(card)
-    tmp = node.scene.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(node.scene)
-
-
-def on_card(node: Node, index: int, *pids: int) -> None:
-    edit_scene(node, index, processes=[{"pid": pid, "used_memory_mib": 4096} for pid in pids],
-               memory_used_mib=4096 * len(pids) + 512 if pids else 1)
+def on_card(node: DashboardNode, index: int, *pids: int) -> None:
+    node.edit(index, processes=[{"pid": pid, "used_memory_mib": 4096} for pid in pids],
+              memory_used_mib=4096 * len(pids) + 512 if pids else 1)
 
 
 async def select(pilot, app: Dashboard, index: int) -> None:
@@ -111,7 +101,7 @@ async def test_drain_asks_why_and_the_card_says_reason_who_and_when(node):
 
 async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_problem(node):
     await node.local.drain(2, "row remapping: reset in the maintenance window")
-    edit_scene(node, 2, health={"row_remap_pending": True})
+    node.edit(2, health={"row_remap_pending": True})
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -126,7 +116,7 @@ async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_p
         await polled(pilot, app)
         assert states(app)[2] == "drained"
 
-        edit_scene(node, 2, health={})
+        node.edit(2, health={})
         await polled(pilot, app, 2)
         await pilot.press("u")
         await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
@@ -238,7 +228,7 @@ async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signa
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    job = await node.launch("mine", 1)  # card 0, the test's own platform job
+    job = await node.place("mine", 1)  # card 0, the test's own platform job
     on_card(node, 0, job.job.pid)
     on_card(node, 3, 1, unseen)
     app = node.app()
@@ -406,7 +396,7 @@ async def test_history_is_fetched_when_the_selection_changes_not_every_poll(node
         return await history(card)
 
     monkeypatch.setattr(node.local, "history", counted)
-    edit_scene(node, 1, utilization_pct=90)
+    node.edit(1, utilization_pct=90)
     app = node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)

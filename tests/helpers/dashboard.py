@@ -1,6 +1,6 @@
 """What the dashboard's tests share: the app that remembers what it said, a node
 served in the test's process over a simulated probe and real processes, and
-ways to wait for what an operator would see."""
+ways to read and wait for what an operator would see."""
 from __future__ import annotations
 
 import asyncio
@@ -8,13 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from helpers.load import kill_process_jobs
 from helpers.paths import LOCK_WORKER
-from helpers.services import write_scene
+from helpers.service_node import ServiceNode
 from helpers.waiting import until_pilot
-from tpnode_tui.config import load_settings
-from tpnode_tui.model import JobSpec
-from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
 
 WAIT_S = 15.0
@@ -36,32 +32,19 @@ class Dashboard(NodeDashboard):
         return any(text in message for message, _ in self.said)
 
 
-class Node:
-    """A node served in the test's process (as the dashboard serves one without
-    an agent): the simulated probe over a scene file, the process runtime with
-    real processes in a state dir of the test's own, and the flock lock."""
+class DashboardNode(ServiceNode):
+    """A ServiceNode as the dashboard serves one without an agent (put together
+    from ``settings`` as the product does: the simulated probe over the scene,
+    the process runtime with real processes, the lock the settings name), and
+    the app over it. ``allocator`` and ``place`` are for what another account's
+    command does meanwhile."""
 
-    def __init__(self, root: Path, cards: int, **settings) -> None:
-        self.scene = write_scene(root / "node.json", cards)
-        self.state = root / "state"
-        self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
-                                      state_dir=str(self.state), lock_retry_ms="10", **settings)
-        self.local = LocalNode.from_settings(self.settings, interval=0.2)
-        #: for what another account's command would do meanwhile (launch, stop)
-        self.allocator = self.local.service.allocator
+    def __init__(self, root: Path, cards: int, **settings: str) -> None:
+        super().__init__(root, cards, assembled=True, interval=0.2, settings=settings)
 
     def app(self, **kwargs) -> Dashboard:
         kwargs.setdefault("default_command", ("sleep", "60"))
         return Dashboard(self.local, **kwargs)
-
-    async def launch(self, run_id: str, cards: int, *command: str):
-        """A job placed by someone else's command (owner "tester", no uid)."""
-        return await self.allocator.launch(JobSpec(run_id=run_id, cards=cards,
-                                                   command=command or ("sleep", "60"), owner="tester"))
-
-    async def close(self) -> None:
-        await self.local.close()
-        kill_process_jobs(self.state)  # every job the test started: this state dir is the test's own
 
 
 async def polled(pilot, app: NodeDashboard, n: int = 1) -> None:

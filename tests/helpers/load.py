@@ -279,6 +279,14 @@ def kill_process_jobs(state_dir: Path) -> None:
         remove_cgroup(cgroup)
 
 
+def end_processes(procs: Iterable[subprocess.Popen]) -> None:
+    """SIGKILL each process a test started that still runs, and reap it."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 # ── the CLI with a fault, for kill -9 at a chosen moment ─────────────────────
 
 
