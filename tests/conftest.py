@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.agents import SharedNode
 from helpers.load import end_processes
 from helpers.services import Dockerd, redis_or_unavailable, unavailable, write_scene
 from tpnode_tui.node.remote import AgentNode
@@ -79,15 +80,24 @@ def accounts():
 
 
 @pytest.fixture
+def shared_node(accounts):
+    """A node with its agent running as root, as systemd runs it, in a directory
+    every test account can reach: what the accounts share (helpers/agents.py)."""
+    with SharedNode.started(accounts, "tpn-shared-") as node:
+        yield node
+
+
+@pytest.fixture
 def scene(tmp_path):
     """Path of a simulated 8-card idle node; rewrite it with write_scene()."""
     return write_scene(tmp_path / "node.json")
 
 
 @pytest.fixture
-def node(tmp_path):
-    """A simulated 8-card node for the process runtime, as (scene, state_dir);
-    every job left in its state dir is killed afterwards."""
+def scene_node(tmp_path):
+    """A simulated 8-card node for the process runtime, as (scene, state_dir), for
+    the CLI and the parts a test makes itself; every job left in its state dir is
+    killed afterwards."""
     from helpers.load import kill_process_jobs
 
     scene = write_scene(tmp_path / "node.json", 8)

@@ -29,7 +29,7 @@ def sleeper(account, procs) -> int:
 
 
 @pytest.fixture
-async def node(tmp_path):
+async def service_node(tmp_path):
     """4 simulated cards showing whichever pids a test puts there, and real process jobs."""
     n = ServiceNode(tmp_path)
     yield n
@@ -40,11 +40,11 @@ def belongs(card) -> dict[int, str]:
     return {h.pid: h.belongs for h in card.holders}
 
 
-async def test_a_process_jobs_children_are_its_own_and_another_users_process_intrudes(node, accounts, spawned):
+async def test_a_process_jobs_children_are_its_own_and_another_users_process_intrudes(service_node, accounts, spawned):
     alice, bob = accounts.alice, accounts.bob
     spec = JobSpec(run_id="train", cards=1, owner=alice.name, uid=alice.uid,
                    command=("sh", "-c", "sleep 301 & (sleep 302 &) ; wait"))
-    launched = await node.allocator.launch(spec)
+    launched = await service_node.allocator.launch(spec)
     assert launched.gpus == (0,)
     supervisor = launched.job.pid
 
@@ -61,9 +61,9 @@ async def test_a_process_jobs_children_are_its_own_and_another_users_process_int
     intruder = sleeper(bob, spawned)
     own = sleeper(alice, spawned)  # the job's owner, from her shell: her card, not an intrusion
     for pid in (sleeps["301"], sleeps["302"], intruder, own):
-        node.put(0, pid, 30 * 1024 if pid == intruder else 1024)
+        service_node.put(0, pid, 30 * 1024 if pid == intruder else 1024)
 
-    snap = await node.allocator.snapshot()
+    snap = await service_node.allocator.snapshot()
     card = snap.cards[0]
     assert card.state == "job" and card.run_id == "train"
     assert belongs(card) == {sleeps["301"]: HOLDER, sleeps["302"]: HOLDER, intruder: INTRUDER, own: HOLDER}
@@ -74,15 +74,15 @@ async def test_a_process_jobs_children_are_its_own_and_another_users_process_int
     assert (shown.user, shown.uid) == (bob.name, bob.uid)
 
 
-async def test_a_reservation_belongs_to_its_owners_processes_and_anyone_elses_intrude(node, accounts, spawned):
+async def test_a_reservation_belongs_to_its_owners_processes_and_anyone_elses_intrude(service_node, accounts, spawned):
     alice, bob = accounts.alice, accounts.bob
-    launched = await node.allocator.reserve(1, 3600, owner=alice.name, run_id="rsv-a")
+    launched = await service_node.allocator.reserve(1, 3600, owner=alice.name, run_id="rsv-a")
     card_index = launched.gpus[0]
     hers, his = sleeper(alice, spawned), sleeper(bob, spawned)
-    node.put(card_index, hers)
-    node.put(card_index, his, 30720)
+    service_node.put(card_index, hers)
+    service_node.put(card_index, his, 30720)
 
-    snap = await node.allocator.snapshot()
+    snap = await service_node.allocator.snapshot()
     card = snap.cards[card_index]
     assert card.state == "reservation"
     assert belongs(card) == {hers: HOLDER, his: INTRUDER}
@@ -91,27 +91,27 @@ async def test_a_reservation_belongs_to_its_owners_processes_and_anyone_elses_in
                             f"reserved by {alice.name} until {until_words}")
 
 
-async def test_on_a_card_nobody_holds_a_process_is_external_and_an_unseen_pid_unknown(node, accounts, spawned):
+async def test_on_a_card_nobody_holds_a_process_is_external_and_an_unseen_pid_unknown(service_node, accounts, spawned):
     his = sleeper(accounts.bob, spawned)
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    node.put(2, his)
-    node.put(2, unseen)
-    snap = await node.allocator.snapshot()
+    service_node.put(2, his)
+    service_node.put(2, unseen)
+    snap = await service_node.allocator.snapshot()
     card = snap.cards[2]
     assert card.state == "external" and card.warning is None
     assert belongs(card) == {his: EXTERNAL, unseen: UNKNOWN}
     assert snap.intruder_cards == ()
 
 
-async def test_an_unseen_pid_on_a_held_card_is_not_called_an_intruder(node, accounts):
-    await node.allocator.reserve(1, 3600, owner=accounts.alice.name, run_id="rsv-b")
+async def test_an_unseen_pid_on_a_held_card_is_not_called_an_intruder(service_node, accounts):
+    await service_node.allocator.reserve(1, 3600, owner=accounts.alice.name, run_id="rsv-b")
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    node.put(0, unseen)
-    card = (await node.allocator.snapshot()).cards[0]
+    service_node.put(0, unseen)
+    card = (await service_node.allocator.snapshot()).cards[0]
     assert belongs(card) == {unseen: UNKNOWN} and card.intruders == () and card.warning is None
 
 
@@ -142,15 +142,15 @@ def test_a_process_in_the_jobs_cgroup_is_the_jobs_even_outside_its_session(tmp_p
         cgroup.rmdir()
 
 
-async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_its_cgroup(node, spawned):
+async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_its_cgroup(service_node, spawned):
     """End to end: the process runtime records the job's cgroup, and its
     reading carries it, so a setsid() escapee on the card is not an intruder."""
     from tpnode_tui.runtimes.jobprocs import cgroup_parent
 
     if cgroup_parent()[0] is None:
         pytest.skip(f"no cgroup v2 to make a job cgroup in here: {cgroup_parent()[1]}")
-    launched = await node.allocator.launch(JobSpec(run_id="escapes", cards=1, owner="root", uid=0,
-                                                   command=("sh", "-c", "setsid sleep 303 & wait")))
+    launched = await service_node.allocator.launch(JobSpec(run_id="escapes", cards=1, owner="root", uid=0,
+                                                           command=("sh", "-c", "setsid sleep 303 & wait")))
     assert launched.job.cgroup, "the job got no cgroup"
 
     def escapee():
@@ -159,8 +159,8 @@ async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_it
 
     pid = await until_async(escapee, "the job's setsid sleep")
     assert os.getsid(pid) != launched.job.pid  # out of the job's session and tree
-    node.put(0, pid)
-    card = (await node.allocator.snapshot()).cards[0]
+    service_node.put(0, pid)
+    card = (await service_node.allocator.snapshot()).cards[0]
     assert belongs(card) == {pid: HOLDER} and card.intruders == ()
 
 

@@ -85,8 +85,8 @@ def _kill(proc: subprocess.Popen) -> None:
 # ── a, b: a killed lock holder ───────────────────────────────────────────────
 
 
-def test_a_killed_flock_holder_lets_the_waiting_cli_launch_through(node):
-    env = node_env(*node)
+def test_a_killed_flock_holder_lets_the_waiting_cli_launch_through(scene_node):
+    env = node_env(*scene_node)
     holder, _ = _holder(env)
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "after", "--json", "--", "sleep", "120")
     try:
@@ -103,8 +103,8 @@ def test_a_killed_flock_holder_lets_the_waiting_cli_launch_through(node):
 
 
 @pytest.mark.redis
-def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_ends(node, redis_url):
-    env = node_env(*node, redis_url=redis_url, TUNEPLANE_LOCK_LEASE_MS="1000")
+def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_ends(scene_node, redis_url):
+    env = node_env(*scene_node, redis_url=redis_url, TUNEPLANE_LOCK_LEASE_MS="1000")
     holder, _ = _holder(env)
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "after", "--json", "--", "sleep", "120")
     client = redis_sync.Redis.from_url(redis_url)
@@ -130,8 +130,8 @@ def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_
 
 
 @pytest.mark.redis
-def test_launches_wait_while_redis_is_down_say_so_and_finish_when_it_is_back(node, redis_server, redis_url):
-    scene, state_dir = node
+def test_launches_wait_while_redis_is_down_say_so_and_finish_when_it_is_back(scene_node, redis_server, redis_url):
+    scene, state_dir = scene_node
     env = node_env(scene, state_dir, redis_url=redis_url)
     holder, _ = _holder(env)  # launches queue up behind it: they are under way, waiting
     launches = [spawn(env, "launch", "--cards", "1", "--run-id", f"wait{i}", "--json", "--", "sleep", "120")
@@ -202,8 +202,8 @@ def _stalling(base: type) -> type:
 @pytest.mark.redis
 @pytest.mark.parametrize("runtime_name", ["process", pytest.param("docker", marks=pytest.mark.docker)])
 def test_a_lease_lost_mid_allocation_leaves_one_job_and_the_other_reports_no_capacity(
-        request, node, redis_url, runtime_name, tmp_path):
-    scene, state_dir = node
+        request, scene_node, redis_url, runtime_name, tmp_path):
+    scene, state_dir = scene_node
     marker = tmp_path / "the-stalled-job-ran"
     if runtime_name == "docker":
         dockerd = request.getfixturevalue("dockerd")
@@ -343,9 +343,9 @@ def _alive_with(marker: str) -> list[int]:
     return found
 
 
-def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_nothing(node, tmp_path):
-    env = node_env(*node)
-    state_dir = node[1]
+def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_nothing(scene_node, tmp_path):
+    env = node_env(*scene_node)
+    state_dir = scene_node[1]
     assert cli(env, "launch", "--cards", "2", "--run-id", "before", "--", "sleep", "120").returncode == 0
     state = state_dir / STATE_FILE
     before_bytes, before_status = state.read_bytes(), status(env)
@@ -373,8 +373,8 @@ def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_noth
     assert done.returncode == 0 and json.loads(done.stdout)["gpus"] == [2], done.stderr
 
 
-def test_a_process_launch_killed_before_start_frees_its_cards_by_itself(node, tmp_path):
-    env = node_env(*node)
+def test_a_process_launch_killed_before_start_frees_its_cards_by_itself(scene_node, tmp_path):
+    env = node_env(*scene_node)
     marker = str(tmp_path / "killed-launch-ran")
     launch = spawn(env, "launch", "--cards", "2", "--run-id", "half", "--", "touch", marker, stalled_at="start")
     try:
@@ -440,8 +440,8 @@ def _job_of(pid: int) -> str:
 
 
 @pytest.mark.timeout(1200)  # --long: 30 launchers; every wait inside is bounded on its own
-def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(node, request, tmp_path):
-    env = node_env(*node)
+def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(scene_node, request, tmp_path):
+    env = node_env(*scene_node)
     rounds = 30 if request.config.getoption("--long") else 8
     marker = str(tmp_path / "killed-marker")
     rng = random.Random(4)
@@ -474,8 +474,8 @@ def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(nod
                    state_file_unreadable=0, samples=sampler.samples, violations=0)
 
 
-def test_a_dashboard_killed_and_a_new_one_see_the_same_node(node):
-    env = node_env(*node, TERM="xterm-256color")
+def test_a_dashboard_killed_and_a_new_one_see_the_same_node(scene_node):
+    env = node_env(*scene_node, TERM="xterm-256color")
     assert cli(env, "launch", "--cards", "2", "--run-id", "keep", "--", "sleep", "120").returncode == 0
     assert cli(env, "reserve", "--cards", "1", "--for", "1h", "--owner", "ann", "--run-id", "rsv").returncode == 0
     before = status(env)
@@ -510,9 +510,9 @@ def _nvml_allocator(state_dir: Path, fake: FakeNvml) -> GpuAllocator:
     return GpuAllocator(ProcessRuntime(state_dir), NvmlProbe(5.0, nvml=fake), settings, make_lock(settings))
 
 
-async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(node):
+async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(scene_node):
     fake = FakeNvml([FakeCard() for _ in range(8)], init_error=NVMLError_DriverNotLoaded, init_failures=1)
-    allocator = _nvml_allocator(node[1], fake)
+    allocator = _nvml_allocator(scene_node[1], fake)
     try:
         with pytest.raises(NoCapacity):  # no card seen: wait, not "never fits", not a card
             await allocator.launch(JobSpec(run_id="early", cards=1, command=("sleep", "120")))
@@ -524,9 +524,9 @@ async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(node
         await allocator.close()
 
 
-async def test_a_gpu_lost_mid_run_is_never_handed_out(node):
+async def test_a_gpu_lost_mid_run_is_never_handed_out(scene_node):
     fake = FakeNvml([FakeCard() for _ in range(8)])
-    allocator = _nvml_allocator(node[1], fake)
+    allocator = _nvml_allocator(scene_node[1], fake)
     try:
         await allocator.launch(JobSpec(run_id="train", cards=2, command=("sleep", "120")))
         fake.cards[1].lost = True
@@ -547,9 +547,9 @@ async def test_a_gpu_lost_mid_run_is_never_handed_out(node):
         await allocator.close()
 
 
-def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(node):
+def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(scene_node):
     path = os.pathsep.join([str(STUBS), os.path.dirname(PYTHON), os.environ["PATH"]])
-    env = node_env(*node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="0.5", PATH=path,
+    env = node_env(*scene_node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="0.5", PATH=path,
                    TPN_SMI_MODE="hang", TPN_SMI_GPUS="8")
     data = status(env)
     assert data["external_probe_ok"] is False and "did not answer within 0.5 s" in data["probe_problem"]
@@ -570,12 +570,12 @@ def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(node):
     assert "handed out unverified" in placed.stderr  # never silently
 
 
-def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its_timeout(node):
+def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its_timeout(scene_node):
     """The stub becomes "sleep 40 & sleep 40": killing nvidia-smi alone would
     leave the other sleep holding its pipes, and waiting for them held status,
     and a launch's allocation lock, for 40 s."""
     path = os.pathsep.join([str(STUBS), os.path.dirname(PYTHON), os.environ["PATH"]])
-    env = node_env(*node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="2", PATH=path,
+    env = node_env(*scene_node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="2", PATH=path,
                    TPN_SMI_MODE="hang-group", TPN_SMI_HANG_S="40", TUNEPLANE_LOCAL_GPU_COUNT="8",
                    TUNEPLANE_ALLOW_UNVERIFIED="true")
     started = time.monotonic()
@@ -584,7 +584,7 @@ def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its
     assert "did not answer within 2 s" in data["probe_problem"]
     assert took < 2 + 3, f"status with a 2 s probe timeout took {took:.1f} s"
 
-    lock = node[1] / "alloc.lock"
+    lock = scene_node[1] / "alloc.lock"
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
     held: list[float] = []  # when another process found the lock taken
     deadline = time.monotonic() + BOUND_S
@@ -607,10 +607,10 @@ def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its
 # ── h: a job that ends frees its cards at the next read ──────────────────────
 
 
-def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(node):
-    env = node_env(*node)
+def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(scene_node):
+    env = node_env(*scene_node)
     assert cli(env, "launch", "--cards", "2", "--run-id", "doomed", "--", "sleep", "120").returncode == 0
-    supervisor = psutil.Process(_supervisor_pid(node[1], "doomed"))
+    supervisor = psutil.Process(_supervisor_pid(scene_node[1], "doomed"))
     [command] = until(supervisor.children, "the supervisor starting the command")
     command.kill()
     until(lambda: status(env)["jobs"][0]["status"] == "exited", "the job's end being read")
@@ -623,18 +623,18 @@ def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(node):
     assert {j["run_id"] for j in status(env)["jobs"]} == {"next"}
 
 
-def test_a_process_job_holds_its_card_while_what_its_command_left_runs(node):
+def test_a_process_job_holds_its_card_while_what_its_command_left_runs(scene_node):
     """A command that ends at once, leaving a sleep that ignores SIGTERM. The
     job was recorded as "exited (0)" and card 0 handed out again while the
     sleep ran on, out of reach of stop and reclaim."""
-    env = node_env(*node)
+    env = node_env(*scene_node)
     leaves = ("sh", "-c", "trap '' TERM; sleep 300 & echo started $!")
     assert cli(env, "launch", "--cards", "1", "--run-id", "leaves", "--", *leaves).returncode == 0
-    log = node[1] / "logs" / "leaves.log"
+    log = scene_node[1] / "logs" / "leaves.log"
     said = until(lambda: log.exists() and "started" in log.read_text() and log.read_text(),
                  "the command starting its sleep")
     left = psutil.Process(int(said.split()[-1]))
-    supervisor = psutil.Process(_supervisor_pid(node[1], "leaves"))
+    supervisor = psutil.Process(_supervisor_pid(scene_node[1], "leaves"))
     until(lambda: not supervisor.children(), "the command ending")
     data = status(env)
     assert [(j["run_id"], j["status"]) for j in data["jobs"]] == [("leaves", "running")]

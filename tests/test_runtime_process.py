@@ -856,11 +856,11 @@ def reservation(run_id: str, seconds: float) -> JobSpec:
                    expires_at=time.time() + seconds)
 
 
-async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(node):
+async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(scene_node):
     from tpnode_tui.allocator import GpuAllocator
     from tpnode_tui.config import load_settings
 
-    scene, state_dir = node
+    scene, state_dir = scene_node
     settings = load_settings({}, runtime="process", state_dir=str(state_dir), probe=f"simulated:{scene}")
     allocator = GpuAllocator.from_settings(settings)
     samples: list[dict[int, str]] = []

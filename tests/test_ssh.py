@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers.accounts import cli_as, runnable
-from helpers.agents import shared_node
+from helpers.agents import SharedNode
 from helpers.ssh import Sshd
 from helpers.waiting import until
 
@@ -26,7 +26,7 @@ NODE = "tpn-node"
 @pytest.fixture(scope="module")
 def reach(accounts):
     """The shared node, an sshd in front of it, and alice and bob able to log in as themselves."""
-    with shared_node(accounts, "tpn-ssh-") as node:
+    with SharedNode.started(accounts, "tpn-ssh-") as node:
         sshd = Sshd(node.root, node.socket)
         sshd.start()
         try:

@@ -46,7 +46,7 @@ def make_node(tmp_path, **options) -> ServiceNode:
 
 
 @pytest.fixture
-async def node(tmp_path):
+async def service_node(tmp_path):
     n = make_node(tmp_path)
     yield n
     await n.close()
@@ -60,54 +60,55 @@ def watching(node) -> bool:
 # ── drains by operators ─────────────────────────────────────────────────────
 
 
-async def test_only_an_operator_may_drain_or_undrain_and_the_refusal_is_exit_77(node):
+async def test_only_an_operator_may_drain_or_undrain_and_the_refusal_is_exit_77(service_node):
     with pytest.raises(NotAllowed, match="bob may not drain card 2: only an operator") as refused:
-        await node.service.drain_card(BOB, 2, "I think it is slow")
+        await service_node.service.drain_card(BOB, 2, "I think it is slow")
     assert exit_code(refused.value) == 77
-    drain = await node.service.drain_card(ROOT, 2, "fan replaced tomorrow")
+    drain = await service_node.service.drain_card(ROOT, 2, "fan replaced tomorrow")
     assert (drain.card, drain.by, drain.source, drain.reason) == (2, "root", "operator", "fan replaced tomorrow")
     with pytest.raises(NotAllowed):
-        await node.service.undrain_card(ALICE, 2)
-    snap = await node.service.read_now()
+        await service_node.service.undrain_card(ALICE, 2)
+    snap = await service_node.service.read_now()
     assert snap.cards[2].state == "drained" and snap.cards[2].drain.by == "root"
-    assert [(e["user"], e["action"], e["result"], e.get("cards")) for e in node.kinds("action")] == [
+    assert [(e["user"], e["action"], e["result"], e.get("cards")) for e in service_node.kinds("action")] == [
         ("bob", "drain", "refused", [2]), ("root", "drain", "ok", [2]), ("alice", "undrain", "refused", [2])]
-    await node.service.undrain_card(ROOT, 2)
-    assert (await node.service.read_now()).cards[2].state == "free"
+    await service_node.service.undrain_card(ROOT, 2)
+    assert (await service_node.service.read_now()).cards[2].state == "free"
 
 
-async def test_a_drained_card_is_not_handed_out_and_a_job_on_it_keeps_running(node):
-    result = await node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
-    await node.service.drain_card(ROOT, 0, "vendor swap")
-    await node.service.drain_card(ROOT, 1, "vendor swap")
-    assert node.runtime.jobs["tpn-a1"].status == "running" and result.launched.gpus == (0,)
+async def test_a_drained_card_is_not_handed_out_and_a_job_on_it_keeps_running(service_node):
+    result = await service_node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
+    await service_node.service.drain_card(ROOT, 0, "vendor swap")
+    await service_node.service.drain_card(ROOT, 1, "vendor swap")
+    assert service_node.runtime.jobs["tpn-a1"].status == "running" and result.launched.gpus == (0,)
     with pytest.raises(NoCapacity, match=r"1 drained \(card 1\)"):
-        await node.service.launch(BOB, LaunchRequest(cards=3, command=("t",), run_id="b1"))
-    snap = await node.service.read_now()
+        await service_node.service.launch(BOB, LaunchRequest(cards=3, command=("t",), run_id="b1"))
+    snap = await service_node.service.read_now()
     assert snap.cards[0].state == "job" and "drained: vendor swap" in snap.cards[0].warning
-    assert "root drained card 0: vendor swap; a1 keeps running on it" in [e["message"] for e in node.kinds("action")]
+    assert "root drained card 0: vendor swap; a1 keeps running on it" in [
+        e["message"] for e in service_node.kinds("action")]
 
 
-async def test_drains_are_refused_without_a_reason_twice_or_off_the_node(node):
+async def test_drains_are_refused_without_a_reason_twice_or_off_the_node(service_node):
     with pytest.raises(BadRequest, match="say why"):
-        await node.service.drain_card(ROOT, 1, "  ")
+        await service_node.service.drain_card(ROOT, 1, "  ")
     with pytest.raises(BadRequest, match="card 9 is not a card of this node"):
-        await node.service.drain_card(ROOT, 9, "x")
-    await node.service.drain_card(ROOT, 1, "first")
+        await service_node.service.drain_card(ROOT, 9, "x")
+    await service_node.service.drain_card(ROOT, 1, "first")
     with pytest.raises(Conflict, match="card 1 is drained already, by root: first"):
-        await node.service.drain_card(ROOT, 1, "second")
+        await service_node.service.drain_card(ROOT, 1, "second")
     with pytest.raises(JobNotFound, match="card 3 is not drained"):
-        await node.service.undrain_card(ROOT, 3)
+        await service_node.service.undrain_card(ROOT, 3)
 
 
-async def test_undrain_is_refused_while_the_card_reports_a_problem_and_says_which(node):
-    await node.service.drain_card(ROOT, 1, "ECC errors seen by the vendor tool")
-    node.probe.set_card(1, health=("row remapping pending (needs a GPU reset)",))
+async def test_undrain_is_refused_while_the_card_reports_a_problem_and_says_which(service_node):
+    await service_node.service.drain_card(ROOT, 1, "ECC errors seen by the vendor tool")
+    service_node.probe.set_card(1, health=("row remapping pending (needs a GPU reset)",))
     with pytest.raises(Conflict, match=r"card 1 stays drained: it still reports row remapping pending"):
-        await node.service.undrain_card(ROOT, 1)
-    assert (await node.service.read_now()).cards[1].state == "drained"
-    node.probe.set_card(1, health=())
-    lifted = await node.service.undrain_card(ROOT, 1)
+        await service_node.service.undrain_card(ROOT, 1)
+    assert (await service_node.service.read_now()).cards[1].state == "drained"
+    service_node.probe.set_card(1, health=())
+    lifted = await service_node.service.undrain_card(ROOT, 1)
     assert lifted.reason == "ECC errors seen by the vendor tool"
 
 
@@ -188,11 +189,11 @@ async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_act
     assert verdicts == {63: "other", 92: "ignored", 13: "drain"}
 
 
-async def test_a_snapshot_says_when_xids_are_not_watched_and_why(node):
-    node.serve()
-    await until_async(lambda: node.service.reading.snapshot, "a reading")
+async def test_a_snapshot_says_when_xids_are_not_watched_and_why(service_node):
+    service_node.serve()
+    await until_async(lambda: service_node.service.reading.snapshot, "a reading")
     await asyncio.sleep(0.2)
-    snap = node.service.reading.snapshot
+    snap = service_node.service.reading.snapshot
     assert snap.xid_watch == "" and snap.xid_problem == "XID events are not watched: the static probe reports none"
 
 
@@ -204,60 +205,60 @@ async def test_a_one_shot_reading_says_xids_are_watched_only_while_served(simula
 # ── the node's log ──────────────────────────────────────────────────────────
 
 
-async def test_events_by_card_show_everyone_the_cards_and_actions_only_to_their_own(node):
-    await node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
-    await node.service.drain_card(ROOT, 3, "broken fan")
-    assert [e["kind"] for e in node.service.events(BOB)] == ["drain"]  # none of alice's or root's actions
-    assert [(e["kind"], e.get("action")) for e in node.service.events(ALICE)] == [
+async def test_events_by_card_show_everyone_the_cards_and_actions_only_to_their_own(service_node):
+    await service_node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
+    await service_node.service.drain_card(ROOT, 3, "broken fan")
+    assert [e["kind"] for e in service_node.service.events(BOB)] == ["drain"]  # none of alice's or root's actions
+    assert [(e["kind"], e.get("action")) for e in service_node.service.events(ALICE)] == [
         ("action", "launch"), ("drain", None)]
-    assert [(e["kind"], e.get("action")) for e in node.service.events(ROOT, card=3)] == [
+    assert [(e["kind"], e.get("action")) for e in service_node.service.events(ROOT, card=3)] == [
         ("drain", None), ("action", "drain")]
-    assert [e["action"] for e in node.service.events(ROOT, card=0)] == ["launch"]
-    assert node.service.events(ROOT, card=2) == []
+    assert [e["action"] for e in service_node.service.events(ROOT, card=0)] == ["launch"]
+    assert service_node.service.events(ROOT, card=2) == []
 
 
-async def test_intruders_seen_and_gone_and_a_reservation_expiring_are_logged(node):
-    await node.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=3600, run_id="rsv-a"))
-    await node.service.read_now()
-    node.probe.set_card(0, processes=(ProcessFacts(os.getpid(), 2048),))  # root's, on alice's card
-    await node.service.read_now()
-    node.probe.set_card(0, processes=())
-    await node.service.read_now()
-    seen, gone = node.kinds("intruder")
+async def test_intruders_seen_and_gone_and_a_reservation_expiring_are_logged(service_node):
+    await service_node.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=3600, run_id="rsv-a"))
+    await service_node.service.read_now()
+    service_node.probe.set_card(0, processes=(ProcessFacts(os.getpid(), 2048),))  # root's, on alice's card
+    await service_node.service.read_now()
+    service_node.probe.set_card(0, processes=())
+    await service_node.service.read_now()
+    seen, gone = service_node.kinds("intruder")
     assert seen["state"] == "seen" and seen["pid"] == os.getpid() and seen["cards"] == [0]
     assert "is using card 0, reserved by alice until" in seen["message"]
     assert gone["state"] == "gone" and gone["message"] == f"root's pid {os.getpid()} is no longer on card 0"
-    job = node.runtime.jobs["tpn-rsv-a"]
-    node.runtime.jobs["tpn-rsv-a"] = replace(job, status="exited", exit_code=0, expires_at=time.time() - 1)
-    await node.service.read_now()
-    [expiry] = node.kinds("expiry")
+    job = service_node.runtime.jobs["tpn-rsv-a"]
+    service_node.runtime.jobs["tpn-rsv-a"] = replace(job, status="exited", exit_code=0, expires_at=time.time() - 1)
+    await service_node.service.read_now()
+    [expiry] = service_node.kinds("expiry")
     assert expiry["message"] == "reservation rsv-a of alice expired; card 0 is no longer held by it"
 
 
-async def test_health_changes_are_logged_once_each_way(node):
-    await node.service.read_now()
-    node.probe.set_card(2, health=("3 uncorrected ECC errors",))
-    await node.service.read_now()
-    await node.service.read_now()
-    node.probe.set_card(2, health=())
-    await node.service.read_now()
-    assert [e["message"] for e in node.kinds("health")] == [
+async def test_health_changes_are_logged_once_each_way(service_node):
+    await service_node.service.read_now()
+    service_node.probe.set_card(2, health=("3 uncorrected ECC errors",))
+    await service_node.service.read_now()
+    await service_node.service.read_now()
+    service_node.probe.set_card(2, health=())
+    await service_node.service.read_now()
+    assert [e["message"] for e in service_node.kinds("health")] == [
         "card 2: 3 uncorrected ECC errors", "card 2 no longer reports: 3 uncorrected ECC errors"]
 
 
-async def test_following_the_log_gets_the_past_then_each_new_entry_once(node):
-    await node.service.drain_card(ROOT, 1, "old news")
+async def test_following_the_log_gets_the_past_then_each_new_entry_once(service_node):
+    await service_node.service.drain_card(ROOT, 1, "old news")
     got: list[dict] = []
 
     async def follow():
-        async for entry in node.service.follow_events(BOB, since_s=3600):
+        async for entry in service_node.service.follow_events(BOB, since_s=3600):
             got.append(entry)
 
     follower = asyncio.ensure_future(follow())
     try:
         await until_async(lambda: got, "the past")
-        await node.service.undrain_card(ROOT, 1)
-        await node.service.drain_card(ROOT, 2, "new")
+        await service_node.service.undrain_card(ROOT, 1)
+        await service_node.service.drain_card(ROOT, 2, "new")
         await until_async(lambda: len(got) == 3, "the undrain and the new drain")
         await asyncio.sleep(0.1)
     finally:
@@ -312,16 +313,16 @@ async def test_a_reservation_nobody_uses_is_marked_idle_and_use_clears_it(tmp_pa
         await n.close()
 
 
-async def test_the_service_keeps_each_cards_recent_history(node):
-    node.probe.set_card(1, utilization_pct=97, temperature_c=71, power_w=650.0)
+async def test_the_service_keeps_each_cards_recent_history(service_node):
+    service_node.probe.set_card(1, utilization_pct=97, temperature_c=71, power_w=650.0)
     for _ in range(3):
-        await node.service.read_now()
-    history = node.service.card_history(1)
+        await service_node.service.read_now()
+    history = service_node.service.card_history(1)
     assert list(history) == [1] and len(history[1]) == 3
     assert {(s.utilization_pct, s.temperature_c, s.power_w, s.seconds) for s in history[1]} == {(97, 71, 650.0, 0.0)}
-    assert set(node.service.card_history()) == {0, 1, 2, 3}
+    assert set(service_node.service.card_history()) == {0, 1, 2, 3}
     with pytest.raises(BadRequest, match="card 4 is not a card of this node"):
-        node.service.card_history(4)
+        service_node.service.card_history(4)
 
 
 # ── serving ─────────────────────────────────────────────────────────────────

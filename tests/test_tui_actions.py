@@ -49,7 +49,7 @@ from tpnode_tui.tui.tiles import CardGrid
 
 
 @pytest.fixture
-async def node(tmp_path):
+async def service_node(tmp_path):
     n = DashboardNode(tmp_path, 4)
     yield n
     await n.close()
@@ -75,8 +75,8 @@ def request(run_id: str, cards: int = 1) -> LaunchRequest:
 # -- launch -----------------------------------------------------------------------
 
 
-async def test_launch_from_the_form_puts_the_job_on_the_tiles(node):
-    app = node.app()
+async def test_launch_from_the_form_puts_the_job_on_the_tiles(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("l")
@@ -94,8 +94,8 @@ async def test_launch_from_the_form_puts_the_job_on_the_tiles(node):
         assert job.command == ("sleep", "60") and job.live
 
 
-async def test_the_launch_form_refuses_bad_input_next_to_the_field(node):
-    app = node.app()
+async def test_the_launch_form_refuses_bad_input_next_to_the_field(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("l")
@@ -179,9 +179,9 @@ async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
         assert all(j.run_id != "never-mind" for j in app.snapshot.jobs), "a cancelled launch started"
 
 
-async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(node):
-    other = make_lock(node.allocator.settings)  # another process's hold on the same lock file
-    app = node.app()
+async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(service_node):
+    other = make_lock(service_node.allocator.settings)  # another process's hold on the same lock file
+    app = service_node.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
@@ -206,9 +206,9 @@ async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(node):
         await other.close()
 
 
-async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_abandoned(node):
-    holder = await hold_the_flock(node.state)
-    app = node.app()
+async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_abandoned(service_node):
+    holder = await hold_the_flock(service_node.state)
+    app = service_node.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
@@ -233,11 +233,11 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
             await until_pilot(pilot, lambda: app.heard(
                 "behind-the-flock is abandoned: it was still waiting for the allocation lock"), "the cancel")
             await until_pilot(pilot, lambda: not row_cells(app, "behind-the-flock"), "the row to go")
-            assert node.allocator.lock.waiting is None, "the abandoned launch still waits for the lock"
+            assert service_node.allocator.lock.waiting is None, "the abandoned launch still waits for the lock"
 
             await end(holder)  # the lock is free now: an abandoned launch must not go ahead after all
             await polled(pilot, app, 3)
-            assert all(j.run_id != "behind-the-flock" for j in await node.allocator.runtime.ps())
+            assert all(j.run_id != "behind-the-flock" for j in await service_node.allocator.runtime.ps())
             assert not app.heard("behind-the-flock got") and not app.heard("Launch refused")
             await pilot.press("q")
             assert app.return_code == 0, "quit asked with nothing left to drop"
@@ -321,8 +321,8 @@ async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
         assert app.return_code == 0
 
 
-async def test_quit_with_nothing_queued_does_not_ask(node):
-    app = node.app()
+async def test_quit_with_nothing_queued_does_not_ask(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("q")
@@ -332,8 +332,8 @@ async def test_quit_with_nothing_queued_does_not_ask(node):
 # -- reserve ------------------------------------------------------------------------
 
 
-async def test_reserve_from_the_form_holds_a_card_for_its_owner(node):
-    app = node.app()
+async def test_reserve_from_the_form_holds_a_card_for_its_owner(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("v")
@@ -358,9 +358,9 @@ async def test_reserve_from_the_form_holds_a_card_for_its_owner(node):
         assert app.heard(f"Reserved for {guest}: rsv-for-guest got card 0.")
 
 
-async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_longer(node):
-    launched = await node.local.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv-short"))
-    app = node.app()
+async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_longer(service_node):
+    launched = await service_node.local.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv-short"))
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         assert app.check_action("extend", ())
@@ -379,9 +379,9 @@ async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_lo
         assert app.check_action("extend", ()) is False, "extend is offered on a reservation only"
 
 
-async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(node):
-    await node.place("two-cards", 2)
-    app = node.app()
+async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(service_node):
+    await service_node.place("two-cards", 2)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         detail = str(app.query_one("#detail-text").render())
@@ -394,9 +394,9 @@ async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(node):
 # -- stop and reclaim -------------------------------------------------------------------
 
 
-async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
-    await node.place("to-stop", 1)
-    app = node.app()
+async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(service_node):
+    await service_node.place("to-stop", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         assert app.query_one(CardGrid).selected == 0 and states(app)[0] == "job"
@@ -417,9 +417,9 @@ async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
         assert app.check_action("stop", ()) is False, "stop is offered only on a card with a job"
 
 
-async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
-    await node.place("on-card-zero", 1)
-    app = node.app()
+async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(service_node):
+    await service_node.place("on-card-zero", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("s")
@@ -442,10 +442,10 @@ async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
         assert app.heard("The highlighted row is a launch not started yet, not a running job: c cancels it.")
 
 
-async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
-    await node.place("done-early", 1, "true")
-    await node.place("still-running", 1)
-    app = node.app()
+async def test_reclaim_removes_only_the_exited_jobs_it_listed(service_node):
+    await service_node.place("done-early", 1, "true")
+    await service_node.place("still-running", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await until_pilot(pilot, lambda: app.snapshot and any(
             j.run_id == "done-early" and not j.live for j in app.snapshot.jobs), "done-early to exit")
@@ -455,8 +455,8 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
         assert "done-early" in listed and "still-running" not in listed
 
         # Another job ends while the question is open: it was not listed, so it stays.
-        await node.place("ends-meanwhile", 1, "true")
-        while any(j.live for j in await node.allocator.runtime.ps() if j.run_id == "ends-meanwhile"):
+        await service_node.place("ends-meanwhile", 1, "true")
+        while any(j.live for j in await service_node.allocator.runtime.ps() if j.run_id == "ends-meanwhile"):
             await asyncio.sleep(0.05)
         await pilot.press("y")
         await until_pilot(pilot, lambda: app.heard("Removed done-early"), "the reclaim to finish")
@@ -465,24 +465,24 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
         assert left == {"still-running": True, "ends-meanwhile": False}
 
 
-async def test_reclaim_keeps_a_listed_job_that_is_live_again_and_says_so(node):
-    await node.place("alive", 1)
-    app = node.app()
+async def test_reclaim_keeps_a_listed_job_that_is_live_again_and_says_so(service_node):
+    await service_node.place("alive", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         [job] = [j for j in app.snapshot.jobs if j.run_id == "alive"]
         app.run_worker(app._reclaim([job]))  # as if it had exited when the list was shown
         await until_pilot(pilot, lambda: app.heard("Not removed: alive is still running"), "the warning")
         assert not app.heard("Could not reclaim")
-        assert [j.run_id for j in await node.allocator.runtime.ps()] == ["alive"]
+        assert [j.run_id for j in await service_node.allocator.runtime.ps()] == ["alive"]
 
 
 # -- read-only ------------------------------------------------------------------------
 
 
-async def test_readonly_hides_and_refuses_every_action(node):
-    await node.place("someones-job", 1)
-    app = node.app(readonly=True)
+async def test_readonly_hides_and_refuses_every_action(service_node):
+    await service_node.place("someones-job", 1)
+    app = service_node.app(readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         for action in ("launch", "reserve", "extend", "stop", "reclaim", "cancel_launch", "drain", "undrain",
@@ -511,29 +511,29 @@ async def test_readonly_hides_and_refuses_every_action(node):
 # -- honesty about what cannot be seen -------------------------------------------------
 
 
-async def test_probe_blind_shows_a_banner_and_no_free_card(node):
-    app = node.app()
+async def test_probe_blind_shows_a_banner_and_no_free_card(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         banner = app.query_one("#blind-banner")
         assert not banner.has_class("-shown")
-        write_scene(node.scene, 4, blind=True)
+        write_scene(service_node.scene, 4, blind=True)
         await until_pilot(pilot, lambda: banner.has_class("-shown"), "the blind banner")
         text = str(banner.render())
         assert "PROBE-BLIND" in text and "free count may be too high" in text
         assert states(app) == ["unverified"] * 4
         assert "FREE" not in tile_text(app, 0) and "UNVERIFIED" in tile_text(app, 0)
 
-        write_scene(node.scene, 4)
+        write_scene(service_node.scene, 4)
         await until_pilot(pilot, lambda: not banner.has_class("-shown"), "the banner to go")
         assert states(app) == ["free"] * 4
 
 
-async def test_a_short_terminal_keeps_the_jobs_table_on_screen_while_blind(node):
-    app = node.app()
+async def test_a_short_terminal_keeps_the_jobs_table_on_screen_while_blind(service_node):
+    app = service_node.app()
     async with app.run_test(size=(80, 24)) as pilot:
         await polled(pilot, app)
-        write_scene(node.scene, 4, blind=True)
+        write_scene(service_node.scene, 4, blind=True)
         banner = app.query_one("#blind-banner")
         await until_pilot(pilot, lambda: banner.has_class("-shown"), "the blind banner")
         await pilot.pause()
@@ -550,8 +550,8 @@ def on_screen(app: NodeDashboard, selector: str) -> bool:
     return region.height > 0 and region.y < app.size.height - 1
 
 
-async def test_the_layout_follows_each_resize_at_once_both_ways(node):
-    app = node.app()
+async def test_the_layout_follows_each_resize_at_once_both_ways(service_node):
+    app = service_node.app()
     async with app.run_test(size=(200, 60)) as pilot:
         await polled(pilot, app)
         assert on_screen(app, "#summary") and on_screen(app, "#jobs")
@@ -609,12 +609,12 @@ async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_tabl
         await n.close()
 
 
-async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node):
-    await node.place("running-job", 1)
-    app = node.app()
+async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(service_node):
+    await service_node.place("running-job", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        state_file = node.state / "jobs.json"
+        state_file = service_node.state / "jobs.json"
         good = state_file.read_bytes()
         state_file.write_text("{ this is not json")
         banner = app.query_one("#stale-banner")
@@ -641,12 +641,12 @@ async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node
         assert "FREE" in tile_text(app, 1) and "running-job" in tile_text(app, 0)
 
 
-async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(node):
-    await node.place("running-job", 1)
-    state_file = node.state / "jobs.json"
+async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(service_node):
+    await service_node.place("running-job", 1)
+    state_file = service_node.state / "jobs.json"
     good = state_file.read_bytes()
     state_file.write_text("{ this is not json")
-    app = node.app()
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         banner = app.query_one("#stale-banner")
         await until_pilot(pilot, lambda: banner.has_class("-shown"), "the banner")
@@ -682,9 +682,9 @@ async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path)
         await n.close()
 
 
-async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it(node, tmp_path):
-    other = GpuAllocator.from_settings(node.allocator.settings)  # another process's view, same lock file
-    app = node.app()
+async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it(service_node, tmp_path):
+    other = GpuAllocator.from_settings(service_node.allocator.settings)  # another process's view, same lock file
+    app = service_node.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
@@ -703,8 +703,8 @@ async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it
         await other.close()
 
 
-async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(node):
-    lock = node.allocator.lock
+async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(service_node):
+    lock = service_node.allocator.lock
     real = lock.state
     calls = 0
 
@@ -714,7 +714,7 @@ async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(node):
         return await real()
 
     lock.state = counting_state
-    app = node.app()
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 4)
         readings = app.readings
@@ -724,12 +724,12 @@ async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(node):
 # -- readings ---------------------------------------------------------------------------
 
 
-async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes(node):
-    app = node.app()
+async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("l")
-        write_scene(node.scene, 4, blind=True)
+        write_scene(service_node.scene, 4, blind=True)
         await until_pilot(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "a poll to see it")
         assert "FREE" in tile_text(app, 0), "the grid was redrawn under the dialog"
         await pilot.press("escape")
@@ -738,24 +738,24 @@ async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes
         assert app.query_one("#blind-banner").has_class("-shown")
 
 
-async def test_pause_holds_the_picture_still_until_resumed(node):
-    app = node.app()
+async def test_pause_holds_the_picture_still_until_resumed(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("p")
         await pilot.pause(0.1)  # a reading already on its way may still land
         frozen = app.readings
-        await node.place("while-paused", 1)
+        await service_node.place("while-paused", 1)
         await pilot.pause(0.8)
         assert app.readings == frozen and app.snapshot.jobs == ()
         assert "PAUSED" in header(app)
-        assert node.local.service.subscribers == 0, "a paused dashboard still follows the readings"
+        assert service_node.local.service.subscribers == 0, "a paused dashboard still follows the readings"
         await pilot.press("p")
         await until_pilot(pilot, lambda: any(j.run_id == "while-paused" for j in app.snapshot.jobs), "resume")
 
 
-async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(node):
-    app = node.app()
+async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(service_node):
+    app = service_node.app()
     async with app.run_test(size=(120, 40)) as pilot:
         await polled(pilot, app)
         grid = app.query_one(CardGrid)
@@ -770,8 +770,8 @@ async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(node):
 # -- who is asking -----------------------------------------------------------------------
 
 
-async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_process(node):
-    app = node.app()
+async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_process(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         you = app.you
@@ -783,12 +783,12 @@ async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_proces
         assert "root · operator" in header(app), "a short terminal drops who you are"
 
 
-async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hears_the_node_s_rule(node):
+async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hears_the_node_s_rule(service_node):
     """The node's service and rules are real; only the caller is named by hand,
     as no other account can run inside this test (real accounts against a real
     agent are in tests/test_tui_agent.py)."""
-    await node.place("someone-elses", 1)  # owner "tester"
-    as_bob = LocalNode(node.local.service, BOB)
+    await service_node.place("someone-elses", 1)  # owner "tester"
+    as_bob = LocalNode(service_node.local.service, BOB)
     app = Dashboard(as_bob, default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)

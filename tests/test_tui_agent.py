@@ -19,7 +19,7 @@ import textwrap
 import pytest
 
 from helpers.accounts import runnable
-from helpers.agents import Agent, running, shared_node
+from helpers.agents import Agent, running
 from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text
 from helpers.waiting import until_async, until_pilot
 from tpnode_tui.node.remote import AgentNode
@@ -134,19 +134,13 @@ async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_
 # -- the agent as its own process, and other accounts ----------------------------------
 
 
-@pytest.fixture
-def shared(accounts):
-    with shared_node(accounts, "tpn-tui-") as n:
-        yield n
-
-
-async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_exports(shared):
-    node = AgentNode(shared.socket)
+async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_exports(shared_node):
+    node = AgentNode(shared_node.socket)
     app = Dashboard(node, default_command=("sleep", "60"))
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
-            assert f"agent at {shared.socket}" in header(app)
+            assert f"agent at {shared_node.socket}" in header(app)
             await pilot.press("l")
             await fill(pilot, app.screen, "cards", "2")
             await fill(pilot, app.screen, "run-id", "real-agent")
@@ -196,22 +190,22 @@ AS_ACCOUNT = textwrap.dedent('''
 ''')
 
 
-def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared, accounts):
+def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared_node, accounts):
     alice, bob = accounts.alice, accounts.bob
-    assert shared.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
-    script = shared.root / "dashboard_as.py"
+    assert shared_node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
+    script = shared_node.root / "dashboard_as.py"
     script.write_text(AS_ACCOUNT)
     script.chmod(0o644)
-    done = bob.run([runnable().python, str(script), str(shared.socket)], env=shared.env(bob), timeout=90)
+    done = bob.run([runnable().python, str(script), str(shared_node.socket)], env=shared_node.env(bob), timeout=90)
     assert done.returncode == 0, done.stderr[-3000:]
     shown = json.loads(done.stdout.strip().splitlines()[-1])
     who = shown["header"].splitlines()[1].strip()
-    assert who == f"{bob.name} │ agent at {shared.socket}", who  # not an operator: no "operator"
+    assert who == f"{bob.name} │ agent at {shared_node.socket}", who  # not an operator: no "operator"
     assert shown["stop offered"] is False and shown["extend offered"] is False
     [refusal] = [m for m in shown["said"] if "allowed" in m]
     assert refusal.startswith("Not allowed to stop a-rsv: card 0 is held by a-rsv of ")
     assert f"only {alice.name} or an operator (root, group {accounts.operators_group}) may stop it" in refusal
-    assert shared.status(alice)["jobs"][0]["status"] == "running"
+    assert shared_node.status(alice)["jobs"][0]["status"] == "running"
 
 
 def test_the_dashboard_told_to_use_an_agent_that_does_not_answer_says_so_in_one_line(tmp_path):

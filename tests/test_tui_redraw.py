@@ -21,7 +21,7 @@ from tpnode_tui.tui.tiles import CardTile
 
 
 @pytest.fixture
-async def node(tmp_path: Path):
+async def service_node(tmp_path: Path):
     n = DashboardNode(tmp_path, 4)
     yield n
     await n.close()
@@ -37,7 +37,7 @@ def footer_actions(app: NodeDashboard) -> set[str]:
     return {key.action for key in app.query(FooterKey)}
 
 
-async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(node, monkeypatch):
+async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(service_node, monkeypatch):
     rebuilt: list[object] = []
     painted: list[int] = []
     recompose, render = Footer.recompose, CardTile.render
@@ -52,7 +52,7 @@ async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(n
 
     monkeypatch.setattr(Footer, "recompose", counting_recompose)
     monkeypatch.setattr(CardTile, "render", counting_render)
-    app = node.app()
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polls(pilot, app, 2)
         assert painted, "the tiles were drawn at least once"
@@ -63,13 +63,13 @@ async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(n
         assert painted == [], "an idle poll repainted tiles whose text had not changed"
 
 
-async def test_a_job_that_appears_between_polls_reaches_the_tile_and_the_footer(node):
-    app = node.app()
+async def test_a_job_that_appears_between_polls_reaches_the_tile_and_the_footer(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polls(pilot, app, 2)
         assert "stop" not in footer_actions(app), "nothing to stop on a free card"
         assert "launch" in footer_actions(app)
-        await node.allocator.launch(JobSpec(run_id="appears", cards=1, command=("sleep", "60"), owner="tester"))
+        await service_node.allocator.launch(JobSpec(run_id="appears", cards=1, command=("sleep", "60"), owner="tester"))
         await until_pilot(pilot, lambda: "stop" in footer_actions(app), "the footer to offer Stop")
         tile = app.query_one("#card-0", CardTile)
         assert "appears" in tile.render().plain

@@ -43,7 +43,7 @@ STUBBORN = ("import pathlib, signal, sys, time\n"
 
 
 @pytest.fixture
-async def node(tmp_path):
+async def service_node(tmp_path):
     n = DashboardNode(tmp_path, 4, evict_grace_s="0.5")
     yield n
     await n.close()
@@ -74,8 +74,8 @@ def footer_actions(app: Dashboard) -> set[str]:
 # -- drain and undrain ------------------------------------------------------------
 
 
-async def test_drain_asks_why_and_the_card_says_reason_who_and_when(node):
-    app = node.app()
+async def test_drain_asks_why_and_the_card_says_reason_who_and_when(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await select(pilot, app, 1)
@@ -99,10 +99,10 @@ async def test_drain_asks_why_and_the_card_says_reason_who_and_when(node):
         assert states(app)[1] == "drained", "a drained card must stay out of service"
 
 
-async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_problem(node):
-    await node.local.drain(2, "row remapping: reset in the maintenance window")
-    node.edit(2, health={"row_remap_pending": True})
-    app = node.app()
+async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_problem(service_node):
+    await service_node.local.drain(2, "row remapping: reset in the maintenance window")
+    service_node.edit(2, health={"row_remap_pending": True})
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await select(pilot, app, 2)
@@ -116,7 +116,7 @@ async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_p
         await polled(pilot, app)
         assert states(app)[2] == "drained"
 
-        node.edit(2, health={})
+        service_node.edit(2, health={})
         await polled(pilot, app, 2)
         await pilot.press("u")
         await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
@@ -128,14 +128,14 @@ async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_p
 # -- evict ------------------------------------------------------------------------------
 
 
-async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_before_sigkill(node, tmp_path):
+async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_before_sigkill(service_node, tmp_path):
     marker = tmp_path / "got-sigterm"
-    node.state.mkdir()  # where the node keeps its log (the first launch would make it)
+    service_node.state.mkdir()  # where the node keeps its log (the first launch would make it)
     stubborn = subprocess.Popen([sys.executable, "-c", STUBBORN, str(marker)], stdout=subprocess.PIPE, text=True)
     try:
         assert stubborn.stdout.readline().strip() == "ready"
-        on_card(node, 2, stubborn.pid)
-        app = node.app()
+        on_card(service_node, 2, stubborn.pid)
+        app = service_node.app()
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app, 2)
             await select(pilot, app, 2)
@@ -159,7 +159,7 @@ async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_befo
             assert stubborn.returncode == -signal.SIGKILL
             await until_pilot(pilot, lambda: app.heard("killed with SIGKILL"), "the outcome")
             assert app.heard(f"pid {stubborn.pid} (root, ")
-            logged = [e for e in await node.local.events(card=2) if e["kind"] == "evict"]
+            logged = [e for e in await service_node.local.events(card=2) if e["kind"] == "evict"]
             assert [e["outcome"] for e in logged] == ["running", "killed"], logged
     finally:
         if stubborn.poll() is None:
@@ -167,14 +167,14 @@ async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_befo
         stubborn.wait()
 
 
-async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypatch):
+async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(service_node, monkeypatch):
     """Through an agent a dry run takes a moment; a second press must not stack a second question."""
     squatter = subprocess.Popen(["sleep", "300"])
     try:
-        on_card(node, 1, squatter.pid)
-        app = node.app()
+        on_card(service_node, 1, squatter.pid)
+        app = service_node.app()
         dry_runs: list[int] = []
-        evict = node.local.evict
+        evict = service_node.local.evict
 
         async def slow(card, pid=None, **kw):
             if kw.get("dry_run"):
@@ -182,7 +182,7 @@ async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypa
                 await asyncio.sleep(0.5)
             return await evict(card, pid, **kw)
 
-        monkeypatch.setattr(node.local, "evict", slow)
+        monkeypatch.setattr(service_node.local, "evict", slow)
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app, 2)
             await select(pilot, app, 1)
@@ -202,8 +202,9 @@ async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypa
         squatter.wait()
 
 
-async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_anything_is_written(node, monkeypatch):
-    follow = node.local.follow_events
+async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_anything_is_written(service_node,
+                                                                                                    monkeypatch):
+    follow = service_node.local.follow_events
     calls: list[int] = []
 
     async def flaky(card=None, since_s=None, opened=None):
@@ -213,25 +214,25 @@ async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_
         async for entry in follow(card=card, since_s=None, opened=opened):  # a quiet log: nothing in the hour
             yield entry
 
-    monkeypatch.setattr(node.local, "follow_events", flaky)
-    app = node.app(reconnect_s=(0.2, 0.2))
+    monkeypatch.setattr(service_node.local, "follow_events", flaky)
+    app = service_node.app(reconnect_s=(0.2, 0.2))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
         await until_pilot(pilot, lambda: "it went away" in pane_text(app), "the problem while it lasts")
         await until_pilot(pilot, lambda: len(calls) >= 2 and "it went away" not in pane_text(app), "following again")
-        await node.local.drain(2, "after the reconnect")
+        await service_node.local.drain(2, "after the reconnect")
         await until_pilot(pilot, lambda: "after the reconnect" in pane_text(app), "a new entry")
 
 
-async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signalled(node):
+async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signalled(service_node):
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    job = await node.place("mine", 1)  # card 0, the test's own platform job
-    on_card(node, 0, job.job.pid)
-    on_card(node, 3, 1, unseen)
-    app = node.app()
+    job = await service_node.place("mine", 1)  # card 0, the test's own platform job
+    on_card(service_node, 0, job.job.pid)
+    on_card(service_node, 3, 1, unseen)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 2)
         await pilot.press("k")
@@ -261,10 +262,10 @@ def test_each_process_is_marked_whose_it_is_and_a_container_is_named_by_name_and
 # -- who is offered what ------------------------------------------------------------------
 
 
-async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evict(node):
-    await node.local.drain(1, "fan failing")
-    on_card(node, 2, 1)
-    app = Dashboard(LocalNode(node.local.service, BOB), default_command=("sleep", "60"))
+async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evict(service_node):
+    await service_node.local.drain(1, "fan failing")
+    on_card(service_node, 2, 1)
+    app = Dashboard(LocalNode(service_node.local.service, BOB), default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 2)
         for index in (0, 1, 2):
@@ -302,17 +303,17 @@ def pane_text(app: Dashboard) -> str:
     return capture.get()
 
 
-async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_selected_card(node):
-    app = node.app()
+async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_selected_card(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await node.local.drain(3, "first")
+        await service_node.local.drain(3, "first")
         await pilot.press("e")
         pane = app.query_one(EventsPane)
         assert pane.display and not app.query_one("#jobs").display, "the log takes the jobs table's place"
         await until_pilot(pilot, lambda: "card 3 drained by root: first" in pane_text(app), "the hour so far")
 
-        await node.local.drain(1, "second \x1b[2J [/] [@click=quit]")  # another account's words, escaped
+        await service_node.local.drain(1, "second \x1b[2J [/] [@click=quit]")  # another account's words, escaped
         await until_pilot(pilot, lambda: "second" in pane_text(app), "a new entry as it is written")
         text = pane_text(app)
         assert text.index("second") < text.index("first"), "newest first"
@@ -330,8 +331,8 @@ async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_sel
 
         rounds = EVENTS_KEPT // 4 + 5  # a busy log (four entries a round): the pane keeps the newest only
         for n in range(rounds):
-            await node.local.undrain(3)
-            await node.local.drain(3, f"again {n}")
+            await service_node.local.undrain(3)
+            await service_node.local.drain(3, f"again {n}")
         await until_pilot(pilot, lambda: f"again {rounds - 1}" in pane_text(app), "the newest entry")
         assert len(app.node_log.entries) == EVENTS_KEPT
 
@@ -387,17 +388,17 @@ def test_a_fetched_hour_is_kept_as_a_fixed_number_of_slices_and_drawn_at_any_wid
     assert squeeze([1.0, None, 3.0, None], 2) == [1.0, 3.0] and squeeze([None, None], 1) == [None]
 
 
-async def test_history_is_fetched_when_the_selection_changes_not_every_poll(node, monkeypatch):
+async def test_history_is_fetched_when_the_selection_changes_not_every_poll(service_node, monkeypatch):
     asked: list[object] = []
-    history = node.local.history
+    history = service_node.local.history
 
     async def counted(card=None):
         asked.append(card)
         return await history(card)
 
-    monkeypatch.setattr(node.local, "history", counted)
-    node.edit(1, utilization_pct=90)
-    app = node.app()
+    monkeypatch.setattr(service_node.local, "history", counted)
+    service_node.edit(1, utilization_pct=90)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await until_pilot(pilot, lambda: app.history.fetches >= 1, "the first fetch")

@@ -117,6 +117,21 @@ class SharedNode:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls, accounts: Accounts, prefix: str, **settings: str) -> Iterator[SharedNode]:
+        """One started in a fresh directory every account can reach (named from
+        ``prefix``); its agent, its jobs and the directory are gone afterwards."""
+        root = shared_dir(prefix)
+        node = cls(accounts, root, **settings)
+        try:
+            node.start()
+            yield node
+        finally:
+            node.kill()
+            kill_process_jobs(node.state)
+            shutil.rmtree(root, ignore_errors=True)
+
 
 @contextlib.asynccontextmanager
 async def running(agent: Agent) -> AsyncIterator[Agent]:
@@ -129,17 +144,3 @@ async def running(agent: Agent) -> AsyncIterator[Agent]:
         await asyncio.wait_for(agent.task, WAIT_S)
         kill_process_jobs(agent.state)
 
-
-@contextlib.contextmanager
-def shared_node(accounts: Accounts, prefix: str, **settings: str) -> Iterator[SharedNode]:
-    """A SharedNode started in a fresh directory every account can reach; its
-    agent, its jobs and the directory are gone afterwards."""
-    root = shared_dir(prefix)
-    node = SharedNode(accounts, root, **settings)
-    try:
-        node.start()
-        yield node
-    finally:
-        node.kill()
-        kill_process_jobs(node.state)
-        shutil.rmtree(root, ignore_errors=True)
