@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers.agents import SharedNode
+from helpers.agents import Agent, SharedNode, running
 from helpers.load import end_processes
+from helpers.paths import stub_smi_on_path
 from helpers.services import Dockerd, redis_or_unavailable, unavailable, write_scene
 from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.probes.nvml import NvmlProbe
 
 
 def pytest_addoption(parser):
@@ -119,6 +121,44 @@ def state_dir(tmp_path):
     d = tmp_path / "state"
     d.mkdir()
     return d
+
+
+@pytest.fixture
+def smi(monkeypatch):
+    """The nvidia-smi stub first on PATH (helpers/paths.py); returns a setter for
+    its TPN_SMI_* settings: smi(GPUS="8", MODE="hang")."""
+    stub_smi_on_path(monkeypatch)
+
+    def set_env(**values: str) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(f"TPN_SMI_{name}", value)
+
+    return set_env
+
+
+@pytest.fixture
+async def nvml_probe():
+    """Makes NvmlProbe(nvml=fake) over a fake NVML (helpers/nvml.py), each closed
+    after the test: nvml_probe(fake, timeout_s=10.0)."""
+    probes = []
+
+    def make(fake, timeout_s=10.0):
+        probe = NvmlProbe(timeout_s, nvml=fake)
+        probes.append(probe)
+        return probe
+
+    yield make
+    for probe in probes:
+        await probe.close()
+
+
+@pytest.fixture
+async def agent(tmp_path):
+    """A test agent (helpers/agents.py) serving a simulated node in this event
+    loop, stopped and its jobs ended after the test; a module whose agent differs
+    defines its own."""
+    async with running(Agent(tmp_path)) as a:
+        yield a
 
 
 @pytest.fixture

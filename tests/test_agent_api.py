@@ -14,18 +14,12 @@ import os
 
 import pytest
 
-from helpers.agents import WAIT_S, Agent, running
+from helpers.agents import WAIT_S
 from helpers.services import write_scene
 from helpers.waiting import until_async
 from tpnode_tui.model import JobNotFound
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import AgentUnavailable, LaunchRequest, ReserveRequest
-
-
-@pytest.fixture
-async def agent(tmp_path):
-    async with running(Agent(tmp_path)) as a:
-        yield a
 
 
 async def test_the_socket_is_connectable_by_every_account(agent):

@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from helpers.paths import CAPTURES
 from helpers.waiting import until, until_async
 from tpnode_tui.model import ProcessFacts, SliceFacts
 from tpnode_tui.printable import printable_view
@@ -32,28 +32,9 @@ from tpnode_tui.probes.smi import (
     parse_mig_xml,
 )
 
-STUBS = Path(__file__).parent / "stubs"
-CAPTURE = Path(__file__).parent / "captures" / "h200-mig"
+CAPTURE = CAPTURES / "h200-mig"
 UUID0 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000000"
 UUID1 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000001"
-
-
-@pytest.fixture
-def smi(monkeypatch):
-    """Put the stub first on PATH; returns a setter for its TPN_SMI_* variables."""
-    for name in list(os.environ):
-        if name.startswith("TPN_SMI_"):
-            monkeypatch.delenv(name)
-    # The stub's "#!/usr/bin/env python3" finds this interpreter first: a
-    # version-manager shim later on PATH can take longer to start than the test.
-    path = os.pathsep.join([str(STUBS), os.path.dirname(sys.executable), os.environ["PATH"]])
-    monkeypatch.setenv("PATH", path)
-
-    def set_env(**values: str) -> None:
-        for name, value in values.items():
-            monkeypatch.setenv(f"TPN_SMI_{name}", value)
-
-    return set_env
 
 
 async def test_reads_every_card(smi):

@@ -45,7 +45,7 @@ from helpers.load import (
     status,
 )
 from helpers.nvml import FakeCard, FakeNvml, NVMLError_DriverNotLoaded
-from helpers.paths import LOCK_WORKER
+from helpers.paths import LOCK_WORKER, path_with_stubs
 from helpers.services import write_scene
 from helpers.waiting import until, until_pilot
 from tpnode_tui.allocator import GpuAllocator
@@ -57,8 +57,6 @@ from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import STATE_FILE
-
-STUBS = Path(__file__).with_name("stubs")
 
 
 def _holder(env: dict[str, str]) -> tuple[subprocess.Popen, int]:
@@ -548,7 +546,7 @@ async def test_a_gpu_lost_mid_run_is_never_handed_out(scene_node):
 
 
 def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(scene_node):
-    path = os.pathsep.join([str(STUBS), os.path.dirname(PYTHON), os.environ["PATH"]])
+    path = path_with_stubs()
     env = node_env(*scene_node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="0.5", PATH=path,
                    TPN_SMI_MODE="hang", TPN_SMI_GPUS="8")
     data = status(env)
@@ -574,7 +572,7 @@ def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its
     """The stub becomes "sleep 40 & sleep 40": killing nvidia-smi alone would
     leave the other sleep holding its pipes, and waiting for them held status,
     and a launch's allocation lock, for 40 s."""
-    path = os.pathsep.join([str(STUBS), os.path.dirname(PYTHON), os.environ["PATH"]])
+    path = path_with_stubs()
     env = node_env(*scene_node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="2", PATH=path,
                    TPN_SMI_MODE="hang-group", TPN_SMI_HANG_S="40", TUNEPLANE_LOCAL_GPU_COUNT="8",
                    TUNEPLANE_ALLOW_UNVERIFIED="true")

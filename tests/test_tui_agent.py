@@ -16,10 +16,7 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from helpers.accounts import runnable
-from helpers.agents import Agent, running
 from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text
 from helpers.waiting import until_async, until_pilot
 from tpnode_tui.node.remote import AgentNode
@@ -28,12 +25,6 @@ from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.launch import LaunchScreen
 
 WAIT_S = 15.0
-
-
-@pytest.fixture
-async def agent(tmp_path):
-    async with running(Agent(tmp_path)) as a:
-        yield a
 
 
 async def test_through_the_agent_the_header_names_you_and_the_socket_and_a_launch_shows(agent, client):
