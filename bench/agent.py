@@ -39,7 +39,8 @@ import psutil
 from dashboard import COLUMNS, LINES, _cpu_seconds, _frame_complete
 
 from common import BENCH, Limit, Ratio, Row, Section, percentile
-from services import write_scene
+from helpers.services import write_scene
+from helpers.waiting import until
 
 TITLE = "6. The agent: one probe read per interval for every dashboard, idle CPU, status"
 INTERVAL_S = 1.0
@@ -60,14 +61,6 @@ def _node_env(tmp: Path, cards: int) -> dict[str, str]:
             "TUNEPLANE_STATE_DIR": str(tmp / f"state{cards}"),
             # short: a Unix socket's path is limited to 107 bytes
             "TUNEPLANE_AGENT_SOCKET": str(tmp / f"a{cards}.sock")}
-
-
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {timeout_s:g} s")
-        time.sleep(0.02)
 
 
 def _size(path: Path) -> int:
@@ -92,8 +85,8 @@ class Agent:
              "--interval", f"{INTERVAL_S:g}", "agent"], env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         self.process = psutil.Process(self._proc.pid)
         try:
-            _wait_for(lambda: self._proc.poll() is None and self.socket.exists() and self.reads() > 0,
-                      START_TIMEOUT_S, "the agent did not start and read the node")
+            until(lambda: self._proc.poll() is None and self.socket.exists() and self.reads() > 0,
+                  "the agent to start and read the node", START_TIMEOUT_S, every=0.02, error=TimeoutError)
         except TimeoutError:
             self.close()
             raise RuntimeError(f"the agent did not start: {Path(self._log.name).read_text()[-2000:]}") from None
@@ -115,7 +108,7 @@ class Agent:
     def after_next_read(self) -> tuple[int, float, float]:
         """(reads, agent CPU seconds, time) just after the next probe read begins."""
         start = self.reads()
-        _wait_for(lambda: self.reads() > start, 10 * INTERVAL_S, "no probe read")
+        until(lambda: self.reads() > start, "a probe read", 10 * INTERVAL_S, every=0.02, error=TimeoutError)
         return self.reads(), _cpu_seconds(self.process), time.perf_counter()
 
     def close(self) -> None:
@@ -304,8 +297,9 @@ def _node(cards: int, tmp: Path, quick: bool, section: Section, results: dict) -
         elif cards == 8 and shutil.which("tmux"):
             dashboards = Dashboards(DASHBOARDS, agent.env)
             try:
-                _wait_for(lambda: dashboards.all_show(cards, agent.socket), 3 * START_TIMEOUT_S,
-                          "not every dashboard showed the node through the agent")
+                until(lambda: dashboards.all_show(cards, agent.socket),
+                      "every dashboard to show the node through the agent", 3 * START_TIMEOUT_S, every=0.02,
+                      error=TimeoutError)
                 time.sleep(SETTLE_S)
                 results[cards, "tui"] = _window(agent, window)
                 if not dashboards.all_show(cards, agent.socket):

@@ -28,7 +28,7 @@ from typing import Optional
 import psutil
 
 from common import Limit, Row, Section
-from services import write_scene
+from helpers.services import write_scene
 
 TITLE = "4. Dashboard, idle, 1 s poll, in a real 120x40 tmux pane"
 COLUMNS, LINES = 120, 40

@@ -15,7 +15,7 @@ import asyncio
 import aiodocker
 
 from common import Row, Section, interleave, run_async
-from services import Dockerd
+from helpers.services import Dockerd
 from tpnode_tui.model import JobSpec
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.labels import job_labels

@@ -29,8 +29,8 @@ from dashboard import Pane, _cpu_seconds
 
 import common  # noqa: F401
 from common import BENCH, Limit, Row, Section, interleave, run_async
-from fleet_tools import job, node_snapshot
-from services import free_port
+from helpers.fleet import job, node_snapshot
+from helpers.services import free_port
 
 TITLE = "5. Many nodes: 500 publishing at 1 s, the fleet view, /metrics"
 NODES = 500

@@ -20,7 +20,7 @@ from dataclasses import replace
 import redis.asyncio as aioredis
 
 import common  # noqa: F401  (puts tests/ and the checkout on sys.path)
-from fleet_tools import job, node_snapshot
+from helpers.fleet import job, node_snapshot
 from tpnode_tui.fleet.publisher import FleetPublisher
 from tpnode_tui.port import Reading
 

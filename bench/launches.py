@@ -31,8 +31,8 @@ from typing import AsyncIterator, Optional
 import aiodocker
 
 from common import Ratio, Row, Section, run_async
-from fake_pynvml import FakeCard, FakeNvml
-from services import Dockerd, RedisServer, write_scene
+from helpers.nvml import FakeCard, FakeNvml
+from helpers.services import Dockerd, RedisServer, write_scene
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import Settings
 from tpnode_tui.locks import AllocationLock, LockHold, make_lock

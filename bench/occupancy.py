@@ -25,15 +25,16 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Iterator, Optional
 
-from common import TESTS, Limit, Ratio, Row, Section, interleave, run_async
-from fake_pynvml import FakeCard, FakeNvml
+from common import Limit, Ratio, Row, Section, interleave, run_async
+from helpers.nvml import FakeCard, FakeNvml
+from helpers.paths import STUBS
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import Settings
 from tpnode_tui.locks import make_lock
 from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.probes.smi import SmiProbe
 
-SMI_STUB = TESTS / "stubs" / "nvidia-smi"
+SMI_STUB = STUBS / "nvidia-smi"
 
 
 class NoJobs:

@@ -1,6 +1,6 @@
 """The real services the benchmarks need, started privately and always stopped.
 
-tests/services.py starts them for the tests; the benchmarks use the same code
+tests/helpers/services.py starts them for the tests; the benchmarks use the same code
 (a dockerd on a private socket with an imported busybox image, a
 redis-server on a free loopback port) and register the stop with an ExitStack,
 so an error or Ctrl-C in any section still leaves nothing running.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import common  # noqa: F401  (puts tests/ on sys.path, for services)
-from services import Dockerd, RedisServer, free_port
+from helpers.services import Dockerd, RedisServer, free_port
 
 
 class Unavailable(Exception):

@@ -99,8 +99,8 @@ async def fleet_picture() -> None:
     from dataclasses import replace
 
     sys.path.insert(0, str(HERE.parent / "tests"))
-    from fleet_tools import job, node_snapshot
-    from services import RedisServer, free_port
+    from helpers.fleet import job, node_snapshot
+    from helpers.services import RedisServer, free_port
     from tpnode_tui.fleet.publisher import FleetPublisher
     from tpnode_tui.fleet.reader import FleetReader
     from tpnode_tui.port import Reading

@@ -1,13 +1,18 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from services import Dockerd, redis_or_unavailable, unavailable, write_scene
+from helpers.agents import Agent, SharedNode, running
+from helpers.load import end_processes
+from helpers.paths import stub_smi_on_path
+from helpers.services import Dockerd, redis_or_unavailable, unavailable, write_scene
 from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.probes.nvml import NvmlProbe
 
 
 def pytest_addoption(parser):
@@ -68,12 +73,20 @@ def dockerd(dockerd_service, monkeypatch):
 @pytest.fixture(scope="session")
 def accounts():
     """Two ordinary accounts and an operator, made with useradd for this test
-    session and removed after it (tests/accounts.py)."""
-    from accounts import make_accounts
+    session and removed after it (tests/helpers/accounts.py)."""
+    from helpers.accounts import make_accounts
 
     made = make_accounts()
     yield made
     made.remove()
+
+
+@pytest.fixture
+def shared_node(accounts):
+    """A node with its agent running as root, as systemd runs it, in a directory
+    every test account can reach: what the accounts share (helpers/agents.py)."""
+    with SharedNode.started(accounts, "tpn-shared-") as node:
+        yield node
 
 
 @pytest.fixture
@@ -83,10 +96,11 @@ def scene(tmp_path):
 
 
 @pytest.fixture
-def node(tmp_path):
-    """A simulated 8-card node for the process runtime, as (scene, state_dir);
-    every job left in its state dir is killed afterwards."""
-    from load_tools import kill_process_jobs
+def scene_node(tmp_path):
+    """A simulated 8-card node for the process runtime, as (scene, state_dir), for
+    the CLI and the parts a test makes itself; every job left in its state dir is
+    killed afterwards."""
+    from helpers.load import kill_process_jobs
 
     scene = write_scene(tmp_path / "node.json", 8)
     state_dir = tmp_path / "state"
@@ -95,10 +109,56 @@ def node(tmp_path):
 
 
 @pytest.fixture
+def spawned():
+    """Processes a test starts (append them), killed after it."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    end_processes(procs)
+
+
+@pytest.fixture
 def state_dir(tmp_path):
     d = tmp_path / "state"
     d.mkdir()
     return d
+
+
+@pytest.fixture
+def smi(monkeypatch):
+    """The nvidia-smi stub first on PATH (helpers/paths.py); returns a setter for
+    its TPN_SMI_* settings: smi(GPUS="8", MODE="hang")."""
+    stub_smi_on_path(monkeypatch)
+
+    def set_env(**values: str) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(f"TPN_SMI_{name}", value)
+
+    return set_env
+
+
+@pytest.fixture
+async def nvml_probe():
+    """Makes NvmlProbe(nvml=fake) over a fake NVML (helpers/nvml.py), each closed
+    after the test: nvml_probe(fake, timeout_s=10.0)."""
+    probes = []
+
+    def make(fake, timeout_s=10.0):
+        probe = NvmlProbe(timeout_s, nvml=fake)
+        probes.append(probe)
+        return probe
+
+    yield make
+    for probe in probes:
+        await probe.close()
+
+
+@pytest.fixture
+async def agent(tmp_path):
+    """A test agent (helpers/agents.py) serving a simulated node in this event
+    loop, stopped and its jobs ended after the test; a module whose agent differs
+    defines its own."""
+    async with running(Agent(tmp_path)) as a:
+        yield a
 
 
 @pytest.fixture

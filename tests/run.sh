@@ -23,7 +23,7 @@ if ((${#missing[@]})); then
     fi
 fi
 
-# The tests' own accounts (tests/accounts.py) run the CLI with this venv's
+# The tests' own accounts (tests/helpers/accounts.py) run the CLI with this venv's
 # interpreter, so it must be one every account may execute: the system's,
 # where there is one (an interpreter under /root is root's alone).
 python=python3

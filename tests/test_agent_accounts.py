@@ -18,43 +18,38 @@ from pathlib import Path
 
 import pytest
 
-from accounts import cli_as, runnable
-from agent_tools import shared_node
-from load_tools import BOUND_S, shared_cards, wait_until
+from helpers.accounts import cli_as, runnable
+from helpers.agents import SharedNode
+from helpers.load import BOUND_S, shared_cards
+from helpers.waiting import until
 
 INTERVAL = "0.2"
-
-
-@pytest.fixture
-def node(accounts):
-    with shared_node(accounts, "tpn-shared-") as n:
-        yield n
 
 
 def job(status: dict, run_id: str) -> dict:
     return next(j for j in status["jobs"] if j["run_id"] == run_id)
 
 
-def test_every_account_sees_the_same_node_and_is_named_by_the_kernel(node, accounts):
-    seen = {who.name: node.status(who) for who in (accounts.alice, accounts.bob, accounts.carol)}
+def test_every_account_sees_the_same_node_and_is_named_by_the_kernel(shared_node, accounts):
+    seen = {who.name: shared_node.status(who) for who in (accounts.alice, accounts.bob, accounts.carol)}
     for name, status in seen.items():
         assert status["via"] == "agent" and status["you"]["user"] == name
         assert status["total"] == 8 and len(status["free"]) == 8
     assert seen[accounts.carol.name]["you"]["operator"] is True
     assert seen[accounts.alice.name]["you"]["operator"] is False
-    mode = node.socket.stat().st_mode & 0o777
+    mode = shared_node.socket.stat().st_mode & 0o777
     assert mode == 0o666
 
 
-def test_a_job_runs_as_its_caller_with_their_groups_and_their_log(node, accounts):
+def test_a_job_runs_as_its_caller_with_their_groups_and_their_log(shared_node, accounts):
     alice = accounts.alice
     work = alice.home / "work"
     alice.run(["mkdir", "-p", str(work)], env=alice.env())
-    done = node.cli(alice, "launch", "--cards", "1", "--run-id", "a-train", "--", "sleep", "120", cwd=work)
+    done = shared_node.cli(alice, "launch", "--cards", "1", "--run-id", "a-train", "--", "sleep", "120", cwd=work)
     assert done.returncode == 0, done.stderr
-    record = job(node.status(alice), "a-train")
+    record = job(shared_node.status(alice), "a-train")
     assert record["owner"] == alice.name and record["uid"] == alice.uid
-    sleeper = wait_until(lambda: _child_running(record["pid"], "sleep"), "the job's command to run")
+    sleeper = until(lambda: _child_running(record["pid"], "sleep"), "the job's command to run")
     status = Path(f"/proc/{sleeper}/status").read_text()
     uids = re.search(r"^Uid:\s+(.*)$", status, re.M).group(1).split()
     groups = {int(g) for g in re.search(r"^Groups:\s*(.*)$", status, re.M).group(1).split()}
@@ -63,13 +58,13 @@ def test_a_job_runs_as_its_caller_with_their_groups_and_their_log(node, accounts
     assert os.readlink(f"/proc/{sleeper}/cwd") == str(work)
     environ = Path(f"/proc/{sleeper}/environ").read_bytes().split(b"\0")
     assert f"USER={alice.name}".encode() in environ and f"HOME={alice.home}".encode() in environ
-    log = node.state / "logs" / "a-train.log"
+    log = shared_node.state / "logs" / "a-train.log"
     assert log.stat().st_uid == alice.uid
     assert alice.run(["cat", str(log)], env=alice.env()).returncode == 0
     assert accounts.bob.run(["cat", str(log)], env=accounts.bob.env()).returncode != 0
 
 
-def test_an_operator_may_name_another_owner_but_does_not_become_them(node, accounts):
+def test_an_operator_may_name_another_owner_but_does_not_become_them(shared_node, accounts):
     """Operators are a group, not root: naming alice (or root) as owner must not run code as her (or root)."""
     alice, carol = accounts.alice, accounts.carol
     for owner, run_id in ((alice.name, "for-alice"), ("root", "for-root")):
@@ -77,23 +72,23 @@ def test_an_operator_may_name_another_owner_but_does_not_become_them(node, accou
         client = (f"import asyncio, sys; from pathlib import Path; from tpnode_tui.node.remote import AgentNode; "
                   f"from tpnode_tui.port import LaunchRequest\n"
                   f"async def main():\n"
-                  f"    node = AgentNode(Path({str(node.socket)!r}))\n"
+                  f"    node = AgentNode(Path({str(shared_node.socket)!r}))\n"
                   f"    try:\n"
                   f"        await node.launch(LaunchRequest(cards=1, command=('sleep', '120'), run_id={run_id!r}, "
                   f"owner={owner!r}))\n"
                   f"    finally:\n"
                   f"        await node.close()\n"
                   f"asyncio.run(main())\n")
-        done = carol.run([runnable().python, "-c", client], env=node.env(carol))
+        done = carol.run([runnable().python, "-c", client], env=shared_node.env(carol))
         assert done.returncode == 0, done.stderr
-        record = job(node.status(carol), run_id)
+        record = job(shared_node.status(carol), run_id)
         assert record["owner"] == owner
         supervisor = record["pid"]
-        sleeper = wait_until(lambda: _child_running(supervisor, "sleep"), "the job's command to run")  # noqa: B023
+        sleeper = until(lambda: _child_running(supervisor, "sleep"), "the job's command to run")  # noqa: B023
         uids = re.search(r"^Uid:\s+(.*)$", Path(f"/proc/{sleeper}/status").read_text(), re.M).group(1).split()
         assert uids == [str(carol.uid)] * 4, (owner, uids)
-    assert job(node.status(alice), "for-alice")["uid"] == alice.uid
-    assert node.cli(alice, "stop", "for-alice").returncode == 0, "hers to stop"
+    assert job(shared_node.status(alice), "for-alice")["uid"] == alice.uid
+    assert shared_node.cli(alice, "stop", "for-alice").returncode == 0, "hers to stop"
 
 
 def _child_running(supervisor: int, name: str) -> int | None:
@@ -108,45 +103,45 @@ def _child_running(supervisor: int, name: str) -> int | None:
     return None
 
 
-def test_another_account_may_not_stop_extend_or_reclaim_and_changes_nothing(node, accounts):
+def test_another_account_may_not_stop_extend_or_reclaim_and_changes_nothing(shared_node, accounts):
     alice, bob = accounts.alice, accounts.bob
-    assert node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
-    before = job(node.status(alice), "a-rsv")
+    assert shared_node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
+    before = job(shared_node.status(alice), "a-rsv")
     for args in (["stop", "a-rsv"], ["extend", "a-rsv", "--for", "1h"], ["reclaim", "a-rsv"]):
-        refused = node.cli(bob, *args)
+        refused = shared_node.cli(bob, *args)
         assert refused.returncode == 77, (args, refused.stderr)
         assert len(refused.stderr.splitlines()) == 1
         assert f"only {alice.name} or an operator (root, group {accounts.operators_group})" in refused.stderr
-    assert "card 0 is held by a-rsv of" in node.cli(bob, "stop", "a-rsv").stderr
-    after = job(node.status(alice), "a-rsv")
+    assert "card 0 is held by a-rsv of" in shared_node.cli(bob, "stop", "a-rsv").stderr
+    after = job(shared_node.status(alice), "a-rsv")
     assert after["status"] == "running" and after["expires_at"] == before["expires_at"]
 
-    named = node.cli(bob, "reserve", "--cards", "1", "--for", "1h", "--owner", alice.name)
+    named = shared_node.cli(bob, "reserve", "--cards", "1", "--for", "1h", "--owner", alice.name)
     assert named.returncode == 77 and "only an operator" in named.stderr
-    assert [j["run_id"] for j in node.status(bob)["jobs"]] == ["a-rsv"]
+    assert [j["run_id"] for j in shared_node.status(bob)["jobs"]] == ["a-rsv"]
 
 
-def test_the_owner_and_an_operator_may_and_the_audit_log_has_every_attempt(node, accounts):
+def test_the_owner_and_an_operator_may_and_the_audit_log_has_every_attempt(shared_node, accounts):
     alice, bob, carol = accounts.alice, accounts.bob, accounts.carol
-    assert node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "r1").returncode == 0
-    extended = node.cli(alice, "extend", "r1", "--for", "30m", "--json")
+    assert shared_node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "r1").returncode == 0
+    extended = shared_node.cli(alice, "extend", "r1", "--for", "30m", "--json")
     assert extended.returncode == 0, extended.stderr
-    assert node.cli(bob, "stop", "r1").returncode == 77
-    assert node.cli(carol, "stop", "r1").returncode == 0
-    assert node.cli(carol, "reclaim", "r1").returncode == 0
+    assert shared_node.cli(bob, "stop", "r1").returncode == 77
+    assert shared_node.cli(carol, "stop", "r1").returncode == 0
+    assert shared_node.cli(carol, "reclaim", "r1").returncode == 0
 
-    everything = json.loads(node.cli(carol, "audit", "--json").stdout)
+    everything = json.loads(shared_node.cli(carol, "audit", "--json").stdout)
     assert everything["all"] is True
     tried = [(e["user"], e["action"], e["result"]) for e in everything["entries"]]
     assert tried == [(alice.name, "reserve", "ok"), (alice.name, "extend", "ok"),
                      (bob.name, "stop", "refused"), (carol.name, "stop", "ok"),
                      (carol.name, "reclaim", "ok")]
-    mine = json.loads(node.cli(bob, "audit", "--json").stdout)
+    mine = json.loads(shared_node.cli(bob, "audit", "--json").stdout)
     assert mine["all"] is False and [e["user"] for e in mine["entries"]] == [bob.name]
 
 
 def test_a_card_limit_per_account_is_kept_and_says_what_you_hold(accounts):
-    with shared_node(accounts, "tpn-quota-", TUNEPLANE_MAX_CARDS_FOR=f"{accounts.bob.name}=1") as n:
+    with SharedNode.started(accounts, "tpn-quota-", TUNEPLANE_MAX_CARDS_FOR=f"{accounts.bob.name}=1") as n:
         assert n.cli(accounts.bob, "reserve", "--cards", "1", "--for", "1h", "--run-id", "b1").returncode == 0
         over = n.cli(accounts.bob, "reserve", "--cards", "1", "--for", "1h", "--run-id", "b2")
         assert over.returncode == 77
@@ -156,83 +151,83 @@ def test_a_card_limit_per_account_is_kept_and_says_what_you_hold(accounts):
         assert n.cli(accounts.alice, "reserve", "--cards", "2", "--for", "1h").returncode == 0
 
 
-def test_fifty_clients_from_three_accounts_at_once_never_share_a_card(node, accounts):
+def test_fifty_clients_from_three_accounts_at_once_never_share_a_card(shared_node, accounts):
     everyone = (accounts.alice, accounts.bob, accounts.carol)
     procs = []
     for n in range(50):
         who = everyone[n % 3]
         args = (["status", "--json"] if n % 2 else
                 ["reserve", "--cards", "1", "--for", "10m", "--run-id", f"many-{n}", "--json"])
-        procs.append(who.spawn(runnable().argv(*args), env=node.env(who),
+        procs.append(who.spawn(runnable().argv(*args), env=shared_node.env(who),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = [(p.communicate(timeout=2 * BOUND_S), p.returncode) for p in procs]
     codes = sorted({code for _, code in results})
     assert set(codes) <= {0, 75}, [err for (_, err), code in results if code not in (0, 75)]
-    status = node.status(accounts.carol)
+    status = shared_node.status(accounts.carol)
     live = [(j["run_id"], j["gpus"]) for j in status["jobs"] if j["status"] == "running"]
     assert len(live) == 8 and shared_cards(live) == {}
     owners = {j["owner"] for j in status["jobs"]}
     assert owners <= {p.name for p in everyone}
 
 
-def test_a_queued_launch_survives_the_agent_killed_outright_and_starts_once_there_is_room(node, accounts):
+def test_a_queued_launch_survives_the_agent_killed_outright_and_starts_once_there_is_room(shared_node, accounts):
     alice, bob = accounts.alice, accounts.bob
-    assert node.cli(alice, "reserve", "--cards", "8", "--for", "1h", "--run-id", "all").returncode == 0
-    queued = node.cli(bob, "launch", "--cards", "2", "--run-id", "later", "--queue", "--", "sleep", "120")
+    assert shared_node.cli(alice, "reserve", "--cards", "8", "--for", "1h", "--run-id", "all").returncode == 0
+    queued = shared_node.cli(bob, "launch", "--cards", "2", "--run-id", "later", "--queue", "--", "sleep", "120")
     assert queued.returncode == 0 and "queued later" in queued.stdout, queued.stderr
 
-    node.kill(signal.SIGKILL)
+    shared_node.kill(signal.SIGKILL)
     assert job(json.loads(subprocess.run(
         [sys.executable, "-m", "tpnode_tui", "--agent", "off", "status", "--json"], capture_output=True,
-        text=True, env=os.environ | node.settings, timeout=BOUND_S).stdout), "all")["status"] == "running"
-    assert node.socket.exists()  # left behind by the killed agent
-    node.start()  # and taken over by the next
+        text=True, env=os.environ | shared_node.settings, timeout=BOUND_S).stdout), "all")["status"] == "running"
+    assert shared_node.socket.exists()  # left behind by the killed agent
+    shared_node.start()  # and taken over by the next
 
-    listed = json.loads(node.cli(bob, "queue", "--json").stdout)["queue"]
+    listed = json.loads(shared_node.cli(bob, "queue", "--json").stdout)["queue"]
     assert [(q["run_id"], q["owner"]) for q in listed] == [("later", bob.name)]
-    assert node.cli(alice, "stop", "all").returncode == 0
-    started = wait_until(lambda: next((j for j in node.status(bob)["jobs"]
+    assert shared_node.cli(alice, "stop", "all").returncode == 0
+    started = until(lambda: next((j for j in shared_node.status(bob)["jobs"]
                                        if j["run_id"] == "later" and j["status"] == "running"), None),
-                         "the queued launch to start after the restart")
+                    "the queued launch to start after the restart")
     assert started["owner"] == bob.name and len(started["gpus"]) == 2
 
 
-def test_no_agent_and_a_state_dir_this_account_cannot_use_is_one_clear_line(node, accounts):
-    node.kill()
-    env = accounts.bob.env(TUNEPLANE_STATE_DIR=str(node.state), TUNEPLANE_AGENT_SOCKET=str(node.socket),
-                         TUNEPLANE_RUNTIME="process", TUNEPLANE_PROBE=f"simulated:{node.scene}")
+def test_no_agent_and_a_state_dir_this_account_cannot_use_is_one_clear_line(shared_node, accounts):
+    shared_node.kill()
+    env = accounts.bob.env(TUNEPLANE_STATE_DIR=str(shared_node.state), TUNEPLANE_AGENT_SOCKET=str(shared_node.socket),
+                         TUNEPLANE_RUNTIME="process", TUNEPLANE_PROBE=f"simulated:{shared_node.scene}")
     done = cli_as(accounts.bob, env, "status")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
-    assert f"no agent answers at {node.socket}" in done.stderr
+    assert f"no agent answers at {shared_node.socket}" in done.stderr
     assert "start it (systemctl start tpnode-tui-agent)" in done.stderr or "ask the node's operator" in done.stderr
     assert "TUNEPLANE_STATE_DIR=" not in done.stderr  # never a second state dir
 
 
-def test_env_prints_exports_for_the_owners_shell(node, accounts):
+def test_env_prints_exports_for_the_owners_shell(shared_node, accounts):
     alice = accounts.alice
-    assert node.cli(alice, "reserve", "--cards", "2", "--for", "1h", "--run-id", "nb").returncode == 0
-    printed = node.cli(alice, "env", "nb")
+    assert shared_node.cli(alice, "reserve", "--cards", "2", "--for", "1h", "--run-id", "nb").returncode == 0
+    printed = shared_node.cli(alice, "env", "nb")
     assert printed.returncode == 0, printed.stderr
     shell = alice.run(["sh", "-c", 'eval "$1"; echo "$CUDA_VISIBLE_DEVICES"', "sh", printed.stdout],
                       env=alice.env())
     assert shell.stdout.strip() == "0,1"
-    assert node.cli(accounts.bob, "env", "nb").returncode == 0  # reading is anyone's
+    assert shared_node.cli(accounts.bob, "env", "nb").returncode == 0  # reading is anyone's
 
 
 @pytest.mark.parametrize("mode", ["auto", "on"])
-def test_a_socket_this_account_may_not_open_is_refused_in_one_line_not_served_here(node, accounts, mode):
+def test_a_socket_this_account_may_not_open_is_refused_in_one_line_not_served_here(shared_node, accounts, mode):
     # The agent is there, behind a directory bob may not enter: falling back to
     # serving the node in his own process would be a second record of its cards.
-    node.socket.parent.chmod(0o700)
+    shared_node.socket.parent.chmod(0o700)
     bob = accounts.bob
-    env = bob.env(TUNEPLANE_AGENT=mode, TUNEPLANE_AGENT_SOCKET=str(node.socket),
+    env = bob.env(TUNEPLANE_AGENT=mode, TUNEPLANE_AGENT_SOCKET=str(shared_node.socket),
                   TUNEPLANE_STATE_DIR=str(bob.home / "state"), TUNEPLANE_RUNTIME="process",
-                  TUNEPLANE_PROBE=f"simulated:{node.scene}")
+                  TUNEPLANE_PROBE=f"simulated:{shared_node.scene}")
     for command in (["status"], ["launch", "--cards", "1", "--", "sleep", "1"]):
         done = cli_as(bob, env, *command)
         assert done.returncode == 77, done.stderr
         [line] = done.stderr.splitlines()
         assert line == (f"tpnode-tui: this account ({bob.name}) may not open the node's agent socket "
-                        f"{node.socket} (permission denied on it or on a directory above it): the node's "
+                        f"{shared_node.socket} (permission denied on it or on a directory above it): the node's "
                         "operator decides which accounts may reach the agent")
     assert not (bob.home / "state").exists()

@@ -14,17 +14,12 @@ import os
 
 import pytest
 
-from agent_tools import WAIT_S, Agent, running
-from services import write_scene
+from helpers.agents import WAIT_S
+from helpers.services import write_scene
+from helpers.waiting import until_async
 from tpnode_tui.model import JobNotFound
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import AgentUnavailable, LaunchRequest, ReserveRequest
-
-
-@pytest.fixture
-async def agent(tmp_path):
-    async with running(Agent(tmp_path)) as a:
-        yield a
 
 
 async def test_the_socket_is_connectable_by_every_account(agent):
@@ -134,8 +129,7 @@ async def test_an_agent_stops_at_once_with_streams_open_and_they_hear_it_went_aw
             watching.append(view)
 
     stream = asyncio.ensure_future(watch())
-    while not watching:
-        await asyncio.sleep(0.02)
+    await until_async(lambda: watching, "the first view")
     started = asyncio.get_running_loop().time()
     agent.stop.set()
     await asyncio.wait_for(agent.task, WAIT_S)  # not aiohttp's minute-long wait for the stream
@@ -225,13 +219,11 @@ async def test_a_slice_launch_waits_in_the_agents_queue_and_starts_when_a_slice_
     assert kept["slice"] == "1g.18gb" and "slices" not in kept  # which slice is chosen when it is placed
     assert [q.slice for q in (await client.status()).snapshot.queue] == ["1g.18gb"]
     await client.stop("a")
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while True:
+    async def live() -> dict:
         jobs = {j.key: j for j in (await client.status()).snapshot.jobs if j.live}
-        if "c" in jobs:
-            break
-        assert asyncio.get_running_loop().time() < deadline, "the queued slice launch never started"
-        await asyncio.sleep(0.1)
+        return jobs if "c" in jobs else {}
+
+    jobs = await until_async(live, "the queued slice launch to start", every=0.1)
     assert jobs["c"].slices == first.launched.slices
     for run_id in ("b", "c"):
         await client.stop(run_id)

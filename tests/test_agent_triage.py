@@ -20,8 +20,9 @@ from dataclasses import replace
 
 import pytest
 
-from accounts import shared_dir
-from agent_tools import Agent, running
+from helpers.accounts import shared_dir
+from helpers.agents import Agent, running
+from helpers.waiting import until_async
 from tpnode_tui.model import Conflict, JobNotFound
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.nodelog import NodeLog
@@ -42,14 +43,6 @@ async def agent(tmp_path):
     shutil.rmtree(place, ignore_errors=True)
 
 
-
-
-async def until(predicate, what: str):
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not (found := await predicate()):
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-    return found
 
 
 async def get(agent, path: str) -> tuple[int, dict]:
@@ -87,7 +80,7 @@ async def test_following_the_log_through_the_agent(agent, client):
         await asyncio.sleep(0.3)  # the stream is open
         await other.drain(1, "watch this")
         await other.drain(2, "not this card")
-        await until(lambda: asyncio.sleep(0, result=len(got) >= 2), "the drain of card 1")
+        await until_async(lambda: len(got) >= 2, "the drain of card 1")
         assert [(e["kind"], e["cards"]) for e in got] == [("drain", [1]), ("action", [1])]
     finally:
         follower.cancel()
@@ -104,7 +97,7 @@ async def test_an_xid_in_the_scene_drains_its_card_through_the_agent(agent, clie
         snap = (await client.status()).snapshot
         return snap if snap.cards[6].state == "drained" else None
 
-    snap = await until(drained, "card 6 to be drained")
+    snap = await until_async(drained, "card 6 to be drained")
     assert snap.xid_watch == "simulated" and snap.xid_problem is None
     assert snap.cards[6].drain.reason == "XID 79: GPU has fallen off the bus; reboot the node"
     [xid] = [e for e in await client.events() if e["kind"] == "xid"]
@@ -121,7 +114,7 @@ async def test_history_and_an_evict_dry_run_through_the_agent(agent, client):
         async def seen():
             return (await client.status()).snapshot.cards[4].state == "external"
 
-        await until(seen, "the squatter")
+        await until_async(seen, "the squatter")
         report = await client.evict(4, dry_run=True)
         assert report.dry_run and [(p.pid, p.outcome, p.belongs) for p in report.processes] == [
             (squatter.pid, "listed", "external")]
@@ -129,7 +122,7 @@ async def test_history_and_an_evict_dry_run_through_the_agent(agent, client):
         with pytest.raises(Conflict, match="no longer the process that was listed"):  # its start travels both ways
             await client.evict(4, squatter.pid, started_at=report.processes[0].started_at + 60)
         assert squatter.poll() is None
-        history = await until(lambda: client.history(4), "some history")
+        history = await until_async(lambda: client.history(4), "some history")
         assert list(history) == [4] and history[4] and history[4][-1].memory_used_mib == 4096
         assert set(await client.history()) == set(range(8))
     finally:
@@ -216,8 +209,7 @@ async def test_reading_a_long_log_keeps_no_one_else_waiting(agent, client, monke
     monkeypatch.setattr(NodeLog, "read", slow_read)
     reading = asyncio.ensure_future(client.events())
     try:
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
+        await until_async(entered.is_set, "the log read to begin")
         await client.status()
         answered_while_reading = not read_done.is_set()
     finally:

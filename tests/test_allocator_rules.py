@@ -1,6 +1,6 @@
 """Each rule of the reference allocator, as its own test.
 
-The runtime and probe here are in-memory stand-ins (tests/fakes.py) so each
+The runtime and probe here are in-memory stand-ins (tests/helpers/fakes.py) so each
 rule is shown with nothing else moving; the lock is the real flock lock.
 The same rules run against real runtimes in test_integration_*.py.
 """
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import MemoryRuntime, StaticProbe, idle_cards
+from helpers.fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
 from tpnode_tui.allocator import request_differences
 from tpnode_tui.config import load_settings

@@ -11,12 +11,12 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from load_tools import node_env
-from services import free_port, write_scene
+from helpers.load import node_env
+from helpers.paths import LOCK_WORKER
+from helpers.services import free_port, write_scene
 from tpnode_tui.model import ConfigError, RuntimeUnavailable
 
 
@@ -182,8 +182,6 @@ def test_a_command_that_does_not_exist_is_refused_even_on_a_full_node(cli):
 
 
 # ── waiting is never silent ──────────────────────────────────────────────────
-
-LOCK_WORKER = Path(__file__).with_name("lock_worker.py")
 
 
 @pytest.fixture

@@ -13,18 +13,11 @@ import signal
 import subprocess
 import time
 
-import pytest
-
-from accounts import runnable
-from agent_tools import SharedNode, shared_node
-from load_tools import BOUND_S, wait_until
-from services import write_scene
-
-
-@pytest.fixture
-def node(accounts):
-    with shared_node(accounts, "tpn-triage-cli-") as n:
-        yield n
+from helpers.accounts import runnable
+from helpers.agents import SharedNode
+from helpers.load import BOUND_S
+from helpers.services import write_scene
+from helpers.waiting import until
 
 
 def squat(node: SharedNode, card: int, *procs: subprocess.Popen) -> None:
@@ -56,52 +49,52 @@ def card(status: dict, index: int) -> dict:
     return status["cards"][index]
 
 
-def test_an_operator_drains_and_undrains_cards_and_nobody_else_may(node, accounts):
+def test_an_operator_drains_and_undrains_cards_and_nobody_else_may(shared_node, accounts):
     carol, bob = accounts.carol, accounts.bob
-    drained = node.cli(carol, "drain", "2,3", "--reason", "fan noise, card to be reseated")
+    drained = shared_node.cli(carol, "drain", "2,3", "--reason", "fan noise, card to be reseated")
     assert drained.returncode == 0, drained.stderr
     assert "drained card 2: fan noise, card to be reseated" in drained.stdout
-    status = node.status(bob)
+    status = shared_node.status(bob)
     assert [card(status, i)["state"] for i in (2, 3)] == ["drained", "drained"]
     assert card(status, 2)["drain"]["by"] == carol.name and card(status, 2)["drain"]["source"] == "operator"
-    full = node.cli(bob, "reserve", "--cards", "7", "--for", "10m")
+    full = shared_node.cli(bob, "reserve", "--cards", "7", "--for", "10m")
     assert full.returncode == 75  # drained cards are never handed out
 
-    refused = node.cli(bob, "undrain", "2")
+    refused = shared_node.cli(bob, "undrain", "2")
     assert refused.returncode == 77 and "operator" in refused.stderr
-    assert node.cli(bob, "drain", "1", "--reason", "mine").returncode == 77
+    assert shared_node.cli(bob, "drain", "1", "--reason", "mine").returncode == 77
 
-    back = node.cli(carol, "undrain", "2,3", "--json")
+    back = shared_node.cli(carol, "undrain", "2,3", "--json")
     assert back.returncode == 0, back.stderr
     assert [json.loads(line)["card"] for line in back.stdout.splitlines()] == [2, 3]
-    assert card(node.status(bob), 2)["state"] == "free"
+    assert card(shared_node.status(bob), 2)["state"] == "free"
     kinds = [e["kind"] for e in json.loads("[" + ",".join(
-        node.cli(bob, "events", "--json", "--card", "2").stdout.splitlines()) + "]")]
+        shared_node.cli(bob, "events", "--json", "--card", "2").stdout.splitlines()) + "]")]
     assert "drain" in kinds and "undrain" in kinds
 
 
-def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, accounts):
+def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(shared_node, accounts):
     carol, bob = accounts.carol, accounts.bob
     stubborn = bob.spawn(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"], env=bob.env())
     try:
-        squat(node, 4, stubborn)
-        wait_until(lambda: card(node.status(carol), 4)["state"] == "external", "the squatter to be seen")
+        squat(shared_node, 4, stubborn)
+        until(lambda: card(shared_node.status(carol), 4)["state"] == "external", "the squatter to be seen")
 
-        unasked = node.cli(carol, "evict", "4")  # no terminal to ask on
+        unasked = shared_node.cli(carol, "evict", "4")  # no terminal to ask on
         assert unasked.returncode == 2 and "give --yes" in unasked.stderr
         assert stubborn.poll() is None  # nothing was signalled
 
-        assert node.cli(bob, "evict", "4", "--yes").returncode == 77  # operators only
+        assert shared_node.cli(bob, "evict", "4", "--yes").returncode == 77  # operators only
 
-        termed = node.cli(carol, "evict", "4", "--yes")
+        termed = shared_node.cli(carol, "evict", "4", "--yes")
         assert termed.returncode == 0, termed.stderr
         assert f"pid {stubborn.pid} ({bob.name}, external" in termed.stdout
         assert stubborn.poll() is None  # it ignores SIGTERM: still there, and said so
 
-        killed = node.cli(carol, "evict", "4", "--yes", "--kill")
+        killed = shared_node.cli(carol, "evict", "4", "--yes", "--kill")
         assert killed.returncode == 0, killed.stderr
         assert stubborn.wait(BOUND_S) == -signal.SIGKILL
-        events = node.cli(carol, "events", "--card", "4")
+        events = shared_node.cli(carol, "events", "--card", "4")
         assert events.returncode == 0, events.stderr
         log = events.stdout
         assert "evict" in log and str(stubborn.pid) in log
@@ -111,13 +104,13 @@ def test_evict_asks_first_names_what_it_signals_and_kills_only_when_told(node, a
         stubborn.wait()
 
 
-def test_events_follow_prints_what_happens_as_it_happens(node, accounts):
+def test_events_follow_prints_what_happens_as_it_happens(shared_node, accounts):
     carol = accounts.carol
     # --since, so the first drain is printed whether the follower was listening
     # yet or not (one starting on a loaded machine may be slower than the drain);
     # once it printed that, it is listening, and the second can only come live.
     follower = carol.spawn(runnable().argv("events", "--follow", "--since", "1h", "--json"),
-                           env=node.env(carol), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           env=shared_node.env(carol), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: list[dict] = []
 
     def printed(card: int) -> bool:
@@ -125,31 +118,31 @@ def test_events_follow_prints_what_happens_as_it_happens(node, accounts):
         return any(e["kind"] == "drain" and e.get("cards") == [card] for e in seen)
 
     try:
-        assert node.cli(carol, "drain", "5", "--reason", "follow me").returncode == 0
-        wait_until(lambda: printed(5), "the first drain to be printed")
-        assert node.cli(carol, "drain", "6", "--reason", "and me").returncode == 0
-        wait_until(lambda: printed(6), "the second drain to be printed as it happened")
+        assert shared_node.cli(carol, "drain", "5", "--reason", "follow me").returncode == 0
+        until(lambda: printed(5), "the first drain to be printed")
+        assert shared_node.cli(carol, "drain", "6", "--reason", "and me").returncode == 0
+        until(lambda: printed(6), "the second drain to be printed as it happened")
     finally:
         follower.kill()
         follower.wait()
 
 
-def test_evict_asked_on_a_terminal_signals_what_it_listed_and_nothing_that_came_since(node, accounts):
+def test_evict_asked_on_a_terminal_signals_what_it_listed_and_nothing_that_came_since(shared_node, accounts):
     carol, bob = accounts.carol, accounts.bob
     listed = bob.spawn(["sleep", "300"], env=bob.env())
     later = bob.spawn(["sleep", "301"], env=bob.env())
     master, terminal = os.openpty()
     try:
-        squat(node, 5, listed)
-        wait_until(lambda: card(node.status(carol), 5)["state"] == "external", "the squatter to be seen")
-        asking = carol.spawn(runnable().argv("evict", "5"), env=node.env(carol),
+        squat(shared_node, 5, listed)
+        until(lambda: card(shared_node.status(carol), 5)["state"] == "external", "the squatter to be seen")
+        asking = carol.spawn(runnable().argv("evict", "5"), env=shared_node.env(carol),
                              stdin=terminal, stdout=terminal, stderr=terminal)
         os.close(terminal)
         question = read_until(master, "[y/N]")
         assert f"pid {listed.pid} ({bob.name}, external" in question and "sleep 300" in question, question
 
-        squat(node, 5, listed, later)  # a second squatter arrives while carol reads the question
-        wait_until(lambda: len(card(node.status(carol), 5)["holders"]) == 2, "the second squatter to be seen")
+        squat(shared_node, 5, listed, later)  # a second squatter arrives while carol reads the question
+        until(lambda: len(card(shared_node.status(carol), 5)["holders"]) == 2, "the second squatter to be seen")
         os.write(master, b"y\n")
         answer = read_until(master, "\x00never")  # to the end
         assert asking.wait(BOUND_S) == 0, answer

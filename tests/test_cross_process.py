@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from load_tools import node_env
+from helpers.load import node_env
 
 PROCESSES = 12  # more than the 8 cards, so some must be refused
 

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from load_tools import node_env
+from helpers.load import node_env
+from helpers.waiting import until
 from tpnode_tui.demo import DEMO_PREFIX, OWNER_FILE, clean_up_after_dead_demos, start_demo
 
 #: a demo in a process of its own, as `tpnode-tui --demo` runs it, until it is killed
@@ -30,13 +30,6 @@ def _gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-def _wait(predicate, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -77,8 +70,8 @@ def test_a_killed_demo_s_jobs_and_directory_go_with_the_next_demo_and_a_live_one
     demo = start_demo()
     try:
         assert not killed_root.exists()
-        _wait(lambda: _gone(supervisor), "the dead demo's job to end")
-        _wait(lambda: _gone(squatter), "the dead demo's squatter to end")
+        until(lambda: _gone(supervisor), "the dead demo's job to end")
+        until(lambda: _gone(squatter), "the dead demo's squatter to end")
         assert alive_root.exists() and (alive_root / OWNER_FILE).exists()
         assert alive.poll() is None
     finally:

@@ -1,6 +1,6 @@
 """Drained cards: never handed out, kept in the state dir, refused when unreadable.
 
-The allocator here has the in-memory runtime and probe of tests/fakes.py, the
+The allocator here has the in-memory runtime and probe of tests/helpers/fakes.py, the
 real flock lock and the real drain file; the service's drain and undrain
 rules (operators only, refused while the card reports a problem) are in
 tests/test_triage_service.py.
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import MemoryRuntime, StaticProbe
+from helpers.fakes import MemoryRuntime, StaticProbe
 from tpnode_tui import GpuAllocator, NoCapacity
 from tpnode_tui.config import load_settings
 from tpnode_tui.drains import DrainStore
@@ -25,7 +25,7 @@ from tpnode_tui.wire import snapshot_from_json, snapshot_to_json
 
 
 @pytest.fixture
-async def node(tmp_path):
+async def allocator(tmp_path):
     settings = load_settings({}, state_dir=str(tmp_path / "state"), lock_retry_ms=10)
     runtime, probe = MemoryRuntime(), StaticProbe(cards=4)
     alloc = GpuAllocator(runtime, probe, settings, make_lock(settings))
@@ -37,53 +37,53 @@ def drain(card: int, reason: str = "fan replaced tomorrow", source: str = "opera
     return Drain(card=card, reason=reason, by="root", at=time.time(), source=source, xid=xid)
 
 
-async def test_a_drained_card_is_never_handed_out_and_counts_as_busy(node):
-    node.drains.drain(drain(0))
-    occ = await node.occupancy()
+async def test_a_drained_card_is_never_handed_out_and_counts_as_busy(allocator):
+    allocator.drains.drain(drain(0))
+    occ = await allocator.occupancy()
     assert occ.drained == {0: "fan replaced tomorrow"} and 0 in occ.busy
     assert occ.free == [1, 2, 3]
     assert "1 drained (card 0)" in occ.explain()
-    launched = await node.launch(JobSpec(run_id="j1", cards=3, command=("t",)))
+    launched = await allocator.launch(JobSpec(run_id="j1", cards=3, command=("t",)))
     assert launched.gpus == (1, 2, 3)
     with pytest.raises(NoCapacity, match="1 drained"):
-        await node.launch(JobSpec(run_id="j2", cards=1, command=("t",)))
-    snap = await node.snapshot()
+        await allocator.launch(JobSpec(run_id="j2", cards=1, command=("t",)))
+    snap = await allocator.snapshot()
     card = snap.cards[0]
     assert (card.state, card.reason, card.drain.by, card.drain.source) == (
         "drained", "fan replaced tomorrow", "root", "operator")
 
 
-async def test_a_job_on_a_card_drained_under_it_keeps_it_until_it_ends(node):
-    await node.launch(JobSpec(run_id="j1", cards=1, command=("t",)))
-    node.drains.drain(drain(0, "XID 48: double bit ECC error; reset the GPU", "xid", 48))
-    snap = await node.snapshot()
+async def test_a_job_on_a_card_drained_under_it_keeps_it_until_it_ends(allocator):
+    await allocator.launch(JobSpec(run_id="j1", cards=1, command=("t",)))
+    allocator.drains.drain(drain(0, "XID 48: double bit ECC error; reset the GPU", "xid", 48))
+    snap = await allocator.snapshot()
     card = snap.cards[0]
     assert card.state == "job" and card.run_id == "j1" and card.drain.xid == 48
     assert "drained: XID 48" in card.warning and "not handed out again when j1 ends" in card.warning
     assert snap.occupancy.drained == {}  # a held card is not deducted twice
-    await node.stop("j1")
-    card = (await node.snapshot()).cards[0]
+    await allocator.stop("j1")
+    card = (await allocator.snapshot()).cards[0]
     assert card.state == "drained" and card.reason.startswith("XID 48")
-    assert 0 not in (await node.occupancy()).free
+    assert 0 not in (await allocator.occupancy()).free
 
 
-async def test_drains_survive_a_new_allocator_and_are_kept_0600(node, tmp_path):
-    node.drains.drain(drain(2))
-    other = GpuAllocator(MemoryRuntime(), StaticProbe(cards=4), node.settings, make_lock(node.settings))
+async def test_drains_survive_a_new_allocator_and_are_kept_0600(allocator, tmp_path):
+    allocator.drains.drain(drain(2))
+    other = GpuAllocator(MemoryRuntime(), StaticProbe(cards=4), allocator.settings, make_lock(allocator.settings))
     try:
         assert (await other.occupancy()).drained == {2: "fan replaced tomorrow"}
     finally:
         await other.close()
-    assert stat.S_IMODE(os.stat(node.drains.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(allocator.drains.path).st_mode) == 0o600
 
 
-async def test_a_second_drain_keeps_the_first_reason_and_undrain_returns_it(node):
-    first, new = node.drains.drain(drain(1, "XID 79: GPU has fallen off the bus; reboot the node", "xid", 79))
-    kept, again = node.drains.drain(drain(1, "operator says so"))
+async def test_a_second_drain_keeps_the_first_reason_and_undrain_returns_it(allocator):
+    first, new = allocator.drains.drain(drain(1, "XID 79: GPU has fallen off the bus; reboot the node", "xid", 79))
+    kept, again = allocator.drains.drain(drain(1, "operator says so"))
     assert new and not again and kept == first
-    assert node.drains.undrain(1) == first
-    assert node.drains.undrain(1) is None
-    assert (await node.occupancy()).free == [0, 1, 2, 3]
+    assert allocator.drains.undrain(1) == first
+    assert allocator.drains.undrain(1) is None
+    assert (await allocator.occupancy()).free == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("text", [
@@ -93,24 +93,24 @@ async def test_a_second_drain_keeps_the_first_reason_and_undrain_returns_it(node
     json.dumps({"version": 1, "cards": {"1": {"reason": "r", "by": "b", "at": 1, "source": "cosmic rays"}}}),
     json.dumps({"version": 9, "cards": {}}),
 ])
-async def test_a_corrupt_drain_file_is_refused_and_then_no_card_is_handed_out(node, text):
-    node.drains.store.ensure_dir()
-    node.drains.path.write_text(text)
+async def test_a_corrupt_drain_file_is_refused_and_then_no_card_is_handed_out(allocator, text):
+    allocator.drains.store.ensure_dir()
+    allocator.drains.path.write_text(text)
     with pytest.raises(RuntimeUnavailable, match="drain file"):
-        await node.occupancy()
+        await allocator.occupancy()
     with pytest.raises(RuntimeUnavailable, match="every card taken out of service would be handed out"):
-        await node.launch(JobSpec(run_id="j1", cards=1, command=("t",)))
+        await allocator.launch(JobSpec(run_id="j1", cards=1, command=("t",)))
     with pytest.raises(RuntimeUnavailable):
-        node.drains.drain(drain(0))
-    assert node.drains.path.read_text() == text  # left untouched for repair
-    assert node.runtime.jobs == {}
+        allocator.drains.drain(drain(0))
+    assert allocator.drains.path.read_text() == text  # left untouched for repair
+    assert allocator.runtime.jobs == {}
 
 
-async def test_drains_travel_in_the_snapshot_document(node):
-    await node.launch(JobSpec(run_id="j1", cards=1, command=("t",)))
-    node.drains.drain(drain(0, "XID 48: double bit ECC error; reset the GPU", "xid", 48))
-    node.drains.drain(drain(3))
-    snap = await node.snapshot()
+async def test_drains_travel_in_the_snapshot_document(allocator):
+    await allocator.launch(JobSpec(run_id="j1", cards=1, command=("t",)))
+    allocator.drains.drain(drain(0, "XID 48: double bit ECC error; reset the GPU", "xid", 48))
+    allocator.drains.drain(drain(3))
+    snap = await allocator.snapshot()
     doc = json.loads(json.dumps(snapshot_to_json(snap)))
     assert doc["drained"] == {"3": "fan replaced tomorrow"}
     assert doc["cards"][3]["state"] == "drained" and doc["cards"][3]["drain"]["source"] == "operator"
@@ -118,10 +118,10 @@ async def test_drains_travel_in_the_snapshot_document(node):
     assert snapshot_from_json(doc) == snap
 
 
-async def test_a_drained_card_that_is_also_unhealthy_is_drained_with_the_problem_as_warning(node):
-    node.probe.set_card(1, health=("GPU is lost (fell off the bus; needs a reset or reboot)",))
-    node.drains.drain(drain(1, "XID 79: GPU has fallen off the bus; reboot the node", "xid", 79))
-    snap = await node.snapshot()
+async def test_a_drained_card_that_is_also_unhealthy_is_drained_with_the_problem_as_warning(allocator):
+    allocator.probe.set_card(1, health=("GPU is lost (fell off the bus; needs a reset or reboot)",))
+    allocator.drains.drain(drain(1, "XID 79: GPU has fallen off the bus; reboot the node", "xid", 79))
+    snap = await allocator.snapshot()
     card = snap.cards[1]
     assert card.state == "drained" and "GPU is lost" in card.warning
     assert snap.occupancy.unhealthy == {} and snap.occupancy.drained.keys() == {1}

@@ -2,84 +2,41 @@
 
 The operator here is a Caller made by hand (the agent names it from the
 kernel; that is tested with the agent), but every process signalled is real
-and belongs to a real account made by tests/accounts.py, and the process job
+and belongs to a real account made by tests/helpers/accounts.py, and the process job
 whose child must not be evicted runs under the real process runtime.
 """
 from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 
 import psutil
 import pytest
 
-from load_tools import kill_process_jobs
-from services import write_scene
-from tpnode_tui import GpuAllocator
-from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Caller, Operators
-from tpnode_tui.locks import make_lock
+from helpers.callers import ROOT
+from helpers.service_node import ServiceNode
+from helpers.waiting import until_async
+from tpnode_tui.identity import Caller
 from tpnode_tui.model import Conflict, JobNotFound, NotAllowed, exit_code
-from tpnode_tui.nodelog import NodeLog
-from tpnode_tui.policy import Policy
 from tpnode_tui.port import LaunchRequest, ReserveRequest
-from tpnode_tui.probes import SimulatedProbe
-from tpnode_tui.runtimes.process import ProcessRuntime
-from tpnode_tui.service import NodeService
 from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 
-ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
-WAIT_S = 20.0
 #: ignores SIGTERM: an ignored signal stays ignored across exec, so the sleep ignores it too
 STUBBORN = ["sh", "-c", "trap '' TERM; echo ready; exec sleep 300"]
 
 
-class Node:
-    def __init__(self, tmp_path) -> None:
-        self.scene = tmp_path / "node.json"
-        self.cards: list[list[dict]] = [[] for _ in range(4)]
-        self.write()
-        self.state = tmp_path / "state"
-        self.state.mkdir()
-        settings = load_settings({}, state_dir=str(self.state), lock_retry_ms=10)
-        self.allocator = GpuAllocator(ProcessRuntime(self.state, stop_timeout_s=2), SimulatedProbe(self.scene),
-                                      settings, make_lock(settings))
-        self.log = NodeLog(self.state)
-        self.service = NodeService(self.allocator, Policy(Operators("tpn-no-such-group")), node_log=self.log,
-                                   interval=0.05, evict_grace_s=1.0)
-        self.procs: list[subprocess.Popen] = []
-
-    def put(self, card: int, pid: int, mib: int = 2048) -> None:
-        self.cards[card].append({"pid": pid, "used_memory_mib": mib})
-        self.write()
-
-    def write(self) -> None:
-        write_scene(self.scene, [{"memory_used_mib": sum(p["used_memory_mib"] for p in c) or 1,
-                                  "processes": c} for c in self.cards])
-
-    def run_as(self, account, argv: list[str]) -> subprocess.Popen:
-        proc = account.spawn(argv, env=account.env(), stdout=subprocess.PIPE, text=True)
-        self.procs.append(proc)
-        return proc
-
-    def stubborn(self, account) -> subprocess.Popen:
-        proc = self.run_as(account, STUBBORN)
-        assert proc.stdout.readline().strip() == "ready"  # SIGTERM is ignored from here on
-        return proc
-
-
 @pytest.fixture
-async def node(tmp_path):
-    n = Node(tmp_path)
+async def service_node(tmp_path):
+    """4 simulated cards showing whichever pids a test puts there, real processes, and a 1 s grace."""
+    n = ServiceNode(tmp_path, evict_grace_s=1.0)
     yield n
-    await n.service.close()
-    await n.allocator.close()
-    kill_process_jobs(n.state)
-    for proc in n.procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    await n.close()
+
+
+def run_stubborn(node: ServiceNode, account) -> subprocess.Popen:
+    proc = node.run_as(account, STUBBORN)
+    assert proc.stdout.readline().strip() == "ready"  # SIGTERM is ignored from here on
+    return proc
 
 
 def alive(proc: subprocess.Popen) -> bool:
@@ -89,134 +46,129 @@ def alive(proc: subprocess.Popen) -> bool:
         return False
 
 
-async def test_a_dry_run_names_what_would_be_signalled_and_signals_nothing(node, accounts):
-    squatter = node.run_as(accounts.bob, ["sleep", "300"])
-    node.put(2, squatter.pid)
-    report = await node.service.evict(ROOT, 2, dry_run=True)
+async def test_a_dry_run_names_what_would_be_signalled_and_signals_nothing(service_node, accounts):
+    squatter = service_node.run_as(accounts.bob, ["sleep", "300"])
+    service_node.put(2, squatter.pid)
+    report = await service_node.service.evict(ROOT, 2, dry_run=True)
     [listed] = report.processes
     assert (listed.card, listed.pid, listed.user, listed.command, listed.belongs, listed.outcome) == (
         2, squatter.pid, accounts.bob.name, "sleep 300", "external", LISTED)
     assert listed.fate == "would be sent SIGTERM" and report.dry_run
     await asyncio.sleep(0.2)
     assert alive(squatter)
-    assert [e["kind"] for e in node.log.read()] == ["action"]  # the dry run is audited, nothing was evicted
+    assert [e["kind"] for e in service_node.log.read()] == ["action"]  # the dry run is audited, nothing was evicted
 
 
-async def test_an_external_process_ends_at_sigterm_and_its_fate_is_logged(node, accounts):
-    squatter = node.run_as(accounts.bob, ["sleep", "300"])
-    node.put(1, squatter.pid)
-    report = await node.service.evict(ROOT, 1)
+async def test_an_external_process_ends_at_sigterm_and_its_fate_is_logged(service_node, accounts):
+    squatter = service_node.run_as(accounts.bob, ["sleep", "300"])
+    service_node.put(1, squatter.pid)
+    report = await service_node.service.evict(ROOT, 1)
     [done] = report.processes
     assert (done.outcome, done.fate) == (ENDED, "ended after SIGTERM")
     assert not alive(squatter)
-    [event] = [e for e in node.log.read() if e["kind"] == "evict"]
+    [event] = [e for e in service_node.log.read() if e["kind"] == "evict"]
     assert event["cards"] == [1] and event["pid"] == squatter.pid and event["outcome"] == ENDED
     assert event["message"] == (f"card 1: {accounts.bob.name}'s pid {squatter.pid} (sleep 300), evicted by root: "
                                 "ended after SIGTERM")
 
 
-async def test_a_pid_named_with_its_start_time_is_signalled_only_while_it_is_that_process(node, accounts):
+async def test_a_pid_named_with_its_start_time_is_signalled_only_while_it_is_that_process(service_node, accounts):
     """A confirmation can take minutes: a pid that changed hands meanwhile was not the one asked about."""
-    squatter = node.run_as(accounts.bob, ["sleep", "300"])
-    node.put(3, squatter.pid)
-    [listed] = (await node.service.evict(ROOT, 3, dry_run=True)).processes
+    squatter = service_node.run_as(accounts.bob, ["sleep", "300"])
+    service_node.put(3, squatter.pid)
+    [listed] = (await service_node.service.evict(ROOT, 3, dry_run=True)).processes
     assert listed.started_at == pytest.approx(psutil.Process(squatter.pid).create_time(), abs=0.01)
     with pytest.raises(Conflict, match=f"pid {squatter.pid} on card 3 is no longer the process that was listed"):
-        await node.service.evict(ROOT, 3, squatter.pid, started_at=listed.started_at - 30)
+        await service_node.service.evict(ROOT, 3, squatter.pid, started_at=listed.started_at - 30)
     await asyncio.sleep(0.2)
     assert alive(squatter)
-    [done] = (await node.service.evict(ROOT, 3, squatter.pid, started_at=listed.started_at)).processes
+    [done] = (await service_node.service.evict(ROOT, 3, squatter.pid, started_at=listed.started_at)).processes
     assert done.outcome == ENDED and not alive(squatter)
 
 
-async def test_a_process_that_ignores_sigterm_needs_kill(node, accounts):
-    stubborn = node.stubborn(accounts.bob)
-    node.put(0, stubborn.pid)
-    [still] = (await node.service.evict(ROOT, 0)).processes
+async def test_a_process_that_ignores_sigterm_needs_kill(service_node, accounts):
+    stubborn = run_stubborn(service_node, accounts.bob)
+    service_node.put(0, stubborn.pid)
+    [still] = (await service_node.service.evict(ROOT, 0)).processes
     assert still.outcome == RUNNING and "evict it again with kill" in still.fate and alive(stubborn)
-    [killed] = (await node.service.evict(ROOT, 0, stubborn.pid, kill=True)).processes
+    [killed] = (await service_node.service.evict(ROOT, 0, stubborn.pid, kill=True)).processes
     assert killed.outcome == KILLED and "killed with SIGKILL" in killed.fate
     assert not alive(stubborn)
 
 
-async def test_on_a_reservation_only_the_intruder_is_evicted(node, accounts):
-    await node.service.reserve(ROOT, ReserveRequest(cards=1, duration_s=600, run_id="rsv-ops",
-                                                    owner=accounts.alice.name))
-    hers = node.run_as(accounts.alice, ["sleep", "300"])
-    his = node.run_as(accounts.bob, ["sleep", "300"])
-    node.put(0, hers.pid)
-    node.put(0, his.pid)
-    [done] = (await node.service.evict(ROOT, 0)).processes
+async def test_on_a_reservation_only_the_intruder_is_evicted(service_node, accounts):
+    await service_node.service.reserve(ROOT, ReserveRequest(cards=1, duration_s=600, run_id="rsv-ops",
+                                                            owner=accounts.alice.name))
+    hers = service_node.run_as(accounts.alice, ["sleep", "300"])
+    his = service_node.run_as(accounts.bob, ["sleep", "300"])
+    service_node.put(0, hers.pid)
+    service_node.put(0, his.pid)
+    [done] = (await service_node.service.evict(ROOT, 0)).processes
     assert (done.pid, done.belongs, done.outcome) == (his.pid, "intruder", ENDED)
     assert alive(hers) and not alive(his)
     with pytest.raises(Conflict, match=f"pid {hers.pid} belongs to {accounts.alice.name}, whose reservation "
                                        "rsv-ops holds card 0: it is not a squatter"):
-        await node.service.evict(ROOT, 0, hers.pid)
+        await service_node.service.evict(ROOT, 0, hers.pid)
 
 
 async def job_command(supervisor_pid: int) -> psutil.Process:
     """The process a process job's supervisor started, once it runs."""
-    supervisor = psutil.Process(supervisor_pid)
-    deadline = time.monotonic() + WAIT_S
-    while not supervisor.children():
-        assert time.monotonic() < deadline, "the job's command did not start"
-        await asyncio.sleep(0.05)
-    [command] = supervisor.children()
+    [command] = await until_async(psutil.Process(supervisor_pid).children, "the job's command to start")
     return command
 
 
-async def test_a_platform_jobs_process_is_refused_and_stop_is_named(node, accounts):
-    result = await node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "300"), run_id="train"))
+async def test_a_platform_jobs_process_is_refused_and_stop_is_named(service_node, accounts):
+    result = await service_node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "300"), run_id="train"))
     card = result.launched.gpus[0]
     command = await job_command(result.launched.job.pid)
-    node.put(card, command.pid)
+    service_node.put(card, command.pid)
     with pytest.raises(Conflict, match=f"pid {command.pid} is part of platform job train on card {card}; "
                                        "end the job with: tpnode-tui stop train"):
-        await node.service.evict(ROOT, card, command.pid)
+        await service_node.service.evict(ROOT, card, command.pid)
     with pytest.raises(JobNotFound, match=f"card {card} has no process from outside the platform or of someone "
                                           "else to evict \\(it is held by train\\)"):
-        await node.service.evict(ROOT, card)
+        await service_node.service.evict(ROOT, card)
     assert command.is_running()
 
 
-async def test_a_platform_job_s_process_on_a_card_it_was_not_given_is_named_and_not_evicted(node, accounts):
+async def test_a_platform_job_s_process_on_a_card_it_was_not_given_is_named_and_not_evicted(service_node, accounts):
     """It squats on that card, but it is a job's: stop ends it, not evict."""
-    result = await node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "300"), run_id="train"))
+    result = await service_node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "300"), run_id="train"))
     command = await job_command(result.launched.job.pid)
-    node.put(3, command.pid)  # it opened card 3 too
-    snap = await node.service.read_now()
+    service_node.put(3, command.pid)  # it opened card 3 too
+    snap = await service_node.service.read_now()
     [holder] = snap.cards[3].holders
     assert (holder.belongs, holder.job_elsewhere) == ("external", "train")
     with pytest.raises(Conflict, match=f"pid {command.pid} is part of platform job train, using card 3 though it "
                                        "was not given it; end the job with: tpnode-tui stop train"):
-        await node.service.evict(ROOT, 3, command.pid)
+        await service_node.service.evict(ROOT, 3, command.pid)
     with pytest.raises(JobNotFound, match="card 3 has no process from outside the platform"):
-        await node.service.evict(ROOT, 3)
+        await service_node.service.evict(ROOT, 3)
     assert command.is_running()
 
 
-async def test_pid_1_an_unseen_pid_and_a_pid_not_on_the_card_are_refused(node, accounts):
+async def test_pid_1_an_unseen_pid_and_a_pid_not_on_the_card_are_refused(service_node, accounts):
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    node.put(3, 1)
-    node.put(3, unseen)
+    service_node.put(3, 1)
+    service_node.put(3, unseen)
     with pytest.raises(Conflict, match="pid 1 is the system's init process"):
-        await node.service.evict(ROOT, 3, 1)
+        await service_node.service.evict(ROOT, 3, 1)
     with pytest.raises(Conflict, match=f"pid {unseen} cannot be looked at from this machine"):
-        await node.service.evict(ROOT, 3, unseen)
+        await service_node.service.evict(ROOT, 3, unseen)
     with pytest.raises(JobNotFound, match="pid 4242 is not on card 3"):
-        await node.service.evict(ROOT, 3, 4242)
+        await service_node.service.evict(ROOT, 3, 4242)
     with pytest.raises(JobNotFound, match="card 2 has no process"):
-        await node.service.evict(ROOT, 2)
+        await service_node.service.evict(ROOT, 2)
 
 
-async def test_only_an_operator_may_evict(node, accounts):
-    squatter = node.run_as(accounts.bob, ["sleep", "300"])
-    node.put(1, squatter.pid)
+async def test_only_an_operator_may_evict(service_node, accounts):
+    squatter = service_node.run_as(accounts.bob, ["sleep", "300"])
+    service_node.put(1, squatter.pid)
     alice = Caller(uid=accounts.alice.uid, gid=accounts.alice.gid, user=accounts.alice.name)
     with pytest.raises(NotAllowed, match="only an operator") as refused:
-        await node.service.evict(alice, 1, dry_run=True)
+        await service_node.service.evict(alice, 1, dry_run=True)
     assert exit_code(refused.value) == 77 and alive(squatter)
 
 
@@ -233,38 +185,36 @@ def test_a_process_whose_start_time_cannot_be_read_is_not_signalled():
         targets(card)
 
 
-async def test_an_eviction_whose_asker_goes_away_is_finished_and_logged_as_it_ended(node, accounts):
+async def test_an_eviction_whose_asker_goes_away_is_finished_and_logged_as_it_ended(service_node, accounts):
     """The agent cancels a request whose client hung up; signals already sent must still be logged."""
-    stubborn = node.stubborn(accounts.bob)
-    node.put(1, stubborn.pid)
-    asking = asyncio.ensure_future(node.service.evict(ROOT, 1))
+    stubborn = run_stubborn(service_node, accounts.bob)
+    service_node.put(1, stubborn.pid)
+    asking = asyncio.ensure_future(service_node.service.evict(ROOT, 1))
     await asyncio.sleep(0.3)  # SIGTERM sent, the grace period under way
     asking.cancel()
     await asyncio.gather(asking, return_exceptions=True)
-    deadline = time.monotonic() + WAIT_S
     # the process's fate is logged as the grace period ends, the action's answer just after
-    while not {"evict", "action"} <= {e["kind"] for e in node.log.read()}:
-        assert time.monotonic() < deadline, "the eviction was never logged as it ended"
-        await asyncio.sleep(0.05)
-    [event] = [e for e in node.log.read() if e["kind"] == "evict"]
+    await until_async(lambda: {"evict", "action"} <= {e["kind"] for e in service_node.log.read()},
+                      "the eviction to be logged as it ended")
+    [event] = [e for e in service_node.log.read() if e["kind"] == "evict"]
     assert event["pid"] == stubborn.pid and event["outcome"] == RUNNING
-    [action] = [e for e in node.log.read() if e["kind"] == "action"]
+    [action] = [e for e in service_node.log.read() if e["kind"] == "action"]
     assert action["result"] == "ok" and "evicted from card 1" in action["message"], action
 
 
-async def test_why_nothing_on_a_card_may_be_evicted_is_one_answer_and_one_log_line(node, accounts):
+async def test_why_nothing_on_a_card_may_be_evicted_is_one_answer_and_one_log_line(service_node, accounts):
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    node.put(2, 1)
-    node.put(2, unseen)
+    service_node.put(2, 1)
+    service_node.put(2, unseen)
     with pytest.raises(JobNotFound) as refused:
-        await node.service.evict(ROOT, 2, dry_run=True)
+        await service_node.service.evict(ROOT, 2, dry_run=True)
     said = str(refused.value)
     assert said.startswith("card 2 has no process from outside the platform or of someone else to evict: ")
     assert "pid 1 is the system's init process" in said and f"pid {unseen} cannot be looked at" in said
     assert "\n" not in said, "one line, as the CLI prints it"
-    assert len([e for e in node.log.read() if e["kind"] == "action"]) == 1
+    assert len([e for e in service_node.log.read() if e["kind"] == "action"]) == 1
     with pytest.raises(JobNotFound, match="^card 3 has no process from outside the platform or of someone else "
                                           "to evict$"):
-        await node.service.evict(ROOT, 3, dry_run=True)
+        await service_node.service.evict(ROOT, 3, dry_run=True)

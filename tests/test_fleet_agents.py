@@ -17,9 +17,11 @@ import time
 
 import pytest
 
-from fleet_tools import ROOT, AgentProcess
-from load_tools import kill_process_jobs
-from services import write_scene
+from helpers.fleet import AgentProcess
+from helpers.load import kill_process_jobs
+from helpers.paths import CHECKOUT
+from helpers.services import write_scene
+from helpers.waiting import until
 from tpnode_tui.fleet.reader import FleetReader, read_once
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest
@@ -46,8 +48,8 @@ def agents(tmp_path, redis_url):
 
 def fleet_json(redis_url: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "tpnode_tui", "fleet", "--json"], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT,
-                          env={**os.environ, "TUNEPLANE_FLEET_URL": redis_url, "PYTHONPATH": str(ROOT)})
+                          text=True, timeout=60, cwd=CHECKOUT,
+                          env={**os.environ, "TUNEPLANE_FLEET_URL": redis_url, "PYTHONPATH": str(CHECKOUT)})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -55,16 +57,6 @@ def fleet_json(redis_url: str) -> dict:
 def nodes(redis_url: str) -> dict[str, object]:
     fleet = asyncio.run(read_once(redis_url, redis_url))
     return {n.name: n for n in fleet.nodes}
-
-
-def until(predicate, what: str, timeout: float = WAIT_S, show=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}" + (f": {show()}" if show else "")
-        time.sleep(0.1)
 
 
 def test_three_agents_publish_and_a_change_arrives_without_waiting_for_a_period(agents, redis_url):

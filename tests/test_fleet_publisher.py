@@ -12,8 +12,9 @@ from dataclasses import replace
 import pytest
 import redis as redis_sync
 
-from fleet_tools import T, job, node_snapshot
-from services import free_port
+from helpers.fleet import T, job, node_snapshot
+from helpers.services import free_port
+from helpers.waiting import until_async
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.publisher import FleetPublisher
 from tpnode_tui.port import Reading
@@ -41,26 +42,19 @@ class Service:
             yield await q.get()
 
 
-async def until(predicate, what: str, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_change_is_published_at_once_and_sameness_only_once_a_period(redis_url):
     service = Service(node_snapshot())
     publisher = FleetPublisher(redis_url, redis_url, "gpu-01", 30.0)
     task = asyncio.ensure_future(publisher.run(service))
     try:
-        await until(lambda: publisher.published == 1, "the first publication")
+        await until_async(lambda: publisher.published == 1, "the first publication")
         for n in range(20):  # twenty polls that change nothing but the time
             service.set(node_snapshot(taken_at=T + n))
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
         assert publisher.published == 1  # the 30 s period has not passed
         service.set(node_snapshot(jobs=(job("train", (0, 1)),)))
-        await until(lambda: publisher.published == 2, "the change to be published")
+        await until_async(lambda: publisher.published == 2, "the change to be published")
         client = redis_sync.Redis.from_url(redis_url)
         raw = client.get(record.snapshot_key(publisher.instance))
         assert record.Decoder().decode(publisher.instance, raw).snapshot.occupancy.by_job == {0: "train", 1: "train"}
@@ -77,7 +71,7 @@ async def test_a_short_period_publishes_the_same_picture_again(redis_url):
     publisher = FleetPublisher(redis_url, redis_url, "gpu-01", 0.2)
     task = asyncio.ensure_future(publisher.run(service))
     try:
-        await until(lambda: publisher.published >= 4, "publications every period")
+        await until_async(lambda: publisher.published >= 4, "publications every period")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -118,7 +112,7 @@ async def test_a_hostile_registration_in_redis_does_not_stop_this_node_publishin
     publisher = FleetPublisher(redis_url, redis_url, "gpu-01", 0.2)
     task = asyncio.ensure_future(publisher.run(service))
     try:
-        await until(lambda: publisher.published >= 3, "publications despite it")
+        await until_async(lambda: publisher.published >= 3, "publications despite it")
         assert not task.done()
         assert client.get(record.snapshot_key(publisher.instance)) is not None
     finally:
@@ -141,7 +135,7 @@ async def test_before_the_first_reading_the_publisher_waits_for_it_and_does_not_
         await asyncio.sleep(0.5)
         assert asked == [] and publisher.published == 0, "nothing to say yet, and nothing asked"
         service.set(node_snapshot())
-        await until(lambda: publisher.published == 1, "the first reading published")
+        await until_async(lambda: publisher.published == 1, "the first reading published")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from fleet_tools import T, job, node_snapshot, publication_bytes, publication_parts, registration_bytes, stored
+from helpers.fleet import T, job, node_snapshot, publication_bytes, publication_parts, registration_bytes, stored
 from tpnode_tui.fleet import record
 from tpnode_tui.wire import WireError
 

@@ -14,7 +14,8 @@ import time
 import pytest
 from textual.widgets import DataTable
 
-from fleet_tools import T, job, node_snapshot, publication_bytes, registration_bytes
+from helpers.fleet import T, job, node_snapshot, publication_bytes, registration_bytes
+from helpers.waiting import until_pilot
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.reader import FleetUnavailable
 from tpnode_tui.tui.fleet import FleetApp, NodeScreen
@@ -105,8 +106,7 @@ def app_for(*pictures, interval: float = 60) -> FleetApp:
 
 
 async def first_read(pilot) -> None:
-    while pilot.app.reads < 1:
-        await pilot.pause(0.02)
+    await until_pilot(pilot, lambda: pilot.app.reads >= 1, "the first read", every=0.02)
     await pilot.pause(0.05)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_tools import Agent, running
+from helpers.agents import Agent, running
 from tpnode_tui.model import TpnodeError, exit_code
 from tpnode_tui.node.aiostream import unix
 from tpnode_tui.node.http import MAX_BODY, HttpClient, ProtocolError, Unreachable, straight, unix_blocking

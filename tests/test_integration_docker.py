@@ -9,11 +9,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from load_tools import node_env
+from helpers.load import node_env
+from helpers.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -73,10 +73,7 @@ def test_a_reservation_frees_its_cards_when_it_expires(cli):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["gpus"] == [0, 1, 2]
     assert cli.status()["cards"][0]["state"] == "reservation"
-    deadline = time.monotonic() + 30
-    while cli.status()["free"] != list(range(8)):
-        assert time.monotonic() < deadline, "the reservation never ended"
-        time.sleep(0.5)
+    until(lambda: cli.status()["free"] == list(range(8)), "the reservation to end", 30, every=0.5)
     job = cli.status()["jobs"][0]
     assert (job["kind"], job["owner"], job["status"]) == ("reservation", "alice", "exited")
 

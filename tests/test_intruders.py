@@ -2,44 +2,24 @@
 
 The simulated probe puts any real pid on a card, so the processes here are
 real: a process job's own children (one of them re-parented away from it),
-the test accounts' processes (made with useradd by tests/accounts.py), a
+the test accounts' processes (made with useradd by tests/helpers/accounts.py), a
 docker job's container on the tests' own dockerd and a container started by
 hand beside it, and a process in a real cgroup.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from load_tools import kill_process_jobs
-from services import write_scene
-from tpnode_tui import GpuAllocator
+from helpers.service_node import ServiceNode
+from helpers.waiting import until_async
 from tpnode_tui.belonging import classify, part_of_job
-from tpnode_tui.config import load_settings
-from tpnode_tui.locks import make_lock
 from tpnode_tui.model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, JobSpec, JobState, ProcessFacts
-from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.procinfo import describe
-from tpnode_tui.runtimes.process import ProcessRuntime
-
-WAIT_S = 20.0
-
-
-@pytest.fixture
-def spawned():
-    """Processes started by a test, killed after it."""
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 def sleeper(account, procs) -> int:
@@ -48,52 +28,23 @@ def sleeper(account, procs) -> int:
     return proc.pid
 
 
-class Node:
-    """A 4-card simulated node whose cards show whichever pids a test puts there."""
-
-    def __init__(self, tmp_path: Path, runtime=None) -> None:
-        self.scene = tmp_path / "node.json"
-        self.cards: list[list[dict]] = [[] for _ in range(4)]
-        self.write()
-        self.state = tmp_path / "state"
-        settings = load_settings({}, state_dir=str(self.state), lock_retry_ms=10)
-        self.runtime = runtime or ProcessRuntime(self.state, stop_timeout_s=2)
-        self.allocator = GpuAllocator(self.runtime, SimulatedProbe(self.scene), settings, make_lock(settings))
-
-    def put(self, card: int, pid: int, mib: int = 1024) -> None:
-        self.cards[card].append({"pid": pid, "used_memory_mib": mib})
-        self.write()
-
-    def write(self) -> None:
-        write_scene(self.scene, [{"memory_used_mib": sum(p["used_memory_mib"] for p in c) or 1,
-                                  "processes": c} for c in self.cards])
-
-
 @pytest.fixture
-async def node(tmp_path):
-    n = Node(tmp_path)
+async def service_node(tmp_path):
+    """4 simulated cards showing whichever pids a test puts there, and real process jobs."""
+    n = ServiceNode(tmp_path)
     yield n
-    await n.allocator.close()
-    kill_process_jobs(n.state)
-
-
-async def until(predicate, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not (found := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-    return found
+    await n.close()
 
 
 def belongs(card) -> dict[int, str]:
     return {h.pid: h.belongs for h in card.holders}
 
 
-async def test_a_process_jobs_children_are_its_own_and_another_users_process_intrudes(node, accounts, spawned):
+async def test_a_process_jobs_children_are_its_own_and_another_users_process_intrudes(service_node, accounts, spawned):
     alice, bob = accounts.alice, accounts.bob
     spec = JobSpec(run_id="train", cards=1, owner=alice.name, uid=alice.uid,
                    command=("sh", "-c", "sleep 301 & (sleep 302 &) ; wait"))
-    launched = await node.allocator.launch(spec)
+    launched = await service_node.allocator.launch(spec)
     assert launched.gpus == (0,)
     supervisor = launched.job.pid
 
@@ -103,16 +54,16 @@ async def test_a_process_jobs_children_are_its_own_and_another_users_process_int
                  and os.getsid(p.pid) == supervisor}
         return found if len(found) == 2 else None
 
-    sleeps = await until(job_sleeps, "the job's two sleeps")
+    sleeps = await until_async(job_sleeps, "the job's two sleeps")
     # The second was started from a subshell that exited: it is nobody's child
     # now, only its session says it is the job's.
     assert supervisor not in [p.pid for p in psutil.Process(sleeps["302"]).parents()]
     intruder = sleeper(bob, spawned)
     own = sleeper(alice, spawned)  # the job's owner, from her shell: her card, not an intrusion
     for pid in (sleeps["301"], sleeps["302"], intruder, own):
-        node.put(0, pid, 30 * 1024 if pid == intruder else 1024)
+        service_node.put(0, pid, 30 * 1024 if pid == intruder else 1024)
 
-    snap = await node.allocator.snapshot()
+    snap = await service_node.allocator.snapshot()
     card = snap.cards[0]
     assert card.state == "job" and card.run_id == "train"
     assert belongs(card) == {sleeps["301"]: HOLDER, sleeps["302"]: HOLDER, intruder: INTRUDER, own: HOLDER}
@@ -123,15 +74,15 @@ async def test_a_process_jobs_children_are_its_own_and_another_users_process_int
     assert (shown.user, shown.uid) == (bob.name, bob.uid)
 
 
-async def test_a_reservation_belongs_to_its_owners_processes_and_anyone_elses_intrude(node, accounts, spawned):
+async def test_a_reservation_belongs_to_its_owners_processes_and_anyone_elses_intrude(service_node, accounts, spawned):
     alice, bob = accounts.alice, accounts.bob
-    launched = await node.allocator.reserve(1, 3600, owner=alice.name, run_id="rsv-a")
+    launched = await service_node.allocator.reserve(1, 3600, owner=alice.name, run_id="rsv-a")
     card_index = launched.gpus[0]
     hers, his = sleeper(alice, spawned), sleeper(bob, spawned)
-    node.put(card_index, hers)
-    node.put(card_index, his, 30720)
+    service_node.put(card_index, hers)
+    service_node.put(card_index, his, 30720)
 
-    snap = await node.allocator.snapshot()
+    snap = await service_node.allocator.snapshot()
     card = snap.cards[card_index]
     assert card.state == "reservation"
     assert belongs(card) == {hers: HOLDER, his: INTRUDER}
@@ -140,27 +91,27 @@ async def test_a_reservation_belongs_to_its_owners_processes_and_anyone_elses_in
                             f"reserved by {alice.name} until {until_words}")
 
 
-async def test_on_a_card_nobody_holds_a_process_is_external_and_an_unseen_pid_unknown(node, accounts, spawned):
+async def test_on_a_card_nobody_holds_a_process_is_external_and_an_unseen_pid_unknown(service_node, accounts, spawned):
     his = sleeper(accounts.bob, spawned)
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    node.put(2, his)
-    node.put(2, unseen)
-    snap = await node.allocator.snapshot()
+    service_node.put(2, his)
+    service_node.put(2, unseen)
+    snap = await service_node.allocator.snapshot()
     card = snap.cards[2]
     assert card.state == "external" and card.warning is None
     assert belongs(card) == {his: EXTERNAL, unseen: UNKNOWN}
     assert snap.intruder_cards == ()
 
 
-async def test_an_unseen_pid_on_a_held_card_is_not_called_an_intruder(node, accounts):
-    await node.allocator.reserve(1, 3600, owner=accounts.alice.name, run_id="rsv-b")
+async def test_an_unseen_pid_on_a_held_card_is_not_called_an_intruder(service_node, accounts):
+    await service_node.allocator.reserve(1, 3600, owner=accounts.alice.name, run_id="rsv-b")
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    node.put(0, unseen)
-    card = (await node.allocator.snapshot()).cards[0]
+    service_node.put(0, unseen)
+    card = (await service_node.allocator.snapshot()).cards[0]
     assert belongs(card) == {unseen: UNKNOWN} and card.intruders == () and card.warning is None
 
 
@@ -191,25 +142,25 @@ def test_a_process_in_the_jobs_cgroup_is_the_jobs_even_outside_its_session(tmp_p
         cgroup.rmdir()
 
 
-async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_its_cgroup(node, spawned):
+async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_its_cgroup(service_node, spawned):
     """End to end: the process runtime records the job's cgroup, and its
     reading carries it, so a setsid() escapee on the card is not an intruder."""
     from tpnode_tui.runtimes.jobprocs import cgroup_parent
 
     if cgroup_parent()[0] is None:
         pytest.skip(f"no cgroup v2 to make a job cgroup in here: {cgroup_parent()[1]}")
-    launched = await node.allocator.launch(JobSpec(run_id="escapes", cards=1, owner="root", uid=0,
-                                                   command=("sh", "-c", "setsid sleep 303 & wait")))
+    launched = await service_node.allocator.launch(JobSpec(run_id="escapes", cards=1, owner="root", uid=0,
+                                                           command=("sh", "-c", "setsid sleep 303 & wait")))
     assert launched.job.cgroup, "the job got no cgroup"
 
     def escapee():
         return next((p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "303"]),
                     None)
 
-    pid = await until(escapee, "the job's setsid sleep")
+    pid = await until_async(escapee, "the job's setsid sleep")
     assert os.getsid(pid) != launched.job.pid  # out of the job's session and tree
-    node.put(0, pid)
-    card = (await node.allocator.snapshot()).cards[0]
+    service_node.put(0, pid)
+    card = (await service_node.allocator.snapshot()).cards[0]
     assert belongs(card) == {pid: HOLDER} and card.intruders == ()
 
 
@@ -219,7 +170,7 @@ async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrude
     from tpnode_tui.runtimes.docker import DockerRuntime
 
     runtime = DockerRuntime(gpu_mode="none", hold_image=dockerd.image, stop_timeout_s=1)
-    node = Node(tmp_path, runtime)
+    node = ServiceNode(tmp_path, runtime=runtime)
     try:
         launched = await node.allocator.launch(JobSpec(
             run_id="web", cards=1, image=dockerd.image, owner=accounts.alice.name,
@@ -240,4 +191,4 @@ async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrude
         assert (shown[squatter].container_name, shown[squatter].container_image) == ("squatter", dockerd.image)
         assert "in container squatter" in card.warning
     finally:
-        await node.allocator.close()
+        await node.close()

@@ -1,6 +1,6 @@
 """The allocation lock, against real processes and a real redis-server.
 
-Cross-process behaviour is checked with real subprocesses (tests/lock_worker.py):
+Cross-process behaviour is checked with real subprocesses (tests/helpers/lock_worker.py):
 the counter they share loses updates the moment two of them are inside at once,
 and ``kill -9`` is the real signal, not a simulated crash.
 """
@@ -13,14 +13,15 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import redis as redis_sync
 
-from services import redis_or_unavailable
+from helpers.paths import LOCK_WORKER
+from helpers.services import redis_or_unavailable
+from helpers.waiting import until_async
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import (
     FENCE_FILE,
@@ -34,7 +35,6 @@ from tpnode_tui.locks.flock import short_command
 from tpnode_tui.model import ConfigError
 from tpnode_tui.printable import printable
 
-WORKER = Path(__file__).with_name("lock_worker.py")
 WORKERS = 8
 TIMES = 3
 
@@ -56,7 +56,7 @@ def _env(state_dir: Path, redis_url: str | None = None, lease_ms: int = 120_000)
 
 async def _spawn(env: dict[str, str], *args: str, stdin: int = asyncio.subprocess.DEVNULL):
     return await asyncio.create_subprocess_exec(
-        sys.executable, str(WORKER), *args, env=env, stdin=stdin, stdout=asyncio.subprocess.PIPE,
+        sys.executable, str(LOCK_WORKER), *args, env=env, stdin=stdin, stdout=asyncio.subprocess.PIPE,
     )
 
 
@@ -64,13 +64,6 @@ async def _line(proc: asyncio.subprocess.Process, timeout: float = 15) -> str:
     line = await asyncio.wait_for(proc.stdout.readline(), timeout)
     assert line, f"worker {proc.pid} ended without answering (exit {await proc.wait()})"
     return line.decode().strip()
-
-
-async def _until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:g}s"
-        await asyncio.sleep(0.01)
 
 
 async def _take(lock: AllocationLock) -> int:
@@ -128,7 +121,7 @@ async def test_tasks_of_one_process_take_turns(state_dir):
             events.append(("out", i, hold.fence))
 
     tasks = [asyncio.create_task(allocate(i)) for i in range(5)]
-    await _until(lambda: lock.waiting is not None, 5, "a second task waiting")
+    await until_async(lambda: lock.waiting is not None, "a second task waiting", 5)
     assert "in this process" in lock.waiting
     await asyncio.wait_for(asyncio.gather(*tasks), 10)
 
@@ -148,7 +141,7 @@ async def test_the_lock_is_given_back_when_the_body_fails_or_a_waiter_is_cancell
 
     async with first.hold():
         waiter = asyncio.create_task(_take(other))
-        await _until(lambda: other.waiting is not None, 5, "the second lock waiting")
+        await until_async(lambda: other.waiting is not None, "the second lock waiting", 5)
         assert f"pid {os.getpid()}" in other.waiting  # the kernel names the holder
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -182,7 +175,7 @@ async def test_a_killed_flock_holder_frees_the_lock_at_once(state_dir):
         held_fence = int((await _line(holder)).split()[1])
         lock = _lock(state_dir)
         taker = asyncio.create_task(_take(lock))
-        await _until(lambda: lock.waiting is not None, 5, "the lock refused while held")
+        await until_async(lambda: lock.waiting is not None, "the lock refused while held", 5)
         assert f"held by pid {holder.pid}" in lock.waiting
         assert not taker.done()
 
@@ -220,7 +213,7 @@ async def test_a_killed_redis_holder_frees_the_lock_when_its_lease_runs_out(stat
         token = client.get(REDIS_KEY)
         lock = _lock(state_dir, redis_url, lease_ms)
         taker = asyncio.create_task(_take(lock))
-        await _until(lambda: lock.waiting is not None, 5, "the lease refused while held")
+        await until_async(lambda: lock.waiting is not None, "the lease refused while held", 5)
         assert f"held by pid {holder.pid}" in lock.waiting
         # Longer than a lease: the holder's renewals keep it.
         await asyncio.sleep(2 * lease_ms / 1000)
@@ -252,7 +245,7 @@ async def test_allocation_waits_while_redis_is_down(state_dir, redis_server, red
     redis_server.stop()
     try:
         taker = asyncio.create_task(_take(lock))
-        await _until(lambda: lock.waiting is not None, 5, "waiting for Redis")
+        await until_async(lambda: lock.waiting is not None, "waiting for Redis", 5)
         assert lock.waiting.startswith(f"Redis at {redis_url} unreachable (")
         await asyncio.sleep(0.3)  # many retries at 20 ms
         assert not taker.done()
@@ -278,7 +271,7 @@ async def test_a_deleted_lease_is_reported_lost(state_dir, redis_url, caplog):
         async with lock.hold() as hold:
             assert not hold.lost()
             client.delete(REDIS_KEY)
-            await _until(hold.lost, 5, "the renewer noticing the lease is gone")
+            await until_async(hold.lost, "the renewer noticing the lease is gone", 5)
         errors = [r for r in caplog.records if r.levelno == logging.ERROR]
         assert any("lost the allocation lock lease" in r.getMessage() for r in errors)
     finally:
@@ -292,7 +285,7 @@ async def test_a_lease_that_cannot_be_renewed_in_time_counts_as_lost(state_dir, 
     try:
         async with lock.hold() as hold:
             redis_server.stop()
-            await _until(hold.lost, 5, "the lease running out unrenewed")
+            await until_async(hold.lost, "the lease running out unrenewed", 5)
             assert any("could not be reached to renew" in r.getMessage() for r in caplog.records)
     finally:
         if redis_server.proc is None:

@@ -20,15 +20,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent_tools import Agent, running
-from fleet_tools import T, job, node_snapshot
-from services import free_port, write_scene
+from helpers.agents import Agent, running
+from helpers.fleet import T, job, node_snapshot
+from helpers.services import free_port, write_scene
+from helpers.waiting import until_async
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
 from tpnode_tui.model import QueuedLaunch
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest, Reading
 
-WAIT_S = 15.0
 DCGM = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",
         "DCGM_FI_DEV_POWER_USAGE")
 GRAFANA = Path(__file__).resolve().parent.parent / "contrib" / "grafana" / "tpnode.json"
@@ -73,13 +73,12 @@ async def agent(tmp_path):
 
 
 async def scrape_when(agent: MetricsAgent, ready) -> dict:
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while True:
+    """The metrics families, once ``ready`` says they show what the test waits for."""
+    async def scraped() -> dict:
         found = families(await agent.scrape())
-        if ready(found):
-            return found
-        assert asyncio.get_running_loop().time() < deadline, "the metrics never showed it"
-        await asyncio.sleep(0.1)
+        return found if ready(found) else {}
+
+    return await until_async(scraped, "the metrics to show it", every=0.1)
 
 
 async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent):

@@ -9,15 +9,17 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 
 import pytest
 
-from tpnode_tui.identity import Caller
+from helpers.callers import ALICE
 from tpnode_tui.launchqueue import QUEUE_FILE, FileQueue, MemoryQueue, QueueEntry
 from tpnode_tui.model import BadRequest, JobSpec, RunAs, RuntimeUnavailable
 from tpnode_tui.nodelog import LOG_FILE, NodeLog
 
-ALICE = Caller(uid=5001, gid=5001, user="alice", groups=(5001, 27), pid=4242)
+#: alice as the agent names her, her groups and pid too: all of it must survive the queue file
+ASKER = replace(ALICE, groups=(5001, 27), pid=4242)
 
 
 def entry(run_id: str, **spec) -> QueueEntry:
@@ -25,7 +27,7 @@ def entry(run_id: str, **spec) -> QueueEntry:
     return QueueEntry(JobSpec(run_id=run_id, command=("python", "train.py"), owner="alice", uid=5001,
                               env=(("HF_TOKEN", "secret"), ("PATH", "/usr/bin")), cwd="/home/alice",
                               run_as=RunAs(5001, 5001, (5001, 27), "alice", "/home/alice"), **spec),
-                      ALICE, 1000.0)
+                      ASKER, 1000.0)
 
 
 # ── the log ──────────────────────────────────────────────────────────────────

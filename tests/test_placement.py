@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import MemoryRuntime, StaticProbe
-from load_tools import kill_process_jobs, node_env
-from services import write_scene
+from helpers.fakes import MemoryRuntime, StaticProbe
+from helpers.load import kill_process_jobs, node_env
+from helpers.services import write_scene
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import make_lock
@@ -153,7 +153,7 @@ def test_launch_same_switch_from_the_command_line(placed_cli):
 
 
 async def test_the_placement_travels_through_the_agent(tmp_path):
-    from agent_tools import Agent, running
+    from helpers.agents import Agent, running
     from tpnode_tui.node.remote import AgentNode
     from tpnode_tui.port import LaunchRequest, ReserveRequest
 

@@ -10,13 +10,10 @@ import grp
 
 import pytest
 
+from helpers.callers import ALICE, BOB, ROOT
 from tpnode_tui.identity import Caller, Operators
 from tpnode_tui.model import JobState, NotAllowed
 from tpnode_tui.policy import CardLimits, Policy
-
-ALICE = Caller(uid=5001, gid=5001, user="alice")
-BOB = Caller(uid=5002, gid=5002, user="bob")
-ROOT = Caller(uid=0, gid=0, user="root", operator=True)
 
 
 def job(run_id, owner="alice", uid=5001, gpus=(3,), status="running", kind="reservation"):

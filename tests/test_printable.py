@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from load_tools import cli, kill_process_jobs, node_env
-from services import write_scene
+from helpers.load import cli, kill_process_jobs, node_env
+from helpers.services import write_scene
 from tpnode_tui.config import load_settings
 from tpnode_tui.model import HolderInfo, JobState
 from tpnode_tui.node.local import LocalNode

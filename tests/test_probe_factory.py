@@ -1,17 +1,15 @@
 """make_probe, and the auto probe's choice between NVML, nvidia-smi and nothing."""
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 import pytest
 
-from fake_pynvml import FakeNvml, NVMLError_DriverNotLoaded, NVMLError_LibraryNotFound
+from helpers.nvml import FakeNvml, NVMLError_DriverNotLoaded, NVMLError_LibraryNotFound
+from helpers.paths import stub_smi_on_path
 from tpnode_tui.config import load_settings
 from tpnode_tui.probes import AutoProbe, NvmlProbe, SimulatedProbe, SmiProbe, make_probe
 
-STUBS = Path(__file__).parent / "stubs"
 NOTHING_WORKS = (
     "no way to read the GPUs: NVML: library not found (is the NVIDIA driver installed?); "
     "nvidia-smi: not found on PATH"
@@ -29,13 +27,6 @@ async def closing():
 @pytest.fixture
 def no_smi(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-
-
-def put_stub_on_path(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("TPN_SMI_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PATH", os.pathsep.join([str(STUBS), os.path.dirname(sys.executable), os.environ["PATH"]]))
 
 
 def nvml(monkeypatch, fake):
@@ -62,7 +53,7 @@ async def test_make_probe_simulated(scene):
 
 async def test_auto_prefers_nvml(monkeypatch, closing):
     nvml(monkeypatch, FakeNvml())
-    put_stub_on_path(monkeypatch)
+    stub_smi_on_path(monkeypatch)
     probe = AutoProbe()
     closing(probe)
     reading = await probe.read()
@@ -71,7 +62,7 @@ async def test_auto_prefers_nvml(monkeypatch, closing):
 
 async def test_auto_falls_back_to_nvidia_smi(monkeypatch, closing):
     nvml(monkeypatch, FakeNvml(init_error=NVMLError_LibraryNotFound, init_failures=99))
-    put_stub_on_path(monkeypatch)
+    stub_smi_on_path(monkeypatch)
     probe = AutoProbe()
     closing(probe)
     reading = await probe.read()
@@ -103,7 +94,7 @@ async def test_auto_finds_nvidia_smi_that_appears_later_and_keeps_it(monkeypatch
     closing(probe)
     assert (await probe.read()).problem == NOTHING_WORKS
 
-    put_stub_on_path(monkeypatch)
+    stub_smi_on_path(monkeypatch)
     assert (await probe.read()).source == "nvidia-smi"
 
     fake.init_error = None  # NVML would work now, but the choice stands

@@ -1,16 +1,13 @@
 """MIG as every probe reads it: the rules they share, and a node in MIG mode read by each."""
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fake_pynvml import FakeNvml, h200_in_mig_mode
-from services import write_scene
+from helpers.nvml import FakeNvml, h200_in_mig_mode
+from helpers.paths import CAPTURES
+from helpers.services import write_scene
 from tpnode_tui.model import CardFacts, ProcessFacts, SliceFacts
 from tpnode_tui.printable import printable_view
 from tpnode_tui.probes import mig
@@ -18,7 +15,7 @@ from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.probes.smi import SmiProbe
 
-CAPTURE = Path(__file__).parent / "captures" / "h200-mig"
+CAPTURE = CAPTURES / "h200-mig"
 
 #: tests/captures/h200-mig's card 0, slice by slice:
 #: (index, profile, uuid, GPU instance, compute instance, MiB total, MiB used, pids)
@@ -60,14 +57,9 @@ async def test_nvml_reads_the_h200_in_mig_mode_as_five_slices():
 
 
 @pytest.fixture
-def smi_capture(monkeypatch):
+def smi_capture(smi):
     """The nvidia-smi stub first on PATH, replaying tests/captures/h200-mig."""
-    for name in list(os.environ):
-        if name.startswith("TPN_SMI_"):
-            monkeypatch.delenv(name)
-    stubs = Path(__file__).parent / "stubs"
-    monkeypatch.setenv("PATH", os.pathsep.join([str(stubs), os.path.dirname(sys.executable), os.environ["PATH"]]))
-    monkeypatch.setenv("TPN_SMI_CAPTURE", str(CAPTURE))
+    smi(CAPTURE=str(CAPTURE))
 
 
 async def test_nvidia_smi_reads_the_h200_capture_as_five_slices(smi_capture):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from services import write_scene
+from helpers.services import write_scene
 from tpnode_tui.model import ProcessFacts, SliceFacts
 from tpnode_tui.probes import health
 from tpnode_tui.probes.simulated import SimulatedProbe

@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from helpers.paths import CAPTURES
+from helpers.waiting import until, until_async
 from tpnode_tui.model import ProcessFacts, SliceFacts
 from tpnode_tui.printable import printable_view
 from tpnode_tui.probes import health
@@ -31,28 +32,9 @@ from tpnode_tui.probes.smi import (
     parse_mig_xml,
 )
 
-STUBS = Path(__file__).parent / "stubs"
-CAPTURE = Path(__file__).parent / "captures" / "h200-mig"
+CAPTURE = CAPTURES / "h200-mig"
 UUID0 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000000"
 UUID1 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000001"
-
-
-@pytest.fixture
-def smi(monkeypatch):
-    """Put the stub first on PATH; returns a setter for its TPN_SMI_* variables."""
-    for name in list(os.environ):
-        if name.startswith("TPN_SMI_"):
-            monkeypatch.delenv(name)
-    # The stub's "#!/usr/bin/env python3" finds this interpreter first: a
-    # version-manager shim later on PATH can take longer to start than the test.
-    path = os.pathsep.join([str(STUBS), os.path.dirname(sys.executable), os.environ["PATH"]])
-    monkeypatch.setenv("PATH", path)
-
-    def set_env(**values: str) -> None:
-        for name, value in values.items():
-            monkeypatch.setenv(f"TPN_SMI_{name}", value)
-
-    return set_env
 
 
 async def test_reads_every_card(smi):
@@ -198,7 +180,7 @@ async def test_an_nvidia_smi_that_outlives_its_kill_stops_new_ones_until_it_exit
 async def test_a_read_given_up_by_its_caller_kills_its_nvidia_smi(smi):
     smi(MODE="hang-group", HANG_S=HANG_S)
     task = asyncio.create_task(SmiProbe(timeout_s=60).read())
-    await _until(lambda: len(_sleepers()) == 10, "five hung nvidia-smi groups (four queries and topo -m)")
+    await until_async(lambda: len(_sleepers()) == 10, "five hung nvidia-smi groups (four queries and topo -m)")
     task.cancel()
     started = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
@@ -239,17 +221,7 @@ def _sleepers() -> list[psutil.Process]:
 
 def _gone(find, what: str) -> None:
     """Killing is not waiting: the processes go soon after, not at once."""
-    deadline = time.monotonic() + WAIT_S
-    while left := find():
-        assert time.monotonic() < deadline, f"{what} still running: {[p.pid for p in left]}"
-        time.sleep(0.05)
-
-
-async def _until(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} did not appear"
-        await asyncio.sleep(0.05)
+    until(lambda: not find(), f"{what} to end", WAIT_S, show=lambda: f"still running: {[p.pid for p in find()]}")
 
 
 async def test_not_on_path_is_blind(smi, monkeypatch, tmp_path):

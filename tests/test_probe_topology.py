@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from fake_pynvml import (
+from helpers.nvml import (
     NVML_TOPOLOGY_HOSTBRIDGE,
     NVML_TOPOLOGY_INTERNAL,
     NVML_TOPOLOGY_MULTIPLE,
@@ -23,10 +20,9 @@ from fake_pynvml import (
     NVMLError_NotSupported,
     NVMLError_Unknown,
 )
-from services import write_scene
+from helpers.services import write_scene
 from tpnode_tui.model import Link, ProbeReading, Topology
 from tpnode_tui.probes import topology as probe_topology
-from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.probes.smi import SmiProbe
 from tpnode_tui.probes.topology import TopologyKeeper
@@ -34,22 +30,6 @@ from tpnode_tui.topology import choose, shape
 
 NV18, NV2 = Link(18), Link(2)
 PIX, PXB, PHB, NODE, SYS = (Link(pcie=p) for p in ("PIX", "PXB", "PHB", "NODE", "SYS"))
-STUBS = Path(__file__).parent / "stubs"
-
-
-@pytest.fixture
-async def nvml():
-    """NvmlProbe(nvml=fake), closed after the test."""
-    probes = []
-
-    def _make(fake, timeout_s=10.0):
-        probe = NvmlProbe(timeout_s, nvml=fake)
-        probes.append(probe)
-        return probe
-
-    yield _make
-    for probe in probes:
-        await probe.close()
 
 
 @pytest.fixture
@@ -74,7 +54,7 @@ def _links(topology: Topology) -> dict[tuple[int, int], Link]:
 # -- NVML ----------------------------------------------------------------------------------
 
 
-async def test_nvml_reads_pcie_paths_nvlinks_and_numa_nodes(nvml, sysfs):
+async def test_nvml_reads_pcie_paths_nvlinks_and_numa_nodes(nvml_probe, sysfs):
     fake = FakeNvml([FakeCard() for _ in range(4)])
     fake.default_ancestor = NVML_TOPOLOGY_NODE
     fake.ancestors.update(
@@ -89,7 +69,7 @@ async def test_nvml_reads_pcie_paths_nvlinks_and_numa_nodes(nvml, sysfs):
     fake.nvlink(3, 1)
     sysfs({"0000:18:00.0": "0", "0000:19:00.0": "0", "0000:1a:00.0": "-1"})  # card 3: not there at all
 
-    reading = await nvml(fake).read()
+    reading = await nvml_probe(fake).read()
     assert reading.problem is None and reading.count == 4
     assert _links(reading.topology) == {
         (0, 1): Link(2, "PIX"),
@@ -102,25 +82,25 @@ async def test_nvml_reads_pcie_paths_nvlinks_and_numa_nodes(nvml, sysfs):
     assert reading.topology.numa == (0, 0, None, None)
 
 
-async def test_nvml_counts_the_nvlinks_two_cards_share_through_the_nvswitches(nvml):
+async def test_nvml_counts_the_nvlinks_two_cards_share_through_the_nvswitches(nvml_probe):
     fake = FakeNvml([FakeCard() for _ in range(8)])
     fake.nvswitch(18)
-    topology = (await nvml(fake).read()).topology
+    topology = (await nvml_probe(fake).read()).topology
     assert set(_links(topology).values()) == {Link(18, "SYS")}
     assert choose([0, 3, 5, 7], 2, topology) == [0, 3]
 
 
-async def test_a_link_that_is_down_or_leads_nowhere_known_is_not_counted(nvml):
+async def test_a_link_that_is_down_or_leads_nowhere_known_is_not_counted(nvml_probe):
     fake = FakeNvml([FakeCard() for _ in range(2)])
     fake.nvlink(0, 1, 3)
     fake.cards[0].nvlinks[1] = None  # down
     fake.cards[0].nvlinks[2] = (0, "00000000:99:00.0")  # a GPU this node does not list
     fake.cards[1].nvlinks = [None, None, None]
-    assert (await nvml(fake).read()).topology.link(0, 1) == Link(1, "SYS")
+    assert (await nvml_probe(fake).read()).topology.link(0, 1) == Link(1, "SYS")
 
 
 @pytest.mark.parametrize("missing", ["error", "binding"])
-async def test_an_older_driver_without_the_remote_type_still_finds_peers_by_bus_id(nvml, missing):
+async def test_an_older_driver_without_the_remote_type_still_finds_peers_by_bus_id(nvml_probe, missing):
     class OldBinding(FakeNvml):
         nvmlDeviceGetNvLinkRemoteDeviceType = None
 
@@ -128,27 +108,27 @@ async def test_an_older_driver_without_the_remote_type_still_finds_peers_by_bus_
     for card in fake.cards:
         card.errors["nvlink_remote_type"] = NVMLError_FunctionNotFound
     fake.nvlink(0, 1, 2)
-    reading = await nvml(fake).read()
+    reading = await nvml_probe(fake).read()
     assert reading.topology.link(0, 1) == Link(2, "SYS") and reading.problem is None
 
 
 @pytest.mark.parametrize("error", [NVMLError_NotSupported, NVMLError_FunctionNotFound])
-async def test_unsupported_topology_calls_leave_those_facts_unknown_quietly(nvml, error):
+async def test_unsupported_topology_calls_leave_those_facts_unknown_quietly(nvml_probe, error):
     fake = FakeNvml([FakeCard() for _ in range(3)])
     fake.nvlink(0, 1, 2)
     for card in fake.cards:
         card.errors["topology"] = error
-    reading = await nvml(fake).read()
+    reading = await nvml_probe(fake).read()
     assert _links(reading.topology) == {(0, 1): NV2}  # NVLinks known, PCIe paths not
     assert reading.problem is None and reading.external_probe_ok
 
 
-async def test_unsupported_nvlink_calls_leave_nvlinks_unknown_quietly(nvml):
+async def test_unsupported_nvlink_calls_leave_nvlinks_unknown_quietly(nvml_probe):
     fake = FakeNvml([FakeCard() for _ in range(2)])
     fake.nvlink(0, 1, 2)
     for card in fake.cards:
         card.errors["nvlink_state"] = NVMLError_FunctionNotFound
-    reading = await nvml(fake).read()
+    reading = await nvml_probe(fake).read()
     assert reading.topology.link(0, 1) == SYS and reading.problem is None
 
 
@@ -164,32 +144,32 @@ async def test_unsupported_nvlink_calls_leave_nvlinks_unknown_quietly(nvml):
         ("pci", {(0, 2): PIX}),
     ],
 )
-async def test_a_gpu_lost_in_a_topology_call_leaves_only_what_it_would_tell_unknown(nvml, where, links):
+async def test_a_gpu_lost_in_a_topology_call_leaves_only_what_it_would_tell_unknown(nvml_probe, where, links):
     fake = FakeNvml([FakeCard() for _ in range(3)])
     fake.nvlink(0, 1, 2)
     fake.nvlink(1, 2, 2)
     fake.ancestors[(0, 2)] = NVML_TOPOLOGY_SINGLE
     fake.cards[1].errors[where] = NVMLError_GpuIsLost
-    reading = await nvml(fake).read()
+    reading = await nvml_probe(fake).read()
     assert _links(reading.topology) == links
     assert reading.problem is None  # a lost card is the reading's to report, as it always was
 
 
-async def test_a_lost_gpu_has_no_links_and_the_rest_keep_theirs(nvml):
+async def test_a_lost_gpu_has_no_links_and_the_rest_keep_theirs(nvml_probe):
     fake = FakeNvml([FakeCard(), FakeCard(lost=True), FakeCard()])
     fake.nvlink(0, 2, 2)
     fake.ancestors[(0, 2)] = NVML_TOPOLOGY_SINGLE
-    reading = await nvml(fake).read()
+    reading = await nvml_probe(fake).read()
     assert _links(reading.topology) == {(0, 2): Link(2, "PIX")}
     assert reading.cards[1].health == ("GPU is lost (fell off the bus; needs a reset or reboot)",)
 
 
-async def test_a_topology_call_that_fails_is_noted_once_and_costs_only_its_fact(nvml):
+async def test_a_topology_call_that_fails_is_noted_once_and_costs_only_its_fact(nvml_probe):
     fake = FakeNvml([FakeCard() for _ in range(3)])
     fake.nvlink(0, 1, 2)
     fake.cards[2].errors["nvlink_state"] = NVMLError_Unknown
     fake.cards[2].nvlinks = [None]
-    reading = await nvml(fake).read()
+    reading = await nvml_probe(fake).read()
     assert reading.topology.link(0, 1) == Link(2, "SYS")
     assert reading.external_probe_ok and reading.count == 3
     assert reading.problem == (
@@ -198,9 +178,9 @@ async def test_a_topology_call_that_fails_is_noted_once_and_costs_only_its_fact(
     )
 
 
-async def test_nvml_reads_the_topology_when_it_starts_and_again_when_the_cards_change(nvml):
+async def test_nvml_reads_the_topology_when_it_starts_and_again_when_the_cards_change(nvml_probe):
     fake = FakeNvml([FakeCard() for _ in range(3)])
-    probe = nvml(fake)
+    probe = nvml_probe(fake)
     for _ in range(3):
         assert (await probe.read()).topology.count == 3
     assert fake.calls["topology"] == 2 * 3  # three pairs, once, both cards entered
@@ -209,10 +189,10 @@ async def test_nvml_reads_the_topology_when_it_starts_and_again_when_the_cards_c
     assert reading.topology.count == 4 and fake.calls["topology"] == 2 * (3 + 6)
 
 
-async def test_a_hung_topology_read_is_kept_when_it_ends_and_not_started_again(nvml):
+async def test_a_hung_topology_read_is_kept_when_it_ends_and_not_started_again(nvml_probe):
     fake = FakeNvml([FakeCard() for _ in range(2)])
     release = fake.hang("topology")
-    probe = nvml(fake, timeout_s=0.2)
+    probe = nvml_probe(fake, timeout_s=0.2)
     try:
         assert (await probe.read()).problem == "NVML did not answer within 0.2 s"
     finally:
@@ -229,22 +209,6 @@ async def test_a_hung_topology_read_is_kept_when_it_ends_and_not_started_again(n
 
 
 # -- nvidia-smi topo -m ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def smi(monkeypatch):
-    """The stub first on PATH; returns a setter for its TPN_SMI_* variables."""
-    for name in list(os.environ):
-        if name.startswith("TPN_SMI_"):
-            monkeypatch.delenv(name)
-    path = os.pathsep.join([str(STUBS), os.path.dirname(sys.executable), os.environ["PATH"]])
-    monkeypatch.setenv("PATH", path)
-
-    def set_env(**values: str) -> None:
-        for name, value in values.items():
-            monkeypatch.setenv(f"TPN_SMI_{name}", value)
-
-    return set_env
 
 
 async def test_smi_reads_topo_m_beside_its_queries(smi):

@@ -5,7 +5,7 @@ nothing is half-written, and what is shown is the truth or says it is not known.
 Everything runs on real pieces: CLI processes, the process runtime's state file,
 the tests' own redis-server and dockerd, and ``kill -9`` as the real signal. A
 fault that has to hit one exact moment (between create and start, in the
-middle of writing the state file) is placed there by tests/load_tools.py,
+middle of writing the state file) is placed there by tests/helpers/load.py,
 which stalls a real CLI process at that point so the test can kill it there.
 """
 from __future__ import annotations
@@ -28,8 +28,7 @@ import psutil
 import pytest
 import redis as redis_sync
 
-from fake_pynvml import FakeCard, FakeNvml, NVMLError_DriverNotLoaded
-from load_tools import (
+from helpers.load import (
     BOUND_S,
     DOCKER_JOB,
     PYTHON,
@@ -44,9 +43,11 @@ from load_tools import (
     shared_cards,
     spawn,
     status,
-    wait_until,
 )
-from services import write_scene
+from helpers.nvml import FakeCard, FakeNvml, NVMLError_DriverNotLoaded
+from helpers.paths import LOCK_WORKER, path_with_stubs
+from helpers.services import write_scene
+from helpers.waiting import until, until_pilot
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.config import load_settings
 from tpnode_tui.locks import REDIS_KEY, make_lock
@@ -56,9 +57,6 @@ from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import STATE_FILE
-
-LOCK_WORKER = Path(__file__).with_name("lock_worker.py")
-STUBS = Path(__file__).with_name("stubs")
 
 
 def _holder(env: dict[str, str]) -> tuple[subprocess.Popen, int]:
@@ -85,12 +83,12 @@ def _kill(proc: subprocess.Popen) -> None:
 # ── a, b: a killed lock holder ───────────────────────────────────────────────
 
 
-def test_a_killed_flock_holder_lets_the_waiting_cli_launch_through(node):
-    env = node_env(*node)
+def test_a_killed_flock_holder_lets_the_waiting_cli_launch_through(scene_node):
+    env = node_env(*scene_node)
     holder, _ = _holder(env)
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "after", "--json", "--", "sleep", "120")
     try:
-        assert f"held by pid {holder.pid}" in wait_until(lambda: _lock_line(env), "status naming the holder")
+        assert f"held by pid {holder.pid}" in until(lambda: _lock_line(env), "status naming the holder")
         assert launch.poll() is None, "the launch went ahead while another process held the lock"
         os.kill(holder.pid, signal.SIGKILL)
         [done] = finish([launch], timeout=BOUND_S)
@@ -103,13 +101,13 @@ def test_a_killed_flock_holder_lets_the_waiting_cli_launch_through(node):
 
 
 @pytest.mark.redis
-def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_ends(node, redis_url):
-    env = node_env(*node, redis_url=redis_url, TUNEPLANE_LOCK_LEASE_MS="1000")
+def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_ends(scene_node, redis_url):
+    env = node_env(*scene_node, redis_url=redis_url, TUNEPLANE_LOCK_LEASE_MS="1000")
     holder, _ = _holder(env)
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "after", "--json", "--", "sleep", "120")
     client = redis_sync.Redis.from_url(redis_url)
     try:
-        line = wait_until(lambda: _lock_line(env), "status naming the lease holder")
+        line = until(lambda: _lock_line(env), "status naming the lease holder")
         assert f"held by pid {holder.pid}" in line and "Redis lease" in line
         time.sleep(1.5)  # longer than a lease: the live holder's renewals keep it
         assert launch.poll() is None, "the launch went ahead while the lease was held"
@@ -130,14 +128,14 @@ def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_
 
 
 @pytest.mark.redis
-def test_launches_wait_while_redis_is_down_say_so_and_finish_when_it_is_back(node, redis_server, redis_url):
-    scene, state_dir = node
+def test_launches_wait_while_redis_is_down_say_so_and_finish_when_it_is_back(scene_node, redis_server, redis_url):
+    scene, state_dir = scene_node
     env = node_env(scene, state_dir, redis_url=redis_url)
     holder, _ = _holder(env)  # launches queue up behind it: they are under way, waiting
     launches = [spawn(env, "launch", "--cards", "1", "--run-id", f"wait{i}", "--json", "--", "sleep", "120")
                 for i in range(6)]
     try:
-        wait_until(lambda: f"held by pid {holder.pid}" in _lock_line(env), "the launches queuing")
+        until(lambda: f"held by pid {holder.pid}" in _lock_line(env), "the launches queuing")
         with RuntimeSampler(env) as sampler:
             redis_server.stop()
             _kill(holder)
@@ -202,8 +200,8 @@ def _stalling(base: type) -> type:
 @pytest.mark.redis
 @pytest.mark.parametrize("runtime_name", ["process", pytest.param("docker", marks=pytest.mark.docker)])
 def test_a_lease_lost_mid_allocation_leaves_one_job_and_the_other_reports_no_capacity(
-        request, node, redis_url, runtime_name, tmp_path):
-    scene, state_dir = node
+        request, scene_node, redis_url, runtime_name, tmp_path):
+    scene, state_dir = scene_node
     marker = tmp_path / "the-stalled-job-ran"
     if runtime_name == "docker":
         dockerd = request.getfixturevalue("dockerd")
@@ -277,26 +275,21 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
     def tiles() -> list[str]:
         return [app.query_one(f"#card-{i}").render().plain for i in range(8)]
 
-    async def until(condition, what: str) -> None:
-        deadline = time.monotonic() + BOUND_S
-        while not condition():
-            assert time.monotonic() < deadline, f"{what} did not happen within {BOUND_S:g}s"
-            await pilot.pause(0.05)
-
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(lambda: app.snapshot is not None, "a first poll")
+            await until_pilot(pilot, lambda: app.snapshot is not None, "a first poll")
             assert any("FREE" in t for t in tiles())
             await asyncio.to_thread(dockerd.stop)
-            await until(lambda: app.stale_since is not None, "the dashboard noticing dockerd is gone")
+            await until_pilot(pilot, lambda: app.stale_since is not None, "the dashboard noticing dockerd is gone")
             banner = app.query_one("#stale-banner")
             for _ in range(3):  # several failed polls, not one
-                await until(lambda: "cannot reach the Docker engine" in str(banner.render()), "the engine error")
+                await until_pilot(pilot, lambda: "cannot reach the Docker engine" in str(banner.render()),
+                                  "the engine error")
                 assert banner.has_class("-shown")
                 assert not any("FREE" in t for t in tiles()), "a card shown free while the engine is unknown"
                 await pilot.pause(0.3)
             await asyncio.to_thread(dockerd.start)
-            await until(lambda: app.stale_since is None, "the dashboard recovering by itself")
+            await until_pilot(pilot, lambda: app.stale_since is None, "the dashboard recovering by itself")
             assert not banner.has_class("-shown")
             assert "survivor" in {j.run_id for j in app.snapshot.jobs}  # read back from its labels
             assert any("FREE" in t for t in tiles())
@@ -348,9 +341,9 @@ def _alive_with(marker: str) -> list[int]:
     return found
 
 
-def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_nothing(node, tmp_path):
-    env = node_env(*node)
-    state_dir = node[1]
+def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_nothing(scene_node, tmp_path):
+    env = node_env(*scene_node)
+    state_dir = scene_node[1]
     assert cli(env, "launch", "--cards", "2", "--run-id", "before", "--", "sleep", "120").returncode == 0
     state = state_dir / STATE_FILE
     before_bytes, before_status = state.read_bytes(), status(env)
@@ -372,14 +365,14 @@ def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_noth
     after = status(env)
     assert (after["jobs"], after["by_job"]) == (before_status["jobs"], before_status["by_job"])
     # Its supervisor finds its launcher gone and ends without running the command.
-    wait_until(lambda: not _alive_with(marker), "the orphaned supervisor ending")
+    until(lambda: not _alive_with(marker), "the orphaned supervisor ending")
     assert not Path(marker).exists()
     done = cli(env, "launch", "--cards", "1", "--run-id", "next", "--json", "--", "sleep", "120")
     assert done.returncode == 0 and json.loads(done.stdout)["gpus"] == [2], done.stderr
 
 
-def test_a_process_launch_killed_before_start_frees_its_cards_by_itself(node, tmp_path):
-    env = node_env(*node)
+def test_a_process_launch_killed_before_start_frees_its_cards_by_itself(scene_node, tmp_path):
+    env = node_env(*scene_node)
     marker = str(tmp_path / "killed-launch-ran")
     launch = spawn(env, "launch", "--cards", "2", "--run-id", "half", "--", "touch", marker, stalled_at="start")
     try:
@@ -394,7 +387,7 @@ def test_a_process_launch_killed_before_start_frees_its_cards_by_itself(node, tm
         jobs = status(env)["jobs"]
         return jobs if jobs and jobs[0]["status"] == "exited" else None
 
-    [job] = wait_until(ended, "the never-started job ending")
+    [job] = until(ended, "the never-started job ending")
     assert job["exit_code"] == 125  # "not started", as Docker says it
     assert not Path(marker).exists()
     assert status(env)["free"] == list(range(8))
@@ -445,8 +438,8 @@ def _job_of(pid: int) -> str:
 
 
 @pytest.mark.timeout(1200)  # --long: 30 launchers; every wait inside is bounded on its own
-def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(node, request, tmp_path):
-    env = node_env(*node)
+def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(scene_node, request, tmp_path):
+    env = node_env(*scene_node)
     rounds = 30 if request.config.getoption("--long") else 8
     marker = str(tmp_path / "killed-marker")
     rng = random.Random(4)
@@ -466,7 +459,7 @@ def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(nod
         return [f"{pid} ({_job_of(pid) or 'no job'})" for pid in _alive_with(marker)
                 if _job_of(pid) not in live]
 
-    wait_until(lambda: not strays(), "every process of a killed launch ending or being on record")
+    until(lambda: not strays(), "every process of a killed launch ending or being on record")
     running = live_jobs(status(env))
     # No lock was left held: a launch gets an answer (placed, or refused if the
     # jobs that survived their launcher's death fill the node).
@@ -479,8 +472,8 @@ def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(nod
                    state_file_unreadable=0, samples=sampler.samples, violations=0)
 
 
-def test_a_dashboard_killed_and_a_new_one_see_the_same_node(node):
-    env = node_env(*node, TERM="xterm-256color")
+def test_a_dashboard_killed_and_a_new_one_see_the_same_node(scene_node):
+    env = node_env(*scene_node, TERM="xterm-256color")
     assert cli(env, "launch", "--cards", "2", "--run-id", "keep", "--", "sleep", "120").returncode == 0
     assert cli(env, "reserve", "--cards", "1", "--for", "1h", "--owner", "ann", "--run-id", "rsv").returncode == 0
     before = status(env)
@@ -515,9 +508,9 @@ def _nvml_allocator(state_dir: Path, fake: FakeNvml) -> GpuAllocator:
     return GpuAllocator(ProcessRuntime(state_dir), NvmlProbe(5.0, nvml=fake), settings, make_lock(settings))
 
 
-async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(node):
+async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(scene_node):
     fake = FakeNvml([FakeCard() for _ in range(8)], init_error=NVMLError_DriverNotLoaded, init_failures=1)
-    allocator = _nvml_allocator(node[1], fake)
+    allocator = _nvml_allocator(scene_node[1], fake)
     try:
         with pytest.raises(NoCapacity):  # no card seen: wait, not "never fits", not a card
             await allocator.launch(JobSpec(run_id="early", cards=1, command=("sleep", "120")))
@@ -529,9 +522,9 @@ async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(node
         await allocator.close()
 
 
-async def test_a_gpu_lost_mid_run_is_never_handed_out(node):
+async def test_a_gpu_lost_mid_run_is_never_handed_out(scene_node):
     fake = FakeNvml([FakeCard() for _ in range(8)])
-    allocator = _nvml_allocator(node[1], fake)
+    allocator = _nvml_allocator(scene_node[1], fake)
     try:
         await allocator.launch(JobSpec(run_id="train", cards=2, command=("sleep", "120")))
         fake.cards[1].lost = True
@@ -552,9 +545,9 @@ async def test_a_gpu_lost_mid_run_is_never_handed_out(node):
         await allocator.close()
 
 
-def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(node):
-    path = os.pathsep.join([str(STUBS), os.path.dirname(PYTHON), os.environ["PATH"]])
-    env = node_env(*node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="0.5", PATH=path,
+def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(scene_node):
+    path = path_with_stubs()
+    env = node_env(*scene_node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="0.5", PATH=path,
                    TPN_SMI_MODE="hang", TPN_SMI_GPUS="8")
     data = status(env)
     assert data["external_probe_ok"] is False and "did not answer within 0.5 s" in data["probe_problem"]
@@ -575,12 +568,12 @@ def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(node):
     assert "handed out unverified" in placed.stderr  # never silently
 
 
-def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its_timeout(node):
+def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its_timeout(scene_node):
     """The stub becomes "sleep 40 & sleep 40": killing nvidia-smi alone would
     leave the other sleep holding its pipes, and waiting for them held status,
     and a launch's allocation lock, for 40 s."""
-    path = os.pathsep.join([str(STUBS), os.path.dirname(PYTHON), os.environ["PATH"]])
-    env = node_env(*node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="2", PATH=path,
+    path = path_with_stubs()
+    env = node_env(*scene_node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="2", PATH=path,
                    TPN_SMI_MODE="hang-group", TPN_SMI_HANG_S="40", TUNEPLANE_LOCAL_GPU_COUNT="8",
                    TUNEPLANE_ALLOW_UNVERIFIED="true")
     started = time.monotonic()
@@ -589,7 +582,7 @@ def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its
     assert "did not answer within 2 s" in data["probe_problem"]
     assert took < 2 + 3, f"status with a 2 s probe timeout took {took:.1f} s"
 
-    lock = node[1] / "alloc.lock"
+    lock = scene_node[1] / "alloc.lock"
     launch = spawn(env, "launch", "--cards", "1", "--run-id", "blind", "--", "sleep", "120")
     held: list[float] = []  # when another process found the lock taken
     deadline = time.monotonic() + BOUND_S
@@ -612,13 +605,13 @@ def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its
 # ── h: a job that ends frees its cards at the next read ──────────────────────
 
 
-def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(node):
-    env = node_env(*node)
+def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(scene_node):
+    env = node_env(*scene_node)
     assert cli(env, "launch", "--cards", "2", "--run-id", "doomed", "--", "sleep", "120").returncode == 0
-    supervisor = psutil.Process(_supervisor_pid(node[1], "doomed"))
-    [command] = wait_until(supervisor.children, "the supervisor starting the command")
+    supervisor = psutil.Process(_supervisor_pid(scene_node[1], "doomed"))
+    [command] = until(supervisor.children, "the supervisor starting the command")
     command.kill()
-    wait_until(lambda: status(env)["jobs"][0]["status"] == "exited", "the job's end being read")
+    until(lambda: status(env)["jobs"][0]["status"] == "exited", "the job's end being read")
     data = status(env)
     assert data["jobs"][0]["exit_code"] == 137 and data["free"] == list(range(8))
     again = cli(env, "launch", "--cards", "2", "--run-id", "next", "--json", "--", "sleep", "120")
@@ -628,19 +621,19 @@ def test_a_process_job_that_dies_frees_its_cards_and_stays_listed(node):
     assert {j["run_id"] for j in status(env)["jobs"]} == {"next"}
 
 
-def test_a_process_job_holds_its_card_while_what_its_command_left_runs(node):
+def test_a_process_job_holds_its_card_while_what_its_command_left_runs(scene_node):
     """A command that ends at once, leaving a sleep that ignores SIGTERM. The
     job was recorded as "exited (0)" and card 0 handed out again while the
     sleep ran on, out of reach of stop and reclaim."""
-    env = node_env(*node)
+    env = node_env(*scene_node)
     leaves = ("sh", "-c", "trap '' TERM; sleep 300 & echo started $!")
     assert cli(env, "launch", "--cards", "1", "--run-id", "leaves", "--", *leaves).returncode == 0
-    log = node[1] / "logs" / "leaves.log"
-    said = wait_until(lambda: log.exists() and "started" in log.read_text() and log.read_text(),
-                      "the command starting its sleep")
+    log = scene_node[1] / "logs" / "leaves.log"
+    said = until(lambda: log.exists() and "started" in log.read_text() and log.read_text(),
+                 "the command starting its sleep")
     left = psutil.Process(int(said.split()[-1]))
-    supervisor = psutil.Process(_supervisor_pid(node[1], "leaves"))
-    wait_until(lambda: not supervisor.children(), "the command ending")
+    supervisor = psutil.Process(_supervisor_pid(scene_node[1], "leaves"))
+    until(lambda: not supervisor.children(), "the command ending")
     data = status(env)
     assert [(j["run_id"], j["status"]) for j in data["jobs"]] == [("leaves", "running")]
     assert data["by_job"] == {"0": "leaves"} and 0 not in data["free"]
@@ -663,8 +656,8 @@ def test_a_container_that_exits_frees_its_cards_and_stays_listed(dockerd, tmp_pa
     image = ["--image", dockerd.image, "--"]
     assert cli(env, "launch", "--cards", "2", "--run-id", "doomed", *image, *DOCKER_JOB).returncode == 0
     dockerd.cli("kill", "tpn-doomed")
-    wait_until(lambda: dockerd.cli("inspect", "-f", "{{.State.Status}}", "tpn-doomed").stdout.strip() == b"exited",
-               "the engine seeing the container exit")
+    until(lambda: dockerd.cli("inspect", "-f", "{{.State.Status}}", "tpn-doomed").stdout.strip() == b"exited",
+          "the engine seeing the container exit")
     data = status(env)  # the very next read
     [job] = data["jobs"]
     assert (job["status"], job["exit_code"]) == ("exited", 137) and data["free"] == list(range(8))

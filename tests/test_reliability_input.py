@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from load_tools import (
+from helpers.load import (
     BOUND_S,
     DOCKER_JOB,
     PYTHON,
@@ -33,7 +33,7 @@ from load_tools import (
     spawn,
     status,
 )
-from services import free_port, redis_or_unavailable, write_scene
+from helpers.services import free_port, redis_or_unavailable, write_scene
 from tpnode_tui.locks import FENCE_FILE, LOCK_FILE
 from tpnode_tui.runtimes.statefile import LOCK_FILE as STATE_LOCK_FILE
 from tpnode_tui.runtimes.statefile import STATE_FILE
@@ -42,14 +42,14 @@ LONG = 10_000
 
 
 @pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
-def env(request, node):
+def env(request, scene_node):
     """A CLI environment for each runtime; launches add ``image`` before the command."""
     if request.param == "docker":
         dockerd = request.getfixturevalue("dockerd")
-        e = node_env(*node, runtime="docker", docker_host=dockerd.host, TUNEPLANE_HOLD_IMAGE=dockerd.image)
+        e = node_env(*scene_node, runtime="docker", docker_host=dockerd.host, TUNEPLANE_HOLD_IMAGE=dockerd.image)
         e["image"] = dockerd.image
         return e
-    return node_env(*node)
+    return node_env(*scene_node)
 
 
 def _launch(env: dict, run_id: str, *command: str) -> list[str]:
@@ -63,8 +63,8 @@ def _launch(env: dict, run_id: str, *command: str) -> list[str]:
 
 
 @pytest.mark.docker
-def test_malformed_labels_on_real_containers_count_what_they_can_and_say_the_rest(dockerd, node):
-    env = node_env(*node, runtime="docker", docker_host=dockerd.host)
+def test_malformed_labels_on_real_containers_count_what_they_can_and_say_the_rest(dockerd, scene_node):
+    env = node_env(*scene_node, runtime="docker", docker_host=dockerd.host)
     labels = {
         "hand-mixed": "0,x,99,-1",
         "hand-empty": "",
@@ -105,9 +105,9 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("kind", BROKEN)
-def test_a_broken_state_file_stops_every_command_and_is_kept_byte_for_byte(node, kind):
-    env = node_env(*node)
-    state_dir = node[1]
+def test_a_broken_state_file_stops_every_command_and_is_kept_byte_for_byte(scene_node, kind):
+    env = node_env(*scene_node)
+    state_dir = scene_node[1]
     assert cli(env, "launch", "--cards", "2", "--run-id", "real", "--", "sleep", "120").returncode == 0
     path = state_dir / STATE_FILE
     good = path.read_bytes()
@@ -198,8 +198,8 @@ def test_hostile_commands_are_stored_and_passed_literally_never_through_a_shell(
 
 
 @pytest.mark.docker
-def test_stop_and_reclaim_touch_only_platform_containers_and_never_a_running_job(dockerd, node):
-    env = node_env(*node, runtime="docker", docker_host=dockerd.host)
+def test_stop_and_reclaim_touch_only_platform_containers_and_never_a_running_job(dockerd, scene_node):
+    env = node_env(*scene_node, runtime="docker", docker_host=dockerd.host)
     dockerd.cli("run", "-d", "--name", "tpn-intruder", dockerd.image, "sleep", "120")
     dockerd.cli("run", "--name", "tpn-ended", dockerd.image, "true")
     assert cli(env, *_launch({**env, "image": dockerd.image}, "mine", *DOCKER_JOB)).returncode == 0
@@ -219,9 +219,9 @@ def test_stop_and_reclaim_touch_only_platform_containers_and_never_a_running_job
     assert [j["run_id"] for j in status(env)["jobs"]] == ["mine"]
 
 
-def test_the_state_and_lock_files_are_private(node):
-    env = node_env(*node)
-    state_dir = node[1]
+def test_the_state_and_lock_files_are_private(scene_node):
+    env = node_env(*scene_node)
+    state_dir = scene_node[1]
     assert cli(env, "launch", "--cards", "1", "--run-id", "j", "--", "sleep", "120").returncode == 0
 
     def mode(path: Path) -> int:
@@ -233,12 +233,12 @@ def test_the_state_and_lock_files_are_private(node):
 
 
 @pytest.mark.redis
-def test_a_redis_password_is_used_and_never_shown(node, tmp_path):
+def test_a_redis_password_is_used_and_never_shown(scene_node, tmp_path):
     password, wrong = "pw-Secret-731", "pw-Wrong-194"
     server = redis_or_unavailable(tmp_path, password)
     seen: list[str] = []
     try:
-        env = node_env(*node, redis_url=server.url)
+        env = node_env(*scene_node, redis_url=server.url)
         placed = cli(env, "-v", "launch", "--cards", "1", "--run-id", "pw", "--json", "--", "sleep", "120")
         assert placed.returncode == 0, placed.stderr
         shown = cli(env, "status")

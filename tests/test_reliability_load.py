@@ -16,36 +16,34 @@ from collections import Counter
 
 import pytest
 
-from load_tools import (
+from helpers.load import (
     DOCKER_JOB,
     PROCESS_JOB,
     RuntimeSampler,
     StatusSampler,
     check_refusal,
     cli,
-    kill_process_jobs,
     live_jobs,
     node_env,
     record_figures,
     run_all,
     shared_cards,
     status,
-    wait_until,
 )
+from helpers.waiting import until
 
-CARDS = 8
+CARDS = 8  # conftest's scene_node
 LAUNCHERS = 16  # at least twice the cards, so refusals are certain
 
 
-class Node:
-    """One simulated 8-card node, driven through the CLI, for one runtime and one lock."""
+class CliNode:
+    """The scene node (conftest's: 8 simulated cards, its state dir) as the CLI
+    reaches it for one runtime and one lock: the environment of a CLI process on
+    it, and the arguments of a launch or a reservation there."""
 
-    def __init__(self, request, tmp_path, runtime: str, lock: str) -> None:
-        from services import write_scene
-
+    def __init__(self, request, scene_node, runtime: str, lock: str) -> None:
         self.runtime, self.lock = runtime, lock
-        self.state_dir = tmp_path / "state"
-        scene = write_scene(tmp_path / "node.json", CARDS)
+        scene, self.state_dir = scene_node
         redis_url = request.getfixturevalue("redis_url") if lock == "redis" else None
         docker_host = None
         self.image = None
@@ -71,10 +69,6 @@ class Node:
             proc = cli(self.env, "stop", job["run_id"])
             assert proc.returncode == 0, proc.stderr
 
-    def cleanup(self) -> None:
-        if self.runtime == "process":
-            kill_process_jobs(self.state_dir)
-        # the dockerd fixture removes every container after the test
 
 
 DOCKER = pytest.mark.docker
@@ -95,10 +89,9 @@ CROSS_PAIRS = [
 
 
 @pytest.fixture
-def node(request, tmp_path):
-    n = Node(request, tmp_path, *request.param)
-    yield n
-    n.cleanup()
+def cli_node(request, scene_node):
+    """The process jobs left are killed by scene_node, the containers by the dockerd fixture."""
+    return CliNode(request, scene_node, *request.param)
 
 
 def _scale(request) -> int:
@@ -112,7 +105,7 @@ def check_samplers(*samplers) -> None:
         assert sampler.errors == [], sampler.errors[:3]
 
 
-def check_wave(node: Node, results, sizes: list[int]) -> tuple[list[dict], list]:
+def check_wave(node: CliNode, results, sizes: list[int]) -> tuple[list[dict], list]:
     """Every launch was either placed or refused for capacity, and no card is shared."""
     odd = [(r.returncode, r.stderr) for r in results if r.returncode not in (0, 75)]
     assert odd == [], odd
@@ -136,53 +129,53 @@ def check_wave(node: Node, results, sizes: list[int]) -> tuple[list[dict], list]
     return accepted, refused
 
 
-#: --long runs take minutes; every wait inside is bounded on its own (load_tools.BOUND_S)
+#: --long runs take minutes; every wait inside is bounded on its own (helpers.load.BOUND_S)
 LONG_TIMEOUT = pytest.mark.timeout(1200)
 
 
 @LONG_TIMEOUT
-@pytest.mark.parametrize("node", ALL_PAIRS, indirect=True)
-def test_concurrent_launches_never_share_a_card(node, request):
+@pytest.mark.parametrize("cli_node", ALL_PAIRS, indirect=True)
+def test_concurrent_launches_never_share_a_card(cli_node, request):
     """16 launchers (48 x 3 waves with --long) of 1 to 3 cards each, all at once."""
     scale = _scale(request)
     waves = scale
     totals = Counter()
     for wave in range(waves):
         sizes = [1 + i % 3 for i in range(LAUNCHERS * scale)]
-        commands = [node.launch(f"w{wave}-{i}", n) for i, n in enumerate(sizes)]
-        with RuntimeSampler(node.env) as direct, StatusSampler(node.env) as shown:
-            results = run_all(node.env, commands)
+        commands = [cli_node.launch(f"w{wave}-{i}", n) for i, n in enumerate(sizes)]
+        with RuntimeSampler(cli_node.env) as direct, StatusSampler(cli_node.env) as shown:
+            results = run_all(cli_node.env, commands)
         check_samplers(direct, shown)
-        accepted, refused = check_wave(node, results, sizes)
+        accepted, refused = check_wave(cli_node, results, sizes)
         totals.update(submitted=len(sizes), accepted=len(accepted), refused=len(refused),
                       runtime_samples=direct.samples, status_samples=shown.samples)
         if wave + 1 < waves:
-            node.stop_live()
-    record_figures("load", runtime=node.runtime, lock=node.lock, waves=waves, violations=0, **totals)
+            cli_node.stop_live()
+    record_figures("load", runtime=cli_node.runtime, lock=cli_node.lock, waves=waves, violations=0, **totals)
 
 
 @LONG_TIMEOUT
-@pytest.mark.parametrize("node", CROSS_PAIRS, indirect=True)
-def test_launches_mixed_with_reserve_stop_and_reclaim(node, request):
+@pytest.mark.parametrize("cli_node", CROSS_PAIRS, indirect=True)
+def test_launches_mixed_with_reserve_stop_and_reclaim(cli_node, request):
     """Launches and reservations racing stops and reclaims from other processes."""
     scale = _scale(request)
     # Before: two running jobs to stop and one that has already exited, to reclaim.
     for run_id, cards, command in (("old-a", 2, ()), ("old-b", 1, ()), ("old-c", 1, ("sh", "-c", "exit 3"))):
-        proc = cli(node.env, *node.launch(run_id, cards, *command))
+        proc = cli(cli_node.env, *cli_node.launch(run_id, cards, *command))
         assert proc.returncode == 0, proc.stderr
-    wait_until(lambda: {j["run_id"]: j["status"] for j in status(node.env)["jobs"]}.get("old-c") == "exited",
-               "old-c exiting")
+    until(lambda: {j["run_id"]: j["status"] for j in status(cli_node.env)["jobs"]}.get("old-c") == "exited",
+          "old-c exiting")
 
-    launches = [node.launch(f"m{i}", 1 + i % 2) for i in range(LAUNCHERS * scale)]
-    reserves = [node.reserve(f"r{i}", 1) for i in range(3 * scale)]
+    launches = [cli_node.launch(f"m{i}", 1 + i % 2) for i in range(LAUNCHERS * scale)]
+    reserves = [cli_node.reserve(f"r{i}", 1) for i in range(3 * scale)]
     others = [["stop", "old-a"], ["stop", "old-b"], ["reclaim"], ["reclaim"]]
     commands = []
     for i in range(max(len(launches), len(reserves), len(others))):  # interleaved
         for group in (launches, reserves, others):
             if i < len(group):
                 commands.append(group[i])
-    with RuntimeSampler(node.env) as direct, StatusSampler(node.env) as shown:
-        results = run_all(node.env, commands)
+    with RuntimeSampler(cli_node.env) as direct, StatusSampler(cli_node.env) as shown:
+        results = run_all(cli_node.env, commands)
     check_samplers(direct, shown)
 
     by_command = list(zip(commands, results))
@@ -196,7 +189,7 @@ def test_launches_mixed_with_reserve_stop_and_reclaim(node, request):
         check_refusal(r)
     assert len(accepted) + len(refused) == len(launches) + len(reserves)
 
-    final = status(node.env)
+    final = status(cli_node.env)
     live = live_jobs(final)
     by_run = {j["run_id"]: j for j in final["jobs"]}
     assert shared_cards((j["run_id"], j["gpus"]) for j in live) == {}
@@ -206,30 +199,27 @@ def test_launches_mixed_with_reserve_stop_and_reclaim(node, request):
     assert all(by_run.get(rid, {"status": "gone"})["status"] in ("exited", "gone") for rid in ("old-a", "old-b"))
     assert "old-c" not in by_run
     kinds = Counter(by_run[a["run_id"]]["kind"] for a in accepted)
-    record_figures("mixed", runtime=node.runtime, lock=node.lock, submitted=len(placing),
+    record_figures("mixed", runtime=cli_node.runtime, lock=cli_node.lock, submitted=len(placing),
                    accepted=len(accepted), refused=len(refused), reservations=kinds["reservation"],
                    stops=2, reclaims=2, runtime_samples=direct.samples,
                    status_samples=shown.samples, violations=0)
 
 
-async def test_the_samplers_see_a_card_given_twice(tmp_path):
+async def test_the_samplers_see_a_card_given_twice(scene_node):
     """The control for the tests above: a card held twice (placed past the
     allocator, straight into the runtime) is caught by both samplers."""
-    from services import write_scene
     from tpnode_tui.model import JobSpec
     from tpnode_tui.runtimes.process import ProcessRuntime
 
-    state_dir = tmp_path / "state"
-    env = node_env(write_scene(tmp_path / "node.json", CARDS), state_dir)
-    runtime = ProcessRuntime(state_dir)
+    env = node_env(*scene_node)
+    runtime = ProcessRuntime(scene_node[1])
     try:
         for run_id in ("one", "two"):
             await runtime.run(JobSpec(run_id=run_id, cards=1, command=PROCESS_JOB), [3])
         with RuntimeSampler(env) as direct, StatusSampler(env) as shown:
-            await asyncio.to_thread(wait_until, lambda: direct.samples >= 3 and shown.samples >= 1,
+            await asyncio.to_thread(until, lambda: direct.samples >= 3 and shown.samples >= 1,
                                     "a few samples")
         for sampler in (direct, shown):
             assert sampler.violations and sampler.violations[0][1] == {3: ["one", "two"]}
     finally:
         await runtime.close()
-        kill_process_jobs(state_dir)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.waiting import until_async
 from tpnode_tui.config import DOCKER_GPU_MODES
 from tpnode_tui.model import (
     BadRequest,
@@ -47,14 +48,15 @@ async def by_name(rt: DockerRuntime) -> dict:
 
 
 async def wait_for_status(rt: DockerRuntime, name: str, status: str, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while True:
-        state = (await by_name(rt)).get(name)
-        if state is not None and state.status == status:
-            return state
-        if time.monotonic() > deadline:
-            pytest.fail(f"{name} did not reach {status!r} within {timeout:g}s (last: {state})")
-        await asyncio.sleep(0.1)
+    """The container's state, once its status is ``status``."""
+    last: list = [None]
+
+    async def reached():
+        last[0] = (await by_name(rt)).get(name)
+        return last[0] if last[0] is not None and last[0].status == status else None
+
+    return await until_async(reached, f"{name} to reach {status!r}", timeout, every=0.1,
+                             show=lambda: f"last: {last[0]}")
 
 
 def inspect(dockerd, name: str, template: str):
@@ -492,7 +494,7 @@ async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(docker
 @pytest.mark.docker
 async def test_an_extended_reservation_changes_container_but_never_lets_go_of_its_cards(
         dockerd, runtime, tmp_path):
-    from services import write_scene
+    from helpers.services import write_scene
     from tpnode_tui.allocator import GpuAllocator
     from tpnode_tui.config import load_settings
     from tpnode_tui.locks import make_lock
@@ -624,7 +626,7 @@ async def test_env_mode_hands_the_mig_device_to_the_job_by_uuid(dockerd):
 @pytest.mark.docker
 async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_slice_reservation_keeps_it(
         dockerd, runtime, tmp_path):
-    from services import write_scene
+    from helpers.services import write_scene
     from tpnode_tui.allocator import GpuAllocator
     from tpnode_tui.config import load_settings
     from tpnode_tui.locks import make_lock

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers.waiting import until, until_async
 from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RunAs, RuntimeUnavailable
 from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime, boot_id
@@ -74,23 +75,24 @@ async def state_of(rt: ProcessRuntime, name: str):
 
 
 async def wait_for_status(rt: ProcessRuntime, name: str, status: str):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        state = await state_of(rt, name)
-        if state.status == status:
-            return state
-        assert time.monotonic() < deadline, f"{name} still {state.status}, expected {status}"
-        await asyncio.sleep(0.05)
+    """The job's state, once its status is ``status``."""
+    last: list = [None]
+
+    async def reached():
+        last[0] = await state_of(rt, name)
+        return last[0] if last[0].status == status else None
+
+    return await until_async(reached, f"{name} to be {status}", WAIT_S, show=lambda: f"it was {last[0].status}")
+
+
+def log_text(path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 async def wait_for_log(path, text: str) -> str:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        content = path.read_text(errors="replace") if path.exists() else ""
-        if text in content:
-            return content
-        assert time.monotonic() < deadline, f"{text!r} never appeared in {path}: {content!r}"
-        await asyncio.sleep(0.05)
+    """The log, once ``text`` is in it."""
+    return await until_async(lambda: text in (content := log_text(path)) and content, f"{text!r} in {path}",
+                             WAIT_S, show=lambda: f"it holds {log_text(path)!r}")
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -196,10 +198,7 @@ async def test_stop_kills_a_job_that_ignores_sigterm_and_records_that_it_did(sta
 
 async def test_a_killed_supervisor_means_exited_and_takes_the_command_with_it(runtime):
     started = await runtime.run(job("orphan", "sleep", "30"), [0])
-    deadline = time.monotonic() + WAIT_S
-    while not (inside := descendants(started.pid)):
-        assert time.monotonic() < deadline, "the command never started"
-        await asyncio.sleep(0.05)
+    inside = await until_async(lambda: descendants(started.pid), "the command to start", WAIT_S)
     os.kill(started.pid, signal.SIGKILL)
     ended = await wait_for_status(runtime, "orphan", "exited")
     assert ended.exit_code is None
@@ -389,10 +388,7 @@ async def test_a_created_job_holds_its_cards_but_runs_nothing_until_started(runt
     [seen] = await ProcessRuntime(state_dir).ps()  # another reader sees it holding its card
     assert seen.status == "created" and seen.live
     assert (await runtime.start("gated")).status == "running"
-    deadline = time.monotonic() + WAIT_S
-    while not marker.exists():
-        assert time.monotonic() < deadline, "the command did not run after start"
-        await asyncio.sleep(0.05)
+    await until_async(marker.exists, "the command to run after start", WAIT_S)
     await runtime.stop("gated")
 
 
@@ -470,10 +466,7 @@ def still_running(proc: psutil.Process) -> bool:
 
 
 async def gone(proc: psutil.Process, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while still_running(proc):
-        assert time.monotonic() < deadline, f"{what} (pid {proc.pid}) is still running"
-        await asyncio.sleep(0.05)
+    await until_async(lambda: not still_running(proc), f"{what} (pid {proc.pid}) to end", WAIT_S)
 
 
 def recorded(state_dir, name: str) -> JobRecord:
@@ -639,7 +632,7 @@ def shared_state():
     (a pytest tmp_path is root's alone), removed afterwards."""
     import shutil
 
-    from accounts import shared_dir
+    from helpers.accounts import shared_dir
 
     base = shared_dir("tpn-runas-")
     yield base / "state"
@@ -672,11 +665,7 @@ def as_caller(account, run_id: str, *command: str, cwd=None, **env) -> JobSpec:
 
 
 def command_of(supervisor: int) -> psutil.Process:
-    deadline = time.monotonic() + WAIT_S
-    while not (found := descendants(supervisor)):
-        assert time.monotonic() < deadline, "the command never started"
-        time.sleep(0.05)
-    return found[0]
+    return until(lambda: descendants(supervisor), "the command to start", WAIT_S)[0]
 
 
 SHOW = "id -u; id -g; id -G; pwd; env; echo READY; sleep 30"
@@ -727,10 +716,8 @@ async def test_the_supervisor_starts_clean_and_the_callers_environment_reaches_o
                      LD_PRELOAD="/nonexistent/preload.so", HF_TOKEN=secret)
     created = await root_runtime.create(spec, [0])
     supervisor = psutil.Process(created.pid)
-    deadline = time.monotonic() + WAIT_S
-    while "tpnode_tui.runtimes.supervise" not in supervisor.cmdline():  # until it has exec'd
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await until_async(lambda: "tpnode_tui.runtimes.supervise" in supervisor.cmdline(), "the supervisor to exec",
+                      WAIT_S)
     assert supervisor.environ() == SUPERVISOR_ENV
     assert "-I" in supervisor.cmdline() and secret not in " ".join(supervisor.cmdline())
     assert supervisor.cwd() == "/"
@@ -869,11 +856,11 @@ def reservation(run_id: str, seconds: float) -> JobSpec:
                    expires_at=time.time() + seconds)
 
 
-async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(node):
+async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(scene_node):
     from tpnode_tui.allocator import GpuAllocator
     from tpnode_tui.config import load_settings
 
-    scene, state_dir = node
+    scene, state_dir = scene_node
     settings = load_settings({}, runtime="process", state_dir=str(state_dir), probe=f"simulated:{scene}")
     allocator = GpuAllocator.from_settings(settings)
     samples: list[dict[int, str]] = []

@@ -1,6 +1,6 @@
 """The node's service: one reading for every reader, and actions checked against who asks.
 
-The runtime and probe are the in-memory stand-ins of tests/fakes.py (so a
+The runtime and probe are the in-memory stand-ins of tests/helpers/fakes.py (so a
 probe read can be counted and nothing else moves); the lock is the real flock.
 Callers are built by hand, because what the rules decide from an identity is
 what is under test here; identities from the kernel, with real accounts and a
@@ -13,56 +13,32 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import MemoryRuntime, StaticProbe
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Caller, Operators
-from tpnode_tui.launchqueue import FileQueue
+from helpers.callers import ALICE, BOB, ROOT
+from helpers.service_node import ServiceNode
+from helpers.waiting import until_async
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model import Conflict, JobNotFound, NoCapacity, NotAllowed
-from tpnode_tui.nodelog import NodeLog
-from tpnode_tui.policy import CardLimits, Policy
+from tpnode_tui.policy import CardLimits
 from tpnode_tui.port import Cancelled, LaunchRequest, ReserveRequest
-from tpnode_tui.service import NodeService
 
-ALICE = Caller(uid=5001, gid=5001, user="alice", pid=11)
-BOB = Caller(uid=5002, gid=5002, user="bob", pid=12)
-ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
 WAIT_S = 10.0
 
 
-class Node:
-    def __init__(self, tmp_path, cards=4, **limits) -> None:
-        self.settings = load_settings({}, state_dir=str(tmp_path / "state"), lock_retry_ms=10)
-        self.probe = StaticProbe(cards=cards)
-        self.runtime = MemoryRuntime()
-        self.allocator = GpuAllocator(self.runtime, self.probe, self.settings, make_lock(self.settings))
-        self.log = NodeLog(tmp_path / "state")
-        self.service = NodeService(self.allocator, Policy(Operators("tpn-no-such-group"), CardLimits(**limits)),
-                                   queue=FileQueue(tmp_path / "state"), node_log=self.log, interval=0.05)
-
-    def launch(self, caller, run_id, cards, queue=False):
-        return self.service.launch(caller, LaunchRequest(cards=cards, command=("train",), run_id=run_id,
-                                                         queue=queue))
+def make_node(tmp_path, cards: int = 4, **limits) -> ServiceNode:
+    """The stand-ins' probe and runtime, the agent's queue file, and these card limits."""
+    return ServiceNode(tmp_path, cards, probe="static", runtime="memory", file_queue=True,
+                       limits=CardLimits(**limits))
 
 
 @pytest.fixture
-async def node(tmp_path):
-    n = Node(tmp_path)
+async def service_node(tmp_path):
+    n = make_node(tmp_path)
     yield n
-    await n.service.close()
-    await n.allocator.close()
+    await n.close()
 
 
-async def until(predicate, what):
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-async def test_many_readers_cost_one_probe_read_per_poll(node):
-    readers = [node.service.subscribe() for _ in range(20)]
+async def test_many_readers_cost_one_probe_read_per_poll(service_node):
+    readers = [service_node.service.subscribe() for _ in range(20)]
     got = [[] for _ in readers]
 
     async def read(n, it):
@@ -71,37 +47,37 @@ async def test_many_readers_cost_one_probe_read_per_poll(node):
 
     tasks = [asyncio.ensure_future(read(n, it)) for n, it in enumerate(readers)]
     for _ in range(5):
-        await node.service.poll()
-    await until(lambda: all(seqs and seqs[-1] == node.service.reading.seq for seqs in got),
-                "every reader to see the last reading")
-    assert node.probe.reads == 5
-    assert node.service.subscribers == 20
+        await service_node.service.poll()
+    await until_async(lambda: all(seqs and seqs[-1] == service_node.service.reading.seq for seqs in got),
+                      "every reader to see the last reading")
+    assert service_node.probe.reads == 5
+    assert service_node.service.subscribers == 20
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    assert node.service.subscribers == 0  # a reader that leaves is forgotten
+    assert service_node.service.subscribers == 0  # a reader that leaves is forgotten
 
 
-async def test_a_launch_belongs_to_the_caller_and_only_they_or_an_operator_may_stop_it(node):
-    result = await node.launch(ALICE, "a1", 2)
+async def test_a_launch_belongs_to_the_caller_and_only_they_or_an_operator_may_stop_it(service_node):
+    result = await service_node.launch(ALICE, "a1", 2)
     assert result.launched.job.owner == "alice" and result.launched.job.uid == 5001
     with pytest.raises(NotAllowed, match="card 0 is held by a1 of alice; only alice or an operator"):
-        await node.service.stop(BOB, "a1")
-    assert node.runtime.jobs["tpn-a1"].status == "running"  # nothing changed
-    await node.service.stop(ROOT, "a1")
-    actions = [(e["user"], e["action"], e["result"]) for e in node.log.read()]
+        await service_node.service.stop(BOB, "a1")
+    assert service_node.runtime.jobs["tpn-a1"].status == "running"  # nothing changed
+    await service_node.service.stop(ROOT, "a1")
+    actions = [(e["user"], e["action"], e["result"]) for e in service_node.log.read()]
     assert actions == [("alice", "launch", "ok"), ("bob", "stop", "refused"), ("root", "stop", "ok")]
 
 
-async def test_asking_for_another_owner_is_refused_unless_an_operator_asks(node):
+async def test_asking_for_another_owner_is_refused_unless_an_operator_asks(service_node):
     with pytest.raises(NotAllowed):
-        await node.service.reserve(BOB, ReserveRequest(cards=1, duration_s=60, owner="alice"))
-    done = await node.service.reserve(ROOT, ReserveRequest(cards=1, duration_s=60, owner="alice"))
+        await service_node.service.reserve(BOB, ReserveRequest(cards=1, duration_s=60, owner="alice"))
+    done = await service_node.service.reserve(ROOT, ReserveRequest(cards=1, duration_s=60, owner="alice"))
     assert done.job.owner == "alice"
 
 
 async def test_a_quota_is_checked_under_the_lock_so_two_launches_at_once_cannot_both_pass(tmp_path):
-    n = Node(tmp_path, cards=8, default=2)
+    n = make_node(tmp_path, cards=8, default=2)
     n.runtime.create_delay = 0.05  # a wide window between reading and creating
     try:
         results = await asyncio.gather(n.launch(ALICE, "x1", 2), n.launch(ALICE, "x2", 2),
@@ -111,34 +87,34 @@ async def test_a_quota_is_checked_under_the_lock_so_two_launches_at_once_cannot_
         assert sum(len(j.gpus) for j in n.runtime.jobs.values()) == 2
         await n.launch(BOB, "b1", 2)  # another account's quota is its own
     finally:
-        await n.service.close()
-        await n.allocator.close()
+        await n.close()
 
 
-async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_the_round(node):
-    await node.launch(ALICE, "big-running", 3)
-    big = await node.launch(BOB, "wants-3", 3, queue=True)
-    small = await node.launch(BOB, "wants-1", 1, queue=True)
+async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_the_round(service_node):
+    await service_node.launch(ALICE, "big-running", 3)
+    big = await service_node.launch(BOB, "wants-3", 3, queue=True)
+    small = await service_node.launch(BOB, "wants-1", 1, queue=True)
     assert big.queued is not None and small.queued is not None
-    await node.service.poll()
-    node.service.launches.try_queue()
+    await service_node.service.poll()
+    service_node.service.launches.try_queue()
     await asyncio.sleep(0.2)
-    assert "tpn-wants-1" not in node.runtime.jobs  # a free card, but not its turn
-    assert [q.run_id for q in node.service.queued()] == ["wants-3", "wants-1"]
-    await node.service.stop(ALICE, "big-running")
-    runner = asyncio.ensure_future(node.service.run())
+    assert "tpn-wants-1" not in service_node.runtime.jobs  # a free card, but not its turn
+    assert [q.run_id for q in service_node.service.queued()] == ["wants-3", "wants-1"]
+    await service_node.service.stop(ALICE, "big-running")
+    runner = asyncio.ensure_future(service_node.service.run())
     try:
         # Started, and the launch that placed it has returned (until then it is listed as placing).
-        await until(lambda: "tpn-wants-3" in node.runtime.jobs and "tpn-wants-1" in node.runtime.jobs
-                    and node.service.queued() == (), "both queued launches to start in order")
+        await until_async(lambda: "tpn-wants-3" in service_node.runtime.jobs
+                          and "tpn-wants-1" in service_node.runtime.jobs and service_node.service.queued() == (),
+                          "both queued launches to start in order")
     finally:
         runner.cancel()
-    assert list(node.runtime.started)[-2:] == ["tpn-wants-3", "tpn-wants-1"]
-    assert node.service.queued() == ()
+    assert list(service_node.runtime.started)[-2:] == ["tpn-wants-3", "tpn-wants-1"]
+    assert service_node.service.queued() == ()
 
 
 async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_others(tmp_path):
-    n = Node(tmp_path, cards=4, per_account={"alice": 1})
+    n = make_node(tmp_path, cards=4, per_account={"alice": 1})
     try:
         await n.launch(ALICE, "mine", 1)
         await n.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="later", queue=True))
@@ -149,147 +125,148 @@ async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_
         await n.launch(BOB, "queued-c", 1, queue=True)
         await n.service.poll()
         n.service.launches.try_queue()
-        await until(lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(),
-                    "a round of the queue")
+        await until_async(lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(),
+                          "a round of the queue")
         assert "tpn-later" not in n.runtime.jobs
         assert [q.run_id for q in n.service.queued()] == ["later", "queued-b", "queued-c"]
     finally:
-        await n.service.close()
-        await n.allocator.close()
+        await n.close()
 
 
-async def test_a_launch_waiting_for_the_lock_is_listed_and_its_owner_can_cancel_it(node):
-    other = make_lock(node.settings)  # another holder of the flock, as another process would be
+async def test_a_launch_waiting_for_the_lock_is_listed_and_its_owner_can_cancel_it(service_node):
+    other = make_lock(service_node.settings)  # another holder of the flock, as another process would be
     async with other.hold():
-        waiting = asyncio.ensure_future(node.launch(ALICE, "w1", 1))
-        await until(lambda: node.allocator.lock.waiting, "the launch to wait for the lock")
-        await node.service.poll()
-        [shown] = node.service.reading.snapshot.queue
+        waiting = asyncio.ensure_future(service_node.launch(ALICE, "w1", 1))
+        await until_async(lambda: service_node.allocator.lock.waiting, "the launch to wait for the lock")
+        await service_node.service.poll()
+        [shown] = service_node.service.reading.snapshot.queue
         assert (shown.run_id, shown.state, shown.owner) == ("w1", "waiting", "alice")
         assert "allocation lock" in shown.waiting_for
         with pytest.raises(NotAllowed):
-            await node.service.cancel(BOB, "w1")
-        await node.service.cancel(ALICE, "w1")
+            await service_node.service.cancel(BOB, "w1")
+        await service_node.service.cancel(ALICE, "w1")
         with pytest.raises(Cancelled, match="w1 was cancelled by alice while it waited"):
             await waiting
-    assert node.runtime.jobs == {}  # nothing was placed
-    assert node.service.queued() == ()
+    assert service_node.runtime.jobs == {}  # nothing was placed
+    assert service_node.service.queued() == ()
 
 
-async def test_a_launch_whose_asker_goes_away_while_it_waits_is_dropped(node):
-    other = make_lock(node.settings)
+async def test_a_launch_whose_asker_goes_away_while_it_waits_is_dropped(service_node):
+    other = make_lock(service_node.settings)
     async with other.hold():
-        asker = asyncio.ensure_future(node.launch(ALICE, "gone", 1))
-        await until(lambda: node.allocator.lock.waiting, "the launch to wait")
+        asker = asyncio.ensure_future(service_node.launch(ALICE, "gone", 1))
+        await until_async(lambda: service_node.allocator.lock.waiting, "the launch to wait")
         asker.cancel()
         await asyncio.sleep(0.1)
-        assert node.service.queued() == ()
+        assert service_node.service.queued() == ()
     await asyncio.sleep(0.1)
-    assert node.runtime.jobs == {}
-    assert [e["result"] for e in node.log.read()] == ["abandoned"]
+    assert service_node.runtime.jobs == {}
+    assert [e["result"] for e in service_node.log.read()] == ["abandoned"]
 
 
-async def test_a_status_right_after_an_action_shows_the_action(node):
-    runner = asyncio.ensure_future(node.service.run())
+async def test_a_status_right_after_an_action_shows_the_action(service_node):
+    runner = asyncio.ensure_future(service_node.service.run())
     try:
-        await node.service.current()
-        node.service.interval = 3600  # no poll by the clock from here on
-        await node.launch(ALICE, "seen", 1)
-        reading = await node.service.current()
+        await service_node.service.current()
+        service_node.service.interval = 3600  # no poll by the clock from here on
+        await service_node.launch(ALICE, "seen", 1)
+        reading = await service_node.service.current()
         assert reading.snapshot.occupancy.by_job == {0: "seen"}
     finally:
         runner.cancel()
 
 
-async def test_cancelling_what_is_not_queued_says_so(node):
+async def test_cancelling_what_is_not_queued_says_so(service_node):
     with pytest.raises(JobNotFound, match="no launch nope is queued or waiting"):
-        await node.service.cancel(ALICE, "nope")
+        await service_node.service.cancel(ALICE, "nope")
 
 
-async def test_no_capacity_without_queueing_is_refused_as_no_capacity(node):
-    await node.launch(ALICE, "all", 4)
+async def test_no_capacity_without_queueing_is_refused_as_no_capacity(service_node):
+    await service_node.launch(ALICE, "all", 4)
     with pytest.raises(NoCapacity):
-        await node.launch(BOB, "more", 1)
+        await service_node.launch(BOB, "more", 1)
 
 
-async def test_extend_moves_a_reservations_expiry_for_its_owner_only(node):
-    r = await node.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=600, run_id="r1"))
+async def test_extend_moves_a_reservations_expiry_for_its_owner_only(service_node):
+    r = await service_node.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=600, run_id="r1"))
     with pytest.raises(NotAllowed):
-        await node.service.extend(BOB, "r1", 3600)
-    job = await node.service.extend(ALICE, "r1", 3600)
+        await service_node.service.extend(BOB, "r1", 3600)
+    job = await service_node.service.extend(ALICE, "r1", 3600)
     assert job.expires_at == pytest.approx(r.job.expires_at + 3600, abs=1)
 
 
-async def test_reclaim_without_a_run_id_removes_only_what_the_caller_may(node):
+async def test_reclaim_without_a_run_id_removes_only_what_the_caller_may(service_node):
     for caller, run_id in ((ALICE, "a"), (BOB, "b")):
-        await node.launch(caller, run_id, 1)
-        node.runtime.jobs[f"tpn-{run_id}"] = replace(node.runtime.jobs[f"tpn-{run_id}"], status="exited")
-    assert [j.run_id for j in await node.service.reclaim(ALICE, None)] == ["a"]
-    assert [j.run_id for j in await node.service.reclaim(ROOT, None)] == ["b"]
+        await service_node.launch(caller, run_id, 1)
+        service_node.runtime.jobs[f"tpn-{run_id}"] = replace(service_node.runtime.jobs[f"tpn-{run_id}"],
+                                                             status="exited")
+    assert [j.run_id for j in await service_node.service.reclaim(ALICE, None)] == ["a"]
+    assert [j.run_id for j in await service_node.service.reclaim(ROOT, None)] == ["b"]
 
 
-async def test_a_queued_launch_being_tried_keeps_its_place_unless_the_lock_keeps_it_waiting(node):
-    await node.launch(ALICE, "full", 4)
-    await node.launch(BOB, "later", 1, queue=True)
+async def test_a_queued_launch_being_tried_keeps_its_place_unless_the_lock_keeps_it_waiting(service_node):
+    await service_node.launch(ALICE, "full", 4)
+    await service_node.launch(BOB, "later", 1, queue=True)
     read = asyncio.Event()
-    slow = node.probe.read
+    slow = service_node.probe.read
 
     async def slowly():
         read.set()
         await asyncio.sleep(0.3)
         return await slow()
 
-    node.probe.read = slowly
-    node.service.launches.try_queue()  # tries "later": reads the node under the lock, slowly
+    service_node.probe.read = slowly
+    service_node.service.launches.try_queue()  # tries "later": reads the node under the lock, slowly
     await asyncio.wait_for(read.wait(), WAIT_S)
-    [shown] = node.service.queued()
+    [shown] = service_node.service.queued()
     assert (shown.run_id, shown.state) == ("later", "queued")  # being tried, not waiting for anyone
     assert shown.waiting_for == "1 card, #1 in the queue"
 
 
-async def test_a_broken_queue_file_is_said_by_the_readings_and_the_polls_go_on(node):
-    await node.launch(ALICE, "all", 4)
-    await node.launch(BOB, "waits", 1, queue=True)
-    runner = asyncio.ensure_future(node.service.run())
+async def test_a_broken_queue_file_is_said_by_the_readings_and_the_polls_go_on(service_node):
+    await service_node.launch(ALICE, "all", 4)
+    await service_node.launch(BOB, "waits", 1, queue=True)
+    runner = asyncio.ensure_future(service_node.service.run())
     try:
-        await until(lambda: node.service.reading.snapshot is not None and node.service.reading.error is None,
-                    "a first reading")
-        queue_file = node.settings.state_dir / "queue.json"
+        await until_async(lambda: service_node.service.reading.snapshot is not None
+                          and service_node.service.reading.error is None, "a first reading")
+        queue_file = service_node.settings.state_dir / "queue.json"
         good = queue_file.read_bytes()
         queue_file.write_text("{broken")
-        await until(lambda: "launch queue" in (node.service.reading.error or ""), "the reading to say so")
-        reads = node.probe.reads
-        await until(lambda: node.probe.reads >= reads + 3, "the polls to go on")
+        await until_async(lambda: "launch queue" in (service_node.service.reading.error or ""), "the reading to say so")
+        reads = service_node.probe.reads
+        await until_async(lambda: service_node.probe.reads >= reads + 3, "the polls to go on")
         queue_file.write_bytes(good)
-        await until(lambda: node.service.reading.error is None, "a good reading again")
-        assert [q.run_id for q in node.service.reading.snapshot.queue] == ["waits"]
+        await until_async(lambda: service_node.service.reading.error is None, "a good reading again")
+        assert [q.run_id for q in service_node.service.reading.snapshot.queue] == ["waits"]
     finally:
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
 
 
-async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(node):
-    await node.launch(ALICE, "all", 4)
-    await node.launch(BOB, "first", 2, queue=True)
-    await node.launch(BOB, "second", 1, queue=True)
-    drains = node.settings.state_dir / "drains.json"
+async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(service_node):
+    await service_node.launch(ALICE, "all", 4)
+    await service_node.launch(BOB, "first", 2, queue=True)
+    await service_node.launch(BOB, "second", 1, queue=True)
+    drains = service_node.settings.state_dir / "drains.json"
     drains.write_text("{broken")  # no card can be handed out until it is repaired
-    await node.service.stop(ALICE, "all")
-    await node.service.poll()
-    node.service.launches.try_queue()
-    launches = node.service.launches
-    await until(lambda: launches._round is not None and launches._round.done(), "a round")
-    assert [q.run_id for q in node.service.queued()] == ["first", "second"], "both kept their place"
-    assert "tpn-first" not in node.runtime.jobs
+    await service_node.service.stop(ALICE, "all")
+    await service_node.service.poll()
+    service_node.service.launches.try_queue()
+    launches = service_node.service.launches
+    await until_async(lambda: launches._round is not None and launches._round.done(), "a round")
+    assert [q.run_id for q in service_node.service.queued()] == ["first", "second"], "both kept their place"
+    assert "tpn-first" not in service_node.runtime.jobs
     drains.unlink()
-    node.service.launches.try_queue()
-    await until(lambda: "tpn-first" in node.runtime.jobs and "tpn-second" in node.runtime.jobs, "both to start")
+    service_node.service.launches.try_queue()
+    await until_async(lambda: "tpn-first" in service_node.runtime.jobs and "tpn-second" in service_node.runtime.jobs,
+                      "both to start")
 
 
-async def test_someone_else_s_run_id_is_not_theirs_to_get_back(node):
-    await node.launch(ALICE, "a1", 1)
+async def test_someone_else_s_run_id_is_not_theirs_to_get_back(service_node):
+    await service_node.launch(ALICE, "a1", 1)
     with pytest.raises(Conflict, match="run id a1 is taken by alice's job; choose another run id"):
-        await node.launch(BOB, "a1", 1)
-    again = await node.launch(ALICE, "a1", 1)  # the owner's retry gets her job back, as before
+        await service_node.launch(BOB, "a1", 1)
+    again = await service_node.launch(ALICE, "a1", 1)  # the owner's retry gets her job back, as before
     assert again.launched is not None and again.launched.existing
-    assert [e["result"] for e in node.log.read() if e.get("target") == "a1"] == ["ok", "failed", "ok"]
+    assert [e["result"] for e in service_node.log.read() if e.get("target") == "a1"] == ["ok", "failed", "ok"]

@@ -21,11 +21,13 @@ from typing import Optional
 import psutil
 import pytest
 
-from load_tools import kill_process_jobs
-from services import write_scene
+from helpers.callers import BOB, ROOT
+from helpers.load import kill_process_jobs
+from helpers.services import write_scene
+from helpers.waiting import until_async
 from tpnode_tui import GpuAllocator
 from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Caller, Operators
+from tpnode_tui.identity import Operators
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model import (
     EXTERNAL,
@@ -46,8 +48,6 @@ from tpnode_tui.render import card_summary, env_lines, slice_name, slice_summary
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
 
-ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
-WAIT_S = 20.0
 #: the H200's five MIG devices: profile, GPU instance, compute instance, MiB total
 #: (the first two are compute instances of one 3g.71gb GPU instance)
 LAYOUT = [("1c.3g.71gb", 2, 0, 71424), ("2c.3g.71gb", 2, 1, 71424), ("2g.35gb", 3, 0, 33280),
@@ -140,17 +140,6 @@ async def mig_node(tmp_path):
         kill_process_jobs(node.state)
 
 
-@pytest.fixture
-def spawned():
-    """Processes started by a test, killed after it."""
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-
-
 def sleeper(procs: list, *argv: str) -> int:
     proc = subprocess.Popen(list(argv or ("sleep", "300")), stdin=subprocess.DEVNULL)
     procs.append(proc)
@@ -159,14 +148,6 @@ def sleeper(procs: list, *argv: str) -> int:
 
 def states(card) -> list[str]:
     return [s.state for s in card.slices]
-
-
-async def until(predicate, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not (found := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-    return found
 
 
 # -- each slice in one state ------------------------------------------------------
@@ -354,7 +335,7 @@ async def test_a_slice_job_gets_a_free_slice_of_its_profile_and_is_pointed_at_it
     assert launched.job.slices == launched.slices and launched.job.gpus == ()
     assert launched.holding == "slice 1g.18gb of card 0"
     log = node.state / "logs" / "nb.log"
-    await until(lambda: log.exists() and "CUDA=" in log.read_text(), "the job's output")
+    await until_async(lambda: log.exists() and "CUDA=" in log.read_text(), "the job's output")
     assert log.read_text().splitlines()[0] == f"CUDA={uuid(0, 3)} NVIDIA={uuid(0, 3)}"
     record = json.loads((node.state / "jobs.json").read_text())["jobs"]["nb"]
     assert (record["gpus"], record["slices"]) == ([], [{"card": 0, "uuid": uuid(0, 3), "profile": "1g.18gb"}])
@@ -489,7 +470,7 @@ async def test_with_the_lock_lost_a_slice_is_still_never_handed_out_twice(mig_no
     live = [j for j in await node.allocator.runtime.ps() if j.live]
     assert sorted(s.uuid for j in live for s in j.slices) == [uuid(0, 3), uuid(0, 4)]
     winner = placed[0].job.run_id
-    await until(lambda: marks[int(winner[1])].exists(), "the placed job's command")
+    await until_async(lambda: marks[int(winner[1])].exists(), "the placed job's command")
     await asyncio.sleep(0.5)
     assert not marks[1 - int(winner[1])].exists(), "the withdrawn job's command ran"
 
@@ -535,8 +516,8 @@ async def test_a_process_on_a_slice_belongs_to_that_slices_holder_and_elsewhere_
     launched = await node.allocator.launch(JobSpec("nb", 1, ("sleep", "301"), owner=alice.name, uid=alice.uid,
                                                    slice="1g.18gb"))
     supervisor = launched.job.pid
-    worker = await until(lambda: next((c.pid for c in psutil.Process(supervisor).children(recursive=True)), None),
-                         "the job's command")
+    worker = await until_async(lambda: next((c.pid for c in psutil.Process(supervisor).children(recursive=True)), None),
+                               "the job's command")
     intruder = bob.spawn(["sleep", "300"], env=bob.env())
     spawned.append(intruder)
     node.put(0, 3, worker)  # its own slice
@@ -562,8 +543,8 @@ async def test_evict_signals_the_squatter_on_a_free_slice_and_leaves_the_slice_j
                           evict_grace_s=1.0)
     try:
         launched = await node.launch("nb")
-        worker = await until(lambda: next((c.pid for c in psutil.Process(launched.job.pid).children()), None),
-                             "the job's command")
+        worker = await until_async(lambda: next((c.pid for c in psutil.Process(launched.job.pid).children()), None),
+                                   "the job's command")
         squatter = subprocess.Popen(["sleep", "300"])
         spawned.append(squatter)
         node.put(0, 3, worker)
@@ -584,10 +565,9 @@ async def test_a_slice_counts_as_a_card_towards_a_card_limit(mig_node):
     node = mig_node()
     await node.launch("nb", owner="bob")
     jobs = await node.allocator.runtime.ps()
-    bob = Caller(uid=4001, gid=4001, user="bob", pid=1)
     policy = Policy(limits=CardLimits(default=1))
     with pytest.raises(NotAllowed, match="you hold 1 card \\(nb, a MIG slice counting as one card\\)"):
-        policy.check_quota(bob, jobs, 1)
+        policy.check_quota(BOB, jobs, 1)
 
 
 async def test_stopping_a_slice_job_frees_its_slice(mig_node):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from accounts import cli_as, runnable
-from agent_tools import shared_node
-from load_tools import wait_until
-from ssh_tools import Sshd
+from helpers.accounts import cli_as, runnable
+from helpers.agents import SharedNode
+from helpers.ssh import Sshd
+from helpers.waiting import until
 
 NODE = "tpn-node"
 
@@ -26,7 +26,7 @@ NODE = "tpn-node"
 @pytest.fixture(scope="module")
 def reach(accounts):
     """The shared node, an sshd in front of it, and alice and bob able to log in as themselves."""
-    with shared_node(accounts, "tpn-ssh-") as node:
+    with SharedNode.started(accounts, "tpn-ssh-") as node:
         sshd = Sshd(node.root, node.socket)
         sshd.start()
         try:
@@ -65,7 +65,7 @@ def test_a_job_launched_over_ssh_runs_as_its_caller_in_their_home(reach, account
     job = next(j for j in node.status(alice)["jobs"] if j["run_id"] == "a-ssh")
     assert job["owner"] == alice.name and job["uid"] == alice.uid
     supervisor = job["pid"]
-    sleeper = wait_until(lambda: _child(supervisor, "sleep"), "the job's command to run")
+    sleeper = until(lambda: _child(supervisor, "sleep"), "the job's command to run")
     uids = re.search(r"^Uid:\s+(.*)$", Path(f"/proc/{sleeper}/status").read_text(), re.M).group(1).split()
     assert set(map(int, uids)) == {alice.uid}
     assert Path(f"/proc/{sleeper}/cwd").resolve() == alice.home.resolve()  # a login's, not this machine's

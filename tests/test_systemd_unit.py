@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from services import unavailable
+from helpers.services import unavailable
 from tpnode_tui.config import DEFAULT_AGENT_SOCKET, DEFAULT_STATE_DIR
 
 UNIT = Path(__file__).parent.parent / "contrib" / "systemd" / "tpnode-tui-agent.service"

@@ -1,6 +1,6 @@
 """The service's triage: drains by operators and by XIDs, the node's log, idle reservations, history.
 
-As in tests/test_service.py the runtime is the in-memory one of tests/fakes.py
+As in tests/test_service.py the runtime is the in-memory one of tests/helpers/fakes.py
 and callers are built by hand (what the rules decide from an identity is
 under test; the kernel's identities are in the agent tests); the probe is
 the simulated one where XIDs are raised through its scene file, and the lock
@@ -9,19 +9,16 @@ and the drain file are real.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from dataclasses import replace
 
 import pytest
 
-from fakes import MemoryRuntime, StaticProbe
-from services import write_scene
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import DEFAULT_XID_DRAIN, load_settings
-from tpnode_tui.identity import Caller, Operators
-from tpnode_tui.locks import make_lock
+from helpers.callers import ALICE, BOB, ROOT
+from helpers.service_node import ServiceNode
+from helpers.waiting import until_async
+from tpnode_tui.config import DEFAULT_XID_DRAIN
 from tpnode_tui.model import (
     BadRequest,
     Conflict,
@@ -31,17 +28,8 @@ from tpnode_tui.model import (
     ProcessFacts,
     exit_code,
 )
-from tpnode_tui.nodelog import NodeLog
-from tpnode_tui.policy import Policy
 from tpnode_tui.port import LaunchRequest, ReserveRequest
-from tpnode_tui.probes import SimulatedProbe
-from tpnode_tui.service import NodeService
 from tpnode_tui.xid import XidRules
-
-ALICE = Caller(uid=5001, gid=5001, user="alice", pid=11)
-BOB = Caller(uid=5002, gid=5002, user="bob", pid=12)
-ROOT = Caller(uid=0, gid=0, user="root", operator=True, pid=13)
-WAIT_S = 10.0
 
 
 class Clock:
@@ -52,39 +40,14 @@ class Clock:
         return self.now
 
 
-class Node:
-    def __init__(self, tmp_path, probe=None, *, log_max_bytes=10 * 1024 * 1024, ignore=(), clock=None,
-                 idle_after_s=1800.0) -> None:
-        self.state = tmp_path / "state"
-        self.state.mkdir(exist_ok=True)
-        self.settings = load_settings({}, state_dir=str(self.state), lock_retry_ms=10)
-        self.probe = probe or StaticProbe(cards=4)
-        self.runtime = MemoryRuntime()
-        self.allocator = GpuAllocator(self.runtime, self.probe, self.settings, make_lock(self.settings))
-        self.log = NodeLog(self.state, max_bytes=log_max_bytes)
-        self.clock = clock or time.time
-        self.service = NodeService(self.allocator, Policy(Operators("tpn-no-such-group")), node_log=self.log,
-                                   interval=0.05, xid_rules=XidRules.of(DEFAULT_XID_DRAIN, ignore),
-                                   clock=self.clock, idle_after_s=idle_after_s)
-        self.runner: asyncio.Task | None = None
-
-    def serve(self) -> None:
-        self.runner = asyncio.ensure_future(self.service.run())
-
-    async def close(self) -> None:
-        if self.runner is not None:
-            self.runner.cancel()
-            await asyncio.gather(self.runner, return_exceptions=True)
-        await self.service.close()
-        await self.allocator.close()
-
-    def kinds(self, kind: str) -> list[dict]:
-        return [e for e in self.log.read() if e["kind"] == kind]
+def make_node(tmp_path, **options) -> ServiceNode:
+    """The stand-ins' probe (4 cards) and runtime; ``options`` for the service (its clock, ...)."""
+    return ServiceNode(tmp_path, probe="static", runtime="memory", **options)
 
 
 @pytest.fixture
-async def node(tmp_path):
-    n = Node(tmp_path)
+async def service_node(tmp_path):
+    n = make_node(tmp_path)
     yield n
     await n.close()
 
@@ -94,75 +57,68 @@ def watching(node) -> bool:
     return snap is not None and snap.xid_watch == "simulated"
 
 
-async def until(predicate, what: str):
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not (found := predicate()):
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-    return found
-
-
 # ── drains by operators ─────────────────────────────────────────────────────
 
 
-async def test_only_an_operator_may_drain_or_undrain_and_the_refusal_is_exit_77(node):
+async def test_only_an_operator_may_drain_or_undrain_and_the_refusal_is_exit_77(service_node):
     with pytest.raises(NotAllowed, match="bob may not drain card 2: only an operator") as refused:
-        await node.service.drain_card(BOB, 2, "I think it is slow")
+        await service_node.service.drain_card(BOB, 2, "I think it is slow")
     assert exit_code(refused.value) == 77
-    drain = await node.service.drain_card(ROOT, 2, "fan replaced tomorrow")
+    drain = await service_node.service.drain_card(ROOT, 2, "fan replaced tomorrow")
     assert (drain.card, drain.by, drain.source, drain.reason) == (2, "root", "operator", "fan replaced tomorrow")
     with pytest.raises(NotAllowed):
-        await node.service.undrain_card(ALICE, 2)
-    snap = await node.service.read_now()
+        await service_node.service.undrain_card(ALICE, 2)
+    snap = await service_node.service.read_now()
     assert snap.cards[2].state == "drained" and snap.cards[2].drain.by == "root"
-    assert [(e["user"], e["action"], e["result"], e.get("cards")) for e in node.kinds("action")] == [
+    assert [(e["user"], e["action"], e["result"], e.get("cards")) for e in service_node.kinds("action")] == [
         ("bob", "drain", "refused", [2]), ("root", "drain", "ok", [2]), ("alice", "undrain", "refused", [2])]
-    await node.service.undrain_card(ROOT, 2)
-    assert (await node.service.read_now()).cards[2].state == "free"
+    await service_node.service.undrain_card(ROOT, 2)
+    assert (await service_node.service.read_now()).cards[2].state == "free"
 
 
-async def test_a_drained_card_is_not_handed_out_and_a_job_on_it_keeps_running(node):
-    result = await node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
-    await node.service.drain_card(ROOT, 0, "vendor swap")
-    await node.service.drain_card(ROOT, 1, "vendor swap")
-    assert node.runtime.jobs["tpn-a1"].status == "running" and result.launched.gpus == (0,)
+async def test_a_drained_card_is_not_handed_out_and_a_job_on_it_keeps_running(service_node):
+    result = await service_node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
+    await service_node.service.drain_card(ROOT, 0, "vendor swap")
+    await service_node.service.drain_card(ROOT, 1, "vendor swap")
+    assert service_node.runtime.jobs["tpn-a1"].status == "running" and result.launched.gpus == (0,)
     with pytest.raises(NoCapacity, match=r"1 drained \(card 1\)"):
-        await node.service.launch(BOB, LaunchRequest(cards=3, command=("t",), run_id="b1"))
-    snap = await node.service.read_now()
+        await service_node.service.launch(BOB, LaunchRequest(cards=3, command=("t",), run_id="b1"))
+    snap = await service_node.service.read_now()
     assert snap.cards[0].state == "job" and "drained: vendor swap" in snap.cards[0].warning
-    assert "root drained card 0: vendor swap; a1 keeps running on it" in [e["message"] for e in node.kinds("action")]
+    assert "root drained card 0: vendor swap; a1 keeps running on it" in [
+        e["message"] for e in service_node.kinds("action")]
 
 
-async def test_drains_are_refused_without_a_reason_twice_or_off_the_node(node):
+async def test_drains_are_refused_without_a_reason_twice_or_off_the_node(service_node):
     with pytest.raises(BadRequest, match="say why"):
-        await node.service.drain_card(ROOT, 1, "  ")
+        await service_node.service.drain_card(ROOT, 1, "  ")
     with pytest.raises(BadRequest, match="card 9 is not a card of this node"):
-        await node.service.drain_card(ROOT, 9, "x")
-    await node.service.drain_card(ROOT, 1, "first")
+        await service_node.service.drain_card(ROOT, 9, "x")
+    await service_node.service.drain_card(ROOT, 1, "first")
     with pytest.raises(Conflict, match="card 1 is drained already, by root: first"):
-        await node.service.drain_card(ROOT, 1, "second")
+        await service_node.service.drain_card(ROOT, 1, "second")
     with pytest.raises(JobNotFound, match="card 3 is not drained"):
-        await node.service.undrain_card(ROOT, 3)
+        await service_node.service.undrain_card(ROOT, 3)
 
 
-async def test_undrain_is_refused_while_the_card_reports_a_problem_and_says_which(node):
-    await node.service.drain_card(ROOT, 1, "ECC errors seen by the vendor tool")
-    node.probe.set_card(1, health=("row remapping pending (needs a GPU reset)",))
+async def test_undrain_is_refused_while_the_card_reports_a_problem_and_says_which(service_node):
+    await service_node.service.drain_card(ROOT, 1, "ECC errors seen by the vendor tool")
+    service_node.probe.set_card(1, health=("row remapping pending (needs a GPU reset)",))
     with pytest.raises(Conflict, match=r"card 1 stays drained: it still reports row remapping pending"):
-        await node.service.undrain_card(ROOT, 1)
-    assert (await node.service.read_now()).cards[1].state == "drained"
-    node.probe.set_card(1, health=())
-    lifted = await node.service.undrain_card(ROOT, 1)
+        await service_node.service.undrain_card(ROOT, 1)
+    assert (await service_node.service.read_now()).cards[1].state == "drained"
+    service_node.probe.set_card(1, health=())
+    lifted = await service_node.service.undrain_card(ROOT, 1)
     assert lifted.reason == "ECC errors seen by the vendor tool"
 
 
 async def test_a_drain_survives_a_restart_of_the_service(tmp_path):
-    first = Node(tmp_path)
+    first = make_node(tmp_path)
     try:
         await first.service.drain_card(ROOT, 3, "sent for repair")
     finally:
         await first.close()
-    second = Node(tmp_path)
+    second = make_node(tmp_path)
     try:
         snap = await second.service.read_now()
         assert snap.cards[3].state == "drained" and snap.occupancy.drained == {3: "sent for repair"}
@@ -175,25 +131,21 @@ async def test_a_drain_survives_a_restart_of_the_service(tmp_path):
 
 @pytest.fixture
 async def simulated(tmp_path):
-    scene = write_scene(tmp_path / "node.json", 4)
-    n = Node(tmp_path, SimulatedProbe(scene), ignore=(92,))
-    n.scene = scene
+    n = ServiceNode(tmp_path, runtime="memory", xid_rules=XidRules.of(DEFAULT_XID_DRAIN, ignore=(92,)))
     yield n
     await n.close()
 
 
-def raise_xids(node, card: int, *events: dict) -> None:
-    doc = json.loads(node.scene.read_text())
-    doc["cards"][card].setdefault("xid_events", []).extend(events)
-    node.scene.write_text(json.dumps(doc))
+def raise_xids(node: ServiceNode, card: int, *events: dict) -> None:
+    node.edit(card, xid_events=[*node.cards[card].get("xid_events", []), *events])
 
 
 async def test_xid_79_drains_its_card_saying_to_reboot_and_is_handled_once(simulated):
     simulated.serve()
-    await until(lambda: watching(simulated), "the XID watcher")
+    await until_async(lambda: watching(simulated), "the XID watcher")
     raise_xids(simulated, 1, {"id": "e1", "xid": 79})
-    await until(lambda: simulated.kinds("drain"), "the drain")
-    await until(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained", "a reading")
+    await until_async(lambda: simulated.kinds("drain"), "the drain")
+    await until_async(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained", "a reading")
     card = simulated.service.reading.snapshot.cards[1]
     assert (card.drain.source, card.drain.xid, card.drain.by) == ("xid", 79, "xid")
     assert card.reason == "XID 79: GPU has fallen off the bus; reboot the node"
@@ -206,15 +158,15 @@ async def test_xid_79_drains_its_card_saying_to_reboot_and_is_handled_once(simul
 async def test_an_application_xid_is_logged_against_the_job_and_shown_without_draining(simulated):
     simulated.serve()
     await simulated.service.launch(ALICE, LaunchRequest(cards=1, command=("sh",), run_id="train"))
-    await until(lambda: watching(simulated), "the XID watcher")
+    await until_async(lambda: watching(simulated), "the XID watcher")
     raise_xids(simulated, 0, {"id": "a", "xid": 13, "pid": 4242})
-    [entry] = await until(lambda: simulated.kinds("xid"), "the XID in the log")
+    [entry] = await until_async(lambda: simulated.kinds("xid"), "the XID in the log")
     assert (entry["cards"], entry["xid"], entry["verdict"], entry["run_id"], entry["owner"], entry["pid"]) == (
         [0], 13, "application", "train", "alice", 4242)
     assert entry["message"] == ("card 0: XID 13: graphics engine exception (the program on the card faulted) "
                                 "while train of alice held it; the program on the card failed; the card is "
                                 "fine and was not drained")
-    card = await until(lambda: (c := simulated.service.reading.snapshot.cards[0]).warning and c, "the warning")
+    card = await until_async(lambda: (c := simulated.service.reading.snapshot.cards[0]).warning and c, "the warning")
     assert card.state == "job" and card.drain is None
     assert "XID 13 at" in card.warning and "(the program of train of alice)" in card.warning
     assert simulated.kinds("drain") == []
@@ -222,13 +174,13 @@ async def test_an_application_xid_is_logged_against_the_job_and_shown_without_dr
 
 async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_action_wins(simulated):
     simulated.serve()
-    await until(lambda: watching(simulated), "the XID watcher")
+    await until_async(lambda: watching(simulated), "the XID watcher")
     raise_xids(simulated, 2, {"id": "o", "xid": 63})
     raise_xids(simulated, 3, {"id": "i", "xid": 92})
     raise_xids(simulated, 1, {"id": "r", "xid": 13, "recovery_action": 1})
-    await until(lambda: len(simulated.kinds("xid")) == 3, "three XIDs in the log")
-    snap = await until(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained" and s,
-                       "the drain")
+    await until_async(lambda: len(simulated.kinds("xid")) == 3, "three XIDs in the log")
+    snap = await until_async(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained" and s,
+                             "the drain")
     assert "XID 63 at" in snap.cards[2].warning and snap.cards[2].state == "free"
     assert snap.cards[3].warning is None and snap.cards[3].state == "free"
     assert snap.cards[1].reason == ("XID 13: graphics engine exception (the program on the card faulted); "
@@ -237,11 +189,11 @@ async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_act
     assert verdicts == {63: "other", 92: "ignored", 13: "drain"}
 
 
-async def test_a_snapshot_says_when_xids_are_not_watched_and_why(node):
-    node.serve()
-    await until(lambda: node.service.reading.snapshot, "a reading")
+async def test_a_snapshot_says_when_xids_are_not_watched_and_why(service_node):
+    service_node.serve()
+    await until_async(lambda: service_node.service.reading.snapshot, "a reading")
     await asyncio.sleep(0.2)
-    snap = node.service.reading.snapshot
+    snap = service_node.service.reading.snapshot
     assert snap.xid_watch == "" and snap.xid_problem == "XID events are not watched: the static probe reports none"
 
 
@@ -253,61 +205,61 @@ async def test_a_one_shot_reading_says_xids_are_watched_only_while_served(simula
 # ── the node's log ──────────────────────────────────────────────────────────
 
 
-async def test_events_by_card_show_everyone_the_cards_and_actions_only_to_their_own(node):
-    await node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
-    await node.service.drain_card(ROOT, 3, "broken fan")
-    assert [e["kind"] for e in node.service.events(BOB)] == ["drain"]  # none of alice's or root's actions
-    assert [(e["kind"], e.get("action")) for e in node.service.events(ALICE)] == [
+async def test_events_by_card_show_everyone_the_cards_and_actions_only_to_their_own(service_node):
+    await service_node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
+    await service_node.service.drain_card(ROOT, 3, "broken fan")
+    assert [e["kind"] for e in service_node.service.events(BOB)] == ["drain"]  # none of alice's or root's actions
+    assert [(e["kind"], e.get("action")) for e in service_node.service.events(ALICE)] == [
         ("action", "launch"), ("drain", None)]
-    assert [(e["kind"], e.get("action")) for e in node.service.events(ROOT, card=3)] == [
+    assert [(e["kind"], e.get("action")) for e in service_node.service.events(ROOT, card=3)] == [
         ("drain", None), ("action", "drain")]
-    assert [e["action"] for e in node.service.events(ROOT, card=0)] == ["launch"]
-    assert node.service.events(ROOT, card=2) == []
+    assert [e["action"] for e in service_node.service.events(ROOT, card=0)] == ["launch"]
+    assert service_node.service.events(ROOT, card=2) == []
 
 
-async def test_intruders_seen_and_gone_and_a_reservation_expiring_are_logged(node):
-    await node.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=3600, run_id="rsv-a"))
-    await node.service.read_now()
-    node.probe.set_card(0, processes=(ProcessFacts(os.getpid(), 2048),))  # root's, on alice's card
-    await node.service.read_now()
-    node.probe.set_card(0, processes=())
-    await node.service.read_now()
-    seen, gone = node.kinds("intruder")
+async def test_intruders_seen_and_gone_and_a_reservation_expiring_are_logged(service_node):
+    await service_node.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=3600, run_id="rsv-a"))
+    await service_node.service.read_now()
+    service_node.probe.set_card(0, processes=(ProcessFacts(os.getpid(), 2048),))  # root's, on alice's card
+    await service_node.service.read_now()
+    service_node.probe.set_card(0, processes=())
+    await service_node.service.read_now()
+    seen, gone = service_node.kinds("intruder")
     assert seen["state"] == "seen" and seen["pid"] == os.getpid() and seen["cards"] == [0]
     assert "is using card 0, reserved by alice until" in seen["message"]
     assert gone["state"] == "gone" and gone["message"] == f"root's pid {os.getpid()} is no longer on card 0"
-    job = node.runtime.jobs["tpn-rsv-a"]
-    node.runtime.jobs["tpn-rsv-a"] = replace(job, status="exited", exit_code=0, expires_at=time.time() - 1)
-    await node.service.read_now()
-    [expiry] = node.kinds("expiry")
+    job = service_node.runtime.jobs["tpn-rsv-a"]
+    service_node.runtime.jobs["tpn-rsv-a"] = replace(job, status="exited", exit_code=0, expires_at=time.time() - 1)
+    await service_node.service.read_now()
+    [expiry] = service_node.kinds("expiry")
     assert expiry["message"] == "reservation rsv-a of alice expired; card 0 is no longer held by it"
 
 
-async def test_health_changes_are_logged_once_each_way(node):
-    await node.service.read_now()
-    node.probe.set_card(2, health=("3 uncorrected ECC errors",))
-    await node.service.read_now()
-    await node.service.read_now()
-    node.probe.set_card(2, health=())
-    await node.service.read_now()
-    assert [e["message"] for e in node.kinds("health")] == [
+async def test_health_changes_are_logged_once_each_way(service_node):
+    await service_node.service.read_now()
+    service_node.probe.set_card(2, health=("3 uncorrected ECC errors",))
+    await service_node.service.read_now()
+    await service_node.service.read_now()
+    service_node.probe.set_card(2, health=())
+    await service_node.service.read_now()
+    assert [e["message"] for e in service_node.kinds("health")] == [
         "card 2: 3 uncorrected ECC errors", "card 2 no longer reports: 3 uncorrected ECC errors"]
 
 
-async def test_following_the_log_gets_the_past_then_each_new_entry_once(node):
-    await node.service.drain_card(ROOT, 1, "old news")
+async def test_following_the_log_gets_the_past_then_each_new_entry_once(service_node):
+    await service_node.service.drain_card(ROOT, 1, "old news")
     got: list[dict] = []
 
     async def follow():
-        async for entry in node.service.follow_events(BOB, since_s=3600):
+        async for entry in service_node.service.follow_events(BOB, since_s=3600):
             got.append(entry)
 
     follower = asyncio.ensure_future(follow())
     try:
-        await until(lambda: got, "the past")
-        await node.service.undrain_card(ROOT, 1)
-        await node.service.drain_card(ROOT, 2, "new")
-        await until(lambda: len(got) == 3, "the undrain and the new drain")
+        await until_async(lambda: got, "the past")
+        await service_node.service.undrain_card(ROOT, 1)
+        await service_node.service.drain_card(ROOT, 2, "new")
+        await until_async(lambda: len(got) == 3, "the undrain and the new drain")
         await asyncio.sleep(0.1)
     finally:
         follower.cancel()
@@ -317,7 +269,7 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(node):
 
 
 async def test_the_log_rotates_at_its_size_through_the_service(tmp_path):
-    n = Node(tmp_path, log_max_bytes=4096)
+    n = make_node(tmp_path, log_max_bytes=4096)
     try:
         for i in range(60):
             await n.service.drain_card(ROOT, i % 4, f"drain number {i}" + "." * 40)
@@ -337,7 +289,7 @@ async def test_the_log_rotates_at_its_size_through_the_service(tmp_path):
 
 async def test_a_reservation_nobody_uses_is_marked_idle_and_use_clears_it(tmp_path):
     clock = Clock()
-    n = Node(tmp_path, clock=clock, idle_after_s=30 * 60)
+    n = make_node(tmp_path, clock=clock, idle_after_s=30 * 60)
     try:
         await n.service.reserve(ROOT, ReserveRequest(cards=2, duration_s=7200, run_id="rsv-r"))
         start = clock.now
@@ -361,16 +313,16 @@ async def test_a_reservation_nobody_uses_is_marked_idle_and_use_clears_it(tmp_pa
         await n.close()
 
 
-async def test_the_service_keeps_each_cards_recent_history(node):
-    node.probe.set_card(1, utilization_pct=97, temperature_c=71, power_w=650.0)
+async def test_the_service_keeps_each_cards_recent_history(service_node):
+    service_node.probe.set_card(1, utilization_pct=97, temperature_c=71, power_w=650.0)
     for _ in range(3):
-        await node.service.read_now()
-    history = node.service.card_history(1)
+        await service_node.service.read_now()
+    history = service_node.service.card_history(1)
     assert list(history) == [1] and len(history[1]) == 3
     assert {(s.utilization_pct, s.temperature_c, s.power_w, s.seconds) for s in history[1]} == {(97, 71, 650.0, 0.0)}
-    assert set(node.service.card_history()) == {0, 1, 2, 3}
+    assert set(service_node.service.card_history()) == {0, 1, 2, 3}
     with pytest.raises(BadRequest, match="card 4 is not a card of this node"):
-        node.service.card_history(4)
+        service_node.service.card_history(4)
 
 
 # ── serving ─────────────────────────────────────────────────────────────────
@@ -379,12 +331,12 @@ async def test_the_service_keeps_each_cards_recent_history(node):
 async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(tmp_path):
     """A dashboard quitting cancels the polling; it must end, not poll on unseen,
     even when the cancel comes just as an action asks for a poll."""
-    n = Node(tmp_path)
+    n = make_node(tmp_path)
     n.service.interval = 30
     try:
         for hops in range(4):
             runner = asyncio.ensure_future(n.service.run())
-            await until(lambda: n.service.reading.seq > 0, "a first poll")
+            await until_async(lambda: n.service.reading.seq > 0, "a first poll")
             await asyncio.sleep(0.05)  # waiting out the interval now
             n.service.poll_soon()
             for _ in range(hops):
@@ -397,7 +349,7 @@ async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(tmp_path
 
 
 def test_a_storm_of_xids_is_counted_on_the_card_not_listed_without_end():
-    from fleet_tools import node_snapshot
+    from helpers.fleet import node_snapshot
     from tpnode_tui.triage.compare import XIDS_NAMED, Triage
     from tpnode_tui.triage.history import History
 

@@ -1,7 +1,7 @@
 """The dashboard driven from the keyboard, over the real pieces.
 
 Each test runs the app (Textual's pilot) on a node served in the test's
-process, as the dashboard serves one without an agent (tests/tui_tools.py):
+process, as the dashboard serves one without an agent (tests/helpers/dashboard.py):
 the node's real service and allocator, the simulated probe reading a scene
 file in tmp_path, the process runtime with real processes in a tmp state dir,
 and the flock lock. What a test asserts is what an operator would see: the
@@ -17,22 +17,11 @@ import time
 
 import pytest
 
-from services import write_scene
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.identity import Caller
-from tpnode_tui.locks import make_lock
-from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port import LaunchRequest, ReserveRequest
-from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.extend import ExtendScreen
-from tpnode_tui.tui.screens.launch import LaunchScreen
-from tpnode_tui.tui.screens.reserve import ReserveScreen
-from tpnode_tui.tui.tiles import CardGrid
-from tui_tools import (
+from helpers.callers import BOB
+from helpers.dashboard import (
     SIZE,
     Dashboard,
-    Node,
+    DashboardNode,
     end,
     fill,
     header,
@@ -44,20 +33,31 @@ from tui_tools import (
     select_row,
     states,
     tile_text,
-    until,
 )
+from helpers.services import write_scene
+from helpers.waiting import until_pilot
+from tpnode_tui.allocator import GpuAllocator
+from tpnode_tui.locks import make_lock
+from tpnode_tui.node.local import LocalNode
+from tpnode_tui.port import LaunchRequest, ReserveRequest
+from tpnode_tui.tui.app import NodeDashboard
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.extend import ExtendScreen
+from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.reserve import ReserveScreen
+from tpnode_tui.tui.tiles import CardGrid
 
 
 @pytest.fixture
-async def node(tmp_path):
-    n = Node(tmp_path, 4)
+async def service_node(tmp_path):
+    n = DashboardNode(tmp_path, 4)
     yield n
     await n.close()
 
 
 @pytest.fixture
 async def small_node(tmp_path):
-    n = Node(tmp_path, 2)
+    n = DashboardNode(tmp_path, 2)
     yield n
     await n.close()
 
@@ -75,8 +75,8 @@ def request(run_id: str, cards: int = 1) -> LaunchRequest:
 # -- launch -----------------------------------------------------------------------
 
 
-async def test_launch_from_the_form_puts_the_job_on_the_tiles(node):
-    app = node.app()
+async def test_launch_from_the_form_puts_the_job_on_the_tiles(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("l")
@@ -86,7 +86,7 @@ async def test_launch_from_the_form_puts_the_job_on_the_tiles(node):
         await fill(pilot, screen, "command", "sleep 60")
         await fill(pilot, screen, "run-id", "from-the-form")
         await pilot.press("enter")
-        await until(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on cards 0,1")
+        await until_pilot(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on cards 0,1")
         assert "from-the-form" in tile_text(app, 0) and "from-the-form" in tile_text(app, 1)
         assert "FREE" in tile_text(app, 2)
         assert app.heard("from-the-form got cards 0,1")
@@ -94,8 +94,8 @@ async def test_launch_from_the_form_puts_the_job_on_the_tiles(node):
         assert job.command == ("sleep", "60") and job.live
 
 
-async def test_the_launch_form_refuses_bad_input_next_to_the_field(node):
-    app = node.app()
+async def test_the_launch_form_refuses_bad_input_next_to_the_field(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("l")
@@ -123,7 +123,7 @@ async def test_the_launch_form_refuses_bad_input_next_to_the_field(node):
 
 
 async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_card_frees(small_node):
-    await small_node.launch("holder", 2)
+    await small_node.place("holder", 2)
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -132,22 +132,22 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         await fill(pilot, app.screen, "cards", "1")
         await fill(pilot, app.screen, "run-id", "waits-its-turn")
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the queue offer")
+        await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the queue offer")
         offer = str(app.screen.query_one(".dialog-body").render())
         assert "need 1 card," in offer and "0 free" in offer, offer
         await pilot.press("y")
-        await until(pilot, lambda: app.heard("waits-its-turn is queued"), "the launch to be queued")
-        await until(pilot, lambda: "launch:waits-its-turn" in app.query_one("#jobs").row_keys, "its row")
+        await until_pilot(pilot, lambda: app.heard("waits-its-turn is queued"), "the launch to be queued")
+        await until_pilot(pilot, lambda: "launch:waits-its-turn" in app.query_one("#jobs").row_keys, "its row")
         # Each round of the node's queue tries it, and a reading made meanwhile shows it "placing".
-        await until(pilot, lambda: row_status(app, "waits-its-turn") == "queued #1", "it listed as queued #1")
+        await until_pilot(pilot, lambda: row_status(app, "waits-its-turn") == "queued #1", "it listed as queued #1")
         assert queued(app) == ["waits-its-turn"]
         assert states(app) == ["job", "job"], "a queued launch must not take a held card"
 
         await small_node.allocator.stop("holder")
-        await until(pilot, lambda: "waits-its-turn" not in queued(app), "the node's queue to place it")
-        await until(pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards),
-                    "the placed job on a tile")
-        await until(pilot, lambda: app.heard("Queued launch started: waits-its-turn got card "), "the report")
+        await until_pilot(pilot, lambda: "waits-its-turn" not in queued(app), "the node's queue to place it")
+        await until_pilot(pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards),
+                          "the placed job on a tile")
+        await until_pilot(pilot, lambda: app.heard("Queued launch started: waits-its-turn got card "), "the report")
 
 
 async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(small_node):
@@ -162,26 +162,26 @@ async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(small_node
 
 
 async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
-    await small_node.launch("holder", 2)
+    await small_node.place("holder", 2)
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await app._enqueue(request("never-mind"))
-        await until(pilot, lambda: "launch:never-mind" in app.query_one("#jobs").row_keys, "its row")
+        await until_pilot(pilot, lambda: "launch:never-mind" in app.query_one("#jobs").row_keys, "its row")
         assert app.check_action("cancel_launch", ()) is False, "cancel shows only on a launch's row"
         await select_row(pilot, app, "launch:never-mind")
         assert app.check_action("cancel_launch", ())
         await pilot.press("c")
-        await until(pilot, lambda: app.heard("never-mind is no longer queued"), "the cancel")
-        await until(pilot, lambda: "never-mind" not in queued(app), "the node's queue to drop it")
+        await until_pilot(pilot, lambda: app.heard("never-mind is no longer queued"), "the cancel")
+        await until_pilot(pilot, lambda: "never-mind" not in queued(app), "the node's queue to drop it")
         await small_node.allocator.stop("holder")
         await polled(pilot, app, 3)
         assert all(j.run_id != "never-mind" for j in app.snapshot.jobs), "a cancelled launch started"
 
 
-async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(node):
-    other = make_lock(node.allocator.settings)  # another process's hold on the same lock file
-    app = node.app()
+async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(service_node):
+    other = make_lock(service_node.allocator.settings)  # another process's hold on the same lock file
+    app = service_node.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
@@ -190,34 +190,34 @@ async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(node):
                 # Agreeing to wait in the queue: with nobody before it in line, it is
                 # tried at once, and waits for the lock.
                 app.run_worker(app._enqueue(request("behind-the-lock")))
-                await until(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
-                            "the header to name the wait")
-                await until(pilot, lambda: row_status(app, "behind-the-lock") == "waiting", "a waiting row")
+                await until_pilot(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
+                                  "the header to name the wait")
+                await until_pilot(pilot, lambda: row_status(app, "behind-the-lock") == "waiting", "a waiting row")
                 await polled(pilot, app, 3)  # a reading that waited on the lock would never land
                 assert "waiting for the allocation lock" in str(header.render())
                 assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
                 assert "launch:behind-the-lock" in app.query_one("#jobs").row_keys
-            await until(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
-                        "the queued launch once the lock is free")
-            await until(pilot, lambda: app.heard("behind-the-lock got card "), "its report")
+            await until_pilot(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
+                              "the queued launch once the lock is free")
+            await until_pilot(pilot, lambda: app.heard("behind-the-lock got card "), "its report")
             assert "behind-the-lock" not in queued(app)
-            await until(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
+            await until_pilot(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
     finally:
         await other.close()
 
 
-async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_abandoned(node):
-    holder = await hold_the_flock(node.state)
-    app = node.app()
+async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_abandoned(service_node):
+    holder = await hold_the_flock(service_node.state)
+    app = service_node.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
             await pilot.press("l")
             await fill(pilot, app.screen, "run-id", "behind-the-flock")
             await pilot.press("enter")
-            await until(pilot, lambda: row_status(app, "behind-the-flock") == "waiting", "a waiting row")
-            await until(pilot, lambda: f"held by pid {holder.pid}" in row_cells(app, "behind-the-flock")[-1],
-                        f"the row to say what it waits for: {row_cells(app, 'behind-the-flock')}")
+            await until_pilot(pilot, lambda: row_status(app, "behind-the-flock") == "waiting", "a waiting row")
+            await until_pilot(pilot, lambda: f"held by pid {holder.pid}" in row_cells(app, "behind-the-flock")[-1],
+                              f"the row to say what it waits for: {row_cells(app, 'behind-the-flock')}")
             await polled(pilot, app, 2)  # the waiting launch holds back no poll
 
             await pilot.press("q")
@@ -230,14 +230,14 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
             await select_row(pilot, app, "launch:behind-the-flock")
             assert app.check_action("cancel_launch", ())
             await pilot.press("c")
-            await until(pilot, lambda: app.heard(
+            await until_pilot(pilot, lambda: app.heard(
                 "behind-the-flock is abandoned: it was still waiting for the allocation lock"), "the cancel")
-            await until(pilot, lambda: not row_cells(app, "behind-the-flock"), "the row to go")
-            assert node.allocator.lock.waiting is None, "the abandoned launch still waits for the lock"
+            await until_pilot(pilot, lambda: not row_cells(app, "behind-the-flock"), "the row to go")
+            assert service_node.allocator.lock.waiting is None, "the abandoned launch still waits for the lock"
 
             await end(holder)  # the lock is free now: an abandoned launch must not go ahead after all
             await polled(pilot, app, 3)
-            assert all(j.run_id != "behind-the-flock" for j in await node.allocator.runtime.ps())
+            assert all(j.run_id != "behind-the-flock" for j in await service_node.allocator.runtime.ps())
             assert not app.heard("behind-the-flock got") and not app.heard("Launch refused")
             await pilot.press("q")
             assert app.return_code == 0, "quit asked with nothing left to drop"
@@ -247,7 +247,7 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
 
 async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(tmp_path):
     url = f"redis://127.0.0.1:{closed_port()}/0"
-    n = Node(tmp_path, 2, redis_url=url)
+    n = DashboardNode(tmp_path, 2, redis_url=url)
     app = n.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
@@ -255,14 +255,14 @@ async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(tmp_p
             app.run_worker(app._launch(request("first")))  # with Redis down, they wait for ever
             app.run_worker(app._launch(request("second")))
             for run_id in ("first", "second"):
-                await until(pilot, lambda r=run_id: row_status(app, r) == "waiting", f"{run_id} to wait")
-                await until(pilot, lambda r=run_id: f"Redis at {url} unreachable" in row_cells(app, r)[-1],
-                            f"why {run_id} waits")
+                await until_pilot(pilot, lambda r=run_id: row_status(app, r) == "waiting", f"{run_id} to wait")
+                await until_pilot(pilot, lambda r=run_id: f"Redis at {url} unreachable" in row_cells(app, r)[-1],
+                                  f"why {run_id} waits")
             await select_row(pilot, app, "launch:first")
             await pilot.press("c")
-            await until(pilot, lambda: app.heard("first is abandoned: it was still waiting for the allocation lock"),
-                        "the cancel")
-            await until(pilot, lambda: not row_cells(app, "first"), "its row to go")
+            abandoned = "first is abandoned: it was still waiting for the allocation lock"
+            await until_pilot(pilot, lambda: app.heard(abandoned), "the cancel")
+            await until_pilot(pilot, lambda: not row_cells(app, "first"), "its row to go")
             await polled(pilot, app, 2)
             assert row_status(app, "second") == "waiting", "cancelling one ended another"
             assert not app.heard("Launch refused")
@@ -285,27 +285,27 @@ async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(s
         await pilot.press("l")
         await fill(pilot, app.screen, "run-id", "too-late")
         await pilot.press("enter")
-        await until(pilot, lambda: row_status(app, "too-late") == "placing", "the launch to hold the lock")
+        await until_pilot(pilot, lambda: row_status(app, "too-late") == "placing", "the launch to hold the lock")
         await select_row(pilot, app, "launch:too-late")
         await pilot.press("c")
-        await until(pilot, lambda: app.heard(
+        await until_pilot(pilot, lambda: app.heard(
             "Too late to cancel: too-late already holds the allocation lock and is placing its job: too late "
             "to cancel"), "the node's answer")
         gate.set()
-        await until(pilot, lambda: app.heard("too-late was cancelled while its launch was under way, and it "
+        await until_pilot(pilot, lambda: app.heard("too-late was cancelled while its launch was under way, and it "
                                              "got card 0 anyway"), "the too-late notice")
         assert not app.heard("Launched: too-late")
         assert [j.run_id for j in await runtime.ps() if j.live] == ["too-late"], "it was placed all the same"
 
 
 async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
-    await small_node.launch("holder", 2)
+    await small_node.place("holder", 2)
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         for run_id in ("first-in-line", "second-in-line"):
             await app._enqueue(request(run_id))
-        await until(pilot, lambda: queued(app) == ["first-in-line", "second-in-line"], "both in the queue")
+        await until_pilot(pilot, lambda: queued(app) == ["first-in-line", "second-in-line"], "both in the queue")
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
         body = str(app.screen.query_one(".dialog-body").render())
@@ -321,8 +321,8 @@ async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
         assert app.return_code == 0
 
 
-async def test_quit_with_nothing_queued_does_not_ask(node):
-    app = node.app()
+async def test_quit_with_nothing_queued_does_not_ask(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("q")
@@ -332,8 +332,8 @@ async def test_quit_with_nothing_queued_does_not_ask(node):
 # -- reserve ------------------------------------------------------------------------
 
 
-async def test_reserve_from_the_form_holds_a_card_for_its_owner(node):
-    app = node.app()
+async def test_reserve_from_the_form_holds_a_card_for_its_owner(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("v")
@@ -349,7 +349,7 @@ async def test_reserve_from_the_form_holds_a_card_for_its_owner(node):
         await fill(pilot, screen, "owner", guest)
         await fill(pilot, screen, "run-id", "rsv-for-guest")
         await pilot.press("enter")
-        await until(pilot, lambda: app.snapshot and states(app)[0] == "reservation", "the reservation")
+        await until_pilot(pilot, lambda: app.snapshot and states(app)[0] == "reservation", "the reservation")
         text = tile_text(app, 0)
         assert "RESERVED" in text and "rsv-for-guest" in text and "ends in" in text
         [job] = app.snapshot.jobs
@@ -358,9 +358,9 @@ async def test_reserve_from_the_form_holds_a_card_for_its_owner(node):
         assert app.heard(f"Reserved for {guest}: rsv-for-guest got card 0.")
 
 
-async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_longer(node):
-    launched = await node.local.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv-short"))
-    app = node.app()
+async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_longer(service_node):
+    launched = await service_node.local.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv-short"))
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         assert app.check_action("extend", ())
@@ -372,16 +372,16 @@ async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_lo
         assert app.screen is screen and str(screen.query_one("#duration-error").render())
         await fill(pilot, screen, "duration", "30m")
         await pilot.press("enter")
-        await until(pilot, lambda: app.heard("Extended: rsv-short holds card 0 until"), "the extension")
-        await until(pilot, lambda: app.snapshot.jobs[0].expires_at > launched.job.expires_at + 1700,
-                    "the new expiry in a reading")
+        await until_pilot(pilot, lambda: app.heard("Extended: rsv-short holds card 0 until"), "the extension")
+        await until_pilot(pilot, lambda: app.snapshot.jobs[0].expires_at > launched.job.expires_at + 1700,
+                          "the new expiry in a reading")
         await pilot.press("right")
         assert app.check_action("extend", ()) is False, "extend is offered on a reservation only"
 
 
-async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(node):
-    await node.launch("two-cards", 2)
-    app = node.app()
+async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(service_node):
+    await service_node.place("two-cards", 2)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         detail = str(app.query_one("#detail-text").render())
@@ -394,9 +394,9 @@ async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(node):
 # -- stop and reclaim -------------------------------------------------------------------
 
 
-async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
-    await node.launch("to-stop", 1)
-    app = node.app()
+async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(service_node):
+    await service_node.place("to-stop", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         assert app.query_one(CardGrid).selected == 0 and states(app)[0] == "job"
@@ -409,7 +409,7 @@ async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
 
         await pilot.press("s")
         await pilot.press("y")
-        await until(pilot, lambda: states(app)[0] == "free", "card 0 to be free")
+        await until_pilot(pilot, lambda: states(app)[0] == "free", "card 0 to be free")
         [job] = app.snapshot.jobs
         assert not job.live
         assert app.heard("to-stop stopped")
@@ -417,9 +417,9 @@ async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(node):
         assert app.check_action("stop", ()) is False, "stop is offered only on a card with a job"
 
 
-async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
-    await node.launch("on-card-zero", 1)
-    app = node.app()
+async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(service_node):
+    await service_node.place("on-card-zero", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("s")
@@ -427,7 +427,7 @@ async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
         await pilot.press("n")
 
         await app._enqueue(request("still-waiting", cards=4))
-        await until(pilot, lambda: "launch:still-waiting" in app.query_one("#jobs").row_keys, "its row")
+        await until_pilot(pilot, lambda: "launch:still-waiting" in app.query_one("#jobs").row_keys, "its row")
         table = app.query_one("#jobs")
         table.focus()
         table.move_cursor(row=table.row_keys.index("job:on-card-zero"))
@@ -442,12 +442,12 @@ async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(node):
         assert app.heard("The highlighted row is a launch not started yet, not a running job: c cancels it.")
 
 
-async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
-    await node.launch("done-early", 1, "true")
-    await node.launch("still-running", 1)
-    app = node.app()
+async def test_reclaim_removes_only_the_exited_jobs_it_listed(service_node):
+    await service_node.place("done-early", 1, "true")
+    await service_node.place("still-running", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.snapshot and any(
+        await until_pilot(pilot, lambda: app.snapshot and any(
             j.run_id == "done-early" and not j.live for j in app.snapshot.jobs), "done-early to exit")
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmScreen)
@@ -455,34 +455,34 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(node):
         assert "done-early" in listed and "still-running" not in listed
 
         # Another job ends while the question is open: it was not listed, so it stays.
-        await node.launch("ends-meanwhile", 1, "true")
-        while any(j.live for j in await node.allocator.runtime.ps() if j.run_id == "ends-meanwhile"):
+        await service_node.place("ends-meanwhile", 1, "true")
+        while any(j.live for j in await service_node.allocator.runtime.ps() if j.run_id == "ends-meanwhile"):
             await asyncio.sleep(0.05)
         await pilot.press("y")
-        await until(pilot, lambda: app.heard("Removed done-early"), "the reclaim to finish")
+        await until_pilot(pilot, lambda: app.heard("Removed done-early"), "the reclaim to finish")
         await polled(pilot, app, 2)
         left = {j.run_id: j.live for j in app.snapshot.jobs}
         assert left == {"still-running": True, "ends-meanwhile": False}
 
 
-async def test_reclaim_keeps_a_listed_job_that_is_live_again_and_says_so(node):
-    await node.launch("alive", 1)
-    app = node.app()
+async def test_reclaim_keeps_a_listed_job_that_is_live_again_and_says_so(service_node):
+    await service_node.place("alive", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         [job] = [j for j in app.snapshot.jobs if j.run_id == "alive"]
         app.run_worker(app._reclaim([job]))  # as if it had exited when the list was shown
-        await until(pilot, lambda: app.heard("Not removed: alive is still running"), "the warning")
+        await until_pilot(pilot, lambda: app.heard("Not removed: alive is still running"), "the warning")
         assert not app.heard("Could not reclaim")
-        assert [j.run_id for j in await node.allocator.runtime.ps()] == ["alive"]
+        assert [j.run_id for j in await service_node.allocator.runtime.ps()] == ["alive"]
 
 
 # -- read-only ------------------------------------------------------------------------
 
 
-async def test_readonly_hides_and_refuses_every_action(node):
-    await node.launch("someones-job", 1)
-    app = node.app(readonly=True)
+async def test_readonly_hides_and_refuses_every_action(service_node):
+    await service_node.place("someones-job", 1)
+    app = service_node.app(readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         for action in ("launch", "reserve", "extend", "stop", "reclaim", "cancel_launch", "drain", "undrain",
@@ -511,31 +511,31 @@ async def test_readonly_hides_and_refuses_every_action(node):
 # -- honesty about what cannot be seen -------------------------------------------------
 
 
-async def test_probe_blind_shows_a_banner_and_no_free_card(node):
-    app = node.app()
+async def test_probe_blind_shows_a_banner_and_no_free_card(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         banner = app.query_one("#blind-banner")
         assert not banner.has_class("-shown")
-        write_scene(node.scene, 4, blind=True)
-        await until(pilot, lambda: banner.has_class("-shown"), "the blind banner")
+        write_scene(service_node.scene, 4, blind=True)
+        await until_pilot(pilot, lambda: banner.has_class("-shown"), "the blind banner")
         text = str(banner.render())
         assert "PROBE-BLIND" in text and "free count may be too high" in text
         assert states(app) == ["unverified"] * 4
         assert "FREE" not in tile_text(app, 0) and "UNVERIFIED" in tile_text(app, 0)
 
-        write_scene(node.scene, 4)
-        await until(pilot, lambda: not banner.has_class("-shown"), "the banner to go")
+        write_scene(service_node.scene, 4)
+        await until_pilot(pilot, lambda: not banner.has_class("-shown"), "the banner to go")
         assert states(app) == ["free"] * 4
 
 
-async def test_a_short_terminal_keeps_the_jobs_table_on_screen_while_blind(node):
-    app = node.app()
+async def test_a_short_terminal_keeps_the_jobs_table_on_screen_while_blind(service_node):
+    app = service_node.app()
     async with app.run_test(size=(80, 24)) as pilot:
         await polled(pilot, app)
-        write_scene(node.scene, 4, blind=True)
+        write_scene(service_node.scene, 4, blind=True)
         banner = app.query_one("#blind-banner")
-        await until(pilot, lambda: banner.has_class("-shown"), "the blind banner")
+        await until_pilot(pilot, lambda: banner.has_class("-shown"), "the blind banner")
         await pilot.pause()
         assert "launches wait for the probe" in str(banner.render())
         reason, explanation = str(banner.render()).split("\n")
@@ -550,8 +550,8 @@ def on_screen(app: NodeDashboard, selector: str) -> bool:
     return region.height > 0 and region.y < app.size.height - 1
 
 
-async def test_the_layout_follows_each_resize_at_once_both_ways(node):
-    app = node.app()
+async def test_the_layout_follows_each_resize_at_once_both_ways(service_node):
+    app = service_node.app()
     async with app.run_test(size=(200, 60)) as pilot:
         await polled(pilot, app)
         assert on_screen(app, "#summary") and on_screen(app, "#jobs")
@@ -569,7 +569,7 @@ async def test_the_layout_follows_each_resize_at_once_both_ways(node):
 
 
 async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_table(tmp_path):
-    n = Node(tmp_path, 256)
+    n = DashboardNode(tmp_path, 256)
     busy = {"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 30000}
     sick = {"name": "NVIDIA H200", "memory_total_mib": 143771, "health": {"row_remap_pending": True}}
     idle = {"name": "NVIDIA H200", "memory_total_mib": 143771}
@@ -595,8 +595,8 @@ async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_tabl
             await fill(pilot, app.screen, "cards", "4")
             await fill(pilot, app.screen, "run-id", "four-cards")
             await pilot.press("enter")
-            await until(pilot, lambda: app.heard("four-cards got cards 0-3"), "the launch")
-            await until(pilot, lambda: "job:four-cards" in app.query_one("#jobs").row_keys, "its row")
+            await until_pilot(pilot, lambda: app.heard("four-cards got cards 0-3"), "the launch")
+            await until_pilot(pilot, lambda: "job:four-cards" in app.query_one("#jobs").row_keys, "its row")
             table = app.query_one("#jobs")
             row = table.get_row("job:four-cards")
             assert "0-3" in [str(cell) for cell in row], row
@@ -609,16 +609,16 @@ async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_tabl
         await n.close()
 
 
-async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node):
-    await node.launch("running-job", 1)
-    app = node.app()
+async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(service_node):
+    await service_node.place("running-job", 1)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        state_file = node.state / "jobs.json"
+        state_file = service_node.state / "jobs.json"
         good = state_file.read_bytes()
         state_file.write_text("{ this is not json")
         banner = app.query_one("#stale-banner")
-        await until(pilot, lambda: banner.has_class("-shown"), "the stale banner")
+        await until_pilot(pilot, lambda: banner.has_class("-shown"), "the stale banner")
         text = str(banner.render())
         assert "stale since" in text and "jobs.json" in text
         header = str(app.query_one("#header").render())
@@ -635,21 +635,21 @@ async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(node
             app.stale_since = None  # read-only: only a poll decides it
 
         state_file.write_bytes(good)
-        await until(pilot, lambda: not banner.has_class("-shown"), "recovery")
+        await until_pilot(pilot, lambda: not banner.has_class("-shown"), "recovery")
         assert app.stale_since is None
         assert not app.query_one("#card-1").has_class("-stale")
         assert "FREE" in tile_text(app, 1) and "running-job" in tile_text(app, 0)
 
 
-async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(node):
-    await node.launch("running-job", 1)
-    state_file = node.state / "jobs.json"
+async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(service_node):
+    await service_node.place("running-job", 1)
+    state_file = service_node.state / "jobs.json"
     good = state_file.read_bytes()
     state_file.write_text("{ this is not json")
-    app = node.app()
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         banner = app.query_one("#stale-banner")
-        await until(pilot, lambda: banner.has_class("-shown"), "the banner")
+        await until_pilot(pilot, lambda: banner.has_class("-shown"), "the banner")
         text = str(banner.render())
         assert "jobs.json" in text and "nothing has been read yet" in text.lower(), text
         assert "last good reading" not in text, text
@@ -661,14 +661,14 @@ async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(n
         assert app.snapshot is None and app.check_action("stop", ()) is False
 
         state_file.write_bytes(good)
-        await until(pilot, lambda: not banner.has_class("-shown"), "recovery")
+        await until_pilot(pilot, lambda: not banner.has_class("-shown"), "recovery")
         await pilot.pause()
         assert "running-job" in tile_text(app, 0) and "FREE" in tile_text(app, 1)
 
 
 async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path):
     problem = "NVML: library not found; nvidia-smi: not found on PATH"
-    n = Node(tmp_path, 0)
+    n = DashboardNode(tmp_path, 0)
     write_scene(n.scene, [], fail=problem)
     app = n.app()
     try:
@@ -682,29 +682,29 @@ async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path)
         await n.close()
 
 
-async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it(node, tmp_path):
-    other = GpuAllocator.from_settings(node.allocator.settings)  # another process's view, same lock file
-    app = node.app()
+async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it(service_node, tmp_path):
+    other = GpuAllocator.from_settings(service_node.allocator.settings)  # another process's view, same lock file
+    app = service_node.app()
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
             header = app.query_one("#header")
             async with other.lock.hold():
-                await until(pilot, lambda: "held by pid" in str(header.render()), "the lock holder")
+                await until_pilot(pilot, lambda: "held by pid" in str(header.render()), "the lock holder")
                 app.run_worker(app._launch(request("behind-the-lock")))
-                await until(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
-                            "the waiting line")
+                await until_pilot(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
+                                  "the waiting line")
                 await polled(pilot, app, 2)  # the waiting launch holds back no poll
                 assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
-            await until(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
-                        "the launch once the lock is free")
-            await until(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
+            await until_pilot(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
+                              "the launch once the lock is free")
+            await until_pilot(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
     finally:
         await other.close()
 
 
-async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(node):
-    lock = node.allocator.lock
+async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(service_node):
+    lock = service_node.allocator.lock
     real = lock.state
     calls = 0
 
@@ -714,7 +714,7 @@ async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(node):
         return await real()
 
     lock.state = counting_state
-    app = node.app()
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 4)
         readings = app.readings
@@ -724,13 +724,13 @@ async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(node):
 # -- readings ---------------------------------------------------------------------------
 
 
-async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes(node):
-    app = node.app()
+async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("l")
-        write_scene(node.scene, 4, blind=True)
-        await until(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "a poll to see it")
+        write_scene(service_node.scene, 4, blind=True)
+        await until_pilot(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "a poll to see it")
         assert "FREE" in tile_text(app, 0), "the grid was redrawn under the dialog"
         await pilot.press("escape")
         await pilot.pause()
@@ -738,24 +738,24 @@ async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes
         assert app.query_one("#blind-banner").has_class("-shown")
 
 
-async def test_pause_holds_the_picture_still_until_resumed(node):
-    app = node.app()
+async def test_pause_holds_the_picture_still_until_resumed(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("p")
         await pilot.pause(0.1)  # a reading already on its way may still land
         frozen = app.readings
-        await node.launch("while-paused", 1)
+        await service_node.place("while-paused", 1)
         await pilot.pause(0.8)
         assert app.readings == frozen and app.snapshot.jobs == ()
         assert "PAUSED" in header(app)
-        assert node.local.service.subscribers == 0, "a paused dashboard still follows the readings"
+        assert service_node.local.service.subscribers == 0, "a paused dashboard still follows the readings"
         await pilot.press("p")
-        await until(pilot, lambda: any(j.run_id == "while-paused" for j in app.snapshot.jobs), "resume")
+        await until_pilot(pilot, lambda: any(j.run_id == "while-paused" for j in app.snapshot.jobs), "resume")
 
 
-async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(node):
-    app = node.app()
+async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(service_node):
+    app = service_node.app()
     async with app.run_test(size=(120, 40)) as pilot:
         await polled(pilot, app)
         grid = app.query_one(CardGrid)
@@ -770,8 +770,8 @@ async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(node):
 # -- who is asking -----------------------------------------------------------------------
 
 
-async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_process(node):
-    app = node.app()
+async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_process(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         you = app.you
@@ -783,13 +783,12 @@ async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_proces
         assert "root · operator" in header(app), "a short terminal drops who you are"
 
 
-async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hears_the_node_s_rule(node):
+async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hears_the_node_s_rule(service_node):
     """The node's service and rules are real; only the caller is named by hand,
     as no other account can run inside this test (real accounts against a real
     agent are in tests/test_tui_agent.py)."""
-    await node.launch("someone-elses", 1)  # owner "tester"
-    bob = Caller(uid=61234, gid=61234, user="bob")
-    as_bob = LocalNode(node.local.service, bob)
+    await service_node.place("someone-elses", 1)  # owner "tester"
+    as_bob = LocalNode(service_node.local.service, BOB)
     app = Dashboard(as_bob, default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
@@ -801,9 +800,9 @@ async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hear
 
         app.action_stop()  # as if offered anyway: the node decides, and says why not
         await pilot.press("y")
-        await until(pilot, lambda: app.heard("Not allowed to stop someone-elses: card 0 is held by "
+        await until_pilot(pilot, lambda: app.heard("Not allowed to stop someone-elses: card 0 is held by "
                                              "someone-elses of tester; only tester or an operator"),
-                    "the node's refusal")
+                          "the node's refusal")
         assert states(app)[0] == "job"
 
         await pilot.press("v")
@@ -820,15 +819,15 @@ async def test_a_queued_launch_the_node_drops_is_said_with_the_node_s_reason(sma
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\nsleep 60\n")
     script.chmod(0o755)
-    await small_node.launch("holder", 2)
+    await small_node.place("holder", 2)
     app = small_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await app._enqueue(LaunchRequest(cards=1, command=(str(script),), run_id="goes-missing"))
-        await until(pilot, lambda: "goes-missing" in queued(app), "it to be queued")
+        await until_pilot(pilot, lambda: "goes-missing" in queued(app), "it to be queued")
         script.unlink()  # by the time there is room, its command is gone
         await small_node.allocator.stop("holder")
-        await until(pilot, lambda: app.heard("Queued launch dropped: queued launch goes-missing left the queue: "),
-                    "the reason, from the node's log")
+        dropped = "Queued launch dropped: queued launch goes-missing left the queue: "
+        await until_pilot(pilot, lambda: app.heard(dropped), "the reason, from the node's log")
         assert str(script) in next(m for m, _ in app.said if "goes-missing left the queue" in m)
         assert "goes-missing" not in queued(app)

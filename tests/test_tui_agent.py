@@ -5,7 +5,7 @@ The agent runs either in the test's own event loop over a real Unix socket
 watches), or as its own process as root, as systemd runs it; the dashboard
 is the real app over the product's agent client. What another account sees
 is seen by a dashboard run as that account: a real process of a real test
-account (tests/accounts.py), reporting what it showed.
+account (tests/helpers/accounts.py), reporting what it showed.
 """
 from __future__ import annotations
 
@@ -16,23 +16,15 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
-from accounts import runnable
-from agent_tools import Agent, running, shared_node
+from helpers.accounts import runnable
+from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text
+from helpers.waiting import until_async, until_pilot
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.launch import LaunchScreen
-from tui_tools import SIZE, Dashboard, fill, header, polled, queued, states, tile_text, until
 
 WAIT_S = 15.0
-
-
-@pytest.fixture
-async def agent(tmp_path):
-    async with running(Agent(tmp_path)) as a:
-        yield a
 
 
 async def test_through_the_agent_the_header_names_you_and_the_socket_and_a_launch_shows(agent, client):
@@ -45,8 +37,8 @@ async def test_through_the_agent_the_header_names_you_and_the_socket_and_a_launc
         await fill(pilot, app.screen, "cards", "2")
         await fill(pilot, app.screen, "run-id", "via-agent")
         await pilot.press("enter")
-        await until(pilot, lambda: app.heard("Launched: via-agent got cards 0,1."), "the launch")
-        await until(pilot, lambda: states(app)[:2] == ["job", "job"], "the job on its cards")
+        await until_pilot(pilot, lambda: app.heard("Launched: via-agent got cards 0,1."), "the launch")
+        await until_pilot(pilot, lambda: states(app)[:2] == ["job", "job"], "the job on its cards")
         [job] = app.snapshot.jobs
         assert job.owner == "root"  # the kernel's name for the asker
         assert "via-agent" in tile_text(app, 0)
@@ -56,13 +48,13 @@ async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_r
     await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="survivor"))
     app = Dashboard(client, default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.snapshot and states(app)[0] == "job", "the running job")
+        await until_pilot(pilot, lambda: app.snapshot and states(app)[0] == "job", "the running job")
         assert "FREE" in tile_text(app, 1)
 
         agent.stop.set()
         await asyncio.wait_for(agent.task, WAIT_S)
         banner = app.query_one("#stale-banner")
-        await until(pilot, lambda: banner.has_class("-shown"), "the banner")
+        await until_pilot(pilot, lambda: banner.has_class("-shown"), "the banner")
         text = str(banner.render())
         assert text.startswith("agent not answering since ") and f"no agent answers at {agent.socket}" in text
         assert "it reconnects by itself" in text
@@ -78,13 +70,13 @@ async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_r
 
         agent.stop = asyncio.Event()
         await agent.start()  # the same socket, a new agent: the dashboard finds it by itself
-        await until(pilot, lambda: not banner.has_class("-shown"), "the dashboard to reconnect")
+        await until_pilot(pilot, lambda: not banner.has_class("-shown"), "the dashboard to reconnect")
         assert app.stale_since is None and "reconnecting" not in header(app)
         assert "survivor" in tile_text(app, 0) and "FREE" in tile_text(app, 1)
         await pilot.press("l")
         await fill(pilot, app.screen, "run-id", "after-the-restart")
         await pilot.press("enter")
-        await until(pilot, lambda: app.heard("Launched: after-the-restart got card 1."), "a launch once back")
+        await until_pilot(pilot, lambda: app.heard("Launched: after-the-restart got card 1."), "a launch once back")
 
 
 async def test_with_the_log_open_the_agent_still_stops_at_once_and_the_log_follows_the_next_one(agent, client):
@@ -95,17 +87,18 @@ async def test_with_the_log_open_the_agent_still_stops_at_once_and_the_log_follo
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
-        await until(pilot, lambda: any("before the restart" in e["message"] for e in app.node_log.entries), "the log")
+        await until_pilot(pilot, lambda: any("before the restart" in e["message"] for e in app.node_log.entries),
+                          "the log")
 
         agent.stop.set()
         await asyncio.wait_for(agent.task, WAIT_S)  # not held up by the dashboard's stream
-        await until(pilot, lambda: app.node_log.problem is not None, "the pane to say it is not following")
+        await until_pilot(pilot, lambda: app.node_log.problem is not None, "the pane to say it is not following")
 
         agent.stop = asyncio.Event()
         await agent.start()
         await client.drain(5, "after the restart")
-        await until(pilot, lambda: any("after the restart" in e["message"] for e in app.node_log.entries),
-                    "the log followed again, from the new agent")
+        await until_pilot(pilot, lambda: any("after the restart" in e["message"] for e in app.node_log.entries),
+                          "the log followed again, from the new agent")
         assert app.node_log.problem is None
         assert [e["message"] for e in app.node_log.entries].count("card 3 drained by root: before the restart") == 1
 
@@ -116,42 +109,34 @@ async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await app._enqueue(LaunchRequest(cards=1, command=("sleep", "60"), run_id="later"))
-        await until(pilot, lambda: queued(app) == ["later"], "the launch in the agent's queue")
+        await until_pilot(pilot, lambda: queued(app) == ["later"], "the launch in the agent's queue")
         assert app.heard("The node's agent keeps it, with or without this dashboard.")
         await pilot.press("q")
         assert not isinstance(app.screen, ConfirmScreen), "quitting asked, though the agent keeps the queue"
         assert app.return_code == 0
     assert [q.run_id for q in await client.queued()] == ["later"], "the queue went with the dashboard"
     await client.stop("everything")
-    for _ in range(int(WAIT_S / 0.1)):
-        if any(j.run_id == "later" and j.live for j in (await client.status()).snapshot.jobs):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the queued launch never started after the dashboard quit")
+    async def started() -> bool:
+        return any(j.run_id == "later" and j.live for j in (await client.status()).snapshot.jobs)
+
+    await until_async(started, "the queued launch to start after the dashboard quit", every=0.1)
 
 
 # -- the agent as its own process, and other accounts ----------------------------------
 
 
-@pytest.fixture
-def shared(accounts):
-    with shared_node(accounts, "tpn-tui-") as n:
-        yield n
-
-
-async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_exports(shared):
-    node = AgentNode(shared.socket)
+async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_exports(shared_node):
+    node = AgentNode(shared_node.socket)
     app = Dashboard(node, default_command=("sleep", "60"))
     try:
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app)
-            assert f"agent at {shared.socket}" in header(app)
+            assert f"agent at {shared_node.socket}" in header(app)
             await pilot.press("l")
             await fill(pilot, app.screen, "cards", "2")
             await fill(pilot, app.screen, "run-id", "real-agent")
             await pilot.press("enter")
-            await until(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on its cards")
+            await until_pilot(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on its cards")
             assert app.heard("Launched: real-agent got cards 0,1.")
             assert "export CUDA_VISIBLE_DEVICES=0,1" in str(app.query_one("#detail-text").render())
     finally:
@@ -196,22 +181,22 @@ AS_ACCOUNT = textwrap.dedent('''
 ''')
 
 
-def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared, accounts):
+def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared_node, accounts):
     alice, bob = accounts.alice, accounts.bob
-    assert shared.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
-    script = shared.root / "dashboard_as.py"
+    assert shared_node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
+    script = shared_node.root / "dashboard_as.py"
     script.write_text(AS_ACCOUNT)
     script.chmod(0o644)
-    done = bob.run([runnable().python, str(script), str(shared.socket)], env=shared.env(bob), timeout=90)
+    done = bob.run([runnable().python, str(script), str(shared_node.socket)], env=shared_node.env(bob), timeout=90)
     assert done.returncode == 0, done.stderr[-3000:]
     shown = json.loads(done.stdout.strip().splitlines()[-1])
     who = shown["header"].splitlines()[1].strip()
-    assert who == f"{bob.name} │ agent at {shared.socket}", who  # not an operator: no "operator"
+    assert who == f"{bob.name} │ agent at {shared_node.socket}", who  # not an operator: no "operator"
     assert shown["stop offered"] is False and shown["extend offered"] is False
     [refusal] = [m for m in shown["said"] if "allowed" in m]
     assert refusal.startswith("Not allowed to stop a-rsv: card 0 is held by a-rsv of ")
     assert f"only {alice.name} or an operator (root, group {accounts.operators_group}) may stop it" in refusal
-    assert shared.status(alice)["jobs"][0]["status"] == "running"
+    assert shared_node.status(alice)["jobs"][0]["status"] == "running"
 
 
 def test_the_dashboard_told_to_use_an_agent_that_does_not_answer_says_so_in_one_line(tmp_path):

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from helpers.waiting import until_pilot
 from tpnode_tui.cli import main
 from tpnode_tui.demo import DEMO_COMMAND, start_demo
 from tpnode_tui.node.demo import DemoScene
@@ -13,8 +14,6 @@ from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.tiles import CardGrid
-
-WAIT_S = 15.0
 
 
 @pytest.fixture
@@ -27,13 +26,6 @@ async def demo_app(tmp_path):
     await scene.stop_jobs()
     await node.close()
     demo.close()
-
-
-async def until(pilot, condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.05)
 
 
 def opened(app: NodeDashboard) -> bool:
@@ -52,13 +44,13 @@ def queued(app: NodeDashboard) -> list[str]:
 async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
     app = demo_app
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: opened(app), "the demo's opening job and reservation")
-        await until(pilot, lambda: card(app, 7).state == "drained", "the opening XID to drain card 7")
+        await until_pilot(pilot, lambda: opened(app), "the demo's opening job and reservation")
+        await until_pilot(pilot, lambda: card(app, 7).state == "drained", "the opening XID to drain card 7")
         states = [c.state for c in app.snapshot.cards]
         assert {"job", "reservation", "external", "unhealthy", "drained", "free", "mig"} <= set(states), states
         assert app.you is not None and app.you.operator, "whoever runs the demo operates its node"
 
-        await until(pilot, lambda: card(app, 0).holders, "the job's process on its cards")
+        await until_pilot(pilot, lambda: card(app, 0).holders, "the job's process on its cards")
         [worker] = card(app, 0).holders
         assert worker.belongs == "holder" and "tpnode_tui.demo train" in worker.command
 
@@ -88,44 +80,44 @@ async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
             ("1c.3g.71gb", "external"), ("2c.3g.71gb", "shared"), ("2g.35gb", "free"), ("1g.18gb", "job"),
             ("1g.18gb", "free")]
         assert split.slices[3].run_id == "demo-notebook" and split.slices[3].job.owner == "bob"
-        await until(pilot, lambda: card(app, 1).slices[3].holders, "the notebook's process on its slice")
+        await until_pilot(pilot, lambda: card(app, 1).slices[3].holders, "the notebook's process on its slice")
         [notebook] = card(app, 1).slices[3].holders
         assert notebook.belongs == "holder" and "tpnode_tui.demo train" in notebook.command
-        await until(pilot, lambda: "2 of 5 MIG slices free" in app.query_one("#card-1").render().plain,
-                    "the MIG card's tile to show its slices")
+        await until_pilot(pilot, lambda: "2 of 5 MIG slices free" in app.query_one("#card-1").render().plain,
+                          "the MIG card's tile to show its slices")
         assert " MIG " in app.query_one("#card-1").render().plain
 
         assert card(app, 6).state == "unhealthy" and "row remapping" in card(app, 6).reason
         assert "row remapping" in app.query_one("#card-6").render().plain
 
         seen = {card(app, 0).facts.utilization_pct}
-        await until(pilot, lambda: seen.add(card(app, 0).facts.utilization_pct) or len(seen) > 1,
-                    "the job's utilisation to move")
+        await until_pilot(pilot, lambda: seen.add(card(app, 0).facts.utilization_pct) or len(seen) > 1,
+                          "the job's utilisation to move")
 
 
 async def test_the_demo_keys_toggle_probe_blind_an_outside_user_and_raise_an_xid(demo_app):
     app = demo_app
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: opened(app), "the demo to open")
+        await until_pilot(pilot, lambda: opened(app), "the demo to open")
         free = [c.index for c in app.snapshot.cards if c.state == "free"]
         assert free
 
         await pilot.press("b")
-        await until(pilot, lambda: app.query_one("#blind-banner").has_class("-shown"), "the blind banner")
-        await until(pilot, lambda: card(app, free[0]).state == "unverified", "unverified cards")
+        await until_pilot(pilot, lambda: app.query_one("#blind-banner").has_class("-shown"), "the blind banner")
+        await until_pilot(pilot, lambda: card(app, free[0]).state == "unverified", "unverified cards")
         assert not [c for c in app.snapshot.cards if c.state == "free"]
         await pilot.press("b")
-        await until(pilot, lambda: card(app, free[0]).state == "free", "the probe to see again")
+        await until_pilot(pilot, lambda: card(app, free[0]).state == "free", "the probe to see again")
 
         app.query_one(CardGrid).select(free[0])
         await pilot.press("x")
-        await until(pilot, lambda: card(app, free[0]).state == "external", "an outside user")
+        await until_pilot(pilot, lambda: card(app, free[0]).state == "external", "an outside user")
         assert card(app, free[0]).holders[0].pid == app.demo.squatter.pid
         await pilot.press("x")
-        await until(pilot, lambda: card(app, free[0]).state == "free", "the outside user to leave")
+        await until_pilot(pilot, lambda: card(app, free[0]).state == "free", "the outside user to leave")
 
         await pilot.press("X")
-        await until(pilot, lambda: card(app, free[0]).state == "drained", "the XID to drain the card")
+        await until_pilot(pilot, lambda: card(app, free[0]).state == "drained", "the XID to drain the card")
         drain = card(app, free[0]).drain
         assert drain.source == "xid" and drain.xid == 48 and "double bit ECC error" in drain.reason
 
@@ -133,11 +125,11 @@ async def test_the_demo_keys_toggle_probe_blind_an_outside_user_and_raise_an_xid
 async def test_an_empty_command_in_the_demo_runs_the_demo_workload(demo_app):
     app = demo_app
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: opened(app), "the demo to open")
+        await until_pilot(pilot, lambda: opened(app), "the demo to open")
         await pilot.press("l")
         app.screen.query_one("#run-id").value = "demo-default"
         await pilot.press("enter")
-        await until(pilot, lambda: any(j.run_id == "demo-default" for j in app.snapshot.jobs), "the launch")
+        await until_pilot(pilot, lambda: any(j.run_id == "demo-default" for j in app.snapshot.jobs), "the launch")
         [job] = [j for j in app.snapshot.jobs if j.run_id == "demo-default"]
         assert job.command == DEMO_COMMAND and job.live
 
@@ -145,9 +137,9 @@ async def test_an_empty_command_in_the_demo_runs_the_demo_workload(demo_app):
 async def test_while_probe_blind_a_launch_can_be_queued_and_starts_once_the_probe_works(demo_app):
     app = demo_app
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: opened(app), "the demo to open")
+        await until_pilot(pilot, lambda: opened(app), "the demo to open")
         await pilot.press("b")
-        await until(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "probe-blind")
+        await until_pilot(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "probe-blind")
         assert "launches wait until the probe works again" in str(app.query_one("#blind-banner").render())
 
         await pilot.press("l")
@@ -155,20 +147,20 @@ async def test_while_probe_blind_a_launch_can_be_queued_and_starts_once_the_prob
         assert "no card can be checked free" in context and "a launch waits until the probe works" in context
         app.screen.query_one("#run-id").value = "after-the-probe"
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the queue offer")
+        await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the queue offer")
         offer = str(app.screen.query_one(".dialog-body").render())
         assert "cannot be probed" in offer and "TUNEPLANE_ALLOW_UNVERIFIED=true" in offer, offer
         assert "starts by itself once the probe works again and 1 card can be checked free" in offer, offer
         await pilot.press("y")
-        await until(pilot, lambda: queued(app) == ["after-the-probe"], "the launch in the node's queue")
+        await until_pilot(pilot, lambda: queued(app) == ["after-the-probe"], "the launch in the node's queue")
         readings = app.readings
-        await until(pilot, lambda: app.readings >= readings + 3, "three readings while blind")
+        await until_pilot(pilot, lambda: app.readings >= readings + 3, "three readings while blind")
         assert queued(app) == ["after-the-probe"], "a queued launch left the queue while the node was blind"
         assert all(j.run_id != "after-the-probe" for j in app.snapshot.jobs), "started on unverified cards"
 
         await pilot.press("b")
-        await until(pilot, lambda: any(j.run_id == "after-the-probe" and j.live for j in app.snapshot.jobs),
-                    "the queued launch once the probe sees again")
+        await until_pilot(pilot, lambda: any(j.run_id == "after-the-probe" and j.live for j in app.snapshot.jobs),
+                          "the queued launch once the probe sees again")
         [placed] = [c for c in app.snapshot.cards if c.run_id == "after-the-probe"]
         assert placed.state == "job"
 

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 
 import pytest
 
-from fleet_tools import T, job, node_snapshot
+from helpers.fleet import T, job, node_snapshot
 from tpnode_tui.model import NodeSnapshot
 from tpnode_tui.port import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.tui.events import EVENTS_KEPT

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from fleet_tools import job, node_snapshot
+from helpers.fleet import job, node_snapshot
 from tpnode_tui.model import CardView, Drain, HolderInfo, JobState, QueuedLaunch
 from tpnode_tui.tui.actions import ACTIONS, BINDINGS, BY_NAME, Situation, help_lines
 from tpnode_tui.tui.app import NodeDashboard

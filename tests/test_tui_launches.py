@@ -2,7 +2,7 @@
 
 The launch tracker (tpnode_tui/tui/launches.py) is a plain object: these
 tests hand it the node's answers and snapshots (made by the real occupancy
-rules, tests/fleet_tools.py) and read what it decides: what to offer, what
+rules, tests/helpers/fleet.py) and read what it decides: what to offer, what
 to say, and what to leave unsaid.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import replace
 from typing import Awaitable, TypeVar
 
-from fleet_tools import T, job, node_snapshot
+from helpers.fleet import T, job, node_snapshot
 from tpnode_tui.model import NoCapacity, NotAllowed, QueuedLaunch
 from tpnode_tui.port import Cancelled
 from tpnode_tui.tui.launches import (

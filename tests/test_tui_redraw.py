@@ -7,39 +7,29 @@ appears on the selected card) still reaches the tile and the footer.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from helpers.dashboard import SIZE, DashboardNode, polled
+from helpers.waiting import until_pilot
 from tpnode_tui.model import JobSpec
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.tiles import CardTile
-from tui_tools import Node
-
-WAIT_S = 15.0
-SIZE = (120, 40)
 
 
 @pytest.fixture
-async def node(tmp_path: Path):
-    n = Node(tmp_path, 4)
+async def service_node(tmp_path: Path):
+    n = DashboardNode(tmp_path, 4)
     yield n
     await n.close()
 
 
-async def until(pilot, condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.05)
-
-
 async def polls(pilot, app: NodeDashboard, n: int) -> None:
-    target = app.readings + n
-    await until(pilot, lambda: app.readings >= target, f"{n} readings")
+    """n more readings, and what they drew."""
+    await polled(pilot, app, n)
     await pilot.pause()
 
 
@@ -47,7 +37,7 @@ def footer_actions(app: NodeDashboard) -> set[str]:
     return {key.action for key in app.query(FooterKey)}
 
 
-async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(node, monkeypatch):
+async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(service_node, monkeypatch):
     rebuilt: list[object] = []
     painted: list[int] = []
     recompose, render = Footer.recompose, CardTile.render
@@ -62,7 +52,7 @@ async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(n
 
     monkeypatch.setattr(Footer, "recompose", counting_recompose)
     monkeypatch.setattr(CardTile, "render", counting_render)
-    app = node.app()
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polls(pilot, app, 2)
         assert painted, "the tiles were drawn at least once"
@@ -73,14 +63,14 @@ async def test_polls_that_change_nothing_rebuild_no_footer_and_repaint_no_tile(n
         assert painted == [], "an idle poll repainted tiles whose text had not changed"
 
 
-async def test_a_job_that_appears_between_polls_reaches_the_tile_and_the_footer(node):
-    app = node.app()
+async def test_a_job_that_appears_between_polls_reaches_the_tile_and_the_footer(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polls(pilot, app, 2)
         assert "stop" not in footer_actions(app), "nothing to stop on a free card"
         assert "launch" in footer_actions(app)
-        await node.allocator.launch(JobSpec(run_id="appears", cards=1, command=("sleep", "60"), owner="tester"))
-        await until(pilot, lambda: "stop" in footer_actions(app), "the footer to offer Stop")
+        await service_node.allocator.launch(JobSpec(run_id="appears", cards=1, command=("sleep", "60"), owner="tester"))
+        await until_pilot(pilot, lambda: "stop" in footer_actions(app), "the footer to offer Stop")
         tile = app.query_one("#card-0", CardTile)
         assert "appears" in tile.render().plain
         assert app.query_one("#card-0").has_class("state-job")

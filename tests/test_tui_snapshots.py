@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 import pytest
 
+from helpers.waiting import until_pilot
 from tpnode_tui.demo import scene as demo_scene
 from tpnode_tui.model import (
     EXTERNAL,
@@ -229,17 +230,17 @@ def history_settled(app: NodeDashboard) -> bool:
 
 async def first_poll(pilot) -> None:
     """Until the first reading is shown, and the history fetched after it."""
-    while pilot.app.readings < 1 and pilot.app.stale_since is None:
-        await pilot.pause(0.02)
-    while pilot.app.snapshot is not None and not history_settled(pilot.app):
-        await pilot.pause(0.02)
+    await until_pilot(pilot, lambda: pilot.app.readings >= 1 or pilot.app.stale_since is not None,
+                      "the first reading", every=0.02)
+    await until_pilot(pilot, lambda: pilot.app.snapshot is None or history_settled(pilot.app),
+                      "the history after it", every=0.02)
     await pilot.pause()
 
 
 def readings(n: int):
     async def wait(pilot) -> None:
-        while pilot.app.readings < n or not history_settled(pilot.app):
-            await pilot.pause(0.02)
+        await until_pilot(pilot, lambda: pilot.app.readings >= n and history_settled(pilot.app),
+                          f"{n} readings and the history", every=0.02)
         await pilot.pause(0.05)
     return wait
 
@@ -287,8 +288,8 @@ class TestCannotSee:
         app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path))), gone=gone), demo=False)
 
         async def gone_away(pilot) -> None:
-            while pilot.app.stale_since is None or not history_settled(pilot.app):
-                await pilot.pause(0.02)
+            await until_pilot(pilot, lambda: pilot.app.stale_since is not None and history_settled(pilot.app),
+                              "the agent gone, and the history", every=0.02)
             await pilot.pause(0.05)
 
         assert snap_compare(app, terminal_size=SIZE, run_before=gone_away)
@@ -389,8 +390,7 @@ class TestTriage:
         async def asked(pilot) -> None:
             await first_poll(pilot)
             await pilot.press(*["right"] * 3, "k")
-            while not isinstance(pilot.app.screen, ConfirmScreen):
-                await pilot.pause(0.02)
+            await until_pilot(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen), "the question", every=0.02)
             await pilot.pause()
 
         assert snap_compare(app, terminal_size=SIZE, run_before=asked)

@@ -10,7 +10,6 @@ test names someone else.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import subprocess
 import sys
@@ -21,7 +20,9 @@ import pytest
 from rich.console import Console
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 
-from tpnode_tui.identity import Caller
+from helpers.callers import BOB
+from helpers.dashboard import SIZE, Dashboard, DashboardNode, fill, polled, states, tile_text
+from helpers.waiting import until_pilot
 from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, NotAllowed, Sample
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port import AgentUnavailable
@@ -31,7 +32,6 @@ from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.drain import DrainScreen
 from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns, padded, squeeze, summary
 from tpnode_tui.tui.tiles import CardGrid
-from tui_tools import SIZE, Dashboard, Node, fill, polled, states, tile_text, until
 
 #: records that it got SIGTERM, and goes on: it needs SIGKILL to end
 STUBBORN = ("import pathlib, signal, sys, time\n"
@@ -43,24 +43,15 @@ STUBBORN = ("import pathlib, signal, sys, time\n"
 
 
 @pytest.fixture
-async def node(tmp_path):
-    n = Node(tmp_path, 4, evict_grace_s="0.5")
+async def service_node(tmp_path):
+    n = DashboardNode(tmp_path, 4, evict_grace_s="0.5")
     yield n
     await n.close()
 
 
-def edit_scene(node: Node, index: int, **card) -> None:
-    """What the driver says of card ``index`` from now on (the file is replaced whole)."""
-    data = json.loads(node.scene.read_text())
-    data["cards"][index].update(card)
-    tmp = node.scene.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(node.scene)
-
-
-def on_card(node: Node, index: int, *pids: int) -> None:
-    edit_scene(node, index, processes=[{"pid": pid, "used_memory_mib": 4096} for pid in pids],
-               memory_used_mib=4096 * len(pids) + 512 if pids else 1)
+def on_card(node: DashboardNode, index: int, *pids: int) -> None:
+    node.edit(index, processes=[{"pid": pid, "used_memory_mib": 4096} for pid in pids],
+              memory_used_mib=4096 * len(pids) + 512 if pids else 1)
 
 
 async def select(pilot, app: Dashboard, index: int) -> None:
@@ -83,8 +74,8 @@ def footer_actions(app: Dashboard) -> set[str]:
 # -- drain and undrain ------------------------------------------------------------
 
 
-async def test_drain_asks_why_and_the_card_says_reason_who_and_when(node):
-    app = node.app()
+async def test_drain_asks_why_and_the_card_says_reason_who_and_when(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await select(pilot, app, 1)
@@ -95,7 +86,7 @@ async def test_drain_asks_why_and_the_card_says_reason_who_and_when(node):
         assert app.screen is screen and "say why" in str(screen.query_one("#reason-error").render())
         await fill(pilot, screen, "reason", "fan failing, RMA 4411")
         await pilot.press("enter")
-        await until(pilot, lambda: states(app)[1] == "drained", "card 1 drained")
+        await until_pilot(pilot, lambda: states(app)[1] == "drained", "card 1 drained")
         assert app.heard("Drained: Card 1 is out of service: fan failing, RMA 4411")
         assert "DRAINED" in tile_text(app, 1) and "fan failing" in tile_text(app, 1)
         assert "by root" in tile_text(app, 1)
@@ -108,10 +99,10 @@ async def test_drain_asks_why_and_the_card_says_reason_who_and_when(node):
         assert states(app)[1] == "drained", "a drained card must stay out of service"
 
 
-async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_problem(node):
-    await node.local.drain(2, "row remapping: reset in the maintenance window")
-    edit_scene(node, 2, health={"row_remap_pending": True})
-    app = node.app()
+async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_problem(service_node):
+    await service_node.local.drain(2, "row remapping: reset in the maintenance window")
+    service_node.edit(2, health={"row_remap_pending": True})
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await select(pilot, app, 2)
@@ -120,55 +111,55 @@ async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_p
         assert isinstance(app.screen, ConfirmScreen)
         assert "row remapping: reset in the maintenance window" in dialog(app)
         await pilot.press("y")
-        await until(pilot, lambda: app.heard("Card 2 stays drained: card 2 stays drained: it still reports row "
+        await until_pilot(pilot, lambda: app.heard("Card 2 stays drained: card 2 stays drained: it still reports row "
                                              "remapping pending"), "the node's refusal")
         await polled(pilot, app)
         assert states(app)[2] == "drained"
 
-        edit_scene(node, 2, health={})
+        service_node.edit(2, health={})
         await polled(pilot, app, 2)
         await pilot.press("u")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         await pilot.press("y")
-        await until(pilot, lambda: states(app)[2] == "free", "card 2 back in service")
+        await until_pilot(pilot, lambda: states(app)[2] == "free", "card 2 back in service")
         assert app.heard("Undrained: Card 2 is back in service (it was drained by root: row remapping")
 
 
 # -- evict ------------------------------------------------------------------------------
 
 
-async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_before_sigkill(node, tmp_path):
+async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_before_sigkill(service_node, tmp_path):
     marker = tmp_path / "got-sigterm"
-    node.state.mkdir()  # where the node keeps its log (the first launch would make it)
+    service_node.state.mkdir()  # where the node keeps its log (the first launch would make it)
     stubborn = subprocess.Popen([sys.executable, "-c", STUBBORN, str(marker)], stdout=subprocess.PIPE, text=True)
     try:
         assert stubborn.stdout.readline().strip() == "ready"
-        on_card(node, 2, stubborn.pid)
-        app = node.app()
+        on_card(service_node, 2, stubborn.pid)
+        app = service_node.app()
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app, 2)
             await select(pilot, app, 2)
             assert app.snapshot.cards[2].state == "external"
             await pilot.press("k")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the dry run's list")
+            await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the dry run's list")
             asked = dialog(app)
             assert f"pid {stubborn.pid} · root" in asked and "card 2, external" in asked, asked
             assert "would be sent SIGTERM" in asked
             assert not marker.exists(), "the dry run signalled the process"
 
             await pilot.press("y")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Kill what is left on card 2?"
-                        in str(app.screen.query_one(".dialog-title").render()), "the SIGKILL question")
+            await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Kill what is left on card 2?"
+                              in str(app.screen.query_one(".dialog-title").render()), "the SIGKILL question")
             assert marker.read_text() == "TERM"
             assert stubborn.poll() is None, "only SIGTERM was sent so far"
             assert "did not end within 0.5 s of SIGTERM" in dialog(app)
 
             await pilot.press("y")
-            await until(pilot, lambda: stubborn.poll() is not None, "the process to be killed")
+            await until_pilot(pilot, lambda: stubborn.poll() is not None, "the process to be killed")
             assert stubborn.returncode == -signal.SIGKILL
-            await until(pilot, lambda: app.heard("killed with SIGKILL"), "the outcome")
+            await until_pilot(pilot, lambda: app.heard("killed with SIGKILL"), "the outcome")
             assert app.heard(f"pid {stubborn.pid} (root, ")
-            logged = [e for e in await node.local.events(card=2) if e["kind"] == "evict"]
+            logged = [e for e in await service_node.local.events(card=2) if e["kind"] == "evict"]
             assert [e["outcome"] for e in logged] == ["running", "killed"], logged
     finally:
         if stubborn.poll() is None:
@@ -176,14 +167,14 @@ async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_befo
         stubborn.wait()
 
 
-async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypatch):
+async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(service_node, monkeypatch):
     """Through an agent a dry run takes a moment; a second press must not stack a second question."""
     squatter = subprocess.Popen(["sleep", "300"])
     try:
-        on_card(node, 1, squatter.pid)
-        app = node.app()
+        on_card(service_node, 1, squatter.pid)
+        app = service_node.app()
         dry_runs: list[int] = []
-        evict = node.local.evict
+        evict = service_node.local.evict
 
         async def slow(card, pid=None, **kw):
             if kw.get("dry_run"):
@@ -191,7 +182,7 @@ async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypa
                 await asyncio.sleep(0.5)
             return await evict(card, pid, **kw)
 
-        monkeypatch.setattr(node.local, "evict", slow)
+        monkeypatch.setattr(service_node.local, "evict", slow)
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app, 2)
             await select(pilot, app, 1)
@@ -199,7 +190,7 @@ async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypa
             await pilot.pause(0.1)
             assert app.check_action("evict", ()) is False, "not offered while its question is on its way"
             await pilot.press("k")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+            await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
             await pilot.pause(0.7)
             assert len(app.screen_stack) == 2 and dry_runs == [1], (app.screen_stack, dry_runs)
             await pilot.press("n")
@@ -211,8 +202,9 @@ async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(node, monkeypa
         squatter.wait()
 
 
-async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_anything_is_written(node, monkeypatch):
-    follow = node.local.follow_events
+async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_anything_is_written(service_node,
+                                                                                                    monkeypatch):
+    follow = service_node.local.follow_events
     calls: list[int] = []
 
     async def flaky(card=None, since_s=None, opened=None):
@@ -222,34 +214,34 @@ async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_
         async for entry in follow(card=card, since_s=None, opened=opened):  # a quiet log: nothing in the hour
             yield entry
 
-    monkeypatch.setattr(node.local, "follow_events", flaky)
-    app = node.app(reconnect_s=(0.2, 0.2))
+    monkeypatch.setattr(service_node.local, "follow_events", flaky)
+    app = service_node.app(reconnect_s=(0.2, 0.2))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
-        await until(pilot, lambda: "it went away" in pane_text(app), "the problem while it lasts")
-        await until(pilot, lambda: len(calls) >= 2 and "it went away" not in pane_text(app), "following again")
-        await node.local.drain(2, "after the reconnect")
-        await until(pilot, lambda: "after the reconnect" in pane_text(app), "a new entry")
+        await until_pilot(pilot, lambda: "it went away" in pane_text(app), "the problem while it lasts")
+        await until_pilot(pilot, lambda: len(calls) >= 2 and "it went away" not in pane_text(app), "following again")
+        await service_node.local.drain(2, "after the reconnect")
+        await until_pilot(pilot, lambda: "after the reconnect" in pane_text(app), "a new entry")
 
 
-async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signalled(node):
+async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signalled(service_node):
     unseen = 3_999_999
     while psutil.pid_exists(unseen):
         unseen -= 1
-    job = await node.launch("mine", 1)  # card 0, the test's own platform job
-    on_card(node, 0, job.job.pid)
-    on_card(node, 3, 1, unseen)
-    app = node.app()
+    job = await service_node.place("mine", 1)  # card 0, the test's own platform job
+    on_card(service_node, 0, job.job.pid)
+    on_card(service_node, 3, 1, unseen)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 2)
         await pilot.press("k")
-        await until(pilot, lambda: app.heard("Nothing to evict on card 0"), "the refusal for card 0")
+        await until_pilot(pilot, lambda: app.heard("Nothing to evict on card 0"), "the refusal for card 0")
         assert app.heard(f"pid {job.job.pid} is part of platform job mine on card 0; end the job with: "
                          "tpnode-tui stop mine")
         await select(pilot, app, 3)
         await pilot.press("k")
-        await until(pilot, lambda: app.heard("Nothing to evict on card 3"), "the refusal for card 3")
+        await until_pilot(pilot, lambda: app.heard("Nothing to evict on card 3"), "the refusal for card 3")
         assert app.heard("pid 1 is the system's init process; it is never evicted")
         assert app.heard(f"pid {unseen} cannot be looked at from this machine")
         assert not isinstance(app.screen, ConfirmScreen), "nothing to confirm"
@@ -270,11 +262,10 @@ def test_each_process_is_marked_whose_it_is_and_a_container_is_named_by_name_and
 # -- who is offered what ------------------------------------------------------------------
 
 
-async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evict(node):
-    await node.local.drain(1, "fan failing")
-    on_card(node, 2, 1)
-    bob = Caller(uid=61234, gid=61234, user="bob")
-    app = Dashboard(LocalNode(node.local.service, bob), default_command=("sleep", "60"))
+async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evict(service_node):
+    await service_node.local.drain(1, "fan failing")
+    on_card(service_node, 2, 1)
+    app = Dashboard(LocalNode(service_node.local.service, BOB), default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 2)
         for index in (0, 1, 2):
@@ -312,37 +303,37 @@ def pane_text(app: Dashboard) -> str:
     return capture.get()
 
 
-async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_selected_card(node):
-    app = node.app()
+async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_selected_card(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await node.local.drain(3, "first")
+        await service_node.local.drain(3, "first")
         await pilot.press("e")
         pane = app.query_one(EventsPane)
         assert pane.display and not app.query_one("#jobs").display, "the log takes the jobs table's place"
-        await until(pilot, lambda: "card 3 drained by root: first" in pane_text(app), "the hour so far")
+        await until_pilot(pilot, lambda: "card 3 drained by root: first" in pane_text(app), "the hour so far")
 
-        await node.local.drain(1, "second \x1b[2J [/] [@click=quit]")  # another account's words, escaped
-        await until(pilot, lambda: "second" in pane_text(app), "a new entry as it is written")
+        await service_node.local.drain(1, "second \x1b[2J [/] [@click=quit]")  # another account's words, escaped
+        await until_pilot(pilot, lambda: "second" in pane_text(app), "a new entry as it is written")
         text = pane_text(app)
         assert text.index("second") < text.index("first"), "newest first"
         assert "\\x1b[2J [/] [@click=quit]" in text and "\x1b" not in text
 
         await select(pilot, app, 3)
         await pilot.press("f")
-        await until(pilot, lambda: app.node_log.card == 3 and "first" in pane_text(app)
-                    and "second" not in pane_text(app), "card 3's entries only")
+        await until_pilot(pilot, lambda: app.node_log.card == 3 and "first" in pane_text(app)
+                          and "second" not in pane_text(app), "card 3's entries only")
         assert "card 3 only" in str(pane.border_title)
         await select(pilot, app, 1)  # kept to one card: the selected one
-        await until(pilot, lambda: "second" in pane_text(app) and "first" not in pane_text(app), "card 1's")
+        await until_pilot(pilot, lambda: "second" in pane_text(app) and "first" not in pane_text(app), "card 1's")
         await pilot.press("f")
-        await until(pilot, lambda: "first" in pane_text(app) and "second" in pane_text(app), "every card again")
+        await until_pilot(pilot, lambda: "first" in pane_text(app) and "second" in pane_text(app), "every card again")
 
         rounds = EVENTS_KEPT // 4 + 5  # a busy log (four entries a round): the pane keeps the newest only
         for n in range(rounds):
-            await node.local.undrain(3)
-            await node.local.drain(3, f"again {n}")
-        await until(pilot, lambda: f"again {rounds - 1}" in pane_text(app), "the newest entry")
+            await service_node.local.undrain(3)
+            await service_node.local.drain(3, f"again {n}")
+        await until_pilot(pilot, lambda: f"again {rounds - 1}" in pane_text(app), "the newest entry")
         assert len(app.node_log.entries) == EVENTS_KEPT
 
         await pilot.press("e")
@@ -397,26 +388,26 @@ def test_a_fetched_hour_is_kept_as_a_fixed_number_of_slices_and_drawn_at_any_wid
     assert squeeze([1.0, None, 3.0, None], 2) == [1.0, 3.0] and squeeze([None, None], 1) == [None]
 
 
-async def test_history_is_fetched_when_the_selection_changes_not_every_poll(node, monkeypatch):
+async def test_history_is_fetched_when_the_selection_changes_not_every_poll(service_node, monkeypatch):
     asked: list[object] = []
-    history = node.local.history
+    history = service_node.local.history
 
     async def counted(card=None):
         asked.append(card)
         return await history(card)
 
-    monkeypatch.setattr(node.local, "history", counted)
-    edit_scene(node, 1, utilization_pct=90)
-    app = node.app()
+    monkeypatch.setattr(service_node.local, "history", counted)
+    service_node.edit(1, utilization_pct=90)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await until(pilot, lambda: app.history.fetches >= 1, "the first fetch")
+        await until_pilot(pilot, lambda: app.history.fetches >= 1, "the first fetch")
         assert asked[0] is None, "the tiles' lines: every card, once"
         await polled(pilot, app, 8)
         assert len(asked) <= 2, f"fetched {len(asked)} times in 9 polls: {asked}"
         await select(pilot, app, 1)
-        await until(pilot, lambda: 1 in asked, "card 1's history when it is selected")
-        await until(pilot, lambda: app.query_one("#spark-utilization_pct", FixedSparkline).values[-1] == 90.0,
-                    "card 1's utilisation on its line")
+        await until_pilot(pilot, lambda: 1 in asked, "card 1's history when it is selected")
+        await until_pilot(pilot, lambda: app.query_one("#spark-utilization_pct", FixedSparkline).values[-1] == 90.0,
+                          "card 1's utilisation on its line")
         assert "0-100 %" in str(app.query_one("#spark-utilization_pct-caption").render())
         assert any(bar in tile_text(app, 1) for bar in BARS), tile_text(app, 1)

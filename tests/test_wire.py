@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from load_tools import kill_process_jobs
+from helpers.load import kill_process_jobs
 from tpnode_tui.allocator import GpuAllocator
 from tpnode_tui.demo import start_demo
 from tpnode_tui.model import QueuedLaunch
@@ -202,7 +202,7 @@ def mig_doc(tmp_path_factory):
     """A node with an H200 split in five, a job on one slice, another's process on another."""
     import asyncio
 
-    from services import write_scene
+    from helpers.services import write_scene
     from tpnode_tui.config import load_settings
     from tpnode_tui.model import JobSpec
 

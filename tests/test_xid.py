@@ -1,6 +1,6 @@
 """XIDs: the catalog's verdicts, the kernel log's lines, and the watchers.
 
-The NVML watcher runs against tests/fake_pynvml.py, which delivers events,
+The NVML watcher runs against tests/helpers/nvml.py, which delivers events,
 times out and raises nvidia-ml-py's own error classes; the kernel-log
 watcher reads records written to a pipe, as they come from /dev/kmsg; the
 lines parsed are NVIDIA drivers' own, as published in NVIDIA's
@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 
 import pytest
 
-from fake_pynvml import (
+from helpers.nvml import (
     EVENT_DOUBLE_BIT_ECC,
     EVENT_GPU_UNAVAILABLE,
     EVENT_XID,
@@ -25,6 +24,7 @@ from fake_pynvml import (
     NVMLError_NotSupported,
     NVMLError_Unknown,
 )
+from helpers.waiting import until_async
 from tpnode_tui.config import DEFAULT_XID_DRAIN
 from tpnode_tui.probes import NvmlProbe, SimulatedProbe, SmiProbe
 from tpnode_tui.probes.auto import AutoProbe
@@ -149,10 +149,8 @@ class Collected:
         self.events.append(event)
 
     async def until(self, count: int, what: str) -> list:
-        deadline = time.monotonic() + WAIT_S
-        while len(self.events) < count:
-            assert time.monotonic() < deadline, f"timed out waiting for {what}; got {self.events}"
-            await asyncio.sleep(0.01)
+        """The events, once there are ``count`` of them."""
+        await until_async(lambda: len(self.events) >= count, what, show=lambda: f"got {self.events}")
         return self.events
 
 
@@ -165,10 +163,7 @@ async def nvml_watcher():
         got = Collected()
         await watcher.start(got)
         made.append(watcher)
-        deadline = time.monotonic() + WAIT_S
-        while watcher.problem is not None:
-            assert time.monotonic() < deadline, f"the watcher did not start: {watcher.problem}"
-            await asyncio.sleep(0.01)
+        await until_async(lambda: watcher.problem is None, "the watcher to start", show=lambda: watcher.problem)
         return watcher, got
 
     yield start
@@ -229,18 +224,14 @@ async def test_a_lost_gpu_is_found_by_card_and_the_rest_are_registered_again(nvm
     fake.fail_wait(NVMLError_GpuIsLost)
     [lost] = await got.until(1, "the lost card")
     assert (lost.card, lost.xid, lost.text) == (1, None, "GPU is lost")
-    deadline = time.monotonic() + WAIT_S
-    while len(fake.event_sets) < 2 or watcher.problem is not None:
-        assert time.monotonic() < deadline, "the watcher did not register again"
-        await asyncio.sleep(0.01)
+    await until_async(lambda: len(fake.event_sets) >= 2 and watcher.problem is None, "the watcher to register again")
     assert fake.event_sets[0].freed
     fake.xid(0, 62)
     await got.until(2, "an event after registering again")
     assert (got.events[-1].card, got.events[-1].xid) == (0, 62)
     fake.fail_wait(NVMLError_Unknown)  # a third registration finds card 1 lost again
-    while len(fake.event_sets) < 3 or watcher.problem is not None:
-        assert time.monotonic() < deadline, "the watcher did not register a third time"
-        await asyncio.sleep(0.01)
+    await until_async(lambda: len(fake.event_sets) >= 3 and watcher.problem is None,
+                      "the watcher to register a third time")
     fake.xid(0, 64)
     await got.until(3, "an event after the third registration")
     assert [(e.card, e.xid) for e in got.events] == [(1, None), (0, 62), (0, 64)]  # lost: said once
@@ -250,13 +241,8 @@ async def test_after_a_driver_error_the_watcher_says_so_and_registers_afresh(nvm
     fake = FakeNvml([FakeCard()])
     watcher, got = await nvml_watcher(fake)
     fake.fail_wait(NVMLError_Unknown)
-    deadline = time.monotonic() + WAIT_S
-    while len(fake.event_sets) < 2:
-        assert time.monotonic() < deadline, "the watcher did not register again"
-        await asyncio.sleep(0.01)
-    while watcher.problem is not None:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    await until_async(lambda: len(fake.event_sets) >= 2, "the watcher to register again")
+    await until_async(lambda: watcher.problem is None, "the watcher to say it watches again")
     fake.xid(0, 95)
     [event] = await got.until(1, "an event after the error")
     assert event.xid == 95
@@ -267,10 +253,7 @@ async def test_a_node_where_no_card_takes_events_says_xids_are_not_watched():
     watcher = NvmlXidWatcher(fake, wait_ms=20, retry_s=0.05)
     await watcher.start(Collected())
     try:
-        deadline = time.monotonic() + WAIT_S
-        while watcher.problem == "starting":
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
+        await until_async(lambda: watcher.problem != "starting", "the watcher to say how it started")
         assert watcher.problem == "XID events cannot be watched: no card accepts event registration"
     finally:
         await watcher.close()
@@ -312,10 +295,7 @@ async def test_an_unreadable_kernel_log_says_why_xids_are_not_watched(tmp_path):
     watcher = KmsgXidWatcher(lambda _pci: None, tmp_path / "no-such-kmsg", wait_ms=20, retry_s=0.05)
     await watcher.start(Collected())
     try:
-        deadline = time.monotonic() + WAIT_S
-        while watcher.problem == "starting":
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
+        await until_async(lambda: watcher.problem != "starting", "the watcher to say how it started")
         assert watcher.problem.startswith("XID events are not watched: cannot read ")
         assert "No such file or directory" in watcher.problem
     finally:
@@ -339,10 +319,7 @@ async def test_the_simulated_watcher_says_what_is_wrong_with_a_bad_event(tmp_pat
     got = Collected()
     await watcher.start(got)
     try:
-        deadline = time.monotonic() + WAIT_S
-        while watcher.problem is None:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
+        await until_async(lambda: watcher.problem is not None, "the watcher to name the problem")
         assert '"id" is missing' in watcher.problem and got.events == []
         reading = await SimulatedProbe(scene).read()
         assert not reading.external_probe_ok and '"id" is missing' in reading.problem

@@ -32,9 +32,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from services import unavailable
-
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import CHECKOUT
+from helpers.services import unavailable
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ def runnable() -> Runnable:
             target = site / file
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
-    shutil.copytree(ROOT / "tpnode_tui", site / "tpnode_tui", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(CHECKOUT / "tpnode_tui", site / "tpnode_tui", ignore=shutil.ignore_patterns("__pycache__"))
     bin_dir = root / "bin"
     bin_dir.mkdir()
     command = bin_dir / "tpnode-tui"

@@ -7,19 +7,20 @@ product on PATH (the session's runnable copy) and the node's agent socket.
 Each account that uses it gets a key of its own and an ``~/.ssh/config``
 entry naming the node, as a user sets up SSH to reach a machine.
 
-With ``CI=true`` an sshd that cannot be started fails the test (services.py).
+With ``CI=true`` an sshd that cannot be started fails the test (helpers/services.py).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
-from accounts import Account, runnable
-from services import free_port, unavailable
+from helpers.accounts import Account, runnable
+from helpers.services import free_port, unavailable
+from helpers.waiting import until
 
 SSHD = "/usr/sbin/sshd"
 
@@ -53,12 +54,11 @@ class Sshd:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege separation directory
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log)
-        deadline = time.monotonic() + 15
-        while not self._answers():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                unavailable(f"sshd did not start: {self.log.read_text()[-2000:]}")
-            time.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            until(lambda: self.proc.poll() is not None or self._answers(), "sshd to answer", 15, error=TimeoutError)
+        if not self._answers():
+            self.stop()
+            unavailable(f"sshd did not start: {self.log.read_text()[-2000:]}")
 
     def _answers(self) -> bool:
         with socket.socket() as s:

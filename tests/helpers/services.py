@@ -17,11 +17,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from helpers.waiting import until
 
 BUSYBOX_IMAGE = "tpnode-busybox:latest"
 BUSYBOX_APPLETS = ("sh", "sleep", "true", "false", "echo", "cat", "env", "ls")
@@ -50,15 +51,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} did not come up within {timeout:g}s")
-
-
 @dataclass
 class RedisServer:
     port: int
@@ -82,7 +74,7 @@ class RedisServer:
         if self.password:
             args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait(self._answers, 10, "redis-server")
+        until(self._answers, "redis-server to answer", 10, error=TimeoutError)
 
     def _answers(self) -> bool:
         try:
@@ -144,7 +136,7 @@ class Dockerd:
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         try:
-            _wait(self._answers, 60, "dockerd")
+            until(self._answers, "dockerd to answer", 60, error=TimeoutError)
         except TimeoutError:
             self.stop()
             raise TimeoutError("dockerd did not come up: " + self.log.read_text()[-2000:]) from None

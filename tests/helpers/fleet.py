@@ -7,19 +7,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from services import write_scene
+from helpers.paths import CHECKOUT
+from helpers.services import write_scene
+from helpers.waiting import until
 from tpnode_tui.fleet import record
 from tpnode_tui.model import CardFacts, JobState, NodeSnapshot, ProbeReading, ProcessFacts
 from tpnode_tui.occupancy import card_views, compute_occupancy
 from tpnode_tui.port import Reading
 
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def node_snapshot(cards: int = 8, *, host: str = "gpu-01", jobs: tuple[JobState, ...] = (),
@@ -94,7 +94,7 @@ class AgentProcess:
         self.log = self.dir / "agent.log"
         self.env = {
             "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8",
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": str(CHECKOUT),
             "TUNEPLANE_PROBE": f"simulated:{self.scene}", "TUNEPLANE_RUNTIME": "process",
             "TUNEPLANE_STATE_DIR": str(self.state), "TUNEPLANE_AGENT_SOCKET": str(self.socket),
             "TUNEPLANE_FLEET_URL": fleet_url, "TUNEPLANE_NODE_NAME": name,
@@ -110,11 +110,10 @@ class AgentProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tpnode_tui", "-v", "--interval", str(self.interval), "agent"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while not self.socket.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"agent {self.name} did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
+        until(lambda: self.socket.exists() or self.proc.poll() is not None, f"agent {self.name} to start", 30,
+              error=RuntimeError, show=lambda: self.log.read_text()[-3000:])
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"agent {self.name} did not start:\n{self.log.read_text()[-3000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:

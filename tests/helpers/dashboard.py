@@ -1,20 +1,16 @@
 """What the dashboard's tests share: the app that remembers what it said, a node
 served in the test's process over a simulated probe and real processes, and
-ways to wait for what an operator would see."""
+ways to read and wait for what an operator would see."""
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Callable
 
-from load_tools import kill_process_jobs
-from services import write_scene
-from tpnode_tui.config import load_settings
-from tpnode_tui.model import JobSpec
-from tpnode_tui.node.local import LocalNode
+from helpers.paths import LOCK_WORKER
+from helpers.service_node import ServiceNode
+from helpers.waiting import until_pilot
 from tpnode_tui.tui.app import NodeDashboard
 
 WAIT_S = 15.0
@@ -36,46 +32,25 @@ class Dashboard(NodeDashboard):
         return any(text in message for message, _ in self.said)
 
 
-class Node:
-    """A node served in the test's process (as the dashboard serves one without
-    an agent): the simulated probe over a scene file, the process runtime with
-    real processes in a state dir of the test's own, and the flock lock."""
+class DashboardNode(ServiceNode):
+    """A ServiceNode as the dashboard serves one without an agent (put together
+    from ``settings`` as the product does: the simulated probe over the scene,
+    the process runtime with real processes, the lock the settings name), and
+    the app over it. ``allocator`` and ``place`` are for what another account's
+    command does meanwhile."""
 
-    def __init__(self, root: Path, cards: int, **settings) -> None:
-        self.scene = write_scene(root / "node.json", cards)
-        self.state = root / "state"
-        self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
-                                      state_dir=str(self.state), lock_retry_ms="10", **settings)
-        self.local = LocalNode.from_settings(self.settings, interval=0.2)
-        #: for what another account's command would do meanwhile (launch, stop)
-        self.allocator = self.local.service.allocator
+    def __init__(self, root: Path, cards: int, **settings: str) -> None:
+        super().__init__(root, cards, assembled=True, interval=0.2, settings=settings)
 
     def app(self, **kwargs) -> Dashboard:
         kwargs.setdefault("default_command", ("sleep", "60"))
         return Dashboard(self.local, **kwargs)
 
-    async def launch(self, run_id: str, cards: int, *command: str):
-        """A job placed by someone else's command (owner "tester", no uid)."""
-        return await self.allocator.launch(JobSpec(run_id=run_id, cards=cards,
-                                                   command=command or ("sleep", "60"), owner="tester"))
-
-    async def close(self) -> None:
-        await self.local.close()
-        kill_process_jobs(self.state)  # every job the test started: this state dir is the test's own
-
-
-async def until(pilot, condition: Callable[[], object], what: str):
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, (
-            f"timed out waiting for {what}; the dashboard said {getattr(pilot.app, 'said', [])}")
-        await pilot.pause(0.05)
-
 
 async def polled(pilot, app: NodeDashboard, n: int = 1) -> None:
     """Wait for n more readings (of a successful or a failed poll) to land."""
     target = app.readings + n
-    await until(pilot, lambda: app.readings >= target, f"{n} reading(s)")
+    await until_pilot(pilot, lambda: app.readings >= target, f"{n} reading(s)")
 
 
 def tile_text(app: NodeDashboard, index: int) -> str:
@@ -123,11 +98,11 @@ async def fill(pilot, screen, field: str, value: str) -> None:
 
 
 async def hold_the_flock(state_dir: Path) -> asyncio.subprocess.Process:
-    """Another process on the node holding the allocation lock (tests/lock_worker.py)."""
+    """Another process on the node holding the allocation lock (tests/helpers/lock_worker.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
     env.update(TUNEPLANE_STATE_DIR=str(state_dir))
     holder = await asyncio.create_subprocess_exec(
-        sys.executable, str(Path(__file__).with_name("lock_worker.py")), "hold",
+        sys.executable, str(LOCK_WORKER), "hold",
         env=env, stdout=asyncio.subprocess.PIPE)
     line = await asyncio.wait_for(holder.stdout.readline(), WAIT_S)
     assert line.startswith(b"held "), f"the lock holder said {line!r}"

@@ -19,9 +19,10 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from accounts import Account, Accounts, cli_as, shared_dir
-from load_tools import BOUND_S, kill_process_jobs, wait_until
-from services import write_scene
+from helpers.accounts import Account, Accounts, cli_as, shared_dir
+from helpers.load import BOUND_S, kill_process_jobs
+from helpers.services import write_scene
+from helpers.waiting import until, until_async
 from tpnode_tui.agent.serve import serve
 from tpnode_tui.config import load_settings
 
@@ -42,11 +43,8 @@ class Agent:
 
     async def start(self) -> None:
         self.task = asyncio.ensure_future(serve(self.settings, interval=0.2, stop=self.stop))
-        deadline = asyncio.get_running_loop().time() + WAIT_S
-        while not self.socket.exists():
-            assert not self.task.done(), self.task.exception()
-            assert asyncio.get_running_loop().time() < deadline, "the agent did not start"
-            await asyncio.sleep(0.02)
+        await until_async(lambda: self.socket.exists() or self.task.done(), "the agent to start", WAIT_S)
+        assert not self.task.done(), self.task.exception()
 
     async def request(self, raw: bytes) -> tuple[int, dict]:
         """One raw HTTP exchange; the status and the JSON body."""
@@ -92,7 +90,7 @@ class SharedNode:
         with open(self.log, "ab") as log:
             self.agent = subprocess.Popen([sys.executable, "-m", "tpnode_tui", "--interval", INTERVAL, "agent"],
                                           env=env, stdout=log, stderr=log, start_new_session=True)
-        wait_until(lambda: self._answers() or self.agent.poll() is not None, "the agent to answer")
+        until(lambda: self._answers() or self.agent.poll() is not None, "the agent to answer", BOUND_S)
         assert self.agent.poll() is None, self.log.read_text()
 
     def _answers(self) -> bool:
@@ -119,6 +117,21 @@ class SharedNode:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls, accounts: Accounts, prefix: str, **settings: str) -> Iterator[SharedNode]:
+        """One started in a fresh directory every account can reach (named from
+        ``prefix``); its agent, its jobs and the directory are gone afterwards."""
+        root = shared_dir(prefix)
+        node = cls(accounts, root, **settings)
+        try:
+            node.start()
+            yield node
+        finally:
+            node.kill()
+            kill_process_jobs(node.state)
+            shutil.rmtree(root, ignore_errors=True)
+
 
 @contextlib.asynccontextmanager
 async def running(agent: Agent) -> AsyncIterator[Agent]:
@@ -131,17 +144,3 @@ async def running(agent: Agent) -> AsyncIterator[Agent]:
         await asyncio.wait_for(agent.task, WAIT_S)
         kill_process_jobs(agent.state)
 
-
-@contextlib.contextmanager
-def shared_node(accounts: Accounts, prefix: str, **settings: str) -> Iterator[SharedNode]:
-    """A SharedNode started in a fresh directory every account can reach; its
-    agent, its jobs and the directory are gone afterwards."""
-    root = shared_dir(prefix)
-    node = SharedNode(accounts, root, **settings)
-    try:
-        node.start()
-        yield node
-    finally:
-        node.kill()
-        kill_process_jobs(node.state)
-        shutil.rmtree(root, ignore_errors=True)

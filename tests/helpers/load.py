@@ -9,7 +9,7 @@ then given back would not show in a check made only at the end.
 Run as a script, this file is the CLI with a fault injected at one chosen
 moment, so that a test can ``kill -9`` it exactly there:
 
-    python tests/load_tools.py stall-at WHERE CLI-ARGS...
+    python tests/helpers/load.py stall-at WHERE CLI-ARGS...
 
 WHERE is ``state-write`` (the process runtime has written the state file's new
 version to a temporary file and not yet put it in place) or ``start`` (the
@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 PYTHON = sys.executable
 THIS_FILE = Path(__file__).resolve()
@@ -103,18 +103,6 @@ def status(env: dict[str, str]) -> dict:
     proc = cli(env, "status", "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = BOUND_S,
-               every: float = 0.05):
-    """Poll ``predicate`` until it answers something true, or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = predicate()
-        if answer:
-            return answer
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:g}s"
-        time.sleep(every)
 
 
 def shared_cards(jobs: Iterable[tuple[str, Iterable[int]]]) -> dict[int, list[str]]:
@@ -291,6 +279,14 @@ def kill_process_jobs(state_dir: Path) -> None:
         remove_cgroup(cgroup)
 
 
+def end_processes(procs: Iterable[subprocess.Popen]) -> None:
+    """SIGKILL each process a test started that still runs, and reap it."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 # ── the CLI with a fault, for kill -9 at a chosen moment ─────────────────────
 
 
@@ -328,7 +324,7 @@ def _inject(where: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] != "stall-at":
-        raise SystemExit("usage: load_tools.py stall-at state-write|start CLI-ARGS...")
+        raise SystemExit("usage: load.py stall-at state-write|start CLI-ARGS...")
     _inject(sys.argv[2])
     from tpnode_tui.cli import main
 
