@@ -180,13 +180,13 @@ def test_a_launch_given_up_over_ssh_is_cancelled_at_the_agent_and_nothing_is_pla
     bob = accounts.bob
     holder = subprocess.Popen(["flock", str(node.state / "alloc.lock"), "sleep", "4"])
     try:
-        wait_until(lambda: node.status(bob)["lock_state"], "the allocation lock to be held")
+        until(lambda: node.status(bob)["lock_state"], "the allocation lock to be held")
         done = over_ssh(bob, "launch", "--cards", "1", "--run-id", "waitssh", "--wait", "1", "--", "sleep", "300")
         assert done.returncode == 75, done.stderr
         assert "was not placed within 1 s" in done.stderr and "nothing was placed" in done.stderr
     finally:
         holder.wait(30)
-    wait_until(lambda: not node.status(bob)["lock_state"], "the lock to be free again")
+    until(lambda: not node.status(bob)["lock_state"], "the lock to be free again")
     after = node.status(bob)
     assert "waitssh" not in {j["run_id"] for j in after["jobs"]} and not after["queue"], after["queue"]
 

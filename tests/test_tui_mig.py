@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from services import write_scene
+from helpers.dashboard import SIZE, DashboardNode, fill
+from helpers.waiting import until_pilot as until
 from tpnode_tui.tui.screens.launch import LaunchScreen
-from tui_tools import SIZE, Node, fill, until
 
 GIB = 1024
 
@@ -29,20 +29,21 @@ def mig_card() -> dict:
 
 
 @pytest.fixture
-async def node(tmp_path):
-    n = Node(tmp_path, 4)
-    whole = {"name": "NVIDIA H200", "memory_total_mib": 143771}
-    write_scene(n.scene, [whole, mig_card(), whole, whole])
-    yield n
-    await n.close()
+async def service_node(tmp_path):
+    """Four H200s, card 1 in MIG mode."""
+    node = DashboardNode(tmp_path, 4)
+    node.cards[1] = mig_card()
+    node.write()
+    yield node
+    await node.close()
 
 
 def tile(app, index: int) -> str:
     return app.query_one(f"#card-{index}").render().plain
 
 
-async def test_a_mig_card_shows_its_slices_on_its_tile_and_in_the_detail_pane(node):
-    app = node.app()
+async def test_a_mig_card_shows_its_slices_on_its_tile_and_in_the_detail_pane(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.snapshot and app.snapshot.cards[1].state == "mig", "the MIG card")
         text = tile(app, 1)
@@ -59,8 +60,8 @@ async def test_a_mig_card_shows_its_slices_on_its_tile_and_in_the_detail_pane(no
         assert "MIG-test0001-0003-5e8f-9a0b-000009000000" in detail
 
 
-async def test_a_slice_launched_from_the_form_is_named_where_it_runs(node):
-    app = node.app()
+async def test_a_slice_launched_from_the_form_is_named_where_it_runs(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.snapshot and app.snapshot.cards[1].state == "mig", "the MIG card")
         await pilot.press("l")
