@@ -23,6 +23,7 @@ temporary state dir, a 1 s interval), its probe reads counted.
   under 3 times that. Whether the package is installed editable is noted: an
   editable install's import hook is part of every start.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,11 +57,16 @@ DASHBOARDS = 20
 
 def _node_env(tmp: Path, cards: int) -> dict[str, str]:
     """The node's settings, and nothing else of this shell's TUNEPLANE_*."""
-    return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8",
-            "TUNEPLANE_PROBE": f"simulated:{tmp / f'node{cards}.json'}", "TUNEPLANE_RUNTIME": "process",
-            "TUNEPLANE_STATE_DIR": str(tmp / f"state{cards}"),
-            # short: a Unix socket's path is limited to 107 bytes
-            "TUNEPLANE_AGENT_SOCKET": str(tmp / f"a{cards}.sock")}
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/"),
+        "LANG": "C.UTF-8",
+        "TUNEPLANE_PROBE": f"simulated:{tmp / f'node{cards}.json'}",
+        "TUNEPLANE_RUNTIME": "process",
+        "TUNEPLANE_STATE_DIR": str(tmp / f"state{cards}"),
+        # short: a Unix socket's path is limited to 107 bytes
+        "TUNEPLANE_AGENT_SOCKET": str(tmp / f"a{cards}.sock"),
+    }
 
 
 def _size(path: Path) -> int:
@@ -81,12 +87,28 @@ class Agent:
         self._encodes = tmp / f"encodes{cards}"
         self._log = open(tmp / f"agent{cards}.log", "wb")
         self._proc = subprocess.Popen(
-            [sys.executable, str(BENCH / "agent_counted.py"), str(self._reads), str(self._encodes),
-             "--interval", f"{INTERVAL_S:g}", "agent"], env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                str(BENCH / "agent_counted.py"),
+                str(self._reads),
+                str(self._encodes),
+                "--interval",
+                f"{INTERVAL_S:g}",
+                "agent",
+            ],
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         self.process = psutil.Process(self._proc.pid)
         try:
-            until(lambda: self._proc.poll() is None and self.socket.exists() and self.reads() > 0,
-                  "the agent to start and read the node", START_TIMEOUT_S, every=0.02, error=TimeoutError)
+            until(
+                lambda: self._proc.poll() is None and self.socket.exists() and self.reads() > 0,
+                "the agent to start and read the node",
+                START_TIMEOUT_S,
+                every=0.02,
+                error=TimeoutError,
+            )
         except TimeoutError:
             self.close()
             raise RuntimeError(f"the agent did not start: {Path(self._log.name).read_text()[-2000:]}") from None
@@ -126,8 +148,12 @@ class Streams:
     """``n`` AgentNode streams in a process of their own (bench/agent_streams.py)."""
 
     def __init__(self, socket: Path, n: int) -> None:
-        self._proc = subprocess.Popen([sys.executable, str(BENCH / "agent_streams.py"), str(socket), str(n)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, str(BENCH / "agent_streams.py"), str(socket), str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         line = self._proc.stdout.readline()
         if line.strip() != "ready":
             self.close()
@@ -218,9 +244,16 @@ def _window(agent: Agent, window_s: float, streams: Optional[Streams] = None) ->
     time.sleep(DELIVERED_S)
     encodes1, after = agent.encodes(), streams.counts() if streams else None
     elapsed = t1 - t0
-    out = {"reads_per_s": (reads1 - reads0) / elapsed, "reads": reads1 - reads0, "encodes": encodes1 - encodes0,
-           "cpu_pct": (cpu1 - cpu0) / elapsed * 100, "rss_mb": agent.process.memory_info().rss / 1e6,
-           "connections": agent.connections(), "elapsed": elapsed, "load": (load0, os.getloadavg()[0])}
+    out = {
+        "reads_per_s": (reads1 - reads0) / elapsed,
+        "reads": reads1 - reads0,
+        "encodes": encodes1 - encodes0,
+        "cpu_pct": (cpu1 - cpu0) / elapsed * 100,
+        "rss_mb": agent.process.memory_info().rss / 1e6,
+        "connections": agent.connections(),
+        "elapsed": elapsed,
+        "load": (load0, os.getloadavg()[0]),
+    }
     if before and after:
         got = [b - a for a, b in zip(before["received"], after["received"])]
         seqs = [b - a for a, b in zip(before["seq"], after["seq"])]
@@ -239,22 +272,25 @@ def _status_times(env: dict[str, str], rounds: int) -> dict[str, list[float]]:
     in-process, and of an interpreter that only imports the CLI (what both pay
     before the node is asked anything), each round in a rotated order."""
     status = _status_command()
-    ways = {"agent": (status, {**env, "TUNEPLANE_AGENT": "on"}, "through the node's agent"),
-            "local": (status, {**env, "TUNEPLANE_AGENT": "off"}, "served by this process"),
-            "import": ([sys.executable, "-c", "import tpnode_tui.cli"], env, ""),
-            "bare": ([sys.executable, "-c", "pass"], env, "")}
+    ways = {
+        "agent": (status, {**env, "TUNEPLANE_AGENT": "on"}, "through the node's agent"),
+        "local": (status, {**env, "TUNEPLANE_AGENT": "off"}, "served by this process"),
+        "import": ([sys.executable, "-c", "import tpnode_tui.cli"], env, ""),
+        "bare": ([sys.executable, "-c", "pass"], env, ""),
+    }
     order = list(ways)
     times: dict[str, list[float]] = {way: [] for way in ways}
     load0 = os.getloadavg()[0]
     for n in range(rounds + 1):  # the first round warms the page cache and is thrown away
-        for way in order[n % len(order):] + order[:n % len(order)]:
+        for way in order[n % len(order) :] + order[: n % len(order)]:
             command, way_env, says = ways[way]
             start = time.perf_counter()
             done = subprocess.run(command, env=way_env, capture_output=True, text=True, timeout=120)
             elapsed = time.perf_counter() - start
             if done.returncode != 0 or says not in done.stdout:
-                raise RuntimeError(f"tpnode-tui status ({way}) exited {done.returncode}: "
-                                   f"{(done.stderr or done.stdout).strip()[-500:]}")
+                raise RuntimeError(
+                    f"tpnode-tui status ({way}) exited {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}"
+                )
             if n:
                 times[way].append(elapsed)
     times["load"] = [load0, os.getloadavg()[0]]
@@ -262,7 +298,7 @@ def _status_times(env: dict[str, str], rounds: int) -> dict[str, list[float]]:
 
 
 def _install_kind() -> str:
-    """"editable" when this interpreter imports the package from a work tree."""
+    """ "editable" when this interpreter imports the package from a work tree."""
     from importlib.metadata import PackageNotFoundError, distribution
 
     try:
@@ -297,9 +333,13 @@ def _node(cards: int, tmp: Path, quick: bool, section: Section, results: dict) -
         elif cards == 8 and shutil.which("tmux"):
             dashboards = Dashboards(DASHBOARDS, agent.env)
             try:
-                until(lambda: dashboards.all_show(cards, agent.socket),
-                      "every dashboard to show the node through the agent", 3 * START_TIMEOUT_S, every=0.02,
-                      error=TimeoutError)
+                until(
+                    lambda: dashboards.all_show(cards, agent.socket),
+                    "every dashboard to show the node through the agent",
+                    3 * START_TIMEOUT_S,
+                    every=0.02,
+                    error=TimeoutError,
+                )
                 time.sleep(SETTLE_S)
                 results[cards, "tui"] = _window(agent, window)
                 if not dashboards.all_show(cards, agent.socket):
@@ -335,12 +375,18 @@ def run(quick: bool) -> Section:
         for n in (QUICK_STREAMS if quick else STREAMS)[cards]:
             r = results[cards, n]
             who = {0: "no dashboard", 1: "1 dashboard stream"}.get(n, f"{n} dashboard streams")
-            rows[f"reads{cards}_{n}"] = Row(f"agent_probe_reads_per_s_{n}" + ("" if cards == 8 else f"_{cards}"),
-                                            f"probe reads per second, {cards} cards, {who}",
-                                            [r["reads_per_s"]], unit="/s")
-            rows[f"cpu{cards}_{n}"] = Row(f"agent_cpu_pct_{cards}" + ("" if n == 20 else f"_{n}_streams"),
-                                          f"agent CPU, {cards} cards, {who}, over {window:g} s",
-                                          [r["cpu_pct"]], unit="%")
+            rows[f"reads{cards}_{n}"] = Row(
+                f"agent_probe_reads_per_s_{n}" + ("" if cards == 8 else f"_{cards}"),
+                f"probe reads per second, {cards} cards, {who}",
+                [r["reads_per_s"]],
+                unit="/s",
+            )
+            rows[f"cpu{cards}_{n}"] = Row(
+                f"agent_cpu_pct_{cards}" + ("" if n == 20 else f"_{n}_streams"),
+                f"agent CPU, {cards} cards, {who}, over {window:g} s",
+                [r["cpu_pct"]],
+                unit="%",
+            )
             received = ""
             if n:
                 ok = "every stream got every reading" if r["every_seq"] else "SOME STREAM MISSED A READING"
@@ -348,52 +394,93 @@ def run(quick: bool) -> Section:
             section.notes.append(
                 f"{cards} cards, {who}: {r['reads']} probe reads and {r['encodes']} snapshot encodings in "
                 f"{r['elapsed']:.1f} s; {received}{_clients(r['connections'])} on the agent's socket; "
-                f"{_load(r['load'])}")
-        rows[f"rss{cards}"] = Row(f"agent_rss_mb_{cards}", f"agent resident memory, {cards} cards, 20 streams",
-                                  [results[cards, 20]["rss_mb"]], unit="MB")
+                f"{_load(r['load'])}"
+            )
+        rows[f"rss{cards}"] = Row(
+            f"agent_rss_mb_{cards}",
+            f"agent resident memory, {cards} cards, 20 streams",
+            [results[cards, 20]["rss_mb"]],
+            unit="MB",
+        )
     if (8, "tui") in results:
         r = results[8, "tui"]
         d = r["dashboards"]
-        rows["reads_tui"] = Row("agent_probe_reads_per_s_tui", f"probe reads per second, 8 cards, {d} real "
-                                "dashboards in tmux", [r["reads_per_s"]], unit="/s")
-        rows["cpu_tui"] = Row("agent_cpu_pct_8_tui", f"agent CPU, 8 cards, {d} real dashboards, over {window:g} s",
-                              [r["cpu_pct"]], unit="%")
-        section.notes.append(f"8 cards, {d} real dashboards: {r['reads']} probe reads and {r['encodes']} snapshot "
-                             f"encodings in {r['elapsed']:.1f} s; "
-                             f"{_clients(r['connections'])} on the agent's socket; {_load(r['load'])}")
+        rows["reads_tui"] = Row(
+            "agent_probe_reads_per_s_tui",
+            f"probe reads per second, 8 cards, {d} real dashboards in tmux",
+            [r["reads_per_s"]],
+            unit="/s",
+        )
+        rows["cpu_tui"] = Row(
+            "agent_cpu_pct_8_tui",
+            f"agent CPU, 8 cards, {d} real dashboards, over {window:g} s",
+            [r["cpu_pct"]],
+            unit="%",
+        )
+        section.notes.append(
+            f"8 cards, {d} real dashboards: {r['reads']} probe reads and {r['encodes']} snapshot "
+            f"encodings in {r['elapsed']:.1f} s; "
+            f"{_clients(r['connections'])} on the agent's socket; {_load(r['load'])}"
+        )
     for cards in (8, 64):
         times = results[cards, "status"]
         suffix = "" if cards == 8 else f"_{cards}"
-        rows[f"status_agent{cards}"] = Row(f"status_agent_ms{suffix}",
-                                           f"tpnode-tui status through the agent, {cards} cards", times["agent"])
-        rows[f"status_local{cards}"] = Row(f"status_local_ms{suffix}",
-                                           f"tpnode-tui status in-process (TUNEPLANE_AGENT=off), {cards} cards",
-                                           times["local"])
+        rows[f"status_agent{cards}"] = Row(
+            f"status_agent_ms{suffix}", f"tpnode-tui status through the agent, {cards} cards", times["agent"]
+        )
+        rows[f"status_local{cards}"] = Row(
+            f"status_local_ms{suffix}",
+            f"tpnode-tui status in-process (TUNEPLANE_AGENT=off), {cards} cards",
+            times["local"],
+        )
         p90 = {way: percentile(times[way], 90) * 1000 for way in ("agent", "local")}
-        section.notes.append(f"tpnode-tui status, {cards} cards, p90: through the agent {p90['agent']:.0f} ms, "
-                             f"in-process {p90['local']:.0f} ms; {_load(times['load'])}")
-    rows["import"] = Row("cli_import_ms", "of which: Python starting and importing tpnode_tui.cli",
-                         results[8, "status"]["import"] + results[64, "status"]["import"])
-    rows["bare"] = Row("python_start_ms", "a bare Python start (python -c pass)",
-                       results[8, "status"]["bare"] + results[64, "status"]["bare"])
+        section.notes.append(
+            f"tpnode-tui status, {cards} cards, p90: through the agent {p90['agent']:.0f} ms, "
+            f"in-process {p90['local']:.0f} ms; {_load(times['load'])}"
+        )
+    rows["import"] = Row(
+        "cli_import_ms",
+        "of which: Python starting and importing tpnode_tui.cli",
+        results[8, "status"]["import"] + results[64, "status"]["import"],
+    )
+    rows["bare"] = Row(
+        "python_start_ms",
+        "a bare Python start (python -c pass)",
+        results[8, "status"]["bare"] + results[64, "status"]["bare"],
+    )
     section.rows += rows.values()
     bare = rows["bare"].median
     if bare is not None:
         section.limits += [
-            Limit("status through the agent, 8 cards, ms: under 3 bare Python starts", rows["status_agent8"],
-                  3 * bare),
+            Limit("status through the agent, 8 cards, ms: under 3 bare Python starts", rows["status_agent8"], 3 * bare),
             Limit("status in-process, 8 cards, ms: under 3 bare Python starts", rows["status_local8"], 3 * bare),
         ]
     section.notes.append(f"the package is installed {_install_kind()} in {sys.prefix}")
     section.ratios += [
-        Ratio("agent_reads_20_over_1", "probe reads with 20 streams / with 1, 8 cards",
-              rows["reads8_20"], rows["reads8_1"]),
-        Ratio("status_local_over_agent", "status in-process / through the agent, 8 cards",
-              rows["status_local8"], rows["status_agent8"]),
-        Ratio("status_agent_over_bare", "status through the agent / a bare Python start, 8 cards",
-              rows["status_agent8"], rows["bare"]),
-        Ratio("status_local_over_bare", "status in-process / a bare Python start, 8 cards",
-              rows["status_local8"], rows["bare"]),
+        Ratio(
+            "agent_reads_20_over_1",
+            "probe reads with 20 streams / with 1, 8 cards",
+            rows["reads8_20"],
+            rows["reads8_1"],
+        ),
+        Ratio(
+            "status_local_over_agent",
+            "status in-process / through the agent, 8 cards",
+            rows["status_local8"],
+            rows["status_agent8"],
+        ),
+        Ratio(
+            "status_agent_over_bare",
+            "status through the agent / a bare Python start, 8 cards",
+            rows["status_agent8"],
+            rows["bare"],
+        ),
+        Ratio(
+            "status_local_over_bare",
+            "status in-process / a bare Python start, 8 cards",
+            rows["status_local8"],
+            rows["bare"],
+        ),
     ]
     section.limits += [
         Limit("probe reads per second, 8 cards, 20 streams", rows["reads8_20"], 1.05, inclusive=True),
@@ -401,4 +488,3 @@ def run(quick: bool) -> Section:
     ]
     section.notes.append("CPU is the agent process's own user + system time; MB are 10^6 bytes")
     return section
-

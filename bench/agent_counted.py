@@ -15,6 +15,7 @@ appends one byte to a file, whose size is then the number of calls so far:
   snapshot made into JSON for a client. The streams share one encoding per
   reading; every ``GET /v1/snapshot`` makes its own.
 """
+
 from __future__ import annotations
 
 import os

@@ -9,6 +9,7 @@ its first reading; then, for each line read on standard input, one JSON line:
 ``{"received": [...], "seq": [...]}`` (readings so far and the last reading's
 seq, per stream). Ends at end of input, or when a stream ends (it says why).
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -5,6 +5,7 @@ comparison is a ratio of two medians measured in the same run, interleaved
 round by round: on a shared machine the load drifts, and measuring one side
 first and the other a minute later would measure the drift.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -13,6 +13,7 @@ process runtime, a temporary state dir) at the default 1 s poll.
   2 s after the first frame.
 - Resident memory at the end of the window.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,13 +50,13 @@ class Pane:
         exports = [f"{k}={v}" for k, v in env.items()]
         self._proc: Optional[psutil.Process] = None
         self.started = time.perf_counter()
-        self._run("new-session", "-d", "-s", "bench", "-x", str(COLUMNS), "-y", str(LINES),
-                  "env", "-i", *exports, *command)
+        self._run(
+            "new-session", "-d", "-s", "bench", "-x", str(COLUMNS), "-y", str(LINES), "env", "-i", *exports, *command
+        )
         self._socket_path = self._run("display-message", "-p", "#{socket_path}").strip()
 
     def _run(self, *args: str) -> str:
-        done = subprocess.run([self._tmux, "-L", self.socket, *args], capture_output=True, text=True,
-                              timeout=20)
+        done = subprocess.run([self._tmux, "-L", self.socket, *args], capture_output=True, text=True, timeout=20)
         if done.returncode != 0:
             raise RuntimeError(f"tmux {args[0]} failed: {done.stderr.strip()}")
         return done.stdout
@@ -123,10 +124,15 @@ def _measure(cards: int, window_s: float, tmp: Path) -> tuple[float, float, floa
     scene = write_scene(tmp / f"node{cards}.json", cards)
     state = tmp / f"state{cards}"
     # Only what the dashboard needs: no TUNEPLANE_* setting of this shell leaks in.
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
-           "LANG": "C.UTF-8", "TERM": "tmux-256color",
-           "TUNEPLANE_PROBE": f"simulated:{scene}", "TUNEPLANE_RUNTIME": "process",
-           "TUNEPLANE_STATE_DIR": str(state)}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/"),
+        "LANG": "C.UTF-8",
+        "TERM": "tmux-256color",
+        "TUNEPLANE_PROBE": f"simulated:{scene}",
+        "TUNEPLANE_RUNTIME": "process",
+        "TUNEPLANE_STATE_DIR": str(state),
+    }
     pane = Pane([sys.executable, "-m", "tpnode_tui", "--interval", "1"], env)
     try:
         screen = ""

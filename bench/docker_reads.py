@@ -8,6 +8,7 @@ real node live containers are bounded by the card count, and what piles up
 are exited ones, which are listed but not inspected: the full run also
 times 200 of those (they must be started to exit, which takes a while).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,8 +25,14 @@ TITLE = "2. Docker reads: ps() through aiodocker, real dockerd"
 COUNTS = (0, 50, 200)
 
 
-async def create_labelled(docker: aiodocker.Docker, image: str, first: int, last: int,
-                          command: tuple[str, ...] = ("sleep", "3600"), start: bool = False) -> None:
+async def create_labelled(
+    docker: aiodocker.Docker,
+    image: str,
+    first: int,
+    last: int,
+    command: tuple[str, ...] = ("sleep", "3600"),
+    start: bool = False,
+) -> None:
     """Containers number ``first`` to ``last - 1``, each labelled as holding one card;
     created, or also started."""
     limit = asyncio.Semaphore(4)
@@ -80,11 +87,15 @@ def run(daemon: Dockerd, quick: bool) -> Section:
     rounds = {0: 30, 50: 10, 200: 5} if quick else {0: 200, 50: 50, 200: 30}
     times = run_async(_measure(daemon, rounds, exited=not quick))
     for count in COUNTS:
-        section.rows.append(Row(f"docker_ps_{count}", f"ps() with {count} labelled containers (created, not started)",
-                                times[str(count)]))
+        section.rows.append(
+            Row(
+                f"docker_ps_{count}", f"ps() with {count} labelled containers (created, not started)", times[str(count)]
+            )
+        )
     if "200_exited" in times:
-        section.rows.append(Row("docker_ps_200_exited", "ps() with 200 labelled containers (exited)",
-                                times["200_exited"]))
+        section.rows.append(
+            Row("docker_ps_200_exited", "ps() with 200 labelled containers (exited)", times["200_exited"])
+        )
     section.notes.append(
         "created containers count as live (they hold their cards), so ps() inspects each one: "
         "with 200 that is 1 list + 200 inspect calls, a worst case; exited ones are only listed"

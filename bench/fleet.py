@@ -12,6 +12,7 @@ then /metrics is scraped on a node of 8 and of 64 cards.
 - /metrics: GET over loopback TCP to the agent's metrics app (aiohttp, the
   real collector) over a reading of 8 or 64 cards, interleaved round by round.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,7 @@ PUBLISHER_COMMANDS = ("set", "publish", "hset", "hdel", "exists")
 
 
 def _commandstats(client: redis.Redis) -> dict[str, int]:
-    return {name.removeprefix("cmdstat_"): int(stats["calls"])
-            for name, stats in client.info("commandstats").items()}
+    return {name.removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in client.info("commandstats").items()}
 
 
 def _view_complete(screen: str, nodes: int) -> bool:
@@ -52,16 +52,24 @@ def _view_complete(screen: str, nodes: int) -> bool:
 
 def _many_nodes(url: str, window_s: float, section: Section) -> None:
     client = redis.Redis.from_url(url)
-    publishers = subprocess.Popen([sys.executable, str(BENCH / "fleet_publishers.py"), url, str(NODES),
-                                   str(PERIOD_S)], stdout=subprocess.PIPE, text=True)
+    publishers = subprocess.Popen(
+        [sys.executable, str(BENCH / "fleet_publishers.py"), url, str(NODES), str(PERIOD_S)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     pane: Optional[Pane] = None
     try:
         line = publishers.stdout.readline()
         if line.strip() != "ready":
             raise RuntimeError(f"the publishers did not start (they said {line!r})")
         pub_proc = psutil.Process(publishers.pid)
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8",
-               "TERM": "tmux-256color", "TUNEPLANE_FLEET_URL": url}
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": os.environ.get("HOME", "/"),
+            "LANG": "C.UTF-8",
+            "TERM": "tmux-256color",
+            "TUNEPLANE_FLEET_URL": url,
+        }
         pane = Pane([sys.executable, "-m", "tpnode_tui", "fleet"], env)
         screen = ""
         while not _view_complete(screen, NODES):
@@ -90,16 +98,33 @@ def _many_nodes(url: str, window_s: float, section: Section) -> None:
     calls = {name: stats1.get(name, 0) - stats0.get(name, 0) for name in stats1}
     per_node = {name: n / NODES / elapsed for name, n in calls.items() if n}
     rows = {
-        "frame": Row("fleet_first_frame_s", f"fleet view: start to first full frame, {NODES} nodes",
-                     [first_frame], unit="s"),
-        "cpu": Row("fleet_cpu_pct", f"fleet view CPU, {NODES} nodes publishing, over {window_s:g} s",
-                   [(view1 - view0) / elapsed * 100], unit="%"),
-        "ops": Row("fleet_redis_ops_per_node_s", "Redis commands per node per second, the view's reads too",
-                   [sum(per_node.values())], unit="/s"),
-        "pub_ops": Row("fleet_publish_ops_per_node_s", "... the nodes' own (SET, PUBLISH, registration)",
-                       [sum(per_node.get(c, 0) for c in PUBLISHER_COMMANDS)], unit="/s"),
-        "pub_cpu": Row("fleet_publisher_cpu_ms_per_node_s", "publisher CPU per node, ms per second",
-                       [(pub1 - pub0) / NODES / elapsed * 1000], unit="ms/s"),
+        "frame": Row(
+            "fleet_first_frame_s", f"fleet view: start to first full frame, {NODES} nodes", [first_frame], unit="s"
+        ),
+        "cpu": Row(
+            "fleet_cpu_pct",
+            f"fleet view CPU, {NODES} nodes publishing, over {window_s:g} s",
+            [(view1 - view0) / elapsed * 100],
+            unit="%",
+        ),
+        "ops": Row(
+            "fleet_redis_ops_per_node_s",
+            "Redis commands per node per second, the view's reads too",
+            [sum(per_node.values())],
+            unit="/s",
+        ),
+        "pub_ops": Row(
+            "fleet_publish_ops_per_node_s",
+            "... the nodes' own (SET, PUBLISH, registration)",
+            [sum(per_node.get(c, 0) for c in PUBLISHER_COMMANDS)],
+            unit="/s",
+        ),
+        "pub_cpu": Row(
+            "fleet_publisher_cpu_ms_per_node_s",
+            "publisher CPU per node, ms per second",
+            [(pub1 - pub0) / NODES / elapsed * 1000],
+            unit="ms/s",
+        ),
     }
     section.rows += rows.values()
     section.limits += [
@@ -132,15 +157,18 @@ async def _scrapes(quick: bool) -> dict[str, list[float]]:
         urls[cards] = f"http://127.0.0.1:{port}/metrics"
     try:
         async with aiohttp.ClientSession() as session:
+
             def scrape(url: str):
                 async def call() -> None:
                     async with session.get(url) as response:
                         await response.read()
+
                 return call
 
             rounds = 30 if quick else 200
-            return await interleave({f"scrape{cards}": (scrape(url), 1) for cards, url in urls.items()},
-                                    rounds, warmup=5)
+            return await interleave(
+                {f"scrape{cards}": (scrape(url), 1) for cards, url in urls.items()}, rounds, warmup=5
+            )
     finally:
         for runner in runners:
             await runner.cleanup()
@@ -150,10 +178,13 @@ def run(redis_server, quick: bool) -> Section:
     section = Section(TITLE)
     _many_nodes(redis_server.url, 5.0 if quick else 30.0, section)
     times = run_async(_scrapes(quick))
-    rows = [Row(f"metrics_scrape_{cards}_ms", f"/metrics scrape over loopback, {cards} cards",
-                times[f"scrape{cards}"]) for cards in (8, 64)]
+    rows = [
+        Row(f"metrics_scrape_{cards}_ms", f"/metrics scrape over loopback, {cards} cards", times[f"scrape{cards}"])
+        for cards in (8, 64)
+    ]
     section.rows += rows
     section.limits += [Limit(f"/metrics scrape, {cards} cards (ms)", row, 10) for cards, row in zip((8, 64), rows)]
-    section.notes.append("CPU is user + system time of the process (psutil); the publishers share one "
-                         "process and one connection pool")
+    section.notes.append(
+        "CPU is user + system time of the process (psutil); the publishers share one process and one connection pool"
+    )
     return section

@@ -10,6 +10,7 @@ connection pool, as one process of many agents would not, but each makes
 exactly the commands an agent makes. Prints "ready" once every node has
 published, then runs until killed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,8 +31,9 @@ class Node:
 
     def __init__(self, n: int, period_s: float) -> None:
         held = tuple(range(n % 7))
-        self.snapshot = node_snapshot(host=f"sim-{n:03d}", jobs=(job(f"run-{n}", held),) if held else (),
-                                      external=(7,) if n % 5 == 0 else ())
+        self.snapshot = node_snapshot(
+            host=f"sim-{n:03d}", jobs=(job(f"run-{n}", held),) if held else (), external=(7,) if n % 5 == 0 else ()
+        )
         self.period_s = period_s
         self.reading = Reading(1, replace(self.snapshot, taken_at=time.time()))
 
@@ -45,8 +47,9 @@ class Node:
 
 
 async def main(url: str, nodes: int, period_s: float) -> None:
-    client = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=32, timeout=None))
+    client = aioredis.Redis(
+        connection_pool=aioredis.BlockingConnectionPool.from_url(url, max_connections=32, timeout=None)
+    )
     publishers = [FleetPublisher(url, url, f"sim-{n:03d}", period_s, client=client) for n in range(nodes)]
     tasks = []
     for n, publisher in enumerate(publishers):

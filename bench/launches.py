@@ -15,6 +15,7 @@ first start to the last exit. Once with flock, once with a Redis lease on a
 private redis-server, with the default lock retry interval. Every job is
 stopped after its round.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -69,18 +70,15 @@ async def _lock_hold(daemon: Dockerd, rounds: int, state_dir: Path) -> dict[str,
     settings = Settings(state_dir=state_dir)
     runtime = DockerRuntime(gpu_mode="none", hold_image=daemon.image, docker_host=daemon.host)
     lock = TimedLock(make_lock(settings))
-    allocator = GpuAllocator(runtime, NvmlProbe(nvml=FakeNvml([FakeCard() for _ in range(8)])),
-                             settings, lock)
+    allocator = GpuAllocator(runtime, NvmlProbe(nvml=FakeNvml([FakeCard() for _ in range(8)])), settings, lock)
     docker = aiodocker.Docker(url=daemon.host)
-    out: dict[str, list[float]] = {"create": [], "create_start": [], "launch_create": [],
-                                   "launch_create_start": []}
+    out: dict[str, list[float]] = {"create": [], "create_start": [], "launch_create": [], "launch_create_start": []}
     n = 0
 
     def spec() -> JobSpec:
         nonlocal n
         n += 1
-        return JobSpec(run_id=f"lock-{n}", cards=1, command=("sleep", "3600"), image=daemon.image,
-                       owner="bench")
+        return JobSpec(run_id=f"lock-{n}", cards=1, command=("sleep", "3600"), image=daemon.image, owner="bench")
 
     async def ours() -> str:
         return (await allocator.launch(spec())).job.name
@@ -133,16 +131,17 @@ def _launch_round(scene: Path, state_dir: Path, redis_url: Optional[str]) -> flo
     """8 CLI launches at once; the seconds from the first start to the last exit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
     env.pop("DOCKER_HOST", None)
-    env.update(TUNEPLANE_PROBE=f"simulated:{scene}", TUNEPLANE_RUNTIME="process",
-               TUNEPLANE_STATE_DIR=str(state_dir))
+    env.update(TUNEPLANE_PROBE=f"simulated:{scene}", TUNEPLANE_RUNTIME="process", TUNEPLANE_STATE_DIR=str(state_dir))
     if redis_url:
         env["TUNEPLANE_REDIS_URL"] = redis_url
     start = time.perf_counter()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tpnode_tui", "launch", "--cards", "1", "--run-id", f"b{i}",
-             "--", "sleep", "600"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            [sys.executable, "-m", "tpnode_tui", "launch", "--cards", "1", "--run-id", f"b{i}", "--", "sleep", "600"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for i in range(CONCURRENT)
     ]
@@ -177,32 +176,42 @@ def _launches_per_s(redis: Optional[RedisServer], rounds: int, warmup: int, tmp:
     return out
 
 
-def run(daemon: Optional[Dockerd], redis: Optional[RedisServer], quick: bool,
-        unavailable: list[str]) -> Section:
+def run(daemon: Optional[Dockerd], redis: Optional[RedisServer], quick: bool, unavailable: list[str]) -> Section:
     section = Section(TITLE)
     with tempfile.TemporaryDirectory(prefix="tpb-launch-") as tmp_name:
         tmp = Path(tmp_name)
         if daemon is not None:
             held = run_async(_lock_hold(daemon, 5 if quick else 20, tmp / "lock-state"))
-            create = Row("lock_hold_create", "lock held per docker launch: create only (ours, launch)",
-                         held["create"])
-            both = Row("lock_hold_create_start",
-                       "lock held per docker launch: create + start (seed's way, allocate_and_run)",
-                       held["create_start"])
+            create = Row("lock_hold_create", "lock held per docker launch: create only (ours, launch)", held["create"])
+            both = Row(
+                "lock_hold_create_start",
+                "lock held per docker launch: create + start (seed's way, allocate_and_run)",
+                held["create_start"],
+            )
             section.rows += [
-                create, both,
+                create,
+                both,
                 Row("launch_create", "whole launch, docker: ours (start after the lock)", held["launch_create"]),
-                Row("launch_create_start", "whole launch, docker: seed's way (start inside the lock)",
-                    held["launch_create_start"]),
+                Row(
+                    "launch_create_start",
+                    "whole launch, docker: seed's way (start inside the lock)",
+                    held["launch_create_start"],
+                ),
             ]
-            section.ratios.append(Ratio("lock_hold_ratio", "lock held: create + start / create only",
-                                        both, create, target=5))
+            section.ratios.append(
+                Ratio("lock_hold_ratio", "lock held: create + start / create only", both, create, target=5)
+            )
         rates = _launches_per_s(redis, 2 if quick else 5, 0 if quick else 1, tmp)
         for kind, samples in rates.items():
             if samples:
-                section.rows.append(Row(f"launches_per_s_{kind}",
-                                        f"launches per second, {CONCURRENT} CLI processes at once, {kind}",
-                                        samples, unit="/s"))
+                section.rows.append(
+                    Row(
+                        f"launches_per_s_{kind}",
+                        f"launches per second, {CONCURRENT} CLI processes at once, {kind}",
+                        samples,
+                        unit="/s",
+                    )
+                )
     if rates["flock"] and rates["redis"]:
         section.notes.append(
             f"launches per second is the median of {len(rates['flock'])} rounds; each round is "

@@ -13,6 +13,7 @@ and our ``SmiProbe`` go this way; each is labelled.
 Every card is idle and no platform job runs (a runtime whose ``ps()`` is
 empty), so the probe and our code are all there is to time.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -80,8 +81,7 @@ def smi_on_path(cards: int) -> Iterator[None]:
     try:
         wrapper = bindir / "nvidia-smi"
         wrapper.write_text(
-            f"#!{sys.executable} -IS\n"
-            f"exec(compile(open({str(SMI_STUB)!r}).read(), {str(SMI_STUB)!r}, 'exec'))\n"
+            f"#!{sys.executable} -IS\nexec(compile(open({str(SMI_STUB)!r}).read(), {str(SMI_STUB)!r}, 'exec'))\n"
         )
         wrapper.chmod(0o755)
         os.environ["PATH"] = f"{bindir}{os.pathsep}{saved['PATH'] or ''}"
@@ -96,8 +96,9 @@ def smi_on_path(cards: int) -> Iterator[None]:
         shutil.rmtree(bindir, ignore_errors=True)
 
 
-async def _measure(cards: int, seed: Optional[ModuleType], rounds: int, nvml_per_round: int,
-                   state_dir: Path) -> dict[str, list[float]]:
+async def _measure(
+    cards: int, seed: Optional[ModuleType], rounds: int, nvml_per_round: int, state_dir: Path
+) -> dict[str, list[float]]:
     settings = Settings(state_dir=state_dir)
     fake = FakeNvml([FakeCard() for _ in range(cards)])
     nvml = GpuAllocator(NoJobs(), NvmlProbe(nvml=fake), settings, make_lock(settings))
@@ -111,8 +112,9 @@ async def _measure(cards: int, seed: Optional[ModuleType], rounds: int, nvml_per
     if seed is not None:
         seed_alloc = seed.GpuAllocator(
             NoJobs(),
-            SimpleNamespace(local_gpu_count=0, cluster_profile="",
-                            local_check_external_gpus=True, local_check_gpu_health=True),
+            SimpleNamespace(
+                local_gpu_count=0, cluster_profile="", local_check_external_gpus=True, local_check_gpu_health=True
+            ),
         )
         calls["seed_occupancy"] = (seed_alloc.occupancy, 1)
     try:
@@ -151,17 +153,23 @@ def run(seed_path: Path, quick: bool) -> Section:
     # in the headline figures; our SmiProbe stands in only when the seed is absent.
     smi_name = "seed_occupancy" if seed is not None else "smi_occupancy"
     for cards in (8, 64):
-        section.ratios.append(Ratio(
-            f"occupancy_speedup_{cards}",
-            f"occupancy(), {cards} cards: {'seed' if seed else 'SmiProbe'} nvidia-smi route / NVML",
-            rows[(cards, smi_name)], rows[(cards, "nvml_occupancy")],
-            target=20 if cards == 8 else None,
-        ))
-        section.ratios.append(Ratio(
-            f"occupancy_speedup_smiprobe_{cards}",
-            f"occupancy(), {cards} cards: our SmiProbe / NVML",
-            rows[(cards, "smi_occupancy")], rows[(cards, "nvml_occupancy")],
-        ))
+        section.ratios.append(
+            Ratio(
+                f"occupancy_speedup_{cards}",
+                f"occupancy(), {cards} cards: {'seed' if seed else 'SmiProbe'} nvidia-smi route / NVML",
+                rows[(cards, smi_name)],
+                rows[(cards, "nvml_occupancy")],
+                target=20 if cards == 8 else None,
+            )
+        )
+        section.ratios.append(
+            Ratio(
+                f"occupancy_speedup_smiprobe_{cards}",
+                f"occupancy(), {cards} cards: our SmiProbe / NVML",
+                rows[(cards, "smi_occupancy")],
+                rows[(cards, "nvml_occupancy")],
+            )
+        )
     section.limits.append(Limit("occupancy(), 8 cards, NVML (median ms)", rows[(8, "nvml_occupancy")], 2.0))
     section.notes.append(
         f"NVML rows: {rounds * nvml_per_round} calls each; nvidia-smi rows: {rounds} calls each, "

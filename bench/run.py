@@ -9,6 +9,7 @@ section could not measure at all (a service would not start), 2 bad usage.
 Everything it starts (dockerd, redis-server, containers, jobs, the dashboard)
 it stops again, also when interrupted. See docs/benchmarks.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -108,10 +109,15 @@ def machine() -> dict:
 def checkout() -> Optional[str]:
     """The commit measured, marked when the product's files differ from it."""
     try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=20)
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "tpnode_tui"],
-                               capture_output=True, text=True, timeout=20)
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=20
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "tpnode_tui"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if head.returncode != 0:
@@ -138,12 +144,17 @@ def _verdict(met: Optional[bool]) -> str:
 def print_table(sections: list[Section], meta: dict, out=sys.stdout) -> None:
     m = meta["machine"]
     print(f"tpnode-tui benchmarks ({'quick' if meta['quick'] else 'full'} run, {meta['duration_s']:.0f} s)", file=out)
-    print(f"machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, Linux {m['kernel']}, "
-          f"Python {m['python']}", file=out)
+    print(
+        f"machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}",
+        file=out,
+    )
     print(f"services: {m['docker']}; {m['redis']}; {m['tmux']}", file=out)
     print(f"checkout: {meta['commit']}", file=out)
-    print(f"load average before / after: {' '.join(f'{x:.2f}' for x in meta['load_before'])} / "
-          f"{' '.join(f'{x:.2f}' for x in meta['load_after'])}", file=out)
+    print(
+        f"load average before / after: {' '.join(f'{x:.2f}' for x in meta['load_before'])} / "
+        f"{' '.join(f'{x:.2f}' for x in meta['load_after'])}",
+        file=out,
+    )
     width = max([60] + [len(r.label) for s in sections for r in s.rows])
     for section in sections:
         print(file=out)
@@ -160,8 +171,11 @@ def print_table(sections: list[Section], meta: dict, out=sys.stdout) -> None:
             target = f"target >= {ratio.target:g}x: {_verdict(ratio.met)}" if ratio.target else ""
             print(f"  {ratio.label:<{width}} {_fmt(ratio.value, 'x'):>10} {target}", file=out)
         for limit in section.limits:
-            print(f"  {limit.label:<{width}} {_fmt(limit.value):>10} "
-                  f"target {'<=' if limit.inclusive else '<'} {limit.bound:g}: {_verdict(limit.met)}", file=out)
+            print(
+                f"  {limit.label:<{width}} {_fmt(limit.value):>10} "
+                f"target {'<=' if limit.inclusive else '<'} {limit.bound:g}: {_verdict(limit.met)}",
+                file=out,
+            )
         for note in section.notes:
             print(f"  note: {note}", file=out)
 
@@ -185,12 +199,12 @@ def as_json(sections: list[Section], meta: dict) -> dict:
         for r in rows.values()
     }
     out["ratios"] = {
-        r.key: {"label": r.label, "value": r.value, "target": r.target, "met": r.met}
-        for r in ratios.values()
+        r.key: {"label": r.label, "value": r.value, "target": r.target, "met": r.met} for r in ratios.values()
     }
     out["limits"] = [
         {"label": lim.label, "value": lim.value, "bound": lim.bound, "met": lim.met}
-        for s in sections for lim in s.limits
+        for s in sections
+        for lim in s.limits
     ]
     out["skipped"] = {s.title: s.skipped for s in sections if s.skipped}
     out["notes"] = [n for s in sections for n in s.notes]
@@ -238,11 +252,20 @@ class Runner:
 
             daemon = self._service("dockerd", services_up.start_dockerd)
             redis = self._service("redis", services_up.start_redis)
-            unavailable = [f"{what} ({service})" for what, service in (
-                ("lock hold per docker launch", daemon), ("launches per second with Redis", redis))
-                if isinstance(service, Exception)]
-            return launches.run(None if isinstance(daemon, Exception) else daemon,
-                                None if isinstance(redis, Exception) else redis, quick, unavailable)
+            unavailable = [
+                f"{what} ({service})"
+                for what, service in (
+                    ("lock hold per docker launch", daemon),
+                    ("launches per second with Redis", redis),
+                )
+                if isinstance(service, Exception)
+            ]
+            return launches.run(
+                None if isinstance(daemon, Exception) else daemon,
+                None if isinstance(redis, Exception) else redis,
+                quick,
+                unavailable,
+            )
         if name == "fleet":
             import dashboard
             import fleet
@@ -285,16 +308,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds: the whole run in about a minute and a half")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
-                        help=f"run only these sections ({', '.join(SECTIONS)})")
-    parser.add_argument("--seed", type=Path, default=DEFAULT_SEED,
-                        help="the seed allocator.py whose nvidia-smi route is compared (default: %(default)s)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        metavar="SECTION",
+        help=f"run only these sections ({', '.join(SECTIONS)})",
+    )
+    parser.add_argument(
+        "--seed",
+        type=Path,
+        default=DEFAULT_SEED,
+        help="the seed allocator.py whose nvidia-smi route is compared (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
 
     started = time.monotonic()
-    meta: dict = {"quick": args.quick, "load_before": list(os.getloadavg()), "machine": machine(),
-                  "commit": checkout()}
+    meta: dict = {"quick": args.quick, "load_before": list(os.getloadavg()), "machine": machine(), "commit": checkout()}
     try:
         with ExitStack() as cleanup:
             runner = Runner(args, cleanup)

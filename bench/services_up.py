@@ -5,6 +5,7 @@ tests/helpers/services.py starts them for the tests; the benchmarks use the same
 redis-server on a free loopback port) and register the stop with an ExitStack,
 so an error or Ctrl-C in any section still leaves nothing running.
 """
+
 from __future__ import annotations
 
 import shutil

@@ -12,6 +12,7 @@ asks it (``TUNEPLANE_AGENT=on``) and serves the node itself
 process from exec to exit, beside ``python -c pass`` of the new environment.
 Prints each way's median and p90, and its ratio to the bare start.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,11 +30,18 @@ def main(old: Path, new: Path, rounds: int) -> None:
         root = Path(tmp)
         card = {"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 1}
         (root / "node.json").write_text(json.dumps({"cards": [card] * 8}))
-        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8",
-               "TUNEPLANE_PROBE": f"simulated:{root / 'node.json'}", "TUNEPLANE_RUNTIME": "process",
-               "TUNEPLANE_STATE_DIR": str(root / "state"), "TUNEPLANE_AGENT_SOCKET": str(root / "a.sock")}
-        agent = subprocess.Popen([str(new / "bin" / "tpnode-tui"), "agent"], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": tmp,
+            "LANG": "C.UTF-8",
+            "TUNEPLANE_PROBE": f"simulated:{root / 'node.json'}",
+            "TUNEPLANE_RUNTIME": "process",
+            "TUNEPLANE_STATE_DIR": str(root / "state"),
+            "TUNEPLANE_AGENT_SOCKET": str(root / "a.sock"),
+        }
+        agent = subprocess.Popen(
+            [str(new / "bin" / "tpnode-tui"), "agent"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             deadline = time.monotonic() + 30
             while not (root / "a.sock").exists():
@@ -50,7 +58,7 @@ def main(old: Path, new: Path, rounds: int) -> None:
             order = list(ways)
             load = os.getloadavg()[0]
             for n in range(rounds + 1):  # the first round warms the page cache and is thrown away
-                for way in order[n % len(order):] + order[:n % len(order)]:
+                for way in order[n % len(order) :] + order[: n % len(order)]:
                     command, extra = ways[way]
                     start = time.perf_counter()
                     done = subprocess.run(command, env={**env, **extra}, capture_output=True)

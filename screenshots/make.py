@@ -11,6 +11,7 @@ the demo does). The fleet view is the real reader over a private redis-server
 nodes; two of them stop publishing, and two claim one name (``fleet`` makes
 only that one). Each picture is written as an SVG next to this script.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,8 +37,12 @@ XID_CARD = 7
 def opened(app: NodeDashboard) -> bool:
     """The demo's job and reservation are up, the XID drained its card, the reservation is idle."""
     snap = app.snapshot
-    return (snap is not None and {"demo-train-llama", "rsv-alice"} <= {j.run_id for j in snap.jobs}
-            and snap.cards[XID_CARD].state == "drained" and "rsv-alice" in snap.idle)
+    return (
+        snap is not None
+        and {"demo-train-llama", "rsv-alice"} <= {j.run_id for j in snap.jobs}
+        and snap.cards[XID_CARD].state == "drained"
+        and "rsv-alice" in snap.idle
+    )
 
 
 async def settle(pilot, app: NodeDashboard, timeout_s: float = 120.0) -> None:
@@ -117,8 +122,10 @@ async def fleet_picture() -> None:
         "gpu-08": node_snapshot(jobs=(job("bert", (0, 1, 2)),)),
         "gpu-09": node_snapshot(),
         "gpu-10": node_snapshot(jobs=(job("rl", (3, 4)),)),
-        "h100-big": replace(node_snapshot(16, jobs=(job("pretrain-16", tuple(range(12))),),
-                                          name="NVIDIA H100 80GB HBM3"), series="nvidia h100"),
+        "h100-big": replace(
+            node_snapshot(16, jobs=(job("pretrain-16", tuple(range(12))),), name="NVIDIA H100 80GB HBM3"),
+            series="nvidia h100",
+        ),
     }
     workdir = Path(tempfile.mkdtemp(prefix="tpn-shot-"))
     server = RedisServer(port=free_port(), workdir=workdir)

@@ -31,8 +31,9 @@ if [ -x /usr/bin/python3 ]; then python=/usr/bin/python3; fi
 "$python" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 # The layers and "only the dashboard imports Textual" (pyproject.toml), lint,
-# and types, before the tests: each is quick and names exactly what is wrong.
+# the formatting, and types, before the tests: each is quick and names exactly what is wrong.
 .venv/bin/lint-imports --no-cache
 .venv/bin/ruff check
+.venv/bin/ruff format --check
 .venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

@@ -6,6 +6,7 @@ accounts and an operator (made with useradd for this module, removed after)
 use the CLI as real processes of their own. What each may do is decided from
 what the kernel says about them, so nothing here tells the agent who anyone is.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,16 +70,18 @@ def test_an_operator_may_name_another_owner_but_does_not_become_them(shared_node
     alice, carol = accounts.alice, accounts.carol
     for owner, run_id in ((alice.name, "for-alice"), ("root", "for-root")):
         # the CLI names other owners for reservations only; the API takes one for any launch
-        client = (f"import asyncio, sys; from pathlib import Path; from tpnode_tui.node.remote import AgentNode; "
-                  f"from tpnode_tui.port import LaunchRequest\n"
-                  f"async def main():\n"
-                  f"    node = AgentNode(Path({str(shared_node.socket)!r}))\n"
-                  f"    try:\n"
-                  f"        await node.launch(LaunchRequest(cards=1, command=('sleep', '120'), run_id={run_id!r}, "
-                  f"owner={owner!r}))\n"
-                  f"    finally:\n"
-                  f"        await node.close()\n"
-                  f"asyncio.run(main())\n")
+        client = (
+            f"import asyncio, sys; from pathlib import Path; from tpnode_tui.node.remote import AgentNode; "
+            f"from tpnode_tui.port import LaunchRequest\n"
+            f"async def main():\n"
+            f"    node = AgentNode(Path({str(shared_node.socket)!r}))\n"
+            f"    try:\n"
+            f"        await node.launch(LaunchRequest(cards=1, command=('sleep', '120'), run_id={run_id!r}, "
+            f"owner={owner!r}))\n"
+            f"    finally:\n"
+            f"        await node.close()\n"
+            f"asyncio.run(main())\n"
+        )
         done = carol.run([runnable().python, "-c", client], env=shared_node.env(carol))
         assert done.returncode == 0, done.stderr
         record = job(shared_node.status(carol), run_id)
@@ -133,9 +136,13 @@ def test_the_owner_and_an_operator_may_and_the_audit_log_has_every_attempt(share
     everything = json.loads(shared_node.cli(carol, "audit", "--json").stdout)
     assert everything["all"] is True
     tried = [(e["user"], e["action"], e["result"]) for e in everything["entries"]]
-    assert tried == [(alice.name, "reserve", "ok"), (alice.name, "extend", "ok"),
-                     (bob.name, "stop", "refused"), (carol.name, "stop", "ok"),
-                     (carol.name, "reclaim", "ok")]
+    assert tried == [
+        (alice.name, "reserve", "ok"),
+        (alice.name, "extend", "ok"),
+        (bob.name, "stop", "refused"),
+        (carol.name, "stop", "ok"),
+        (carol.name, "reclaim", "ok"),
+    ]
     mine = json.loads(shared_node.cli(bob, "audit", "--json").stdout)
     assert mine["all"] is False and [e["user"] for e in mine["entries"]] == [bob.name]
 
@@ -156,10 +163,20 @@ def test_fifty_clients_from_three_accounts_at_once_never_share_a_card(shared_nod
     procs = []
     for n in range(50):
         who = everyone[n % 3]
-        args = (["status", "--json"] if n % 2 else
-                ["reserve", "--cards", "1", "--for", "10m", "--run-id", f"many-{n}", "--json"])
-        procs.append(who.spawn(runnable().argv(*args), env=shared_node.env(who),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        args = (
+            ["status", "--json"]
+            if n % 2
+            else ["reserve", "--cards", "1", "--for", "10m", "--run-id", f"many-{n}", "--json"]
+        )
+        procs.append(
+            who.spawn(
+                runnable().argv(*args),
+                env=shared_node.env(who),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = [(p.communicate(timeout=2 * BOUND_S), p.returncode) for p in procs]
     codes = sorted({code for _, code in results})
     assert set(codes) <= {0, 75}, [err for (_, err), code in results if code not in (0, 75)]
@@ -177,25 +194,44 @@ def test_a_queued_launch_survives_the_agent_killed_outright_and_starts_once_ther
     assert queued.returncode == 0 and "queued later" in queued.stdout, queued.stderr
 
     shared_node.kill(signal.SIGKILL)
-    assert job(json.loads(subprocess.run(
-        [sys.executable, "-m", "tpnode_tui", "--agent", "off", "status", "--json"], capture_output=True,
-        text=True, env=os.environ | shared_node.settings, timeout=BOUND_S).stdout), "all")["status"] == "running"
+    assert (
+        job(
+            json.loads(
+                subprocess.run(
+                    [sys.executable, "-m", "tpnode_tui", "--agent", "off", "status", "--json"],
+                    capture_output=True,
+                    text=True,
+                    env=os.environ | shared_node.settings,
+                    timeout=BOUND_S,
+                ).stdout
+            ),
+            "all",
+        )["status"]
+        == "running"
+    )
     assert shared_node.socket.exists()  # left behind by the killed agent
     shared_node.start()  # and taken over by the next
 
     listed = json.loads(shared_node.cli(bob, "queue", "--json").stdout)["queue"]
     assert [(q["run_id"], q["owner"]) for q in listed] == [("later", bob.name)]
     assert shared_node.cli(alice, "stop", "all").returncode == 0
-    started = until(lambda: next((j for j in shared_node.status(bob)["jobs"]
-                                       if j["run_id"] == "later" and j["status"] == "running"), None),
-                    "the queued launch to start after the restart")
+    started = until(
+        lambda: next(
+            (j for j in shared_node.status(bob)["jobs"] if j["run_id"] == "later" and j["status"] == "running"), None
+        ),
+        "the queued launch to start after the restart",
+    )
     assert started["owner"] == bob.name and len(started["gpus"]) == 2
 
 
 def test_no_agent_and_a_state_dir_this_account_cannot_use_is_one_clear_line(shared_node, accounts):
     shared_node.kill()
-    env = accounts.bob.env(TUNEPLANE_STATE_DIR=str(shared_node.state), TUNEPLANE_AGENT_SOCKET=str(shared_node.socket),
-                         TUNEPLANE_RUNTIME="process", TUNEPLANE_PROBE=f"simulated:{shared_node.scene}")
+    env = accounts.bob.env(
+        TUNEPLANE_STATE_DIR=str(shared_node.state),
+        TUNEPLANE_AGENT_SOCKET=str(shared_node.socket),
+        TUNEPLANE_RUNTIME="process",
+        TUNEPLANE_PROBE=f"simulated:{shared_node.scene}",
+    )
     done = cli_as(accounts.bob, env, "status")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
     assert f"no agent answers at {shared_node.socket}" in done.stderr
@@ -208,8 +244,7 @@ def test_env_prints_exports_for_the_owners_shell(shared_node, accounts):
     assert shared_node.cli(alice, "reserve", "--cards", "2", "--for", "1h", "--run-id", "nb").returncode == 0
     printed = shared_node.cli(alice, "env", "nb")
     assert printed.returncode == 0, printed.stderr
-    shell = alice.run(["sh", "-c", 'eval "$1"; echo "$CUDA_VISIBLE_DEVICES"', "sh", printed.stdout],
-                      env=alice.env())
+    shell = alice.run(["sh", "-c", 'eval "$1"; echo "$CUDA_VISIBLE_DEVICES"', "sh", printed.stdout], env=alice.env())
     assert shell.stdout.strip() == "0,1"
     assert shared_node.cli(accounts.bob, "env", "nb").returncode == 0  # reading is anyone's
 
@@ -220,14 +255,20 @@ def test_a_socket_this_account_may_not_open_is_refused_in_one_line_not_served_he
     # serving the node in his own process would be a second record of its cards.
     shared_node.socket.parent.chmod(0o700)
     bob = accounts.bob
-    env = bob.env(TUNEPLANE_AGENT=mode, TUNEPLANE_AGENT_SOCKET=str(shared_node.socket),
-                  TUNEPLANE_STATE_DIR=str(bob.home / "state"), TUNEPLANE_RUNTIME="process",
-                  TUNEPLANE_PROBE=f"simulated:{shared_node.scene}")
+    env = bob.env(
+        TUNEPLANE_AGENT=mode,
+        TUNEPLANE_AGENT_SOCKET=str(shared_node.socket),
+        TUNEPLANE_STATE_DIR=str(bob.home / "state"),
+        TUNEPLANE_RUNTIME="process",
+        TUNEPLANE_PROBE=f"simulated:{shared_node.scene}",
+    )
     for command in (["status"], ["launch", "--cards", "1", "--", "sleep", "1"]):
         done = cli_as(bob, env, *command)
         assert done.returncode == 77, done.stderr
         [line] = done.stderr.splitlines()
-        assert line == (f"tpnode-tui: this account ({bob.name}) may not open the node's agent socket "
-                        f"{shared_node.socket} (permission denied on it or on a directory above it): the node's "
-                        "operator decides which accounts may reach the agent")
+        assert line == (
+            f"tpnode-tui: this account ({bob.name}) may not open the node's agent socket "
+            f"{shared_node.socket} (permission denied on it or on a directory above it): the node's "
+            "operator decides which accounts may reach the agent"
+        )
     assert not (bob.home / "state").exists()

@@ -6,6 +6,7 @@ product's own (AgentNode) or raw HTTP written by hand, because a hostile or
 broken client does not use the product's client. Accounts other than root,
 and the agent as its own process, are in tests/test_agent_accounts.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,16 +54,19 @@ async def test_launch_reserve_and_stop_through_the_agent(agent, client):
     await client.stop("r1")
 
 
-@pytest.mark.parametrize("body, says", [
-    (b"{not json", "is not valid JSON"),
-    (b"[1, 2]", "request is a list, not an object"),
-    (b'{"cards": "2", "command": ["true"]}', "request.cards is a string, not a whole number"),
-    (b'{"cards": 1, "command": ["true"], "privileged": true}', "unknown fields ['privileged']"),
-    (b'{"cards": 1, "command": ["true"], "env": {"A": 1}}', "request.env is not an object of text values"),
-    (b'{"cards": 1, "command": "true"}', "request.command is a string, not a list"),
-    (b'{"cards": 1, "command": ["true"], "run_id": "../etc"}', "run id '../etc' is not valid"),
-    (b"\xff\xfe", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (b"{not json", "is not valid JSON"),
+        (b"[1, 2]", "request is a list, not an object"),
+        (b'{"cards": "2", "command": ["true"]}', "request.cards is a string, not a whole number"),
+        (b'{"cards": 1, "command": ["true"], "privileged": true}', "unknown fields ['privileged']"),
+        (b'{"cards": 1, "command": ["true"], "env": {"A": 1}}', "request.env is not an object of text values"),
+        (b'{"cards": 1, "command": "true"}', "request.command is a string, not a list"),
+        (b'{"cards": 1, "command": ["true"], "run_id": "../etc"}', "run id '../etc' is not valid"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
 async def test_a_malformed_request_is_a_4xx_and_one_clear_line(agent, body, says):
     status, doc = await agent.post("/v1/launch", body)
     assert status == 400 and doc["exit_code"] == 2, doc
@@ -72,8 +76,7 @@ async def test_a_malformed_request_is_a_4xx_and_one_clear_line(agent, body, says
 async def test_a_body_over_64_kib_is_refused_and_nothing_is_placed(agent, client):
     body = json.dumps({"cards": 1, "command": ["true", "x" * 70_000]}).encode()
     status, doc = await agent.post("/v1/launch", body)
-    assert status == 413 and doc == {"error": "the request body is over 64 KiB", "exit_code": 2,
-                                     "kind": "BadRequest"}
+    assert status == 413 and doc == {"error": "the request body is over 64 KiB", "exit_code": 2, "kind": "BadRequest"}
     assert (await client.status()).snapshot.jobs == ()
 
 
@@ -89,7 +92,7 @@ async def test_silent_half_open_and_vanishing_clients_do_not_stop_the_agent_answ
     partial = []
     for _ in range(50):
         reader, writer = await asyncio.open_unix_connection(str(agent.socket))
-        writer.write(b"POST /v1/launch HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{\"cards\"")
+        writer.write(b'POST /v1/launch HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{"cards"')
         partial.append((reader, writer))
     for _ in range(20):  # a dashboard that hangs up mid-stream
         reader, writer = await asyncio.open_unix_connection(str(agent.socket))
@@ -99,7 +102,8 @@ async def test_silent_half_open_and_vanishing_clients_do_not_stop_the_agent_answ
     view = await asyncio.wait_for(client.status(), WAIT_S)
     assert view.snapshot.occupancy.total == 8
     launched = await asyncio.wait_for(
-        client.launch(LaunchRequest(cards=1, command=("sleep", "30"), run_id="still")), WAIT_S)
+        client.launch(LaunchRequest(cards=1, command=("sleep", "30"), run_id="still")), WAIT_S
+    )
     assert launched.launched is not None
     await client.stop("still")
     for _, writer in silent + partial:
@@ -111,8 +115,10 @@ async def test_the_stream_pushes_each_new_reading_as_it_is_made(agent, client):
     async for view in client.views():
         seen.append(view)
         if len(seen) == 1:
-            write_scene(agent.scene, [{"memory_total_mib": 143771, "memory_used_mib": 90000}] +
-                        [{"memory_total_mib": 143771}] * 7)
+            write_scene(
+                agent.scene,
+                [{"memory_total_mib": 143771, "memory_used_mib": 90000}] + [{"memory_total_mib": 143771}] * 7,
+            )
         if view.snapshot is not None and view.snapshot.occupancy.external:
             break
         assert len(seen) < 100, "the change never arrived"
@@ -176,8 +182,17 @@ async def test_an_agent_that_is_gone_is_said_plainly(tmp_path):
 
 
 def _mig_scene(scene) -> None:
-    slices = [{"profile": "1g.18gb", "uuid": f"MIG-0000000{n}-9c0d-5e1f-a2b3-c4d5e6f7a8b9", "gpu_instance_id": 9 + n,
-               "compute_instance_id": 0, "memory_total_mib": 16384, "memory_used_mib": 13} for n in range(2)]
+    slices = [
+        {
+            "profile": "1g.18gb",
+            "uuid": f"MIG-0000000{n}-9c0d-5e1f-a2b3-c4d5e6f7a8b9",
+            "gpu_instance_id": 9 + n,
+            "compute_instance_id": 0,
+            "memory_total_mib": 16384,
+            "memory_used_mib": 13,
+        }
+        for n in range(2)
+    ]
     write_scene(scene, [{"mig": True, "slices": slices}] + [{"memory_total_mib": 143771}] * 7)
 
 
@@ -185,8 +200,9 @@ async def test_a_slice_is_asked_for_launched_and_reserved_through_the_agent(agen
     from tpnode_tui.model import NeverFits
 
     _mig_scene(agent.scene)
-    launched = (await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="nb",
-                                                  slice="1g.18gb"))).launched
+    launched = (
+        await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="nb", slice="1g.18gb"))
+    ).launched
     assert launched.gpus == () and launched.slices[0].uuid == "MIG-00000000-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
     reserved = await client.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv", slice="1g.18gb"))
     assert reserved.slices[0].uuid == "MIG-00000001-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
@@ -194,8 +210,7 @@ async def test_a_slice_is_asked_for_launched_and_reserved_through_the_agent(agen
         await client.launch(LaunchRequest(cards=1, command=("true",), slice="2g.35gb"))
     view = await client.status()
     card = view.snapshot.cards[0]
-    assert card.state == "mig" and [(s.state, s.run_id) for s in card.slices] == [("job", "nb"),
-                                                                                  ("reservation", "rsv")]
+    assert card.state == "mig" and [(s.state, s.run_id) for s in card.slices] == [("job", "nb"), ("reservation", "rsv")]
     assert view.snapshot.occupancy.free == list(range(1, 8))
     await client.stop("nb")
     await client.stop("rsv")
@@ -210,15 +225,17 @@ async def test_a_slice_that_is_not_a_profile_is_a_4xx_through_the_agent(agent):
 
 async def test_a_slice_launch_waits_in_the_agents_queue_and_starts_when_a_slice_frees(agent, client):
     _mig_scene(agent.scene)
-    first = (await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="a", slice="1g.18gb")))
+    first = await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="a", slice="1g.18gb"))
     await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="b", slice="1g.18gb"))
-    queued = (await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="c", slice="1g.18gb",
-                                                queue=True))).queued
+    queued = (
+        await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="c", slice="1g.18gb", queue=True))
+    ).queued
     assert queued is not None and queued.slice == "1g.18gb"
     kept = json.loads((agent.state / "queue.json").read_text())["launches"]["c"]["spec"]
     assert kept["slice"] == "1g.18gb" and "slices" not in kept  # which slice is chosen when it is placed
     assert [q.slice for q in (await client.status()).snapshot.queue] == ["1g.18gb"]
     await client.stop("a")
+
     async def live() -> dict:
         jobs = {j.key: j for j in (await client.status()).snapshot.jobs if j.live}
         return jobs if "c" in jobs else {}

@@ -7,6 +7,7 @@ operator is a real test account: the test connects with that account's
 uid and gid (the kernel records them for SO_PEERCRED at connect) and then
 takes root's back.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,8 +44,6 @@ async def agent(tmp_path):
     shutil.rmtree(place, ignore_errors=True)
 
 
-
-
 async def get(agent, path: str) -> tuple[int, dict]:
     return await agent.request(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
 
@@ -62,8 +61,14 @@ async def test_drain_and_undrain_through_the_agent_show_in_status_and_events(age
     with pytest.raises(JobNotFound, match="card 3 is not drained"):
         await client.undrain(3)
     kinds = [(e["kind"], e.get("action")) for e in await client.events(card=3)]
-    assert kinds == [("drain", None), ("action", "drain"), ("action", "drain"), ("undrain", None),
-                     ("action", "undrain"), ("action", "undrain")]
+    assert kinds == [
+        ("drain", None),
+        ("action", "drain"),
+        ("action", "drain"),
+        ("undrain", None),
+        ("action", "undrain"),
+        ("action", "undrain"),
+    ]
     assert await client.events(card=5) == []
 
 
@@ -117,7 +122,8 @@ async def test_history_and_an_evict_dry_run_through_the_agent(agent, client):
         await until_async(seen, "the squatter")
         report = await client.evict(4, dry_run=True)
         assert report.dry_run and [(p.pid, p.outcome, p.belongs) for p in report.processes] == [
-            (squatter.pid, "listed", "external")]
+            (squatter.pid, "listed", "external")
+        ]
         assert squatter.poll() is None
         with pytest.raises(Conflict, match="no longer the process that was listed"):  # its start travels both ways
             await client.evict(4, squatter.pid, started_at=report.processes[0].started_at + 60)
@@ -130,29 +136,35 @@ async def test_history_and_an_evict_dry_run_through_the_agent(agent, client):
         squatter.wait()
 
 
-@pytest.mark.parametrize("path, says", [
-    ("/v1/events?card=x", "card='x' is not a card index"),
-    ("/v1/events?since=-5", "since='-5' is not a number of seconds"),
-    ("/v1/events?follow=maybe", "follow='maybe' is not true or false"),
-    ("/v1/events?sice=5", "does not take sice"),
-    ("/v1/history?card=99", "card 99 is not a card of this node (its cards: 0-7)"),
-])
+@pytest.mark.parametrize(
+    "path, says",
+    [
+        ("/v1/events?card=x", "card='x' is not a card index"),
+        ("/v1/events?since=-5", "since='-5' is not a number of seconds"),
+        ("/v1/events?follow=maybe", "follow='maybe' is not true or false"),
+        ("/v1/events?sice=5", "does not take sice"),
+        ("/v1/history?card=99", "card 99 is not a card of this node (its cards: 0-7)"),
+    ],
+)
 async def test_a_malformed_query_is_a_400_and_one_line(agent, client, path, says):
     await client.status()  # the agent has read the node, so it knows its cards
     status, doc = await get(agent, path)
     assert status == 400 and doc["exit_code"] == 2 and says in doc["error"], doc
 
 
-@pytest.mark.parametrize("path, body, says", [
-    ("/v1/drain", b'{"card": "1", "reason": "x"}', "request.card is a string, not a whole number"),
-    ("/v1/drain", b'{"card": 1}', "request has no 'reason'"),
-    ("/v1/drain", b'{"card": -1, "reason": "x"}', "request.card is -1, not a card index"),
-    ("/v1/undrain", b'{"card": 1, "force": true}', "unknown fields ['force']"),
-    ("/v1/evict", b'{"card": 1, "pid": 0}', "request.pid is 0, not a process id"),
-    ("/v1/evict", b'{"card": 1, "kill": "yes"}', "request.kill is a string, not true or false"),
-    ("/v1/evict", b'{"card": 1, "started_at": 1700000000.5}', "names the start of one process: give its pid"),
-    ("/v1/evict", b'{"card": 1, "pid": 42, "started_at": "noon"}', "request.started_at is a string"),
-])
+@pytest.mark.parametrize(
+    "path, body, says",
+    [
+        ("/v1/drain", b'{"card": "1", "reason": "x"}', "request.card is a string, not a whole number"),
+        ("/v1/drain", b'{"card": 1}', "request has no 'reason'"),
+        ("/v1/drain", b'{"card": -1, "reason": "x"}', "request.card is -1, not a card index"),
+        ("/v1/undrain", b'{"card": 1, "force": true}', "unknown fields ['force']"),
+        ("/v1/evict", b'{"card": 1, "pid": 0}', "request.pid is 0, not a process id"),
+        ("/v1/evict", b'{"card": 1, "kill": "yes"}', "request.kill is a string, not true or false"),
+        ("/v1/evict", b'{"card": 1, "started_at": 1700000000.5}', "names the start of one process: give its pid"),
+        ("/v1/evict", b'{"card": 1, "pid": 42, "started_at": "noon"}', "request.started_at is a string"),
+    ],
+)
 async def test_a_malformed_triage_request_is_a_400(agent, path, body, says):
     status, doc = await agent.post(path, body)
     assert status == 400 and doc["exit_code"] == 2 and says in doc["error"], doc
@@ -175,12 +187,18 @@ def connect_as(account, path) -> socket.socket:
 
 
 async def test_a_user_who_is_not_an_operator_is_refused_with_77(agent, client, accounts):
-    for path, body in (("/v1/drain", {"card": 1, "reason": "mine now"}), ("/v1/undrain", {"card": 1}),
-                       ("/v1/evict", {"card": 1, "dry_run": True})):
+    for path, body in (
+        ("/v1/drain", {"card": 1, "reason": "mine now"}),
+        ("/v1/undrain", {"card": 1}),
+        ("/v1/evict", {"card": 1, "dry_run": True}),
+    ):
         raw = json.dumps(body).encode()
         reader, writer = await asyncio.open_unix_connection(sock=connect_as(accounts.bob, agent.socket))
-        writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n".encode() + raw)
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n".encode()
+            + raw
+        )
         await writer.drain()
         data = await asyncio.wait_for(reader.read(), WAIT_S)
         writer.close()
@@ -190,8 +208,10 @@ async def test_a_user_who_is_not_an_operator_is_refused_with_77(agent, client, a
         assert doc["error"].startswith(f"{accounts.bob.name} may not ")
     refused = [e for e in await client.events() if e["kind"] == "action"]
     assert [(e["user"], e["action"], e["result"]) for e in refused] == [
-        (accounts.bob.name, "drain", "refused"), (accounts.bob.name, "undrain", "refused"),
-        (accounts.bob.name, "evict", "refused")]
+        (accounts.bob.name, "drain", "refused"),
+        (accounts.bob.name, "undrain", "refused"),
+        (accounts.bob.name, "evict", "refused"),
+    ]
     assert (await client.status()).snapshot.occupancy.drained == {}
 
 

@@ -4,6 +4,7 @@ The runtime and probe here are in-memory stand-ins (tests/helpers/fakes.py) so e
 rule is shown with nothing else moving; the lock is the real flock lock.
 The same rules run against real runtimes in test_integration_*.py.
 """
+
 import asyncio
 import time
 from dataclasses import replace
@@ -38,8 +39,9 @@ async def make(settings):
 
     def build(runtime=None, probe=None, resolver=None, **overrides):
         s = replace(settings, **overrides)
-        alloc = GpuAllocator(runtime or MemoryRuntime(), probe or StaticProbe(), s, make_lock(s),
-                             series_resolver=resolver)
+        alloc = GpuAllocator(
+            runtime or MemoryRuntime(), probe or StaticProbe(), s, make_lock(s), series_resolver=resolver
+        )
         made.append(alloc)
         return alloc
 
@@ -56,8 +58,9 @@ def job(run_id, gpus, status="running", kind="job"):
 
 
 async def test_blind_probe_is_visible_not_free(make):
-    probe = StaticProbe(ProbeReading("smi", (), count=None, external_probe_ok=False,
-                                     problem="nvidia-smi: not found on PATH"))
+    probe = StaticProbe(
+        ProbeReading("smi", (), count=None, external_probe_ok=False, problem="nvidia-smi: not found on PATH")
+    )
     alloc = make(probe=probe, local_gpu_count=4)
     occ = await alloc.occupancy()
     assert occ.external_probe_ok is False
@@ -71,8 +74,7 @@ async def test_unverified_cards_are_not_handed_out_unless_allowed(make):
     blind = ProbeReading("smi", (), count=None, external_probe_ok=False, problem="nvidia-smi: not found on PATH")
     with pytest.raises(NoCapacity, match="until the probe works again.*TUNEPLANE_ALLOW_UNVERIFIED"):
         await make(probe=StaticProbe(blind), local_gpu_count=4).launch(JobSpec("r", 1, ("x",)))
-    got = await make(probe=StaticProbe(blind), local_gpu_count=4, allow_unverified=True).launch(
-        JobSpec("r", 1, ("x",)))
+    got = await make(probe=StaticProbe(blind), local_gpu_count=4, allow_unverified=True).launch(JobSpec("r", 1, ("x",)))
     assert got.gpus == (0,) and "card 0 handed out unverified" in got.warning
 
 
@@ -167,15 +169,23 @@ async def test_turning_off_the_external_check_ignores_use_from_outside(make):
 
 
 def test_a_container_is_the_same_request_whatever_its_entrypoint_and_tag():
-    running = JobState(name="tpn-t", run_id="t", gpus=(0, 1), status="running", image="pytorch/pytorch:latest",
-                       command=("/opt/entrypoint.sh", "python", "train.py"))
+    running = JobState(
+        name="tpn-t",
+        run_id="t",
+        gpus=(0, 1),
+        status="running",
+        image="pytorch/pytorch:latest",
+        command=("/opt/entrypoint.sh", "python", "train.py"),
+    )
     same = JobSpec("t", 2, ("python", "train.py"), image="pytorch/pytorch")
     assert request_differences(same, running) == []
     assert request_differences(replace(same, command=()), running) == []  # the image's own command
     assert request_differences(replace(same, image="pytorch/pytorch:2.4"), running) == [
-        "its image is pytorch/pytorch:latest, not pytorch/pytorch:2.4"]
+        "its image is pytorch/pytorch:latest, not pytorch/pytorch:2.4"
+    ]
     assert request_differences(replace(same, command=("python", "eval.py")), running) == [
-        "its command is /opt/entrypoint.sh python train.py, not python eval.py"]
+        "its command is /opt/entrypoint.sh python train.py, not python eval.py"
+    ]
 
 
 def test_a_process_job_is_the_same_request_only_with_the_same_command():
@@ -189,8 +199,7 @@ def test_a_reservation_asked_again_is_the_same_within_a_tenth_of_its_length_or_a
     held = JobState(name="r", run_id="r", gpus=(0,), status="running", kind="reservation", expires_at=now + 7200)
     asked = JobSpec("r", 1, kind="reservation")
     assert request_differences(replace(asked, expires_at=now + 7200 + 600), held) == []
-    assert request_differences(replace(asked, expires_at=now + 7200 + 900), held) == [
-        "it ends in 2h00m, not 2h15m"]
+    assert request_differences(replace(asked, expires_at=now + 7200 + 900), held) == ["it ends in 2h00m, not 2h15m"]
     assert request_differences(replace(asked, expires_at=now + 45), held) == ["it ends in 2h00m, not 45s"]
 
 
@@ -397,8 +406,9 @@ async def test_lock_covers_the_run_so_concurrent_allocations_never_share(make):
 async def test_launches_racing_in_one_process_never_share_a_card(make):
     runtime = MemoryRuntime(create_delay=0.05)
     alloc = make(runtime=runtime)
-    outcomes = await asyncio.gather(*(alloc.launch(JobSpec(f"r{i}", 3, ("x",))) for i in range(4)),
-                                    return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(alloc.launch(JobSpec(f"r{i}", 3, ("x",))) for i in range(4)), return_exceptions=True
+    )
     placed = [o for o in outcomes if not isinstance(o, Exception)]
     refused = [o for o in outcomes if isinstance(o, NoCapacity)]
     assert len(placed) == 2 and len(refused) == 2
@@ -432,8 +442,8 @@ async def test_a_lost_lock_never_starts_two_jobs_on_one_card(settings, tmp_path)
         s = replace(settings, state_dir=tmp_path / name)  # separate flocks: no mutual exclusion
         allocs.append(GpuAllocator(runtime, StaticProbe(), s, make_lock(s)))
     outcomes = await asyncio.gather(
-        allocs[0].launch(JobSpec("ra", 8, ("x",))), allocs[1].launch(JobSpec("rb", 8, ("x",))),
-        return_exceptions=True)
+        allocs[0].launch(JobSpec("ra", 8, ("x",))), allocs[1].launch(JobSpec("rb", 8, ("x",))), return_exceptions=True
+    )
     placed = [o for o in outcomes if not isinstance(o, Exception)]
     backed_off = [o for o in outcomes if isinstance(o, NoCapacity)]
     assert len(placed) == 1 and len(backed_off) == 1, outcomes

@@ -3,6 +3,7 @@
 The node is simulated (a scene file) and jobs are real local processes in a
 temporary state dir, so every command goes through the real allocator and lock.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,13 @@ class Cli:
         self.env = node_env(scene, state_dir)
 
     def __call__(self, *args, env=None):
-        return subprocess.run([sys.executable, "-m", "tpnode_tui", *args], capture_output=True,
-                              text=True, env={**self.env, **(env or {})}, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "tpnode_tui", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **(env or {})},
+            timeout=60,
+        )
 
     def status(self):
         proc = self("status", "--json")
@@ -71,7 +77,9 @@ def test_status_json_shows_every_card_state(cli, scene, tmp_path):
         assert holder_info["pid"] == holder.pid and holder_info["visible"] is True
         assert "sleep 60" in holder_info["command"]
         assert {j["run_id"]: (j["kind"], j["gpus"]) for j in data["jobs"]} == {
-            "train-a": ("job", [0, 1]), "rsv-a": ("reservation", [2])}
+            "train-a": ("job", [0, 1]),
+            "rsv-a": ("reservation", [2]),
+        }
         for key in ("index", "state", "run_id", "holders", "reason", "memory_used_mib", "memory_total_mib"):
             assert key in data["cards"][0]
 
@@ -110,17 +118,20 @@ def test_a_request_that_can_never_fit_exits_1_and_says_so(cli):
     assert "this node has 8" in proc.stderr and "no amount of waiting" in proc.stderr
 
 
-@pytest.mark.parametrize("args,words", [
-    (["launch", "--cards", "0", "--", "true"], "at least 1"),
-    (["launch", "--cards", "-1", "--", "true"], "at least 1"),
-    (["launch", "--cards", "two", "--", "true"], "'two' is not a whole number"),
-    (["launch", "--cards", "1"], "nothing to run"),
-    (["launch", "--cards", "1", "--run-id", "bad id; rm -rf /", "--", "true"], "is not valid"),
-    (["reserve", "--cards", "1", "--for", "forever"], "'forever' is not understood"),
-    (["reserve", "--cards", "1", "--for", "0s"], "at least 1s"),
-    (["frobnicate"], "invalid choice"),
-    (["launch", "--", "true"], "--cards"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["launch", "--cards", "0", "--", "true"], "at least 1"),
+        (["launch", "--cards", "-1", "--", "true"], "at least 1"),
+        (["launch", "--cards", "two", "--", "true"], "'two' is not a whole number"),
+        (["launch", "--cards", "1"], "nothing to run"),
+        (["launch", "--cards", "1", "--run-id", "bad id; rm -rf /", "--", "true"], "is not valid"),
+        (["reserve", "--cards", "1", "--for", "forever"], "'forever' is not understood"),
+        (["reserve", "--cards", "1", "--for", "0s"], "at least 1s"),
+        (["frobnicate"], "invalid choice"),
+        (["launch", "--", "true"], "--cards"),
+    ],
+)
 def test_bad_usage_exits_2_with_one_clear_line(cli, args, words):
     proc = cli(*args)
     assert proc.returncode == 2, proc
@@ -187,8 +198,7 @@ def test_a_command_that_does_not_exist_is_refused_even_on_a_full_node(cli):
 @pytest.fixture
 def lock_holder(cli):
     """Another process holding the allocation lock (flock) until the test ends."""
-    proc = subprocess.Popen([sys.executable, str(LOCK_WORKER), "hold"], env=cli.env,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(LOCK_WORKER), "hold"], env=cli.env, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().startswith("held"), f"the holder did not take the lock (exit {proc.poll()})"
     yield proc
     if proc.poll() is None:
@@ -208,9 +218,13 @@ def test_a_launch_that_waits_for_the_lock_says_once_who_holds_it_and_wait_bounds
 
 
 def test_without_wait_a_launch_waits_for_the_lock_as_long_as_it_takes_saying_so_once(cli, lock_holder):
-    launch = subprocess.Popen([sys.executable, "-m", "tpnode_tui", "launch", "--cards", "1", "--run-id", "patient",
-                               "--", "sleep", "60"], env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "tpnode_tui", "launch", "--cards", "1", "--run-id", "patient", "--", "sleep", "60"],
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = launch.stderr.readline()
         assert first.startswith(f"tpnode-tui: waiting for the allocation lock, held by pid {lock_holder.pid}")
@@ -253,7 +267,12 @@ def test_the_same_launch_again_is_idempotent_and_a_different_one_under_its_run_i
     answer = json.loads(again.stdout)
     assert again.returncode == 0 and answer["job"]["status"] == "running"
     assert {k: answer[k] for k in ("run_id", "gpus", "existing", "expires_at", "warning")} == {
-        "run_id": "e1", "gpus": [0], "existing": True, "expires_at": None, "warning": None}
+        "run_id": "e1",
+        "gpus": [0],
+        "existing": True,
+        "expires_at": None,
+        "warning": None,
+    }
 
     other = cli("launch", "--cards", "3", "--run-id", "e1", "--", "echo", "different")
     assert other.returncode == 1
@@ -291,8 +310,14 @@ def test_a_closed_pipe_is_a_quiet_exit_141(cli):
     read_end, write_end = os.pipe()
     os.close(read_end)  # like `| head -1` that has already gone
     try:
-        proc = subprocess.run([sys.executable, "-m", "tpnode_tui", "status"], env=cli.env, stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tpnode_tui", "status"],
+            env=cli.env,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(write_end)
     assert proc.returncode == 141
@@ -306,7 +331,7 @@ def test_text_status_shows_a_reservation_s_time_left_and_long_run_ids_keep_their
     assert cli("reserve", "--cards", "1", "--for", "2h", "--run-id", "rsv-time", "--owner", "alice").returncode == 0
     lines = cli("status").stdout.splitlines()
     header = next(line for line in lines if line.startswith("RUN ID"))
-    rows = {line.split()[0]: line for line in lines[lines.index(header) + 1:]}
+    rows = {line.split()[0]: line for line in lines[lines.index(header) + 1 :]}
     assert re.search(r"\bleft (1h59m|2h00m)\b", rows["rsv-time"]), rows["rsv-time"]
     assert rows[long_id].startswith(long_id + "  ")
     for row in rows.values():  # every cell starts where its header does
@@ -319,17 +344,20 @@ def test_text_status_shows_a_reservation_s_time_left_and_long_run_ids_keep_their
 # ── bad input ────────────────────────────────────────────────────────────────
 
 
-@pytest.mark.parametrize("args,words", [
-    (["launch", "--cards", "٣", "--", "true"], "is not a whole number of cards"),
-    (["launch", "--cards", "1_0", "--", "true"], "'1_0' is not a whole number of cards"),
-    (["launch", "--cards", "1", "--run-id", "", "--", "true"], "--run-id is empty"),
-    (["reserve", "--cards", "1", "--for", "1h", "--run-id", ""], "--run-id is empty"),
-    (["reserve", "--cards", "1", "--for", "0.0001s"], "must be at least 1s"),
-    (["reserve", "--cards", "1", "--for", "٣h"], "is not understood"),
-    (["launch", "--cards", "1", "--wait", "soon", "--", "true"], "'soon' is not a number of seconds"),
-    (["launch", "--cards", "1", "--wait", "inf", "--", "true"], "'inf' is not a number of seconds"),
-    (["--interval", "nan"], "'nan' is not a number of seconds"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["launch", "--cards", "٣", "--", "true"], "is not a whole number of cards"),
+        (["launch", "--cards", "1_0", "--", "true"], "'1_0' is not a whole number of cards"),
+        (["launch", "--cards", "1", "--run-id", "", "--", "true"], "--run-id is empty"),
+        (["reserve", "--cards", "1", "--for", "1h", "--run-id", ""], "--run-id is empty"),
+        (["reserve", "--cards", "1", "--for", "0.0001s"], "must be at least 1s"),
+        (["reserve", "--cards", "1", "--for", "٣h"], "is not understood"),
+        (["launch", "--cards", "1", "--wait", "soon", "--", "true"], "'soon' is not a number of seconds"),
+        (["launch", "--cards", "1", "--wait", "inf", "--", "true"], "'inf' is not a number of seconds"),
+        (["--interval", "nan"], "'nan' is not a number of seconds"),
+    ],
+)
 def test_numbers_are_ascii_digits_and_an_empty_run_id_is_refused(cli, args, words):
     proc = cli(*args)
     assert proc.returncode == 2, proc
@@ -384,8 +412,14 @@ def test_a_missing_state_dir_is_said_plainly_and_status_does_not_create_it(cli, 
 
 
 def test_the_dashboard_without_a_terminal_on_stdin_is_refused_in_one_line(cli):
-    proc = subprocess.run([sys.executable, "-m", "tpnode_tui", "--demo"], env=cli.env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tpnode_tui", "--demo"],
+        env=cli.env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert_one_clean_line(proc.stderr)
     assert "needs a terminal" in proc.stderr and "tpnode-tui status" in proc.stderr

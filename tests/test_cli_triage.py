@@ -4,6 +4,7 @@ The agent runs as root as under systemd; an operator and an ordinary account
 use the CLI as real processes of their own, and the squatters are real
 processes of a real account, put on a card of the simulated node.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ from helpers.waiting import until
 
 def squat(node: SharedNode, card: int, *procs: subprocess.Popen) -> None:
     cards = [{"memory_total_mib": 143771} for _ in range(8)]
-    cards[card].update(memory_used_mib=20000 * len(procs),
-                       processes=[{"pid": proc.pid, "used_memory_mib": 20000} for proc in procs])
+    cards[card].update(
+        memory_used_mib=20000 * len(procs), processes=[{"pid": proc.pid, "used_memory_mib": 20000} for proc in procs]
+    )
     write_scene(node.scene, cards)
 
 
@@ -68,8 +70,12 @@ def test_an_operator_drains_and_undrains_cards_and_nobody_else_may(shared_node, 
     assert back.returncode == 0, back.stderr
     assert [json.loads(line)["card"] for line in back.stdout.splitlines()] == [2, 3]
     assert card(shared_node.status(bob), 2)["state"] == "free"
-    kinds = [e["kind"] for e in json.loads("[" + ",".join(
-        shared_node.cli(bob, "events", "--json", "--card", "2").stdout.splitlines()) + "]")]
+    kinds = [
+        e["kind"]
+        for e in json.loads(
+            "[" + ",".join(shared_node.cli(bob, "events", "--json", "--card", "2").stdout.splitlines()) + "]"
+        )
+    ]
     assert "drain" in kinds and "undrain" in kinds
 
 
@@ -109,8 +115,13 @@ def test_events_follow_prints_what_happens_as_it_happens(shared_node, accounts):
     # --since, so the first drain is printed whether the follower was listening
     # yet or not (one starting on a loaded machine may be slower than the drain);
     # once it printed that, it is listening, and the second can only come live.
-    follower = carol.spawn(runnable().argv("events", "--follow", "--since", "1h", "--json"),
-                           env=shared_node.env(carol), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follower = carol.spawn(
+        runnable().argv("events", "--follow", "--since", "1h", "--json"),
+        env=shared_node.env(carol),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen: list[dict] = []
 
     def printed(card: int) -> bool:
@@ -135,8 +146,9 @@ def test_evict_asked_on_a_terminal_signals_what_it_listed_and_nothing_that_came_
     try:
         squat(shared_node, 5, listed)
         until(lambda: card(shared_node.status(carol), 5)["state"] == "external", "the squatter to be seen")
-        asking = carol.spawn(runnable().argv("evict", "5"), env=shared_node.env(carol),
-                             stdin=terminal, stdout=terminal, stderr=terminal)
+        asking = carol.spawn(
+            runnable().argv("evict", "5"), env=shared_node.env(carol), stdin=terminal, stdout=terminal, stderr=terminal
+        )
         os.close(terminal)
         question = read_until(master, "[y/N]")
         assert f"pid {listed.pid} ({bob.name}, external" in question and "sleep 300" in question, question

@@ -1,4 +1,5 @@
 """Settings: every TUNEPLANE_* value is checked at start-up and a bad one is named."""
+
 from pathlib import Path
 
 import pytest
@@ -15,22 +16,38 @@ def test_defaults_without_environment():
 
 def test_every_variable_is_read():
     env = {
-        "TUNEPLANE_LOCAL_GPU_COUNT": "4", "TUNEPLANE_CLUSTER_PROFILE": "h200-sxm",
-        "TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS": "false", "TUNEPLANE_LOCAL_CHECK_GPU_HEALTH": "0",
-        "TUNEPLANE_MEM_BUSY_MIB": "1024", "TUNEPLANE_PROBE": "simulated:/tmp/n.json",
-        "TUNEPLANE_PROBE_TIMEOUT_S": "2.5", "TUNEPLANE_RUNTIME": "process",
-        "TUNEPLANE_DOCKER_GPU_MODE": "env", "TUNEPLANE_STATE_DIR": "/tmp/st",
-        "TUNEPLANE_REDIS_URL": "redis://localhost:6379/1", "TUNEPLANE_LOCK_LEASE_MS": "5000",
-        "TUNEPLANE_LOCK_RETRY_MS": "20", "TUNEPLANE_HOLD_IMAGE": "busybox:1.36",
-        "TUNEPLANE_ALLOW_UNVERIFIED": "yes", "TUNEPLANE_AGENT": "off",
-        "TUNEPLANE_AGENT_SOCKET": "/tmp/a.sock", "TUNEPLANE_OPERATORS_GROUP": "gpu-admins",
-        "TUNEPLANE_MAX_CARDS_PER_USER": "2", "TUNEPLANE_MAX_CARDS_FOR": "alice=4, @students=1",
-        "TUNEPLANE_IMAGES": "busybox:*, nvcr.io/*", "TUNEPLANE_LOG_MAX_MB": "5",
-        "TUNEPLANE_IDLE_RESERVATION_MIN": "45", "TUNEPLANE_XID_DRAIN": "79, 48,48",
-        "TUNEPLANE_XID_IGNORE": "13", "TUNEPLANE_EVICT_GRACE_S": "2.5",
-        "TUNEPLANE_FLEET_URL": "redis://fleet:6379/2", "TUNEPLANE_NODE_NAME": "gpu-07",
-        "TUNEPLANE_FLEET_PUBLISH_S": "2.5", "TUNEPLANE_METRICS_ADDR": "[::]:9400",
-        "TUNEPLANE_HOST": "ssh://alice@gpu-07:2222", "TUNEPLANE_SSH_ADDRESS": "gpu-07.example.org",
+        "TUNEPLANE_LOCAL_GPU_COUNT": "4",
+        "TUNEPLANE_CLUSTER_PROFILE": "h200-sxm",
+        "TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS": "false",
+        "TUNEPLANE_LOCAL_CHECK_GPU_HEALTH": "0",
+        "TUNEPLANE_MEM_BUSY_MIB": "1024",
+        "TUNEPLANE_PROBE": "simulated:/tmp/n.json",
+        "TUNEPLANE_PROBE_TIMEOUT_S": "2.5",
+        "TUNEPLANE_RUNTIME": "process",
+        "TUNEPLANE_DOCKER_GPU_MODE": "env",
+        "TUNEPLANE_STATE_DIR": "/tmp/st",
+        "TUNEPLANE_REDIS_URL": "redis://localhost:6379/1",
+        "TUNEPLANE_LOCK_LEASE_MS": "5000",
+        "TUNEPLANE_LOCK_RETRY_MS": "20",
+        "TUNEPLANE_HOLD_IMAGE": "busybox:1.36",
+        "TUNEPLANE_ALLOW_UNVERIFIED": "yes",
+        "TUNEPLANE_AGENT": "off",
+        "TUNEPLANE_AGENT_SOCKET": "/tmp/a.sock",
+        "TUNEPLANE_OPERATORS_GROUP": "gpu-admins",
+        "TUNEPLANE_MAX_CARDS_PER_USER": "2",
+        "TUNEPLANE_MAX_CARDS_FOR": "alice=4, @students=1",
+        "TUNEPLANE_IMAGES": "busybox:*, nvcr.io/*",
+        "TUNEPLANE_LOG_MAX_MB": "5",
+        "TUNEPLANE_IDLE_RESERVATION_MIN": "45",
+        "TUNEPLANE_XID_DRAIN": "79, 48,48",
+        "TUNEPLANE_XID_IGNORE": "13",
+        "TUNEPLANE_EVICT_GRACE_S": "2.5",
+        "TUNEPLANE_FLEET_URL": "redis://fleet:6379/2",
+        "TUNEPLANE_NODE_NAME": "gpu-07",
+        "TUNEPLANE_FLEET_PUBLISH_S": "2.5",
+        "TUNEPLANE_METRICS_ADDR": "[::]:9400",
+        "TUNEPLANE_HOST": "ssh://alice@gpu-07:2222",
+        "TUNEPLANE_SSH_ADDRESS": "gpu-07.example.org",
     }
     assert set(env) == {d.env for d in DECLARED.values()}
     s = load_settings(env)
@@ -49,8 +66,9 @@ def test_every_variable_is_read():
     assert str(s.ssh_address) == "gpu-07.example.org"
 
 
-@pytest.mark.parametrize("given", ["-oProxyCommand=touch /tmp/x", "a b", "bob;id@x", "x:0", "x:65536", "@x",
-                                   "bob@", "x/y", "x:22:33"])
+@pytest.mark.parametrize(
+    "given", ["-oProxyCommand=touch /tmp/x", "a b", "bob;id@x", "x:0", "x:65536", "@x", "bob@", "x/y", "x:22:33"]
+)
 def test_an_ssh_host_that_is_not_a_destination_is_refused(given):
     with pytest.raises(ConfigError, match="TUNEPLANE_HOST"):
         load_settings({"TUNEPLANE_HOST": given})
@@ -72,38 +90,41 @@ def test_flags_override_the_environment():
     assert s.runtime == "process" and s.probe == "auto"
 
 
-@pytest.mark.parametrize("var,value", [
-    ("TUNEPLANE_LOCAL_GPU_COUNT", "two"),
-    ("TUNEPLANE_LOCAL_GPU_COUNT", "-1"),
-    ("TUNEPLANE_MEM_BUSY_MIB", "0"),
-    ("TUNEPLANE_PROBE", "nvlm"),
-    ("TUNEPLANE_PROBE", "simulated:"),
-    ("TUNEPLANE_RUNTIME", "podman"),
-    ("TUNEPLANE_DOCKER_GPU_MODE", "all"),
-    ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "maybe"),
-    ("TUNEPLANE_REDIS_URL", "http://x"),
-    ("TUNEPLANE_PROBE_TIMEOUT_S", "nan"),
-    ("TUNEPLANE_PROBE_TIMEOUT_S", "inf"),
-    ("TUNEPLANE_PROBE_TIMEOUT_S", "-inf"),
-    ("TUNEPLANE_PROBE_TIMEOUT_S", "601"),
-    ("TUNEPLANE_PROBE_TIMEOUT_S", "1e1"),
-    ("TUNEPLANE_LOCAL_GPU_COUNT", "٣"),
-    ("TUNEPLANE_MEM_BUSY_MIB", "1_000"),
-    ("TUNEPLANE_LOCK_LEASE_MS", "5"),
-    ("TUNEPLANE_LOCAL_GPU_COUNT", "100000000"),
-    ("TUNEPLANE_IDLE_RESERVATION_MIN", "0"),
-    ("TUNEPLANE_XID_DRAIN", "79,x"),
-    ("TUNEPLANE_XID_IGNORE", "-13"),
-    ("TUNEPLANE_EVICT_GRACE_S", "0"),
-    ("TUNEPLANE_FLEET_URL", "http://fleet"),
-    ("TUNEPLANE_NODE_NAME", "gpu 07"),
-    ("TUNEPLANE_NODE_NAME", "-gpu"),
-    ("TUNEPLANE_FLEET_PUBLISH_S", "0"),
-    ("TUNEPLANE_FLEET_PUBLISH_S", "301"),
-    ("TUNEPLANE_METRICS_ADDR", "9400"),
-    ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:http"),
-    ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:70000"),
-])
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("TUNEPLANE_LOCAL_GPU_COUNT", "two"),
+        ("TUNEPLANE_LOCAL_GPU_COUNT", "-1"),
+        ("TUNEPLANE_MEM_BUSY_MIB", "0"),
+        ("TUNEPLANE_PROBE", "nvlm"),
+        ("TUNEPLANE_PROBE", "simulated:"),
+        ("TUNEPLANE_RUNTIME", "podman"),
+        ("TUNEPLANE_DOCKER_GPU_MODE", "all"),
+        ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "maybe"),
+        ("TUNEPLANE_REDIS_URL", "http://x"),
+        ("TUNEPLANE_PROBE_TIMEOUT_S", "nan"),
+        ("TUNEPLANE_PROBE_TIMEOUT_S", "inf"),
+        ("TUNEPLANE_PROBE_TIMEOUT_S", "-inf"),
+        ("TUNEPLANE_PROBE_TIMEOUT_S", "601"),
+        ("TUNEPLANE_PROBE_TIMEOUT_S", "1e1"),
+        ("TUNEPLANE_LOCAL_GPU_COUNT", "٣"),
+        ("TUNEPLANE_MEM_BUSY_MIB", "1_000"),
+        ("TUNEPLANE_LOCK_LEASE_MS", "5"),
+        ("TUNEPLANE_LOCAL_GPU_COUNT", "100000000"),
+        ("TUNEPLANE_IDLE_RESERVATION_MIN", "0"),
+        ("TUNEPLANE_XID_DRAIN", "79,x"),
+        ("TUNEPLANE_XID_IGNORE", "-13"),
+        ("TUNEPLANE_EVICT_GRACE_S", "0"),
+        ("TUNEPLANE_FLEET_URL", "http://fleet"),
+        ("TUNEPLANE_NODE_NAME", "gpu 07"),
+        ("TUNEPLANE_NODE_NAME", "-gpu"),
+        ("TUNEPLANE_FLEET_PUBLISH_S", "0"),
+        ("TUNEPLANE_FLEET_PUBLISH_S", "301"),
+        ("TUNEPLANE_METRICS_ADDR", "9400"),
+        ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:http"),
+        ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:70000"),
+    ],
+)
 def test_a_bad_value_is_refused_with_its_name(var, value):
     with pytest.raises(ConfigError, match=var):
         load_settings({var: value})

@@ -4,6 +4,7 @@ This is the product's promise, tested as it is used: separate processes, each
 its own allocator, coordinated only by the cross-process lock (flock on the
 state dir, or a lease on a real redis-server).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,24 @@ PROCESSES = 12  # more than the 8 cards, so some must be refused
 def launch_all(env: dict, sizes: list[int]) -> list[subprocess.CompletedProcess]:
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tpnode_tui", "launch", "--cards", str(n), "--run-id", f"p{i}",
-             "--json", "--", "sleep", "120"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "tpnode_tui",
+                "launch",
+                "--cards",
+                str(n),
+                "--run-id",
+                f"p{i}",
+                "--json",
+                "--",
+                "sleep",
+                "120",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for i, n in enumerate(sizes)
     ]
@@ -44,8 +60,9 @@ def check_no_card_shared(env, results, sizes):
     assert all(n == 1 for n in held.values()), held
     assert sum(held.values()) <= 8
     assert refused, "with more demand than cards some launches must be refused"
-    status = subprocess.run([sys.executable, "-m", "tpnode_tui", "status", "--json"],
-                            capture_output=True, text=True, env=env, timeout=60)
+    status = subprocess.run(
+        [sys.executable, "-m", "tpnode_tui", "status", "--json"], capture_output=True, text=True, env=env, timeout=60
+    )
     live = [j for j in json.loads(status.stdout)["jobs"] if j["status"] == "running"]
     on_cards = Counter(c for j in live for c in j["gpus"])
     assert all(n == 1 for n in on_cards.values()), on_cards
@@ -55,8 +72,9 @@ def check_no_card_shared(env, results, sizes):
 
 def stop_all(env, live):
     for job in live:
-        subprocess.run([sys.executable, "-m", "tpnode_tui", "stop", job["run_id"]],
-                       capture_output=True, env=env, timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "tpnode_tui", "stop", job["run_id"]], capture_output=True, env=env, timeout=60
+        )
 
 
 def test_concurrent_cli_launches_with_flock_never_share(scene, state_dir):

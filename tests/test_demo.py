@@ -1,4 +1,5 @@
 """The demo cleans up after demos that were killed, and never touches a live one's."""
+
 from __future__ import annotations
 
 import json
@@ -53,11 +54,23 @@ def demo_process():
 def test_a_killed_demo_s_jobs_and_directory_go_with_the_next_demo_and_a_live_one_s_stay(demo_process):
     killed, killed_root, squatter = demo_process()
     env = node_env(killed_root / "node.json", killed_root / "state")
-    launched = subprocess.run([sys.executable, "-m", "tpnode_tui", "launch", "--cards", "1", "--run-id", "left",
-                               "--", "sleep", "600"], env=env, capture_output=True, text=True, timeout=60)
+    launched = subprocess.run(
+        [sys.executable, "-m", "tpnode_tui", "launch", "--cards", "1", "--run-id", "left", "--", "sleep", "600"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert launched.returncode == 0, launched.stderr
-    status = json.loads(subprocess.run([sys.executable, "-m", "tpnode_tui", "status", "--json"], env=env,
-                                       capture_output=True, text=True, timeout=60).stdout)
+    status = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "tpnode_tui", "status", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
     record = json.loads((killed_root / "state" / "jobs.json").read_text())["jobs"]["left"]
     assert [j["run_id"] for j in status["jobs"]] == ["left"]
     supervisor = record["pid"]
@@ -84,5 +97,4 @@ def test_only_directories_with_an_owner_file_are_touched(tmp_path):
     (tmp_path / f"{DEMO_PREFIX}garbage" / OWNER_FILE).write_text("not json")
     (tmp_path / "someone-else").mkdir()
     assert clean_up_after_dead_demos(tmp_path) == []
-    assert {p.name for p in tmp_path.iterdir()} == {
-        f"{DEMO_PREFIX}being-made", f"{DEMO_PREFIX}garbage", "someone-else"}
+    assert {p.name for p in tmp_path.iterdir()} == {f"{DEMO_PREFIX}being-made", f"{DEMO_PREFIX}garbage", "someone-else"}

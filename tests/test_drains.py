@@ -5,6 +5,7 @@ real flock lock and the real drain file; the service's drain and undrain
 rules (operators only, refused while the card reports a problem) are in
 tests/test_triage_service.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,11 @@ async def test_a_drained_card_is_never_handed_out_and_counts_as_busy(allocator):
     snap = await allocator.snapshot()
     card = snap.cards[0]
     assert (card.state, card.reason, card.drain.by, card.drain.source) == (
-        "drained", "fan replaced tomorrow", "root", "operator")
+        "drained",
+        "fan replaced tomorrow",
+        "root",
+        "operator",
+    )
 
 
 async def test_a_job_on_a_card_drained_under_it_keeps_it_until_it_ends(allocator):
@@ -86,13 +91,16 @@ async def test_a_second_drain_keeps_the_first_reason_and_undrain_returns_it(allo
     assert (await allocator.occupancy()).free == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("text", [
-    "{not json",
-    "",
-    json.dumps({"version": 1, "cards": {"x": {"reason": "r", "by": "b", "at": 1}}}),
-    json.dumps({"version": 1, "cards": {"1": {"reason": "r", "by": "b", "at": 1, "source": "cosmic rays"}}}),
-    json.dumps({"version": 9, "cards": {}}),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "",
+        json.dumps({"version": 1, "cards": {"x": {"reason": "r", "by": "b", "at": 1}}}),
+        json.dumps({"version": 1, "cards": {"1": {"reason": "r", "by": "b", "at": 1, "source": "cosmic rays"}}}),
+        json.dumps({"version": 9, "cards": {}}),
+    ],
+)
 async def test_a_corrupt_drain_file_is_refused_and_then_no_card_is_handed_out(allocator, text):
     allocator.drains.store.ensure_dir()
     allocator.drains.path.write_text(text)

@@ -5,6 +5,7 @@ kernel; that is tested with the agent), but every process signalled is real
 and belongs to a real account made by tests/helpers/accounts.py, and the process job
 whose child must not be evicted runs under the real process runtime.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -52,7 +53,13 @@ async def test_a_dry_run_names_what_would_be_signalled_and_signals_nothing(servi
     report = await service_node.service.evict(ROOT, 2, dry_run=True)
     [listed] = report.processes
     assert (listed.card, listed.pid, listed.user, listed.command, listed.belongs, listed.outcome) == (
-        2, squatter.pid, accounts.bob.name, "sleep 300", "external", LISTED)
+        2,
+        squatter.pid,
+        accounts.bob.name,
+        "sleep 300",
+        "external",
+        LISTED,
+    )
     assert listed.fate == "would be sent SIGTERM" and report.dry_run
     await asyncio.sleep(0.2)
     assert alive(squatter)
@@ -68,8 +75,9 @@ async def test_an_external_process_ends_at_sigterm_and_its_fate_is_logged(servic
     assert not alive(squatter)
     [event] = [e for e in service_node.log.read() if e["kind"] == "evict"]
     assert event["cards"] == [1] and event["pid"] == squatter.pid and event["outcome"] == ENDED
-    assert event["message"] == (f"card 1: {accounts.bob.name}'s pid {squatter.pid} (sleep 300), evicted by root: "
-                                "ended after SIGTERM")
+    assert event["message"] == (
+        f"card 1: {accounts.bob.name}'s pid {squatter.pid} (sleep 300), evicted by root: ended after SIGTERM"
+    )
 
 
 async def test_a_pid_named_with_its_start_time_is_signalled_only_while_it_is_that_process(service_node, accounts):
@@ -97,8 +105,9 @@ async def test_a_process_that_ignores_sigterm_needs_kill(service_node, accounts)
 
 
 async def test_on_a_reservation_only_the_intruder_is_evicted(service_node, accounts):
-    await service_node.service.reserve(ROOT, ReserveRequest(cards=1, duration_s=600, run_id="rsv-ops",
-                                                            owner=accounts.alice.name))
+    await service_node.service.reserve(
+        ROOT, ReserveRequest(cards=1, duration_s=600, run_id="rsv-ops", owner=accounts.alice.name)
+    )
     hers = service_node.run_as(accounts.alice, ["sleep", "300"])
     his = service_node.run_as(accounts.bob, ["sleep", "300"])
     service_node.put(0, hers.pid)
@@ -106,8 +115,11 @@ async def test_on_a_reservation_only_the_intruder_is_evicted(service_node, accou
     [done] = (await service_node.service.evict(ROOT, 0)).processes
     assert (done.pid, done.belongs, done.outcome) == (his.pid, "intruder", ENDED)
     assert alive(hers) and not alive(his)
-    with pytest.raises(Conflict, match=f"pid {hers.pid} belongs to {accounts.alice.name}, whose reservation "
-                                       "rsv-ops holds card 0: it is not a squatter"):
+    with pytest.raises(
+        Conflict,
+        match=f"pid {hers.pid} belongs to {accounts.alice.name}, whose reservation "
+        "rsv-ops holds card 0: it is not a squatter",
+    ):
         await service_node.service.evict(ROOT, 0, hers.pid)
 
 
@@ -122,11 +134,17 @@ async def test_a_platform_jobs_process_is_refused_and_stop_is_named(service_node
     card = result.launched.gpus[0]
     command = await job_command(result.launched.job.pid)
     service_node.put(card, command.pid)
-    with pytest.raises(Conflict, match=f"pid {command.pid} is part of platform job train on card {card}; "
-                                       "end the job with: tpnode-tui stop train"):
+    with pytest.raises(
+        Conflict,
+        match=f"pid {command.pid} is part of platform job train on card {card}; "
+        "end the job with: tpnode-tui stop train",
+    ):
         await service_node.service.evict(ROOT, card, command.pid)
-    with pytest.raises(JobNotFound, match=f"card {card} has no process from outside the platform or of someone "
-                                          "else to evict \\(it is held by train\\)"):
+    with pytest.raises(
+        JobNotFound,
+        match=f"card {card} has no process from outside the platform or of someone "
+        "else to evict \\(it is held by train\\)",
+    ):
         await service_node.service.evict(ROOT, card)
     assert command.is_running()
 
@@ -139,8 +157,11 @@ async def test_a_platform_job_s_process_on_a_card_it_was_not_given_is_named_and_
     snap = await service_node.service.read_now()
     [holder] = snap.cards[3].holders
     assert (holder.belongs, holder.job_elsewhere) == ("external", "train")
-    with pytest.raises(Conflict, match=f"pid {command.pid} is part of platform job train, using card 3 though it "
-                                       "was not given it; end the job with: tpnode-tui stop train"):
+    with pytest.raises(
+        Conflict,
+        match=f"pid {command.pid} is part of platform job train, using card 3 though it "
+        "was not given it; end the job with: tpnode-tui stop train",
+    ):
         await service_node.service.evict(ROOT, 3, command.pid)
     with pytest.raises(JobNotFound, match="card 3 has no process from outside the platform"):
         await service_node.service.evict(ROOT, 3)
@@ -194,8 +215,10 @@ async def test_an_eviction_whose_asker_goes_away_is_finished_and_logged_as_it_en
     asking.cancel()
     await asyncio.gather(asking, return_exceptions=True)
     # the process's fate is logged as the grace period ends, the action's answer just after
-    await until_async(lambda: {"evict", "action"} <= {e["kind"] for e in service_node.log.read()},
-                      "the eviction to be logged as it ended")
+    await until_async(
+        lambda: {"evict", "action"} <= {e["kind"] for e in service_node.log.read()},
+        "the eviction to be logged as it ended",
+    )
     [event] = [e for e in service_node.log.read() if e["kind"] == "evict"]
     assert event["pid"] == stubborn.pid and event["outcome"] == RUNNING
     [action] = [e for e in service_node.log.read() if e["kind"] == "action"]
@@ -215,6 +238,7 @@ async def test_why_nothing_on_a_card_may_be_evicted_is_one_answer_and_one_log_li
     assert "pid 1 is the system's init process" in said and f"pid {unseen} cannot be looked at" in said
     assert "\n" not in said, "one line, as the CLI prints it"
     assert len([e for e in service_node.log.read() if e["kind"] == "action"]) == 1
-    with pytest.raises(JobNotFound, match="^card 3 has no process from outside the platform or of someone else "
-                                          "to evict$"):
+    with pytest.raises(
+        JobNotFound, match="^card 3 has no process from outside the platform or of someone else to evict$"
+    ):
         await service_node.service.evict(ROOT, 3, dry_run=True)

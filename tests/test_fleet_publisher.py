@@ -3,6 +3,7 @@
 The service it follows is a stand-in with a reading the test sets, so that
 "the picture changed" and "nothing changed" are exactly what the test says.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -5,6 +5,7 @@ not, free or not, conflict, malformed) is decided by tpnode_tui.fleet.record,
 and is shown on it directly, with a fixed clock. The same rules over a real
 redis-server and real agents are in tests/test_fleet_agents.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ from tpnode_tui.wire import WireError
 PERIOD = 10.0
 
 
-def read(regs: dict[str, bytes], docs: dict[str, bytes], now: float = T, remembered=None,
-         decoder: record.Decoder | None = None) -> record.FleetPicture:
+def read(
+    regs: dict[str, bytes],
+    docs: dict[str, bytes],
+    now: float = T,
+    remembered=None,
+    decoder: record.Decoder | None = None,
+) -> record.FleetPicture:
     decoder = decoder or record.Decoder()
     registrations = {i: record.decode_registration(i, raw) for i, raw in regs.items()}
     pubs, broken = {}, {}
@@ -37,13 +43,22 @@ def one(name="gpu-01", snap=None, **kw) -> tuple[dict[str, bytes], dict[str, byt
 
 
 def test_a_node_that_publishes_is_up_with_its_cards_as_published():
-    snap = node_snapshot(jobs=(job("train", (0, 1)), job("rsv", (3,), kind="reservation")),
-                         external=(2,), unhealthy=(5,), drained=(7,))
+    snap = node_snapshot(
+        jobs=(job("train", (0, 1)), job("rsv", (3,), kind="reservation")), external=(2,), unhealthy=(5,), drained=(7,)
+    )
     fleet = read(*one(snap=snap))
     node = fleet.nodes[0]
     assert (node.name, node.status, node.reachable, node.total) == ("gpu-01", "up", True, 8)
-    assert [c.state for c in node.cards] == ["job", "job", "external", "reservation", "free",
-                                             "unhealthy", "free", "drained"]
+    assert [c.state for c in node.cards] == [
+        "job",
+        "job",
+        "external",
+        "reservation",
+        "free",
+        "unhealthy",
+        "free",
+        "drained",
+    ]
     assert (node.free, node.count("unhealthy"), node.count("drained"), node.largest_free_window) == (2, 1, 1, 1)
     assert (fleet.up, fleet.down, fleet.free, fleet.total) == (1, 0, 2, 8)
 
@@ -93,10 +108,14 @@ def test_a_cleanly_stopped_agent_says_when():
 
 
 def test_two_agents_claiming_one_name_are_a_conflict_not_a_merge():
-    regs = {"a": registration_bytes("gpu-01", host="host-a", pid=11),
-            "b": registration_bytes("gpu-01", host="host-b", pid=22)}
-    docs = {"a": publication_bytes("gpu-01", "a", node_snapshot(host="host-a")),
-            "b": publication_bytes("gpu-01", "b", node_snapshot(host="host-b", external=(0, 1)))}
+    regs = {
+        "a": registration_bytes("gpu-01", host="host-a", pid=11),
+        "b": registration_bytes("gpu-01", host="host-b", pid=22),
+    }
+    docs = {
+        "a": publication_bytes("gpu-01", "a", node_snapshot(host="host-a")),
+        "b": publication_bytes("gpu-01", "b", node_snapshot(host="host-b", external=(0, 1))),
+    }
     fleet = read(regs, docs)
     assert len(fleet.nodes) == 1
     node = fleet.nodes[0]
@@ -106,8 +125,10 @@ def test_two_agents_claiming_one_name_are_a_conflict_not_a_merge():
 
 
 def test_a_restarted_agent_supersedes_its_dead_instance():
-    regs = {"old": registration_bytes("gpu-01", started_at=T - 900),
-            "new": registration_bytes("gpu-01", started_at=T - 10)}
+    regs = {
+        "old": registration_bytes("gpu-01", started_at=T - 900),
+        "new": registration_bytes("gpu-01", started_at=T - 10),
+    }
     docs = {"new": publication_bytes("gpu-01", "new", node_snapshot())}
     node = read(regs, docs).nodes[0]
     assert (node.status, node.free, node.instances) == ("up", 8, ("new",))
@@ -115,25 +136,32 @@ def test_a_restarted_agent_supersedes_its_dead_instance():
 
 def test_an_agent_restarted_after_a_crash_is_no_conflict_with_the_key_its_predecessor_left():
     """A SIGKILLed agent's publication lives on for up to three periods."""
-    regs = {"crashed": registration_bytes("gpu-01", started_at=T - 900, host="rack1-n3", pid=4101),
-            "new": registration_bytes("gpu-01", started_at=T - 5, host="rack1-n3", pid=4190)}
-    docs = {"crashed": publication_bytes("gpu-01", "crashed", node_snapshot(), published_at=T - 12),
-            "new": publication_bytes("gpu-01", "new", node_snapshot(), published_at=T - 1)}
+    regs = {
+        "crashed": registration_bytes("gpu-01", started_at=T - 900, host="rack1-n3", pid=4101),
+        "new": registration_bytes("gpu-01", started_at=T - 5, host="rack1-n3", pid=4190),
+    }
+    docs = {
+        "crashed": publication_bytes("gpu-01", "crashed", node_snapshot(), published_at=T - 12),
+        "new": publication_bytes("gpu-01", "new", node_snapshot(), published_at=T - 1),
+    }
     node = read(regs, docs).nodes[0]
     assert (node.status, node.free, node.instances) == ("up", 8, ("new",))
     elsewhere = dict(regs, new=registration_bytes("gpu-01", started_at=T - 5, host="rack4-n9", pid=977))
     assert read(elsewhere, docs).nodes[0].status == "conflict", "another host claiming the name still is one"
 
 
-@pytest.mark.parametrize("raw, says", [
-    (b"{not json", "not valid JSON"),
-    (b"\xff\xfe", "not UTF-8"),
-    (b"[]", "is a list, not an object"),
-    (json.dumps({"fleet": 1, "instance": "i1"}).encode(), "no snapshot line"),
-    (json.dumps({"fleet": 1}).encode() + b"\nnull", "has no 'instance'"),
-    (json.dumps({"fleet": 99, "instance": "i1"}).encode() + b"\nnull", "newer than this tpnode-tui reads"),
-    (b"[" * 100_000, "nested too deeply"),  # the parser's recursion limit: refused, not raised through
-])
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"[]", "is a list, not an object"),
+        (json.dumps({"fleet": 1, "instance": "i1"}).encode(), "no snapshot line"),
+        (json.dumps({"fleet": 1}).encode() + b"\nnull", "has no 'instance'"),
+        (json.dumps({"fleet": 99, "instance": "i1"}).encode() + b"\nnull", "newer than this tpnode-tui reads"),
+        (b"[" * 100_000, "nested too deeply"),  # the parser's recursion limit: refused, not raised through
+    ],
+)
 def test_a_malformed_publication_marks_its_node_and_nothing_is_free(raw, says):
     fleet = read({"i1": registration_bytes("gpu-01")}, {"i1": raw})
     node = fleet.nodes[0]
@@ -152,22 +180,25 @@ def _doc(**changes) -> bytes:
     return stored(envelope, snapshot)
 
 
-@pytest.mark.parametrize("raw, says", [
-    (_doc(**{"snapshot.cards": "all free"}), "cards is a string, not a list"),
-    (_doc(**{"snapshot.total": -1}), "not a card count"),
-    (_doc(**{"snapshot.cards.0.state": 7}), "state is a number"),
-    (_doc(**{"snapshot.cards.0.intruders": ["4242"]}), "intruders is not a list of pids"),
-    (_doc(taken_at=None), "taken_at is null"),
-    (stored(publication_parts("gpu-01", "i1", node_snapshot())[0], [1, 2]), "snapshot is not an object"),
-    (_doc(period_s=0), "not a period"),
-    (_doc(published_at="now"), "published_at is a string"),
-    (_doc(published_at=1e300), "published_at is 1e+300, not a time"),
-    (_doc(published_at=float("inf")), "published_at is inf (Infinity or NaN), not a number"),  # JSON Python reads
-    (_doc(published_at=float("nan")), "published_at is nan (Infinity or NaN), not a number"),
-    (_doc(node=""), "not a node name"),
-    (_doc(instance="someone-else"), "not the instance it is stored under"),
-    (_doc(node="gpu-99"), "registered as 'gpu-01'"),
-])
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        (_doc(**{"snapshot.cards": "all free"}), "cards is a string, not a list"),
+        (_doc(**{"snapshot.total": -1}), "not a card count"),
+        (_doc(**{"snapshot.cards.0.state": 7}), "state is a number"),
+        (_doc(**{"snapshot.cards.0.intruders": ["4242"]}), "intruders is not a list of pids"),
+        (_doc(taken_at=None), "taken_at is null"),
+        (stored(publication_parts("gpu-01", "i1", node_snapshot())[0], [1, 2]), "snapshot is not an object"),
+        (_doc(period_s=0), "not a period"),
+        (_doc(published_at="now"), "published_at is a string"),
+        (_doc(published_at=1e300), "published_at is 1e+300, not a time"),
+        (_doc(published_at=float("inf")), "published_at is inf (Infinity or NaN), not a number"),  # JSON Python reads
+        (_doc(published_at=float("nan")), "published_at is nan (Infinity or NaN), not a number"),
+        (_doc(node=""), "not a node name"),
+        (_doc(instance="someone-else"), "not the instance it is stored under"),
+        (_doc(node="gpu-99"), "registered as 'gpu-01'"),
+    ],
+)
 def test_a_publication_is_read_strictly(raw, says):
     node = read({"i1": registration_bytes("gpu-01")}, {"i1": raw}).nodes[0]
     assert node.status == "malformed" and says in node.problem, node.problem
@@ -207,8 +238,9 @@ def test_an_unchanged_picture_is_not_decoded_again_but_its_time_moves():
     decoder = record.Decoder()
     snap = node_snapshot()
     first = decoder.decode("i1", publication_bytes("gpu-01", "i1", snap, published_at=T))
-    later = decoder.decode("i1", publication_bytes("gpu-01", "i1", node_snapshot(taken_at=T + 1),
-                                                   published_at=T + 1, seq=2))
+    later = decoder.decode(
+        "i1", publication_bytes("gpu-01", "i1", node_snapshot(taken_at=T + 1), published_at=T + 1, seq=2)
+    )
     assert later.taken_at == T + 1 and later.published_at == T + 1
     assert later.snapshot.cards is first.snapshot.cards  # reused, not decoded again
     changed = decoder.decode("i1", publication_bytes("gpu-01", "i1", node_snapshot(external=(3,)), seq=3))
@@ -219,9 +251,10 @@ def test_the_largest_free_window_across_the_fleet():
     assert record.largest_window([0, 1, 2, 5, 6, 7, 8]) == 4
     assert record.largest_window([]) == 0
     regs = {"a": registration_bytes("gpu-01"), "b": registration_bytes("gpu-07")}
-    docs = {"a": publication_bytes("gpu-01", "a", node_snapshot(jobs=(job("j", (1, 4)),))),
-            "b": publication_bytes("gpu-07", "b", node_snapshot(jobs=(job("k", (0, 1, 2, 3)),),
-                                                                 external=(5,)))}
+    docs = {
+        "a": publication_bytes("gpu-01", "a", node_snapshot(jobs=(job("j", (1, 4)),))),
+        "b": publication_bytes("gpu-07", "b", node_snapshot(jobs=(job("k", (0, 1, 2, 3)),), external=(5,))),
+    }
     fleet = read(regs, docs)
     assert fleet.widest == ("gpu-01", 3)
     assert "gpu-01: 3 consecutive free cards" in record.summary_words(fleet)
@@ -234,8 +267,19 @@ def test_fleet_json_has_the_documented_keys_and_counts_nothing_unknown_as_free()
     doc = record.fleet_json(read(regs, docs))
     assert (doc["free"], doc["total"], doc["up"], doc["down"]) == (7, 16, 1, 1)
     up, down = doc["nodes"]
-    assert {"name", "reachable", "last_seen", "series", "total", "free", "unhealthy", "drained",
-            "intruders", "largest_free_window", "cards"} <= set(up)
+    assert {
+        "name",
+        "reachable",
+        "last_seen",
+        "series",
+        "total",
+        "free",
+        "unhealthy",
+        "drained",
+        "intruders",
+        "largest_free_window",
+        "cards",
+    } <= set(up)
     assert up["cards"][0] == {"index": 0, "state": "job"} and up["free"] == 7
     assert (down["reachable"], down["free"], down["unhealthy"], down["largest_free_window"]) == (False, 0, None, None)
     assert {c["state"] for c in down["cards"]} == {"unknown"}
@@ -246,17 +290,26 @@ def test_redis_and_prometheus_are_imported_only_when_configured():
     import subprocess
     import sys
 
-    code = ("import sys, tpnode_tui.cli, tpnode_tui.agent.serve, tpnode_tui.fleet.record; "
-            "print(sorted(m for m in ('redis', 'prometheus_client') if m in sys.modules))")
+    code = (
+        "import sys, tpnode_tui.cli, tpnode_tui.agent.serve, tpnode_tui.fleet.record; "
+        "print(sorted(m for m in ('redis', 'prometheus_client') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("published, reached", [
-    ("gpu-01", "gpu-01"), ("ops@gpu-01.example.org:2222", "ops@gpu-01.example.org:2222"),
-    ("", None), ("-oProxyCommand=touch /tmp/x", None), ("gpu 01", None), ("\x1b[2Jgpu", None),
-])
+@pytest.mark.parametrize(
+    "published, reached",
+    [
+        ("gpu-01", "gpu-01"),
+        ("ops@gpu-01.example.org:2222", "ops@gpu-01.example.org:2222"),
+        ("", None),
+        ("-oProxyCommand=touch /tmp/x", None),
+        ("gpu 01", None),
+        ("\x1b[2Jgpu", None),
+    ],
+)
 def test_fleet_json_says_how_to_reach_each_node_and_only_a_destination_is_believed(published, reached):
     regs, docs = one()
     regs = {"i1": registration_bytes("gpu-01", ssh=published)}

@@ -6,6 +6,7 @@ is the source that hands them to the app instead of Redis. Times, the clock
 and the time zone are fixed, so the pictures are the same on every machine.
 Update with --snapshot-update and look at the result before committing it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,7 @@ SIZE = (120, 40)
 NOW = T + 0.5
 
 
-def fleet_of(nodes: dict[str, tuple[bytes, bytes | None]], now: float = NOW,
-             remembered=None) -> record.FleetPicture:
+def fleet_of(nodes: dict[str, tuple[bytes, bytes | None]], now: float = NOW, remembered=None) -> record.FleetPicture:
     """``nodes``: instance -> (registration, publication or None)."""
     decoder = record.Decoder()
     regs, pubs, broken = {}, {}, {}
@@ -47,12 +47,14 @@ def up(name: str, snap, **kw) -> tuple[bytes, bytes]:
 
 
 def mixed_fleet() -> record.FleetPicture:
-    busy = node_snapshot(jobs=(job("llama-70b", (0, 1, 2, 3)), job("rsv-alice", (6,), kind="reservation")),
-                         external=(5,))
+    busy = node_snapshot(
+        jobs=(job("llama-70b", (0, 1, 2, 3)), job("rsv-alice", (6,), kind="reservation")), external=(5,)
+    )
     nodes = {
         "gpu-01": up("gpu-01", busy),
-        "gpu-02": up("gpu-02", node_snapshot(jobs=(job("eval", (0, 1)),), unhealthy=(7,), drained=(6,)),
-                     intruders={1: [31337]}),
+        "gpu-02": up(
+            "gpu-02", node_snapshot(jobs=(job("eval", (0, 1)),), unhealthy=(7,), drained=(6,)), intruders={1: [31337]}
+        ),
         "gpu-03": up("gpu-03", node_snapshot(4, jobs=(job("j", (0,)),))),
         "gpu-04": (registration_bytes("gpu-04", total=8, started_at=T - 7200), None),
         "gpu-05": up("gpu-05", node_snapshot(blind=True)),
@@ -60,10 +62,14 @@ def mixed_fleet() -> record.FleetPicture:
         "gpu-07": up("gpu-07", node_snapshot(jobs=(job("a", (0, 1)), job("b", (6, 7))))),
         "gpu-08": up("gpu-08", node_snapshot(), error="cannot read the state file /var/lib/tpnode-tui/jobs.json"),
         "big-64": up("big-64", node_snapshot(64, jobs=(job("huge", tuple(range(0, 48))),), external=(50,))),
-        "twin-a": (registration_bytes("twin", host="rack1-n3", pid=4101),
-                   publication_bytes("twin", "twin-a", node_snapshot())),
-        "twin-b": (registration_bytes("twin", host="rack4-n9", pid=977),
-                   publication_bytes("twin", "twin-b", node_snapshot())),
+        "twin-a": (
+            registration_bytes("twin", host="rack1-n3", pid=4101),
+            publication_bytes("twin", "twin-a", node_snapshot()),
+        ),
+        "twin-b": (
+            registration_bytes("twin", host="rack4-n9", pid=977),
+            publication_bytes("twin", "twin-b", node_snapshot()),
+        ),
     }
     return fleet_of(nodes, remembered={"gpu-04": T - 95})
 
@@ -116,6 +122,7 @@ def reads(n: int):
             pilot.app._wake.set()
             await pilot.pause(0.05)
         await pilot.pause(0.05)
+
     return wait
 
 
@@ -168,11 +175,22 @@ async def test_enter_opens_the_nodes_grid_read_only_and_escape_returns():
         grid = app.screen.query_one(CardGrid)
         await pilot.pause(0.1)
         assert [t.card.state for t in grid.tiles] == ["job"] * 4 + ["free", "external", "reservation", "free"]
-        actions = {active.binding.action.split("(")[0].split(".")[-1] for active in app.active_bindings.values()
-                   if app.check_action(active.binding.action.split(".")[-1], ()) is not False}
+        actions = {
+            active.binding.action.split("(")[0].split(".")[-1]
+            for active in app.active_bindings.values()
+            if app.check_action(active.binding.action.split(".")[-1], ()) is not False
+        }
         # Moving, reading and leaving: no launch, stop or any other action on a node of the fleet.
-        assert actions <= {"move", "close", "focus_detail", "quit", "command_palette", "focus_next",
-                           "focus_previous", "copy_text"}, actions
+        assert actions <= {
+            "move",
+            "close",
+            "focus_detail",
+            "quit",
+            "command_palette",
+            "focus_next",
+            "focus_previous",
+            "copy_text",
+        }, actions
         assert "move" in actions
         await pilot.press("escape")
         assert not isinstance(app.screen, NodeScreen)
@@ -182,8 +200,11 @@ async def test_a_node_that_stops_publishing_is_shown_unreachable_and_its_free_ca
     alive = {"gpu-01": up("gpu-01", node_snapshot(), published_at=T)}
     gone = {"gpu-01": (alive["gpu-01"][0], None)}  # its key expired, three periods on
     later = T + 3 * 10 + 1
-    app = FleetApp(FixedFleet(fleet_of(alive, now=T + 1), fleet_of(gone, now=later, remembered={"gpu-01": T})),
-                   interval=60, clock=lambda: later)
+    app = FleetApp(
+        FixedFleet(fleet_of(alive, now=T + 1), fleet_of(gone, now=later, remembered={"gpu-01": T})),
+        interval=60,
+        clock=lambda: later,
+    )
     async with app.run_test(size=SIZE) as pilot:
         await first_read(pilot)
         assert cell(app, "gpu-01", "free") == "8/8"
@@ -194,8 +215,10 @@ async def test_a_node_that_stops_publishing_is_shown_unreachable_and_its_free_ca
 
 
 async def test_when_redis_cannot_be_read_every_card_is_unknown():
-    app = app_for(mixed_fleet(), FleetUnavailable("cannot read the fleet from Redis at redis://fleet.example:"
-                                                  "6379/0 (Connection refused)"))
+    app = app_for(
+        mixed_fleet(),
+        FleetUnavailable("cannot read the fleet from Redis at redis://fleet.example:6379/0 (Connection refused)"),
+    )
     async with app.run_test(size=SIZE) as pilot:
         await reads(2)(pilot)
         assert cell(app, "gpu-01", "free") == "?/8" and cell(app, "gpu-01", "seen") == "unknown now"
@@ -261,8 +284,9 @@ def hundred_nodes() -> record.FleetPicture:
             nodes[name] = (registration_bytes(name, started_at=T - 600), None)
             continue
         held = tuple(range(n % 9)) if n % 9 else ()
-        nodes[name] = up(name, node_snapshot(jobs=(job(f"run-{n}", held),) if held else (),
-                                             external=(7,) if n % 11 == 0 else ()))
+        nodes[name] = up(
+            name, node_snapshot(jobs=(job(f"run-{n}", held),) if held else (), external=(7,) if n % 11 == 0 else ())
+        )
     return fleet_of(nodes)
 
 
@@ -291,14 +315,17 @@ class TestPictures:
             await reads(2)(pilot)
 
         gone = {name: (reg, None) for name, (reg, _) in alive.items()}  # the keys expired
-        app = FleetApp(FixedFleet(fleet_of(alive, now=T + 1),
-                                  fleet_of(gone, now=later, remembered={name: T for name in alive})),
-                       interval=60, clock=lambda: later)
+        app = FleetApp(
+            FixedFleet(fleet_of(alive, now=T + 1), fleet_of(gone, now=later, remembered={name: T for name in alive})),
+            interval=60,
+            clock=lambda: later,
+        )
         assert snap_compare(app, terminal_size=SIZE, run_before=open_after_it_went)
 
     def test_filtering(self, snap_compare):
-        assert snap_compare(app_for(mixed_fleet()), terminal_size=SIZE, run_before=first_read,
-                            press=["slash", "g", "p", "u", "-", "0"])
+        assert snap_compare(
+            app_for(mixed_fleet()), terminal_size=SIZE, run_before=first_read, press=["slash", "g", "p", "u", "-", "0"]
+        )
 
 
 async def test_enter_opens_the_node_s_own_dashboard_over_ssh_at_its_published_address():
@@ -316,14 +343,19 @@ async def test_enter_opens_the_node_s_own_dashboard_over_ssh_at_its_published_ad
         await pilot.pause(0.2)
     assert [str(t) for t in opened] == ["ops@gpu-01.example.org:2222"]
     [note] = app._notifications
-    assert note.message == ("gpu-01 (ops@gpu-01.example.org:2222): its dashboard ended with exit code 1: "
-                            "tpnode-tui: cannot reach ops@gpu-01.example.org:2222 over ssh: Connection refused")
+    assert note.message == (
+        "gpu-01 (ops@gpu-01.example.org:2222): its dashboard ended with exit code 1: "
+        "tpnode-tui: cannot reach ops@gpu-01.example.org:2222 over ssh: Connection refused"
+    )
 
 
 async def test_a_node_with_no_address_is_not_handed_to_ssh():
     opened = []
-    app = FleetApp(FixedFleet(fleet_of({"gpu-01": (registration_bytes("gpu-01", ssh="-oProxyCommand=x"), None)})),
-                   clock=lambda: NOW, open_dashboard=lambda target: opened.append(target) or (0, ""))
+    app = FleetApp(
+        FixedFleet(fleet_of({"gpu-01": (registration_bytes("gpu-01", ssh="-oProxyCommand=x"), None)})),
+        clock=lambda: NOW,
+        open_dashboard=lambda target: opened.append(target) or (0, ""),
+    )
     async with app.run_test(size=SIZE) as pilot:
         await first_read(pilot)
         await pilot.press("enter")

@@ -3,6 +3,7 @@
 Skipped where there is no NVIDIA driver (NVML cannot start) or no nvidia-smi.
 Run with ``-s`` to see what the card said.
 """
+
 from __future__ import annotations
 
 import shutil

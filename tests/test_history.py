@@ -2,6 +2,7 @@
 
 Driven with a made-up clock: an hour of polls takes seconds, not an hour.
 """
+
 from __future__ import annotations
 
 import tracemalloc
@@ -16,8 +17,19 @@ START = 1_000_000_000.0
 
 def readings(step: int, cards: int = CARDS) -> list[tuple[int, CardFacts]]:
     """Every card at poll ``step``: utilisation climbing with time, memory by card."""
-    return [(i, CardFacts(index=i, utilization_pct=step % 101, memory_used_mib=1000 + i,
-                          temperature_c=40 + i % 7, power_w=300.0 + i)) for i in range(cards)]
+    return [
+        (
+            i,
+            CardFacts(
+                index=i,
+                utilization_pct=step % 101,
+                memory_used_mib=1000 + i,
+                temperature_c=40 + i % 7,
+                power_w=300.0 + i,
+            ),
+        )
+        for i in range(cards)
+    ]
 
 
 def test_an_hour_of_64_cards_at_0_2_s_stays_within_the_rings():

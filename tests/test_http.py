@@ -4,6 +4,7 @@ Against the real agent for what a user does, and against a small server of
 the test's own, speaking raw bytes, for what a real agent rarely does: close
 a kept connection, cut an answer short, or answer something that is not HTTP.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -51,8 +52,14 @@ class RawServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 await reader.readexactly(length)
                 self.requests.append(head.split(b"\r\n")[0].decode())
                 answer = self.answers.pop(0)
@@ -71,8 +78,12 @@ class RawServer:
 def ok(doc: object, *, close: bool = False) -> bytes:
     body = json.dumps(doc).encode()
     extra = b"Connection: close\r\n" if close else b""
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + extra
-            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + extra
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
 
 
 def chunked(*pieces: bytes) -> bytes:
@@ -91,12 +102,14 @@ async def ask(kind: str, path: Path, work):
     """``work(client)`` with a client of ``kind`` on ``path``: the blocking one
     run straight through (no event loop) on a thread, so the test's server goes on."""
     if kind == "blocking":
+
         def run():
             client = HttpClient(unix_blocking(str(path), WAIT_S))
             try:
                 return straight(work(client))
             finally:
                 straight(client.close())
+
         return await asyncio.to_thread(run)
     client = HttpClient(unix(str(path), WAIT_S))
     try:
@@ -115,8 +128,10 @@ async def idle(kind: str, seconds: float = 0.2) -> None:
 
 async def test_a_kept_connection_carries_the_next_request(tmp_path, kind):
     async with RawServer(tmp_path / "s.sock", [ok({"n": 1}), ok({"n": 2})]) as server:
+
         async def twice(client):
             return [json.loads((await client.request("GET", f"/v1/{n}")).body) for n in (1, 2)]
+
         assert await ask(kind, server.path, twice) == [{"n": 1}, {"n": 2}]
     assert server.requests == ["GET /v1/1 HTTP/1.1", "GET /v1/2 HTTP/1.1"]
     assert server.connections == 1
@@ -130,13 +145,14 @@ async def test_a_kept_connection_the_agent_closed_is_replaced_and_the_request_ma
             first = json.loads((await client.request("GET", "/v1/1")).body)
             await idle(kind)  # the agent's close arrives while the connection is idle, as its idle timeout does
             return first, json.loads((await client.request("POST", "/v1/2", b"{}")).body)
+
         assert await ask(kind, server.path, twice) == ({"n": 1}, {"n": 2})
     assert server.requests == ["GET /v1/1 HTTP/1.1", "POST /v1/2 HTTP/1.1"]
     assert server.connections == 2
 
 
 async def test_an_answer_cut_short_is_not_asked_again(tmp_path, kind):
-    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"half\": "
+    cut = b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"half": '
     async with RawServer(tmp_path / "s.sock", [cut, ok({"again": True})]) as server:
         server.close_after = {1}
         with pytest.raises(Unreachable, match="closed in the middle of an answer"):
@@ -145,21 +161,26 @@ async def test_an_answer_cut_short_is_not_asked_again(tmp_path, kind):
 
 
 async def test_a_stream_s_lines_whatever_its_chunks(tmp_path, kind):
-    pieces = (b'{"a": 1}\n{"b"', b': 2}\n', b'\n\n{"c": 3}\n{"d": ', b"4}")
+    pieces = (b'{"a": 1}\n{"b"', b": 2}\n", b'\n\n{"c": 3}\n{"d": ', b"4}")
     async with RawServer(tmp_path / "s.sock", [chunked(*pieces)]) as server:
+
         async def lines(client):
             async with client.stream("/v1/stream") as (status, body):
                 return status, [json.loads(line) async for line in body]
+
         assert await ask(kind, server.path, lines) == (200, [{"a": 1}, {"b": 2}, {"c": 3}, {"d": 4}])
 
 
-@pytest.mark.parametrize("answer, words", [
-    (b"SSH-2.0-OpenSSH_9.2\r\n", "not an HTTP answer"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: " + str(MAX_BODY + 1).encode() + b"\r\n\r\n", "Content-Length"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n", "Content-Length"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not hexadecimal"),
-    (b"HTTP/1.1 200 OK\r\nX-Long: " + b"x" * (70 * 1024) + b"\r\n\r\n", "too long"),
-])
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        (b"SSH-2.0-OpenSSH_9.2\r\n", "not an HTTP answer"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: " + str(MAX_BODY + 1).encode() + b"\r\n\r\n", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not hexadecimal"),
+        (b"HTTP/1.1 200 OK\r\nX-Long: " + b"x" * (70 * 1024) + b"\r\n\r\n", "too long"),
+    ],
+)
 async def test_what_is_not_http_is_a_protocol_error(tmp_path, kind, answer, words):
     async with RawServer(tmp_path / "s.sock", [answer]) as server:
         server.close_after = {1}
@@ -189,6 +210,7 @@ def test_work_that_waits_on_an_event_loop_is_refused_straight_through():
 
 async def test_a_blocking_node_asks_the_real_agent_without_an_event_loop(tmp_path):
     async with running(Agent(tmp_path)) as agent:
+
         def look():
             node = AgentNode(agent.socket, blocking=True)
             try:
@@ -197,6 +219,7 @@ async def test_a_blocking_node_asks_the_real_agent_without_an_event_loop(tmp_pat
                 return view.you.user, len(view.snapshot.cards), node.where
             finally:
                 straight(node.close())
+
         user, cards, where = await asyncio.to_thread(look)
     assert (cards, where) == (8, f"agent at {agent.socket}") and user
 
@@ -210,9 +233,11 @@ def test_no_agent_is_unavailable_not_an_error_of_ours(tmp_path):
 
 async def test_a_post_the_agent_read_before_its_connection_broke_is_not_asked_again(tmp_path, kind):
     async with RawServer(tmp_path / "s.sock", [ok({"n": 1}), None, ok({"again": True})]) as server:
+
         async def twice(client):
             await client.request("GET", "/v1/1")
             return await client.request("POST", "/v1/extend", b'{"run_id": "r", "duration_s": 3600}')
+
         with pytest.raises(Unreachable, match="whether it did what was asked is not known") as broke:
             await ask(kind, server.path, twice)
     assert broke.value.whole
@@ -221,9 +246,11 @@ async def test_a_post_the_agent_read_before_its_connection_broke_is_not_asked_ag
 
 async def test_a_get_whose_kept_connection_broke_is_asked_again_on_a_new_one(tmp_path, kind):
     async with RawServer(tmp_path / "s.sock", [ok({"n": 1}), None, ok({"n": 2})]) as server:
+
         async def twice(client):
             await client.request("GET", "/v1/1")
             return json.loads((await client.request("GET", "/v1/2")).body)
+
         assert await ask(kind, server.path, twice) == {"n": 2}
     assert server.requests == ["GET /v1/1 HTTP/1.1", "GET /v1/2 HTTP/1.1", "GET /v1/2 HTTP/1.1"]
     assert server.connections == 2

@@ -3,6 +3,7 @@
 Every command is a new process with a new allocator, so each check also shows
 that the picture is rebuilt from container labels alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,12 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def cli(dockerd, scene, state_dir):
-    env = node_env(scene, state_dir, runtime="docker", docker_host=dockerd.host,
-                   TUNEPLANE_HOLD_IMAGE=dockerd.image)
+    env = node_env(scene, state_dir, runtime="docker", docker_host=dockerd.host, TUNEPLANE_HOLD_IMAGE=dockerd.image)
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "tpnode_tui", *args], capture_output=True,
-                              text=True, env=env, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "tpnode_tui", *args], capture_output=True, text=True, env=env, timeout=120
+        )
 
     run.status = lambda: json.loads(run("status", "--json").stdout)
     return run
@@ -52,8 +53,7 @@ def test_launch_stop_reclaim_through_labels(cli, dockerd):
 
 
 def test_a_container_labelled_by_hand_holds_its_cards(cli, dockerd):
-    dockerd.cli("run", "-d", "--name", "by-hand", "--label", "tuneplane.gpus=0,1,2",
-                dockerd.image, "sleep", "60")
+    dockerd.cli("run", "-d", "--name", "by-hand", "--label", "tuneplane.gpus=0,1,2", dockerd.image, "sleep", "60")
     out = cli("launch", "--cards", "2", "--image", dockerd.image, "--json", "--", "sleep", "60")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["gpus"] == [3, 4]
@@ -80,10 +80,18 @@ def test_a_reservation_frees_its_cards_when_it_expires(cli):
 
 def test_engine_unreachable_is_one_clear_line_and_nothing_is_free(cli, tmp_path):
     env_host = f"unix://{tmp_path}/no-such.sock"
-    out = subprocess.run([sys.executable, "-m", "tpnode_tui", "status", "--json"], capture_output=True,
-                         text=True, timeout=60,
-                         env={**os.environ, "TUNEPLANE_RUNTIME": "docker", "DOCKER_HOST": env_host,
-                              "TUNEPLANE_PROBE": "simulated:/dev/null"})
+    out = subprocess.run(
+        [sys.executable, "-m", "tpnode_tui", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "TUNEPLANE_RUNTIME": "docker",
+            "DOCKER_HOST": env_host,
+            "TUNEPLANE_PROBE": "simulated:/dev/null",
+        },
+    )
     assert out.returncode == 1 and out.stdout == ""
     assert "Traceback" not in out.stderr and "DOCKER_HOST" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1

@@ -6,6 +6,7 @@ the test accounts' processes (made with useradd by tests/helpers/accounts.py), a
 docker job's container on the tests' own dockerd and a container started by
 hand beside it, and a process in a real cgroup.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,16 +43,23 @@ def belongs(card) -> dict[int, str]:
 
 async def test_a_process_jobs_children_are_its_own_and_another_users_process_intrudes(service_node, accounts, spawned):
     alice, bob = accounts.alice, accounts.bob
-    spec = JobSpec(run_id="train", cards=1, owner=alice.name, uid=alice.uid,
-                   command=("sh", "-c", "sleep 301 & (sleep 302 &) ; wait"))
+    spec = JobSpec(
+        run_id="train",
+        cards=1,
+        owner=alice.name,
+        uid=alice.uid,
+        command=("sh", "-c", "sleep 301 & (sleep 302 &) ; wait"),
+    )
     launched = await service_node.allocator.launch(spec)
     assert launched.gpus == (0,)
     supervisor = launched.job.pid
 
     def job_sleeps():
-        found = {p.info["cmdline"][1]: p.pid for p in psutil.process_iter(["cmdline"])
-                 if p.info["cmdline"] in (["sleep", "301"], ["sleep", "302"])
-                 and os.getsid(p.pid) == supervisor}
+        found = {
+            p.info["cmdline"][1]: p.pid
+            for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] in (["sleep", "301"], ["sleep", "302"]) and os.getsid(p.pid) == supervisor
+        }
         return found if len(found) == 2 else None
 
     sleeps = await until_async(job_sleeps, "the job's two sleeps")
@@ -68,8 +76,9 @@ async def test_a_process_jobs_children_are_its_own_and_another_users_process_int
     assert card.state == "job" and card.run_id == "train"
     assert belongs(card) == {sleeps["301"]: HOLDER, sleeps["302"]: HOLDER, intruder: INTRUDER, own: HOLDER}
     assert card.intruders == (intruder,) and snap.intruder_cards == (0,)
-    assert card.warning == (f"{bob.name} (pid {intruder}, sleep 300, 30.0 GiB) is using card 0, "
-                            f"held by train of {alice.name}")
+    assert card.warning == (
+        f"{bob.name} (pid {intruder}, sleep 300, 30.0 GiB) is using card 0, held by train of {alice.name}"
+    )
     [shown] = [h for h in card.holders if h.pid == intruder]
     assert (shown.user, shown.uid) == (bob.name, bob.uid)
 
@@ -87,8 +96,10 @@ async def test_a_reservation_belongs_to_its_owners_processes_and_anyone_elses_in
     assert card.state == "reservation"
     assert belongs(card) == {hers: HOLDER, his: INTRUDER}
     until_words = time.strftime("%H:%M", time.localtime(launched.job.expires_at))
-    assert card.warning == (f"{bob.name} (pid {his}, sleep 300, 30.0 GiB) is using card {card_index}, "
-                            f"reserved by {alice.name} until {until_words}")
+    assert card.warning == (
+        f"{bob.name} (pid {his}, sleep 300, 30.0 GiB) is using card {card_index}, "
+        f"reserved by {alice.name} until {until_words}"
+    )
 
 
 async def test_on_a_card_nobody_holds_a_process_is_external_and_an_unseen_pid_unknown(service_node, accounts, spawned):
@@ -130,8 +141,15 @@ def test_a_process_in_the_jobs_cgroup_is_the_jobs_even_outside_its_session(tmp_p
         inside = subprocess.Popen(["setsid", "sleep", "300"])
         spawned.append(inside)
         (cgroup / "cgroup.procs").write_text(str(inside.pid))
-        job = JobState(name="tpn-cg", run_id="cg", gpus=(0,), status="running", owner="nobody-here",
-                       pid=1_000_000_000, cgroup=str(cgroup))
+        job = JobState(
+            name="tpn-cg",
+            run_id="cg",
+            gpus=(0,),
+            status="running",
+            owner="nobody-here",
+            pid=1_000_000_000,
+            cgroup=str(cgroup),
+        )
         assert part_of_job(describe(ProcessFacts(inside.pid)), job)
         assert not part_of_job(describe(ProcessFacts(outside.pid)), job)
         assert classify(describe(ProcessFacts(outside.pid)), job).belongs == INTRUDER
@@ -149,13 +167,13 @@ async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_it
 
     if cgroup_parent()[0] is None:
         pytest.skip(f"no cgroup v2 to make a job cgroup in here: {cgroup_parent()[1]}")
-    launched = await service_node.allocator.launch(JobSpec(run_id="escapes", cards=1, owner="root", uid=0,
-                                                           command=("sh", "-c", "setsid sleep 303 & wait")))
+    launched = await service_node.allocator.launch(
+        JobSpec(run_id="escapes", cards=1, owner="root", uid=0, command=("sh", "-c", "setsid sleep 303 & wait"))
+    )
     assert launched.job.cgroup, "the job got no cgroup"
 
     def escapee():
-        return next((p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "303"]),
-                    None)
+        return next((p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "303"]), None)
 
     pid = await until_async(escapee, "the job's setsid sleep")
     assert os.getsid(pid) != launched.job.pid  # out of the job's session and tree
@@ -165,16 +183,21 @@ async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_it
 
 
 @pytest.mark.docker
-async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrudes(tmp_path, dockerd, accounts,
-                                                                                    spawned):
+async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrudes(tmp_path, dockerd, accounts, spawned):
     from tpnode_tui.runtimes.docker import DockerRuntime
 
     runtime = DockerRuntime(gpu_mode="none", hold_image=dockerd.image, stop_timeout_s=1)
     node = ServiceNode(tmp_path, runtime=runtime)
     try:
-        launched = await node.allocator.launch(JobSpec(
-            run_id="web", cards=1, image=dockerd.image, owner=accounts.alice.name,
-            command=("sh", "-c", "trap 'exit 0' TERM; sleep 120 & wait")))
+        launched = await node.allocator.launch(
+            JobSpec(
+                run_id="web",
+                cards=1,
+                image=dockerd.image,
+                owner=accounts.alice.name,
+                command=("sh", "-c", "trap 'exit 0' TERM; sleep 120 & wait"),
+            )
+        )
         job = launched.job
         assert job.container_id and len(job.container_id) == 64 and job.pid
         dockerd.cli("run", "-d", "--name", "squatter", dockerd.image, "sleep", "120")
@@ -186,8 +209,11 @@ async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrude
         card = (await node.allocator.snapshot()).cards[0]
         assert belongs(card) == {job.pid: HOLDER, squatter: INTRUDER, his: INTRUDER}
         shown = {h.pid: h for h in card.holders}
-        assert (shown[job.pid].container, shown[job.pid].container_name,
-                shown[job.pid].container_image) == (job.container_id, "tpn-web", dockerd.image)
+        assert (shown[job.pid].container, shown[job.pid].container_name, shown[job.pid].container_image) == (
+            job.container_id,
+            "tpn-web",
+            dockerd.image,
+        )
         assert (shown[squatter].container_name, shown[squatter].container_image) == ("squatter", dockerd.image)
         assert "in container squatter" in card.warning
     finally:

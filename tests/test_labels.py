@@ -1,4 +1,5 @@
 """Reading and writing the tuneplane.* labels: never raise, never lose a card."""
+
 from __future__ import annotations
 
 import re
@@ -106,9 +107,7 @@ def test_hand_made_labels_use_the_container_name_as_run_id():
 
 
 def test_problems_from_every_label_are_collected():
-    facts = parse_labels(
-        {GPUS: "0,x", KIND: "reservation", RUN_ID: "has space"}, default_run_id="c"
-    )
+    facts = parse_labels({GPUS: "0,x", KIND: "reservation", RUN_ID: "has space"}, default_run_id="c")
     assert facts.gpus == (0,) and facts.kind == "reservation"
     text = " | ".join(facts.problems)
     assert "'x'" in text and "run id" in text and EXPIRES in text
@@ -120,8 +119,12 @@ def test_written_labels_read_back_the_same():
     assert labels[GPUS] == "4,5" and labels[OWNER] == "ann"
     facts = parse_labels(labels, default_run_id="ignored")
     assert facts == type(facts)(
-        run_id="r-1", gpus=(4, 5), kind="reservation", owner="ann",
-        expires_at=1700000000.5, problems=(),
+        run_id="r-1",
+        gpus=(4, 5),
+        kind="reservation",
+        owner="ann",
+        expires_at=1700000000.5,
+        problems=(),
     )
 
 
@@ -157,8 +160,7 @@ def test_the_owners_uid_round_trips_and_a_label_that_is_not_one_is_a_problem():
     assert UID not in job_labels(JobSpec("r1", 1, ("x",)), [0])
     for bad in ("ann", "-1", "+5", "1e3", "٣", "4294967295", "99999999999999999999"):
         facts = parse_labels({**labels, UID: bad}, "tpn-r1")
-        assert facts.uid is None and any(f"{UID}:" in p and "is not a uid" in p
-                                         for p in facts.problems), bad
+        assert facts.uid is None and any(f"{UID}:" in p and "is not a uid" in p for p in facts.problems), bad
     with pytest.raises(BadRequest, match="not a uid"):
         job_labels(JobSpec("r1", 1, ("x",), uid=-3), [0])
 
@@ -181,8 +183,10 @@ def test_a_slice_written_by_hand_without_its_profile_reads_and_an_old_uuid_form_
     assert parse_slices_label(None) == parse_slices_label(" ") == ((), ())
 
 
-@pytest.mark.parametrize("text", ["0", f"x:{MIG_A}", "0:GPU-abc", "0:MIG-1:1g 18gb", "-1:MIG-1",
-                                  "0:MIG-1:1g.18gb:extra", "", "0:MIG-", "0:MIG-a b"])
+@pytest.mark.parametrize(
+    "text",
+    ["0", f"x:{MIG_A}", "0:GPU-abc", "0:MIG-1:1g 18gb", "-1:MIG-1", "0:MIG-1:1g.18gb:extra", "", "0:MIG-", "0:MIG-a b"],
+)
 def test_a_slice_that_cannot_be_read_is_a_problem_and_the_rest_is_kept(text):
     slices, problems = parse_slices_label(f"{text},2:{MIG_A}")
     assert slices == (SliceRef(2, MIG_A),)

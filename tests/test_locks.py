@@ -4,6 +4,7 @@ Cross-process behaviour is checked with real subprocesses (tests/helpers/lock_wo
 the counter they share loses updates the moment two of them are inside at once,
 and ``kill -9`` is the real signal, not a simulated crash.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,8 +48,7 @@ def _lock(state_dir: Path, redis_url: str | None = None, lease_ms: int = 120_000
 
 def _env(state_dir: Path, redis_url: str | None = None, lease_ms: int = 120_000) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update(TUNEPLANE_STATE_DIR=str(state_dir), TUNEPLANE_LOCK_RETRY_MS="10",
-               TUNEPLANE_LOCK_LEASE_MS=str(lease_ms))
+    env.update(TUNEPLANE_STATE_DIR=str(state_dir), TUNEPLANE_LOCK_RETRY_MS="10", TUNEPLANE_LOCK_LEASE_MS=str(lease_ms))
     if redis_url:
         env["TUNEPLANE_REDIS_URL"] = redis_url
     return env
@@ -56,7 +56,12 @@ def _env(state_dir: Path, redis_url: str | None = None, lease_ms: int = 120_000)
 
 async def _spawn(env: dict[str, str], *args: str, stdin: int = asyncio.subprocess.DEVNULL):
     return await asyncio.create_subprocess_exec(
-        sys.executable, str(LOCK_WORKER), *args, env=env, stdin=stdin, stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        str(LOCK_WORKER),
+        *args,
+        env=env,
+        stdin=stdin,
+        stdout=asyncio.subprocess.PIPE,
     )
 
 
@@ -74,10 +79,7 @@ async def _take(lock: AllocationLock) -> int:
 async def _run_counters(env: dict[str, str], counter: Path, mode: str) -> list[tuple[int, int]]:
     """Start the workers together and return every (fence, counter read) they printed."""
     counter.write_text("0")
-    procs = [
-        await _spawn(env, mode, str(counter), str(TIMES), stdin=asyncio.subprocess.PIPE)
-        for _ in range(WORKERS)
-    ]
+    procs = [await _spawn(env, mode, str(counter), str(TIMES), stdin=asyncio.subprocess.PIPE) for _ in range(WORKERS)]
     try:
         for p in procs:
             assert await _line(p) == "ready"
@@ -341,9 +343,7 @@ def test_the_description_never_shows_a_redis_password(state_dir):
     for url in ("rediss://:pw-in-netloc-1@redis.example:6380/2", "unix:///run/r.sock?password=pw-in-query-2"):
         lock = _lock(state_dir, url)
         assert "pw-in" not in lock.description and "***" in lock.description
-        assert lock.description.startswith("redis lease at ") and lock.description.endswith(
-            f"(key {REDIS_KEY})"
-        )
+        assert lock.description.startswith("redis lease at ") and lock.description.endswith(f"(key {REDIS_KEY})")
 
 
 # ── files, settings, safety ──────────────────────────────────────────────────
@@ -443,13 +443,19 @@ def test_redis_py_is_imported_only_for_a_configured_redis_lease(tmp_path, redis_
     assert proc.stdout.strip() == str(loaded)
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["/usr/bin/python3", "-m", "tpnode_tui", "launch", "--cards", "2", "--", "python", "t.py"], "tpnode-tui launch"),
-    (["/usr/bin/python3", "/usr/local/bin/tpnode-tui", "--demo"], "tpnode-tui dashboard"),
-    (["/usr/local/bin/tpnode-tui", "--state-dir", "/x", "reserve", "--for", "1h"], "tpnode-tui reserve"),
-    (["/usr/bin/python3", "/opt/jobs/train.py", "--lr", "3"], "python3 train.py --lr 3"),
-    (["sched\n\x1b[2J", "x" * 80], "sched\n\x1b[2J " + "x" * 48 + "…"),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (
+            ["/usr/bin/python3", "-m", "tpnode_tui", "launch", "--cards", "2", "--", "python", "t.py"],
+            "tpnode-tui launch",
+        ),
+        (["/usr/bin/python3", "/usr/local/bin/tpnode-tui", "--demo"], "tpnode-tui dashboard"),
+        (["/usr/local/bin/tpnode-tui", "--state-dir", "/x", "reserve", "--for", "1h"], "tpnode-tui reserve"),
+        (["/usr/bin/python3", "/opt/jobs/train.py", "--lr", "3"], "python3 train.py --lr 3"),
+        (["sched\n\x1b[2J", "x" * 80], "sched\n\x1b[2J " + "x" * 48 + "…"),
+    ],
+)
 def test_a_lock_holder_is_named_in_a_few_words(argv, words):
     """In a few words; on one line and escaped where it is shown (printable.py),
     since the holder's command line is anyone's to choose."""

@@ -4,6 +4,7 @@ The agent runs in the test's loop (as in tests/test_agent_api.py) with its
 metrics on a free loopback port; the scrape is plain HTTP and its text is
 read with prometheus_client's own parser.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,15 +30,30 @@ from tpnode_tui.model import QueuedLaunch
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port import LaunchRequest, Reading
 
-DCGM = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",
-        "DCGM_FI_DEV_POWER_USAGE")
+DCGM = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
 GRAFANA = Path(__file__).resolve().parent.parent / "contrib" / "grafana" / "tpnode.json"
 
 
 def scene_cards(n: int = 8) -> list[dict]:
-    cards = [{"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 0,
-              "uuid": f"GPU-{i:08d}-0000-4000-8000-000000000000", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
-              "utilization_pct": 10 * i, "temperature_c": 30 + i, "power_w": 70.5 + i} for i in range(n)]
+    cards = [
+        {
+            "name": "NVIDIA H200",
+            "memory_total_mib": 143771,
+            "memory_used_mib": 0,
+            "uuid": f"GPU-{i:08d}-0000-4000-8000-000000000000",
+            "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
+            "utilization_pct": 10 * i,
+            "temperature_c": 30 + i,
+            "power_w": 70.5 + i,
+        }
+        for i in range(n)
+    ]
     del cards[7]["temperature_c"]  # the driver could not say: no sample, never a 0
     cards[5]["memory_used_mib"] = 30000
     cards[5]["processes"] = [{"pid": 4242, "used_memory_mib": 30000}]
@@ -55,8 +71,9 @@ class MetricsAgent(Agent):
         super().__init__(tmp_path)
         write_scene(self.scene, scene_cards())
         self.port = free_port()
-        self.settings = replace(self.settings, metrics_addr=("127.0.0.1", self.port), node_name="gpu-07",
-                                probe_timeout_s=60.0)
+        self.settings = replace(
+            self.settings, metrics_addr=("127.0.0.1", self.port), node_name="gpu-07", probe_timeout_s=60.0
+        )
 
     async def scrape(self) -> str:
         async with aiohttp.ClientSession() as session:
@@ -74,6 +91,7 @@ async def agent(tmp_path):
 
 async def scrape_when(agent: MetricsAgent, ready) -> dict:
     """The metrics families, once ``ready`` says they show what the test waits for."""
+
     async def scraped() -> dict:
         found = families(await agent.scrape())
         return found if ready(found) else {}
@@ -89,19 +107,33 @@ async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent)
             await node.launch(LaunchRequest(cards=8, command=("sleep", "60"), run_id="too-big"))
     finally:
         await node.close()
-    found = await scrape_when(agent, lambda f: any(
-        s.labels.get("run_id") == "train-1" for s in f["tpnode_card_holder_info"].samples)
-        and f["tpnode_queue_length"].samples[0].value == 0)  # the refused launch is gone from it
+    found = await scrape_when(
+        agent,
+        lambda f: (
+            any(s.labels.get("run_id") == "train-1" for s in f["tpnode_card_holder_info"].samples)
+            and f["tpnode_queue_length"].samples[0].value == 0
+        ),
+    )  # the refused launch is gone from it
 
     states = [s for s in found["tpnode_card_state"].samples]
     for gpu in range(8):
         mine = {s.labels["state"]: s.value for s in states if s.labels["gpu"] == str(gpu)}
         assert set(mine) == set(CARD_STATES) and sum(mine.values()) == 1, (gpu, mine)
     current = {s.labels["gpu"]: s.labels["state"] for s in states if s.value == 1}
-    assert current == {"0": "job", "1": "job", "2": "free", "3": "free", "4": "free", "5": "external",
-                       "6": "free", "7": "free"}
-    holders = {(s.labels["gpu"], s.labels["run_id"], s.labels["kind"], s.labels["owner"])
-               for s in found["tpnode_card_holder_info"].samples}
+    assert current == {
+        "0": "job",
+        "1": "job",
+        "2": "free",
+        "3": "free",
+        "4": "free",
+        "5": "external",
+        "6": "free",
+        "7": "free",
+    }
+    holders = {
+        (s.labels["gpu"], s.labels["run_id"], s.labels["kind"], s.labels["owner"])
+        for s in found["tpnode_card_holder_info"].samples
+    }
     assert holders == {("0", "train-1", "job", "root"), ("1", "train-1", "job", "root")}
 
     for name in DCGM:
@@ -109,9 +141,14 @@ async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent)
             assert set(sample.labels) == set(DCGM_LABELS), (name, sample.labels)
     util = {s.labels["gpu"]: s for s in found["DCGM_FI_DEV_GPU_UTIL"].samples}
     assert len(util) == 8 and util["3"].value == 30
-    assert util["3"].labels == {"gpu": "3", "UUID": "GPU-00000003-0000-4000-8000-000000000000",
-                                "pci_bus_id": "00000000:1B:00.0", "device": "nvidia3",
-                                "modelName": "NVIDIA H200", "Hostname": "gpu-07"}
+    assert util["3"].labels == {
+        "gpu": "3",
+        "UUID": "GPU-00000003-0000-4000-8000-000000000000",
+        "pci_bus_id": "00000000:1B:00.0",
+        "device": "nvidia3",
+        "modelName": "NVIDIA H200",
+        "Hostname": "gpu-07",
+    }
     used = {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_FB_USED"].samples}
     free = {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_FB_FREE"].samples}
     assert (used["5"], free["5"]) == (30000, 143771 - 30000)
@@ -119,7 +156,8 @@ async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent)
     assert temps["2"] == 32 and "7" not in temps  # unknown is left out, never 0
     assert {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_POWER_USAGE"].samples}["1"] == 71.5
     assert {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_XID_ERRORS"].samples} == {
-        str(gpu): 0 for gpu in range(8)}, "as dcgm-exporter: 0 until a card reports one"
+        str(gpu): 0 for gpu in range(8)
+    }, "as dcgm-exporter: 0 until a card reports one"
 
     def value(name: str) -> float:
         return found[name].samples[0].value
@@ -127,16 +165,18 @@ async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent)
     assert (value("tpnode_cards_free"), value("tpnode_cards_total"), value("tpnode_probe_ok")) == (5, 8, 1)
     assert (value("tpnode_queue_length"), value("tpnode_lock_wait_seconds")) == (0, 0)
     assert (value("tpnode_intruders"), value("tpnode_drained_cards")) == (0, 0)
-    launches = {s.labels["result"]: s.value for s in found["tpnode_launches"].samples
-                if s.name == "tpnode_launches_total"}
+    launches = {
+        s.labels["result"]: s.value for s in found["tpnode_launches"].samples if s.name == "tpnode_launches_total"
+    }
     assert launches == {"placed": 1, "no_capacity": 1}
     assert found["tpnode_launches"].type == "counter"
 
     cards = scene_cards()
     cards[6]["xid_events"] = [{"id": "e1", "xid": 13}]  # an application fault: logged, the card stays in service
     write_scene(agent.scene, cards)
-    found = await scrape_when(agent, lambda f: any(
-        s.labels["gpu"] == "6" and s.value == 13 for s in f["DCGM_FI_DEV_XID_ERRORS"].samples))
+    found = await scrape_when(
+        agent, lambda f: any(s.labels["gpu"] == "6" and s.value == 13 for s in f["DCGM_FI_DEV_XID_ERRORS"].samples)
+    )
     assert {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_XID_ERRORS"].samples}["5"] == 0
     assert found["tpnode_node_info"].samples[0].labels["node"] == "gpu-07"
 
@@ -163,10 +203,12 @@ def collect(reading: Reading, clock=lambda: T + 12, results=None) -> dict:
 
 
 def test_lock_wait_is_the_oldest_waiting_launch_and_the_queue_counts_every_launch_not_started():
-    queue = (QueuedLaunch("a", 2, "alice", T - 30, state="queued"),
-             QueuedLaunch("b", 1, "bob", T, state="waiting", waiting_for="held by pid 7"),
-             QueuedLaunch("c", 1, "carol", T + 5, state="waiting"),
-             QueuedLaunch("d", 1, "dave", T + 6, state="placing"))
+    queue = (
+        QueuedLaunch("a", 2, "alice", T - 30, state="queued"),
+        QueuedLaunch("b", 1, "bob", T, state="waiting", waiting_for="held by pid 7"),
+        QueuedLaunch("c", 1, "carol", T + 5, state="waiting"),
+        QueuedLaunch("d", 1, "dave", T + 6, state="placing"),
+    )
     snap = node_snapshot()
     found = collect(Reading(1, snap.__class__(**{**snap.__dict__, "queue": queue})))
     assert found["tpnode_lock_wait_seconds"].samples[0].value == 12
@@ -176,8 +218,9 @@ def test_lock_wait_is_the_oldest_waiting_launch_and_the_queue_counts_every_launc
 def test_drained_cards_and_a_stale_reading():
     found = collect(Reading(1, node_snapshot(drained=(6, 7))))
     assert found["tpnode_drained_cards"].samples[0].value == 2
-    assert {s.labels["gpu"] for s in found["tpnode_card_state"].samples
-            if s.labels["state"] == "drained" and s.value == 1} == {"6", "7"}
+    assert {
+        s.labels["gpu"] for s in found["tpnode_card_state"].samples if s.labels["state"] == "drained" and s.value == 1
+    } == {"6", "7"}
     stale = collect(Reading(2, node_snapshot(), error="cannot read the state file", stale_since=T))
     assert stale["tpnode_probe_ok"].samples[0].value == 0
     assert stale["tpnode_reading_age_seconds"].samples[0].value == 12
@@ -186,11 +229,11 @@ def test_drained_cards_and_a_stale_reading():
 
 
 def test_other_peoples_words_in_labels_cannot_break_a_scrape():
-    owner = "eve\ud800\x1b[2J\"}\n"
+    owner = 'eve\ud800\x1b[2J"}\n'
     snap = node_snapshot(jobs=(job("r1", (0,), owner=owner),))
     found = collect(Reading(1, snap))
     labels = found["tpnode_card_holder_info"].samples[0].labels
-    assert labels["owner"] == "eve\\ud800\\x1b[2J\"}\\n"
+    assert labels["owner"] == 'eve\\ud800\\x1b[2J"}\\n'
 
 
 def served_names() -> set[str]:
@@ -230,27 +273,58 @@ async def test_each_mig_slice_has_its_memory_with_dcgm_exporters_mig_labels_and_
     from tpnode_tui.agent.metrics import DCGM_MIG_LABELS
 
     cards = scene_cards()
-    cards[1].update(mig=True, utilization_pct=None, memory_used_mib=20000, slices=[
-        {"profile": "1c.3g.71gb", "uuid": "MIG-aaaa0000-7c3d-5e8f-9a0b-1c2d3e4f5a6b", "gpu_instance_id": 2,
-         "compute_instance_id": 0, "memory_total_mib": 71424, "memory_used_mib": 20493,
-         "processes": [{"pid": 4343, "used_memory_mib": 20480}]},
-        {"profile": "2c.3g.71gb", "uuid": "MIG-aaaa0001-7c3d-5e8f-9a0b-1c2d3e4f5a6b", "gpu_instance_id": 2,
-         "compute_instance_id": 1, "memory_total_mib": 71424, "memory_used_mib": 20493},
-        {"profile": "1g.18gb", "uuid": "MIG-aaaa0002-7c3d-5e8f-9a0b-1c2d3e4f5a6b", "gpu_instance_id": 9,
-         "compute_instance_id": 0, "memory_total_mib": 16384, "memory_used_mib": 13},
-    ])
+    cards[1].update(
+        mig=True,
+        utilization_pct=None,
+        memory_used_mib=20000,
+        slices=[
+            {
+                "profile": "1c.3g.71gb",
+                "uuid": "MIG-aaaa0000-7c3d-5e8f-9a0b-1c2d3e4f5a6b",
+                "gpu_instance_id": 2,
+                "compute_instance_id": 0,
+                "memory_total_mib": 71424,
+                "memory_used_mib": 20493,
+                "processes": [{"pid": 4343, "used_memory_mib": 20480}],
+            },
+            {
+                "profile": "2c.3g.71gb",
+                "uuid": "MIG-aaaa0001-7c3d-5e8f-9a0b-1c2d3e4f5a6b",
+                "gpu_instance_id": 2,
+                "compute_instance_id": 1,
+                "memory_total_mib": 71424,
+                "memory_used_mib": 20493,
+            },
+            {
+                "profile": "1g.18gb",
+                "uuid": "MIG-aaaa0002-7c3d-5e8f-9a0b-1c2d3e4f5a6b",
+                "gpu_instance_id": 9,
+                "compute_instance_id": 0,
+                "memory_total_mib": 16384,
+                "memory_used_mib": 13,
+            },
+        ],
+    )
     write_scene(agent.scene, cards)
     node = AgentNode(agent.socket)
     try:
         await node.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="nb", slice="1g.18gb"))
     finally:
         await node.close()
-    found = await scrape_when(agent, lambda f: "tpnode_slice_holder_info" in f and any(
-        s.labels.get("run_id") == "nb" for s in f["tpnode_slice_holder_info"].samples))
+    found = await scrape_when(
+        agent,
+        lambda f: (
+            "tpnode_slice_holder_info" in f
+            and any(s.labels.get("run_id") == "nb" for s in f["tpnode_slice_holder_info"].samples)
+        ),
+    )
 
     per_slice = [s for s in found["DCGM_FI_DEV_FB_USED"].samples if "GPU_I_ID" in s.labels]
     assert [(s.labels["gpu"], s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"], s.value) for s in per_slice] == [
-        ("1", "1c.3g.71gb", "2", 20493), ("1", "2c.3g.71gb", "2", 20493), ("1", "1g.18gb", "9", 13)]
+        ("1", "1c.3g.71gb", "2", 20493),
+        ("1", "2c.3g.71gb", "2", 20493),
+        ("1", "1g.18gb", "9", 13),
+    ]
     assert all(set(s.labels) == set(DCGM_MIG_LABELS) for s in per_slice)
     assert per_slice[0].labels["UUID"] == cards[1]["uuid"] and per_slice[0].labels["device"] == "nvidia1"
     free = [s for s in found["DCGM_FI_DEV_FB_FREE"].samples if s.labels.get("GPU_I_PROFILE") == "1g.18gb"]
@@ -258,12 +332,19 @@ async def test_each_mig_slice_has_its_memory_with_dcgm_exporters_mig_labels_and_
     whole = [s for s in found["DCGM_FI_DEV_FB_USED"].samples if s.labels["gpu"] == "1" and "GPU_I_ID" not in s.labels]
     assert [s.value for s in whole] == [20000]  # the card's own sample stays, beside its slices'
 
-    current = {(s.labels["GPU_I_PROFILE"], s.labels["mig_device"]): s.labels["state"]
-               for s in found["tpnode_slice_state"].samples if s.value == 1}
+    current = {
+        (s.labels["GPU_I_PROFILE"], s.labels["mig_device"]): s.labels["state"]
+        for s in found["tpnode_slice_state"].samples
+        if s.value == 1
+    }
     assert current == {("1c.3g.71gb", "0"): "external", ("2c.3g.71gb", "1"): "shared", ("1g.18gb", "2"): "job"}
     [held] = found["tpnode_slice_holder_info"].samples
     assert (held.labels["gpu"], held.labels["GPU_I_ID"], held.labels["run_id"], held.labels["kind"]) == (
-        "1", "9", "nb", "job")
+        "1",
+        "9",
+        "nb",
+        "job",
+    )
     assert found["tpnode_slices_total"].samples[0].value == 3
     assert found["tpnode_slices_free"].samples[0].value == 0
     states = {s.labels["gpu"]: s.labels["state"] for s in found["tpnode_card_state"].samples if s.value == 1}

@@ -1,4 +1,5 @@
 """The pure model: occupancy arithmetic, its plain-words explanation, and the pick."""
+
 import pytest
 
 from tpnode_tui import GpuOccupancy, NoCapacity, pick_gpus
@@ -12,8 +13,9 @@ def test_busy_is_the_union_of_jobs_external_and_unhealthy():
 
 
 def test_explain_names_every_kind_of_holder_in_plain_words():
-    occ = GpuOccupancy(total=8, by_job={0: "a", 1: "b"}, external=frozenset({3, 4}),
-                       unhealthy={6: "row remapping pending"})
+    occ = GpuOccupancy(
+        total=8, by_job={0: "a", 1: "b"}, external=frozenset({3, 4}), unhealthy={6: "row remapping pending"}
+    )
     text = occ.explain()
     assert text.startswith("8 cards total, 3 free")
     assert "2 held by platform jobs" in text
@@ -124,11 +126,18 @@ def test_anything_else_is_refused_saying_what_a_profile_looks_like(profile):
 def test_a_card_not_handed_out_whole_for_mig_is_busy_and_explain_says_why_and_what_slices_are_free():
     from tpnode_tui.model import SliceState
 
-    slices = (SliceState(0, 0, "job", profile="1g.18gb", run_id="nb"), SliceState(0, 1, "free", profile="1g.18gb"),
-              SliceState(0, 2, "free", profile="1g.18gb"), SliceState(0, 3, "free", profile="2g.35gb"))
-    occ = GpuOccupancy(total=3, mig={0: "split into 4 MIG slices: see them", 2: "its MIG mode cannot be read"},
-                       slices=slices)
+    slices = (
+        SliceState(0, 0, "job", profile="1g.18gb", run_id="nb"),
+        SliceState(0, 1, "free", profile="1g.18gb"),
+        SliceState(0, 2, "free", profile="1g.18gb"),
+        SliceState(0, 3, "free", profile="2g.35gb"),
+    )
+    occ = GpuOccupancy(
+        total=3, mig={0: "split into 4 MIG slices: see them", 2: "its MIG mode cannot be read"}, slices=slices
+    )
     assert occ.busy == {0, 2} and occ.free == [1]
     assert [s.index for s in occ.free_slices] == [1, 2, 3]
-    assert occ.explain() == ("3 cards total, 1 free; card 0 in MIG mode: 4 slices, 3 free (1g.18gb x2, 2g.35gb); "
-                             "1 not handed out whole (card 2: its MIG mode cannot be read)")
+    assert occ.explain() == (
+        "3 cards total, 1 free; card 0 in MIG mode: 4 slices, 3 free (1g.18gb x2, 2g.35gb); "
+        "1 not handed out whole (card 2: its MIG mode cannot be read)"
+    )

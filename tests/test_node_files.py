@@ -4,6 +4,7 @@ The log never grows without bound and never loses the newest lines to a
 crash mid-write; the queue survives its writer and refuses to be read as
 empty when it cannot be understood.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,10 +25,20 @@ ASKER = replace(ALICE, groups=(5001, 27), pid=4242)
 
 def entry(run_id: str, **spec) -> QueueEntry:
     spec.setdefault("cards", 2)
-    return QueueEntry(JobSpec(run_id=run_id, command=("python", "train.py"), owner="alice", uid=5001,
-                              env=(("HF_TOKEN", "secret"), ("PATH", "/usr/bin")), cwd="/home/alice",
-                              run_as=RunAs(5001, 5001, (5001, 27), "alice", "/home/alice"), **spec),
-                      ASKER, 1000.0)
+    return QueueEntry(
+        JobSpec(
+            run_id=run_id,
+            command=("python", "train.py"),
+            owner="alice",
+            uid=5001,
+            env=(("HF_TOKEN", "secret"), ("PATH", "/usr/bin")),
+            cwd="/home/alice",
+            run_as=RunAs(5001, 5001, (5001, 27), "alice", "/home/alice"),
+            **spec,
+        ),
+        ASKER,
+        1000.0,
+    )
 
 
 # ── the log ──────────────────────────────────────────────────────────────────
@@ -96,8 +107,16 @@ def test_the_queue_keeps_its_order_and_refuses_a_run_id_twice(tmp_path):
         assert [e.spec.run_id for e in queue.entries()] == ["a", "c"]
 
 
-@pytest.mark.parametrize("text", ["", "{", '{"version": 1}', '{"version": 7, "launches": {}}',
-                                  '{"version": 1, "launches": {"t": {"spec": {}, "caller": {}, "queued_at": 1}}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        '{"version": 1}',
+        '{"version": 7, "launches": {}}',
+        '{"version": 1, "launches": {"t": {"spec": {}, "caller": {}, "queued_at": 1}}}',
+    ],
+)
 def test_a_queue_file_that_cannot_be_understood_is_refused_never_read_as_empty(tmp_path, text):
     (tmp_path / QUEUE_FILE).write_text(text)
     queue = FileQueue(tmp_path)

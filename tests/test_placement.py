@@ -4,6 +4,7 @@ The pure choice is tested in test_topology.py; here it is the allocator's,
 under its lock (with the in-memory stand-ins, so nothing else moves), the
 CLI's flags as a user types them, and the topology in the snapshot document.
 """
+
 from __future__ import annotations
 
 import json
@@ -128,8 +129,9 @@ def placed_cli(tmp_path):
     env = node_env(scene, state)
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "tpnode_tui", *args], capture_output=True, text=True,
-                              env=env, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "tpnode_tui", *args], capture_output=True, text=True, env=env, timeout=60
+        )
 
     yield run
     kill_process_jobs(state)
@@ -164,12 +166,12 @@ async def test_the_placement_travels_through_the_agent(tmp_path):
         try:
             held = await node.reserve(ReserveRequest(cards=4, duration_s=600, run_id="r", placement=SAME_SWITCH))
             assert held.gpus == (0, 1, 2, 3)
-            result = await node.launch(LaunchRequest(cards=4, command=("sleep", "60"), run_id="j",
-                                                     placement=CONTIGUOUS))
+            result = await node.launch(
+                LaunchRequest(cards=4, command=("sleep", "60"), run_id="j", placement=CONTIGUOUS)
+            )
             assert result.launched is not None and result.launched.gpus == (4, 5, 6, 7)
             with pytest.raises(NeverFits):
-                await node.launch(LaunchRequest(cards=5, command=("sleep", "60"), run_id="k",
-                                                placement=SAME_SWITCH))
+                await node.launch(LaunchRequest(cards=5, command=("sleep", "60"), run_id="k", placement=SAME_SWITCH))
             with pytest.raises(BadRequest, match="not a placement"):
                 await node.launch(LaunchRequest(cards=1, command=("true",), placement="near"))
         finally:

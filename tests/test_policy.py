@@ -4,6 +4,7 @@ The identities here are built by hand because the rules are pure: what the
 kernel says about a real caller is tested with real accounts in
 tests/test_agent_accounts.py.
 """
+
 from __future__ import annotations
 
 import grp
@@ -32,7 +33,8 @@ def test_the_owner_and_operators_may_stop_a_job_and_nobody_else():
         p.check_may(BOB, job("rsv-7"), "stop", card=3)
     assert str(refused.value) == (
         "card 3 is held by rsv-7 of alice; only alice or an operator "
-        "(root (group tpn-no-such-group does not exist on this node)) may stop it")
+        "(root (group tpn-no-such-group does not exist on this node)) may stop it"
+    )
 
 
 def test_ownership_is_by_uid_where_recorded_so_a_namesake_is_not_the_owner():
@@ -58,12 +60,17 @@ def test_naming_another_owner_is_for_operators_only():
 
 def test_a_quota_counts_the_callers_live_cards_and_says_what_they_hold():
     p = policy(default=2)
-    jobs = [job("rsv-7", gpus=(1,)), job("train-3", gpus=(2,), kind="job"),
-            job("old", gpus=(4, 5), status="exited"), job("bobs", owner="bob", uid=5002, gpus=(6, 7))]
+    jobs = [
+        job("rsv-7", gpus=(1,)),
+        job("train-3", gpus=(2,), kind="job"),
+        job("old", gpus=(4, 5), status="exited"),
+        job("bobs", owner="bob", uid=5002, gpus=(6, 7)),
+    ]
     with pytest.raises(NotAllowed) as refused:
         p.check_quota(ALICE, jobs, 1)
     assert str(refused.value).startswith(
-        "you hold 2 cards (rsv-7, train-3) and ask for 1 card; the limit for alice is 2 cards")
+        "you hold 2 cards (rsv-7, train-3) and ask for 1 card; the limit for alice is 2 cards"
+    )
     p.check_quota(BOB, jobs, 0)
     with pytest.raises(NotAllowed, match="you hold 2 cards"):
         p.check_quota(BOB, jobs, 1)

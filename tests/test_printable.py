@@ -7,6 +7,7 @@ sequences, a bidi override and Textual markup into each of those places, with
 real processes and real records, and read what the CLI and the dashboard show:
 the escaped text, on one line, and in ``--json`` the real value.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,15 @@ def test_escaped_text_is_always_printable_and_escaping_twice_changes_nothing(tex
 
 def test_a_reading_is_escaped_as_a_whole_field_by_field():
     holder = HolderInfo(pid=7, visible=True, user=BIDI, command=ESCAPES)
-    job = JobState(name="n", run_id="r", gpus=(1,), status="running", owner="ana\nroot",
-                   command=("sh", "-c", ESCAPES), problems=(ESCAPES,))
+    job = JobState(
+        name="n",
+        run_id="r",
+        gpus=(1,),
+        status="running",
+        owner="ana\nroot",
+        command=("sh", "-c", ESCAPES),
+        problems=(ESCAPES,),
+    )
     shown = printable_view({"holders": (holder,), "jobs": [job], ESCAPES: 3})
     assert shown["holders"][0].command == SHOWN_ESCAPES
     assert shown["holders"][0].user == "alice\\u202etxt.exe"
@@ -136,9 +144,19 @@ def test_errors_quoting_outside_text_are_one_escaped_line(hostile_node):
 @pytest.mark.docker
 def test_hand_set_labels_on_a_real_container_are_shown_escaped(dockerd, hostile_node):
     env = node_env(*hostile_node, runtime="docker", docker_host=dockerd.host)
-    dockerd.cli("run", "--name", "hand", "--label", "tuneplane.gpus=1",
-                "--label", f"tuneplane.run_id={ESCAPES}", "--label", f"tuneplane.owner={BIDI}",
-                dockerd.image, "true")  # not detached: it has exited when this returns
+    dockerd.cli(
+        "run",
+        "--name",
+        "hand",
+        "--label",
+        "tuneplane.gpus=1",
+        "--label",
+        f"tuneplane.run_id={ESCAPES}",
+        "--label",
+        f"tuneplane.owner={BIDI}",
+        dockerd.image,
+        "true",
+    )  # not detached: it has exited when this returns
     text = cli(env, "status")
     assert text.returncode == 0, text.stderr
     assert on_one_screen(text.stdout) and "alice\\u202etxt.exe" in text.stdout, repr(text.stdout)
@@ -160,7 +178,8 @@ def screen_text(app: NodeDashboard) -> str:
 async def test_the_dashboard_shows_outside_strings_escaped_and_never_as_markup(hostile_node, squatter):
     scene, state = hostile_node
     node = LocalNode.from_settings(
-        load_settings({}, probe=f"simulated:{scene}", runtime="process", state_dir=str(state)), interval=0.2)
+        load_settings({}, probe=f"simulated:{scene}", runtime="process", state_dir=str(state)), interval=0.2
+    )
     await node.service.allocator.reserve(1, 3600, owner=f"{MARKUP}{ESCAPES}", run_id="rsv-1")
     app = NodeDashboard(node)
     try:

@@ -1,4 +1,5 @@
 """make_probe, and the auto probe's choice between NVML, nvidia-smi and nothing."""
+
 from __future__ import annotations
 
 import sys
@@ -11,8 +12,7 @@ from tpnode_tui.config import load_settings
 from tpnode_tui.probes import AutoProbe, NvmlProbe, SimulatedProbe, SmiProbe, make_probe
 
 NOTHING_WORKS = (
-    "no way to read the GPUs: NVML: library not found (is the NVIDIA driver installed?); "
-    "nvidia-smi: not found on PATH"
+    "no way to read the GPUs: NVML: library not found (is the NVIDIA driver installed?); nvidia-smi: not found on PATH"
 )
 
 

@@ -1,4 +1,5 @@
 """MIG as every probe reads it: the rules they share, and a node in MIG mode read by each."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,8 +31,16 @@ H200_SLICES = [
 
 def slice_table(card: CardFacts) -> list[tuple]:
     return [
-        (s.index, s.profile, s.uuid, s.gpu_instance_id, s.compute_instance_id, s.memory_total_mib,
-         s.memory_used_mib, [p.pid for p in s.processes])
+        (
+            s.index,
+            s.profile,
+            s.uuid,
+            s.gpu_instance_id,
+            s.compute_instance_id,
+            s.memory_total_mib,
+            s.memory_used_mib,
+            [p.pid for p in s.processes],
+        )
         for s in card.slices
     ]
 
@@ -76,18 +85,29 @@ async def test_both_probes_read_the_h200_alike(smi_capture):
     assert by_nvml.cards[0].slices == by_smi.cards[0].slices
     assert [c.processes for c in by_nvml.cards] == [c.processes for c in by_smi.cards]
     assert [(c.uuid, c.mig_mode, c.memory_used_mib) for c in by_nvml.cards] == [
-        (c.uuid, c.mig_mode, c.memory_used_mib) for c in by_smi.cards]
+        (c.uuid, c.mig_mode, c.memory_used_mib) for c in by_smi.cards
+    ]
 
 
 async def test_the_simulated_probe_reads_the_h200_written_as_a_scene_alike(tmp_path):
     def slice_(index, profile, uuid, gi, ci, total, used, pids):
         used_by = {4242: 20480, 5151: 9000}
-        return {"profile": profile, "uuid": uuid, "gpu_instance_id": gi, "compute_instance_id": ci,
-                "memory_total_mib": total, "memory_used_mib": used,
-                "processes": [{"pid": pid, "used_memory_mib": used_by[pid]} for pid in pids]}
+        return {
+            "profile": profile,
+            "uuid": uuid,
+            "gpu_instance_id": gi,
+            "compute_instance_id": ci,
+            "memory_total_mib": total,
+            "memory_used_mib": used,
+            "processes": [{"pid": pid, "used_memory_mib": used_by[pid]} for pid in pids],
+        }
 
-    split = {"uuid": "GPU-8f0d4c2e-31b7-6a5e-92c4-7d1e0b3a5f61", "memory_used_mib": 30444, "mig": True,
-             "slices": [slice_(*row) for row in H200_SLICES]}
+    split = {
+        "uuid": "GPU-8f0d4c2e-31b7-6a5e-92c4-7d1e0b3a5f61",
+        "memory_used_mib": 30444,
+        "mig": True,
+        "slices": [slice_(*row) for row in H200_SLICES],
+    }
     whole = {"uuid": "GPU-3a91e7c5-0b24-4d6f-a8e3-5c7b2f9d1e04", "memory_used_mib": 1}
     reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [split, whole])).read()
     assert_reads_as_the_h200_capture(reading)
@@ -96,17 +116,20 @@ async def test_the_simulated_probe_reads_the_h200_written_as_a_scene_alike(tmp_p
 # -- the shared rules -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, profile", [
-    ("NVIDIA H200 MIG 1g.18gb", "1g.18gb"),
-    ("NVIDIA H200 MIG 1c.3g.71gb", "1c.3g.71gb"),
-    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb+me", "1g.5gb+me"),
-    ("A100-SXM4-40GB MIG 3g.20gb ", "3g.20gb"),
-    ("x" * 100_000 + " MIG 2g.35gb", "2g.35gb"),
-    ("NVIDIA H200", None),
-    ("NVIDIA H200 MIG", None),
-    ("NVIDIA H200 MIGHTY 1g", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "name, profile",
+    [
+        ("NVIDIA H200 MIG 1g.18gb", "1g.18gb"),
+        ("NVIDIA H200 MIG 1c.3g.71gb", "1c.3g.71gb"),
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb+me", "1g.5gb+me"),
+        ("A100-SXM4-40GB MIG 3g.20gb ", "3g.20gb"),
+        ("x" * 100_000 + " MIG 2g.35gb", "2g.35gb"),
+        ("NVIDIA H200", None),
+        ("NVIDIA H200 MIG", None),
+        ("NVIDIA H200 MIGHTY 1g", None),
+        (None, None),
+    ],
+)
 def test_the_profile_is_the_word_after_mig_in_the_devices_name(name, profile):
     assert mig.profile_of(name) == profile
 

@@ -1,4 +1,5 @@
 """The NVML probe against an in-memory nvidia-ml-py that raises the real error classes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -304,10 +305,15 @@ async def test_real_nvidia_ml_py_without_a_driver_reads_blind(nvml_probe):
 
 def mig_card(**kw) -> FakeCard:
     """A card in MIG mode: a 3g.71gb GPU instance (2) and a 1g.18gb one (9)."""
-    return FakeCard(mig=True, memory_used_mib=1000, slices=[
-        FakeSlice("3g.71gb", gpu_instance_id=2, memory_total_mib=71424, memory_used_mib=13),
-        FakeSlice("1g.18gb", gpu_instance_id=9, memory_used_mib=3013, processes=[(4242, 3000)]),
-    ], **kw)
+    return FakeCard(
+        mig=True,
+        memory_used_mib=1000,
+        slices=[
+            FakeSlice("3g.71gb", gpu_instance_id=2, memory_total_mib=71424, memory_used_mib=13),
+            FakeSlice("1g.18gb", gpu_instance_id=9, memory_used_mib=3013, processes=[(4242, 3000)]),
+        ],
+        **kw,
+    )
 
 
 async def test_a_card_with_mig_disabled_is_whole(nvml_probe):
@@ -354,8 +360,9 @@ async def test_each_mig_device_is_read_from_its_own_handle(nvml_probe):
     assert (card.mig_mode, card.mig_pending, card.memory_used_mib) == (True, None, 1000)
     assert card.slices == (
         SliceFacts(0, "MIG-5a6ef5fb-0000-5000-8000-000000000000", "3g.71gb", 2, 0, 71424, 13, ()),
-        SliceFacts(1, "MIG-5a6ef5fb-0000-5000-8000-000000000001", "1g.18gb", 9, 0, 16384, 3013,
-                   (ProcessFacts(4242, 3000),)),
+        SliceFacts(
+            1, "MIG-5a6ef5fb-0000-5000-8000-000000000001", "1g.18gb", 9, 0, 16384, 3013, (ProcessFacts(4242, 3000),)
+        ),
     )
     assert card.processes == (ProcessFacts(4242, 3000),)
     # utilisation covers no slice in MIG mode: None, and not even asked
@@ -398,9 +405,16 @@ async def test_a_failing_mig_device_field_degrades_only_that_field(nvml_probe):
     reading = await nvml_probe(FakeNvml([card])).read()
     first, second = reading.cards[0].slices
     assert (first.memory_total_mib, first.memory_used_mib, first.profile, first.gpu_instance_id) == (
-        None, None, "3g.71gb", 2)
+        None,
+        None,
+        "3g.71gb",
+        2,
+    )
     assert (second.profile, second.memory_used_mib, second.uuid) == (
-        None, 3013, "MIG-5a6ef5fb-0000-5000-8000-000000000001")
+        None,
+        3013,
+        "MIG-5a6ef5fb-0000-5000-8000-000000000001",
+    )
     assert reading.problem == "card 0: NVML could not read MIG device 0's memory use (Unknown Error)"
 
 

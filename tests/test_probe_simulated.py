@@ -1,4 +1,5 @@
 """The simulated probe: a node described by a JSON file that is read on every read."""
+
 from __future__ import annotations
 
 import asyncio
@@ -47,9 +48,15 @@ async def test_the_file_is_read_again_on_every_read(scene):
 
 async def test_every_field_given(tmp_path):
     card = {
-        "name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-abc", "pci_bus_id": "00000000:07:00.0",
-        "memory_total_mib": 81920, "memory_used_mib": 12, "utilization_pct": 55,
-        "temperature_c": 40, "power_w": 88.5, "processes": [{"pid": 9}],
+        "name": "NVIDIA A100-SXM4-80GB",
+        "uuid": "GPU-abc",
+        "pci_bus_id": "00000000:07:00.0",
+        "memory_total_mib": 81920,
+        "memory_used_mib": 12,
+        "utilization_pct": 55,
+        "temperature_c": 40,
+        "power_w": 88.5,
+        "processes": [{"pid": 9}],
     }
     (facts,) = (await SimulatedProbe(write_scene(tmp_path / "n.json", [card])).read()).cards
     assert (facts.name, facts.uuid, facts.pci_bus_id) == ("NVIDIA A100-SXM4-80GB", "GPU-abc", "00000000:07:00.0")
@@ -111,11 +118,23 @@ async def test_fail_and_hang_for_fault_tests(tmp_path):
 
 
 async def test_a_card_in_mig_mode_lists_its_slices_and_their_processes(tmp_path):
-    card = {"mig": True, "memory_used_mib": 12000, "processes": [{"pid": 777}], "slices": [
-        {"profile": "1g.18gb", "uuid": "MIG-a", "gpu_instance_id": 9, "compute_instance_id": 0,
-         "memory_total_mib": 16384, "memory_used_mib": 9013, "processes": [{"pid": 5151, "used_memory_mib": 9000}]},
-        {"profile": "2g.35gb"},
-    ]}
+    card = {
+        "mig": True,
+        "memory_used_mib": 12000,
+        "processes": [{"pid": 777}],
+        "slices": [
+            {
+                "profile": "1g.18gb",
+                "uuid": "MIG-a",
+                "gpu_instance_id": 9,
+                "compute_instance_id": 0,
+                "memory_total_mib": 16384,
+                "memory_used_mib": 9013,
+                "processes": [{"pid": 5151, "used_memory_mib": 9000}],
+            },
+            {"profile": "2g.35gb"},
+        ],
+    }
     reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [card, {}])).read()
     split, whole = reading.cards
     assert (split.mig_mode, split.mig_pending, split.utilization_pct) == (True, None, None)
@@ -129,13 +148,16 @@ async def test_a_card_in_mig_mode_lists_its_slices_and_their_processes(tmp_path)
     assert reading.external_probe_ok and reading.problem is None
 
 
-@pytest.mark.parametrize("card, mode", [
-    ({"mig_pending": True}, (False, True, ())),
-    ({"mig": True, "mig_pending": False}, (True, False, ())),
-    ({"mig": True, "mig_pending": True}, (True, None, ())),
-    ({"mig": True, "slices": None}, (True, None, None)),
-    ({"mig": None}, (None, None, None)),
-])
+@pytest.mark.parametrize(
+    "card, mode",
+    [
+        ({"mig_pending": True}, (False, True, ())),
+        ({"mig": True, "mig_pending": False}, (True, False, ())),
+        ({"mig": True, "mig_pending": True}, (True, None, ())),
+        ({"mig": True, "slices": None}, (True, None, None)),
+        ({"mig": None}, (None, None, None)),
+    ],
+)
 async def test_mig_modes_pending_a_reset_and_unknowns(tmp_path, card, mode):
     (facts,) = (await SimulatedProbe(write_scene(tmp_path / "n.json", [card])).read()).cards
     assert (facts.mig_mode, facts.mig_pending, facts.slices) == mode
@@ -168,8 +190,10 @@ async def test_blind_sees_no_use_on_slices_either(tmp_path):
         ('{"cards": [{"slices": [{}]}]}', 'card 0: "slices" are listed, but the card is not in MIG mode'),
         ('{"cards": [{"mig": true, "slices": 3}]}', 'card 0: "slices" must be a list, not 3'),
         ('{"cards": [{"mig": true, "slices": [7]}]}', "card 0, slice 0 must be a JSON object, not 7"),
-        ('{"cards": [{"mig": true, "slices": [{}, {"gpu_instance_id": -1}]}]}',
-         'card 0, slice 1: "gpu_instance_id" must be a whole number of 0 or more'),
+        (
+            '{"cards": [{"mig": true, "slices": [{}, {"gpu_instance_id": -1}]}]}',
+            'card 0, slice 1: "gpu_instance_id" must be a whole number of 0 or more',
+        ),
         ('{"cards": [{"mig": true, "slices": [{"processes": [{}]}]}]}', 'card 0, slice 0, process 0: "pid" is missing'),
     ],
 )

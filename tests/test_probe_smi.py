@@ -1,4 +1,5 @@
 """The nvidia-smi probe, running a stub nvidia-smi that prints real-format output."""
+
 from __future__ import annotations
 
 import asyncio
@@ -261,8 +262,11 @@ def capture_copy(tmp_path, **edits: tuple[str, str]) -> Path:
 
 async def test_mig_modes_are_read_and_nothing_more_is_asked_of_a_node_without_mig(smi):
     # -L and -q -x would fail: they must not be asked while no card is in MIG mode
-    smi(SET="0:mig.mode.current=[N/A];0:mig.mode.pending=[N/A];1:mig.mode.pending=Enabled",
-        MODE_LIST="fail", MODE_XML="fail")
+    smi(
+        SET="0:mig.mode.current=[N/A];0:mig.mode.pending=[N/A];1:mig.mode.pending=Enabled",
+        MODE_LIST="fail",
+        MODE_XML="fail",
+    )
     reading = await SmiProbe().read()
     first, second = reading.cards
     assert (first.mig_mode, first.mig_pending, first.slices) == (False, None, ())  # cannot do MIG: whole
@@ -300,23 +304,35 @@ async def test_without_the_listing_the_slices_have_no_uuid_or_profile_but_the_re
     reading = await SmiProbe().read()
     split = reading.cards[0]
     assert [(s.index, s.uuid, s.profile, s.gpu_instance_id, s.compute_instance_id) for s in split.slices] == [
-        (0, None, None, 2, 0), (1, None, None, 2, 1), (2, None, None, 3, 0), (3, None, None, 9, 0),
-        (4, None, None, 10, 0)]
+        (0, None, None, 2, 0),
+        (1, None, None, 2, 1),
+        (2, None, None, 3, 0),
+        (3, None, None, 9, 0),
+        (4, None, None, 10, 0),
+    ]
     assert split.slices[3].processes == (ProcessFacts(5151, 9000),)
     assert reading.problem.startswith("MIG devices could not be listed (nvidia-smi exited with status 9")
     assert reading.external_probe_ok
 
 
-@pytest.mark.parametrize("mode, why", [
-    ("fail", "MIG devices could not be described (nvidia-smi exited with status 9"),
-    ("junk", "MIG devices could not be described (nvidia-smi -q -x answered something this probe does not"),
-])
+@pytest.mark.parametrize(
+    "mode, why",
+    [
+        ("fail", "MIG devices could not be described (nvidia-smi exited with status 9"),
+        ("junk", "MIG devices could not be described (nvidia-smi -q -x answered something this probe does not"),
+    ],
+)
 async def test_without_the_document_the_slices_have_only_what_the_listing_says(smi, mode, why):
     smi(CAPTURE=str(CAPTURE), MODE_XML=mode)
     reading = await SmiProbe().read()
     split = reading.cards[0]
     assert [(s.index, s.profile) for s in split.slices] == [
-        (0, "1c.3g.71gb"), (1, "2c.3g.71gb"), (2, "2g.35gb"), (3, "1g.18gb"), (4, "1g.18gb")]
+        (0, "1c.3g.71gb"),
+        (1, "2c.3g.71gb"),
+        (2, "2g.35gb"),
+        (3, "1g.18gb"),
+        (4, "1g.18gb"),
+    ]
     assert split.slices[3] == SliceFacts(3, MIG_UUID3, "1g.18gb", processes=None)
     assert split.processes == (ProcessFacts(4242, 20480), ProcessFacts(5151, 9000))  # the compute apps still
     assert reading.problem.startswith(why) and reading.external_probe_ok
@@ -331,8 +347,10 @@ async def test_without_either_answer_the_slices_are_unknown(smi):
 
 
 async def test_a_process_whose_instances_match_no_slice_stays_on_the_card(smi, tmp_path):
-    moved = "\t\t\t\t<gpu_instance_id>5</gpu_instance_id>\n\t\t\t\t<compute_instance_id>0</compute_instance_id>\n" \
-            "\t\t\t\t<pid>5151</pid>"
+    moved = (
+        "\t\t\t\t<gpu_instance_id>5</gpu_instance_id>\n\t\t\t\t<compute_instance_id>0</compute_instance_id>\n"
+        "\t\t\t\t<pid>5151</pid>"
+    )
     smi(CAPTURE=str(capture_copy(tmp_path, nvidia_smi_q_x_xml=(moved.replace(">5<", ">9<"), moved))))
     split = (await SmiProbe().read()).cards[0]
     assert split.slices[3].processes == ()
@@ -359,11 +377,18 @@ async def test_a_process_listed_under_its_mig_devices_uuid_is_on_its_card(smi, t
 async def test_odd_text_in_the_answers_is_data_and_reaches_the_screen_escaped(smi, tmp_path):
     """A process name is anybody's: a control character in it would make the XML
     unreadable. A profile is the driver's: whatever it is, it is kept as data."""
-    smi(CAPTURE=str(capture_copy(
-        tmp_path,
-        nvidia_smi_q_x_xml=("<process_name>python3</process_name>", "<process_name>\x1b]0;pwned\x07</process_name>"),
-        nvidia_smi_L_txt=("MIG 2g.35gb  ", "MIG 2g\x1b[31m"),
-    )))
+    smi(
+        CAPTURE=str(
+            capture_copy(
+                tmp_path,
+                nvidia_smi_q_x_xml=(
+                    "<process_name>python3</process_name>",
+                    "<process_name>\x1b]0;pwned\x07</process_name>",
+                ),
+                nvidia_smi_L_txt=("MIG 2g.35gb  ", "MIG 2g\x1b[31m"),
+            )
+        )
+    )
     reading = await SmiProbe().read()
     split = reading.cards[0]
     assert split.slices[0].processes == (ProcessFacts(4242, 20480),)
@@ -419,10 +444,17 @@ def test_compute_apps_parser():
 
 
 def test_mig_modes_parser():
-    text = ("0, Enabled, Enabled\n1, Disabled, Enabled\n2, [N/A], [N/A]\n3, Enabled, Disabled\n"
-            "4, [Unknown Error], x\n5, x\n")
+    text = (
+        "0, Enabled, Enabled\n1, Disabled, Enabled\n2, [N/A], [N/A]\n3, Enabled, Disabled\n"
+        "4, [Unknown Error], x\n5, x\n"
+    )
     assert parse_mig_modes(text) == {
-        0: (True, None), 1: (False, True), 2: (False, None), 3: (True, False), 4: (None, None)}
+        0: (True, None),
+        1: (False, True),
+        2: (False, None),
+        3: (True, False),
+        4: (None, None),
+    }
 
 
 def test_mig_listing_parser():
@@ -459,23 +491,32 @@ def test_mig_document_parser_tolerates_what_is_missing():
   <gpu><mig_devices><mig_device><index>0</index></mig_device></mig_devices></gpu>
 </nvidia_smi_log>"""
     assert parse_mig_xml(text) == {
-        UUID0: ({1: SliceFacts(1, gpu_instance_id=9, processes=None),
-                 2: SliceFacts(2, compute_instance_id=0, memory_total_mib=16384, processes=None)},
-                [(9, None, ProcessFacts(7))]),
+        UUID0: (
+            {
+                1: SliceFacts(1, gpu_instance_id=9, processes=None),
+                2: SliceFacts(2, compute_instance_id=0, memory_total_mib=16384, processes=None),
+            },
+            [(9, None, ProcessFacts(7))],
+        ),
         UUID1: ({}, None),
     }
     assert parse_mig_xml("<html><gpu><uuid>x</uuid></gpu></html>") is None
-    assert parse_mig_xml(f"<nvidia_smi_log><gpu><uuid>{UUID0}</uuid><processes><process_info><pid>7</pid>"
-                         "<process_name>\x1b\udcff</process_name></process_info></processes></gpu></nvidia_smi_log>"
-                         ) == {UUID0: ({}, [(None, None, ProcessFacts(7))])}
+    assert parse_mig_xml(
+        f"<nvidia_smi_log><gpu><uuid>{UUID0}</uuid><processes><process_info><pid>7</pid>"
+        "<process_name>\x1b\udcff</process_name></process_info></processes></gpu></nvidia_smi_log>"
+    ) == {UUID0: ({}, [(None, None, ProcessFacts(7))])}
     assert parse_mig_xml("<nvidia_smi_log><gpu>") is None
 
 
 def test_mig_slices_join_the_listing_and_the_document_by_index():
     listed = [(0, "1g.18gb", "MIG-a"), (2, "2g.35gb", "MIG-c")]
-    described = ({0: SliceFacts(0, gpu_instance_id=9, compute_instance_id=0, processes=None),
-                  1: SliceFacts(1, gpu_instance_id=10, compute_instance_id=0, processes=None)},
-                 [(9, 0, ProcessFacts(7))])
+    described = (
+        {
+            0: SliceFacts(0, gpu_instance_id=9, compute_instance_id=0, processes=None),
+            1: SliceFacts(1, gpu_instance_id=10, compute_instance_id=0, processes=None),
+        },
+        [(9, 0, ProcessFacts(7))],
+    )
     assert mig_slices(listed, described) == (
         SliceFacts(0, "MIG-a", "1g.18gb", 9, 0, processes=(ProcessFacts(7),)),
         SliceFacts(1, None, None, 10, 0, processes=()),
@@ -485,17 +526,64 @@ def test_mig_slices_join_the_listing_and_the_document_by_index():
     assert mig_slices([], None) == ()
 
 
-_PARSERS = (parse_gpu_health, parse_index_uuid, parse_gpu_facts, parse_compute_apps, parse_mig_modes,
-            parse_mig_list, parse_mig_xml)
+_PARSERS = (
+    parse_gpu_health,
+    parse_index_uuid,
+    parse_gpu_facts,
+    parse_compute_apps,
+    parse_mig_modes,
+    parse_mig_list,
+    parse_mig_xml,
+)
 
 #: pieces of real output and of what goes wrong with it, glued at random
 _TOKENS = st.sampled_from(
-    ["0", "1", "17", "-3", "1e999", "nan", "٣", "²", "9" * 5000, "30000 MiB", "74.38", "74.38.1", "[N/A]",
-     "N/A", "[Not Supported]", "Yes", "No", "Active", "Not Active", UUID0, "NVIDIA H200", "", " ", "\x00",
-     "Enabled", "Disabled", "GPU 0: NVIDIA H200 (UUID: " + UUID0 + ")", "  MIG 1g.18gb     Device  3: (UUID: MIG-x)",
-     "<nvidia_smi_log>", "<gpu>", "<uuid>" + UUID0 + "</uuid>", "<mig_devices>", "<mig_device>", "<index>0</index>",
-     "<gpu_instance_id>9</gpu_instance_id>", "</mig_device>", "<processes>", "<process_info>", "<pid>7</pid>",
-     "</gpu>", "</nvidia_smi_log>", "<!DOCTYPE x>", "&amp;", "&bogus;"]
+    [
+        "0",
+        "1",
+        "17",
+        "-3",
+        "1e999",
+        "nan",
+        "٣",
+        "²",
+        "9" * 5000,
+        "30000 MiB",
+        "74.38",
+        "74.38.1",
+        "[N/A]",
+        "N/A",
+        "[Not Supported]",
+        "Yes",
+        "No",
+        "Active",
+        "Not Active",
+        UUID0,
+        "NVIDIA H200",
+        "",
+        " ",
+        "\x00",
+        "Enabled",
+        "Disabled",
+        "GPU 0: NVIDIA H200 (UUID: " + UUID0 + ")",
+        "  MIG 1g.18gb     Device  3: (UUID: MIG-x)",
+        "<nvidia_smi_log>",
+        "<gpu>",
+        "<uuid>" + UUID0 + "</uuid>",
+        "<mig_devices>",
+        "<mig_device>",
+        "<index>0</index>",
+        "<gpu_instance_id>9</gpu_instance_id>",
+        "</mig_device>",
+        "<processes>",
+        "<process_info>",
+        "<pid>7</pid>",
+        "</gpu>",
+        "</nvidia_smi_log>",
+        "<!DOCTYPE x>",
+        "&amp;",
+        "&bogus;",
+    ]
 )
 _LINES = st.lists(st.lists(st.one_of(_TOKENS, st.text(max_size=8)), max_size=10).map(", ".join), max_size=6).map(
     "\n".join
@@ -512,29 +600,50 @@ def test_no_parser_raises_on_any_text(text):
 
 
 @settings(max_examples=100, deadline=None)
-@given(facts=st.one_of(st.text(), _LINES), health_text=_LINES, apps=_LINES, modes=_LINES,
-       listing=st.one_of(st.text(), _LINES), document=st.one_of(st.text(), _LINES))
+@given(
+    facts=st.one_of(st.text(), _LINES),
+    health_text=_LINES,
+    apps=_LINES,
+    modes=_LINES,
+    listing=st.one_of(st.text(), _LINES),
+    document=st.one_of(st.text(), _LINES),
+)
 @example(  # a stray line maps an app's uuid to a card that is not in the answer
-    facts=f"7, {UUID1}\n0, {UUID0}, H200, 0:18:00.0, 1, 1, 0, 31, 74", health_text="", apps=f"{UUID1}, 5, 10",
-    modes="", listing="", document="",
+    facts=f"7, {UUID1}\n0, {UUID0}, H200, 0:18:00.0, 1, 1, 0, 31, 74",
+    health_text="",
+    apps=f"{UUID1}, 5, 10",
+    modes="",
+    listing="",
+    document="",
 )
 @example(  # card 0 in MIG mode, its MIG devices told of in pieces that do not match
-    facts=f"0, {UUID0}, H200, 0:18:00.0, 1, 1, 0, 31, 74", health_text="", apps=f"MIG-a, 5, 10\n{UUID0}, 6, 1",
-    modes="0, Enabled, Enabled", listing=f"GPU 0: H200 (UUID: {UUID0})\n  MIG 1g.18gb     Device  3: (UUID: MIG-a)",
+    facts=f"0, {UUID0}, H200, 0:18:00.0, 1, 1, 0, 31, 74",
+    health_text="",
+    apps=f"MIG-a, 5, 10\n{UUID0}, 6, 1",
+    modes="0, Enabled, Enabled",
+    listing=f"GPU 0: H200 (UUID: {UUID0})\n  MIG 1g.18gb     Device  3: (UUID: MIG-a)",
     document=f"<nvidia_smi_log><gpu><uuid>{UUID0}</uuid><mig_devices><mig_device><index>3</index></mig_device>"
-             "<mig_device><index>x</index></mig_device></mig_devices><processes><process_info><pid>5</pid>"
-             "<gpu_instance_id>N/A</gpu_instance_id></process_info></processes></gpu></nvidia_smi_log>",
+    "<mig_device><index>x</index></mig_device></mig_devices><processes><process_info><pid>5</pid>"
+    "<gpu_instance_id>N/A</gpu_instance_id></process_info></processes></gpu></nvidia_smi_log>",
 )
 def test_the_probe_never_raises_on_any_output(facts, health_text, apps, modes, listing, document):
     """Whatever nvidia-smi prints, a read gives a reading (stray lines naming a uuid too)."""
+
     async def answer(self, path, *args, timeout_s=None):
         query = " ".join(args)
         if args == ("-L",):
             return listing, ""
         if args == ("-q", "-x"):
             return document, ""
-        return (apps if "compute-apps" in query else health_text if "retired" in query
-                else modes if "mig.mode" in query else facts), ""
+        return (
+            apps
+            if "compute-apps" in query
+            else health_text
+            if "retired" in query
+            else modes
+            if "mig.mode" in query
+            else facts
+        ), ""
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(SmiProbe, "_run", answer)
@@ -544,9 +653,12 @@ def test_the_probe_never_raises_on_any_output(facts, health_text, apps, modes, l
     if reading.external_probe_ok:
         # "saw everything" must mean every card's use was read (on a MIG card, or
         # every slice's), or it is unhealthy
-        assert all(c.memory_used_mib is not None or c.health
-                   or (c.mig_mode and c.slices and all(s.memory_used_mib is not None for s in c.slices))
-                   for c in reading.cards)
+        assert all(
+            c.memory_used_mib is not None
+            or c.health
+            or (c.mig_mode and c.slices and all(s.memory_used_mib is not None for s in c.slices))
+            for c in reading.cards
+        )
     for card in reading.cards:
         # a process on a slice is on its card too
         on_slices = {p.pid for s in card.slices or () for p in s.processes or ()}

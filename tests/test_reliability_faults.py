@@ -8,6 +8,7 @@ fault that has to hit one exact moment (between create and start, in the
 middle of writing the state file) is placed there by tests/helpers/load.py,
 which stalls a real CLI process at that point so the test can kill it there.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -132,8 +133,9 @@ def test_launches_wait_while_redis_is_down_say_so_and_finish_when_it_is_back(sce
     scene, state_dir = scene_node
     env = node_env(scene, state_dir, redis_url=redis_url)
     holder, _ = _holder(env)  # launches queue up behind it: they are under way, waiting
-    launches = [spawn(env, "launch", "--cards", "1", "--run-id", f"wait{i}", "--json", "--", "sleep", "120")
-                for i in range(6)]
+    launches = [
+        spawn(env, "launch", "--cards", "1", "--run-id", f"wait{i}", "--json", "--", "sleep", "120") for i in range(6)
+    ]
     try:
         until(lambda: f"held by pid {holder.pid}" in _lock_line(env), "the launches queuing")
         with RuntimeSampler(env) as sampler:
@@ -164,8 +166,7 @@ def test_launches_wait_while_redis_is_down_say_so_and_finish_when_it_is_back(sce
     assert sampler.violations == []
     placed = [json.loads(r.stdout)["gpus"] for r in results]
     assert sorted(c for g in placed for c in g) == list(range(6))
-    record_figures("redis-outage", launches=6, placed=6, placed_during_outage=0,
-                   samples=sampler.samples, violations=0)
+    record_figures("redis-outage", launches=6, placed=6, placed_during_outage=0, samples=sampler.samples, violations=0)
 
 
 # ── d: a lease lost in the middle of an allocation ───────────────────────────
@@ -200,13 +201,20 @@ def _stalling(base: type) -> type:
 @pytest.mark.redis
 @pytest.mark.parametrize("runtime_name", ["process", pytest.param("docker", marks=pytest.mark.docker)])
 def test_a_lease_lost_mid_allocation_leaves_one_job_and_the_other_reports_no_capacity(
-        request, scene_node, redis_url, runtime_name, tmp_path):
+    request, scene_node, redis_url, runtime_name, tmp_path
+):
     scene, state_dir = scene_node
     marker = tmp_path / "the-stalled-job-ran"
     if runtime_name == "docker":
         dockerd = request.getfixturevalue("dockerd")
-        env = node_env(scene, state_dir, runtime="docker", redis_url=redis_url,
-                       docker_host=dockerd.host, TUNEPLANE_LOCK_LEASE_MS="600")
+        env = node_env(
+            scene,
+            state_dir,
+            runtime="docker",
+            redis_url=redis_url,
+            docker_host=dockerd.host,
+            TUNEPLANE_LOCK_LEASE_MS="600",
+        )
         runtime = _stalling(DockerRuntime)(gpu_mode="none", docker_host=dockerd.host)
         slow_spec = JobSpec(run_id="slow", cards=2, image=dockerd.image, command=DOCKER_JOB)
         quick = ["--image", dockerd.image, "--", *DOCKER_JOB]
@@ -265,11 +273,11 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
     from tpnode_tui.tui.app import NodeDashboard
 
     scene = write_scene(tmp_path / "node.json", 8)
-    settings = load_settings({}, probe=f"simulated:{scene}", runtime="docker", docker_gpu_mode="none",
-                             state_dir=str(tmp_path / "state"))
+    settings = load_settings(
+        {}, probe=f"simulated:{scene}", runtime="docker", docker_gpu_mode="none", state_dir=str(tmp_path / "state")
+    )
     node = LocalNode.from_settings(settings, interval=0.2)
-    await node.service.allocator.launch(JobSpec(run_id="survivor", cards=2, image=dockerd.image,
-                                                command=DOCKER_JOB))
+    await node.service.allocator.launch(JobSpec(run_id="survivor", cards=2, image=dockerd.image, command=DOCKER_JOB))
     app = NodeDashboard(node)
 
     def tiles() -> list[str]:
@@ -283,8 +291,9 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
             await until_pilot(pilot, lambda: app.stale_since is not None, "the dashboard noticing dockerd is gone")
             banner = app.query_one("#stale-banner")
             for _ in range(3):  # several failed polls, not one
-                await until_pilot(pilot, lambda: "cannot reach the Docker engine" in str(banner.render()),
-                                  "the engine error")
+                await until_pilot(
+                    pilot, lambda: "cannot reach the Docker engine" in str(banner.render()), "the engine error"
+                )
                 assert banner.has_class("-shown")
                 assert not any("FREE" in t for t in tiles()), "a card shown free while the engine is unknown"
                 await pilot.pause(0.3)
@@ -349,8 +358,7 @@ def test_a_cli_killed_while_writing_the_state_file_leaves_it_whole_and_runs_noth
     before_bytes, before_status = state.read_bytes(), status(env)
     before_files = {p.name for p in state_dir.iterdir()}
     marker = str(tmp_path / "killed-launch-ran")
-    launch = spawn(env, "launch", "--cards", "1", "--run-id", "killed", "--", "touch", marker,
-                   stalled_at="state-write")
+    launch = spawn(env, "launch", "--cards", "1", "--run-id", "killed", "--", "touch", marker, stalled_at="state-write")
     try:
         assert launch.stdout.readline().startswith("stalled"), launch.stderr.read()
         os.kill(launch.pid, signal.SIGKILL)
@@ -402,10 +410,22 @@ def test_a_docker_launch_killed_before_start_is_cleared_by_stop(dockerd, tmp_pat
     (Before the fix that came with this test, stop left it "created" and
     reclaim refused it as live: only a hand-typed docker rm freed the cards.)
     """
-    env = node_env(write_scene(tmp_path / "node.json", 8), tmp_path / "state", runtime="docker",
-                   docker_host=dockerd.host)
-    launch = spawn(env, "launch", "--cards", "2", "--run-id", "half", "--image", dockerd.image,
-                   "--", *DOCKER_JOB, stalled_at="start")
+    env = node_env(
+        write_scene(tmp_path / "node.json", 8), tmp_path / "state", runtime="docker", docker_host=dockerd.host
+    )
+    launch = spawn(
+        env,
+        "launch",
+        "--cards",
+        "2",
+        "--run-id",
+        "half",
+        "--image",
+        dockerd.image,
+        "--",
+        *DOCKER_JOB,
+        stalled_at="start",
+    )
     try:
         assert launch.stdout.readline().startswith("stalled")
         os.kill(launch.pid, signal.SIGKILL)
@@ -420,8 +440,9 @@ def test_a_docker_launch_killed_before_start_is_cleared_by_stop(dockerd, tmp_pat
     assert stopped.returncode == 0, stopped.stderr
     after = status(env)
     assert after["jobs"] == [] and after["free"] == list(range(8))
-    again = cli(env, "launch", "--cards", "2", "--run-id", "half", "--json", "--image", dockerd.image,
-                "--", *DOCKER_JOB)
+    again = cli(
+        env, "launch", "--cards", "2", "--run-id", "half", "--json", "--image", dockerd.image, "--", *DOCKER_JOB
+    )
     assert again.returncode == 0 and json.loads(again.stdout)["existing"] is False, again.stderr
 
 
@@ -445,8 +466,7 @@ def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(sce
     rng = random.Random(4)
     with RuntimeSampler(env) as sampler:
         for i in range(rounds):
-            launch = spawn(env, "launch", "--cards", "1", "--run-id", f"k{i}", "--",
-                           "sh", "-c", "sleep 300", marker)
+            launch = spawn(env, "launch", "--cards", "1", "--run-id", f"k{i}", "--", "sh", "-c", "sleep 300", marker)
             time.sleep(rng.uniform(0.0, 1.2))
             launch.kill()
             launch.wait(BOUND_S)
@@ -456,8 +476,7 @@ def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(sce
     def strays() -> list[str]:
         """Processes of the killed launches that no live job in the state file accounts for."""
         live = {j["run_id"] for j in live_jobs(status(env))}
-        return [f"{pid} ({_job_of(pid) or 'no job'})" for pid in _alive_with(marker)
-                if _job_of(pid) not in live]
+        return [f"{pid} ({_job_of(pid) or 'no job'})" for pid in _alive_with(marker) if _job_of(pid) not in live]
 
     until(lambda: not strays(), "every process of a killed launch ending or being on record")
     running = live_jobs(status(env))
@@ -468,8 +487,14 @@ def test_launchers_killed_at_random_moments_leave_a_readable_consistent_node(sce
         check_refusal(done)
     else:
         assert done.returncode == 0, done.stderr
-    record_figures("killed-launchers", launchers_killed=rounds, jobs_left_live=len(running),
-                   state_file_unreadable=0, samples=sampler.samples, violations=0)
+    record_figures(
+        "killed-launchers",
+        launchers_killed=rounds,
+        jobs_left_live=len(running),
+        state_file_unreadable=0,
+        samples=sampler.samples,
+        violations=0,
+    )
 
 
 def test_a_dashboard_killed_and_a_new_one_see_the_same_node(scene_node):
@@ -478,8 +503,14 @@ def test_a_dashboard_killed_and_a_new_one_see_the_same_node(scene_node):
     assert cli(env, "reserve", "--cards", "1", "--for", "1h", "--owner", "ann", "--run-id", "rsv").returncode == 0
     before = status(env)
     master, slave = pty.openpty()
-    dashboard = subprocess.Popen([PYTHON, "-m", "tpnode_tui", "--interval", "0.2"], stdin=slave,
-                                 stdout=slave, stderr=slave, env=env, start_new_session=True)
+    dashboard = subprocess.Popen(
+        [PYTHON, "-m", "tpnode_tui", "--interval", "0.2"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+    )
     os.close(slave)
     seen = b""
     try:
@@ -547,8 +578,14 @@ async def test_a_gpu_lost_mid_run_is_never_handed_out(scene_node):
 
 def test_a_hung_nvidia_smi_makes_the_node_probe_blind_not_free(scene_node):
     path = path_with_stubs()
-    env = node_env(*scene_node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="0.5", PATH=path,
-                   TPN_SMI_MODE="hang", TPN_SMI_GPUS="8")
+    env = node_env(
+        *scene_node,
+        TUNEPLANE_PROBE="smi",
+        TUNEPLANE_PROBE_TIMEOUT_S="0.5",
+        PATH=path,
+        TPN_SMI_MODE="hang",
+        TPN_SMI_GPUS="8",
+    )
     data = status(env)
     assert data["external_probe_ok"] is False and "did not answer within 0.5 s" in data["probe_problem"]
     assert data["total"] == 0 and data["free"] == []  # no count known: nothing to hand out
@@ -573,9 +610,16 @@ def test_a_hung_nvidia_smi_holds_neither_status_nor_the_allocation_lock_past_its
     leave the other sleep holding its pipes, and waiting for them held status,
     and a launch's allocation lock, for 40 s."""
     path = path_with_stubs()
-    env = node_env(*scene_node, TUNEPLANE_PROBE="smi", TUNEPLANE_PROBE_TIMEOUT_S="2", PATH=path,
-                   TPN_SMI_MODE="hang-group", TPN_SMI_HANG_S="40", TUNEPLANE_LOCAL_GPU_COUNT="8",
-                   TUNEPLANE_ALLOW_UNVERIFIED="true")
+    env = node_env(
+        *scene_node,
+        TUNEPLANE_PROBE="smi",
+        TUNEPLANE_PROBE_TIMEOUT_S="2",
+        PATH=path,
+        TPN_SMI_MODE="hang-group",
+        TPN_SMI_HANG_S="40",
+        TUNEPLANE_LOCAL_GPU_COUNT="8",
+        TUNEPLANE_ALLOW_UNVERIFIED="true",
+    )
     started = time.monotonic()
     data = status(env)
     took = time.monotonic() - started
@@ -629,8 +673,9 @@ def test_a_process_job_holds_its_card_while_what_its_command_left_runs(scene_nod
     leaves = ("sh", "-c", "trap '' TERM; sleep 300 & echo started $!")
     assert cli(env, "launch", "--cards", "1", "--run-id", "leaves", "--", *leaves).returncode == 0
     log = scene_node[1] / "logs" / "leaves.log"
-    said = until(lambda: log.exists() and "started" in log.read_text() and log.read_text(),
-                 "the command starting its sleep")
+    said = until(
+        lambda: log.exists() and "started" in log.read_text() and log.read_text(), "the command starting its sleep"
+    )
     left = psutil.Process(int(said.split()[-1]))
     supervisor = psutil.Process(_supervisor_pid(scene_node[1], "leaves"))
     until(lambda: not supervisor.children(), "the command ending")
@@ -651,13 +696,16 @@ def _supervisor_pid(state_dir: Path, name: str) -> int:
 
 @pytest.mark.docker
 def test_a_container_that_exits_frees_its_cards_and_stays_listed(dockerd, tmp_path):
-    env = node_env(write_scene(tmp_path / "node.json", 8), tmp_path / "state", runtime="docker",
-                   docker_host=dockerd.host)
+    env = node_env(
+        write_scene(tmp_path / "node.json", 8), tmp_path / "state", runtime="docker", docker_host=dockerd.host
+    )
     image = ["--image", dockerd.image, "--"]
     assert cli(env, "launch", "--cards", "2", "--run-id", "doomed", *image, *DOCKER_JOB).returncode == 0
     dockerd.cli("kill", "tpn-doomed")
-    until(lambda: dockerd.cli("inspect", "-f", "{{.State.Status}}", "tpn-doomed").stdout.strip() == b"exited",
-          "the engine seeing the container exit")
+    until(
+        lambda: dockerd.cli("inspect", "-f", "{{.State.Status}}", "tpn-doomed").stdout.strip() == b"exited",
+        "the engine seeing the container exit",
+    )
     data = status(env)  # the very next read
     [job] = data["jobs"]
     assert (job["status"], job["exit_code"]) == ("exited", 137) and data["free"] == list(range(8))

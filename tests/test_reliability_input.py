@@ -9,6 +9,7 @@ dashboard's dialogs, stop confirmation and --readonly in tests/test_tui_actions.
 the label and nvidia-smi parsers are fuzzed in tests/test_labels.py and
 tests/test_probe_smi.py.)
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,7 @@ def test_malformed_labels_on_real_containers_count_what_they_can_and_say_the_res
         "hand-huge": "4," + "x" * (LONG - 2),
     }
     for name, value in labels.items():
-        dockerd.cli("run", "-d", "--name", name, "--label", f"tuneplane.gpus={value}",
-                    dockerd.image, "sleep", "120")
+        dockerd.cli("run", "-d", "--name", name, "--label", f"tuneplane.gpus={value}", dockerd.image, "sleep", "120")
     human = cli(env, "status")
     assert human.returncode == 0 and human.stderr == "", human.stderr
     data = status(env)
@@ -115,9 +115,14 @@ def test_a_broken_state_file_stops_every_command_and_is_kept_byte_for_byte(scene
     path.write_bytes(broken)
     try:
         files_before = sorted(p.name for p in state_dir.iterdir())
-        for args in (["status"], ["status", "--json"],
-                     ["launch", "--cards", "1", "--", "sleep", "120"],
-                     ["reserve", "--cards", "1", "--for", "1h"], ["reclaim"], ["stop", "real"]):
+        for args in (
+            ["status"],
+            ["status", "--json"],
+            ["launch", "--cards", "1", "--", "sleep", "120"],
+            ["reserve", "--cards", "1", "--for", "1h"],
+            ["reclaim"],
+            ["stop", "real"],
+        ):
             done = cli(env, *args)
             assert done.returncode == 1, (args, done.stderr)
             assert one_line(done.stderr) and str(path) in done.stderr, done.stderr
@@ -133,8 +138,20 @@ def test_a_broken_state_file_stops_every_command_and_is_kept_byte_for_byte(scene
 # ── hostile run ids, owners and commands ─────────────────────────────────────
 
 
-HOSTILE_RUN_IDS = ["a b", "x;rm -rf /", "$(id)", "`id`", "a'b", 'a"b', "a\nb", "ünï", "-lead",
-                   "../x", "a" * 64, "a" * LONG]
+HOSTILE_RUN_IDS = [
+    "a b",
+    "x;rm -rf /",
+    "$(id)",
+    "`id`",
+    "a'b",
+    'a"b',
+    "a\nb",
+    "ünï",
+    "-lead",
+    "../x",
+    "a" * 64,
+    "a" * LONG,
+]
 
 
 def _main(monkeypatch, capsys, env: dict, *args: str) -> tuple[int, str, str]:
@@ -155,8 +172,10 @@ def _main(monkeypatch, capsys, env: dict, *args: str) -> tuple[int, str, str]:
 
 def test_hostile_run_ids_are_refused_before_anything_is_created(env, monkeypatch, capsys):
     for run_id in HOSTILE_RUN_IDS:
-        for args in (_launch(env, run_id, "sleep", "120"),
-                     ["reserve", "--cards", "1", "--for", "1h", f"--run-id={run_id}"]):
+        for args in (
+            _launch(env, run_id, "sleep", "120"),
+            ["reserve", "--cards", "1", "--for", "1h", f"--run-id={run_id}"],
+        ):
             code, _out, err = _main(monkeypatch, capsys, env, *args)
             assert code == 2, (run_id[:20], err)
             assert one_line(err) and "is not valid" in err and len(err) < 400, err
@@ -165,14 +184,22 @@ def test_hostile_run_ids_are_refused_before_anything_is_created(env, monkeypatch
     assert status(env)["jobs"] == []
 
 
-HOSTILE_TEXT = ["$(echo pwned > /tmp/pwned)", "it's \"quoted\"", "a b\tc", "line\nbreak", "ünïcödé ✓",
-                "; rm -rf / #", "x" * LONG]
+HOSTILE_TEXT = [
+    "$(echo pwned > /tmp/pwned)",
+    'it\'s "quoted"',
+    "a b\tc",
+    "line\nbreak",
+    "ünïcödé ✓",
+    "; rm -rf / #",
+    "x" * LONG,
+]
 
 
 def test_hostile_owners_are_stored_and_shown_literally(env, monkeypatch, capsys):
     for i, owner in enumerate(HOSTILE_TEXT):
-        code, _out, err = _main(monkeypatch, capsys, env, "reserve", "--cards", "1", "--for", "1h",
-                                "--owner", owner, "--run-id", f"o{i}")
+        code, _out, err = _main(
+            monkeypatch, capsys, env, "reserve", "--cards", "1", "--for", "1h", "--owner", owner, "--run-id", f"o{i}"
+        )
         assert code == 0, err
     owners = {j["run_id"]: j["owner"] for j in status(env)["jobs"]}
     assert owners == {f"o{i}": owner for i, owner in enumerate(HOSTILE_TEXT)}
@@ -181,16 +208,31 @@ def test_hostile_owners_are_stored_and_shown_literally(env, monkeypatch, capsys)
 
 def test_hostile_commands_are_stored_and_passed_literally_never_through_a_shell(env, tmp_path):
     marker = tmp_path / "pwned"
-    args = ["sh", "-c", "sleep 120", "x", f"$(echo pwned > {marker})", f"`echo pwned > {marker}`",
-            "a b", "it's", "line\nbreak", "ünïcödé", "y" * LONG]
+    args = [
+        "sh",
+        "-c",
+        "sleep 120",
+        "x",
+        f"$(echo pwned > {marker})",
+        f"`echo pwned > {marker}`",
+        "a b",
+        "it's",
+        "line\nbreak",
+        "ünïcödé",
+        "y" * LONG,
+    ]
     done = cli(env, *_launch(env, "hostile", *args))
     assert done.returncode == 0, done.stderr
     [job] = status(env)["jobs"]
     assert job["command"] == args
     assert not marker.exists()
     if "image" in env:  # and not inside the container either
-        listing = subprocess.run(["docker", "-H", env["DOCKER_HOST"], "exec", "tpn-hostile", "ls", str(tmp_path)],
-                                 capture_output=True, text=True, timeout=BOUND_S)
+        listing = subprocess.run(
+            ["docker", "-H", env["DOCKER_HOST"], "exec", "tpn-hostile", "ls", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+        )
         assert "pwned" not in listing.stdout
 
 
@@ -245,8 +287,15 @@ def test_a_redis_password_is_used_and_never_shown(scene_node, tmp_path):
         assert "redis lease at redis://:***@127.0.0.1" in shown.stdout
         seen += [placed.stdout, placed.stderr, shown.stdout, shown.stderr, cli(env, "status", "--json").stdout]
 
-        refused = cli({**env, "TUNEPLANE_REDIS_URL": server.url.replace(password, wrong)},
-                      "launch", "--cards", "1", "--", "sleep", "120")
+        refused = cli(
+            {**env, "TUNEPLANE_REDIS_URL": server.url.replace(password, wrong)},
+            "launch",
+            "--cards",
+            "1",
+            "--",
+            "sleep",
+            "120",
+        )
         assert refused.returncode == 2 and "refused the password" in refused.stderr
         seen += [refused.stdout, refused.stderr]
 
@@ -306,8 +355,9 @@ def test_an_engine_socket_the_user_may_not_open_is_one_clear_line(tmp_path):
             server.listen()
             path.chmod(0o000)
             env = node_env(scene, directory / "state", runtime="docker")
-            done = subprocess.run([PYTHON, "-c", _AS_NOBODY, f"unix://{path}"], capture_output=True,
-                                  text=True, env=env, timeout=BOUND_S)
+            done = subprocess.run(
+                [PYTHON, "-c", _AS_NOBODY, f"unix://{path}"], capture_output=True, text=True, env=env, timeout=BOUND_S
+            )
         assert done.returncode == 1, done.stderr
         assert one_line(done.stderr) and "permission denied" in done.stderr
         assert "docker group" in done.stderr

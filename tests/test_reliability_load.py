@@ -8,6 +8,7 @@ one sampler reads the runtime directly in a tight loop and another runs
 ``status --json`` in a loop; every sample must show each card held by at most
 one live job. ``--long`` runs more processes, in several waves.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,9 +51,14 @@ class CliNode:
         if runtime == "docker":
             dockerd = request.getfixturevalue("dockerd")
             docker_host, self.image = dockerd.host, dockerd.image
-        self.env = node_env(scene, self.state_dir, runtime=runtime, redis_url=redis_url,
-                            docker_host=docker_host,
-                            **({"TUNEPLANE_HOLD_IMAGE": self.image} if self.image else {}))
+        self.env = node_env(
+            scene,
+            self.state_dir,
+            runtime=runtime,
+            redis_url=redis_url,
+            docker_host=docker_host,
+            **({"TUNEPLANE_HOLD_IMAGE": self.image} if self.image else {}),
+        )
 
     def launch(self, run_id: str, cards: int, *command: str) -> list[str]:
         args = ["launch", "--cards", str(cards), "--run-id", run_id, "--json"]
@@ -61,14 +67,12 @@ class CliNode:
         return args + ["--", *(command or (DOCKER_JOB if self.image else PROCESS_JOB))]
 
     def reserve(self, run_id: str, cards: int) -> list[str]:
-        return ["reserve", "--cards", str(cards), "--for", "1h", "--owner", "load-test",
-                "--run-id", run_id, "--json"]
+        return ["reserve", "--cards", str(cards), "--for", "1h", "--owner", "load-test", "--run-id", run_id, "--json"]
 
     def stop_live(self) -> None:
         for job in live_jobs(status(self.env)):
             proc = cli(self.env, "stop", job["run_id"])
             assert proc.returncode == 0, proc.stderr
-
 
 
 DOCKER = pytest.mark.docker
@@ -147,8 +151,13 @@ def test_concurrent_launches_never_share_a_card(cli_node, request):
             results = run_all(cli_node.env, commands)
         check_samplers(direct, shown)
         accepted, refused = check_wave(cli_node, results, sizes)
-        totals.update(submitted=len(sizes), accepted=len(accepted), refused=len(refused),
-                      runtime_samples=direct.samples, status_samples=shown.samples)
+        totals.update(
+            submitted=len(sizes),
+            accepted=len(accepted),
+            refused=len(refused),
+            runtime_samples=direct.samples,
+            status_samples=shown.samples,
+        )
         if wave + 1 < waves:
             cli_node.stop_live()
     record_figures("load", runtime=cli_node.runtime, lock=cli_node.lock, waves=waves, violations=0, **totals)
@@ -163,8 +172,10 @@ def test_launches_mixed_with_reserve_stop_and_reclaim(cli_node, request):
     for run_id, cards, command in (("old-a", 2, ()), ("old-b", 1, ()), ("old-c", 1, ("sh", "-c", "exit 3"))):
         proc = cli(cli_node.env, *cli_node.launch(run_id, cards, *command))
         assert proc.returncode == 0, proc.stderr
-    until(lambda: {j["run_id"]: j["status"] for j in status(cli_node.env)["jobs"]}.get("old-c") == "exited",
-          "old-c exiting")
+    until(
+        lambda: {j["run_id"]: j["status"] for j in status(cli_node.env)["jobs"]}.get("old-c") == "exited",
+        "old-c exiting",
+    )
 
     launches = [cli_node.launch(f"m{i}", 1 + i % 2) for i in range(LAUNCHERS * scale)]
     reserves = [cli_node.reserve(f"r{i}", 1) for i in range(3 * scale)]
@@ -180,8 +191,11 @@ def test_launches_mixed_with_reserve_stop_and_reclaim(cli_node, request):
 
     by_command = list(zip(commands, results))
     placing = [(c, r) for c, r in by_command if c[0] in ("launch", "reserve")]
-    odd = [(c[:6], r.returncode, r.stderr) for c, r in by_command
-           if r.returncode not in ((0, 75) if c[0] in ("launch", "reserve") else (0,))]
+    odd = [
+        (c[:6], r.returncode, r.stderr)
+        for c, r in by_command
+        if r.returncode not in ((0, 75) if c[0] in ("launch", "reserve") else (0,))
+    ]
     assert odd == [], odd
     accepted = [json.loads(r.stdout) for _c, r in placing if r.returncode == 0]
     refused = [r for _c, r in placing if r.returncode == 75]
@@ -199,10 +213,20 @@ def test_launches_mixed_with_reserve_stop_and_reclaim(cli_node, request):
     assert all(by_run.get(rid, {"status": "gone"})["status"] in ("exited", "gone") for rid in ("old-a", "old-b"))
     assert "old-c" not in by_run
     kinds = Counter(by_run[a["run_id"]]["kind"] for a in accepted)
-    record_figures("mixed", runtime=cli_node.runtime, lock=cli_node.lock, submitted=len(placing),
-                   accepted=len(accepted), refused=len(refused), reservations=kinds["reservation"],
-                   stops=2, reclaims=2, runtime_samples=direct.samples,
-                   status_samples=shown.samples, violations=0)
+    record_figures(
+        "mixed",
+        runtime=cli_node.runtime,
+        lock=cli_node.lock,
+        submitted=len(placing),
+        accepted=len(accepted),
+        refused=len(refused),
+        reservations=kinds["reservation"],
+        stops=2,
+        reclaims=2,
+        runtime_samples=direct.samples,
+        status_samples=shown.samples,
+        violations=0,
+    )
 
 
 async def test_the_samplers_see_a_card_given_twice(scene_node):
@@ -217,8 +241,7 @@ async def test_the_samplers_see_a_card_given_twice(scene_node):
         for run_id in ("one", "two"):
             await runtime.run(JobSpec(run_id=run_id, cards=1, command=PROCESS_JOB), [3])
         with RuntimeSampler(env) as direct, StatusSampler(env) as shown:
-            await asyncio.to_thread(until, lambda: direct.samples >= 3 and shown.samples >= 1,
-                                    "a few samples")
+            await asyncio.to_thread(until, lambda: direct.samples >= 3 and shown.samples >= 1, "a few samples")
         for sampler in (direct, shown):
             assert sampler.violations and sampler.violations[0][1] == {3: ["one", "two"]}
     finally:

@@ -1,4 +1,5 @@
 """The Docker runtime against a real dockerd: labels are the whole truth."""
+
 from __future__ import annotations
 
 import asyncio
@@ -55,8 +56,9 @@ async def wait_for_status(rt: DockerRuntime, name: str, status: str, timeout: fl
         last[0] = (await by_name(rt)).get(name)
         return last[0] if last[0] is not None and last[0].status == status else None
 
-    return await until_async(reached, f"{name} to reach {status!r}", timeout, every=0.1,
-                             show=lambda: f"last: {last[0]}")
+    return await until_async(
+        reached, f"{name} to reach {status!r}", timeout, every=0.1, show=lambda: f"last: {last[0]}"
+    )
 
 
 def inspect(dockerd, name: str, template: str):
@@ -158,7 +160,9 @@ def test_a_socket_the_user_may_not_open_says_permission_denied():
             path.chmod(0o000)
             done = subprocess.run(
                 [sys.executable, "-c", _AS_NOBODY, f"unix://{path}"],
-                capture_output=True, text=True, timeout=60,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
         assert done.returncode == 0, done.stderr
         assert f"unix://{path}: permission denied" in done.stdout
@@ -167,12 +171,15 @@ def test_a_socket_the_user_may_not_open_says_permission_denied():
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.mark.parametrize("host,words", [
-    ("ssh://builder@10.0.0.7", "ssh:// needs the asyncssh package"),
-    ("npipe:////./pipe/docker_engine", "npipe:// is a Windows named pipe"),
-    ("ftp://10.0.0.7", "ftp:// is not a Docker engine address"),
-    ("10.0.0.7:2375", "it has no scheme"),
-])
+@pytest.mark.parametrize(
+    "host,words",
+    [
+        ("ssh://builder@10.0.0.7", "ssh:// needs the asyncssh package"),
+        ("npipe:////./pipe/docker_engine", "npipe:// is a Windows named pipe"),
+        ("ftp://10.0.0.7", "ftp:// is not a Docker engine address"),
+        ("10.0.0.7:2375", "it has no scheme"),
+    ],
+)
 def test_an_address_the_client_cannot_dial_is_a_configuration_error(monkeypatch, host, words):
     monkeypatch.setenv("DOCKER_HOST", host)
     with pytest.raises(ConfigError) as caught:
@@ -216,6 +223,7 @@ async def test_an_address_where_nothing_answers_fails_within_the_connect_timeout
 def not_an_engine():
     """An HTTP server that answers every request with a bare 404, as a proxy or
     another web server at the engine's address does."""
+
     class Bare404(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(404)
@@ -242,16 +250,24 @@ async def test_an_engine_error_with_no_message_still_says_why(not_an_engine):
     assert f"is {not_an_engine} a Docker engine?" in str(caught.value)
 
 
-@pytest.mark.parametrize("host,code,words", [
-    ("ssh://builder@10.0.0.7", 2, "ssh:// needs the asyncssh package"),
-    ("black hole", 1, "no connection within 5s"),
-])
+@pytest.mark.parametrize(
+    "host,code,words",
+    [
+        ("ssh://builder@10.0.0.7", 2, "ssh:// needs the asyncssh package"),
+        ("black hole", 1, "no connection within 5s"),
+    ],
+)
 def test_the_cli_tells_a_docker_address_mistake_from_an_engine_out_of_reach(tmp_path, black_hole, host, code, words):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
-    env.update(DOCKER_HOST=black_hole if host == "black hole" else host, TUNEPLANE_RUNTIME="docker",
-               TUNEPLANE_PROBE=f"simulated:{tmp_path / 'node.json'}", TUNEPLANE_STATE_DIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "tpnode_tui", "status"], env=env, capture_output=True,
-                          text=True, timeout=60)
+    env.update(
+        DOCKER_HOST=black_hole if host == "black hole" else host,
+        TUNEPLANE_RUNTIME="docker",
+        TUNEPLANE_PROBE=f"simulated:{tmp_path / 'node.json'}",
+        TUNEPLANE_STATE_DIR=str(tmp_path),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tpnode_tui", "status"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == code, done
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert words in done.stderr
@@ -269,7 +285,10 @@ async def test_a_created_job_already_holds_its_cards_then_runs(dockerd, runtime)
     listed = (await by_name(runtime))["tpn-train-1"]
     assert listed.status == "created" and listed.gpus == (0, 1) and listed.live
     assert inspect(dockerd, "tpn-train-1", ".Config.Labels") == {
-        GPUS: "0,1", RUN_ID: "train-1", KIND: "job", OWNER: "ann",
+        GPUS: "0,1",
+        RUN_ID: "train-1",
+        KIND: "job",
+        OWNER: "ann",
     }
 
     started = await runtime.start("tpn-train-1")
@@ -287,17 +306,18 @@ async def test_a_created_job_already_holds_its_cards_then_runs(dockerd, runtime)
 @pytest.mark.docker
 async def test_hand_labelled_containers_count_and_a_new_instance_sees_the_same(dockerd, runtime):
     await runtime.run(job(dockerd, "mine", "sleep", "30"), [0])
-    dockerd.cli("run", "-d", "--name", "squatter", "--label", f"{GPUS}=3",
-                dockerd.image, "sleep", "30")
-    dockerd.cli("run", "-d", "--name", "typo", "--label", f"{GPUS}=x",
-                dockerd.image, "sleep", "30")
+    dockerd.cli("run", "-d", "--name", "squatter", "--label", f"{GPUS}=3", dockerd.image, "sleep", "30")
+    dockerd.cli("run", "-d", "--name", "typo", "--label", f"{GPUS}=x", dockerd.image, "sleep", "30")
     dockerd.cli("run", "-d", "--name", "plain", dockerd.image, "sleep", "30")
 
     jobs = await by_name(runtime)
     assert set(jobs) == {"tpn-mine", "squatter", "typo"}, "unlabelled containers are not jobs"
     squatter = jobs["squatter"]
     assert (squatter.run_id, squatter.gpus, squatter.status, squatter.kind) == (
-        "squatter", (3,), "running", "job",
+        "squatter",
+        (3,),
+        "running",
+        "job",
     )
     assert squatter.command == ("sleep", "30") and squatter.problems == ()
     # A label nobody can read is listed with the reason, not dropped.
@@ -441,8 +461,14 @@ async def test_nvidia_mode_asks_the_engine_for_exactly_those_devices(dockerd):
 def everything(dockerd_image: str, run_id: str = "boxed", **kw) -> JobSpec:
     """A spec carrying every field a caller's request can fill, some of them hostile."""
     fields = dict(
-        run_id=run_id, cards=2, command=("sleep", "30"), image=dockerd_image, owner="alice",
-        uid=1001, env=(("LD_PRELOAD", "/host/evil.so"), ("HF_TOKEN", "secret")), cwd="/root",
+        run_id=run_id,
+        cards=2,
+        command=("sleep", "30"),
+        image=dockerd_image,
+        owner="alice",
+        uid=1001,
+        env=(("LD_PRELOAD", "/host/evil.so"), ("HF_TOKEN", "secret")),
+        cwd="/root",
         run_as=RunAs(0, 0, (0, 27), "root", "/root"),
     )
     fields.update(kw)
@@ -452,15 +478,15 @@ def everything(dockerd_image: str, run_id: str = "boxed", **kw) -> JobSpec:
 @pytest.mark.parametrize("mode", DOCKER_GPU_MODES)
 def test_the_config_holds_the_image_command_labels_and_cards_and_nothing_else(mode):
     rt = DockerRuntime(gpu_mode=mode, docker_host="unix:///nonexistent/docker.sock")
-    specs = [everything("img"),
-             everything("img", kind="reservation", command=(), expires_at=time.time() + 60)]
+    specs = [everything("img"), everything("img", kind="reservation", command=(), expires_at=time.time() + 60)]
     for spec in specs:
         config = rt._config(spec, [1, 3])
         assert set(config) <= {"Image", "Cmd", "Labels", "Env", "HostConfig"}
         assert config["HostConfig"].pop("CgroupnsMode") == config["HostConfig"].pop("IpcMode") == "private"
         assert set(config["HostConfig"]) <= {"DeviceRequests"}
-        assert all(e.split("=", 1)[0] in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
-                   for e in config.get("Env", []))
+        assert all(
+            e.split("=", 1)[0] in ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") for e in config.get("Env", [])
+        )
 
 
 @pytest.mark.docker
@@ -492,8 +518,7 @@ async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(docker
 
 
 @pytest.mark.docker
-async def test_an_extended_reservation_changes_container_but_never_lets_go_of_its_cards(
-        dockerd, runtime, tmp_path):
+async def test_an_extended_reservation_changes_container_but_never_lets_go_of_its_cards(dockerd, runtime, tmp_path):
     from helpers.services import write_scene
     from tpnode_tui.allocator import GpuAllocator
     from tpnode_tui.config import load_settings
@@ -501,8 +526,14 @@ async def test_an_extended_reservation_changes_container_but_never_lets_go_of_it
     from tpnode_tui.probes import make_probe
 
     scene = write_scene(tmp_path / "node.json", 8)
-    settings = load_settings({}, runtime="docker", docker_gpu_mode="none", hold_image=dockerd.image,
-                             probe=f"simulated:{scene}", state_dir=str(tmp_path / "state"))
+    settings = load_settings(
+        {},
+        runtime="docker",
+        docker_gpu_mode="none",
+        hold_image=dockerd.image,
+        probe=f"simulated:{scene}",
+        state_dir=str(tmp_path / "state"),
+    )
     allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
     samples: list[dict[int, str]] = []
     done = asyncio.Event()
@@ -512,8 +543,7 @@ async def test_an_extended_reservation_changes_container_but_never_lets_go_of_it
             samples.append(dict((await allocator.occupancy()).by_job))
             await asyncio.sleep(0.01)
 
-    spec = JobSpec("hold-x", 2, kind="reservation", owner="bob", uid=1002,
-                   expires_at=time.time() + 30)
+    spec = JobSpec("hold-x", 2, kind="reservation", owner="bob", uid=1002, expires_at=time.time() + 30)
     held = await allocator.launch(spec, hold_for_s=30)
     first = held.job
     sampler = asyncio.create_task(sample())
@@ -559,9 +589,21 @@ async def test_only_a_live_reservation_with_readable_labels_is_extended(dockerd,
     with pytest.raises(Conflict, match="has ended"):
         await runtime.extend(held.name, time.time() + 60)
 
-    dockerd.cli("run", "-d", "--name", "by-hand", "--label", f"{GPUS}=2,x", "--label",
-                f"{KIND}=reservation", "--label", f"{EXPIRES}={int(time.time()) + 60}",
-                dockerd.image, "sleep", "30")
+    dockerd.cli(
+        "run",
+        "-d",
+        "--name",
+        "by-hand",
+        "--label",
+        f"{GPUS}=2,x",
+        "--label",
+        f"{KIND}=reservation",
+        "--label",
+        f"{EXPIRES}={int(time.time()) + 60}",
+        dockerd.image,
+        "sleep",
+        "30",
+    )
     with pytest.raises(Conflict, match="cannot all be read"):
         await runtime.extend("by-hand", time.time() + 120)
 
@@ -579,8 +621,16 @@ MIG = "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
 def on_slice(dockerd, run_id: str, *command: str, **kw) -> JobSpec:
     from tpnode_tui.model import SliceRef
 
-    return JobSpec(run_id=run_id, cards=1, command=command, image=dockerd.image, owner="ann", slice="1g.18gb",
-                   slices=(SliceRef(1, MIG, "1g.18gb"),), **kw)
+    return JobSpec(
+        run_id=run_id,
+        cards=1,
+        command=command,
+        image=dockerd.image,
+        owner="ann",
+        slice="1g.18gb",
+        slices=(SliceRef(1, MIG, "1g.18gb"),),
+        **kw,
+    )
 
 
 @pytest.mark.docker
@@ -603,9 +653,7 @@ async def test_nvidia_mode_asks_the_engine_for_the_mig_device(dockerd):
     try:
         created = await rt.create(on_slice(dockerd, "mig", "true"), [])
         requests = inspect(dockerd, created.name, ".HostConfig.DeviceRequests")
-        assert [(r["Driver"], r["DeviceIDs"], r["Capabilities"]) for r in requests] == [
-            ("nvidia", [MIG], [["gpu"]])
-        ]
+        assert [(r["Driver"], r["DeviceIDs"], r["Capabilities"]) for r in requests] == [("nvidia", [MIG], [["gpu"]])]
         await rt.remove(created.name)
     finally:
         await rt.close()
@@ -625,7 +673,8 @@ async def test_env_mode_hands_the_mig_device_to_the_job_by_uuid(dockerd):
 
 @pytest.mark.docker
 async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_slice_reservation_keeps_it(
-        dockerd, runtime, tmp_path):
+    dockerd, runtime, tmp_path
+):
     from helpers.services import write_scene
     from tpnode_tui.allocator import GpuAllocator
     from tpnode_tui.config import load_settings
@@ -634,12 +683,26 @@ async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_s
     from tpnode_tui.probes import make_probe
     from tpnode_tui.runtimes.labels import SLICES
 
-    slices = [{"profile": "1g.18gb", "uuid": f"MIG-0000000{n}-9c0d-5e1f-a2b3-c4d5e6f7a8b9",
-               "gpu_instance_id": 9 + n, "compute_instance_id": 0, "memory_total_mib": 16384,
-               "memory_used_mib": 13} for n in range(2)]
+    slices = [
+        {
+            "profile": "1g.18gb",
+            "uuid": f"MIG-0000000{n}-9c0d-5e1f-a2b3-c4d5e6f7a8b9",
+            "gpu_instance_id": 9 + n,
+            "compute_instance_id": 0,
+            "memory_total_mib": 16384,
+            "memory_used_mib": 13,
+        }
+        for n in range(2)
+    ]
     scene = write_scene(tmp_path / "node.json", [{"mig": True, "slices": slices}, {}])
-    settings = load_settings({}, runtime="docker", docker_gpu_mode="none", hold_image=dockerd.image,
-                             probe=f"simulated:{scene}", state_dir=str(tmp_path / "state"))
+    settings = load_settings(
+        {},
+        runtime="docker",
+        docker_gpu_mode="none",
+        hold_image=dockerd.image,
+        probe=f"simulated:{scene}",
+        state_dir=str(tmp_path / "state"),
+    )
     allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
     try:
         got = await allocator.launch(JobSpec("nb", 1, ("sleep", "30"), image=dockerd.image, slice="1g.18gb"))

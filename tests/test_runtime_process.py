@@ -1,4 +1,5 @@
 """The process runtime with real processes: its supervisor, liveness by pid and start, the state file."""
+
 from __future__ import annotations
 
 import asyncio
@@ -53,8 +54,7 @@ def cgroup_or_unavailable() -> None:
         return
     known = os.geteuid() == 0 and "cgroup2" in Path("/proc/filesystems").read_text()
     if os.environ.get("CI", "").lower() == "true" and known:
-        pytest.fail(f"CI=true, root, and a kernel with cgroup v2, yet jobs get no cgroup: {why}",
-                    pytrace=False)
+        pytest.fail(f"CI=true, root, and a kernel with cgroup v2, yet jobs get no cgroup: {why}", pytrace=False)
     pytest.skip(f"jobs get no cgroup here: {why}")
 
 
@@ -91,8 +91,12 @@ def log_text(path) -> str:
 
 async def wait_for_log(path, text: str) -> str:
     """The log, once ``text`` is in it."""
-    return await until_async(lambda: text in (content := log_text(path)) and content, f"{text!r} in {path}",
-                             WAIT_S, show=lambda: f"it holds {log_text(path)!r}")
+    return await until_async(
+        lambda: text in (content := log_text(path)) and content,
+        f"{text!r} in {path}",
+        WAIT_S,
+        show=lambda: f"it holds {log_text(path)!r}",
+    )
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -208,9 +212,18 @@ async def test_a_killed_supervisor_means_exited_and_takes_the_command_with_it(ru
 
 def forged(name: str, pid: int, ticks: int, boot: str) -> JobRecord:
     return JobRecord(
-        name=name, run_id=name, gpus=(5,), kind="job", owner="", command=("sleep", "1"),
-        started_at=time.time(), expires_at=None, pid=pid, pid_start_ticks=ticks,
-        boot_id=boot, log="",
+        name=name,
+        run_id=name,
+        gpus=(5,),
+        kind="job",
+        owner="",
+        command=("sleep", "1"),
+        started_at=time.time(),
+        expires_at=None,
+        pid=pid,
+        pid_start_ticks=ticks,
+        boot_id=boot,
+        log="",
     )
 
 
@@ -239,15 +252,22 @@ async def test_a_new_runtime_on_the_same_directory_sees_the_same_jobs(runtime, s
     again = ProcessRuntime(state_dir)
     assert await again.ps() == await runtime.ps()
     assert {j.name: (j.status, j.exit_code) for j in await again.ps()} == {
-        "long": ("running", None), "short": ("exited", 7),
+        "long": ("running", None),
+        "short": ("exited", 7),
     }
 
 
 async def test_hostile_arguments_are_stored_and_passed_literally(runtime, state_dir, tmp_path):
     marker = tmp_path / "pwned"
     hostile = [
-        "with spaces", "it's \"quoted\"", f"$(touch {marker})", f"`touch {marker}`",
-        "line\nbreak", "ünïcødé ☃", "; rm -rf /", "",
+        "with spaces",
+        'it\'s "quoted"',
+        f"$(touch {marker})",
+        f"`touch {marker}`",
+        "line\nbreak",
+        "ünïcødé ☃",
+        "; rm -rf /",
+        "",
     ]
     echo = "import json, sys; print(json.dumps(sys.argv[1:]))"
     await runtime.run(job("args", sys.executable, "-c", echo, *hostile), [0])
@@ -258,9 +278,7 @@ async def test_hostile_arguments_are_stored_and_passed_literally(runtime, state_
     assert not marker.exists()
 
 
-@pytest.mark.parametrize(
-    "run_id", ["with space", "quote'd", "$(touch /tmp/tpn-x)", "new\nline", "ünï", "../up", ""]
-)
+@pytest.mark.parametrize("run_id", ["with space", "quote'd", "$(touch /tmp/tpn-x)", "new\nline", "ünï", "../up", ""])
 async def test_a_hostile_run_id_is_refused_before_anything_runs(runtime, state_dir, run_id):
     with pytest.raises(BadRequest, match="run id"):
         await runtime.create(job(run_id, "true"), [0])
@@ -297,7 +315,11 @@ async def test_a_reservation_holds_until_it_expires_by_itself(runtime):
     spec = JobSpec(run_id="rsv-1", cards=1, kind="reservation", owner="ana", expires_at=expires)
     held = await runtime.run(spec, [3])
     assert (held.status, held.kind, held.owner, held.expires_at, held.gpus) == (
-        "running", "reservation", "ana", expires, (3,),
+        "running",
+        "reservation",
+        "ana",
+        expires,
+        (3,),
     )
     ended = await wait_for_status(runtime, "rsv-1", "exited")
     assert ended.exit_code == 0
@@ -363,7 +385,12 @@ async def test_concurrent_launchers_and_exiting_jobs_lose_no_record_or_exit_code
     launchers, each = 3, 2
     procs = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-c", LAUNCHER, str(state_dir), f"p{n}", str(each),
+            sys.executable,
+            "-c",
+            LAUNCHER,
+            str(state_dir),
+            f"p{n}",
+            str(each),
             stdin=asyncio.subprocess.PIPE,
         )
         for n in range(launchers)
@@ -496,8 +523,7 @@ async def test_what_ignores_sigterm_is_killed_after_the_grace_and_noted(state_di
     ended = await wait_for_status(rt, "deaf", "exited")
     assert not still_running(kids["deaf"]) and not still_running(kids["group"])
     assert ended.exit_code == 3
-    assert ended.note == ("2 processes it left running did not end on SIGTERM "
-                          "and were killed by SIGKILL after 0.5 s")
+    assert ended.note == ("2 processes it left running did not end on SIGTERM and were killed by SIGKILL after 0.5 s")
     await clear(rt)
 
 
@@ -530,7 +556,7 @@ async def test_without_a_cgroup_the_session_is_ended_but_a_setsid_escapee_is_not
 
 
 #: A job's command that starts children of every kind and then waits to be stopped.
-STAYER = LEAVER.replace('sys.exit(3)', 'signal.pause()')
+STAYER = LEAVER.replace("sys.exit(3)", "signal.pause()")
 
 
 async def test_stop_reaches_every_process_of_the_job(state_dir, with_cgroup):
@@ -609,14 +635,21 @@ async def test_the_supervisor_runs_the_launchers_own_code_wherever_that_came_fro
     import tpnode_tui
 
     copy = tmp_path / "checkout"
-    shutil.copytree(Path(tpnode_tui.__file__).parent, copy / "tpnode_tui",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(tpnode_tui.__file__).parent, copy / "tpnode_tui", ignore=shutil.ignore_patterns("__pycache__"))
     supervise = copy / "tpnode_tui" / "runtimes" / "supervise.py"
-    supervise.write_text(supervise.read_text().replace(
-        "def main(argv: Optional[list[str]] = None) -> int:\n",
-        "def main(argv: Optional[list[str]] = None) -> int:\n    print('THE COPY', file=sys.stderr)\n"))
-    done = subprocess.run([sys.executable, "-c", COPY_LAUNCHER, str(copy), str(state_dir)],
-                          capture_output=True, text=True, timeout=WAIT_S, cwd=tmp_path)
+    supervise.write_text(
+        supervise.read_text().replace(
+            "def main(argv: Optional[list[str]] = None) -> int:\n",
+            "def main(argv: Optional[list[str]] = None) -> int:\n    print('THE COPY', file=sys.stderr)\n",
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", COPY_LAUNCHER, str(copy), str(state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     ended = await wait_for_status(ProcessRuntime(state_dir), "copy", "exited")
     assert ended.exit_code == 0
@@ -647,8 +680,7 @@ async def root_runtime(shared_state):
 
 
 def run_as(account) -> RunAs:
-    return RunAs(uid=account.uid, gid=account.gid, groups=account.groups, user=account.name,
-                 home=str(account.home))
+    return RunAs(uid=account.uid, gid=account.gid, groups=account.groups, user=account.name, home=str(account.home))
 
 
 def owned_dir(account, path: Path, mode: int = 0o755) -> Path:
@@ -659,9 +691,16 @@ def owned_dir(account, path: Path, mode: int = 0o755) -> Path:
 
 
 def as_caller(account, run_id: str, *command: str, cwd=None, **env) -> JobSpec:
-    return JobSpec(run_id=run_id, cards=1, command=command, owner=account.name, uid=account.uid,
-                   env=tuple(account.env(**env).items()), cwd=str(cwd or account.home),
-                   run_as=run_as(account))
+    return JobSpec(
+        run_id=run_id,
+        cards=1,
+        command=command,
+        owner=account.name,
+        uid=account.uid,
+        env=tuple(account.env(**env).items()),
+        cwd=str(cwd or account.home),
+        run_as=run_as(account),
+    )
 
 
 def command_of(supervisor: int) -> psutil.Process:
@@ -672,12 +711,12 @@ SHOW = "id -u; id -g; id -G; pwd; env; echo READY; sleep 30"
 
 
 async def test_a_callers_job_runs_as_them_with_their_environment_and_directory(
-        accounts, root_runtime, shared_state, with_cgroup):
+    accounts, root_runtime, shared_state, with_cgroup
+):
     alice = accounts.alice
     root_runtime.cgroups = with_cgroup
     work = owned_dir(alice, alice.home / "work")
-    spec = as_caller(alice, "mine", "sh", "-c", SHOW, cwd=work,
-                     HOME="/root", USER="root", TRAINING_SEED="7")
+    spec = as_caller(alice, "mine", "sh", "-c", SHOW, cwd=work, HOME="/root", USER="root", TRAINING_SEED="7")
     started = await root_runtime.run(spec, [1, 2])
     log = shared_state / "logs" / "mine.log"
     lines = (await wait_for_log(log, "READY")).splitlines()
@@ -693,15 +732,15 @@ async def test_a_callers_job_runs_as_them_with_their_environment_and_directory(
     command = command_of(started.pid)
     if with_cgroup:  # joined as root, before the switch: it could not have joined after it
         cgroup = recorded(shared_state, "mine").cgroup
-        assert cgroup and Path(f"/proc/{command.pid}/cgroup").read_text().strip().endswith(
-            "/" + Path(cgroup).name)
+        assert cgroup and Path(f"/proc/{command.pid}/cgroup").read_text().strip().endswith("/" + Path(cgroup).name)
     # The command holds nothing of the launch but its output: no sheet, no gate.
     held = {os.readlink(f"/proc/{command.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{command.pid}/fd")}
     assert held == {"/dev/null", str(log)}
 
 
 async def test_the_supervisor_starts_clean_and_the_callers_environment_reaches_only_the_command(
-        accounts, root_runtime, shared_state):
+    accounts, root_runtime, shared_state
+):
     """A caller's PYTHONPATH or LD_PRELOAD in the supervisor would run their code as root."""
     from tpnode_tui.runtimes.process import SUPERVISOR_ENV
 
@@ -709,15 +748,23 @@ async def test_the_supervisor_starts_clean_and_the_callers_environment_reaches_o
     planted = owned_dir(alice, alice.home / "planted")
     marker = planted / "ran-as"
     (planted / "sitecustomize.py").write_text(
-        f"import os\nwith open({str(marker)!r}, 'a') as f: f.write(f'{{os.getuid()}}\\n')\n")
+        f"import os\nwith open({str(marker)!r}, 'a') as f: f.write(f'{{os.getuid()}}\\n')\n"
+    )
     secret = "tok-" + os.urandom(8).hex()
-    spec = as_caller(alice, "clean", "sh", "-c", 'echo "P=$PYTHONPATH"; echo READY',
-                     PYTHONPATH=str(planted), PYTHONSTARTUP=str(planted / "sitecustomize.py"),
-                     LD_PRELOAD="/nonexistent/preload.so", HF_TOKEN=secret)
+    spec = as_caller(
+        alice,
+        "clean",
+        "sh",
+        "-c",
+        'echo "P=$PYTHONPATH"; echo READY',
+        PYTHONPATH=str(planted),
+        PYTHONSTARTUP=str(planted / "sitecustomize.py"),
+        LD_PRELOAD="/nonexistent/preload.so",
+        HF_TOKEN=secret,
+    )
     created = await root_runtime.create(spec, [0])
     supervisor = psutil.Process(created.pid)
-    await until_async(lambda: "tpnode_tui.runtimes.supervise" in supervisor.cmdline(), "the supervisor to exec",
-                      WAIT_S)
+    await until_async(lambda: "tpnode_tui.runtimes.supervise" in supervisor.cmdline(), "the supervisor to exec", WAIT_S)
     assert supervisor.environ() == SUPERVISOR_ENV
     assert "-I" in supervisor.cmdline() and secret not in " ".join(supervisor.cmdline())
     assert supervisor.cwd() == "/"
@@ -728,7 +775,8 @@ async def test_the_supervisor_starts_clean_and_the_callers_environment_reaches_o
 
 
 async def test_a_working_directory_the_caller_cannot_enter_is_refused_before_anything_is_held(
-        accounts, root_runtime, shared_state):
+    accounts, root_runtime, shared_state
+):
     alice = accounts.alice
     closed = shared_state.parent / "roots-only"
     closed.mkdir(mode=0o700)  # root enters it; alice may not
@@ -744,16 +792,16 @@ async def test_a_working_directory_the_caller_cannot_enter_is_refused_before_any
         for attempt in (root_runtime.check, lambda s: root_runtime._create(s, [0])):
             with pytest.raises(Conflict) as refused:
                 attempt(spec)
-            assert str(refused.value).replace(alice.name, "alice").find(
-                words.replace(alice.name, "alice")) >= 0, refused.value
+            assert str(refused.value).replace(alice.name, "alice").find(words.replace(alice.name, "alice")) >= 0, (
+                refused.value
+            )
     with pytest.raises(BadRequest, match="not an absolute path"):
         root_runtime.check(replace(as_caller(alice, "rel", "true"), cwd="work"))
     assert await root_runtime.ps() == []
     assert not (shared_state / "logs").exists()
 
 
-async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(
-        accounts, root_runtime, shared_state):
+async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(accounts, root_runtime, shared_state):
     alice = accounts.alice
     mine = shared_state.parent / "bin"
     mine.mkdir(mode=0o755)
@@ -796,8 +844,7 @@ def test_a_check_that_does_not_answer_in_time_refuses_the_launch(root_runtime, m
     assert time.monotonic() - started < 10  # it gave up; it did not wait the check out
 
 
-async def test_a_directory_closed_after_the_check_is_never_entered_as_root(
-        accounts, root_runtime, shared_state):
+async def test_a_directory_closed_after_the_check_is_never_entered_as_root(accounts, root_runtime, shared_state):
     """The command enters its directory as the caller: entered by root before the
     switch (as Popen's cwd does), a directory closed to the caller would be used."""
     alice = accounts.alice
@@ -813,8 +860,7 @@ async def test_a_directory_closed_after_the_check_is_never_entered_as_root(
     assert str(work) + "\n" not in log  # pwd never ran
 
 
-async def test_the_log_is_the_callers_alone_and_the_state_stays_roots(
-        accounts, root_runtime, shared_state):
+async def test_the_log_is_the_callers_alone_and_the_state_stays_roots(accounts, root_runtime, shared_state):
     alice, bob = accounts.alice, accounts.bob
     await root_runtime.run(as_caller(alice, "private", "sh", "-c", "echo ALICE-OUTPUT"), [0])
     await wait_for_status(root_runtime, "private", "exited")
@@ -828,13 +874,16 @@ async def test_the_log_is_the_callers_alone_and_the_state_stays_roots(
     state = (shared_state / "jobs.json").stat()
     assert (state.st_uid, stat.S_IMODE(state.st_mode)) == (0, 0o600)
     assert alice.run(["cat", str(log)], env=alice.env()).stdout == "ALICE-OUTPUT\n"
-    for argv in (["cat", str(log)], ["ls", str(logs)], ["ls", str(shared_state)],
-                 ["cat", str(shared_state / "jobs.json")]):
+    for argv in (
+        ["cat", str(log)],
+        ["ls", str(logs)],
+        ["ls", str(shared_state)],
+        ["cat", str(shared_state / "jobs.json")],
+    ):
         assert bob.run(argv, env=bob.env()).returncode != 0, argv
 
 
-async def test_a_log_left_by_another_account_is_moved_aside_not_handed_on(
-        accounts, root_runtime, shared_state):
+async def test_a_log_left_by_another_account_is_moved_aside_not_handed_on(accounts, root_runtime, shared_state):
     alice, bob = accounts.alice, accounts.bob
     await root_runtime.run(as_caller(alice, "reused", "sh", "-c", "echo ALICE-SECRET"), [0])
     await wait_for_status(root_runtime, "reused", "exited")
@@ -852,8 +901,7 @@ async def test_a_log_left_by_another_account_is_moved_aside_not_handed_on(
 
 
 def reservation(run_id: str, seconds: float) -> JobSpec:
-    return JobSpec(run_id=run_id, cards=1, kind="reservation", owner="ana",
-                   expires_at=time.time() + seconds)
+    return JobSpec(run_id=run_id, cards=1, kind="reservation", owner="ana", expires_at=time.time() + seconds)
 
 
 async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(scene_node):

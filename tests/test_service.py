@@ -6,6 +6,7 @@ Callers are built by hand, because what the rules decide from an identity is
 what is under test here; identities from the kernel, with real accounts and a
 real agent, are in tests/test_agent_accounts.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,7 @@ WAIT_S = 10.0
 
 def make_node(tmp_path, cards: int = 4, **limits) -> ServiceNode:
     """The stand-ins' probe and runtime, the agent's queue file, and these card limits."""
-    return ServiceNode(tmp_path, cards, probe="static", runtime="memory", file_queue=True,
-                       limits=CardLimits(**limits))
+    return ServiceNode(tmp_path, cards, probe="static", runtime="memory", file_queue=True, limits=CardLimits(**limits))
 
 
 @pytest.fixture
@@ -48,8 +48,10 @@ async def test_many_readers_cost_one_probe_read_per_poll(service_node):
     tasks = [asyncio.ensure_future(read(n, it)) for n, it in enumerate(readers)]
     for _ in range(5):
         await service_node.service.poll()
-    await until_async(lambda: all(seqs and seqs[-1] == service_node.service.reading.seq for seqs in got),
-                      "every reader to see the last reading")
+    await until_async(
+        lambda: all(seqs and seqs[-1] == service_node.service.reading.seq for seqs in got),
+        "every reader to see the last reading",
+    )
     assert service_node.probe.reads == 5
     assert service_node.service.subscribers == 20
     for task in tasks:
@@ -80,8 +82,7 @@ async def test_a_quota_is_checked_under_the_lock_so_two_launches_at_once_cannot_
     n = make_node(tmp_path, cards=8, default=2)
     n.runtime.create_delay = 0.05  # a wide window between reading and creating
     try:
-        results = await asyncio.gather(n.launch(ALICE, "x1", 2), n.launch(ALICE, "x2", 2),
-                                       return_exceptions=True)
+        results = await asyncio.gather(n.launch(ALICE, "x1", 2), n.launch(ALICE, "x2", 2), return_exceptions=True)
         refused = [r for r in results if isinstance(r, NotAllowed)]
         assert len(refused) == 1 and "you hold 2 cards" in str(refused[0]), results
         assert sum(len(j.gpus) for j in n.runtime.jobs.values()) == 2
@@ -104,9 +105,14 @@ async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_t
     runner = asyncio.ensure_future(service_node.service.run())
     try:
         # Started, and the launch that placed it has returned (until then it is listed as placing).
-        await until_async(lambda: "tpn-wants-3" in service_node.runtime.jobs
-                          and "tpn-wants-1" in service_node.runtime.jobs and service_node.service.queued() == (),
-                          "both queued launches to start in order")
+        await until_async(
+            lambda: (
+                "tpn-wants-3" in service_node.runtime.jobs
+                and "tpn-wants-1" in service_node.runtime.jobs
+                and service_node.service.queued() == ()
+            ),
+            "both queued launches to start in order",
+        )
     finally:
         runner.cancel()
     assert list(service_node.runtime.started)[-2:] == ["tpn-wants-3", "tpn-wants-1"]
@@ -125,8 +131,9 @@ async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_
         await n.launch(BOB, "queued-c", 1, queue=True)
         await n.service.poll()
         n.service.launches.try_queue()
-        await until_async(lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(),
-                          "a round of the queue")
+        await until_async(
+            lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(), "a round of the queue"
+        )
         assert "tpn-later" not in n.runtime.jobs
         assert [q.run_id for q in n.service.queued()] == ["later", "queued-b", "queued-c"]
     finally:
@@ -198,8 +205,9 @@ async def test_extend_moves_a_reservations_expiry_for_its_owner_only(service_nod
 async def test_reclaim_without_a_run_id_removes_only_what_the_caller_may(service_node):
     for caller, run_id in ((ALICE, "a"), (BOB, "b")):
         await service_node.launch(caller, run_id, 1)
-        service_node.runtime.jobs[f"tpn-{run_id}"] = replace(service_node.runtime.jobs[f"tpn-{run_id}"],
-                                                             status="exited")
+        service_node.runtime.jobs[f"tpn-{run_id}"] = replace(
+            service_node.runtime.jobs[f"tpn-{run_id}"], status="exited"
+        )
     assert [j.run_id for j in await service_node.service.reclaim(ALICE, None)] == ["a"]
     assert [j.run_id for j in await service_node.service.reclaim(ROOT, None)] == ["b"]
 
@@ -228,8 +236,10 @@ async def test_a_broken_queue_file_is_said_by_the_readings_and_the_polls_go_on(s
     await service_node.launch(BOB, "waits", 1, queue=True)
     runner = asyncio.ensure_future(service_node.service.run())
     try:
-        await until_async(lambda: service_node.service.reading.snapshot is not None
-                          and service_node.service.reading.error is None, "a first reading")
+        await until_async(
+            lambda: service_node.service.reading.snapshot is not None and service_node.service.reading.error is None,
+            "a first reading",
+        )
         queue_file = service_node.settings.state_dir / "queue.json"
         good = queue_file.read_bytes()
         queue_file.write_text("{broken")
@@ -259,8 +269,9 @@ async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(servic
     assert "tpn-first" not in service_node.runtime.jobs
     drains.unlink()
     service_node.service.launches.try_queue()
-    await until_async(lambda: "tpn-first" in service_node.runtime.jobs and "tpn-second" in service_node.runtime.jobs,
-                      "both to start")
+    await until_async(
+        lambda: "tpn-first" in service_node.runtime.jobs and "tpn-second" in service_node.runtime.jobs, "both to start"
+    )
 
 
 async def test_someone_else_s_run_id_is_not_theirs_to_get_back(service_node):

@@ -8,6 +8,7 @@ real process runtime with real processes, and the real flock lock; the docker
 runtime's labels and device requests are in test_runtime_docker.py, the
 snapshot document's slices in test_wire.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,13 @@ from tpnode_tui.service import NodeService
 
 #: the H200's five MIG devices: profile, GPU instance, compute instance, MiB total
 #: (the first two are compute instances of one 3g.71gb GPU instance)
-LAYOUT = [("1c.3g.71gb", 2, 0, 71424), ("2c.3g.71gb", 2, 1, 71424), ("2g.35gb", 3, 0, 33280),
-          ("1g.18gb", 9, 0, 16384), ("1g.18gb", 10, 0, 16384)]
+LAYOUT = [
+    ("1c.3g.71gb", 2, 0, 71424),
+    ("2c.3g.71gb", 2, 1, 71424),
+    ("2g.35gb", 3, 0, 33280),
+    ("1g.18gb", 9, 0, 16384),
+    ("1g.18gb", 10, 0, 16384),
+]
 IDLE_MIB = 13
 #: pids that exist on no machine: processes the driver lists that this one cannot see
 UNSEEN, UNSEEN_2 = 3_999_901, 3_999_902
@@ -70,8 +76,7 @@ class MigNode:
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.scene = tmp_path / "node.json"
         self.state = tmp_path / "state"
-        self.cards = [self.split(i) if i in mig else {"memory_used_mib": 1, "processes": []}
-                      for i in range(cards)]
+        self.cards = [self.split(i) if i in mig else {"memory_used_mib": 1, "processes": []} for i in range(cards)]
         self.blind = False
         self.write()
         base = load_settings({}, state_dir=str(self.state), lock_retry_ms=10)
@@ -80,15 +85,33 @@ class MigNode:
 
     def make_allocator(self, lock_dir: Optional[Path] = None, runtime=None) -> GpuAllocator:
         settings = self.settings if lock_dir is None else replace(self.settings, state_dir=lock_dir)
-        return GpuAllocator(runtime or ProcessRuntime(self.state, stop_timeout_s=2), SimulatedProbe(self.scene),
-                            settings, make_lock(settings))
+        return GpuAllocator(
+            runtime or ProcessRuntime(self.state, stop_timeout_s=2),
+            SimulatedProbe(self.scene),
+            settings,
+            make_lock(settings),
+        )
 
     @staticmethod
     def split(card: int, layout=LAYOUT) -> dict:
-        return {"mig": True, "memory_used_mib": 1024, "utilization_pct": None, "processes": [],
-                "slices": [{"profile": p, "uuid": uuid(card, n), "gpu_instance_id": gi, "compute_instance_id": ci,
-                            "memory_total_mib": mib, "memory_used_mib": IDLE_MIB, "processes": []}
-                           for n, (p, gi, ci, mib) in enumerate(layout)]}
+        return {
+            "mig": True,
+            "memory_used_mib": 1024,
+            "utilization_pct": None,
+            "processes": [],
+            "slices": [
+                {
+                    "profile": p,
+                    "uuid": uuid(card, n),
+                    "gpu_instance_id": gi,
+                    "compute_instance_id": ci,
+                    "memory_total_mib": mib,
+                    "memory_used_mib": IDLE_MIB,
+                    "processes": [],
+                }
+                for n, (p, gi, ci, mib) in enumerate(layout)
+            ],
+        }
 
     def slice(self, card: int, n: int) -> dict:
         return self.cards[card]["slices"][n]
@@ -114,10 +137,16 @@ class MigNode:
     async def snapshot(self):
         return await self.allocator.snapshot()
 
-    async def launch(self, run_id: str, profile: Optional[str] = "1g.18gb", *command: str, cards: int = 1,
-                     owner: str = "ana", allocator: Optional[GpuAllocator] = None):
-        spec = JobSpec(run_id=run_id, cards=cards, command=command or ("sleep", "300"), owner=owner,
-                       slice=profile)
+    async def launch(
+        self,
+        run_id: str,
+        profile: Optional[str] = "1g.18gb",
+        *command: str,
+        cards: int = 1,
+        owner: str = "ana",
+        allocator: Optional[GpuAllocator] = None,
+    ):
+        spec = JobSpec(run_id=run_id, cards=cards, command=command or ("sleep", "300"), owner=owner, slice=profile)
         return await (allocator or self.allocator).launch(spec)
 
 
@@ -161,8 +190,10 @@ async def test_the_h200s_slices_each_have_one_state_and_its_card_is_never_free_w
     card = snap.cards[0]
     assert card.state == "mig" and card.reason == "split into 5 MIG slices: see them"
     assert states(card) == ["external", "shared", "free", "external", "free"]
-    assert card.slices[1].reason == (f"shares GPU instance 2's memory with slice 0 (1c.3g.71gb) of card 0, in use "
-                                     f"(pid {UNSEEN} uses it): not handed out while it is")
+    assert card.slices[1].reason == (
+        f"shares GPU instance 2's memory with slice 0 (1c.3g.71gb) of card 0, in use "
+        f"(pid {UNSEEN} uses it): not handed out while it is"
+    )
     occ = snap.occupancy
     assert occ.free == [1] and occ.mig == {0: "split into 5 MIG slices: see them"} and 0 not in occ.external
     assert [(s.card, s.index, s.profile) for s in occ.free_slices] == [(0, 2, "2g.35gb"), (0, 4, "1g.18gb")]
@@ -233,8 +264,9 @@ async def test_a_blind_probe_makes_free_slices_unverified_and_nothing_is_handed_
     allowing.write()
     got = await allowing.launch("anyway")
     assert got.slices[0].uuid == uuid(0, 3)
-    assert got.warning == ("slice 1g.18gb of card 0 handed out unverified: use from outside the platform "
-                           "could not be probed")
+    assert got.warning == (
+        "slice 1g.18gb of card 0 handed out unverified: use from outside the platform could not be probed"
+    )
 
 
 async def test_a_process_the_driver_put_on_no_slice_makes_the_cards_free_slices_unverified(mig_node, spawned):
@@ -242,8 +274,9 @@ async def test_a_process_the_driver_put_on_no_slice_makes_the_cards_free_slices_
     node.put_outside(0, UNSEEN)
     card = (await node.snapshot()).cards[0]
     assert card.state == "mig" and set(states(card)) == {"unverified"}
-    assert card.slices[3].reason == (f"pid {UNSEEN} on card 0 is on no MIG device the driver could tell, "
-                                     "so it may be on this one")
+    assert card.slices[3].reason == (
+        f"pid {UNSEEN} on card 0 is on no MIG device the driver could tell, so it may be on this one"
+    )
     with pytest.raises(NoCapacity, match=f"pid {UNSEEN} on card 0 is on no MIG device"):
         await node.launch("nb")
 
@@ -286,8 +319,11 @@ async def test_cards_never_pick_a_mig_card(mig_node):
     assert (await node.allocator.launch(JobSpec("b", 1, ("sleep", "300")))).gpus == (2,)
     with pytest.raises(NoCapacity, match="need 1 card, but 3 cards total, 0 free"):
         await node.allocator.launch(JobSpec("c", 1, ("sleep", "300")))
-    with pytest.raises(NeverFits, match=r"c needs 3 cards whole and this node has 2 \(card 1 is in MIG mode\): "
-                                        r"ask for fewer cards, or ask for a slice \(launch --slice 1g.18gb\)"):
+    with pytest.raises(
+        NeverFits,
+        match=r"c needs 3 cards whole and this node has 2 \(card 1 is in MIG mode\): "
+        r"ask for fewer cards, or ask for a slice \(launch --slice 1g.18gb\)",
+    ):
         await node.allocator.launch(JobSpec("c", 3, ("sleep", "300")))
 
 
@@ -298,12 +334,14 @@ async def test_on_a_node_of_mig_cards_only_a_whole_card_never_fits_and_the_refus
     assert str(refused.value) == "card 0 is in MIG mode: ask for a slice (launch --slice 1g.18gb)"
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"mig": None}, "its MIG mode cannot be read"),
-    ({"mig": False, "mig_pending": True}, "split into MIG slices at its next reset"),
-])
-async def test_a_card_whose_mig_mode_is_unknown_or_about_to_change_is_never_handed_out_whole(
-        mig_node, change, says):
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"mig": None}, "its MIG mode cannot be read"),
+        ({"mig": False, "mig_pending": True}, "split into MIG slices at its next reset"),
+    ],
+)
+async def test_a_card_whose_mig_mode_is_unknown_or_about_to_change_is_never_handed_out_whole(mig_node, change, says):
     node = mig_node(cards=1, mig=())
     node.cards[0].update(change)
     node.write()
@@ -344,8 +382,10 @@ async def test_a_slice_job_gets_a_free_slice_of_its_profile_and_is_pointed_at_it
     held = snap.cards[0].slices[3]
     assert (held.state, held.run_id, held.job.key) == ("job", "nb", "nb")
     assert snap.occupancy.by_job == {} and snap.cards[1].state == "free"
-    assert env_lines(snap, "nb") == [f"export CUDA_VISIBLE_DEVICES={uuid(0, 3)}",
-                                     f"export NVIDIA_VISIBLE_DEVICES={uuid(0, 3)}"]
+    assert env_lines(snap, "nb") == [
+        f"export CUDA_VISIBLE_DEVICES={uuid(0, 3)}",
+        f"export NVIDIA_VISIBLE_DEVICES={uuid(0, 3)}",
+    ]
     second = await node.launch("nb-2")
     assert second.slices[0].uuid == uuid(0, 4)
 
@@ -368,7 +408,8 @@ async def test_a_profile_the_node_does_not_have_never_fits_and_the_refusal_names
     assert str(refused.value) == (
         "big asks for a 7g.141gb MIG slice, and this node has none: its MIG slices are 1 of 1c.3g.71gb (card 0); "
         "2 of 1g.18gb (card 0); 1 of 2c.3g.71gb (card 0); 1 of 2g.35gb (card 0); ask for one of those, or ask an "
-        "operator to make a 7g.141gb instance")
+        "operator to make a 7g.141gb instance"
+    )
     whole = mig_node(cards=2, mig=())
     with pytest.raises(NeverFits, match="no card of this node is in MIG mode: ask for whole cards"):
         await whole.launch("nb")
@@ -393,7 +434,8 @@ async def test_with_every_slice_of_a_profile_taken_a_launch_is_told_who_holds_th
         await node.launch("late")
     assert str(refused.value) == (
         "no 1g.18gb MIG slice is free: slice 3 (1g.18gb) of card 0 is held by nb of bob; slice 4 (1g.18gb) of "
-        f"card 0 is in use outside the platform (pid {UNSEEN} uses it)")
+        f"card 0 is in use outside the platform (pid {UNSEEN} uses it)"
+    )
 
 
 async def test_a_repeat_of_the_same_profile_gets_the_same_slice_and_anything_else_is_a_conflict(mig_node):
@@ -439,8 +481,9 @@ async def test_two_launches_racing_for_the_last_free_slice_never_both_get_it(mig
     await node.launch("first")
     racers = [node.make_allocator(runtime=SlowToCreate(node.state, stop_timeout_s=2)) for _ in range(2)]
     mig_node.allocators.extend(racers)
-    outcomes = await asyncio.gather(node.launch("a", allocator=racers[0]), node.launch("b", allocator=racers[1]),
-                                    return_exceptions=True)
+    outcomes = await asyncio.gather(
+        node.launch("a", allocator=racers[0]), node.launch("b", allocator=racers[1]), return_exceptions=True
+    )
     placed = [o for o in outcomes if not isinstance(o, BaseException)]
     refused = [o for o in outcomes if isinstance(o, NoCapacity)]
     assert len(placed) == 1 and len(refused) == 1, outcomes
@@ -455,13 +498,19 @@ async def test_with_the_lock_lost_a_slice_is_still_never_handed_out_twice(mig_no
     command runs."""
     node = mig_node()
     await node.launch("first")
-    racers = [node.make_allocator(lock_dir=tmp_path / f"lock-{n}", runtime=SlowToCreate(node.state, stop_timeout_s=2))
-              for n in range(2)]
+    racers = [
+        node.make_allocator(lock_dir=tmp_path / f"lock-{n}", runtime=SlowToCreate(node.state, stop_timeout_s=2))
+        for n in range(2)
+    ]
     mig_node.allocators.extend(racers)
     marks = [tmp_path / f"ran-{n}" for n in range(2)]
     outcomes = await asyncio.gather(
-        *(node.launch(f"r{n}", "1g.18gb", "sh", "-c", f"touch {marks[n]}; exec sleep 300", allocator=racers[n])
-          for n in range(2)), return_exceptions=True)
+        *(
+            node.launch(f"r{n}", "1g.18gb", "sh", "-c", f"touch {marks[n]}; exec sleep 300", allocator=racers[n])
+            for n in range(2)
+        ),
+        return_exceptions=True,
+    )
     placed = [o for o in outcomes if not isinstance(o, BaseException)]
     backed_off = [o for o in outcomes if isinstance(o, NoCapacity)]
     assert len(placed) == 1 and len(backed_off) == 1, outcomes
@@ -486,13 +535,16 @@ async def test_a_slice_held_by_a_job_whose_uuid_vanished_is_still_held_and_said(
     node.write()
     snap = await node.snapshot()
     [job] = [j for j in snap.jobs if j.key == "nb"]
-    assert any(f"holds MIG device {uuid(0, 3)} (1g.18gb) of card 0, which the driver no longer reports" in p
-               for p in job.problems), job.problems
+    assert any(
+        f"holds MIG device {uuid(0, 3)} (1g.18gb) of card 0, which the driver no longer reports" in p
+        for p in job.problems
+    ), job.problems
     card = snap.cards[0]
     assert card.state == "mig" and f"nb holds MIG device {uuid(0, 3)} (1g.18gb)" in card.warning
     assert states(card) == ["unverified"] * 5
     assert "no slice of card 0 is handed out until it is found again or nb ends (tpnode-tui stop nb)" in (
-        card.slices[4].reason)
+        card.slices[4].reason
+    )
     with pytest.raises(NoCapacity, match="no slice of card 0 is handed out"):
         await node.launch("late")
 
@@ -510,14 +562,17 @@ async def test_a_slice_held_by_a_job_whose_uuid_vanished_is_still_held_and_said(
 
 
 async def test_a_process_on_a_slice_belongs_to_that_slices_holder_and_elsewhere_it_is_a_squatter(
-        mig_node, accounts, spawned):
+    mig_node, accounts, spawned
+):
     alice, bob = accounts.alice, accounts.bob
     node = mig_node()
-    launched = await node.allocator.launch(JobSpec("nb", 1, ("sleep", "301"), owner=alice.name, uid=alice.uid,
-                                                   slice="1g.18gb"))
+    launched = await node.allocator.launch(
+        JobSpec("nb", 1, ("sleep", "301"), owner=alice.name, uid=alice.uid, slice="1g.18gb")
+    )
     supervisor = launched.job.pid
-    worker = await until_async(lambda: next((c.pid for c in psutil.Process(supervisor).children(recursive=True)), None),
-                               "the job's command")
+    worker = await until_async(
+        lambda: next((c.pid for c in psutil.Process(supervisor).children(recursive=True)), None), "the job's command"
+    )
     intruder = bob.spawn(["sleep", "300"], env=bob.env())
     spawned.append(intruder)
     node.put(0, 3, worker)  # its own slice
@@ -528,8 +583,10 @@ async def test_a_process_on_a_slice_belongs_to_that_slices_holder_and_elsewhere_
     own, other = card.slices[3], card.slices[2]
     assert {h.pid: h.belongs for h in own.holders} == {worker: HOLDER, intruder.pid: INTRUDER}
     assert own.intruders == (intruder.pid,) and snap.intruder_cards == (0,)
-    assert own.warning == (f"{bob.name} (pid {intruder.pid}, sleep 300, 8.0 GiB) is using slice 3 (1g.18gb) of "
-                           f"card 0, held by nb of {alice.name}")
+    assert own.warning == (
+        f"{bob.name} (pid {intruder.pid}, sleep 300, 8.0 GiB) is using slice 3 (1g.18gb) of "
+        f"card 0, held by nb of {alice.name}"
+    )
     assert card.warning == own.warning
     [elsewhere] = other.holders
     assert other.state == "external" and elsewhere.belongs == EXTERNAL and elsewhere.job_elsewhere == "nb"
@@ -539,20 +596,23 @@ async def test_a_process_on_a_slice_belongs_to_that_slices_holder_and_elsewhere_
 
 async def test_evict_signals_the_squatter_on_a_free_slice_and_leaves_the_slice_jobs_alone(mig_node, spawned):
     node = mig_node()
-    service = NodeService(node.allocator, Policy(Operators("tpn-no-such-group")), interval=0.05,
-                          evict_grace_s=1.0)
+    service = NodeService(node.allocator, Policy(Operators("tpn-no-such-group")), interval=0.05, evict_grace_s=1.0)
     try:
         launched = await node.launch("nb")
-        worker = await until_async(lambda: next((c.pid for c in psutil.Process(launched.job.pid).children()), None),
-                                   "the job's command")
+        worker = await until_async(
+            lambda: next((c.pid for c in psutil.Process(launched.job.pid).children()), None), "the job's command"
+        )
         squatter = subprocess.Popen(["sleep", "300"])
         spawned.append(squatter)
         node.put(0, 3, worker)
         node.put(0, 4, squatter.pid)
         dry = await service.evict(ROOT, 0, dry_run=True)
         assert [e.pid for e in dry.processes] == [squatter.pid]
-        with pytest.raises(Conflict, match=f"pid {worker} is part of platform job nb on slice 3 \\(1g.18gb\\) of "
-                                           "card 0; end the job with: tpnode-tui stop nb"):
+        with pytest.raises(
+            Conflict,
+            match=f"pid {worker} is part of platform job nb on slice 3 \\(1g.18gb\\) of "
+            "card 0; end the job with: tpnode-tui stop nb",
+        ):
             await service.evict(ROOT, 0, worker)
         done = await service.evict(ROOT, 0)
         assert [(e.pid, e.outcome) for e in done.processes] == [(squatter.pid, "ended")]
@@ -589,10 +649,22 @@ async def test_a_slice_on_a_card_the_node_lacks_is_said_and_its_job_still_listed
     node = mig_node()
     proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
     spawned.append(proc)
-    record = JobRecord(name="by-hand", run_id="by-hand", gpus=(), kind="job", owner="ana", command=("sleep", "300"),
-                       started_at=time.time(), expires_at=None, pid=proc.pid,
-                       pid_start_ticks=process_stat(proc.pid).ticks, boot_id=boot_id(), log="/dev/null",
-                       pid_ns=pid_namespace(), slices=(SliceRef(9, uuid(9, 0), "1g.18gb"),))
+    record = JobRecord(
+        name="by-hand",
+        run_id="by-hand",
+        gpus=(),
+        kind="job",
+        owner="ana",
+        command=("sleep", "300"),
+        started_at=time.time(),
+        expires_at=None,
+        pid=proc.pid,
+        pid_start_ticks=process_stat(proc.pid).ticks,
+        boot_id=boot_id(),
+        log="/dev/null",
+        pid_ns=pid_namespace(),
+        slices=(SliceRef(9, uuid(9, 0), "1g.18gb"),),
+    )
     with StateFile(node.state).transaction() as jobs:
         jobs["by-hand"] = record
     snap = await node.snapshot()
@@ -611,8 +683,13 @@ async def test_each_slice_is_named_and_summed_up_in_a_few_words_as_a_card_is(mig
     words = [(slice_name(0, v.index), v.facts.profile, v.state, slice_summary(v)) for v in card.slices]
     assert words == [
         ("0:0", "1c.3g.71gb", "external", f"pid {squatter} root sleep"),
-        ("0:1", "2c.3g.71gb", "shared", f"shares GPU instance 2's memory with slice 0 (1c.3g.71gb) of card 0, in use "
-                                        f"(pid {squatter} uses it): not handed out while it is"),
+        (
+            "0:1",
+            "2c.3g.71gb",
+            "shared",
+            f"shares GPU instance 2's memory with slice 0 (1c.3g.71gb) of card 0, in use "
+            f"(pid {squatter} uses it): not handed out while it is",
+        ),
         ("0:2", "2g.35gb", "external", f"pid {UNSEEN} (not visible here)"),
         ("0:3", "1g.18gb", "job", "nb (bob)"),
         ("0:4", "1g.18gb", "free", ""),

@@ -5,6 +5,7 @@ root, and real accounts: each runs ``tpnode-tui --host NODE ...`` as itself,
 ssh logs it in, sshd runs ``tpnode-tui dial-stdio`` as that account, and the
 agent names whoever that is from the kernel. Nothing tells anyone's name.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ def test_bob_through_ssh_is_bob_and_sees_the_node(reach, accounts):
     assert status["via"] == "agent" and status["you"]["user"] == bob.name and status["you"]["uid"] == bob.uid
     assert status["total"] == 8
     text = over_ssh(bob, "status")
-    assert f"you: {bob.name} (uid {bob.uid}), holding 0 cards; through the node's agent on {NODE} over ssh" \
-        in text.stdout, text.stdout
+    assert (
+        f"you: {bob.name} (uid {bob.uid}), holding 0 cards; through the node's agent on {NODE} over ssh" in text.stdout
+    ), text.stdout
 
 
 def test_a_job_launched_over_ssh_runs_as_its_caller_in_their_home(reach, accounts):
@@ -98,7 +100,7 @@ def test_a_host_that_could_be_an_option_is_refused_before_ssh_runs(reach, accoun
 
 
 #: bob's dashboard over SSH; prints what its header said and the refusal of a stop
-DASHBOARD = textwrap.dedent('''
+DASHBOARD = textwrap.dedent("""
     import asyncio, json, sys, time
     from tpnode_tui.config import SshTarget
     from tpnode_tui.node.ssh import ssh_node
@@ -125,7 +127,7 @@ DASHBOARD = textwrap.dedent('''
         print(json.dumps(shown))
 
     asyncio.run(main())
-''')
+""")
 
 
 def test_bob_s_dashboard_over_ssh_names_him_and_where_it_reads(reach, accounts):
@@ -146,8 +148,15 @@ def test_dial_stdio_joins_its_input_and_output_to_the_agent(reach, accounts):
     bob = accounts.bob
     env = bob.env(TUNEPLANE_AGENT_SOCKET=str(node.socket))
     request = b"GET /v1/whoami HTTP/1.1\r\nHost: tpnode-agent\r\nConnection: close\r\n\r\n"
-    bridge = subprocess.Popen(runnable().argv("dial-stdio"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env, user=bob.uid, group=bob.gid)
+    bridge = subprocess.Popen(
+        runnable().argv("dial-stdio"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        user=bob.uid,
+        group=bob.gid,
+    )
     bridge.stdin.write(request)
     bridge.stdin.flush()
     answer = bridge.stdout.read()  # to its end: the agent closes after an answer asked to
@@ -156,8 +165,14 @@ def test_dial_stdio_joins_its_input_and_output_to_the_agent(reach, accounts):
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert json.loads(body)["user"] == bob.name  # the kernel named the bridge's account
-    gone = subprocess.run(runnable().argv("dial-stdio"), input="", capture_output=True, text=True,
-                          env=bob.env(TUNEPLANE_AGENT_SOCKET="/nonexistent/agent.sock"), timeout=30)
+    gone = subprocess.run(
+        runnable().argv("dial-stdio"),
+        input="",
+        capture_output=True,
+        text=True,
+        env=bob.env(TUNEPLANE_AGENT_SOCKET="/nonexistent/agent.sock"),
+        timeout=30,
+    )
     assert gone.returncode == 1
     [line] = gone.stderr.splitlines()
     assert line.startswith("tpnode-tui: no agent answers at /nonexistent/agent.sock"), line
@@ -200,8 +215,9 @@ def test_an_agent_this_account_may_not_reach_over_ssh_is_not_allowed_not_missing
         node.socket.parent.chmod(0o755)
     assert done.returncode == 77, done.stderr
     [line] = done.stderr.splitlines()
-    assert line == (f"tpnode-tui: on {NODE}: this account may not open the node's agent socket {node.socket} "
-                    "(permission denied)"), line
+    assert line == (
+        f"tpnode-tui: on {NODE}: this account may not open the node's agent socket {node.socket} (permission denied)"
+    ), line
 
 
 def test_an_empty_host_flag_is_a_mistake_not_this_machine(reach, accounts):

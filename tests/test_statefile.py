@@ -1,4 +1,5 @@
 """The process runtime's state file: modes, atomic writes, locking, refusing what it cannot read."""
+
 from __future__ import annotations
 
 import fcntl
@@ -18,9 +19,17 @@ from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
 def record(name: str, **changes) -> JobRecord:
     base = JobRecord(
-        name=name, run_id=name, gpus=(0, 1), kind="job", owner="ana",
-        command=("python", "train.py", "--lr", "3e-4"), started_at=1_700_000_000.5,
-        expires_at=None, pid=4242, pid_start_ticks=123456, boot_id="boot-a",
+        name=name,
+        run_id=name,
+        gpus=(0, 1),
+        kind="job",
+        owner="ana",
+        command=("python", "train.py", "--lr", "3e-4"),
+        started_at=1_700_000_000.5,
+        expires_at=None,
+        pid=4242,
+        pid_start_ticks=123456,
+        boot_id="boot-a",
         log=f"/tmp/{name}.log",
     )
     return replace(base, **changes)
@@ -62,8 +71,13 @@ def test_an_existing_directory_keeps_its_mode(state_dir):
 def test_records_round_trip_exactly(state_dir):
     state = StateFile(state_dir)
     hostile = record(
-        "b", command=("sh", "-c", "echo 'hi there'; $(touch /tmp/x)", "line\nbreak", "ünï\u2603"),
-        kind="reservation", expires_at=1_700_000_600.25, exit_code=137, gpus=(), fence=41,
+        "b",
+        command=("sh", "-c", "echo 'hi there'; $(touch /tmp/x)", "line\nbreak", "ünï\u2603"),
+        kind="reservation",
+        expires_at=1_700_000_600.25,
+        exit_code=137,
+        gpus=(),
+        fence=41,
         cgroup="/sys/fs/cgroup/system.slice/tpnode.service/tpnode-tui.b.0a1b2c3d",
         note="killed by SIGKILL after 10 s (it did not end on SIGTERM)",
     )
@@ -131,13 +145,27 @@ BAD_FILES = {
         {"version": 1, "jobs": {"a": dict(record("a").to_json(), cgroup="/sys/fs/cgroup/../tpnode-tui.a")}}
     ).encode(),
     "unknown field": json.dumps({"version": 1, "jobs": {"a": dict(record("a").to_json(), extra=1)}}).encode(),
-    "slice not a MIG device": json.dumps({"version": 1, "jobs": {"a": dict(
-        record("a").to_json(), gpus=[], slices=[{"card": 0, "uuid": "GPU-1234"}])}}).encode(),
-    "slice listed twice": json.dumps({"version": 1, "jobs": {"a": dict(
-        record("a").to_json(), gpus=[], slices=[{"card": 0, "uuid": "MIG-a1"}, {"card": 1, "uuid": "MIG-a1"}])}}
+    "slice not a MIG device": json.dumps(
+        {"version": 1, "jobs": {"a": dict(record("a").to_json(), gpus=[], slices=[{"card": 0, "uuid": "GPU-1234"}])}}
     ).encode(),
-    "slice with an unknown field": json.dumps({"version": 1, "jobs": {"a": dict(
-        record("a").to_json(), gpus=[], slices=[{"card": 0, "uuid": "MIG-a1", "gi": 9}])}}).encode(),
+    "slice listed twice": json.dumps(
+        {
+            "version": 1,
+            "jobs": {
+                "a": dict(
+                    record("a").to_json(),
+                    gpus=[],
+                    slices=[{"card": 0, "uuid": "MIG-a1"}, {"card": 1, "uuid": "MIG-a1"}],
+                )
+            },
+        }
+    ).encode(),
+    "slice with an unknown field": json.dumps(
+        {
+            "version": 1,
+            "jobs": {"a": dict(record("a").to_json(), gpus=[], slices=[{"card": 0, "uuid": "MIG-a1", "gi": 9}])},
+        }
+    ).encode(),
     "name mismatch": json.dumps({"version": 1, "jobs": {"b": record("a").to_json()}}).encode(),
 }
 
@@ -243,8 +271,9 @@ def test_a_slice_jobs_record_round_trips_and_one_without_slices_is_written_as_be
         jobs["a"] = record("a")
     assert StateFile(state_dir).read() == {"nb": on_slice, "a": record("a")}
     doc = json.loads(state.path.read_text())["jobs"]
-    assert doc["nb"]["slices"] == [{"card": 1, "uuid": "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9",
-                                    "profile": "1g.18gb"}]
+    assert doc["nb"]["slices"] == [
+        {"card": 1, "uuid": "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9", "profile": "1g.18gb"}
+    ]
     assert "slices" not in doc["a"]  # so a version that knows no slices still reads it
 
 

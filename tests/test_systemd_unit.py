@@ -1,4 +1,5 @@
 """The agent's systemd unit: valid for systemd, and in step with the product's defaults."""
+
 from __future__ import annotations
 
 import shutil

@@ -6,6 +6,7 @@ under test; the kernel's identities are in the agent tests); the probe is
 the simulated one where XIDs are raised through its scene file, and the lock
 and the drain file are real.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -71,7 +72,10 @@ async def test_only_an_operator_may_drain_or_undrain_and_the_refusal_is_exit_77(
     snap = await service_node.service.read_now()
     assert snap.cards[2].state == "drained" and snap.cards[2].drain.by == "root"
     assert [(e["user"], e["action"], e["result"], e.get("cards")) for e in service_node.kinds("action")] == [
-        ("bob", "drain", "refused", [2]), ("root", "drain", "ok", [2]), ("alice", "undrain", "refused", [2])]
+        ("bob", "drain", "refused", [2]),
+        ("root", "drain", "ok", [2]),
+        ("alice", "undrain", "refused", [2]),
+    ]
     await service_node.service.undrain_card(ROOT, 2)
     assert (await service_node.service.read_now()).cards[2].state == "free"
 
@@ -86,7 +90,8 @@ async def test_a_drained_card_is_not_handed_out_and_a_job_on_it_keeps_running(se
     snap = await service_node.service.read_now()
     assert snap.cards[0].state == "job" and "drained: vendor swap" in snap.cards[0].warning
     assert "root drained card 0: vendor swap; a1 keeps running on it" in [
-        e["message"] for e in service_node.kinds("action")]
+        e["message"] for e in service_node.kinds("action")
+    ]
 
 
 async def test_drains_are_refused_without_a_reason_twice_or_off_the_node(service_node):
@@ -162,10 +167,18 @@ async def test_an_application_xid_is_logged_against_the_job_and_shown_without_dr
     raise_xids(simulated, 0, {"id": "a", "xid": 13, "pid": 4242})
     [entry] = await until_async(lambda: simulated.kinds("xid"), "the XID in the log")
     assert (entry["cards"], entry["xid"], entry["verdict"], entry["run_id"], entry["owner"], entry["pid"]) == (
-        [0], 13, "application", "train", "alice", 4242)
-    assert entry["message"] == ("card 0: XID 13: graphics engine exception (the program on the card faulted) "
-                                "while train of alice held it; the program on the card failed; the card is "
-                                "fine and was not drained")
+        [0],
+        13,
+        "application",
+        "train",
+        "alice",
+        4242,
+    )
+    assert entry["message"] == (
+        "card 0: XID 13: graphics engine exception (the program on the card faulted) "
+        "while train of alice held it; the program on the card failed; the card is "
+        "fine and was not drained"
+    )
     card = await until_async(lambda: (c := simulated.service.reading.snapshot.cards[0]).warning and c, "the warning")
     assert card.state == "job" and card.drain is None
     assert "XID 13 at" in card.warning and "(the program of train of alice)" in card.warning
@@ -179,12 +192,15 @@ async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_act
     raise_xids(simulated, 3, {"id": "i", "xid": 92})
     raise_xids(simulated, 1, {"id": "r", "xid": 13, "recovery_action": 1})
     await until_async(lambda: len(simulated.kinds("xid")) == 3, "three XIDs in the log")
-    snap = await until_async(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained" and s,
-                             "the drain")
+    snap = await until_async(
+        lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained" and s, "the drain"
+    )
     assert "XID 63 at" in snap.cards[2].warning and snap.cards[2].state == "free"
     assert snap.cards[3].warning is None and snap.cards[3].state == "free"
-    assert snap.cards[1].reason == ("XID 13: graphics engine exception (the program on the card faulted); "
-                                    "reset the GPU (nvidia-smi -r) once nothing runs on it")
+    assert snap.cards[1].reason == (
+        "XID 13: graphics engine exception (the program on the card faulted); "
+        "reset the GPU (nvidia-smi -r) once nothing runs on it"
+    )
     verdicts = {e["xid"]: e["verdict"] for e in simulated.kinds("xid")}
     assert verdicts == {63: "other", 92: "ignored", 13: "drain"}
 
@@ -210,9 +226,13 @@ async def test_events_by_card_show_everyone_the_cards_and_actions_only_to_their_
     await service_node.service.drain_card(ROOT, 3, "broken fan")
     assert [e["kind"] for e in service_node.service.events(BOB)] == ["drain"]  # none of alice's or root's actions
     assert [(e["kind"], e.get("action")) for e in service_node.service.events(ALICE)] == [
-        ("action", "launch"), ("drain", None)]
+        ("action", "launch"),
+        ("drain", None),
+    ]
     assert [(e["kind"], e.get("action")) for e in service_node.service.events(ROOT, card=3)] == [
-        ("drain", None), ("action", "drain")]
+        ("drain", None),
+        ("action", "drain"),
+    ]
     assert [e["action"] for e in service_node.service.events(ROOT, card=0)] == ["launch"]
     assert service_node.service.events(ROOT, card=2) == []
 
@@ -243,7 +263,9 @@ async def test_health_changes_are_logged_once_each_way(service_node):
     service_node.probe.set_card(2, health=())
     await service_node.service.read_now()
     assert [e["message"] for e in service_node.kinds("health")] == [
-        "card 2: 3 uncorrected ECC errors", "card 2 no longer reports: 3 uncorrected ECC errors"]
+        "card 2: 3 uncorrected ECC errors",
+        "card 2 no longer reports: 3 uncorrected ECC errors",
+    ]
 
 
 async def test_following_the_log_gets_the_past_then_each_new_entry_once(service_node):
@@ -353,8 +375,13 @@ def test_a_storm_of_xids_is_counted_on_the_card_not_listed_without_end():
     from tpnode_tui.triage.compare import XIDS_NAMED, Triage
     from tpnode_tui.triage.history import History
 
-    triage = Triage(idle_after_s=1800, mem_busy_mib=1024, history=History(1.0), record=lambda *a, **k: None,
-                    started_at=1_700_000_000.0)
+    triage = Triage(
+        idle_after_s=1800,
+        mem_busy_mib=1024,
+        history=History(1.0),
+        record=lambda *a, **k: None,
+        started_at=1_700_000_000.0,
+    )
     verdict = XidRules.of(DEFAULT_XID_DRAIN).judge(13, None)
     for n in range(5000):
         triage.note_xid(1, verdict, 1_700_000_000.0 + n * 0.1, None)

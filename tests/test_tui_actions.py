@@ -8,6 +8,7 @@ and the flock lock. What a test asserts is what an operator would see: the
 tile, the table, the banner, the notification. The dashboard over an agent,
 and over accounts that are not operators, is in tests/test_tui_agent.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -100,8 +101,12 @@ async def test_the_launch_form_refuses_bad_input_next_to_the_field(service_node)
         await polled(pilot, app)
         await pilot.press("l")
         screen = app.screen
-        for typed, said in [("two", "not a whole number"), ("0", "at least 1"),
-                            ("-1", "at least 1"), ("5", "this node has 4 cards")]:
+        for typed, said in [
+            ("two", "not a whole number"),
+            ("0", "at least 1"),
+            ("-1", "at least 1"),
+            ("5", "this node has 4 cards"),
+        ]:
             await fill(pilot, screen, "cards", typed)
             await pilot.press("enter")
             assert app.screen is screen, f"{typed!r} was accepted"
@@ -145,8 +150,9 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
 
         await small_node.allocator.stop("holder")
         await until_pilot(pilot, lambda: "waits-its-turn" not in queued(app), "the node's queue to place it")
-        await until_pilot(pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards),
-                          "the placed job on a tile")
+        await until_pilot(
+            pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards), "the placed job on a tile"
+        )
         await until_pilot(pilot, lambda: app.heard("Queued launch started: waits-its-turn got card "), "the report")
 
 
@@ -190,15 +196,21 @@ async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(service_n
                 # Agreeing to wait in the queue: with nobody before it in line, it is
                 # tried at once, and waits for the lock.
                 app.run_worker(app._enqueue(request("behind-the-lock")))
-                await until_pilot(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
-                                  "the header to name the wait")
+                await until_pilot(
+                    pilot,
+                    lambda: "waiting for the allocation lock" in str(header.render()),
+                    "the header to name the wait",
+                )
                 await until_pilot(pilot, lambda: row_status(app, "behind-the-lock") == "waiting", "a waiting row")
                 await polled(pilot, app, 3)  # a reading that waited on the lock would never land
                 assert "waiting for the allocation lock" in str(header.render())
                 assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
                 assert "launch:behind-the-lock" in app.query_one("#jobs").row_keys
-            await until_pilot(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
-                              "the queued launch once the lock is free")
+            await until_pilot(
+                pilot,
+                lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
+                "the queued launch once the lock is free",
+            )
             await until_pilot(pilot, lambda: app.heard("behind-the-lock got card "), "its report")
             assert "behind-the-lock" not in queued(app)
             await until_pilot(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
@@ -216,8 +228,11 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
             await fill(pilot, app.screen, "run-id", "behind-the-flock")
             await pilot.press("enter")
             await until_pilot(pilot, lambda: row_status(app, "behind-the-flock") == "waiting", "a waiting row")
-            await until_pilot(pilot, lambda: f"held by pid {holder.pid}" in row_cells(app, "behind-the-flock")[-1],
-                              f"the row to say what it waits for: {row_cells(app, 'behind-the-flock')}")
+            await until_pilot(
+                pilot,
+                lambda: f"held by pid {holder.pid}" in row_cells(app, "behind-the-flock")[-1],
+                f"the row to say what it waits for: {row_cells(app, 'behind-the-flock')}",
+            )
             await polled(pilot, app, 2)  # the waiting launch holds back no poll
 
             await pilot.press("q")
@@ -230,8 +245,11 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
             await select_row(pilot, app, "launch:behind-the-flock")
             assert app.check_action("cancel_launch", ())
             await pilot.press("c")
-            await until_pilot(pilot, lambda: app.heard(
-                "behind-the-flock is abandoned: it was still waiting for the allocation lock"), "the cancel")
+            await until_pilot(
+                pilot,
+                lambda: app.heard("behind-the-flock is abandoned: it was still waiting for the allocation lock"),
+                "the cancel",
+            )
             await until_pilot(pilot, lambda: not row_cells(app, "behind-the-flock"), "the row to go")
             assert service_node.allocator.lock.waiting is None, "the abandoned launch still waits for the lock"
 
@@ -256,8 +274,11 @@ async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(tmp_p
             app.run_worker(app._launch(request("second")))
             for run_id in ("first", "second"):
                 await until_pilot(pilot, lambda r=run_id: row_status(app, r) == "waiting", f"{run_id} to wait")
-                await until_pilot(pilot, lambda r=run_id: f"Redis at {url} unreachable" in row_cells(app, r)[-1],
-                                  f"why {run_id} waits")
+                await until_pilot(
+                    pilot,
+                    lambda r=run_id: f"Redis at {url} unreachable" in row_cells(app, r)[-1],
+                    f"why {run_id} waits",
+                )
             await select_row(pilot, app, "launch:first")
             await pilot.press("c")
             abandoned = "first is abandoned: it was still waiting for the allocation lock"
@@ -288,12 +309,20 @@ async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(s
         await until_pilot(pilot, lambda: row_status(app, "too-late") == "placing", "the launch to hold the lock")
         await select_row(pilot, app, "launch:too-late")
         await pilot.press("c")
-        await until_pilot(pilot, lambda: app.heard(
-            "Too late to cancel: too-late already holds the allocation lock and is placing its job: too late "
-            "to cancel"), "the node's answer")
+        await until_pilot(
+            pilot,
+            lambda: app.heard(
+                "Too late to cancel: too-late already holds the allocation lock and is placing its job: too late "
+                "to cancel"
+            ),
+            "the node's answer",
+        )
         gate.set()
-        await until_pilot(pilot, lambda: app.heard("too-late was cancelled while its launch was under way, and it "
-                                             "got card 0 anyway"), "the too-late notice")
+        await until_pilot(
+            pilot,
+            lambda: app.heard("too-late was cancelled while its launch was under way, and it got card 0 anyway"),
+            "the too-late notice",
+        )
         assert not app.heard("Launched: too-late")
         assert [j.run_id for j in await runtime.ps() if j.live] == ["too-late"], "it was placed all the same"
 
@@ -373,8 +402,11 @@ async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_lo
         await fill(pilot, screen, "duration", "30m")
         await pilot.press("enter")
         await until_pilot(pilot, lambda: app.heard("Extended: rsv-short holds card 0 until"), "the extension")
-        await until_pilot(pilot, lambda: app.snapshot.jobs[0].expires_at > launched.job.expires_at + 1700,
-                          "the new expiry in a reading")
+        await until_pilot(
+            pilot,
+            lambda: app.snapshot.jobs[0].expires_at > launched.job.expires_at + 1700,
+            "the new expiry in a reading",
+        )
         await pilot.press("right")
         assert app.check_action("extend", ()) is False, "extend is offered on a reservation only"
 
@@ -447,8 +479,11 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(service_node):
     await service_node.place("still-running", 1)
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
-        await until_pilot(pilot, lambda: app.snapshot and any(
-            j.run_id == "done-early" and not j.live for j in app.snapshot.jobs), "done-early to exit")
+        await until_pilot(
+            pilot,
+            lambda: app.snapshot and any(j.run_id == "done-early" and not j.live for j in app.snapshot.jobs),
+            "done-early to exit",
+        )
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmScreen)
         listed = str(app.screen.query_one(".dialog-body").render())
@@ -485,8 +520,7 @@ async def test_readonly_hides_and_refuses_every_action(service_node):
     app = service_node.app(readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        for action in ("launch", "reserve", "extend", "stop", "reclaim", "cancel_launch", "drain", "undrain",
-                       "evict"):
+        for action in ("launch", "reserve", "extend", "stop", "reclaim", "cancel_launch", "drain", "undrain", "evict"):
             assert app.check_action(action, ()) is False, action
         assert "READ-ONLY" in str(app.query_one("#header").render())
         footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
@@ -573,8 +607,7 @@ async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_tabl
     busy = {"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 30000}
     sick = {"name": "NVIDIA H200", "memory_total_mib": 143771, "health": {"row_remap_pending": True}}
     idle = {"name": "NVIDIA H200", "memory_total_mib": 143771}
-    cards = [busy if 4 <= i <= 6 or i == 8 or 13 <= i <= 244 else sick if 245 <= i <= 254 else idle
-             for i in range(256)]
+    cards = [busy if 4 <= i <= 6 or i == 8 or 13 <= i <= 244 else sick if 245 <= i <= 254 else idle for i in range(256)]
     write_scene(n.scene, cards)
     app = n.app()
     try:
@@ -692,12 +725,16 @@ async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it
             async with other.lock.hold():
                 await until_pilot(pilot, lambda: "held by pid" in str(header.render()), "the lock holder")
                 app.run_worker(app._launch(request("behind-the-lock")))
-                await until_pilot(pilot, lambda: "waiting for the allocation lock" in str(header.render()),
-                                  "the waiting line")
+                await until_pilot(
+                    pilot, lambda: "waiting for the allocation lock" in str(header.render()), "the waiting line"
+                )
                 await polled(pilot, app, 2)  # the waiting launch holds back no poll
                 assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
-            await until_pilot(pilot, lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
-                              "the launch once the lock is free")
+            await until_pilot(
+                pilot,
+                lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
+                "the launch once the lock is free",
+            )
             await until_pilot(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
     finally:
         await other.close()
@@ -800,9 +837,14 @@ async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hear
 
         app.action_stop()  # as if offered anyway: the node decides, and says why not
         await pilot.press("y")
-        await until_pilot(pilot, lambda: app.heard("Not allowed to stop someone-elses: card 0 is held by "
-                                             "someone-elses of tester; only tester or an operator"),
-                          "the node's refusal")
+        await until_pilot(
+            pilot,
+            lambda: app.heard(
+                "Not allowed to stop someone-elses: card 0 is held by "
+                "someone-elses of tester; only tester or an operator"
+            ),
+            "the node's refusal",
+        )
         assert states(app)[0] == "job"
 
         await pilot.press("v")

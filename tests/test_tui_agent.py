@@ -7,6 +7,7 @@ is the real app over the product's agent client. What another account sees
 is seen by a dashboard run as that account: a real process of a real test
 account (tests/helpers/accounts.py), reporting what it showed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -87,8 +88,9 @@ async def test_with_the_log_open_the_agent_still_stops_at_once_and_the_log_follo
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("e")
-        await until_pilot(pilot, lambda: any("before the restart" in e["message"] for e in app.node_log.entries),
-                          "the log")
+        await until_pilot(
+            pilot, lambda: any("before the restart" in e["message"] for e in app.node_log.entries), "the log"
+        )
 
         agent.stop.set()
         await asyncio.wait_for(agent.task, WAIT_S)  # not held up by the dashboard's stream
@@ -97,8 +99,11 @@ async def test_with_the_log_open_the_agent_still_stops_at_once_and_the_log_follo
         agent.stop = asyncio.Event()
         await agent.start()
         await client.drain(5, "after the restart")
-        await until_pilot(pilot, lambda: any("after the restart" in e["message"] for e in app.node_log.entries),
-                          "the log followed again, from the new agent")
+        await until_pilot(
+            pilot,
+            lambda: any("after the restart" in e["message"] for e in app.node_log.entries),
+            "the log followed again, from the new agent",
+        )
         assert app.node_log.problem is None
         assert [e["message"] for e in app.node_log.entries].count("card 3 drained by root: before the restart") == 1
 
@@ -116,6 +121,7 @@ async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_
         assert app.return_code == 0
     assert [q.run_id for q in await client.queued()] == ["later"], "the queue went with the dashboard"
     await client.stop("everything")
+
     async def started() -> bool:
         return any(j.run_id == "later" and j.live for j in (await client.status()).snapshot.jobs)
 
@@ -144,7 +150,7 @@ async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_
 
 
 #: A dashboard run as another account against the agent; prints what it showed.
-AS_ACCOUNT = textwrap.dedent('''
+AS_ACCOUNT = textwrap.dedent("""
     import asyncio, json, sys, time
     from pathlib import Path
     from tpnode_tui.node.remote import AgentNode
@@ -178,7 +184,7 @@ AS_ACCOUNT = textwrap.dedent('''
         print(json.dumps(shown))
 
     asyncio.run(main())
-''')
+""")
 
 
 def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared_node, accounts):
@@ -204,8 +210,9 @@ def test_the_dashboard_told_to_use_an_agent_that_does_not_answer_says_so_in_one_
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
     env.update(TUNEPLANE_AGENT="on", TUNEPLANE_AGENT_SOCKET=str(tmp_path / "nobody.sock"))
     try:
-        done = subprocess.run([sys.executable, "-m", "tpnode_tui"], stdin=other_end, env=env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "tpnode_tui"], stdin=other_end, env=env, capture_output=True, text=True, timeout=60
+        )
     finally:
         os.close(terminal)
         os.close(other_end)

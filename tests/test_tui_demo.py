@@ -1,4 +1,5 @@
 """The demo as a newcomer meets it: every card state at once, and the demo keys."""
+
 from __future__ import annotations
 
 import time
@@ -30,7 +31,8 @@ async def demo_app(tmp_path):
 
 def opened(app: NodeDashboard) -> bool:
     return app.snapshot is not None and {"demo-train-llama", "demo-notebook", "rsv-alice"} <= {
-        j.run_id for j in app.snapshot.jobs if j.live}
+        j.run_id for j in app.snapshot.jobs if j.live
+    }
 
 
 def card(app: NodeDashboard, index: int):
@@ -77,22 +79,32 @@ async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
         split = card(app, 1)
         assert split.state == "mig" and split.reason == "split into 5 MIG slices: see them"
         assert [(s.facts.profile, s.state) for s in split.slices] == [
-            ("1c.3g.71gb", "external"), ("2c.3g.71gb", "shared"), ("2g.35gb", "free"), ("1g.18gb", "job"),
-            ("1g.18gb", "free")]
+            ("1c.3g.71gb", "external"),
+            ("2c.3g.71gb", "shared"),
+            ("2g.35gb", "free"),
+            ("1g.18gb", "job"),
+            ("1g.18gb", "free"),
+        ]
         assert split.slices[3].run_id == "demo-notebook" and split.slices[3].job.owner == "bob"
         await until_pilot(pilot, lambda: card(app, 1).slices[3].holders, "the notebook's process on its slice")
         [notebook] = card(app, 1).slices[3].holders
         assert notebook.belongs == "holder" and "tpnode_tui.demo train" in notebook.command
-        await until_pilot(pilot, lambda: "2 of 5 MIG slices free" in app.query_one("#card-1").render().plain,
-                          "the MIG card's tile to show its slices")
+        await until_pilot(
+            pilot,
+            lambda: "2 of 5 MIG slices free" in app.query_one("#card-1").render().plain,
+            "the MIG card's tile to show its slices",
+        )
         assert " MIG " in app.query_one("#card-1").render().plain
 
         assert card(app, 6).state == "unhealthy" and "row remapping" in card(app, 6).reason
         assert "row remapping" in app.query_one("#card-6").render().plain
 
         seen = {card(app, 0).facts.utilization_pct}
-        await until_pilot(pilot, lambda: seen.add(card(app, 0).facts.utilization_pct) or len(seen) > 1,
-                          "the job's utilisation to move")
+        await until_pilot(
+            pilot,
+            lambda: seen.add(card(app, 0).facts.utilization_pct) or len(seen) > 1,
+            "the job's utilisation to move",
+        )
 
 
 async def test_the_demo_keys_toggle_probe_blind_an_outside_user_and_raise_an_xid(demo_app):
@@ -159,8 +171,11 @@ async def test_while_probe_blind_a_launch_can_be_queued_and_starts_once_the_prob
         assert all(j.run_id != "after-the-probe" for j in app.snapshot.jobs), "started on unverified cards"
 
         await pilot.press("b")
-        await until_pilot(pilot, lambda: any(j.run_id == "after-the-probe" and j.live for j in app.snapshot.jobs),
-                          "the queued launch once the probe sees again")
+        await until_pilot(
+            pilot,
+            lambda: any(j.run_id == "after-the-probe" and j.live for j in app.snapshot.jobs),
+            "the queued launch once the probe sees again",
+        )
         [placed] = [c for c in app.snapshot.cards if c.run_id == "after-the-probe"]
         assert placed.state == "job"
 

@@ -5,6 +5,7 @@ port: these tests give them a node that hands out prepared readings and log
 entries, fails when told to, and counts its open streams, and a sleep that
 records each wait instead of waiting, so the back-off is read off exactly.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -58,8 +59,9 @@ class ScriptedNode:
             await asyncio.sleep(0.01)  # a stream takes a moment to close
             self.open -= 1
 
-    async def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
-                            opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(
+        self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
+    ) -> AsyncIterator[dict[str, Any]]:
         entries, end = self.logs.pop(0) if self.logs else ([], AgentUnavailable(GONE))
         if opened is not None:
             opened()
@@ -94,6 +96,7 @@ def follow_until_enough(f: Union[NodeFollower, LogFollower], *args: Any) -> None
     async def run() -> None:
         with pytest.raises(Enough):
             await f.follow(*args)
+
     asyncio.run(run())
 
 
@@ -129,8 +132,7 @@ def test_a_failed_poll_keeps_the_last_picture_marked_stale_until_a_poll_succeeds
     node = ScriptedNode(([good(snap), failed, good(snap, 3)], None))
     seen: list[tuple[Optional[float], str, Optional[str], Optional[str]]] = []
     f = follower(node, Waits(1))
-    f.on_reading = lambda first: seen.append((f.stale_since, f.stale_error, f.why_stale,
-                                              f.not_answering("launching")))
+    f.on_reading = lambda first: seen.append((f.stale_since, f.stale_error, f.why_stale, f.not_answering("launching")))
     follow_until_enough(f)
     assert seen[0] == (None, "", None, None)
     # the node answers, about a failed poll: it may still be asked
@@ -157,8 +159,9 @@ def test_an_agent_that_goes_away_is_stale_since_then_and_refuses_every_action_wi
 def test_gone_is_since_the_first_loss_and_ends_with_the_next_reading():
     snap = node_snapshot(4)
     clock = [T]
-    node = ScriptedNode(([good(snap)], AgentUnavailable(GONE)), ([], AgentUnavailable("still gone")),
-                        ([good(snap, 3)], None))
+    node = ScriptedNode(
+        ([good(snap)], AgentUnavailable(GONE)), ([], AgentUnavailable("still gone")), ([good(snap, 3)], None)
+    )
     states: list[tuple[Optional[float], str]] = []
     waits = Waits(3)
     f = NodeFollower(node, clock=lambda: clock[0], sleep=waits)
@@ -276,4 +279,3 @@ def test_every_change_to_the_log_moves_its_version_and_closing_keeps_nothing():
     versions.append(log.version)
     assert versions == sorted(set(versions)), "a change that leaves the version where it was"
     assert not log.shown and log.card is None and not log.entries and log.problem is None
-

@@ -4,6 +4,7 @@ The footer, the palette, the help and ``check_action`` are all made from the
 table; the pictures (tests/test_tui_snapshots.py) pin what they show. These
 tests hold the table to itself, with a stand-in for the dashboard's state.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace

@@ -5,6 +5,7 @@ tests hand it the node's answers and snapshots (made by the real occupancy
 rules, tests/helpers/fleet.py) and read what it decides: what to offer, what
 to say, and what to leave unsaid.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,6 +31,7 @@ Answer = TypeVar("Answer")
 def run(awaitable: Awaitable[Answer]) -> Answer:
     async def wait() -> Answer:
         return await awaitable
+
     return asyncio.run(wait())
 
 
@@ -172,12 +174,14 @@ def test_the_node_s_log_says_what_became_of_a_launch_that_left_the_queue():
 
     dropped = entry(action="launch", result="dropped", message="queued launch run-1 left the queue: gone")
     assert left_queue_notice("run-1", [dropped]) == Notice(
-        "queued launch run-1 left the queue: gone", "Queued launch dropped", "error", 12)
+        "queued launch run-1 left the queue: gone", "Queued launch dropped", "error", 12
+    )
     started = entry(action="launch", result="ok", message="queued launch: run-1 got card 2")
     assert left_queue_notice("run-1", [dropped, started]) == Notice("run-1 got card 2", "Queued launch started")
     cancelled = entry(action="cancel", result="ok", message="ana cancelled run-1")
     assert left_queue_notice("run-1", [cancelled]) == Notice(
-        "ana cancelled run-1", "Queued launch cancelled", "warning", 12)
+        "ana cancelled run-1", "Queued launch cancelled", "warning", 12
+    )
     other = {**started, "target": "run-2"}
     assert left_queue_notice("run-1", [other]) == Notice("run-1 is no longer queued.", "Queued launch")
 
@@ -190,13 +194,20 @@ def test_in_process_quitting_drops_every_launch_not_started_and_those_still_bein
     tracker.asked.add("asked-not-listed-yet")
     queue = (launch("queued-by-bob"), launch("waiting", state="waiting"))
     assert tracker.dropped_on_quit(queue, agent=False) == [
-        ("queued-by-bob", "queued"), ("waiting", "waiting"), ("asked-not-listed-yet", "")]
+        ("queued-by-bob", "queued"),
+        ("waiting", "waiting"),
+        ("asked-not-listed-yet", ""),
+    ]
 
 
 def test_through_the_agent_quitting_drops_only_this_dashboard_s_launch_waiting_for_the_lock():
     tracker = LaunchTracker()
     tracker.asked |= {"mine-waiting", "mine-placing"}
-    queue = (launch("queued-by-bob"), launch("mine-waiting", state="waiting"),
-             launch("mine-placing", state="placing"), launch("theirs-waiting", state="waiting"))
+    queue = (
+        launch("queued-by-bob"),
+        launch("mine-waiting", state="waiting"),
+        launch("mine-placing", state="placing"),
+        launch("theirs-waiting", state="waiting"),
+    )
     assert tracker.dropped_on_quit(queue, agent=True) == [("mine-waiting", "waiting")]
     assert LaunchTracker().dropped_on_quit(queue, agent=True) == []

@@ -4,6 +4,7 @@ A node served in the test's process, whose card 1 is an H200 split in five
 (the capture's layout: two compute instances of a 3g.71gb GPU instance, a
 2g.35gb and two 1g.18gb), with the real process runtime.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -17,15 +18,31 @@ GIB = 1024
 
 def mig_card() -> dict:
     def piece(n: int, profile: str, gi: int, ci: int, total: int) -> dict:
-        return {"profile": profile, "uuid": f"MIG-test0001-{n:04d}-5e8f-9a0b-{gi:06d}{ci:06d}",
-                "gpu_instance_id": gi, "compute_instance_id": ci, "memory_total_mib": total,
-                "memory_used_mib": 13, "processes": []}
+        return {
+            "profile": profile,
+            "uuid": f"MIG-test0001-{n:04d}-5e8f-9a0b-{gi:06d}{ci:06d}",
+            "gpu_instance_id": gi,
+            "compute_instance_id": ci,
+            "memory_total_mib": total,
+            "memory_used_mib": 13,
+            "processes": [],
+        }
 
-    return {"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 300, "mig": True,
-            "utilization_pct": None, "processes": [],
-            "slices": [piece(0, "1c.3g.71gb", 2, 0, 71424), piece(1, "2c.3g.71gb", 2, 1, 71424),
-                       piece(2, "2g.35gb", 3, 0, 33280), piece(3, "1g.18gb", 9, 0, 16384),
-                       piece(4, "1g.18gb", 10, 0, 16384)]}
+    return {
+        "name": "NVIDIA H200",
+        "memory_total_mib": 143771,
+        "memory_used_mib": 300,
+        "mig": True,
+        "utilization_pct": None,
+        "processes": [],
+        "slices": [
+            piece(0, "1c.3g.71gb", 2, 0, 71424),
+            piece(1, "2c.3g.71gb", 2, 1, 71424),
+            piece(2, "2g.35gb", 3, 0, 33280),
+            piece(3, "1g.18gb", 9, 0, 16384),
+            piece(4, "1g.18gb", 10, 0, 16384),
+        ],
+    }
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ most of what an idle dashboard cost (bench/run.py, docs/benchmarks.md). These
 tests hold the saving and its other side: what a poll does change (a job that
 appears on the selected card) still reaches the tile and the footer.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -8,6 +8,7 @@ port as every node (views), and who asks is fixed too; the clock and the time
 zone are fixed. Update with --snapshot-update and look at the result before
 committing it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,20 +46,52 @@ SIZE = (120, 40)
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
 SQUATTER, UNSEEN = 4242, 3999999
 COMMAND = ("python", "train.py", "--config", "llama-8b.yaml")
-STATE_FILE_BROKEN = ("cannot read the state file /var/lib/tpnode-tui/jobs.json: it is not valid JSON; "
-                     "fix or move it")
+STATE_FILE_BROKEN = "cannot read the state file /var/lib/tpnode-tui/jobs.json: it is not valid JSON; fix or move it"
 OPERATOR = You(user="ana", uid=1001, operator=True, cards_held=0, card_limit=None)
 
 JOBS = (
-    JobState(name="demo-train-llama", run_id="demo-train-llama", gpus=(0,), status="running",
-             owner="demo", command=COMMAND, started_at=T - 3723, pid=51234),
-    JobState(name="rsv-alice", run_id="rsv-alice", gpus=(3,), status="running", kind="reservation",
-             owner="alice", started_at=T - 600, expires_at=T + 6600, pid=51240),
-    JobState(name="eval-nightly", run_id="eval-nightly", gpus=(4,), status="exited",
-             owner="bob", command=("python", "eval.py"), started_at=T - 7200, exit_code=0),
+    JobState(
+        name="demo-train-llama",
+        run_id="demo-train-llama",
+        gpus=(0,),
+        status="running",
+        owner="demo",
+        command=COMMAND,
+        started_at=T - 3723,
+        pid=51234,
+    ),
+    JobState(
+        name="rsv-alice",
+        run_id="rsv-alice",
+        gpus=(3,),
+        status="running",
+        kind="reservation",
+        owner="alice",
+        started_at=T - 600,
+        expires_at=T + 6600,
+        pid=51240,
+    ),
+    JobState(
+        name="eval-nightly",
+        run_id="eval-nightly",
+        gpus=(4,),
+        status="exited",
+        owner="bob",
+        command=("python", "eval.py"),
+        started_at=T - 7200,
+        exit_code=0,
+    ),
 )
-MALLORY = HolderInfo(pid=SQUATTER, used_memory_mib=18432, visible=True, user="mallory", uid=1003,
-                     command="python notebook_kernel.py --port 8888", started_at=T - 86000, belongs=EXTERNAL)
+MALLORY = HolderInfo(
+    pid=SQUATTER,
+    used_memory_mib=18432,
+    visible=True,
+    user="mallory",
+    uid=1003,
+    command="python notebook_kernel.py --port 8888",
+    started_at=T - 86000,
+    belongs=EXTERNAL,
+)
 HOLDERS = {
     2: (MALLORY,),
     5: (HolderInfo(pid=UNSEEN, used_memory_mib=30720, visible=False, belongs=UNKNOWN),),
@@ -68,8 +101,13 @@ HOLDERS = {
 def read_scene(tmp_path, *, blind: bool = False, fail: str = "", squatted: int = 2) -> ProbeReading:
     """The demo's scene, with an outside process of mallory's on card ``squatted``."""
     data = demo_scene(UNSEEN)
-    data["cards"][squatted].update(memory_used_mib=18950, utilization_pct=97, temperature_c=61, power_w=512.3,
-                                   processes=[{"pid": SQUATTER, "used_memory_mib": 18432}])
+    data["cards"][squatted].update(
+        memory_used_mib=18950,
+        utilization_pct=97,
+        temperature_c=61,
+        power_w=512.3,
+        processes=[{"pid": SQUATTER, "used_memory_mib": 18432}],
+    )
     data["blind"] = blind
     if fail:
         data = {"cards": [], "fail": fail}
@@ -81,9 +119,15 @@ def read_scene(tmp_path, *, blind: bool = False, fail: str = "", squatted: int =
     return reading
 
 
-def frozen_snapshot(reading: ProbeReading, jobs=JOBS, queue: tuple[QueuedLaunch, ...] = (), *,
-                    holders=HOLDERS, drains: Optional[dict[int, Drain]] = None,
-                    idle: Optional[dict[str, float]] = None) -> NodeSnapshot:
+def frozen_snapshot(
+    reading: ProbeReading,
+    jobs=JOBS,
+    queue: tuple[QueuedLaunch, ...] = (),
+    *,
+    holders=HOLDERS,
+    drains: Optional[dict[int, Drain]] = None,
+    idle: Optional[dict[str, float]] = None,
+) -> NodeSnapshot:
     total = reading.count or 0
     occ = compute_occupancy(total, jobs, reading, mem_busy_mib=512, drains=drains or {})
     return NodeSnapshot(
@@ -116,27 +160,67 @@ def hour_of(snap: NodeSnapshot) -> dict[int, list[Sample]]:
         times = [(T - 3600 + 10 * n, 10.0) for n in range(330)] + [(T - 300 + n, 0.0) for n in range(300)]
         for at, seconds in times:
             wave = 0.5 + 0.5 * math.sin((at - T) / 300 + card.index)
-            samples.append(Sample(at, seconds, util * wave if util else 0.0, memory * (0.6 + 0.4 * wave),
-                                  None, None))
+            samples.append(Sample(at, seconds, util * wave if util else 0.0, memory * (0.6 + 0.4 * wave), None, None))
         history[card.index] = samples
     return history
 
 
 #: what the frozen node's log says, oldest first
 EVENTS = (
-    {"time": T - 1800, "kind": "drain", "message": "card 4 drained by ana: fan failing, replacement ordered "
-     "(RMA 4411)", "cards": [4], "user": "ana", "source": "operator", "by": "ana"},
-    {"time": T - 600, "kind": "action", "action": "reserve", "target": "rsv-alice", "result": "ok",
-     "message": "alice reserved card 3 for 2h (rsv-alice)", "cards": [3], "user": "alice", "uid": 1002},
-    {"time": T - 420, "kind": "intruder", "state": "seen", "cards": [3], "user": "mallory", "pid": SQUATTER,
-     "message": "mallory (pid 4242, python notebook_kernel.py --port 8888, 18.0 GiB) is using card 3, "
-                "reserved by alice until 13:50"},
-    {"time": T - 300, "kind": "xid", "xid": 79, "verdict": "reboot", "cards": [7],
-     "message": "card 7: XID 79: GPU has fallen off the bus; reboot the node"},
-    {"time": T - 300, "kind": "drain", "cards": [7], "source": "xid", "xid": 79, "by": "xid",
-     "message": "card 7 drained: XID 79: GPU has fallen off the bus; reboot the node"},
-    {"time": T - 60, "kind": "health", "state": "started", "cards": [6],
-     "message": "card 6: row remapping pending (needs a GPU reset) \x1b[31m[/]"},
+    {
+        "time": T - 1800,
+        "kind": "drain",
+        "message": "card 4 drained by ana: fan failing, replacement ordered (RMA 4411)",
+        "cards": [4],
+        "user": "ana",
+        "source": "operator",
+        "by": "ana",
+    },
+    {
+        "time": T - 600,
+        "kind": "action",
+        "action": "reserve",
+        "target": "rsv-alice",
+        "result": "ok",
+        "message": "alice reserved card 3 for 2h (rsv-alice)",
+        "cards": [3],
+        "user": "alice",
+        "uid": 1002,
+    },
+    {
+        "time": T - 420,
+        "kind": "intruder",
+        "state": "seen",
+        "cards": [3],
+        "user": "mallory",
+        "pid": SQUATTER,
+        "message": "mallory (pid 4242, python notebook_kernel.py --port 8888, 18.0 GiB) is using card 3, "
+        "reserved by alice until 13:50",
+    },
+    {
+        "time": T - 300,
+        "kind": "xid",
+        "xid": 79,
+        "verdict": "reboot",
+        "cards": [7],
+        "message": "card 7: XID 79: GPU has fallen off the bus; reboot the node",
+    },
+    {
+        "time": T - 300,
+        "kind": "drain",
+        "cards": [7],
+        "source": "xid",
+        "xid": 79,
+        "by": "xid",
+        "message": "card 7 drained: XID 79: GPU has fallen off the bus; reboot the node",
+    },
+    {
+        "time": T - 60,
+        "kind": "health",
+        "state": "started",
+        "cards": [6],
+        "message": "card 6: row remapping pending (needs a GPU reset) \x1b[31m[/]",
+    },
 )
 
 
@@ -165,8 +249,9 @@ class FrozenNode:
         hour = hour_of(snap) if snap is not None else {}
         return hour if card is None else {card: hour.get(card, [])}
 
-    async def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
-                            opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(
+        self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
+    ) -> AsyncIterator[dict[str, Any]]:
         if opened is not None:
             opened()
         for entry in EVENTS:
@@ -230,18 +315,25 @@ def history_settled(app: NodeDashboard) -> bool:
 
 async def first_poll(pilot) -> None:
     """Until the first reading is shown, and the history fetched after it."""
-    await until_pilot(pilot, lambda: pilot.app.readings >= 1 or pilot.app.stale_since is not None,
-                      "the first reading", every=0.02)
-    await until_pilot(pilot, lambda: pilot.app.snapshot is None or history_settled(pilot.app),
-                      "the history after it", every=0.02)
+    await until_pilot(
+        pilot, lambda: pilot.app.readings >= 1 or pilot.app.stale_since is not None, "the first reading", every=0.02
+    )
+    await until_pilot(
+        pilot, lambda: pilot.app.snapshot is None or history_settled(pilot.app), "the history after it", every=0.02
+    )
     await pilot.pause()
 
 
 def readings(n: int):
     async def wait(pilot) -> None:
-        await until_pilot(pilot, lambda: pilot.app.readings >= n and history_settled(pilot.app),
-                          f"{n} readings and the history", every=0.02)
+        await until_pilot(
+            pilot,
+            lambda: pilot.app.readings >= n and history_settled(pilot.app),
+            f"{n} readings and the history",
+            every=0.02,
+        )
         await pilot.pause(0.05)
+
     return wait
 
 
@@ -283,13 +375,19 @@ class TestCannotSee:
         assert snap_compare(app, terminal_size=SIZE, run_before=readings(2))
 
     def test_the_agent_stopped_answering(self, snap_compare, tmp_path):
-        gone = ("no agent answers at /run/tpnode-tui/agent.sock (it went away mid-stream); start it "
-                "(systemctl start tpnode-tui-agent) or ask the node's operator")
+        gone = (
+            "no agent answers at /run/tpnode-tui/agent.sock (it went away mid-stream); start it "
+            "(systemctl start tpnode-tui-agent) or ask the node's operator"
+        )
         app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path))), gone=gone), demo=False)
 
         async def gone_away(pilot) -> None:
-            await until_pilot(pilot, lambda: pilot.app.stale_since is not None and history_settled(pilot.app),
-                              "the agent gone, and the history", every=0.02)
+            await until_pilot(
+                pilot,
+                lambda: pilot.app.stale_since is not None and history_settled(pilot.app),
+                "the agent gone, and the history",
+                every=0.02,
+            )
             await pilot.pause(0.05)
 
         assert snap_compare(app, terminal_size=SIZE, run_before=gone_away)
@@ -333,8 +431,9 @@ class TestDialogs:
 ON_ALICES = {3: (replace(MALLORY, belongs=INTRUDER),), 5: HOLDERS[5]}
 DRAINS = {
     4: Drain(card=4, reason="fan failing, replacement ordered (RMA 4411)", by="ana", at=T - 7200),
-    7: Drain(card=7, reason="XID 79: GPU has fallen off the bus; reboot the node", by="xid", at=T - 300,
-             source="xid", xid=79),
+    7: Drain(
+        card=7, reason="XID 79: GPU has fallen off the bus; reboot the node", by="xid", at=T - 300, source="xid", xid=79
+    ),
 }
 
 
@@ -345,10 +444,20 @@ def triage_snapshot(tmp_path, **kwargs) -> NodeSnapshot:
 class FrozenEvict(FrozenNode):
     """Answers evict's dry run as the node would for mallory's notebook on card 3."""
 
-    async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
-                    dry_run: bool = False) -> EvictReport:
-        e = Evicted(card=card, pid=SQUATTER, user="mallory", uid=1003, command=MALLORY.command,
-                    belongs=INTRUDER, used_memory_mib=18432, outcome="listed", fate="would be sent SIGTERM")
+    async def evict(
+        self, card: int, pid: Optional[int] = None, *, kill: bool = False, dry_run: bool = False
+    ) -> EvictReport:
+        e = Evicted(
+            card=card,
+            pid=SQUATTER,
+            user="mallory",
+            uid=1003,
+            command=MALLORY.command,
+            belongs=INTRUDER,
+            used_memory_mib=18432,
+            outcome="listed",
+            fate="would be sent SIGTERM",
+        )
         return EvictReport(card=card, dry_run=dry_run, kill=kill, grace_s=10.0, processes=(e,))
 
 
@@ -399,12 +508,27 @@ class TestTriage:
 class TestLaunches:
     def test_launches_waiting_for_the_lock_and_queued_say_for_what(self, snap_compare, tmp_path):
         waiting = QueuedLaunch(
-            run_id="run-1130-120000-a1b2", cards=2, owner="ana", queued_at=T - 3, command=COMMAND, uid=1001,
-            state="waiting", waiting_for=("waiting for the allocation lock /var/lib/tpnode-tui/alloc.lock "
-                                          "(held by pid 73121 (tpnode-tui))"))
-        later = QueuedLaunch(run_id="big-eval", cards=8, owner="bob", queued_at=T - 95,
-                             command=("python", "eval.py", "--all"), uid=1002, state="queued",
-                             waiting_for="8 cards, #1 in the queue")
+            run_id="run-1130-120000-a1b2",
+            cards=2,
+            owner="ana",
+            queued_at=T - 3,
+            command=COMMAND,
+            uid=1001,
+            state="waiting",
+            waiting_for=(
+                "waiting for the allocation lock /var/lib/tpnode-tui/alloc.lock (held by pid 73121 (tpnode-tui))"
+            ),
+        )
+        later = QueuedLaunch(
+            run_id="big-eval",
+            cards=8,
+            owner="bob",
+            queued_at=T - 95,
+            command=("python", "eval.py", "--all"),
+            uid=1002,
+            state="queued",
+            waiting_for="8 cards, #1 in the queue",
+        )
         app = frozen(frozen_snapshot(read_scene(tmp_path), queue=(waiting, later)))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 

@@ -7,6 +7,7 @@ the card's health), real processes, and the flock lock. The person at the
 dashboard is this process's account (root: an operator), except where a
 test names someone else.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,12 +35,14 @@ from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns,
 from tpnode_tui.tui.tiles import CardGrid
 
 #: records that it got SIGTERM, and goes on: it needs SIGKILL to end
-STUBBORN = ("import pathlib, signal, sys, time\n"
-            "marker = pathlib.Path(sys.argv[1])\n"
-            "signal.signal(signal.SIGTERM, lambda *_: marker.write_text('TERM'))\n"
-            "print('ready', flush=True)\n"
-            "while True:\n"
-            "    time.sleep(60)\n")
+STUBBORN = (
+    "import pathlib, signal, sys, time\n"
+    "marker = pathlib.Path(sys.argv[1])\n"
+    "signal.signal(signal.SIGTERM, lambda *_: marker.write_text('TERM'))\n"
+    "print('ready', flush=True)\n"
+    "while True:\n"
+    "    time.sleep(60)\n"
+)
 
 
 @pytest.fixture
@@ -50,8 +53,11 @@ async def service_node(tmp_path):
 
 
 def on_card(node: DashboardNode, index: int, *pids: int) -> None:
-    node.edit(index, processes=[{"pid": pid, "used_memory_mib": 4096} for pid in pids],
-              memory_used_mib=4096 * len(pids) + 512 if pids else 1)
+    node.edit(
+        index,
+        processes=[{"pid": pid, "used_memory_mib": 4096} for pid in pids],
+        memory_used_mib=4096 * len(pids) + 512 if pids else 1,
+    )
 
 
 async def select(pilot, app: Dashboard, index: int) -> None:
@@ -111,8 +117,11 @@ async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_p
         assert isinstance(app.screen, ConfirmScreen)
         assert "row remapping: reset in the maintenance window" in dialog(app)
         await pilot.press("y")
-        await until_pilot(pilot, lambda: app.heard("Card 2 stays drained: card 2 stays drained: it still reports row "
-                                             "remapping pending"), "the node's refusal")
+        await until_pilot(
+            pilot,
+            lambda: app.heard("Card 2 stays drained: card 2 stays drained: it still reports row remapping pending"),
+            "the node's refusal",
+        )
         await polled(pilot, app)
         assert states(app)[2] == "drained"
 
@@ -148,8 +157,14 @@ async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_befo
             assert not marker.exists(), "the dry run signalled the process"
 
             await pilot.press("y")
-            await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Kill what is left on card 2?"
-                              in str(app.screen.query_one(".dialog-title").render()), "the SIGKILL question")
+            await until_pilot(
+                pilot,
+                lambda: (
+                    isinstance(app.screen, ConfirmScreen)
+                    and "Kill what is left on card 2?" in str(app.screen.query_one(".dialog-title").render())
+                ),
+                "the SIGKILL question",
+            )
             assert marker.read_text() == "TERM"
             assert stubborn.poll() is None, "only SIGTERM was sent so far"
             assert "did not end within 0.5 s of SIGTERM" in dialog(app)
@@ -202,8 +217,9 @@ async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(service_node, 
         squatter.wait()
 
 
-async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_anything_is_written(service_node,
-                                                                                                    monkeypatch):
+async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_anything_is_written(
+    service_node, monkeypatch
+):
     follow = service_node.local.follow_events
     calls: list[int] = []
 
@@ -237,8 +253,9 @@ async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signa
         await polled(pilot, app, 2)
         await pilot.press("k")
         await until_pilot(pilot, lambda: app.heard("Nothing to evict on card 0"), "the refusal for card 0")
-        assert app.heard(f"pid {job.job.pid} is part of platform job mine on card 0; end the job with: "
-                         "tpnode-tui stop mine")
+        assert app.heard(
+            f"pid {job.job.pid} is part of platform job mine on card 0; end the job with: tpnode-tui stop mine"
+        )
         await select(pilot, app, 3)
         await pilot.press("k")
         await until_pilot(pilot, lambda: app.heard("Nothing to evict on card 3"), "the refusal for card 3")
@@ -249,9 +266,18 @@ async def test_evict_says_in_the_node_s_words_why_nothing_on_a_card_can_be_signa
 
 
 def test_each_process_is_marked_whose_it_is_and_a_container_is_named_by_name_and_image():
-    squatter = HolderInfo(pid=4242, used_memory_mib=30720, visible=True, user="bob", uid=1002,
-                          command="python nb.py", container="f" * 64, container_name="bob-notebook",
-                          container_image="jupyter/base:2024", belongs=INTRUDER)
+    squatter = HolderInfo(
+        pid=4242,
+        used_memory_mib=30720,
+        visible=True,
+        user="bob",
+        uid=1002,
+        command="python nb.py",
+        container="f" * 64,
+        container_name="bob-notebook",
+        container_image="jupyter/base:2024",
+        belongs=INTRUDER,
+    )
     text = holder_text(squatter).plain
     assert text.startswith("intruder") and "in container bob-notebook (jupyter/base:2024)" in text, text
     assert holder_text(replace(squatter, belongs=HOLDER)).plain.startswith("holder")
@@ -321,8 +347,11 @@ async def test_the_events_pane_follows_the_log_newest_first_and_keeps_to_the_sel
 
         await select(pilot, app, 3)
         await pilot.press("f")
-        await until_pilot(pilot, lambda: app.node_log.card == 3 and "first" in pane_text(app)
-                          and "second" not in pane_text(app), "card 3's entries only")
+        await until_pilot(
+            pilot,
+            lambda: app.node_log.card == 3 and "first" in pane_text(app) and "second" not in pane_text(app),
+            "card 3's entries only",
+        )
         assert "card 3 only" in str(pane.border_title)
         await select(pilot, app, 1)  # kept to one card: the selected one
         await until_pilot(pilot, lambda: "second" in pane_text(app) and "first" not in pane_text(app), "card 1's")
@@ -407,7 +436,10 @@ async def test_history_is_fetched_when_the_selection_changes_not_every_poll(serv
         assert len(asked) <= 2, f"fetched {len(asked)} times in 9 polls: {asked}"
         await select(pilot, app, 1)
         await until_pilot(pilot, lambda: 1 in asked, "card 1's history when it is selected")
-        await until_pilot(pilot, lambda: app.query_one("#spark-utilization_pct", FixedSparkline).values[-1] == 90.0,
-                          "card 1's utilisation on its line")
+        await until_pilot(
+            pilot,
+            lambda: app.query_one("#spark-utilization_pct", FixedSparkline).values[-1] == 90.0,
+            "card 1's utilisation on its line",
+        )
         assert "0-100 %" in str(app.query_one("#spark-utilization_pct-caption").render())
         assert any(bar in tile_text(app, 1) for bar in BARS), tile_text(app, 1)

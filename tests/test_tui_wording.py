@@ -1,4 +1,5 @@
 """What tiles and the detail pane say about a card, case by case (pure rendering, no app)."""
+
 from __future__ import annotations
 
 import io
@@ -19,9 +20,16 @@ NOW = 1_700_000_000.0
 
 
 def facts(index=0, **kw) -> CardFacts:
-    base = dict(name="NVIDIA H200", uuid=f"GPU-{index}", pci_bus_id="00000000:18:00.0",
-                memory_total_mib=143771, memory_used_mib=1, utilization_pct=0,
-                temperature_c=31, power_w=75.0)
+    base = dict(
+        name="NVIDIA H200",
+        uuid=f"GPU-{index}",
+        pci_bus_id="00000000:18:00.0",
+        memory_total_mib=143771,
+        memory_used_mib=1,
+        utilization_pct=0,
+        temperature_c=31,
+        power_w=75.0,
+    )
     base.update(kw)
     return CardFacts(index=index, **base)
 
@@ -44,16 +52,24 @@ def test_a_holder_from_another_pid_namespace_is_listed_not_hidden():
 
 
 def test_a_visible_holder_is_named_with_user_command_and_container():
-    holder = HolderInfo(pid=4242, used_memory_mib=18432, visible=True, user="bob",
-                        command="python train.py", container="f" * 64)
+    holder = HolderInfo(
+        pid=4242, used_memory_mib=18432, visible=True, user="bob", command="python train.py", container="f" * 64
+    )
     card = CardView(2, "external", facts(2, processes=(ProcessFacts(4242, 18432),)), holders=(holder,))
     text = describe_card(card, NOW, mem_busy_mib=512).plain
     assert "pid 4242 (bob) in container ffffffffffff: python train.py: 18.0 GiB in use" in text
 
 
 def test_a_job_on_an_unhealthy_card_keeps_its_job_and_carries_the_warning():
-    job = JobState(name="j", run_id="train-7", gpus=(1,), status="running", owner="ann",
-                   command=("python", "train.py"), started_at=NOW - 125)
+    job = JobState(
+        name="j",
+        run_id="train-7",
+        gpus=(1,),
+        status="running",
+        owner="ann",
+        command=("python", "train.py"),
+        started_at=NOW - 125,
+    )
     card = CardView(1, "job", facts(1), run_id="train-7", job=job, warning="uncorrected ECC errors (2)")
     tile = render_tile(card, 25, NOW, False).plain
     assert "JOB" in tile and "train-7 (ann) ! unhealthy" in tile and "! uncorrected ECC" in tile
@@ -80,28 +96,40 @@ def test_text_is_cut_to_terminal_cells_not_characters():
 
 
 def test_a_tile_whose_holder_has_a_wide_name_keeps_every_line_inside_it():
-    holder = HolderInfo(pid=4242, used_memory_mib=30720, visible=True, user="训练用户训练用户",
-                        command="训练训练训练训练训练.py --epochs 3")
-    card = CardView(2, "external", facts(2, memory_used_mib=30720, processes=(ProcessFacts(4242, 30720),)),
-                    holders=(holder,))
+    holder = HolderInfo(
+        pid=4242,
+        used_memory_mib=30720,
+        visible=True,
+        user="训练用户训练用户",
+        command="训练训练训练训练训练.py --epochs 3",
+    )
+    card = CardView(
+        2, "external", facts(2, memory_used_mib=30720, processes=(ProcessFacts(4242, 30720),)), holders=(holder,)
+    )
     for line in render_tile(card, 24, NOW, False).split():
         assert line.cell_len <= 24, f"{line.plain!r} is {line.cell_len} cells wide"
 
 
 def test_an_idle_mark_never_wraps_the_tile_s_head_off_its_last_line():
     """A wrapped head would push the last line (here an intruder's name) out of the tile."""
-    job = JobState(name="rsv-alice", run_id="rsv-alice", gpus=(1,), status="running", kind="reservation",
-                   owner="alice")
-    card = CardView(1, "reservation", facts(1), run_id="rsv-alice", job=job,
-                    warning="bob (pid 4242, python train.py, 30.0 GiB) is using card 1")
+    job = JobState(name="rsv-alice", run_id="rsv-alice", gpus=(1,), status="running", kind="reservation", owner="alice")
+    card = CardView(
+        1,
+        "reservation",
+        facts(1),
+        run_id="rsv-alice",
+        job=job,
+        warning="bob (pid 4242, python train.py, 30.0 GiB) is using card 1",
+    )
     for width in (24, 22, 20):  # 24: the narrowest tile the grid makes
         tile = render_tile(card, width, NOW, False, idle_since=NOW - 12 * 3600 - 5 * 60)
         lines = tile.split()
         assert all(line.cell_len <= width for line in lines), [line.plain for line in lines]
         assert len(lines) == len(render_tile(card, width, NOW, False).split()), "one head line, idle or not"
     assert "idle 12h05m" in render_tile(card, 30, NOW, False, idle_since=NOW - 12 * 3600 - 5 * 60).split()[0].plain
-    assert render_tile(card, 20, NOW, False, idle_since=NOW - 12 * 3600).split()[0].plain.endswith(" idle"), \
+    assert render_tile(card, 20, NOW, False, idle_since=NOW - 12 * 3600).split()[0].plain.endswith(" idle"), (
         "short of room, the mark keeps its word and drops the time"
+    )
 
 
 def test_a_stale_tile_never_says_free():
@@ -134,11 +162,13 @@ def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():
 
 def test_the_help_says_whether_quitting_drops_launches_by_where_the_node_is_served():
     here = help_words(demo=False, readonly=False, agent=False)
-    assert ("its launches not started yet, queued or waiting for the lock, are dropped: it asks first, "
-            "naming them") in here
+    assert (
+        "its launches not started yet, queued or waiting for the lock, are dropped: it asks first, naming them"
+    ) in here
     agent = help_words(demo=False, readonly=False, agent=True)
-    assert ("The node's agent keeps the queue: queued launches start without this dashboard, so quitting "
-            "does not ask") in agent
+    assert (
+        "The node's agent keeps the queue: queued launches start without this dashboard, so quitting does not ask"
+    ) in agent
     assert "are dropped: it asks first" not in agent
     for text in (here, agent):
         assert "+ extend the selected reservation" in text
@@ -176,8 +206,12 @@ def test_a_card_range_names_exactly_the_cards_it_was_given(cards):
 
 
 def test_the_summary_of_a_large_node_names_its_cards_as_ranges():
-    occ = GpuOccupancy(total=256, by_job={255: "a"}, external=frozenset(range(245)),
-                       unhealthy={i: "row remapping pending" for i in range(245, 254)} | {254: "GPU lost"})
+    occ = GpuOccupancy(
+        total=256,
+        by_job={255: "a"},
+        external=frozenset(range(245)),
+        unhealthy={i: "row remapping pending" for i in range(245, 254)} | {254: "GPU lost"},
+    )
     text = occ.explain()
     assert "245 held by processes outside the platform (cards 0-244)" in text, text
     assert "10 unhealthy (cards 245-253: row remapping pending; card 254: GPU lost)" in text, text

@@ -4,6 +4,7 @@ A dashboard fed by an agent must see exactly what an in-process allocator
 would have shown it, so a snapshot written and read back is the same
 snapshot; and a document that is not one is refused by name, never half-read.
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,8 +41,15 @@ def demo_doc(tmp_path_factory):
             await allocator.close()
             kill_process_jobs(demo.state_dir)
             demo.close()
-        queued = QueuedLaunch(run_id="later", cards=8, owner="ana", queued_at=snap.taken_at,
-                              command=("python", "train.py"), uid=5001, waiting_for="8 cards")
+        queued = QueuedLaunch(
+            run_id="later",
+            cards=8,
+            owner="ana",
+            queued_at=snap.taken_at,
+            command=("python", "train.py"),
+            uid=5001,
+            waiting_for="8 cards",
+        )
         return replace(snap, queue=(queued,))
 
     return asyncio.run(take())
@@ -57,12 +65,52 @@ def test_a_snapshot_written_and_read_back_is_the_same_snapshot(demo_doc):
 
 def test_the_document_keeps_every_key_status_json_always_had(demo_doc):
     doc = snapshot_to_json(demo_doc)
-    assert {"host", "series", "probe", "probe_problem", "runtime", "lock", "lock_state", "total", "free",
-            "by_job", "external", "unhealthy", "external_probe_ok", "explain", "cards", "jobs"} <= set(doc)
-    assert {"index", "state", "run_id", "holders", "reason", "warning", "name", "memory_used_mib",
-            "memory_total_mib", "utilization_pct", "temperature_c", "power_w"} <= set(doc["cards"][0])
-    assert {"run_id", "name", "status", "gpus", "kind", "owner", "image", "command", "started_at",
-            "expires_at", "exit_code", "problems"} <= set(doc["jobs"][0])
+    assert {
+        "host",
+        "series",
+        "probe",
+        "probe_problem",
+        "runtime",
+        "lock",
+        "lock_state",
+        "total",
+        "free",
+        "by_job",
+        "external",
+        "unhealthy",
+        "external_probe_ok",
+        "explain",
+        "cards",
+        "jobs",
+    } <= set(doc)
+    assert {
+        "index",
+        "state",
+        "run_id",
+        "holders",
+        "reason",
+        "warning",
+        "name",
+        "memory_used_mib",
+        "memory_total_mib",
+        "utilization_pct",
+        "temperature_c",
+        "power_w",
+    } <= set(doc["cards"][0])
+    assert {
+        "run_id",
+        "name",
+        "status",
+        "gpus",
+        "kind",
+        "owner",
+        "image",
+        "command",
+        "started_at",
+        "expires_at",
+        "exit_code",
+        "problems",
+    } <= set(doc["jobs"][0])
 
 
 def test_what_a_client_needs_to_offer_actions_travels_with_the_snapshot(demo_doc):
@@ -74,14 +122,17 @@ def test_what_a_client_needs_to_offer_actions_travels_with_the_snapshot(demo_doc
     assert demo_doc.runtime_kind == "process"
 
 
-@pytest.mark.parametrize("damage, says", [
-    (lambda d: d.pop("cards"), "has no 'cards'"),
-    (lambda d: d.update(total="8"), "snapshot.total is a string, not a whole number"),
-    (lambda d: d["cards"][2].update(holders=[{"pid": "x"}]), "snapshot.cards[2].holders[0].pid"),
-    (lambda d: d["jobs"][0].update(gpus=[0, "1"]), "gpus is not a list of whole numbers"),
-    (lambda d: d.update(version=99), "newer than this tpnode-tui reads"),
-    (lambda d: d.update(by_job={"x": "j"}), "by_job maps 'x'"),
-])
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda d: d.pop("cards"), "has no 'cards'"),
+        (lambda d: d.update(total="8"), "snapshot.total is a string, not a whole number"),
+        (lambda d: d["cards"][2].update(holders=[{"pid": "x"}]), "snapshot.cards[2].holders[0].pid"),
+        (lambda d: d["jobs"][0].update(gpus=[0, "1"]), "gpus is not a list of whole numbers"),
+        (lambda d: d.update(version=99), "newer than this tpnode-tui reads"),
+        (lambda d: d.update(by_job={"x": "j"}), "by_job maps 'x'"),
+    ],
+)
 def test_a_damaged_document_is_refused_by_name(demo_doc, damage, says):
     doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
     damage(doc)
@@ -89,9 +140,15 @@ def test_a_damaged_document_is_refused_by_name(demo_doc, damage, says):
         snapshot_from_json(doc)
 
 
-_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-                    st.text(max_size=5), st.lists(st.integers(), max_size=2),
-                    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -125,14 +182,28 @@ def test_a_mig_card_its_slices_and_a_slice_job_travel_in_the_document(demo_doc):
     assert (mig["mig_mode"], mig["mig_pending"]) == (True, None)
     assert doc["mig"] == {str(mig["index"]): "split into 5 MIG slices: see them"}
     assert [s["profile"] for s in mig["slices"]] == ["1c.3g.71gb", "2c.3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"]
-    assert set(mig["slices"][0]) == {"index", "profile", "uuid", "gpu_instance_id", "compute_instance_id",
-                                     "memory_total_mib", "memory_used_mib", "processes", "state", "run_id",
-                                     "holders", "reason", "warning", "intruders"}
+    assert set(mig["slices"][0]) == {
+        "index",
+        "profile",
+        "uuid",
+        "gpu_instance_id",
+        "compute_instance_id",
+        "memory_total_mib",
+        "memory_used_mib",
+        "processes",
+        "state",
+        "run_id",
+        "holders",
+        "reason",
+        "warning",
+        "intruders",
+    }
     assert [s["state"] for s in mig["slices"]] == ["external", "shared", "free", "job", "free"]
     assert mig["slices"][3]["run_id"] == "demo-notebook"
     [job] = [j for j in doc["jobs"] if j["run_id"] == "demo-notebook"]
-    assert job["gpus"] == [] and job["slices"] == [{"card": mig["index"], "uuid": mig["slices"][3]["uuid"],
-                                                    "profile": "1g.18gb"}]
+    assert job["gpus"] == [] and job["slices"] == [
+        {"card": mig["index"], "uuid": mig["slices"][3]["uuid"], "profile": "1g.18gb"}
+    ]
     assert all(c["slices"] == [] for c in doc["cards"] if c["state"] != "mig")
     back = snapshot_from_json(doc)
     assert back.cards[mig["index"]].slices[3].job.key == "demo-notebook"
@@ -143,11 +214,16 @@ def test_a_lost_cards_unknown_mig_mode_survives_the_wire(demo_doc):
     from tpnode_tui.model import CardFacts
 
     cards = list(demo_doc.cards)
-    lost = replace(cards[3], state="unhealthy", reason="GPU is lost",
-                   facts=CardFacts(index=3, processes=None, health=("GPU is lost",), mig_mode=None, slices=None))
+    lost = replace(
+        cards[3],
+        state="unhealthy",
+        reason="GPU is lost",
+        facts=CardFacts(index=3, processes=None, health=("GPU is lost",), mig_mode=None, slices=None),
+    )
     facts = tuple(lost.facts if f.index == 3 else f for f in demo_doc.probe.cards)
-    snap = replace(demo_doc, cards=tuple(cards[:3]) + (lost,) + tuple(cards[4:]),
-                   probe=replace(demo_doc.probe, cards=facts))
+    snap = replace(
+        demo_doc, cards=tuple(cards[:3]) + (lost,) + tuple(cards[4:]), probe=replace(demo_doc.probe, cards=facts)
+    )
     doc = json.loads(json.dumps(snapshot_to_json(snap)))
     assert (doc["cards"][3]["mig_mode"], doc["cards"][3]["slices"]) == (None, None)
     back = snapshot_from_json(doc)
@@ -167,16 +243,22 @@ def test_a_document_written_before_mig_reads_every_card_whole(demo_doc):
             job.pop("slices")
     back = snapshot_from_json(doc)
     assert back.occupancy.mig == {}
-    assert all(c.facts.mig_mode is False and c.facts.slices == () for c in back.cards
-               if c.facts is not None and c.state != "mig")
+    assert all(
+        c.facts.mig_mode is False and c.facts.slices == ()
+        for c in back.cards
+        if c.facts is not None and c.state != "mig"
+    )
 
 
-@pytest.mark.parametrize("damage, says", [
-    (lambda s: s.update(privileged=True), "has unknown fields ['privileged']"),
-    (lambda s: s.update(index="3"), "index is a string, not a whole number"),
-    (lambda s: s.pop("state"), "has no 'state'"),
-    (lambda s: s.update(processes=[{"pid": "x"}]), "processes[0].pid"),
-])
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda s: s.update(privileged=True), "has unknown fields ['privileged']"),
+        (lambda s: s.update(index="3"), "index is a string, not a whole number"),
+        (lambda s: s.pop("state"), "has no 'state'"),
+        (lambda s: s.update(processes=[{"pid": "x"}]), "processes[0].pid"),
+    ],
+)
 def test_a_damaged_slice_is_refused_by_name(demo_doc, damage, says):
     doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
     [mig] = [c for c in doc["cards"] if c["state"] == "mig"]
@@ -185,11 +267,14 @@ def test_a_damaged_slice_is_refused_by_name(demo_doc, damage, says):
         snapshot_from_json(doc)
 
 
-@pytest.mark.parametrize("damage, says", [
-    (lambda d: d["cards"][1].update(mig_mode="yes"), "mig_mode is a string, not true, false or null"),
-    (lambda d: d["jobs"][0].update(slices=[{"card": 0}]), "has no 'uuid'"),
-    (lambda d: d["jobs"][0].update(slices=[{"card": 0, "uuid": "MIG-1", "gi": 2}]), "unknown fields ['gi']"),
-])
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda d: d["cards"][1].update(mig_mode="yes"), "mig_mode is a string, not true, false or null"),
+        (lambda d: d["jobs"][0].update(slices=[{"card": 0}]), "has no 'uuid'"),
+        (lambda d: d["jobs"][0].update(slices=[{"card": 0, "uuid": "MIG-1", "gi": 2}]), "unknown fields ['gi']"),
+    ],
+)
 def test_damaged_mig_facts_and_job_slices_are_refused_by_name(demo_doc, damage, says):
     doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
     damage(doc)
@@ -208,16 +293,27 @@ def mig_doc(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("mig")
     layout = [("1c.3g.71gb", 2, 0), ("2c.3g.71gb", 2, 1), ("2g.35gb", 3, 0), ("1g.18gb", 9, 0), ("1g.18gb", 10, 0)]
-    slices = [{"profile": p, "uuid": f"MIG-0000000{n}-7c3d-5e8f-9a0b-1c2d3e4f5a6b", "gpu_instance_id": gi,
-               "compute_instance_id": ci, "memory_total_mib": 16384, "memory_used_mib": 13}
-              for n, (p, gi, ci) in enumerate(layout)]
+    slices = [
+        {
+            "profile": p,
+            "uuid": f"MIG-0000000{n}-7c3d-5e8f-9a0b-1c2d3e4f5a6b",
+            "gpu_instance_id": gi,
+            "compute_instance_id": ci,
+            "memory_total_mib": 16384,
+            "memory_used_mib": 13,
+        }
+        for n, (p, gi, ci) in enumerate(layout)
+    ]
     slices[0].update(memory_used_mib=20493, processes=[{"pid": 3999901, "used_memory_mib": 20480}])
     slices[1].update(memory_used_mib=20493)
     scene = write_scene(root / "node.json", [{"mig": True, "memory_used_mib": 30444, "slices": slices}, {}])
 
     async def take():
-        allocator = GpuAllocator.from_settings(load_settings(
-            {}, probe=f"simulated:{scene}", runtime="process", state_dir=str(root / "state"), local_gpu_count=0))
+        allocator = GpuAllocator.from_settings(
+            load_settings(
+                {}, probe=f"simulated:{scene}", runtime="process", state_dir=str(root / "state"), local_gpu_count=0
+            )
+        )
         try:
             await allocator.launch(JobSpec("nb", 1, ("sleep", "300"), owner="bob", slice="1g.18gb"))
             return await allocator.snapshot()

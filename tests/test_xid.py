@@ -6,6 +6,7 @@ watcher reads records written to a pipe, as they come from /dev/kmsg; the
 lines parsed are NVIDIA drivers' own, as published in NVIDIA's
 documentation and operators' reports.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,7 +44,8 @@ def test_faults_that_need_a_reset_drain_until_the_card_is_reset(xid):
     verdict = RULES.judge(xid)
     assert verdict.kind == DRAIN and verdict.drains
     assert verdict.words().startswith(f"XID {xid}: ") and verdict.words().endswith(
-        "; reset the GPU (nvidia-smi -r) once nothing runs on it")
+        "; reset the GPU (nvidia-smi -r) once nothing runs on it"
+    )
     assert "catalog" not in verdict.meaning  # each has its own meaning
 
 
@@ -73,12 +75,15 @@ def test_the_lists_are_configurable_and_ignore_wins():
     assert rules.judge(79).kind == OTHER  # no longer in the drain list
 
 
-@pytest.mark.parametrize("action, kind, words", [
-    (1, DRAIN, "reset the GPU (nvidia-smi -r) once nothing runs on it"),
-    (2, REBOOT, "reboot the node"),
-    (3, DRAIN, "stop the jobs that use peer-to-peer transfers with it (drain P2P)"),
-    (4, DRAIN, "stop the jobs that use peer-to-peer transfers with it, then reset the GPU"),
-])
+@pytest.mark.parametrize(
+    "action, kind, words",
+    [
+        (1, DRAIN, "reset the GPU (nvidia-smi -r) once nothing runs on it"),
+        (2, REBOOT, "reboot the node"),
+        (3, DRAIN, "stop the jobs that use peer-to-peer transfers with it (drain P2P)"),
+        (4, DRAIN, "stop the jobs that use peer-to-peer transfers with it, then reset the GPU"),
+    ],
+)
 def test_the_drivers_recovery_action_wins_over_the_catalog(action, kind, words):
     verdict = RULES.judge(31, recovery_action=action)
     assert verdict.kind == kind and verdict.action.startswith(words)
@@ -89,24 +94,38 @@ def test_the_drivers_recovery_action_wins_over_the_catalog(action, kind, words):
 
 #: NVRM lines as drivers write them (from NVIDIA's XID documentation and operators' dmesg captures)
 REAL_LINES = [
-    ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC "
-     "response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
-     ("0:9b:0", 119, 2024380, "nvidia-smi", "Timeout after 6s")),
-    ("NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
-     ("0:5:0", 79, None, None, "GPU has fallen off the bus.")),
-    ("NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
-     "(GPC 7, TPC 0, SM 0): Out Of Range Address",
-     ("0:cb:0", 13, None, None, "Graphics SM Warp Exception")),
-    ("NVRM: Xid (PCI:0000:b9:00): 74, pid=<unknown>, name=<unknown>, NVLink: fatal error detected on "
-     "link 6(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
-     ("0:b9:0", 74, None, None, "NVLink: fatal error")),
-    ("NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus.",
-     ("0:18:0", 79, 1234, None, "GPU has fallen off the bus.")),
-    ("NVRM: Xid (PCI:0000:04:00): 69, pid=34566, name=python3, BAR1 access failure at address 0xffff80001234abcd",
-     ("0:4:0", 69, 34566, "python3", "BAR1 access failure")),
+    (
+        "NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC "
+        "response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+        ("0:9b:0", 119, 2024380, "nvidia-smi", "Timeout after 6s"),
+    ),
+    (
+        "NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        ("0:5:0", 79, None, None, "GPU has fallen off the bus."),
+    ),
+    (
+        "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
+        "(GPC 7, TPC 0, SM 0): Out Of Range Address",
+        ("0:cb:0", 13, None, None, "Graphics SM Warp Exception"),
+    ),
+    (
+        "NVRM: Xid (PCI:0000:b9:00): 74, pid=<unknown>, name=<unknown>, NVLink: fatal error detected on "
+        "link 6(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+        ("0:b9:0", 74, None, None, "NVLink: fatal error"),
+    ),
+    (
+        "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus.",
+        ("0:18:0", 79, 1234, None, "GPU has fallen off the bus."),
+    ),
+    (
+        "NVRM: Xid (PCI:0000:04:00): 69, pid=34566, name=python3, BAR1 access failure at address 0xffff80001234abcd",
+        ("0:4:0", 69, 34566, "python3", "BAR1 access failure"),
+    ),
     ("NVRM: Xid (0000:03:00): 14, Channel 00000001", ("0:3:0", 14, None, None, "Channel 00000001")),
-    ("Oct 02 10:41:07 srv-r07-u12 kernel: NVRM: Xid (PCI:0000:3d:00): 79, pid=0, GPU has fallen off the bus.",
-     ("0:3d:0", 79, None, None, "GPU has fallen off the bus.")),
+    (
+        "Oct 02 10:41:07 srv-r07-u12 kernel: NVRM: Xid (PCI:0000:3d:00): 79, pid=0, GPU has fallen off the bus.",
+        ("0:3d:0", 79, None, None, "GPU has fallen off the bus."),
+    ),
 ]
 
 
@@ -119,13 +138,16 @@ def test_real_nvrm_lines_are_read_as_kmsg_records_and_as_plain_lines(line, want)
         assert found.text.startswith(text)
 
 
-@pytest.mark.parametrize("line", [
-    "6,99,1,-;usb 1-1: new high-speed USB device number 2 using xhci_hcd",
-    "4,100,2,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  560.35.03",
-    "4,101,3,-;NVRM: GPU at PCI:0000:18:00: GPU-1c0f8a1e-0000-4000-8000-000000000001",
-    "4,102,4,-;NVRM: Xid (PCI:zzzz:18:00): 79, GPU has fallen off the bus.",
-    "",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "6,99,1,-;usb 1-1: new high-speed USB device number 2 using xhci_hcd",
+        "4,100,2,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  560.35.03",
+        "4,101,3,-;NVRM: GPU at PCI:0000:18:00: GPU-1c0f8a1e-0000-4000-8000-000000000001",
+        "4,102,4,-;NVRM: Xid (PCI:zzzz:18:00): 79, GPU has fallen off the bus.",
+        "",
+    ],
+)
 def test_anything_else_in_the_kernel_log_is_no_xid(line):
     assert parse_kmsg(line) is None
 
@@ -230,8 +252,9 @@ async def test_a_lost_gpu_is_found_by_card_and_the_rest_are_registered_again(nvm
     await got.until(2, "an event after registering again")
     assert (got.events[-1].card, got.events[-1].xid) == (0, 62)
     fake.fail_wait(NVMLError_Unknown)  # a third registration finds card 1 lost again
-    await until_async(lambda: len(fake.event_sets) >= 3 and watcher.problem is None,
-                      "the watcher to register a third time")
+    await until_async(
+        lambda: len(fake.event_sets) >= 3 and watcher.problem is None, "the watcher to register a third time"
+    )
     fake.xid(0, 64)
     await got.until(3, "an event after the third registration")
     assert [(e.card, e.xid) for e in got.events] == [(1, None), (0, 62), (0, 64)]  # lost: said once
@@ -278,13 +301,20 @@ async def test_the_kernel_log_watcher_reads_nvrm_records_as_they_come(tmp_path):
         assert writer_ready.wait(WAIT_S)
         fd = holder[0]
         os.write(fd, b"6,1,100,-;usb 1-1: new device\n SUBSYSTEM=usb\n")
-        os.write(fd, b"4,2,200,-;NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
-                     b"GPU has fallen off the bus.\n")
+        os.write(
+            fd,
+            b"4,2,200,-;NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n",
+        )
         os.write(fd, b"4,3,300,-;NVRM: Xid (PCI:0000:5e:00): 31, pid=4242, name=python3, MMU Fault\n")
         first, second = await got.until(2, "two XIDs")
         assert (first.card, first.xid, first.source, first.pid) == (2, 79, "kmsg", None)
-        assert (second.card, second.xid, second.pid, second.process, second.pci) == (None, 31, 4242, "python3",
-                                                                                      "0:5e:0")
+        assert (second.card, second.xid, second.pid, second.process, second.pci) == (
+            None,
+            31,
+            4242,
+            "python3",
+            "0:5e:0",
+        )
         assert watcher.problem is None
         os.close(fd)
     finally:

@@ -4,6 +4,7 @@ The allocator's names are loaded on first use, not with the package: every
 command imports the package, and one that only asks the node's agent must not
 pay for the allocator, the runtimes and the probes.
 """
+
 from __future__ import annotations
 
 from typing import Any

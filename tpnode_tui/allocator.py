@@ -15,6 +15,7 @@ asked for memory first. Everything here exists to keep that from happening:
   in state "created" holds its cards in ``ps``), so the lock is released
   before the slow part, starting it. A job that fails to start is removed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -93,9 +94,16 @@ class GpuAllocator:
     it would silently steal cards, which costs far more than one extra wait.
     """
 
-    def __init__(self, runtime: Runtime, probe: Probe, settings: Settings, lock: AllocationLock, *,
-                 series_resolver: Optional[SeriesResolver] = None,
-                 drains: Optional[DrainStore] = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        probe: Probe,
+        settings: Settings,
+        lock: AllocationLock,
+        *,
+        series_resolver: Optional[SeriesResolver] = None,
+        drains: Optional[DrainStore] = None,
+    ) -> None:
         # A node always has more than one would-be allocator (the dashboard and
         # any shell running the CLI), so a lock that only orders tasks of this
         # process is refused outright rather than trusted.
@@ -112,8 +120,13 @@ class GpuAllocator:
         self._series = ""
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, lock: Optional[AllocationLock] = None,
-                      series_resolver: Optional[SeriesResolver] = None) -> GpuAllocator:
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        lock: Optional[AllocationLock] = None,
+        series_resolver: Optional[SeriesResolver] = None,
+    ) -> GpuAllocator:
         """The allocator the settings describe; ``lock`` replaces the one they
         would make (the CLI's, which bounds its wait and says what it waits for)."""
         # Imported here: the probes and the docker client are most of a CLI
@@ -121,8 +134,13 @@ class GpuAllocator:
         from .probes import make_probe
         from .runtimes import make_runtime
 
-        return cls(make_runtime(settings), make_probe(settings), settings, lock or make_lock(settings),
-                   series_resolver=series_resolver)
+        return cls(
+            make_runtime(settings),
+            make_probe(settings),
+            settings,
+            lock or make_lock(settings),
+            series_resolver=series_resolver,
+        )
 
     async def close(self) -> None:
         for part in (self.runtime, self.probe, self.lock):
@@ -193,7 +211,8 @@ class GpuAllocator:
         cards are out of service is then unknown, so none may be handed out.
         """
         jobs, reading, drains = await asyncio.gather(
-            self.runtime.ps(), self.probe.read(), asyncio.to_thread(self.drains.read))
+            self.runtime.ps(), self.probe.read(), asyncio.to_thread(self.drains.read)
+        )
         total = self._count(reading)
         occ = compute_occupancy(
             total,
@@ -237,24 +256,36 @@ class GpuAllocator:
                             if h.pid not in seen or _WORSE[h.belongs] < _WORSE[seen[h.pid].belongs]:
                                 seen[h.pid] = h
                 if card.processes:
-                    holders[card.index] = tuple(seen.get(p.pid) or classify(describe(p), whole, live.values())
-                                                for p in card.processes)
+                    holders[card.index] = tuple(
+                        seen.get(p.pid) or classify(describe(p), whole, live.values()) for p in card.processes
+                    )
 
         _, lock_state = await asyncio.gather(asyncio.to_thread(identify), self.lock.state())
         # Only a runtime that knows containers (docker) can name them.
         holders = await name_containers(holders, getattr(self.runtime, "containers", None))
         if on_slices:  # the names the card's list was given, on each slice's
             named = {h.pid: (h.container_name, h.container_image) for hs in holders.values() for h in hs}
-            on_slices = {k: tuple(replace(h, container_name=named[h.pid][0], container_image=named[h.pid][1])
-                                  if h.pid in named else h for h in hs) for k, hs in on_slices.items()}
+            on_slices = {
+                k: tuple(
+                    replace(h, container_name=named[h.pid][0], container_image=named[h.pid][1]) if h.pid in named else h
+                    for h in hs
+                )
+                for k, hs in on_slices.items()
+            }
         if not self._series:
             self._series = self._series_from(reading)
         return NodeSnapshot(
             taken_at=time.time(),
             host=socket.gethostname(),
             occupancy=occ,
-            cards=card_views(occ, reading, jobs, lambda c: holders.get(c.index, ()), drains,
-                             lambda card, s: on_slices.get((card, s.index), ())),
+            cards=card_views(
+                occ,
+                reading,
+                jobs,
+                lambda c: holders.get(c.index, ()),
+                drains,
+                lambda card, s: on_slices.get((card, s.index), ()),
+            ),
             jobs=tuple(sorted(jobs, key=lambda j: (j.started_at or 0, j.name))),
             probe=reading,
             series=self._series,
@@ -269,8 +300,14 @@ class GpuAllocator:
 
     # -- allocation -----------------------------------------------------------
 
-    def _pick(self, run_id: str, count: int, occ: GpuOccupancy, reading: Optional[ProbeReading] = None,
-              placement: Optional[str] = None) -> list[int]:
+    def _pick(
+        self,
+        run_id: str,
+        count: int,
+        occ: GpuOccupancy,
+        reading: Optional[ProbeReading] = None,
+        placement: Optional[str] = None,
+    ) -> list[int]:
         """Choose cards, with the lock held and occupancy just read: the free set
         that talks fastest on the reading's topology (as ``placement`` requires,
         if it does), else a consecutive run (see :func:`~tpnode_tui.topology.choose`).
@@ -297,10 +334,15 @@ class GpuAllocator:
             if in_mig:
                 why.append(f"{cards_words(in_mig)} {'is' if len(in_mig) == 1 else 'are'} in MIG mode")
             if to_split:
-                why.append(f"{cards_words(to_split)} {'is' if len(to_split) == 1 else 'are'} split into MIG "
-                           f"slices at {'its' if len(to_split) == 1 else 'their'} next reset")
-            ask = f"ask for a slice (launch --slice {example_profile(occ)})" if occ.slices else (
-                "ask an operator to make MIG devices, or to turn MIG off")
+                why.append(
+                    f"{cards_words(to_split)} {'is' if len(to_split) == 1 else 'are'} split into MIG "
+                    f"slices at {'its' if len(to_split) == 1 else 'their'} next reset"
+                )
+            ask = (
+                f"ask for a slice (launch --slice {example_profile(occ)})"
+                if occ.slices
+                else ("ask an operator to make MIG devices, or to turn MIG off")
+            )
             if split == occ.total:
                 raise NeverFits(f"{'; '.join(why)}: {ask}")
             raise NeverFits(
@@ -322,8 +364,9 @@ class GpuAllocator:
         except NeverFits as e:
             raise NeverFits(f"{run_id}: {e}") from None
 
-    def _pick_slice(self, run_id: str, profile: str, occ: GpuOccupancy, reading: ProbeReading,
-                    jobs: list[JobState]) -> SliceState:
+    def _pick_slice(
+        self, run_id: str, profile: str, occ: GpuOccupancy, reading: ProbeReading, jobs: list[JobState]
+    ) -> SliceState:
         """Choose a MIG slice of ``profile``, with the lock held and occupancy just read.
 
         Only an exact match: a 1g.18gb job is never put on a 2g.35gb slice. Of
@@ -333,8 +376,11 @@ class GpuAllocator:
         """
         on_node = [st for st in occ.slices if st.profile == profile]
         if not on_node:
-            unseen = [c.index for c in reading.cards if 0 <= c.index < occ.total and (
-                c.mig_mode is None or (c.mig_mode is True and c.slices is None))]
+            unseen = [
+                c.index
+                for c in reading.cards
+                if 0 <= c.index < occ.total and (c.mig_mode is None or (c.mig_mode is True and c.slices is None))
+            ]
             counted: dict[str, list[int]] = {}
             for st in occ.slices:
                 counted.setdefault(st.profile or "profile unknown", []).append(st.card)
@@ -342,16 +388,23 @@ class GpuAllocator:
             if unseen:
                 raise NoCapacity(
                     f"{run_id} asks for a {profile} MIG slice, and none can be seen: the MIG devices of "
-                    f"{cards_words(unseen)} cannot be read now" + (f" (the others: {kinds})" if kinds else ""))
+                    f"{cards_words(unseen)} cannot be read now" + (f" (the others: {kinds})" if kinds else "")
+                )
             if not occ.slices:
                 split = [c.index for c in reading.cards if c.mig_mode]
                 if not split:
-                    raise NeverFits(f"{run_id} asks for a {profile} MIG slice, but no card of this node is in "
-                                    "MIG mode: ask for whole cards (launch --cards N)")
-                raise NeverFits(f"{run_id} asks for a {profile} MIG slice, but {cards_words(split)} in MIG mode "
-                                "has no MIG devices made: ask an operator to make some")
-            raise NeverFits(f"{run_id} asks for a {profile} MIG slice, and this node has none: its MIG slices "
-                            f"are {kinds}; ask for one of those, or ask an operator to make a {profile} instance")
+                    raise NeverFits(
+                        f"{run_id} asks for a {profile} MIG slice, but no card of this node is in "
+                        "MIG mode: ask for whole cards (launch --cards N)"
+                    )
+                raise NeverFits(
+                    f"{run_id} asks for a {profile} MIG slice, but {cards_words(split)} in MIG mode "
+                    "has no MIG devices made: ask an operator to make some"
+                )
+            raise NeverFits(
+                f"{run_id} asks for a {profile} MIG slice, and this node has none: its MIG slices "
+                f"are {kinds}; ask for one of those, or ask an operator to make a {profile} instance"
+            )
         allow = self.settings.allow_unverified
         if not occ.external_probe_ok and not allow:
             raise NoCapacity(
@@ -360,12 +413,14 @@ class GpuAllocator:
                 "TUNEPLANE_ALLOW_UNVERIFIED=true hands out unverified ones anyway"
             )
         blind = blind_reason(reading)
-        usable = [st for st in on_node if st.state == "free"
-                  or (allow and st.state == "unverified" and st.reason == blind)]
+        usable = [
+            st for st in on_node if st.state == "free" or (allow and st.state == "unverified" and st.reason == blind)
+        ]
         if not usable:
             owners = {j.key: j.owner for j in jobs if j.live}
-            raise NoCapacity(f"no {profile} MIG slice is free: " + "; ".join(
-                _slice_taken_words(st, owners) for st in on_node))
+            raise NoCapacity(
+                f"no {profile} MIG slice is free: " + "; ".join(_slice_taken_words(st, owners) for st in on_node)
+            )
         free_on: dict[int, int] = {}
         for st in occ.free_slices:
             free_on[st.card] = free_on.get(st.card, 0) + 1
@@ -398,8 +453,13 @@ class GpuAllocator:
             gpus = self._pick(run_id, count, occ, reading)
             return gpus, await run(gpus)
 
-    async def launch(self, spec: JobSpec, *, hold_for_s: Optional[float] = None,
-                     admit: Optional[Callable[[list[JobState]], None]] = None) -> Launched:
+    async def launch(
+        self,
+        spec: JobSpec,
+        *,
+        hold_for_s: Optional[float] = None,
+        admit: Optional[Callable[[list[JobState]], None]] = None,
+    ) -> Launched:
         """Place and start a job: pick and create under the lock, start after it.
 
         A run id that already holds cards gets its job back unchanged when the
@@ -419,8 +479,9 @@ class GpuAllocator:
         if spec.slice is not None:
             check_profile(spec.slice)
             if spec.cards != 1:
-                raise BadRequest(f"a job gets one MIG slice, not {spec.cards}: ask for one {spec.slice} slice, "
-                                 "or for whole cards")
+                raise BadRequest(
+                    f"a job gets one MIG slice, not {spec.cards}: ask for one {spec.slice} slice, or for whole cards"
+                )
             spec = replace(spec, slices=())  # the allocator chooses it, below
         elif spec.cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
@@ -519,8 +580,9 @@ class GpuAllocator:
             except TpnodeError as e:
                 log.warning("while withdrawing %s: %s", job.name, e)
 
-    async def reserve(self, cards: int, duration_s: float, owner: str = "",
-                      run_id: Optional[str] = None, slice: Optional[str] = None) -> Launched:
+    async def reserve(
+        self, cards: int, duration_s: float, owner: str = "", run_id: Optional[str] = None, slice: Optional[str] = None
+    ) -> Launched:
         """Hold cards for a person until a time: a job whose workload only waits.
 
         It lives where every job lives, so it needs no sweeper: when its sleep
@@ -583,9 +645,7 @@ class GpuAllocator:
             return removed
         live = [j for j in await self.runtime.ps() if j.key == run_id]
         if live:
-            raise Conflict(
-                f"{run_id} is still {live[0].status}; stop it first (tpnode-tui stop {run_id})"
-            )
+            raise Conflict(f"{run_id} is still {live[0].status}; stop it first (tpnode-tui stop {run_id})")
         raise JobNotFound(f"no platform job has run id {run_id}")
 
     async def _remove(self, job: JobState) -> None:
@@ -660,11 +720,9 @@ def request_differences(spec: JobSpec, job: JobState) -> list[str]:
         found.append(f"its image is {job.image or 'none'}, not {spec.image}")
     if spec.command:
         asked, ran = spec.command, job.command
-        same = ran == asked or (job.image is not None and ran[len(ran) - len(asked):] == asked)
+        same = ran == asked or (job.image is not None and ran[len(ran) - len(asked) :] == asked)
         if not same:
-            found.append(
-                f"its command is {show_command(ran) or 'none'}, not {show_command(asked)}"
-            )
+            found.append(f"its command is {show_command(ran) or 'none'}, not {show_command(asked)}")
     return found
 
 
@@ -679,8 +737,10 @@ def _note_missing_cards(job: JobState, total: int) -> JobState:
     missing = sorted({i for i in (*job.gpus, *(ref.card for ref in job.slices)) if i >= total})
     if total <= 0 or not missing:
         return job
-    problem = (f"names {cards_words(missing)}, which this node does not have (its cards are "
-               f"0-{total - 1}); check the job's cards")
+    problem = (
+        f"names {cards_words(missing)}, which this node does not have (its cards are "
+        f"0-{total - 1}); check the job's cards"
+    )
     return replace(job, problems=job.problems + (problem,))
 
 
@@ -708,8 +768,10 @@ def _note_missing_slices(job: JobState, reading: ProbeReading) -> JobState:
             continue
         what = f"MIG device {ref.uuid}" + (f" ({ref.profile})" if ref.profile else "")
         where = "" if card.mig_mode else f", and card {ref.card} is not in MIG mode now"
-        problems.append(f"holds {what} of card {ref.card}, which the driver no longer reports{where}; "
-                        f"stop the job (tpnode-tui stop {job.key}) if it is gone")
+        problems.append(
+            f"holds {what} of card {ref.card}, which the driver no longer reports{where}; "
+            f"stop the job (tpnode-tui stop {job.key}) if it is gone"
+        )
     return replace(job, problems=job.problems + tuple(problems)) if problems else job
 
 
@@ -718,7 +780,8 @@ def _slice_taken_words(st: SliceState, owners: dict[str, str]) -> str:
     if st.state in ("job", "reservation") and st.run_id:
         owner = owners.get(st.run_id)
         return f"{st.words()} is {'reserved' if st.state == 'reservation' else 'held'} by {st.run_id}" + (
-            f" of {owner}" if owner else "")
+            f" of {owner}" if owner else ""
+        )
     if st.state == "external":
         return f"{st.words()} is in use outside the platform ({st.reason or 'in use'})"
     return f"{st.words()} is {st.state}" + (f": {st.reason}" if st.reason else "")

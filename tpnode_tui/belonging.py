@@ -23,6 +23,7 @@ a held card is told apart here:
 Reads ``/proc`` (through psutil) and, for a job's cgroup, the cgroup
 filesystem; call it off the event loop.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,8 +93,7 @@ def classify(holder: HolderInfo, job: Optional[JobState], others: Iterable[JobSt
     jobs) says which, so it is never taken for a stranger's process to evict."""
     found = _classify(holder, job)
     if found.belongs in (EXTERNAL, INTRUDER):
-        home = next((o for o in others if o is not job and o.kind != "reservation" and part_of_job(holder, o)),
-                    None)
+        home = next((o for o in others if o is not job and o.kind != "reservation" and part_of_job(holder, o)), None)
         if home is not None:
             return replace(found, job_elsewhere=home.key)
     return found

@@ -4,6 +4,7 @@ Every value is checked once, at start-up, and a bad one is refused with a
 message that names the variable: a typo in a card count must not silently
 become "detect", and a typo in a probe name must not silently become "blind".
 """
+
 from __future__ import annotations
 
 import errno
@@ -86,9 +87,7 @@ def parse_duration(text: str) -> float:
     if seconds is None:
         parts = _DURATION_PART.findall(raw)
         if not parts or "".join(n + u for n, u in parts) != raw:
-            raise BadRequest(
-                f"duration {text!r} is not understood: use e.g. 90s, 30m, 2h, 1h30m or 1d"
-            )
+            raise BadRequest(f"duration {text!r} is not understood: use e.g. 90s, 30m, 2h, 1h30m or 1d")
         seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
     if not MIN_DURATION_S <= seconds <= MAX_DURATION_S:
         raise BadRequest(f"duration {text!r} must be at least 1s and at most a year")
@@ -147,14 +146,12 @@ def _parse_redis_url(name: str, raw: str) -> Optional[str]:
     from urllib.parse import urlsplit
 
     if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(
-            f"{name}={redact_url(value)!r} is not a redis://, rediss:// or unix:// URL"
-        )
+        raise ConfigError(f"{name}={redact_url(value)!r} is not a redis://, rediss:// or unix:// URL")
     return value
 
 
 def _parse_limits(name: str, raw: str) -> tuple[tuple[str, int], ...]:
-    """"alice=4,@students=1" -> (("alice", 4), ("@students", 1))."""
+    """ "alice=4,@students=1" -> (("alice", 4), ("@students", 1))."""
     limits: dict[str, int] = {}
     for part in (p.strip() for p in raw.split(",")):
         if not part:
@@ -168,7 +165,7 @@ def _parse_limits(name: str, raw: str) -> tuple[tuple[str, int], ...]:
 
 
 def _parse_xids(name: str, raw: str) -> tuple[int, ...]:
-    """"46,48, 79" -> (46, 48, 79); "none" -> ()."""
+    """ "46,48, 79" -> (46, 48, 79); "none" -> ()."""
     if raw.strip().lower() == "none":
         return ()
     xids = []
@@ -176,12 +173,14 @@ def _parse_xids(name: str, raw: str) -> tuple[int, ...]:
         if part:
             xids.append(_parse_int(f"{name} ({part!r})", part, 1, 65535))
     return tuple(sorted(set(xids)))
+
+
 #: a node name: what a host name may hold, so it reads the same in keys, labels and screens
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 
 
 def _parse_addr(name: str, raw: str) -> Optional[tuple[str, int]]:
-    """"0.0.0.0:9400", "[::]:9400", "localhost:9400" or ":9400" (every address) -> (host, port)."""
+    """ "0.0.0.0:9400", "[::]:9400", "localhost:9400" or ":9400" (every address) -> (host, port)."""
     value = raw.strip()
     if not value:
         return None
@@ -247,8 +246,10 @@ def _ssh_target(name: str, raw: str) -> Optional[SshTarget]:
 def _node_name(name: str, raw: str) -> str:
     text = raw.strip()
     if text and not _NODE_NAME.fullmatch(text):
-        raise ConfigError(f"{name}={raw!r} is not a node name: 1 to 253 letters, digits, "
-                          "'.', '_' or '-', starting with a letter or digit")
+        raise ConfigError(
+            f"{name}={raw!r} is not a node name: 1 to 253 letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit"
+        )
     return text
 
 
@@ -307,8 +308,9 @@ class Declared:
     metavar: Optional[str] = None
 
 
-def _setting(default: Any, env: str, help: str, parse: Parse, *, flag: Optional[str] = None,
-             metavar: Optional[str] = None) -> Any:
+def _setting(
+    default: Any, env: str, help: str, parse: Parse, *, flag: Optional[str] = None, metavar: Optional[str] = None
+) -> Any:
     """One field of :class:`Settings`, declared once: its default here, the rest in its metadata."""
     return field(default=default, metadata={"declared": Declared(env, help, parse, flag, metavar)})
 
@@ -319,92 +321,196 @@ class Settings:
     its TUNEPLANE_* variable, its flag, its help and its parser; the CLI's
     flags, the README's table (a test compares) and the checks come from it."""
 
-    local_gpu_count: int = _setting(0, "TUNEPLANE_LOCAL_GPU_COUNT", "card count; 0 asks the driver",
-                                    _whole(0, MAX_CARDS), flag="--gpu-count", metavar="N")
-    cluster_profile: str = _setting("", "TUNEPLANE_CLUSTER_PROFILE",
-                                    "hardware series to report; empty asks the driver for the card name", _text)
-    check_external: bool = _setting(True, "TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS",
-                                    "count cards used from outside the platform as held", _parse_bool)
-    check_health: bool = _setting(True, "TUNEPLANE_LOCAL_CHECK_GPU_HEALTH",
-                                  "keep unhealthy cards from being handed out", _parse_bool)
-    mem_busy_mib: int = _setting(512, "TUNEPLANE_MEM_BUSY_MIB", "memory used (MiB) from which a card counts as in use",
-                                 _whole(1), flag="--mem-busy-mib", metavar="MIB")
-    probe: str = _setting("auto", "TUNEPLANE_PROBE",
-                          "nvml, smi, simulated:PATH or auto (NVML, then nvidia-smi, else probe-blind)",
-                          _parse_probe, flag="--probe", metavar="P")
-    probe_timeout_s: float = _setting(10.0, "TUNEPLANE_PROBE_TIMEOUT_S",
-                                      "seconds a probe may take before the node counts as probe-blind",
-                                      _decimal(0.1, MAX_PROBE_TIMEOUT_S))
-    runtime: str = _setting("auto", "TUNEPLANE_RUNTIME",
-                            "docker, process or auto (docker when an engine socket exists)",
-                            _choice("docker", "process", "auto"), flag="--runtime", metavar="R")
+    local_gpu_count: int = _setting(
+        0,
+        "TUNEPLANE_LOCAL_GPU_COUNT",
+        "card count; 0 asks the driver",
+        _whole(0, MAX_CARDS),
+        flag="--gpu-count",
+        metavar="N",
+    )
+    cluster_profile: str = _setting(
+        "", "TUNEPLANE_CLUSTER_PROFILE", "hardware series to report; empty asks the driver for the card name", _text
+    )
+    check_external: bool = _setting(
+        True, "TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS", "count cards used from outside the platform as held", _parse_bool
+    )
+    check_health: bool = _setting(
+        True, "TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "keep unhealthy cards from being handed out", _parse_bool
+    )
+    mem_busy_mib: int = _setting(
+        512,
+        "TUNEPLANE_MEM_BUSY_MIB",
+        "memory used (MiB) from which a card counts as in use",
+        _whole(1),
+        flag="--mem-busy-mib",
+        metavar="MIB",
+    )
+    probe: str = _setting(
+        "auto",
+        "TUNEPLANE_PROBE",
+        "nvml, smi, simulated:PATH or auto (NVML, then nvidia-smi, else probe-blind)",
+        _parse_probe,
+        flag="--probe",
+        metavar="P",
+    )
+    probe_timeout_s: float = _setting(
+        10.0,
+        "TUNEPLANE_PROBE_TIMEOUT_S",
+        "seconds a probe may take before the node counts as probe-blind",
+        _decimal(0.1, MAX_PROBE_TIMEOUT_S),
+    )
+    runtime: str = _setting(
+        "auto",
+        "TUNEPLANE_RUNTIME",
+        "docker, process or auto (docker when an engine socket exists)",
+        _choice("docker", "process", "auto"),
+        flag="--runtime",
+        metavar="R",
+    )
     docker_gpu_mode: str = _setting(
-        "nvidia", "TUNEPLANE_DOCKER_GPU_MODE",
+        "nvidia",
+        "TUNEPLANE_DOCKER_GPU_MODE",
         "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES with host ids, CUDA_VISIBLE_DEVICES "
-        "from 0) or none (labels only)", _choice(*DOCKER_GPU_MODES), flag="--docker-gpu-mode", metavar="M")
-    state_dir: Path = _setting(Path(DEFAULT_STATE_DIR), "TUNEPLANE_STATE_DIR",
-                               "lock file and the process runtime's state file and logs", _path,
-                               flag="--state-dir", metavar="DIR")
-    redis_url: Optional[str] = _setting(None, "TUNEPLANE_REDIS_URL",
-                                        "use a Redis lease as the cross-process lock instead of flock",
-                                        _parse_redis_url, flag="--redis-url", metavar="URL")
-    lock_lease_ms: int = _setting(120_000, "TUNEPLANE_LOCK_LEASE_MS", "Redis lease length; renewed every third of it",
-                                  _whole(100), flag="--lock-lease-ms", metavar="MS")
-    lock_retry_ms: int = _setting(100, "TUNEPLANE_LOCK_RETRY_MS", "how often a waiting allocation retries the lock",
-                                  _whole(1))
-    hold_image: str = _setting("busybox:latest", "TUNEPLANE_HOLD_IMAGE",
-                               "image whose sleep holds a reservation's cards (docker)", _text,
-                               flag="--hold-image", metavar="IMG")
-    allow_unverified: bool = _setting(False, "TUNEPLANE_ALLOW_UNVERIFIED",
-                                      "hand out cards even while use from outside cannot be probed", _parse_bool,
-                                      flag="--allow-unverified")
-    agent: str = _setting("auto", "TUNEPLANE_AGENT",
-                          "auto (the agent if it answers, else in-process where allowed), on or off",
-                          _choice("auto", "on", "off"), flag="--agent", metavar="MODE")
-    agent_socket: Path = _setting(Path(DEFAULT_AGENT_SOCKET), "TUNEPLANE_AGENT_SOCKET", "the node agent's Unix socket",
-                                  _path, flag="--agent-socket", metavar="PATH")
-    operators_group: str = _setting(DEFAULT_OPERATORS_GROUP, "TUNEPLANE_OPERATORS_GROUP",
-                                    "members may stop, extend and reclaim anyone's jobs", _group_name)
-    max_cards_per_user: Optional[int] = _setting(None, "TUNEPLANE_MAX_CARDS_PER_USER",
-                                                 "most cards one account may hold at once; empty: no limit", _limit)
+        "from 0) or none (labels only)",
+        _choice(*DOCKER_GPU_MODES),
+        flag="--docker-gpu-mode",
+        metavar="M",
+    )
+    state_dir: Path = _setting(
+        Path(DEFAULT_STATE_DIR),
+        "TUNEPLANE_STATE_DIR",
+        "lock file and the process runtime's state file and logs",
+        _path,
+        flag="--state-dir",
+        metavar="DIR",
+    )
+    redis_url: Optional[str] = _setting(
+        None,
+        "TUNEPLANE_REDIS_URL",
+        "use a Redis lease as the cross-process lock instead of flock",
+        _parse_redis_url,
+        flag="--redis-url",
+        metavar="URL",
+    )
+    lock_lease_ms: int = _setting(
+        120_000,
+        "TUNEPLANE_LOCK_LEASE_MS",
+        "Redis lease length; renewed every third of it",
+        _whole(100),
+        flag="--lock-lease-ms",
+        metavar="MS",
+    )
+    lock_retry_ms: int = _setting(
+        100, "TUNEPLANE_LOCK_RETRY_MS", "how often a waiting allocation retries the lock", _whole(1)
+    )
+    hold_image: str = _setting(
+        "busybox:latest",
+        "TUNEPLANE_HOLD_IMAGE",
+        "image whose sleep holds a reservation's cards (docker)",
+        _text,
+        flag="--hold-image",
+        metavar="IMG",
+    )
+    allow_unverified: bool = _setting(
+        False,
+        "TUNEPLANE_ALLOW_UNVERIFIED",
+        "hand out cards even while use from outside cannot be probed",
+        _parse_bool,
+        flag="--allow-unverified",
+    )
+    agent: str = _setting(
+        "auto",
+        "TUNEPLANE_AGENT",
+        "auto (the agent if it answers, else in-process where allowed), on or off",
+        _choice("auto", "on", "off"),
+        flag="--agent",
+        metavar="MODE",
+    )
+    agent_socket: Path = _setting(
+        Path(DEFAULT_AGENT_SOCKET),
+        "TUNEPLANE_AGENT_SOCKET",
+        "the node agent's Unix socket",
+        _path,
+        flag="--agent-socket",
+        metavar="PATH",
+    )
+    operators_group: str = _setting(
+        DEFAULT_OPERATORS_GROUP,
+        "TUNEPLANE_OPERATORS_GROUP",
+        "members may stop, extend and reclaim anyone's jobs",
+        _group_name,
+    )
+    max_cards_per_user: Optional[int] = _setting(
+        None, "TUNEPLANE_MAX_CARDS_PER_USER", "most cards one account may hold at once; empty: no limit", _limit
+    )
     #: account name or "@group" -> most cards
     max_cards_for: tuple[tuple[str, int], ...] = _setting(
-        (), "TUNEPLANE_MAX_CARDS_FOR", "per-account or per-group limits, e.g. alice=4,@students=1", _parse_limits)
-    images: tuple[str, ...] = _setting((), "TUNEPLANE_IMAGES",
-                                       "comma-separated glob patterns of images jobs may use; empty: any", _patterns)
-    log_max_mb: float = _setting(10.0, "TUNEPLANE_LOG_MAX_MB",
-                                 "size at which the node's event and audit log is rotated", _decimal(0.01, 100_000))
+        (), "TUNEPLANE_MAX_CARDS_FOR", "per-account or per-group limits, e.g. alice=4,@students=1", _parse_limits
+    )
+    images: tuple[str, ...] = _setting(
+        (), "TUNEPLANE_IMAGES", "comma-separated glob patterns of images jobs may use; empty: any", _patterns
+    )
+    log_max_mb: float = _setting(
+        10.0, "TUNEPLANE_LOG_MAX_MB", "size at which the node's event and audit log is rotated", _decimal(0.01, 100_000)
+    )
     idle_reservation_min: int = _setting(
-        30, "TUNEPLANE_IDLE_RESERVATION_MIN",
-        "minutes a reservation's owner may leave its cards unused before it is marked idle", _whole(1, 366 * 24 * 60))
+        30,
+        "TUNEPLANE_IDLE_RESERVATION_MIN",
+        "minutes a reservation's owner may leave its cards unused before it is marked idle",
+        _whole(1, 366 * 24 * 60),
+    )
     xid_drain: tuple[int, ...] = _setting(
-        DEFAULT_XID_DRAIN, "TUNEPLANE_XID_DRAIN",
-        "XIDs that drain their card until an operator undrains it (none: none do)", _parse_xids)
+        DEFAULT_XID_DRAIN,
+        "TUNEPLANE_XID_DRAIN",
+        "XIDs that drain their card until an operator undrains it (none: none do)",
+        _parse_xids,
+    )
     xid_ignore: tuple[int, ...] = _setting(
-        (), "TUNEPLANE_XID_IGNORE", "XIDs that are only logged: not shown on the card, never drained", _parse_xids)
+        (), "TUNEPLANE_XID_IGNORE", "XIDs that are only logged: not shown on the card, never drained", _parse_xids
+    )
     evict_grace_s: float = _setting(
-        10.0, "TUNEPLANE_EVICT_GRACE_S",
-        "seconds an evicted process has between SIGTERM and being reported (or SIGKILLed)", _decimal(0.1, 3600))
+        10.0,
+        "TUNEPLANE_EVICT_GRACE_S",
+        "seconds an evicted process has between SIGTERM and being reported (or SIGKILLed)",
+        _decimal(0.1, 3600),
+    )
     fleet_url: Optional[str] = _setting(
-        None, "TUNEPLANE_FLEET_URL", "Redis the agent publishes its snapshot to, and tpnode-tui fleet reads",
-        _parse_redis_url)
+        None,
+        "TUNEPLANE_FLEET_URL",
+        "Redis the agent publishes its snapshot to, and tpnode-tui fleet reads",
+        _parse_redis_url,
+    )
     #: empty: the host name (see :attr:`node`)
-    node_name: str = _setting("", "TUNEPLANE_NODE_NAME",
-                              "this node's name in the fleet and in metrics; empty: the host name", _node_name)
+    node_name: str = _setting(
+        "", "TUNEPLANE_NODE_NAME", "this node's name in the fleet and in metrics; empty: the host name", _node_name
+    )
     fleet_publish_s: float = _setting(
-        10.0, "TUNEPLANE_FLEET_PUBLISH_S", "seconds between publications at most; 3 missed: unreachable",
-        _decimal(0.1, 300))
+        10.0,
+        "TUNEPLANE_FLEET_PUBLISH_S",
+        "seconds between publications at most; 3 missed: unreachable",
+        _decimal(0.1, 300),
+    )
     #: (host, port) of the Prometheus endpoint; None: off
     metrics_addr: Optional[tuple[str, int]] = _setting(
-        None, "TUNEPLANE_METRICS_ADDR", "HOST:PORT where the agent serves Prometheus /metrics; empty: off", _parse_addr)
+        None, "TUNEPLANE_METRICS_ADDR", "HOST:PORT where the agent serves Prometheus /metrics; empty: off", _parse_addr
+    )
     #: the node to talk to over SSH; None: this machine's agent (or this process)
     host: Optional[SshTarget] = _setting(
-        None, "TUNEPLANE_HOST", "reach another node's agent over SSH: [ssh://][user@]host[:port]; empty: this machine",
-        _ssh_target, flag="--host", metavar="[USER@]HOST")
+        None,
+        "TUNEPLANE_HOST",
+        "reach another node's agent over SSH: [ssh://][user@]host[:port]; empty: this machine",
+        _ssh_target,
+        flag="--host",
+        metavar="[USER@]HOST",
+    )
     #: how the fleet should reach this node over SSH; None: its node name
     ssh_address: Optional[SshTarget] = _setting(
-        None, "TUNEPLANE_SSH_ADDRESS",
-        "how others reach this node over SSH, as the fleet publishes it; empty: its name", _ssh_target)
+        None,
+        "TUNEPLANE_SSH_ADDRESS",
+        "how others reach this node over SSH, as the fleet publishes it; empty: its name",
+        _ssh_target,
+    )
 
     @property
     def simulated_path(self) -> Optional[Path]:
@@ -429,9 +535,8 @@ class Settings:
 #: setting name -> how it is given, in the order declared
 DECLARED: dict[str, Declared] = {f.name: f.metadata["declared"] for f in fields(Settings)}
 
-def settings_from_flags(
-    flags: Mapping[str, object], environ: Optional[Mapping[str, str]] = None
-) -> Settings:
+
+def settings_from_flags(flags: Mapping[str, object], environ: Optional[Mapping[str, str]] = None) -> Settings:
     """Settings from the environment and the command line's flags.
 
     ``flags`` maps each flag's name as argparse stores it ("gpu_count" for
@@ -441,9 +546,7 @@ def settings_from_flags(
     return load_settings(environ, **overrides)
 
 
-def load_settings(
-    environ: Optional[Mapping[str, str]] = None, **overrides: object
-) -> Settings:
+def load_settings(environ: Optional[Mapping[str, str]] = None, **overrides: object) -> Settings:
     """Settings from the environment, then flags (``overrides``, ``None`` = unset).
 
     Raises ConfigError naming the first bad value.
@@ -466,7 +569,8 @@ def load_settings(
     if both:
         raise ConfigError(
             f"TUNEPLANE_XID_DRAIN and TUNEPLANE_XID_IGNORE both name XID {', '.join(map(str, sorted(both)))}; "
-            "an XID is either drained or ignored")
+            "an XID is either drained or ignored"
+        )
     return settings
 
 
@@ -503,6 +607,8 @@ def state_dir_unusable(state_dir: Path, e: OSError, to: str) -> str:
     if e.errno in (errno.ENOTDIR, errno.EEXIST):
         return f"the state dir {state_dir} is not a directory, so it cannot {to}; {_POINT_IT}"
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return (f"the state dir {state_dir} cannot {to} ({e.strerror}); run as a user who may "
-                "write there (every allocator on this node shares it)")
+        return (
+            f"the state dir {state_dir} cannot {to} ({e.strerror}); run as a user who may "
+            "write there (every allocator on this node shares it)"
+        )
     return f"the state dir {state_dir} cannot {to} ({e.strerror or e})"

@@ -26,6 +26,7 @@ pid *and* start time, so a directory is touched only when that very process
 is gone, never a live demo's (whose pid, start and boot still match) and
 never one without an owner file (one being made right now, or not a demo's).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -69,8 +70,13 @@ CARD_MIB = 143771
 MIG_CARD, DRAINED_CARD, UNSEEN_CARD, UNHEALTHY_CARD, XID_CARD = 1, 4, 5, 6, 7
 #: the MIG card's slices as an H200 is split (tests/captures/h200-mig): (profile,
 #: GPU instance, compute instance, MiB total); the first two share one GPU instance
-MIG_LAYOUT = (("1c.3g.71gb", 2, 0, 71424), ("2c.3g.71gb", 2, 1, 71424), ("2g.35gb", 3, 0, 33280),
-              ("1g.18gb", 9, 0, 16384), ("1g.18gb", 10, 0, 16384))
+MIG_LAYOUT = (
+    ("1c.3g.71gb", 2, 0, 71424),
+    ("2c.3g.71gb", 2, 1, 71424),
+    ("2g.35gb", 3, 0, 33280),
+    ("1g.18gb", 9, 0, 16384),
+    ("1g.18gb", 10, 0, 16384),
+)
 #: what an idle MIG device reads used, and what MIG itself sets aside on its card
 SLICE_IDLE_MIB, MIG_OVERHEAD_MIB = 13, 1024
 #: what the process this machine cannot see holds on the MIG card's first slice
@@ -120,10 +126,18 @@ def _idle_card(i: int) -> dict:
 def _mig_card(i: int, unseen_pid: int) -> dict:
     """Card ``i`` split as an H200 is, with a process this machine cannot see on its first slice."""
     card = _idle_card(i)
-    slices = [{"profile": profile, "uuid": f"MIG-demo{i:04d}-{n:04d}-5e8f-9a0b-{gi:06d}{ci:06d}",
-               "gpu_instance_id": gi, "compute_instance_id": ci, "memory_total_mib": total,
-               "memory_used_mib": SLICE_IDLE_MIB, "processes": []}
-              for n, (profile, gi, ci, total) in enumerate(MIG_LAYOUT)]
+    slices = [
+        {
+            "profile": profile,
+            "uuid": f"MIG-demo{i:04d}-{n:04d}-5e8f-9a0b-{gi:06d}{ci:06d}",
+            "gpu_instance_id": gi,
+            "compute_instance_id": ci,
+            "memory_total_mib": total,
+            "memory_used_mib": SLICE_IDLE_MIB,
+            "processes": [],
+        }
+        for n, (profile, gi, ci, total) in enumerate(MIG_LAYOUT)
+    ]
     # The two compute instances of one GPU instance read its memory alike.
     for shared in slices[:2]:
         shared["memory_used_mib"] = UNSEEN_SLICE_MIB + SLICE_IDLE_MIB
@@ -144,8 +158,13 @@ def scene(unseen_pid: int, unseen_slice_pid: Optional[int] = None) -> dict:
     outside process's cards are filled in once they are placed."""
     cards = [_idle_card(i) for i in range(CARDS)]
     cards[MIG_CARD] = _mig_card(MIG_CARD, unseen_slice_pid if unseen_slice_pid is not None else unseen_pid - 1)
-    cards[UNSEEN_CARD].update(memory_used_mib=30922, utilization_pct=64, temperature_c=55, power_w=388.0,
-                              processes=[{"pid": unseen_pid, "used_memory_mib": 30720}])
+    cards[UNSEEN_CARD].update(
+        memory_used_mib=30922,
+        utilization_pct=64,
+        temperature_c=55,
+        power_w=388.0,
+        processes=[{"pid": unseen_pid, "used_memory_mib": 30720}],
+    )
     cards[UNHEALTHY_CARD]["health"] = {"row_remap_pending": True}
     cards[XID_CARD]["xid_events"] = [{"id": "opening", "xid": OPENING_XID}]
     return {"blind": False, "cards": cards}
@@ -165,8 +184,11 @@ def bursty_load(t: float, card: int) -> float:
 
 def _set_load(card: dict, util: float, index: int) -> None:
     util = max(0.0, min(100.0, util))
-    card.update(utilization_pct=int(util), temperature_c=int(31 + index % 3 + util * 0.36),
-                power_w=round(74.5 + index + util * 5.6, 1))
+    card.update(
+        utilization_pct=int(util),
+        temperature_c=int(31 + index % 3 + util * 0.36),
+        power_w=round(74.5 + index + util * 5.6, 1),
+    )
 
 
 def _own_group() -> str:
@@ -179,8 +201,11 @@ def _own_group() -> str:
 
 def _start_squatter() -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        ["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+        ["sleep", "86400"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
     )
 
 
@@ -201,10 +226,15 @@ class Demo:
 
     @property
     def settings_overrides(self) -> dict:
-        return {"probe": f"simulated:{self.scene_path}", "runtime": "process",
-                "state_dir": str(self.state_dir), "local_gpu_count": 0,
-                # idle after a minute, so that the demo shows it soon
-                "idle_reservation_min": 1, "operators_group": _own_group()}
+        return {
+            "probe": f"simulated:{self.scene_path}",
+            "runtime": "process",
+            "state_dir": str(self.state_dir),
+            "local_gpu_count": 0,
+            # idle after a minute, so that the demo shows it soon
+            "idle_reservation_min": 1,
+            "operators_group": _own_group(),
+        }
 
     def settings(self) -> Settings:
         """Demo settings. Everything that decides where the truth lives is the
@@ -260,11 +290,9 @@ class Demo:
 
     def opening_drain(self, now: float) -> Drain:
         """A card an operator took out of service two hours before the demo began."""
-        return Drain(card=DRAINED_CARD, reason="fan failing (RMA 4411)", by="ops",
-                     at=now - 2 * 3600, source="operator")
+        return Drain(card=DRAINED_CARD, reason="fan failing (RMA 4411)", by="ops", at=now - 2 * 3600, source="operator")
 
-    def move(self, now: float, working: Mapping[int, int],
-             on_slices: Mapping[tuple[int, str], int] = {}) -> None:
+    def move(self, now: float, working: Mapping[int, int], on_slices: Mapping[tuple[int, str], int] = {}) -> None:
         """The node at ``now``: each card a live job holds shows its process
         (``working``: card -> pid) and a training load; cards with other
         processes a bursty one; a card the job left is idle again. Each MIG
@@ -280,8 +308,9 @@ class Demo:
                     self._move_slices(now, index, card, on_slices)
                     continue
                 old = self.working.get(index)
-                processes = [p for p in card.get("processes") or []
-                             if p.get("pid") != old and p.get("pid") not in self.ended]
+                processes = [
+                    p for p in card.get("processes") or [] if p.get("pid") != old and p.get("pid") not in self.ended
+                ]
                 pid = working.get(index)
                 if pid is not None:
                     memory = int(62000 + 1500 * math.sin(now / 40 + index))
@@ -322,8 +351,7 @@ class Demo:
         return [
             JobSpec(run_id="demo-train-llama", cards=1, command=DEMO_COMMAND, owner="demo"),
             JobSpec(run_id="demo-notebook", cards=1, command=DEMO_COMMAND, owner="bob", slice="1g.18gb"),
-            JobSpec(run_id="rsv-alice", cards=1, kind="reservation", owner="alice",
-                    expires_at=time.time() + 2 * 3600),
+            JobSpec(run_id="rsv-alice", cards=1, kind="reservation", owner="alice", expires_at=time.time() + 2 * 3600),
         ]
 
     def close(self) -> None:
@@ -363,8 +391,12 @@ def _still_running(recorded: Any, boot: str) -> bool:
 
 
 def _owner_file(root: Path, squatter: subprocess.Popen[bytes]) -> None:
-    data = {"boot_id": boot_id(), "pid_ns": pid_namespace(), "demo": _process(os.getpid()),
-            "squatter": _process(squatter.pid)}
+    data = {
+        "boot_id": boot_id(),
+        "pid_ns": pid_namespace(),
+        "demo": _process(os.getpid()),
+        "squatter": _process(squatter.pid),
+    }
     tmp = root / f".{OWNER_FILE}.tmp"
     tmp.write_text(json.dumps(data))
     tmp.replace(root / OWNER_FILE)

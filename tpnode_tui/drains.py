@@ -16,6 +16,7 @@ understood is never taken for "nothing drained", since that would hand
 out cards someone took out of service; no card can be handed out until it
 is repaired.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,8 +51,7 @@ def _parse(key: str, data: Any) -> Drain:
 
 
 def _dump(drain: Drain) -> dict[str, Any]:
-    return {"reason": drain.reason, "by": drain.by, "at": drain.at, "source": drain.source,
-            "xid": drain.xid}
+    return {"reason": drain.reason, "by": drain.by, "at": drain.at, "source": drain.source, "xid": drain.xid}
 
 
 class DrainStore:
@@ -59,8 +59,13 @@ class DrainStore:
 
     def __init__(self, directory: Path) -> None:
         self.store: JsonStore[Drain] = JsonStore(
-            Path(directory), DRAIN_FILE, section="cards", version=DRAIN_VERSION,
-            parse=_parse, dump=_dump, what="drain file",
+            Path(directory),
+            DRAIN_FILE,
+            section="cards",
+            version=DRAIN_VERSION,
+            parse=_parse,
+            dump=_dump,
+            what="drain file",
             losing="every card taken out of service would be handed out again",
         )
 

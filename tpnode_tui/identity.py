@@ -12,6 +12,7 @@ Operators are root and the members of one group (``tpnode-operators`` by
 default). A group that does not exist makes only root an operator: a missing
 group must never read as "everyone".
 """
+
 from __future__ import annotations
 
 import grp
@@ -96,8 +97,14 @@ def this_process(operators: Operators) -> Caller:
     """The account this process runs as: the caller of an in-process allocator."""
     uid, gid = os.getuid(), os.getgid()
     groups = tuple(sorted(set(os.getgroups())))
-    return Caller(uid=uid, gid=gid, user=user_name(uid), groups=groups, pid=os.getpid(),
-                  operator=operators.includes(uid, gid, groups))
+    return Caller(
+        uid=uid,
+        gid=gid,
+        user=user_name(uid),
+        groups=groups,
+        pid=os.getpid(),
+        operator=operators.includes(uid, gid, groups),
+    )
 
 
 def peer_of(sock: socket.socket, operators: Operators) -> Caller:
@@ -106,8 +113,7 @@ def peer_of(sock: socket.socket, operators: Operators) -> Caller:
     Raises OSError when the socket is not a connected Unix socket: without an
     identity there is no caller, and nothing may be done on its behalf.
     """
-    pid, uid, gid = _PEERCRED.unpack(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 4 * _MAX_GROUPS)
         groups = tuple(sorted(set(struct.unpack(f"{len(raw) // 4}I", raw))))
@@ -115,5 +121,6 @@ def peer_of(sock: socket.socket, operators: Operators) -> Caller:
         # A kernel before 4.13: the account database's groups stand in for the
         # kernel's record (they differ only for a login older than a change).
         groups = account_groups(uid, gid)
-    return Caller(uid=uid, gid=gid, user=user_name(uid), groups=groups, pid=pid,
-                  operator=operators.includes(uid, gid, groups))
+    return Caller(
+        uid=uid, gid=gid, user=user_name(uid), groups=groups, pid=pid, operator=operators.includes(uid, gid, groups)
+    )

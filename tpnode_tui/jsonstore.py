@@ -15,6 +15,7 @@ the same accidents, so the way they are kept is written once, here:
   read as empty, a queue would drop people's launches and a drain list would
   hand out cards an operator took out of service.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -46,9 +47,19 @@ class JsonStore(Generic[R]):
     as empty would lose.
     """
 
-    def __init__(self, directory: Path, name: str, *, section: str, version: int,
-                 parse: Callable[[str, Any], R], dump: Callable[[R], dict[str, Any]],
-                 what: str, losing: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        *,
+        section: str,
+        version: int,
+        parse: Callable[[str, Any], R],
+        dump: Callable[[R], dict[str, Any]],
+        what: str,
+        losing: str,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> None:
         self.dir = Path(directory)
         self.path = self.dir / name
         self.lock_path = self.dir / f"{name}.lock"
@@ -145,9 +156,13 @@ class JsonStore(Generic[R]):
         except UnicodeDecodeError:
             raise self.unreadable("is not UTF-8 text") from None
         except json.JSONDecodeError as e:
-            where = "is empty" if not raw.strip() else (
-                f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
-                "it may have been cut short or edited by hand"
+            where = (
+                "is empty"
+                if not raw.strip()
+                else (
+                    f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                    "it may have been cut short or edited by hand"
+                )
             )
             raise self.unreadable(where) from None
         if not isinstance(doc, dict) or "version" not in doc:

@@ -15,6 +15,7 @@ the launch needs to run as its owner later (environment included), which is
 why only the agent reads it; what everyone sees of it is :class:`QueuedLaunch`.
 An in-process dashboard keeps its queue in memory, and asks before quitting.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -37,9 +38,20 @@ class QueueEntry:
 
     def public(self, state: str = "queued", waiting_for: Optional[str] = None) -> QueuedLaunch:
         s = self.spec
-        return QueuedLaunch(run_id=s.run_id, cards=s.cards, owner=s.owner, queued_at=self.queued_at,
-                            kind=s.kind, command=s.command, image=s.image, uid=s.uid, state=state,
-                            waiting_for=waiting_for, slice=s.slice, placement=s.placement)
+        return QueuedLaunch(
+            run_id=s.run_id,
+            cards=s.cards,
+            owner=s.owner,
+            queued_at=self.queued_at,
+            kind=s.kind,
+            command=s.command,
+            image=s.image,
+            uid=s.uid,
+            state=state,
+            waiting_for=waiting_for,
+            slice=s.slice,
+            placement=s.placement,
+        )
 
 
 class LaunchQueue(Protocol):
@@ -84,9 +96,15 @@ class FileQueue:
 
     def __init__(self, state_dir: Path) -> None:
         self.store: JsonStore[QueueEntry] = JsonStore(
-            state_dir, QUEUE_FILE, section="launches", version=QUEUE_VERSION,
-            parse=entry_from_json, dump=entry_to_json, what="launch queue",
-            losing="people's queued launches would be dropped without a word")
+            state_dir,
+            QUEUE_FILE,
+            section="launches",
+            version=QUEUE_VERSION,
+            parse=entry_from_json,
+            dump=entry_to_json,
+            what="launch queue",
+            losing="people's queued launches would be dropped without a word",
+        )
 
     def entries(self) -> list[QueueEntry]:
         return list(self.store.read().values())
@@ -131,8 +149,11 @@ def _ints(value: Any) -> bool:
 
 def entry_from_json(key: str, data: Any) -> QueueEntry:
     """A queued launch from its record; ValueError saying what is wrong with it."""
-    _check(isinstance(data, dict) and set(data) == {"spec", "caller", "queued_at"}, key,
-           "is not an object of spec, caller and queued_at")
+    _check(
+        isinstance(data, dict) and set(data) == {"spec", "caller", "queued_at"},
+        key,
+        "is not an object of spec, caller and queued_at",
+    )
     spec, caller = data["spec"], data["caller"]
     _check(isinstance(spec, dict) and isinstance(caller, dict), key, "spec and caller must be objects")
     _check(isinstance(data["queued_at"], (int, float)), key, "queued_at must be a number")
@@ -143,8 +164,11 @@ def entry_from_json(key: str, data: Any) -> QueueEntry:
             run_as = RunAs(**dict(run_as, groups=tuple(run_as["groups"])))
         env = spec.get("env")
         if env is not None:
-            _check(isinstance(env, list) and all(_strs(p) and len(p) == 2 for p in env), key,
-                   "env must be a list of [name, value] pairs")
+            _check(
+                isinstance(env, list) and all(_strs(p) and len(p) == 2 for p in env),
+                key,
+                "env must be a list of [name, value] pairs",
+            )
             env = tuple((k, v) for k, v in env)
         _check(_strs(spec.get("command", [])), key, "command must be a list of strings")
         _check(spec.get("slice") is None or isinstance(spec["slice"], str), key, "slice must be a MIG profile")
@@ -154,17 +178,25 @@ def entry_from_json(key: str, data: Any) -> QueueEntry:
             except BadRequest as e:
                 raise ValueError(f"launch {key!r}: {e}") from None
         _check(not spec.get("slices"), key, "slices are chosen when it is placed, never queued")
-        parsed = JobSpec(**dict(spec, command=tuple(spec.get("command", [])), env=env, run_as=run_as,
-                                slices=()))
+        parsed = JobSpec(**dict(spec, command=tuple(spec.get("command", [])), env=env, run_as=run_as, slices=()))
         _check(_ints(caller.get("groups", [])), key, "caller.groups must be whole numbers")
         who = Caller(**dict(caller, groups=tuple(caller.get("groups", []))))
     except TypeError as e:
         raise ValueError(f"launch {key!r}: {e}") from None
     _check(parsed.run_id == key, key, f"is recorded under the run id {parsed.run_id!r}")
-    _check(isinstance(parsed.cards, int) and not isinstance(parsed.cards, bool) and parsed.cards > 0,
-           key, "cards must be a positive whole number")
-    _check(all(isinstance(v, str) for v in (parsed.owner, parsed.kind, who.user)), key,
-           "owner, kind and caller.user must be strings")
-    _check(all(isinstance(v, int) and not isinstance(v, bool) for v in (who.uid, who.gid)), key,
-           "caller.uid and caller.gid must be whole numbers")
+    _check(
+        isinstance(parsed.cards, int) and not isinstance(parsed.cards, bool) and parsed.cards > 0,
+        key,
+        "cards must be a positive whole number",
+    )
+    _check(
+        all(isinstance(v, str) for v in (parsed.owner, parsed.kind, who.user)),
+        key,
+        "owner, kind and caller.user must be strings",
+    )
+    _check(
+        all(isinstance(v, int) and not isinstance(v, bool) for v in (who.uid, who.gid)),
+        key,
+        "caller.uid and caller.gid must be whole numbers",
+    )
     return QueueEntry(spec=parsed, caller=who, queued_at=float(data["queued_at"]))

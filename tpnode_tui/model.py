@@ -7,6 +7,7 @@ of the truth that slowly drifts from the driver and the runtime.
 A field a driver or probe cannot supply is ``None`` (shown as "N/A"), never an
 exception and never a made-up zero: zero MiB used would read as "idle".
 """
+
 from __future__ import annotations
 
 import re
@@ -32,7 +33,7 @@ def card_ranges(cards: Iterable[int]) -> str:
         if end - start >= 2:
             parts.append(f"{ordered[start]}-{ordered[end]}")
         else:
-            parts.extend(map(str, ordered[start:end + 1]))
+            parts.extend(map(str, ordered[start : end + 1]))
         start = end + 1
     return ",".join(parts)
 
@@ -196,7 +197,7 @@ class SliceRef:
     profile: str = ""
 
     def words(self) -> str:
-        """"slice 1g.18gb of card 1"."""
+        """ "slice 1g.18gb of card 1"."""
         return f"slice {self.profile or self.uuid} of card {self.card}"
 
 
@@ -240,7 +241,7 @@ class SliceState:
     reason: Optional[str] = None
 
     def words(self) -> str:
-        """"slice 3 (1g.18gb) of card 1"."""
+        """ "slice 3 (1g.18gb) of card 1"."""
         return f"slice {self.index} ({self.profile or 'profile unknown'}) of card {self.card}"
 
 
@@ -274,8 +275,13 @@ class GpuOccupancy:
 
     @property
     def busy(self) -> frozenset[int]:
-        return (frozenset(self.by_job) | self.external | frozenset(self.unhealthy)
-                | frozenset(self.drained) | frozenset(self.mig))
+        return (
+            frozenset(self.by_job)
+            | self.external
+            | frozenset(self.unhealthy)
+            | frozenset(self.drained)
+            | frozenset(self.mig)
+        )
 
     @property
     def free_slices(self) -> list[SliceState]:
@@ -293,8 +299,7 @@ class GpuOccupancy:
             parts.append(f"{len(self.by_job)} held by platform jobs")
         if self.external:
             parts.append(
-                f"{len(self.external)} held by processes outside the platform "
-                f"(cards {card_ranges(self.external)})"
+                f"{len(self.external)} held by processes outside the platform (cards {card_ranges(self.external)})"
             )
         if self.unhealthy:
             # One entry per reason, not per card: a node whose driver lost every
@@ -322,13 +327,11 @@ class GpuOccupancy:
         elif self.slices:
             parts.append(self._explain_slices([]))
         if not self.external_probe_ok:
-            parts.append(
-                "cannot probe use from outside the platform, so the free count may be too high"
-            )
+            parts.append("cannot probe use from outside the platform, so the free count may be too high")
         return "; ".join(parts)
 
     def _explain_slices(self, split: list[int]) -> str:
-        """"card 1 in MIG mode: 5 slices, 2 free (2g.35gb, 1g.18gb)": what the
+        """ "card 1 in MIG mode: 5 slices, 2 free (2g.35gb, 1g.18gb)": what the
         slices' own states are, each slice shows; the summary says what is free."""
         free = self.free_slices
         where = f"{cards_words(split)} in MIG mode" if split else "MIG"
@@ -339,9 +342,15 @@ class GpuOccupancy:
                 profiles = by_card.setdefault(s.card, {})
                 profiles[s.profile or "profile unknown"] = profiles.get(s.profile or "profile unknown", 0) + 1
             many = len(by_card) > 1
-            said += " (" + "; ".join(
-                ", ".join(f"{p} x{n}" if n > 1 else p for p, n in profiles.items()) + (f" on card {c}" if many else "")
-                for c, profiles in sorted(by_card.items())) + ")"
+            said += (
+                " ("
+                + "; ".join(
+                    ", ".join(f"{p} x{n}" if n > 1 else p for p, n in profiles.items())
+                    + (f" on card {c}" if many else "")
+                    for c, profiles in sorted(by_card.items())
+                )
+                + ")"
+            )
         return said
 
 
@@ -551,16 +560,22 @@ class Topology:
     numa: tuple[Optional[int], ...]
 
     def __post_init__(self) -> None:
-        if (self.count < 0 or len(self.matrix) != self.count * self.count or len(self.numa) != self.count
-                or len(self.kinds) > 250 or (self.matrix and max(self.matrix) > len(self.kinds))):
+        if (
+            self.count < 0
+            or len(self.matrix) != self.count * self.count
+            or len(self.numa) != self.count
+            or len(self.kinds) > 250
+            or (self.matrix and max(self.matrix) > len(self.kinds))
+        ):
             raise ValueError(
                 f"not a topology of {self.count} cards: {len(self.matrix)} matrix bytes, "
                 f"{len(self.numa)} NUMA nodes, {len(self.kinds)} kinds of link"
             )
 
     @classmethod
-    def build(cls, count: int, links: Mapping[tuple[int, int], Link],
-              numa: Optional[Mapping[int, int]] = None) -> Topology:
+    def build(
+        cls, count: int, links: Mapping[tuple[int, int], Link], numa: Optional[Mapping[int, int]] = None
+    ) -> Topology:
         """A topology from its pairs' links (either order; where both orders are
         given and differ, the slower counts, so a pair is never promised faster
         than both of its ends said) and the cards' NUMA nodes."""

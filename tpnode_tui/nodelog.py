@@ -12,6 +12,7 @@ spans the rotated files too, oldest first.
 
 The log is evidence, not truth: nothing decides who holds a card from it.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,7 @@ DEFAULT_KEEP = 3
 class NodeLog:
     """``state_dir/events.jsonl`` and its rotated predecessors."""
 
-    def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP) -> None:
         self.dir = Path(directory)
         self.path = self.dir / LOG_FILE
         self.max_bytes = max_bytes

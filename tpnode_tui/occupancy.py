@@ -4,6 +4,7 @@ Pure functions, so every rule about which card counts as held can be tested
 without a driver, an engine or a clock, and so the allocator and the
 dashboard can never disagree about a card: both are built from these.
 """
+
 from __future__ import annotations
 
 import re
@@ -96,8 +97,7 @@ def compute_occupancy(
         external = {
             c.index
             for c in reading.cards
-            if 0 <= c.index < total and c.index not in by_job and c.mig_mode is not True
-            and c.in_use(mem_busy_mib)
+            if 0 <= c.index < total and c.index not in by_job and c.mig_mode is not True and c.in_use(mem_busy_mib)
         }
 
     unhealthy: dict[int, str] = {}
@@ -117,8 +117,12 @@ def compute_occupancy(
         facts = reading.card(idx)
         if facts is None and (reading.cards or reading.external_probe_ok):
             unhealthy[idx] = f"not reported by the driver ({reading.source})"
-        elif (facts is not None and reading.external_probe_ok
-              and facts.memory_used_mib is None and facts.processes is None):
+        elif (
+            facts is not None
+            and reading.external_probe_ok
+            and facts.memory_used_mib is None
+            and facts.processes is None
+        ):
             unhealthy[idx] = "; ".join(facts.health) or "nothing about this card could be read"
 
     drained = {idx: d.reason for idx, d in drains.items() if 0 <= idx < total and idx not in by_job}
@@ -141,26 +145,32 @@ def compute_occupancy(
         drained=drained,
         mig=mig,
     )
-    return replace(occ, slices=slice_states(occ, live, reading, mem_busy_mib=mem_busy_mib,
-                                            check_external=check_external))
+    return replace(
+        occ, slices=slice_states(occ, live, reading, mem_busy_mib=mem_busy_mib, check_external=check_external)
+    )
 
 
 def mig_words(card: CardFacts) -> Optional[str]:
     """Why ``card`` is not handed out whole because of MIG, in plain words; None when it may be."""
     if card.mig_mode is None:
-        return ("its MIG mode cannot be read, so whether it is whole or split into MIG slices is "
-                "unknown: neither it nor a slice of it is handed out")
+        return (
+            "its MIG mode cannot be read, so whether it is whole or split into MIG slices is "
+            "unknown: neither it nor a slice of it is handed out"
+        )
     if card.mig_mode is False:
         if card.mig_pending:
-            return ("MIG mode is pending: it is split into MIG slices at its next reset, and not handed out "
-                    "whole meanwhile")
+            return (
+                "MIG mode is pending: it is split into MIG slices at its next reset, and not handed out whole meanwhile"
+            )
         return None
     then = "; whole again at its next reset" if card.mig_pending is False else ""
     if card.slices is None:
         return f"in MIG mode, and its MIG devices cannot be listed: none is handed out{then}"
     if not card.slices:
-        return ("in MIG mode with no MIG devices made: nothing to hand out until an operator makes some "
-                f"(nvidia-smi mig -cgi PROFILES -C) or turns MIG off{then}")
+        return (
+            "in MIG mode with no MIG devices made: nothing to hand out until an operator makes some "
+            f"(nvidia-smi mig -cgi PROFILES -C) or turns MIG off{then}"
+        )
     n = len(card.slices)
     return f"{MIG_SPLIT} {n} MIG slice{'s' if n != 1 else ''}: see them{then}"
 
@@ -181,8 +191,14 @@ def _claims(live: Iterable[JobState]) -> dict[tuple[int, str], list[str]]:
     return claims
 
 
-def slice_states(occ: GpuOccupancy, live: Sequence[JobState], reading: ProbeReading, *,
-                 mem_busy_mib: int, check_external: bool = True) -> tuple[SliceState, ...]:
+def slice_states(
+    occ: GpuOccupancy,
+    live: Sequence[JobState],
+    reading: ProbeReading,
+    *,
+    mem_busy_mib: int,
+    check_external: bool = True,
+) -> tuple[SliceState, ...]:
     """Each MIG slice the driver reports, in exactly one state.
 
     A slice on a card held whole, drained or unhealthy shares its card's state.
@@ -214,8 +230,9 @@ def slice_states(occ: GpuOccupancy, live: Sequence[JobState], reading: ProbeRead
     return tuple(out)
 
 
-def _held(card: int, s: SliceFacts, kinds: Mapping[str, str],
-          claims: Mapping[tuple[int, str], list[str]]) -> Optional[SliceState]:
+def _held(
+    card: int, s: SliceFacts, kinds: Mapping[str, str], claims: Mapping[tuple[int, str], list[str]]
+) -> Optional[SliceState]:
     runs = claims.get((card, s.uuid)) if s.uuid else None
     if not runs:
         return None
@@ -223,8 +240,9 @@ def _held(card: int, s: SliceFacts, kinds: Mapping[str, str],
     return SliceState(card, s.index, kind, s.uuid, s.profile, s.gpu_instance_id, run_id=runs[0])
 
 
-def _card_wide(card: CardFacts, occ: GpuOccupancy, kinds: Mapping[str, str],
-               claims: Mapping[tuple[int, str], list[str]]) -> list[SliceState]:
+def _card_wide(
+    card: CardFacts, occ: GpuOccupancy, kinds: Mapping[str, str], claims: Mapping[tuple[int, str], list[str]]
+) -> list[SliceState]:
     """The slices of a card held whole, drained or unhealthy: each shares its card's state
     (a slice a job lists stays that job's)."""
     idx = card.index
@@ -236,14 +254,26 @@ def _card_wide(card: CardFacts, occ: GpuOccupancy, kinds: Mapping[str, str],
         elif idx in occ.by_job:
             run_id = occ.by_job[idx]
             kind = "reservation" if kinds.get(run_id) == "reservation" else "job"
-            out.append(SliceState(idx, s.index, kind, s.uuid, s.profile, s.gpu_instance_id, run_id=run_id,
-                                  reason=f"held with the whole card by {run_id}"))
+            out.append(
+                SliceState(
+                    idx,
+                    s.index,
+                    kind,
+                    s.uuid,
+                    s.profile,
+                    s.gpu_instance_id,
+                    run_id=run_id,
+                    reason=f"held with the whole card by {run_id}",
+                )
+            )
         elif idx in occ.drained:
-            out.append(SliceState(idx, s.index, "drained", s.uuid, s.profile, s.gpu_instance_id,
-                                  reason=occ.drained[idx]))
+            out.append(
+                SliceState(idx, s.index, "drained", s.uuid, s.profile, s.gpu_instance_id, reason=occ.drained[idx])
+            )
         else:
-            out.append(SliceState(idx, s.index, "unhealthy", s.uuid, s.profile, s.gpu_instance_id,
-                                  reason=occ.unhealthy[idx]))
+            out.append(
+                SliceState(idx, s.index, "unhealthy", s.uuid, s.profile, s.gpu_instance_id, reason=occ.unhealthy[idx])
+            )
     return out
 
 
@@ -255,9 +285,16 @@ def _use_words(s: SliceFacts) -> str:
     return f"{format_mib(s.memory_used_mib)} in use, no process seen"
 
 
-def _on_mig_card(card: CardFacts, occ: GpuOccupancy, reading: ProbeReading, kinds: Mapping[str, str],
-                 claims: Mapping[tuple[int, str], list[str]], live: Sequence[JobState],
-                 mem_busy_mib: int, check_external: bool) -> list[SliceState]:
+def _on_mig_card(
+    card: CardFacts,
+    occ: GpuOccupancy,
+    reading: ProbeReading,
+    kinds: Mapping[str, str],
+    claims: Mapping[tuple[int, str], list[str]],
+    live: Sequence[JobState],
+    mem_busy_mib: int,
+    check_external: bool,
+) -> list[SliceState]:
     idx = card.index
     slices = card.slices or ()
     states: dict[int, SliceState] = {}
@@ -277,21 +314,36 @@ def _on_mig_card(card: CardFacts, occ: GpuOccupancy, reading: ProbeReading, kind
             states[s.index] = held
         elif s.uuid is None:
             states[s.index] = SliceState(
-                idx, s.index, "unhealthy", None, s.profile, s.gpu_instance_id,
-                reason=f"the driver gave no uuid for MIG device {s.index}, so no job can be pointed at it")
+                idx,
+                s.index,
+                "unhealthy",
+                None,
+                s.profile,
+                s.gpu_instance_id,
+                reason=f"the driver gave no uuid for MIG device {s.index}, so no job can be pointed at it",
+            )
         elif reading.external_probe_ok and s.memory_used_mib is None and s.processes is None:
-            states[s.index] = SliceState(idx, s.index, "unhealthy", s.uuid, s.profile, s.gpu_instance_id,
-                                         reason=f"nothing about MIG device {s.index} could be read")
+            states[s.index] = SliceState(
+                idx,
+                s.index,
+                "unhealthy",
+                s.uuid,
+                s.profile,
+                s.gpu_instance_id,
+                reason=f"nothing about MIG device {s.index} could be read",
+            )
         elif check_external and s.processes:
-            states[s.index] = SliceState(idx, s.index, "external", s.uuid, s.profile, s.gpu_instance_id,
-                                         reason=_use_words(s))
+            states[s.index] = SliceState(
+                idx, s.index, "external", s.uuid, s.profile, s.gpu_instance_id, reason=_use_words(s)
+            )
         elif check_external and s.in_use(mem_busy_mib):
             # Compute instances of one GPU instance read its memory alike: memory
             # used by a sibling's process, or by a sibling's job, is not this one's.
             explained = any(o.processes or _held(idx, o, kinds, claims) is not None for o in siblings(s))
             if not explained:
-                states[s.index] = SliceState(idx, s.index, "external", s.uuid, s.profile, s.gpu_instance_id,
-                                             reason=_use_words(s))
+                states[s.index] = SliceState(
+                    idx, s.index, "external", s.uuid, s.profile, s.gpu_instance_id, reason=_use_words(s)
+                )
 
     placed = {p.pid for s in slices for p in s.processes or ()}
     unplaced = [p.pid for p in card.processes or () if p.pid not in placed] if check_external else []
@@ -300,28 +352,45 @@ def _on_mig_card(card: CardFacts, occ: GpuOccupancy, reading: ProbeReading, kind
     for s in slices:
         if s.index in states:
             continue
-        busy = [o for o in siblings(s) if o.index in states and states[o.index].state in
-                ("job", "reservation", "external")]
+        busy = [
+            o for o in siblings(s) if o.index in states and states[o.index].state in ("job", "reservation", "external")
+        ]
         reason: Optional[str] = None
         state = "free"
         if busy:
             o = states[busy[0].index]
             by = f"held by {o.run_id}" if o.run_id else f"in use ({o.reason})"
-            state, reason = "shared", (f"shares GPU instance {s.gpu_instance_id}'s memory with {o.words()}, "
-                                       f"{by}: not handed out while it is")
+            state, reason = (
+                "shared",
+                (
+                    f"shares GPU instance {s.gpu_instance_id}'s memory with {o.words()}, "
+                    f"{by}: not handed out while it is"
+                ),
+            )
         elif s.gpu_instance_id is None and shares_gpu_instance(s.profile):
-            state, reason = "unverified", (f"a compute instance ({s.profile}) whose GPU instance cannot be told, "
-                                           "so whether the slices it shares memory with are in use is unknown")
+            state, reason = (
+                "unverified",
+                (
+                    f"a compute instance ({s.profile}) whose GPU instance cannot be told, "
+                    "so whether the slices it shares memory with are in use is unknown"
+                ),
+            )
         elif vanished:
             run, ref = vanished[0]
-            state, reason = "unverified", (
-                f"{run} holds MIG device {ref.uuid}{f' ({ref.profile})' if ref.profile else ''} of card {idx}, "
-                f"which the driver no longer reports: no slice of card {idx} is handed out until it is found "
-                f"again or {run} ends (tpnode-tui stop {run})")
+            state, reason = (
+                "unverified",
+                (
+                    f"{run} holds MIG device {ref.uuid}{f' ({ref.profile})' if ref.profile else ''} of card {idx}, "
+                    f"which the driver no longer reports: no slice of card {idx} is handed out until it is found "
+                    f"again or {run} ends (tpnode-tui stop {run})"
+                ),
+            )
         elif unplaced:
             pids = ", ".join(map(str, unplaced[:4]))
-            state, reason = "unverified", (f"pid {pids} on card {idx} is on no MIG device the driver could tell, "
-                                           "so it may be on this one")
+            state, reason = (
+                "unverified",
+                (f"pid {pids} on card {idx} is on no MIG device the driver could tell, so it may be on this one"),
+            )
         elif not occ.external_probe_ok:
             state, reason = "unverified", blind_reason(reading)
         states[s.index] = SliceState(idx, s.index, state, s.uuid, s.profile, s.gpu_instance_id, reason=reason)
@@ -356,12 +425,16 @@ def card_views(
     for job in live_by_run.values():
         for ref in job.slices:
             facts = reading.card(ref.card)
-            if facts is not None and facts.slices is not None and ref.uuid not in {
-                    x.uuid for x in facts.slices if x.uuid}:
+            if (
+                facts is not None
+                and facts.slices is not None
+                and ref.uuid not in {x.uuid for x in facts.slices if x.uuid}
+            ):
                 where = "" if facts.mig_mode else f" (card {ref.card} is not in MIG mode)"
                 vanished.setdefault(ref.card, []).append(
                     f"{job.key} holds MIG device {ref.uuid}{f' ({ref.profile})' if ref.profile else ''}, "
-                    f"which the driver no longer reports{where}")
+                    f"which the driver no longer reports{where}"
+                )
     states = {(st.card, st.index): st for st in occ.slices}
 
     def slice_views(idx: int, facts: Optional[CardFacts]) -> tuple[SliceView, ...]:
@@ -378,6 +451,7 @@ def card_views(
                 notes.append(f"{st.words()} is claimed by {len(runs)} jobs at once: {', '.join(runs)}")
             out.append(SliceView(idx, sf, st.state, st.run_id, job, hs, st.reason, "; ".join(notes) or None))
         return tuple(out)
+
     claimants: dict[int, list[str]] = {}
     for job in jobs:
         if job.live:
@@ -412,36 +486,67 @@ def card_views(
                 notes.append(f"drained: {drain.reason} (it is not handed out again when {run_id} ends)")
             if health:
                 notes.append(health)
-            views.append(CardView(idx, state, facts, run_id, holder, who,
-                                  warning="; ".join(notes) or None, drain=drain, slices=parts))
+            views.append(
+                CardView(
+                    idx, state, facts, run_id, holder, who, warning="; ".join(notes) or None, drain=drain, slices=parts
+                )
+            )
         elif idx in occ.drained:
-            views.append(CardView(idx, "drained", facts, holders=who, reason=occ.drained[idx],
-                                  warning="; ".join(gone + ([health] if health else [])) or None, drain=drain,
-                                  slices=parts))
+            views.append(
+                CardView(
+                    idx,
+                    "drained",
+                    facts,
+                    holders=who,
+                    reason=occ.drained[idx],
+                    warning="; ".join(gone + ([health] if health else [])) or None,
+                    drain=drain,
+                    slices=parts,
+                )
+            )
         elif idx in occ.unhealthy:
-            views.append(CardView(idx, "unhealthy", facts, holders=who, reason=occ.unhealthy[idx],
-                                  warning="; ".join(gone) or None, slices=parts))
+            views.append(
+                CardView(
+                    idx,
+                    "unhealthy",
+                    facts,
+                    holders=who,
+                    reason=occ.unhealthy[idx],
+                    warning="; ".join(gone) or None,
+                    slices=parts,
+                )
+            )
         elif idx in occ.mig:
             notes = [v.warning for v in parts if v.warning] + gone
             if health:
                 notes.append(health)
-            views.append(CardView(idx, "mig", facts, holders=who, reason=occ.mig[idx],
-                                  warning="; ".join(notes) or None, slices=parts))
+            views.append(
+                CardView(
+                    idx, "mig", facts, holders=who, reason=occ.mig[idx], warning="; ".join(notes) or None, slices=parts
+                )
+            )
         elif idx in occ.external:
             views.append(CardView(idx, "external", facts, holders=who, warning=health, slices=parts))
         elif not occ.external_probe_ok:
             views.append(
-                CardView(idx, "unverified", facts, holders=who, reason=blind_reason(reading), warning=health,
-                         slices=parts)
+                CardView(
+                    idx, "unverified", facts, holders=who, reason=blind_reason(reading), warning=health, slices=parts
+                )
             )
         else:
             views.append(CardView(idx, "free", facts, holders=who, warning=health, slices=parts))
     return tuple(views)
 
 
-def intruder_words(holder: HolderInfo, card: int, job: Optional[JobState], run_id: str,
-                   now: Optional[float] = None, on: Optional[SliceFacts] = None) -> str:
-    """"bob (pid 4242, python train.py, 30.0 GiB) is using card 1, reserved by alice until 14:00";
+def intruder_words(
+    holder: HolderInfo,
+    card: int,
+    job: Optional[JobState],
+    run_id: str,
+    now: Optional[float] = None,
+    on: Optional[SliceFacts] = None,
+) -> str:
+    """ "bob (pid 4242, python train.py, 30.0 GiB) is using card 1, reserved by alice until 14:00";
     on a slice (``on``): "... is using slice 3 (1g.18gb) of card 1, held by ..."."""
     who = holder.user or (f"uid {holder.uid}" if holder.uid is not None else "someone")
     what = [f"pid {holder.pid}"]

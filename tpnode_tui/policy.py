@@ -17,6 +17,7 @@ shared node's users think of "what I hold"; a MIG slice counts as one card
 (never less: a limit must not be passed by taking slices). Operators are not
 limited: they are the ones who clear a stuck node.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -90,8 +91,7 @@ class Policy:
         """Whether the caller may end or change ``job``: its owner, or an operator."""
         return caller.operator or owns(caller, job)
 
-    def check_may(self, caller: Caller, job: JobState, action: str, *,
-                  card: Optional[int] = None) -> None:
+    def check_may(self, caller: Caller, job: JobState, action: str, *, card: Optional[int] = None) -> None:
         """Refuse ``action`` (stop, reclaim, extend) on ``job`` unless the caller owns it or operates."""
         if self.may(caller, job):
             return
@@ -100,7 +100,8 @@ class Policy:
             held = f"card {card} is held by {job.key}" + (f" of {owner}" if owner else "")
         elif job.gpus:
             held = f"{job.key} ({cards_words(job.gpus)})" + (
-                f" belongs to {owner}" if owner else " has no recorded owner")
+                f" belongs to {owner}" if owner else " has no recorded owner"
+            )
         else:
             held = f"{job.key}" + (f" belongs to {owner}" if owner else " has no recorded owner")
         raise NotAllowed(f"{held}; {self._who_may(owner)} may {action} it")
@@ -108,8 +109,9 @@ class Policy:
     def check_cancel(self, caller: Caller, run_id: str, owner: str, owner_uid: Optional[int]) -> None:
         if caller.operator or is_owner(owner_uid, owner, caller.uid, caller.user):
             return
-        raise NotAllowed(f"{run_id} was queued by {owner or 'an unknown account'}; "
-                         f"{self._who_may(owner)} may cancel it")
+        raise NotAllowed(
+            f"{run_id} was queued by {owner or 'an unknown account'}; {self._who_may(owner)} may cancel it"
+        )
 
     def owner_for(self, caller: Caller, requested: str) -> str:
         """The owner a new job gets: the caller, unless an operator names someone else."""
@@ -123,8 +125,9 @@ class Policy:
             "name another owner"
         )
 
-    def check_quota(self, caller: Caller, jobs: Iterable[JobState], wanted: int,
-                    group_names: Iterable[str] = ()) -> None:
+    def check_quota(
+        self, caller: Caller, jobs: Iterable[JobState], wanted: int, group_names: Iterable[str] = ()
+    ) -> None:
         """Refuse a request that would take the caller past their card limit."""
         limit = self.limits.limit_for(caller, group_names)
         if limit is None:
@@ -135,8 +138,11 @@ class Policy:
             return
         slices = sum(len(j.slices) for j in mine)
         counts = ", a MIG slice counting as one card" if slices else ""
-        what = (f"you hold {cards_words(holding)} ({', '.join(j.key for j in mine)}{counts})" if mine
-                else "you hold no cards")
+        what = (
+            f"you hold {cards_words(holding)} ({', '.join(j.key for j in mine)}{counts})"
+            if mine
+            else "you hold no cards"
+        )
         raise NotAllowed(
             f"{what} and ask for {cards_words(wanted)}; the limit for {caller.user} is "
             f"{cards_words(limit)}. Stop or let something of yours end first, or ask an "
@@ -159,6 +165,5 @@ class Policy:
         if any(fnmatch.fnmatchcase(image, pattern) for pattern in self.images):
             return
         raise NotAllowed(
-            f"image {image!r} is not allowed on this node (TUNEPLANE_IMAGES allows "
-            f"{', '.join(self.images)})"
+            f"image {image!r} is not allowed on this node (TUNEPLANE_IMAGES allows {', '.join(self.images)})"
         )

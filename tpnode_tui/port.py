@@ -9,6 +9,7 @@ one question. What a node is asked (:class:`LaunchRequest`,
 port has (:class:`OverQuota`, :class:`Cancelled`, :class:`AgentUnavailable`)
 are all here; the calls themselves are :class:`tpnode_tui.node.Node`.
 """
+
 from __future__ import annotations
 
 import os

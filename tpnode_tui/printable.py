@@ -19,6 +19,7 @@ separators, unassigned and private-use code points, surrogates) is shown as
 its escape, ``\\x1b`` or ``\\u202e``. Escaping is idempotent, so text escaped
 twice reads the same as text escaped once.
 """
+
 from __future__ import annotations
 
 import dataclasses

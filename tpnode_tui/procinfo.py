@@ -12,6 +12,7 @@ A holder in a container is shown by the container's name and image where the
 runtime can look them up (:class:`ContainerLookup`, offered by the docker
 runtime), not only by the 64-character id its cgroup names.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,13 @@ def describe(process: ProcessFacts) -> HolderInfo:
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return HolderInfo(pid=process.pid, used_memory_mib=process.used_memory_mib)
     except psutil.AccessDenied:
-        return HolderInfo(pid=process.pid, used_memory_mib=process.used_memory_mib, visible=True,
-                          uid=_uid(process.pid), container=container_of(process.pid))
+        return HolderInfo(
+            pid=process.pid,
+            used_memory_mib=process.used_memory_mib,
+            visible=True,
+            uid=_uid(process.pid),
+            container=container_of(process.pid),
+        )
     return HolderInfo(
         pid=process.pid,
         used_memory_mib=process.used_memory_mib,
@@ -79,8 +85,9 @@ def _uid(pid: int) -> Optional[int]:
 ContainerLookup = Callable[[Iterable[str]], Awaitable[dict[str, tuple[str, str]]]]
 
 
-async def name_containers(holders: Mapping[int, tuple[HolderInfo, ...]],
-                          lookup: Optional[ContainerLookup]) -> dict[int, tuple[HolderInfo, ...]]:
+async def name_containers(
+    holders: Mapping[int, tuple[HolderInfo, ...]], lookup: Optional[ContainerLookup]
+) -> dict[int, tuple[HolderInfo, ...]]:
     """``holders`` with the name and image of each holder's container filled in
     where ``lookup`` knows it (None: a runtime that knows no containers)."""
     ids = {h.container for hs in holders.values() for h in hs if h.container}
@@ -88,7 +95,11 @@ async def name_containers(holders: Mapping[int, tuple[HolderInfo, ...]],
         return dict(holders)
     known = await lookup(ids)
     return {
-        card: tuple(replace(h, container_name=known[h.container][0], container_image=known[h.container][1])
-                    if h.container in known else h for h in hs)
+        card: tuple(
+            replace(h, container_name=known[h.container][0], container_image=known[h.container][1])
+            if h.container in known
+            else h
+            for h in hs
+        )
         for card, hs in holders.items()
     }

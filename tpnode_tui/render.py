@@ -1,4 +1,5 @@
 """Plain-text wording shared by the CLI and the dashboard, so both say the same thing."""
+
 from __future__ import annotations
 
 import shlex
@@ -16,9 +17,22 @@ from .model import (
     holding_words,
 )
 
-__all__ = ["NA", "card_ranges", "cards_words", "holding_words", "show_command", "format_mib", "format_duration",
-           "describe_holder", "unseen_use", "card_summary", "slices_summary", "slice_name", "slice_summary",
-           "env_lines"]
+__all__ = [
+    "NA",
+    "card_ranges",
+    "cards_words",
+    "holding_words",
+    "show_command",
+    "format_mib",
+    "format_duration",
+    "describe_holder",
+    "unseen_use",
+    "card_summary",
+    "slices_summary",
+    "slice_name",
+    "slice_summary",
+    "env_lines",
+]
 
 NA = "N/A"
 
@@ -93,8 +107,10 @@ def unseen_use(memory_used_mib: Optional[int] = None, long: bool = False) -> str
     """
     if not long:
         return "in use, no process seen"
-    return (f"{format_mib(memory_used_mib)} of memory in use, no process seen: something this "
-            "machine cannot see holds the card (another container's or VM's process).")
+    return (
+        f"{format_mib(memory_used_mib)} of memory in use, no process seen: something this "
+        "machine cannot see holds the card (another container's or VM's process)."
+    )
 
 
 def card_summary(card: CardView) -> str:
@@ -173,8 +189,7 @@ def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
         devices = shlex.quote(",".join(s.uuid for s in job.slices))
         return [f"export CUDA_VISIBLE_DEVICES={devices}", f"export NVIDIA_VISIBLE_DEVICES={devices}"]
     cards = sorted(job.gpus)
-    lines = [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, cards))}",
-             "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    lines = [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, cards))}", "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
     uuids = [c.facts.uuid if c.facts else None for c in snap.cards if c.index in cards]
     if len(uuids) == len(cards) and all(uuids):
         lines.append(f"export NVIDIA_VISIBLE_DEVICES={shlex.quote(','.join(u for u in uuids if u))}")

@@ -11,6 +11,7 @@ node, that is not what this module writes raises :class:`WireError` naming
 the first thing wrong, never a half-read snapshot whose missing cards would
 look free.
 """
+
 from __future__ import annotations
 
 import math
@@ -96,7 +97,7 @@ def topology_to_json(t: Topology) -> dict[str, Any]:
     the card itself; k: ``kinds[k - 1]``), and each card's NUMA node."""
     return {
         "kinds": [{"word": k.word, "nvlinks": k.nvlinks, "pcie": k.pcie} for k in t.kinds],
-        "links": [list(t.matrix[a * t.count:(a + 1) * t.count]) for a in range(t.count)],
+        "links": [list(t.matrix[a * t.count : (a + 1) * t.count]) for a in range(t.count)],
         "numa": list(t.numa),
     }
 
@@ -115,8 +116,11 @@ def _topology(r: Reader) -> Topology:
     count = len(rows)
     flat = bytearray()
     for n, row in enumerate(rows):
-        if (not isinstance(row, list) or len(row) != count
-                or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= len(kinds) for v in row)):
+        if (
+            not isinstance(row, list)
+            or len(row) != count
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= len(kinds) for v in row)
+        ):
             raise WireError(f"{r.where}.links[{n}] is not {count} kind numbers from 0 to {len(kinds)}")
         flat.extend(row)
     numa = r.items("numa")
@@ -147,8 +151,7 @@ def _card_json(c: CardView) -> dict[str, Any]:
         "utilization_pct": f.utilization_pct if f else None,
         "temperature_c": f.temperature_c if f else None,
         "power_w": f.power_w if f else None,
-        "processes": (None if f is None or f.processes is None
-                      else [asdict(p) for p in f.processes]),
+        "processes": (None if f is None or f.processes is None else [asdict(p) for p in f.processes]),
         "health": list(f.health) if f else [],
         "reported": f is not None,
         # None: not read (a lost card), not False: a card whose MIG mode is
@@ -280,8 +283,7 @@ class Reader:
         return self._get(key, lambda v: isinstance(v, dict), "an object", _REQUIRED)  # type: ignore[no-any-return]
 
     def each(self, key: str, read: Callable[[Reader], T], default: Any = _REQUIRED) -> list[T]:
-        return [read(Reader(item, f"{self.where}.{key}[{n}]"))
-                for n, item in enumerate(self.items(key, default))]
+        return [read(Reader(item, f"{self.where}.{key}[{n}]")) for n, item in enumerate(self.items(key, default))]
 
     def texts(self, key: str) -> tuple[str, ...]:
         items = self.items(key, [])
@@ -311,8 +313,14 @@ def _kind(value: Any) -> str:
         return "null"
     if isinstance(value, float) and not math.isfinite(value):
         return f"{value!r} (Infinity or NaN)"
-    return {bool: "true/false", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    return {
+        bool: "true/false",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
 
 
 def _int_keys(r: Reader, key: str) -> dict[int, str]:
@@ -342,8 +350,14 @@ def _holder(r: Reader) -> HolderInfo:
 
 
 def _drain(r: Reader) -> Drain:
-    return Drain(card=r.whole("card"), reason=r.text("reason"), by=r.text("by"), at=r.number("at"),
-                 source=r.choice("source", DRAIN_SOURCES, "operator"), xid=r.opt_whole("xid"))
+    return Drain(
+        card=r.whole("card"),
+        reason=r.text("reason"),
+        by=r.text("by"),
+        at=r.number("at"),
+        source=r.choice("source", DRAIN_SOURCES, "operator"),
+        xid=r.opt_whole("xid"),
+    )
 
 
 def drain_from_json(doc: Any, where: str = "drain") -> Drain:
@@ -358,8 +372,22 @@ def _processes(r: Reader) -> Optional[tuple[ProcessFacts, ...]]:
     return None if r.opt_items("processes") is None else tuple(r.each("processes", _process))
 
 
-_SLICE_KEYS = ("index", "profile", "uuid", "gpu_instance_id", "compute_instance_id", "memory_total_mib",
-               "memory_used_mib", "processes", "state", "run_id", "holders", "reason", "warning", "intruders")
+_SLICE_KEYS = (
+    "index",
+    "profile",
+    "uuid",
+    "gpu_instance_id",
+    "compute_instance_id",
+    "memory_total_mib",
+    "memory_used_mib",
+    "processes",
+    "state",
+    "run_id",
+    "holders",
+    "reason",
+    "warning",
+    "intruders",
+)
 
 
 def _slice(r: Reader) -> tuple[SliceFacts, Reader]:
@@ -470,8 +498,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
     r = Reader(doc, where)
     version = r.whole("version")
     if version > WIRE_VERSION:
-        raise WireError(f"{where} has version {version}, newer than this tpnode-tui reads "
-                        f"({WIRE_VERSION}); upgrade it")
+        raise WireError(f"{where} has version {version}, newer than this tpnode-tui reads ({WIRE_VERSION}); upgrade it")
     total = r.whole("total")
     if not 0 <= total <= 65536:
         raise WireError(f"{where}.total is {total}, not a card count")
@@ -495,25 +522,44 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         parts = []
         for sf, sr in (sl or []) if f is not None else []:
             slice_run = sr.opt_text("run_id")
-            parts.append(SliceView(
-                card=c.whole("index"), facts=sf, state=sr.text("state"), run_id=slice_run,
-                job=live.get(slice_run) if slice_run else None, holders=tuple(sr.each("holders", _holder, [])),
-                reason=sr.opt_text("reason"), warning=sr.opt_text("warning")))
-            states.append(SliceState(card=c.whole("index"), index=sf.index, state=sr.text("state"), uuid=sf.uuid,
-                                     profile=sf.profile, gpu_instance_id=sf.gpu_instance_id, run_id=slice_run,
-                                     reason=sr.opt_text("reason")))
-        views.append(CardView(
-            index=c.whole("index"),
-            state=c.text("state"),
-            facts=f,
-            run_id=run_id,
-            job=live.get(run_id) if run_id else None,
-            holders=tuple(c.each("holders", _holder, [])),
-            reason=c.opt_text("reason"),
-            warning=c.opt_text("warning"),
-            drain=None if c.doc.get("drain") is None else _drain(Reader(c.doc["drain"], f"{c.where}.drain")),
-            slices=tuple(parts),
-        ))
+            parts.append(
+                SliceView(
+                    card=c.whole("index"),
+                    facts=sf,
+                    state=sr.text("state"),
+                    run_id=slice_run,
+                    job=live.get(slice_run) if slice_run else None,
+                    holders=tuple(sr.each("holders", _holder, [])),
+                    reason=sr.opt_text("reason"),
+                    warning=sr.opt_text("warning"),
+                )
+            )
+            states.append(
+                SliceState(
+                    card=c.whole("index"),
+                    index=sf.index,
+                    state=sr.text("state"),
+                    uuid=sf.uuid,
+                    profile=sf.profile,
+                    gpu_instance_id=sf.gpu_instance_id,
+                    run_id=slice_run,
+                    reason=sr.opt_text("reason"),
+                )
+            )
+        views.append(
+            CardView(
+                index=c.whole("index"),
+                state=c.text("state"),
+                facts=f,
+                run_id=run_id,
+                job=live.get(run_id) if run_id else None,
+                holders=tuple(c.each("holders", _holder, [])),
+                reason=c.opt_text("reason"),
+                warning=c.opt_text("warning"),
+                drain=None if c.doc.get("drain") is None else _drain(Reader(c.doc["drain"], f"{c.where}.drain")),
+                slices=tuple(parts),
+            )
+        )
     occupancy = GpuOccupancy(
         total=total,
         by_job=_int_keys(r, "by_job"),
@@ -548,8 +594,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
 
 def _idle(r: Reader) -> dict[str, float]:
     doc = r.doc.get("idle", {})
-    if not isinstance(doc, dict) or not all(
-            isinstance(k, str) and _is_number(v) for k, v in doc.items()):
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in doc.items()):
         raise WireError(f"{r.where}.idle is not an object of run id -> unix seconds")
     return {k: float(v) for k, v in doc.items()}
 
@@ -589,9 +634,13 @@ def launched_to_json(result: Launched) -> dict[str, Any]:
 
 def launched_from_json(doc: Any, where: str = "launch") -> Launched:
     r = Reader(doc, where)
-    return Launched(gpus=r.wholes("gpus"), job=_job(Reader(r.obj("job"), f"{where}.job")),
-                    existing=r.flag("existing", False), warning=r.opt_text("warning"),
-                    slices=tuple(r.each("slices", _slice_ref, [])))
+    return Launched(
+        gpus=r.wholes("gpus"),
+        job=_job(Reader(r.obj("job"), f"{where}.job")),
+        existing=r.flag("existing", False),
+        warning=r.opt_text("warning"),
+        slices=tuple(r.each("slices", _slice_ref, [])),
+    )
 
 
 # ── triage ────────────────────────────────────────────────────────────────────
@@ -602,16 +651,29 @@ def evict_to_json(report: EvictReport) -> dict[str, Any]:
 
 
 def _evicted(r: Reader) -> Evicted:
-    return Evicted(card=r.whole("card"), pid=r.whole("pid"), user=r.opt_text("user"), uid=r.opt_whole("uid"),
-                   command=r.opt_text("command"), belongs=r.choice("belongs", BELONGS),
-                   used_memory_mib=r.opt_whole("used_memory_mib"), outcome=r.text("outcome"),
-                   fate=r.text("fate"), started_at=r.opt_number("started_at"))
+    return Evicted(
+        card=r.whole("card"),
+        pid=r.whole("pid"),
+        user=r.opt_text("user"),
+        uid=r.opt_whole("uid"),
+        command=r.opt_text("command"),
+        belongs=r.choice("belongs", BELONGS),
+        used_memory_mib=r.opt_whole("used_memory_mib"),
+        outcome=r.text("outcome"),
+        fate=r.text("fate"),
+        started_at=r.opt_number("started_at"),
+    )
 
 
 def evict_from_json(doc: Any, where: str = "evict") -> EvictReport:
     r = Reader(doc, where)
-    return EvictReport(card=r.whole("card"), dry_run=r.flag("dry_run"), kill=r.flag("kill"),
-                       grace_s=r.number("grace_s"), processes=tuple(r.each("processes", _evicted)))
+    return EvictReport(
+        card=r.whole("card"),
+        dry_run=r.flag("dry_run"),
+        kill=r.flag("kill"),
+        grace_s=r.number("grace_s"),
+        processes=tuple(r.each("processes", _evicted)),
+    )
 
 
 def history_to_json(history: dict[int, list[Sample]]) -> dict[str, Any]:
@@ -620,9 +682,14 @@ def history_to_json(history: dict[int, list[Sample]]) -> dict[str, Any]:
 
 
 def _sample(r: Reader) -> Sample:
-    return Sample(at=r.number("at"), seconds=r.number("seconds"),
-                  utilization_pct=r.opt_number("utilization_pct"), memory_used_mib=r.opt_number("memory_used_mib"),
-                  power_w=r.opt_number("power_w"), temperature_c=r.opt_number("temperature_c"))
+    return Sample(
+        at=r.number("at"),
+        seconds=r.number("seconds"),
+        utilization_pct=r.opt_number("utilization_pct"),
+        memory_used_mib=r.opt_number("memory_used_mib"),
+        power_w=r.opt_number("power_w"),
+        temperature_c=r.opt_number("temperature_c"),
+    )
 
 
 def history_from_json(doc: Any, where: str = "history") -> dict[int, list[Sample]]:

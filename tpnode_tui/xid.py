@@ -23,6 +23,7 @@ looks like::
 
     4,1234,5678901234,-;NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s ...
 """
+
 from __future__ import annotations
 
 import re
@@ -116,7 +117,7 @@ class Verdict:
         return self.kind in (DRAIN, REBOOT)
 
     def words(self) -> str:
-        """"XID 79: GPU has fallen off the bus; reboot the node"."""
+        """ "XID 79: GPU has fallen off the bus; reboot the node"."""
         what = self.meaning if self.xid is None else f"XID {self.xid}: {self.meaning}"
         return what + (f"; {self.action}" if self.action else "")
 
@@ -146,8 +147,9 @@ class XidRules:
                 return Verdict(xid, REBOOT, meaning(xid), REBOOT_NODE)
             return Verdict(xid, DRAIN, meaning(xid), RESET_GPU)
         if xid in APPLICATION_XIDS:
-            return Verdict(xid, APPLICATION, meaning(xid),
-                           "the program on the card failed; the card is fine and was not drained")
+            return Verdict(
+                xid, APPLICATION, meaning(xid), "the program on the card failed; the card is fine and was not drained"
+            )
         return Verdict(xid, OTHER, meaning(xid), None)
 
 

@@ -13,6 +13,7 @@ What the accounts run is a copy of the product, made for the session under
 virtual environment may sit where only root can enter (root's home is 0700),
 and the tests must pass from any checkout.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -76,8 +77,10 @@ def runnable() -> Runnable:
     all, for this session; removed when the tests' interpreter exits."""
     python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     if not _runnable_by_all(python):
-        unavailable(f"the interpreter {python} is not one every account may run: make the test "
-                    "environment from one that is (tests/run.sh uses /usr/bin/python3)")
+        unavailable(
+            f"the interpreter {python} is not one every account may run: make the test "
+            "environment from one that is (tests/run.sh uses /usr/bin/python3)"
+        )
     root = Path(tempfile.mkdtemp(prefix="tpn-py-", dir="/tmp"))
     atexit.register(shutil.rmtree, root, True)
     site = root / "site"
@@ -97,8 +100,10 @@ def runnable() -> Runnable:
     bin_dir = root / "bin"
     bin_dir.mkdir()
     command = bin_dir / "tpnode-tui"
-    command.write_text(f"#!{python}\nimport sys\nsys.path.insert(0, {str(site)!r})\n"
-                       "from tpnode_tui.cli import main\nsys.exit(main())\n")
+    command.write_text(
+        f"#!{python}\nimport sys\nsys.path.insert(0, {str(site)!r})\n"
+        "from tpnode_tui.cli import main\nsys.exit(main())\n"
+    )
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() or path == command else 0o644)
     return Runnable(python=python, site=site, bin=bin_dir)
@@ -116,7 +121,9 @@ class Account:
         """A login-like environment for this account, nothing inherited from root's."""
         product = runnable()
         env = {
-            "HOME": str(self.home), "USER": self.name, "LOGNAME": self.name,
+            "HOME": str(self.home),
+            "USER": self.name,
+            "LOGNAME": self.name,
             "PATH": f"{product.bin}:/usr/local/bin:/usr/bin:/bin",
             "PYTHONPATH": str(product.site),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -124,16 +131,33 @@ class Account:
         env.update(extra)
         return env
 
-    def run(self, argv: list[str], *, env: dict[str, str], cwd: Optional[Path] = None,
-            timeout: float = 60.0, input: Optional[str] = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Optional[Path] = None,
+        timeout: float = 60.0,
+        input: Optional[str] = None,
+    ) -> subprocess.CompletedProcess:
         """``argv`` as a real process of this account (uid, gid and groups from the account)."""
-        return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=list(self.groups),
-                              env=env, cwd=cwd or self.home, capture_output=True, text=True,
-                              timeout=timeout, input=input)
+        return subprocess.run(
+            argv,
+            user=self.uid,
+            group=self.gid,
+            extra_groups=list(self.groups),
+            env=env,
+            cwd=cwd or self.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+        )
 
     def spawn(self, argv: list[str], *, env: dict[str, str], **kwargs) -> subprocess.Popen:
-        return subprocess.Popen(argv, user=self.uid, group=self.gid, extra_groups=list(self.groups),
-                                env=env, cwd=self.home, **kwargs)
+        return subprocess.Popen(
+            argv, user=self.uid, group=self.gid, extra_groups=list(self.groups), env=env, cwd=self.home, **kwargs
+        )
 
 
 @dataclass
@@ -178,8 +202,19 @@ def make_accounts() -> Accounts:
         groups.append(ops)
         for name in names:
             extra = ["-G", ops] if name == names[2] else []
-            _checked(["useradd", "--create-home", "--home-dir", f"/tmp/tpn-home-{name}",
-                      "--shell", "/bin/sh", "--user-group", *extra, name])
+            _checked(
+                [
+                    "useradd",
+                    "--create-home",
+                    "--home-dir",
+                    f"/tmp/tpn-home-{name}",
+                    "--shell",
+                    "/bin/sh",
+                    "--user-group",
+                    *extra,
+                    name,
+                ]
+            )
             users.append(name)
             groups.append(name)
     except subprocess.CalledProcessError as e:
@@ -194,8 +229,9 @@ def _checked(argv: list[str]) -> None:
     subprocess.run(argv, check=True, capture_output=True, text=True)
 
 
-def cli_as(account: Account, env: dict[str, str], *args: str, timeout: float = 60.0,
-           cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+def cli_as(
+    account: Account, env: dict[str, str], *args: str, timeout: float = 60.0, cwd: Optional[Path] = None
+) -> subprocess.CompletedProcess:
     """The product's CLI as a real process of ``account``."""
     return account.run(runnable().argv(*args), env=env, timeout=timeout, cwd=cwd)
 

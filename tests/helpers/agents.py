@@ -5,6 +5,7 @@ Both serve a simulated node with the process runtime from a directory every
 test account can reach, on a private socket; nothing tells the agent who
 anyone is.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,9 +36,14 @@ class Agent:
         self.scene = write_scene(tmp_path / "node.json", 8)
         self.state = tmp_path / "state"
         self.socket = tmp_path / "run" / "agent.sock"
-        self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
-                                      state_dir=str(self.state), agent_socket=str(self.socket),
-                                      lock_retry_ms="10")
+        self.settings = load_settings(
+            {},
+            probe=f"simulated:{self.scene}",
+            runtime="process",
+            state_dir=str(self.state),
+            agent_socket=str(self.socket),
+            lock_retry_ms="10",
+        )
         self.stop = asyncio.Event()
         self.task: asyncio.Task | None = None
 
@@ -62,7 +68,9 @@ class Agent:
     async def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict]:
         return await self.request(
             f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
 
 
 class SharedNode:
@@ -75,9 +83,12 @@ class SharedNode:
         self.state = root / "state"
         self.socket = root / "run" / "agent.sock"
         self.settings = {
-            "TUNEPLANE_PROBE": f"simulated:{self.scene}", "TUNEPLANE_RUNTIME": "process",
-            "TUNEPLANE_STATE_DIR": str(self.state), "TUNEPLANE_AGENT_SOCKET": str(self.socket),
-            "TUNEPLANE_OPERATORS_GROUP": accounts.operators_group, "TUNEPLANE_LOCK_RETRY_MS": "10",
+            "TUNEPLANE_PROBE": f"simulated:{self.scene}",
+            "TUNEPLANE_RUNTIME": "process",
+            "TUNEPLANE_STATE_DIR": str(self.state),
+            "TUNEPLANE_AGENT_SOCKET": str(self.socket),
+            "TUNEPLANE_OPERATORS_GROUP": accounts.operators_group,
+            "TUNEPLANE_LOCK_RETRY_MS": "10",
             **settings,
         }
         self.agent: subprocess.Popen | None = None
@@ -88,8 +99,13 @@ class SharedNode:
         killed outright leaves a socket file behind that answers nobody)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")} | self.settings
         with open(self.log, "ab") as log:
-            self.agent = subprocess.Popen([sys.executable, "-m", "tpnode_tui", "--interval", INTERVAL, "agent"],
-                                          env=env, stdout=log, stderr=log, start_new_session=True)
+            self.agent = subprocess.Popen(
+                [sys.executable, "-m", "tpnode_tui", "--interval", INTERVAL, "agent"],
+                env=env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         until(lambda: self._answers() or self.agent.poll() is not None, "the agent to answer", BOUND_S)
         assert self.agent.poll() is None, self.log.read_text()
 
@@ -143,4 +159,3 @@ async def running(agent: Agent) -> AsyncIterator[Agent]:
         agent.stop.set()
         await asyncio.wait_for(agent.task, WAIT_S)
         kill_process_jobs(agent.state)
-

@@ -5,6 +5,7 @@ identity is built here rather than asked of the kernel (the agent's tests
 use real accounts, helpers/accounts.py). The uids are none a test machine
 gives its accounts; the pids are only what the node's log records.
 """
+
 from __future__ import annotations
 
 from tpnode_tui.identity import Caller

@@ -1,6 +1,7 @@
 """What the dashboard's tests share: the app that remembers what it said, a node
 served in the test's process over a simulated probe and real processes, and
 ways to read and wait for what an operator would see."""
+
 from __future__ import annotations
 
 import asyncio
@@ -102,8 +103,8 @@ async def hold_the_flock(state_dir: Path) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
     env.update(TUNEPLANE_STATE_DIR=str(state_dir))
     holder = await asyncio.create_subprocess_exec(
-        sys.executable, str(LOCK_WORKER), "hold",
-        env=env, stdout=asyncio.subprocess.PIPE)
+        sys.executable, str(LOCK_WORKER), "hold", env=env, stdout=asyncio.subprocess.PIPE
+    )
     line = await asyncio.wait_for(holder.stdout.readline(), WAIT_S)
     assert line.startswith(b"held "), f"the lock holder said {line!r}"
     return holder

@@ -2,6 +2,7 @@
 that returns a prepared reading. The real runtimes and probes have their own
 tests against dockerd, real processes and fake NVML; these exist so that each
 allocator rule can be shown on its own, with nothing else moving."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +12,9 @@ from tpnode_tui.model import CardFacts, JobNotFound, ProbeReading
 
 
 def idle_cards(n: int, **kw) -> tuple[CardFacts, ...]:
-    return tuple(CardFacts(index=i, name="NVIDIA H200", memory_total_mib=143771,
-                           memory_used_mib=1, **kw) for i in range(n))
+    return tuple(
+        CardFacts(index=i, name="NVIDIA H200", memory_total_mib=143771, memory_used_mib=1, **kw) for i in range(n)
+    )
 
 
 class StaticProbe:
@@ -59,10 +61,18 @@ class MemoryRuntime:
         from tpnode_tui.model import JobState
 
         await asyncio.sleep(self.create_delay)
-        job = JobState(name=f"tpn-{spec.run_id}", run_id=spec.run_id, gpus=tuple(gpus),
-                       status="created", kind=spec.kind, owner=spec.owner,
-                       command=spec.command, expires_at=spec.expires_at, fence=spec.fence,
-                       uid=spec.uid)
+        job = JobState(
+            name=f"tpn-{spec.run_id}",
+            run_id=spec.run_id,
+            gpus=tuple(gpus),
+            status="created",
+            kind=spec.kind,
+            owner=spec.owner,
+            command=spec.command,
+            expires_at=spec.expires_at,
+            fence=spec.fence,
+            uid=spec.uid,
+        )
         self.jobs[job.name] = job
         return job
 

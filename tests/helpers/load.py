@@ -16,6 +16,7 @@ version to a temporary file and not yet put it in place) or ``start`` (the
 job is created and the lock released, but the job is not started yet). The
 process prints ``stalled`` and sleeps there until it is killed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,9 +43,15 @@ DOCKER_JOB = ("sh", "-c", "trap 'exit 0' TERM; sleep 120 & wait")
 PROCESS_JOB = ("sleep", "120")
 
 
-def node_env(scene: Path, state_dir: Path, *, runtime: str = "process",
-             redis_url: Optional[str] = None, docker_host: Optional[str] = None,
-             **extra: str) -> dict[str, str]:
+def node_env(
+    scene: Path,
+    state_dir: Path,
+    *,
+    runtime: str = "process",
+    redis_url: Optional[str] = None,
+    docker_host: Optional[str] = None,
+    **extra: str,
+) -> dict[str, str]:
     """The environment of a CLI process on the simulated node: nothing inherited
     from TUNEPLANE_* or DOCKER_HOST except what is given here."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
@@ -75,8 +82,9 @@ def cli(env: dict[str, str], *args: str, timeout: float = BOUND_S) -> subprocess
 
 
 def spawn(env: dict[str, str], *args: str, stalled_at: Optional[str] = None) -> subprocess.Popen:
-    return subprocess.Popen(cli_argv(*args, stalled_at=stalled_at), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        cli_argv(*args, stalled_at=stalled_at), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def finish(procs: Sequence[subprocess.Popen], timeout: float = 2 * BOUND_S) -> list[subprocess.CompletedProcess]:
@@ -236,8 +244,9 @@ class StatusSampler(_Watcher):
             for job in live:
                 for card in job["gpus"]:
                     if card < data["total"] and data["by_job"].get(str(card)) != job["run_id"]:
-                        self.errors.append(f"card {card}: by_job says {data['by_job'].get(str(card))}, "
-                                           f"but {job['run_id']} holds it")
+                        self.errors.append(
+                            f"card {card}: by_job says {data['by_job'].get(str(card))}, but {job['run_id']} holds it"
+                        )
                     if card in data["free"]:
                         self.errors.append(f"card {card} held by {job['run_id']} is listed free")
 

@@ -12,6 +12,7 @@ Settings come from the TUNEPLANE_* environment, as for the real product.
     lock_worker.py hold-fork                  the same, after forking a child that
         outlives it; prints "held <fence> <child pid>"
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -55,6 +55,7 @@ A wait with nothing queued blocks for its timeout and raises
 NVMLError_Timeout, as the real call does; an event for a card or type not
 registered in that set is not delivered to it.
 """
+
 from __future__ import annotations
 
 import queue
@@ -375,9 +376,7 @@ class FakeNvml:
         self._enter("memory_v2", card)
         if version != pynvml.nvmlMemory_v2:
             raise pynvml.NVMLError_ArgumentVersionMismatch()
-        return SimpleNamespace(
-            version=version, total=total, reserved=reserved, used=used, free=total - used - reserved
-        )
+        return SimpleNamespace(version=version, total=total, reserved=reserved, used=used, free=total - used - reserved)
 
     def nvmlDeviceGetUtilizationRates(self, card: FakeCard) -> SimpleNamespace:
         self._enter("utilization", card)
@@ -398,14 +397,16 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, device: FakeCard | FakeSlice) -> list[SimpleNamespace]:
         self._enter("processes", device)
         if isinstance(device, FakeSlice):
-            return [_info(pid, mib, device.gpu_instance_id, device.compute_instance_id)
-                    for pid, mib in device.processes]
+            return [
+                _info(pid, mib, device.gpu_instance_id, device.compute_instance_id) for pid, mib in device.processes
+            ]
         listed = []
         if device.mig:
             for mig in device.slices:
                 if mig is not None:
-                    listed += [_info(pid, mib, mig.gpu_instance_id, mig.compute_instance_id)
-                               for pid, mib in mig.processes]
+                    listed += [
+                        _info(pid, mib, mig.gpu_instance_id, mig.compute_instance_id) for pid, mib in mig.processes
+                    ]
         for pid, mib, *ids in device.processes:
             gi, ci = ids or (NO_INSTANCE, NO_INSTANCE)
             listed.append(_info(pid, mib, gi, ci))
@@ -469,7 +470,6 @@ class FakeNvml:
         self._enter("clocks_throttle", card)
         return card.clocks_reasons
 
-
     # -- events --------------------------------------------------------------
     def nvmlDeviceGetIndex(self, card: FakeCard) -> int:
         self._enter("index", card)
@@ -504,8 +504,13 @@ class FakeNvml:
                 raise item()
             card, event_type, data = item
             if event_set.registered.get(card, 0) & event_type:
-                return SimpleNamespace(device=card, eventType=event_type, eventData=data,
-                                       gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+                return SimpleNamespace(
+                    device=card,
+                    eventType=event_type,
+                    eventData=data,
+                    gpuInstanceId=0xFFFFFFFF,
+                    computeInstanceId=0xFFFFFFFF,
+                )
 
     def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
         self._enter("event_set_free")
@@ -516,17 +521,25 @@ class FakeNvml:
         values = []
         for field_id in field_ids:
             known = field_id == RECOVERY_ACTION_FIELD and card.recovery_action is not None
-            values.append(SimpleNamespace(
-                fieldId=field_id, scopeId=0, timestamp=0, latencyUsec=0, valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
-                nvmlReturn=_NVML_SUCCESS if known else _NVML_ERROR_NOT_SUPPORTED,
-                value=SimpleNamespace(uiVal=card.recovery_action if known else 0)))
+            values.append(
+                SimpleNamespace(
+                    fieldId=field_id,
+                    scopeId=0,
+                    timestamp=0,
+                    latencyUsec=0,
+                    valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                    nvmlReturn=_NVML_SUCCESS if known else _NVML_ERROR_NOT_SUPPORTED,
+                    value=SimpleNamespace(uiVal=card.recovery_action if known else 0),
+                )
+            )
         return values
 
 
 def _info(pid: int, mib: Optional[int], gi: int, ci: int) -> SimpleNamespace:
     """A process info as nvidia-ml-py gives it (usedGpuMemory None where the driver cannot say)."""
-    return SimpleNamespace(pid=pid, usedGpuMemory=None if mib is None else mib * MIB,
-                           gpuInstanceId=gi, computeInstanceId=ci)
+    return SimpleNamespace(
+        pid=pid, usedGpuMemory=None if mib is None else mib * MIB, gpuInstanceId=gi, computeInstanceId=ci
+    )
 
 
 def consumer_style(**kw) -> FakeCard:
@@ -549,17 +562,23 @@ def h200_in_mig_mode() -> list[FakeCard]:
     mode with five MIG devices (two compute instances of one 3g.71gb GPU
     instance, a 2g.35gb, two 1g.18gb), a process on the first and on the
     fourth; card 1 whole. The same values as the capture's files."""
+
     def mig(profile: str, gi: int, ci: int, uuid: str, total: int, used: int, processes=()) -> FakeSlice:
         return FakeSlice(profile, gi, ci, f"MIG-{uuid}", total, used, list(processes))
 
     split = FakeCard(
-        uuid="GPU-8f0d4c2e-31b7-6a5e-92c4-7d1e0b3a5f61", memory_used_mib=30444, temperature_c=36,
-        power_w=182.61, mig=True, slices=[
+        uuid="GPU-8f0d4c2e-31b7-6a5e-92c4-7d1e0b3a5f61",
+        memory_used_mib=30444,
+        temperature_c=36,
+        power_w=182.61,
+        mig=True,
+        slices=[
             mig("1c.3g.71gb", 2, 0, "4b6e2f1a-7c3d-5e8f-9a0b-1c2d3e4f5a6b", 71424, 20493, [(4242, 20480)]),
             mig("2c.3g.71gb", 2, 1, "9d8c7b6a-5f4e-5d3c-8b2a-190817263544", 71424, 20493),
             mig("2g.35gb", 3, 0, "a1b2c3d4-e5f6-5a7b-8c9d-0e1f2a3b4c5d", 33280, 13),
             mig("1g.18gb", 9, 0, "5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9", 16384, 9013, [(5151, 9000)]),
             mig("1g.18gb", 10, 0, "c7d8e9f0-a1b2-5c3d-94e5-f6a7b8c9d0e1", 16384, 13),
-        ])
+        ],
+    )
     whole = FakeCard(uuid="GPU-3a91e7c5-0b24-4d6f-a8e3-5c7b2f9d1e04", pci_bus_id="00000000:2A:00.0")
     return [split, whole]

@@ -1,4 +1,5 @@
 """Where things are: the checkout, and the files the tests run or put on PATH."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,7 @@ def path_with_stubs(path: str | None = None) -> str:
     """``path`` (this process's PATH) with the stubs first, then this interpreter's
     directory: the stub's ``#!/usr/bin/env python3`` finds this interpreter first,
     as a version-manager shim later on PATH can take longer to start than a test."""
-    return os.pathsep.join([str(STUBS), os.path.dirname(sys.executable),
-                            os.environ["PATH"] if path is None else path])
+    return os.pathsep.join([str(STUBS), os.path.dirname(sys.executable), os.environ["PATH"] if path is None else path])
 
 
 def stub_smi_on_path(monkeypatch) -> None:

@@ -32,6 +32,7 @@ the first action.
 allocator close, every job left in the state dir is killed and every
 process started with ``run_as`` ends.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,11 +62,21 @@ IDLE_CARD = {"name": "NVIDIA H200", "memory_total_mib": 143771}
 
 
 class ServiceNode:
-    def __init__(self, root: Path, cards: int = 4, *, probe: Union[str, Any] = "scene",
-                 runtime: Union[str, Any] = "process", assembled: bool = False,
-                 settings: Optional[dict[str, Any]] = None, interval: float = 0.05,
-                 limits: Optional[CardLimits] = None, file_queue: bool = False,
-                 log_max_bytes: int = DEFAULT_MAX_BYTES, **service_options: Any) -> None:
+    def __init__(
+        self,
+        root: Path,
+        cards: int = 4,
+        *,
+        probe: Union[str, Any] = "scene",
+        runtime: Union[str, Any] = "process",
+        assembled: bool = False,
+        settings: Optional[dict[str, Any]] = None,
+        interval: float = 0.05,
+        limits: Optional[CardLimits] = None,
+        file_queue: bool = False,
+        log_max_bytes: int = DEFAULT_MAX_BYTES,
+        **service_options: Any,
+    ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.scene = root / "node.json"
@@ -81,8 +92,14 @@ class ServiceNode:
         if assembled:
             assert probe == "scene" and runtime == "process", "the product assembles the scene's probe and processes"
             assert not service_options, f"assembled from settings: say {sorted(service_options)} as settings"
-            self.settings = load_settings({}, probe=f"simulated:{self.scene}", runtime="process",
-                                          state_dir=str(self.state), lock_retry_ms="10", **(settings or {}))
+            self.settings = load_settings(
+                {},
+                probe=f"simulated:{self.scene}",
+                runtime="process",
+                state_dir=str(self.state),
+                lock_retry_ms="10",
+                **(settings or {}),
+            )
             self.local = LocalNode.from_settings(self.settings, interval=interval)
             self.service = self.local.service
             self.allocator = self.service.allocator
@@ -91,15 +108,26 @@ class ServiceNode:
             return
         self.state.mkdir(exist_ok=True)
         self.settings = load_settings({}, state_dir=str(self.state), lock_retry_ms="10", **(settings or {}))
-        self.probe = (SimulatedProbe(self.scene) if probe == "scene" else
-                      StaticProbe(cards=cards) if probe == "static" else probe)
-        self.runtime = (ProcessRuntime(self.state, stop_timeout_s=2) if runtime == "process" else
-                        MemoryRuntime() if runtime == "memory" else runtime)
+        self.probe = (
+            SimulatedProbe(self.scene) if probe == "scene" else StaticProbe(cards=cards) if probe == "static" else probe
+        )
+        self.runtime = (
+            ProcessRuntime(self.state, stop_timeout_s=2)
+            if runtime == "process"
+            else MemoryRuntime()
+            if runtime == "memory"
+            else runtime
+        )
         self.allocator = GpuAllocator(self.runtime, self.probe, self.settings, make_lock(self.settings))
         self.log = NodeLog(self.state, max_bytes=log_max_bytes)
-        self.service = NodeService(self.allocator, Policy(Operators("tpn-no-such-group"), limits or CardLimits()),
-                                   queue=FileQueue(self.state) if file_queue else None, node_log=self.log,
-                                   interval=interval, **service_options)
+        self.service = NodeService(
+            self.allocator,
+            Policy(Operators("tpn-no-such-group"), limits or CardLimits()),
+            queue=FileQueue(self.state) if file_queue else None,
+            node_log=self.log,
+            interval=interval,
+            **service_options,
+        )
 
     # -- what the driver says -------------------------------------------------------------
 
@@ -123,14 +151,14 @@ class ServiceNode:
 
     def launch(self, caller: Caller, run_id: str, cards: int, *, queue: bool = False):
         """A launch through the node's service, as ``caller`` asks for it."""
-        return self.service.launch(caller, LaunchRequest(cards=cards, command=("train",), run_id=run_id,
-                                                         queue=queue))
+        return self.service.launch(caller, LaunchRequest(cards=cards, command=("train",), run_id=run_id, queue=queue))
 
     async def place(self, run_id: str, cards: int, *command: str):
         """A job placed by someone else's command (owner "tester", no uid), straight
         through the allocator, as another account's CLI would meanwhile."""
-        return await self.allocator.launch(JobSpec(run_id=run_id, cards=cards,
-                                                   command=command or ("sleep", "60"), owner="tester"))
+        return await self.allocator.launch(
+            JobSpec(run_id=run_id, cards=cards, command=command or ("sleep", "60"), owner="tester")
+        )
 
     def run_as(self, account, argv: list[str]) -> subprocess.Popen:
         """``argv`` as a real process of ``account`` (helpers/accounts.py), its
@@ -160,4 +188,3 @@ class ServiceNode:
             await self.allocator.close()
         kill_process_jobs(self.state)  # every job the test started: this state dir is the test's own
         end_processes(self.procs)
-

@@ -8,6 +8,7 @@ one-file busybox root filesystem from the ``busybox-static`` package.
 With ``CI=true`` a service that cannot be started fails the test instead of
 skipping it: a green CI run must mean these tests ran.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,17 @@ class RedisServer:
         if not binary:
             raise FileNotFoundError("redis-server is not installed")
         args = [
-            binary, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.workdir), "--save", "", "--appendonly", "no",
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
         ]
         if self.password:
             args += ["--requirepass", self.password]
@@ -127,13 +137,22 @@ class Dockerd:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    binary, "--host", self.host,
-                    "--data-root", str(self.root / "data"),
-                    "--exec-root", str(self.root / "exec"),
-                    "--pidfile", str(self.root / "docker.pid"),
-                    "--bridge=none", "--iptables=false", "--ip6tables=false",
+                    binary,
+                    "--host",
+                    self.host,
+                    "--data-root",
+                    str(self.root / "data"),
+                    "--exec-root",
+                    str(self.root / "exec"),
+                    "--pidfile",
+                    str(self.root / "docker.pid"),
+                    "--bridge=none",
+                    "--iptables=false",
+                    "--ip6tables=false",
                 ],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         try:
             until(self._answers, "dockerd to answer", 60, error=TimeoutError)
@@ -151,8 +170,11 @@ class Dockerd:
         if not docker:
             raise FileNotFoundError("the docker client is not installed")
         return subprocess.run(
-            [docker, "-H", self.host, *args], input=input,
-            capture_output=True, check=check, timeout=120,
+            [docker, "-H", self.host, *args],
+            input=input,
+            capture_output=True,
+            check=check,
+            timeout=120,
         )
 
     def import_busybox(self) -> None:

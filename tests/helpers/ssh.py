@@ -9,6 +9,7 @@ entry naming the node, as a user sets up SSH to reach a machine.
 
 With ``CI=true`` an sshd that cannot be started fails the test (helpers/services.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,15 +43,27 @@ class Sshd:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
         product = runnable()
         config = self.root / "sshd_config"
-        config.write_text("\n".join([
-            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}",
-            f"PidFile {self.root / 'sshd.pid'}", f"AuthorizedKeysFile {self.keys}/%u",
-            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
-            "StrictModes no", "PermitRootLogin no", "LogLevel VERBOSE",
-            # what a node's login would have: the product on PATH, and where its agent listens
-            f"SetEnv PATH={product.bin}:/usr/local/bin:/usr/bin:/bin PYTHONPATH={product.site} "
-            f"TUNEPLANE_AGENT_SOCKET={self.agent_socket}",
-        ]) + "\n")
+        config.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {host_key}",
+                    f"PidFile {self.root / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {self.keys}/%u",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "PermitRootLogin no",
+                    "LogLevel VERBOSE",
+                    # what a node's login would have: the product on PATH, and where its agent listens
+                    f"SetEnv PATH={product.bin}:/usr/local/bin:/usr/bin:/bin PYTHONPATH={product.site} "
+                    f"TUNEPLANE_AGENT_SOCKET={self.agent_socket}",
+                ]
+            )
+            + "\n"
+        )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege separation directory
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log)
@@ -89,11 +102,21 @@ class Sshd:
         with open(ssh / "known_hosts", "a") as known:
             known.write(self.host_key_line() + "\n")
         with open(ssh / "config", "a") as config:
-            config.write("\n".join([
-                f"Host {alias}", "  HostName 127.0.0.1", f"  Port {self.port}", f"  User {as_user or account.name}",
-                f"  IdentityFile {key}", "  IdentitiesOnly yes", "  StrictHostKeyChecking yes",
-                "  BatchMode yes", "",
-            ]))
+            config.write(
+                "\n".join(
+                    [
+                        f"Host {alias}",
+                        "  HostName 127.0.0.1",
+                        f"  Port {self.port}",
+                        f"  User {as_user or account.name}",
+                        f"  IdentityFile {key}",
+                        "  IdentitiesOnly yes",
+                        "  StrictHostKeyChecking yes",
+                        "  BatchMode yes",
+                        "",
+                    ]
+                )
+            )
         for path in [ssh, *ssh.iterdir()]:
             os.chown(path, account.uid, account.gid)
 
@@ -102,8 +125,11 @@ class Sshd:
         import psutil
 
         uids = {a.uid for a in accounts}
-        left = [p for p in psutil.process_iter(["uids", "name"]) if p.info["uids"] and p.info["uids"].real in uids
-                and p.info["name"] == "ssh"]
+        left = [
+            p
+            for p in psutil.process_iter(["uids", "name"])
+            if p.info["uids"] and p.info["uids"].real in uids and p.info["name"] == "ssh"
+        ]
         for proc in left:
             proc.kill()
         psutil.wait_procs(left, timeout=10)

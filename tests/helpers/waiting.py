@@ -14,6 +14,7 @@ state things were left in (the pilot's names what the dashboard told the
 operator, when the app keeps it). Every wait is a bound, never a speed the test
 asserts: a machine shared by many is slow at times, so the bound is generous.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,8 +31,15 @@ def _timed_out(what: str, timeout: float, show: Optional[Callable[[], object]]) 
     return f"{message}; {show()}" if show is not None else message
 
 
-def until(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S, *, every: float = 0.05,
-          show: Optional[Callable[[], object]] = None, error: type[Exception] = AssertionError) -> Any:
+def until(
+    predicate: Callable[[], Any],
+    what: str,
+    timeout: float = WAIT_S,
+    *,
+    every: float = 0.05,
+    show: Optional[Callable[[], object]] = None,
+    error: type[Exception] = AssertionError,
+) -> Any:
     """``predicate()`` until it answers something true; that answer. ``error``:
     what to raise at the bound (a service starter raises TimeoutError, which its
     fixture turns into a skip, or under CI a failure)."""
@@ -45,8 +53,14 @@ def until(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S, *, e
         time.sleep(every)
 
 
-async def until_async(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S, *, every: float = 0.02,
-                      show: Optional[Callable[[], object]] = None) -> Any:
+async def until_async(
+    predicate: Callable[[], Any],
+    what: str,
+    timeout: float = WAIT_S,
+    *,
+    every: float = 0.02,
+    show: Optional[Callable[[], object]] = None,
+) -> Any:
     """``until`` in the event loop: sleeps without blocking it, and awaits what
     ``predicate()`` returns when that is awaitable (a status read from a client)."""
     deadline = time.monotonic() + timeout
@@ -60,8 +74,9 @@ async def until_async(predicate: Callable[[], Any], what: str, timeout: float = 
         await asyncio.sleep(every)
 
 
-async def until_pilot(pilot: Any, condition: Callable[[], Any], what: str, timeout: float = WAIT_S, *,
-                      every: float = 0.05) -> Any:
+async def until_pilot(
+    pilot: Any, condition: Callable[[], Any], what: str, timeout: float = WAIT_S, *, every: float = 0.05
+) -> Any:
     """``until`` for an app under its pilot: between asks the pilot pauses, so the
     app handles its messages and draws; the failure says what the app told the
     operator when it keeps that (helpers.dashboard.Dashboard's ``said``)."""

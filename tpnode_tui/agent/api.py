@@ -30,6 +30,7 @@ the others.
 ``GET  /v1/queue``          launches queued or waiting
 ``POST /v1/queue/cancel``   ``{run_id}``
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -107,15 +108,15 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(413, f"the request body is over {MAX_BODY // 1024} KiB", 2, "BadRequest")
     except web.HTTPException as e:
         if e.status == 404:
-            return error_response(404, f"no such endpoint: {request.method} {request.path} "
-                                  "(this agent serves /v1/...)", 2, "BadRequest")
+            return error_response(
+                404, f"no such endpoint: {request.method} {request.path} (this agent serves /v1/...)", 2, "BadRequest"
+            )
         if e.status == 405:
             return error_response(405, f"{request.path} does not take {request.method}", 2, "BadRequest")
         return error_response(e.status, e.reason or "bad request", 2, "BadRequest")
     except Exception:
         log.exception("internal error answering %s %s", request.method, request.path)
-        return error_response(500, "internal error in the agent; its log has the details", 1,
-                              "TpnodeError")
+        return error_response(500, "internal error in the agent; its log has the details", 1, "TpnodeError")
 
 
 class Api:
@@ -170,9 +171,14 @@ class Api:
         self._streams.add(task)
         try:
             async for reading in self.service.subscribe():
-                head = json.dumps({"seq": reading.seq, "error": reading.error,
-                                   "stale_since": reading.stale_since,
-                                   "you": self._you(caller, reading)})
+                head = json.dumps(
+                    {
+                        "seq": reading.seq,
+                        "error": reading.error,
+                        "stale_since": reading.stale_since,
+                        "you": self._you(caller, reading),
+                    }
+                )
                 line = f'{head[:-1]},"snapshot":{self._snapshot_text(reading)}}}\n'
                 try:
                     await response.write(line.encode())
@@ -247,19 +253,29 @@ class Api:
 
     async def launch(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
-        r = await self._body(request, "cards", "command", "image", "run_id", "owner", "env", "cwd", "queue",
-                             "slice", "placement")
+        r = await self._body(
+            request, "cards", "command", "image", "run_id", "owner", "env", "cwd", "queue", "slice", "placement"
+        )
         env_doc = r.doc.get("env")
         env: Optional[tuple[tuple[str, str], ...]] = None
         if env_doc is not None:
             if not isinstance(env_doc, dict) or not all(
-                    isinstance(k, str) and isinstance(v, str) for k, v in env_doc.items()):
+                isinstance(k, str) and isinstance(v, str) for k, v in env_doc.items()
+            ):
                 raise BadRequest("request.env is not an object of text values")
             env = tuple(env_doc.items())
-        req = LaunchRequest(cards=r.whole("cards"), command=r.texts("command"), image=r.opt_text("image"),
-                            run_id=r.opt_text("run_id"), owner=r.text("owner", ""), env=env,
-                            cwd=r.opt_text("cwd"), queue=r.flag("queue", False), slice=r.opt_text("slice"),
-                            placement=r.opt_text("placement"))
+        req = LaunchRequest(
+            cards=r.whole("cards"),
+            command=r.texts("command"),
+            image=r.opt_text("image"),
+            run_id=r.opt_text("run_id"),
+            owner=r.text("owner", ""),
+            env=env,
+            cwd=r.opt_text("cwd"),
+            queue=r.flag("queue", False),
+            slice=r.opt_text("slice"),
+            placement=r.opt_text("placement"),
+        )
         result = await self.service.launch(caller, req)
         if result.queued is not None:
             return web.json_response({"queued": queued_to_json(result.queued)}, status=202)
@@ -269,9 +285,14 @@ class Api:
     async def reserve(self, request: web.Request) -> web.Response:
         caller = self.caller(request)
         r = await self._body(request, "cards", "duration_s", "run_id", "owner", "slice", "placement")
-        req = ReserveRequest(cards=r.whole("cards"), duration_s=r.number("duration_s"),
-                             run_id=r.opt_text("run_id"), owner=r.text("owner", ""), slice=r.opt_text("slice"),
-                             placement=r.opt_text("placement"))
+        req = ReserveRequest(
+            cards=r.whole("cards"),
+            duration_s=r.number("duration_s"),
+            run_id=r.opt_text("run_id"),
+            owner=r.text("owner", ""),
+            slice=r.opt_text("slice"),
+            placement=r.opt_text("placement"),
+        )
         return web.json_response({"launched": launched_to_json(await self.service.reserve(caller, req))})
 
     async def extend(self, request: web.Request) -> web.Response:
@@ -311,8 +332,14 @@ class Api:
         started_at = r.opt_number("started_at")
         if started_at is not None and pid is None:
             raise BadRequest("request.started_at names the start of one process: give its pid too")
-        report = await self.service.evict(caller, _card_index(r), pid, kill=r.flag("kill", False),
-                                          dry_run=r.flag("dry_run", False), started_at=started_at)
+        report = await self.service.evict(
+            caller,
+            _card_index(r),
+            pid,
+            kill=r.flag("kill", False),
+            dry_run=r.flag("dry_run", False),
+            started_at=started_at,
+        )
         return web.json_response({"evict": evict_to_json(report)})
 
     async def cancel(self, request: web.Request) -> web.Response:
@@ -325,24 +352,26 @@ def make_app(service: NodeService, operators: Operators) -> web.Application:
     api = Api(service, operators)
     app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY)
     app.on_shutdown.append(api.end_streams)
-    app.add_routes([
-        web.get("/v1/snapshot", api.snapshot),
-        web.get("/v1/stream", api.stream),
-        web.get("/v1/whoami", api.whoami),
-        web.get("/v1/audit", api.audit),
-        web.get("/v1/queue", api.queue),
-        web.post("/v1/launch", api.launch),
-        web.post("/v1/reserve", api.reserve),
-        web.post("/v1/extend", api.extend),
-        web.post("/v1/stop", api.stop),
-        web.post("/v1/reclaim", api.reclaim),
-        web.post("/v1/queue/cancel", api.cancel),
-        web.get("/v1/events", api.events),
-        web.get("/v1/history", api.history),
-        web.post("/v1/drain", api.drain),
-        web.post("/v1/undrain", api.undrain),
-        web.post("/v1/evict", api.evict),
-    ])
+    app.add_routes(
+        [
+            web.get("/v1/snapshot", api.snapshot),
+            web.get("/v1/stream", api.stream),
+            web.get("/v1/whoami", api.whoami),
+            web.get("/v1/audit", api.audit),
+            web.get("/v1/queue", api.queue),
+            web.post("/v1/launch", api.launch),
+            web.post("/v1/reserve", api.reserve),
+            web.post("/v1/extend", api.extend),
+            web.post("/v1/stop", api.stop),
+            web.post("/v1/reclaim", api.reclaim),
+            web.post("/v1/queue/cancel", api.cancel),
+            web.get("/v1/events", api.events),
+            web.get("/v1/history", api.history),
+            web.post("/v1/drain", api.drain),
+            web.post("/v1/undrain", api.undrain),
+            web.post("/v1/evict", api.evict),
+        ]
+    )
     return app
 
 

@@ -6,6 +6,7 @@ Both only read the service's latest reading; neither is in the allocation
 path, and neither failing stops the agent serving its node. redis-py is
 imported only when a fleet URL is set.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,18 +41,27 @@ class Exports:
             try:
                 await web.TCPSite(self._metrics, host, port).start()
             except OSError as e:
-                raise ConfigError(f"TUNEPLANE_METRICS_ADDR={host}:{port} cannot be served: "
-                                  f"{e.strerror or e}") from None
+                raise ConfigError(f"TUNEPLANE_METRICS_ADDR={host}:{port} cannot be served: {e.strerror or e}") from None
             log.info("serving Prometheus metrics on http://%s:%d/metrics", host, port)
         if settings.fleet_url is not None:
             from ..fleet.publisher import FleetPublisher
 
-            publisher = FleetPublisher(settings.fleet_url, settings.fleet_url_safe or "", settings.node,
-                                       settings.fleet_publish_s, ssh=str(settings.ssh_address or ""))
+            publisher = FleetPublisher(
+                settings.fleet_url,
+                settings.fleet_url_safe or "",
+                settings.node,
+                settings.fleet_publish_s,
+                ssh=str(settings.ssh_address or ""),
+            )
             self._publisher = publisher
             self._publishing = asyncio.ensure_future(publisher.run(service))
-            log.info("publishing to the fleet at %s as %s (instance %s), at least every %g s",
-                     settings.fleet_url_safe, settings.node, publisher.instance, settings.fleet_publish_s)
+            log.info(
+                "publishing to the fleet at %s as %s (instance %s), at least every %g s",
+                settings.fleet_url_safe,
+                settings.node,
+                publisher.instance,
+                settings.fleet_publish_s,
+            )
 
     async def close(self) -> None:
         if self._publishing is not None:

@@ -13,6 +13,7 @@ The allocator's own facts are under ``tpnode_``. A value the probe could not
 read is left out, never sent as 0: a missing sample reads as "unknown", a 0
 would read as "idle". docs/metrics.md lists every metric.
 """
+
 from __future__ import annotations
 
 import time
@@ -64,13 +65,17 @@ class NodeCollector(Collector):
         snap = reading.snapshot
         yield from self._device(snap)
         yield from self._allocator(snap, stale=reading.error is not None)
-        launches = CounterMetricFamily("tpnode_launches", "Launches and reservations asked of this "
-                                       "agent since it started, by result", labels=["result"])
+        launches = CounterMetricFamily(
+            "tpnode_launches",
+            "Launches and reservations asked of this agent since it started, by result",
+            labels=["result"],
+        )
         for result, count in sorted(self.service.launch_results.items()):
             launches.add_metric([result], count)
         yield launches
-        info = GaugeMetricFamily("tpnode_node_info", "This node's name, series and agent version",
-                                 labels=["node", "series", "agent_version"])
+        info = GaugeMetricFamily(
+            "tpnode_node_info", "This node's name, series and agent version", labels=["node", "series", "agent_version"]
+        )
         info.add_metric([self.node, _text(snap.series if snap else ""), __version__], 1)
         yield info
 
@@ -81,20 +86,30 @@ class NodeCollector(Collector):
             "free": GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=DCGM_LABELS),
             "temp": GaugeMetricFamily("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", labels=DCGM_LABELS),
             "power": GaugeMetricFamily("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", labels=DCGM_LABELS),
-            "xid": GaugeMetricFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
-                                     labels=DCGM_LABELS),
+            "xid": GaugeMetricFamily(
+                "DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", labels=DCGM_LABELS
+            ),
         }
         for card in snap.cards if snap is not None else ():
             f = card.facts
             if f is None:
                 continue
-            labels = [str(card.index), _text(f.uuid), _text(f.pci_bus_id), f"nvidia{card.index}",
-                      _text(f.name), self.node]
+            labels = [
+                str(card.index),
+                _text(f.uuid),
+                _text(f.pci_bus_id),
+                f"nvidia{card.index}",
+                _text(f.name),
+                self.node,
+            ]
             values = {
                 "util": f.utilization_pct,
                 "used": f.memory_used_mib,
-                "free": (f.memory_total_mib - f.memory_used_mib
-                         if f.memory_total_mib is not None and f.memory_used_mib is not None else None),
+                "free": (
+                    f.memory_total_mib - f.memory_used_mib
+                    if f.memory_total_mib is not None and f.memory_used_mib is not None
+                    else None
+                ),
                 "temp": f.temperature_c,
                 "power": f.power_w,
                 # as dcgm-exporter: 0 until the card reports one (here: since the agent started)
@@ -105,12 +120,14 @@ class NodeCollector(Collector):
                     families[key].add_metric(labels, value)
             for s in card.slices:
                 sf = s.facts
-                mig = dict(zip(DCGM_MIG_LABELS, [*labels[:5], _text(sf.profile), _gi(sf.gpu_instance_id),
-                                                 self.node]))
+                mig = dict(zip(DCGM_MIG_LABELS, [*labels[:5], _text(sf.profile), _gi(sf.gpu_instance_id), self.node]))
                 slice_values = {
                     "used": sf.memory_used_mib,
-                    "free": (sf.memory_total_mib - sf.memory_used_mib
-                             if sf.memory_total_mib is not None and sf.memory_used_mib is not None else None),
+                    "free": (
+                        sf.memory_total_mib - sf.memory_used_mib
+                        if sf.memory_total_mib is not None and sf.memory_used_mib is not None
+                        else None
+                    ),
                 }
                 for key, value in slice_values.items():
                     if value is not None:
@@ -119,10 +136,14 @@ class NodeCollector(Collector):
 
     def _allocator(self, snap: Optional[NodeSnapshot], stale: bool) -> Iterator[GaugeMetricFamily]:
         now = self.clock()
-        state = GaugeMetricFamily("tpnode_card_state", "1 for the card's current state, 0 for the others",
-                                  labels=["gpu", "state"])
-        holder = GaugeMetricFamily("tpnode_card_holder_info", "The job or reservation holding the card",
-                                   labels=["gpu", "run_id", "kind", "owner"])
+        state = GaugeMetricFamily(
+            "tpnode_card_state", "1 for the card's current state, 0 for the others", labels=["gpu", "state"]
+        )
+        holder = GaugeMetricFamily(
+            "tpnode_card_holder_info",
+            "The job or reservation holding the card",
+            labels=["gpu", "run_id", "kind", "owner"],
+        )
         cards = snap.cards if snap is not None else ()
         states = list(CARD_STATES) + sorted({c.state for c in cards} - set(CARD_STATES))
         for card in cards:
@@ -130,14 +151,19 @@ class NodeCollector(Collector):
                 state.add_metric([str(card.index), s], 1 if s == card.state else 0)
             if card.state in ("job", "reservation") and card.run_id:
                 job = card.job
-                holder.add_metric([str(card.index), _text(card.run_id), card.state,
-                                   _text(job.owner if job else "")], 1)
+                holder.add_metric([str(card.index), _text(card.run_id), card.state, _text(job.owner if job else "")], 1)
         yield state
         yield holder
-        slice_state = GaugeMetricFamily("tpnode_slice_state", "1 for the MIG slice's current state, 0 for "
-                                        "the others", labels=[*SLICE_LABELS, "state"])
-        slice_holder = GaugeMetricFamily("tpnode_slice_holder_info", "The job or reservation holding the "
-                                         "MIG slice", labels=[*SLICE_LABELS, "run_id", "kind", "owner"])
+        slice_state = GaugeMetricFamily(
+            "tpnode_slice_state",
+            "1 for the MIG slice's current state, 0 for the others",
+            labels=[*SLICE_LABELS, "state"],
+        )
+        slice_holder = GaugeMetricFamily(
+            "tpnode_slice_holder_info",
+            "The job or reservation holding the MIG slice",
+            labels=[*SLICE_LABELS, "run_id", "kind", "owner"],
+        )
         slices = [(card, sv) for card in cards for sv in card.slices]
         slice_states = list(SLICE_STATES) + sorted({sv.state for _c, sv in slices} - set(SLICE_STATES))
         for card, sv in slices:
@@ -145,8 +171,7 @@ class NodeCollector(Collector):
             for st in slice_states:
                 slice_state.add_metric([*names, st], 1 if st == sv.state else 0)
             if sv.state in ("job", "reservation") and sv.run_id:
-                slice_holder.add_metric([*names, _text(sv.run_id), sv.state,
-                                         _text(sv.job.owner if sv.job else "")], 1)
+                slice_holder.add_metric([*names, _text(sv.run_id), sv.state, _text(sv.job.owner if sv.job else "")], 1)
         yield slice_state
         yield slice_holder
 
@@ -175,15 +200,27 @@ class NodeCollector(Collector):
         yield gauge("tpnode_slices_total", "MIG slices on this node's cards in MIG mode", slices_total)
         yield gauge("tpnode_slices_free", "MIG slices checked free (unverified ones are not counted)", slices_free)
         yield gauge("tpnode_drained_cards", "Cards drained: not handed out until undrained", drained)
-        yield gauge("tpnode_intruders", "Processes on held cards that belong to neither the job nor "
-                    "the reservation's owner", intruders)
-        yield gauge("tpnode_probe_ok", "1 while the last poll succeeded and the probe saw every card's "
-                    "use, else 0", 1 if probe_ok else 0)
+        yield gauge(
+            "tpnode_intruders",
+            "Processes on held cards that belong to neither the job nor the reservation's owner",
+            intruders,
+        )
+        yield gauge(
+            "tpnode_probe_ok",
+            "1 while the last poll succeeded and the probe saw every card's use, else 0",
+            1 if probe_ok else 0,
+        )
         yield gauge("tpnode_reading_age_seconds", "Seconds since the reading these metrics come from", age)
-        yield gauge("tpnode_queue_length", "Launches not started yet: queued for cards, waiting for the "
-                    "allocation lock, or being placed", queued)
-        yield gauge("tpnode_lock_wait_seconds", "How long the oldest launch waiting for the allocation "
-                    "lock has waited; 0 when none waits", wait)
+        yield gauge(
+            "tpnode_queue_length",
+            "Launches not started yet: queued for cards, waiting for the allocation lock, or being placed",
+            queued,
+        )
+        yield gauge(
+            "tpnode_lock_wait_seconds",
+            "How long the oldest launch waiting for the allocation lock has waited; 0 when none waits",
+            wait,
+        )
 
 
 def _gi(gpu_instance_id: Optional[int]) -> str:

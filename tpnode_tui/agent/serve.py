@@ -6,6 +6,7 @@ that matters: they run under their own supervisors (or in containers), so
 they keep running when the agent stops or dies, and a restarted agent finds
 them where the truth lives, with its queue back from the state dir.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,8 +61,9 @@ def prepare_socket(path: Path) -> None:
         raise ConfigError(f"cannot create {path.parent} for the agent's socket: {e.strerror}") from None
     if path.exists() or path.is_symlink():
         if _answers(path):
-            raise ConfigError(f"another agent already answers at {path}; stop it first "
-                              "(systemctl stop tpnode-tui-agent)")
+            raise ConfigError(
+                f"another agent already answers at {path}; stop it first (systemctl stop tpnode-tui-agent)"
+            )
         path.unlink()
 
 
@@ -95,8 +97,13 @@ async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.E
     # The queue is the state dir's, so a queued launch survives the agent.
     service = NodeService.from_settings(settings, queue=FileQueue(settings.state_dir), interval=interval)
     allocator, policy = service.allocator, service.policy
-    runner = web.AppRunner(make_app(service, policy.operators), access_log=None,
-                           handler_cancellation=True, keepalive_timeout=IDLE_TIMEOUT_S, shutdown_timeout=SHUTDOWN_S)
+    runner = web.AppRunner(
+        make_app(service, policy.operators),
+        access_log=None,
+        handler_cancellation=True,
+        keepalive_timeout=IDLE_TIMEOUT_S,
+        shutdown_timeout=SHUTDOWN_S,
+    )
     loop = asyncio.get_running_loop()
     signals = () if stop is not None else (signal.SIGTERM, signal.SIGINT)
     stop = stop or asyncio.Event()
@@ -112,9 +119,15 @@ async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.E
         # Every account may connect; what each may do is decided by who it is.
         os.chmod(path, 0o666)
         poller = asyncio.create_task(service.run())
-        log.info("serving %s on %s (%s, %s, lock %s, operators: %s)", allocator.runtime.describe(),
-                 path, allocator.probe.source, f"every {interval:g} s", allocator.lock.description,
-                 policy.operators.describe())
+        log.info(
+            "serving %s on %s (%s, %s, lock %s, operators: %s)",
+            allocator.runtime.describe(),
+            path,
+            allocator.probe.source,
+            f"every {interval:g} s",
+            allocator.lock.description,
+            policy.operators.describe(),
+        )
         await stop.wait()
         log.info("stopping: jobs keep running")
     finally:

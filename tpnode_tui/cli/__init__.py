@@ -14,6 +14,7 @@ parser is made from. What a command needs is imported when it runs: a
 command that only asks the node's agent loads no asyncio, no allocator and
 no dashboard.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui = parser.add_argument_group("dashboard (no command)")
     ui.add_argument("--demo", action="store_true", help="a simulated 8-card node: no GPU, Docker or Redis needed")
     ui.add_argument("--readonly", action="store_true", help="show only: every action is refused")
-    ui.add_argument("--interval", type=seconds, default=1.0, metavar="S",
-                    help="seconds between polls (0.2 to 3600)")
+    ui.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="seconds between polls (0.2 to 3600)")
     ui.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -87,8 +87,10 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
     if state_dir_exists(settings.state_dir):
         return None
     recorded = "no job has been recorded here" if process else "no launch has taken the allocation lock here"
-    return (f"no state dir at {settings.state_dir}: {recorded}. If jobs were expected, check "
-            "TUNEPLANE_STATE_DIR: everyone who allocates on this node must use the same one")
+    return (
+        f"no state dir at {settings.state_dir}: {recorded}. If jobs were expected, check "
+        "TUNEPLANE_STATE_DIR: everyone who allocates on this node must use the same one"
+    )
 
 
 def _logging(args: argparse.Namespace) -> None:
@@ -125,21 +127,23 @@ def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
 async def _in_loop(command: Command, args: argparse.Namespace, settings: Settings) -> int:
     from ..node.choose import open_node
 
-    node = await open_node(settings, interval=args.interval, max_wait_s=getattr(args, "wait", None),
-                           on_wait=say_once())
+    node = await open_node(settings, interval=args.interval, max_wait_s=getattr(args, "wait", None), on_wait=say_once())
     return await _on_node(command, node, args, settings, _state_dir_note(settings) if node.via == "local" else None)
 
 
-async def _on_node(command: Command, node: Node, args: argparse.Namespace, settings: Settings,
-                   note: Optional[str]) -> int:
+async def _on_node(
+    command: Command, node: Node, args: argparse.Namespace, settings: Settings, note: Optional[str]
+) -> int:
     """Run ``command`` on ``node``; ``note``: the state dir's, for a node served here."""
     assert command.on_node is not None
     try:
         await command.on_node(Run(node, args, note))
         if note and settings.state_dir.is_dir():
             # Said after the fact, and only on success: a refusal stays one line.
-            say(f"created the state dir {settings.state_dir}, which did not exist: everyone who "
-                "allocates on this node must use this same one (TUNEPLANE_STATE_DIR)")
+            say(
+                f"created the state dir {settings.state_dir}, which did not exist: everyone who "
+                "allocates on this node must use this same one (TUNEPLANE_STATE_DIR)"
+            )
         return EXIT_OK
     finally:
         await node.close()
@@ -162,8 +166,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Everything the commands print, errors and log lines included, reaches
     # the terminal escaped: much of it was written by other users (process
     # names, labels, owners) or by Docker, Redis and the driver.
-    with contextlib.redirect_stdout(PrintableStream(sys.stdout)), \
-            contextlib.redirect_stderr(PrintableStream(sys.stderr)):
+    with (
+        contextlib.redirect_stdout(PrintableStream(sys.stdout)),
+        contextlib.redirect_stderr(PrintableStream(sys.stderr)),
+    ):
         return _main(argv)
 
 
@@ -188,8 +194,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             )
         settings = settings_from_flags(vars(args))
         if settings.host is not None and args.agent == "off":
-            raise UsageError(f"--host {settings.host} reaches that node's agent, and --agent off asks for none: "
-                             "give one of them")
+            raise UsageError(
+                f"--host {settings.host} reaches that node's agent, and --agent off asks for none: give one of them"
+            )
         return _run(COMMANDS[args.command], args, settings)
     except BrokenPipeError:
         _quiet_stdout()

@@ -4,6 +4,7 @@ A command never waits for cards: with none free it exits 75 at once and a
 script decides whether to try again (the dashboard queues instead). One that
 has to wait for the allocation lock says once, on stderr, what it waits for.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,10 @@ from .registry import Run, UsageError, card_list, cards, command, node_command, 
 
 T = TypeVar("T")
 
-WAIT_HELP = ("at most this long for the allocation lock (default: as long as it takes); "
-             "then exit 75. Cards are never waited for: with none free, exit 75 at once")
+WAIT_HELP = (
+    "at most this long for the allocation lock (default: as long as it takes); "
+    "then exit 75. Cards are never waited for: with none free, exit 75 at once"
+)
 
 
 def _run_id(given: Optional[str]) -> Optional[str]:
@@ -49,12 +52,20 @@ def _run_id(given: Optional[str]) -> Optional[str]:
 def _placement_flags(parser: argparse.ArgumentParser) -> None:
     """How the cards must sit on the node's topology; without either, the best set free now."""
     placed = parser.add_mutually_exclusive_group()
-    placed.add_argument("--same-switch", dest="placement", action="store_const", const=SAME_SWITCH,
-                        help="only cards that all share NVLink or one PCIe switch "
-                             "(none free now: exit 75, or --queue waits)")
-    placed.add_argument("--contiguous", dest="placement", action="store_const", const=CONTIGUOUS,
-                        help="only a set as well connected as this node's best of that size (none free now: exit 75, "
-                             "or --queue waits)")
+    placed.add_argument(
+        "--same-switch",
+        dest="placement",
+        action="store_const",
+        const=SAME_SWITCH,
+        help="only cards that all share NVLink or one PCIe switch (none free now: exit 75, or --queue waits)",
+    )
+    placed.add_argument(
+        "--contiguous",
+        dest="placement",
+        action="store_const",
+        const=CONTIGUOUS,
+        help="only a set as well connected as this node's best of that size (none free now: exit 75, or --queue waits)",
+    )
 
 
 def _json_flag(parser: argparse.ArgumentParser, help: Optional[str] = None) -> None:
@@ -81,8 +92,9 @@ async def _status(run: Run) -> None:
 def _what_arguments(parser: argparse.ArgumentParser) -> None:
     """Whole cards, or one MIG slice of a profile: what a launch or a reservation holds."""
     parser.add_argument("--cards", type=cards, metavar="N", help="whole cards (never a card in MIG mode)")
-    parser.add_argument("--slice", metavar="PROFILE",
-                        help="one MIG slice of this profile instead of whole cards, e.g. 1g.18gb")
+    parser.add_argument(
+        "--slice", metavar="PROFILE", help="one MIG slice of this profile instead of whole cards, e.g. 1g.18gb"
+    )
 
 
 def _what(args: argparse.Namespace) -> int:
@@ -103,8 +115,9 @@ def _launch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-id", metavar="ID", help="default: a generated one")
     parser.add_argument("--image", metavar="IMG", help="container image (docker runtime)")
     parser.add_argument("--wait", type=seconds, metavar="SECONDS", help=WAIT_HELP)
-    parser.add_argument("--queue", action="store_true",
-                        help="with no capacity now, wait in the agent's queue instead of exit 75")
+    parser.add_argument(
+        "--queue", action="store_true", help="with no capacity now, wait in the agent's queue instead of exit 75"
+    )
     _placement_flags(parser)
     _json_flag(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARG...]")
@@ -119,11 +132,20 @@ async def _launch(run: Run) -> None:
     if not argv and not args.image:
         raise UsageError("nothing to run: give the command after --, e.g. launch --cards 1 -- python train.py")
     if args.queue and node.via != "agent":
-        raise UsageError("--queue needs the node's agent, which keeps the queue; this command serves the "
-                         "node itself (no agent answers, or TUNEPLANE_AGENT=off) and exits when it is done")
+        raise UsageError(
+            "--queue needs the node's agent, which keeps the queue; this command serves the "
+            "node itself (no agent answers, or TUNEPLANE_AGENT=off) and exits when it is done"
+        )
     run_id = _run_id(args.run_id) or new_run_id()
-    request = LaunchRequest(cards=_what(args), command=tuple(argv), image=args.image, run_id=run_id,
-                            queue=args.queue, placement=args.placement, slice=args.slice)
+    request = LaunchRequest(
+        cards=_what(args),
+        command=tuple(argv),
+        image=args.image,
+        run_id=run_id,
+        queue=args.queue,
+        placement=args.placement,
+        slice=args.slice,
+    )
     result = await _bounded(node, node.launch(request), run_id, args.wait)
     if result.queued is not None:
         q = result.queued
@@ -131,9 +153,11 @@ async def _launch(run: Run) -> None:
         if args.json:
             print(json.dumps({"queued": queued_to_json(q)}))
         else:
-            print(f"queued {q.run_id}: it starts by itself once {wanted} "
-                  f"{'is' if q.cards == 1 else 'are'} free, after the launches queued before it "
-                  f"(tpnode-tui queue shows them; tpnode-tui cancel {q.run_id} drops it)")
+            print(
+                f"queued {q.run_id}: it starts by itself once {wanted} "
+                f"{'is' if q.cards == 1 else 'are'} free, after the launches queued before it "
+                f"(tpnode-tui queue shows them; tpnode-tui cancel {q.run_id} drops it)"
+            )
         return
     assert result.launched is not None
     report_launch(result.launched, args.json, "launched")
@@ -161,8 +185,10 @@ async def _bounded(node: Node, work: Awaitable[T], run_id: str, wait_s: Optional
         except TpnodeError:  # placed meanwhile, or placing now: too late, so it runs
             return await task
         task.cancel()
-        raise LockWaitTimeout(f"{run_id} was not placed within {wait_s:g} s: the agent was still "
-                              "waiting for the allocation lock, and it was cancelled; nothing was placed") from None
+        raise LockWaitTimeout(
+            f"{run_id} was not placed within {wait_s:g} s: the agent was still "
+            "waiting for the allocation lock, and it was cancelled; nothing was placed"
+        ) from None
     finally:
         watcher.cancel()
 
@@ -193,8 +219,14 @@ def _reserve_arguments(parser: argparse.ArgumentParser) -> None:
 async def _reserve(run: Run) -> None:
     node, args = run.node, run.args
     run_id = _run_id(args.run_id) or new_run_id("rsv")
-    request = ReserveRequest(cards=_what(args), duration_s=parse_duration(args.duration), run_id=run_id,
-                             owner=args.owner or "", placement=args.placement, slice=args.slice)
+    request = ReserveRequest(
+        cards=_what(args),
+        duration_s=parse_duration(args.duration),
+        run_id=run_id,
+        owner=args.owner or "",
+        placement=args.placement,
+        slice=args.slice,
+    )
     result = await _bounded(node, node.reserve(request), run_id, args.wait)
     report_launch(result, args.json, "reserved")
 
@@ -203,8 +235,12 @@ def _run_id_argument(parser: argparse.ArgumentParser, optional: bool = False) ->
     parser.add_argument("run_id", nargs="?" if optional else None, metavar="RUN_ID")
 
 
-@node_command("reclaim", "remove exited jobs (never a running one)",
-              lambda parser: _run_id_argument(parser, optional=True), straight=True)
+@node_command(
+    "reclaim",
+    "remove exited jobs (never a running one)",
+    lambda parser: _run_id_argument(parser, optional=True),
+    straight=True,
+)
 async def _reclaim(run: Run) -> None:
     removed = await run.node.reclaim(run.args.run_id)
     for job in removed:
@@ -222,8 +258,9 @@ async def _stop(run: Run) -> None:
 
 def _extend_arguments(parser: argparse.ArgumentParser) -> None:
     _run_id_argument(parser)
-    parser.add_argument("--for", dest="duration", required=True, metavar="DURATION",
-                        help="how much longer, e.g. 30m, 2h")
+    parser.add_argument(
+        "--for", dest="duration", required=True, metavar="DURATION", help="how much longer, e.g. 30m, 2h"
+    )
     _json_flag(parser)
 
 
@@ -235,12 +272,12 @@ async def _extend(run: Run) -> None:
         print(json.dumps(job_to_json(job)))
         return
     until = time.strftime("%H:%M:%S", time.localtime(job.expires_at or 0))
-    print(f"extended {job.key}: it holds {job.holding} until {until} "
-          f"({time_left(job.expires_at, True, time.time())})")
+    print(f"extended {job.key}: it holds {job.holding} until {until} ({time_left(job.expires_at, True, time.time())})")
 
 
-@node_command("env", 'exports that point CUDA at a job\'s cards: eval "$(tpnode-tui env ID)"', _run_id_argument,
-              straight=True)
+@node_command(
+    "env", 'exports that point CUDA at a job\'s cards: eval "$(tpnode-tui env ID)"', _run_id_argument, straight=True
+)
 async def _env(run: Run) -> None:
     view = await run.node.status()
     assert view.snapshot is not None
@@ -295,8 +332,10 @@ async def _drain(run: Run) -> None:
         if args.json:
             print(json.dumps(asdict(drain)))
         else:
-            print(f"drained card {drain.card}: {drain.reason} (by {drain.by}); it is handed out to no job "
-                  f"until an operator undrains it (tpnode-tui undrain {drain.card})")
+            print(
+                f"drained card {drain.card}: {drain.reason} (by {drain.by}); it is handed out to no job "
+                f"until an operator undrains it (tpnode-tui undrain {drain.card})"
+            )
 
 
 def _undrain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -346,8 +385,13 @@ async def _evict(run: Run) -> None:
     elif report.processes or not refused:
         print_evicted(report)
     left = [p for p in report.processes if p.outcome == "running"]
-    if left and not args.kill and not args.yes and not args.json and _ask(
-            f"{len(left)} process(es) did not end on SIGTERM within {report.grace_s:g} s: SIGKILL them?"):
+    if (
+        left
+        and not args.kill
+        and not args.yes
+        and not args.json
+        and _ask(f"{len(left)} process(es) did not end on SIGTERM within {report.grace_s:g} s: SIGKILL them?")
+    ):
         killed, more = await _evict_each(node, replace(report, processes=tuple(left)), kill=True)
         print_evicted(killed)
         refused += more
@@ -363,8 +407,10 @@ async def _evict_each(node: Node, listed: EvictReport, *, kill: bool) -> tuple[E
     one whose pid changed hands; the node's refusals come back to be said."""
     import asyncio
 
-    answers = await asyncio.gather(*(node.evict(listed.card, p.pid, kill=kill, started_at=p.started_at)
-                                     for p in listed.processes), return_exceptions=True)
+    answers = await asyncio.gather(
+        *(node.evict(listed.card, p.pid, kill=kill, started_at=p.started_at) for p in listed.processes),
+        return_exceptions=True,
+    )
     done: list[Evicted] = []
     refused: list[TpnodeError] = []
     for answer in answers:
@@ -395,8 +441,9 @@ def _events_arguments(parser: argparse.ArgumentParser) -> None:
     _json_flag(parser, "one JSON object per line")
 
 
-@node_command("events", "what happened on the node: health, drains, intruders, launches, ...", _events_arguments,
-              straight=True)
+@node_command(
+    "events", "what happened on the node: health, drains, intruders, launches, ...", _events_arguments, straight=True
+)
 async def _events(run: Run) -> None:
     node, args = run.node, run.args
     since = parse_duration(args.since) if args.since else None
@@ -431,8 +478,10 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
     """Once as JSON, or live in the fleet view. redis-py and the view are
     imported only here, when asked for."""
     if settings.fleet_url is None:
-        raise UsageError("tpnode-tui fleet reads what the nodes' agents publish: set "
-                         "TUNEPLANE_FLEET_URL to their Redis (redis://host:port/db)")
+        raise UsageError(
+            "tpnode-tui fleet reads what the nodes' agents publish: set "
+            "TUNEPLANE_FLEET_URL to their Redis (redis://host:port/db)"
+        )
     safe = settings.fleet_url_safe or ""
     if args.json:
         import asyncio

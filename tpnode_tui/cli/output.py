@@ -4,6 +4,7 @@ Every string here passes :func:`~tpnode_tui.printable.printable_view` before
 it is laid out, so a column is as wide as its escaped text and a label or a
 process name written by someone else cannot move the cursor.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def time_left(expires_at: Optional[float], live: bool, now: float) -> str:
     return f"left {format_duration(expires_at - now)}"
 
 
-def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None, note: Optional[str] = None,
-                 you: Optional[str] = None) -> None:
+def print_status(
+    snap: NodeSnapshot, out: Optional[TextIO] = None, note: Optional[str] = None, you: Optional[str] = None
+) -> None:
     out = out or sys.stdout
     snap = printable_view(snap)  # every field on its one line of the table
     occ = snap.occupancy
@@ -79,8 +81,7 @@ def print_status(snap: NodeSnapshot, out: Optional[TextIO] = None, note: Optiona
             status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
             age = format_duration(now - job.started_at) if job.started_at else "-"
             cards = ",".join([*map(str, job.gpus), *(slice_of(ref) for ref in job.slices)]) or "-"
-            rows.append([job.key, job.kind, status, cards, age,
-                         time_left(job.expires_at, job.live, now), job.owner])
+            rows.append([job.key, job.kind, status, cards, age, time_left(job.expires_at, job.live, now), job.owner])
             notes[len(rows)] = job.problems
         lines = table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))
         for i, line in enumerate(lines):
@@ -119,8 +120,10 @@ def print_queue(queue: Sequence[QueuedLaunch], out: Optional[TextIO] = None) -> 
         print("no launch is queued or waiting", file=out)
         return
     now = time.time()
-    rows = [[q.run_id, q.state, q.wants, q.owner or "-", format_duration(now - q.queued_at),
-             q.waiting_for or "-"] for q in printable_view(tuple(queue))]
+    rows = [
+        [q.run_id, q.state, q.wants, q.owner or "-", format_duration(now - q.queued_at), q.waiting_for or "-"]
+        for q in printable_view(tuple(queue))
+    ]
     for line in table(["RUN ID", "STATE", "WANTS", "OWNER", "WAITING", "FOR"], rows):
         print(line, file=out)
 
@@ -129,8 +132,11 @@ def print_audit(entries: Sequence[dict[str, Any]], out: Optional[TextIO] = None)
     out = out or sys.stdout
     for entry in printable_view(list(entries)):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.get("time", 0)))
-        print(f"{when}  {entry.get('user', '?')}  {entry.get('action', '?')} {entry.get('target', '')}"
-              f"  {entry.get('result', '')}: {entry.get('message', '')}", file=out)
+        print(
+            f"{when}  {entry.get('user', '?')}  {entry.get('action', '?')} {entry.get('target', '')}"
+            f"  {entry.get('result', '')}: {entry.get('message', '')}",
+            file=out,
+        )
 
 
 def print_evicted(report: EvictReport, out: Optional[TextIO] = None) -> None:
@@ -141,8 +147,11 @@ def print_evicted(report: EvictReport, out: Optional[TextIO] = None) -> None:
         return
     for p in shown.processes:
         memory = "" if p.used_memory_mib is None else f", {format_mib(p.used_memory_mib)}"
-        print(f"card {p.card}: pid {p.pid} ({p.user or 'unknown user'}, {p.belongs}{memory}) "
-              f"{p.command or 'command not readable'}: {p.fate}", file=out)
+        print(
+            f"card {p.card}: pid {p.pid} ({p.user or 'unknown user'}, {p.belongs}{memory}) "
+            f"{p.command or 'command not readable'}: {p.fate}",
+            file=out,
+        )
 
 
 def event_line(entry: dict[str, Any], now: float) -> str:
@@ -150,5 +159,7 @@ def event_line(entry: dict[str, Any], now: float) -> str:
     cards = shown.get("cards")
     where = f"  {cards_words(cards)}" if isinstance(cards, list) and cards else ""
     who = f"  {shown['user']}" if shown.get("user") else ""
-    return (f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: "
-            f"{shown.get('message', '')}")
+    return (
+        f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: "
+        f"{shown.get('message', '')}"
+    )

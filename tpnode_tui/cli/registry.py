@@ -5,6 +5,7 @@ function that adds its arguments and the function that runs it, so adding or
 changing one touches one place. The parser and the dispatch are made from
 :data:`COMMANDS`, in the order the commands are declared.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,9 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
     pass
 
 
-def node_command(name: str, help: str, arguments: Arguments = _no_arguments, *,
-                 straight: bool = False) -> Callable[[OnNode], OnNode]:
+def node_command(
+    name: str, help: str, arguments: Arguments = _no_arguments, *, straight: bool = False
+) -> Callable[[OnNode], OnNode]:
     """Register the decorated coroutine as the command ``name``, run on the node."""
 
     def register(run: OnNode) -> OnNode:
@@ -111,7 +113,7 @@ def cards(text: str) -> int:
 
 
 def card_list(text: str) -> tuple[int, ...]:
-    """"3" or "0,1,5": card indices as ASCII digits, none twice."""
+    """ "3" or "0,1,5": card indices as ASCII digits, none twice."""
     listed = [whole_number(part.strip()) for part in text.split(",")]
     if not listed or any(c is None for c in listed):
         raise argparse.ArgumentTypeError(f"{text!r} is not a card index or a list like 0,1,5")

@@ -1,4 +1,5 @@
 """One Redis client for the fleet, as the publisher and the reader both open it."""
+
 from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
@@ -16,13 +17,15 @@ TIMEOUT_S = 2.0
 def open_client(url: str, safe_url: str, *, timeout_s: float = TIMEOUT_S) -> aioredis.Redis:
     try:
         return aioredis.from_url(
-            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
+            url,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=timeout_s,
             # One quick retry covers a pooled connection that died with a restarted
             # server; longer outages are waited out by the caller, which says so.
-            retry=Retry(NoBackoff(), 1))
+            retry=Retry(NoBackoff(), 1),
+        )
     except ValueError as e:
-        raise ConfigError(f"TUNEPLANE_FLEET_URL={safe_url!r} cannot be used: "
-                          f"{scrub(str(e), url)}") from None
+        raise ConfigError(f"TUNEPLANE_FLEET_URL={safe_url!r} cannot be used: {scrub(str(e), url)}") from None
 
 
 def scrub(text: str, url: str) -> str:

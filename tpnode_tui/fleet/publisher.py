@@ -17,6 +17,7 @@ and a failure only delays the next publication. The first failure of an
 outage is logged, later ones are not; attempts back off from 1 s to a
 period (at most 30 s), and the first success says so in the log.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,9 +51,19 @@ MAX_BACKOFF_S = 30.0
 
 
 class FleetPublisher:
-    def __init__(self, url: str, safe_url: str, node: str, period_s: float, *, ssh: str = "",
-                 client: Any = None, version: str = __version__,
-                 clock: Callable[[], float] = time.time, ticks: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        url: str,
+        safe_url: str,
+        node: str,
+        period_s: float,
+        *,
+        ssh: str = "",
+        client: Any = None,
+        version: str = __version__,
+        clock: Callable[[], float] = time.time,
+        ticks: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``clock`` is the time published (readers compare it); ``ticks`` times the
         periods, so a wall clock stepped back an hour does not silence the node."""
         self.url = url
@@ -84,12 +95,22 @@ class FleetPublisher:
 
     # ── one publication ──────────────────────────────────────────────────────
 
-    def _registration(self, series: str, total: Optional[int], now: float,
-                      stopped_at: Optional[float] = None) -> str:
-        return json.dumps(record.registration(
-            node=self.node, version=self.version, period_s=self.period_s, host=socket.gethostname(),
-            pid=os.getpid(), started_at=self._started_at, seen_at=now, series=series, total=total,
-            stopped_at=stopped_at, ssh=self.ssh))
+    def _registration(self, series: str, total: Optional[int], now: float, stopped_at: Optional[float] = None) -> str:
+        return json.dumps(
+            record.registration(
+                node=self.node,
+                version=self.version,
+                period_s=self.period_s,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                started_at=self._started_at,
+                seen_at=now,
+                series=series,
+                total=total,
+                stopped_at=stopped_at,
+                ssh=self.ssh,
+            )
+        )
 
     async def _register(self, series: str, total: Optional[int], now: float) -> None:
         """Add this agent to the agents hash (or refresh its entry), and the
@@ -122,9 +143,15 @@ class FleetPublisher:
         self._swept = True  # only once it is done: a sweep cut short by Redis is tried again
 
     def _document(self, reading: Reading, now: float) -> record.Encoded:
-        return record.publication(node=self.node, instance=self.instance, version=self.version,
-                                  period_s=self.period_s, seq=self._seq + 1, published_at=now,
-                                  reading=reading)
+        return record.publication(
+            node=self.node,
+            instance=self.instance,
+            version=self.version,
+            period_s=self.period_s,
+            seq=self._seq + 1,
+            published_at=now,
+            reading=reading,
+        )
 
     async def publish(self, reading: Reading, doc: Optional[record.Encoded] = None) -> bool:
         """Publish ``reading`` now (as ``doc``, when already made); False (and
@@ -136,13 +163,18 @@ class FleetPublisher:
         snap = reading.snapshot
         series, total = (snap.series, snap.occupancy.total) if snap is not None else ("", None)
         try:
-            if (self._registered is None or (snap is not None and (series, total) != self._registered)
-                    or self.ticks() - self._registered_tick >= REGISTRATION_REFRESH_S):
+            if (
+                self._registered is None
+                or (snap is not None and (series, total) != self._registered)
+                or self.ticks() - self._registered_tick >= REGISTRATION_REFRESH_S
+            ):
                 await self._register(series, total, now)
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.set(self.key, doc.encode(), px=record.expiry_ms(self.period_s), get=True)
-                pipe.publish(record.CHANGED if doc.picture != self._picture else record.SAME,
-                             json.dumps({"node": self.node, "instance": self.instance, "seq": self._seq}))
+                pipe.publish(
+                    record.CHANGED if doc.picture != self._picture else record.SAME,
+                    json.dumps({"node": self.node, "instance": self.instance, "seq": self._seq}),
+                )
                 previous, _ = await pipe.execute()
             if previous is None and self._registered is not None and self._seq > 1:
                 # Our last publication is gone: Redis restarted (and lost the
@@ -164,9 +196,11 @@ class FleetPublisher:
         self._registered = None  # a restarted Redis may have lost the registration
         if not self._outage:
             self._outage = True
-            log.warning("cannot publish to the fleet at %s (%s); this node keeps allocating, "
-                        "and publishing is retried", self.safe_url,
-                        scrub(str(e), self.url) or type(e).__name__)
+            log.warning(
+                "cannot publish to the fleet at %s (%s); this node keeps allocating, and publishing is retried",
+                self.safe_url,
+                scrub(str(e), self.url) or type(e).__name__,
+            )
 
     def due(self, reading: Reading) -> Optional[record.Encoded]:
         """The publication to make now, or None: one is due when the picture
@@ -225,10 +259,10 @@ class FleetPublisher:
                 async with self._client.pipeline(transaction=False) as pipe:
                     pipe.delete(self.key)
                     now = self.clock()
-                    pipe.hset(record.AGENTS_KEY, self.instance,
-                              self._registration(series, total, now, stopped_at=now))
-                    pipe.publish(record.CHANGED, json.dumps(
-                        {"node": self.node, "instance": self.instance, "seq": self._seq + 1}))
+                    pipe.hset(record.AGENTS_KEY, self.instance, self._registration(series, total, now, stopped_at=now))
+                    pipe.publish(
+                        record.CHANGED, json.dumps({"node": self.node, "instance": self.instance, "seq": self._seq + 1})
+                    )
                     await pipe.execute()
         if self._own_client:
             await self._client.aclose()

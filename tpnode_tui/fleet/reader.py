@@ -5,6 +5,7 @@ of the agents hash, then one ``MGET`` of their publications. The notices on
 the channel only say "read again soon"; whether a node is up is decided from
 what is read, never from a notice or a keyspace event.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,11 +46,16 @@ class FleetReader:
             raw_agents = await self._client.hgetall(record.AGENTS_KEY)
             problems = []
             if len(raw_agents) > record.MAX_AGENTS:
-                problems.append(f"{len(raw_agents)} agents are registered; only the first "
-                                f"{record.MAX_AGENTS} by instance id are read")
-            instances = sorted(raw_agents)[:record.MAX_AGENTS]
-            docs = await self._client.mget([record.snapshot_key(record.text_of(i))
-                                            for i in instances]) if instances else []
+                problems.append(
+                    f"{len(raw_agents)} agents are registered; only the first "
+                    f"{record.MAX_AGENTS} by instance id are read"
+                )
+            instances = sorted(raw_agents)[: record.MAX_AGENTS]
+            docs = (
+                await self._client.mget([record.snapshot_key(record.text_of(i)) for i in instances])
+                if instances
+                else []
+            )
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from None
         now = self.clock()
@@ -62,8 +68,11 @@ class FleetReader:
             raw_reg = raw_agents[raw_instance]
             known = self._registrations.get(instance)
             try:
-                registrations[instance] = (known[1] if known is not None and known[0] == raw_reg
-                                           else record.decode_registration(instance, raw_reg))
+                registrations[instance] = (
+                    known[1]
+                    if known is not None and known[0] == raw_reg
+                    else record.decode_registration(instance, raw_reg)
+                )
             except WireError:
                 unreadable += 1
                 continue
@@ -75,13 +84,13 @@ class FleetReader:
             except WireError as e:
                 broken[instance] = str(e)
         if unreadable:
-            problems.append(f"{unreadable} registration{'s' if unreadable != 1 else ''} in "
-                            f"{record.AGENTS_KEY} cannot be read")
+            problems.append(
+                f"{unreadable} registration{'s' if unreadable != 1 else ''} in {record.AGENTS_KEY} cannot be read"
+            )
         self._decoder.forget_except(publications)
         for gone in set(self._registrations) - set(registrations):
             del self._registrations[gone]
-        fleet = record.assemble(registrations, publications, broken, now, problems=problems,
-                                remembered=self._seen)
+        fleet = record.assemble(registrations, publications, broken, now, problems=problems, remembered=self._seen)
         names = {node.name for node in fleet.nodes}
         self._seen = {n: t for n, t in self._seen.items() if n in names}  # names come and go: keep the ones there
         for node in fleet.nodes:

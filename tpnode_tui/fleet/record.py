@@ -30,6 +30,7 @@ last publication). The time inside a publication is the node's own clock,
 so it is shown, never compared: a node whose clock is behind the reader's
 is said to be, not taken for gone.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,14 +87,36 @@ def expiry_ms(period_s: float) -> int:
 # ── writing (the agent) ─────────────────────────────────────────────────────
 
 
-def registration(*, node: str, version: str, period_s: float, host: str, pid: int,
-                 started_at: float, seen_at: float, series: str = "", total: Optional[int] = None,
-                 stopped_at: Optional[float] = None, ssh: str = "") -> dict[str, Any]:
+def registration(
+    *,
+    node: str,
+    version: str,
+    period_s: float,
+    host: str,
+    pid: int,
+    started_at: float,
+    seen_at: float,
+    series: str = "",
+    total: Optional[int] = None,
+    stopped_at: Optional[float] = None,
+    ssh: str = "",
+) -> dict[str, Any]:
     """``ssh``: how the node is reached over SSH (``[user@]host[:port]``), for
     ``fleet --json`` and the fleet view's way into the node's dashboard."""
-    return {"fleet": FORMAT, "node": node, "agent_version": version, "period_s": period_s,
-            "host": host, "pid": pid, "started_at": started_at, "seen_at": seen_at, "series": series,
-            "total": total, "stopped_at": stopped_at, "ssh": ssh}
+    return {
+        "fleet": FORMAT,
+        "node": node,
+        "agent_version": version,
+        "period_s": period_s,
+        "host": host,
+        "pid": pid,
+        "started_at": started_at,
+        "seen_at": seen_at,
+        "series": series,
+        "total": total,
+        "stopped_at": stopped_at,
+        "ssh": ssh,
+    }
 
 
 @dataclass(frozen=True)
@@ -120,8 +143,9 @@ class Encoded:
         return (self.envelope.get("error") is not None, self.snapshot)
 
 
-def publication(*, node: str, instance: str, version: str, period_s: float, seq: int,
-                published_at: float, reading: Reading) -> Encoded:
+def publication(
+    *, node: str, instance: str, version: str, period_s: float, seq: int, published_at: float, reading: Reading
+) -> Encoded:
     """One publication: the agent's latest reading as ``status --json`` has it, and who says so.
 
     A reading whose poll failed carries the last good snapshot with the error,
@@ -239,11 +263,19 @@ def decode_registration(instance: str, raw: Any) -> Registration:
     except ConfigError:
         ssh = None
     return Registration(
-        instance=instance, node=_node_name(r), agent_version=r.text("agent_version", ""),
-        period_s=_period(r), host=r.text("host", ""), pid=r.opt_whole("pid"),
-        started_at=_moment(r, "started_at"), seen_at=_moment(r, "seen_at"), series=r.text("series", ""),
+        instance=instance,
+        node=_node_name(r),
+        agent_version=r.text("agent_version", ""),
+        period_s=_period(r),
+        host=r.text("host", ""),
+        pid=r.opt_whole("pid"),
+        started_at=_moment(r, "started_at"),
+        seen_at=_moment(r, "seen_at"),
+        series=r.text("series", ""),
         total=total if total is not None and 0 <= total <= 65536 else None,
-        stopped_at=None if r.opt_number("stopped_at") is None else _moment(r, "stopped_at"), ssh=ssh)
+        stopped_at=None if r.opt_number("stopped_at") is None else _moment(r, "stopped_at"),
+        ssh=ssh,
+    )
 
 
 def _moment(r: Reader, key: str) -> float:
@@ -311,9 +343,18 @@ class Decoder:
                 intruders = _intruders(snapshot_doc)
                 cards = tuple(FleetCard(c.index, c.state, intruders.get(c.index, ())) for c in snap.cards)
         pub = Publication(
-            instance=instance, node=_node_name(r), agent_version=r.text("agent_version", ""),
-            published_at=_moment(r, "published_at"), period_s=_period(r), seq=r.whole("seq"),
-            snapshot=snap, error=r.opt_text("error"), intruders=intruders, taken_at=taken_at, cards=cards)
+            instance=instance,
+            node=_node_name(r),
+            agent_version=r.text("agent_version", ""),
+            published_at=_moment(r, "published_at"),
+            period_s=_period(r),
+            seq=r.whole("seq"),
+            snapshot=snap,
+            error=r.opt_text("error"),
+            intruders=intruders,
+            taken_at=taken_at,
+            cards=cards,
+        )
         self._last[instance] = (snapshot_text, pub)
         return pub
 
@@ -447,20 +488,28 @@ def _replaced_dropped(regs: list[Registration], pubs: dict[str, Publication]) ->
     after the other's last publication (both times are that host's own clock). A
     crashed agent's key outlives it by up to three periods; its successor is no
     conflict."""
+
     def last_heard(r: Registration) -> float:
         pub = pubs.get(r.instance)
         return max(r.seen_at, pub.published_at if pub is not None else r.seen_at)
 
-    return [r for r in regs
-            if not any(o.instance != r.instance and o.host and o.host == r.host and o.started_at > last_heard(r)
-                       for o in regs)]
+    return [
+        r
+        for r in regs
+        if not any(
+            o.instance != r.instance and o.host and o.host == r.host and o.started_at > last_heard(r) for o in regs
+        )
+    ]
 
 
-def _cards(snap: Optional[NodeSnapshot], total: int, known: bool,
-           intruders: dict[int, tuple[int, ...]]) -> tuple[FleetCard, ...]:
+def _cards(
+    snap: Optional[NodeSnapshot], total: int, known: bool, intruders: dict[int, tuple[int, ...]]
+) -> tuple[FleetCard, ...]:
     if snap is not None and snap.cards:
-        return tuple(FleetCard(c.index, c.state if known else UNKNOWN,
-                               intruders.get(c.index, ()) if known else ()) for c in snap.cards)
+        return tuple(
+            FleetCard(c.index, c.state if known else UNKNOWN, intruders.get(c.index, ()) if known else ())
+            for c in snap.cards
+        )
     return tuple(FleetCard(i, UNKNOWN) for i in range(total))
 
 
@@ -468,11 +517,17 @@ def _who(regs: list[Registration]) -> str:
     return ", ".join(f"{r.host or 'an unnamed host'} (pid {r.pid if r.pid is not None else '?'})" for r in regs)
 
 
-def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
-         broken: dict[str, str], now: float, remembered: Optional[float]) -> NodeRow:
+def _row(
+    name: str,
+    regs: list[Registration],
+    pubs: dict[str, Publication],
+    broken: dict[str, str],
+    now: float,
+    remembered: Optional[float],
+) -> NodeRow:
     live = [pubs[r.instance] for r in regs if r.instance in pubs]
     bad = [(r, broken[r.instance]) for r in regs if r.instance in broken]
-    newest_reg = max(regs, key=lambda r: (r.stopped_at or r.seen_at))
+    newest_reg = max(regs, key=lambda r: r.stopped_at or r.seen_at)
     seen_pubs = [pubs[r.instance] for r in regs if r.instance in pubs]
     last_pub = max((p.published_at for p in seen_pubs), default=None)
     last_seen, exactly = last_pub, last_pub is not None
@@ -480,24 +535,42 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
         last_seen, exactly = remembered, True
     if last_seen is None:
         last_seen = newest_reg.stopped_at or newest_reg.seen_at
-    newest = max(live, key=lambda p: p.published_at) if live else (
-        max(seen_pubs, key=lambda p: p.published_at) if seen_pubs else None)
+    newest = (
+        max(live, key=lambda p: p.published_at)
+        if live
+        else (max(seen_pubs, key=lambda p: p.published_at) if seen_pubs else None)
+    )
     snap = newest.snapshot if newest is not None else None
     series = (snap.series if snap is not None else "") or newest_reg.series
     total = snap.occupancy.total if snap is not None else (newest_reg.total or 0)
     version = newest.agent_version if newest is not None else newest_reg.agent_version
-    base = NodeRow(name, UNREACHABLE, last_seen, exactly, series=series, total=total, agent_version=version,
-                   instances=tuple(sorted(r.instance for r in regs)),
-                   taken_at=newest.taken_at if newest is not None else None, ssh=newest_reg.ssh)
+    base = NodeRow(
+        name,
+        UNREACHABLE,
+        last_seen,
+        exactly,
+        series=series,
+        total=total,
+        agent_version=version,
+        instances=tuple(sorted(r.instance for r in regs)),
+        taken_at=newest.taken_at if newest is not None else None,
+        ssh=newest_reg.ssh,
+    )
 
     def down(status: str, problem: str, keep_snapshot: bool = False) -> NodeRow:
-        return replace(base, status=status, cards=_cards(snap, total, False, {}), problem=problem,
-                       snapshot=snap if keep_snapshot else None)
+        return replace(
+            base,
+            status=status,
+            cards=_cards(snap, total, False, {}),
+            problem=problem,
+            snapshot=snap if keep_snapshot else None,
+        )
 
     if len(live) + len(bad) > 1:
         claims = [r for r in regs if r.instance in {p.instance for p in live} | {b[0].instance for b in bad}]
-        return down(CONFLICT, f"{len(claims)} agents publish as {name}: {_who(claims)}; "
-                              "fix TUNEPLANE_NODE_NAME on all but one")
+        return down(
+            CONFLICT, f"{len(claims)} agents publish as {name}: {_who(claims)}; fix TUNEPLANE_NODE_NAME on all but one"
+        )
     if bad:
         return down(MALFORMED, f"its publication cannot be read: {bad[0][1]}")
     if not live:
@@ -507,13 +580,22 @@ def _row(name: str, regs: list[Registration], pubs: dict[str, Publication],
         return down(UNREACHABLE, "no publication for 3 periods")
     pub = live[0]
     if snap is None:
-        return down(STALE, "its agent has not read the node yet" if pub.error is None
-                    else f"its agent cannot read the node: {pub.error}")
+        return down(
+            STALE,
+            "its agent has not read the node yet"
+            if pub.error is None
+            else f"its agent cannot read the node: {pub.error}",
+        )
     if pub.error is not None:
         row = down(STALE, f"its agent's last poll failed: {pub.error}", keep_snapshot=True)
         return replace(row, error=pub.error)
-    return replace(base, status=UP, cards=pub.cards or _cards(snap, total, True, pub.intruders), snapshot=snap,
-                   problem=_skew(pub, now))
+    return replace(
+        base,
+        status=UP,
+        cards=pub.cards or _cards(snap, total, True, pub.intruders),
+        snapshot=snap,
+        problem=_skew(pub, now),
+    )
 
 
 def clock(ts: float) -> str:
@@ -523,9 +605,15 @@ def clock(ts: float) -> str:
         return "--:--:--"
 
 
-def assemble(registrations: dict[str, Registration], publications: dict[str, Publication],
-             broken: dict[str, str], now: float, *, problems: Iterable[str] = (),
-             remembered: Optional[dict[str, float]] = None) -> FleetPicture:
+def assemble(
+    registrations: dict[str, Registration],
+    publications: dict[str, Publication],
+    broken: dict[str, str],
+    now: float,
+    *,
+    problems: Iterable[str] = (),
+    remembered: Optional[dict[str, float]] = None,
+) -> FleetPicture:
     """The fleet from what was read: registrations by instance, the publications
     that decoded, and why the others did not (``broken``: instance -> problem).
 
@@ -556,24 +644,27 @@ def fleet_json(fleet: FleetPicture) -> dict[str, Any]:
     """``tpnode-tui fleet --json``. Unknown counts are null; unknown cards are never free."""
     widest = fleet.widest
     return {
-        "nodes": [{
-            "name": n.name,
-            "reachable": n.reachable,
-            "status": n.status,
-            "problem": n.problem,
-            "last_seen": n.last_seen,
-            "series": n.series,
-            "agent_version": n.agent_version,
-            "total": n.total,
-            "free": n.free,
-            "unhealthy": n.count("unhealthy"),
-            "drained": n.count("drained"),
-            "intruders": n.intruder_cards,
-            "largest_free_window": n.largest_free_window,
-            "cards": [{"index": c.index, "state": c.state} for c in n.cards],
-            "ssh": None if n.ssh is None else str(n.ssh),
-            "dashboard": None if n.ssh is None else f"tpnode-tui --host {shlex.quote(str(n.ssh))}",
-        } for n in fleet.nodes],
+        "nodes": [
+            {
+                "name": n.name,
+                "reachable": n.reachable,
+                "status": n.status,
+                "problem": n.problem,
+                "last_seen": n.last_seen,
+                "series": n.series,
+                "agent_version": n.agent_version,
+                "total": n.total,
+                "free": n.free,
+                "unhealthy": n.count("unhealthy"),
+                "drained": n.count("drained"),
+                "intruders": n.intruder_cards,
+                "largest_free_window": n.largest_free_window,
+                "cards": [{"index": c.index, "state": c.state} for c in n.cards],
+                "ssh": None if n.ssh is None else str(n.ssh),
+                "dashboard": None if n.ssh is None else f"tpnode-tui --host {shlex.quote(str(n.ssh))}",
+            }
+            for n in fleet.nodes
+        ],
         "up": fleet.up,
         "down": fleet.down,
         "free": fleet.free,
@@ -587,8 +678,10 @@ def fleet_json(fleet: FleetPicture) -> dict[str, Any]:
 def summary_words(fleet: FleetPicture) -> str:
     """The fleet in one line: nodes up and down, cards free, and where the most fit side by side."""
     nodes = len(fleet.nodes)
-    parts = [f"{nodes} node{'s' if nodes != 1 else ''}: {fleet.up} up, {fleet.down} down",
-             f"{fleet.free}/{fleet.total} cards free"]
+    parts = [
+        f"{nodes} node{'s' if nodes != 1 else ''}: {fleet.up} up, {fleet.down} down",
+        f"{fleet.free}/{fleet.total} cards free",
+    ]
     widest = fleet.widest
     if widest is not None:
         parts.append(f"{widest[0]}: {widest[1]} consecutive free card{'s' if widest[1] != 1 else ''}")

@@ -33,6 +33,7 @@ The package: ``base`` (the lock, the hold, what a backend promises), ``flock``
 and ``redis`` (the backends). ``redis`` is imported only when a Redis lease is
 configured, so a node on the default flock lock never loads redis-py.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -2,6 +2,7 @@
 
 See the package's docstring for why there are two layers and two backends.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -127,9 +128,7 @@ class AllocationLock:
         self._backend_waiting = why
 
     def _gave_up(self, why: str) -> LockWaitTimeout:
-        return LockWaitTimeout(
-            f"gave up after {self._max_wait_s:g}s ({why}); nothing was started, try again later"
-        )
+        return LockWaitTimeout(f"gave up after {self._max_wait_s:g}s ({why}); nothing was started, try again later")
 
     async def _take_local(self, deadline: Optional[float]) -> None:
         if deadline is None or not self._local.locked():

@@ -4,6 +4,7 @@ The kernel drops an flock when its holder dies, even by ``kill -9``, so a
 crash never leaves the node stuck, and ``/proc/locks`` names the holder, so a
 waiting caller can say who it waits for.
 """
+
 from __future__ import annotations
 
 import asyncio

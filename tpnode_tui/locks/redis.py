@@ -2,6 +2,7 @@
 
 Kept apart so that redis-py is imported only by processes that use it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -121,9 +122,7 @@ class RedisLease:
                 retry=Retry(NoBackoff(), 1),
             )
         except ValueError as e:
-            raise ConfigError(
-                f"TUNEPLANE_REDIS_URL={self._safe!r} cannot be used: {self._scrub(str(e))}"
-            ) from None
+            raise ConfigError(f"TUNEPLANE_REDIS_URL={self._safe!r} cannot be used: {self._scrub(str(e))}") from None
         self._acquire = self._client.register_script(_ACQUIRE)
         self._renew = self._client.register_script(_RENEW)
         self._release = self._client.register_script(_RELEASE)
@@ -156,7 +155,8 @@ class RedisLease:
             # reads it (the CLI's one line, the dashboard's header); this keeps when.
             log.info(
                 "Redis at %s cannot be reached (%s): allocations wait until it answers",
-                self._safe, reason,
+                self._safe,
+                reason,
             )
         return f"Redis at {self._safe} unreachable ({reason}): waiting for it to answer"
 
@@ -248,7 +248,9 @@ class RedisLease:
         log.error(
             "lost the allocation lock lease at %s (key %s): %s; another process may be "
             "allocating at the same time, so this allocation must back off",
-            self._safe, self._key, why,
+            self._safe,
+            self._key,
+            why,
         )
 
     async def _give_up(self, token: str, hold: Optional[LockHold] = None) -> None:
@@ -258,9 +260,10 @@ class RedisLease:
             deleted = await self._release(keys=[self._key], args=[token])
         except (RedisError, OSError) as e:
             log.warning(
-                "could not release the allocation lock lease at %s (%s); it runs out by "
-                "itself within %gs",
-                self._safe, self._scrub(str(e)) or type(e).__name__, self._lease_s,
+                "could not release the allocation lock lease at %s (%s); it runs out by itself within %gs",
+                self._safe,
+                self._scrub(str(e)) or type(e).__name__,
+                self._lease_s,
             )
             return
         if hold is not None and not deleted and not hold.lost():
@@ -280,4 +283,3 @@ class RedisLease:
 
     async def close(self) -> None:
         await self._client.aclose()
-

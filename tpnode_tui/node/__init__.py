@@ -7,6 +7,7 @@ clients never reach inside an allocator, a runtime or a lock: what they may
 know arrives in snapshots, and what they may do is one of these calls, each
 checked by the node against who is asking.
 """
+
 from ..port import NodeView
 from .base import Node
 

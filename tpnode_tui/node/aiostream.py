@@ -4,6 +4,7 @@ The dashboard follows readings and the log while it acts, so its connections
 must never block the loop; a command that asks one question uses the
 blocking kind in :mod:`.http` instead, and never loads this.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,9 +29,14 @@ class AsyncioStream:
     bridge's stderr), if anything; ``finish`` runs once it is closed (a
     bridge's process is waited for, so nothing of it outlives the loop)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 why: Callable[[], Awaitable[Optional[Unreachable]]] = _nothing_said,
-                 finish: Callable[[], Awaitable[None]] = _nothing_to_do) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        why: Callable[[], Awaitable[Optional[Unreachable]]] = _nothing_said,
+        finish: Callable[[], Awaitable[None]] = _nothing_to_do,
+    ) -> None:
         self._reader = reader
         self._writer = writer
         self._why = why
@@ -85,8 +91,7 @@ def unix(path: str, timeout_s: float) -> Connector:
 
     async def connect() -> Stream:
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(path, limit=MAX_HEAD_LINE), timeout_s)
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=MAX_HEAD_LINE), timeout_s)
         except asyncio.TimeoutError:
             raise Unreachable(f"no answer within {timeout_s:g} s") from None
         except OSError as e:

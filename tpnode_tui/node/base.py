@@ -1,4 +1,5 @@
 """What a client may ask of a node, wherever the node is served."""
+
 from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
@@ -51,8 +52,15 @@ class Node(Protocol):
         the card still reports one. Returns the drain that was lifted."""
         ...
 
-    async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
-                    dry_run: bool = False, started_at: Optional[float] = None) -> EvictReport:
+    async def evict(
+        self,
+        card: int,
+        pid: Optional[int] = None,
+        *,
+        kill: bool = False,
+        dry_run: bool = False,
+        started_at: Optional[float] = None,
+    ) -> EvictReport:
         """SIGTERM the card's external or intruding processes, or ``pid`` (operators);
         SIGKILL after the grace period with ``kill``; ``dry_run`` only lists them.
         With ``started_at`` (from a dry run's answer) ``pid`` is signalled only
@@ -64,8 +72,9 @@ class Node(Protocol):
         Each entry has ``time``, ``kind``, ``message`` and, where it is about cards, ``cards``."""
         ...
 
-    def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
-                      opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
+    def follow_events(
+        self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """:meth:`events` for ``since_s``, then each entry as it is written, until closed.
         ``opened`` is called once the node has taken the request, before any entry:
         a follower can tell it follows again even when nothing is written for hours."""

@@ -12,6 +12,7 @@ dropped rather than placed for an asker who was told it was not.
 Blocking system calls and select: it starts and moves bytes without an
 event loop, since every connection made over SSH starts one.
 """
+
 from __future__ import annotations
 
 import errno
@@ -39,8 +40,10 @@ def bridge(socket_path: Path, stdin: int = 0, stdout: int = 1) -> int:
         if e.errno in (errno.EACCES, errno.EPERM):
             _say(f"this account may not open the node's agent socket {socket_path} (permission denied)")
             return 77
-        _say(f"no agent answers at {socket_path} ({e.strerror or e}); start it (systemctl start "
-             "tpnode-tui-agent) or ask the node's operator")
+        _say(
+            f"no agent answers at {socket_path} ({e.strerror or e}); start it (systemctl start "
+            "tpnode-tui-agent) or ask the node's operator"
+        )
         return 1
     agent = sock.fileno()
     try:
@@ -57,7 +60,7 @@ def bridge(socket_path: Path, stdin: int = 0, stdout: int = 1) -> int:
                     return 0
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(stdout, view):]
+                    view = view[os.write(stdout, view) :]
     except (BrokenPipeError, ConnectionResetError):
         return 0  # one side went away: nothing more to move
     finally:

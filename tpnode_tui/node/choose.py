@@ -13,6 +13,7 @@ What serving the node here needs (the service, the allocator, the lock, the
 runtimes and probes) is imported only when it is served here: a command that
 asks the agent never loads it.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,13 @@ def agent_for(settings: Settings, *, blocking: bool = False) -> AgentNode:
     return AgentNode(settings.agent_socket, blocking=blocking)
 
 
-async def open_node(settings: Settings, *, interval: float = 1.0, max_wait_s: Optional[float] = None,
-                    on_wait: Optional[Callable[[str], None]] = None) -> Node:
+async def open_node(
+    settings: Settings,
+    *,
+    interval: float = 1.0,
+    max_wait_s: Optional[float] = None,
+    on_wait: Optional[Callable[[str], None]] = None,
+) -> Node:
     """The node to talk to, as ``settings.agent`` (auto, on, off) says.
 
     ``max_wait_s`` and ``on_wait`` bound and report a wait for the allocation
@@ -84,12 +90,14 @@ async def open_node(settings: Settings, *, interval: float = 1.0, max_wait_s: Op
         if settings.agent == "on":
             raise AgentUnavailable(
                 f"no agent answers at {socket} (TUNEPLANE_AGENT=on); start it "
-                "(systemctl start tpnode-tui-agent) or ask the node's operator")
+                "(systemctl start tpnode-tui-agent) or ask the node's operator"
+            )
         problem = _state_dir_problem(settings)
         if problem is not None:
             raise AgentUnavailable(
                 f"no agent answers at {socket}, and {problem}; on a shared node every account goes "
-                "through the agent: ask the node's operator to start it (systemctl start tpnode-tui-agent)")
+                "through the agent: ask the node's operator to start it (systemctl start tpnode-tui-agent)"
+            )
     from ..locks import make_lock
     from .local import LocalNode
 

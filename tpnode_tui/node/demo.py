@@ -15,6 +15,7 @@ node's readings: a card a live job holds shows the job's process working it
 (:meth:`animate`). The keys that change the scene (b, x, X) ask the node to
 read it again at once.
 """
+
 from __future__ import annotations
 
 import asyncio

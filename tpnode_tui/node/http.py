@@ -20,6 +20,7 @@ asked again, unless the request was a GET: the agent may have read a POST and
 acted on it, and doing it twice (an extend, a launch) is worse than saying the
 outcome is not known.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,9 @@ class Unreachable(Exception):
     """No answer could be had: the connection could not be made, or broke.
     ``cause`` is the error underneath (an OSError names what the kernel said)."""
 
-    def __init__(self, why: str, cause: Optional[BaseException] = None, *, whole: bool = False,
-                 forbidden: bool = False) -> None:
+    def __init__(
+        self, why: str, cause: Optional[BaseException] = None, *, whole: bool = False, forbidden: bool = False
+    ) -> None:
         super().__init__(why)
         self.cause = cause
         #: ``why`` is already the whole line to say (the other end worded it)
@@ -113,8 +115,13 @@ class BlockingStream:
     connection ends early, what the other end said about it (a bridge's
     stderr), if anything."""
 
-    def __init__(self, rfile: IO[bytes], send: Callable[[bytes], None], close: Callable[[], None],
-                 why: Callable[[], Optional[Unreachable]] = lambda: None) -> None:
+    def __init__(
+        self,
+        rfile: IO[bytes],
+        send: Callable[[bytes], None],
+        close: Callable[[], None],
+        why: Callable[[], Optional[Unreachable]] = lambda: None,
+    ) -> None:
         self._file = rfile
         self._send = send
         self._close = close
@@ -324,9 +331,13 @@ class HttpClient:
                 if isinstance(e, Unreachable) and kept and not answered:
                     if method == "GET":
                         continue
-                    raise Unreachable(f"the connection to the node's agent broke before it answered ({e}), so "
-                                      "whether it did what was asked is not known: look (tpnode-tui status, "
-                                      "queue or events) before asking again", e.cause, whole=True) from None
+                    raise Unreachable(
+                        f"the connection to the node's agent broke before it answered ({e}), so "
+                        "whether it did what was asked is not known: look (tpnode-tui status, "
+                        "queue or events) before asking again",
+                        e.cause,
+                        whole=True,
+                    ) from None
                 raise
 
     def _head(self, method: str, path: str, body: Optional[bytes]) -> bytes:

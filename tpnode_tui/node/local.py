@@ -6,6 +6,7 @@ this process runs as for its caller, under the same rules and the same lock as
 an agent would apply. Its queue lives in memory (a dashboard asks before
 quitting with launches queued); its log is the state dir's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,8 +31,9 @@ class LocalNode:
         self._running: Optional[asyncio.Task[None]] = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, lock: Optional[AllocationLock] = None,
-                      interval: float = 1.0) -> LocalNode:
+    def from_settings(
+        cls, settings: Settings, *, lock: Optional[AllocationLock] = None, interval: float = 1.0
+    ) -> LocalNode:
         """``lock`` replaces the one the settings would make (the CLI's bounds its wait)."""
         service = NodeService.from_settings(settings, lock=lock, interval=interval)
         return cls(service, this_process(service.policy.operators))
@@ -85,15 +87,23 @@ class LocalNode:
     async def undrain(self, card: int) -> Drain:
         return await self.service.undrain_card(self.caller, card)
 
-    async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
-                    dry_run: bool = False, started_at: Optional[float] = None) -> EvictReport:
+    async def evict(
+        self,
+        card: int,
+        pid: Optional[int] = None,
+        *,
+        kill: bool = False,
+        dry_run: bool = False,
+        started_at: Optional[float] = None,
+    ) -> EvictReport:
         return await self.service.evict(self.caller, card, pid, kill=kill, dry_run=dry_run, started_at=started_at)
 
     async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.service.events, self.caller, since_s, card)
 
-    async def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
-                            opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(
+        self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """Serves the node meanwhile: in-process, nothing happens that nobody polls."""
         self._serve()
         if opened is not None:

@@ -10,6 +10,7 @@ nothing of the node's own machinery (service, allocator, runtimes, probes):
 ``tpnode-tui status`` through the agent costs a Python start, a connection
 and the answer.
 """
+
 from __future__ import annotations
 
 import errno
@@ -61,9 +62,22 @@ from ..wire import (
 )
 from .http import Connector, HttpClient, ProtocolError, Unreachable, unix_blocking
 
-_KINDS: dict[str, type[TpnodeError]] = {cls.__name__: cls for cls in (
-    BadRequest, ConfigError, Conflict, JobNotFound, NeverFits, NoCapacity, NotAllowed,
-    OverQuota, RuntimeUnavailable, Cancelled, TpnodeError)}
+_KINDS: dict[str, type[TpnodeError]] = {
+    cls.__name__: cls
+    for cls in (
+        BadRequest,
+        ConfigError,
+        Conflict,
+        JobNotFound,
+        NeverFits,
+        NoCapacity,
+        NotAllowed,
+        OverQuota,
+        RuntimeUnavailable,
+        Cancelled,
+        TpnodeError,
+    )
+}
 
 #: what the kernel says when this account may not open the socket (or a directory above it)
 _FORBIDDEN = (errno.EACCES, errno.EPERM)
@@ -89,8 +103,13 @@ def _you(doc: Any) -> You:
     limit = r.doc.get("card_limit")
     if limit is not None and not isinstance(limit, int):
         raise WireError("you.card_limit is not a whole number")
-    return You(user=r.text("user"), uid=r.whole("uid"), operator=r.flag("operator"),
-               cards_held=r.whole("cards_held", 0), card_limit=limit)
+    return You(
+        user=r.text("user"),
+        uid=r.whole("uid"),
+        operator=r.flag("operator"),
+        cards_held=r.whole("cards_held", 0),
+        card_limit=limit,
+    )
 
 
 def _seconds(value: float) -> str:
@@ -102,8 +121,12 @@ def _seconds(value: float) -> str:
 def _view(doc: Any) -> NodeView:
     r = Reader(doc, "reading")
     snap = doc.get("snapshot")
-    reading = Reading(seq=r.whole("seq"), snapshot=None if snap is None else snapshot_from_json(snap),
-                      error=r.opt_text("error"), stale_since=r.opt_number("stale_since"))
+    reading = Reading(
+        seq=r.whole("seq"),
+        snapshot=None if snap is None else snapshot_from_json(snap),
+        error=r.opt_text("error"),
+        stale_since=r.opt_number("stale_since"),
+    )
     return NodeView(reading, _you(doc.get("you")))
 
 
@@ -161,10 +184,12 @@ class AgentNode:
             raise AgentForbidden(
                 f"this account ({user_name(os.getuid())}) may not open the node's agent socket "
                 f"{self.address} (permission denied on it or on a directory above it): the node's "
-                "operator decides which accounts may reach the agent") from None
+                "operator decides which accounts may reach the agent"
+            ) from None
         raise AgentUnavailable(
             f"no agent answers at {self.address} ({e}); start it (systemctl start "
-            "tpnode-tui-agent) or ask the node's operator") from None
+            "tpnode-tui-agent) or ask the node's operator"
+        ) from None
 
     async def _call(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -238,9 +263,14 @@ class AgentNode:
             env = env if env is not None else tuple(os.environ.items())
             cwd = cwd or os.getcwd()
         body: dict[str, Any] = {
-            "cards": request.cards, "command": list(request.command), "image": request.image,
-            "run_id": request.run_id, "owner": request.owner, "cwd": cwd,
-            "queue": request.queue, "env": None if env is None else dict(env),
+            "cards": request.cards,
+            "command": list(request.command),
+            "image": request.image,
+            "run_id": request.run_id,
+            "owner": request.owner,
+            "cwd": cwd,
+            "queue": request.queue,
+            "env": None if env is None else dict(env),
         }
         # only when asked for: an older agent refuses a key it does not know
         if request.slice is not None:
@@ -253,8 +283,12 @@ class AgentNode:
         return LaunchResult(launched=launched_from_json(doc.get("launched")))
 
     async def reserve(self, request: ReserveRequest) -> Launched:
-        body: dict[str, Any] = {"cards": request.cards, "duration_s": request.duration_s,
-                                "run_id": request.run_id, "owner": request.owner}
+        body: dict[str, Any] = {
+            "cards": request.cards,
+            "duration_s": request.duration_s,
+            "run_id": request.run_id,
+            "owner": request.owner,
+        }
         if request.slice is not None:
             body["slice"] = request.slice
         if request.placement is not None:
@@ -292,24 +326,36 @@ class AgentNode:
     async def undrain(self, card: int) -> Drain:
         return drain_from_json((await self._call("POST", "/v1/undrain", {"card": card})).get("drain"))
 
-    async def evict(self, card: int, pid: Optional[int] = None, *, kill: bool = False,
-                    dry_run: bool = False, started_at: Optional[float] = None) -> EvictReport:
-        doc = await self._call("POST", "/v1/evict", {"card": card, "pid": pid, "kill": kill, "dry_run": dry_run,
-                                                     "started_at": started_at})
+    async def evict(
+        self,
+        card: int,
+        pid: Optional[int] = None,
+        *,
+        kill: bool = False,
+        dry_run: bool = False,
+        started_at: Optional[float] = None,
+    ) -> EvictReport:
+        doc = await self._call(
+            "POST", "/v1/evict", {"card": card, "pid": pid, "kill": kill, "dry_run": dry_run, "started_at": started_at}
+        )
         return evict_from_json(doc.get("evict"))
 
     @staticmethod
     def _events_query(since_s: Optional[float], card: Optional[int], **more: str) -> str:
-        query = {**({} if since_s is None else {"since": _seconds(since_s)}),
-                 **({} if card is None else {"card": str(card)}), **more}
+        query = {
+            **({} if since_s is None else {"since": _seconds(since_s)}),
+            **({} if card is None else {"card": str(card)}),
+            **more,
+        }
         return "/v1/events" + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
 
     async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
         r = Reader(await self._call("GET", self._events_query(since_s, card)), "answer")
         return [event_from_json(e, f"answer.entries[{n}]") for n, e in enumerate(r.items("entries"))]
 
-    async def follow_events(self, card: Optional[int] = None, since_s: Optional[float] = None,
-                            opened: Optional[Callable[[], None]] = None) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(
+        self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """The agent's log as it is written. Raises AgentUnavailable when the
         agent cannot be reached or goes away."""
         async for line in self._lines(self._events_query(since_s, card, follow="true"), opened):

@@ -19,6 +19,7 @@ login on the node (its PATH, the account's home), not this machine's, which
 would mean nothing there. What SSH prints when it cannot connect (no route,
 a host key that changed, permission denied) is the error's reason.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,11 +55,17 @@ def control_dir() -> Path:
     except OSError as e:
         raise Unreachable(f"no SSH login can be shared in {path} ({e.strerror or e})", e, whole=True) from None
     if not path.is_dir() or path.is_symlink() or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise Unreachable(f"{path} is not this account's own private directory, so no SSH login is shared "
-                          "there: remove it, or set XDG_RUNTIME_DIR to a directory of your own", whole=True)
+        raise Unreachable(
+            f"{path} is not this account's own private directory, so no SSH login is shared "
+            "there: remove it, or set XDG_RUNTIME_DIR to a directory of your own",
+            whole=True,
+        )
     if any(ch.isspace() for ch in str(path)):
-        raise Unreachable(f"{path} has a space in it, which ssh cannot take as a control path: set "
-                          "XDG_RUNTIME_DIR to a directory without one", whole=True)
+        raise Unreachable(
+            f"{path} has a space in it, which ssh cannot take as a control path: set "
+            "XDG_RUNTIME_DIR to a directory without one",
+            whole=True,
+        )
     return path
 
 
@@ -69,12 +76,27 @@ def ssh_argv(target: SshTarget, control: Path) -> list[str]:
     host = target.host[1:-1] if target.host.startswith("[") else target.host
     escaped = str(control).replace("%", "%%")
     return [
-        "ssh", "-T", "-e", "none",
-        "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3",
-        "-o", "ControlMaster=auto", "-o", f"ControlPath={escaped}/%C", "-o", f"ControlPersist={PERSIST_S}",
+        "ssh",
+        "-T",
+        "-e",
+        "none",
+        "-o",
+        f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+        "-o",
+        "ServerAliveInterval=15",
+        "-o",
+        "ServerAliveCountMax=3",
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        f"ControlPath={escaped}/%C",
+        "-o",
+        f"ControlPersist={PERSIST_S}",
         *(["-p", str(target.port)] if target.port is not None else []),
         *(["-l", target.user] if target.user else []),
-        "--", host, *REMOTE_COMMAND,
+        "--",
+        host,
+        *REMOTE_COMMAND,
     ]
 
 
@@ -151,7 +173,8 @@ def in_loop(target: SshTarget) -> Connector:
         log = tempfile.TemporaryFile()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log)
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log
+            )
         except OSError as e:
             log.close()
             raise Unreachable(f"ssh could not be run ({e.strerror or e})", e, whole=True) from None
@@ -176,5 +199,9 @@ def in_loop(target: SshTarget) -> Connector:
 
 def ssh_node(target: SshTarget, *, blocking_calls: bool = False) -> AgentNode:
     """The agent of the node ``target`` names, over SSH."""
-    return AgentNode.through(blocking(target) if blocking_calls else in_loop(target),
-                             address=f"{target} (over ssh)", where=f"agent on {target} over ssh", sends_env=False)
+    return AgentNode.through(
+        blocking(target) if blocking_calls else in_loop(target),
+        address=f"{target} (over ssh)",
+        where=f"agent on {target} over ssh",
+        sends_env=False,
+    )

@@ -1,4 +1,5 @@
 """Probes: what the driver says about each card, asked afresh each time."""
+
 from __future__ import annotations
 
 from ..config import Settings
@@ -10,7 +11,13 @@ from .simulated import SimulatedProbe
 from .smi import SmiProbe
 
 __all__ = [
-    "AutoProbe", "NvmlProbe", "Probe", "SimulatedProbe", "SmiProbe", "blind_reading", "make_probe",
+    "AutoProbe",
+    "NvmlProbe",
+    "Probe",
+    "SimulatedProbe",
+    "SmiProbe",
+    "blind_reading",
+    "make_probe",
 ]
 
 
@@ -26,6 +33,4 @@ def make_probe(settings: Settings) -> Probe:
     path = settings.simulated_path
     if path is not None:
         return SimulatedProbe(path, timeout)
-    raise ConfigError(
-        f"TUNEPLANE_PROBE={settings.probe!r} is not one of nvml, smi, auto or simulated:PATH"
-    )
+    raise ConfigError(f"TUNEPLANE_PROBE={settings.probe!r} is not one of nvml, smi, auto or simulated:PATH")

@@ -5,6 +5,7 @@ loading after the dashboard started, and one failed look must not leave the
 node blind until a restart. Once it has found a probe it keeps it, so the
 source shown in the header does not flicker between the two.
 """
+
 from __future__ import annotations
 
 import shutil

@@ -6,6 +6,7 @@ answer it says so in its reading (``external_probe_ok=False`` with a
 ``problem`` in plain words) instead of returning an empty list: an empty list
 would read as "nobody holds a card", the failure this product exists to prevent.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Protocol

@@ -8,6 +8,7 @@ Only faults that are certain grounds to stop using a card count. They raise
 nothing while a job runs: the job just produces wrong numbers or runs slowly,
 which is the hardest kind of failure to trace back to a card.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -67,8 +68,7 @@ def _memory_seen(card: CardFacts) -> bool:
 
 def unseen_problem(unseen: list[int]) -> str:
     return (
-        f"memory use could not be read on {cards_words(unseen)}, "
-        "so use from outside the platform cannot be seen there"
+        f"memory use could not be read on {cards_words(unseen)}, so use from outside the platform cannot be seen there"
     )
 
 

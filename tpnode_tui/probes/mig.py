@@ -7,6 +7,7 @@ instance it names (or that listed it itself), and stays on the card's list
 whether or not a slice could be told. Nothing here raises, whatever the
 driver said.
 """
+
 from __future__ import annotations
 
 import re

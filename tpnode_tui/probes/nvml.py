@@ -21,6 +21,7 @@ daemon, so a stuck driver cannot stop the program from exiting), each read is
 bounded by ``timeout_s``, and while a call that overran is still stuck the
 probe answers blind at once rather than queueing more calls behind it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -80,9 +81,7 @@ class _Worker:
     def submit(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
         if self._thread is None:
             self._jobs = queue.SimpleQueue()
-            self._thread = threading.Thread(
-                target=self._serve, args=(self._jobs,), name="tpnode-nvml", daemon=True
-            )
+            self._thread = threading.Thread(target=self._serve, args=(self._jobs,), name="tpnode-nvml", daemon=True)
             self._thread.start()
         fut: concurrent.futures.Future[_T] = concurrent.futures.Future()
         self._jobs.put((fn, fut))
@@ -236,8 +235,11 @@ def _process(info: Any) -> ProcessFacts:
 def _tagged(infos: Any) -> list[mig.Tagged]:
     """A MIG card's process infos with the instance ids each carries (older bindings carry none)."""
     return [
-        (_instance_id(getattr(p, "gpuInstanceId", None)), _instance_id(getattr(p, "computeInstanceId", None)),
-         _process(p))
+        (
+            _instance_id(getattr(p, "gpuInstanceId", None)),
+            _instance_id(getattr(p, "computeInstanceId", None)),
+            _process(p),
+        )
         for p in infos
     ]
 
@@ -276,8 +278,9 @@ class _CardReader:
             raise
         except nv.NVMLError as e:
             # A card NVML cannot open cannot be seen, so it must not be handed out.
-            return CardFacts(index=index, processes=None, health=(f"NVML cannot open this card ({e})",),
-                             mig_mode=None, slices=None)
+            return CardFacts(
+                index=index, processes=None, health=(f"NVML cannot open this card ({e})",), mig_mode=None, slices=None
+            )
 
         mig_mode, mig_pending = self.field("the MIG mode", _mig_modes, nv, handle) or (None, None)
         memory = self.field("memory use", _memory, nv, handle)
@@ -301,9 +304,7 @@ class _CardReader:
             memory_total_mib=int(memory.total) // _MIB if memory is not None else None,
             memory_used_mib=int(memory.used) // _MIB if memory is not None else None,
             utilization_pct=int(util.gpu) if util is not None else None,
-            temperature_c=self.field(
-                "the temperature", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU
-            ),
+            temperature_c=self.field("the temperature", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU),
             power_w=round(milliwatts / 1000.0, 2) if milliwatts is not None else None,
             processes=processes,
             health=self.faults(handle),
@@ -345,9 +346,7 @@ class _CardReader:
             index=slot,
             uuid=_text(self.field(f"{its} UUID", nv.nvmlDeviceGetUUID, device)),
             profile=mig.profile_of(_text(self.field(f"{its} name", nv.nvmlDeviceGetName, device))),
-            gpu_instance_id=_instance_id(
-                self.field(f"{its} GPU instance id", nv.nvmlDeviceGetGpuInstanceId, device)
-            ),
+            gpu_instance_id=_instance_id(self.field(f"{its} GPU instance id", nv.nvmlDeviceGetGpuInstanceId, device)),
             compute_instance_id=_instance_id(
                 self.field(f"{its} compute instance id", nv.nvmlDeviceGetComputeInstanceId, device)
             ),
@@ -383,9 +382,7 @@ class _CardReader:
             thermal = _bit(nv, "HwThermalSlowdown", 0x40)
             brake = _bit(nv, "HwPowerBrakeSlowdown", 0x80)
             if clocks & (_bit(nv, "HwSlowdown", 0x8) | thermal | brake):
-                reasons.append(
-                    health.hw_slowdown(thermal=bool(clocks & thermal), power_brake=bool(clocks & brake))
-                )
+                reasons.append(health.hw_slowdown(thermal=bool(clocks & thermal), power_brake=bool(clocks & brake)))
         action = recovery_words(self.field("the recovery action", _recovery_action, nv, handle))
         if action is not None:
             reasons.append(health.recovery_needed(action))
@@ -446,9 +443,7 @@ class NvmlProbe:
             try:
                 import pynvml
             except ImportError:
-                raise _Blind(
-                    "NVML: the nvidia-ml-py package is not installed (pip install nvidia-ml-py)"
-                ) from None
+                raise _Blind("NVML: the nvidia-ml-py package is not installed (pip install nvidia-ml-py)") from None
             self._nvml = pynvml
         return self._nvml
 

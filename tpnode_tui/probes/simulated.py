@@ -54,6 +54,7 @@ leaves the topology unknown and says so; the reading is not made blind by it.
 A file that is missing or malformed gives a blind reading that names the file
 and what is wrong with it: never a traceback, never a free node.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -148,13 +149,10 @@ def _health(raw: dict[str, Any], where: str) -> tuple[str, ...]:
     slowdown: Union[bool, str] = signals.get("hw_slowdown", False)
     if not isinstance(slowdown, bool) and slowdown not in _SLOWDOWN_CAUSES:
         raise _BadScene(
-            f'{where}: "hw_slowdown" must be true, false, "thermal" or "power brake", '
-            f"not {json.dumps(slowdown)}"
+            f'{where}: "hw_slowdown" must be true, false, "thermal" or "power brake", not {json.dumps(slowdown)}'
         )
     if slowdown:
-        reasons.append(
-            health.hw_slowdown(thermal=slowdown == "thermal", power_brake=slowdown == "power brake")
-        )
+        reasons.append(health.hw_slowdown(thermal=slowdown == "thermal", power_brake=slowdown == "power brake"))
     if _flag(signals, "row_remap_pending", where):
         reasons.append(health.ROW_REMAP_PENDING)
     if _flag(signals, "row_remap_failure", where):
@@ -187,8 +185,11 @@ def _xid_events(index: int, raw: dict[str, Any], where: str) -> list[SimulatedXi
         xid = _number(event, "xid", what, None)
         if xid is None:
             raise _BadScene(f'{what}: "xid" is missing')
-        events.append(SimulatedXid(index, event_id, xid, _number(event, "pid", what, None),
-                                   _number(event, "recovery_action", what, None)))
+        events.append(
+            SimulatedXid(
+                index, event_id, xid, _number(event, "pid", what, None), _number(event, "recovery_action", what, None)
+            )
+        )
     return events
 
 
@@ -300,9 +301,7 @@ class SimulatedProbe:
         if scene.hang_s:
             await asyncio.sleep(min(scene.hang_s, self.timeout_s))
             if scene.hang_s >= self.timeout_s:
-                return blind_reading(
-                    SOURCE, f"the simulated driver did not answer within {self.timeout_s:g} s"
-                )
+                return blind_reading(SOURCE, f"the simulated driver did not answer within {self.timeout_s:g} s")
         if scene.fail:
             return blind_reading(SOURCE, scene.fail)
         if scene.blind:

@@ -34,6 +34,7 @@ The parsers are pure and public. They take whatever text nvidia-smi printed
 and never raise: a line they do not understand is skipped, a field reported
 as ``[N/A]`` or ``[Not Supported]`` becomes ``None``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -55,16 +56,27 @@ from .topology import TOPO_ARGS, TopologyKeeper, smi_topology
 SOURCE = "nvidia-smi"
 
 FACTS_FIELDS = (
-    "index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used",
-    "utilization.gpu", "temperature.gpu", "power.draw",
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "memory.total",
+    "memory.used",
+    "utilization.gpu",
+    "temperature.gpu",
+    "power.draw",
 )
 #: The old ``clocks_throttle_reasons`` names, because current drivers still
 #: accept them and old ones know no other. A field a card does not support
 #: reads ``[N/A]``, so each column is judged on its own.
 HEALTH_FIELDS = (
-    "index", "retired_pages.pending", "ecc.errors.uncorrected.volatile.total",
-    "clocks_throttle_reasons.hw_slowdown", "clocks_throttle_reasons.hw_thermal_slowdown",
-    "clocks_throttle_reasons.hw_power_brake_slowdown", "remapped_rows.pending",
+    "index",
+    "retired_pages.pending",
+    "ecc.errors.uncorrected.volatile.total",
+    "clocks_throttle_reasons.hw_slowdown",
+    "clocks_throttle_reasons.hw_thermal_slowdown",
+    "clocks_throttle_reasons.hw_power_brake_slowdown",
+    "remapped_rows.pending",
     "remapped_rows.failure",
 )
 APPS_FIELDS = ("gpu_uuid", "pid", "used_memory")
@@ -318,18 +330,18 @@ def parse_mig_xml(text: str) -> Optional[dict[str, XmlMig]]:
             for info in listed.findall("process_info"):
                 pid = _index(_xml_text(info, "pid").strip())
                 if pid is not None:
-                    tagged.append((
-                        _index(_xml_text(info, "gpu_instance_id").strip()),
-                        _index(_xml_text(info, "compute_instance_id").strip()),
-                        ProcessFacts(pid=pid, used_memory_mib=_whole(_xml_text(info, "used_memory"))),
-                    ))
+                    tagged.append(
+                        (
+                            _index(_xml_text(info, "gpu_instance_id").strip()),
+                            _index(_xml_text(info, "compute_instance_id").strip()),
+                            ProcessFacts(pid=pid, used_memory_mib=_whole(_xml_text(info, "used_memory"))),
+                        )
+                    )
         cards[uuid] = (devices, tagged)
     return cards
 
 
-def mig_slices(
-    listed: Optional[list[Listed]], described: Optional[XmlMig]
-) -> Optional[tuple[SliceFacts, ...]]:
+def mig_slices(listed: Optional[list[Listed]], described: Optional[XmlMig]) -> Optional[tuple[SliceFacts, ...]]:
     """One card's MIG devices from its ``-L`` lines and its ``-q -x`` element,
     joined by index; None when neither answer says anything of the card.
 
@@ -342,8 +354,9 @@ def mig_slices(
     devices, tagged = described if described is not None else ({}, None)
     by_index = dict(devices)
     for index, profile, uuid in listed or ():
-        by_index[index] = replace(by_index.get(index, SliceFacts(index=index, processes=None)),
-                                  uuid=uuid, profile=profile)
+        by_index[index] = replace(
+            by_index.get(index, SliceFacts(index=index, processes=None)), uuid=uuid, profile=profile
+        )
     return mig.attribute([by_index[i] for i in sorted(by_index)], tagged)
 
 
@@ -401,14 +414,18 @@ class SmiProbe:
         topology = self._topology.due()
         if topology:
             self._topology.begin()
-        (facts, facts_err), (health_text, health_err), (apps, apps_err), (modes_text, modes_err), (topo, topo_err) = (
-            await asyncio.gather(
-                self._run(path, "--query-gpu=" + ",".join(FACTS_FIELDS), _FORMAT),
-                self._run(path, "--query-gpu=" + ",".join(HEALTH_FIELDS), _FORMAT),
-                self._run(path, "--query-compute-apps=" + ",".join(APPS_FIELDS), _FORMAT),
-                self._run(path, "--query-gpu=" + ",".join(MIG_FIELDS), _FORMAT),
-                self._run(path, *TOPO_ARGS) if topology else _not_asked(),
-            )
+        (
+            (facts, facts_err),
+            (health_text, health_err),
+            (apps, apps_err),
+            (modes_text, modes_err),
+            (topo, topo_err),
+        ) = await asyncio.gather(
+            self._run(path, "--query-gpu=" + ",".join(FACTS_FIELDS), _FORMAT),
+            self._run(path, "--query-gpu=" + ",".join(HEALTH_FIELDS), _FORMAT),
+            self._run(path, "--query-compute-apps=" + ",".join(APPS_FIELDS), _FORMAT),
+            self._run(path, "--query-gpu=" + ",".join(MIG_FIELDS), _FORMAT),
+            self._run(path, *TOPO_ARGS) if topology else _not_asked(),
         )
         if topology:
             self._topology.keep(*smi_topology(topo, topo_err))
@@ -417,9 +434,7 @@ class SmiProbe:
         cards = parse_gpu_facts(facts)
         if not cards and facts.strip():
             first = facts.strip().splitlines()[0][:200]
-            return blind_reading(
-                SOURCE, f"nvidia-smi answered something this probe does not understand: {first!r}"
-            )
+            return blind_reading(SOURCE, f"nvidia-smi answered something this probe does not understand: {first!r}")
 
         notes: list[str] = []
         modes: Optional[dict[int, tuple[Optional[bool], Optional[bool]]]] = None
@@ -451,23 +466,25 @@ class SmiProbe:
         else:
             reasons = parse_gpu_health(health_text)
 
-        return self._topology.attach(health.reading(
-            SOURCE,
-            tuple(
-                _with_mig(
-                    replace(
-                        c,
-                        processes=None if held is None else tuple(held[c.index]),
-                        health=reasons.get(c.index, ()),
-                    ),
-                    (None, None) if modes is None else modes.get(c.index, (None, None)),
-                    listing,
-                    described,
-                )
-                for c in cards
-            ),
-            notes,
-        ))
+        return self._topology.attach(
+            health.reading(
+                SOURCE,
+                tuple(
+                    _with_mig(
+                        replace(
+                            c,
+                            processes=None if held is None else tuple(held[c.index]),
+                            health=reasons.get(c.index, ()),
+                        ),
+                        (None, None) if modes is None else modes.get(c.index, (None, None)),
+                        listing,
+                        described,
+                    )
+                    for c in cards
+                ),
+                notes,
+            )
+        )
 
     async def _mig(
         self, path: str, started: float, notes: list[str]
@@ -490,8 +507,10 @@ class SmiProbe:
         else:
             described = parse_mig_xml(xml_text)
             if described is None:
-                notes.append("MIG devices could not be described (nvidia-smi -q -x answered something "
-                             "this probe does not understand)")
+                notes.append(
+                    "MIG devices could not be described (nvidia-smi -q -x answered something "
+                    "this probe does not understand)"
+                )
         return listing, described
 
     async def close(self) -> None:

@@ -1,4 +1,5 @@
 """Runtimes: where the platform's own jobs live (container labels, the state file)."""
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ DEFAULT_DOCKER_SOCKET = Path("/var/run/docker.sock")
 
 
 def choose_runtime(settings: Settings, environ: Mapping[str, str] = os.environ) -> str:
-    """"auto" means docker wherever an engine is configured or its socket exists.
+    """ "auto" means docker wherever an engine is configured or its socket exists.
 
     The choice is made from configuration, not from whether the engine answers
     right now: falling back to the process runtime because dockerd was briefly

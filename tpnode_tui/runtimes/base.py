@@ -5,6 +5,7 @@ jobs hold: container labels (docker) or the state file (process). Nothing is
 kept in memory between calls, so a restarted CLI or dashboard rebuilds the
 same picture from ``ps()``.
 """
+
 from __future__ import annotations
 
 import math
@@ -86,8 +87,13 @@ def check_slices(gpus: Sequence[int], slices: Sequence[SliceRef]) -> None:
         raise BadRequest(f"a job is given whole cards or MIG slices, not both ({list(gpus)!r} and slices)")
     uuids = [getattr(s, "uuid", None) for s in slices]
     if len(set(uuids)) != len(uuids) or not all(
-            isinstance(s, SliceRef) and type(s.card) is int and s.card >= 0
-            and isinstance(s.uuid, str) and MIG_UUID_PATTERN.fullmatch(s.uuid) for s in slices):
+        isinstance(s, SliceRef)
+        and type(s.card) is int
+        and s.card >= 0
+        and isinstance(s.uuid, str)
+        and MIG_UUID_PATTERN.fullmatch(s.uuid)
+        for s in slices
+    ):
         raise BadRequest(f"slices {list(slices)!r} are not distinct MIG slices (a card and a MIG-... uuid each)")
 
 

@@ -10,6 +10,7 @@ Nothing is remembered between calls. A new process, or a new instance, reads
 the same picture back from the engine, including containers an earlier process
 started and ones an operator labelled by hand.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -221,8 +222,8 @@ class DockerRuntime:
         if scheme not in _SCHEMES:
             why = {
                 "ssh": "ssh:// needs the asyncssh package, which tpnode-tui does not use; forward the "
-                       "engine's socket instead (ssh -nNT -L /tmp/docker.sock:/var/run/docker.sock HOST) "
-                       "and use unix:///tmp/docker.sock",
+                "engine's socket instead (ssh -nNT -L /tmp/docker.sock:/var/run/docker.sock HOST) "
+                "and use unix:///tmp/docker.sock",
                 "npipe": "npipe:// is a Windows named pipe",
                 "": "it has no scheme",
             }.get(scheme, f"{scheme}:// is not a Docker engine address")
@@ -329,9 +330,7 @@ class DockerRuntime:
                 ) from None
         return [_job_state(item, detail) for item, detail in zip(items, inspected)]
 
-    async def _inspect_live(
-        self, docker: aiodocker.Docker, item: dict[str, Any]
-    ) -> Optional[dict[str, Any]]:
+    async def _inspect_live(self, docker: aiodocker.Docker, item: dict[str, Any]) -> Optional[dict[str, Any]]:
         """The details of a live container; None for others, or if it is gone by now.
 
         A container removed between the list and this call keeps the list's
@@ -416,9 +415,7 @@ class DockerRuntime:
     def _said(self, e: DockerError) -> str:
         """What the engine answered, never empty: something that is not a Docker
         engine (a proxy, another web server) answers with a bare status."""
-        return str(e.message or "").strip() or (
-            f"HTTP {e.status} with no explanation; is {self.host} a Docker engine?"
-        )
+        return str(e.message or "").strip() or (f"HTTP {e.status} with no explanation; is {self.host} a Docker engine?")
 
     def _engine_error(self, doing: str, e: DockerError) -> TpnodeError:
         return TpnodeError(f"{doing}: the Docker engine said: {self._said(e)}")
@@ -479,9 +476,7 @@ class DockerRuntime:
         ids = [s.uuid for s in spec.slices] if spec.slices else [str(i) for i in gpus]
         devices = ",".join(ids)
         if self.gpu_mode == "nvidia":
-            config["HostConfig"]["DeviceRequests"] = [
-                {"Driver": "nvidia", "DeviceIDs": ids, "Capabilities": [["gpu"]]}
-            ]
+            config["HostConfig"]["DeviceRequests"] = [{"Driver": "nvidia", "DeviceIDs": ids, "Capabilities": [["gpu"]]}]
         elif self.gpu_mode == "env":
             # The nvidia runtime shows the container only these cards, numbered
             # from 0, so CUDA's list counts inside the container: host indices
@@ -558,8 +553,7 @@ class DockerRuntime:
                         f"remove it with: docker rm -f {name}"
                     ) from None
                 raise TpnodeError(
-                    f"job {name!r} could not start: {self._said(e)}. "
-                    "Its container was removed, so it holds no cards."
+                    f"job {name!r} could not start: {self._said(e)}. Its container was removed, so it holds no cards."
                 ) from None
         return await self._one(data["Id"], name)
 
@@ -595,16 +589,20 @@ class DockerRuntime:
                 "reserve the cards afresh once it ends"
             )
         spec = JobSpec(
-            run_id=facts.run_id, cards=len(facts.gpus) or len(facts.slices), kind="reservation",
-            owner=facts.owner, uid=facts.uid, fence=facts.fence, expires_at=expires_at,
+            run_id=facts.run_id,
+            cards=len(facts.gpus) or len(facts.slices),
+            kind="reservation",
+            owner=facts.owner,
+            uid=facts.uid,
+            fence=facts.fence,
+            expires_at=expires_at,
             image=config.get("Image") or None,  # the image holding it now is certainly here
             slices=facts.slices,
         )
         successor = extension_name(facts.run_id)
         async with self._engine() as docker:
             try:
-                created = await docker.containers.create(self._config(spec, list(facts.gpus)),
-                                                         name=successor)
+                created = await docker.containers.create(self._config(spec, list(facts.gpus)), name=successor)
             except DockerError as e:
                 raise self._engine_error(f"could not extend reservation {facts.run_id}", e) from None
         state = await self.start(successor)  # removed again if it cannot start
@@ -620,8 +618,7 @@ class DockerRuntime:
         """
         async with self._engine() as docker:
             try:
-                listed = await docker.containers.list(
-                    all=True, filters={"label": [GPUS, f"{RUN_ID}={run_id}"]})
+                listed = await docker.containers.list(all=True, filters={"label": [GPUS, f"{RUN_ID}={run_id}"]})
             except DockerError as e:
                 log.warning("extending %s: could not list what it took over from: %s", run_id, e.message)
                 return
@@ -631,12 +628,15 @@ class DockerRuntime:
                 if item.get("Id") == keep or facts.kind != "reservation":
                     continue
                 try:
-                    await docker.containers.container(item["Id"]).delete(
-                        force=True, timeout=_call_timeout())
+                    await docker.containers.container(item["Id"]).delete(force=True, timeout=_call_timeout())
                 except DockerError as e:
                     if e.status != 404:
-                        log.warning("extending %s: could not remove %s, which ends by itself: %s",
-                                    run_id, item["Id"][:12], e.message)
+                        log.warning(
+                            "extending %s: could not remove %s, which ends by itself: %s",
+                            run_id,
+                            item["Id"][:12],
+                            e.message,
+                        )
 
     # -------------------------------------------------------- stop / remove
 
@@ -681,9 +681,7 @@ class DockerRuntime:
                 if e.status == 409 and "already in progress" in str(e.message):
                     return  # another reclaim is removing it right now: the outcome is the same
                 if e.status == 409:
-                    raise Conflict(
-                        f"job {name!r} is still running; stop it before removing it"
-                    ) from None
+                    raise Conflict(f"job {name!r} is still running; stop it before removing it") from None
                 raise self._engine_error(f"could not remove job {name!r}", e) from None
 
     async def close(self) -> None:

@@ -27,6 +27,7 @@ are the job's even after the supervisor has gone. Each process is signalled
 through a pidfd opened before its membership is checked once more, so a pid
 that changed hands in between is never signalled.
 """
+
 from __future__ import annotations
 
 import os
@@ -94,8 +95,7 @@ def cgroup_parent() -> tuple[Optional[Path], str]:
     """
     try:
         own = next(
-            (line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
-             if line.startswith("0::")),
+            (line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")),
             None,
         )
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -111,7 +111,7 @@ def cgroup_parent() -> tuple[Optional[Path], str]:
         root, mountpoint = _unescape(parts[3]), _unescape(parts[4])
         if own != root and not own.startswith(root.rstrip("/") + "/"):
             continue  # this mount does not show the part of the hierarchy this process is in
-        here = Path(mountpoint) / own[len(root):].lstrip("/")
+        here = Path(mountpoint) / own[len(root) :].lstrip("/")
         if os.access(here, os.W_OK) and os.access(here / "cgroup.procs", os.W_OK):
             return here, ""
         return None, (

@@ -10,6 +10,7 @@ cards as free.
 
 Pure: no I/O, so the process runtime, the probes and the tests can share it.
 """
+
 from __future__ import annotations
 
 import re
@@ -94,8 +95,7 @@ def parse_gpus_label(text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
         significant = piece.lstrip("0") or "0"
         if not _DIGITS.fullmatch(piece) or len(significant) > _MAX_INDEX_DIGITS:
             problems.append(
-                f"{GPUS}: {_show(piece)} is not a card index "
-                "(use whole numbers from 0, separated by commas)"
+                f"{GPUS}: {_show(piece)} is not a card index (use whole numbers from 0, separated by commas)"
             )
             continue
         index = int(significant)
@@ -120,11 +120,18 @@ def parse_slices_label(text: Optional[str]) -> tuple[tuple[SliceRef, ...], tuple
         piece = piece.strip()
         parts = piece.split(":")
         card_text = parts[0].lstrip("0") or "0"
-        if not piece or len(parts) not in (2, 3) or not _DIGITS.fullmatch(parts[0]) \
-                or len(card_text) > _MAX_INDEX_DIGITS or not MIG_UUID_PATTERN.fullmatch(parts[1]) \
-                or (len(parts) == 3 and parts[2] and not PROFILE_PATTERN.fullmatch(parts[2])):
-            problems.append(f"{SLICES}: {_show(piece)} is not a MIG slice (write CARD:MIG-UUID or "
-                            "CARD:MIG-UUID:PROFILE, separated by commas)")
+        if (
+            not piece
+            or len(parts) not in (2, 3)
+            or not _DIGITS.fullmatch(parts[0])
+            or len(card_text) > _MAX_INDEX_DIGITS
+            or not MIG_UUID_PATTERN.fullmatch(parts[1])
+            or (len(parts) == 3 and parts[2] and not PROFILE_PATTERN.fullmatch(parts[2]))
+        ):
+            problems.append(
+                f"{SLICES}: {_show(piece)} is not a MIG slice (write CARD:MIG-UUID or "
+                "CARD:MIG-UUID:PROFILE, separated by commas)"
+            )
             continue
         ref = SliceRef(int(card_text), parts[1], parts[2] if len(parts) == 3 else "")
         if any(f.uuid == ref.uuid for f in found):
@@ -138,8 +145,12 @@ def slices_label(slices: tuple[SliceRef, ...]) -> str:
     """The ``tuneplane.slices`` value for ``slices``; BadRequest for one that would not read back."""
     pieces = []
     for ref in slices:
-        if type(ref.card) is not int or ref.card < 0 or not MIG_UUID_PATTERN.fullmatch(ref.uuid or "") \
-                or (ref.profile and not PROFILE_PATTERN.fullmatch(ref.profile)):
+        if (
+            type(ref.card) is not int
+            or ref.card < 0
+            or not MIG_UUID_PATTERN.fullmatch(ref.uuid or "")
+            or (ref.profile and not PROFILE_PATTERN.fullmatch(ref.profile))
+        ):
             raise BadRequest(f"{ref!r} is not a MIG slice that can be written in a label")
         pieces.append(f"{ref.card}:{ref.uuid}" + (f":{ref.profile}" if ref.profile else ""))
     text = ",".join(pieces)

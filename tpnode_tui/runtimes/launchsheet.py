@@ -11,6 +11,7 @@ inherits as a descriptor. Not its argv: anyone can read a command line with
 ``ps``, and argv and the environment share one size limit. Not a file in a
 directory: nobody else can open it, and nothing is left behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,7 @@ class LaunchSheet:
             "command": list(self.command),
             "env": dict(self.env),
             "cwd": self.cwd,
-            "run_as": None if self.run_as is None else dict(asdict(self.run_as),
-                                                            groups=list(self.run_as.groups)),
+            "run_as": None if self.run_as is None else dict(asdict(self.run_as), groups=list(self.run_as.groups)),
         }
 
 
@@ -58,10 +58,14 @@ def _id(value: Any) -> bool:
 
 def _account(doc: Any) -> RunAs:
     fine = (
-        isinstance(doc, dict) and set(doc) == {"uid", "gid", "groups", "user", "home"}
-        and _id(doc["uid"]) and _id(doc["gid"])
-        and isinstance(doc["groups"], list) and all(_id(g) for g in doc["groups"])
-        and isinstance(doc["user"], str) and isinstance(doc["home"], str)
+        isinstance(doc, dict)
+        and set(doc) == {"uid", "gid", "groups", "user", "home"}
+        and _id(doc["uid"])
+        and _id(doc["gid"])
+        and isinstance(doc["groups"], list)
+        and all(_id(g) for g in doc["groups"])
+        and isinstance(doc["user"], str)
+        and isinstance(doc["home"], str)
     )
     if not fine:
         raise ValueError("its run_as is not an account (uid, gid, groups, user, home)")
@@ -92,7 +96,7 @@ def write_sheet(sheet: LaunchSheet) -> int:
         data = json.dumps(sheet.to_json()).encode()
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)

@@ -28,6 +28,7 @@ for a post-mortem; a later job with the same name appends to the same log,
 unless the log belongs to another account: then it is moved aside (it stays
 theirs) and the new job starts a log of its own.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -118,10 +119,7 @@ def _look(record: JobRecord) -> tuple[Optional[ProcessStat], str]:
     try:
         return process_stat(record.pid), ""
     except PermissionError:
-        return None, (
-            f"cannot look at pid {record.pid} in /proc (permission denied), "
-            "so it is counted as running"
-        )
+        return None, (f"cannot look at pid {record.pid} in /proc (permission denied), so it is counted as running")
 
 
 def _is_supervisor(record: JobRecord, now: Optional[ProcessStat]) -> bool:
@@ -198,9 +196,7 @@ def _check_argv(argv: Sequence[str]) -> None:
         if not isinstance(arg, str):
             raise BadRequest(f"argument {i} of the command is {arg!r}, not a string")
         if "\0" in arg:
-            raise BadRequest(
-                f"argument {i} of the command contains a NUL byte, which no program can receive"
-            )
+            raise BadRequest(f"argument {i} of the command contains a NUL byte, which no program can receive")
     if not argv[0]:
         raise BadRequest("the command's program name is empty")
 
@@ -213,16 +209,15 @@ def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
     if spec.env is not None:
         env: dict[str, str] = {}
         for pair in spec.env:
-            if not (isinstance(pair, tuple) and len(pair) == 2
-                    and all(isinstance(part, str) for part in pair)):
+            if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(part, str) for part in pair)):
                 raise BadRequest(f"environment entry {pair!r} is not a name and a value")
             key, value = pair
             if not key or "=" in key or "\0" in key:
-                raise BadRequest(f"environment variable name {key[:60]!r} is not valid "
-                                 "(it must be non-empty, without '=' or NUL)")
+                raise BadRequest(
+                    f"environment variable name {key[:60]!r} is not valid (it must be non-empty, without '=' or NUL)"
+                )
             if "\0" in value:
-                raise BadRequest(f"environment variable {key[:60]} contains a NUL byte, "
-                                 "which no program can receive")
+                raise BadRequest(f"environment variable {key[:60]} contains a NUL byte, which no program can receive")
             env[key] = value
     elif spec.run_as is not None:
         env = {"PATH": DEFAULT_PATH}
@@ -274,8 +269,7 @@ exit 15
 """
 
 
-def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str,
-                    run_as: Optional[RunAs]) -> None:
+def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str, run_as: Optional[RunAs]) -> None:
     """Refuse a command that cannot be started, before any record holds cards.
 
     Checked by a small process running as the account the command will run
@@ -291,8 +285,11 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str,
     try:
         check = subprocess.Popen(
             ["/bin/sh", "-c", _RUNNABLE, "sh", cwd, program, env.get("PATH", os.defpath)],
-            env={"PATH": os.defpath}, cwd="/", stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={"PATH": os.defpath},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             user=None if run_as is None else run_as.uid,
             group=None if run_as is None else run_as.gid,
             extra_groups=None if run_as is None else list(run_as.groups),
@@ -305,8 +302,10 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str,
         check.kill()
         # Not waited for: a process stuck in a hung file system cannot die until it returns.
         threading.Thread(target=check.wait, name="reap-check", daemon=True).start()
-        raise Conflict(f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
-                       f"{program!r} in {cwd!r} (is that file system hanging?)") from None
+        raise Conflict(
+            f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
+            f"{program!r} in {cwd!r} (is that file system hanging?)"
+        ) from None
     problem = {
         10: f"working directory {cwd!r} does not exist (or {who} cannot reach it)",
         11: f"working directory {cwd!r} is not a directory",
@@ -318,8 +317,7 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str,
     if problem is not None:
         raise Conflict(problem)
     if returncode != 0:
-        raise RuntimeUnavailable(
-            f"could not check the command as {who}: the check exited with {returncode}")
+        raise RuntimeUnavailable(f"could not check the command as {who}: the check exited with {returncode}")
 
 
 def _let_through(directory: Path) -> None:
@@ -428,8 +426,7 @@ class ProcessRuntime:
             return LaunchSheet(command=(), env=(), cwd="/")
         if not spec.command:
             raise BadRequest(
-                f"job {spec.run_id!r} has no command: the process runtime runs a command "
-                "(an argv list), not an image"
+                f"job {spec.run_id!r} has no command: the process runtime runs a command (an argv list), not an image"
             )
         argv = tuple(spec.command)
         _check_argv(argv)
@@ -502,7 +499,12 @@ class ProcessRuntime:
         return _job_state(record, current_boot)
 
     def _spawn(
-        self, name: str, sheet: LaunchSheet, logs: Path, log: Path, cgroup: Optional[Path],
+        self,
+        name: str,
+        sheet: LaunchSheet,
+        logs: Path,
+        log: Path,
+        cgroup: Optional[Path],
     ) -> tuple[subprocess.Popen[bytes], int]:
         """The supervisor and the write end of its gate (non-inheritable, so no
         other child of this process can keep the gate open).
@@ -526,16 +528,27 @@ class ProcessRuntime:
         # A reservation's supervisor takes SIGTERM as "stop holding" and records
         # it, but only once it runs: blocked from the start (a child inherits the
         # mask of the thread that spawns it), one sent while it starts waits.
-        mask = signal.pthread_sigmask(
-            signal.SIG_BLOCK, set() if sheet.command else {signal.SIGTERM, signal.SIGINT})
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, set() if sheet.command else {signal.SIGTERM, signal.SIGINT})
         try:
             sheet_fd = write_sheet(sheet)
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", _SUPERVISOR_BOOT, _CODE_ROOT,
-                 "tpnode_tui.runtimes.supervise", str(self.state.dir), name,
-                 "--sheet", str(sheet_fd), "--gate", str(gate_r),
-                 "--grace", str(float(self.stop_timeout_s)),
-                 *(("--cgroup", str(cgroup)) if cgroup else ())],
+                [
+                    sys.executable,
+                    "-I",
+                    "-c",
+                    _SUPERVISOR_BOOT,
+                    _CODE_ROOT,
+                    "tpnode_tui.runtimes.supervise",
+                    str(self.state.dir),
+                    name,
+                    "--sheet",
+                    str(sheet_fd),
+                    "--gate",
+                    str(gate_r),
+                    "--grace",
+                    str(float(self.stop_timeout_s)),
+                    *(("--cgroup", str(cgroup)) if cgroup else ()),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
@@ -598,8 +611,7 @@ class ProcessRuntime:
         return await asyncio.to_thread(self._extend, name, expires_at)
 
     def _extend(self, name: str, expires_at: float) -> JobState:
-        if not (isinstance(expires_at, (int, float)) and math.isfinite(expires_at)
-                and expires_at > time.time()):
+        if not (isinstance(expires_at, (int, float)) and math.isfinite(expires_at) and expires_at > time.time()):
             raise BadRequest(f"cannot extend {name!r} to {expires_at!r}: not a time to come")
         current_boot = boot_id()
         with self.state.transaction() as jobs:
@@ -667,7 +679,8 @@ class ProcessRuntime:
             await asyncio.to_thread(procs.send, signal.SIGTERM)
         if not await self._ended(name):
             await asyncio.to_thread(
-                self._note, record,
+                self._note,
+                record,
                 f"killed by SIGKILL after {self.stop_timeout_s:g} s (it did not end on SIGTERM)",
             )
             if not await asyncio.to_thread(procs.wait_gone, self.stop_timeout_s, kill=True):

@@ -14,6 +14,7 @@ What is particular to this file is the record: every field is checked, and
 an unknown one refused, because a record not fully understood might hold
 cards nobody can see.
 """
+
 from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -28,8 +29,15 @@ STATE_VERSION = 1
 STATE_FILE = "jobs.json"
 LOCK_FILE = f"{STATE_FILE}.lock"
 
-__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "LOCK_FILE", "STATE_FILE", "STATE_VERSION", "JobRecord", "StateFile",
-           "record_from_json"]
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "LOCK_FILE",
+    "STATE_FILE",
+    "STATE_VERSION",
+    "JobRecord",
+    "StateFile",
+    "record_from_json",
+]
 
 
 @dataclass(frozen=True)
@@ -101,11 +109,17 @@ def _is_number(value: Any) -> bool:
 
 
 def _is_slice(value: Any) -> bool:
-    return (isinstance(value, dict) and set(value) <= {"card", "uuid", "profile"} and {"card", "uuid"} <= set(value)
-            and _is_int(value["card"]) and value["card"] >= 0
-            and isinstance(value["uuid"], str) and MIG_UUID_PATTERN.fullmatch(value["uuid"]) is not None
-            and isinstance(value.get("profile", ""), str)
-            and (value.get("profile", "") == "" or PROFILE_PATTERN.fullmatch(value["profile"]) is not None))
+    return (
+        isinstance(value, dict)
+        and set(value) <= {"card", "uuid", "profile"}
+        and {"card", "uuid"} <= set(value)
+        and _is_int(value["card"])
+        and value["card"] >= 0
+        and isinstance(value["uuid"], str)
+        and MIG_UUID_PATTERN.fullmatch(value["uuid"]) is not None
+        and isinstance(value.get("profile", ""), str)
+        and (value.get("profile", "") == "" or PROFILE_PATTERN.fullmatch(value["profile"]) is not None)
+    )
 
 
 _CHECKS: dict[str, tuple[Any, str]] = {
@@ -133,17 +147,24 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "pid_ns": (lambda v: isinstance(v, str), "a string"),
     # Only a cgroup this runtime made: stopping the job kills everything in it.
     "cgroup": (
-        lambda v: isinstance(v, str) and (
-            v == "" or (v.startswith("/") and "\0" not in v and ".." not in PurePosixPath(v).parts
-                        and PurePosixPath(v).name.startswith(CGROUP_PREFIX))
+        lambda v: (
+            isinstance(v, str)
+            and (
+                v == ""
+                or (
+                    v.startswith("/")
+                    and "\0" not in v
+                    and ".." not in PurePosixPath(v).parts
+                    and PurePosixPath(v).name.startswith(CGROUP_PREFIX)
+                )
+            )
         ),
         f'"" or the absolute path of a cgroup named {CGROUP_PREFIX}*',
     ),
     "note": (lambda v: isinstance(v, str), "a string"),
     "uid": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
     "slices": (
-        lambda v: isinstance(v, list) and all(_is_slice(i) for i in v)
-        and len({i["uuid"] for i in v}) == len(v),
+        lambda v: isinstance(v, list) and all(_is_slice(i) for i in v) and len({i["uuid"] for i in v}) == len(v),
         'a list of distinct MIG slices ({"card": N, "uuid": "MIG-...", "profile": "1g.18gb"})',
     ),
 }
@@ -173,8 +194,12 @@ def record_from_json(key: str, data: Any) -> JobRecord:
             raise ValueError(f"job {key!r} field {name!r} is {data[name]!r}, expected {wanted}")
     if data["name"] != key:
         raise ValueError(f"job {key!r} is recorded under the name {data['name']!r}")
-    values = dict(data, gpus=tuple(data["gpus"]), command=tuple(data["command"]),
-                  slices=tuple(SliceRef(i["card"], i["uuid"], i.get("profile", "")) for i in data.get("slices", [])))
+    values = dict(
+        data,
+        gpus=tuple(data["gpus"]),
+        command=tuple(data["command"]),
+        slices=tuple(SliceRef(i["card"], i["uuid"], i.get("profile", "")) for i in data.get("slices", [])),
+    )
     return JobRecord(**values)
 
 
@@ -183,8 +208,13 @@ class StateFile(JsonStore[JobRecord]):
 
     def __init__(self, state_dir: Path, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S):
         super().__init__(
-            Path(state_dir), STATE_FILE, section="jobs", version=STATE_VERSION,
-            parse=record_from_json, dump=JobRecord.to_json, what="state file",
+            Path(state_dir),
+            STATE_FILE,
+            section="jobs",
+            version=STATE_VERSION,
+            parse=record_from_json,
+            dump=JobRecord.to_json,
+            what="state file",
             losing="the cards of the jobs it lists would look free while those jobs may still run",
             lock_timeout_s=lock_timeout_s,
         )

@@ -54,6 +54,7 @@ The command gets ``PR_SET_PDEATHSIG``: if the supervisor is killed outright
 (``kill -9``), the record can only say "exited, code unknown", and a command
 left running then would hold its cards while the platform counts them free.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -74,8 +75,7 @@ from .statefile import JobRecord, StateFile
 
 _PR_SET_PDEATHSIG = 1
 _USAGE = (
-    "usage: python -I -m tpnode_tui.runtimes.supervise STATE_DIR NAME --sheet FD [--gate FD] "
-    "[--grace S] [--cgroup DIR]"
+    "usage: python -I -m tpnode_tui.runtimes.supervise STATE_DIR NAME --sheet FD [--gate FD] [--grace S] [--cgroup DIR]"
 )
 _OPTIONS = ("--sheet", "--gate", "--grace", "--cgroup")
 NOT_STARTED = 125
@@ -90,8 +90,9 @@ def exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def _child_setup(parent: int, cgroup: Optional[Path], run_as: Optional[RunAs], cwd: str,
-                 report: int) -> Callable[[], None]:
+def _child_setup(
+    parent: int, cgroup: Optional[Path], run_as: Optional[RunAs], cwd: str, report: int
+) -> Callable[[], None]:
     """A ``preexec_fn`` that readies the child to become the command, in the
     one order that works for a caller's job started by root.
 
@@ -153,8 +154,9 @@ def _read_report(fd: int) -> list[str]:
     return data.decode(errors="replace").splitlines()
 
 
-def run(sheet: LaunchSheet, cgroup: Optional[Path] = None,
-        on_no_cgroup: Callable[[str], None] = lambda why: None) -> int:
+def run(
+    sheet: LaunchSheet, cgroup: Optional[Path] = None, on_no_cgroup: Callable[[str], None] = lambda why: None
+) -> int:
     """Run the sheet's command to its end, passing on SIGTERM and SIGINT; its exit code.
 
     If the command cannot be put into ``cgroup``, ``on_no_cgroup`` is told why
@@ -176,15 +178,15 @@ def run(sheet: LaunchSheet, cgroup: Optional[Path] = None,
     try:
         try:
             child = subprocess.Popen(
-                command, env=dict(sheet.env),
+                command,
+                env=dict(sheet.env),
                 preexec_fn=_child_setup(os.getpid(), cgroup, sheet.run_as, sheet.cwd, report_w),
             )
         finally:
             os.close(report_w)
             report = _read_report(report_r)
     except subprocess.SubprocessError:
-        reason = next((line[6:] for line in report if line.startswith("error ")),
-                      "its set-up failed")
+        reason = next((line[6:] for line in report if line.startswith("error ")), "its set-up failed")
         print(f"tpnode-tui: cannot start {command[0]!r}: {reason}", file=sys.stderr)
         return CANNOT_START
     except OSError as e:
@@ -333,8 +335,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         sheet: Optional[LaunchSheet] = read_sheet(sheet_fd)
     except (OSError, ValueError) as e:
-        print(f"tpnode-tui: job {name!r} cannot be started: its launch sheet is unreadable ({e})",
-              file=sys.stderr)
+        print(f"tpnode-tui: job {name!r} cannot be started: its launch sheet is unreadable ({e})", file=sys.stderr)
         sheet = None
     if sheet is not None and not sheet.command:
         signal.pthread_sigmask(signal.SIG_BLOCK, _HOLD_SIGNALS)
@@ -363,8 +364,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         record_exit(state_dir, name, code, note)
     except RuntimeUnavailable as e:
-        print(f"tpnode-tui: could not record exit code {code} of job {name!r}: {e}",
-              file=sys.stderr)
+        print(f"tpnode-tui: could not record exit code {code} of job {name!r}: {e}", file=sys.stderr)
     return code
 
 

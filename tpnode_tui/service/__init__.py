@@ -34,6 +34,7 @@ The parts, each a module (``pyproject.toml`` says which may use which):
 - ``changes``: the count of actions a reading must show, and the wake for a poll soon
 - ``accounts``: an account's groups, the owner an operator names, whom a job runs as
 """
+
 from .node import NodeService
 
 __all__ = ["NodeService"]

@@ -1,4 +1,5 @@
 """The accounts behind a request: their groups, the owner an operator names, whom a job runs as."""
+
 from __future__ import annotations
 
 import grp
@@ -27,8 +28,7 @@ def account(user: str) -> Optional[Caller]:
         entry = pwd.getpwnam(user)
     except KeyError:
         return None
-    return Caller(uid=entry.pw_uid, gid=entry.pw_gid, user=user,
-                  groups=account_groups(entry.pw_uid, entry.pw_gid))
+    return Caller(uid=entry.pw_uid, gid=entry.pw_gid, user=user, groups=account_groups(entry.pw_uid, entry.pw_gid))
 
 
 def run_as(caller: Caller) -> Optional[RunAs]:

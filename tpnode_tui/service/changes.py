@@ -7,6 +7,7 @@ the count its poll began with, so :meth:`Readings.current
 reading shows every action answered so far. The same object carries the wake
 that cuts the wait between polls short, shared by everyone who acts.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -3,6 +3,7 @@
 The job is found where the truth lives (the runtime's ``ps()``), and who owns
 it is decided from what it recorded: by uid where it recorded one, else by name.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,9 @@ from .journal import Journal
 
 
 class JobActions:
-    def __init__(self, allocator: GpuAllocator, policy: Policy, *, clock: Callable[[], float],
-                 journal: Journal) -> None:
+    def __init__(
+        self, allocator: GpuAllocator, policy: Policy, *, clock: Callable[[], float], journal: Journal
+    ) -> None:
         self.allocator = allocator
         self.policy = policy
         self.clock = clock
@@ -37,9 +39,9 @@ class JobActions:
             self.policy.check_may(caller, job, "stop", card=min(job.gpus, default=None))
             return await self.allocator.stop(run_id)
 
-        return await self.journal.audited(caller, "stop", run_id, work(),
-                                          lambda j: f"{caller.user} stopped {j.key} ({j.holding})",
-                                          lambda j: j.cards)
+        return await self.journal.audited(
+            caller, "stop", run_id, work(), lambda j: f"{caller.user} stopped {j.key} ({j.holding})", lambda j: j.cards
+        )
 
     async def extend(self, caller: Caller, run_id: str, duration_s: float) -> JobState:
         async def work() -> JobState:
@@ -58,6 +60,7 @@ class JobActions:
     async def reclaim(self, caller: Caller, run_id: Optional[str]) -> list[JobState]:
         """Remove exited jobs' records: one run id (its owner or an operator), or
         all the caller may remove (an operator: every exited job)."""
+
         async def work() -> list[JobState]:
             if run_id is not None:
                 jobs = [j for j in await self.allocator.runtime.ps() if j.key == run_id]
@@ -74,5 +77,6 @@ class JobActions:
         def done(jobs: list[JobState]) -> str:
             return f"{caller.user} reclaimed " + (", ".join(j.key for j in jobs) or "nothing")
 
-        return await self.journal.audited(caller, "reclaim", run_id or "*", work(), done,
-                                          lambda jobs: [i for j in jobs for i in j.cards])
+        return await self.journal.audited(
+            caller, "reclaim", run_id or "*", work(), done, lambda jobs: [i for j in jobs for i in j.cards]
+        )

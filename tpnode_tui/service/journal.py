@@ -6,6 +6,7 @@ drains, intruders, health, ends, evictions) is handed at once to everyone
 following the log. Reading it back is here too: the audit of actions, the
 events of a card, and a follow that misses nothing in between.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,14 +37,33 @@ class Journal:
         #: launches and reservations by result since the service started (for /metrics)
         self.launch_results: collections.Counter[str] = collections.Counter()
 
-    def record(self, caller: Caller, action: str, target: str, result: str, message: str,
-               *, counted: Optional[str] = None, cards: Iterable[int] = (), **fields: object) -> None:
+    def record(
+        self,
+        caller: Caller,
+        action: str,
+        target: str,
+        result: str,
+        message: str,
+        *,
+        counted: Optional[str] = None,
+        cards: Iterable[int] = (),
+        **fields: object,
+    ) -> None:
         if action in ("launch", "reserve"):
             self.launch_results[counted or result.replace(" ", "_")] += 1
         if cards:
             fields["cards"] = sorted(set(cards))
-        self.event("action", message, action=action, target=target, result=result,
-                   uid=caller.uid, user=caller.user, pid=caller.pid, **fields)
+        self.event(
+            "action",
+            message,
+            action=action,
+            target=target,
+            result=result,
+            uid=caller.uid,
+            user=caller.user,
+            pid=caller.pid,
+            **fields,
+        )
 
     def event(self, kind: str, message: str, **fields: Any) -> dict[str, Any]:
         """Write one entry to the node's log and hand it to everyone following it."""
@@ -57,10 +77,17 @@ class Journal:
             follower.put_nowait(entry)
         return entry
 
-    async def audited(self, caller: Caller, action: str, target: str,
-                      work: Awaitable[T], done: Callable[[T], str],
-                      cards: Callable[[T], Iterable[int]] = lambda _r: (),
-                      asked: Iterable[int] = (), finish: bool = True) -> T:
+    async def audited(
+        self,
+        caller: Caller,
+        action: str,
+        target: str,
+        work: Awaitable[T],
+        done: Callable[[T], str],
+        cards: Callable[[T], Iterable[int]] = lambda _r: (),
+        asked: Iterable[int] = (),
+        finish: bool = True,
+    ) -> T:
         """Run ``work``, and log the attempt, allowed or not, before answering.
         ``asked`` are the cards the request names, for an attempt that failed.
 
@@ -76,8 +103,7 @@ class Journal:
             if finish:  # logged as it ends, whenever that is
                 task.add_done_callback(lambda t: self._ended(caller, action, target, t, done, cards, asked))
             else:
-                self.record(caller, action, target, "abandoned",
-                            f"{caller.user} went away before {target} was placed")
+                self.record(caller, action, target, "abandoned", f"{caller.user} went away before {target} was placed")
             raise
         except Exception:
             self._ended(caller, action, target, task, done, cards, asked)
@@ -85,8 +111,16 @@ class Journal:
         self._ended(caller, action, target, task, done, cards, asked)
         return result
 
-    def _ended(self, caller: Caller, action: str, target: str, task: asyncio.Future[T],
-               done: Callable[[T], str], cards: Callable[[T], Iterable[int]], asked: Iterable[int]) -> None:
+    def _ended(
+        self,
+        caller: Caller,
+        action: str,
+        target: str,
+        task: asyncio.Future[T],
+        done: Callable[[T], str],
+        cards: Callable[[T], Iterable[int]],
+        asked: Iterable[int],
+    ) -> None:
         """Log how an action ended (allowed, refused, failed), and show its effect."""
         if task.cancelled():
             self.record(caller, action, target, "abandoned", f"{target}: stopped before it ended")
@@ -98,8 +132,9 @@ class Journal:
             return
         outcome = task.result()
         queued = isinstance(outcome, LaunchResult) and outcome.queued is not None
-        self.record(caller, action, target, "ok", done(outcome), counted="queued" if queued else "placed",
-                    cards=cards(outcome))
+        self.record(
+            caller, action, target, "ok", done(outcome), counted="queued" if queued else "placed", cards=cards(outcome)
+        )
         self.changes.acted()
 
     def audit(self, caller: Caller, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
@@ -109,8 +144,10 @@ class Journal:
         if self.log is None:
             return [], caller.operator
         since = None if since_s is None else self.clock() - since_s
-        entries = collections.deque((e for e in self.log.read(since=since, kinds={"action"})
-                                     if caller.operator or e.get("uid") == caller.uid), maxlen=AUDIT_LIMIT)
+        entries = collections.deque(
+            (e for e in self.log.read(since=since, kinds={"action"}) if caller.operator or e.get("uid") == caller.uid),
+            maxlen=AUDIT_LIMIT,
+        )
         return list(entries), caller.operator
 
     def _visible(self, caller: Caller, entry: dict[str, Any], card: Optional[int]) -> bool:
@@ -123,8 +160,9 @@ class Journal:
             return isinstance(cards, list) and card in cards
         return True
 
-    def events(self, caller: Caller, since_s: Optional[float] = None,
-               card: Optional[int] = None) -> list[dict[str, Any]]:
+    def events(
+        self, caller: Caller, since_s: Optional[float] = None, card: Optional[int] = None
+    ) -> list[dict[str, Any]]:
         """The node's log of the last ``since_s`` seconds (all of it for None),
         oldest first, at most the newest AUDIT_LIMIT: health events, XIDs,
         drains, intruders, ends and expiries, evictions, and the actions the
@@ -135,11 +173,15 @@ class Journal:
         if self.log is None:
             return []
         since = None if since_s is None else self.clock() - since_s
-        return list(collections.deque((e for e in self.log.read(since=since) if self._visible(caller, e, card)),
-                                      maxlen=AUDIT_LIMIT))
+        return list(
+            collections.deque(
+                (e for e in self.log.read(since=since) if self._visible(caller, e, card)), maxlen=AUDIT_LIMIT
+            )
+        )
 
-    async def follow_events(self, caller: Caller, card: Optional[int] = None,
-                            since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(
+        self, caller: Caller, card: Optional[int] = None, since_s: Optional[float] = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """What :meth:`events` shows for ``since_s`` (nothing for None), then every
         entry as it is written, none twice and none missed in between. A follower
         that falls FOLLOW_BACKLOG entries behind loses the oldest."""

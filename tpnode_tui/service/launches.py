@@ -10,6 +10,7 @@ The queue is tried in rounds, after every poll: in order, the first launch
 that does not fit ends the round, and one over its owner's limit waits
 without holding back the others.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,8 +61,17 @@ class _Pending:
 
 
 class Launches:
-    def __init__(self, allocator: GpuAllocator, policy: Policy, queue: LaunchQueue, *,
-                 clock: Callable[[], float], readings: Readings, journal: Journal, changes: Changes) -> None:
+    def __init__(
+        self,
+        allocator: GpuAllocator,
+        policy: Policy,
+        queue: LaunchQueue,
+        *,
+        clock: Callable[[], float],
+        readings: Readings,
+        journal: Journal,
+        changes: Changes,
+    ) -> None:
         self.allocator = allocator
         self.policy = policy
         self.queue = queue
@@ -72,10 +82,21 @@ class Launches:
         self._pending: dict[str, _Pending] = {}
         self._round: Optional[asyncio.Task[None]] = None
 
-    def _spec(self, caller: Caller, *, run_id: str, cards: int, owner: str,
-              command: tuple[str, ...] = (), image: Optional[str] = None, kind: str = "job",
-              env: Optional[tuple[tuple[str, str], ...]] = None, cwd: Optional[str] = None,
-              placement: Optional[str] = None, slice: Optional[str] = None) -> JobSpec:
+    def _spec(
+        self,
+        caller: Caller,
+        *,
+        run_id: str,
+        cards: int,
+        owner: str,
+        command: tuple[str, ...] = (),
+        image: Optional[str] = None,
+        kind: str = "job",
+        env: Optional[tuple[tuple[str, str], ...]] = None,
+        cwd: Optional[str] = None,
+        placement: Optional[str] = None,
+        slice: Optional[str] = None,
+    ) -> JobSpec:
         check_run_id(run_id)
         if cards <= 0:
             raise BadRequest(f"a job needs at least 1 card, not {cards}")
@@ -90,15 +111,35 @@ class Launches:
         # hers (her uid, so she may stop it and her processes are its own) but runs
         # as the operator. Only root, who could anyway, starts it as her.
         runner = named if named is not None and caller.uid == 0 else caller
-        return JobSpec(run_id=run_id, cards=cards, command=command, image=image, kind=kind,
-                       owner=owner, uid=named.uid if named is not None else None,
-                       env=env, cwd=cwd, run_as=run_as(runner), placement=placement, slice=slice)
+        return JobSpec(
+            run_id=run_id,
+            cards=cards,
+            command=command,
+            image=image,
+            kind=kind,
+            owner=owner,
+            uid=named.uid if named is not None else None,
+            env=env,
+            cwd=cwd,
+            run_as=run_as(runner),
+            placement=placement,
+            slice=slice,
+        )
 
     async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
         run_id = request.run_id or new_run_id()
-        spec = self._spec(caller, run_id=run_id, cards=request.cards, owner=request.owner,
-                          command=request.command, image=request.image, env=request.env,
-                          cwd=request.cwd, placement=request.placement, slice=request.slice)
+        spec = self._spec(
+            caller,
+            run_id=run_id,
+            cards=request.cards,
+            owner=request.owner,
+            command=request.command,
+            image=request.image,
+            env=request.env,
+            cwd=request.cwd,
+            placement=request.placement,
+            slice=request.slice,
+        )
         entry = QueueEntry(spec, caller, self.clock())
 
         async def work() -> LaunchResult:
@@ -120,21 +161,40 @@ class Launches:
                 return f"{run_id} queued for {_wanted(spec)}"
             return _placed(result.launched)
 
-        return await self.journal.audited(caller, "launch", run_id, work(), done,
-                                          lambda r: r.launched.job.cards if r.launched is not None else (),
-                                          finish=False)
+        return await self.journal.audited(
+            caller,
+            "launch",
+            run_id,
+            work(),
+            done,
+            lambda r: r.launched.job.cards if r.launched is not None else (),
+            finish=False,
+        )
 
     async def reserve(self, caller: Caller, request: ReserveRequest) -> Launched:
         if not request.duration_s >= 1:
             raise BadRequest(f"a reservation lasts at least 1 second, not {request.duration_s:g}")
         run_id = request.run_id or new_run_id("rsv")
-        spec = self._spec(caller, run_id=run_id, cards=request.cards, owner=request.owner,
-                          kind="reservation", placement=request.placement, slice=request.slice)
+        spec = self._spec(
+            caller,
+            run_id=run_id,
+            cards=request.cards,
+            owner=request.owner,
+            kind="reservation",
+            placement=request.placement,
+            slice=request.slice,
+        )
         spec = replace(spec, expires_at=self.clock() + request.duration_s)
         entry = QueueEntry(spec, caller, self.clock())
-        return await self.journal.audited(caller, "reserve", run_id,
-                                          self._place(entry, hold_for_s=request.duration_s), _placed,
-                                          lambda launched: launched.job.cards, finish=False)
+        return await self.journal.audited(
+            caller,
+            "reserve",
+            run_id,
+            self._place(entry, hold_for_s=request.duration_s),
+            _placed,
+            lambda launched: launched.job.cards,
+            finish=False,
+        )
 
     async def _place(self, entry: QueueEntry, hold_for_s: Optional[float] = None) -> Launched:
         """Launch ``entry`` as a cancellable pending launch, listed in the
@@ -157,8 +217,10 @@ class Launches:
             taken = next((j for j in jobs if j.live and j.key == spec.run_id), None)
             if taken is not None and taken.owner != spec.owner:
                 # a retry gets its own job back; someone else's is not "already placed" for them
-                raise Conflict(f"run id {spec.run_id} is taken by {taken.owner or 'another account'}'s "
-                               f"{taken.kind}; choose another run id (or leave it out for a new one)")
+                raise Conflict(
+                    f"run id {spec.run_id} is taken by {taken.owner or 'another account'}'s "
+                    f"{taken.kind}; choose another run id (or leave it out for a new one)"
+                )
             if taken is None:
                 self.policy.check_quota_ever(caller, spec.cards, groups)
                 try:
@@ -167,16 +229,17 @@ class Launches:
                     raise OverQuota(str(e)) from None
             pending.phase = "placing"
 
-        pending.task = asyncio.ensure_future(
-            self.allocator.launch(spec, hold_for_s=hold_for_s, admit=admit))
+        pending.task = asyncio.ensure_future(self.allocator.launch(spec, hold_for_s=hold_for_s, admit=admit))
         self._pending[spec.run_id] = pending
         try:
             return await asyncio.shield(pending.task)
         except asyncio.CancelledError:
             if pending.cancelled_by is not None:
                 by = pending.cancelled_by
-                raise Cancelled(f"{spec.run_id} was cancelled by {by.user} while it waited for "
-                                "the allocation lock; nothing was placed") from None
+                raise Cancelled(
+                    f"{spec.run_id} was cancelled by {by.user} while it waited for "
+                    "the allocation lock; nothing was placed"
+                ) from None
             if pending.phase == "waiting":
                 pending.task.cancel()
             raise
@@ -200,8 +263,11 @@ class Launches:
                 return p.entry.public("placing", "placing its job")
             return otherwise
 
-        shown = [trying(p, p.entry.public("placing", "placing its job"))
-                 for run_id, p in self._pending.items() if run_id not in in_queue]
+        shown = [
+            trying(p, p.entry.public("placing", "placing its job"))
+            for run_id, p in self._pending.items()
+            if run_id not in in_queue
+        ]
         for n, entry in enumerate(entries):
             place = entry.public("queued", f"{_wanted(entry.spec)}, #{n + 1} in the queue")
             pending = self._pending.get(entry.spec.run_id)
@@ -235,16 +301,23 @@ class Launches:
                 continue
             except TpnodeError as e:
                 if self.queue.remove(spec.run_id) is not None:
-                    self.journal.record(entry.caller, "launch", spec.run_id, "dropped",
-                                        f"queued launch {spec.run_id} left the queue: {e}")
+                    self.journal.record(
+                        entry.caller,
+                        "launch",
+                        spec.run_id,
+                        "dropped",
+                        f"queued launch {spec.run_id} left the queue: {e}",
+                    )
                 continue
             if self.queue.remove(spec.run_id) is not None:
-                self.journal.record(entry.caller, "launch", spec.run_id, "ok",
-                                    f"queued launch: {_placed(launched)}", counted="placed")
+                self.journal.record(
+                    entry.caller, "launch", spec.run_id, "ok", f"queued launch: {_placed(launched)}", counted="placed"
+                )
             self.changes.acted()
 
     async def cancel(self, caller: Caller, run_id: str) -> QueuedLaunch:
         """Drop a queued launch, or one still waiting for the lock; the owner or an operator."""
+
         async def work() -> QueuedLaunch:
             pending = self._pending.get(run_id)
             queued = next((e for e in self.queue.entries() if e.spec.run_id == run_id), None)
@@ -254,9 +327,11 @@ class Launches:
             self.policy.check_cancel(caller, run_id, entry.spec.owner, entry.spec.uid)
             if pending is not None:
                 if pending.phase != "waiting":
-                    raise TpnodeError(f"{run_id} already holds the allocation lock and is placing "
-                                      f"its job: too late to cancel; stop it once it runs "
-                                      f"(tpnode-tui stop {run_id})")
+                    raise TpnodeError(
+                        f"{run_id} already holds the allocation lock and is placing "
+                        f"its job: too late to cancel; stop it once it runs "
+                        f"(tpnode-tui stop {run_id})"
+                    )
                 pending.cancelled_by = caller
                 if pending.task is not None:
                     pending.task.cancel()
@@ -264,8 +339,9 @@ class Launches:
             self.readings.republish()
             return entry.public("cancelled")
 
-        return await self.journal.audited(caller, "cancel", run_id, work(),
-                                          lambda q: f"{q.run_id} of {q.owner} was cancelled")
+        return await self.journal.audited(
+            caller, "cancel", run_id, work(), lambda q: f"{q.run_id} of {q.owner} was cancelled"
+        )
 
     async def close(self) -> None:
         """Drop the launches still waiting for the lock, and the round under way."""

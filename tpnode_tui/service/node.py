@@ -7,6 +7,7 @@ the changes every action counts so that a reading after it shows it. This
 class only puts them together and answers for them: the CLI, the agent's
 API, the dashboard, the fleet publisher and the metrics all call it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,11 +44,20 @@ DEFAULT_XID_RULES = XidRules.of(DEFAULT_XID_DRAIN)
 
 
 class NodeService:
-    def __init__(self, allocator: GpuAllocator, policy: Policy, *,
-                 queue: Optional[LaunchQueue] = None, node_log: Optional[NodeLog] = None,
-                 interval: float = 1.0, clock: Callable[[], float] = time.time,
-                 xid_rules: XidRules = DEFAULT_XID_RULES, idle_after_s: float = 30 * 60,
-                 evict_grace_s: float = 10.0, watch_xids: bool = True) -> None:
+    def __init__(
+        self,
+        allocator: GpuAllocator,
+        policy: Policy,
+        *,
+        queue: Optional[LaunchQueue] = None,
+        node_log: Optional[NodeLog] = None,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        xid_rules: XidRules = DEFAULT_XID_RULES,
+        idle_after_s: float = 30 * 60,
+        evict_grace_s: float = 10.0,
+        watch_xids: bool = True,
+    ) -> None:
         self.allocator = allocator
         self.policy = policy
         self.interval = interval
@@ -55,29 +65,61 @@ class NodeService:
         self.changes = Changes()
         self.journal = Journal(node_log, clock, self.changes)
         self.history = History(interval)
-        self.triage = Triage(idle_after_s=idle_after_s, mem_busy_mib=allocator.settings.mem_busy_mib,
-                             history=self.history, record=self.journal.event, started_at=clock())
+        self.triage = Triage(
+            idle_after_s=idle_after_s,
+            mem_busy_mib=allocator.settings.mem_busy_mib,
+            history=self.history,
+            record=self.journal.event,
+            started_at=clock(),
+        )
         self.readings = Readings(allocator, self.triage, self.history, self.changes, clock, self._as_read)
-        self.xids = Xids(allocator, xid_rules, watch=watch_xids, triage=self.triage, readings=self.readings,
-                         journal=self.journal, changes=self.changes)
-        self.launches = Launches(allocator, policy, queue if queue is not None else MemoryQueue(), clock=clock,
-                                 readings=self.readings, journal=self.journal, changes=self.changes)
-        self.operator_actions = OperatorActions(allocator, policy, clock=clock, evict_grace_s=evict_grace_s,
-                                                readings=self.readings, journal=self.journal)
+        self.xids = Xids(
+            allocator,
+            xid_rules,
+            watch=watch_xids,
+            triage=self.triage,
+            readings=self.readings,
+            journal=self.journal,
+            changes=self.changes,
+        )
+        self.launches = Launches(
+            allocator,
+            policy,
+            queue if queue is not None else MemoryQueue(),
+            clock=clock,
+            readings=self.readings,
+            journal=self.journal,
+            changes=self.changes,
+        )
+        self.operator_actions = OperatorActions(
+            allocator, policy, clock=clock, evict_grace_s=evict_grace_s, readings=self.readings, journal=self.journal
+        )
         self.job_actions = JobActions(allocator, policy, clock=clock, journal=self.journal)
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, queue: Optional[LaunchQueue] = None,
-                      lock: Optional[AllocationLock] = None, interval: float = 1.0) -> NodeService:
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        queue: Optional[LaunchQueue] = None,
+        lock: Optional[AllocationLock] = None,
+        interval: float = 1.0,
+    ) -> NodeService:
         """The node's service as its settings make it: the one place it is put
         together, so the agent and an in-process node apply the same rules,
         log and triage. ``queue``: the agent's survives it, in the state dir (an
         in-process one is in memory); ``lock`` replaces the one the settings
         would make (the CLI's bounds its wait)."""
-        return cls(GpuAllocator.from_settings(settings, lock=lock), Policy.from_settings(settings), queue=queue,
-                   node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
-                   interval=interval, xid_rules=XidRules.of(settings.xid_drain, settings.xid_ignore),
-                   idle_after_s=settings.idle_reservation_min * 60.0, evict_grace_s=settings.evict_grace_s)
+        return cls(
+            GpuAllocator.from_settings(settings, lock=lock),
+            Policy.from_settings(settings),
+            queue=queue,
+            node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
+            interval=interval,
+            xid_rules=XidRules.of(settings.xid_drain, settings.xid_ignore),
+            idle_after_s=settings.idle_reservation_min * 60.0,
+            evict_grace_s=settings.evict_grace_s,
+        )
 
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
         """The allocator's snapshot as readers get it: with the queue, idle
@@ -155,19 +197,25 @@ class NodeService:
 
     def you(self, caller: Caller, snap: Optional[NodeSnapshot]) -> You:
         jobs = snap.jobs if snap is not None else ()
-        return You(user=caller.user, uid=caller.uid, operator=caller.operator,
-                   cards_held=sum(counted(j) for j in held_by(caller, jobs)),
-                   card_limit=self.policy.limits.limit_for(caller, group_names(caller.groups)))
+        return You(
+            user=caller.user,
+            uid=caller.uid,
+            operator=caller.operator,
+            cards_held=sum(counted(j) for j in held_by(caller, jobs)),
+            card_limit=self.policy.limits.limit_for(caller, group_names(caller.groups)),
+        )
 
     def audit(self, caller: Caller, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         return self.journal.audit(caller, since_s)
 
-    def events(self, caller: Caller, since_s: Optional[float] = None,
-               card: Optional[int] = None) -> list[dict[str, Any]]:
+    def events(
+        self, caller: Caller, since_s: Optional[float] = None, card: Optional[int] = None
+    ) -> list[dict[str, Any]]:
         return self.journal.events(caller, since_s, card)
 
-    def follow_events(self, caller: Caller, card: Optional[int] = None,
-                      since_s: Optional[float] = None) -> AsyncIterator[dict[str, Any]]:
+    def follow_events(
+        self, caller: Caller, card: Optional[int] = None, since_s: Optional[float] = None
+    ) -> AsyncIterator[dict[str, Any]]:
         return self.journal.follow_events(caller, card, since_s)
 
     # ── taking cards out of service ──────────────────────────────────────────
@@ -178,11 +226,17 @@ class NodeService:
     async def undrain_card(self, caller: Caller, card: int) -> Drain:
         return await self.operator_actions.undrain_card(caller, card)
 
-    async def evict(self, caller: Caller, card: int, pid: Optional[int] = None, *,
-                    kill: bool = False, dry_run: bool = False,
-                    started_at: Optional[float] = None) -> EvictReport:
-        return await self.operator_actions.evict(caller, card, pid, kill=kill, dry_run=dry_run,
-                                                 started_at=started_at)
+    async def evict(
+        self,
+        caller: Caller,
+        card: int,
+        pid: Optional[int] = None,
+        *,
+        kill: bool = False,
+        dry_run: bool = False,
+        started_at: Optional[float] = None,
+    ) -> EvictReport:
+        return await self.operator_actions.evict(caller, card, pid, kill=kill, dry_run=dry_run, started_at=started_at)
 
     # ── launching, and the queue ─────────────────────────────────────────────
 
@@ -212,4 +266,3 @@ class NodeService:
     async def close(self) -> None:
         await self.xids.close()
         await self.launches.close()
-

@@ -5,6 +5,7 @@ drain is a decision, not a reading, so it is kept in the drain file and read
 by the allocator under the allocation lock; a card is put back only when the
 driver no longer reports a problem with it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +22,16 @@ from .readings import Readings
 
 
 class OperatorActions:
-    def __init__(self, allocator: GpuAllocator, policy: Policy, *, clock: Callable[[], float],
-                 evict_grace_s: float, readings: Readings, journal: Journal) -> None:
+    def __init__(
+        self,
+        allocator: GpuAllocator,
+        policy: Policy,
+        *,
+        clock: Callable[[], float],
+        evict_grace_s: float,
+        readings: Readings,
+        journal: Journal,
+    ) -> None:
         self.allocator = allocator
         self.policy = policy
         self.clock = clock
@@ -32,12 +41,12 @@ class OperatorActions:
 
     def _operators_only(self, caller: Caller, what: str) -> None:
         if not caller.operator:
-            raise NotAllowed(f"{caller.user} may not {what}: only an operator "
-                             f"({self.policy.operators.describe()}) may")
+            raise NotAllowed(f"{caller.user} may not {what}: only an operator ({self.policy.operators.describe()}) may")
 
     async def drain_card(self, caller: Caller, card: int, reason: str) -> Drain:
         """Take ``card`` out of service (operators): it is never handed out again
         until undrained; a job already on it keeps running."""
+
         async def work() -> Drain:
             self._operators_only(caller, f"drain card {card}")
             if not reason.strip():
@@ -51,8 +60,14 @@ class OperatorActions:
             kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
             if not new:
                 raise Conflict(f"card {card} is drained already, by {kept.by}: {kept.reason}")
-            self.journal.event("drain", f"card {card} drained by {caller.user}: {kept.reason}", cards=[card],
-                               user=caller.user, source="operator", by=caller.user)
+            self.journal.event(
+                "drain",
+                f"card {card} drained by {caller.user}: {kept.reason}",
+                cards=[card],
+                user=caller.user,
+                source="operator",
+                by=caller.user,
+            )
             return kept
 
         def done(d: Drain) -> str:
@@ -60,12 +75,12 @@ class OperatorActions:
             under = f"; {job.key} keeps running on it" if job is not None else ""
             return f"{caller.user} drained card {card}: {d.reason}{under}"
 
-        return await self.journal.audited(caller, "drain", f"card {card}", work(), done, lambda d: [d.card],
-                                          [card])
+        return await self.journal.audited(caller, "drain", f"card {card}", work(), done, lambda d: [d.card], [card])
 
     async def undrain_card(self, caller: Caller, card: int) -> Drain:
         """Put ``card`` back in service (operators); refused while the driver
         still reports a problem with it, which is named."""
+
         async def work() -> Drain:
             self._operators_only(caller, f"undrain card {card}")
             self.readings.check_card(card)
@@ -76,32 +91,54 @@ class OperatorActions:
             view = snap.cards[card] if card < len(snap.cards) else None
             facts = view.facts if view is not None else None
             if facts is None:
-                raise Conflict(f"card {card} stays drained: the driver does not report it "
-                               f"({snap.probe.problem or 'it is missing from the reading'}); "
-                               f"{drains[card].reason}")
+                raise Conflict(
+                    f"card {card} stays drained: the driver does not report it "
+                    f"({snap.probe.problem or 'it is missing from the reading'}); "
+                    f"{drains[card].reason}"
+                )
             if facts.health:
-                raise Conflict(f"card {card} stays drained: it still reports {'; '.join(facts.health)}. "
-                               f"Drained for: {drains[card].reason}")
+                raise Conflict(
+                    f"card {card} stays drained: it still reports {'; '.join(facts.health)}. "
+                    f"Drained for: {drains[card].reason}"
+                )
             removed = await asyncio.to_thread(self.allocator.drains.undrain, card)
             if removed is None:
                 raise JobNotFound(f"card {card} is not drained")
-            self.journal.event("undrain", f"card {card} is back in service, undrained by {caller.user} "
-                               f"(drained by {removed.by}: {removed.reason})", cards=[card], user=caller.user,
-                               by=caller.user)
+            self.journal.event(
+                "undrain",
+                f"card {card} is back in service, undrained by {caller.user} "
+                f"(drained by {removed.by}: {removed.reason})",
+                cards=[card],
+                user=caller.user,
+                by=caller.user,
+            )
             return removed
 
         return await self.journal.audited(
-            caller, "undrain", f"card {card}", work(),
+            caller,
+            "undrain",
+            f"card {card}",
+            work(),
             lambda d: f"{caller.user} put card {card} back in service (drained by {d.by}: {d.reason})",
-            lambda d: [d.card], [card])
+            lambda d: [d.card],
+            [card],
+        )
 
-    async def evict(self, caller: Caller, card: int, pid: Optional[int] = None, *,
-                    kill: bool = False, dry_run: bool = False,
-                    started_at: Optional[float] = None) -> EvictReport:
+    async def evict(
+        self,
+        caller: Caller,
+        card: int,
+        pid: Optional[int] = None,
+        *,
+        kill: bool = False,
+        dry_run: bool = False,
+        started_at: Optional[float] = None,
+    ) -> EvictReport:
         """SIGTERM the card's external or intruding processes, or the one named
         (operators); SIGKILL what is left after the grace period when ``kill``.
         ``dry_run`` only lists what would be signalled; ``started_at`` names the
         very process (as a dry run listed it) that ``pid`` must still be."""
+
         async def work() -> EvictReport:
             self._operators_only(caller, f"evict processes from card {card}")
             snap = await self.readings.read_now()
@@ -111,21 +148,26 @@ class OperatorActions:
             if dry_run:
                 done = evicting.listed(view, chosen, kill)
             else:
-                done = await asyncio.to_thread(evicting.evict, view, chosen, grace_s=self.evict_grace_s,
-                                               kill=kill)
+                done = await asyncio.to_thread(evicting.evict, view, chosen, grace_s=self.evict_grace_s, kill=kill)
                 for e in done:
                     who = e.user or (f"uid {e.uid}" if e.uid is not None else "someone")
                     self.journal.event(
-                        "evict", f"card {card}: {who}'s pid {e.pid} ({e.command or 'command unknown'}), "
-                        f"evicted by {caller.user}: {e.fate}", cards=[card], user=e.user, pid=e.pid,
-                        outcome=e.outcome, by=caller.user)
-            return EvictReport(card=card, dry_run=dry_run, kill=kill, grace_s=self.evict_grace_s,
-                               processes=tuple(done))
+                        "evict",
+                        f"card {card}: {who}'s pid {e.pid} ({e.command or 'command unknown'}), "
+                        f"evicted by {caller.user}: {e.fate}",
+                        cards=[card],
+                        user=e.user,
+                        pid=e.pid,
+                        outcome=e.outcome,
+                        by=caller.user,
+                    )
+            return EvictReport(card=card, dry_run=dry_run, kill=kill, grace_s=self.evict_grace_s, processes=tuple(done))
 
         def said(r: EvictReport) -> str:
             what = "would evict" if r.dry_run else "evicted"
             return f"{caller.user} {what} from card {card}: " + "; ".join(
-                f"pid {e.pid} of {e.user or e.uid}: {e.fate}" for e in r.processes)
+                f"pid {e.pid} of {e.user or e.uid}: {e.fate}" for e in r.processes
+            )
 
         target = f"card {card}" + (f" pid {pid}" if pid is not None else "")
         return await self.journal.audited(caller, "evict", target, work(), said, lambda r: [r.card], [card])

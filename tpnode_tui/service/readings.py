@@ -11,6 +11,7 @@ waits for a poll that began after it.
 Each fresh snapshot is compared with the last (:class:`~tpnode_tui.triage.compare.Triage`)
 before readers get it, and each card's last hour is kept from the polls.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,8 +31,15 @@ log = logging.getLogger(__name__)
 
 
 class Readings:
-    def __init__(self, allocator: GpuAllocator, triage: Triage, history: History, changes: Changes,
-                 clock: Callable[[], float], dress: Callable[[NodeSnapshot], NodeSnapshot]) -> None:
+    def __init__(
+        self,
+        allocator: GpuAllocator,
+        triage: Triage,
+        history: History,
+        changes: Changes,
+        clock: Callable[[], float],
+        dress: Callable[[NodeSnapshot], NodeSnapshot],
+    ) -> None:
         """``dress`` makes the allocator's snapshot what readers get (the queue,
         triage's marks, whether XIDs are watched)."""
         self.allocator = allocator
@@ -89,14 +97,16 @@ class Readings:
             assert self._reading.snapshot is not None
             return self._reading.snapshot
 
-    def _set_reading(self, *, snapshot: Optional[NodeSnapshot] = None, error: Optional[str] = None,
-                     changes: int) -> None:
+    def _set_reading(
+        self, *, snapshot: Optional[NodeSnapshot] = None, error: Optional[str] = None, changes: int
+    ) -> None:
         old = self._reading
         if error is None:
             reading = Reading(old.seq + 1, self._dressed(snapshot))
         else:
-            reading = Reading(old.seq + 1, old.snapshot, error,
-                              old.stale_since if old.stale_since is not None else self.clock())
+            reading = Reading(
+                old.seq + 1, old.snapshot, error, old.stale_since if old.stale_since is not None else self.clock()
+            )
         self._reading_changes = changes
         self._publish(reading)
 
@@ -133,8 +143,11 @@ class Readings:
             with contextlib.suppress(asyncio.TimeoutError):
                 async with self._fresh:
                     await asyncio.wait_for(
-                        self._fresh.wait_for(lambda: self._reading_changes >= self.changes.count
-                                             and self._reading.seq > 0), timeout_s)
+                        self._fresh.wait_for(
+                            lambda: self._reading_changes >= self.changes.count and self._reading.seq > 0
+                        ),
+                        timeout_s,
+                    )
         return self._reading
 
     async def subscribe(self) -> AsyncIterator[Reading]:

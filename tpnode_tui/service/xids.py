@@ -6,6 +6,7 @@ events are queued to the event loop and handled in order; each one's verdict
 drains the card through the drain file (an XID that says the card must be
 reset), or is logged and shown on the card as a warning for a while.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,17 @@ log = logging.getLogger(__name__)
 
 
 class Xids:
-    def __init__(self, allocator: GpuAllocator, rules: XidRules, *, watch: bool, triage: Triage,
-                 readings: Readings, journal: Journal, changes: Changes) -> None:
+    def __init__(
+        self,
+        allocator: GpuAllocator,
+        rules: XidRules,
+        *,
+        watch: bool,
+        triage: Triage,
+        readings: Readings,
+        journal: Journal,
+        changes: Changes,
+    ) -> None:
         self.allocator = allocator
         self.rules = rules
         self.watch = watch
@@ -36,8 +46,7 @@ class Xids:
         self.journal = journal
         self.changes = changes
         self._watcher: Optional[XidWatcher] = None
-        self._problem = ("XID events are watched only while the node is served "
-                         "(the agent, or an open dashboard)")
+        self._problem = "XID events are watched only while the node is served (the agent, or an open dashboard)"
         self._events: asyncio.Queue[XidEvent] = asyncio.Queue()
         self._handler: Optional[asyncio.Task[None]] = None
         #: each card's last XID since the service started (for /metrics, as dcgm-exporter gives it)
@@ -106,15 +115,16 @@ class Xids:
         against = f" while {job.key} of {job.owner or 'nobody recorded'} held it" if job is not None else ""
         what = verdict.meaning if verdict.xid is None else f"XID {verdict.xid}: {verdict.meaning}"
         then = f"; {verdict.action}" if verdict.action else ""
-        self.journal.event("xid", f"{where}: {what}{against}{then}", cards=cards,
-                           user=job.owner if job else None, **fields)
+        self.journal.event(
+            "xid", f"{where}: {what}{against}{then}", cards=cards, user=job.owner if job else None, **fields
+        )
         if verdict.drains and event.card is not None:
-            drain = Drain(card=event.card, reason=words, by="xid", at=event.at, source="xid",
-                          xid=event.xid)
+            drain = Drain(card=event.card, reason=words, by="xid", at=event.at, source="xid", xid=event.xid)
             kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
             if new:
-                self.journal.event("drain", f"card {event.card} drained: {words}", cards=cards, source="xid",
-                                   xid=event.xid, by="xid")
+                self.journal.event(
+                    "drain", f"card {event.card} drained: {words}", cards=cards, source="xid", xid=event.xid, by="xid"
+                )
             self.changes.acted()
             return verdict
         if event.card is not None and verdict.kind != "ignored":

@@ -13,6 +13,7 @@ Each change is written to the node's log through ``record(kind, message,
 cards=..., user=..., **fields)``; each reading given out is ``decorate``-d
 with what the readers should see of it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -50,8 +51,9 @@ class _RecentXid:
 
 
 class Triage:
-    def __init__(self, *, idle_after_s: float, mem_busy_mib: int, history: History,
-                 record: Record, started_at: float) -> None:
+    def __init__(
+        self, *, idle_after_s: float, mem_busy_mib: int, history: History, record: Record, started_at: float
+    ) -> None:
         self.idle_after_s = idle_after_s
         self.mem_busy_mib = mem_busy_mib
         self.history = history
@@ -104,8 +106,8 @@ class Triage:
         slices = {(c.index, s.facts.uuid): s for c in snap.cards for s in c.slices if s.facts.uuid}
         for key, job in live.items():
             if any(self._used(cards[i]) for i in job.gpus if i in cards) or any(
-                    self._slice_used(slices[(ref.card, ref.uuid)]) for ref in job.slices
-                    if (ref.card, ref.uuid) in slices):
+                self._slice_used(slices[(ref.card, ref.uuid)]) for ref in job.slices if (ref.card, ref.uuid) in slices
+            ):
                 self.last_used[key] = now
             elif key not in self.last_used:
                 # Unused when first seen: idle since it began, or since this service
@@ -129,18 +131,24 @@ class Triage:
                     now_seen[(card.index, h.pid, h.started_at)] = _Seen(card.index, h.pid, words, h.user)
         for key, seen in now_seen.items():
             if key not in self._intruders:
-                self.record("intruder", seen.words, cards=[seen.card], user=seen.user, pid=seen.pid,
-                            state="seen")
+                self.record("intruder", seen.words, cards=[seen.card], user=seen.user, pid=seen.pid, state="seen")
         for key, seen in self._intruders.items():
             if key not in now_seen:
                 who = seen.user or "someone"
-                self.record("intruder", f"{who}'s pid {seen.pid} is no longer on card {seen.card}",
-                            cards=[seen.card], user=seen.user, pid=seen.pid, state="gone")
+                self.record(
+                    "intruder",
+                    f"{who}'s pid {seen.pid} is no longer on card {seen.card}",
+                    cards=[seen.card],
+                    user=seen.user,
+                    pid=seen.pid,
+                    state="gone",
+                )
         self._intruders = now_seen
 
     def _track_health(self, snap: NodeSnapshot) -> None:
-        health = {c.index: (c.facts.health if c.facts is not None else ("not reported by the driver",))
-                  for c in snap.cards}
+        health = {
+            c.index: (c.facts.health if c.facts is not None else ("not reported by the driver",)) for c in snap.cards
+        }
         if self._health is not None:
             for index, problems in health.items():
                 before = self._health.get(index, ())
@@ -149,8 +157,9 @@ class Triage:
                         self.record("health", f"card {index}: {problem}", cards=[index], state="started")
                 for problem in before:
                     if problem not in problems:
-                        self.record("health", f"card {index} no longer reports: {problem}", cards=[index],
-                                    state="cleared")
+                        self.record(
+                            "health", f"card {index} no longer reports: {problem}", cards=[index], state="cleared"
+                        )
         self._health = health
 
     def _track_jobs(self, snap: NodeSnapshot, now: float) -> None:
@@ -166,14 +175,29 @@ class Triage:
                 after = ended.get(key)
                 expires_at = after.expires_at if after is not None else job.expires_at
                 if job.kind == "reservation" and expires_at is not None and expires_at <= now + 1:
-                    self.record("expiry", f"reservation {key}{owner} expired; {held} "
-                                f"{'is' if len(cards) == 1 or job.slices else 'are'} no longer held by it",
-                                cards=cards, user=job.owner or None, run_id=key)
+                    self.record(
+                        "expiry",
+                        f"reservation {key}{owner} expired; {held} "
+                        f"{'is' if len(cards) == 1 or job.slices else 'are'} no longer held by it",
+                        cards=cards,
+                        user=job.owner or None,
+                        run_id=key,
+                    )
                     continue
-                how = (f" (exit {after.exit_code})" if after is not None and after.exit_code is not None
-                       else "" if after is not None else " and its record is gone")
-                self.record("ended", f"{job.kind} {key}{owner} ended{how}; it no longer holds "
-                            f"{held}", cards=cards, user=job.owner or None, run_id=key)
+                how = (
+                    f" (exit {after.exit_code})"
+                    if after is not None and after.exit_code is not None
+                    else ""
+                    if after is not None
+                    else " and its record is gone"
+                )
+                self.record(
+                    "ended",
+                    f"{job.kind} {key}{owner} ended{how}; it no longer holds {held}",
+                    cards=cards,
+                    user=job.owner or None,
+                    run_id=key,
+                )
         self._live = live
 
     # ── XIDs that drained nothing ──────────────────────────────────────────
@@ -184,12 +208,11 @@ class Triage:
             words += f" (the program of {job.key}" + (f" of {job.owner}" if job.owner else "") + ")"
         self._xids.append(_RecentXid(card, at, words))
         if len(self._xids) > XIDS_KEPT:  # a storm: each card's newest are what is shown
-            del self._xids[:len(self._xids) - XIDS_KEPT]
+            del self._xids[: len(self._xids) - XIDS_KEPT]
 
     # ── each reading given out ──────────────────────────────────────────────
 
-    def decorate(self, snap: NodeSnapshot, now: float, *, xid_watch: str,
-                 xid_problem: Optional[str]) -> NodeSnapshot:
+    def decorate(self, snap: NodeSnapshot, now: float, *, xid_watch: str, xid_problem: Optional[str]) -> NodeSnapshot:
         self._xids = [x for x in self._xids if now - x.at < XID_SHOWN_S]
         cards = snap.cards
         if self._xids:
@@ -198,10 +221,12 @@ class Triage:
                 notes.setdefault(x.card, []).append(x.words)
             for card, said in notes.items():
                 if len(said) > XIDS_NAMED:
-                    notes[card] = [f"{len(said) - XIDS_NAMED} more XIDs in the last {XID_SHOWN_S // 60} min",
-                                   *said[-XIDS_NAMED:]]
+                    notes[card] = [
+                        f"{len(said) - XIDS_NAMED} more XIDs in the last {XID_SHOWN_S // 60} min",
+                        *said[-XIDS_NAMED:],
+                    ]
             cards = tuple(
-                replace(c, warning="; ".join(filter(None, [c.warning, *notes[c.index]])))
-                if c.index in notes else c
-                for c in cards)
+                replace(c, warning="; ".join(filter(None, [c.warning, *notes[c.index]]))) if c.index in notes else c
+                for c in cards
+            )
         return replace(snap, cards=cards, idle=self.idle(now), xid_watch=xid_watch, xid_problem=xid_problem)

@@ -19,6 +19,7 @@ A process is signalled only while it is still the process that was read
 SIGTERM first, a grace period, then, if asked, SIGKILL; what became of each
 process is said in plain words and written to the node's log.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,22 +70,31 @@ def _refusal(card: CardView, holder: HolderInfo) -> Optional[str]:
     if holder.pid == os.getpid():
         return f"pid {holder.pid} is this node's own service"
     if not holder.visible or holder.belongs == UNKNOWN:
-        return (f"pid {holder.pid} cannot be looked at from this machine (another PID namespace, "
-                "or its owner cannot be read), so it cannot be told apart from the card's holder; "
-                "it is not signalled")
+        return (
+            f"pid {holder.pid} cannot be looked at from this machine (another PID namespace, "
+            "or its owner cannot be read), so it cannot be told apart from the card's holder; "
+            "it is not signalled"
+        )
     if holder.started_at is None:
-        return (f"pid {holder.pid}'s start time cannot be read, so it could not be told from another "
-                "process given the same pid later; it is not signalled")
+        return (
+            f"pid {holder.pid}'s start time cannot be read, so it could not be told from another "
+            "process given the same pid later; it is not signalled"
+        )
     if holder.job_elsewhere is not None:
-        return (f"pid {holder.pid} is part of platform job {holder.job_elsewhere}, using card {card.index} "
-                f"though it was not given it; end the job with: tpnode-tui stop {holder.job_elsewhere}")
+        return (
+            f"pid {holder.pid} is part of platform job {holder.job_elsewhere}, using card {card.index} "
+            f"though it was not given it; end the job with: tpnode-tui stop {holder.job_elsewhere}"
+        )
     if holder.belongs == HOLDER:
         job, run_id, where = _holder_of(card, holder.pid)
         if job is not None and job.kind == "reservation":
-            return (f"pid {holder.pid} belongs to {job.owner or 'the owner'}, whose reservation "
-                    f"{run_id} holds {where}: it is not a squatter")
-        return (f"pid {holder.pid} is part of platform job {run_id} on {where}; "
-                f"end the job with: tpnode-tui stop {run_id}")
+            return (
+                f"pid {holder.pid} belongs to {job.owner or 'the owner'}, whose reservation "
+                f"{run_id} holds {where}: it is not a squatter"
+            )
+        return (
+            f"pid {holder.pid} is part of platform job {run_id} on {where}; end the job with: tpnode-tui stop {run_id}"
+        )
     return None
 
 
@@ -99,12 +109,17 @@ def targets(card: CardView, pid: Optional[int] = None, started_at: Optional[floa
     if pid is not None:
         holder = next((h for h in card.holders if h.pid == pid), None)
         if holder is None:
-            raise JobNotFound(f"pid {pid} is not on card {card.index} (the driver lists "
-                              f"{', '.join(str(h.pid) for h in card.holders) or 'no process'} there)")
-        if started_at is not None and (holder.started_at is None
-                                       or abs(holder.started_at - started_at) > START_SLACK_S):
-            raise Conflict(f"not evicted: pid {pid} on card {card.index} is no longer the process that "
-                           "was listed (it has ended and its pid was given to another); look again")
+            raise JobNotFound(
+                f"pid {pid} is not on card {card.index} (the driver lists "
+                f"{', '.join(str(h.pid) for h in card.holders) or 'no process'} there)"
+            )
+        if started_at is not None and (
+            holder.started_at is None or abs(holder.started_at - started_at) > START_SLACK_S
+        ):
+            raise Conflict(
+                f"not evicted: pid {pid} on card {card.index} is no longer the process that "
+                "was listed (it has ended and its pid was given to another); look again"
+            )
         why = _refusal(card, holder)
         if why is not None:
             raise Conflict(f"not evicted: {why}")
@@ -117,8 +132,9 @@ def targets(card: CardView, pid: Optional[int] = None, started_at: Optional[floa
         if len(card.holders) > REASONS_GIVEN:
             reasons.append(f"and {len(card.holders) - REASONS_GIVEN} more processes")
         said = f": {'; '.join(reasons)}" if reasons else ""
-        raise JobNotFound(f"card {card.index} has no process from outside the platform or of "
-                          f"someone else to evict{held}{said}")
+        raise JobNotFound(
+            f"card {card.index} has no process from outside the platform or of someone else to evict{held}{said}"
+        )
     return found
 
 
@@ -150,16 +166,20 @@ def evict(card: CardView, holders: list[HolderInfo], *, grace_s: float, kill: bo
         try:
             proc = psutil.Process(h.pid)
             if h.started_at is not None and abs(proc.create_time() - h.started_at) > START_SLACK_S:
-                fates[h.pid] = (GONE, f"pid {h.pid} now belongs to another process, started after the "
-                                      "card was read; not signalled")
+                fates[h.pid] = (
+                    GONE,
+                    f"pid {h.pid} now belongs to another process, started after the card was read; not signalled",
+                )
                 continue
             proc.send_signal(signal.SIGTERM)  # psutil checks it is still the same process first
             procs[h.pid] = proc
         except psutil.NoSuchProcess:
             fates[h.pid] = (GONE, "it had ended before it was signalled")
         except psutil.AccessDenied:
-            fates[h.pid] = (FAILED, "not signalled: permission denied (evicting another account's "
-                                    "process needs root, as the agent runs)")
+            fates[h.pid] = (
+                FAILED,
+                "not signalled: permission denied (evicting another account's process needs root, as the agent runs)",
+            )
     alive = {p.pid for p in _wait(list(procs.values()), grace_s)}
     for pid in procs:
         if pid not in alive:
@@ -172,20 +192,33 @@ def evict(card: CardView, holders: list[HolderInfo], *, grace_s: float, kill: bo
                 pass
         still = {p.pid for p in _wait([procs[pid] for pid in alive], KILL_WAIT_S)}
         for pid in alive:
-            fates[pid] = ((RUNNING, f"still running {KILL_WAIT_S:g} s after SIGKILL (stuck in the kernel?)")
-                          if pid in still else
-                          (KILLED, f"did not end within {grace_s:g} s of SIGTERM; killed with SIGKILL"))
+            fates[pid] = (
+                (RUNNING, f"still running {KILL_WAIT_S:g} s after SIGKILL (stuck in the kernel?)")
+                if pid in still
+                else (KILLED, f"did not end within {grace_s:g} s of SIGTERM; killed with SIGKILL")
+            )
     elif alive:
         for pid in alive:
-            fates[pid] = (RUNNING, f"still running {grace_s:g} s after SIGTERM; evict it again "
-                                   "with kill to send SIGKILL")
+            fates[pid] = (
+                RUNNING,
+                f"still running {grace_s:g} s after SIGTERM; evict it again with kill to send SIGKILL",
+            )
     return [described(card, h, *fates[h.pid]) for h in holders]
 
 
 def described(card: CardView, h: HolderInfo, outcome: str, fate: str) -> Evicted:
-    return Evicted(card=card.index, pid=h.pid, user=h.user, uid=h.uid, command=h.command,
-                   belongs=h.belongs, used_memory_mib=h.used_memory_mib, outcome=outcome, fate=fate,
-                   started_at=h.started_at)
+    return Evicted(
+        card=card.index,
+        pid=h.pid,
+        user=h.user,
+        uid=h.uid,
+        command=h.command,
+        belongs=h.belongs,
+        used_memory_mib=h.used_memory_mib,
+        outcome=outcome,
+        fate=fate,
+        started_at=h.started_at,
+    )
 
 
 def listed(card: CardView, holders: list[HolderInfo], kill: bool) -> list[Evicted]:

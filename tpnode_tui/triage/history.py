@@ -13,6 +13,7 @@ runs, a card's history is the same number of bytes (:meth:`History.nbytes`).
 A value the driver could not read is kept as unknown (NaN), never as zero,
 and comes back as None.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,7 +69,7 @@ class _Ring:
         start = (self.next - self.count) % self.size
         for i in range(self.count):
             base = ((start + i) % self.size) * self.width
-            yield tuple(self.data[base:base + self.width])
+            yield tuple(self.data[base : base + self.width])
 
     @property
     def nbytes(self) -> int:
@@ -110,8 +111,11 @@ class CardHistory:
         the fine ring begins, then every poll."""
         fine = [r for r in self.fine.rows() if r[0] > now - HOUR_S]
         fine_from = fine[0][0] if fine else math.inf
-        out = [Sample(r[0], COARSE_STEP_S, *map(_known, r[1:])) for r in self.coarse.rows()
-               if r[0] > now - HOUR_S and r[0] + COARSE_STEP_S <= fine_from]
+        out = [
+            Sample(r[0], COARSE_STEP_S, *map(_known, r[1:]))
+            for r in self.coarse.rows()
+            if r[0] > now - HOUR_S and r[0] + COARSE_STEP_S <= fine_from
+        ]
         out += [Sample(r[0], 0.0, *map(_known, r[1:])) for r in fine]
         return out
 

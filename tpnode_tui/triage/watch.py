@@ -20,6 +20,7 @@ A watcher that cannot watch says why (:attr:`XidWatcher.problem`), and the
 snapshot carries it: "not watched" must never look like "no XIDs".
 Events are handed to the service on its event loop, in the order they came.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -251,8 +252,9 @@ class NvmlXidWatcher(_Threaded):
         if data.eventType == nv.nvmlEventTypeDoubleBitEccError:
             return XidEvent(index, 48, now, self.source, text="double bit ECC error", recovery_action=action)
         if data.eventType == getattr(nv, "nvmlEventTypeGpuUnavailableError", None):
-            return XidEvent(index, None, now, self.source, text="the driver reports the GPU unavailable",
-                            recovery_action=action)
+            return XidEvent(
+                index, None, now, self.source, text="the driver reports the GPU unavailable", recovery_action=action
+            )
         return XidEvent(index, int(data.eventData), now, self.source, recovery_action=action)
 
     def _lost_card(self, index: int) -> None:
@@ -277,8 +279,14 @@ class KmsgXidWatcher(_Threaded):
 
     source = "kmsg"
 
-    def __init__(self, card_of: Callable[[str], Optional[int]], path: Path = KMSG, *,
-                 wait_ms: int = WAIT_MS, retry_s: float = RETRY_S) -> None:
+    def __init__(
+        self,
+        card_of: Callable[[str], Optional[int]],
+        path: Path = KMSG,
+        *,
+        wait_ms: int = WAIT_MS,
+        retry_s: float = RETRY_S,
+    ) -> None:
         super().__init__(retry_s)
         self.card_of = card_of
         self.path = Path(path)
@@ -288,8 +296,9 @@ class KmsgXidWatcher(_Threaded):
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
-            self.problem = (f"XID events are not watched: cannot read {self.path} ({e.strerror or e}); "
-                            "the agent reads it as root")
+            self.problem = (
+                f"XID events are not watched: cannot read {self.path} ({e.strerror or e}); the agent reads it as root"
+            )
             return
         try:
             try:
@@ -328,8 +337,18 @@ class KmsgXidWatcher(_Threaded):
         if found is None or self._deliver is None:
             return
         card = self.card_of(found.pci)
-        self._deliver(XidEvent(card, found.xid, time.time(), self.source, pid=found.pid,
-                               process=found.process, text=found.text, pci=found.pci))
+        self._deliver(
+            XidEvent(
+                card,
+                found.xid,
+                time.time(),
+                self.source,
+                pid=found.pid,
+                process=found.process,
+                text=found.text,
+                pci=found.pci,
+            )
+        )
 
 
 class SimulatedXidWatcher:
@@ -358,8 +377,16 @@ class SimulatedXidWatcher:
             for raised in events:
                 if (raised.card, raised.id) not in self._seen:
                     self._seen.add((raised.card, raised.id))
-                    deliver(XidEvent(raised.card, raised.xid, time.time(), self.source, pid=raised.pid,
-                                     recovery_action=raised.recovery_action))
+                    deliver(
+                        XidEvent(
+                            raised.card,
+                            raised.xid,
+                            time.time(),
+                            self.source,
+                            pid=raised.pid,
+                            recovery_action=raised.recovery_action,
+                        )
+                    )
             await asyncio.sleep(self.interval_s)
 
     async def close(self) -> None:

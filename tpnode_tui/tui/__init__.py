@@ -1,4 +1,5 @@
 """The live dashboard. The only package that imports Textual (the CLI imports it lazily)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,12 @@ def _logging_off_the_terminal(verbose: bool) -> Iterator[Optional[Path]]:
     dashboard runs, handlers writing to stderr/stdout are taken off (and put
     back after), and with --verbose the log goes to a file instead."""
     root = logging.getLogger()
-    terminal = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
-                and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)]
+    terminal = [
+        h
+        for h in root.handlers
+        if isinstance(h, logging.StreamHandler)
+        and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    ]
     for handler in terminal:
         root.removeHandler(handler)
     file_handler: Optional[logging.Handler] = None
@@ -110,8 +115,11 @@ def run_dashboard(
     and no way to serve the node here is one line and exit code 1.
     """
     if sys.stdin is None or not sys.stdin.isatty():
-        print("tpnode-tui: the dashboard needs a terminal on standard input, and this one is not; "
-              "for the node's state without one use: tpnode-tui status", file=sys.stderr)
+        print(
+            "tpnode-tui: the dashboard needs a terminal on standard input, and this one is not; "
+            "for the node's state without one use: tpnode-tui status",
+            file=sys.stderr,
+        )
         return 2
     try:
         with _logging_off_the_terminal(verbose) as log_path:

@@ -11,6 +11,7 @@ shows, the palette lists and the help says can never disagree.
 The order is the footer's: the keys that act on the node first, then what
 only shows, the demo's, moving about, help and quit.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -101,8 +102,15 @@ class Action:
     key_display: Optional[str] = None
 
     def binding(self) -> Binding:
-        return Binding(self.keys, self.name, self.label, show=self.show, key_display=self.key_display,
-                       id=self.id, tooltip=self.tooltip)
+        return Binding(
+            self.keys,
+            self.name,
+            self.label,
+            show=self.show,
+            key_display=self.key_display,
+            id=self.id,
+            tooltip=self.tooltip,
+        )
 
     def offered(self, now: Situation) -> bool:
         """Whether the key shows (in the footer, and the palette lists it) and works now."""
@@ -155,104 +163,296 @@ def _card_selected(now: Situation) -> bool:
 
 
 ACTIONS: tuple[Action, ...] = (
-    Action("launch", "l", "Launch", "launch", "Launch a job on free cards", "node",
-           palette=("Launch a job", "Place a job on free cards (queue it if none are free)"),
-           help=("l", "launch a job on free cards; if none are free now, offer to queue it"), word="launch"),
-    Action("reserve", "v", "Reserve", "reserve", "Hold cards for a person for a while", "node",
-           palette=("Reserve cards", "Hold cards for a person for a while"),
-           help=("v", "reserve cards for a person for a while (they are freed when it ends); only an operator "
-                      "reserves for someone else"), word="reserve"),
-    Action("extend", "plus", "Extend", "extend", "Hold the selected reservation's cards longer", "node",
-           when=_extend, key_display="+",
-           palette=("Extend the selected reservation", "Hold the selected reservation's cards longer"),
-           help=("+", "extend the selected reservation: asks how much longer it holds its cards"), word="extend"),
-    Action("stop", "s", "Stop", "stop", "Stop the selected card's job, or the highlighted row's (asks first)", "node",
-           when=_stop,
-           palette=("Stop the selected job",
-                    "Stop the job or reservation on the selected card, or in the highlighted jobs-table row"),
-           help=("s", "stop the job or reservation on the selected card, or in the highlighted jobs-table "
-                      "row (asks first, naming it)"), word="stop"),
-    Action("reclaim", "r", "Reclaim", "reclaim", "Remove exited jobs (asks first)", "node", when=_reclaim,
-           palette=("Reclaim exited jobs", "Remove the records of jobs that have ended"),
-           help=("r", "reclaim: remove exited jobs' records (lists them and asks first)"), word="reclaim"),
-    Action("cancel_launch", "c", "Cancel launch", "cancel-launch",
-           "Cancel the launch selected in the jobs table (queued, or waiting for the lock)", "node", when=_cancel,
-           palette=("Cancel the selected launch",
-                    "Cancel the launch selected in the jobs table: queued, or waiting for the allocation lock"),
-           help=("c", "cancel the launch selected in the jobs table: a queued one is dropped, one waiting for "
-                      "the allocation lock is abandoned; one already being placed goes on (stop it then)"),
-           word="cancel"),
-    Action("drain", "d", "Drain", "drain", "Take the selected card out of service, saying why (operators)", "node",
-           when=_drain, operator_only=True,
-           palette=("Drain the selected card", "Take it out of service, saying why (operators)"),
-           help=("d", "drain the selected card: take it out of service, saying why (operators). A job on it keeps "
-                      "running; the card is not handed out again until it is undrained"), word="drain"),
-    Action("undrain", "u", "Undrain", "undrain",
-           "Put the selected drained card back in service (operators; asks first)", "node",
-           when=_undrain, operator_only=True,
-           palette=("Undrain the selected card",
-                    "Put it back in service (operators; refused while it reports a problem)"),
-           help=("u", "undrain the selected drained card: put it back in service (operators; asks first). The node "
-                      "refuses while the card still reports a problem, and names it"), word="undrain"),
-    Action("evict", "k", "Evict", "evict",
-           "SIGTERM the selected card's squatters: lists them and asks first (operators)", "node",
-           when=_evict, operator_only=True,
-           palette=("Evict from the selected card",
-                    "SIGTERM its processes from outside or of someone else, listed first (operators)"),
-           help=("k", "evict from the selected card (operators): lists exactly the processes from outside the "
-                      "platform or of someone else that would get SIGTERM, and asks; one still running after the "
-                      "grace period is offered SIGKILL. A platform job's processes (that is s), processes this "
-                      "machine cannot see and pid 1 are never signalled"), word="evict"),
-    Action("events", "e", "Log", "events", "The node's log in place of the jobs table", "view",
-           when=lambda now: not now.log_shown,
-           palette=("Show the node's log", "What happened to the cards, and actions, newest first"),
-           help=("e", "the node's log, newest first, in place of the jobs table (and back): what happened to the "
-                      "cards in the last hour (XIDs, drains, intruders, health, ends, evictions) and actions")),
-    Action("hide_events", "e", "Jobs", "hide-events", "Back to the jobs table", "view",
-           when=lambda now: now.log_shown, palette=("Hide the node's log", "Back to the jobs table")),
-    Action("events_card", "f", "This card", "events-card", "Only the selected card's entries in the log", "view",
-           when=lambda now: now.log_shown and now.log_card is None and now.selected_card() is not None,
-           palette=("Log: the selected card only", "Only entries about the selected card"),
-           help=("f", "in the log: only the selected card's entries (following the selection), or every card's")),
-    Action("events_all", "f", "All cards", "events-all", "Every card's entries in the log", "view",
-           when=lambda now: now.log_shown and now.log_card is not None,
-           palette=("Log: every card", "Entries about every card")),
+    Action(
+        "launch",
+        "l",
+        "Launch",
+        "launch",
+        "Launch a job on free cards",
+        "node",
+        palette=("Launch a job", "Place a job on free cards (queue it if none are free)"),
+        help=("l", "launch a job on free cards; if none are free now, offer to queue it"),
+        word="launch",
+    ),
+    Action(
+        "reserve",
+        "v",
+        "Reserve",
+        "reserve",
+        "Hold cards for a person for a while",
+        "node",
+        palette=("Reserve cards", "Hold cards for a person for a while"),
+        help=(
+            "v",
+            "reserve cards for a person for a while (they are freed when it ends); only an operator "
+            "reserves for someone else",
+        ),
+        word="reserve",
+    ),
+    Action(
+        "extend",
+        "plus",
+        "Extend",
+        "extend",
+        "Hold the selected reservation's cards longer",
+        "node",
+        when=_extend,
+        key_display="+",
+        palette=("Extend the selected reservation", "Hold the selected reservation's cards longer"),
+        help=("+", "extend the selected reservation: asks how much longer it holds its cards"),
+        word="extend",
+    ),
+    Action(
+        "stop",
+        "s",
+        "Stop",
+        "stop",
+        "Stop the selected card's job, or the highlighted row's (asks first)",
+        "node",
+        when=_stop,
+        palette=(
+            "Stop the selected job",
+            "Stop the job or reservation on the selected card, or in the highlighted jobs-table row",
+        ),
+        help=(
+            "s",
+            "stop the job or reservation on the selected card, or in the highlighted jobs-table "
+            "row (asks first, naming it)",
+        ),
+        word="stop",
+    ),
+    Action(
+        "reclaim",
+        "r",
+        "Reclaim",
+        "reclaim",
+        "Remove exited jobs (asks first)",
+        "node",
+        when=_reclaim,
+        palette=("Reclaim exited jobs", "Remove the records of jobs that have ended"),
+        help=("r", "reclaim: remove exited jobs' records (lists them and asks first)"),
+        word="reclaim",
+    ),
+    Action(
+        "cancel_launch",
+        "c",
+        "Cancel launch",
+        "cancel-launch",
+        "Cancel the launch selected in the jobs table (queued, or waiting for the lock)",
+        "node",
+        when=_cancel,
+        palette=(
+            "Cancel the selected launch",
+            "Cancel the launch selected in the jobs table: queued, or waiting for the allocation lock",
+        ),
+        help=(
+            "c",
+            "cancel the launch selected in the jobs table: a queued one is dropped, one waiting for "
+            "the allocation lock is abandoned; one already being placed goes on (stop it then)",
+        ),
+        word="cancel",
+    ),
+    Action(
+        "drain",
+        "d",
+        "Drain",
+        "drain",
+        "Take the selected card out of service, saying why (operators)",
+        "node",
+        when=_drain,
+        operator_only=True,
+        palette=("Drain the selected card", "Take it out of service, saying why (operators)"),
+        help=(
+            "d",
+            "drain the selected card: take it out of service, saying why (operators). A job on it keeps "
+            "running; the card is not handed out again until it is undrained",
+        ),
+        word="drain",
+    ),
+    Action(
+        "undrain",
+        "u",
+        "Undrain",
+        "undrain",
+        "Put the selected drained card back in service (operators; asks first)",
+        "node",
+        when=_undrain,
+        operator_only=True,
+        palette=("Undrain the selected card", "Put it back in service (operators; refused while it reports a problem)"),
+        help=(
+            "u",
+            "undrain the selected drained card: put it back in service (operators; asks first). The node "
+            "refuses while the card still reports a problem, and names it",
+        ),
+        word="undrain",
+    ),
+    Action(
+        "evict",
+        "k",
+        "Evict",
+        "evict",
+        "SIGTERM the selected card's squatters: lists them and asks first (operators)",
+        "node",
+        when=_evict,
+        operator_only=True,
+        palette=(
+            "Evict from the selected card",
+            "SIGTERM its processes from outside or of someone else, listed first (operators)",
+        ),
+        help=(
+            "k",
+            "evict from the selected card (operators): lists exactly the processes from outside the "
+            "platform or of someone else that would get SIGTERM, and asks; one still running after the "
+            "grace period is offered SIGKILL. A platform job's processes (that is s), processes this "
+            "machine cannot see and pid 1 are never signalled",
+        ),
+        word="evict",
+    ),
+    Action(
+        "events",
+        "e",
+        "Log",
+        "events",
+        "The node's log in place of the jobs table",
+        "view",
+        when=lambda now: not now.log_shown,
+        palette=("Show the node's log", "What happened to the cards, and actions, newest first"),
+        help=(
+            "e",
+            "the node's log, newest first, in place of the jobs table (and back): what happened to the "
+            "cards in the last hour (XIDs, drains, intruders, health, ends, evictions) and actions",
+        ),
+    ),
+    Action(
+        "hide_events",
+        "e",
+        "Jobs",
+        "hide-events",
+        "Back to the jobs table",
+        "view",
+        when=lambda now: now.log_shown,
+        palette=("Hide the node's log", "Back to the jobs table"),
+    ),
+    Action(
+        "events_card",
+        "f",
+        "This card",
+        "events-card",
+        "Only the selected card's entries in the log",
+        "view",
+        when=lambda now: now.log_shown and now.log_card is None and now.selected_card() is not None,
+        palette=("Log: the selected card only", "Only entries about the selected card"),
+        help=("f", "in the log: only the selected card's entries (following the selection), or every card's"),
+    ),
+    Action(
+        "events_all",
+        "f",
+        "All cards",
+        "events-all",
+        "Every card's entries in the log",
+        "view",
+        when=lambda now: now.log_shown and now.log_card is not None,
+        palette=("Log: every card", "Entries about every card"),
+    ),
     # Pause is not in the footer (it would not fit beside the operator's keys and the
     # demo's); Resume is, so that a paused picture says how to go on.
-    Action("pause", "p", "Pause", "pause", "Stop redrawing (the node is still read)", "view",
-           when=lambda now: not now.paused, show=False,
-           palette=("Pause the display", "Stop redrawing until resumed (the node is still read)"),
-           help=("p", "pause or resume the display (the node is still read, and queued launches still start)")),
-    Action("resume", "p", "Resume", "resume", "Show each new reading again", "view",
-           when=lambda now: now.paused, palette=("Resume the display", "Show each new reading again")),
-    Action("demo_blind", "b", "Blind", "demo-blind", "Demo: toggle 'use from outside cannot be probed'", "demo",
-           when=lambda now: now.has_demo,
-           palette=("Demo: toggle probe-blind", "Pretend use from outside cannot be probed"),
-           help=("b", "demo: toggle probe-blind (use from outside cannot be probed)")),
-    Action("demo_external", "x", "Outsider", "demo-external",
-           "Demo: put or remove an outside process on the selected card", "demo",
-           when=lambda now: now.has_demo and _card_selected(now),
-           palette=("Demo: toggle outside use", "Put or remove an outside process on the selected card"),
-           help=("x", "demo: put or remove an outside process on the selected card (on a held card, an intruder)")),
-    Action("demo_xid", "X", "XID", "demo-xid",
-           "Demo: the selected card reports XID 48 (double-bit ECC), which drains it", "demo",
-           when=lambda now: now.has_demo and _card_selected(now), key_display="X",
-           palette=("Demo: raise an XID", "The selected card reports XID 48 (double-bit ECC): the node drains it"),
-           help=("X", "demo: the selected card reports XID 48 (double-bit ECC error), so the node drains it")),
-    Action("focus_detail", "enter", "Detail", "focus-detail", "Move into the detail pane", "move", show=False,
-           help=("enter", "move into the detail pane (scroll it with the arrows; escape returns)")),
+    Action(
+        "pause",
+        "p",
+        "Pause",
+        "pause",
+        "Stop redrawing (the node is still read)",
+        "view",
+        when=lambda now: not now.paused,
+        show=False,
+        palette=("Pause the display", "Stop redrawing until resumed (the node is still read)"),
+        help=("p", "pause or resume the display (the node is still read, and queued launches still start)"),
+    ),
+    Action(
+        "resume",
+        "p",
+        "Resume",
+        "resume",
+        "Show each new reading again",
+        "view",
+        when=lambda now: now.paused,
+        palette=("Resume the display", "Show each new reading again"),
+    ),
+    Action(
+        "demo_blind",
+        "b",
+        "Blind",
+        "demo-blind",
+        "Demo: toggle 'use from outside cannot be probed'",
+        "demo",
+        when=lambda now: now.has_demo,
+        palette=("Demo: toggle probe-blind", "Pretend use from outside cannot be probed"),
+        help=("b", "demo: toggle probe-blind (use from outside cannot be probed)"),
+    ),
+    Action(
+        "demo_external",
+        "x",
+        "Outsider",
+        "demo-external",
+        "Demo: put or remove an outside process on the selected card",
+        "demo",
+        when=lambda now: now.has_demo and _card_selected(now),
+        palette=("Demo: toggle outside use", "Put or remove an outside process on the selected card"),
+        help=("x", "demo: put or remove an outside process on the selected card (on a held card, an intruder)"),
+    ),
+    Action(
+        "demo_xid",
+        "X",
+        "XID",
+        "demo-xid",
+        "Demo: the selected card reports XID 48 (double-bit ECC), which drains it",
+        "demo",
+        when=lambda now: now.has_demo and _card_selected(now),
+        key_display="X",
+        palette=("Demo: raise an XID", "The selected card reports XID 48 (double-bit ECC): the node drains it"),
+        help=("X", "demo: the selected card reports XID 48 (double-bit ECC error), so the node drains it"),
+    ),
+    Action(
+        "focus_detail",
+        "enter",
+        "Detail",
+        "focus-detail",
+        "Move into the detail pane",
+        "move",
+        show=False,
+        help=("enter", "move into the detail pane (scroll it with the arrows; escape returns)"),
+    ),
     Action("focus_grid", "escape", "Grid", "focus-grid", "Back to the card grid", "move", show=False),
-    Action("help", "question_mark", "Help", "help", "Every key and card state explained", "app",
-           palette=("Help: keys and card states", "Every key and every card state explained"),
-           help=("?", "this help")),
-    Action("quit", "q", "Quit", "quit",
-           "Leave the dashboard; jobs keep running (asks first if launches would be dropped)", "app",
-           help=("q", "quit (jobs keep running; the demo stops its own). This dashboard serves the node "
-                      "itself, so its launches not started yet, queued or waiting for the lock, are "
-                      "dropped: it asks first, naming them"),
-           help_via_agent=("q", "quit (jobs keep running). The node's agent keeps the queue: queued launches start "
-                                "without this dashboard, so quitting does not ask; it asks only for a launch of "
-                                "this dashboard still waiting for the lock, which ends with it")),
+    Action(
+        "help",
+        "question_mark",
+        "Help",
+        "help",
+        "Every key and card state explained",
+        "app",
+        palette=("Help: keys and card states", "Every key and every card state explained"),
+        help=("?", "this help"),
+    ),
+    Action(
+        "quit",
+        "q",
+        "Quit",
+        "quit",
+        "Leave the dashboard; jobs keep running (asks first if launches would be dropped)",
+        "app",
+        help=(
+            "q",
+            "quit (jobs keep running; the demo stops its own). This dashboard serves the node "
+            "itself, so its launches not started yet, queued or waiting for the lock, are "
+            "dropped: it asks first, naming them",
+        ),
+        help_via_agent=(
+            "q",
+            "quit (jobs keep running). The node's agent keeps the queue: queued launches start "
+            "without this dashboard, so quitting does not ask; it asks only for a launch of "
+            "this dashboard still waiting for the lock, which ends with it",
+        ),
+    ),
 )
 
 BY_NAME = {action.name: action for action in ACTIONS}

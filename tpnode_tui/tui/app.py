@@ -19,6 +19,7 @@ operator must go on seeing the node, and why it waits, meanwhile. An action
 that asks first runs as one worker from the question to the answer
 (``push_screen_wait``), so what it asks and what it then does read in order.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -116,8 +117,9 @@ class NodeDashboard(App[int]):
         self.default_command = default_command
         self.clock = clock
         #: the node's readings as they come, and how fresh what is shown is
-        self.follower = NodeFollower(node, clock=clock, reconnect_s=reconnect_s,
-                                     on_reading=self._read, on_lost=self._lost)
+        self.follower = NodeFollower(
+            node, clock=clock, reconnect_s=reconnect_s, on_reading=self._read, on_lost=self._lost
+        )
         #: the node's log, while the events pane shows it
         self.node_log = LogFollower(node, reconnect_s=reconnect_s, changed=self._log_changed)
         #: each card's last hour, as last fetched
@@ -125,9 +127,15 @@ class NodeDashboard(App[int]):
         #: the launches this dashboard asked for, to say what became of them
         self.launches = LaunchTracker()
         #: the node's picture, laid out and redrawn: the default screen
-        self.main = MainScreen(follower=self.follower, node_log=self.node_log, history=self.history,
-                               readonly=readonly, served=served_from(node, demo is not None),
-                               via="agent" if node.via == "agent" else "in-process", ready=self._follow)
+        self.main = MainScreen(
+            follower=self.follower,
+            node_log=self.node_log,
+            history=self.history,
+            readonly=readonly,
+            served=served_from(node, demo is not None),
+            via="agent" if node.via == "agent" else "in-process",
+            ready=self._follow,
+        )
         #: a dry run for evict is out: its question is on its way, a second would double it
         self.evict_asking = False
 
@@ -199,8 +207,12 @@ class NodeDashboard(App[int]):
         try:
             entries, _everyone = await self.node.audit(max(60.0, self.clock() - left.queued_at + 60))
         except TpnodeError as e:
-            self.notify(f"{left.run_id} is no longer queued, and the node's log cannot be read to say "
-                        f"why: {e}", title="Queued launch", severity="warning", timeout=12)
+            self.notify(
+                f"{left.run_id} is no longer queued, and the node's log cannot be read to say why: {e}",
+                title="Queued launch",
+                severity="warning",
+                timeout=12,
+            )
             return
         notice = left_queue_notice(left.run_id, entries)
         self.notify(notice.message, title=notice.title, severity=notice.severity, timeout=notice.timeout)
@@ -316,13 +328,21 @@ class NodeDashboard(App[int]):
 
     # -- saying things ------------------------------------------------------------------
 
-    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: Optional[float] = None, markup: bool = True) -> None:
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: Optional[float] = None,
+        markup: bool = True,
+    ) -> None:
         """Every notification as plain text, escaped: most messages quote an
         engine's, a driver's or another user's words, and in markup a stray
         "[/]" would fail to render and "[@click=...]" would be a button."""
-        super().notify(printable_lines(message), title=printable(title), severity=severity,
-                       timeout=timeout, markup=False)
+        super().notify(
+            printable_lines(message), title=printable(title), severity=severity, timeout=timeout, markup=False
+        )
 
     def _failed(self, title: str, error: BaseException) -> None:
         if not isinstance(error, TpnodeError):
@@ -336,8 +356,7 @@ class NodeDashboard(App[int]):
         """The guard inside each action, for calls that bypass the keys: a
         read-only dashboard, or a node that is not answering, does nothing."""
         if self.readonly:
-            self.notify(f"read-only dashboard: {what} is refused (started with --readonly)",
-                        severity="warning")
+            self.notify(f"read-only dashboard: {what} is refused (started with --readonly)", severity="warning")
             return True
         not_answering = self.follower.not_answering(what)
         if not_answering is not None:
@@ -350,8 +369,7 @@ class NodeDashboard(App[int]):
         (an action called from the palette after the person's role changed)."""
         if self.operator:
             return False
-        self.notify(f"only an operator of this node may {what} (the header says who you are)",
-                    severity="warning")
+        self.notify(f"only an operator of this node may {what} (the header says who you are)", severity="warning")
         return True
 
     # -- moving about, help, pause, quit ------------------------------------------------------
@@ -405,14 +423,16 @@ class NodeDashboard(App[int]):
     def action_launch(self) -> None:
         if self._refused("launching"):
             return
-        self._ask_then_launch(LaunchScreen(
-            total=self._total(),
-            docker=self.snapshot is not None and self.snapshot.runtime_kind == "docker",
-            default_command=self.default_command,
-            run_id=new_run_id(),
-            context=self._capacity_line(),
-            slices=free_profiles(self.snapshot),
-        ))
+        self._ask_then_launch(
+            LaunchScreen(
+                total=self._total(),
+                docker=self.snapshot is not None and self.snapshot.runtime_kind == "docker",
+                default_command=self.default_command,
+                run_id=new_run_id(),
+                context=self._capacity_line(),
+                slices=free_profiles(self.snapshot),
+            )
+        )
 
     @work(group="launch", exit_on_error=False)
     async def _ask_then_launch(self, form: LaunchScreen) -> None:
@@ -443,11 +463,16 @@ class NodeDashboard(App[int]):
             self._failed("Launch refused", result.error)
         elif isinstance(result, LaunchResult) and result.queued is not None:
             self.launches.queued_here(result.queued.run_id, self.clock())
-            kept = ("The node's agent keeps it, with or without this dashboard." if self.agent
-                    else "It lives in this dashboard: quitting asks first.")
+            kept = (
+                "The node's agent keeps it, with or without this dashboard."
+                if self.agent
+                else "It lives in this dashboard: quitting asks first."
+            )
             when = starts_when(self.snapshot, request.cards, request.slice)
-            self.notify(f"{result.queued.run_id} is queued; it starts {when}, "
-                        f"after the launches queued before it. {kept}", title="Queued")
+            self.notify(
+                f"{result.queued.run_id} is queued; it starts {when}, after the launches queued before it. {kept}",
+                title="Queued",
+            )
         elif isinstance(result, LaunchResult) and result.launched is not None:
             self._report_launched(result.launched, "Launched")
         elif isinstance(result, NoCapacity):  # only from a node that keeps no queue
@@ -457,9 +482,13 @@ class NodeDashboard(App[int]):
         cards = result.holding
         run_id = result.job.run_id
         if self.launches.went_ahead_anyway(run_id, result.existing):
-            self.notify(f"{run_id} was cancelled while its launch was under way, and it got {cards} "
-                        "anyway; stop it (s) if it is not wanted.", title="Cancelled too late",
-                        severity="warning", timeout=12)
+            self.notify(
+                f"{run_id} was cancelled while its launch was under way, and it got {cards} "
+                "anyway; stop it (s) if it is not wanted.",
+                title="Cancelled too late",
+                severity="warning",
+                timeout=12,
+            )
         elif result.existing:
             self.notify(f"{run_id} already holds {cards}; nothing new was started.", title=what)
         else:
@@ -471,10 +500,16 @@ class NodeDashboard(App[int]):
         if self._refused("reserving"):
             return
         you = self.you
-        self._ask_then_reserve(ReserveScreen(total=self._total(), owner=you.user if you else "",
-                                             operator=you is not None and you.operator,
-                                             run_id=new_run_id("rsv"), context=self._capacity_line(),
-                                             slices=free_profiles(self.snapshot)))
+        self._ask_then_reserve(
+            ReserveScreen(
+                total=self._total(),
+                owner=you.user if you else "",
+                operator=you is not None and you.operator,
+                run_id=new_run_id("rsv"),
+                context=self._capacity_line(),
+                slices=free_profiles(self.snapshot),
+            )
+        )
 
     @work(group="launch", exit_on_error=False)
     async def _ask_then_reserve(self, form: ReserveScreen) -> None:
@@ -496,8 +531,9 @@ class NodeDashboard(App[int]):
             return
         job = self.extend_target()
         if job is None:
-            self.notify("Select a running reservation (on its card, or in the jobs table) to extend it.",
-                        severity="warning")
+            self.notify(
+                "Select a running reservation (on its card, or in the jobs table) to extend it.", severity="warning"
+            )
             return
         self._ask_then_extend(job)
 
@@ -513,8 +549,7 @@ class NodeDashboard(App[int]):
             return
         until = time.strftime("%H:%M:%S", time.localtime(extended.expires_at or 0))
         left = format_duration((extended.expires_at or 0) - self.clock())
-        self.notify(f"{extended.key} holds {extended.holding} until {until} ({left} left).",
-                    title="Extended")
+        self.notify(f"{extended.key} holds {extended.holding} until {until} ({left} left).", title="Extended")
 
     def action_cancel_launch(self) -> None:
         if self._refused("cancelling"):
@@ -534,8 +569,11 @@ class NodeDashboard(App[int]):
             await self.node.cancel(run_id)
         except JobNotFound:
             self.launches.not_cancelled(run_id)
-            self.notify(f"{run_id} is no longer queued or waiting: it was placed or dropped meanwhile.",
-                        title="Nothing to cancel", severity="warning")
+            self.notify(
+                f"{run_id} is no longer queued or waiting: it was placed or dropped meanwhile.",
+                title="Nothing to cancel",
+                severity="warning",
+            )
             return
         except (NotAllowed, AgentUnavailable) as e:
             self.launches.not_cancelled(run_id)
@@ -547,8 +585,11 @@ class NodeDashboard(App[int]):
             return
         self.launches.cancelled(run_id)
         if launch.state == WAITING:
-            self.notify(f"{run_id} is abandoned: it was still waiting for the allocation lock, so no "
-                        "card was picked and nothing was started.", title="Cancelled")
+            self.notify(
+                f"{run_id} is abandoned: it was still waiting for the allocation lock, so no "
+                "card was picked and nothing was started.",
+                title="Cancelled",
+            )
         else:
             self.notify(f"{run_id} is no longer queued.", title="Cancelled")
 
@@ -561,8 +602,15 @@ class NodeDashboard(App[int]):
         if job is None:
             row = self.main.selected_row() if self.main.jobs_focused else None
             card = self.selected_card()
-            self.notify(nothing_to_stop(stale=self.stale, row=row, row_job=self.main.job_for_row(),
-                                        card=card.index if card is not None else None), severity="warning")
+            self.notify(
+                nothing_to_stop(
+                    stale=self.stale,
+                    row=row,
+                    row_job=self.main.job_for_row(),
+                    card=card.index if card is not None else None,
+                ),
+                severity="warning",
+            )
             return
         if self.main.jobs_focused:
             where = "Highlighted in the jobs table"
@@ -583,16 +631,18 @@ class NodeDashboard(App[int]):
         except Exception as e:
             self._failed(f"Could not stop {job.key}", e)
             return
-        self.notify(f"{job.key} stopped; it frees {job.holding} once it has exited.",
-                    title="Stopped")
+        self.notify(f"{job.key} stopped; it frees {job.holding} once it has exited.", title="Stopped")
 
     def action_reclaim(self) -> None:
         if self._refused("reclaiming"):
             return
         exited = self.exited_jobs()
         if not exited:
-            self.notify("Nothing to reclaim: no job of yours has exited." if self.you and not self.you.operator
-                        else "Nothing to reclaim: no job has exited.")
+            self.notify(
+                "Nothing to reclaim: no job of yours has exited."
+                if self.you and not self.you.operator
+                else "Nothing to reclaim: no job has exited."
+            )
             return
         self._ask_then_reclaim(exited)
 
@@ -643,8 +693,10 @@ class NodeDashboard(App[int]):
         except Exception as e:
             self._failed(f"Could not drain card {card}", e)
             return
-        self.notify(f"Card {card} is out of service: {drain.reason}. It is not handed out until an "
-                    "operator undrains it (u).", title="Drained")
+        self.notify(
+            f"Card {card} is out of service: {drain.reason}. It is not handed out until an operator undrains it (u).",
+            title="Drained",
+        )
 
     def action_undrain(self) -> None:
         if self._refused("undraining") or self._not_operator("undrain a card"):
@@ -670,8 +722,9 @@ class NodeDashboard(App[int]):
         except Exception as e:
             self._failed(f"Could not undrain card {card}", e)
             return
-        self.notify(f"Card {card} is back in service (it was drained by {lifted.by}: {lifted.reason}).",
-                    title="Undrained")
+        self.notify(
+            f"Card {card} is back in service (it was drained by {lifted.by}: {lifted.reason}).", title="Undrained"
+        )
 
     def action_evict(self) -> None:
         if self._refused("evicting") or self._not_operator("evict processes") or self.evict_asking:
@@ -701,14 +754,18 @@ class NodeDashboard(App[int]):
             self.evict_asking = False
             self.refresh_bindings()
         card, grace_s = report.card, report.grace_s
-        if not await self.push_screen_wait(ConfirmScreen(f"Evict from card {card}?", evict_question(report),
-                                                         yes="Send SIGTERM")):
+        if not await self.push_screen_wait(
+            ConfirmScreen(f"Evict from card {card}?", evict_question(report), yes="Send SIGTERM")
+        ):
             return
         survivors = await self._evict(card, report.processes, kill=False, grace_s=grace_s)
         if not survivors:
             return
-        if await self.push_screen_wait(ConfirmScreen(f"Kill what is left on card {card}?",
-                                                     kill_question(card, survivors, grace_s), yes="Send SIGKILL")):
+        if await self.push_screen_wait(
+            ConfirmScreen(
+                f"Kill what is left on card {card}?", kill_question(card, survivors, grace_s), yes="Send SIGKILL"
+            )
+        ):
             await self._evict(card, survivors, kill=True, grace_s=grace_s)
 
     async def _evict(self, card: int, listed: Sequence[Evicted], *, kill: bool, grace_s: float) -> list[Evicted]:
@@ -716,8 +773,9 @@ class NodeDashboard(App[int]):
         once): a pid that is no longer what was listed is refused by the node,
         not signalled. Returns those still running after the grace period."""
         self.notify(evicting_words(card, listed, kill, grace_s), title="Evicting", timeout=grace_s + 5)
-        answers = await asyncio.gather(*(self.node.evict(card, e.pid, kill=kill, started_at=e.started_at)
-                                         for e in listed), return_exceptions=True)
+        answers = await asyncio.gather(
+            *(self.node.evict(card, e.pid, kill=kill, started_at=e.started_at) for e in listed), return_exceptions=True
+        )
         done: list[Evicted] = []
         for e, answer in zip(listed, answers):
             if isinstance(answer, EvictReport):
@@ -726,8 +784,12 @@ class NodeDashboard(App[int]):
                 self._failed(f"pid {e.pid} was not evicted", answer)
         if done:
             bad = any(e.outcome in NOT_GONE for e in done)
-            self.notify(fates(done), title=f"Evicted from card {card}" if not bad else f"Card {card}",
-                        severity="warning" if bad else "information", timeout=15)
+            self.notify(
+                fates(done),
+                title=f"Evicted from card {card}" if not bad else f"Card {card}",
+                severity="warning" if bad else "information",
+                timeout=15,
+            )
         return [e for e in done if e.outcome == "running"]
 
     def action_events(self) -> None:
@@ -751,23 +813,37 @@ class NodeDashboard(App[int]):
         if self.demo is None or card is None:
             return
         self.demo.raise_xid(card.index)
-        self.notify(f"Card {card.index} reports XID 48 (double-bit ECC error): the node drains it "
-                    "until an operator undrains it (e shows the log).", title="Demo", timeout=6)
+        self.notify(
+            f"Card {card.index} reports XID 48 (double-bit ECC error): the node drains it "
+            "until an operator undrains it (e shows the log).",
+            title="Demo",
+            timeout=6,
+        )
 
     def action_demo_blind(self) -> None:
         if self.demo is None:
             return
         blind = self.demo.toggle_blind()
-        self.notify("Probe-blind: use from outside can no longer be seen." if blind
-                    else "The probe sees use from outside again.", title="Demo", timeout=4)
+        self.notify(
+            "Probe-blind: use from outside can no longer be seen."
+            if blind
+            else "The probe sees use from outside again.",
+            title="Demo",
+            timeout=4,
+        )
 
     def action_demo_external(self) -> None:
         card = self.selected_card()
         if self.demo is None or card is None:
             return
         on = self.demo.toggle_external(card.index)
-        self.notify(f"An outside process now uses card {card.index}." if on
-                    else f"Card {card.index} has no outside user any more.", title="Demo", timeout=4)
+        self.notify(
+            f"An outside process now uses card {card.index}."
+            if on
+            else f"Card {card.index} has no outside user any more.",
+            title="Demo",
+            timeout=4,
+        )
 
     async def _open_demo(self) -> None:
         """Start the demo's job and reservation, which stand for other people's,

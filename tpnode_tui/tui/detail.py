@@ -4,6 +4,7 @@ This is where triage happens ("who is on card 5?"), so nothing is left out for
 lack of a name: a holder this machine cannot see is still listed with its pid
 and memory, and memory in use with no process at all is said out loud.
 """
+
 from __future__ import annotations
 
 import time
@@ -133,8 +134,9 @@ def slice_lines(out: Text, card: int, piece: SliceView) -> None:
         out.append(f"{pad}{f.uuid}\n", style="grey50")
 
 
-def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None,
-                  env: Sequence[str] = (), width: int = 0) -> Text:
+def describe_card(
+    card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None, env: Sequence[str] = (), width: int = 0
+) -> Text:
     """``env``: the lines that point CUDA at the card's job, for its owner to copy
     into a shell, each on one line of the ``width`` the text gets (0: any): a
     line that would wrap could not be pasted, so one too long is named instead."""
@@ -143,8 +145,7 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
     out.append(f"Card {card.index}  ", style="bold")
     if stale:
         out.append(f" {STALE_BADGE[0]} ", style=f"bold white on {STALE_BADGE[1]}")
-        out.append(f"  unknown now; the last good reading said {label.lower()}: "
-                   f"{STATE_MEANING.get(card.state, '')}\n")
+        out.append(f"  unknown now; the last good reading said {label.lower()}: {STATE_MEANING.get(card.state, '')}\n")
         out.append(f"  {stale}\n", style="bold #ef5350")
     else:
         out.append(f" {label} ", style=f"bold white on {colour}")
@@ -191,8 +192,11 @@ def describe_card(card: CardView, now: float, mem_busy_mib: int, stale: Optional
         for line in env:
             if line not in fits:
                 name = line.removeprefix("export ").split("=", 1)[0]
-                row("env" if not fits else "", f"{name} is too long to show here: tpnode-tui env "
-                    f"{card.job.key} prints it", "grey62")
+                row(
+                    "env" if not fits else "",
+                    f"{name} is too long to show here: tpnode-tui env {card.job.key} prints it",
+                    "grey62",
+                )
 
     for piece in card.slices:
         slice_lines(out, card.index, piece)

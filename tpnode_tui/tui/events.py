@@ -10,6 +10,7 @@ Every entry quotes other people's words (process names, owners, reasons a
 drain was given, the driver's text): entries are escaped as they arrive
 and drawn as ``Text``, never as markup.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Optional
@@ -118,8 +119,9 @@ class EventsPane(VerticalScroll, can_focus=True):
         """``problem``: why the log is not being followed now."""
         parts: list[Any] = []
         if problem:
-            parts.append(Text(f"Not following the node's log: {problem}; trying again by itself.",
-                              style=f"bold {ERROR}"))
+            parts.append(
+                Text(f"Not following the node's log: {problem}; trying again by itself.", style=f"bold {ERROR}")
+            )
         entries = list(entries)
         if entries:
             parts.append(events_table(entries))

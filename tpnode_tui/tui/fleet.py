@@ -12,6 +12,7 @@ Every string here came from Redis, which any node can write: names, series,
 problems and snapshots are escaped (``printable``) as they arrive, and the
 table is given ``Text`` cells, never markup.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -84,7 +85,7 @@ class FleetSource(Protocol):
 def strip(node: NodeRow) -> Text:
     """One cell per card, in index order, 16 to a line (card 0 top left)."""
     out = Text()
-    shown = node.cards[:STRIP_WIDTH * STRIP_LINES]
+    shown = node.cards[: STRIP_WIDTH * STRIP_LINES]
     for n, card in enumerate(shown):
         if n and n % STRIP_WIDTH == 0:
             out.append("\n")
@@ -118,8 +119,11 @@ def _count(value: Optional[int], alarm: str = "") -> Text:
 
 def row_cells(node: NodeRow, now: float) -> tuple[Text, ...]:
     name_style = "bold" if node.status == UP else "bold #ef5350"
-    free = (Text(f"{node.free}/{node.total}", style="bold #66bb6a" if node.free else "")
-            if node.known else Text(f"?/{node.total}", style="grey62"))
+    free = (
+        Text(f"{node.free}/{node.total}", style="bold #66bb6a" if node.free else "")
+        if node.known
+        else Text(f"?/{node.total}", style="grey62")
+    )
     return (
         Text(fit(printable(node.name), NAME_WIDTH), style=name_style),
         Text(fit(printable(node.series), SERIES_WIDTH) or "-", style="grey62"),
@@ -149,8 +153,7 @@ def summary(fleet: Optional[FleetPicture], error: Optional[str], since: Optional
         return Text("reading the fleet…", style="grey62")
     if error is not None:
         out = Text(f"Stale since {clock(since or 0)}: {printable(error)}. ", style="bold #ef5350")
-        out.append(f"The last reading said: {printable(summary_words(fleet))}; no card counts as free.",
-                   style="grey62")
+        out.append(f"The last reading said: {printable(summary_words(fleet))}; no card counts as free.", style="grey62")
         return out
     out = Text(printable(summary_words(fleet)), style="bold")
     for problem in fleet.problems:
@@ -215,14 +218,22 @@ class NodeScreen(Screen[None]):
             head.append(f" │ read {format_duration(now - taken)} ago", style="grey62")
         update(self.query_one("#node-header", Static), head)
         banner = self.query_one("#node-banner", Static)
-        problem = None if node is not None and node.status == UP else (
-            node.problem if node is not None else "it no longer publishes to the fleet")
+        problem = (
+            None
+            if node is not None and node.status == UP
+            else (node.problem if node is not None else "it no longer publishes to the fleet")
+        )
         down = problem is not None
         banner.set_class(down, "-shown")
         if problem is not None:
             what = seen_text(node, now).plain if node is not None else "gone"
-            update(banner, Text(f"{what}: {printable(problem)}.\nIts cards are unknown now; shown as the last "
-                                "publication said, marked ?; none counts as free."))
+            update(
+                banner,
+                Text(
+                    f"{what}: {printable(problem)}.\nIts cards are unknown now; shown as the last "
+                    "publication said, marked ?; none counts as free."
+                ),
+            )
         grid = self.query_one(CardGrid)
         detail = self.query_one(DetailPane)
         grid.set_class(snap is None, "-hidden")
@@ -232,15 +243,19 @@ class NodeScreen(Screen[None]):
         grid.show(snap.cards, now, down)
         if snap.cards:
             card = snap.cards[min(grid.selected, len(snap.cards) - 1)]
-            detail.show(describe_card(card, now, MEM_BUSY_MIB,
-                                      stale=f"the node is {node.status if node else 'gone'}" if down else None))
+            detail.show(
+                describe_card(
+                    card, now, MEM_BUSY_MIB, stale=f"the node is {node.status if node else 'gone'}" if down else None
+                )
+            )
 
 
 def run_over_ssh(target: SshTarget) -> tuple[int, str]:
     """The node's own dashboard, ``tpnode-tui --host TARGET``, on this terminal
     until it is quit: its exit code and the last line it wrote on stderr."""
-    done = subprocess.run([sys.executable, "-m", "tpnode_tui", "--host", str(target)],
-                          stderr=subprocess.PIPE, text=True, errors="replace")
+    done = subprocess.run(
+        [sys.executable, "-m", "tpnode_tui", "--host", str(target)], stderr=subprocess.PIPE, text=True, errors="replace"
+    )
     said = [line for line in done.stderr.splitlines() if line.strip()]
     return done.returncode, said[-1] if said else ""
 
@@ -255,15 +270,26 @@ class FleetApp(App[int]):
 
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="filter", tooltip="Show only nodes whose name or series has this text"),
-        Binding("enter", "dashboard", "Dashboard", id="dashboard",
-                tooltip="The node's own dashboard, over SSH, as you: tpnode-tui --host NODE (q returns here)"),
+        Binding(
+            "enter",
+            "dashboard",
+            "Dashboard",
+            id="dashboard",
+            tooltip="The node's own dashboard, over SSH, as you: tpnode-tui --host NODE (q returns here)",
+        ),
         Binding("g", "open", "Grid", id="open", tooltip="The node's cards, read-only, from its publication"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="clear-filter"),
         Binding("q", "quit", "Quit", id="quit"),
     ]
 
-    def __init__(self, source: FleetSource, *, interval: float = 1.0,
-                 clock: Callable[[], float] = time.time, open_dashboard: DashboardOpener = run_over_ssh) -> None:
+    def __init__(
+        self,
+        source: FleetSource,
+        *,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        open_dashboard: DashboardOpener = run_over_ssh,
+    ) -> None:
         """``open_dashboard`` runs a node's dashboard while this one is suspended."""
         super().__init__()
         self.source = source
@@ -292,10 +318,10 @@ class FleetApp(App[int]):
         yield Static(id="fleet-summary")
         yield Static(legend(), id="fleet-legend")
         # The cells' own colours win over the cursor's: a node's strip is its point.
-        yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=False,
-                        cursor_foreground_priority="renderable")
-        yield Input(placeholder="filter by name or series (enter to keep, escape to clear)",
-                    id="fleet-filter")
+        yield DataTable(
+            id="fleet-table", cursor_type="row", zebra_stripes=False, cursor_foreground_priority="renderable"
+        )
+        yield Input(placeholder="filter by name or series (enter to keep, escape to clear)", id="fleet-filter")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -378,8 +404,7 @@ class FleetApp(App[int]):
         if self.fleet is None:
             return []
         words = self.filter.lower()
-        return [n for n in self.fleet.nodes
-                if not words or words in n.name.lower() or words in n.series.lower()]
+        return [n for n in self.fleet.nodes if not words or words in n.name.lower() or words in n.series.lower()]
 
     def _redraw_header(self) -> None:
         if not self.is_running:
@@ -501,22 +526,38 @@ class FleetApp(App[int]):
             return
         node = self.node(name)
         if node is None or node.ssh is None:
-            self.notify(printable(f"{name}: its agent published no SSH address, so its dashboard cannot be "
-                                  "opened from here; g shows its cards from its publication."),
-                        title="No way in", severity="warning", markup=False)
+            self.notify(
+                printable(
+                    f"{name}: its agent published no SSH address, so its dashboard cannot be "
+                    "opened from here; g shows its cards from its publication."
+                ),
+                title="No way in",
+                severity="warning",
+                markup=False,
+            )
             return
         try:
             # the terminal goes to the node's dashboard; headless (tests) there is none to hand over
             with contextlib.nullcontext() if self.is_headless else self.suspend():
                 code, said = self.open_dashboard(node.ssh)
         except Exception as e:  # a terminal that cannot be handed over: say so, keep the fleet
-            self.notify(printable(f"{name}: its dashboard could not be opened here ({e})."),
-                        title="Dashboard", severity="error", markup=False)
+            self.notify(
+                printable(f"{name}: its dashboard could not be opened here ({e})."),
+                title="Dashboard",
+                severity="error",
+                markup=False,
+            )
             return
         if code != 0:
-            self.notify(printable(f"{name} ({node.ssh}): its dashboard ended with exit code {code}"
-                                  + (f": {said}" if said else ".")),
-                        title="Dashboard", severity="error", timeout=12, markup=False)
+            self.notify(
+                printable(
+                    f"{name} ({node.ssh}): its dashboard ended with exit code {code}" + (f": {said}" if said else ".")
+                ),
+                title="Dashboard",
+                severity="error",
+                timeout=12,
+                markup=False,
+            )
 
     def action_open(self) -> None:
         name = self._selected_name()
@@ -526,8 +567,12 @@ class FleetApp(App[int]):
             node = self.node(name)
             why = node.problem if node is not None and node.problem else "nothing it published can be read"
             # another node's words (its name, its problem): plain text, never markup
-            self.notify(printable(f"{name}: no card grid to show: {why}."), title="Nothing to open",
-                        severity="warning", markup=False)
+            self.notify(
+                printable(f"{name}: no card grid to show: {why}."),
+                title="Nothing to open",
+                severity="warning",
+                markup=False,
+            )
             return
         self.push_screen(NodeScreen(name))
 

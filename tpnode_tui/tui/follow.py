@@ -12,6 +12,7 @@ other people's words (process names, labels, owners, the driver's text) are
 safe to show. The cards' history is the node's too: it is fetched when the
 selection changes and every few seconds, never per poll.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -174,8 +175,10 @@ class NodeFollower:
         if self.gone_since is None:
             return None
         who = "the node's agent is" if self.gone_agent else "the node is"
-        return (f"{who} not answering since {clock_time(self.gone_since)}, so {what} cannot "
-                f"be asked for ({self.gone_why}); the dashboard reconnects by itself.")
+        return (
+            f"{who} not answering since {clock_time(self.gone_since)}, so {what} cannot "
+            f"be asked for ({self.gone_why}); the dashboard reconnects by itself."
+        )
 
 
 class LogFollower:

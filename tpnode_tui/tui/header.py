@@ -7,6 +7,7 @@ last picture quietly staying up. On a shared node what a key does depends on
 who presses it, so the header also says who that is, as the node named them,
 and where the node is served from.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ class PollState:
 
 
 def you_text(you: You) -> str:
-    """"alice · operator", or "bob · 1 of at most 2 cards" where a card limit applies."""
+    """ "alice · operator", or "bob · 1 of at most 2 cards" where a card limit applies."""
     words = [you.user]
     if you.operator:
         words.append("operator")
@@ -118,44 +119,69 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
     return out
 
 
-def banner_lines(snap: Optional[NodeSnapshot], poll: PollState,
-                 compact: bool = False) -> list[tuple[str, Text]]:
+def banner_lines(snap: Optional[NodeSnapshot], poll: PollState, compact: bool = False) -> list[tuple[str, Text]]:
     """(banner name, text) for each banner that applies now, most urgent first;
     ``compact`` keeps the blind banner's explanation to one short line, so a
     short terminal still shows the jobs table."""
     banners = []
     since = clock_time(poll.stale_since) if poll.stale_since is not None else ""
     if poll.stale_since is not None and poll.agent_gone:
-        then = ("Nothing has been read yet, so no card is shown" if snap is None else
-                "Showing the last good reading, marked ?; no card counts as free")
-        banners.append(("stale", Text(
-            f"agent not answering since {since}: {poll.stale_error}\n"
-            f"{then}, and nothing can be done until it answers; it reconnects by itself.")))
+        then = (
+            "Nothing has been read yet, so no card is shown"
+            if snap is None
+            else "Showing the last good reading, marked ?; no card counts as free"
+        )
+        banners.append(
+            (
+                "stale",
+                Text(
+                    f"agent not answering since {since}: {poll.stale_error}\n"
+                    f"{then}, and nothing can be done until it answers; it reconnects by itself."
+                ),
+            )
+        )
     elif poll.stale_since is not None and snap is None:
-        banners.append(("stale", Text(
-            f"the node cannot be read (since {since}): {poll.stale_error}\n"
-            "Nothing has been read yet, so no card is shown; it retries by itself.")))
+        banners.append(
+            (
+                "stale",
+                Text(
+                    f"the node cannot be read (since {since}): {poll.stale_error}\n"
+                    "Nothing has been read yet, so no card is shown; it retries by itself."
+                ),
+            )
+        )
     elif poll.stale_since is not None:
-        banners.append(("stale", Text(
-            f"stale since {since}: {poll.stale_error}\n"
-            "Showing the last good reading, marked ?; no card counts as free until a poll "
-            "succeeds again (it retries by itself).")))
+        banners.append(
+            (
+                "stale",
+                Text(
+                    f"stale since {since}: {poll.stale_error}\n"
+                    "Showing the last good reading, marked ?; no card counts as free until a poll "
+                    "succeeds again (it retries by itself)."
+                ),
+            )
+        )
     if snap is not None and not snap.occupancy.external_probe_ok and snap.occupancy.total:
         why = snap.probe.problem or "use from outside the platform cannot be probed"
         if compact:
             then = "handed out anyway" if poll.unverified_allowed else "launches wait for the probe"
             explain = f"Free cards show as UNVERIFIED; {then}."
         else:
-            then = ("they are handed out anyway (TUNEPLANE_ALLOW_UNVERIFIED)" if poll.unverified_allowed
-                    else "launches wait until the probe works again (queued ones then start by themselves)")
-            explain = ("Cards may be in use by processes outside the platform that cannot be seen (the "
-                       f"free count may be too high): free cards show as UNVERIFIED, and {then}.")
+            then = (
+                "they are handed out anyway (TUNEPLANE_ALLOW_UNVERIFIED)"
+                if poll.unverified_allowed
+                else "launches wait until the probe works again (queued ones then start by themselves)"
+            )
+            explain = (
+                "Cards may be in use by processes outside the platform that cannot be seen (the "
+                f"free count may be too high): free cards show as UNVERIFIED, and {then}."
+            )
         banners.append(("blind", Text(f"PROBE-BLIND: {why}.\n{explain}")))
     return banners
 
 
 def intruder_words(snap: NodeSnapshot) -> str:
-    """"1 with an intruder (card 3)": cards someone other than their holder uses."""
+    """ "1 with an intruder (card 3)": cards someone other than their holder uses."""
     cards = snap.intruder_cards
     if not cards:
         return ""

@@ -4,6 +4,7 @@ The launches not started yet are the node's, as its snapshot lists them
 (``NodeSnapshot.queue``): queued for cards, waiting for the allocation lock,
 or being placed, whoever asked for them and from where.
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -97,8 +98,17 @@ def pending_row(launch: QueuedLaunch, position: Optional[int], now: float) -> Ce
     if launch.state == WAITING:
         runs = launch.waiting_for or "waiting for the allocation lock"
     else:
-        runs = workload(JobState(name=launch.run_id, run_id=launch.run_id, gpus=(), status=launch.state,
-                                 kind=launch.kind, image=launch.image, command=launch.command))
+        runs = workload(
+            JobState(
+                name=launch.run_id,
+                run_id=launch.run_id,
+                gpus=(),
+                status=launch.state,
+                kind=launch.kind,
+                image=launch.image,
+                command=launch.command,
+            )
+        )
     return (
         Text(launch.run_id, style="bold"),
         launch.kind,
@@ -115,7 +125,7 @@ def wrap(text: str, width: int, most: int) -> list[str]:
     """``text`` on at most ``most`` lines of ``width`` cells, the last one cut if need be."""
     lines = textwrap.wrap(text, max(1, width), break_on_hyphens=False) or [""]
     if len(lines) > most:
-        lines = lines[:most - 1] + [" ".join(lines[most - 1:])]
+        lines = lines[: most - 1] + [" ".join(lines[most - 1 :])]
     return [fit(line, width) for line in lines]
 
 
@@ -153,8 +163,9 @@ class JobsTable(DataTable[Text]):
         if self._shown is not None:
             self.show(*self._shown)
 
-    def show(self, jobs: Iterable[JobState], pending: Iterable[QueuedLaunch], now: float,
-             idle: Mapping[str, float] = {}) -> None:
+    def show(
+        self, jobs: Iterable[JobState], pending: Iterable[QueuedLaunch], now: float, idle: Mapping[str, float] = {}
+    ) -> None:
         """``idle``: reservations' run ids -> since when their owner has not used them."""
         jobs, pending = tuple(jobs), tuple(pending)
         self._shown = (jobs, pending, now, idle)

@@ -10,6 +10,7 @@ cancel came too late is reported as having gone ahead anyway, and is not
 offered the queue. A plain object, so all of that is decided without a
 screen (tests/test_tui_launches.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

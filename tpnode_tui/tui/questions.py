@@ -7,6 +7,7 @@ job is ended or its record removed, naming exactly what is touched. The node
 decides and words every refusal; these only lay out what it answered. Drain,
 undrain and evict have theirs in tui/triage.py.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -32,11 +33,15 @@ def capacity_line(snap: Optional[NodeSnapshot], stale_error: Optional[str]) -> s
     if occ.external_probe_ok:
         return line + "."
     if snap.allow_unverified:
-        return (line + ", unverified: use from outside cannot be probed, and they are handed "
-                "out anyway (TUNEPLANE_ALLOW_UNVERIFIED).")
-    return (f"Use from outside cannot be probed, so no card can be checked free ({len(free)} of "
-            f"{occ.total} look free): a launch waits until the probe works again. Queued, it "
-            "then starts by itself.")
+        return (
+            line + ", unverified: use from outside cannot be probed, and they are handed "
+            "out anyway (TUNEPLANE_ALLOW_UNVERIFIED)."
+        )
+    return (
+        f"Use from outside cannot be probed, so no card can be checked free ({len(free)} of "
+        f"{occ.total} look free): a launch waits until the probe works again. Queued, it "
+        "then starts by itself."
+    )
 
 
 def free_profiles(snap: Optional[NodeSnapshot]) -> str:
@@ -71,28 +76,31 @@ def capacity_words(error: NoCapacity) -> str:
     """The node's reason without the advice an agent words for the command
     line around it ("no capacity now: ...; not waiting for cards: try again
     later"): the dashboard offers the queue instead."""
-    return (str(error).removeprefix("no capacity now: ")
-            .removesuffix("; not waiting for cards: try again later"))
+    return str(error).removeprefix("no capacity now: ").removesuffix("; not waiting for cards: try again later")
 
 
-def queue_question(error: NoCapacity, run_id: str, cards: int, snap: Optional[NodeSnapshot],
-                   slice: Optional[str] = None) -> tuple[str, str]:
+def queue_question(
+    error: NoCapacity, run_id: str, cards: int, snap: Optional[NodeSnapshot], slice: Optional[str] = None
+) -> tuple[str, str]:
     """(title, body) of the offer to queue a launch the node has no room for now."""
-    body = (f"{capacity_words(error)}.\n\nQueue {run_id}? It starts by itself "
-            f"{starts_when(snap, cards, slice)}, after the launches queued before it.")
+    body = (
+        f"{capacity_words(error)}.\n\nQueue {run_id}? It starts by itself "
+        f"{starts_when(snap, cards, slice)}, after the launches queued before it."
+    )
     title = "No card can be checked free now" if waits_for_probe(snap) else "No capacity now"
     return title, body
 
 
 def stop_question(job: JobState, where: str) -> str:
     """``where``: what the job was chosen by ("On the selected card 3")."""
-    return (f"{where}: {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, "
-            f"{job.holding}).\n\n"
-            "Stop it? Its processes are ended; its cards are free once they have exited.")
+    return (
+        f"{where}: {job.run_id} ({job.kind}, owner {job.owner or 'not recorded'}, "
+        f"{job.holding}).\n\n"
+        "Stop it? Its processes are ended; its cards are free once they have exited."
+    )
 
 
-def nothing_to_stop(*, stale: bool, row: Optional[str], row_job: Optional[JobState],
-                    card: Optional[int]) -> str:
+def nothing_to_stop(*, stale: bool, row: Optional[str], row_job: Optional[JobState], card: Optional[int]) -> str:
     """Why s does nothing, worded by what is selected: a row of the jobs table
     (``row``, its key, while the table has the focus; ``row_job``, its job),
     else a card (``card``, its index, or None)."""

@@ -6,6 +6,7 @@ told to, and ``Static.update`` also lays the whole screen out again, so an
 idle dashboard spent several per cent of a core once a second repainting the
 same picture (bench/run.py measures it). Comparing first costs far less.
 """
+
 from __future__ import annotations
 
 from rich.text import Text

@@ -17,6 +17,7 @@ next one, up to :data:`GAP_S`. A fetched history is kept only as
 :data:`SLICES` means per field (:class:`Recent`), so what the dashboard holds
 of every card's hour is a few kilobytes, however fast the node polls.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,15 +59,14 @@ def window(samples: Sequence[Sample], now: float) -> float:
 
 
 def window_words(span_s: float) -> str:
-    """"last 12m", "last 1h"."""
+    """ "last 12m", "last 1h"."""
     minutes = round(span_s / 60)
     if minutes >= 60:
         return "last 1h"
     return f"last {minutes}m" if minutes >= 1 else f"last {format_duration(span_s)}"
 
 
-def columns(samples: Sequence[Sample], field: str, width: int, now: float,
-            span_s: float) -> list[Optional[float]]:
+def columns(samples: Sequence[Sample], field: str, width: int, now: float, span_s: float) -> list[Optional[float]]:
     """``field`` of ``samples`` in ``width`` equal slices of time ending ``now``:
     each slice the mean of the samples that stand for part of it, None where
     none does (never read, or the value was unknown)."""
@@ -105,8 +105,11 @@ class Recent:
     @classmethod
     def of(cls, samples: Sequence[Sample], at: float) -> Recent:
         span = window(samples, at)
-        return cls(span, tuple(columns(samples, "utilization_pct", SLICES, at, span)),
-                   tuple(columns(samples, "memory_used_mib", SLICES, at, span)))
+        return cls(
+            span,
+            tuple(columns(samples, "utilization_pct", SLICES, at, span)),
+            tuple(columns(samples, "memory_used_mib", SLICES, at, span)),
+        )
 
     @property
     def empty(self) -> bool:
@@ -122,7 +125,7 @@ def squeeze(values: Sequence[Optional[float]], width: int) -> list[Optional[floa
     out: list[Optional[float]] = []
     for c in range(width):
         lo = c * n // width
-        share = [v for v in values[lo:max((c + 1) * n // width, lo + 1)] if v is not None]
+        share = [v for v in values[lo : max((c + 1) * n // width, lo + 1)] if v is not None]
         out.append(sum(share) / len(share) if share else None)
     return out
 

@@ -4,6 +4,7 @@ Tiles are created once per card and only their content and classes change
 afterwards, so the grid does not flicker or lose the selection each second,
 and a tile keeps its place on screen: operators learn "card 5 is bottom left".
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
@@ -118,7 +119,7 @@ def slice_strip(card: CardView, width: int, stale: bool) -> Text:
         if cell_len(line.plain) + cell_len(part) > room:
             line.append(" …", style="grey62")
             break
-        line.append(part[:-len(part.lstrip(" ■"))], style=colour)
+        line.append(part[: -len(part.lstrip(" ■"))], style=colour)
         line.append(part.lstrip(" ■"), style="grey62" if stale else "")
     return line
 
@@ -132,12 +133,12 @@ def readings(card: CardView) -> str:
 
 
 def short_duration(seconds: float) -> str:
-    """"45m" under an hour, else as format_duration says it ("1h05m")."""
+    """ "45m" under an hour, else as format_duration says it ("1h05m")."""
     return f"{max(0, int(seconds)) // 60}m" if seconds < 3600 else format_duration(seconds)
 
 
 def drain_note(drain: Drain, now: float) -> str:
-    """"by ana, 2h00m ago", "by XID 79, 5m00s ago" (the badge says drained)."""
+    """ "by ana, 2h00m ago", "by XID 79, 5m00s ago" (the badge says drained)."""
     by = f"XID {drain.xid}" if drain.source == "xid" and drain.xid is not None else drain.by
     return f"by {by}, {format_duration(now - drain.at)} ago"
 
@@ -176,8 +177,14 @@ def spark_line(recent: Optional[Recent], width: int) -> Text:
     return spark_text(bars, 100.0) + Text(words, style="grey50")
 
 
-def render_tile(card: CardView, width: int, now: float, stale: bool, idle_since: Optional[float] = None,
-                spark: Optional[Text] = None) -> Text:
+def render_tile(
+    card: CardView,
+    width: int,
+    now: float,
+    stale: bool,
+    idle_since: Optional[float] = None,
+    spark: Optional[Text] = None,
+) -> Text:
     """``idle_since``: the card's reservation has not been used since then;
     ``spark``: the utilisation line, where the tile has room for it."""
     label, colour = STALE_BADGE if stale else BADGES.get(card.state, (card.state.upper(), "grey30"))
@@ -203,15 +210,20 @@ def render_tile(card: CardView, width: int, now: float, stale: bool, idle_since:
     else:
         who = summary
         note, note_style = tile_note(card, now)
-        summary_style = {"free": "grey62", "unverified": "grey62", "unhealthy": f"bold {ERROR}",
-                         "drained": f"bold {DRAINED_TEXT}"}.get(card.state, "bold")
+        summary_style = {
+            "free": "grey62",
+            "unverified": "grey62",
+            "unhealthy": f"bold {ERROR}",
+            "drained": f"bold {DRAINED_TEXT}",
+        }.get(card.state, "bold")
 
     f = card.facts
     lines = [
         head,
         Text(fit(who, width), style=summary_style),
         memory_bar(f.memory_used_mib if f else None, f.memory_total_mib if f else None, width, stale),
-        slice_strip(card, width, stale) if card.slices
+        slice_strip(card, width, stale)
+        if card.slices
         else Text(fit(readings(card), width), style="grey62" if stale else ""),
     ]
     if spark is not None:
@@ -320,8 +332,7 @@ class CardGrid(Container, can_focus=True):
             self.columns = columns
             self.styles.grid_size_columns = columns
 
-    def show(self, cards: tuple[CardView, ...], now: float, stale: bool,
-             idle: Mapping[str, float] = {}) -> None:
+    def show(self, cards: tuple[CardView, ...], now: float, stale: bool, idle: Mapping[str, float] = {}) -> None:
         """Update every tile in place; tiles are only built when the card count
         changes. ``idle``: reservations' run ids -> unused since."""
         if len(cards) != len(self.tiles):

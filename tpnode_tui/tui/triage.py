@@ -6,6 +6,7 @@ evict asks the node for a dry run and lists the processes it would signal,
 pid by pid, and signals exactly those. The node decides and words every
 refusal; these only lay out what it answered.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -37,54 +38,73 @@ def evict_question(report: EvictReport) -> str:
     n = len(report.processes)
     lines = "\n".join(process_lines(e) for e in report.processes)
     if n == 1:
-        then = ("The node waits up to {g} s for it to end; if it is still running then, SIGKILL is "
-                "offered next. Only this pid is signalled, and only while it is still the process "
-                "listed here.")
+        then = (
+            "The node waits up to {g} s for it to end; if it is still running then, SIGKILL is "
+            "offered next. Only this pid is signalled, and only while it is still the process "
+            "listed here."
+        )
     else:
-        then = ("The node waits up to {g} s for them to end; whatever is still running then is "
-                "offered SIGKILL next. Only these pids are signalled, each only while it is still "
-                "the process listed here.")
-    return (f"{'This process' if n == 1 else f'These {n} processes'} on card {report.card} would be "
-            f"sent SIGTERM:\n\n{lines}\n\n" + then.format(g=f"{report.grace_s:g}"))
+        then = (
+            "The node waits up to {g} s for them to end; whatever is still running then is "
+            "offered SIGKILL next. Only these pids are signalled, each only while it is still "
+            "the process listed here."
+        )
+    return (
+        f"{'This process' if n == 1 else f'These {n} processes'} on card {report.card} would be "
+        f"sent SIGTERM:\n\n{lines}\n\n" + then.format(g=f"{report.grace_s:g}")
+    )
 
 
 def kill_question(card: int, survivors: Sequence[Evicted], grace_s: float) -> str:
     n = len(survivors)
     lines = "\n".join(process_lines(e) for e in survivors)
-    return (f"{'This process' if n == 1 else f'These {n} processes'} on card {card} did not end "
-            f"within {grace_s:g} s of SIGTERM:\n\n{lines}\n\nSend SIGKILL? "
-            f"{'It is' if n == 1 else 'They are'} sent SIGTERM once more and, if still running "
-            f"{grace_s:g} s later, SIGKILL, which cannot be caught: whatever "
-            f"{'it has' if n == 1 else 'they have'} not saved is lost.")
+    return (
+        f"{'This process' if n == 1 else f'These {n} processes'} on card {card} did not end "
+        f"within {grace_s:g} s of SIGTERM:\n\n{lines}\n\nSend SIGKILL? "
+        f"{'It is' if n == 1 else 'They are'} sent SIGTERM once more and, if still running "
+        f"{grace_s:g} s later, SIGKILL, which cannot be caught: whatever "
+        f"{'it has' if n == 1 else 'they have'} not saved is lost."
+    )
 
 
 def fates(processes: Iterable[Evicted]) -> str:
     """Each process and what became of it, one a line."""
-    return "\n".join(f"pid {e.pid} ({_who(e)}, "
-                     f"{fit(e.command or 'command not readable', COMMAND_WIDTH)}): {e.fate}"
-                     for e in processes)
+    return "\n".join(
+        f"pid {e.pid} ({_who(e)}, {fit(e.command or 'command not readable', COMMAND_WIDTH)}): {e.fate}"
+        for e in processes
+    )
 
 
 def drain_context(card: CardView) -> str:
     """What draining the card means for what is on it now."""
     if card.job is not None and card.job.live:
-        return (f"Card {card.index} is held by {card.job.key}" + (f" of {card.job.owner}" if card.job.owner else "")
-                + ": it keeps running, and the card is not handed out again when it ends. Only an "
-                "operator can undrain it (u).")
+        return (
+            f"Card {card.index} is held by {card.job.key}"
+            + (f" of {card.job.owner}" if card.job.owner else "")
+            + ": it keeps running, and the card is not handed out again when it ends. Only an "
+            "operator can undrain it (u)."
+        )
     now = card_summary(card)
     state = f"{card.state}: {now}" if now and now != card.state else card.state
-    return (f"Card {card.index} is {state}. Drained, it is never handed out until an operator undrains "
-            "it (u). Say why, for the next operator.")
+    return (
+        f"Card {card.index} is {state}. Drained, it is never handed out until an operator undrains "
+        "it (u). Say why, for the next operator."
+    )
 
 
 def undrain_question(card: int, drain: Drain, now: float) -> str:
-    return (f"Card {card} was drained {drain_source(drain, now)}:\n\n  {drain.reason}\n\n"
-            "Put it back in service? It can be handed out again at once. The node refuses while "
-            "the card still reports a problem, and says which.")
+    return (
+        f"Card {card} was drained {drain_source(drain, now)}:\n\n  {drain.reason}\n\n"
+        "Put it back in service? It can be handed out again at once. The node refuses while "
+        "the card still reports a problem, and says which."
+    )
 
 
 def evicting_words(card: int, processes: Sequence[Evicted], kill: bool, grace_s: float) -> str:
     pids = ", ".join(str(e.pid) for e in processes)
-    then = (f"SIGTERM, then SIGKILL after {grace_s:g} s if still running" if kill
-            else f"SIGTERM; waiting up to {grace_s:g} s for {'it' if len(processes) == 1 else 'them'} to end")
+    then = (
+        f"SIGTERM, then SIGKILL after {grace_s:g} s if still running"
+        if kill
+        else f"SIGTERM; waiting up to {grace_s:g} s for {'it' if len(processes) == 1 else 'them'} to end"
+    )
     return f"Evicting pid {pids} from {cards_words([card])}: {then}."

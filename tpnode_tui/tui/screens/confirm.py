@@ -1,4 +1,5 @@
 """Yes or no, with the consequence spelled out: what every question before an action is."""
+
 from __future__ import annotations
 
 from textual.app import ComposeResult

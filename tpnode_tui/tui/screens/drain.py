@@ -1,4 +1,5 @@
 """The drain form: why the card is taken out of service."""
+
 from __future__ import annotations
 
 from typing import Optional

@@ -1,4 +1,5 @@
 """The extend form: how much longer a reservation holds its cards."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -19,8 +20,10 @@ class ExtendScreen(FormScreen[float]):
         super().__init__()
         self.job = job
         self.title_text = f"Extend {job.key}"
-        self.context = context or (f"{job.key} holds {cards_words(job.gpus)} for {job.owner or 'nobody'}; "
-                                   "it is held this much longer than it would have been.")
+        self.context = context or (
+            f"{job.key} holds {cards_words(job.gpus)} for {job.owner or 'nobody'}; "
+            "it is held this much longer than it would have been."
+        )
 
     def fields(self) -> list[Field]:
         return [("duration", "Longer by", "1h", "e.g. 30m, 2h, 1h30m, 1d")]

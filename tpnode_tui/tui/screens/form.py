@@ -1,4 +1,5 @@
 """A dialog of labelled inputs, each with its own error line: what the launch, reserve, extend and drain forms share."""
+
 from __future__ import annotations
 
 from typing import Generic, Optional, TypeVar

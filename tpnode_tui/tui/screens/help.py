@@ -1,4 +1,5 @@
 """The help: every key, who may do what, every card state and the marks on a card."""
+
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
@@ -23,36 +24,62 @@ TAB_HELP = ("tab", "move between the grid, the detail pane and the jobs table")
 PALETTE_HELP = ("ctrl+p", "command palette: every action by name")
 
 MARKS_HELP = [
-    ("! in red", "an intruder: someone else's process on a held card (the card keeps its state); the "
-                 "detail pane marks each process holder, intruder, external or unknown (a pid this "
-                 "machine cannot see) and names containers by name and image"),
-    ("idle 45m", "a reservation whose owner has used none of its cards for that long "
-                 "(TUNEPLANE_IDLE_RESERVATION_MIN)"),
-    ("▁▃▇", "utilisation on a tile, and utilisation and memory in the detail pane: the last hour (or "
-            "as much as the node has kept), on a fixed scale: 0-100 %, and the card's whole memory"),
+    (
+        "! in red",
+        "an intruder: someone else's process on a held card (the card keeps its state); the "
+        "detail pane marks each process holder, intruder, external or unknown (a pid this "
+        "machine cannot see) and names containers by name and image",
+    ),
+    ("idle 45m", "a reservation whose owner has used none of its cards for that long (TUNEPLANE_IDLE_RESERVATION_MIN)"),
+    (
+        "▁▃▇",
+        "utilisation on a tile, and utilisation and memory in the detail pane: the last hour (or "
+        "as much as the node has kept), on a fixed scale: 0-100 %, and the card's whole memory",
+    ),
 ]
 STATES_HELP = [
     ("free", "nothing holds it; it can be handed out"),
     ("job", "held by a platform job (run id, owner, since when)"),
     ("reservation", "held for a person until it expires (owner, time left)"),
-    ("external", "in use by something the platform did not start: a process with pid, user and "
-                 "command, or memory in use with no process this machine can see"),
-    ("unhealthy", "must not be handed out: retired pages or row remapping pending, uncorrected "
-                  "ECC errors, hardware slowdown, card lost"),
-    ("unverified", "free as far as the platform knows, but use from outside cannot be probed, "
-                   "so it may be held; a banner over the grid says why. Launches wait until the "
-                   "probe works again (one queued with l then starts by itself), unless "
-                   "TUNEPLANE_ALLOW_UNVERIFIED=true hands such cards out anyway"),
-    ("drained", "taken out of service by an operator (d), or by an XID that needs a GPU reset or a "
-                "reboot, until an operator undrains it (u); the detail pane says why, by whom, when. "
-                "A job already on a card keeps it; its tile carries the drain as a warning"),
-    ("mig", "split into MIG slices: the card is never handed out whole, each slice is, on its own "
-            "(launch a slice's profile); its tile shows each slice as a mark in its state's colour, and "
-            "the detail pane lists them with who holds each"),
-    ("shared", "a MIG slice whose GPU instance's memory is in use through a sibling compute "
-               "instance: not handed out while it is"),
-    ("?", "unknown: the last poll failed, or the node's agent is not answering; the header says "
-          "since when and why. No card is shown free until a reading comes again"),
+    (
+        "external",
+        "in use by something the platform did not start: a process with pid, user and "
+        "command, or memory in use with no process this machine can see",
+    ),
+    (
+        "unhealthy",
+        "must not be handed out: retired pages or row remapping pending, uncorrected "
+        "ECC errors, hardware slowdown, card lost",
+    ),
+    (
+        "unverified",
+        "free as far as the platform knows, but use from outside cannot be probed, "
+        "so it may be held; a banner over the grid says why. Launches wait until the "
+        "probe works again (one queued with l then starts by itself), unless "
+        "TUNEPLANE_ALLOW_UNVERIFIED=true hands such cards out anyway",
+    ),
+    (
+        "drained",
+        "taken out of service by an operator (d), or by an XID that needs a GPU reset or a "
+        "reboot, until an operator undrains it (u); the detail pane says why, by whom, when. "
+        "A job already on a card keeps it; its tile carries the drain as a warning",
+    ),
+    (
+        "mig",
+        "split into MIG slices: the card is never handed out whole, each slice is, on its own "
+        "(launch a slice's profile); its tile shows each slice as a mark in its state's colour, and "
+        "the detail pane lists them with who holds each",
+    ),
+    (
+        "shared",
+        "a MIG slice whose GPU instance's memory is in use through a sibling compute "
+        "instance: not handed out while it is",
+    ),
+    (
+        "?",
+        "unknown: the last poll failed, or the node's agent is not answering; the header says "
+        "since when and why. No card is shown free until a reading comes again",
+    ),
 ]
 
 
@@ -66,8 +93,16 @@ def _table() -> Table:
 def key_lines(demo: bool, agent: bool) -> list[HelpLine]:
     """Every key, one line each: moving about, what acts on the node and what
     only shows, then the palette, help and quit, and the demo's last."""
-    return (GRID_KEYS_HELP + help_lines("move") + [TAB_HELP] + help_lines("node") + help_lines("view")
-            + [PALETTE_HELP] + help_lines("app", agent=agent) + (help_lines("demo") if demo else []))
+    return (
+        GRID_KEYS_HELP
+        + help_lines("move")
+        + [TAB_HELP]
+        + help_lines("node")
+        + help_lines("view")
+        + [PALETTE_HELP]
+        + help_lines("app", agent=agent)
+        + (help_lines("demo") if demo else [])
+    )
 
 
 def readonly_line() -> str:
@@ -92,19 +127,23 @@ def help_text(demo: bool, readonly: bool, agent: bool = False) -> Group:
         marks.add_row(Text(mark, style="bold #ef5350" if mark.startswith("!") else "bold #ffb300"), meaning)
     parts += [
         Text("\nWho may do what", style="bold underline"),
-        Text("The header names you as the node knows you (from the kernel, not from anything typed). "
-             "Stop, extend and cancel are offered on your own jobs, reservations and launches; an "
-             "operator may act on anyone's, and only an operator is offered drain, undrain and evict. "
-             "Anything else the node may refuse (a card limit, an "
-             "image not allowed) is said in its own words. For a running job or reservation the "
-             "detail pane shows the exports (env) that point CUDA at its cards, to paste into a shell."),
+        Text(
+            "The header names you as the node knows you (from the kernel, not from anything typed). "
+            "Stop, extend and cancel are offered on your own jobs, reservations and launches; an "
+            "operator may act on anyone's, and only an operator is offered drain, undrain and evict. "
+            "Anything else the node may refuse (a card limit, an "
+            "image not allowed) is said in its own words. For a running job or reservation the "
+            "detail pane shows the exports (env) that point CUDA at its cards, to paste into a shell."
+        ),
         Text("\nCard states", style="bold underline"),
         states,
         Text("\nOn a card", style="bold underline"),
         marks,
-        Text("\nEvery action goes through the node, with the same rules and the same lock as the "
-             "tpnode-tui command line, so the dashboard and a shell never hand out the same card.",
-             style="grey62"),
+        Text(
+            "\nEvery action goes through the node, with the same rules and the same lock as the "
+            "tpnode-tui command line, so the dashboard and a shell never hand out the same card.",
+            style="grey62",
+        ),
     ]
     return Group(*parts)
 
@@ -126,4 +165,3 @@ class HelpScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
-

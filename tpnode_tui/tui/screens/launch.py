@@ -1,4 +1,5 @@
 """The launch form: how many cards, the command (and, on a docker node, the image), the run id."""
+
 from __future__ import annotations
 
 import shlex
@@ -13,8 +14,16 @@ class LaunchScreen(FormScreen[LaunchRequest]):
     title_text = "Launch a job"
     submit_label = "Launch"
 
-    def __init__(self, *, total: int, docker: bool, default_command: tuple[str, ...],
-                 run_id: str, context: str = "", slices: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        total: int,
+        docker: bool,
+        default_command: tuple[str, ...],
+        run_id: str,
+        context: str = "",
+        slices: str = "",
+    ) -> None:
         """``slices``: the MIG profiles free now, on a node that has slices (else empty)."""
         super().__init__()
         self.context = context
@@ -52,8 +61,10 @@ class LaunchScreen(FormScreen[LaunchRequest]):
             if self.default_command:
                 command = self.default_command
             else:
-                self.refuse("command", "give the command to run, e.g. python train.py"
-                            + (", or an image" if self.docker else ""))
+                self.refuse(
+                    "command",
+                    "give the command to run, e.g. python train.py" + (", or an image" if self.docker else ""),
+                )
                 command = None
         run_id = self.run_id("run-id")
         if cards is None or command is None or run_id is None:

@@ -12,6 +12,7 @@ mostly to what they already show, so each part is compared before it is
 given anything (tpnode_tui/tui/redraw.py), and the footer is rebuilt only
 when a key's state changed.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Mapping, Optional
@@ -51,8 +52,17 @@ class MainScreen(Screen[None]):
     once its widgets are made (the app follows the node from then on, so that
     the first reading, and the history fetched for it, have tiles to land on)."""
 
-    def __init__(self, *, follower: NodeFollower, node_log: LogFollower, history: HistoryFollower,
-                 readonly: bool, served: str, via: str, ready: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        *,
+        follower: NodeFollower,
+        node_log: LogFollower,
+        history: HistoryFollower,
+        readonly: bool,
+        served: str,
+        via: str,
+        ready: Callable[[], None],
+    ) -> None:
         super().__init__(id="_default")
         self.follower = follower
         self.node_log = node_log
@@ -176,8 +186,7 @@ class MainScreen(Screen[None]):
 
     def _redraw_header(self) -> None:
         if self._shown():
-            text = header_text(self.follower.snapshot, self.follower.clock(), self.poll_state,
-                               compact=self._short())
+            text = header_text(self.follower.snapshot, self.follower.clock(), self.poll_state, compact=self._short())
             update(self.query_one("#header", Static), text)
 
     def redraw(self) -> None:
@@ -366,7 +375,7 @@ class MainScreen(Screen[None]):
         snap = self.follower.snapshot
         if snap is None or not key.startswith(JOB_PREFIX):
             return None
-        name = key[len(JOB_PREFIX):]
+        name = key[len(JOB_PREFIX) :]
         return next((j for j in snap.jobs if j.name == name), None)
 
     def selected_launch(self) -> Optional[QueuedLaunch]:
@@ -375,5 +384,5 @@ class MainScreen(Screen[None]):
         snap = self.follower.snapshot
         if snap is None or not self.jobs_focused or not key.startswith(LAUNCH_PREFIX):
             return None
-        run_id = key[len(LAUNCH_PREFIX):]
+        run_id = key[len(LAUNCH_PREFIX) :]
         return next((q for q in snap.queue if q.run_id == run_id), None)

@@ -1,4 +1,5 @@
 """The question asked before quitting drops launches not started yet."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -7,8 +8,12 @@ from ..jobs import PLACING, QUEUED, WAITING
 from .confirm import ConfirmScreen
 
 #: how quitting names a launch it would drop, by its state
-DROPPED_AS = {QUEUED: "queued", WAITING: "waiting for the allocation lock",
-              PLACING: "being placed now: stop and reclaim it if it shows up", "": "under way"}
+DROPPED_AS = {
+    QUEUED: "queued",
+    WAITING: "waiting for the allocation lock",
+    PLACING: "being placed now: stop and reclaim it if it shows up",
+    "": "under way",
+}
 
 
 class QuitScreen(ConfirmScreen):
@@ -22,8 +27,13 @@ class QuitScreen(ConfirmScreen):
         many = len(names) > 1
         count = f"{len(names)} launch{'es' if many else ''} not started yet"
         jobs = "The demo stops its own jobs." if demo else "Running jobs and reservations keep running."
-        where = ("They wait for the allocation lock on this dashboard's behalf, and end with it"
-                 if agent else "They live only in this dashboard")
-        body = (f"{count} will be dropped: {', '.join(names)}.\n\n{where}; nothing else will start "
-                f"{'them' if many else 'it'}. {jobs}")
+        where = (
+            "They wait for the allocation lock on this dashboard's behalf, and end with it"
+            if agent
+            else "They live only in this dashboard"
+        )
+        body = (
+            f"{count} will be dropped: {', '.join(names)}.\n\n{where}; nothing else will start "
+            f"{'them' if many else 'it'}. {jobs}"
+        )
         super().__init__(f"Quit and drop {count}?", body, yes="Quit")

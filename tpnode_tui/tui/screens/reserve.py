@@ -1,4 +1,5 @@
 """The reserve form: how many cards, for how long, for whom, under which run id."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -13,8 +14,9 @@ class ReserveScreen(FormScreen[ReserveRequest]):
     title_text = "Reserve cards for a person"
     submit_label = "Reserve"
 
-    def __init__(self, *, total: int, owner: str, operator: bool, run_id: str, context: str = "",
-                 slices: str = "") -> None:
+    def __init__(
+        self, *, total: int, owner: str, operator: bool, run_id: str, context: str = "", slices: str = ""
+    ) -> None:
         """``owner``: who is asking; only an ``operator`` may reserve for someone else.
         ``slices``: the MIG profiles free now, on a node that has slices (else empty)."""
         super().__init__()
@@ -45,8 +47,7 @@ class ReserveScreen(FormScreen[ReserveRequest]):
         if not owner:
             self.refuse("owner", "say who the cards are for")
         elif owner != self.owner and not self.operator:
-            self.refuse("owner", f"only an operator may reserve for someone else; these are for "
-                        f"{self.owner}, who asks")
+            self.refuse("owner", f"only an operator may reserve for someone else; these are for {self.owner}, who asks")
             owner = ""
         run_id = self.run_id("run-id")
         if cards is None or duration is None or not owner or run_id is None:
