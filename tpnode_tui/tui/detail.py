@@ -118,14 +118,15 @@ def slice_lines(out: Text, card: int, piece: SliceView) -> None:
     out.append(f"  {slice_name(card, piece.index):<{KEY_WIDTH - 2}}", style="grey62")
     out.append(f" {label} ", style=f"bold white on {colour}")
     f = piece.facts
-    summary = slice_summary(piece)
+    # who holds it on this line; why one is not free goes on the next, in full
+    summary = slice_summary(piece) if piece.state in ("job", "reservation", "external") else ""
     out.append(f"  {f.profile or 'profile unknown'}" + (f"  {summary}" if summary else ""))
     out.append(f"  {format_mib(f.memory_used_mib)} of {format_mib(f.memory_total_mib)}\n", style="grey62")
     pad = " " * KEY_WIDTH
     if piece.warning:
         out.append(f"{pad}! {piece.warning}\n", style=f"bold {ERROR}" if piece.intruders else f"bold {WARNING}")
-    elif piece.reason and piece.state not in ("job", "reservation"):
-        out.append(f"{pad}{piece.reason}\n", style="grey62")
+    elif piece.reason and piece.state not in ("job", "reservation") and not piece.holders:
+        out.append(f"{pad}{piece.reason}\n", style="grey62")  # its processes, where it has some, say why
     for holder in piece.holders:
         out.append(pad)
         out.append_text(holder_text(holder))
@@ -174,13 +175,19 @@ def describe_card(
         row("why", card.reason)
 
     f = card.facts
-    if card.holders:
-        for holder in card.holders:
+    # On a MIG card each slice lists its own processes (below); the card lists
+    # only those no slice could be told for, so none is shown twice or lost.
+    on_slices = {h.pid for piece in card.slices for h in piece.holders}
+    holders = [h for h in card.holders if h.pid not in on_slices]
+    if holders:
+        for holder in holders:
             out.append(f"  {'process':<{KEY_WIDTH - 2}}", style="grey62")
             out.append_text(holder_text(holder))
             out.append("\n")
     elif f is not None and f.processes is None:
         out.append("  The driver's process list could not be read.\n", style="#ffb300")
+    elif card.slices:
+        pass  # memory in use on a MIG card is its slices', said with each
     elif f is not None and f.memory_used_mib is not None and f.memory_used_mib >= mem_busy_mib:
         out.append(f"  {unseen_use(f.memory_used_mib, long=True)}\n", style="#ffb300")
 
