@@ -200,6 +200,11 @@ class SliceRef:
         """ "slice 1g.18gb of card 1"."""
         return f"slice {self.profile or self.uuid} of card {self.card}"
 
+    @property
+    def short(self) -> str:
+        """ "1:1g.18gb": by its card and profile, for a table's column (its uuid is too long for one)."""
+        return f"{self.card}:{self.profile or self.uuid}"
+
 
 def holding_words(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> str:
     """What a job holds, in a few words: "cards 0,1", "slice 1g.18gb of card 1",

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence, TextIO
 
-from ..model import EvictReport, Launched, NodeSnapshot, QueuedLaunch, SliceRef
+from ..model import EvictReport, Launched, NodeSnapshot, QueuedLaunch
 from ..node.base import Node
 from ..port import NodeView
 from ..printable import printable_view
@@ -80,7 +80,7 @@ def print_status(
         for job in snap.jobs:
             status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
             age = format_duration(now - job.started_at) if job.started_at else "-"
-            cards = ",".join([*map(str, job.gpus), *(slice_of(ref) for ref in job.slices)]) or "-"
+            cards = ",".join([*map(str, job.gpus), *(ref.short for ref in job.slices)]) or "-"
             rows.append([job.key, job.kind, status, cards, age, time_left(job.expires_at, job.live, now), job.owner])
             notes[len(rows)] = job.problems
         lines = table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))
@@ -88,11 +88,6 @@ def print_status(
             print(line, file=out)
             for problem in notes.get(i, ()):
                 print(f"  ! {problem}", file=out)
-
-
-def slice_of(ref: SliceRef) -> str:
-    """A job's MIG slice in the jobs table, by its card and profile ("1:1g.18gb"): its uuid is too long."""
-    return f"{ref.card}:{ref.profile}" if ref.profile else f"{ref.card}:{ref.uuid}"
 
 
 def report_launch(result: Launched, as_json: bool, what: str) -> None:

@@ -59,7 +59,7 @@ def _as_text(cells: Cells) -> TextCells:
 def held_cards(job: JobState) -> str:
     """The jobs table's CARDS: "0-3", or a MIG slice by its card and profile ("1:1g.18gb")."""
     parts = [card_ranges(job.gpus)] if job.gpus else []
-    parts += [f"{ref.card}:{ref.profile or ref.uuid}" for ref in job.slices]
+    parts += [ref.short for ref in job.slices]
     return ",".join(parts) or "-"
 
 
