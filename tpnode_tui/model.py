@@ -206,6 +206,13 @@ class SliceRef:
         return f"{self.card}:{self.profile or self.uuid}"
 
 
+def wanted_words(cards: int, slice: Optional[str] = None, placement: Optional[str] = None) -> str:
+    """What a launch asks for, in a few words: "2 cards", "4 cards same-switch", "a 1g.18gb MIG slice"."""
+    if slice is not None:
+        return f"a {slice} MIG slice"
+    return cards_words(cards) + (f" {placement}" if placement else "")
+
+
 def holding_words(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> str:
     """What a job holds, in a few words: "cards 0,1", "slice 1g.18gb of card 1",
     "card 0 and slice 1g.18gb of card 1", "no cards"."""
@@ -679,6 +686,11 @@ class JobSpec:
     #: the MIG slices it was given; set by the allocator, as ``fence`` is
     slices: tuple[SliceRef, ...] = ()
 
+    @property
+    def wants(self) -> str:
+        """What it asks for, in a few words: "2 cards", "4 cards same-switch", "a 1g.18gb MIG slice"."""
+        return wanted_words(self.cards, self.slice, self.placement)
+
 
 @dataclass(frozen=True)
 class JobState:
@@ -910,10 +922,7 @@ class QueuedLaunch:
 
     @property
     def wants(self) -> str:
-        """What it waits for, in a few words: "2 cards", "4 cards same-switch", "a 1g.18gb MIG slice"."""
-        if self.slice is not None:
-            return f"a {self.slice} MIG slice"
-        return cards_words(self.cards) + (f" {self.placement}" if self.placement else "")
+        return wanted_words(self.cards, self.slice, self.placement)
 
 
 @dataclass(frozen=True)

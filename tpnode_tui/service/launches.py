@@ -41,7 +41,6 @@ from ..model import (
 from ..policy import Policy
 from ..port import Cancelled, LaunchRequest, LaunchResult, OverQuota, ReserveRequest, new_run_id
 from ..printable import printable
-from ..render import cards_words
 from .accounts import account, group_names, run_as
 from .changes import Changes
 from .journal import Journal
@@ -158,7 +157,7 @@ class Launches:
 
         def done(result: LaunchResult) -> str:
             if result.queued is not None:
-                return f"{run_id} queued for {_wanted(spec)}"
+                return f"{run_id} queued for {spec.wants}"
             return _placed(result.launched)
 
         return await self.journal.audited(
@@ -269,7 +268,7 @@ class Launches:
             if run_id not in in_queue
         ]
         for n, entry in enumerate(entries):
-            place = entry.public("queued", f"{_wanted(entry.spec)}, #{n + 1} in the queue")
+            place = entry.public("queued", f"{entry.spec.wants}, #{n + 1} in the queue")
             pending = self._pending.get(entry.spec.run_id)
             shown.append(place if pending is None else trying(pending, place))
         return tuple(shown)
@@ -352,13 +351,6 @@ class Launches:
             self._round.cancel()
             with contextlib.suppress(BaseException):
                 await self._round
-
-
-def _wanted(spec: JobSpec) -> str:
-    """What a queued launch waits for: "2 cards", "4 cards same-switch", "a 1g.18gb MIG slice"."""
-    if spec.slice is not None:
-        return f"a {spec.slice} MIG slice"
-    return cards_words(spec.cards) + (f" {spec.placement}" if spec.placement else "")
 
 
 def _placed(launched: Optional[Launched]) -> str:

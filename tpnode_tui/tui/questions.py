@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..model import JobState, NoCapacity, NodeSnapshot
+from ..model import JobState, NoCapacity, NodeSnapshot, wanted_words
 from ..render import cards_words
 from .jobs import LAUNCH_PREFIX
 
@@ -66,7 +66,7 @@ def waits_for_probe(snap: Optional[NodeSnapshot]) -> bool:
 
 def starts_when(snap: Optional[NodeSnapshot], cards: int, slice: Optional[str] = None) -> str:
     """When a queued launch of ``cards`` cards (or one MIG ``slice`` of that profile) starts by itself."""
-    wanted = f"a {slice} MIG slice" if slice else cards_words(cards)
+    wanted = wanted_words(cards, slice)
     if waits_for_probe(snap):
         return f"once the probe works again and {wanted} can be checked free"
     return f"as soon as {wanted} {'is' if slice or cards == 1 else 'are'} free"
