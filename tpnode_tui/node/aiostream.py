@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Optional
 
-from .http import MAX_HEAD_LINE, Connector, ProtocolError, Stream, Unreachable
+from .http import MAX_HEAD_LINE, Connector, ProtocolError, Stream, Unreachable, broken
 
 
 async def _nothing_said() -> Optional[Unreachable]:
@@ -53,7 +53,7 @@ class AsyncioStream:
         except asyncio.LimitOverrunError:
             raise ProtocolError("a header line too long to read") from None
         except OSError as e:
-            raise Unreachable(e.strerror or str(e), e) from None
+            raise broken(e) from None
 
     async def read_exactly(self, n: int) -> bytes:
         try:
@@ -61,20 +61,20 @@ class AsyncioStream:
         except asyncio.IncompleteReadError:
             raise await self._cut() from None
         except OSError as e:
-            raise Unreachable(e.strerror or str(e), e) from None
+            raise broken(e) from None
 
     async def read_some(self, n: int) -> bytes:
         try:
             return await self._reader.read(n)
         except OSError as e:
-            raise Unreachable(e.strerror or str(e), e) from None
+            raise broken(e) from None
 
     async def send(self, data: bytes) -> None:
         try:
             self._writer.write(data)
             await self._writer.drain()
         except OSError as e:
-            raise await self._why() or Unreachable(e.strerror or str(e), e) from None
+            raise await self._why() or broken(e) from None
 
     def ended(self) -> bool:
         return self._reader.at_eof() or self._writer.is_closing() or bool(self._reader.exception())
@@ -95,7 +95,7 @@ def unix(path: str, timeout_s: float) -> Connector:
         except asyncio.TimeoutError:
             raise Unreachable(f"no answer within {timeout_s:g} s") from None
         except OSError as e:
-            raise Unreachable(e.strerror or str(e) or type(e).__name__, e) from None
+            raise broken(e) from None
         return AsyncioStream(reader, writer)
 
     return connect

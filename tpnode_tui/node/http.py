@@ -105,7 +105,8 @@ def straight(coro: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("work run without an event loop waited for one")
 
 
-def _gone(e: OSError) -> Unreachable:
+def broken(e: OSError) -> Unreachable:
+    """A connection the kernel says broke (or could not be made), in its words."""
     return Unreachable(e.strerror or str(e) or type(e).__name__, e)
 
 
@@ -134,7 +135,7 @@ class BlockingStream:
         try:
             line = self._file.readline(MAX_HEAD_LINE + 1)
         except OSError as e:
-            raise _gone(e) from None
+            raise broken(e) from None
         if len(line) > MAX_HEAD_LINE:
             raise ProtocolError("a header line too long to read")
         if not line.endswith(b"\n"):
@@ -145,7 +146,7 @@ class BlockingStream:
         try:
             data = self._file.read(n)
         except OSError as e:
-            raise _gone(e) from None
+            raise broken(e) from None
         if len(data) < n:
             raise self._ended()
         return data
@@ -154,13 +155,13 @@ class BlockingStream:
         try:
             return self._file.read1(n)  # type: ignore[attr-defined,no-any-return]  # a buffered reader's
         except OSError as e:
-            raise _gone(e) from None
+            raise broken(e) from None
 
     async def send(self, data: bytes) -> None:
         try:
             self._send(data)
         except OSError as e:
-            raise self._why() or Unreachable(e.strerror or str(e), e) from None
+            raise self._why() or broken(e) from None
 
     def ended(self) -> bool:
         try:
@@ -198,7 +199,7 @@ def unix_blocking(path: str, timeout_s: float) -> Connector:
             raise Unreachable(f"no answer within {timeout_s:g} s") from None
         except OSError as e:
             sock.close()
-            raise _gone(e) from None
+            raise broken(e) from None
         return socket_stream(sock)
 
     return connect
