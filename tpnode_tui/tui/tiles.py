@@ -114,13 +114,13 @@ def slice_strip(card: CardView, width: int, stale: bool) -> Text:
     line = Text()
     for n, piece in enumerate(card.slices):
         colour = "grey50" if stale else BADGES.get(piece.state, (piece.state, "grey30"))[1]
-        part = ("■" if n == 0 else " ■") + short_profile(piece.facts.profile)
+        mark, profile = ("■" if n == 0 else " ■"), short_profile(piece.facts.profile)
         room = width - (0 if n == len(card.slices) - 1 else 2)  # what is left must take " …"
-        if cell_len(line.plain) + cell_len(part) > room:
+        if cell_len(line.plain) + len(mark) + cell_len(profile) > room:
             line.append(" …", style="grey62")
             break
-        line.append(part[: -len(part.lstrip(" ■"))], style=colour)
-        line.append(part.lstrip(" ■"), style="grey62" if stale else "")
+        line.append(mark, style=colour)
+        line.append(profile, style="grey62" if stale else "")
     return line
 
 
