@@ -167,3 +167,30 @@ async def client(agent):
     node = AgentNode(agent.socket)
     yield node
     await node.close()
+
+
+@pytest.fixture
+def snap_compare(snap_compare):
+    """pytest-textual-snapshot's, with every text box's cursor held still for the screenshot.
+
+    Textual blinks a focused Input's cursor on a 0.5 s wall-clock timer, so which phase a
+    screenshot catches is a race that a loaded machine loses: the same launch form came out
+    with its cursor and without. Here the keys are pressed, then blinking is stopped (which
+    leaves the cursor drawn), and only then is the screenshot taken. The app still blinks.
+    """
+    from textual.widgets import Input
+
+    def compare(app, *, press=(), run_before=None, **kwargs):
+        async def drive(pilot) -> None:
+            if run_before is not None:
+                await run_before(pilot)
+            await pilot.pause()
+            await pilot.press(*press)
+            for screen in pilot.app.screen_stack:
+                for box in screen.query(Input):
+                    box.cursor_blink = False
+            await pilot.pause()
+
+        return snap_compare(app, run_before=drive, **kwargs)
+
+    return compare
