@@ -222,11 +222,15 @@ async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_
 ):
     follow = service_node.local.follow_events
     calls: list[int] = []
+    problem_read = asyncio.Event()
 
     async def flaky(card=None, since_s=None, opened=None):
         calls.append(1)
         if len(calls) == 1:
             raise AgentUnavailable("no agent answers at /run/tpnode-tui/agent.sock (it went away)")
+        # the retry is held until the test has read the problem: on a loaded machine
+        # the 0.2 s it would otherwise stay on screen can pass between two looks
+        await problem_read.wait()
         async for entry in follow(card=card, since_s=None, opened=opened):  # a quiet log: nothing in the hour
             yield entry
 
@@ -236,6 +240,7 @@ async def test_the_log_pane_says_it_follows_again_after_a_reconnect_even_before_
         await polled(pilot, app)
         await pilot.press("e")
         await until_pilot(pilot, lambda: "it went away" in pane_text(app), "the problem while it lasts")
+        problem_read.set()
         await until_pilot(pilot, lambda: len(calls) >= 2 and "it went away" not in pane_text(app), "following again")
         await service_node.local.drain(2, "after the reconnect")
         await until_pilot(pilot, lambda: "after the reconnect" in pane_text(app), "a new entry")
