@@ -17,7 +17,7 @@ import aiodocker
 
 from common import Row, Section, interleave, run_async
 from helpers.services import Dockerd
-from tpnode_tui.model import JobSpec
+from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.labels import job_labels
 

@@ -34,10 +34,10 @@ import aiodocker
 from common import Ratio, Row, Section, run_async
 from helpers.nvml import FakeCard, FakeNvml
 from helpers.services import Dockerd, RedisServer, write_scene
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import Settings
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.config.settings import Settings
 from tpnode_tui.locks import AllocationLock, LockHold, make_lock
-from tpnode_tui.model import JobSpec
+from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.process import ProcessRuntime

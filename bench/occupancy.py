@@ -29,8 +29,8 @@ from typing import Iterator, Optional
 from common import Limit, Ratio, Row, Section, interleave, run_async
 from helpers.nvml import FakeCard, FakeNvml
 from helpers.paths import STUBS
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import Settings
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.config.settings import Settings
 from tpnode_tui.locks import make_lock
 from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.probes.smi import SmiProbe

@@ -29,8 +29,10 @@ from itertools import combinations
 from typing import Callable, Optional
 
 from common import Limit, Row, Section, percentile
-from tpnode_tui.model import Link, NoCapacity, Topology
-from tpnode_tui.topology import choose, grouped_search, hierarchy, set_points, shape
+from tpnode_tui.core.placement import choose, grouped_search, set_points
+from tpnode_tui.model.errors import NoCapacity
+from tpnode_tui.model.topology import Link, Topology
+from tpnode_tui.probes.shapes import hierarchy, shape
 
 TITLE = "7. Topology-aware placement: chosen set vs every set, time per choose"
 SHAPES = ("nvswitch", "pcie-2x4", "cube-mesh")

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tpnode_tui.demo import DEMO_COMMAND, start_demo
-from tpnode_tui.node.demo import DemoScene
+from tpnode_tui.demo.scene import DemoScene
+from tpnode_tui.demo.stage import DEMO_COMMAND, start_demo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
@@ -108,7 +108,7 @@ async def fleet_picture() -> None:
     from helpers.services import RedisServer, free_port
     from tpnode_tui.fleet.publisher import FleetPublisher
     from tpnode_tui.fleet.reader import FleetReader
-    from tpnode_tui.port import Reading
+    from tpnode_tui.port.types import Reading
     from tpnode_tui.tui.fleet import FleetApp
 
     nodes = {

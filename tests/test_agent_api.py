@@ -18,9 +18,9 @@ import pytest
 from helpers.agents import WAIT_S
 from helpers.services import write_scene
 from helpers.waiting import until_async
-from tpnode_tui.model import JobNotFound
+from tpnode_tui.model.errors import JobNotFound
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port import AgentUnavailable, LaunchRequest, ReserveRequest
+from tpnode_tui.port.types import AgentUnavailable, LaunchRequest, ReserveRequest
 
 
 async def test_the_socket_is_connectable_by_every_account(agent):
@@ -197,7 +197,7 @@ def _mig_scene(scene) -> None:
 
 
 async def test_a_slice_is_asked_for_launched_and_reserved_through_the_agent(agent, client):
-    from tpnode_tui.model import NeverFits
+    from tpnode_tui.model.errors import NeverFits
 
     _mig_scene(agent.scene)
     launched = (

@@ -24,9 +24,9 @@ import pytest
 from helpers.accounts import shared_dir
 from helpers.agents import Agent, running
 from helpers.waiting import until_async
-from tpnode_tui.model import Conflict, JobNotFound
+from tpnode_tui.model.errors import Conflict, JobNotFound
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.nodelog import NodeLog
+from tpnode_tui.state.nodelog import NodeLog
 
 WAIT_S = 15.0
 

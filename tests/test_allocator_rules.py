@@ -13,19 +13,12 @@ import pytest
 
 from helpers.fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
-from tpnode_tui.allocator import request_differences
-from tpnode_tui.config import load_settings
+from tpnode_tui.allocator.allocator import request_differences
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import (
-    BadRequest,
-    ConfigError,
-    Conflict,
-    JobNotFound,
-    JobSpec,
-    JobState,
-    ProbeReading,
-    ProcessFacts,
-)
+from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound
+from tpnode_tui.model.facts import ProbeReading, ProcessFacts
+from tpnode_tui.model.jobs import JobSpec, JobState
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from helpers.load import node_env
 from helpers.paths import LOCK_WORKER
 from helpers.services import free_port, write_scene
-from tpnode_tui.model import ConfigError, RuntimeUnavailable
+from tpnode_tui.model.errors import ConfigError, RuntimeUnavailable
 
 
 class Cli:
@@ -428,7 +428,7 @@ def test_the_dashboard_without_a_terminal_on_stdin_is_refused_in_one_line(cli):
 async def test_no_state_dir_error_advises_a_second_state_dir(tmp_path):
     """A private state dir would be a second truth about the node: every error
     says what is wrong with this one instead."""
-    from tpnode_tui.config import load_settings
+    from tpnode_tui.config.settings import load_settings
     from tpnode_tui.locks import make_lock
     from tpnode_tui.runtimes.statefile import StateFile
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.config import DECLARED, Settings, load_settings, parse_duration, redact_url, state_dir_exists
-from tpnode_tui.model import BadRequest, ConfigError
+from tpnode_tui.config.settings import DECLARED, Settings, load_settings, parse_duration, redact_url, state_dir_exists
+from tpnode_tui.model.errors import BadRequest, ConfigError
 
 
 def test_defaults_without_environment():

@@ -14,12 +14,12 @@ import pytest
 
 from helpers.load import node_env
 from helpers.waiting import until
-from tpnode_tui.demo import DEMO_PREFIX, OWNER_FILE, clean_up_after_dead_demos, start_demo
+from tpnode_tui.demo.stage import DEMO_PREFIX, OWNER_FILE, clean_up_after_dead_demos, start_demo
 
 #: a demo in a process of its own, as `tpnode-tui --demo` runs it, until it is killed
 DEMO = """
 import sys, time
-from tpnode_tui.demo import start_demo
+from tpnode_tui.demo.stage import start_demo
 demo = start_demo()
 print(demo.root, demo.squatter.pid, flush=True)
 time.sleep(600)

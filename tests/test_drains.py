@@ -18,11 +18,13 @@ import pytest
 
 from helpers.fakes import MemoryRuntime, StaticProbe
 from tpnode_tui import GpuAllocator, NoCapacity
-from tpnode_tui.config import load_settings
-from tpnode_tui.drains import DrainStore
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import Drain, JobSpec, RuntimeUnavailable
-from tpnode_tui.wire import snapshot_from_json, snapshot_to_json
+from tpnode_tui.model.errors import RuntimeUnavailable
+from tpnode_tui.model.jobs import JobSpec
+from tpnode_tui.model.views import Drain
+from tpnode_tui.port.wire import snapshot_from_json, snapshot_to_json
+from tpnode_tui.state.drains import DrainStore
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ import pytest
 from helpers.callers import ROOT
 from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
-from tpnode_tui.identity import Caller
-from tpnode_tui.model import Conflict, JobNotFound, NotAllowed, exit_code
-from tpnode_tui.port import LaunchRequest, ReserveRequest
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.model.errors import Conflict, JobNotFound, NotAllowed, exit_code
+from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 
 #: ignores SIGTERM: an ignored signal stays ignored across exec, so the sleep ignores it too
@@ -195,7 +195,7 @@ async def test_only_an_operator_may_evict(service_node, accounts):
 
 def test_a_process_whose_start_time_cannot_be_read_is_not_signalled():
     """Without it, a later process given the same pid could not be told from it."""
-    from tpnode_tui.model import CardView, HolderInfo
+    from tpnode_tui.model.views import CardView, HolderInfo
     from tpnode_tui.triage.evict import targets
 
     squatter = HolderInfo(pid=4242, visible=True, user="bob", uid=5002, belongs="external", started_at=None)

@@ -19,9 +19,9 @@ from helpers.fleet import T, job, node_snapshot, publication_bytes, registration
 from helpers.waiting import until_pilot
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.reader import FleetUnavailable
+from tpnode_tui.port.wire import WireError
 from tpnode_tui.tui.fleet import FleetApp, NodeScreen
 from tpnode_tui.tui.tiles import CardGrid
-from tpnode_tui.wire import WireError
 
 SIZE = (120, 40)
 NOW = T + 0.5

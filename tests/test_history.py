@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from tpnode_tui.model import CardFacts
+from tpnode_tui.model.facts import CardFacts
 from tpnode_tui.triage.history import COARSE_STEP_S, FINE_S, HOUR_S, History
 
 CARDS = 64

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from helpers.agents import Agent, running
-from tpnode_tui.model import TpnodeError, exit_code
+from tpnode_tui.model.errors import TpnodeError, exit_code
 from tpnode_tui.node.aiostream import unix
 from tpnode_tui.node.http import MAX_BODY, HttpClient, ProtocolError, Unreachable, straight, unix_blocking
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port import AgentUnavailable
+from tpnode_tui.port.types import AgentUnavailable
 
 WAIT_S = 15.0
 

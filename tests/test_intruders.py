@@ -18,9 +18,11 @@ import pytest
 
 from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
-from tpnode_tui.belonging import classify, part_of_job
-from tpnode_tui.model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, JobSpec, JobState, ProcessFacts
-from tpnode_tui.procinfo import describe
+from tpnode_tui.core.belonging import classify, part_of_job
+from tpnode_tui.host.procinfo import describe
+from tpnode_tui.model.facts import ProcessFacts
+from tpnode_tui.model.jobs import JobSpec, JobState
+from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN
 
 
 def sleeper(account, procs) -> int:

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpnode_tui.model import BadRequest, JobSpec, SliceRef
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.model.jobs import JobSpec, SliceRef
 from tpnode_tui.runtimes.labels import (
     EXPIRES,
     GPUS,
@@ -140,7 +141,7 @@ def test_a_bad_run_id_is_refused_before_anything_is_written():
 
 
 def test_fence_label_round_trips_and_a_bad_one_is_a_problem():
-    from tpnode_tui.model import JobSpec
+    from tpnode_tui.model.jobs import JobSpec
     from tpnode_tui.runtimes.labels import FENCE, job_labels, parse_labels
 
     labels = job_labels(JobSpec("r1", 1, ("x",), fence=1732950000123456), [0])

@@ -23,7 +23,7 @@ import redis as redis_sync
 from helpers.paths import LOCK_WORKER
 from helpers.services import redis_or_unavailable
 from helpers.waiting import until_async
-from tpnode_tui.config import load_settings
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import (
     FENCE_FILE,
     LOCK_FILE,
@@ -33,8 +33,8 @@ from tpnode_tui.locks import (
     make_lock,
 )
 from tpnode_tui.locks.flock import short_command
-from tpnode_tui.model import ConfigError
-from tpnode_tui.printable import printable
+from tpnode_tui.model.errors import ConfigError
+from tpnode_tui.text.printable import printable
 
 WORKERS = 8
 TIMES = 3
@@ -393,7 +393,7 @@ def test_several_allocating_processes_need_a_cross_process_lock(state_dir):
 
 
 async def test_state_tells_a_reader_who_holds_the_flock(tmp_path):
-    from tpnode_tui.config import load_settings
+    from tpnode_tui.config.settings import load_settings
     from tpnode_tui.locks import make_lock
 
     settings = load_settings({}, state_dir=str(tmp_path))
@@ -409,7 +409,7 @@ async def test_state_tells_a_reader_who_holds_the_flock(tmp_path):
 
 @pytest.mark.redis
 async def test_state_says_when_redis_cannot_be_reached(redis_server, redis_url, tmp_path):
-    from tpnode_tui.config import load_settings
+    from tpnode_tui.config.settings import load_settings
     from tpnode_tui.locks import make_lock
 
     lock = make_lock(load_settings({}, state_dir=str(tmp_path), redis_url=redis_url, lock_lease_ms=2000))
@@ -433,7 +433,7 @@ def test_redis_py_is_imported_only_for_a_configured_redis_lease(tmp_path, redis_
     script = (
         "import sys\n"
         "from tpnode_tui import cli\n"
-        "from tpnode_tui.config import load_settings\n"
+        "from tpnode_tui.config.settings import load_settings\n"
         "from tpnode_tui.locks import make_lock\n"
         f"make_lock(load_settings({{}}, state_dir={str(tmp_path)!r}, redis_url={redis_url!r}))\n"
         "print('redis' in sys.modules)\n"

@@ -26,9 +26,9 @@ from helpers.fleet import T, job, node_snapshot
 from helpers.services import free_port, write_scene
 from helpers.waiting import until_async
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
-from tpnode_tui.model import QueuedLaunch
+from tpnode_tui.model.jobs import QueuedLaunch
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port import LaunchRequest, Reading
+from tpnode_tui.port.types import LaunchRequest, Reading
 
 DCGM = (
     "DCGM_FI_DEV_GPU_UTIL",

@@ -3,7 +3,10 @@
 import pytest
 
 from tpnode_tui import GpuOccupancy, NoCapacity, pick_gpus
-from tpnode_tui.model import BadRequest, CardFacts, JobState, ProcessFacts, SliceFacts, check_run_id
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.model.facts import CardFacts, ProcessFacts, SliceFacts
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.validation import check_run_id
 
 
 def test_busy_is_the_union_of_jobs_external_and_unhealthy():
@@ -86,7 +89,7 @@ def test_a_job_is_asked_for_by_its_run_id_or_else_its_name():
 
 
 def test_what_a_job_holds_is_said_in_a_few_words():
-    from tpnode_tui.model import SliceRef, holding_words
+    from tpnode_tui.model.jobs import SliceRef, holding_words
 
     mig = SliceRef(1, "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9", "1g.18gb")
     assert holding_words((0, 1)) == "cards 0,1" and holding_words(()) == "no cards"
@@ -96,7 +99,7 @@ def test_what_a_job_holds_is_said_in_a_few_words():
 
 
 def test_two_jobs_overlap_on_a_card_a_slice_or_a_slice_of_a_card_the_other_holds_whole():
-    from tpnode_tui.model import JobState, SliceRef, claims_overlap
+    from tpnode_tui.model.jobs import JobState, SliceRef, claims_overlap
 
     def job(gpus=(), *slices):
         return JobState(name="x", run_id="x", gpus=tuple(gpus), status="running", slices=slices)
@@ -110,21 +113,22 @@ def test_two_jobs_overlap_on_a_card_a_slice_or_a_slice_of_a_card_the_other_holds
 
 @pytest.mark.parametrize("profile", ["1g.18gb", "1c.3g.71gb", "1g.5gb+me", "7g.141gb"])
 def test_nvidias_profile_names_are_profiles(profile):
-    from tpnode_tui.model import check_profile
+    from tpnode_tui.model.validation import check_profile
 
     assert check_profile(profile) == profile
 
 
 @pytest.mark.parametrize("profile", ["", " 1g.18gb", "1g,18gb", "1g:18gb", "-1g", "x" * 41, "1g\x1b"])
 def test_anything_else_is_refused_saying_what_a_profile_looks_like(profile):
-    from tpnode_tui.model import BadRequest, check_profile
+    from tpnode_tui.model.errors import BadRequest
+    from tpnode_tui.model.validation import check_profile
 
     with pytest.raises(BadRequest, match="is not a MIG profile: give a MIG profile as nvidia-smi -L names it"):
         check_profile(profile)
 
 
 def test_a_card_not_handed_out_whole_for_mig_is_busy_and_explain_says_why_and_what_slices_are_free():
-    from tpnode_tui.model import SliceState
+    from tpnode_tui.model.occupancy import SliceState
 
     slices = (
         SliceState(0, 0, "job", profile="1g.18gb", run_id="nb"),

@@ -15,9 +15,10 @@ from dataclasses import replace
 import pytest
 
 from helpers.callers import ALICE
-from tpnode_tui.launchqueue import QUEUE_FILE, FileQueue, MemoryQueue, QueueEntry
-from tpnode_tui.model import BadRequest, JobSpec, RunAs, RuntimeUnavailable
-from tpnode_tui.nodelog import LOG_FILE, NodeLog
+from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
+from tpnode_tui.model.jobs import JobSpec, RunAs
+from tpnode_tui.state.nodelog import LOG_FILE, NodeLog
+from tpnode_tui.state.queue import QUEUE_FILE, FileQueue, MemoryQueue, QueueEntry
 
 #: alice as the agent names her, her groups and pid too: all of it must survive the queue file
 ASKER = replace(ALICE, groups=(5001, 27), pid=4242)

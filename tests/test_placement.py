@@ -18,11 +18,13 @@ from helpers.fakes import MemoryRuntime, StaticProbe
 from helpers.load import kill_process_jobs, node_env
 from helpers.services import write_scene
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
-from tpnode_tui.config import load_settings
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import BadRequest, JobSpec, JobState
-from tpnode_tui.topology import CONTIGUOUS, SAME_SWITCH, nvswitch, pcie
-from tpnode_tui.wire import WireError, snapshot_from_json, snapshot_to_json
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.model.jobs import JobSpec, JobState
+from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
+from tpnode_tui.port.wire import WireError, snapshot_from_json, snapshot_to_json
+from tpnode_tui.probes.shapes import nvswitch, pcie
 
 
 @pytest.fixture
@@ -157,7 +159,7 @@ def test_launch_same_switch_from_the_command_line(placed_cli):
 async def test_the_placement_travels_through_the_agent(tmp_path):
     from helpers.agents import Agent, running
     from tpnode_tui.node.remote import AgentNode
-    from tpnode_tui.port import LaunchRequest, ReserveRequest
+    from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 
     agent = Agent(tmp_path)
     write_scene(agent.scene, 8, topology="pcie-2x4")

@@ -12,9 +12,10 @@ import grp
 import pytest
 
 from helpers.callers import ALICE, BOB, ROOT
-from tpnode_tui.identity import Caller, Operators
-from tpnode_tui.model import JobState, NotAllowed
-from tpnode_tui.policy import CardLimits, Policy
+from tpnode_tui.core.policy import CardLimits, Policy
+from tpnode_tui.host.identity import Caller, Operators
+from tpnode_tui.model.errors import NotAllowed
+from tpnode_tui.model.jobs import JobState
 
 
 def job(run_id, owner="alice", uid=5001, gpus=(3,), status="running", kind="reservation"):

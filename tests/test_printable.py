@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from helpers.load import cli, kill_process_jobs, node_env
 from helpers.services import write_scene
-from tpnode_tui.config import load_settings
-from tpnode_tui.model import HolderInfo, JobState
+from tpnode_tui.config.settings import load_settings
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.views import HolderInfo
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.printable import printable, printable_lines, printable_view
+from tpnode_tui.text.printable import printable, printable_lines, printable_view
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
 

@@ -8,7 +8,7 @@ import pytest
 
 from helpers.nvml import FakeNvml, NVMLError_DriverNotLoaded, NVMLError_LibraryNotFound
 from helpers.paths import stub_smi_on_path
-from tpnode_tui.config import load_settings
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.probes import AutoProbe, NvmlProbe, SimulatedProbe, SmiProbe, make_probe
 
 NOTHING_WORKS = (

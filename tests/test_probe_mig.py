@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 from helpers.nvml import FakeNvml, h200_in_mig_mode
 from helpers.paths import CAPTURES
 from helpers.services import write_scene
-from tpnode_tui.model import CardFacts, ProcessFacts, SliceFacts
-from tpnode_tui.printable import printable_view
+from tpnode_tui.model.facts import CardFacts, ProcessFacts, SliceFacts
 from tpnode_tui.probes import mig
 from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.probes.smi import SmiProbe
+from tpnode_tui.text.printable import printable_view
 
 CAPTURE = CAPTURES / "h200-mig"
 

@@ -26,7 +26,7 @@ from helpers.nvml import (
     a100_style,
     consumer_style,
 )
-from tpnode_tui.model import ProcessFacts, SliceFacts
+from tpnode_tui.model.facts import ProcessFacts, SliceFacts
 from tpnode_tui.probes import health
 
 

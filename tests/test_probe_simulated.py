@@ -8,7 +8,7 @@ import json
 import pytest
 
 from helpers.services import write_scene
-from tpnode_tui.model import ProcessFacts, SliceFacts
+from tpnode_tui.model.facts import ProcessFacts, SliceFacts
 from tpnode_tui.probes import health
 from tpnode_tui.probes.simulated import SimulatedProbe
 

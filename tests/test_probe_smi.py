@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from helpers.paths import CAPTURES
 from helpers.waiting import until, until_async
-from tpnode_tui.model import ProcessFacts, SliceFacts
-from tpnode_tui.printable import printable_view
+from tpnode_tui.model.facts import ProcessFacts, SliceFacts
 from tpnode_tui.probes import health
 from tpnode_tui.probes import smi as smi_module
 from tpnode_tui.probes.smi import (
@@ -32,6 +31,7 @@ from tpnode_tui.probes.smi import (
     parse_mig_modes,
     parse_mig_xml,
 )
+from tpnode_tui.text.printable import printable_view
 
 CAPTURE = CAPTURES / "h200-mig"
 UUID0 = "GPU-1c0f8a1e-5b3e-4b1a-9f4e-000000000000"

@@ -21,12 +21,14 @@ from helpers.nvml import (
     NVMLError_Unknown,
 )
 from helpers.services import write_scene
-from tpnode_tui.model import Link, ProbeReading, Topology
-from tpnode_tui.probes import topology as probe_topology
+from tpnode_tui.core.placement import choose
+from tpnode_tui.model.facts import ProbeReading
+from tpnode_tui.model.topology import Link, Topology
+from tpnode_tui.probes import wiring as probe_topology
+from tpnode_tui.probes.shapes import shape
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.probes.smi import SmiProbe
-from tpnode_tui.probes.topology import TopologyKeeper
-from tpnode_tui.topology import choose, shape
+from tpnode_tui.probes.wiring import TopologyKeeper
 
 NV18, NV2 = Link(18), Link(2)
 PIX, PXB, PHB, NODE, SYS = (Link(pcie=p) for p in ("PIX", "PXB", "PHB", "NODE", "SYS"))

@@ -49,10 +49,11 @@ from helpers.nvml import FakeCard, FakeNvml, NVMLError_DriverNotLoaded
 from helpers.paths import LOCK_WORKER, path_with_stubs
 from helpers.services import write_scene
 from helpers.waiting import until, until_pilot
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import load_settings
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import REDIS_KEY, make_lock
-from tpnode_tui.model import JobSpec, NoCapacity, RuntimeUnavailable
+from tpnode_tui.model.errors import NoCapacity, RuntimeUnavailable
+from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.runtimes.docker import DockerRuntime

@@ -232,7 +232,7 @@ def test_launches_mixed_with_reserve_stop_and_reclaim(cli_node, request):
 async def test_the_samplers_see_a_card_given_twice(scene_node):
     """The control for the tests above: a card held twice (placed past the
     allocator, straight into the runtime) is caught by both samplers."""
-    from tpnode_tui.model import JobSpec
+    from tpnode_tui.model.jobs import JobSpec
     from tpnode_tui.runtimes.process import ProcessRuntime
 
     env = node_env(*scene_node)

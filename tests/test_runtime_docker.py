@@ -18,17 +18,9 @@ from pathlib import Path
 import pytest
 
 from helpers.waiting import until_async
-from tpnode_tui.config import DOCKER_GPU_MODES
-from tpnode_tui.model import (
-    BadRequest,
-    ConfigError,
-    Conflict,
-    JobNotFound,
-    JobSpec,
-    RunAs,
-    RuntimeUnavailable,
-    TpnodeError,
-)
+from tpnode_tui.config.settings import DOCKER_GPU_MODES
+from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
+from tpnode_tui.model.jobs import JobSpec, RunAs
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID, UID
 
@@ -123,7 +115,7 @@ async def test_a_socket_nobody_listens_on_is_unavailable(tmp_path):
 
 _AS_NOBODY = """
 import asyncio, os, sys
-from tpnode_tui.model import RuntimeUnavailable
+from tpnode_tui.model.errors import RuntimeUnavailable
 from tpnode_tui.runtimes.docker import DockerRuntime
 
 async def ps(host):
@@ -520,8 +512,8 @@ async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(docker
 @pytest.mark.docker
 async def test_an_extended_reservation_changes_container_but_never_lets_go_of_its_cards(dockerd, runtime, tmp_path):
     from helpers.services import write_scene
-    from tpnode_tui.allocator import GpuAllocator
-    from tpnode_tui.config import load_settings
+    from tpnode_tui.allocator.allocator import GpuAllocator
+    from tpnode_tui.config.settings import load_settings
     from tpnode_tui.locks import make_lock
     from tpnode_tui.probes import make_probe
 
@@ -619,7 +611,7 @@ MIG = "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
 
 
 def on_slice(dockerd, run_id: str, *command: str, **kw) -> JobSpec:
-    from tpnode_tui.model import SliceRef
+    from tpnode_tui.model.jobs import SliceRef
 
     return JobSpec(
         run_id=run_id,
@@ -635,7 +627,7 @@ def on_slice(dockerd, run_id: str, *command: str, **kw) -> JobSpec:
 
 @pytest.mark.docker
 async def test_a_slice_jobs_container_names_its_slice_in_labels_and_holds_no_whole_card(dockerd, runtime):
-    from tpnode_tui.model import SliceRef
+    from tpnode_tui.model.jobs import SliceRef
     from tpnode_tui.runtimes.labels import SLICES
 
     created = await runtime.create(on_slice(dockerd, "nb", "true"), [])
@@ -676,10 +668,10 @@ async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_s
     dockerd, runtime, tmp_path
 ):
     from helpers.services import write_scene
-    from tpnode_tui.allocator import GpuAllocator
-    from tpnode_tui.config import load_settings
+    from tpnode_tui.allocator.allocator import GpuAllocator
+    from tpnode_tui.config.settings import load_settings
     from tpnode_tui.locks import make_lock
-    from tpnode_tui.model import NoCapacity
+    from tpnode_tui.model.errors import NoCapacity
     from tpnode_tui.probes import make_probe
     from tpnode_tui.runtimes.labels import SLICES
 

@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from helpers.waiting import until, until_async
-from tpnode_tui.model import BadRequest, Conflict, JobNotFound, JobSpec, RunAs, RuntimeUnavailable
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, RuntimeUnavailable
+from tpnode_tui.model.jobs import JobSpec, RunAs
 from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime, boot_id
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
@@ -123,7 +124,7 @@ async def test_run_records_cards_and_sets_visible_devices_in_the_job(runtime, st
 
 
 async def test_a_slice_job_is_recorded_with_its_slice_and_pointed_at_its_mig_device(runtime, state_dir):
-    from tpnode_tui.model import SliceRef
+    from tpnode_tui.model.jobs import SliceRef
 
     mig = SliceRef(1, "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9", "1g.18gb")
     spec = job("nb", "sh", "-c", "env; echo READY; sleep 30", slice="1g.18gb", slices=(mig,))
@@ -368,7 +369,7 @@ async def test_waiting_for_the_lock_does_not_block_the_event_loop(state_dir):
 LAUNCHER = """
 import asyncio, sys
 from pathlib import Path
-from tpnode_tui.model import JobSpec
+from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.runtimes.process import ProcessRuntime
 state_dir, prefix, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 sys.stdin.readline()  # start together
@@ -620,7 +621,7 @@ async def test_a_cgroup_the_command_cannot_join_is_dropped_and_said(state_dir, t
 COPY_LAUNCHER = """
 import asyncio, sys
 sys.path.insert(0, sys.argv[1])
-from tpnode_tui.model import JobSpec
+from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.runtimes.process import ProcessRuntime
 asyncio.run(ProcessRuntime(sys.argv[2]).run(JobSpec("copy", 1, ("true",)), [0]))
 """
@@ -905,8 +906,8 @@ def reservation(run_id: str, seconds: float) -> JobSpec:
 
 
 async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_the_new_time(scene_node):
-    from tpnode_tui.allocator import GpuAllocator
-    from tpnode_tui.config import load_settings
+    from tpnode_tui.allocator.allocator import GpuAllocator
+    from tpnode_tui.config.settings import load_settings
 
     scene, state_dir = scene_node
     settings = load_settings({}, runtime="process", state_dir=str(state_dir), probe=f"simulated:{scene}")

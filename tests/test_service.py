@@ -17,10 +17,10 @@ import pytest
 from helpers.callers import ALICE, BOB, ROOT
 from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
+from tpnode_tui.core.policy import CardLimits
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import Conflict, JobNotFound, NoCapacity, NotAllowed
-from tpnode_tui.policy import CardLimits
-from tpnode_tui.port import Cancelled, LaunchRequest, ReserveRequest
+from tpnode_tui.model.errors import Conflict, JobNotFound, NoCapacity, NotAllowed
+from tpnode_tui.port.types import Cancelled, LaunchRequest, ReserveRequest
 
 WAIT_S = 10.0
 

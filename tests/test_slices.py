@@ -27,27 +27,17 @@ from helpers.load import kill_process_jobs
 from helpers.services import write_scene
 from helpers.waiting import until_async
 from tpnode_tui import GpuAllocator
-from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Operators
+from tpnode_tui.config.settings import load_settings
+from tpnode_tui.core.policy import CardLimits, Policy
+from tpnode_tui.host.identity import Operators
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import (
-    EXTERNAL,
-    HOLDER,
-    INTRUDER,
-    BadRequest,
-    Conflict,
-    Drain,
-    JobNotFound,
-    JobSpec,
-    NeverFits,
-    NoCapacity,
-    NotAllowed,
-)
-from tpnode_tui.policy import CardLimits, Policy
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NeverFits, NoCapacity, NotAllowed
+from tpnode_tui.model.jobs import JobSpec
+from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, Drain
 from tpnode_tui.probes import SimulatedProbe
-from tpnode_tui.render import card_summary, env_lines, slice_name, slice_summary
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
+from tpnode_tui.text.render import card_summary, env_lines, slice_name, slice_summary
 
 #: the H200's five MIG devices: profile, GPU instance, compute instance, MiB total
 #: (the first two are compute instances of one 3g.71gb GPU instance)
@@ -641,7 +631,7 @@ async def test_stopping_a_slice_job_frees_its_slice(mig_node):
 
 async def test_a_slice_on_a_card_the_node_lacks_is_said_and_its_job_still_listed(mig_node, spawned):
     """A record written by hand (or by a node with more cards) naming a slice of card 9."""
-    from tpnode_tui.model import SliceRef
+    from tpnode_tui.model.jobs import SliceRef
     from tpnode_tui.runtimes.jobprocs import process_stat
     from tpnode_tui.runtimes.process import boot_id, pid_namespace
     from tpnode_tui.runtimes.statefile import JobRecord, StateFile

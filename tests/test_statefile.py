@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.model import RuntimeUnavailable, SliceRef
+from tpnode_tui.model.errors import RuntimeUnavailable
+from tpnode_tui.model.jobs import SliceRef
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
 

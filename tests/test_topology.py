@@ -10,22 +10,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tpnode_tui.model import BadRequest, Link, NeverFits, NoCapacity, Topology, pick_gpus
-from tpnode_tui.topology import (
-    CONTIGUOUS,
-    SAME_SWITCH,
-    TopologyError,
-    choose,
-    cube_mesh,
-    grouped_search,
-    hierarchy,
-    link_from_word,
-    pair_points,
-    parse_topo_matrix,
-    pcie,
-    set_points,
-    shape,
-)
+from tpnode_tui.core.placement import choose, grouped_search, pair_points, pick_gpus, set_points
+from tpnode_tui.model.errors import BadRequest, NeverFits, NoCapacity
+from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH, Link, Topology
+from tpnode_tui.probes.shapes import cube_mesh, hierarchy, pcie, shape
+from tpnode_tui.probes.topo_matrix import TopologyError, link_from_word, parse_topo_matrix
 
 NV18, NV2, NV1 = Link(18), Link(2), Link(1)
 PIX, PXB, PHB, NODE, SYS = (Link(pcie=p) for p in ("PIX", "PXB", "PHB", "NODE", "SYS"))

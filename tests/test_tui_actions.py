@@ -37,10 +37,10 @@ from helpers.dashboard import (
 )
 from helpers.services import write_scene
 from helpers.waiting import until_pilot
-from tpnode_tui.allocator import GpuAllocator
+from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.locks import make_lock
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port import LaunchRequest, ReserveRequest
+from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.extend import ExtendScreen

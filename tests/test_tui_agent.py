@@ -21,7 +21,7 @@ from helpers.accounts import runnable
 from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text
 from helpers.waiting import until_async, until_pilot
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port import LaunchRequest, ReserveRequest
+from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.launch import LaunchScreen
 

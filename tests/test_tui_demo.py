@@ -8,8 +8,8 @@ import pytest
 
 from helpers.waiting import until_pilot
 from tpnode_tui.cli import main
-from tpnode_tui.demo import DEMO_COMMAND, start_demo
-from tpnode_tui.node.demo import DemoScene
+from tpnode_tui.demo.scene import DemoScene
+from tpnode_tui.demo.stage import DEMO_COMMAND, start_demo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.detail import describe_card

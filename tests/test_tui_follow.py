@@ -15,8 +15,8 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 import pytest
 
 from helpers.fleet import T, job, node_snapshot
-from tpnode_tui.model import NodeSnapshot
-from tpnode_tui.port import AgentUnavailable, NodeView, Reading, You
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.tui.events import EVENTS_KEPT
 from tpnode_tui.tui.follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, Backoff, LogFollower, NodeFollower
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from helpers.fleet import job, node_snapshot
-from tpnode_tui.model import CardView, Drain, HolderInfo, JobState, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.model.views import CardView, Drain, HolderInfo
 from tpnode_tui.tui.actions import ACTIONS, BINDINGS, BY_NAME, Situation, help_lines
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.help import key_lines

@@ -13,8 +13,9 @@ from dataclasses import replace
 from typing import Awaitable, TypeVar
 
 from helpers.fleet import T, job, node_snapshot
-from tpnode_tui.model import NoCapacity, NotAllowed, QueuedLaunch
-from tpnode_tui.port import Cancelled
+from tpnode_tui.model.errors import NoCapacity, NotAllowed
+from tpnode_tui.model.jobs import QueuedLaunch
+from tpnode_tui.port.types import Cancelled
 from tpnode_tui.tui.launches import (
     LEFT_QUEUE_READINGS,
     LaunchTracker,

@@ -16,7 +16,7 @@ from textual.widgets._footer import FooterKey
 
 from helpers.dashboard import SIZE, DashboardNode, polled
 from helpers.waiting import until_pilot
-from tpnode_tui.model import JobSpec
+from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.tiles import CardTile
 

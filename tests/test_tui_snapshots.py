@@ -21,23 +21,13 @@ from typing import Any, AsyncIterator, Callable, Optional
 import pytest
 
 from helpers.waiting import until_pilot
-from tpnode_tui.demo import scene as demo_scene
-from tpnode_tui.model import (
-    EXTERNAL,
-    INTRUDER,
-    UNKNOWN,
-    Drain,
-    Evicted,
-    EvictReport,
-    HolderInfo,
-    JobState,
-    NodeSnapshot,
-    ProbeReading,
-    QueuedLaunch,
-    Sample,
-)
-from tpnode_tui.occupancy import card_views, compute_occupancy
-from tpnode_tui.port import AgentUnavailable, NodeView, Reading, You
+from tpnode_tui.core.occupancy import card_views, compute_occupancy
+from tpnode_tui.demo.stage import scene as demo_scene
+from tpnode_tui.model.facts import ProbeReading
+from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.model.snapshot import NodeSnapshot, Sample
+from tpnode_tui.model.views import EXTERNAL, INTRUDER, UNKNOWN, Drain, Evicted, EvictReport, HolderInfo
+from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.confirm import ConfirmScreen

@@ -24,9 +24,11 @@ from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from helpers.callers import BOB
 from helpers.dashboard import SIZE, Dashboard, DashboardNode, fill, polled, states, tile_text
 from helpers.waiting import until_pilot
-from tpnode_tui.model import HOLDER, INTRUDER, UNKNOWN, HolderInfo, NotAllowed, Sample
+from tpnode_tui.model.errors import NotAllowed
+from tpnode_tui.model.snapshot import Sample
+from tpnode_tui.model.views import HOLDER, INTRUDER, UNKNOWN, HolderInfo
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port import AgentUnavailable
+from tpnode_tui.port.types import AgentUnavailable
 from tpnode_tui.tui.detail import holder_text
 from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
 from tpnode_tui.tui.screens.confirm import ConfirmScreen

@@ -9,9 +9,12 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
-from tpnode_tui.model import CardFacts, CardView, GpuOccupancy, HolderInfo, JobState, ProcessFacts
+from tpnode_tui.model.facts import CardFacts, ProcessFacts
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.occupancy import GpuOccupancy
+from tpnode_tui.model.views import CardView, HolderInfo
 from tpnode_tui.probes.health import unseen_problem
-from tpnode_tui.render import card_ranges, card_summary, cards_words, show_command, unseen_use
+from tpnode_tui.text.render import card_ranges, card_summary, cards_words, show_command, unseen_use
 from tpnode_tui.tui.detail import describe_card
 from tpnode_tui.tui.screens.help import help_text
 from tpnode_tui.tui.tiles import fit, grid_columns, render_tile

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.load import kill_process_jobs
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.demo import start_demo
-from tpnode_tui.model import QueuedLaunch
-from tpnode_tui.wire import WireError, snapshot_from_json, snapshot_to_json
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.demo.stage import start_demo
+from tpnode_tui.model.jobs import QueuedLaunch
+from tpnode_tui.port.wire import WireError, snapshot_from_json, snapshot_to_json
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_a_mig_card_its_slices_and_a_slice_job_travel_in_the_document(demo_doc):
 
 
 def test_a_lost_cards_unknown_mig_mode_survives_the_wire(demo_doc):
-    from tpnode_tui.model import CardFacts
+    from tpnode_tui.model.facts import CardFacts
 
     cards = list(demo_doc.cards)
     lost = replace(
@@ -288,8 +288,8 @@ def mig_doc(tmp_path_factory):
     import asyncio
 
     from helpers.services import write_scene
-    from tpnode_tui.config import load_settings
-    from tpnode_tui.model import JobSpec
+    from tpnode_tui.config.settings import load_settings
+    from tpnode_tui.model.jobs import JobSpec
 
     root = tmp_path_factory.mktemp("mig")
     layout = [("1c.3g.71gb", 2, 0), ("2c.3g.71gb", 2, 1), ("2g.35gb", 3, 0), ("1g.18gb", 9, 0), ("1g.18gb", 10, 0)]

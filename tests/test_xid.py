@@ -26,11 +26,11 @@ from helpers.nvml import (
     NVMLError_Unknown,
 )
 from helpers.waiting import until_async
-from tpnode_tui.config import DEFAULT_XID_DRAIN
+from tpnode_tui.config.settings import DEFAULT_XID_DRAIN
+from tpnode_tui.core.xid import APPLICATION, DRAIN, IGNORED, OTHER, REBOOT, XidRules, parse_kmsg, pci_key
 from tpnode_tui.probes import NvmlProbe, SimulatedProbe, SmiProbe
 from tpnode_tui.probes.auto import AutoProbe
 from tpnode_tui.triage.watch import KmsgXidWatcher, NvmlXidWatcher, SimulatedXidWatcher, watcher_for
-from tpnode_tui.xid import APPLICATION, DRAIN, IGNORED, OTHER, REBOOT, XidRules, parse_kmsg, pci_key
 
 WAIT_S = 10.0
 RULES = XidRules.of(DEFAULT_XID_DRAIN)

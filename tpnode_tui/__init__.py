@@ -7,20 +7,24 @@ pay for the allocator, the runtimes and the probes.
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["GpuAllocator", "GpuOccupancy", "NeverFits", "NoCapacity", "pick_gpus", "__version__"]
+#: the public names, each with the module that defines it
+_LAZY = {
+    "GpuAllocator": "tpnode_tui.allocator.allocator",
+    "GpuOccupancy": "tpnode_tui.model.occupancy",
+    "NeverFits": "tpnode_tui.model.errors",
+    "NoCapacity": "tpnode_tui.model.errors",
+    "pick_gpus": "tpnode_tui.core.placement",
+}
+
+__all__ = [*_LAZY, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "GpuAllocator":
-        from .allocator import GpuAllocator
-
-        return GpuAllocator
-    if name in ("GpuOccupancy", "NeverFits", "NoCapacity", "pick_gpus"):
-        from . import model
-
-        return getattr(model, name)
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tpnode_tui' has no attribute {name!r}")

@@ -25,7 +25,7 @@ from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import write_scene
 from helpers.waiting import until, until_async
 from tpnode_tui.agent.serve import serve
-from tpnode_tui.config import load_settings
+from tpnode_tui.config.settings import load_settings
 
 WAIT_S = 15.0
 INTERVAL = "0.2"

@@ -8,7 +8,7 @@ gives its accounts; the pids are only what the node's log records.
 
 from __future__ import annotations
 
-from tpnode_tui.identity import Caller
+from tpnode_tui.host.identity import Caller
 
 ALICE = Caller(uid=5001, gid=5001, user="alice", pid=11)
 BOB = Caller(uid=5002, gid=5002, user="bob", pid=12)

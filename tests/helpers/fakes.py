@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from tpnode_tui.model import CardFacts, JobNotFound, ProbeReading
+from tpnode_tui.model.errors import JobNotFound
+from tpnode_tui.model.facts import CardFacts, ProbeReading
 
 
 def idle_cards(n: int, **kw) -> tuple[CardFacts, ...]:
@@ -58,7 +59,7 @@ class MemoryRuntime:
         return list(self.jobs.values())
 
     async def create(self, spec, gpus):
-        from tpnode_tui.model import JobState
+        from tpnode_tui.model.jobs import JobState
 
         await asyncio.sleep(self.create_delay)
         job = JobState(

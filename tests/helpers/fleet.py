@@ -15,10 +15,12 @@ from typing import Optional
 from helpers.paths import CHECKOUT
 from helpers.services import write_scene
 from helpers.waiting import until
+from tpnode_tui.core.occupancy import card_views, compute_occupancy
 from tpnode_tui.fleet import record
-from tpnode_tui.model import CardFacts, JobState, NodeSnapshot, ProbeReading, ProcessFacts
-from tpnode_tui.occupancy import card_views, compute_occupancy
-from tpnode_tui.port import Reading
+from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.port.types import Reading
 
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
 

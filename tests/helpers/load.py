@@ -123,7 +123,7 @@ def shared_cards(jobs: Iterable[tuple[str, Iterable[int]]]) -> dict[int, list[st
 
 
 def live_jobs(status_json: dict) -> list[dict]:
-    from tpnode_tui.model import LIVE_STATUSES
+    from tpnode_tui.model.jobs import LIVE_STATUSES
 
     return [j for j in status_json["jobs"] if j["status"] in LIVE_STATUSES]
 
@@ -208,7 +208,7 @@ class RuntimeSampler(_Watcher):
         asyncio.run(self._sample())
 
     async def _sample(self) -> None:
-        from tpnode_tui.model import TpnodeError
+        from tpnode_tui.model.errors import TpnodeError
 
         runtime = self._runtime()
         try:
@@ -268,7 +268,7 @@ def record_figures(test: str, **figures: object) -> None:
 def kill_process_jobs(state_dir: Path) -> None:
     """SIGKILL every process of every job the state file still counts as live
     (its supervisor's group, its session, its cgroup), and remove job cgroups."""
-    from tpnode_tui.model import TpnodeError
+    from tpnode_tui.model.errors import TpnodeError
     from tpnode_tui.runtimes.jobprocs import JobProcesses, remove_cgroup
     from tpnode_tui.runtimes.process import boot_id, liveness
     from tpnode_tui.runtimes.statefile import StateFile

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from tpnode_tui.config import load_settings
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
 
 PAUSE_S = 0.02

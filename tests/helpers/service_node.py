@@ -43,19 +43,19 @@ from typing import Any, Optional, Union
 from helpers.fakes import MemoryRuntime, StaticProbe
 from helpers.load import end_processes, kill_process_jobs
 from helpers.services import write_scene
-from tpnode_tui.allocator import GpuAllocator
-from tpnode_tui.config import load_settings
-from tpnode_tui.identity import Caller, Operators
-from tpnode_tui.launchqueue import FileQueue
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.config.settings import load_settings
+from tpnode_tui.core.policy import CardLimits, Policy
+from tpnode_tui.host.identity import Caller, Operators
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model import JobSpec
+from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.nodelog import DEFAULT_MAX_BYTES, NodeLog
-from tpnode_tui.policy import CardLimits, Policy
-from tpnode_tui.port import LaunchRequest
+from tpnode_tui.port.types import LaunchRequest
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
+from tpnode_tui.state.nodelog import DEFAULT_MAX_BYTES, NodeLog
+from tpnode_tui.state.queue import FileQueue
 
 #: what the scene says of a card nothing is on (the simulated probe's own defaults, written out)
 IDLE_CARD = {"name": "NVIDIA H200", "memory_total_mib": 143771}

@@ -41,8 +41,8 @@ from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
-from ..identity import Caller, Operators, peer_of
-from ..model import (
+from tpnode_tui.host.identity import Caller, Operators, peer_of
+from tpnode_tui.model.errors import (
     BadRequest,
     Conflict,
     JobNotFound,
@@ -54,9 +54,8 @@ from ..model import (
     error_line,
     exit_code,
 )
-from ..port import Cancelled, LaunchRequest, Reading, ReserveRequest
-from ..service import NodeService
-from ..wire import (
+from tpnode_tui.port.types import Cancelled, LaunchRequest, Reading, ReserveRequest
+from tpnode_tui.port.wire import (
     Reader,
     WireError,
     drain_to_json,
@@ -67,6 +66,7 @@ from ..wire import (
     queued_to_json,
     snapshot_to_json,
 )
+from tpnode_tui.service import NodeService
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Optional
 
 from aiohttp import web
 
-from ..config import Settings
-from ..model import ConfigError
-from ..service import NodeService
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.model.errors import ConfigError
+from tpnode_tui.service import NodeService
 
 if TYPE_CHECKING:
-    from ..fleet.publisher import FleetPublisher
+    from tpnode_tui.fleet.publisher import FleetPublisher
 
 log = logging.getLogger("tpnode_tui.agent")
 
@@ -33,7 +33,7 @@ class Exports:
 
     async def start(self, settings: Settings, service: NodeService) -> None:
         if settings.metrics_addr is not None:
-            from .metrics import metrics_app
+            from tpnode_tui.agent.metrics import metrics_app
 
             host, port = settings.metrics_addr
             self._metrics = web.AppRunner(metrics_app(service, settings.node), access_log=None)
@@ -44,7 +44,7 @@ class Exports:
                 raise ConfigError(f"TUNEPLANE_METRICS_ADDR={host}:{port} cannot be served: {e.strerror or e}") from None
             log.info("serving Prometheus metrics on http://%s:%d/metrics", host, port)
         if settings.fleet_url is not None:
-            from ..fleet.publisher import FleetPublisher
+            from tpnode_tui.fleet.publisher import FleetPublisher
 
             publisher = FleetPublisher(
                 settings.fleet_url,

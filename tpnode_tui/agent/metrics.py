@@ -24,10 +24,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .. import __version__
-from ..model import SLICE_STATES, NodeSnapshot
-from ..printable import printable
-from ..service import NodeService
+from tpnode_tui import __version__
+from tpnode_tui.model.occupancy import SLICE_STATES
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.service import NodeService
+from tpnode_tui.text.printable import printable
 
 #: every state a card can be in; a state met that is not listed is added as it comes
 CARD_STATES = ("free", "job", "reservation", "external", "unhealthy", "unverified", "drained", "mig")

@@ -21,12 +21,12 @@ from typing import Optional
 
 from aiohttp import web
 
-from ..config import Settings
-from ..launchqueue import FileQueue
-from ..model import ConfigError, TpnodeError
-from ..service import NodeService
-from .api import make_app
-from .exports import Exports
+from tpnode_tui.agent.api import make_app
+from tpnode_tui.agent.exports import Exports
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.model.errors import ConfigError, TpnodeError
+from tpnode_tui.service import NodeService
+from tpnode_tui.state.queue import FileQueue
 
 log = logging.getLogger("tpnode_tui.agent")
 

@@ -9,7 +9,7 @@ SIGPIPE: ``tpnode-tui status | head -1``). Errors are one line on stderr,
 never a traceback.
 
 Each command is declared once, with its arguments, in :mod:`.commands`; each
-node setting once, in :class:`~tpnode_tui.config.Settings`, whose flags the
+node setting once, in :class:`~tpnode_tui.config.settings.Settings`, whose flags the
 parser is made from. What a command needs is imported when it runs: a
 command that only asks the node's agent loads no asyncio, no allocator and
 no dashboard.
@@ -23,15 +23,15 @@ import os
 import sys
 from typing import NoReturn, Optional, Sequence
 
-from .. import __version__
-from ..config import DECLARED, Settings, settings_from_flags, state_dir_exists
-from ..model import EXIT_FAIL, EXIT_OK, EXIT_USAGE, TpnodeError, error_line, exit_code
-from ..node.base import Node
-from ..node.choose import agent_for
-from ..node.http import straight
-from ..printable import PrintableStream
-from . import commands  # noqa: F401  (each command registers itself)
-from .registry import COMMANDS, Command, Run, UsageError, say, say_once, seconds
+from tpnode_tui import __version__
+from tpnode_tui.cli import commands  # noqa: F401  (each command registers itself)
+from tpnode_tui.cli.registry import COMMANDS, Command, Run, UsageError, say, say_once, seconds
+from tpnode_tui.config.settings import DECLARED, Settings, settings_from_flags, state_dir_exists
+from tpnode_tui.model.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, TpnodeError, error_line, exit_code
+from tpnode_tui.node.choose import agent_for
+from tpnode_tui.node.http import straight
+from tpnode_tui.port.node import Node
+from tpnode_tui.text.printable import PrintableStream
 
 #: 128 + SIGPIPE: what a shell reports for a program a closed pipe ended
 EXIT_PIPE = 141
@@ -79,7 +79,7 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
     launch start a second, private record of the node: the one thing worse
     than no record. A state dir that is not a directory is a ConfigError.
     """
-    from ..runtimes import choose_runtime
+    from tpnode_tui.runtimes import choose_runtime
 
     process = choose_runtime(settings) == "process"
     if not process and settings.redis_url:  # docker with a Redis lease: no state dir at all
@@ -125,7 +125,7 @@ def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _in_loop(command: Command, args: argparse.Namespace, settings: Settings) -> int:
-    from ..node.choose import open_node
+    from tpnode_tui.node.choose import open_node
 
     node = await open_node(settings, interval=args.interval, max_wait_s=getattr(args, "wait", None), on_wait=say_once())
     return await _on_node(command, node, args, settings, _state_dir_note(settings) if node.via == "local" else None)
@@ -187,7 +187,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             if not args.demo:
                 settings = settings_from_flags(vars(args))
                 state_dir_exists(settings.state_dir)  # a file there is refused before the screen opens
-            from ..tui import run_dashboard  # the only import of the UI, and only when asked for
+            from tpnode_tui.tui import run_dashboard  # the only import of the UI, and only when asked for
 
             return run_dashboard(
                 settings, demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose

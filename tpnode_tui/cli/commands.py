@@ -15,13 +15,7 @@ from collections.abc import Awaitable
 from dataclasses import asdict, replace
 from typing import Any, Optional, TypeVar
 
-from ..config import Settings, parse_duration
-from ..model import CONTIGUOUS, SAME_SWITCH, BadRequest, Evicted, EvictReport, LockWaitTimeout, TpnodeError
-from ..node.base import Node
-from ..port import LaunchRequest, ReserveRequest, new_run_id
-from ..render import env_lines
-from ..wire import job_to_json, queued_to_json, snapshot_to_json
-from .output import (
+from tpnode_tui.cli.output import (
     event_line,
     print_audit,
     print_evicted,
@@ -31,7 +25,15 @@ from .output import (
     time_left,
     you_line,
 )
-from .registry import Run, UsageError, card_list, cards, command, node_command, say, say_once, seconds
+from tpnode_tui.cli.registry import Run, UsageError, card_list, cards, command, node_command, say, say_once, seconds
+from tpnode_tui.config.settings import Settings, parse_duration
+from tpnode_tui.model.errors import BadRequest, LockWaitTimeout, TpnodeError
+from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
+from tpnode_tui.model.views import Evicted, EvictReport
+from tpnode_tui.port.node import Node
+from tpnode_tui.port.types import LaunchRequest, ReserveRequest, new_run_id
+from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
+from tpnode_tui.text.render import env_lines
 
 T = TypeVar("T")
 
@@ -464,7 +466,7 @@ async def _events(run: Run) -> None:
 def _agent(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
-    from ..agent.serve import serve  # aiohttp's server: only the agent needs it
+    from tpnode_tui.agent.serve import serve  # aiohttp's server: only the agent needs it
 
     return asyncio.run(serve(settings, interval=args.interval))
 
@@ -486,12 +488,12 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         import asyncio
 
-        from ..fleet.reader import read_once
-        from ..fleet.record import fleet_json
+        from tpnode_tui.fleet.reader import read_once
+        from tpnode_tui.fleet.record import fleet_json
 
         print(json.dumps(fleet_json(asyncio.run(read_once(settings.fleet_url, safe))), indent=2))
         return 0
-    from ..tui.fleet import run_fleet_view
+    from tpnode_tui.tui.fleet import run_fleet_view
 
     return run_fleet_view(settings.fleet_url, safe, args.interval)
 
@@ -501,6 +503,6 @@ def _dial_stdio(args: argparse.Namespace, settings: Settings) -> int:
     """The bridge at the node's end of an SSH connection. It runs as the
     account SSH logged in, so the agent names that account (SO_PEERCRED);
     it only moves bytes, and ends when either side does."""
-    from ..node.bridge import bridge
+    from tpnode_tui.node.bridge import bridge
 
     return bridge(settings.agent_socket)

@@ -1,6 +1,6 @@
 """What the commands print: tables and lines for people, one line per fact.
 
-Every string here passes :func:`~tpnode_tui.printable.printable_view` before
+Every string here passes :func:`~tpnode_tui.text.printable.printable_view` before
 it is laid out, so a column is as wide as its escaped text and a label or a
 process name written by someone else cannot move the cursor.
 """
@@ -12,12 +12,22 @@ import sys
 import time
 from typing import Any, Optional, Sequence, TextIO
 
-from ..model import EvictReport, Launched, NodeSnapshot, QueuedLaunch
-from ..node.base import Node
-from ..port import NodeView
-from ..printable import printable_view
-from ..render import card_summary, cards_words, clock_time, format_duration, format_mib, slice_name, slice_summary
-from ..wire import launched_to_json
+from tpnode_tui.model.jobs import Launched, QueuedLaunch
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.model.views import EvictReport
+from tpnode_tui.port.node import Node
+from tpnode_tui.port.types import NodeView
+from tpnode_tui.port.wire import launched_to_json
+from tpnode_tui.text.printable import printable_view
+from tpnode_tui.text.render import (
+    card_summary,
+    cards_words,
+    clock_time,
+    format_duration,
+    format_mib,
+    slice_name,
+    slice_summary,
+)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Optional
 
-from ..config import Settings, decimal_number, whole_number
-from ..node.base import Node
-from ..printable import printable
+from tpnode_tui.config.settings import Settings, decimal_number, whole_number
+from tpnode_tui.port.node import Node
+from tpnode_tui.text.printable import printable
 
 
 class UsageError(Exception):

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ..model import ConfigError
+from tpnode_tui.model.errors import ConfigError
 
 #: a request slower than this counts as Redis not answering
 TIMEOUT_S = 2.0

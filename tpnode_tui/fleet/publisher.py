@@ -32,12 +32,12 @@ from typing import Any, Callable, Optional
 
 from redis.exceptions import RedisError
 
-from .. import __version__
-from ..port import Reading
-from ..service import NodeService
-from ..wire import WireError
-from . import record
-from .connect import open_client, scrub
+from tpnode_tui import __version__
+from tpnode_tui.fleet import record
+from tpnode_tui.fleet.connect import open_client, scrub
+from tpnode_tui.port.types import Reading
+from tpnode_tui.port.wire import WireError
+from tpnode_tui.service import NodeService
 
 log = logging.getLogger("tpnode_tui.fleet")
 

@@ -14,10 +14,10 @@ from typing import AsyncIterator, Callable, Optional
 
 from redis.exceptions import RedisError
 
-from ..model import TpnodeError
-from ..wire import WireError
-from . import record
-from .connect import open_client, scrub
+from tpnode_tui.fleet import record
+from tpnode_tui.fleet.connect import open_client, scrub
+from tpnode_tui.model.errors import TpnodeError
+from tpnode_tui.port.wire import WireError
 
 
 class FleetUnavailable(TpnodeError):

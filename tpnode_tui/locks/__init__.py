@@ -40,9 +40,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
-from ..config import Settings
-from .base import REDIS_KEY, AllocationLock, CrossProcessLock, LockHold, check_allocation_safety
-from .flock import FENCE_FILE, LOCK_FILE, FileLock
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.locks.base import REDIS_KEY, AllocationLock, CrossProcessLock, LockHold, check_allocation_safety
+from tpnode_tui.locks.flock import FENCE_FILE, LOCK_FILE, FileLock
 
 __all__ = [
     "FENCE_FILE",
@@ -69,7 +69,7 @@ def make_lock(
     if settings.redis_url:
         # Imported only here: redis-py is most of a CLI command's start-up,
         # and a node on the default flock lock never needs it.
-        from .redis import RedisLease
+        from tpnode_tui.locks.redis import RedisLease
 
         backend: CrossProcessLock = RedisLease(
             settings.redis_url,

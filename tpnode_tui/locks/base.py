@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
-from ..model import ConfigError, LockWaitTimeout
+from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
 
 #: The Redis key of the lease (and, with ":fence", of its fencing counter).
 #: Here rather than beside the Redis backend, so that naming it never imports redis-py.

@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..config import state_dir_unusable
-from ..model import ConfigError, LockWaitTimeout, ProcessFacts
-from ..procinfo import describe
-from .base import LockHold, Release, Report, fence_floor, past
+from tpnode_tui.config.settings import state_dir_unusable
+from tpnode_tui.host.procinfo import describe
+from tpnode_tui.locks.base import LockHold, Release, Report, fence_floor, past
+from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
+from tpnode_tui.model.facts import ProcessFacts
 
 LOCK_FILE = "alloc.lock"
 FENCE_FILE = "alloc.fence"

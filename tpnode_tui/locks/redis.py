@@ -21,8 +21,8 @@ from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..model import ConfigError, LockWaitTimeout
-from .base import REDIS_KEY, LockHold, Release, Report, fence_floor, past
+from tpnode_tui.locks.base import REDIS_KEY, LockHold, Release, Report, fence_floor, past
+from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
 
 log = logging.getLogger("tpnode_tui.locks")  # one logger for the allocation lock, whichever backend
 

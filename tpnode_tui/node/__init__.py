@@ -1,6 +1,7 @@
-"""The one narrow port the CLI and the dashboard use to reach a node.
+"""The port's implementations: how the CLI and the dashboard reach a node.
 
-Two implementations, one behaviour: :class:`~.local.LocalNode` runs the
+Two implementations, one behaviour (the calls of
+:class:`~tpnode_tui.port.node.Node`): :class:`~.local.LocalNode` runs the
 node's service in this process (a single-account machine, the demo), and
 :class:`~.remote.AgentNode` talks to the node's agent over its socket. The
 clients never reach inside an allocator, a runtime or a lock: what they may
@@ -8,7 +9,7 @@ know arrives in snapshots, and what they may do is one of these calls, each
 checked by the node against who is asking.
 """
 
-from ..port import NodeView
-from .base import Node
+from tpnode_tui.port.node import Node
+from tpnode_tui.port.types import NodeView
 
 __all__ = ["Node", "NodeView"]

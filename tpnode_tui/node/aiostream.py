@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Optional
 
-from .http import MAX_HEAD_LINE, Connector, ProtocolError, Stream, Unreachable, broken
+from tpnode_tui.node.http import MAX_HEAD_LINE, Connector, ProtocolError, Stream, Unreachable, broken
 
 
 async def _nothing_said() -> Optional[Unreachable]:

@@ -20,17 +20,17 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config import Settings, state_dir_exists
-from ..identity import user_name
-from ..port import AgentUnavailable
-from .base import Node
-from .remote import AgentNode
+from tpnode_tui.config.settings import Settings, state_dir_exists
+from tpnode_tui.host.identity import user_name
+from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.port.node import Node
+from tpnode_tui.port.types import AgentUnavailable
 
 
 def _state_dir_problem(settings: Settings) -> Optional[str]:
     """Why this account cannot serve the node itself; None when it can.
     A state dir that is not a directory is a ConfigError, as it is everywhere."""
-    from ..runtimes import choose_runtime
+    from tpnode_tui.runtimes import choose_runtime
 
     if choose_runtime(settings) != "process":
         # The engine's socket decides who may read or start containers, and
@@ -53,7 +53,7 @@ def agent_for(settings: Settings, *, blocking: bool = False) -> AgentNode:
     """The agent the settings name: this machine's, at its socket, or another
     node's over SSH (``settings.host``). ``blocking``: see :class:`AgentNode`."""
     if settings.host is not None:
-        from .ssh import ssh_node
+        from tpnode_tui.node.ssh import ssh_node
 
         return ssh_node(settings.host, blocking_calls=blocking)
     return AgentNode(settings.agent_socket, blocking=blocking)
@@ -98,8 +98,8 @@ async def open_node(
                 f"no agent answers at {socket}, and {problem}; on a shared node every account goes "
                 "through the agent: ask the node's operator to start it (systemctl start tpnode-tui-agent)"
             )
-    from ..locks import make_lock
-    from .local import LocalNode
+    from tpnode_tui.locks import make_lock
+    from tpnode_tui.node.local import LocalNode
 
     lock = make_lock(settings, max_wait_s=max_wait_s, on_wait=on_wait)
     return LocalNode.from_settings(settings, lock=lock, interval=interval)

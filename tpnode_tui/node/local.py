@@ -13,12 +13,14 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator, Callable, Optional
 
-from ..config import Settings
-from ..identity import Caller, this_process
-from ..locks import AllocationLock
-from ..model import Drain, EvictReport, JobState, Launched, QueuedLaunch, Sample
-from ..port import LaunchRequest, LaunchResult, NodeView, ReserveRequest
-from ..service import NodeService
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.host.identity import Caller, this_process
+from tpnode_tui.locks import AllocationLock
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.snapshot import Sample
+from tpnode_tui.model.views import Drain, EvictReport
+from tpnode_tui.port.types import LaunchRequest, LaunchResult, NodeView, ReserveRequest
+from tpnode_tui.service import NodeService
 
 
 class LocalNode:

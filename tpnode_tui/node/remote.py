@@ -19,25 +19,23 @@ import os
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, NoReturn, Optional
 
-from ..identity import user_name
-from ..model import (
+from tpnode_tui.host.identity import user_name
+from tpnode_tui.model.errors import (
     BadRequest,
     ConfigError,
     Conflict,
-    Drain,
-    EvictReport,
     JobNotFound,
-    JobState,
-    Launched,
     NeverFits,
     NoCapacity,
     NotAllowed,
-    QueuedLaunch,
     RuntimeUnavailable,
-    Sample,
     TpnodeError,
 )
-from ..port import (
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.snapshot import Sample
+from tpnode_tui.model.views import Drain, EvictReport
+from tpnode_tui.node.http import Connector, HttpClient, ProtocolError, Unreachable, unix_blocking
+from tpnode_tui.port.types import (
     AgentUnavailable,
     Cancelled,
     LaunchRequest,
@@ -48,7 +46,7 @@ from ..port import (
     ReserveRequest,
     You,
 )
-from ..wire import (
+from tpnode_tui.port.wire import (
     Reader,
     WireError,
     drain_from_json,
@@ -60,7 +58,6 @@ from ..wire import (
     queued_from_json,
     snapshot_from_json,
 )
-from .http import Connector, HttpClient, ProtocolError, Unreachable, unix_blocking
 
 _KINDS: dict[str, type[TpnodeError]] = {
     cls.__name__: cls
@@ -151,7 +148,7 @@ class AgentNode:
         if blocking:
             connect = unix_blocking(path, connect_timeout_s)
         else:
-            from .aiostream import unix
+            from tpnode_tui.node.aiostream import unix
 
             connect = unix(path, connect_timeout_s)
         self._setup(connect, address=path, where=f"agent at {path}", sends_env=True)

@@ -29,9 +29,9 @@ import tempfile
 from pathlib import Path
 from typing import IO, Optional
 
-from ..config import SshTarget
-from .http import BlockingStream, Connector, Stream, Unreachable
-from .remote import AgentNode
+from tpnode_tui.config.settings import SshTarget
+from tpnode_tui.node.http import BlockingStream, Connector, Stream, Unreachable
+from tpnode_tui.node.remote import AgentNode
 
 #: what sshd runs on the node: the bridge to its agent's socket
 REMOTE_COMMAND = ("tpnode-tui", "dial-stdio")
@@ -167,7 +167,7 @@ def in_loop(target: SshTarget) -> Connector:
     async def connect() -> Stream:
         import asyncio
 
-        from .aiostream import AsyncioStream
+        from tpnode_tui.node.aiostream import AsyncioStream
 
         argv = ssh_argv(target, control_dir())
         log = tempfile.TemporaryFile()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ..config import Settings
-from ..model import ConfigError
-from .auto import AutoProbe
-from .base import Probe, blind_reading
-from .nvml import NvmlProbe
-from .simulated import SimulatedProbe
-from .smi import SmiProbe
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.model.errors import ConfigError
+from tpnode_tui.probes.auto import AutoProbe
+from tpnode_tui.probes.base import Probe, blind_reading
+from tpnode_tui.probes.nvml import NvmlProbe
+from tpnode_tui.probes.simulated import SimulatedProbe
+from tpnode_tui.probes.smi import SmiProbe
 
 __all__ = [
     "AutoProbe",

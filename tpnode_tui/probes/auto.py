@@ -11,10 +11,10 @@ from __future__ import annotations
 import shutil
 from typing import Optional
 
-from ..model import ProbeReading
-from .base import Probe, blind_reading
-from .nvml import NvmlProbe
-from .smi import SmiProbe
+from tpnode_tui.model.facts import ProbeReading
+from tpnode_tui.probes.base import Probe, blind_reading
+from tpnode_tui.probes.nvml import NvmlProbe
+from tpnode_tui.probes.smi import SmiProbe
 
 #: the source shown while no probe works
 NONE = "none"

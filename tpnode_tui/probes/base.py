@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, Protocol
 
-from ..model import ProbeReading
+from tpnode_tui.model.facts import ProbeReading
 
 
 class Probe(Protocol):

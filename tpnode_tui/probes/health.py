@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..model import CardFacts, ProbeReading
-from ..render import cards_words
+from tpnode_tui.model.facts import CardFacts, ProbeReading
+from tpnode_tui.text.render import cards_words
 
 #: Pages waiting to be retired only take effect after a reset; until then the
 #: bad memory is still in use.

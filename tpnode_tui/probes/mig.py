@@ -14,7 +14,7 @@ import re
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from ..model import ProcessFacts, SliceFacts
+from tpnode_tui.model.facts import ProcessFacts, SliceFacts
 
 #: A process as a whole card's list names it: (GPU instance id, compute
 #: instance id, the process); an id is None where the driver gave none.

@@ -31,11 +31,11 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Optional, TypeVar
 
-from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
-from ..xid import recovery_words
-from . import health, mig
-from .base import blind_reading
-from .topology import TopologyKeeper, read_nvml_topology
+from tpnode_tui.core.xid import recovery_words
+from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
+from tpnode_tui.probes import health, mig
+from tpnode_tui.probes.base import blind_reading
+from tpnode_tui.probes.wiring import TopologyKeeper, read_nvml_topology
 
 SOURCE = "nvml"
 _MIB = 1024 * 1024

@@ -48,7 +48,7 @@ test appends events and never has to remove them), and may also carry the
 
 A top-level ``"topology"`` describes how the cards are wired: a shape's name
 (``"nvswitch"``, ``"pcie-2x4"``, ``"cube-mesh"``) or the matrix itself (see
-:func:`~tpnode_tui.probes.topology.scene_topology`). One that cannot be used
+:func:`~tpnode_tui.probes.wiring.scene_topology`). One that cannot be used
 leaves the topology unknown and says so; the reading is not made blind by it.
 
 A file that is missing or malformed gives a blind reading that names the file
@@ -63,10 +63,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
-from . import health, mig
-from .base import blind_reading
-from .topology import scene_topology, with_topology
+from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
+from tpnode_tui.probes import health, mig
+from tpnode_tui.probes.base import blind_reading
+from tpnode_tui.probes.wiring import scene_topology, with_topology
 
 SOURCE = "simulated"
 

@@ -48,10 +48,10 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import replace
 from typing import Optional
 
-from ..model import CardFacts, ProbeReading, ProcessFacts, SliceFacts
-from . import health, mig
-from .base import blind_reading
-from .topology import TOPO_ARGS, TopologyKeeper, smi_topology
+from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
+from tpnode_tui.probes import health, mig
+from tpnode_tui.probes.base import blind_reading
+from tpnode_tui.probes.wiring import TOPO_ARGS, TopologyKeeper, smi_topology
 
 SOURCE = "nvidia-smi"
 

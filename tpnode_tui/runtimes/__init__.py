@@ -6,8 +6,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..config import Settings
-from .base import Runtime
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.runtimes.base import Runtime
 
 DEFAULT_DOCKER_SOCKET = Path("/var/run/docker.sock")
 
@@ -28,9 +28,9 @@ def choose_runtime(settings: Settings, environ: Mapping[str, str] = os.environ) 
 
 def make_runtime(settings: Settings) -> Runtime:
     if choose_runtime(settings) == "docker":
-        from .docker import DockerRuntime
+        from tpnode_tui.runtimes.docker import DockerRuntime
 
         return DockerRuntime(gpu_mode=settings.docker_gpu_mode, hold_image=settings.hold_image)
-    from .process import ProcessRuntime
+    from tpnode_tui.runtimes.process import ProcessRuntime
 
     return ProcessRuntime(settings.state_dir)

@@ -13,7 +13,9 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..model import JOB_KINDS, MIG_UUID_PATTERN, BadRequest, JobSpec, JobState, SliceRef
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.model.jobs import JOB_KINDS, JobSpec, JobState, SliceRef
+from tpnode_tui.model.validation import MIG_UUID_PATTERN
 
 
 class Runtime(Protocol):

@@ -32,22 +32,12 @@ import aiohttp
 from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
 
-from ..config import DOCKER_GPU_MODES
-from ..model import (
-    LIVE_STATUSES,
-    BadRequest,
-    ConfigError,
-    Conflict,
-    JobNotFound,
-    JobSpec,
-    JobState,
-    RuntimeUnavailable,
-    SliceRef,
-    TpnodeError,
-    check_run_id,
-)
-from .base import check_cards, check_kind, check_slices, hold_seconds
-from .labels import GPUS, RUN_ID, job_labels, parse_labels
+from tpnode_tui.config.settings import DOCKER_GPU_MODES
+from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
+from tpnode_tui.model.jobs import LIVE_STATUSES, JobSpec, JobState, SliceRef
+from tpnode_tui.model.validation import check_run_id
+from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
+from tpnode_tui.runtimes.labels import GPUS, RUN_ID, job_labels, parse_labels
 
 log = logging.getLogger(__name__)
 

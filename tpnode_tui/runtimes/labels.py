@@ -17,17 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ..model import (
-    JOB_KINDS,
-    MIG_UUID_PATTERN,
-    PROFILE_PATTERN,
-    RUN_ID_PATTERN,
-    RUN_ID_RULE,
-    BadRequest,
-    JobSpec,
-    SliceRef,
-    check_run_id,
-)
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.model.jobs import JOB_KINDS, JobSpec, SliceRef
+from tpnode_tui.model.validation import MIG_UUID_PATTERN, PROFILE_PATTERN, RUN_ID_PATTERN, RUN_ID_RULE, check_run_id
 
 #: Every platform container carries it (it is what ``ps`` lists by): the cards
 #: it holds whole, "0,1", or empty for a job that holds a MIG slice instead.

@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from ..model import RunAs
+from tpnode_tui.model.jobs import RunAs
 
 #: A sheet bigger than this is not one the launcher wrote: the kernel refuses
 #: to start a command whose arguments and environment pass a few MiB anyway.

@@ -45,20 +45,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..model import (
-    BadRequest,
-    Conflict,
-    JobNotFound,
-    JobSpec,
-    JobState,
-    RunAs,
-    RuntimeUnavailable,
-    check_run_id,
-)
-from .base import check_cards, check_kind, check_slices, hold_seconds
-from .jobprocs import JobProcesses, ProcessStat, make_cgroup, process_stat, remove_cgroup
-from .launchsheet import LaunchSheet, write_sheet
-from .statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, RuntimeUnavailable
+from tpnode_tui.model.jobs import JobSpec, JobState, RunAs
+from tpnode_tui.model.validation import check_run_id
+from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
+from tpnode_tui.runtimes.jobprocs import JobProcesses, ProcessStat, make_cgroup, process_stat, remove_cgroup
+from tpnode_tui.runtimes.launchsheet import LaunchSheet, write_sheet
+from tpnode_tui.runtimes.statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _STOP_POLL_S = 0.05

@@ -2,7 +2,7 @@
 
 Processes carry no labels, so the platform's knowledge of them lives in one
 JSON document, ``jobs.json``, kept as every such document in the state dir
-is (:mod:`tpnode_tui.jsonstore`): changed only under an exclusive ``flock`` on
+is (:mod:`tpnode_tui.state.jsonstore`): changed only under an exclusive ``flock`` on
 its own lock file, so two launchers (the dashboard and a CLI) cannot both
 read the old list and each write back a copy missing the other's job; written
 by atomic replace, so a crash leaves the old document or the new one; and a
@@ -21,9 +21,10 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
-from ..jsonstore import DEFAULT_LOCK_TIMEOUT_S, JsonStore
-from ..model import JOB_KINDS, MIG_UUID_PATTERN, PROFILE_PATTERN, SliceRef
-from .jobprocs import CGROUP_PREFIX
+from tpnode_tui.model.jobs import JOB_KINDS, SliceRef
+from tpnode_tui.model.validation import MIG_UUID_PATTERN, PROFILE_PATTERN
+from tpnode_tui.runtimes.jobprocs import CGROUP_PREFIX
+from tpnode_tui.state.jsonstore import DEFAULT_LOCK_TIMEOUT_S, JsonStore
 
 STATE_VERSION = 1
 STATE_FILE = "jobs.json"

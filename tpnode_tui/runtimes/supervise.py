@@ -68,10 +68,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..model import RunAs, RuntimeUnavailable
-from .jobprocs import JobProcesses, join_cgroup, remove_cgroup
-from .launchsheet import LaunchSheet, read_sheet
-from .statefile import JobRecord, StateFile
+from tpnode_tui.model.errors import RuntimeUnavailable
+from tpnode_tui.model.jobs import RunAs
+from tpnode_tui.runtimes.jobprocs import JobProcesses, join_cgroup, remove_cgroup
+from tpnode_tui.runtimes.launchsheet import LaunchSheet, read_sheet
+from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
 _PR_SET_PDEATHSIG = 1
 _USAGE = (

@@ -4,9 +4,9 @@ Whoever serves a node (the agent for every account, or an in-process
 allocator for its own) runs one :class:`NodeService`. It polls the node once
 per interval, however many dashboards watch: twenty dashboards cost one probe
 and one ``ps()`` per interval, not twenty, and they all see the same reading.
-Every action arrives with a :class:`~tpnode_tui.identity.Caller` the kernel
-named, is checked against the :class:`~tpnode_tui.policy.Policy`, goes through
-the one :class:`~tpnode_tui.allocator.GpuAllocator` and its lock, and is
+Every action arrives with a :class:`~tpnode_tui.host.identity.Caller` the kernel
+named, is checked against the :class:`~tpnode_tui.core.policy.Policy`, goes through
+the one :class:`~tpnode_tui.allocator.allocator.GpuAllocator` and its lock, and is
 written to the node's log before its answer is given.
 
 Launches that wait are visible: one waiting for the allocation lock, one
@@ -35,6 +35,6 @@ The parts, each a module (``pyproject.toml`` says which may use which):
 - ``accounts``: an account's groups, the owner an operator names, whom a job runs as
 """
 
-from .node import NodeService
+from tpnode_tui.service.node import NodeService
 
 __all__ = ["NodeService"]

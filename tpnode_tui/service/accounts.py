@@ -7,8 +7,8 @@ import os
 import pwd
 from typing import Optional
 
-from ..identity import Caller, account_groups
-from ..model import RunAs
+from tpnode_tui.host.identity import Caller, account_groups
+from tpnode_tui.model.jobs import RunAs
 
 
 def group_names(gids: tuple[int, ...]) -> list[str]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Optional
 
-from ..allocator import GpuAllocator
-from ..identity import Caller
-from ..model import BadRequest, JobNotFound, JobState
-from ..policy import Policy
-from ..render import format_duration
-from .journal import Journal
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.core.policy import Policy
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.model.errors import BadRequest, JobNotFound
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.service.journal import Journal
+from tpnode_tui.text.render import format_duration
 
 
 class JobActions:

@@ -14,11 +14,11 @@ import collections
 import json
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional, TypeVar
 
-from ..identity import Caller
-from ..model import NoCapacity, NotAllowed
-from ..nodelog import NodeLog
-from ..port import LaunchResult
-from .changes import Changes
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.model.errors import NoCapacity, NotAllowed
+from tpnode_tui.port.types import LaunchResult
+from tpnode_tui.service.changes import Changes
+from tpnode_tui.state.nodelog import NodeLog
 
 T = TypeVar("T")
 

@@ -19,32 +19,29 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from ..allocator import GpuAllocator
-from ..identity import Caller
-from ..launchqueue import LaunchQueue, QueueEntry
-from ..model import (
-    PLACEMENTS,
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.core.policy import Policy
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.model.errors import (
     BadRequest,
     Conflict,
     JobNotFound,
-    JobSpec,
-    JobState,
-    Launched,
     LockWaitTimeout,
     NoCapacity,
     NotAllowed,
-    QueuedLaunch,
     RuntimeUnavailable,
     TpnodeError,
-    check_run_id,
 )
-from ..policy import Policy
-from ..port import Cancelled, LaunchRequest, LaunchResult, OverQuota, ReserveRequest, new_run_id
-from ..printable import printable
-from .accounts import account, group_names, run_as
-from .changes import Changes
-from .journal import Journal
-from .readings import Readings
+from tpnode_tui.model.jobs import JobSpec, JobState, Launched, QueuedLaunch
+from tpnode_tui.model.topology import PLACEMENTS
+from tpnode_tui.model.validation import check_run_id
+from tpnode_tui.port.types import Cancelled, LaunchRequest, LaunchResult, OverQuota, ReserveRequest, new_run_id
+from tpnode_tui.service.accounts import account, group_names, run_as
+from tpnode_tui.service.changes import Changes
+from tpnode_tui.service.journal import Journal
+from tpnode_tui.service.readings import Readings
+from tpnode_tui.state.queue import LaunchQueue, QueueEntry
+from tpnode_tui.text.printable import printable
 
 log = logging.getLogger(__name__)
 

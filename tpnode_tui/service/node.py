@@ -17,26 +17,28 @@ import time
 from dataclasses import replace
 from typing import Any, AsyncIterator, Callable, Optional
 
-from ..allocator import GpuAllocator
-from ..config import DEFAULT_XID_DRAIN, Settings
-from ..identity import Caller
-from ..launchqueue import LaunchQueue, MemoryQueue
-from ..locks import AllocationLock
-from ..model import Drain, EvictReport, JobState, Launched, NodeSnapshot, QueuedLaunch, Sample
-from ..nodelog import NodeLog
-from ..policy import Policy, counted, held_by
-from ..port import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
-from ..triage.compare import Triage
-from ..triage.history import History
-from ..xid import XidRules
-from .accounts import group_names
-from .changes import Changes
-from .jobs import JobActions
-from .journal import Journal
-from .launches import Launches
-from .operators import OperatorActions
-from .readings import Readings
-from .xids import Xids
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.config.settings import DEFAULT_XID_DRAIN, Settings
+from tpnode_tui.core.policy import Policy, counted, held_by
+from tpnode_tui.core.xid import XidRules
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.locks import AllocationLock
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.snapshot import NodeSnapshot, Sample
+from tpnode_tui.model.views import Drain, EvictReport
+from tpnode_tui.port.types import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
+from tpnode_tui.service.accounts import group_names
+from tpnode_tui.service.changes import Changes
+from tpnode_tui.service.jobs import JobActions
+from tpnode_tui.service.journal import Journal
+from tpnode_tui.service.launches import Launches
+from tpnode_tui.service.operators import OperatorActions
+from tpnode_tui.service.readings import Readings
+from tpnode_tui.service.xids import Xids
+from tpnode_tui.state.nodelog import NodeLog
+from tpnode_tui.state.queue import LaunchQueue, MemoryQueue
+from tpnode_tui.triage.compare import Triage
+from tpnode_tui.triage.history import History
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Optional
 
-from ..allocator import GpuAllocator
-from ..identity import Caller
-from ..model import BadRequest, Conflict, Drain, EvictReport, JobNotFound, NotAllowed
-from ..policy import Policy
-from ..port import DRAIN_REASON_MOST
-from ..triage import evict as evicting
-from .journal import Journal
-from .readings import Readings
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.core.policy import Policy
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed
+from tpnode_tui.model.views import Drain, EvictReport
+from tpnode_tui.port.types import DRAIN_REASON_MOST
+from tpnode_tui.service.journal import Journal
+from tpnode_tui.service.readings import Readings
+from tpnode_tui.triage import evict as evicting
 
 
 class OperatorActions:

@@ -1,4 +1,4 @@
-"""One poll for every reader: the latest :class:`~tpnode_tui.port.Reading`, its subscribers, and the cards' history.
+"""One poll for every reader: the latest :class:`~tpnode_tui.port.types.Reading`, its subscribers, the cards' history.
 
 However many dashboards watch, the node is read once per interval: twenty
 dashboards cost one probe and one ``ps()`` per interval, not twenty, and they
@@ -20,12 +20,14 @@ import logging
 from dataclasses import replace
 from typing import AsyncIterator, Callable, Optional
 
-from ..allocator import GpuAllocator
-from ..model import BadRequest, JobState, NodeSnapshot, Sample, TpnodeError
-from ..port import Reading
-from ..triage.compare import Triage
-from ..triage.history import History
-from .changes import Changes
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.model.errors import BadRequest, TpnodeError
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.snapshot import NodeSnapshot, Sample
+from tpnode_tui.port.types import Reading
+from tpnode_tui.service.changes import Changes
+from tpnode_tui.triage.compare import Triage
+from tpnode_tui.triage.history import History
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ import contextlib
 import logging
 from typing import Any, Optional
 
-from ..allocator import GpuAllocator
-from ..model import Drain
-from ..triage.compare import Triage
-from ..triage.watch import XidEvent, XidWatcher, card_by_pci, watcher_for
-from ..xid import REBOOT, REBOOT_NODE, Verdict, XidRules
-from .changes import Changes
-from .journal import Journal
-from .readings import Readings
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.core.xid import REBOOT, REBOOT_NODE, Verdict, XidRules
+from tpnode_tui.model.views import Drain
+from tpnode_tui.service.changes import Changes
+from tpnode_tui.service.journal import Journal
+from tpnode_tui.service.readings import Readings
+from tpnode_tui.triage.compare import Triage
+from tpnode_tui.triage.watch import XidEvent, XidWatcher, card_by_pci, watcher_for
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from ..model import HOLDER, INTRUDER, CardView, JobState, NodeSnapshot, SliceView
-from ..occupancy import intruder_words
-from ..render import clock_time
-from ..xid import APPLICATION, Verdict
-from .history import History
+from tpnode_tui.core.occupancy import intruder_words
+from tpnode_tui.core.xid import APPLICATION, Verdict
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.model.views import HOLDER, INTRUDER, CardView, SliceView
+from tpnode_tui.text.render import clock_time
+from tpnode_tui.triage.history import History
 
 Record = Callable[..., Any]
 

@@ -29,18 +29,9 @@ from typing import Optional
 
 import psutil
 
-from ..model import (
-    EXTERNAL,
-    HOLDER,
-    INTRUDER,
-    UNKNOWN,
-    CardView,
-    Conflict,
-    Evicted,
-    HolderInfo,
-    JobNotFound,
-    JobState,
-)
+from tpnode_tui.model.errors import Conflict, JobNotFound
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Evicted, HolderInfo
 
 #: how often the grace period looks whether the processes have ended
 _POLL_S = 0.05

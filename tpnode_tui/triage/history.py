@@ -20,7 +20,8 @@ import math
 from array import array
 from typing import Iterable, Optional
 
-from ..model import CardFacts, Sample
+from tpnode_tui.model.facts import CardFacts
+from tpnode_tui.model.snapshot import Sample
 
 #: seconds of full resolution, and of history altogether
 FINE_S = 300.0

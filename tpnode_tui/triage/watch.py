@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
-from ..probes.auto import AutoProbe
-from ..probes.nvml import NvmlProbe, _forget_init, _init, _recovery_action
-from ..probes.simulated import SimulatedProbe, xid_events
-from ..probes.smi import SmiProbe
-from ..xid import parse_kmsg, pci_key
+from tpnode_tui.core.xid import parse_kmsg, pci_key
+from tpnode_tui.probes.auto import AutoProbe
+from tpnode_tui.probes.nvml import NvmlProbe, _forget_init, _init, _recovery_action
+from tpnode_tui.probes.simulated import SimulatedProbe, xid_events
+from tpnode_tui.probes.smi import SmiProbe
 
 log = logging.getLogger(__name__)
 

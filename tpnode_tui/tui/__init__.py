@@ -11,11 +11,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from ..config import Settings
-from ..model import TpnodeError, error_line, exit_code
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.model.errors import TpnodeError, error_line, exit_code
 
 if TYPE_CHECKING:
-    from ..node.base import Node
+    from tpnode_tui.port.node import Node
 
 __all__ = ["run_dashboard"]
 
@@ -52,16 +52,16 @@ def _logging_off_the_terminal(verbose: bool) -> Iterator[Optional[Path]]:
 
 
 async def _run(settings: Optional[Settings], *, demo: bool, readonly: bool, interval: float) -> int:
-    from ..node.choose import open_node
-    from ..node.demo import DemoScene
-    from ..node.local import LocalNode
-    from .app import NodeDashboard
+    from tpnode_tui.demo.scene import DemoScene
+    from tpnode_tui.node.choose import open_node
+    from tpnode_tui.node.local import LocalNode
+    from tpnode_tui.tui.app import NodeDashboard
 
     scene: Optional[DemoScene] = None
     command: tuple[str, ...] = ()
     demo_node = None
     if demo:
-        from ..demo import DEMO_COMMAND, start_demo
+        from tpnode_tui.demo.stage import DEMO_COMMAND, start_demo
 
         demo_node = start_demo()
         command = DEMO_COMMAND

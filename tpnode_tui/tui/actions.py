@@ -19,7 +19,8 @@ from typing import Callable, Literal, Optional, Protocol
 
 from textual.binding import Binding, BindingType
 
-from ..model import CardView, JobState, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.model.views import CardView
 
 #: node: changes jobs or cards (refused read-only); view: what is shown; demo: the
 #: demo's; move: about the screen; app: help and quit

@@ -35,31 +35,20 @@ from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from ..model import (
-    CardView,
-    Conflict,
-    Drain,
-    Evicted,
-    EvictReport,
-    JobNotFound,
-    JobState,
-    Launched,
-    NoCapacity,
-    NodeSnapshot,
-    NotAllowed,
-    QueuedLaunch,
-    TpnodeError,
-)
-from ..node.base import Node
-from ..port import AgentUnavailable, LaunchRequest, LaunchResult, You, is_owner, new_run_id
-from ..printable import printable, printable_lines, printable_view
-from ..render import format_duration
-from .actions import ACTIONS, BINDINGS, BY_NAME
-from .detail import DetailPane
-from .follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, HistoryFollower, LogFollower, NodeFollower
-from .jobs import WAITING
-from .launches import LaunchTracker, LeftQueue, Refused, Started, left_queue_notice
-from .questions import (
+from tpnode_tui.model.errors import Conflict, JobNotFound, NoCapacity, NotAllowed, TpnodeError
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.model.views import CardView, Drain, Evicted, EvictReport
+from tpnode_tui.port.node import Node
+from tpnode_tui.port.types import AgentUnavailable, LaunchRequest, LaunchResult, You, is_owner, new_run_id
+from tpnode_tui.text.printable import printable, printable_lines, printable_view
+from tpnode_tui.text.render import format_duration
+from tpnode_tui.tui.actions import ACTIONS, BINDINGS, BY_NAME
+from tpnode_tui.tui.detail import DetailPane
+from tpnode_tui.tui.follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, HistoryFollower, LogFollower, NodeFollower
+from tpnode_tui.tui.jobs import WAITING
+from tpnode_tui.tui.launches import LaunchTracker, LeftQueue, Refused, Started, left_queue_notice
+from tpnode_tui.tui.questions import (
     capacity_line,
     free_profiles,
     nothing_to_stop,
@@ -68,19 +57,27 @@ from .questions import (
     starts_when,
     stop_question,
 )
-from .screens.confirm import ConfirmScreen
-from .screens.drain import DrainScreen
-from .screens.extend import ExtendScreen
-from .screens.help import HelpScreen
-from .screens.launch import LaunchScreen
-from .screens.main import MainScreen
-from .screens.quit import QuitScreen
-from .screens.reserve import ReserveScreen
-from .tiles import CardGrid
-from .triage import NOT_GONE, drain_context, evict_question, evicting_words, fates, kill_question, undrain_question
+from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.drain import DrainScreen
+from tpnode_tui.tui.screens.extend import ExtendScreen
+from tpnode_tui.tui.screens.help import HelpScreen
+from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.main import MainScreen
+from tpnode_tui.tui.screens.quit import QuitScreen
+from tpnode_tui.tui.screens.reserve import ReserveScreen
+from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.triage import (
+    NOT_GONE,
+    drain_context,
+    evict_question,
+    evicting_words,
+    fates,
+    kill_question,
+    undrain_question,
+)
 
 if TYPE_CHECKING:  # the demo's scene, with its allocator, loads only with the demo
-    from ..node.demo import DemoScene
+    from tpnode_tui.demo.scene import DemoScene
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from ..model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, JobState, SliceView
-from ..render import (
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, SliceView
+from tpnode_tui.text.render import (
     NA,
     card_ranges,
     describe_holder,
@@ -28,9 +29,9 @@ from ..render import (
     slice_summary,
     unseen_use,
 )
-from ..render import clock_time as moment
-from .sparks import FixedSparkline, Recent, window_words
-from .tiles import BADGES, DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, readings
+from tpnode_tui.text.render import clock_time as moment
+from tpnode_tui.tui.sparks import FixedSparkline, Recent, window_words
+from tpnode_tui.tui.tiles import BADGES, DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, readings
 
 STATE_MEANING = {
     "free": "nothing holds it",

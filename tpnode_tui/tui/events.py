@@ -22,9 +22,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..render import card_ranges
-from .detail import clock_time
-from .tiles import DRAINED_TEXT, ERROR, WARNING, fit
+from tpnode_tui.text.render import card_ranges
+from tpnode_tui.tui.detail import clock_time
+from tpnode_tui.tui.tiles import DRAINED_TEXT, ERROR, WARNING, fit
 
 #: entries kept in memory, newest first
 EVENTS_KEPT = 200

@@ -31,14 +31,15 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from ..config import SshTarget
-from ..fleet.record import UNKNOWN, UP, FleetCard, FleetPicture, NodeRow, clock, summary_words
-from ..model import NodeSnapshot, TpnodeError
-from ..printable import printable, printable_view
-from ..render import format_duration
-from .detail import DetailPane, describe_card
-from .redraw import update
-from .tiles import BADGES, DRAINED_TEXT, CardGrid, fit
+from tpnode_tui.config.settings import SshTarget
+from tpnode_tui.fleet.record import UNKNOWN, UP, FleetCard, FleetPicture, NodeRow, clock, summary_words
+from tpnode_tui.model.errors import TpnodeError
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.text.printable import printable, printable_view
+from tpnode_tui.text.render import format_duration
+from tpnode_tui.tui.detail import DetailPane, describe_card
+from tpnode_tui.tui.redraw import update
+from tpnode_tui.tui.tiles import BADGES, DRAINED_TEXT, CardGrid, fit
 
 log = logging.getLogger("tpnode_tui.fleet")
 
@@ -587,8 +588,8 @@ async def _run(source: FleetSource, interval: float) -> int:
 
 
 def run_fleet_view(url: str, safe_url: str, interval: float) -> int:
-    from ..fleet.reader import FleetReader
-    from . import _logging_off_the_terminal
+    from tpnode_tui.fleet.reader import FleetReader
+    from tpnode_tui.tui import _logging_off_the_terminal
 
     with _logging_off_the_terminal(False):
         return asyncio.run(_run(FleetReader(url, safe_url), interval))

@@ -22,13 +22,14 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Mapping, Optional, Protocol
 
-from ..model import NodeSnapshot, TpnodeError
-from ..node.base import Node
-from ..port import AgentUnavailable, NodeView, You
-from ..printable import printable, printable_view
-from .detail import clock_time
-from .events import EVENTS_KEPT, EVENTS_SINCE_S
-from .sparks import Recent
+from tpnode_tui.model.errors import TpnodeError
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.port.node import Node
+from tpnode_tui.port.types import AgentUnavailable, NodeView, You
+from tpnode_tui.text.printable import printable, printable_view
+from tpnode_tui.tui.detail import clock_time
+from tpnode_tui.tui.events import EVENTS_KEPT, EVENTS_SINCE_S
+from tpnode_tui.tui.sparks import Recent
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from typing import Optional
 
 from rich.text import Text
 
-from ..model import NodeSnapshot
-from ..port import You
-from ..render import cards_words, format_duration
-from .detail import clock_time
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.port.types import You
+from tpnode_tui.text.render import cards_words, format_duration
+from tpnode_tui.tui.detail import clock_time
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from typing import Any, Iterable, Mapping, Optional, Union
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ..model import JobState, QueuedLaunch
-from ..render import card_ranges, format_duration
-from .detail import workload
-from .tiles import WARNING, fit, short_duration
+from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.text.render import card_ranges, format_duration
+from tpnode_tui.tui.detail import workload
+from tpnode_tui.tui.tiles import WARNING, fit, short_duration
 
 COLUMNS = (
     ("run_id", "RUN ID"),

@@ -16,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Awaitable, Iterable, Literal, Mapping, Optional, Sequence, TypeVar, Union
 
-from ..model import NoCapacity, NodeSnapshot, QueuedLaunch
-from ..port import Cancelled
-from .jobs import WAITING
+from tpnode_tui.model.errors import NoCapacity
+from tpnode_tui.model.jobs import QueuedLaunch
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.port.types import Cancelled
+from tpnode_tui.tui.jobs import WAITING
 
 #: readings to wait for a launch that left the queue to show as a job, before
 #: asking the node's log what became of it (a reading begun before it was placed

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..model import JobState, NoCapacity, NodeSnapshot, wanted_words
-from ..render import cards_words
-from .jobs import LAUNCH_PREFIX
+from tpnode_tui.model.errors import NoCapacity
+from tpnode_tui.model.jobs import JobState, wanted_words
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.text.render import cards_words
+from tpnode_tui.tui.jobs import LAUNCH_PREFIX
 
 
 def capacity_line(snap: Optional[NodeSnapshot], stale_error: Optional[str]) -> str:

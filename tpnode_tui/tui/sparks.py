@@ -27,8 +27,8 @@ from rich.text import Text
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from textual.widgets import Sparkline
 
-from ..model import Sample
-from ..render import format_duration
+from tpnode_tui.model.snapshot import Sample
+from tpnode_tui.text.render import format_duration
 
 #: the longest window drawn, and the shortest (a node read for a few seconds still gets a line)
 SPAN_S = 3600.0

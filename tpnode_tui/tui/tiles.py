@@ -17,10 +17,10 @@ from textual.events import Click, Resize
 from textual.message import Message
 from textual.widget import Widget
 
-from ..model import CardView, Drain
-from ..render import NA, card_summary, format_duration, format_mib
-from .redraw import same
-from .sparks import Recent, spark_text, squeeze, window_words
+from tpnode_tui.model.views import CardView, Drain
+from tpnode_tui.text.render import NA, card_summary, format_duration, format_mib
+from tpnode_tui.tui.redraw import same
+from tpnode_tui.tui.sparks import Recent, spark_text, squeeze, window_words
 
 #: state -> (badge text, badge colour). The colours match the legend in the help screen.
 BADGES: dict[str, tuple[str, str]] = {

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ..model import CardView, Drain, Evicted, EvictReport
-from ..render import card_summary, cards_words, format_mib
-from .detail import drain_source
-from .tiles import fit
+from tpnode_tui.model.views import CardView, Drain, Evicted, EvictReport
+from tpnode_tui.text.render import card_summary, cards_words, format_mib
+from tpnode_tui.tui.detail import drain_source
+from tpnode_tui.tui.tiles import fit
 
 #: widest a command is shown in a question (the detail pane has it in full)
 COMMAND_WIDTH = 62

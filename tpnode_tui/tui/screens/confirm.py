@@ -8,7 +8,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Static
 
-from ...printable import printable, printable_lines
+from tpnode_tui.text.printable import printable, printable_lines
 
 
 class ConfirmScreen(ModalScreen[bool]):

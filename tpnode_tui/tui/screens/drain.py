@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...port import DRAIN_REASON_MOST
-from .form import Field, FormScreen
+from tpnode_tui.port.types import DRAIN_REASON_MOST
+from tpnode_tui.tui.screens.form import Field, FormScreen
 
 
 class DrainScreen(FormScreen[str]):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...config import parse_duration
-from ...model import BadRequest, JobState
-from ...render import cards_words
-from .form import Field, FormScreen
+from tpnode_tui.config.settings import parse_duration
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.text.render import cards_words
+from tpnode_tui.tui.screens.form import Field, FormScreen
 
 
 class ExtendScreen(FormScreen[float]):

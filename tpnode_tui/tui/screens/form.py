@@ -11,8 +11,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
-from ...model import BadRequest, check_run_id
-from ...printable import printable
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.model.validation import check_run_id
+from tpnode_tui.text.printable import printable
 
 #: what a form answers once every field is accepted
 Result = TypeVar("Result")

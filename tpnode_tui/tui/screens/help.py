@@ -11,8 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from ..actions import HelpLine, help_lines, node_words
-from ..tiles import BADGES
+from tpnode_tui.tui.actions import HelpLine, help_lines, node_words
+from tpnode_tui.tui.tiles import BADGES
 
 #: the keys the help explains that are not the dashboard's actions: the grid's
 #: own (tiles.CardGrid), and Textual's focus and command palette

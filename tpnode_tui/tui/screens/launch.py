@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 from typing import Optional
 
-from ...port import LaunchRequest
-from ...render import show_command
-from .form import Field, FormScreen
+from tpnode_tui.port.types import LaunchRequest
+from tpnode_tui.text.render import show_command
+from tpnode_tui.tui.screens.form import Field, FormScreen
 
 
 class LaunchScreen(FormScreen[LaunchRequest]):

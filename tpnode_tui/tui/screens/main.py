@@ -25,17 +25,19 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
-from ...model import CardView, JobNotFound, JobState, QueuedLaunch
-from ...render import env_lines
-from ..actions import ACTIONS
-from ..detail import DetailPane, describe_card
-from ..events import EventsPane, events_title
-from ..follow import HistoryFollower, LogFollower, NodeFollower
-from ..header import PollState, banner_lines, header_text, no_cards_text, summary_text
-from ..jobs import JOB_PREFIX, LAUNCH_PREFIX, WAITING, JobsTable
-from ..redraw import same, update
-from ..sparks import Recent
-from ..tiles import CardGrid
+from tpnode_tui.model.errors import JobNotFound
+from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.model.views import CardView
+from tpnode_tui.text.render import env_lines
+from tpnode_tui.tui.actions import ACTIONS
+from tpnode_tui.tui.detail import DetailPane, describe_card
+from tpnode_tui.tui.events import EventsPane, events_title
+from tpnode_tui.tui.follow import HistoryFollower, LogFollower, NodeFollower
+from tpnode_tui.tui.header import PollState, banner_lines, header_text, no_cards_text, summary_text
+from tpnode_tui.tui.jobs import JOB_PREFIX, LAUNCH_PREFIX, WAITING, JobsTable
+from tpnode_tui.tui.redraw import same, update
+from tpnode_tui.tui.sparks import Recent
+from tpnode_tui.tui.tiles import CardGrid
 
 #: below this many rows the screen is laid out compactly; below the second, the
 #: tiles and the detail pane have no room for the cards' history

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...config import parse_duration
-from ...model import BadRequest
-from ...port import ReserveRequest
-from .form import Field, FormScreen
+from tpnode_tui.config.settings import parse_duration
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.port.types import ReserveRequest
+from tpnode_tui.tui.screens.form import Field, FormScreen
 
 
 class ReserveScreen(FormScreen[ReserveRequest]):

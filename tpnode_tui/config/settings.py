@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from .model import BadRequest, ConfigError
+from tpnode_tui.model.errors import BadRequest, ConfigError
 
 DEFAULT_STATE_DIR = "/var/lib/tpnode-tui"
 DEFAULT_AGENT_SOCKET = "/run/tpnode-tui/agent.sock"

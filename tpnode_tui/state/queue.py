@@ -22,9 +22,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from .identity import Caller
-from .jsonstore import JsonStore
-from .model import BadRequest, JobSpec, QueuedLaunch, RunAs, check_profile
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.model.errors import BadRequest
+from tpnode_tui.model.jobs import JobSpec, QueuedLaunch, RunAs
+from tpnode_tui.model.validation import check_profile
+from tpnode_tui.state.jsonstore import JsonStore
 
 QUEUE_FILE = "queue.json"
 QUEUE_VERSION = 1

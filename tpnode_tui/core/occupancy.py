@@ -12,21 +12,11 @@ import time
 from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from .model import (
-    INTRUDER,
-    MIG_SPLIT,
-    CardFacts,
-    CardView,
-    Drain,
-    GpuOccupancy,
-    HolderInfo,
-    JobState,
-    ProbeReading,
-    SliceFacts,
-    SliceState,
-    SliceView,
-)
-from .render import clock_time, format_mib
+from tpnode_tui.model.facts import CardFacts, ProbeReading, SliceFacts
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.occupancy import MIG_SPLIT, GpuOccupancy, SliceState
+from tpnode_tui.model.views import INTRUDER, CardView, Drain, HolderInfo, SliceView
+from tpnode_tui.text.render import clock_time, format_mib
 
 #: A compute instance's profile ("1c.3g.71gb"): one of several that share a GPU instance.
 _COMPUTE_INSTANCE = re.compile(r"[0-9]+c\.")

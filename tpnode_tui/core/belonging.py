@@ -34,7 +34,8 @@ from typing import Iterable, Optional
 
 import psutil
 
-from .model import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, HolderInfo, JobState
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, HolderInfo
 
 
 def owner_uid(job: JobState) -> Optional[int]:

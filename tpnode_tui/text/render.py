@@ -6,16 +6,11 @@ import shlex
 import time
 from typing import Optional
 
-from .model import (
-    CardView,
-    HolderInfo,
-    JobNotFound,
-    NodeSnapshot,
-    SliceView,
-    card_ranges,
-    cards_words,
-    holding_words,
-)
+from tpnode_tui.model.errors import JobNotFound
+from tpnode_tui.model.jobs import holding_words
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.model.views import CardView, HolderInfo, SliceView
+from tpnode_tui.model.words import card_ranges, cards_words
 
 __all__ = [
     "NA",

@@ -27,45 +27,26 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional, TypeVar
 
-from .belonging import classify
-from .config import Settings
-from .drains import DrainStore
-from .locks import AllocationLock, check_allocation_safety, make_lock
-from .model import (
-    EXTERNAL,
-    HOLDER,
-    INTRUDER,
-    UNKNOWN,
-    BadRequest,
-    Conflict,
-    Drain,
-    GpuOccupancy,
-    HolderInfo,
-    JobNotFound,
-    JobSpec,
-    JobState,
-    Launched,
-    NeverFits,
-    NoCapacity,
-    NodeSnapshot,
-    ProbeReading,
-    SliceRef,
-    SliceState,
-    TpnodeError,
-    check_profile,
-    check_run_id,
-    claims_overlap,
-    holding_words,
-)
-from .occupancy import blind_reason, card_count, card_views, compute_occupancy, shares_gpu_instance
-from .port import new_run_id
-from .procinfo import describe, name_containers
-from .render import cards_words, format_duration, show_command
-from .topology import choose
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.core.belonging import classify
+from tpnode_tui.core.occupancy import blind_reason, card_count, card_views, compute_occupancy, shares_gpu_instance
+from tpnode_tui.core.placement import choose
+from tpnode_tui.host.procinfo import describe, name_containers
+from tpnode_tui.locks import AllocationLock, check_allocation_safety, make_lock
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NeverFits, NoCapacity, TpnodeError
+from tpnode_tui.model.facts import ProbeReading
+from tpnode_tui.model.jobs import JobSpec, JobState, Launched, SliceRef, claims_overlap, holding_words
+from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.model.validation import check_profile, check_run_id
+from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, Drain, HolderInfo
+from tpnode_tui.port.types import new_run_id
+from tpnode_tui.state.drains import DrainStore
+from tpnode_tui.text.render import cards_words, format_duration, show_command
 
 if TYPE_CHECKING:
-    from .probes.base import Probe
-    from .runtimes.base import Runtime
+    from tpnode_tui.probes.base import Probe
+    from tpnode_tui.runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +112,8 @@ class GpuAllocator:
         would make (the CLI's, which bounds its wait and says what it waits for)."""
         # Imported here: the probes and the docker client are most of a CLI
         # command's start-up, and constructing them is what settings are checked for.
-        from .probes import make_probe
-        from .runtimes import make_runtime
+        from tpnode_tui.probes import make_probe
+        from tpnode_tui.runtimes import make_runtime
 
         return cls(
             make_runtime(settings),
@@ -310,7 +291,7 @@ class GpuAllocator:
     ) -> list[int]:
         """Choose cards, with the lock held and occupancy just read: the free set
         that talks fastest on the reading's topology (as ``placement`` requires,
-        if it does), else a consecutive run (see :func:`~tpnode_tui.topology.choose`).
+        if it does), else a consecutive run (see :func:`~tpnode_tui.core.placement.choose`).
 
         Idempotent: a run id that already holds cards gets those back, so a
         retried submission never takes a second set.

@@ -18,32 +18,13 @@ import math
 from dataclasses import asdict
 from typing import Any, Callable, Optional, TypeVar
 
-from .model import (
-    BELONGS,
-    DRAIN_SOURCES,
-    PCIE_PATHS,
-    CardFacts,
-    CardView,
-    Drain,
-    Evicted,
-    EvictReport,
-    GpuOccupancy,
-    HolderInfo,
-    JobState,
-    Launched,
-    Link,
-    NodeSnapshot,
-    ProbeReading,
-    ProcessFacts,
-    QueuedLaunch,
-    Sample,
-    SliceFacts,
-    SliceRef,
-    SliceState,
-    SliceView,
-    Topology,
-    TpnodeError,
-)
+from tpnode_tui.model.errors import TpnodeError
+from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, SliceRef
+from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
+from tpnode_tui.model.snapshot import NodeSnapshot, Sample
+from tpnode_tui.model.topology import PCIE_PATHS, Link, Topology
+from tpnode_tui.model.views import BELONGS, DRAIN_SOURCES, CardView, Drain, Evicted, EvictReport, HolderInfo, SliceView
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from .model import RuntimeUnavailable
+from tpnode_tui.model.errors import RuntimeUnavailable
 
 R = TypeVar("R")
 

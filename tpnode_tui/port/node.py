@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
-from ..model import Drain, EvictReport, JobState, Launched, QueuedLaunch, Sample
-from ..port import LaunchRequest, LaunchResult, NodeView, ReserveRequest
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.snapshot import Sample
+from tpnode_tui.model.views import Drain, EvictReport
+from tpnode_tui.port.types import LaunchRequest, LaunchResult, NodeView, ReserveRequest
 
 
 class Node(Protocol):

@@ -32,8 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..model import Link, ProbeReading, Topology
-from ..topology import TopologyError, link_from_word, parse_topo_matrix, shape
+from tpnode_tui.model.facts import ProbeReading
+from tpnode_tui.model.topology import Link, Topology
+from tpnode_tui.probes.shapes import shape
+from tpnode_tui.probes.topo_matrix import TopologyError, link_from_word, parse_topo_matrix
 
 MAX_AGE_S = 600.0
 RETRY_S = 60.0

@@ -24,7 +24,8 @@ from typing import Awaitable, Callable, Iterable, Mapping, Optional
 
 import psutil
 
-from .model import HolderInfo, ProcessFacts
+from tpnode_tui.model.facts import ProcessFacts
+from tpnode_tui.model.views import HolderInfo
 
 #: container ids as they appear in /proc/<pid>/cgroup under docker, containerd
 #: and systemd's cgroup drivers (".../docker/<id>", ".../docker-<id>.scope")

@@ -48,11 +48,13 @@ from typing import Any, Mapping, Optional
 
 import psutil
 
-from .config import Settings, load_settings
-from .model import Drain, JobSpec, TpnodeError
-from .runtimes.jobprocs import process_stat
-from .runtimes.process import boot_id, liveness, pid_namespace
-from .runtimes.statefile import StateFile
+from tpnode_tui.config.settings import Settings, load_settings
+from tpnode_tui.model.errors import TpnodeError
+from tpnode_tui.model.jobs import JobSpec
+from tpnode_tui.model.views import Drain
+from tpnode_tui.runtimes.jobprocs import process_stat
+from tpnode_tui.runtimes.process import boot_id, liveness, pid_namespace
+from tpnode_tui.runtimes.statefile import StateFile
 
 log = logging.getLogger(__name__)
 
@@ -459,19 +461,3 @@ def start_demo(root: Optional[Path] = None) -> Demo:
     unseen = _unseen_pid()
     scene_path.write_text(json.dumps(scene(unseen, _unseen_pid(below=unseen)), indent=1))
     return Demo(root=root, scene_path=scene_path, state_dir=state_dir, squatter=squatter)
-
-
-def train(steps: int) -> None:
-    """The demo's stand-in workload: a step a second, printed, then done."""
-    for step in range(steps):
-        print(f"step {step + 1}/{steps}", flush=True)
-        time.sleep(1)
-
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m tpnode_tui.demo")
-    sub = parser.add_subparsers(dest="what", required=True)
-    sub.add_parser("train", help="the demo workload").add_argument("--steps", type=int, default=3600)
-    train(parser.parse_args().steps)

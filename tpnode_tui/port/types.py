@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from .model import Launched, NodeSnapshot, NotAllowed, QueuedLaunch, TpnodeError
+from tpnode_tui.model.errors import NotAllowed, TpnodeError
+from tpnode_tui.model.jobs import Launched, QueuedLaunch
+from tpnode_tui.model.snapshot import NodeSnapshot
 
 #: the longest drain reason taken: it is shown on a tile and in every log line about the card
 DRAIN_REASON_MOST = 500

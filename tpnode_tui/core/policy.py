@@ -24,11 +24,12 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
-from .config import Settings
-from .identity import Caller, Operators
-from .model import JobState, NotAllowed
-from .port import is_owner
-from .render import cards_words
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.host.identity import Caller, Operators
+from tpnode_tui.model.errors import NotAllowed
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.port.types import is_owner
+from tpnode_tui.text.render import cards_words
 
 
 @dataclass(frozen=True)

@@ -24,64 +24,88 @@ that a hierarchical topology forms (NVLink or switch groups inside NUMA nodes
 inside the node: every real node of many cards), with any group of up to 10
 cards whose links form no hierarchy (a DGX-1's cube mesh) searched set by
 set; both exact. Only a node with a bigger such group is searched greedily.
-Without a topology it is :func:`~tpnode_tui.model.pick_gpus`, so a node whose
+Without a topology it is :func:`pick_gpus`, so a node whose
 topology cannot be read loses nothing.
 """
 
 from __future__ import annotations
 
-import re
 import weakref
 from dataclasses import dataclass, field
-from functools import lru_cache
 from itertools import combinations
 from math import comb
 from operator import itemgetter
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional
 
-from .model import (
-    CONTIGUOUS,
-    PCIE_PATHS,
-    PLACEMENTS,
-    SAME_SWITCH,
-    BadRequest,
-    Link,
-    NeverFits,
-    NoCapacity,
-    Topology,
-    card_ranges,
-    cards_words,
-    pick_gpus,
-)
+from tpnode_tui.model.errors import BadRequest, NeverFits, NoCapacity
+from tpnode_tui.model.topology import CONTIGUOUS, PLACEMENTS, SAME_SWITCH, Link, Topology
+from tpnode_tui.model.words import card_ranges, cards_words
 
 NVLINK_POINTS = 100
+
+
 PCIE_POINTS = {"PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
+
+
 #: what a pair nothing is known about scores, by its cards' NUMA nodes
 SAME_NUMA_POINTS, OTHER_NUMA_POINTS = PCIE_POINTS["NODE"], PCIE_POINTS["SYS"]
 
+
 #: the placements a launch may require (model.PLACEMENTS), by their names here
 REQUIREMENTS = PLACEMENTS
+
+
 _SWITCH_POINTS = PCIE_POINTS["PXB"]
+
+
 _WANTED = {
     SAME_SWITCH: "all linked by NVLink or under one PCIe switch",
     CONTIGUOUS: "as well connected as the best set of that size on this node",
 }
 
+
 #: Up to this many candidate sets are all scored. 8 cards never have more
 #: than 70; beyond it the tree (or the greedy search) takes over.
 EXHAUSTIVE_LIMIT = 2000
 
+
 #: Beyond this many free cards the tree is searched rather than every set,
 #: which scores each free card against every other first.
 _EXHAUSTIVE_CARDS = 16
+
+
 #: A group whose links form no hierarchy (a cube mesh) is searched set by set
 #: when it has at most this many cards; a bigger one leaves the node to the
 #: greedy search.
 _BLOCK_CARDS = 10
+
+
 #: A hierarchy deeper than this is not one (a PCIe tree has a few levels).
 _MAX_DEPTH = 32
+
+
 #: the diagonal of the effective matrix: above every real level
 _SELF = 255
+
+
+def pick_gpus(free: list[int], count: int) -> list[int]:
+    """Choose ``count`` of the ``free`` cards, a run of consecutive indices first.
+
+    Jobs coming and going fragment the free set ({0,3,5,7}). On PCIe machines
+    cards under one switch talk much faster, and a scattered pick makes
+    all-reduce slow in a way that raises nothing. When no consecutive run
+    exists the cards are taken in order: running slowly beats not running.
+    """
+    if count <= 0:
+        return []
+    ordered = sorted(set(free))
+    if len(ordered) < count:
+        raise NoCapacity(f"not enough free cards: need {count}, available {len(ordered)}")
+    for start in range(len(ordered) - count + 1):
+        window = ordered[start : start + count]
+        if window[-1] - window[0] == count - 1:
+            return window
+    return ordered[:count]
 
 
 def link_points(link: Optional[Link]) -> int:
@@ -131,7 +155,7 @@ def choose(
     whole NVLink and switch groups stay free for the next job that needs one:
     of {0,1,2,3} free under one switch and {4,5} under another, a 2-card job
     gets 4 and 5. Among those, a run of consecutive indices, else the lowest
-    (what :func:`~tpnode_tui.model.pick_gpus` takes; on a big node's tree, the
+    (what :func:`pick_gpus` takes; on a big node's tree, the
     lower groups first). The same question always gets the same answer.
 
     go-gpuallocator instead takes its set from the best partition of all the
@@ -184,9 +208,6 @@ def choose(
     return found.cards
 
 
-# -- the search ---------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class _Found:
     cards: list[int]
@@ -209,6 +230,8 @@ class _Node:
 
 #: (points, minus the points to the free cards left): compared as a tuple
 _Value = tuple[int, int]
+
+
 #: a node's best value for each number of cards taken from it (None: cannot)
 _Table = list[Optional[_Value]]
 
@@ -568,211 +591,3 @@ def grouped_search(topology: Topology) -> str:
     if plan.tree is None:
         return "greedy"
     return "tree of blocks" if plan.blocks else "tree"
-
-
-# -- simulated nodes -------------------------------------------------------------------
-
-
-def hierarchy(count: int, tiers: Sequence[tuple[int, Link]], numa_size: Optional[int] = None) -> Topology:
-    """Cards in nested blocks of consecutive indices: ``tiers`` from the innermost,
-    each (block size, the link between two cards in one block of that size and
-    in none of the tiers before). Two cards in no common block have no link.
-    ``numa_size``: consecutive cards per NUMA node (None: not known)."""
-    sizes = [size for size, _ in tiers]
-    if any(s <= 0 for s in sizes) or sizes != sorted(sizes):
-        raise ValueError(f"tier sizes must be positive and ascending, not {sizes}")
-    kinds = list(dict.fromkeys(link for _, link in tiers))
-    rows = []
-    for card in range(count):
-        row = bytearray(count)
-        for size, link in reversed(tiers):
-            start = card // size * size
-            end = min(start + size, count)
-            row[start:end] = bytes([kinds.index(link) + 1]) * (end - start)
-        row[card] = 0
-        rows.append(bytes(row))
-    numa = tuple(card // numa_size if numa_size else None for card in range(count))
-    return Topology(count, tuple(kinds), b"".join(rows), numa)
-
-
-def nvswitch(count: int = 8, nvlinks: int = 18, sockets: int = 2) -> Topology:
-    """A DGX/HGX-style node: every pair through the NVSwitches with ``nvlinks``
-    NVLinks (18 on H100 and H200), as ``topo -m`` shows it; the cards split
-    evenly over ``sockets`` NUMA nodes."""
-    return hierarchy(count, [(max(count, 1), Link(nvlinks))], numa_size=-(-count // sockets) or None)
-
-
-def pcie(count: int = 8, per_switch: int = 4, sockets: int = 2) -> Topology:
-    """A PCIe node: ``per_switch`` cards under each switch (PIX), the switches of
-    a socket linked through its host bridges (NODE), sockets across the CPU
-    interconnect (SYS); each socket its own NUMA node. The cards fill whole
-    switches of the first socket before the next (2 cards: one switch)."""
-    switches = max(1, -(-count // per_switch))
-    per_socket = -(-switches // sockets) * per_switch  # whole switches, rounded up
-    tiers = [(per_switch, Link(pcie="PIX"))]
-    if per_socket > per_switch:
-        tiers.append((per_socket, Link(pcie="NODE")))
-    if count > per_socket:
-        tiers.append((count, Link(pcie="SYS")))
-    return hierarchy(count, tiers, numa_size=per_socket)
-
-
-#: The hybrid cube mesh of a DGX-1 with V100s: each card's six NVLinks, one or
-#: two to a peer, four peers in its own quad and one in the other; every other
-#: pair crosses the sockets (SYS). The wiring as go-gpuallocator's DGX-1 Volta
-#: test node and the DGX-1's ``nvidia-smi topo -m`` give it.
-CUBE_MESH_NVLINKS = {
-    (0, 1): 1,
-    (0, 2): 1,
-    (0, 3): 2,
-    (0, 4): 2,
-    (1, 2): 2,
-    (1, 3): 1,
-    (1, 5): 2,
-    (2, 3): 2,
-    (2, 6): 1,
-    (3, 7): 1,
-    (4, 5): 1,
-    (4, 6): 1,
-    (4, 7): 2,
-    (5, 6): 2,
-    (5, 7): 1,
-    (6, 7): 2,
-}
-
-
-def cube_mesh() -> Topology:
-    """The 8-card DGX-1 (V100) hybrid cube mesh: see :data:`CUBE_MESH_NVLINKS`."""
-    links = {
-        (a, b): Link(CUBE_MESH_NVLINKS[(a, b)]) if (a, b) in CUBE_MESH_NVLINKS else Link(pcie="SYS")
-        for a, b in combinations(range(8), 2)
-    }
-    return Topology.build(8, links, {card: card // 4 for card in range(8)})
-
-
-def _cube_mesh_of(count: int) -> Topology:
-    if count != 8:
-        raise ValueError(f"the cube mesh has 8 cards, not {count}")
-    return cube_mesh()
-
-
-#: the simulated node's named shapes, each made for a number of cards
-SHAPES: dict[str, Callable[[int], Topology]] = {
-    "nvswitch": nvswitch,
-    "pcie-2x4": pcie,
-    "cube-mesh": _cube_mesh_of,
-}
-
-
-@lru_cache(maxsize=32)
-def shape(name: str, count: int) -> Topology:
-    """The named shape for ``count`` cards, one object per name and count (so
-    what is worked out for it once is kept); ValueError for a name not in SHAPES
-    or a count the shape cannot have."""
-    if name not in SHAPES:
-        raise ValueError(f"{name!r} is not a topology: use {', '.join(SHAPES)}")
-    return SHAPES[name](count)
-
-
-# -- nvidia-smi topo -m --------------------------------------------------------------
-
-
-class TopologyError(ValueError):
-    """Text that is not an ``nvidia-smi topo -m`` matrix; the message says why."""
-
-
-#: Most cards a matrix may name: its bytes grow with the square.
-MAX_CARDS = 4096
-
-_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_GPU = re.compile(r"GPU([0-9]{1,5})")
-_NVLINK = re.compile(r"NV([0-9]{1,3})")
-_NUMBER = re.compile(r"[0-9]{1,5}")
-_NUMA_AFFINITY = "NUMA Affinity"
-_TRAILING = ("CPU Affinity", _NUMA_AFFINITY, "GPU NUMA ID")
-
-
-def link_from_word(word: str) -> Optional[Link]:
-    """A ``topo -m`` cell as a link: "NV12", "PIX" ... "SYS" (and "SOC", what
-    older drivers called SYS); None for "X" (the card itself) and for a word
-    this code does not know, which says nothing about the pair."""
-    word = word.strip()
-    if word in PCIE_PATHS:
-        return Link(pcie=word)
-    if word == "SOC":
-        return Link(pcie="SYS")
-    nv = _NVLINK.fullmatch(word)
-    if nv is not None and 0 < int(nv.group(1)) < 256:
-        return Link(int(nv.group(1)))
-    return None
-
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 60 else text[:57] + "...")
-
-
-def parse_topo_matrix(text: str) -> Topology:
-    """The cards' links and NUMA nodes from what ``nvidia-smi topo -m`` printed.
-
-    The real format: a header of tab-separated columns (``\\tGPU0\\tGPU1...\\tNIC0
-    ...\\tCPU Affinity\\tNUMA Affinity\\tGPU NUMA ID``, underlined with terminal
-    escapes by some drivers), one row per GPU and per NIC (``GPU0\\t X \\tNV18...``),
-    then the ``Legend:`` and ``NIC Legend:`` blocks. NIC rows and columns,
-    columns this code does not know and cells it cannot read say nothing about
-    the cards; a pair whose two cells differ gets the slower. "NUMA Affinity"
-    is the CPU side's NUMA node; "GPU NUMA ID" (a GPU's own memory on
-    coherent platforms) is not a socket and is not used.
-
-    Raises :class:`TopologyError` naming what is wrong when there is no matrix
-    to read: the text is someone else's and is never trusted.
-    """
-    lines = _ESCAPE.sub("", text).splitlines()
-    header_at = next(
-        (
-            i
-            for i, line in enumerate(lines)
-            if line.startswith("\t") and any(_GPU.fullmatch(c.strip()) for c in line.split("\t"))
-        ),
-        None,
-    )
-    if header_at is None:
-        first = next((line.strip() for line in lines if line.strip()), "")
-        raise TopologyError(f"no GPU matrix in it (it begins {_shown(first)})")
-    header = [c.strip() for c in lines[header_at].split("\t")[1:]]
-    header = [c for c in header if c]
-    rows: dict[str, list[str]] = {}
-    for line in lines[header_at + 1 :]:
-        if line.startswith("Legend:"):
-            break
-        cells = [c.strip() for c in line.split("\t")]
-        if len(cells) > 1 and cells[0] and cells[0] not in rows:
-            rows[cells[0]] = cells[1:]
-    devices = 0
-    while devices < len(header) and header[devices] in rows:
-        devices += 1
-    gpus: dict[int, str] = {}
-    for name in header[:devices]:
-        gpu = _GPU.fullmatch(name)
-        if gpu is not None:
-            gpus[int(gpu.group(1))] = name
-    if not gpus:
-        raise TopologyError(f"its header names no GPU that has a row ({_shown(lines[header_at].strip())})")
-    count = max(gpus) + 1
-    if count > MAX_CARDS:
-        raise TopologyError(f"it names GPU{count - 1}, more cards than the {MAX_CARDS} this code reads")
-    column = {name: i for i, name in enumerate(header[:devices])}
-    trailing = header[devices:]
-    links: dict[tuple[int, int], Link] = {}
-    numa: dict[int, int] = {}
-    for a, name in gpus.items():
-        cells = rows[name]
-        for b, other in gpus.items():
-            at = column[other]
-            link = link_from_word(cells[at]) if a != b and at < len(cells) else None
-            if link is not None:
-                links[(a, b)] = link
-        values = dict(zip(trailing, [c for c in cells[devices:] if c]))
-        node = values.get(_NUMA_AFFINITY, "")
-        if _NUMBER.fullmatch(node):
-            numa[a] = int(node)
-    return Topology.build(count, links, numa)

@@ -10,7 +10,7 @@ lock, so an XID drain never waits on a lock holder or an unreachable Redis:
 a launch that read the file a moment before keeps its card, and its job
 runs with the drain shown as a warning, as one that was there first does.
 
-The file is kept like the launch queue (:class:`~tpnode_tui.jsonstore.JsonStore`:
+The file is kept like the launch queue (:class:`~tpnode_tui.state.jsonstore.JsonStore`:
 flock, atomic replace, 0600) and read as strictly: a file that cannot be
 understood is never taken for "nothing drained", since that would hand
 out cards someone took out of service; no card can be handed out until it
@@ -22,8 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from .jsonstore import JsonStore
-from .model import DRAIN_SOURCES, Drain
+from tpnode_tui.model.views import DRAIN_SOURCES, Drain
+from tpnode_tui.state.jsonstore import JsonStore
 
 DRAIN_FILE = "drains.json"
 DRAIN_VERSION = 1

@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import psutil
 
-from ..allocator import GpuAllocator
-from ..model import NodeSnapshot, TpnodeError
-from .base import Node
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.model.errors import TpnodeError
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.port.node import Node
 
 if TYPE_CHECKING:
     import subprocess
 
-    from ..demo import Demo
+    from tpnode_tui.demo.stage import Demo
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,3 @@
+"""This machine's own answers about people and processes: who a caller is (from the kernel),
+who a pid is (from /proc).
+"""

@@ -1,0 +1,169 @@
+"""One card as every client shows it: its display state, holder, processes and whose each is.
+
+The CLI's ``status --json``, the dashboard and the allocator all read these
+views, so they can never disagree about a card.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from tpnode_tui.model.facts import CardFacts, SliceFacts
+from tpnode_tui.model.jobs import JobState
+
+#: Whom a process on a card belongs to (:attr:`HolderInfo.belongs`):
+#: the job or reservation that holds the card; anyone else on a held card;
+#: a process on a card nobody holds; or a pid this machine cannot look at.
+HOLDER, INTRUDER, EXTERNAL, UNKNOWN = "holder", "intruder", "external", "unknown"
+
+
+BELONGS = (HOLDER, INTRUDER, EXTERNAL, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """Who a driver-reported process is, as far as this machine can tell.
+
+    ``visible`` is False when the pid does not exist here (the driver reports
+    host pids; from inside a container they belong to another PID namespace).
+    Such a holder is still shown: a card is never hidden because its holder
+    cannot be named.
+    """
+
+    pid: int
+    used_memory_mib: Optional[int] = None
+    visible: bool = False
+    user: Optional[str] = None
+    command: Optional[str] = None
+    #: the full id of the container it runs in, from its cgroup
+    container: Optional[str] = None
+    started_at: Optional[float] = None
+    #: one of BELONGS: "holder" (the card's job, or its reservation's owner),
+    #: "intruder" (anyone else on a held card), "external" (on a card nobody
+    #: holds) or "unknown" (a pid this machine cannot look at)
+    belongs: str = UNKNOWN
+    #: the process's real uid (None when not visible)
+    uid: Optional[int] = None
+    #: the container as people know it: its name and image (docker runtime)
+    container_name: Optional[str] = None
+    container_image: Optional[str] = None
+    #: the run id of another platform job this process is part of, when it uses a
+    #: card that job was not given: still a squatter here, but ended with ``stop``
+    job_elsewhere: Optional[str] = None
+
+
+#: Who took a card out of service: an operator, or the XID watcher.
+DRAIN_SOURCES = ("operator", "xid")
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A card taken out of service until an operator puts it back.
+
+    Drains live in the state dir (:mod:`~tpnode_tui.state.drains`) and outlive
+    restarts: a card drained for a fault must not come back because the
+    agent restarted before the card was reset.
+    """
+
+    card: int
+    #: in plain words, what is wrong and what to do
+    reason: str
+    #: the account that drained it ("xid" for the XID watcher)
+    by: str
+    #: unix seconds
+    at: float
+    #: "operator" or "xid"
+    source: str = "operator"
+    #: the XID that drained it, when one did
+    xid: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class SliceView:
+    """One MIG slice as displayed, under its card: its state and everything said about it."""
+
+    card: int
+    facts: SliceFacts
+    #: one of SLICE_STATES
+    state: str
+    run_id: Optional[str] = None
+    job: Optional[JobState] = None
+    #: the processes the driver lists on this slice, each told apart against its holder
+    holders: tuple[HolderInfo, ...] = ()
+    #: why it is not free, in plain words (see :class:`SliceState`)
+    reason: Optional[str] = None
+    #: what is wrong on a slice that keeps its state: an intruder, two claimants
+    warning: Optional[str] = None
+
+    @property
+    def index(self) -> int:
+        return self.facts.index
+
+    @property
+    def intruders(self) -> tuple[int, ...]:
+        return tuple(h.pid for h in self.holders if h.belongs == INTRUDER)
+
+
+@dataclass(frozen=True)
+class CardView:
+    """One card as displayed: its state and everything said about it.
+
+    A card in MIG mode is in state "mig" (split into slices: see them) and has
+    one :class:`SliceView` per MIG device in ``slices``; its ``holders`` are every
+    process on it, each told apart against the holder of the slice it runs on.
+    """
+
+    index: int
+    state: str
+    facts: Optional[CardFacts] = None
+    run_id: Optional[str] = None
+    job: Optional[JobState] = None
+    holders: tuple[HolderInfo, ...] = ()
+    #: why the card is unhealthy, drained or unverified, in plain words
+    reason: Optional[str] = None
+    #: what is wrong on a card that keeps its state: a health problem, a drain
+    #: or an intruder on a card a job holds, a recent XID
+    warning: Optional[str] = None
+    #: the card's drain, on a drained card and on a held card drained under its job
+    drain: Optional[Drain] = None
+    #: its MIG slices, one per MIG device the driver reports, in index order
+    slices: tuple[SliceView, ...] = ()
+
+    @property
+    def intruders(self) -> tuple[int, ...]:
+        """Pids of the processes of someone else on this held card."""
+        return tuple(h.pid for h in self.holders if h.belongs == INTRUDER)
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """One process evict acted on (or, in a dry run, would)."""
+
+    card: int
+    pid: int
+    user: Optional[str]
+    uid: Optional[int]
+    command: Optional[str]
+    #: "external" or "intruder"
+    belongs: str
+    used_memory_mib: Optional[int]
+    #: "listed" (dry run), "ended" (after SIGTERM), "killed", "running" (still, after the
+    #: grace period), "gone" (before it was signalled) or "failed" (could not be signalled)
+    outcome: str
+    #: what became of it, in plain words
+    fate: str
+    #: when the process started (seconds since the epoch) as the node read it: naming
+    #: it back to evict signals that process only, never a later one given its pid
+    started_at: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class EvictReport:
+    """What evict did on one card (in a dry run: what it would do), process by process."""
+
+    card: int
+    dry_run: bool
+    kill: bool
+    grace_s: float
+    processes: tuple[Evicted, ...]
