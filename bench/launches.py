@@ -35,7 +35,7 @@ from common import Ratio, Row, Section, run_async
 from helpers.nvml import FakeCard, FakeNvml
 from helpers.services import Dockerd, RedisServer, write_scene
 from tpnode_tui.allocator.allocator import GpuAllocator
-from tpnode_tui.config.settings import Settings
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import AllocationLock, LockHold, make_lock
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.probes.nvml import NvmlProbe
@@ -67,7 +67,7 @@ class TimedLock:
 
 
 async def _lock_hold(daemon: Dockerd, rounds: int, state_dir: Path) -> dict[str, list[float]]:
-    settings = Settings(state_dir=state_dir)
+    settings = load_settings({}, state_dir=str(state_dir))
     runtime = DockerRuntime(gpu_mode="none", hold_image=daemon.image, docker_host=daemon.host)
     lock = TimedLock(make_lock(settings))
     allocator = GpuAllocator(runtime, NvmlProbe(nvml=FakeNvml([FakeCard() for _ in range(8)])), settings, lock)

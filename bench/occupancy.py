@@ -30,7 +30,7 @@ from common import Limit, Ratio, Row, Section, interleave, run_async
 from helpers.nvml import FakeCard, FakeNvml
 from helpers.paths import STUBS
 from tpnode_tui.allocator.allocator import GpuAllocator
-from tpnode_tui.config.settings import Settings
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
 from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.probes.smi import SmiProbe
@@ -99,7 +99,7 @@ def smi_on_path(cards: int) -> Iterator[None]:
 async def _measure(
     cards: int, seed: Optional[ModuleType], rounds: int, nvml_per_round: int, state_dir: Path
 ) -> dict[str, list[float]]:
-    settings = Settings(state_dir=state_dir)
+    settings = load_settings({}, state_dir=str(state_dir))
     fake = FakeNvml([FakeCard() for _ in range(cards)])
     nvml = GpuAllocator(NoJobs(), NvmlProbe(nvml=fake), settings, make_lock(settings))
     smi = GpuAllocator(NoJobs(), SmiProbe(), settings, make_lock(settings))

@@ -37,7 +37,7 @@ async def agent(tmp_path):
     # A socket every test account can reach (a pytest tmp_path is root's alone).
     place = shared_dir("tpn-agent-")
     a.socket = place / "agent.sock"
-    a.settings = replace(a.settings, agent_socket=a.socket)
+    a.settings = replace(a.settings, agent=replace(a.settings.agent, socket=a.socket))
     a.state.mkdir()  # as the agent's unit makes it (StateDirectory=): its log is kept from the start
     async with running(a):
         yield a

@@ -31,7 +31,7 @@ async def make(settings):
     made = []
 
     def build(runtime=None, probe=None, resolver=None, **overrides):
-        s = replace(settings, **overrides)
+        s = load_settings({}, state_dir=str(settings.state.dir), **overrides)
         alloc = GpuAllocator(
             runtime or MemoryRuntime(), probe or StaticProbe(), s, make_lock(s), series_resolver=resolver
         )
@@ -54,7 +54,7 @@ async def test_blind_probe_is_visible_not_free(make):
     probe = StaticProbe(
         ProbeReading("smi", (), count=None, external_probe_ok=False, problem="nvidia-smi: not found on PATH")
     )
-    alloc = make(probe=probe, local_gpu_count=4)
+    alloc = make(probe=probe, cards_count=4)
     occ = await alloc.occupancy()
     assert occ.external_probe_ok is False
     assert "free count may be too high" in occ.explain()
@@ -66,21 +66,23 @@ async def test_blind_probe_is_visible_not_free(make):
 async def test_unverified_cards_are_not_handed_out_unless_allowed(make):
     blind = ProbeReading("smi", (), count=None, external_probe_ok=False, problem="nvidia-smi: not found on PATH")
     with pytest.raises(NoCapacity, match="until the probe works again.*TUNEPLANE_ALLOW_UNVERIFIED"):
-        await make(probe=StaticProbe(blind), local_gpu_count=4).launch(JobSpec("r", 1, ("x",)))
-    got = await make(probe=StaticProbe(blind), local_gpu_count=4, allow_unverified=True).launch(JobSpec("r", 1, ("x",)))
+        await make(probe=StaticProbe(blind), cards_count=4).launch(JobSpec("r", 1, ("x",)))
+    got = await make(probe=StaticProbe(blind), cards_count=4, cards_allow_unverified=True).launch(
+        JobSpec("r", 1, ("x",))
+    )
     assert got.gpus == (0,) and "card 0 handed out unverified" in got.warning
 
 
 async def test_a_probe_that_sees_no_card_under_a_configured_count_frees_nothing(make):
     empty = StaticProbe(ProbeReading("nvml", (), count=0))  # no devices passed into a container
-    occ = await make(probe=empty, local_gpu_count=4).occupancy()
+    occ = await make(probe=empty, cards_count=4).occupancy()
     assert occ.free == [] and set(occ.unhealthy) == {0, 1, 2, 3}
     assert "not reported by the driver" in occ.unhealthy[0]
 
 
 async def test_a_card_the_driver_does_not_report_is_not_free_even_while_blind(make):
     blind = ProbeReading("smi", idle_cards(6), count=6, external_probe_ok=False, problem="blind")
-    occ = await make(probe=StaticProbe(blind), local_gpu_count=8, allow_unverified=True).occupancy()
+    occ = await make(probe=StaticProbe(blind), cards_count=8, cards_allow_unverified=True).occupancy()
     assert occ.free == [0, 1, 2, 3, 4, 5] and set(occ.unhealthy) == {6, 7}
 
 
@@ -111,7 +113,7 @@ async def test_a_request_the_runtime_can_never_run_is_refused_before_capacity_is
 async def test_a_card_nothing_can_be_read_about_is_never_free_even_with_health_checks_off(make):
     probe = StaticProbe()
     probe.set_card(1, memory_used_mib=None, processes=None, health=("GPU is lost",))
-    occ = await make(probe=probe, check_health=False).occupancy()
+    occ = await make(probe=probe, cards_check_health=False).occupancy()
     assert 1 not in occ.free and occ.unhealthy == {1: "GPU is lost"}
 
 
@@ -154,7 +156,7 @@ async def test_external_excludes_cards_platform_jobs_hold(make):
 async def test_turning_off_the_external_check_ignores_use_from_outside(make):
     probe = StaticProbe()
     probe.set_card(3, memory_used_mib=90000)
-    occ = await make(probe=probe, check_external=False).occupancy()
+    occ = await make(probe=probe, cards_check_external=False).occupancy()
     assert 3 in occ.free and occ.external_probe_ok
 
 
@@ -242,7 +244,7 @@ async def test_a_card_that_vanishes_stays_counted_and_shown_with_what_holds_it(m
 
 async def test_configured_count_wins_and_the_driver_is_not_asked(make):
     probe = StaticProbe(cards=8)
-    alloc = make(probe=probe, local_gpu_count=2)
+    alloc = make(probe=probe, cards_count=2)
     assert await alloc.total_gpus() == 2
     assert probe.reads == 0
 
@@ -263,7 +265,7 @@ async def test_configured_profile_answers_first_without_asking_the_driver(make):
         seen.append((profile, name))
         return {"h200-sxm": "h200"}.get(profile, "")
 
-    alloc = make(probe=probe, resolver=resolver, cluster_profile="h200-sxm")
+    alloc = make(probe=probe, resolver=resolver, cards_profile="h200-sxm")
     assert await alloc.series_id() == "h200"
     assert probe.reads == 0 and seen == [("h200-sxm", "")]
 
@@ -340,7 +342,7 @@ async def test_a_job_index_out_of_range_is_not_a_card(make):
 
 async def test_a_card_the_driver_stops_reporting_is_never_free(make):
     probe = StaticProbe(ProbeReading("nvml", idle_cards(8)[:6], count=6))
-    occ = await make(probe=probe, local_gpu_count=8).occupancy()
+    occ = await make(probe=probe, cards_count=8).occupancy()
     assert set(occ.unhealthy) == {6, 7} and 6 not in occ.free
 
 
@@ -370,7 +372,7 @@ async def test_unhealthy_is_not_deducted_twice_but_still_shown(make):
 async def test_turning_off_the_health_check_hands_out_unhealthy_cards(make):
     probe = StaticProbe()
     probe.set_card(0, health=("2 uncorrected ECC errors",))
-    assert await make(probe=probe, check_health=False).allocate("a", 1) == [0]
+    assert await make(probe=probe, cards_check_health=False).allocate("a", 1) == [0]
 
 
 # -- the lock covers read, pick and create ----------------------------------------
@@ -426,13 +428,13 @@ async def test_launch_creates_under_the_lock_and_starts_after_releasing_it(make)
     assert events == [("create", True), ("start", False)]
 
 
-async def test_a_lost_lock_never_starts_two_jobs_on_one_card(settings, tmp_path):
+async def test_a_lost_lock_never_starts_two_jobs_on_one_card(tmp_path):
     """Two allocators whose locks do not see each other (as after a lost lease)
     pick the same cards; the later fence backs off before starting."""
     runtime = MemoryRuntime(create_delay=0.1)
     allocs = []
     for name in ("a", "b"):
-        s = replace(settings, state_dir=tmp_path / name)  # separate flocks: no mutual exclusion
+        s = load_settings({}, state_dir=str(tmp_path / name))  # separate flocks: no mutual exclusion
         allocs.append(GpuAllocator(runtime, StaticProbe(), s, make_lock(s)))
     outcomes = await asyncio.gather(
         allocs[0].launch(JobSpec("ra", 8, ("x",))), allocs[1].launch(JobSpec("rb", 8, ("x",))), return_exceptions=True

@@ -4,14 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from tpnode_tui.config.settings import DECLARED, Settings, load_settings, parse_duration, redact_url, state_dir_exists
+from tpnode_tui.config.redact import redact_url
+from tpnode_tui.config.settings import DECLARED, Settings, load_settings
+from tpnode_tui.config.statedir import state_dir_exists
+from tpnode_tui.config.values import parse_duration
 from tpnode_tui.model.errors import BadRequest, ConfigError
 
 
 def test_defaults_without_environment():
     s = load_settings({})
     assert s == Settings()
-    assert s.probe == "auto" and s.mem_busy_mib == 512 and s.redis_url is None
+    assert s.probe.kind == "auto" and s.cards.mem_busy_mib == 512 and s.lock.redis_url is None
 
 
 def test_every_variable_is_read():
@@ -51,19 +54,23 @@ def test_every_variable_is_read():
     }
     assert set(env) == {d.env for d in DECLARED.values()}
     s = load_settings(env)
-    assert (s.local_gpu_count, s.cluster_profile, s.check_external, s.check_health) == (4, "h200-sxm", False, False)
-    assert (s.mem_busy_mib, s.probe, s.probe_timeout_s, s.runtime) == (1024, "simulated:/tmp/n.json", 2.5, "process")
-    assert s.simulated_path == Path("/tmp/n.json")
-    assert (s.docker_gpu_mode, s.state_dir, s.redis_url) == ("env", Path("/tmp/st"), "redis://localhost:6379/1")
-    assert (s.lock_lease_ms, s.lock_retry_ms, s.hold_image, s.allow_unverified) == (5000, 20, "busybox:1.36", True)
-    assert (s.agent, s.agent_socket, s.operators_group) == ("off", Path("/tmp/a.sock"), "gpu-admins")
-    assert (s.max_cards_per_user, s.max_cards_for) == (2, (("alice", 4), ("@students", 1)))
-    assert (s.images, s.log_max_mb) == (("busybox:*", "nvcr.io/*"), 5.0)
-    assert (s.idle_reservation_min, s.xid_drain, s.xid_ignore, s.evict_grace_s) == (45, (48, 79), (13,), 2.5)
-    assert (s.fleet_url, s.node_name, s.node, s.fleet_publish_s) == ("redis://fleet:6379/2", "gpu-07", "gpu-07", 2.5)
-    assert s.metrics_addr == ("::", 9400)
-    assert (str(s.host), s.host.user, s.host.port) == ("alice@gpu-07:2222", "alice", 2222)
-    assert str(s.ssh_address) == "gpu-07.example.org"
+    cards, probe, runtime = s.cards, s.probe, s.runtime
+    assert (cards.count, cards.profile, cards.check_external, cards.check_health) == (4, "h200-sxm", False, False)
+    assert (cards.mem_busy_mib, cards.allow_unverified) == (1024, True)
+    assert (probe.kind, probe.timeout_s, probe.simulated_path) == ("simulated:/tmp/n.json", 2.5, Path("/tmp/n.json"))
+    assert (runtime.kind, runtime.docker_gpu_mode, runtime.hold_image) == ("process", "env", "busybox:1.36")
+    assert (s.state.dir, s.state.log_max_mb) == (Path("/tmp/st"), 5.0)
+    assert (s.lock.redis_url, s.lock.lease_ms, s.lock.retry_ms) == ("redis://localhost:6379/1", 5000, 20)
+    agent, policy, triage, fleet = s.agent, s.policy, s.triage, s.fleet
+    assert (agent.mode, agent.socket, agent.metrics_addr) == ("off", Path("/tmp/a.sock"), ("::", 9400))
+    assert (str(agent.host), agent.host.user, agent.host.port) == ("alice@gpu-07:2222", "alice", 2222)
+    assert (policy.operators_group, policy.max_cards_per_user) == ("gpu-admins", 2)
+    assert (policy.max_cards_for, policy.images) == ((("alice", 4), ("@students", 1)), ("busybox:*", "nvcr.io/*"))
+    assert (triage.xid_drain, triage.xid_ignore) == ((48, 79), (13,))
+    assert (triage.idle_reservation_min, triage.evict_grace_s) == (45, 2.5)
+    assert (fleet.url, fleet.node_name, fleet.node) == ("redis://fleet:6379/2", "gpu-07", "gpu-07")
+    assert fleet.publish_s == 2.5
+    assert str(fleet.ssh_address) == "gpu-07.example.org"
 
 
 @pytest.mark.parametrize(
@@ -78,16 +85,16 @@ def test_fleet_and_metrics_settings():
     import socket
 
     s = load_settings({})
-    assert (s.fleet_url, s.metrics_addr, s.fleet_publish_s) == (None, None, 10.0)
-    assert s.node == socket.gethostname()
-    assert load_settings({"TUNEPLANE_METRICS_ADDR": ":9400"}).metrics_addr == ("0.0.0.0", 9400)
-    assert load_settings({"TUNEPLANE_METRICS_ADDR": "127.0.0.1:19400"}).metrics_addr == ("127.0.0.1", 19400)
-    assert "s3cret" not in load_settings({"TUNEPLANE_FLEET_URL": "redis://:s3cret@h/0"}).fleet_url_safe
+    assert (s.fleet.url, s.agent.metrics_addr, s.fleet.publish_s) == (None, None, 10.0)
+    assert s.fleet.node == socket.gethostname()
+    assert load_settings({"TUNEPLANE_METRICS_ADDR": ":9400"}).agent.metrics_addr == ("0.0.0.0", 9400)
+    assert load_settings({"TUNEPLANE_METRICS_ADDR": "127.0.0.1:19400"}).agent.metrics_addr == ("127.0.0.1", 19400)
+    assert "s3cret" not in load_settings({"TUNEPLANE_FLEET_URL": "redis://:s3cret@h/0"}).fleet.url_safe
 
 
 def test_flags_override_the_environment():
-    s = load_settings({"TUNEPLANE_RUNTIME": "docker"}, runtime="process", probe=None)
-    assert s.runtime == "process" and s.probe == "auto"
+    s = load_settings({"TUNEPLANE_RUNTIME": "docker"}, runtime_kind="process", probe_kind=None)
+    assert s.runtime.kind == "process" and s.probe.kind == "auto"
 
 
 @pytest.mark.parametrize(
@@ -136,7 +143,7 @@ def test_redis_password_is_redacted():
     assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
     assert redact_url("unix:///run/redis.sock?db=0&password=s3cret") == "unix:///run/redis.sock?db=0&password=***"
     s = load_settings({"TUNEPLANE_REDIS_URL": "redis://:s3cret@h:6380/0"})
-    assert "s3cret" not in s.redis_url_safe
+    assert "s3cret" not in s.lock.redis_url_safe
 
 
 def test_a_bad_redis_url_error_does_not_print_its_password():
@@ -147,12 +154,12 @@ def test_a_bad_redis_url_error_does_not_print_its_password():
 
 def test_a_bad_flag_is_named_by_its_flag():
     with pytest.raises(ConfigError, match="--gpu-count='abc' is not a whole number"):
-        load_settings({}, local_gpu_count="abc")
+        load_settings({}, cards_count="abc")
 
 
 def test_a_relative_state_dir_is_made_absolute_so_every_shell_shares_one_lock(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert load_settings({"TUNEPLANE_STATE_DIR": "st"}).state_dir == tmp_path / "st"
+    assert load_settings({"TUNEPLANE_STATE_DIR": "st"}).state.dir == tmp_path / "st"
 
 
 def test_the_readme_table_names_every_variable_flag_and_default():
@@ -167,8 +174,9 @@ def test_the_readme_table_names_every_variable_flag_and_default():
 
 def test_xid_lists_default_to_the_catalog_and_none_means_no_drains():
     s = load_settings({})
-    assert 79 in s.xid_drain and 48 in s.xid_drain and 13 not in s.xid_drain and s.xid_ignore == ()
-    assert load_settings({"TUNEPLANE_XID_DRAIN": "none"}).xid_drain == ()
+    assert 79 in s.triage.xid_drain and 48 in s.triage.xid_drain and 13 not in s.triage.xid_drain
+    assert s.triage.xid_ignore == ()
+    assert load_settings({"TUNEPLANE_XID_DRAIN": "none"}).triage.xid_drain == ()
 
 
 def test_an_xid_both_drained_and_ignored_is_refused():
@@ -177,9 +185,9 @@ def test_an_xid_both_drained_and_ignored_is_refused():
 
 
 def test_numbers_are_plain_ascii_decimals():
-    assert load_settings({"TUNEPLANE_PROBE_TIMEOUT_S": " 600 "}).probe_timeout_s == 600
-    assert load_settings({"TUNEPLANE_PROBE_TIMEOUT_S": "0.5"}).probe_timeout_s == 0.5
-    assert load_settings({"TUNEPLANE_LOCAL_GPU_COUNT": "+8"}).local_gpu_count == 8
+    assert load_settings({"TUNEPLANE_PROBE_TIMEOUT_S": " 600 "}).probe.timeout_s == 600
+    assert load_settings({"TUNEPLANE_PROBE_TIMEOUT_S": "0.5"}).probe.timeout_s == 0.5
+    assert load_settings({"TUNEPLANE_LOCAL_GPU_COUNT": "+8"}).cards.count == 8
 
 
 @pytest.mark.parametrize("text,seconds", [("90s", 90), ("1h30m", 5400), ("1d", 86400), ("1", 1), ("2.5", 2.5)])

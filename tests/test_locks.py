@@ -42,7 +42,7 @@ TIMES = 3
 
 def _lock(state_dir: Path, redis_url: str | None = None, lease_ms: int = 120_000) -> AllocationLock:
     return make_lock(
-        load_settings({}, state_dir=state_dir, redis_url=redis_url, lock_lease_ms=lease_ms, lock_retry_ms=20)
+        load_settings({}, state_dir=state_dir, lock_redis_url=redis_url, lock_lease_ms=lease_ms, lock_retry_ms=20)
     )
 
 
@@ -412,10 +412,10 @@ async def test_state_says_when_redis_cannot_be_reached(redis_server, redis_url, 
     from tpnode_tui.config.settings import load_settings
     from tpnode_tui.locks import make_lock
 
-    lock = make_lock(load_settings({}, state_dir=str(tmp_path), redis_url=redis_url, lock_lease_ms=2000))
+    lock = make_lock(load_settings({}, state_dir=str(tmp_path), lock_redis_url=redis_url, lock_lease_ms=2000))
     assert await lock.state() is None
     async with lock.hold():
-        other = make_lock(load_settings({}, state_dir=str(tmp_path), redis_url=redis_url))
+        other = make_lock(load_settings({}, state_dir=str(tmp_path), lock_redis_url=redis_url))
         assert f"held by pid {os.getpid()}" in await other.state()
         await other.close()
     redis_server.stop()
@@ -435,7 +435,7 @@ def test_redis_py_is_imported_only_for_a_configured_redis_lease(tmp_path, redis_
         "from tpnode_tui import cli\n"
         "from tpnode_tui.config.settings import load_settings\n"
         "from tpnode_tui.locks import make_lock\n"
-        f"make_lock(load_settings({{}}, state_dir={str(tmp_path)!r}, redis_url={redis_url!r}))\n"
+        f"make_lock(load_settings({{}}, state_dir={str(tmp_path)!r}, lock_redis_url={redis_url!r}))\n"
         "print('redis' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

@@ -71,8 +71,12 @@ class MetricsAgent(Agent):
         super().__init__(tmp_path)
         write_scene(self.scene, scene_cards())
         self.port = free_port()
+        s = self.settings
         self.settings = replace(
-            self.settings, metrics_addr=("127.0.0.1", self.port), node_name="gpu-07", probe_timeout_s=60.0
+            s,
+            agent=replace(s.agent, metrics_addr=("127.0.0.1", self.port)),
+            fleet=replace(s.fleet, node_name="gpu-07"),
+            probe=replace(s.probe, timeout_s=60.0),
         )
 
     async def scrape(self) -> str:

@@ -179,7 +179,7 @@ def screen_text(app: NodeDashboard) -> str:
 async def test_the_dashboard_shows_outside_strings_escaped_and_never_as_markup(hostile_node, squatter):
     scene, state = hostile_node
     node = LocalNode.from_settings(
-        load_settings({}, probe=f"simulated:{scene}", runtime="process", state_dir=str(state)), interval=0.2
+        load_settings({}, probe_kind=f"simulated:{scene}", runtime_kind="process", state_dir=str(state)), interval=0.2
     )
     await node.service.allocator.reserve(1, 3600, owner=f"{MARKUP}{ESCAPES}", run_id="rsv-1")
     app = NodeDashboard(node)

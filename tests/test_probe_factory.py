@@ -39,7 +39,7 @@ def nvml(monkeypatch, fake):
     [("nvml", NvmlProbe, "nvml"), ("smi", SmiProbe, "nvidia-smi"), ("auto", AutoProbe, "none")],
 )
 async def test_make_probe_builds_what_the_setting_names(closing, setting, kind, source):
-    probe = make_probe(load_settings({}, probe=setting, probe_timeout_s=3))
+    probe = make_probe(load_settings({}, probe_kind=setting, probe_timeout_s=3))
     closing(probe)
     assert isinstance(probe, kind) and probe.source == source
     assert probe.timeout_s == 3

@@ -275,7 +275,11 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
 
     scene = write_scene(tmp_path / "node.json", 8)
     settings = load_settings(
-        {}, probe=f"simulated:{scene}", runtime="docker", docker_gpu_mode="none", state_dir=str(tmp_path / "state")
+        {},
+        probe_kind=f"simulated:{scene}",
+        runtime_kind="docker",
+        runtime_docker_gpu_mode="none",
+        state_dir=str(tmp_path / "state"),
     )
     node = LocalNode.from_settings(settings, interval=0.2)
     await node.service.allocator.launch(JobSpec(run_id="survivor", cards=2, image=dockerd.image, command=DOCKER_JOB))
@@ -536,7 +540,7 @@ def test_a_dashboard_killed_and_a_new_one_see_the_same_node(scene_node):
 
 
 def _nvml_allocator(state_dir: Path, fake: FakeNvml) -> GpuAllocator:
-    settings = load_settings({}, runtime="process", state_dir=str(state_dir))
+    settings = load_settings({}, runtime_kind="process", state_dir=str(state_dir))
     return GpuAllocator(ProcessRuntime(state_dir), NvmlProbe(5.0, nvml=fake), settings, make_lock(settings))
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers.waiting import until_async
-from tpnode_tui.config.settings import DOCKER_GPU_MODES
+from tpnode_tui.config.sections import DOCKER_GPU_MODES
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
 from tpnode_tui.model.jobs import JobSpec, RunAs
 from tpnode_tui.runtimes.docker import DockerRuntime
@@ -520,10 +520,10 @@ async def test_an_extended_reservation_changes_container_but_never_lets_go_of_it
     scene = write_scene(tmp_path / "node.json", 8)
     settings = load_settings(
         {},
-        runtime="docker",
-        docker_gpu_mode="none",
-        hold_image=dockerd.image,
-        probe=f"simulated:{scene}",
+        runtime_kind="docker",
+        runtime_docker_gpu_mode="none",
+        runtime_hold_image=dockerd.image,
+        probe_kind=f"simulated:{scene}",
         state_dir=str(tmp_path / "state"),
     )
     allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
@@ -689,10 +689,10 @@ async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_s
     scene = write_scene(tmp_path / "node.json", [{"mig": True, "slices": slices}, {}])
     settings = load_settings(
         {},
-        runtime="docker",
-        docker_gpu_mode="none",
-        hold_image=dockerd.image,
-        probe=f"simulated:{scene}",
+        runtime_kind="docker",
+        runtime_docker_gpu_mode="none",
+        runtime_hold_image=dockerd.image,
+        probe_kind=f"simulated:{scene}",
         state_dir=str(tmp_path / "state"),
     )
     allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))

@@ -910,7 +910,7 @@ async def test_an_extended_reservation_holds_its_cards_throughout_and_ends_at_th
     from tpnode_tui.config.settings import load_settings
 
     scene, state_dir = scene_node
-    settings = load_settings({}, runtime="process", state_dir=str(state_dir), probe=f"simulated:{scene}")
+    settings = load_settings({}, runtime_kind="process", state_dir=str(state_dir), probe_kind=f"simulated:{scene}")
     allocator = GpuAllocator.from_settings(settings)
     samples: list[dict[int, str]] = []
     done = asyncio.Event()

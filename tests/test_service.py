@@ -240,7 +240,7 @@ async def test_a_broken_queue_file_is_said_by_the_readings_and_the_polls_go_on(s
             lambda: service_node.service.reading.snapshot is not None and service_node.service.reading.error is None,
             "a first reading",
         )
-        queue_file = service_node.settings.state_dir / "queue.json"
+        queue_file = service_node.settings.state.dir / "queue.json"
         good = queue_file.read_bytes()
         queue_file.write_text("{broken")
         await until_async(lambda: "launch queue" in (service_node.service.reading.error or ""), "the reading to say so")
@@ -258,7 +258,7 @@ async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(servic
     await service_node.launch(ALICE, "all", 4)
     await service_node.launch(BOB, "first", 2, queue=True)
     await service_node.launch(BOB, "second", 1, queue=True)
-    drains = service_node.settings.state_dir / "drains.json"
+    drains = service_node.settings.state.dir / "drains.json"
     drains.write_text("{broken")  # no card can be handed out until it is repaired
     await service_node.service.stop(ALICE, "all")
     await service_node.service.poll()

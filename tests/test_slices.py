@@ -69,12 +69,15 @@ class MigNode:
         self.cards = [self.split(i) if i in mig else {"memory_used_mib": 1, "processes": []} for i in range(cards)]
         self.blind = False
         self.write()
-        base = load_settings({}, state_dir=str(self.state), lock_retry_ms=10)
-        self.settings = replace(base, **settings)
+        self.settings = load_settings({}, state_dir=str(self.state), lock_retry_ms=10, **settings)
         self.allocator = self.make_allocator()
 
     def make_allocator(self, lock_dir: Optional[Path] = None, runtime=None) -> GpuAllocator:
-        settings = self.settings if lock_dir is None else replace(self.settings, state_dir=lock_dir)
+        settings = (
+            self.settings
+            if lock_dir is None
+            else replace(self.settings, state=replace(self.settings.state, dir=lock_dir))
+        )
         return GpuAllocator(
             runtime or ProcessRuntime(self.state, stop_timeout_s=2),
             SimulatedProbe(self.scene),
@@ -249,7 +252,7 @@ async def test_a_blind_probe_makes_free_slices_unverified_and_nothing_is_handed_
         await node.launch("blind")
     assert [j.run_id for j in await node.allocator.runtime.ps()] == [held.job.run_id]
 
-    allowing = mig_node(allow_unverified=True)
+    allowing = mig_node(cards_allow_unverified=True)
     allowing.blind = True
     allowing.write()
     got = await allowing.launch("anyway")

@@ -102,7 +102,7 @@ def test_a_host_that_could_be_an_option_is_refused_before_ssh_runs(reach, accoun
 #: bob's dashboard over SSH; prints what its header said and the refusal of a stop
 DASHBOARD = textwrap.dedent("""
     import asyncio, json, sys, time
-    from tpnode_tui.config.settings import SshTarget
+    from tpnode_tui.config.ssh import SshTarget
     from tpnode_tui.node.ssh import ssh_node
     from tpnode_tui.tui.app import NodeDashboard
 

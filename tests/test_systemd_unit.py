@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from helpers.services import unavailable
-from tpnode_tui.config.settings import DEFAULT_AGENT_SOCKET, DEFAULT_STATE_DIR
+from tpnode_tui.config.sections import DEFAULT_AGENT_SOCKET, DEFAULT_STATE_DIR
 
 UNIT = Path(__file__).parent.parent / "contrib" / "systemd" / "tpnode-tui-agent.service"
 

@@ -19,7 +19,7 @@ import pytest
 from helpers.callers import ALICE, BOB, ROOT
 from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
-from tpnode_tui.config.settings import DEFAULT_XID_DRAIN
+from tpnode_tui.config.sections import DEFAULT_XID_DRAIN
 from tpnode_tui.core.xid import XidRules
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, NotAllowed, exit_code
 from tpnode_tui.model.facts import ProcessFacts

@@ -311,7 +311,11 @@ def mig_doc(tmp_path_factory):
     async def take():
         allocator = GpuAllocator.from_settings(
             load_settings(
-                {}, probe=f"simulated:{scene}", runtime="process", state_dir=str(root / "state"), local_gpu_count=0
+                {},
+                probe_kind=f"simulated:{scene}",
+                runtime_kind="process",
+                state_dir=str(root / "state"),
+                cards_count=0,
             )
         )
         try:

@@ -26,7 +26,7 @@ from helpers.nvml import (
     NVMLError_Unknown,
 )
 from helpers.waiting import until_async
-from tpnode_tui.config.settings import DEFAULT_XID_DRAIN
+from tpnode_tui.config.sections import DEFAULT_XID_DRAIN
 from tpnode_tui.core.xid import APPLICATION, DRAIN, IGNORED, OTHER, REBOOT, XidRules, parse_kmsg, pci_key
 from tpnode_tui.probes import NvmlProbe, SimulatedProbe, SmiProbe
 from tpnode_tui.probes.auto import AutoProbe

@@ -38,8 +38,8 @@ class Agent:
         self.socket = tmp_path / "run" / "agent.sock"
         self.settings = load_settings(
             {},
-            probe=f"simulated:{self.scene}",
-            runtime="process",
+            probe_kind=f"simulated:{self.scene}",
+            runtime_kind="process",
             state_dir=str(self.state),
             agent_socket=str(self.socket),
             lock_retry_ms="10",

@@ -94,8 +94,8 @@ class ServiceNode:
             assert not service_options, f"assembled from settings: say {sorted(service_options)} as settings"
             self.settings = load_settings(
                 {},
-                probe=f"simulated:{self.scene}",
-                runtime="process",
+                probe_kind=f"simulated:{self.scene}",
+                runtime_kind="process",
                 state_dir=str(self.state),
                 lock_retry_ms="10",
                 **(settings or {}),

@@ -32,35 +32,35 @@ class Exports:
         self._metrics: Optional[web.AppRunner] = None
 
     async def start(self, settings: Settings, service: NodeService) -> None:
-        if settings.metrics_addr is not None:
+        if settings.agent.metrics_addr is not None:
             from tpnode_tui.agent.metrics import metrics_app
 
-            host, port = settings.metrics_addr
-            self._metrics = web.AppRunner(metrics_app(service, settings.node), access_log=None)
+            host, port = settings.agent.metrics_addr
+            self._metrics = web.AppRunner(metrics_app(service, settings.fleet.node), access_log=None)
             await self._metrics.setup()
             try:
                 await web.TCPSite(self._metrics, host, port).start()
             except OSError as e:
                 raise ConfigError(f"TUNEPLANE_METRICS_ADDR={host}:{port} cannot be served: {e.strerror or e}") from None
             log.info("serving Prometheus metrics on http://%s:%d/metrics", host, port)
-        if settings.fleet_url is not None:
+        if settings.fleet.url is not None:
             from tpnode_tui.fleet.publisher import FleetPublisher
 
             publisher = FleetPublisher(
-                settings.fleet_url,
-                settings.fleet_url_safe or "",
-                settings.node,
-                settings.fleet_publish_s,
-                ssh=str(settings.ssh_address or ""),
+                settings.fleet.url,
+                settings.fleet.url_safe or "",
+                settings.fleet.node,
+                settings.fleet.publish_s,
+                ssh=str(settings.fleet.ssh_address or ""),
             )
             self._publisher = publisher
             self._publishing = asyncio.ensure_future(publisher.run(service))
             log.info(
                 "publishing to the fleet at %s as %s (instance %s), at least every %g s",
-                settings.fleet_url_safe,
-                settings.node,
+                settings.fleet.url_safe,
+                settings.fleet.node,
                 publisher.instance,
-                settings.fleet_publish_s,
+                settings.fleet.publish_s,
             )
 
     async def close(self) -> None:

@@ -90,12 +90,12 @@ def _more_connections() -> None:
 
 async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.Event] = None) -> int:
     """Serve the node until SIGTERM or SIGINT (or ``stop`` is set); the exit code."""
-    path = settings.agent_socket
+    path = settings.agent.socket
     prepare_socket(path)
-    prepare_state_dir(settings.state_dir)
+    prepare_state_dir(settings.state.dir)
     _more_connections()
     # The queue is the state dir's, so a queued launch survives the agent.
-    service = NodeService.from_settings(settings, queue=FileQueue(settings.state_dir), interval=interval)
+    service = NodeService.from_settings(settings, queue=FileQueue(settings.state.dir), interval=interval)
     allocator, policy = service.allocator, service.policy
     runner = web.AppRunner(
         make_app(service, policy.operators),

@@ -95,7 +95,7 @@ class GpuAllocator:
         self.lock = lock
         #: the cards taken out of service; every allocator on the node reads the
         #: same file, so none can be constructed that would hand them out
-        self.drains = drains if drains is not None else DrainStore(settings.state_dir)
+        self.drains = drains if drains is not None else DrainStore(settings.state.dir)
         self._resolve_series = series_resolver or raw_series
         self._total: Optional[int] = None
         self._series = ""
@@ -140,15 +140,15 @@ class GpuAllocator:
         or a job's card with a warning), never silently dropped with whatever
         holds it.
         """
-        total = card_count(self.settings.local_gpu_count, self._total, reading)
+        total = card_count(self.settings.cards.count, self._total, reading)
         if total > (self._total or 0):
             self._total = total
         return total
 
     async def total_gpus(self) -> int:
         """The configured count, else the most cards a probe has found, asking it now."""
-        if self.settings.local_gpu_count:
-            return self.settings.local_gpu_count
+        if self.settings.cards.count:
+            return self.settings.cards.count
         return self._count(await self.probe.read())
 
     async def series_id(self) -> str:
@@ -168,8 +168,8 @@ class GpuAllocator:
 
     def _series_from(self, reading: Optional[ProbeReading]) -> str:
         """The configured profile first; the driver's card name only when there is none."""
-        if self.settings.cluster_profile or reading is None:
-            return self._resolve_series(self.settings.cluster_profile, "") or ""
+        if self.settings.cards.profile or reading is None:
+            return self._resolve_series(self.settings.cards.profile, "") or ""
         return self._resolve_series("", reading.model_name) or ""
 
     # -- occupancy ------------------------------------------------------------
@@ -199,9 +199,9 @@ class GpuAllocator:
             total,
             jobs,
             reading,
-            mem_busy_mib=self.settings.mem_busy_mib,
-            check_external=self.settings.check_external,
-            check_health=self.settings.check_health,
+            mem_busy_mib=self.settings.cards.mem_busy_mib,
+            check_external=self.settings.cards.check_external,
+            check_health=self.settings.cards.check_health,
             drains=drains,
         )
         return occ, reading, jobs, drains
@@ -272,8 +272,8 @@ class GpuAllocator:
             series=self._series,
             runtime=self.runtime.describe(),
             runtime_kind=self.runtime.name,
-            allow_unverified=self.settings.allow_unverified,
-            mem_busy_mib=self.settings.mem_busy_mib,
+            allow_unverified=self.settings.cards.allow_unverified,
+            mem_busy_mib=self.settings.cards.mem_busy_mib,
             lock=self.lock.description,
             lock_state=lock_state,
             explain=occ.explain(),
@@ -330,7 +330,7 @@ class GpuAllocator:
                 f"{run_id} needs {cards_words(count)} whole and this node has {occ.total - split} "
                 f"({'; '.join(why)}): ask for fewer cards, or {ask}"
             )
-        if not occ.external_probe_ok and not self.settings.allow_unverified:
+        if not occ.external_probe_ok and not self.settings.cards.allow_unverified:
             raise NoCapacity(
                 f"use from outside the platform cannot be probed, so no card can be checked "
                 f"free ({occ.explain()}); no card is handed out until the probe works again, "
@@ -386,7 +386,7 @@ class GpuAllocator:
                 f"{run_id} asks for a {profile} MIG slice, and this node has none: its MIG slices "
                 f"are {kinds}; ask for one of those, or ask an operator to make a {profile} instance"
             )
-        allow = self.settings.allow_unverified
+        allow = self.settings.cards.allow_unverified
         if not occ.external_probe_ok and not allow:
             raise NoCapacity(
                 f"use from outside the platform cannot be probed, so no slice can be checked free "

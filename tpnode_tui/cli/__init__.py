@@ -9,7 +9,7 @@ SIGPIPE: ``tpnode-tui status | head -1``). Errors are one line on stderr,
 never a traceback.
 
 Each command is declared once, with its arguments, in :mod:`.commands`; each
-node setting once, in :class:`~tpnode_tui.config.settings.Settings`, whose flags the
+node setting once, in its section (:mod:`tpnode_tui.config.sections`), whose flags the
 parser is made from. What a command needs is imported when it runs: a
 command that only asks the node's agent loads no asyncio, no allocator and
 no dashboard.
@@ -26,7 +26,8 @@ from typing import NoReturn, Optional, Sequence
 from tpnode_tui import __version__
 from tpnode_tui.cli import commands  # noqa: F401  (each command registers itself)
 from tpnode_tui.cli.registry import COMMANDS, Command, Run, UsageError, say, say_once, seconds
-from tpnode_tui.config.settings import DECLARED, Settings, settings_from_flags, state_dir_exists
+from tpnode_tui.config.settings import DECLARED, Settings, settings_from_flags
+from tpnode_tui.config.statedir import state_dir_exists
 from tpnode_tui.model.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, TpnodeError, error_line, exit_code
 from tpnode_tui.node.choose import agent_for
 from tpnode_tui.node.http import straight
@@ -82,13 +83,13 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
     from tpnode_tui.runtimes import choose_runtime
 
     process = choose_runtime(settings) == "process"
-    if not process and settings.redis_url:  # docker with a Redis lease: no state dir at all
+    if not process and settings.lock.redis_url:  # docker with a Redis lease: no state dir at all
         return None
-    if state_dir_exists(settings.state_dir):
+    if state_dir_exists(settings.state.dir):
         return None
     recorded = "no job has been recorded here" if process else "no launch has taken the allocation lock here"
     return (
-        f"no state dir at {settings.state_dir}: {recorded}. If jobs were expected, check "
+        f"no state dir at {settings.state.dir}: {recorded}. If jobs were expected, check "
         "TUNEPLANE_STATE_DIR: everyone who allocates on this node must use the same one"
     )
 
@@ -110,10 +111,10 @@ def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
         _logging(args)
     if command.alone is not None:
         return command.alone(args, settings)
-    if command.straight and settings.host is not None:  # that node's agent, or nothing
+    if command.straight and settings.agent.host is not None:  # that node's agent, or nothing
         agent = agent_for(settings, blocking=True)
         return straight(_on_node(command, agent, args, settings, None))
-    if command.straight and settings.agent != "off":
+    if command.straight and settings.agent.mode != "off":
         agent = agent_for(settings, blocking=True)
         if straight(agent.answers()):
             return straight(_on_node(command, agent, args, settings, None))
@@ -138,10 +139,10 @@ async def _on_node(
     assert command.on_node is not None
     try:
         await command.on_node(Run(node, args, note))
-        if note and settings.state_dir.is_dir():
+        if note and settings.state.dir.is_dir():
             # Said after the fact, and only on success: a refusal stays one line.
             say(
-                f"created the state dir {settings.state_dir}, which did not exist: everyone who "
+                f"created the state dir {settings.state.dir}, which did not exist: everyone who "
                 "allocates on this node must use this same one (TUNEPLANE_STATE_DIR)"
             )
         return EXIT_OK
@@ -186,16 +187,17 @@ def _main(argv: Optional[Sequence[str]]) -> int:
                 raise UsageError("the demo is a pretend node served here; --host reaches a real one: give one of them")
             if not args.demo:
                 settings = settings_from_flags(vars(args))
-                state_dir_exists(settings.state_dir)  # a file there is refused before the screen opens
+                state_dir_exists(settings.state.dir)  # a file there is refused before the screen opens
             from tpnode_tui.tui import run_dashboard  # the only import of the UI, and only when asked for
 
             return run_dashboard(
                 settings, demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose
             )
         settings = settings_from_flags(vars(args))
-        if settings.host is not None and args.agent == "off":
+        if settings.agent.host is not None and args.agent == "off":
             raise UsageError(
-                f"--host {settings.host} reaches that node's agent, and --agent off asks for none: give one of them"
+                f"--host {settings.agent.host} reaches that node's agent, and --agent off asks for none: "
+                "give one of them"
             )
         return _run(COMMANDS[args.command], args, settings)
     except BrokenPipeError:

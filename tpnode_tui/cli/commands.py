@@ -26,7 +26,8 @@ from tpnode_tui.cli.output import (
     you_line,
 )
 from tpnode_tui.cli.registry import Run, UsageError, card_list, cards, command, node_command, say, say_once, seconds
-from tpnode_tui.config.settings import Settings, parse_duration
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.config.values import parse_duration
 from tpnode_tui.model.errors import BadRequest, LockWaitTimeout, TpnodeError
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.model.views import Evicted, EvictReport
@@ -479,23 +480,23 @@ def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
 def _fleet(args: argparse.Namespace, settings: Settings) -> int:
     """Once as JSON, or live in the fleet view. redis-py and the view are
     imported only here, when asked for."""
-    if settings.fleet_url is None:
+    if settings.fleet.url is None:
         raise UsageError(
             "tpnode-tui fleet reads what the nodes' agents publish: set "
             "TUNEPLANE_FLEET_URL to their Redis (redis://host:port/db)"
         )
-    safe = settings.fleet_url_safe or ""
+    safe = settings.fleet.url_safe or ""
     if args.json:
         import asyncio
 
         from tpnode_tui.fleet.reader import read_once
         from tpnode_tui.fleet.record import fleet_json
 
-        print(json.dumps(fleet_json(asyncio.run(read_once(settings.fleet_url, safe))), indent=2))
+        print(json.dumps(fleet_json(asyncio.run(read_once(settings.fleet.url, safe))), indent=2))
         return 0
     from tpnode_tui.tui.fleet import run_fleet_view
 
-    return run_fleet_view(settings.fleet_url, safe, args.interval)
+    return run_fleet_view(settings.fleet.url, safe, args.interval)
 
 
 @command("dial-stdio", "join standard input and output to this node's agent (what --host runs over SSH)")
@@ -505,4 +506,4 @@ def _dial_stdio(args: argparse.Namespace, settings: Settings) -> int:
     it only moves bytes, and ends when either side does."""
     from tpnode_tui.node.bridge import bridge
 
-    return bridge(settings.agent_socket)
+    return bridge(settings.agent.socket)

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Optional
 
-from tpnode_tui.config.settings import Settings, decimal_number, whole_number
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.config.values import decimal_number, whole_number
 from tpnode_tui.port.node import Node
 from tpnode_tui.text.printable import printable
 

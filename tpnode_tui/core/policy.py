@@ -83,9 +83,9 @@ class Policy:
     @classmethod
     def from_settings(cls, settings: Settings) -> Policy:
         return cls(
-            operators=Operators(settings.operators_group),
-            limits=CardLimits(settings.max_cards_per_user, dict(settings.max_cards_for)),
-            images=settings.images,
+            operators=Operators(settings.policy.operators_group),
+            limits=CardLimits(settings.policy.max_cards_per_user, dict(settings.policy.max_cards_for)),
+            images=settings.policy.images,
         )
 
     def may(self, caller: Caller, job: JobState) -> bool:

@@ -198,7 +198,7 @@ def _own_group() -> str:
     try:
         return grp.getgrgid(os.getgid()).gr_name
     except KeyError:
-        return Settings().operators_group  # no name to give: root only, as on a node
+        return Settings().policy.operators_group  # no name to give: root only, as on a node
 
 
 def _start_squatter() -> subprocess.Popen[bytes]:
@@ -229,13 +229,13 @@ class Demo:
     @property
     def settings_overrides(self) -> dict:
         return {
-            "probe": f"simulated:{self.scene_path}",
-            "runtime": "process",
+            "probe_kind": f"simulated:{self.scene_path}",
+            "runtime_kind": "process",
             "state_dir": str(self.state_dir),
-            "local_gpu_count": 0,
+            "cards_count": 0,
             # idle after a minute, so that the demo shows it soon
-            "idle_reservation_min": 1,
-            "operators_group": _own_group(),
+            "triage_idle_reservation_min": 1,
+            "policy_operators_group": _own_group(),
         }
 
     def settings(self) -> Settings:

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional
 
-from tpnode_tui.config.settings import SshTarget
+from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.model.errors import ConfigError
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import Reading

@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from tpnode_tui.config.settings import DEFAULT_OPERATORS_GROUP
+from tpnode_tui.config.sections import DEFAULT_OPERATORS_GROUP
 
 #: Linux's number for SO_PEERGROUPS (4.13 and later); Python does not name it.
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)

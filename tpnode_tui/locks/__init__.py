@@ -65,18 +65,18 @@ def make_lock(
 
     ``max_wait_s`` and ``on_wait``: see :class:`AllocationLock`.
     """
-    retry_s = settings.lock_retry_ms / 1000
-    if settings.redis_url:
+    retry_s = settings.lock.retry_ms / 1000
+    if settings.lock.redis_url:
         # Imported only here: redis-py is most of a CLI command's start-up,
         # and a node on the default flock lock never needs it.
         from tpnode_tui.locks.redis import RedisLease
 
         backend: CrossProcessLock = RedisLease(
-            settings.redis_url,
-            settings.redis_url_safe or "",
-            lease_ms=settings.lock_lease_ms,
+            settings.lock.redis_url,
+            settings.lock.redis_url_safe or "",
+            lease_ms=settings.lock.lease_ms,
             retry_s=retry_s,
         )
     else:
-        backend = FileLock(Path(settings.state_dir), retry_s)
+        backend = FileLock(Path(settings.state.dir), retry_s)
     return AllocationLock(backend, max_wait_s=max_wait_s, on_wait=on_wait)

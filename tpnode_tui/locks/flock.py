@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from tpnode_tui.config.settings import state_dir_unusable
+from tpnode_tui.config.statedir import state_dir_unusable
 from tpnode_tui.host.procinfo import describe
 from tpnode_tui.locks.base import LockHold, Release, Report, fence_floor, past
 from tpnode_tui.model.errors import ConfigError, LockWaitTimeout

@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from tpnode_tui.config.settings import Settings, state_dir_exists
+from tpnode_tui.config.settings import Settings
+from tpnode_tui.config.statedir import state_dir_exists
 from tpnode_tui.host.identity import user_name
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.node import Node
@@ -36,7 +37,7 @@ def _state_dir_problem(settings: Settings) -> Optional[str]:
         # The engine's socket decides who may read or start containers, and
         # says so itself; the lock file is only needed to allocate.
         return None
-    path = Path(settings.state_dir)
+    path = Path(settings.state.dir)
     state_dir_exists(path)
     existing = path
     while not existing.exists() and existing != existing.parent:
@@ -51,12 +52,12 @@ def _state_dir_problem(settings: Settings) -> Optional[str]:
 
 def agent_for(settings: Settings, *, blocking: bool = False) -> AgentNode:
     """The agent the settings name: this machine's, at its socket, or another
-    node's over SSH (``settings.host``). ``blocking``: see :class:`AgentNode`."""
-    if settings.host is not None:
+    node's over SSH (``settings.agent.host``). ``blocking``: see :class:`AgentNode`."""
+    if settings.agent.host is not None:
         from tpnode_tui.node.ssh import ssh_node
 
-        return ssh_node(settings.host, blocking_calls=blocking)
-    return AgentNode(settings.agent_socket, blocking=blocking)
+        return ssh_node(settings.agent.host, blocking_calls=blocking)
+    return AgentNode(settings.agent.socket, blocking=blocking)
 
 
 async def open_node(
@@ -66,14 +67,14 @@ async def open_node(
     max_wait_s: Optional[float] = None,
     on_wait: Optional[Callable[[str], None]] = None,
 ) -> Node:
-    """The node to talk to, as ``settings.agent`` (auto, on, off) says.
+    """The node to talk to, as ``settings.agent.mode`` (auto, on, off) says.
 
     ``max_wait_s`` and ``on_wait`` bound and report a wait for the allocation
     lock of a node served here (see :class:`~tpnode_tui.locks.AllocationLock`);
     an agent's launches wait in the agent, and the caller bounds those itself.
-    With ``settings.host`` it is that node's agent over SSH, or nothing: a node
+    With ``settings.agent.host`` it is that node's agent over SSH, or nothing: a node
     asked for by name is never served here instead."""
-    if settings.host is not None:
+    if settings.agent.host is not None:
         node = agent_for(settings)
         try:
             await node.check()
@@ -81,13 +82,13 @@ async def open_node(
             await node.close()
             raise
         return node
-    socket = settings.agent_socket
-    if settings.agent != "off":
+    socket = settings.agent.socket
+    if settings.agent.mode != "off":
         agent = AgentNode(socket)
         if await agent.answers():
             return agent
         await agent.close()
-        if settings.agent == "on":
+        if settings.agent.mode == "on":
             raise AgentUnavailable(
                 f"no agent answers at {socket} (TUNEPLANE_AGENT=on); start it "
                 "(systemctl start tpnode-tui-agent) or ask the node's operator"

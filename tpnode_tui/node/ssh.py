@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Optional
 
-from tpnode_tui.config.settings import SshTarget
+from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.node.http import BlockingStream, Connector, Stream, Unreachable
 from tpnode_tui.node.remote import AgentNode
 

@@ -22,15 +22,15 @@ __all__ = [
 
 
 def make_probe(settings: Settings) -> Probe:
-    """The probe ``settings.probe`` names: nvml, smi, auto or simulated:PATH."""
-    timeout = settings.probe_timeout_s
-    if settings.probe == "nvml":
+    """The probe ``settings.probe.kind`` names: nvml, smi, auto or simulated:PATH."""
+    timeout = settings.probe.timeout_s
+    if settings.probe.kind == "nvml":
         return NvmlProbe(timeout)
-    if settings.probe == "smi":
+    if settings.probe.kind == "smi":
         return SmiProbe(timeout)
-    if settings.probe == "auto":
+    if settings.probe.kind == "auto":
         return AutoProbe(timeout)
-    path = settings.simulated_path
+    path = settings.probe.simulated_path
     if path is not None:
         return SimulatedProbe(path, timeout)
-    raise ConfigError(f"TUNEPLANE_PROBE={settings.probe!r} is not one of nvml, smi, auto or simulated:PATH")
+    raise ConfigError(f"TUNEPLANE_PROBE={settings.probe.kind!r} is not one of nvml, smi, auto or simulated:PATH")

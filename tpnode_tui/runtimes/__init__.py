@@ -19,8 +19,8 @@ def choose_runtime(settings: Settings, environ: Mapping[str, str] = os.environ) 
     right now: falling back to the process runtime because dockerd was briefly
     down would hide every running container and hand their cards out again.
     """
-    if settings.runtime != "auto":
-        return settings.runtime
+    if settings.runtime.kind != "auto":
+        return settings.runtime.kind
     if environ.get("DOCKER_HOST") or DEFAULT_DOCKER_SOCKET.exists():
         return "docker"
     return "process"
@@ -30,7 +30,7 @@ def make_runtime(settings: Settings) -> Runtime:
     if choose_runtime(settings) == "docker":
         from tpnode_tui.runtimes.docker import DockerRuntime
 
-        return DockerRuntime(gpu_mode=settings.docker_gpu_mode, hold_image=settings.hold_image)
+        return DockerRuntime(gpu_mode=settings.runtime.docker_gpu_mode, hold_image=settings.runtime.hold_image)
     from tpnode_tui.runtimes.process import ProcessRuntime
 
-    return ProcessRuntime(settings.state_dir)
+    return ProcessRuntime(settings.state.dir)

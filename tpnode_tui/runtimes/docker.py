@@ -32,7 +32,7 @@ import aiohttp
 from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
 
-from tpnode_tui.config.settings import DOCKER_GPU_MODES
+from tpnode_tui.config.sections import DOCKER_GPU_MODES
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
 from tpnode_tui.model.jobs import LIVE_STATUSES, JobSpec, JobState, SliceRef
 from tpnode_tui.model.validation import check_run_id

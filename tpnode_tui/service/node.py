@@ -18,7 +18,8 @@ from dataclasses import replace
 from typing import Any, AsyncIterator, Callable, Optional
 
 from tpnode_tui.allocator.allocator import GpuAllocator
-from tpnode_tui.config.settings import DEFAULT_XID_DRAIN, Settings
+from tpnode_tui.config.sections import DEFAULT_XID_DRAIN
+from tpnode_tui.config.settings import Settings
 from tpnode_tui.core.policy import Policy, counted, held_by
 from tpnode_tui.core.xid import XidRules
 from tpnode_tui.host.identity import Caller
@@ -69,7 +70,7 @@ class NodeService:
         self.history = History(interval)
         self.triage = Triage(
             idle_after_s=idle_after_s,
-            mem_busy_mib=allocator.settings.mem_busy_mib,
+            mem_busy_mib=allocator.settings.cards.mem_busy_mib,
             history=self.history,
             record=self.journal.event,
             started_at=clock(),
@@ -116,11 +117,11 @@ class NodeService:
             GpuAllocator.from_settings(settings, lock=lock),
             Policy.from_settings(settings),
             queue=queue,
-            node_log=NodeLog(settings.state_dir, max_bytes=int(settings.log_max_mb * 1024 * 1024)),
+            node_log=NodeLog(settings.state.dir, max_bytes=int(settings.state.log_max_mb * 1024 * 1024)),
             interval=interval,
-            xid_rules=XidRules.of(settings.xid_drain, settings.xid_ignore),
-            idle_after_s=settings.idle_reservation_min * 60.0,
-            evict_grace_s=settings.evict_grace_s,
+            xid_rules=XidRules.of(settings.triage.xid_drain, settings.triage.xid_ignore),
+            idle_after_s=settings.triage.idle_reservation_min * 60.0,
+            evict_grace_s=settings.triage.evict_grace_s,
         )
 
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:

@@ -31,7 +31,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from tpnode_tui.config.settings import SshTarget
+from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.fleet.record import UNKNOWN, UP, FleetCard, FleetPicture, NodeRow, clock, summary_words
 from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.snapshot import NodeSnapshot

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tpnode_tui.config.settings import parse_duration
+from tpnode_tui.config.values import parse_duration
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.port.types import ReserveRequest
 from tpnode_tui.tui.screens.form import Field, FormScreen

@@ -1,0 +1,28 @@
+"""How one setting is declared: its variable, its flag, its help and its reader, beside its default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tpnode_tui.config.readers import Parse
+
+
+@dataclass(frozen=True)
+class Declared:
+    """How one setting is given: its variable, the flag that overrides it (if
+    any), what it does in a few words (for the README and --help), and how its
+    text is read (checked, or a ConfigError naming the variable)."""
+
+    env: str
+    help: str
+    parse: Parse
+    flag: Optional[str] = None
+    metavar: Optional[str] = None
+
+
+def setting(
+    default: Any, env: str, help: str, parse: Parse, *, flag: Optional[str] = None, metavar: Optional[str] = None
+) -> Any:
+    """One field of a settings section, declared once: its default here, the rest in its metadata."""
+    return field(default=default, metadata={"declared": Declared(env, help, parse, flag, metavar)})

@@ -1,0 +1,319 @@
+"""The settings' sections, as an operator looks for them: the cards, the probe,
+the runtime, the state dir, the lock, the agent, the policy, triage and the fleet.
+
+Each setting is declared once, in its section: its type and default, its
+TUNEPLANE_* variable, its flag, its help and its reader. The CLI's flags, the
+README's table (a test compares) and the checks are all made from these.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from tpnode_tui.config import readers as read
+from tpnode_tui.config.declared import setting
+from tpnode_tui.config.redact import redact_url
+from tpnode_tui.config.ssh import SshTarget
+from tpnode_tui.model.errors import ConfigError
+
+DEFAULT_STATE_DIR = "/var/lib/tpnode-tui"
+DEFAULT_AGENT_SOCKET = "/run/tpnode-tui/agent.sock"
+DEFAULT_OPERATORS_GROUP = "tpnode-operators"
+
+#: How the docker runtime may give a container its cards (see TUNEPLANE_DOCKER_GPU_MODE).
+DOCKER_GPU_MODES = ("nvidia", "env", "none")
+
+#: XIDs after which a card is drained until it is reset (79: until the node
+#: reboots), from NVIDIA's XID catalog: resolution "reset the GPU" or worse.
+DEFAULT_XID_DRAIN = (46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158)
+
+#: a probe that may take longer than this leaves the dashboard frozen for as long
+MAX_PROBE_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class CardSettings:
+    """Which cards the node has, and when one counts as in use or may be handed out."""
+
+    count: int = setting(
+        0,
+        "TUNEPLANE_LOCAL_GPU_COUNT",
+        "card count; 0 asks the driver",
+        read.whole(0, read.MAX_CARDS),
+        flag="--gpu-count",
+        metavar="N",
+    )
+    profile: str = setting(
+        "", "TUNEPLANE_CLUSTER_PROFILE", "hardware series to report; empty asks the driver for the card name", read.text
+    )
+    check_external: bool = setting(
+        True, "TUNEPLANE_LOCAL_CHECK_EXTERNAL_GPUS", "count cards used from outside the platform as held", read.switch
+    )
+    check_health: bool = setting(
+        True, "TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "keep unhealthy cards from being handed out", read.switch
+    )
+    mem_busy_mib: int = setting(
+        512,
+        "TUNEPLANE_MEM_BUSY_MIB",
+        "memory used (MiB) from which a card counts as in use",
+        read.whole(1),
+        flag="--mem-busy-mib",
+        metavar="MIB",
+    )
+    allow_unverified: bool = setting(
+        False,
+        "TUNEPLANE_ALLOW_UNVERIFIED",
+        "hand out cards even while use from outside cannot be probed",
+        read.switch,
+        flag="--allow-unverified",
+    )
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What reads the cards from the driver, and how long it may take."""
+
+    kind: str = setting(
+        "auto",
+        "TUNEPLANE_PROBE",
+        "nvml, smi, simulated:PATH or auto (NVML, then nvidia-smi, else probe-blind)",
+        read.probe_source,
+        flag="--probe",
+        metavar="P",
+    )
+    timeout_s: float = setting(
+        10.0,
+        "TUNEPLANE_PROBE_TIMEOUT_S",
+        "seconds a probe may take before the node counts as probe-blind",
+        read.decimal(0.1, MAX_PROBE_TIMEOUT_S),
+    )
+
+    @property
+    def simulated_path(self) -> Optional[Path]:
+        """The scene file a simulated probe reads; None for a real probe."""
+        if self.kind.startswith("simulated:"):
+            return Path(self.kind.split(":", 1)[1])
+        return None
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """What runs the jobs, and how a container is given its cards."""
+
+    kind: str = setting(
+        "auto",
+        "TUNEPLANE_RUNTIME",
+        "docker, process or auto (docker when an engine socket exists)",
+        read.choice("docker", "process", "auto"),
+        flag="--runtime",
+        metavar="R",
+    )
+    docker_gpu_mode: str = setting(
+        "nvidia",
+        "TUNEPLANE_DOCKER_GPU_MODE",
+        "nvidia (device requests), env (NVIDIA_VISIBLE_DEVICES with host ids, CUDA_VISIBLE_DEVICES "
+        "from 0) or none (labels only)",
+        read.choice(*DOCKER_GPU_MODES),
+        flag="--docker-gpu-mode",
+        metavar="M",
+    )
+    hold_image: str = setting(
+        "busybox:latest",
+        "TUNEPLANE_HOLD_IMAGE",
+        "image whose sleep holds a reservation's cards (docker)",
+        read.text,
+        flag="--hold-image",
+        metavar="IMG",
+    )
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    """The directory every allocator on the node shares, and the node's log in it."""
+
+    dir: Path = setting(
+        Path(DEFAULT_STATE_DIR),
+        "TUNEPLANE_STATE_DIR",
+        "lock file and the process runtime's state file and logs",
+        read.absolute_path,
+        flag="--state-dir",
+        metavar="DIR",
+    )
+    log_max_mb: float = setting(
+        10.0,
+        "TUNEPLANE_LOG_MAX_MB",
+        "size at which the node's event and audit log is rotated",
+        read.decimal(0.01, 100_000),
+    )
+
+
+@dataclass(frozen=True)
+class LockSettings:
+    """The allocation lock: flock in the state dir, or a Redis lease."""
+
+    redis_url: Optional[str] = setting(
+        None,
+        "TUNEPLANE_REDIS_URL",
+        "use a Redis lease as the cross-process lock instead of flock",
+        read.redis_url,
+        flag="--redis-url",
+        metavar="URL",
+    )
+    lease_ms: int = setting(
+        120_000,
+        "TUNEPLANE_LOCK_LEASE_MS",
+        "Redis lease length; renewed every third of it",
+        read.whole(100),
+        flag="--lock-lease-ms",
+        metavar="MS",
+    )
+    retry_ms: int = setting(
+        100, "TUNEPLANE_LOCK_RETRY_MS", "how often a waiting allocation retries the lock", read.whole(1)
+    )
+
+    @property
+    def redis_url_safe(self) -> Optional[str]:
+        """The Redis URL without its password, for logs, errors and the header."""
+        return redact_url(self.redis_url) if self.redis_url else None
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """The node's agent: whether to use it, where it listens, and what else it serves."""
+
+    mode: str = setting(
+        "auto",
+        "TUNEPLANE_AGENT",
+        "auto (the agent if it answers, else in-process where allowed), on or off",
+        read.choice("auto", "on", "off"),
+        flag="--agent",
+        metavar="MODE",
+    )
+    socket: Path = setting(
+        Path(DEFAULT_AGENT_SOCKET),
+        "TUNEPLANE_AGENT_SOCKET",
+        "the node agent's Unix socket",
+        read.absolute_path,
+        flag="--agent-socket",
+        metavar="PATH",
+    )
+    #: the node to talk to over SSH; None: this machine's agent (or this process)
+    host: Optional[SshTarget] = setting(
+        None,
+        "TUNEPLANE_HOST",
+        "reach another node's agent over SSH: [ssh://][user@]host[:port]; empty: this machine",
+        read.ssh_target,
+        flag="--host",
+        metavar="[USER@]HOST",
+    )
+    #: (host, port) of the Prometheus endpoint; None: off
+    metrics_addr: Optional[tuple[str, int]] = setting(
+        None,
+        "TUNEPLANE_METRICS_ADDR",
+        "HOST:PORT where the agent serves Prometheus /metrics; empty: off",
+        read.address,
+    )
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Who may do what: the operators, the card limits, the images jobs may use."""
+
+    operators_group: str = setting(
+        DEFAULT_OPERATORS_GROUP,
+        "TUNEPLANE_OPERATORS_GROUP",
+        "members may stop, extend and reclaim anyone's jobs",
+        read.group_name,
+    )
+    max_cards_per_user: Optional[int] = setting(
+        None,
+        "TUNEPLANE_MAX_CARDS_PER_USER",
+        "most cards one account may hold at once; empty: no limit",
+        read.card_limit,
+    )
+    #: account name or "@group" -> most cards
+    max_cards_for: tuple[tuple[str, int], ...] = setting(
+        (), "TUNEPLANE_MAX_CARDS_FOR", "per-account or per-group limits, e.g. alice=4,@students=1", read.card_limits
+    )
+    images: tuple[str, ...] = setting(
+        (), "TUNEPLANE_IMAGES", "comma-separated glob patterns of images jobs may use; empty: any", read.patterns
+    )
+
+
+@dataclass(frozen=True)
+class TriageSettings:
+    """What the node does about what it sees: XIDs, idle reservations, evictions."""
+
+    xid_drain: tuple[int, ...] = setting(
+        DEFAULT_XID_DRAIN,
+        "TUNEPLANE_XID_DRAIN",
+        "XIDs that drain their card until an operator undrains it (none: none do)",
+        read.xids,
+    )
+    xid_ignore: tuple[int, ...] = setting(
+        (), "TUNEPLANE_XID_IGNORE", "XIDs that are only logged: not shown on the card, never drained", read.xids
+    )
+    idle_reservation_min: int = setting(
+        30,
+        "TUNEPLANE_IDLE_RESERVATION_MIN",
+        "minutes a reservation's owner may leave its cards unused before it is marked idle",
+        read.whole(1, 366 * 24 * 60),
+    )
+    evict_grace_s: float = setting(
+        10.0,
+        "TUNEPLANE_EVICT_GRACE_S",
+        "seconds an evicted process has between SIGTERM and being reported (or SIGKILLed)",
+        read.decimal(0.1, 3600),
+    )
+
+    def __post_init__(self) -> None:
+        """An XID both drained and ignored would be decided by whichever rule
+        happens to be read first: refused, so the operator decides."""
+        both = set(self.xid_drain) & set(self.xid_ignore)
+        if both:
+            raise ConfigError(
+                f"TUNEPLANE_XID_DRAIN and TUNEPLANE_XID_IGNORE both name XID {', '.join(map(str, sorted(both)))}; "
+                "an XID is either drained or ignored"
+            )
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Many nodes: where this node's agent publishes itself, under which name and how often."""
+
+    url: Optional[str] = setting(
+        None,
+        "TUNEPLANE_FLEET_URL",
+        "Redis the agent publishes its snapshot to, and tpnode-tui fleet reads",
+        read.redis_url,
+    )
+    #: empty: the host name (see :attr:`node`)
+    node_name: str = setting(
+        "", "TUNEPLANE_NODE_NAME", "this node's name in the fleet and in metrics; empty: the host name", read.node_name
+    )
+    publish_s: float = setting(
+        10.0,
+        "TUNEPLANE_FLEET_PUBLISH_S",
+        "seconds between publications at most; 3 missed: unreachable",
+        read.decimal(0.1, 300),
+    )
+    #: how the fleet should reach this node over SSH; None: its node name
+    ssh_address: Optional[SshTarget] = setting(
+        None,
+        "TUNEPLANE_SSH_ADDRESS",
+        "how others reach this node over SSH, as the fleet publishes it; empty: its name",
+        read.ssh_target,
+    )
+
+    @property
+    def url_safe(self) -> Optional[str]:
+        """The fleet's URL without its password, for logs, errors and the header."""
+        return redact_url(self.url) if self.url else None
+
+    @property
+    def node(self) -> str:
+        """The node's name in the fleet and in metrics."""
+        return self.node_name or socket.gethostname()

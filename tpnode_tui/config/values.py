@@ -1,0 +1,47 @@
+"""Numbers and durations as a person writes them: in settings, flags and the dashboard's forms.
+
+Numbers are ASCII digits only: int() and float() also take "٣", "1_0" and
+"inf", and a typo read as one of those must not become a count or a time.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from tpnode_tui.model.errors import BadRequest
+
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+#: a duration shorter than this is a typo (0.0001s), not a reservation
+MIN_DURATION_S = 1.0
+MAX_DURATION_S = 366 * 86400.0
+
+
+def whole_number(text: str) -> Optional[int]:
+    """``text`` as a whole number written in ASCII digits; None for anything else."""
+    raw = str(text).strip()
+    return int(raw) if _WHOLE.fullmatch(raw) else None
+
+
+def decimal_number(text: str) -> Optional[float]:
+    """``text`` as a plain decimal in ASCII digits (no exponent, inf or nan); None otherwise."""
+    raw = str(text).strip()
+    return float(raw) if _DECIMAL.fullmatch(raw) else None
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h', '1h30m', '1d' or plain seconds -> seconds; BadRequest otherwise."""
+    raw = text.strip().lower()
+    seconds = decimal_number(raw)
+    if seconds is None:
+        parts = _DURATION_PART.findall(raw)
+        if not parts or "".join(n + u for n, u in parts) != raw:
+            raise BadRequest(f"duration {text!r} is not understood: use e.g. 90s, 30m, 2h, 1h30m or 1d")
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not MIN_DURATION_S <= seconds <= MAX_DURATION_S:
+        raise BadRequest(f"duration {text!r} must be at least 1s and at most a year")
+    return seconds
