@@ -34,7 +34,8 @@ class Enough(Exception):
 class ScriptedNode:
     """A node whose every ``views()`` (and ``follow_events()``) plays the next script."""
 
-    via = "agent"
+    in_process = False
+    outlives_client = True
     where = "agent at /run/tpnode-tui/agent.sock"
 
     def __init__(self, *scripts: Script, log: tuple[tuple[list[dict[str, Any]], Optional[BaseException]], ...] = ()):

@@ -219,7 +219,8 @@ class FrozenNode:
     ``views()`` step, then keeps the last; ``gone`` makes it an agent that
     stops answering after them."""
 
-    via = "local"
+    in_process = True
+    outlives_client = False
     where = "served in-process (no agent)"
 
     def __init__(self, *readings: Reading, you: You = OPERATOR, gone: Optional[str] = None) -> None:
@@ -256,7 +257,8 @@ class FrozenNode:
 class FrozenAgent(FrozenNode):
     """The same, as if served by an agent at the usual socket."""
 
-    via = "agent"
+    in_process = False
+    outlives_client = True
     where = "agent at /run/tpnode-tui/agent.sock"
 
 

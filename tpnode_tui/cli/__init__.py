@@ -129,7 +129,7 @@ async def _in_loop(command: Command, args: argparse.Namespace, settings: Setting
     from tpnode_tui.node.choose import open_node
 
     node = await open_node(settings, interval=args.interval, max_wait_s=getattr(args, "wait", None), on_wait=say_once())
-    return await _on_node(command, node, args, settings, _state_dir_note(settings) if node.via == "local" else None)
+    return await _on_node(command, node, args, settings, _state_dir_note(settings) if node.in_process else None)
 
 
 async def _on_node(

@@ -86,7 +86,7 @@ async def _status(run: Run) -> None:
     assert view.snapshot is not None
     if args.json:
         data = snapshot_to_json(view.snapshot)
-        data.update(via=node.via, you=asdict(view.you), state_dir_note=note)
+        data.update(via="local" if node.in_process else "agent", you=asdict(view.you), state_dir_note=note)
         print(json.dumps(data, indent=2))
     else:
         print_status(view.snapshot, note=note and f"state: {note}", you=you_line(view, node))
@@ -134,7 +134,7 @@ async def _launch(run: Run) -> None:
         argv = argv[1:]
     if not argv and not args.image:
         raise UsageError("nothing to run: give the command after --, e.g. launch --cards 1 -- python train.py")
-    if args.queue and node.via != "agent":
+    if args.queue and not node.outlives_client:
         raise UsageError(
             "--queue needs the node's agent, which keeps the queue; this command serves the "
             "node itself (no agent answers, or TUNEPLANE_AGENT=off) and exits when it is done"
@@ -176,7 +176,7 @@ async def _bounded(node: Node, work: Awaitable[T], run_id: str, wait_s: Optional
     is waited for and reported as placed, never said to be "nothing placed"."""
     import asyncio
 
-    if node.via != "agent":
+    if node.in_process:
         return await work
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_watch_wait(node, run_id))

@@ -115,7 +115,7 @@ def you_line(view: NodeView, node: Node) -> str:
     you = view.you
     role = ", an operator" if you.operator else ""
     limit = "" if you.card_limit is None else f" of at most {you.card_limit}"
-    where = f"through the node's {node.where}" if node.via == "agent" else "served by this process (no agent answers)"
+    where = "served by this process (no agent answers)" if node.in_process else f"through the node's {node.where}"
     return f"you: {you.user} (uid {you.uid}{role}), holding {cards_words(you.cards_held)}{limit}; {where}"
 
 

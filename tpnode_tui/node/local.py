@@ -24,7 +24,8 @@ from tpnode_tui.service import NodeService
 
 
 class LocalNode:
-    via = "local"
+    in_process = True
+    outlives_client = False
     where = "served in-process (no agent)"
 
     def __init__(self, service: NodeService, caller: Caller) -> None:

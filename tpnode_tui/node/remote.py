@@ -141,7 +141,8 @@ class AgentNode:
     with :func:`~.http.straight`. For a command that asks one question: the
     dashboard, which goes on drawing while it waits, uses the default."""
 
-    via = "agent"
+    in_process = False
+    outlives_client = True
 
     def __init__(self, socket_path: Path | str, *, blocking: bool = False, connect_timeout_s: float = 5.0) -> None:
         path = str(socket_path)

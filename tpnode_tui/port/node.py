@@ -11,9 +11,17 @@ from tpnode_tui.port.types import LaunchRequest, LaunchResult, NodeView, Reserve
 
 
 class Node(Protocol):
-    #: "agent" or "local": whether the node is served by its agent (which keeps
-    #: the queue, and every account's jobs) or by this process, for ``status --json``
-    via: str
+    """A node, as a client asks it; what a caller must do differently for how it
+    is served is said by the capabilities below, never by what class it is."""
+
+    #: the node's service runs in this process: this process takes the allocation
+    #: lock and uses the state dir itself, and its own wait for the lock is bounded
+    #: there. False: the node's agent serves it (on this machine or over SSH).
+    in_process: bool
+    #: what is asked of the node goes on after this client exits: a queued launch
+    #: stays queued and a launch being placed is finished (the agent keeps them).
+    #: False: they end with this process.
+    outlives_client: bool
     #: where the node is served from, in words: "agent at /run/tpnode-tui/agent.sock"
     where: str
 

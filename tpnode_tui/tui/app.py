@@ -84,7 +84,7 @@ log = logging.getLogger(__name__)
 
 def served_from(node: Node, demo: bool = False) -> str:
     """Where the node is served from, for the header."""
-    if node.via == "local" and demo:
+    if node.in_process and demo:
         return "demo node, served in-process"
     return node.where
 
@@ -130,7 +130,7 @@ class NodeDashboard(App[int]):
             history=self.history,
             readonly=readonly,
             served=served_from(node, demo is not None),
-            via="agent" if node.via == "agent" else "in-process",
+            via="in-process" if node.in_process else "agent",
             ready=self._follow,
         )
         #: a dry run for evict is out: its question is on its way, a second would double it
@@ -152,7 +152,7 @@ class NodeDashboard(App[int]):
     @property
     def agent(self) -> bool:
         """Whether the node is served by its agent (which keeps the queue), not by this process."""
-        return self.node.via == "agent"
+        return self.node.outlives_client
 
     # -- what the node says ----------------------------------------------------------
 
