@@ -265,7 +265,7 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
 
 async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(tmp_path):
     url = f"redis://127.0.0.1:{closed_port()}/0"
-    n = DashboardNode(tmp_path, 2, redis_url=url)
+    n = DashboardNode(tmp_path, 2, lock_redis_url=url)
     app = n.app()
     try:
         async with app.run_test(size=SIZE) as pilot:

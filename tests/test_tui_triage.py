@@ -49,7 +49,7 @@ STUBBORN = (
 
 @pytest.fixture
 async def service_node(tmp_path):
-    n = DashboardNode(tmp_path, 4, evict_grace_s="0.5")
+    n = DashboardNode(tmp_path, 4, triage_evict_grace_s="0.5")
     yield n
     await n.close()
 

@@ -23,7 +23,7 @@ With ``assembled=True`` the node is instead put together the way the product
 puts it together from settings (``LocalNode.from_settings``: the simulated
 probe over the scene, the process runtime, the lock the settings name), as a
 dashboard without an agent serves it; ``settings`` are then the product's
-own (``evict_grace_s="0.5"``, ``redis_url=...``) and ``local`` is the node a
+own (``triage_evict_grace_s="0.5"``, ``lock_redis_url=...``) and ``local`` is the node a
 dashboard is given. The state dir is left for the product to make, as on a
 fresh machine; built by hand, the node makes it, as its log is written from
 the first action.
