@@ -29,7 +29,9 @@ from tpnode_tui.config.sections import (
 
 @dataclass(frozen=True)
 class Settings:
-    """The node's settings, section by section."""
+    """The node's settings, section by section: a reader names the part it
+    depends on (``settings.lock``, ``settings.fleet``), and each setting is
+    found where an operator would look for it."""
 
     cards: CardSettings = field(default_factory=CardSettings)
     probe: ProbeSettings = field(default_factory=ProbeSettings)
