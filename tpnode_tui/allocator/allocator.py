@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Optional, TypeVar
 
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.core.belonging import classify
-from tpnode_tui.core.occupancy import blind_reason, card_count, card_views, compute_occupancy, shares_gpu_instance
+from tpnode_tui.core.cards import card_count, compute_occupancy
+from tpnode_tui.core.display import card_views
 from tpnode_tui.core.placement import choose
+from tpnode_tui.core.slices import blind_reason, shares_gpu_instance
 from tpnode_tui.host.procinfo import describe, name_containers
 from tpnode_tui.locks import AllocationLock, check_allocation_safety, make_lock
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NeverFits, NoCapacity, TpnodeError

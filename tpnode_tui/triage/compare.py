@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from tpnode_tui.core.occupancy import intruder_words
+from tpnode_tui.core.display import intruder_words
 from tpnode_tui.core.xid import APPLICATION, Verdict
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
