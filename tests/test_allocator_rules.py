@@ -204,11 +204,11 @@ async def test_failed_card_count_is_not_cached(make):
         ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: driver not loaded")
     )
     alloc = make(probe=probe)
-    assert await alloc.total_gpus() == 0
+    assert (await alloc.occupancy()).total == 0
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
-    assert await alloc.total_gpus() == 8
+    assert (await alloc.occupancy()).total == 8
     probe.reading = ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: timeout")
-    assert await alloc.total_gpus() == 8  # a real count, once found, is kept
+    assert (await alloc.occupancy()).total == 8  # a real count, once found, is kept
 
 
 async def test_a_card_that_comes_back_is_counted_again(make):
@@ -218,7 +218,6 @@ async def test_a_card_that_comes_back_is_counted_again(make):
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)  # ... and back
     assert (await alloc.occupancy()).total == 8
     assert (await alloc.occupancy()).free == list(range(8))
-    assert await alloc.total_gpus() == 8
 
 
 async def test_a_card_that_vanishes_stays_counted_and_shown_with_what_holds_it(make):
@@ -240,22 +239,21 @@ async def test_a_card_that_vanishes_stays_counted_and_shown_with_what_holds_it(m
     assert 7 not in snap.occupancy.free
 
 
-async def test_configured_count_wins_and_the_driver_is_not_asked(make):
+async def test_a_configured_count_wins_over_what_the_driver_reports(make):
     probe = StaticProbe(cards=8)
     alloc = make(probe=probe, local_gpu_count=2)
-    assert await alloc.total_gpus() == 2
-    assert probe.reads == 0
+    assert (await alloc.occupancy()).total == 2
 
 
 async def test_unresolved_series_is_not_cached(make):
     probe = StaticProbe(ProbeReading("nvml", (), count=None, external_probe_ok=False))
     alloc = make(probe=probe)
-    assert await alloc.series_id() == ""
+    assert (await alloc.snapshot()).series == ""
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
-    assert await alloc.series_id() == "nvidia h200"
+    assert (await alloc.snapshot()).series == "nvidia h200"
 
 
-async def test_configured_profile_answers_first_without_asking_the_driver(make):
+async def test_configured_profile_answers_first_without_the_drivers_card_name(make):
     probe = StaticProbe()
     seen = []
 
@@ -264,8 +262,9 @@ async def test_configured_profile_answers_first_without_asking_the_driver(make):
         return {"h200-sxm": "h200"}.get(profile, "")
 
     alloc = make(probe=probe, resolver=resolver, cluster_profile="h200-sxm")
-    assert await alloc.series_id() == "h200"
-    assert probe.reads == 0 and seen == [("h200-sxm", "")]
+    assert (await alloc.snapshot()).series == "h200"
+    assert (await alloc.snapshot()).series == "h200"
+    assert seen == [("h200-sxm", "")]  # asked once, never with the driver's name
 
 
 # -- picking ----------------------------------------------------------------------
@@ -276,13 +275,13 @@ async def test_consecutive_cards_are_picked_first(make):
     runtime.add(job("a", [0]))
     runtime.add(job("b", [2]))
     alloc = make(runtime=runtime)
-    assert await alloc.allocate("c", 3) == [3, 4, 5]
+    assert (await alloc.launch(JobSpec("c", 3, ("x",)))).gpus == (3, 4, 5)
 
 
 async def test_never_fits_is_not_no_capacity(make):
     alloc = make()
     with pytest.raises(NeverFits, match="no amount of waiting"):
-        await alloc.allocate("big", 9)
+        await alloc.launch(JobSpec("big", 9, ("x",)))
     assert not issubclass(NeverFits, NoCapacity)  # a retry loop must not keep it waiting
 
 
@@ -293,7 +292,7 @@ async def test_not_yet_is_no_capacity_with_the_explanation(make):
     probe.set_card(7, health=("row remapping pending (needs a GPU reset)",))
     alloc = make(runtime=runtime, probe=probe)
     with pytest.raises(NoCapacity) as err:
-        await alloc.allocate("b", 2)
+        await alloc.launch(JobSpec("b", 2, ("x",)))
     assert "need 2 cards, but 8 cards total, 1 free" in str(err.value)
     assert "card 7: row remapping pending" in str(err.value)
 
@@ -303,7 +302,7 @@ async def test_blind_node_with_no_count_waits_rather_than_never_fits(make):
         ProbeReading("none", (), count=None, external_probe_ok=False, problem="NVML: library not found")
     )
     with pytest.raises(NoCapacity):
-        await make(probe=probe).allocate("x", 1)
+        await make(probe=probe).launch(JobSpec("x", 1, ("x",)))
 
 
 async def test_same_run_id_gets_its_cards_back(make):
@@ -313,7 +312,6 @@ async def test_same_run_id_gets_its_cards_back(make):
     again = await alloc.launch(JobSpec("r1", 2, ("train",)))
     assert again.existing and again.gpus == first.gpus
     assert len(runtime.jobs) == 1
-    assert await alloc.allocate("r1", 2) == list(first.gpus)
 
 
 async def test_a_run_id_of_an_unreclaimed_exited_job_is_refused(make):
@@ -351,7 +349,7 @@ async def test_unhealthy_cards_are_not_handed_out(make):
     probe = StaticProbe()
     probe.set_card(0, health=("2 uncorrected ECC errors",))
     alloc = make(probe=probe)
-    assert await alloc.allocate("a", 1) == [1]
+    assert (await alloc.launch(JobSpec("a", 1, ("x",)))).gpus == (1,)
 
 
 async def test_unhealthy_is_not_deducted_twice_but_still_shown(make):
@@ -370,29 +368,17 @@ async def test_unhealthy_is_not_deducted_twice_but_still_shown(make):
 async def test_turning_off_the_health_check_hands_out_unhealthy_cards(make):
     probe = StaticProbe()
     probe.set_card(0, health=("2 uncorrected ECC errors",))
-    assert await make(probe=probe, check_health=False).allocate("a", 1) == [0]
+    assert (await make(probe=probe, check_health=False).launch(JobSpec("a", 1, ("x",)))).gpus == (0,)
 
 
 # -- the lock covers read, pick and create ----------------------------------------
 
 
-async def test_lock_covers_the_run_so_concurrent_allocations_never_share(make):
-    alloc = make()
-
-    async def run(gpus):
-        await asyncio.sleep(0.05)  # the window in which a lock that did not cover the run would fail
-        return gpus
-
-    async def one(i):
-        async def create(gpus):
-            await run(gpus)
-            alloc.runtime.add(job(f"r{i}", gpus))
-            return gpus
-
-        return (await alloc.allocate_and_run(f"r{i}", 2, create))[0]
-
-    results = await asyncio.gather(*(one(i) for i in range(4)))
-    cards = [c for r in results for c in r]
+async def test_lock_covers_the_create_so_concurrent_launches_never_share(make):
+    # the delay: the window in which a lock that did not cover the create would fail
+    alloc = make(runtime=MemoryRuntime(create_delay=0.05))
+    results = await asyncio.gather(*(alloc.launch(JobSpec(f"r{i}", 2, ("x",))) for i in range(4)))
+    cards = [c for r in results for c in r.gpus]
     assert sorted(cards) == list(range(8))
 
 

@@ -23,9 +23,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Optional, TypeVar
+from typing import TYPE_CHECKING, Optional
 
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.core.belonging import classify
@@ -51,8 +51,6 @@ if TYPE_CHECKING:
     from tpnode_tui.runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 SeriesResolver = Callable[[str, str], str]
 
@@ -147,32 +145,18 @@ class GpuAllocator:
             self._total = total
         return total
 
-    async def total_gpus(self) -> int:
-        """The configured count, else the most cards a probe has found, asking it now."""
-        if self.settings.local_gpu_count:
-            return self.settings.local_gpu_count
-        return self._count(await self.probe.read())
-
-    async def series_id(self) -> str:
+    def _series_of(self, reading: ProbeReading) -> str:
         """The hardware series of this node's cards; empty when unknown.
 
         A configured profile answers first (an operator may have classified the
-        cards on purpose) and then the driver is not asked at all. Only a
-        resolved series is cached: an empty answer after one failed probe must
+        cards on purpose), and then the driver's card name is not used. Only a
+        resolved series is kept: an empty answer after one failed probe must
         not make the node unclassifiable for the life of the process.
         """
         if not self._series:
-            self._series = self._series_from(None)
-            if not self._series:
-                reading = await self.probe.read()
-                self._series = self._series_from(reading)
+            profile = self.settings.cluster_profile
+            self._series = self._resolve_series(profile, "" if profile else reading.model_name) or ""
         return self._series
-
-    def _series_from(self, reading: Optional[ProbeReading]) -> str:
-        """The configured profile first; the driver's card name only when there is none."""
-        if self.settings.cluster_profile or reading is None:
-            return self._resolve_series(self.settings.cluster_profile, "") or ""
-        return self._resolve_series("", reading.model_name) or ""
 
     # -- occupancy ------------------------------------------------------------
 
@@ -255,8 +239,6 @@ class GpuAllocator:
                 )
                 for k, hs in on_slices.items()
             }
-        if not self._series:
-            self._series = self._series_from(reading)
         return NodeSnapshot(
             taken_at=time.time(),
             host=socket.gethostname(),
@@ -271,7 +253,7 @@ class GpuAllocator:
             ),
             jobs=tuple(sorted(jobs, key=lambda j: (j.started_at or 0, j.name))),
             probe=reading,
-            series=self._series,
+            series=self._series_of(reading),
             runtime=self.runtime.describe(),
             runtime_kind=self.runtime.name,
             allow_unverified=self.settings.allow_unverified,
@@ -294,13 +276,7 @@ class GpuAllocator:
         """Choose cards, with the lock held and occupancy just read: the free set
         that talks fastest on the reading's topology (as ``placement`` requires,
         if it does), else a consecutive run (see :func:`~tpnode_tui.core.placement.choose`).
-
-        Idempotent: a run id that already holds cards gets those back, so a
-        retried submission never takes a second set.
         """
-        if existing := sorted(i for i, rid in occ.by_job.items() if rid == run_id):
-            log.info("run %s already holds cards %s", run_id, existing)
-            return existing
         if count > occ.total and occ.total > 0:
             raise NeverFits(
                 f"{run_id} needs {cards_words(count)} and this node has {occ.total}: "
@@ -408,33 +384,6 @@ class GpuAllocator:
         for st in occ.free_slices:
             free_on[st.card] = free_on.get(st.card, 0) + 1
         return min(usable, key=lambda st: (free_on.get(st.card, 0), st.card, st.index))
-
-    async def allocate(self, run_id: str, count: int) -> list[int]:
-        """Pick cards without starting anything: a dry run.
-
-        Nothing holds the cards once this returns, so a real launch must use
-        ``allocate_and_run`` or ``launch``.
-        """
-        if count <= 0:
-            return []
-        async with self.lock.hold():
-            occ, reading, _jobs = await self._read()
-            return self._pick(run_id, count, occ, reading)
-
-    async def allocate_and_run(
-        self, run_id: str, count: int, run: Callable[[list[int]], Awaitable[T]]
-    ) -> tuple[list[int], T]:
-        """Pick cards and call ``run(gpus)`` under the same lock.
-
-        ``run`` must leave the job visible to ``ps`` before it returns: until
-        then the cards still look free to every other process.
-        """
-        if count <= 0:
-            return [], await run([])
-        async with self.lock.hold():
-            occ, reading, _jobs = await self._read()
-            gpus = self._pick(run_id, count, occ, reading)
-            return gpus, await run(gpus)
 
     async def launch(
         self,
