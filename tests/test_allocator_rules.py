@@ -13,7 +13,7 @@ import pytest
 
 from helpers.fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
-from tpnode_tui.allocator.allocator import request_differences
+from tpnode_tui.allocator.repeats import request_differences
 from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound
