@@ -2,10 +2,10 @@
 
 Lock hold, docker: our ``launch`` creates the container under the lock and
 starts it after; the seed held the lock over create *and* start. The seed's
-way is reproduced on our allocator by ``allocate_and_run`` with a callable
-that creates and starts, so both sides share the runtime, the probe (NVML
-over the fake, which costs nothing) and the lock, and differ only in what
-runs inside it. The time is measured around the whole ``hold()``: from
+way is reproduced beside our allocator: under its lock, read the occupancy,
+pick the cards, create and start (``runtime.run``), so both sides share the
+runtime, the probe (NVML over the fake, which costs nothing) and the lock,
+and differ only in what runs inside it. The time is measured around the whole ``hold()``: from
 asking for the lock (uncontended) to having given it back, fence-number write
 included.
 
@@ -36,6 +36,7 @@ from helpers.nvml import FakeCard, FakeNvml
 from helpers.services import Dockerd, RedisServer, write_scene
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.config.settings import load_settings
+from tpnode_tui.core.placement import pick_gpus
 from tpnode_tui.locks import AllocationLock, LockHold, make_lock
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.probes.nvml import NvmlProbe
@@ -86,10 +87,9 @@ async def _lock_hold(daemon: Dockerd, rounds: int, state_dir: Path) -> dict[str,
     async def seeds_way() -> str:
         job = spec()
 
-        async def create_and_start(gpus: list[int]):
-            return await runtime.run(job, gpus)
-
-        _gpus, state = await allocator.allocate_and_run(job.run_id, job.cards, create_and_start)
+        async with lock.hold():
+            occ = await allocator.occupancy()
+            state = await runtime.run(job, pick_gpus(occ.free, job.cards))
         return state.name
 
     async def timed(key: str, launch) -> None:
@@ -185,7 +185,7 @@ def run(daemon: Optional[Dockerd], redis: Optional[RedisServer], quick: bool, un
             create = Row("lock_hold_create", "lock held per docker launch: create only (ours, launch)", held["create"])
             both = Row(
                 "lock_hold_create_start",
-                "lock held per docker launch: create + start (seed's way, allocate_and_run)",
+                "lock held per docker launch: create + start (seed's way, inside the lock)",
                 held["create_start"],
             )
             section.rows += [

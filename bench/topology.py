@@ -29,7 +29,8 @@ from itertools import combinations
 from typing import Callable, Optional
 
 from common import Limit, Row, Section, percentile
-from tpnode_tui.core.placement import choose, grouped_search, set_points
+from helpers.placement import grouped_search, set_points
+from tpnode_tui.core.placement import choose
 from tpnode_tui.model.errors import NoCapacity
 from tpnode_tui.model.topology import Link, Topology
 from tpnode_tui.probes.shapes import hierarchy, shape

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
-from tpnode_tui.allocator.allocator import request_differences
+from tpnode_tui.allocator.repeats import request_differences
 from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound
@@ -31,7 +31,7 @@ async def make(settings):
     made = []
 
     def build(runtime=None, probe=None, resolver=None, **overrides):
-        s = load_settings({}, state_dir=str(settings.state.dir), **overrides)
+        s = replace(settings, **overrides)
         alloc = GpuAllocator(
             runtime or MemoryRuntime(), probe or StaticProbe(), s, make_lock(s), series_resolver=resolver
         )
@@ -54,7 +54,7 @@ async def test_blind_probe_is_visible_not_free(make):
     probe = StaticProbe(
         ProbeReading("smi", (), count=None, external_probe_ok=False, problem="nvidia-smi: not found on PATH")
     )
-    alloc = make(probe=probe, cards_count=4)
+    alloc = make(probe=probe, local_gpu_count=4)
     occ = await alloc.occupancy()
     assert occ.external_probe_ok is False
     assert "free count may be too high" in occ.explain()
@@ -66,23 +66,21 @@ async def test_blind_probe_is_visible_not_free(make):
 async def test_unverified_cards_are_not_handed_out_unless_allowed(make):
     blind = ProbeReading("smi", (), count=None, external_probe_ok=False, problem="nvidia-smi: not found on PATH")
     with pytest.raises(NoCapacity, match="until the probe works again.*TUNEPLANE_ALLOW_UNVERIFIED"):
-        await make(probe=StaticProbe(blind), cards_count=4).launch(JobSpec("r", 1, ("x",)))
-    got = await make(probe=StaticProbe(blind), cards_count=4, cards_allow_unverified=True).launch(
-        JobSpec("r", 1, ("x",))
-    )
+        await make(probe=StaticProbe(blind), local_gpu_count=4).launch(JobSpec("r", 1, ("x",)))
+    got = await make(probe=StaticProbe(blind), local_gpu_count=4, allow_unverified=True).launch(JobSpec("r", 1, ("x",)))
     assert got.gpus == (0,) and "card 0 handed out unverified" in got.warning
 
 
 async def test_a_probe_that_sees_no_card_under_a_configured_count_frees_nothing(make):
     empty = StaticProbe(ProbeReading("nvml", (), count=0))  # no devices passed into a container
-    occ = await make(probe=empty, cards_count=4).occupancy()
+    occ = await make(probe=empty, local_gpu_count=4).occupancy()
     assert occ.free == [] and set(occ.unhealthy) == {0, 1, 2, 3}
     assert "not reported by the driver" in occ.unhealthy[0]
 
 
 async def test_a_card_the_driver_does_not_report_is_not_free_even_while_blind(make):
     blind = ProbeReading("smi", idle_cards(6), count=6, external_probe_ok=False, problem="blind")
-    occ = await make(probe=StaticProbe(blind), cards_count=8, cards_allow_unverified=True).occupancy()
+    occ = await make(probe=StaticProbe(blind), local_gpu_count=8, allow_unverified=True).occupancy()
     assert occ.free == [0, 1, 2, 3, 4, 5] and set(occ.unhealthy) == {6, 7}
 
 
@@ -156,7 +154,7 @@ async def test_external_excludes_cards_platform_jobs_hold(make):
 async def test_turning_off_the_external_check_ignores_use_from_outside(make):
     probe = StaticProbe()
     probe.set_card(3, memory_used_mib=90000)
-    occ = await make(probe=probe, cards_check_external=False).occupancy()
+    occ = await make(probe=probe, check_external=False).occupancy()
     assert 3 in occ.free and occ.external_probe_ok
 
 
@@ -206,11 +204,11 @@ async def test_failed_card_count_is_not_cached(make):
         ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: driver not loaded")
     )
     alloc = make(probe=probe)
-    assert await alloc.total_gpus() == 0
+    assert (await alloc.occupancy()).total == 0
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
-    assert await alloc.total_gpus() == 8
+    assert (await alloc.occupancy()).total == 8
     probe.reading = ProbeReading("nvml", (), count=None, external_probe_ok=False, problem="NVML: timeout")
-    assert await alloc.total_gpus() == 8  # a real count, once found, is kept
+    assert (await alloc.occupancy()).total == 8  # a real count, once found, is kept
 
 
 async def test_a_card_that_comes_back_is_counted_again(make):
@@ -220,7 +218,6 @@ async def test_a_card_that_comes_back_is_counted_again(make):
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)  # ... and back
     assert (await alloc.occupancy()).total == 8
     assert (await alloc.occupancy()).free == list(range(8))
-    assert await alloc.total_gpus() == 8
 
 
 async def test_a_card_that_vanishes_stays_counted_and_shown_with_what_holds_it(make):
@@ -242,22 +239,21 @@ async def test_a_card_that_vanishes_stays_counted_and_shown_with_what_holds_it(m
     assert 7 not in snap.occupancy.free
 
 
-async def test_configured_count_wins_and_the_driver_is_not_asked(make):
+async def test_a_configured_count_wins_over_what_the_driver_reports(make):
     probe = StaticProbe(cards=8)
     alloc = make(probe=probe, cards_count=2)
-    assert await alloc.total_gpus() == 2
-    assert probe.reads == 0
+    assert (await alloc.occupancy()).total == 2
 
 
 async def test_unresolved_series_is_not_cached(make):
     probe = StaticProbe(ProbeReading("nvml", (), count=None, external_probe_ok=False))
     alloc = make(probe=probe)
-    assert await alloc.series_id() == ""
+    assert (await alloc.snapshot()).series == ""
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
-    assert await alloc.series_id() == "nvidia h200"
+    assert (await alloc.snapshot()).series == "nvidia h200"
 
 
-async def test_configured_profile_answers_first_without_asking_the_driver(make):
+async def test_configured_profile_answers_first_without_the_drivers_card_name(make):
     probe = StaticProbe()
     seen = []
 
@@ -266,8 +262,9 @@ async def test_configured_profile_answers_first_without_asking_the_driver(make):
         return {"h200-sxm": "h200"}.get(profile, "")
 
     alloc = make(probe=probe, resolver=resolver, cards_profile="h200-sxm")
-    assert await alloc.series_id() == "h200"
-    assert probe.reads == 0 and seen == [("h200-sxm", "")]
+    assert (await alloc.snapshot()).series == "h200"
+    assert (await alloc.snapshot()).series == "h200"
+    assert seen == [("h200-sxm", "")]  # asked once, never with the driver's name
 
 
 # -- picking ----------------------------------------------------------------------
@@ -278,13 +275,13 @@ async def test_consecutive_cards_are_picked_first(make):
     runtime.add(job("a", [0]))
     runtime.add(job("b", [2]))
     alloc = make(runtime=runtime)
-    assert await alloc.allocate("c", 3) == [3, 4, 5]
+    assert (await alloc.launch(JobSpec("c", 3, ("x",)))).gpus == (3, 4, 5)
 
 
 async def test_never_fits_is_not_no_capacity(make):
     alloc = make()
     with pytest.raises(NeverFits, match="no amount of waiting"):
-        await alloc.allocate("big", 9)
+        await alloc.launch(JobSpec("big", 9, ("x",)))
     assert not issubclass(NeverFits, NoCapacity)  # a retry loop must not keep it waiting
 
 
@@ -295,7 +292,7 @@ async def test_not_yet_is_no_capacity_with_the_explanation(make):
     probe.set_card(7, health=("row remapping pending (needs a GPU reset)",))
     alloc = make(runtime=runtime, probe=probe)
     with pytest.raises(NoCapacity) as err:
-        await alloc.allocate("b", 2)
+        await alloc.launch(JobSpec("b", 2, ("x",)))
     assert "need 2 cards, but 8 cards total, 1 free" in str(err.value)
     assert "card 7: row remapping pending" in str(err.value)
 
@@ -305,7 +302,7 @@ async def test_blind_node_with_no_count_waits_rather_than_never_fits(make):
         ProbeReading("none", (), count=None, external_probe_ok=False, problem="NVML: library not found")
     )
     with pytest.raises(NoCapacity):
-        await make(probe=probe).allocate("x", 1)
+        await make(probe=probe).launch(JobSpec("x", 1, ("x",)))
 
 
 async def test_same_run_id_gets_its_cards_back(make):
@@ -315,7 +312,6 @@ async def test_same_run_id_gets_its_cards_back(make):
     again = await alloc.launch(JobSpec("r1", 2, ("train",)))
     assert again.existing and again.gpus == first.gpus
     assert len(runtime.jobs) == 1
-    assert await alloc.allocate("r1", 2) == list(first.gpus)
 
 
 async def test_a_run_id_of_an_unreclaimed_exited_job_is_refused(make):
@@ -342,7 +338,7 @@ async def test_a_job_index_out_of_range_is_not_a_card(make):
 
 async def test_a_card_the_driver_stops_reporting_is_never_free(make):
     probe = StaticProbe(ProbeReading("nvml", idle_cards(8)[:6], count=6))
-    occ = await make(probe=probe, cards_count=8).occupancy()
+    occ = await make(probe=probe, local_gpu_count=8).occupancy()
     assert set(occ.unhealthy) == {6, 7} and 6 not in occ.free
 
 
@@ -353,7 +349,7 @@ async def test_unhealthy_cards_are_not_handed_out(make):
     probe = StaticProbe()
     probe.set_card(0, health=("2 uncorrected ECC errors",))
     alloc = make(probe=probe)
-    assert await alloc.allocate("a", 1) == [1]
+    assert (await alloc.launch(JobSpec("a", 1, ("x",)))).gpus == (1,)
 
 
 async def test_unhealthy_is_not_deducted_twice_but_still_shown(make):
@@ -372,29 +368,17 @@ async def test_unhealthy_is_not_deducted_twice_but_still_shown(make):
 async def test_turning_off_the_health_check_hands_out_unhealthy_cards(make):
     probe = StaticProbe()
     probe.set_card(0, health=("2 uncorrected ECC errors",))
-    assert await make(probe=probe, cards_check_health=False).allocate("a", 1) == [0]
+    assert (await make(probe=probe, cards_check_health=False).launch(JobSpec("a", 1, ("x",)))).gpus == (0,)
 
 
 # -- the lock covers read, pick and create ----------------------------------------
 
 
-async def test_lock_covers_the_run_so_concurrent_allocations_never_share(make):
-    alloc = make()
-
-    async def run(gpus):
-        await asyncio.sleep(0.05)  # the window in which a lock that did not cover the run would fail
-        return gpus
-
-    async def one(i):
-        async def create(gpus):
-            await run(gpus)
-            alloc.runtime.add(job(f"r{i}", gpus))
-            return gpus
-
-        return (await alloc.allocate_and_run(f"r{i}", 2, create))[0]
-
-    results = await asyncio.gather(*(one(i) for i in range(4)))
-    cards = [c for r in results for c in r]
+async def test_lock_covers_the_create_so_concurrent_launches_never_share(make):
+    # the delay: the window in which a lock that did not cover the create would fail
+    alloc = make(runtime=MemoryRuntime(create_delay=0.05))
+    results = await asyncio.gather(*(alloc.launch(JobSpec(f"r{i}", 2, ("x",))) for i in range(4)))
+    cards = [c for r in results for c in r.gpus]
     assert sorted(cards) == list(range(8))
 
 
@@ -428,13 +412,13 @@ async def test_launch_creates_under_the_lock_and_starts_after_releasing_it(make)
     assert events == [("create", True), ("start", False)]
 
 
-async def test_a_lost_lock_never_starts_two_jobs_on_one_card(tmp_path):
+async def test_a_lost_lock_never_starts_two_jobs_on_one_card(settings, tmp_path):
     """Two allocators whose locks do not see each other (as after a lost lease)
     pick the same cards; the later fence backs off before starting."""
     runtime = MemoryRuntime(create_delay=0.1)
     allocs = []
     for name in ("a", "b"):
-        s = load_settings({}, state_dir=str(tmp_path / name))  # separate flocks: no mutual exclusion
+        s = replace(settings, state_dir=tmp_path / name)  # separate flocks: no mutual exclusion
         allocs.append(GpuAllocator(runtime, StaticProbe(), s, make_lock(s)))
     outcomes = await asyncio.gather(
         allocs[0].launch(JobSpec("ra", 8, ("x",))), allocs[1].launch(JobSpec("rb", 8, ("x",))), return_exceptions=True

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tracemalloc
 
 from tpnode_tui.model.facts import CardFacts
-from tpnode_tui.triage.history import COARSE_STEP_S, FINE_S, HOUR_S, History
+from tpnode_tui.triage.history import COARSE_STEP_S, FINE_S, HOUR_S, CardHistory, History
 
 CARDS = 64
 INTERVAL_S = 0.2
@@ -33,7 +33,7 @@ def readings(step: int, cards: int = CARDS) -> list[tuple[int, CardFacts]]:
 
 
 def test_an_hour_of_64_cards_at_0_2_s_stays_within_the_rings():
-    bound = History.bound(CARDS, INTERVAL_S)
+    bound = CARDS * CardHistory(INTERVAL_S).nbytes  # every card's rings, allocated once
     polls_per_hour = int(HOUR_S / INTERVAL_S)
     tracemalloc.start()
     try:

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tpnode_tui.core.placement import choose, grouped_search, pair_points, pick_gpus, set_points
+from helpers.placement import grouped_search, set_points
+from tpnode_tui.core.placement import choose, pair_points, pick_gpus
 from tpnode_tui.model.errors import BadRequest, NeverFits, NoCapacity
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH, Link, Topology
 from tpnode_tui.probes.shapes import cube_mesh, hierarchy, pcie, shape

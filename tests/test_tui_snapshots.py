@@ -21,7 +21,8 @@ from typing import Any, AsyncIterator, Callable, Optional
 import pytest
 
 from helpers.waiting import until_pilot
-from tpnode_tui.core.occupancy import card_views, compute_occupancy
+from tpnode_tui.core.cards import compute_occupancy
+from tpnode_tui.core.display import card_views
 from tpnode_tui.demo.stage import scene as demo_scene
 from tpnode_tui.model.facts import ProbeReading
 from tpnode_tui.model.jobs import JobState, QueuedLaunch

@@ -13,6 +13,7 @@
     services      a redis-server and a dockerd of the tests' own; write_scene, a simulated node
     fakes         a runtime kept in memory and a probe with a prepared reading
     nvml          an in-memory pynvml
+    placement     a set's score and which search placement uses, to check the search by
     load          CLI processes on a simulated node, the samplers that watch it, the clean-up;
                   run as a script, the CLI with a fault at a chosen moment
     ssh           an sshd of the tests' own, and accounts set up to log in with keys

@@ -15,7 +15,8 @@ from typing import Optional
 from helpers.paths import CHECKOUT
 from helpers.services import write_scene
 from helpers.waiting import until
-from tpnode_tui.core.occupancy import card_views, compute_occupancy
+from tpnode_tui.core.cards import compute_occupancy
+from tpnode_tui.core.display import card_views
 from tpnode_tui.fleet import record
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts
 from tpnode_tui.model.jobs import JobState

@@ -17,7 +17,7 @@ would read as "idle". docs/metrics.md lists every metric.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from tpnode_tui import __version__
 from tpnode_tui.model.occupancy import SLICE_STATES
 from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.model.views import CardView
 from tpnode_tui.service import NodeService
 from tpnode_tui.text.printable import printable
 
@@ -136,92 +137,115 @@ class NodeCollector(Collector):
         yield from families.values()
 
     def _allocator(self, snap: Optional[NodeSnapshot], stale: bool) -> Iterator[GaugeMetricFamily]:
-        now = self.clock()
-        state = GaugeMetricFamily(
-            "tpnode_card_state", "1 for the card's current state, 0 for the others", labels=["gpu", "state"]
-        )
-        holder = GaugeMetricFamily(
-            "tpnode_card_holder_info",
-            "The job or reservation holding the card",
-            labels=["gpu", "run_id", "kind", "owner"],
-        )
         cards = snap.cards if snap is not None else ()
-        states = list(CARD_STATES) + sorted({c.state for c in cards} - set(CARD_STATES))
-        for card in cards:
-            for s in states:
-                state.add_metric([str(card.index), s], 1 if s == card.state else 0)
-            if card.state in ("job", "reservation") and card.run_id:
-                job = card.job
-                holder.add_metric([str(card.index), _text(card.run_id), card.state, _text(job.owner if job else "")], 1)
-        yield state
-        yield holder
-        slice_state = GaugeMetricFamily(
-            "tpnode_slice_state",
-            "1 for the MIG slice's current state, 0 for the others",
-            labels=[*SLICE_LABELS, "state"],
-        )
-        slice_holder = GaugeMetricFamily(
-            "tpnode_slice_holder_info",
-            "The job or reservation holding the MIG slice",
-            labels=[*SLICE_LABELS, "run_id", "kind", "owner"],
-        )
-        slices = [(card, sv) for card in cards for sv in card.slices]
-        slice_states = list(SLICE_STATES) + sorted({sv.state for _c, sv in slices} - set(SLICE_STATES))
-        for card, sv in slices:
-            names = [str(card.index), _gi(sv.facts.gpu_instance_id), _text(sv.facts.profile), str(sv.index)]
-            for st in slice_states:
-                slice_state.add_metric([*names, st], 1 if st == sv.state else 0)
-            if sv.state in ("job", "reservation") and sv.run_id:
-                slice_holder.add_metric([*names, _text(sv.run_id), sv.state, _text(sv.job.owner if sv.job else "")], 1)
-        yield slice_state
-        yield slice_holder
+        yield from _card_states(cards)
+        yield from _slice_states(cards)
+        yield from _node_gauges(snap, stale, self.clock())
 
-        def gauge(name: str, doc: str, value: Optional[float]) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(name, doc)
-            if value is not None:
-                family.add_metric([], value)
-            return family
 
-        free = drained = intruders = total = age = queued = wait = slices_total = slices_free = None
-        probe_ok = False
-        if snap is not None:
-            total = snap.occupancy.total
-            free = sum(1 for c in cards if c.state == "free")
-            drained = sum(1 for c in cards if c.state == "drained")
-            slices_total = len(slices)
-            slices_free = sum(1 for _c, sv in slices if sv.state == "free")
-            intruders = sum(len(getattr(c, "intruders", ()) or ()) for c in cards)
-            probe_ok = not stale and snap.occupancy.external_probe_ok and snap.probe.problem is None
-            age = now - snap.taken_at
-            queued = len(snap.queue)
-            waiting = [q.queued_at for q in snap.queue if q.state == "waiting"]
-            wait = max(0.0, now - min(waiting)) if waiting else 0.0
-        yield gauge("tpnode_cards_total", "Cards on this node", total)
-        yield gauge("tpnode_cards_free", "Cards checked free (unverified cards are not counted)", free)
-        yield gauge("tpnode_slices_total", "MIG slices on this node's cards in MIG mode", slices_total)
-        yield gauge("tpnode_slices_free", "MIG slices checked free (unverified ones are not counted)", slices_free)
-        yield gauge("tpnode_drained_cards", "Cards drained: not handed out until undrained", drained)
-        yield gauge(
-            "tpnode_intruders",
-            "Processes on held cards that belong to neither the job nor the reservation's owner",
-            intruders,
-        )
-        yield gauge(
-            "tpnode_probe_ok",
-            "1 while the last poll succeeded and the probe saw every card's use, else 0",
-            1 if probe_ok else 0,
-        )
-        yield gauge("tpnode_reading_age_seconds", "Seconds since the reading these metrics come from", age)
-        yield gauge(
-            "tpnode_queue_length",
-            "Launches not started yet: queued for cards, waiting for the allocation lock, or being placed",
-            queued,
-        )
-        yield gauge(
-            "tpnode_lock_wait_seconds",
-            "How long the oldest launch waiting for the allocation lock has waited; 0 when none waits",
-            wait,
-        )
+def _card_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
+    """Each card's state, one series a state (1 for the current one), and its holder."""
+    state = GaugeMetricFamily(
+        "tpnode_card_state", "1 for the card's current state, 0 for the others", labels=["gpu", "state"]
+    )
+    holder = GaugeMetricFamily(
+        "tpnode_card_holder_info",
+        "The job or reservation holding the card",
+        labels=["gpu", "run_id", "kind", "owner"],
+    )
+    states = list(CARD_STATES) + sorted({c.state for c in cards} - set(CARD_STATES))
+    for card in cards:
+        for s in states:
+            state.add_metric([str(card.index), s], 1 if s == card.state else 0)
+        if card.state in ("job", "reservation") and card.run_id:
+            job = card.job
+            holder.add_metric([str(card.index), _text(card.run_id), card.state, _text(job.owner if job else "")], 1)
+    yield state
+    yield holder
+
+
+def _slice_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
+    """Each MIG slice's state, one series a state (1 for the current one), and its holder."""
+    slice_state = GaugeMetricFamily(
+        "tpnode_slice_state",
+        "1 for the MIG slice's current state, 0 for the others",
+        labels=[*SLICE_LABELS, "state"],
+    )
+    slice_holder = GaugeMetricFamily(
+        "tpnode_slice_holder_info",
+        "The job or reservation holding the MIG slice",
+        labels=[*SLICE_LABELS, "run_id", "kind", "owner"],
+    )
+    slices = [(card, sv) for card in cards for sv in card.slices]
+    states = list(SLICE_STATES) + sorted({sv.state for _c, sv in slices} - set(SLICE_STATES))
+    for card, sv in slices:
+        names = [str(card.index), _gi(sv.facts.gpu_instance_id), _text(sv.facts.profile), str(sv.index)]
+        for st in states:
+            slice_state.add_metric([*names, st], 1 if st == sv.state else 0)
+        if sv.state in ("job", "reservation") and sv.run_id:
+            slice_holder.add_metric([*names, _text(sv.run_id), sv.state, _text(sv.job.owner if sv.job else "")], 1)
+    yield slice_state
+    yield slice_holder
+
+
+def _gauge(name: str, doc: str, value: Optional[float]) -> GaugeMetricFamily:
+    """A gauge with no labels; without a sample when the value is unknown."""
+    family = GaugeMetricFamily(name, doc)
+    if value is not None:
+        family.add_metric([], value)
+    return family
+
+
+def _node_gauges(snap: Optional[NodeSnapshot], stale: bool, now: float) -> Iterator[GaugeMetricFamily]:
+    """The node's counts, its probe's health and its queue; unknown (no sample) without a reading."""
+    counts = _counts(snap, now) if snap is not None else {}
+    probe_ok = snap is not None and not stale and snap.occupancy.external_probe_ok and snap.probe.problem is None
+    yield _gauge("tpnode_cards_total", "Cards on this node", counts.get("total"))
+    yield _gauge("tpnode_cards_free", "Cards checked free (unverified cards are not counted)", counts.get("free"))
+    yield _gauge("tpnode_slices_total", "MIG slices on this node's cards in MIG mode", counts.get("slices_total"))
+    yield _gauge(
+        "tpnode_slices_free", "MIG slices checked free (unverified ones are not counted)", counts.get("slices_free")
+    )
+    yield _gauge("tpnode_drained_cards", "Cards drained: not handed out until undrained", counts.get("drained"))
+    yield _gauge(
+        "tpnode_intruders",
+        "Processes on held cards that belong to neither the job nor the reservation's owner",
+        counts.get("intruders"),
+    )
+    yield _gauge(
+        "tpnode_probe_ok",
+        "1 while the last poll succeeded and the probe saw every card's use, else 0",
+        1 if probe_ok else 0,
+    )
+    yield _gauge("tpnode_reading_age_seconds", "Seconds since the reading these metrics come from", counts.get("age"))
+    yield _gauge(
+        "tpnode_queue_length",
+        "Launches not started yet: queued for cards, waiting for the allocation lock, or being placed",
+        counts.get("queued"),
+    )
+    yield _gauge(
+        "tpnode_lock_wait_seconds",
+        "How long the oldest launch waiting for the allocation lock has waited; 0 when none waits",
+        counts.get("wait"),
+    )
+
+
+def _counts(snap: NodeSnapshot, now: float) -> dict[str, float]:
+    """What the node's gauges count in one reading."""
+    cards = snap.cards
+    slices = [sv for c in cards for sv in c.slices]
+    waiting = [q.queued_at for q in snap.queue if q.state == "waiting"]
+    return {
+        "total": snap.occupancy.total,
+        "free": sum(1 for c in cards if c.state == "free"),
+        "drained": sum(1 for c in cards if c.state == "drained"),
+        "slices_total": len(slices),
+        "slices_free": sum(1 for sv in slices if sv.state == "free"),
+        "intruders": sum(len(getattr(c, "intruders", ()) or ()) for c in cards),
+        "age": now - snap.taken_at,
+        "queued": len(snap.queue),
+        "wait": max(0.0, now - min(waiting)) if waiting else 0.0,
+    }
 
 
 def _gi(gpu_instance_id: Optional[int]) -> str:

@@ -23,26 +23,28 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Optional, TypeVar
+from typing import TYPE_CHECKING, Optional
 
+from tpnode_tui.allocator.holders import identify, name_on_slices
+from tpnode_tui.allocator.missing import note_missing
+from tpnode_tui.allocator.picking import pick_cards, pick_slice
+from tpnode_tui.allocator.repeats import repeated
 from tpnode_tui.config.settings import Settings
-from tpnode_tui.core.belonging import classify
-from tpnode_tui.core.occupancy import blind_reason, card_count, card_views, compute_occupancy, shares_gpu_instance
-from tpnode_tui.core.placement import choose
-from tpnode_tui.host.procinfo import describe, name_containers
+from tpnode_tui.core.cards import card_count, compute_occupancy
+from tpnode_tui.core.display import card_views
+from tpnode_tui.host.procinfo import name_containers
 from tpnode_tui.locks import AllocationLock, check_allocation_safety, make_lock
-from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NeverFits, NoCapacity, TpnodeError
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, TpnodeError
 from tpnode_tui.model.facts import ProbeReading
 from tpnode_tui.model.jobs import JobSpec, JobState, Launched, SliceRef, claims_overlap, holding_words
-from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
+from tpnode_tui.model.occupancy import GpuOccupancy
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.validation import check_profile, check_run_id
-from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, Drain, HolderInfo
+from tpnode_tui.model.views import Drain
 from tpnode_tui.port.types import new_run_id
 from tpnode_tui.state.drains import DrainStore
-from tpnode_tui.text.render import cards_words, format_duration, show_command
 
 if TYPE_CHECKING:
     from tpnode_tui.probes.base import Probe
@@ -50,12 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 SeriesResolver = Callable[[str, str], str]
-
-#: which of two readings of one process a card shows: the one that needs attention
-_WORSE = {INTRUDER: 0, EXTERNAL: 1, UNKNOWN: 2, HOLDER: 3}
 
 #: how long a job that met a later-fenced rival on its cards waits for that
 #: rival to withdraw before withdrawing itself
@@ -145,32 +142,18 @@ class GpuAllocator:
             self._total = total
         return total
 
-    async def total_gpus(self) -> int:
-        """The configured count, else the most cards a probe has found, asking it now."""
-        if self.settings.cards.count:
-            return self.settings.cards.count
-        return self._count(await self.probe.read())
-
-    async def series_id(self) -> str:
+    def _series_of(self, reading: ProbeReading) -> str:
         """The hardware series of this node's cards; empty when unknown.
 
         A configured profile answers first (an operator may have classified the
-        cards on purpose) and then the driver is not asked at all. Only a
-        resolved series is cached: an empty answer after one failed probe must
+        cards on purpose), and then the driver's card name is not used. Only a
+        resolved series is kept: an empty answer after one failed probe must
         not make the node unclassifiable for the life of the process.
         """
         if not self._series:
-            self._series = self._series_from(None)
-            if not self._series:
-                reading = await self.probe.read()
-                self._series = self._series_from(reading)
+            profile = self.settings.cards.profile
+            self._series = self._resolve_series(profile, "" if profile else reading.model_name) or ""
         return self._series
-
-    def _series_from(self, reading: Optional[ProbeReading]) -> str:
-        """The configured profile first; the driver's card name only when there is none."""
-        if self.settings.cards.profile or reading is None:
-            return self._resolve_series(self.settings.cards.profile, "") or ""
-        return self._resolve_series("", reading.model_name) or ""
 
     # -- occupancy ------------------------------------------------------------
 
@@ -214,47 +197,15 @@ class GpuAllocator:
     async def snapshot(self) -> NodeSnapshot:
         """Occupancy, per-card facts, holders and jobs, for display."""
         occ, reading, jobs, drains = await self._read_all()
-        jobs = [_note_missing_slices(_note_missing_cards(j, occ.total), reading) for j in jobs]
-        holders: dict[int, tuple[HolderInfo, ...]] = {}
-        on_slices: dict[tuple[int, int], tuple[HolderInfo, ...]] = {}
+        jobs = [note_missing(j, occ.total, reading) for j in jobs]
         live = {j.key: j for j in jobs if j.live}
-        held = {(st.card, st.index): st.run_id for st in occ.slices}
-
-        def identify() -> None:
-            # Each process is told apart against the job that holds its card, or
-            # on a MIG card the slice it runs on: its own processes, or someone
-            # else's (an intruder). A process on no slice the driver could tell
-            # is told apart against the card's holder (nobody, on a MIG card).
-            for card in reading.cards:
-                whole = live.get(occ.by_job.get(card.index, ""))
-                seen: dict[int, HolderInfo] = {}
-                for s in card.slices or ():
-                    if s.processes:
-                        job = live.get(held.get((card.index, s.index)) or "") or whole
-                        found = tuple(classify(describe(p), job, live.values()) for p in s.processes)
-                        on_slices[(card.index, s.index)] = found
-                        for h in found:  # on two slices: the card shows the worse of the two
-                            if h.pid not in seen or _WORSE[h.belongs] < _WORSE[seen[h.pid].belongs]:
-                                seen[h.pid] = h
-                if card.processes:
-                    holders[card.index] = tuple(
-                        seen.get(p.pid) or classify(describe(p), whole, live.values()) for p in card.processes
-                    )
-
-        _, lock_state = await asyncio.gather(asyncio.to_thread(identify), self.lock.state())
+        (holders, on_slices), lock_state = await asyncio.gather(
+            asyncio.to_thread(identify, reading, occ, live), self.lock.state()
+        )
         # Only a runtime that knows containers (docker) can name them.
         holders = await name_containers(holders, getattr(self.runtime, "containers", None))
-        if on_slices:  # the names the card's list was given, on each slice's
-            named = {h.pid: (h.container_name, h.container_image) for hs in holders.values() for h in hs}
-            on_slices = {
-                k: tuple(
-                    replace(h, container_name=named[h.pid][0], container_image=named[h.pid][1]) if h.pid in named else h
-                    for h in hs
-                )
-                for k, hs in on_slices.items()
-            }
-        if not self._series:
-            self._series = self._series_from(reading)
+        if on_slices:
+            on_slices = name_on_slices(holders, on_slices)
         return NodeSnapshot(
             taken_at=time.time(),
             host=socket.gethostname(),
@@ -269,7 +220,7 @@ class GpuAllocator:
             ),
             jobs=tuple(sorted(jobs, key=lambda j: (j.started_at or 0, j.name))),
             probe=reading,
-            series=self._series,
+            series=self._series_of(reading),
             runtime=self.runtime.describe(),
             runtime_kind=self.runtime.name,
             allow_unverified=self.settings.cards.allow_unverified,
@@ -280,159 +231,6 @@ class GpuAllocator:
         )
 
     # -- allocation -----------------------------------------------------------
-
-    def _pick(
-        self,
-        run_id: str,
-        count: int,
-        occ: GpuOccupancy,
-        reading: Optional[ProbeReading] = None,
-        placement: Optional[str] = None,
-    ) -> list[int]:
-        """Choose cards, with the lock held and occupancy just read: the free set
-        that talks fastest on the reading's topology (as ``placement`` requires,
-        if it does), else a consecutive run (see :func:`~tpnode_tui.core.placement.choose`).
-
-        Idempotent: a run id that already holds cards gets those back, so a
-        retried submission never takes a second set.
-        """
-        if existing := sorted(i for i, rid in occ.by_job.items() if rid == run_id):
-            log.info("run %s already holds cards %s", run_id, existing)
-            return existing
-        if count > occ.total and occ.total > 0:
-            raise NeverFits(
-                f"{run_id} needs {cards_words(count)} and this node has {occ.total}: "
-                "no amount of waiting will place it; ask for fewer cards"
-            )
-        cards = [c for c in (reading.cards if reading is not None else ()) if 0 <= c.index < occ.total]
-        in_mig = [c.index for c in cards if c.mig_mode is True]
-        to_split = [c.index for c in cards if c.mig_mode is False and c.mig_pending is True]
-        split = len(in_mig) + len(to_split)
-        if split and count > occ.total - split:
-            # A card in MIG mode is never handed out whole, and waiting does not
-            # make it whole: only an operator turning MIG off does.
-            why = []
-            if in_mig:
-                why.append(f"{cards_words(in_mig)} {'is' if len(in_mig) == 1 else 'are'} in MIG mode")
-            if to_split:
-                why.append(
-                    f"{cards_words(to_split)} {'is' if len(to_split) == 1 else 'are'} split into MIG "
-                    f"slices at {'its' if len(to_split) == 1 else 'their'} next reset"
-                )
-            ask = (
-                f"ask for a slice (launch --slice {example_profile(occ)})"
-                if occ.slices
-                else ("ask an operator to make MIG devices, or to turn MIG off")
-            )
-            if split == occ.total:
-                raise NeverFits(f"{'; '.join(why)}: {ask}")
-            raise NeverFits(
-                f"{run_id} needs {cards_words(count)} whole and this node has {occ.total - split} "
-                f"({'; '.join(why)}): ask for fewer cards, or {ask}"
-            )
-        if not occ.external_probe_ok and not self.settings.cards.allow_unverified:
-            raise NoCapacity(
-                f"use from outside the platform cannot be probed, so no card can be checked "
-                f"free ({occ.explain()}); no card is handed out until the probe works again, "
-                "unless TUNEPLANE_ALLOW_UNVERIFIED=true hands out unverified cards anyway"
-            )
-        try:
-            return choose(occ.free, count, reading.topology if reading is not None else None, placement)
-        except NoCapacity as e:
-            if placement is None:
-                raise NoCapacity(f"need {cards_words(count)}, but {occ.explain()}") from None
-            raise NoCapacity(f"need {cards_words(count)} {placement} ({e}), but {occ.explain()}") from None
-        except NeverFits as e:
-            raise NeverFits(f"{run_id}: {e}") from None
-
-    def _pick_slice(
-        self, run_id: str, profile: str, occ: GpuOccupancy, reading: ProbeReading, jobs: list[JobState]
-    ) -> SliceState:
-        """Choose a MIG slice of ``profile``, with the lock held and occupancy just read.
-
-        Only an exact match: a 1g.18gb job is never put on a 2g.35gb slice. Of
-        the free ones, the slice on the MIG card with the fewest free slices
-        (so emptier cards stay empty, for bigger slices or to be made whole
-        again), then the lowest card and slice index.
-        """
-        on_node = [st for st in occ.slices if st.profile == profile]
-        if not on_node:
-            unseen = [
-                c.index
-                for c in reading.cards
-                if 0 <= c.index < occ.total and (c.mig_mode is None or (c.mig_mode is True and c.slices is None))
-            ]
-            counted: dict[str, list[int]] = {}
-            for st in occ.slices:
-                counted.setdefault(st.profile or "profile unknown", []).append(st.card)
-            kinds = "; ".join(f"{len(cards)} of {p} ({cards_words(cards)})" for p, cards in sorted(counted.items()))
-            if unseen:
-                raise NoCapacity(
-                    f"{run_id} asks for a {profile} MIG slice, and none can be seen: the MIG devices of "
-                    f"{cards_words(unseen)} cannot be read now" + (f" (the others: {kinds})" if kinds else "")
-                )
-            if not occ.slices:
-                split = [c.index for c in reading.cards if c.mig_mode]
-                if not split:
-                    raise NeverFits(
-                        f"{run_id} asks for a {profile} MIG slice, but no card of this node is in "
-                        "MIG mode: ask for whole cards (launch --cards N)"
-                    )
-                raise NeverFits(
-                    f"{run_id} asks for a {profile} MIG slice, but {cards_words(split)} in MIG mode "
-                    "has no MIG devices made: ask an operator to make some"
-                )
-            raise NeverFits(
-                f"{run_id} asks for a {profile} MIG slice, and this node has none: its MIG slices "
-                f"are {kinds}; ask for one of those, or ask an operator to make a {profile} instance"
-            )
-        allow = self.settings.cards.allow_unverified
-        if not occ.external_probe_ok and not allow:
-            raise NoCapacity(
-                f"use from outside the platform cannot be probed, so no slice can be checked free "
-                f"({occ.explain()}); no slice is handed out until the probe works again, unless "
-                "TUNEPLANE_ALLOW_UNVERIFIED=true hands out unverified ones anyway"
-            )
-        blind = blind_reason(reading)
-        usable = [
-            st for st in on_node if st.state == "free" or (allow and st.state == "unverified" and st.reason == blind)
-        ]
-        if not usable:
-            owners = {j.key: j.owner for j in jobs if j.live}
-            raise NoCapacity(
-                f"no {profile} MIG slice is free: " + "; ".join(_slice_taken_words(st, owners) for st in on_node)
-            )
-        free_on: dict[int, int] = {}
-        for st in occ.free_slices:
-            free_on[st.card] = free_on.get(st.card, 0) + 1
-        return min(usable, key=lambda st: (free_on.get(st.card, 0), st.card, st.index))
-
-    async def allocate(self, run_id: str, count: int) -> list[int]:
-        """Pick cards without starting anything: a dry run.
-
-        Nothing holds the cards once this returns, so a real launch must use
-        ``allocate_and_run`` or ``launch``.
-        """
-        if count <= 0:
-            return []
-        async with self.lock.hold():
-            occ, reading, _jobs = await self._read()
-            return self._pick(run_id, count, occ, reading)
-
-    async def allocate_and_run(
-        self, run_id: str, count: int, run: Callable[[list[int]], Awaitable[T]]
-    ) -> tuple[list[int], T]:
-        """Pick cards and call ``run(gpus)`` under the same lock.
-
-        ``run`` must leave the job visible to ``ps`` before it returns: until
-        then the cards still look free to every other process.
-        """
-        if count <= 0:
-            return [], await run([])
-        async with self.lock.hold():
-            occ, reading, _jobs = await self._read()
-            gpus = self._pick(run_id, count, occ, reading)
-            return gpus, await run(gpus)
 
     async def launch(
         self,
@@ -456,16 +254,7 @@ class GpuAllocator:
         picked nothing and cancelling it abandons it; from then on it picks
         cards and creates its job, and should be left to finish.
         """
-        check_run_id(spec.run_id)
-        if spec.slice is not None:
-            check_profile(spec.slice)
-            if spec.cards != 1:
-                raise BadRequest(
-                    f"a job gets one MIG slice, not {spec.cards}: ask for one {spec.slice} slice, or for whole cards"
-                )
-            spec = replace(spec, slices=())  # the allocator chooses it, below
-        elif spec.cards <= 0:
-            raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
+        spec = _checked(spec)
         # In a thread: the process runtime checks as the caller, in a process
         # of theirs, which a hung home directory could keep for seconds.
         await asyncio.to_thread(self.runtime.check, spec)
@@ -473,35 +262,9 @@ class GpuAllocator:
             occ, reading, jobs = await self._read()
             if admit is not None:
                 admit(jobs)
-            mine = [j for j in jobs if j.key == spec.run_id]
-            if live := [j for j in mine if j.live]:
-                if live[0].status == "created":
-                    raise Conflict(
-                        f"{spec.run_id} is created but not started: another launch of it is "
-                        "starting it now, or its launcher died. If it stays created, stop and "
-                        f"reclaim it (tpnode-tui stop {spec.run_id}; tpnode-tui reclaim "
-                        f"{spec.run_id}) before launching it again"
-                    )
-                expires_at = time.time() + hold_for_s if hold_for_s is not None else spec.expires_at
-                if differences := request_differences(replace(spec, expires_at=expires_at), live[0]):
-                    raise Conflict(
-                        f"run id {spec.run_id} is taken by a {live[0].status} {live[0].kind} asked for "
-                        f"differently: {'; '.join(differences)}. Stop it first (tpnode-tui stop "
-                        f"{spec.run_id}) or choose another run id"
-                    )
-                return Launched(tuple(live[0].gpus), live[0], existing=True, slices=live[0].slices)
-            if mine:
-                raise Conflict(
-                    f"run id {spec.run_id} belongs to an exited job that has not been "
-                    f"reclaimed; reclaim it (tpnode-tui reclaim {spec.run_id}) or choose another"
-                )
-            if spec.slice is not None:
-                chosen = self._pick_slice(spec.run_id, spec.slice, occ, reading, jobs)
-                assert chosen.uuid is not None  # a slice without one is never free
-                gpus: list[int] = []
-                spec = replace(spec, slices=(SliceRef(chosen.card, chosen.uuid, chosen.profile or spec.slice),))
-            else:
-                gpus = self._pick(spec.run_id, spec.cards, occ, reading, spec.placement)
+            if (again := repeated(spec, jobs, hold_for_s)) is not None:
+                return again
+            spec, gpus = self._place(spec, occ, reading, jobs)
             if hold_for_s is not None:
                 spec = replace(spec, expires_at=time.time() + hold_for_s)
             created = await self.runtime.create(replace(spec, fence=hold.fence), gpus)
@@ -519,6 +282,18 @@ class GpuAllocator:
                 "use from outside the platform could not be probed"
             )
         return Launched(tuple(gpus), job, warning=warning, slices=slices)
+
+    def _place(
+        self, spec: JobSpec, occ: GpuOccupancy, reading: ProbeReading, jobs: list[JobState]
+    ) -> tuple[JobSpec, list[int]]:
+        """Pick what ``spec`` asks for, with the lock held and occupancy just read:
+        whole cards, or one MIG slice (then named in the spec, and no card)."""
+        allow = self.settings.cards.allow_unverified
+        if spec.slice is None:
+            return spec, pick_cards(spec.run_id, spec.cards, occ, reading, spec.placement, allow_unverified=allow)
+        chosen = pick_slice(spec.run_id, spec.slice, occ, reading, jobs, allow_unverified=allow)
+        assert chosen.uuid is not None  # a slice without one is never free
+        return replace(spec, slices=(SliceRef(chosen.card, chosen.uuid, chosen.profile or spec.slice),)), []
 
     async def _check_fence(self, created: JobState, fence: int, lost: bool) -> None:
         """Make sure no other live job sits on our cards before ours starts.
@@ -644,128 +419,20 @@ class GpuAllocator:
         raise JobNotFound(f"no running platform job has run id {run_id}")
 
 
-def expiry_tolerance_s(duration_s: float) -> float:
-    """How far a repeated reservation's expiry may lie from the existing one's
-    and still be the same request: a minute, or a tenth of the duration.
-
-    Asking again a few seconds or minutes later (a retry after a lost answer,
-    a script run twice) moves the asked-for expiry by that much, while a
-    different request differs by far more; a tenth scales with the length, so
-    ``--for 1d`` repeated an hour later is the same and ``--for 1h`` is not ``--for 2h``.
-    """
-    return max(60.0, duration_s / 10)
-
-
-def _image(name: Optional[str]) -> Optional[str]:
-    """An image name as the engine reads it: no tag means ":latest"."""
-    if not name or "@" in name or ":" in name.rsplit("/", 1)[-1]:
-        return name
-    return f"{name}:latest"
-
-
-def request_differences(spec: JobSpec, job: JobState) -> list[str]:
-    """How ``spec`` differs from what the live ``job`` with its run id was asked
-    for, in plain words; empty when it is the same request.
-
-    Compared: the kind, the card count, and for jobs the image and the command
-    (a container's command as the engine reports it starts with the image's
-    entrypoint, so there the asked-for command only has to end it); for
-    reservations the expiry, within :func:`expiry_tolerance_s`. A reservation's
-    own workload (a sleep) is the runtime's, not something anyone asked for.
-    """
-    found = []
-    if spec.kind != job.kind:
-        found.append(f"it is a {job.kind}, not a {spec.kind}")
-    held = sorted({s.profile or "of a profile not recorded" for s in job.slices})
-    if spec.slice is not None:
-        if not job.slices:
-            found.append(f"it holds {holding_words(job.gpus)}, not a {spec.slice} MIG slice")
-        elif held != [spec.slice]:
-            found.append(f"it holds a {', '.join(held)} MIG slice, not a {spec.slice} one")
-    elif job.slices:
-        found.append(f"it holds a {', '.join(held)} MIG slice, not {cards_words(spec.cards)}")
-    elif spec.cards != len(job.gpus):
-        found.append(f"it holds {cards_words(len(job.gpus))}, not {spec.cards}")
-    if spec.kind != job.kind:
-        return found
-    if spec.kind == "reservation":
-        if spec.expires_at is not None and job.expires_at is not None:
-            now = time.time()
-            if abs(spec.expires_at - job.expires_at) > expiry_tolerance_s(max(spec.expires_at - now, 0)):
-                found.append(
-                    f"it ends in {format_duration(round(job.expires_at - now))}, not "
-                    f"{format_duration(round(spec.expires_at - now))}"
-                )
-        return found
-    if spec.image is not None and _image(spec.image) != _image(job.image):
-        found.append(f"its image is {job.image or 'none'}, not {spec.image}")
-    if spec.command:
-        asked, ran = spec.command, job.command
-        same = ran == asked or (job.image is not None and ran[len(ran) - len(asked) :] == asked)
-        if not same:
-            found.append(f"its command is {show_command(ran) or 'none'}, not {show_command(asked)}")
-    return found
-
-
-def _note_missing_cards(job: JobState, total: int) -> JobState:
-    """``job`` with a problem added when it names cards this node does not have.
-
-    The runtime cannot know the card count, so a label naming card 99 reads
-    there without complaint. Such a card holds nothing and is never offered,
-    but whoever wrote it meant some real card, which may be in use unaccounted
-    for: that has to be said. With no card count known nothing is claimed.
-    """
-    missing = sorted({i for i in (*job.gpus, *(ref.card for ref in job.slices)) if i >= total})
-    if total <= 0 or not missing:
-        return job
-    problem = (
-        f"names {cards_words(missing)}, which this node does not have (its cards are "
-        f"0-{total - 1}); check the job's cards"
-    )
-    return replace(job, problems=job.problems + (problem,))
-
-
-def example_profile(occ: GpuOccupancy) -> str:
-    """The MIG profile to suggest to someone who asked for a whole card: a free
-    one first, a GPU instance's own profile before a shared compute
-    instance's, the most plentiful, then by name."""
-    free = {s.profile for s in occ.free_slices}
-    count: dict[str, int] = {}
-    for s in occ.slices:
-        if s.profile:
-            count[s.profile] = count.get(s.profile, 0) + 1
-    return min(count, key=lambda p: (p not in free, shares_gpu_instance(p), -count[p], p))
-
-
-def _note_missing_slices(job: JobState, reading: ProbeReading) -> JobState:
-    """``job`` with a problem added for each MIG slice it lists that the driver
-    does not report (destroyed, or its card reset or whole again): it still
-    holds it, and its card, until it ends, and whoever looks needs to know why.
-    A card whose MIG devices cannot be listed says nothing either way."""
-    problems = []
-    for ref in job.slices:
-        card = reading.card(ref.card)
-        if card is None or card.slices is None or any(s.uuid == ref.uuid for s in card.slices):
-            continue
-        what = f"MIG device {ref.uuid}" + (f" ({ref.profile})" if ref.profile else "")
-        where = "" if card.mig_mode else f", and card {ref.card} is not in MIG mode now"
-        problems.append(
-            f"holds {what} of card {ref.card}, which the driver no longer reports{where}; "
-            f"stop the job (tpnode-tui stop {job.key}) if it is gone"
+def _checked(spec: JobSpec) -> JobSpec:
+    """``spec`` with its run id and what it asks for checked, before anything is read;
+    a MIG slice is chosen by the allocator, never named by the caller."""
+    check_run_id(spec.run_id)
+    if spec.slice is None:
+        if spec.cards <= 0:
+            raise BadRequest(f"a job needs at least 1 card, not {spec.cards}")
+        return spec
+    check_profile(spec.slice)
+    if spec.cards != 1:
+        raise BadRequest(
+            f"a job gets one MIG slice, not {spec.cards}: ask for one {spec.slice} slice, or for whole cards"
         )
-    return replace(job, problems=job.problems + tuple(problems)) if problems else job
-
-
-def _slice_taken_words(st: SliceState, owners: dict[str, str]) -> str:
-    """Why a slice is not free, for a refusal: "slice 3 (1g.18gb) of card 1 is held by nb of bob"."""
-    if st.state in ("job", "reservation") and st.run_id:
-        owner = owners.get(st.run_id)
-        return f"{st.words()} is {'reserved' if st.state == 'reservation' else 'held'} by {st.run_id}" + (
-            f" of {owner}" if owner else ""
-        )
-    if st.state == "external":
-        return f"{st.words()} is in use outside the platform ({st.reason or 'in use'})"
-    return f"{st.words()} is {st.state}" + (f": {st.reason}" if st.reason else "")
+    return replace(spec, slices=())
 
 
 def default_owner() -> str:

@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Any, Optional, Sequence, TextIO
 
-from tpnode_tui.model.jobs import Launched, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.model.views import EvictReport
+from tpnode_tui.model.views import CardView, EvictReport
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import NodeView
 from tpnode_tui.port.wire import launched_to_json
@@ -53,51 +53,65 @@ def print_status(
 ) -> None:
     out = out or sys.stdout
     snap = printable_view(snap)  # every field on its one line of the table
-    occ = snap.occupancy
-    model = snap.probe.model_name or "unknown cards"
-    print(f"{snap.host} · {model} · probe {snap.probe.source} · {snap.runtime} · lock {snap.lock}", file=out)
-    if you:
-        print(you, file=out)
-    if note:
-        print(note, file=out)
-    if snap.probe.problem:
-        print(f"probe: {snap.probe.problem}", file=out)
-    if snap.lock_state:
-        print(f"lock: {snap.lock_state}", file=out)
-    print(snap.explain, file=out)
-    if occ.total:
-        print(file=out)
-        print(f"{'CARD':<5}{'STATE':<13}{'HELD BY / WHY':<48}{'MEMORY':>22}", file=out)
-        for card in snap.cards:
-            mem = "N/A"
-            if card.facts:
-                mem = f"{format_mib(card.facts.memory_used_mib)} / {format_mib(card.facts.memory_total_mib)}"
-            summary = card_summary(card)
-            if len(summary) > 47:
-                summary = summary[:46] + "…"
-            print(f"{card.index:<5}{card.state:<13}{summary:<48}{mem:>22}", file=out)
-            for piece in card.slices:  # a MIG card's slices, each under its card
-                used = f"{format_mib(piece.facts.memory_used_mib)} / {format_mib(piece.facts.memory_total_mib)}"
-                said = f"{piece.facts.profile or 'profile unknown'}  {slice_summary(piece)}".rstrip()
-                if len(said) > 45:
-                    said = said[:44] + "…"
-                print(f"  {slice_name(card.index, piece.index):<5}{piece.state:<11}{said:<47}{used:>22}", file=out)
+    lines = _head_lines(snap, note, you)
+    if snap.occupancy.total:
+        lines += ["", *_card_lines(snap.cards)]
     if snap.jobs:
-        print(file=out)
-        now = time.time()
-        rows = []
-        notes: dict[int, tuple[str, ...]] = {}
-        for job in snap.jobs:
-            status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
-            age = format_duration(now - job.started_at) if job.started_at else "-"
-            cards = ",".join([*map(str, job.gpus), *(ref.short for ref in job.slices)]) or "-"
-            rows.append([job.key, job.kind, status, cards, age, time_left(job.expires_at, job.live, now), job.owner])
-            notes[len(rows)] = job.problems
-        lines = table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))
-        for i, line in enumerate(lines):
-            print(line, file=out)
-            for problem in notes.get(i, ()):
-                print(f"  ! {problem}", file=out)
+        lines += ["", *_job_lines(snap.jobs, time.time())]
+    for line in lines:
+        print(line, file=out)
+
+
+def _head_lines(snap: NodeSnapshot, note: Optional[str], you: Optional[str]) -> list[str]:
+    """The node, who asks, the probe's and the lock's state, and the occupancy in words."""
+    model = snap.probe.model_name or "unknown cards"
+    lines = [f"{snap.host} · {model} · probe {snap.probe.source} · {snap.runtime} · lock {snap.lock}"]
+    lines += [said for said in (you, note) if said]
+    if snap.probe.problem:
+        lines.append(f"probe: {snap.probe.problem}")
+    if snap.lock_state:
+        lines.append(f"lock: {snap.lock_state}")
+    lines.append(snap.explain)
+    return lines
+
+
+def _card_lines(cards: Sequence[CardView]) -> list[str]:
+    """One line per card, each MIG card's slices under it."""
+    lines = [f"{'CARD':<5}{'STATE':<13}{'HELD BY / WHY':<48}{'MEMORY':>22}"]
+    for card in cards:
+        mem = "N/A"
+        if card.facts:
+            mem = f"{format_mib(card.facts.memory_used_mib)} / {format_mib(card.facts.memory_total_mib)}"
+        summary = card_summary(card)
+        if len(summary) > 47:
+            summary = summary[:46] + "…"
+        lines.append(f"{card.index:<5}{card.state:<13}{summary:<48}{mem:>22}")
+        for piece in card.slices:  # a MIG card's slices, each under its card
+            used = f"{format_mib(piece.facts.memory_used_mib)} / {format_mib(piece.facts.memory_total_mib)}"
+            said = f"{piece.facts.profile or 'profile unknown'}  {slice_summary(piece)}".rstrip()
+            if len(said) > 45:
+                said = said[:44] + "…"
+            lines.append(f"  {slice_name(card.index, piece.index):<5}{piece.state:<11}{said:<47}{used:>22}")
+    return lines
+
+
+def _job_lines(jobs: Sequence[JobState], now: float) -> list[str]:
+    """The jobs' table, each job's problems under its row."""
+    rows = []
+    notes: dict[int, tuple[str, ...]] = {}
+    for job in jobs:
+        status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
+        age = format_duration(now - job.started_at) if job.started_at else "-"
+        cards = ",".join([*map(str, job.gpus), *(ref.short for ref in job.slices)]) or "-"
+        rows.append([job.key, job.kind, status, cards, age, time_left(job.expires_at, job.live, now), job.owner])
+        notes[len(rows)] = job.problems
+    lines = []
+    for i, line in enumerate(
+        table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))
+    ):
+        lines.append(line)
+        lines += [f"  ! {problem}" for problem in notes.get(i, ())]
+    return lines
 
 
 def report_launch(result: Launched, as_json: bool, what: str) -> None:

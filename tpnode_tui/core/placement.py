@@ -133,12 +133,6 @@ def _numa_points(topology: Topology, a: int, b: int) -> int:
     return SAME_NUMA_POINTS if na == nb else OTHER_NUMA_POINTS
 
 
-def set_points(topology: Topology, cards: Iterable[int]) -> int:
-    """A set's score: the sum of its pairs' points."""
-    listed = sorted(set(cards))
-    return sum(pair_points(topology, a, b) for a, b in combinations(listed, 2))
-
-
 def choose(
     free: Iterable[int],
     count: int,
@@ -580,14 +574,3 @@ def _plan(topology: Topology) -> _Plan:
 
     plans[key] = (weakref.ref(topology, forget), plan)
     return plan
-
-
-def grouped_search(topology: Topology) -> str:
-    """How :func:`choose` searches this topology once its sets are too many to
-    score one by one: "tree" where its links form a hierarchy (groups inside
-    groups), "tree of blocks" where some groups form none (a cube mesh) but are
-    small enough to search set by set (both exact), else "greedy"."""
-    plan = _plan(topology)
-    if plan.tree is None:
-        return "greedy"
-    return "tree of blocks" if plan.blocks else "tree"

@@ -529,74 +529,97 @@ def _row(
     live = [pubs[r.instance] for r in regs if r.instance in pubs]
     bad = [(r, broken[r.instance]) for r in regs if r.instance in broken]
     newest_reg = max(regs, key=lambda r: r.stopped_at or r.seen_at)
-    seen_pubs = [pubs[r.instance] for r in regs if r.instance in pubs]
-    last_pub = max((p.published_at for p in seen_pubs), default=None)
-    last_seen, exactly = last_pub, last_pub is not None
-    if remembered is not None and (last_seen is None or remembered > last_seen):
-        last_seen, exactly = remembered, True
-    if last_seen is None:
-        last_seen = newest_reg.stopped_at or newest_reg.seen_at
-    newest = (
-        max(live, key=lambda p: p.published_at)
-        if live
-        else (max(seen_pubs, key=lambda p: p.published_at) if seen_pubs else None)
-    )
+    newest = max(live, key=lambda p: p.published_at, default=None)
     snap = newest.snapshot if newest is not None else None
-    series = (snap.series if snap is not None else "") or newest_reg.series
-    total = snap.occupancy.total if snap is not None else (newest_reg.total or 0)
-    version = newest.agent_version if newest is not None else newest_reg.agent_version
-    base = NodeRow(
+    last_pub = newest.published_at if newest is not None else None
+    base = _base_row(name, regs, newest_reg, newest, _last_seen(newest_reg, last_pub, remembered))
+    down = _down(name, regs, live, bad, newest_reg.stopped_at, last_pub)
+    if down is None and snap is None:
+        error = live[0].error
+        down = (
+            STALE,
+            "its agent has not read the node yet" if error is None else f"its agent cannot read the node: {error}",
+        )
+    if down is not None:
+        return replace(base, status=down[0], cards=_cards(snap, base.total, False, {}), problem=down[1])
+    assert snap is not None
+    pub = live[0]
+    if pub.error is not None:  # the last reading is kept, shown stale
+        return replace(
+            base,
+            status=STALE,
+            cards=_cards(snap, base.total, False, {}),
+            problem=f"its agent's last poll failed: {pub.error}",
+            snapshot=snap,
+            error=pub.error,
+        )
+    return replace(
+        base,
+        status=UP,
+        cards=pub.cards or _cards(snap, base.total, True, pub.intruders),
+        snapshot=snap,
+        problem=_skew(pub, now),
+    )
+
+
+def _last_seen(newest_reg: Registration, last_pub: Optional[float], remembered: Optional[float]) -> tuple[float, bool]:
+    """When the node was last heard from, and whether that moment is exact: its
+    last publication, or a later one remembered; else its registration's last word."""
+    if remembered is not None and (last_pub is None or remembered > last_pub):
+        return remembered, True
+    if last_pub is not None:
+        return last_pub, True
+    return newest_reg.stopped_at or newest_reg.seen_at, False
+
+
+def _base_row(
+    name: str,
+    regs: list[Registration],
+    newest_reg: Registration,
+    newest: Optional[Publication],
+    seen: tuple[float, bool],
+) -> NodeRow:
+    """The node's row before its status is known: what its newest publication
+    says of it, else its newest registration."""
+    snap = newest.snapshot if newest is not None else None
+    return NodeRow(
         name,
         UNREACHABLE,
-        last_seen,
-        exactly,
-        series=series,
-        total=total,
-        agent_version=version,
+        seen[0],
+        seen[1],
+        series=(snap.series if snap is not None else "") or newest_reg.series,
+        total=snap.occupancy.total if snap is not None else (newest_reg.total or 0),
+        agent_version=newest.agent_version if newest is not None else newest_reg.agent_version,
         instances=tuple(sorted(r.instance for r in regs)),
         taken_at=newest.taken_at if newest is not None else None,
         ssh=newest_reg.ssh,
     )
 
-    def down(status: str, problem: str, keep_snapshot: bool = False) -> NodeRow:
-        return replace(
-            base,
-            status=status,
-            cards=_cards(snap, total, False, {}),
-            problem=problem,
-            snapshot=snap if keep_snapshot else None,
-        )
 
+def _down(
+    name: str,
+    regs: list[Registration],
+    live: list[Publication],
+    bad: list[tuple[Registration, str]],
+    stopped: Optional[float],
+    last_pub: Optional[float],
+) -> Optional[tuple[str, str]]:
+    """Why a node has no one publication to show, as its status and the problem
+    in words: several agents publish as it, its publication cannot be read,
+    or nothing was published lately; None when one agent's publication is live."""
     if len(live) + len(bad) > 1:
         claims = [r for r in regs if r.instance in {p.instance for p in live} | {b[0].instance for b in bad}]
-        return down(
-            CONFLICT, f"{len(claims)} agents publish as {name}: {_who(claims)}; fix TUNEPLANE_NODE_NAME on all but one"
+        return (
+            CONFLICT,
+            f"{len(claims)} agents publish as {name}: {_who(claims)}; fix TUNEPLANE_NODE_NAME on all but one",
         )
     if bad:
-        return down(MALFORMED, f"its publication cannot be read: {bad[0][1]}")
-    if not live:
-        stopped = newest_reg.stopped_at
-        if stopped is not None and (last_pub is None or stopped >= last_pub):
-            return down(UNREACHABLE, f"its agent stopped at {clock(stopped)}")
-        return down(UNREACHABLE, "no publication for 3 periods")
-    pub = live[0]
-    if snap is None:
-        return down(
-            STALE,
-            "its agent has not read the node yet"
-            if pub.error is None
-            else f"its agent cannot read the node: {pub.error}",
-        )
-    if pub.error is not None:
-        row = down(STALE, f"its agent's last poll failed: {pub.error}", keep_snapshot=True)
-        return replace(row, error=pub.error)
-    return replace(
-        base,
-        status=UP,
-        cards=pub.cards or _cards(snap, total, True, pub.intruders),
-        snapshot=snap,
-        problem=_skew(pub, now),
-    )
+        return MALFORMED, f"its publication cannot be read: {bad[0][1]}"
+    if live:
+        return None
+    if stopped is not None and (last_pub is None or stopped >= last_pub):
+        return UNREACHABLE, f"its agent stopped at {clock(stopped)}"
+    return UNREACHABLE, "no publication for 3 periods"
 
 
 def clock(ts: float) -> str:

@@ -1,9 +1,9 @@
 """The allocator's decision for each card and MIG slice: exactly one state, and why.
 
 Built afresh from one reading of the jobs and one of the driver
-(:mod:`tpnode_tui.core.occupancy`); a reading that could be patched would
-become a second copy of the truth that slowly drifts from the driver and the
-runtime.
+(:mod:`tpnode_tui.core.cards` and :mod:`tpnode_tui.core.slices`); a reading
+that could be patched would become a second copy of the truth that slowly
+drifts from the driver and the runtime.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence
 
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
 from tpnode_tui.probes import health, mig
@@ -391,6 +391,29 @@ def _said(raw: bytes) -> str:
     return line if len(line) <= 200 else line[:197] + "..."
 
 
+def _processes_by_card(
+    cards: Sequence[CardFacts], facts: str, apps: str, listing: Optional[dict[str, list[Listed]]]
+) -> dict[int, list[ProcessFacts]]:
+    """Each card's compute processes, from ``--query-compute-apps`` (which names cards by uuid)."""
+    held: dict[int, list[ProcessFacts]] = {c.index: [] for c in cards}
+    where = parse_index_uuid(facts)
+    # A process may be listed under its MIG device's uuid: it is on that card.
+    for card_uuid, devices in (listing or {}).items():
+        if card_uuid in where:
+            for _index_on_card, _profile, mig_uuid in devices:
+                where.setdefault(mig_uuid, where[card_uuid])
+    for uuid, proc in parse_compute_apps(apps):
+        index = where.get(uuid)
+        if index in held:
+            held[index].append(proc)
+    return held
+
+
+def _processes_on(held: Optional[dict[int, list[ProcessFacts]]], card: int) -> Optional[tuple[ProcessFacts, ...]]:
+    """Card ``card``'s processes; None (unknown) when they could not be listed."""
+    return None if held is None else tuple(held[card])
+
+
 class SmiProbe:
     """Reads every card by running nvidia-smi."""
 
@@ -449,17 +472,7 @@ class SmiProbe:
         if apps is None:
             notes.append(f"compute processes could not be listed ({apps_err})")
         else:
-            held = {c.index: [] for c in cards}
-            where = parse_index_uuid(facts)
-            # A process may be listed under its MIG device's uuid: it is on that card.
-            for card_uuid, devices in (listing or {}).items():
-                if card_uuid in where:
-                    for _index_on_card, _profile, mig_uuid in devices:
-                        where.setdefault(mig_uuid, where[card_uuid])
-            for uuid, proc in parse_compute_apps(apps):
-                index = where.get(uuid)
-                if index in held:
-                    held[index].append(proc)
+            held = _processes_by_card(cards, facts, apps, listing)
         reasons: dict[int, tuple[str, ...]] = {}
         if health_text is None:
             notes.append(f"card health could not be read ({health_err})")
@@ -471,11 +484,7 @@ class SmiProbe:
                 SOURCE,
                 tuple(
                     _with_mig(
-                        replace(
-                            c,
-                            processes=None if held is None else tuple(held[c.index]),
-                            health=reasons.get(c.index, ()),
-                        ),
+                        replace(c, processes=_processes_on(held, c.index), health=reasons.get(c.index, ())),
                         (None, None) if modes is None else modes.get(c.index, (None, None)),
                         listing,
                         described,

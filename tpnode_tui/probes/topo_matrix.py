@@ -74,34 +74,13 @@ def parse_topo_matrix(text: str) -> Topology:
     to read: the text is someone else's and is never trusted.
     """
     lines = _ESCAPE.sub("", text).splitlines()
-    header_at = next(
-        (
-            i
-            for i, line in enumerate(lines)
-            if line.startswith("\t") and any(_GPU.fullmatch(c.strip()) for c in line.split("\t"))
-        ),
-        None,
-    )
-    if header_at is None:
-        first = next((line.strip() for line in lines if line.strip()), "")
-        raise TopologyError(f"no GPU matrix in it (it begins {_shown(first)})")
-    header = [c.strip() for c in lines[header_at].split("\t")[1:]]
-    header = [c for c in header if c]
-    rows: dict[str, list[str]] = {}
-    for line in lines[header_at + 1 :]:
-        if line.startswith("Legend:"):
-            break
-        cells = [c.strip() for c in line.split("\t")]
-        if len(cells) > 1 and cells[0] and cells[0] not in rows:
-            rows[cells[0]] = cells[1:]
+    header_at = _header_line(lines)
+    header = [c for c in (c.strip() for c in lines[header_at].split("\t")[1:]) if c]
+    rows = _rows(lines[header_at + 1 :])
     devices = 0
     while devices < len(header) and header[devices] in rows:
         devices += 1
-    gpus: dict[int, str] = {}
-    for name in header[:devices]:
-        gpu = _GPU.fullmatch(name)
-        if gpu is not None:
-            gpus[int(gpu.group(1))] = name
+    gpus = {int(m.group(1)): name for name in header[:devices] if (m := _GPU.fullmatch(name)) is not None}
     if not gpus:
         raise TopologyError(f"its header names no GPU that has a row ({_shown(lines[header_at].strip())})")
     count = max(gpus) + 1
@@ -113,13 +92,48 @@ def parse_topo_matrix(text: str) -> Topology:
     numa: dict[int, int] = {}
     for a, name in gpus.items():
         cells = rows[name]
-        for b, other in gpus.items():
-            at = column[other]
-            link = link_from_word(cells[at]) if a != b and at < len(cells) else None
-            if link is not None:
-                links[(a, b)] = link
-        values = dict(zip(trailing, [c for c in cells[devices:] if c]))
-        node = values.get(_NUMA_AFFINITY, "")
-        if _NUMBER.fullmatch(node):
-            numa[a] = int(node)
+        links.update(_row_links(a, cells, gpus, column))
+        node = _numa_affinity(trailing, cells[devices:])
+        if node is not None:
+            numa[a] = node
     return Topology.build(count, links, numa)
+
+
+def _header_line(lines: list[str]) -> int:
+    """Where the matrix's header is: the first line of tab-separated columns naming a GPU."""
+    for i, line in enumerate(lines):
+        if line.startswith("\t") and any(_GPU.fullmatch(c.strip()) for c in line.split("\t")):
+            return i
+    first = next((line.strip() for line in lines if line.strip()), "")
+    raise TopologyError(f"no GPU matrix in it (it begins {_shown(first)})")
+
+
+def _rows(lines: list[str]) -> dict[str, list[str]]:
+    """Each row's cells by its name, up to the legend; a name seen again keeps its first row."""
+    rows: dict[str, list[str]] = {}
+    for line in lines:
+        if line.startswith("Legend:"):
+            break
+        cells = [c.strip() for c in line.split("\t")]
+        if len(cells) > 1 and cells[0] and cells[0] not in rows:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _row_links(a: int, cells: list[str], gpus: dict[int, str], column: dict[str, int]) -> dict[tuple[int, int], Link]:
+    """The links GPU ``a``'s row gives it to each other GPU; a cell it cannot read gives none."""
+    links: dict[tuple[int, int], Link] = {}
+    for b, other in gpus.items():
+        at = column[other]
+        link = link_from_word(cells[at]) if a != b and at < len(cells) else None
+        if link is not None:
+            links[(a, b)] = link
+    return links
+
+
+def _numa_affinity(trailing: list[str], cells: list[str]) -> Optional[int]:
+    """The row's "NUMA Affinity" (the CPU side's NUMA node), from the columns after the
+    devices' (empty cells skipped); None when it is not a number."""
+    values = dict(zip(trailing, [c for c in cells if c]))
+    node = values.get(_NUMA_AFFINITY, "")
+    return int(node) if _NUMBER.fullmatch(node) else None

@@ -156,6 +156,7 @@ def scene_topology(value: Any, count: int) -> tuple[Optional[Topology], Optional
 
 
 def _scene_links(value: Any, count: int) -> Topology:
+    """A scene's ``{"links": [[word, ...], ...], "numa": [...]}``, checked as strictly as a matrix is read."""
     if not isinstance(value, dict) or not isinstance(value.get("links"), list):
         raise ValueError('must name a shape or be {"links": [[...], ...]}')
     rows = value["links"]
@@ -164,21 +165,32 @@ def _scene_links(value: Any, count: int) -> Topology:
     links: dict[tuple[int, int], Link] = {}
     for a, row in enumerate(rows):
         for b, word in enumerate(row):
-            if not isinstance(word, str):
-                raise ValueError(f"card {a}'s link to card {b} must be a word, not {word!r}")
-            link = link_from_word(word)
-            if link is None and word.strip() not in ("X", ""):
-                raise ValueError(f"card {a}'s link to card {b}: {word[:20]!r} is not a link (NV#, PIX ... SYS)")
+            link = _scene_link(a, b, word)
             if link is not None and a != b:
                 links[(a, b)] = link
+    return Topology.build(count, links, _scene_numa(value, count))
+
+
+def _scene_link(a: int, b: int, word: Any) -> Optional[Link]:
+    """Card ``a``'s link to card ``b`` as a scene words it; None for "X" or an empty cell."""
+    if not isinstance(word, str):
+        raise ValueError(f"card {a}'s link to card {b} must be a word, not {word!r}")
+    link = link_from_word(word)
+    if link is None and word.strip() not in ("X", ""):
+        raise ValueError(f"card {a}'s link to card {b}: {word[:20]!r} is not a link (NV#, PIX ... SYS)")
+    return link
+
+
+def _scene_numa(value: dict[str, Any], count: int) -> dict[int, int]:
+    """Each card's NUMA node from a scene's "numa" (whole numbers, not bools, or null)."""
     nodes = value.get("numa", [None] * count)
-    if (
-        not isinstance(nodes, list)
-        or len(nodes) != count
-        or not all(n is None or (type(n) is int and n >= 0) for n in nodes)
-    ):
+    if not isinstance(nodes, list) or len(nodes) != count or not all(_is_numa_node(n) for n in nodes):
         raise ValueError(f'"numa" must list {count} NUMA nodes (whole numbers, or null)')
-    return Topology.build(count, links, {card: n for card, n in enumerate(nodes) if n is not None})
+    return {card: n for card, n in enumerate(nodes) if n is not None}
+
+
+def _is_numa_node(n: Any) -> bool:
+    return n is None or (type(n) is int and n >= 0)
 
 
 # -- NVML -------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import re
 import secrets
 import shlex
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, AsyncIterator, Iterable, Optional
 
@@ -689,39 +689,65 @@ def _fields(container: DockerContainer, keys: tuple[str, ...]) -> dict[str, Any]
     return {k: container[k] for k in keys if k in container}
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What the engine says of a container's run: from its list entry, or inspected."""
+
+    status: str
+    image: Optional[str]
+    command: tuple[str, ...]
+    exit_code: Optional[int] = None
+    started_at: Optional[float] = None
+    pid: Optional[int] = None
+
+
+def _listed_run(item: dict[str, Any]) -> _Run:
+    """What the container list says; no start time or pid, and the exit code only as its status words it."""
+    status = str(item.get("State") or "")
+    return _Run(
+        status=status,
+        image=item.get("Image") or None,
+        command=_split_command(str(item.get("Command") or "")),
+        exit_code=_exit_code(str(item.get("Status") or "")) if status == "exited" else None,
+    )
+
+
+def _inspected_run(detail: dict[str, Any], listed: _Run) -> _Run:
+    """What inspecting the container says, the list's words standing in for what it leaves out."""
+    state = detail.get("State") or {}
+    status = str(state.get("Status") or listed.status)
+    path = detail.get("Path")
+    return _Run(
+        status=status,
+        image=(detail.get("Config") or {}).get("Image") or listed.image,
+        command=tuple(str(a) for a in ([path] if path else []) + list(detail.get("Args") or [])),
+        exit_code=state.get("ExitCode") if status == "exited" else listed.exit_code,
+        started_at=_parse_time(state.get("StartedAt")),
+        pid=state.get("Pid") or None,
+    )
+
+
 def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobState:
     """One listed container as a JobState; ``detail`` (inspect) fills in what the list lacks."""
     names = item.get("Names") or []
     name = names[0].lstrip("/") if names else str(item.get("Id", ""))[:12]
     facts = parse_labels(item.get("Labels") or {}, default_run_id=name)
-    status = str(item.get("State") or "")
-    image = item.get("Image") or None
-    command = _split_command(str(item.get("Command") or ""))
-    started_at = pid = None
-    exit_code = _exit_code(str(item.get("Status") or "")) if status == "exited" else None
+    run = _listed_run(item)
     if detail is not None:
-        state = detail.get("State") or {}
-        status = str(state.get("Status") or status)
-        image = (detail.get("Config") or {}).get("Image") or image
-        path = detail.get("Path")
-        command = tuple(str(a) for a in ([path] if path else []) + list(detail.get("Args") or []))
-        started_at = _parse_time(state.get("StartedAt"))
-        pid = state.get("Pid") or None
-        if status == "exited":
-            exit_code = state.get("ExitCode")
+        run = _inspected_run(detail, run)
     return JobState(
         name=name,
         run_id=facts.run_id,
         gpus=facts.gpus,
-        status=status,
+        status=run.status,
         kind=facts.kind,
         owner=facts.owner,
-        image=image,
-        command=command,
-        started_at=started_at,
+        image=run.image,
+        command=run.command,
+        started_at=run.started_at,
         expires_at=facts.expires_at,
-        exit_code=exit_code,
-        pid=pid,
+        exit_code=run.exit_code,
+        pid=run.pid,
         fence=facts.fence,
         problems=facts.problems,
         uid=facts.uid,

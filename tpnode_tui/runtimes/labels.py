@@ -203,42 +203,62 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
     ``default_run_id`` (the container name) stands in for a missing run id, so a
     container labelled by hand with only ``tuneplane.gpus`` is still named.
     """
-    slices, slice_problems = parse_slices_label(labels.get(SLICES))
-    gpus_text = labels.get(GPUS, "")
-    gpus: tuple[int, ...] = ()
-    problems: tuple[str, ...] = ()
-    if not slices or (gpus_text or "").strip():  # a job that holds a MIG slice holds no whole card
-        gpus, problems = parse_gpus_label(gpus_text)
-    problems += slice_problems
+    gpus, slices, held_problems = _holding(labels)
     kind, kind_problems = parse_kind(labels.get(KIND))
     expires_at, expires_problems = parse_expires(labels.get(EXPIRES))
-    run_id = (labels.get(RUN_ID) or "").strip() or default_run_id
-    extra: list[str] = []
-    if not RUN_ID_PATTERN.fullmatch(run_id):
-        extra.append(f"{RUN_ID}: {_show(run_id)} is not a valid run id ({RUN_ID_RULE})")
+    run_id, run_id_problems = _parse_run_id(labels.get(RUN_ID), default_run_id)
+    unknown_end: tuple[str, ...] = ()
     if kind == "reservation" and expires_at is None and not expires_problems:
-        extra.append(f"a reservation without {EXPIRES}: when it ends is not known")
-    fence_text = (labels.get(FENCE) or "").strip()
-    fence = int(fence_text) if fence_text.isascii() and fence_text.isdigit() and len(fence_text) <= 20 else None
-    if fence_text and fence is None:
-        extra.append(f"{FENCE}: {_show(fence_text)} is not a fencing number")
-    uid_text = (labels.get(UID) or "").strip()
-    uid = int(uid_text) if _DIGITS.fullmatch(uid_text) and len(uid_text) <= 10 else None
-    if uid is not None and uid > _MAX_UID:
-        uid = None
-    if uid_text and uid is None:
-        extra.append(f"{UID}: {_show(uid_text)} is not a uid")
+        unknown_end = (f"a reservation without {EXPIRES}: when it ends is not known",)
+    fence, fence_problems = _parse_fence(labels.get(FENCE))
+    uid, uid_problems = _parse_uid(labels.get(UID))
+    problems = held_problems + kind_problems + expires_problems + run_id_problems + unknown_end
     return LabelFacts(
         run_id=run_id,
         gpus=gpus,
         kind=kind,
         owner=(labels.get(OWNER) or "").strip(),
         expires_at=expires_at,
-        problems=problems + kind_problems + expires_problems + tuple(extra),
+        problems=problems + fence_problems + uid_problems,
         fence=fence,
         uid=uid,
         slices=slices,
     )
+
+
+def _holding(labels: Mapping[str, str]) -> tuple[tuple[int, ...], tuple[SliceRef, ...], tuple[str, ...]]:
+    """The cards and MIG slices the labels hold, and what is wrong with them."""
+    slices, slice_problems = parse_slices_label(labels.get(SLICES))
+    gpus_text = labels.get(GPUS, "")
+    if slices and not (gpus_text or "").strip():  # a job that holds a MIG slice holds no whole card
+        return (), slices, slice_problems
+    gpus, problems = parse_gpus_label(gpus_text)
+    return gpus, slices, problems + slice_problems
+
+
+def _parse_run_id(text: Optional[str], default_run_id: str) -> tuple[str, tuple[str, ...]]:
+    run_id = (text or "").strip() or default_run_id
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        return run_id, (f"{RUN_ID}: {_show(run_id)} is not a valid run id ({RUN_ID_RULE})",)
+    return run_id, ()
+
+
+def _parse_fence(text: Optional[str]) -> tuple[Optional[int], tuple[str, ...]]:
+    fence_text = (text or "").strip()
+    fence = int(fence_text) if fence_text.isascii() and fence_text.isdigit() and len(fence_text) <= 20 else None
+    if fence_text and fence is None:
+        return None, (f"{FENCE}: {_show(fence_text)} is not a fencing number",)
+    return fence, ()
+
+
+def _parse_uid(text: Optional[str]) -> tuple[Optional[int], tuple[str, ...]]:
+    uid_text = (text or "").strip()
+    uid = int(uid_text) if _DIGITS.fullmatch(uid_text) and len(uid_text) <= 10 else None
+    if uid is not None and uid > _MAX_UID:
+        uid = None
+    if uid_text and uid is None:
+        return None, (f"{UID}: {_show(uid_text)} is not a uid",)
+    return uid, ()
 
 
 def _seconds(value: float) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.xid import REBOOT, REBOOT_NODE, Verdict, XidRules
+from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.views import Drain
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.service.journal import Journal
@@ -97,34 +98,12 @@ class Xids:
             verdict = Verdict(None, REBOOT, event.text or "GPU is lost", REBOOT_NODE)
         else:
             verdict = self.rules.judge(event.xid, event.recovery_action)
-        words = verdict.words()
         if event.card is not None and event.xid is not None:
             self.last_xid[event.card] = event.xid
         job = self.readings.job_on(event.card)
-        cards = [] if event.card is None else [event.card]
-        where = f"card {event.card}" if event.card is not None else f"PCI device {event.pci}, no card here,"
-        fields: dict[str, Any] = {"xid": event.xid, "verdict": verdict.kind, "source": event.source}
-        if event.pid is not None:
-            fields["pid"] = event.pid
-        if event.process is not None:
-            fields["process"] = event.process
-        if event.text is not None:
-            fields["driver_says"] = event.text
-        if job is not None:
-            fields.update(run_id=job.key, owner=job.owner)
-        against = f" while {job.key} of {job.owner or 'nobody recorded'} held it" if job is not None else ""
-        what = verdict.meaning if verdict.xid is None else f"XID {verdict.xid}: {verdict.meaning}"
-        then = f"; {verdict.action}" if verdict.action else ""
-        self.journal.event(
-            "xid", f"{where}: {what}{against}{then}", cards=cards, user=job.owner if job else None, **fields
-        )
+        self._log(event, verdict, job)
         if verdict.drains and event.card is not None:
-            drain = Drain(card=event.card, reason=words, by="xid", at=event.at, source="xid", xid=event.xid)
-            kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
-            if new:
-                self.journal.event(
-                    "drain", f"card {event.card} drained: {words}", cards=cards, source="xid", xid=event.xid, by="xid"
-                )
+            await self._drain(event, event.card, verdict)
             self.changes.acted()
             return verdict
         if event.card is not None and verdict.kind != "ignored":
@@ -133,6 +112,30 @@ class Xids:
         self.changes.poll_soon()
         return verdict
 
+    def _log(self, event: XidEvent, verdict: Verdict, job: Optional[JobState]) -> None:
+        """The event in the node's log: where, what it means, whose job held the card, what to do."""
+        where = f"card {event.card}" if event.card is not None else f"PCI device {event.pci}, no card here,"
+        against = f" while {job.key} of {job.owner or 'nobody recorded'} held it" if job is not None else ""
+        what = verdict.meaning if verdict.xid is None else f"XID {verdict.xid}: {verdict.meaning}"
+        then = f"; {verdict.action}" if verdict.action else ""
+        self.journal.event(
+            "xid",
+            f"{where}: {what}{against}{then}",
+            cards=[] if event.card is None else [event.card],
+            user=job.owner if job else None,
+            **_fields(event, verdict, job),
+        )
+
+    async def _drain(self, event: XidEvent, card: int, verdict: Verdict) -> None:
+        """Take the card out of service for the XID, and log it when it was not already."""
+        words = verdict.words()
+        drain = Drain(card=card, reason=words, by="xid", at=event.at, source="xid", xid=event.xid)
+        _kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
+        if new:
+            self.journal.event(
+                "drain", f"card {card} drained: {words}", cards=[card], source="xid", xid=event.xid, by="xid"
+            )
+
     async def close(self) -> None:
         if self._watcher is not None:
             await self._watcher.close()
@@ -140,3 +143,17 @@ class Xids:
             self._handler.cancel()
             with contextlib.suppress(BaseException):
                 await self._handler
+
+
+def _fields(event: XidEvent, verdict: Verdict, job: Optional[JobState]) -> dict[str, Any]:
+    """What the log keeps of an XID event besides its words."""
+    fields: dict[str, Any] = {"xid": event.xid, "verdict": verdict.kind, "source": event.source}
+    if event.pid is not None:
+        fields["pid"] = event.pid
+    if event.process is not None:
+        fields["process"] = event.process
+    if event.text is not None:
+        fields["driver_says"] = event.text
+    if job is not None:
+        fields.update(run_id=job.key, owner=job.owner)
+    return fields

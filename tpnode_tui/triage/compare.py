@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from tpnode_tui.core.occupancy import intruder_words
+from tpnode_tui.core.display import intruder_words
 from tpnode_tui.core.xid import APPLICATION, Verdict
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
@@ -169,38 +169,35 @@ class Triage:
         if self._live is not None:
             ended = {j.key: j for j in snap.jobs if not j.live}
             for key, job in self._live.items():
-                if key in live:
-                    continue
-                owner = f" of {job.owner}" if job.owner else ""
-                cards = list(job.gpus) or sorted({ref.card for ref in job.slices})
-                held = job.holding
-                after = ended.get(key)
-                expires_at = after.expires_at if after is not None else job.expires_at
-                if job.kind == "reservation" and expires_at is not None and expires_at <= now + 1:
-                    self.record(
-                        "expiry",
-                        f"reservation {key}{owner} expired; {held} "
-                        f"{'is' if len(cards) == 1 or job.slices else 'are'} no longer held by it",
-                        cards=cards,
-                        user=job.owner or None,
-                        run_id=key,
-                    )
-                    continue
-                how = (
-                    f" (exit {after.exit_code})"
-                    if after is not None and after.exit_code is not None
-                    else ""
-                    if after is not None
-                    else " and its record is gone"
-                )
-                self.record(
-                    "ended",
-                    f"{job.kind} {key}{owner} ended{how}; it no longer holds {held}",
-                    cards=cards,
-                    user=job.owner or None,
-                    run_id=key,
-                )
+                if key not in live:
+                    self._record_end(job, ended.get(key), now)
         self._live = live
+
+    def _record_end(self, job: JobState, after: Optional[JobState], now: float) -> None:
+        """A job live at the last reading and not now (``after``: its record now, if
+        any): a reservation that reached its end expired; anything else ended."""
+        key = job.key
+        owner = f" of {job.owner}" if job.owner else ""
+        cards = list(job.gpus) or sorted({ref.card for ref in job.slices})
+        held = job.holding
+        expires_at = after.expires_at if after is not None else job.expires_at
+        if job.kind == "reservation" and expires_at is not None and expires_at <= now + 1:
+            self.record(
+                "expiry",
+                f"reservation {key}{owner} expired; {held} "
+                f"{'is' if len(cards) == 1 or job.slices else 'are'} no longer held by it",
+                cards=cards,
+                user=job.owner or None,
+                run_id=key,
+            )
+            return
+        self.record(
+            "ended",
+            f"{job.kind} {key}{owner} ended{_how_ended(after)}; it no longer holds {held}",
+            cards=cards,
+            user=job.owner or None,
+            run_id=key,
+        )
 
     # ── XIDs that drained nothing ──────────────────────────────────────────
 
@@ -232,3 +229,10 @@ class Triage:
                 for c in cards
             )
         return replace(snap, cards=cards, idle=self.idle(now), xid_watch=xid_watch, xid_problem=xid_problem)
+
+
+def _how_ended(after: Optional[JobState]) -> str:
+    """ " (exit 1)" when its exit code is known; " and its record is gone" when it is no longer listed."""
+    if after is None:
+        return " and its record is gone"
+    return f" (exit {after.exit_code})" if after.exit_code is not None else ""

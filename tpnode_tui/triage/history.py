@@ -146,8 +146,3 @@ class History:
     def nbytes(self) -> int:
         """The bytes the rings hold: fixed once every card has been seen."""
         return sum(r.nbytes for r in self.cards.values())
-
-    @staticmethod
-    def bound(cards: int, interval_s: float) -> int:
-        """What :meth:`nbytes` comes to for ``cards`` cards polled every ``interval_s``."""
-        return cards * CardHistory(interval_s).nbytes
