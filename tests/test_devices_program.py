@@ -258,9 +258,11 @@ def test_the_filter_agrees_with_the_rules_everywhere_that_matters():
             assert run_filter(program, CHAR, major, minor) == int(rules.allows(major, minor)), (major, minor)
 
 
-def test_a_filter_with_no_fenced_major_allows_everything():
+def test_a_filter_with_no_fenced_major_allows_everything_and_has_no_deny_block():
     program = _native_le(DeviceRules(()))
     assert run_filter(program, CHAR, 195, 3) == 1
+    # the verifier refuses an instruction nothing reaches
+    assert not any(isinstance(i, Label) and i.name == "deny" for i in filter_items(DeviceRules(())))
 
 
 def test_the_filter_tests_one_minor_per_allowed_minor_and_nothing_per_denied_one():
