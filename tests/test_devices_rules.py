@@ -114,6 +114,18 @@ def test_mig_minors_card_of_a_capability_is_its_gpu_number():
     assert MigMinors.card_of("gpuX/gi1/access") is None
 
 
+def test_mig_minors_by_card_and_node_wide():
+    mig = parse_mig_minors(MIG_MINORS)
+    assert mig.on_card(2) == (21, 22, 23, 30, 31)
+    assert mig.on_card(None) == (1, 2)
+    assert mig.on_card(7) == ()
+
+
+def test_mig_minors_listing_a_name_twice_keeps_the_first():
+    mig = parse_mig_minors("config 1\nconfig 9\n")
+    assert mig.minor("config") == 1
+
+
 def test_mig_minors_skips_malformed_lines():
     mig = parse_mig_minors(
         "config 1\nmonitor\ngpu0/gi0/access x\ngpu0/gi0/ci0/access 4 5\nfoo 2000000\ngpu1/gi0/access 9\n"

@@ -22,10 +22,11 @@ it, never a traceback.
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from tpnode_tui.devices.errors import CannotFence
 
@@ -106,9 +107,7 @@ def read_majors(path: Path = DEFAULT_PROC_DEVICES) -> NvidiaMajors:
 
 # ── /proc/driver/nvidia-caps/mig-minors ─────────────────────────────────────
 
-#: "gpu2/gi1/access", "gpu2/gi1/ci0/access": the N of gpuN is the card's device minor.
-_MIG_ACCESS = re.compile(r"gpu(\d{1,3})/gi(\d{1,3})(?:/ci(\d{1,3}))?/access")
-#: Any capability scoped to one card ("gpu2/..."), whatever follows.
+#: A capability scoped to one card ("gpu2/gi1/access"): the N of gpuN is the card's device minor.
 _ON_CARD = re.compile(r"gpu(\d{1,3})/")
 
 
@@ -118,20 +117,36 @@ class MigMinors:
 
     The driver lists every capability it could ever hand out (``config``,
     ``monitor``, and the access capability of each GPU instance and compute
-    instance of each card it supports), whether the instance exists or not;
-    ``nvidia-modprobe`` makes the device files from this list.
+    instance of each card it supports: thousands of lines), whether the
+    instance exists or not; ``nvidia-modprobe`` makes the device files from
+    this list. Looked up by name and by card, so the list is indexed once.
     """
 
     entries: tuple[tuple[str, int], ...] = ()
+    _by_name: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    _by_card: Mapping[Optional[int], tuple[int, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, int] = {}
+        by_card: dict[Optional[int], list[int]] = {}
+        for name, minor in self.entries:
+            by_name.setdefault(name, minor)
+            by_card.setdefault(self.card_of(name), []).append(minor)
+        object.__setattr__(self, "_by_name", by_name)
+        object.__setattr__(self, "_by_card", {card: tuple(minors) for card, minors in by_card.items()})
 
     def minor(self, name: str) -> Optional[int]:
-        """The minor of capability ``name``; None when the list does not name it."""
-        return next((minor for entry, minor in self.entries if entry == name), None)
+        """The minor of capability ``name`` (the first, where it is listed twice); None when it is not listed."""
+        return self._by_name.get(name)
 
     def access(self, card: int, gpu_instance: int, compute_instance: Optional[int] = None) -> Optional[int]:
         """The minor of the access capability of a GPU instance (or of one of its compute instances)."""
         ci = "" if compute_instance is None else f"/ci{compute_instance}"
         return self.minor(f"gpu{card}/gi{gpu_instance}{ci}/access")
+
+    def on_card(self, card: Optional[int]) -> tuple[int, ...]:
+        """The minors of card ``card``'s capabilities; for None, those of the node-wide ones (config, monitor)."""
+        return self._by_card.get(card, ())
 
     @staticmethod
     def card_of(name: str) -> Optional[int]:
@@ -140,8 +155,15 @@ class MigMinors:
         return int(found.group(1)) if found else None
 
 
+@functools.lru_cache(maxsize=2)
 def parse_mig_minors(text: str) -> MigMinors:
-    """``mig-minors``'s lines ("config 1", "gpu0/gi1/ci0/access 4"); a malformed line is skipped."""
+    """``mig-minors``'s lines ("config 1", "gpu0/gi1/ci0/access 4"); a malformed line is skipped.
+
+    The driver's list is thousands of lines and the same for as long as the
+    driver is loaded, and each fence reads it. The file is read every time;
+    only the parsing of a text already parsed is remembered, which is a pure
+    function of that text and so can never be stale.
+    """
     entries = []
     for line in text.splitlines():
         fields = line.split()

@@ -139,13 +139,10 @@ def _caps_denied(grant: Grant, mig: Optional[MigMinors], allowed: frozenset[int]
     """
     if mig is None:
         return None
-    cards = grant.card_minors()
-    denied = {
-        minor
-        for name, minor in mig.entries
-        if minor not in allowed and (MigMinors.card_of(name) is None or MigMinors.card_of(name) in cards)
-    }
-    return tuple(sorted(denied))
+    denied = set(mig.on_card(None))
+    for card in grant.card_minors():
+        denied.update(mig.on_card(card))
+    return tuple(sorted(denied - allowed))
 
 
 def device_rules(grant: Grant, majors: NvidiaMajors, mig: Optional[MigMinors] = None, mig_why: str = "") -> DeviceRules:

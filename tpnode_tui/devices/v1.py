@@ -84,11 +84,13 @@ def hierarchy_dir(mountinfo: Path = DEFAULT_MOUNTINFO, own_cgroup: Path = DEFAUL
     raise CannotFence("the cgroup v1 devices controller is not mounted where this process can see its cgroup")
 
 
-def _write(path: Path, line: str) -> None:
-    """One rule (or pid) per write: the kernel reads one and ignores the rest of a write."""
+def _write(path: Path, *lines: str) -> None:
+    """Write each line with a write of its own: the kernel reads one rule (or pid) per
+    write and ignores the rest of it. The file is opened once (an open costs more than a rule)."""
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        os.write(fd, line.encode())
+        for line in lines:
+            os.write(fd, line.encode())
     finally:
         os.close(fd)
 
@@ -129,8 +131,7 @@ def make(parent: Path, name: str, rules: DeviceRules) -> Path:
         raise CannotFence(f"cannot make a cgroup in {parent}: {errno_words(e.errno or 0)}") from None
     try:
         _check_allows_all(path)
-        for line in lines:
-            _write(path / "devices.deny", line)
+        _write(path / "devices.deny", *lines)
     except OSError as e:
         remove(path)
         raise CannotFence(f"cannot write {path / 'devices.deny'}: {errno_words(e.errno or 0)}") from None
