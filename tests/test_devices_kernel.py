@@ -326,10 +326,11 @@ def test_v2_every_shape_of_the_filter_passes_the_kernels_verifier(rules):
 def test_v2_a_program_the_verifier_refuses_is_refused_in_its_words(v2_cgroup):
     with pytest.raises(CannotFence) as refused:
         attach_program(v2_cgroup, assemble([load_u32(R2, R1, 12), mov32(R0, 1), exit_insn()]))
-    assert str(refused.value) == (
-        "the kernel did not load the device program: Permission denied (EACCES); "
-        "the verifier says: invalid bpf_context access off=12 size=4"
+    # the verifier's own words, which name what it refused: a read past struct bpf_cgroup_dev_ctx
+    assert str(refused.value).startswith(
+        "the kernel did not load the device program: Permission denied (EACCES); the verifier says: "
     )
+    assert "off=12" in str(refused.value)
     assert attached_programs(v2_cgroup) == ()
 
 
@@ -477,7 +478,7 @@ def test_an_ordinary_account_cannot_fence_and_is_told_why(scene, v2_cgroup, v1_p
     assert job["mechanism"] == "" and job["v1_cgroup"] is None
     assert job["problem"] == (
         "cgroup v2: the kernel did not load the device program: Operation not permitted (EPERM): "
-        "loading a device program takes root (CAP_SYS_ADMIN, or CAP_BPF); "
+        "loading a device program takes root (CAP_SYS_ADMIN, or CAP_BPF with CAP_NET_ADMIN); "
         f"cgroup v1: cannot make a cgroup in {v1_parent}: Permission denied (EACCES)"
     )
     assert node["mechanism"] == ""

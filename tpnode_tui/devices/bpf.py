@@ -89,7 +89,7 @@ def _load_attr(
 
 def _load_hint(code: int) -> str:
     if code == errno.EPERM:
-        return ": loading a device program takes root (CAP_SYS_ADMIN, or CAP_BPF)"
+        return ": loading a device program takes root (CAP_SYS_ADMIN, or CAP_BPF with CAP_NET_ADMIN)"
     if code == errno.ENOSYS:
         return ": this kernel has no bpf(2) (CONFIG_BPF_SYSCALL)"
     return ""
