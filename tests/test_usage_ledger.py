@@ -20,9 +20,11 @@ import pytest
 
 from helpers.callers import ALICE, BOB, ROOT
 from helpers.paths import LEDGER_CHILD, TESTS
+from helpers.service_node import ServiceNode
 from helpers.usage import HOUR, T0, Scene, rows, run
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import RuntimeUnavailable
+from tpnode_tui.model.facts import ProcessFacts
 from tpnode_tui.model.jobs import SliceRef
 from tpnode_tui.state.ledger import LEDGER_FILE, SCHEMA_VERSION, UsageLedger
 from tpnode_tui.state.usage import usage_report
@@ -56,12 +58,13 @@ def units_equal_samples(state) -> None:
     """The summed rows the report reads are their samples' sums, always."""
     summed = rows(
         state,
-        "SELECT hold_id, card, slice, SUM(seconds), SUM(idle_s), MAX(mem_mib), MIN(at), MAX(at) "
+        "SELECT hold_id, card, slice, SUM(seconds), SUM(used_s), SUM(idle_s), MAX(mem_mib), MIN(at), MAX(at) "
         "FROM samples GROUP BY hold_id, card, slice ORDER BY 1, 2, 3",
     )
     kept = rows(
         state,
-        "SELECT hold_id, card, slice, seconds, idle_s, peak_mem_mib, first_at, last_at FROM units ORDER BY 1, 2, 3",
+        "SELECT hold_id, card, slice, seconds, used_s, idle_s, peak_mem_mib, first_at, last_at FROM units "
+        "ORDER BY 1, 2, 3",
     )
     assert [tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in summed] == [
         tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in kept
@@ -481,3 +484,36 @@ def test_hostile_names_are_kept_and_given_back_intact(tmp_path):
     restarted = ledger_at(tmp_path, clock)  # read back from the file, then matched to the same job
     run(restarted, scene, T0 + 610, T0 + 700)
     assert rows(tmp_path / "state", "SELECT COUNT(*) FROM holds") == [(1,)]
+
+
+# ── the node's own snapshots ──────────────────────────────────────────────
+
+
+async def test_the_ledger_reads_the_snapshots_the_node_serves(tmp_path):
+    """Launched through the node's service, read by the allocator: the snapshot
+    the service would hand the ledger names the owner's uid, and a card's own
+    process tells the holder apart from an intruder on the other card."""
+    node = ServiceNode(tmp_path / "node", 4, probe="static", runtime="memory")
+    try:
+        await node.launch(ALICE, "alice-train", 2)
+        await node.launch(BOB, "bob-train", 1)
+        jobs = {j.run_id: j for j in (await node.service.poll()).snapshot.jobs}
+        mine, bobs = jobs["alice-train"].gpus, jobs["bob-train"].gpus
+        node.probe.set_card(mine[0], utilization_pct=70, memory_used_mib=5000)
+        node.probe.set_card(mine[1], utilization_pct=90, processes=(ProcessFacts(os.getpid(), 2048),))
+        node.probe.set_card(bobs[0], utilization_pct=100, memory_used_mib=9000)
+        snap = (await node.service.poll()).snapshot
+    finally:
+        await node.close()
+    assert snap is not None and snap.intruder_cards == (mine[1],)  # root's process on alice's card
+    clock = Clock()
+    ledger = ledger_at(tmp_path, clock)
+    for n in range(0, 3601, 10):
+        ledger.update(replace(snap, taken_at=T0 + n))
+    clock.now = T0 + 3600
+    got = by_user(usage_report(ledger, T0, T0 + 3600, "user", ROOT))
+    assert {r.uid for r in usage_report(ledger, T0, T0 + 3600, "user", ROOT).rows} == {ALICE.uid, BOB.uid}
+    # the card only an intruder's process is on is idle, and its 90 % is not alice's use
+    assert near(got["alice"].held_card_hours, 2) and near(got["alice"].used_card_hours, 0.7)
+    assert near(got["alice"].idle_card_hours, 1)
+    assert near(got["bob"].used_card_hours, 1) and got["bob"].idle_card_hours == 0

@@ -210,7 +210,7 @@ def test_the_text_says_the_span_and_lays_out_every_row_and_the_total():
     assert lines[2].split() == ["USER", "UID", "HELD", "USED", "IDLE", "PEAK", "MEMORY", "JOBS", "RESERVATIONS"]
     assert lines[3].split() == ["alice", "5001", "19.00", "4.00", "1.00", "300", "MiB", "2", "0"]
     assert lines[4].split() == ["total", "27.00", "4.00", "9.00", "300", "MiB", "2", "1"]
-    assert lines[-1].startswith("in card-hours. used: held time weighted by utilisation.")
+    assert lines[-1].startswith("in card-hours. used: held time weighted by utilisation while the holder was")
     # numbers are right-aligned under their heading
     assert lines[2].index("HELD") + len("HELD") == lines[3].index("19.00") + len("19.00")
 

@@ -31,7 +31,8 @@ class UsageFigures:
     #: whole cards held, in card-hours: every hour a card was held, used or not
     held_card_hours: float = 0.0
     #: held time weighted by utilisation (a card held one hour at 50 %: 0.5);
-    #: only time whose utilisation was read counts
+    #: only time whose utilisation was read counts, and none while the holder
+    #: had no process on the card (an intruder's use is not the holder's)
     used_card_hours: float = 0.0
     #: held time with no process of the holder on the card, or under
     #: IDLE_UTIL_PCT utilisation

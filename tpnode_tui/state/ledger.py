@@ -10,7 +10,8 @@ SQLite file in the state dir (``usage.sqlite``, 0600, the agent's own):
   kind, owner (name and uid), cards and slices, and when it began and ended
   (``ended`` NULL while it still holds them);
 * ``samples``: per held card or slice, one row a minute: the seconds of that
-  minute it was seen held, its mean utilisation, the most memory in use,
+  minute it was seen held, its mean utilisation, those seconds weighted by
+  utilisation while the holder was on it (used), the most memory in use,
   the seconds it sat idle (no process of the holder on it, or under
   :data:`~tpnode_tui.model.usage.IDLE_UTIL_PCT` utilisation) and whether a
   process of the holder was there;
@@ -103,6 +104,7 @@ CREATE TABLE samples (
     seconds REAL NOT NULL,
     util_pct REAL,
     measured_s REAL NOT NULL,
+    used_s REAL NOT NULL,
     idle_s REAL NOT NULL,
     mem_mib INTEGER,
     holder INTEGER,
@@ -131,14 +133,15 @@ _MAX = "MAX(COALESCE({a}, {b}), COALESCE({b}, {a}))"
 
 #: one finished minute; the same minute written twice (a restart within it) is merged
 _PUT_SAMPLE = f"""
-INSERT INTO samples (hold_id, card, slice, at, seconds, util_pct, measured_s, idle_s, mem_mib, holder)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO samples (hold_id, card, slice, at, seconds, util_pct, measured_s, used_s, idle_s, mem_mib, holder)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (hold_id, card, slice, at) DO UPDATE SET
     util_pct = CASE WHEN measured_s + excluded.measured_s > 0 THEN
         (COALESCE(util_pct, 0) * measured_s + COALESCE(excluded.util_pct, 0) * excluded.measured_s)
         / (measured_s + excluded.measured_s) END,
     seconds = seconds + excluded.seconds,
     measured_s = measured_s + excluded.measured_s,
+    used_s = used_s + excluded.used_s,
     idle_s = idle_s + excluded.idle_s,
     mem_mib = {_MAX.format(a="mem_mib", b="excluded.mem_mib")},
     holder = {_MAX.format(a="holder", b="excluded.holder")}
@@ -160,8 +163,7 @@ ON CONFLICT (hold_id, card, slice) DO UPDATE SET
 #: a unit's sums made again from its samples, after the oldest were pruned
 _RESUM_UNIT = """
 INSERT INTO units (hold_id, card, slice, seconds, measured_s, used_s, idle_s, peak_mem_mib, first_at, last_at)
-SELECT hold_id, card, slice, SUM(seconds), SUM(measured_s), COALESCE(SUM(util_pct * measured_s), 0) / 100.0,
-       SUM(idle_s), MAX(mem_mib), MIN(at), MAX(at)
+SELECT hold_id, card, slice, SUM(seconds), SUM(measured_s), SUM(used_s), SUM(idle_s), MAX(mem_mib), MIN(at), MAX(at)
 FROM samples WHERE hold_id = ? AND card = ? AND slice = ? GROUP BY hold_id, card, slice
 """
 
@@ -266,6 +268,8 @@ class _Minute:
     measured_s: float = 0.0
     #: utilisation % times seconds, over the seconds it was read
     util_s: float = 0.0
+    #: seconds weighted by utilisation, while the holder was on it (or could not be told not to be)
+    used_s: float = 0.0
     idle_s: float = 0.0
     memory_mib: Optional[int] = None
     holder: Optional[bool] = None
@@ -275,6 +279,8 @@ class _Minute:
         if r.util is not None:
             self.measured_s += seconds
             self.util_s += r.util * seconds
+            if r.holder is not False:  # an intruder's use of the card is not its holder's
+                self.used_s += r.util / 100.0 * seconds
         if r.idle:
             self.idle_s += seconds
         if r.memory_mib is not None:
@@ -659,6 +665,7 @@ def _sample_row(hold_id: Optional[int], unit: _Unit, m: _Minute) -> tuple[object
         m.seconds,
         util,
         m.measured_s,
+        m.used_s,
         m.idle_s,
         m.memory_mib,
         holder,
@@ -672,7 +679,7 @@ def _unit_row(hold_id: Optional[int], unit: _Unit, m: _Minute) -> tuple[object, 
         encoded(unit.slice),
         m.seconds,
         m.measured_s,
-        m.util_s / 100.0,
+        m.used_s,
         m.idle_s,
         m.memory_mib,
         m.at,

@@ -113,7 +113,7 @@ _UNITS = (
 )
 #: one unit's minutes inside the span, for a unit the span cuts (a range of the samples' key)
 _CUT = (
-    "SELECT COALESCE(SUM(seconds), 0), COALESCE(SUM(util_pct * measured_s), 0) / 100.0, COALESCE(SUM(idle_s), 0), "
+    "SELECT COALESCE(SUM(seconds), 0), COALESCE(SUM(used_s), 0), COALESCE(SUM(idle_s), 0), "
     "MAX(mem_mib) FROM samples WHERE hold_id = ? AND card = ? AND slice = ? AND at >= ? AND at < ?"
 )
 

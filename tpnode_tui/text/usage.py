@@ -46,8 +46,9 @@ def usage_lines(report: UsageReport) -> list[str]:
         )
     unit = "in card-hours (MIG slices: slice-hours)" if slices else "in card-hours"
     lines.append(
-        f"{unit}. used: held time weighted by utilisation. idle: no process of the holder, "
-        f"or under {IDLE_UTIL_PCT:g} % utilisation. The node keeps {report.kept_days} days."
+        f"{unit}. used: held time weighted by utilisation while the holder was on the card. "
+        f"idle: no process of the holder, or under {IDLE_UTIL_PCT:g} % utilisation. "
+        f"The node keeps {report.kept_days} days."
     )
     return lines
 
