@@ -183,11 +183,23 @@ def decoded(data: bytes) -> str:
     return bytes(data).decode("utf-8", "surrogatepass")
 
 
+def cards_to_text(cards: Iterable[int]) -> str:
+    """ "0,1": read back for every hold a report spans, so plainer than JSON."""
+    return ",".join(map(str, cards))
+
+
+def cards_from_text(text: str) -> tuple[int, ...]:
+    return tuple(int(c) for c in text.split(",")) if text else ()
+
+
 def slices_to_text(slices: Iterable[SliceRef]) -> str:
+    """JSON, since a slice's uuid and profile are the driver's text."""
     return json.dumps([[s.card, s.uuid, s.profile] for s in slices])
 
 
 def slices_from_text(text: str) -> tuple[SliceRef, ...]:
+    if text == "[]":  # most holds: whole cards only
+        return ()
     return tuple(
         SliceRef(card=int(card), uuid=str(uuid), profile=str(profile)) for card, uuid, profile in json.loads(text)
     )
@@ -482,7 +494,7 @@ class UsageLedger:
                 kind=decoded(row[2]),
                 user=decoded(row[3]),
                 uid=row[4],
-                cards=tuple(json.loads(row[5])),
+                cards=cards_from_text(row[5]),
                 slices=slices_from_text(row[6]),
                 job_started=row[7],
                 started=row[8],
@@ -642,7 +654,7 @@ def _insert_hold(conn: sqlite3.Connection, hold: _Hold) -> int:
             encoded(hold.kind),
             encoded(hold.user),
             hold.uid,
-            json.dumps(list(hold.cards)),
+            cards_to_text(hold.cards),
             slices_to_text(hold.slices),
             hold.job_started,
             hold.started,

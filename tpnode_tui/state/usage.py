@@ -19,7 +19,6 @@ operator on one node: per account, per card, per job with its start and end.
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import time
@@ -33,7 +32,7 @@ from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
 from tpnode_tui.model.jobs import SliceRef
 from tpnode_tui.model.usage import USAGE_BY, UsageFigures, UsageReport, UsageRow
 from tpnode_tui.port.types import is_owner
-from tpnode_tui.state.ledger import UsageLedger, decoded, slices_from_text, why
+from tpnode_tui.state.ledger import UsageLedger, cards_from_text, decoded, slices_from_text, why
 
 #: --since and --until without a word: the last week, up to now
 DEFAULT_SPAN_S = 7 * 86400.0
@@ -137,7 +136,7 @@ def read_usage(conn: sqlite3.Connection, since: float, until: float, now: float)
                 kind=decoded(kind),
                 user=decoded(user),
                 uid=uid,
-                cards=tuple(int(c) for c in _json_list(cards)),
+                cards=cards_from_text(cards),
                 slices=slices_from_text(slices),
                 started=started,
                 ended=ended,
@@ -150,11 +149,6 @@ def read_usage(conn: sqlite3.Connection, since: float, until: float, now: float)
     finally:
         conn.execute("COMMIT")
     return holds
-
-
-def _json_list(text: str) -> list[int]:
-    value = json.loads(text)
-    return value if isinstance(value, list) else []
 
 
 # ── the report made of it ──────────────────────────────────────────────────
@@ -205,9 +199,10 @@ def _units(hold: HoldUsage) -> tuple[UnitUsage, ...]:
     return tuple(read.get(key) or UnitUsage(key[0], key[1], 0.0, 0.0, 0.0, None) for key in held)
 
 
-def _groups(n: int, hold: HoldUsage, by: str) -> list[tuple[object, UsageRow, tuple[UnitUsage, ...]]]:
-    """The rows ``hold`` counts in: its key, the row's naming fields, and its units in that row."""
-    units = _units(hold)
+def _groups(
+    n: int, hold: HoldUsage, units: tuple[UnitUsage, ...], by: str
+) -> list[tuple[object, UsageRow, tuple[UnitUsage, ...]]]:
+    """The rows ``hold`` counts in: its key, the row's naming fields, and its ``units`` in that row."""
     if by == "card":
         cards = sorted({u.card for u in units})
         return [
@@ -248,12 +243,13 @@ def build_report(
     rows: dict[object, tuple[UsageRow, _Sum]] = {}
     for n, hold in enumerate(holds):  # in the order they began: a later name for a uid is its name now
         held_s = _overlap(hold.started, hold.ended if hold.ended is not None else now, since, until)
-        total.add(n, hold, held_s, _units(hold))
+        units = _units(hold)
+        total.add(n, hold, held_s, units)
         if not (caller.operator or is_owner(hold.uid, hold.user, caller.uid, caller.user)):
             continue
-        for key, row, units in _groups(n, hold, by):
+        for key, row, in_row in _groups(n, hold, units, by):
             _, acc = rows.get(key, (row, _Sum()))
-            acc.add(n, hold, held_s, units)
+            acc.add(n, hold, held_s, in_row)
             rows[key] = (row, acc)
     made = [replace(row, figures=acc.figures()) for row, acc in rows.values()]
     if by == "user":
