@@ -517,3 +517,18 @@ async def test_the_ledger_reads_the_snapshots_the_node_serves(tmp_path):
     assert near(got["alice"].held_card_hours, 2) and near(got["alice"].used_card_hours, 0.7)
     assert near(got["alice"].idle_card_hours, 1)
     assert near(got["bob"].used_card_hours, 1) and got["bob"].idle_card_hours == 0
+
+
+def test_a_clock_set_back_does_not_stop_the_ledger(tmp_path):
+    clock = Clock()
+    scene = Scene(1)
+    ledger = ledger_at(tmp_path, clock)
+    scene.hold("a", ALICE, [0], started_at=T0 - 3 * HOUR)
+    scene.set(0, util=100)
+    run(ledger, scene, T0, T0 + HOUR)
+    run(ledger, scene, T0 + HOUR - 30, T0 + HOUR - 10)  # a little back: the same readings again, skipped
+    run(ledger, scene, T0 - 2 * HOUR, T0 - HOUR)  # set back two hours: recorded from there on
+    [(seconds,)] = rows(tmp_path / "state", "SELECT SUM(seconds) FROM samples")
+    assert seconds == pytest.approx(2 * HOUR)  # both hours read, each written to its last minute
+    assert ledger.problem is None
+    units_equal_samples(tmp_path / "state")

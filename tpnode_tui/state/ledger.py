@@ -209,8 +209,8 @@ def slices_from_text(text: str) -> tuple[SliceRef, ...]:
 
 
 @dataclass(frozen=True)
-class Reading:
-    """One held card or slice at one poll."""
+class CardUse:
+    """What one poll read of a held card or slice."""
 
     #: utilisation, %; None where the driver does not say (MIG slices) or could not be read
     util: Optional[float]
@@ -250,22 +250,22 @@ def holder_present(
     return False
 
 
-def card_reading(card: Optional[CardView], mem_busy_mib: int) -> Reading:
+def card_use(card: Optional[CardView], mem_busy_mib: int) -> CardUse:
     facts = card.facts if card is not None else None
     if card is None or facts is None:
-        return Reading(None, None, None)
+        return CardUse(None, None, None)
     memory = facts.memory_used_mib
     util = None if facts.utilization_pct is None else float(facts.utilization_pct)
-    return Reading(util, memory, holder_present(card.holders, facts.processes is not None, memory, mem_busy_mib))
+    return CardUse(util, memory, holder_present(card.holders, facts.processes is not None, memory, mem_busy_mib))
 
 
-def slice_reading(card: Optional[CardView], uuid: str, mem_busy_mib: int) -> Reading:
+def slice_use(card: Optional[CardView], uuid: str, mem_busy_mib: int) -> CardUse:
     """A MIG slice: its own memory and processes; drivers report no utilisation for it."""
     found = next((s for s in card.slices if s.facts.uuid == uuid), None) if card is not None else None
     if found is None:
-        return Reading(None, None, None)
+        return CardUse(None, None, None)
     memory = found.facts.memory_used_mib
-    return Reading(None, memory, holder_present(found.holders, found.facts.processes is not None, memory, mem_busy_mib))
+    return CardUse(None, memory, holder_present(found.holders, found.facts.processes is not None, memory, mem_busy_mib))
 
 
 # ── what is kept in memory between writes ──────────────────────────────────
@@ -286,7 +286,7 @@ class _Minute:
     memory_mib: Optional[int] = None
     holder: Optional[bool] = None
 
-    def add(self, seconds: float, r: Reading) -> None:
+    def add(self, seconds: float, r: CardUse) -> None:
         self.seconds += seconds
         if r.util is not None:
             self.measured_s += seconds
@@ -389,6 +389,9 @@ class UsageLedger:
         self._minute: Optional[int] = None
         self._last_now: Optional[float] = None
         self._pruned_at = -math.inf
+        #: the counters /metrics serves, under a lock of their own: a scrape
+        #: never waits for a write to the file
+        self._counting = threading.Lock()
         self._held_s: dict[str, float] = {}
         self._idle_s: dict[str, float] = {}
         self._last_write: Optional[float] = None
@@ -400,7 +403,9 @@ class UsageLedger:
         now = snap.taken_at
         with self._lock:
             if self._last_now is not None and now <= self._last_now:
-                return  # the same reading again, or the clock stepped back: nothing new was seen
+                if self._last_now - now < self.max_gap_s:
+                    return  # the same reading again, or the clock stepped back a little: nothing new
+                self._clock_stepped_back()
             if not self._opened(now):
                 return
             self._follow_jobs(snap, now)
@@ -430,6 +435,18 @@ class UsageLedger:
             self._conn.close()
             self._conn = None
 
+    def _clock_stepped_back(self) -> None:
+        """The wall clock was set back (by hand, or by a time sync after a bad start):
+        what was read stays as read, and the next reading starts afresh rather
+        than the ledger waiting, recording nothing, until the clock is back
+        where it was. A minute read twice is merged (see _PUT_SAMPLE)."""
+        for hold in self._holds.values():
+            for unit in hold.units:
+                self._finish(hold, unit)
+                unit.read_at = None
+        self._minute = None
+        self._last_now = None
+
     def _opened(self, now: float) -> bool:
         if self._conn is not None:
             return True
@@ -443,7 +460,7 @@ class UsageLedger:
                 self._conn.close()
                 self._conn = None
             self._retry_at = now + MINUTE
-            self._failed(f"cannot open the usage ledger {self.path}: {why(e)}")
+            self._failed(f"cannot open the usage ledger {self.path}: {error_words(e)}")
             return False
         return True
 
@@ -545,20 +562,21 @@ class UsageLedger:
             for unit in hold.units:
                 card = cards.get(unit.card)
                 if unit.slice:
-                    reading = slice_reading(card, unit.slice, snap.mem_busy_mib)
+                    reading = slice_use(card, unit.slice, snap.mem_busy_mib)
                 else:
-                    reading = card_reading(card, snap.mem_busy_mib)
+                    reading = card_use(card, snap.mem_busy_mib)
                 if unit.read_at is not None and now - unit.read_at <= self.max_gap_s:
                     self._attribute(hold, unit, unit.read_at, now, reading)
                 unit.read_at = now
             hold.last_seen = now
 
-    def _attribute(self, hold: _Hold, unit: _Unit, start: float, end: float, r: Reading) -> None:
+    def _attribute(self, hold: _Hold, unit: _Unit, start: float, end: float, r: CardUse) -> None:
         """The reading stands for the time since the last one, split at the minutes."""
         if not unit.slice:
-            self._held_s[hold.user] = self._held_s.get(hold.user, 0.0) + (end - start)
-            if r.idle:
-                self._idle_s[hold.user] = self._idle_s.get(hold.user, 0.0) + (end - start)
+            with self._counting:
+                self._held_s[hold.user] = self._held_s.get(hold.user, 0.0) + (end - start)
+                if r.idle:
+                    self._idle_s[hold.user] = self._idle_s.get(hold.user, 0.0) + (end - start)
         while start < end:
             at = int(start // MINUTE) * MINUTE
             upto = min(end, at + MINUTE)
@@ -613,7 +631,7 @@ class UsageLedger:
                 conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as e:
-            self._failed(f"cannot write the usage ledger {self.path}: {why(e)}")
+            self._failed(f"cannot write the usage ledger {self.path}: {error_words(e)}")
             return
         for hold, row in ids.items():
             hold.id = row
@@ -635,11 +653,11 @@ class UsageLedger:
     # ── what is read back ──────────────────────────────────────────────────
 
     def counters(self) -> LedgerCounters:
-        with self._lock:
+        with self._counting:
             return LedgerCounters(dict(self._held_s), dict(self._idle_s), self._last_write, self.problem)
 
 
-def why(e: BaseException) -> str:
+def error_words(e: BaseException) -> str:
     if isinstance(e, OSError):
         return e.strerror or str(e)
     return str(e) or type(e).__name__

@@ -32,7 +32,7 @@ from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
 from tpnode_tui.model.jobs import SliceRef
 from tpnode_tui.model.usage import USAGE_BY, UsageFigures, UsageReport, UsageRow
 from tpnode_tui.port.types import is_owner
-from tpnode_tui.state.ledger import UsageLedger, cards_from_text, decoded, slices_from_text, why
+from tpnode_tui.state.ledger import UsageLedger, cards_from_text, decoded, error_words, slices_from_text
 
 #: --since and --until without a word: the last week, up to now
 DEFAULT_SPAN_S = 7 * 86400.0
@@ -289,5 +289,5 @@ def usage_report(ledger: UsageLedger, since: float, until: float, by: str, calle
             finally:
                 conn.close()
         except sqlite3.Error as e:
-            raise RuntimeUnavailable(f"cannot read the usage ledger {ledger.path}: {why(e)}") from None
+            raise RuntimeUnavailable(f"cannot read the usage ledger {ledger.path}: {error_words(e)}") from None
     return build_report(holds, since, until, by, caller, now, ledger.days)
