@@ -532,3 +532,19 @@ def test_a_clock_set_back_does_not_stop_the_ledger(tmp_path):
     assert seconds == pytest.approx(2 * HOUR)  # both hours read, each written to its last minute
     assert ledger.problem is None
     units_equal_samples(tmp_path / "state")
+
+
+def test_closed_and_opened_again_it_goes_on_from_the_file(tmp_path):
+    clock = Clock()
+    scene = Scene(1)
+    ledger = ledger_at(tmp_path, clock)
+    scene.hold("a", ALICE, [0], started_at=T0)
+    scene.set(0, util=100)
+    run(ledger, scene, T0, T0 + 90)
+    ledger.close()  # writes the half minute under way
+    assert rows(tmp_path / "state", "SELECT SUM(seconds), COUNT(*) FROM samples") == [(90.0, 2)]
+    clock.now = run(ledger, scene, T0 + 95, T0 + 600)
+    assert rows(tmp_path / "state", "SELECT run_id, started, ended FROM holds") == [(b"a", T0, None)]
+    [job] = usage_report(ledger, T0, clock.now, "job", ROOT).rows
+    assert near(job.figures.used_card_hours, 600 / 3600)
+    units_equal_samples(tmp_path / "state")

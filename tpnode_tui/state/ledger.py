@@ -24,10 +24,12 @@ one :class:`~tpnode_tui.model.snapshot.NodeSnapshot` (the time is its
 ``taken_at``), opens a hold for each job it has not seen, closes the holds of
 jobs gone or exited, and adds the reading to each held card's minute in
 memory. A finished minute is written at the first reading after it, in one
-transaction with the holds' ``last_seen``; a hold opened or closed is written
-at once. WAL mode and ``synchronous=NORMAL``: a commit survives the process
-being killed (kill -9 loses the minute under way, never the file), and
-costs no fsync per minute.
+transaction with the holds' ``last_seen`` and the time of the write (``meta``,
+written every minute even with nothing held, so a ledger that stops is
+seen); a hold opened or closed is written at once. WAL mode and
+``synchronous=NORMAL``: a commit survives the process being killed (kill -9
+loses the minute under way, never the file) and costs no fsync; a power
+cut may lose the last commits too, never the file.
 
 After a restart the holds left open are matched against the first reading:
 the runtime knows which jobs still live. A job that still runs keeps its
@@ -434,6 +436,11 @@ class UsageLedger:
             self._write(self._last_now if self._last_now is not None else self.clock())
             self._conn.close()
             self._conn = None
+            # opened again, it starts from the file, as a new agent would
+            self._holds.clear()
+            self._ended.clear()
+            self._done.clear()
+            self._minute = self._last_now = None
 
     def _clock_stepped_back(self) -> None:
         """The wall clock was set back (by hand, or by a time sync after a bad start):
@@ -455,7 +462,7 @@ class UsageLedger:
         try:
             self._conn = self._connect()
             self._recover(self._conn)
-        except (sqlite3.Error, OSError, LedgerUnusable) as e:
+        except (sqlite3.Error, OSError, ValueError, LedgerUnusable) as e:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -505,8 +512,8 @@ class UsageLedger:
             "SELECT id, run_id, kind, user, uid, cards, slices, job_started, started, last_seen "
             "FROM holds WHERE ended IS NULL ORDER BY started"
         ).fetchall()
-        for row in rows:
-            hold = _Hold(
+        holds = [  # all read before any is kept: a row that cannot be read keeps none
+            _Hold(
                 key=decoded(row[1]),
                 kind=decoded(row[2]),
                 user=decoded(row[3]),
@@ -518,6 +525,9 @@ class UsageLedger:
                 last_seen=row[9],
                 id=row[0],
             )
+            for row in rows
+        ]
+        for hold in holds:
             older = self._holds.get(hold.key)
             if older is not None:  # two open under one run id: only the later can still hold
                 self._end(older, older.last_seen)

@@ -11,7 +11,8 @@ cut to the span, who may see which rows, the grouping) is a pure function,
 Held time comes from each hold's start and end, so the time a job held its
 cards while the agent was away counts as held. Used and idle time come from
 the minutes read, since nobody can say afterwards how much a card was used
-while no one looked. So held is never less than used and idle together.
+while no one looked. So held is never less than used, nor than idle; a minute
+under 5 % counts as idle and its few percent as used.
 
 Where the issue is silent, it gives what Slurm's sreport and sacct give an
 operator on one node: per account, per card, per job with its start and end.
@@ -288,6 +289,6 @@ def usage_report(ledger: UsageLedger, since: float, until: float, by: str, calle
                 holds = read_usage(conn, since, until, now)
             finally:
                 conn.close()
-        except sqlite3.Error as e:
+        except (sqlite3.Error, ValueError) as e:  # ValueError: a row that is not what the ledger writes
             raise RuntimeUnavailable(f"cannot read the usage ledger {ledger.path}: {error_words(e)}") from None
     return build_report(holds, since, until, by, caller, now, ledger.days)
