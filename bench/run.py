@@ -29,7 +29,7 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology")
+SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage")
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -64,6 +64,8 @@ HEADLINE = {
     "topology_choose_8_median_us": ("topology_choose_8_median_us",),
     "topology_choose_8_max_us": ("topology_choose_8_max_us",),
     "topology_choose_1024_4_median_us": ("topology_choose_1024_4_median_us",),
+    "usage_report_90d_ms": ("usage_report_90d_user",),
+    "ledger_cpu_pct_8": ("ledger_cpu_pct_held_8",),
 }
 
 
@@ -283,6 +285,10 @@ class Runner:
             import topology
 
             return topology.run(quick)
+        if name == "usage":
+            import usage
+
+            return usage.run(quick)
         import dashboard
 
         why = dashboard.available()

@@ -12,6 +12,8 @@ TESTS = HELPERS.parent
 CHECKOUT = TESTS.parent
 #: a process that takes the allocation lock (run as a script)
 LOCK_WORKER = HELPERS / "lock_worker.py"
+#: a process that writes the usage ledger until killed (run as a script, tests/ on PYTHONPATH)
+LEDGER_CHILD = HELPERS / "ledger_child.py"
 #: tests/stubs/: the nvidia-smi stub, found on PATH (helpers.paths.stub_smi_on_path, conftest's smi)
 STUBS = TESTS / "stubs"
 #: tests/captures/: what real nodes' tools printed, replayed by the stub

@@ -1,0 +1,294 @@
+"""The usage report: ``usage [--since 7d|2026-12-01] [--until ...] [--by user|card|job]``, from the ledger.
+
+Beside the ledger (:mod:`tpnode_tui.state.ledger`) because it reads the
+ledger's file, and reading it is where the time goes: 90 days of 8 cards are
+a million minutes. A hold whose minutes all lie inside the span is taken
+from its summed row (``units``), so only the few holds cut by the span's
+edges have their minutes read; what is made of those figures (held time
+cut to the span, who may see which rows, the grouping) is a pure function,
+:func:`build_report`, tested apart from SQLite.
+
+Held time comes from each hold's start and end, so the time a job held its
+cards while the agent was away counts as held. Used and idle time come from
+the minutes read, since nobody can say afterwards how much a card was used
+while no one looked. So held is never less than used, nor than idle; a minute
+under 5 % counts as idle and its few percent as used.
+
+Where the issue is silent, it gives what Slurm's sreport and sacct give an
+operator on one node: per account, per card, per job with its start and end.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field, replace
+from typing import Optional
+from urllib.parse import quote
+
+from tpnode_tui.config.settings import parse_duration
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
+from tpnode_tui.model.jobs import SliceRef
+from tpnode_tui.model.usage import USAGE_BY, UsageFigures, UsageReport, UsageRow
+from tpnode_tui.port.types import is_owner
+from tpnode_tui.state.ledger import UsageLedger, cards_from_text, decoded, error_words, slices_from_text
+
+#: --since and --until without a word: the last week, up to now
+DEFAULT_SPAN_S = 7 * 86400.0
+
+#: dates and times --since and --until take, in the node's local time
+_DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S")
+_LOOKS_LIKE_DURATION = re.compile(r"[0-9.smhd]+")
+
+
+def parse_when(text: str, now: float) -> float:
+    """``--since``/``--until``: a date or time (local: ``2026-12-01``, ``2026-12-01 14:00``),
+    or a duration that long before ``now`` (``7d``, ``12h``, ``1h30m``); BadRequest otherwise."""
+    raw = text.strip()
+    for fmt in _DATE_FORMATS:
+        try:
+            return time.mktime(time.strptime(raw, fmt))
+        except (ValueError, OverflowError):
+            continue
+    if _LOOKS_LIKE_DURATION.fullmatch(raw.lower()):
+        return now - parse_duration(raw)  # its own words: "must be at least 1s and at most a year"
+    raise BadRequest(
+        f"{text!r} is neither a date such as 2026-12-01 or 2026-12-01 14:00 (local time) "
+        "nor a duration such as 7d or 12h (that long ago)"
+    )
+
+
+def usage_span(since: Optional[str], until: Optional[str], now: float) -> tuple[float, float]:
+    """The span ``--since`` and ``--until`` name: the last week by default, up to now."""
+    end = now if until is None else parse_when(until, now)
+    start = end - DEFAULT_SPAN_S if since is None else parse_when(since, now)
+    if start >= end:
+        raise BadRequest(
+            f"--since ({time.strftime('%Y-%m-%d %H:%M', time.localtime(start))}) is not before "
+            f"--until ({time.strftime('%Y-%m-%d %H:%M', time.localtime(end))})"
+        )
+    return start, end
+
+
+# ── what the ledger says of the span ───────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class UnitUsage:
+    """What one held card (``slice`` "") or MIG slice's minutes inside the span add up to."""
+
+    card: int
+    slice: str
+    seconds: float
+    used_s: float
+    idle_s: float
+    peak_memory_mib: Optional[int]
+
+
+@dataclass(frozen=True)
+class HoldUsage:
+    """One hold that overlaps the span, and its minutes inside it."""
+
+    run_id: str
+    kind: str
+    user: str
+    uid: Optional[int]
+    cards: tuple[int, ...]
+    slices: tuple[SliceRef, ...]
+    started: float
+    #: None while it still holds its cards
+    ended: Optional[float]
+    units: tuple[UnitUsage, ...] = ()
+
+
+_HOLDS = (
+    "SELECT id, run_id, kind, user, uid, cards, slices, started, ended FROM holds "
+    "WHERE started < ? AND COALESCE(ended, ?) > ? ORDER BY started, id"
+)
+_UNITS = (
+    "SELECT u.hold_id, u.card, u.slice, u.seconds, u.used_s, u.idle_s, u.peak_mem_mib, u.first_at, u.last_at "
+    "FROM units u JOIN holds h ON h.id = u.hold_id WHERE h.started < ? AND COALESCE(h.ended, ?) > ?"
+)
+#: one unit's minutes inside the span, for a unit the span cuts (a range of the samples' key)
+_CUT = (
+    "SELECT COALESCE(SUM(seconds), 0), COALESCE(SUM(used_s), 0), COALESCE(SUM(idle_s), 0), "
+    "MAX(mem_mib) FROM samples WHERE hold_id = ? AND card = ? AND slice = ? AND at >= ? AND at < ?"
+)
+
+
+def read_usage(conn: sqlite3.Connection, since: float, until: float, now: float) -> list[HoldUsage]:
+    """Every hold overlapping [since, until) and its minutes that start inside it, in one read transaction."""
+    conn.execute("BEGIN")
+    try:
+        units: dict[int, list[UnitUsage]] = {}
+        for hold_id, card, piece, seconds, used, idle, peak, first, last in conn.execute(
+            _UNITS, (until, now, since)
+        ).fetchall():
+            if last < since or first >= until:
+                continue
+            if not (first >= since and last < until):
+                seconds, used, idle, peak = conn.execute(_CUT, (hold_id, card, piece, since, until)).fetchone()
+            units.setdefault(hold_id, []).append(UnitUsage(card, decoded(piece), seconds, used, idle, peak))
+        holds = [
+            HoldUsage(
+                run_id=decoded(run_id),
+                kind=decoded(kind),
+                user=decoded(user),
+                uid=uid,
+                cards=cards_from_text(cards),
+                slices=slices_from_text(slices),
+                started=started,
+                ended=ended,
+                units=tuple(units.get(hold_id, ())),
+            )
+            for hold_id, run_id, kind, user, uid, cards, slices, started, ended in conn.execute(
+                _HOLDS, (until, now, since)
+            ).fetchall()
+        ]
+    finally:
+        conn.execute("COMMIT")
+    return holds
+
+
+# ── the report made of it ──────────────────────────────────────────────────
+
+
+@dataclass
+class _Sum:
+    held_card_s: float = 0.0
+    used_card_s: float = 0.0
+    idle_card_s: float = 0.0
+    held_slice_s: float = 0.0
+    idle_slice_s: float = 0.0
+    peak: Optional[int] = None
+    holds: set[int] = field(default_factory=set)
+    reservations: set[int] = field(default_factory=set)
+
+    def add(self, n: int, hold: HoldUsage, held_s: float, units: tuple[UnitUsage, ...]) -> None:
+        """Hold number ``n``'s ``units`` (all of them, or one card's), held ``held_s`` each."""
+        (self.reservations if hold.kind == "reservation" else self.holds).add(n)
+        for unit in units:
+            if unit.slice:
+                self.held_slice_s += held_s
+                self.idle_slice_s += unit.idle_s
+            else:
+                self.held_card_s += held_s
+                self.used_card_s += unit.used_s
+                self.idle_card_s += unit.idle_s
+            if unit.peak_memory_mib is not None:
+                self.peak = max(self.peak or 0, unit.peak_memory_mib)
+
+    def figures(self) -> UsageFigures:
+        return UsageFigures(
+            held_card_hours=self.held_card_s / 3600.0,
+            used_card_hours=self.used_card_s / 3600.0,
+            idle_card_hours=self.idle_card_s / 3600.0,
+            held_slice_hours=self.held_slice_s / 3600.0,
+            idle_slice_hours=self.idle_slice_s / 3600.0,
+            peak_memory_mib=self.peak,
+            jobs=len(self.holds),
+            reservations=len(self.reservations),
+        )
+
+
+def _units(hold: HoldUsage) -> tuple[UnitUsage, ...]:
+    """Every card and slice the hold held, with its minutes in the span (none: nothing was read)."""
+    read = {(u.card, u.slice): u for u in hold.units}
+    held = [(c, "") for c in hold.cards] + [(s.card, s.uuid) for s in hold.slices]
+    return tuple(read.get(key) or UnitUsage(key[0], key[1], 0.0, 0.0, 0.0, None) for key in held)
+
+
+def _groups(
+    n: int, hold: HoldUsage, units: tuple[UnitUsage, ...], by: str
+) -> list[tuple[object, UsageRow, tuple[UnitUsage, ...]]]:
+    """The rows ``hold`` counts in: its key, the row's naming fields, and its ``units`` in that row."""
+    if by == "card":
+        cards = sorted({u.card for u in units})
+        return [
+            (card, UsageRow(UsageFigures(), card=card), tuple(u for u in units if u.card == card)) for card in cards
+        ]
+    if by == "job":
+        row = UsageRow(
+            UsageFigures(),
+            user=hold.user,
+            uid=hold.uid,
+            run_id=hold.run_id,
+            kind=hold.kind,
+            cards=hold.cards,
+            slices=hold.slices,
+            start=hold.started,
+            end=hold.ended,
+        )
+        return [(n, row, units)]
+    key = ("uid", hold.uid) if hold.uid is not None else ("user", hold.user)
+    return [(key, UsageRow(UsageFigures(), user=hold.user, uid=hold.uid), units)]
+
+
+def _overlap(start: float, end: float, since: float, until: float) -> float:
+    return max(0.0, min(end, until) - max(start, since))
+
+
+def build_report(
+    holds: list[HoldUsage], since: float, until: float, by: str, caller: Caller, now: float, kept_days: int
+) -> UsageReport:
+    """The report as ``caller`` may see it: their own rows (an operator: everyone's), and the node's total.
+
+    A hold still open is held up to ``now``. A hold with no uid recorded is
+    matched by its owner's name, as the node's rules match it.
+    """
+    if by not in USAGE_BY:
+        raise BadRequest(f"--by {by!r} is not one of {', '.join(USAGE_BY)}")
+    total = _Sum()
+    rows: dict[object, tuple[UsageRow, _Sum]] = {}
+    for n, hold in enumerate(holds):  # in the order they began: a later name for a uid is its name now
+        held_s = _overlap(hold.started, hold.ended if hold.ended is not None else now, since, until)
+        units = _units(hold)
+        total.add(n, hold, held_s, units)
+        if not (caller.operator or is_owner(hold.uid, hold.user, caller.uid, caller.user)):
+            continue
+        for key, row, in_row in _groups(n, hold, units, by):
+            _, acc = rows.get(key, (row, _Sum()))
+            acc.add(n, hold, held_s, in_row)
+            rows[key] = (row, acc)
+    made = [replace(row, figures=acc.figures()) for row, acc in rows.values()]
+    if by == "user":
+        made.sort(key=lambda r: (-r.figures.held_card_hours - r.figures.held_slice_hours, r.user or ""))
+    elif by == "card":
+        made.sort(key=lambda r: r.card or 0)
+    return UsageReport(
+        since=since,
+        until=until,
+        by=by,
+        rows=tuple(made),
+        total=total.figures(),
+        everyone=caller.operator,
+        kept_days=kept_days,
+    )
+
+
+def usage_report(ledger: UsageLedger, since: float, until: float, by: str, caller: Caller) -> UsageReport:
+    """The span's use as ``caller`` may see it, read from ``ledger``'s file at its clock's now.
+
+    Read on a connection of its own, so a report never waits for the
+    ledger's writes (WAL: readers and the writer do not block each other).
+    Nothing older than the days kept is reported, even before a pruning has
+    come round to it. A ledger with no file yet has recorded nothing.
+    """
+    now = ledger.clock()
+    kept_from = now - ledger.days * 86400.0
+    since = max(since, kept_from)
+    if until <= since:
+        return build_report([], since, max(until, since), by, caller, now, ledger.days)
+    holds: list[HoldUsage] = []
+    if ledger.path.exists():
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(ledger.path))}?mode=ro", uri=True, timeout=5.0)
+            try:
+                holds = read_usage(conn, since, until, now)
+            finally:
+                conn.close()
+        except (sqlite3.Error, ValueError) as e:  # ValueError: a row that is not what the ledger writes
+            raise RuntimeUnavailable(f"cannot read the usage ledger {ledger.path}: {error_words(e)}") from None
+    return build_report(holds, since, until, by, caller, now, ledger.days)
