@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 from urllib.parse import quote
 
-from tpnode_tui.config.settings import parse_duration
+from tpnode_tui.config.values import parse_duration
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
 from tpnode_tui.model.jobs import SliceRef
