@@ -14,9 +14,29 @@ from helpers.services import Dockerd, redis_or_unavailable, unavailable, write_s
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.probes.nvml import NvmlProbe
 
+#: The tiers, cheapest first: a test module lives in the folder of the most a test in it
+#: needs (pyproject.toml's markers say what each tier means), and gets that folder's marker
+#: here, so ``-m unit`` and ``tests/unit`` are the same tests and a new module needs no mark
+#: of its own.
+TIERS = ("unit", "service", "tui", "system")
+TESTS = Path(__file__).resolve().parent
+
 
 def pytest_addoption(parser):
     parser.addoption("--long", action="store_true", help="run the bigger load and fault tests")
+
+
+@pytest.hookimpl(tryfirst=True)  # marked before ``-m`` deselects anything
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = item.path.resolve()
+        if not path.is_relative_to(TESTS):
+            continue  # not one of these tests
+        tier = path.relative_to(TESTS).parts[0]
+        if tier not in TIERS:
+            # outside every tier, a module would run with the whole suite but with no ``-m`` tier
+            raise pytest.UsageError(f"{item.path}: a test module goes in one of tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")
