@@ -3,14 +3,18 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from helpers.agents import Agent, SharedNode, running
+from helpers.allocators import build_allocator
 from helpers.load import end_processes
 from helpers.paths import stub_smi_on_path
+from helpers.service_node import ServiceNode
 from helpers.services import Dockerd, redis_or_unavailable, unavailable, write_scene
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.probes.nvml import NvmlProbe
 
@@ -126,6 +130,64 @@ def scene_node(tmp_path):
     state_dir = tmp_path / "state"
     yield scene, state_dir
     kill_process_jobs(state_dir)
+
+
+@pytest.fixture
+async def make_node(request, tmp_path):
+    """Makes nodes served in the test's process, each closed after the test:
+    ``make_node(cards=4, dashboard=False, root=tmp_path, **options)``.
+
+    A ServiceNode (helpers/service_node.py: ``probe``, ``runtime``, ``limits``,
+    ``scene_cards``, the service's own options...), or with ``dashboard=True`` a
+    DashboardNode (helpers/dashboard.py), put together from ``settings`` as the
+    product does. Options not given come from the test's ``service_node`` marks,
+    its own over its module's (``pytestmark = pytest.mark.service_node(runtime="memory")``),
+    so a module says once what its nodes are and a test says only how its own differs.
+    """
+    marked: dict = {}
+    for mark in reversed(list(request.node.iter_markers("service_node"))):
+        marked.update(mark.kwargs)
+    made: list[ServiceNode] = []
+
+    def make(cards: int = 4, *, dashboard: bool = False, root: Path | None = None, **options) -> ServiceNode:
+        options = {"cards": cards, "dashboard": dashboard, **marked, **options}
+        if options.pop("dashboard"):
+            from helpers.dashboard import DashboardNode  # Textual, only for the dashboard's tests
+
+            node: ServiceNode = DashboardNode(root or tmp_path, **options)
+        else:
+            node = ServiceNode(root or tmp_path, **options)
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        await node.close()
+
+
+@pytest.fixture
+def service_node(make_node):
+    """The test's node: ``make_node()``, as its ``service_node`` marks describe it."""
+    return make_node()
+
+
+@pytest.fixture
+async def make_allocator(tmp_path):
+    """Makes allocators (helpers/allocators.py), each closed after the test:
+    ``make_allocator(runtime, probe, settings=..., series_resolver=..., **fields)``
+    over the in-memory stand-ins unless given, with ``settings`` (else those of a
+    state dir in tmp_path) and these of their ``fields`` replaced (``local_gpu_count=4``)."""
+    made = []
+
+    def make(runtime=None, probe=None, *, settings=None, series_resolver=None, **fields):
+        base = load_settings({}, state_dir=str(tmp_path / "state")) if settings is None else settings
+        allocator = build_allocator(replace(base, **fields), runtime, probe, series_resolver=series_resolver)
+        made.append(allocator)
+        return allocator
+
+    yield make
+    for allocator in made:
+        await allocator.close()
 
 
 @pytest.fixture

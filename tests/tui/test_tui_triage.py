@@ -47,11 +47,8 @@ STUBBORN = (
 )
 
 
-@pytest.fixture
-async def service_node(tmp_path):
-    n = DashboardNode(tmp_path, 4, evict_grace_s="0.5")
-    yield n
-    await n.close()
+#: the node as the dashboard serves one without an agent (helpers/dashboard.py), evicting with a short grace
+pytestmark = pytest.mark.service_node(dashboard=True, settings={"evict_grace_s": "0.5"})
 
 
 def on_card(node: DashboardNode, index: int, *pids: int) -> None:
