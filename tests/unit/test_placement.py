@@ -14,9 +14,7 @@ from dataclasses import replace
 import pytest
 
 from helpers.fakes import MemoryRuntime, StaticProbe
-from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
-from tpnode_tui.config.settings import load_settings
-from tpnode_tui.locks import make_lock
+from tpnode_tui import NeverFits, NoCapacity
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.model.jobs import JobSpec, JobState
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
@@ -25,23 +23,18 @@ from tpnode_tui.probes.shapes import nvswitch, pcie
 
 
 @pytest.fixture
-async def make(tmp_path):
-    made = []
+def make(make_allocator):
+    """An allocator on a node of this topology, with these jobs already holding their cards."""
 
     def build(topology, *held: tuple[str, list[int]]):
-        settings = load_settings({}, state_dir=str(tmp_path / "state"))
         probe = StaticProbe()
         probe.reading = replace(probe.reading, topology=topology)
         runtime = MemoryRuntime()
         for run_id, gpus in held:
             runtime.add(JobState(name=f"tpn-{run_id}", run_id=run_id, gpus=tuple(gpus), status="running"))
-        alloc = GpuAllocator(runtime, probe, settings, make_lock(settings))
-        made.append(alloc)
-        return alloc
+        return make_allocator(runtime, probe)
 
-    yield build
-    for alloc in made:
-        await alloc.close()
+    return build
 
 
 def spec(run_id: str, cards: int, placement=None) -> JobSpec:
@@ -98,20 +91,8 @@ async def test_placement_waits_for_a_topology_not_known_now(make):
         await alloc.launch(spec("p", 2, SAME_SWITCH))
 
 
-def test_the_topology_travels_in_the_snapshot_and_a_damaged_one_is_refused(tmp_path):
-    import asyncio
-
-    async def take():
-        settings = load_settings({}, state_dir=str(tmp_path / "state"))
-        probe = StaticProbe()
-        probe.reading = replace(probe.reading, topology=pcie(8, per_switch=4))
-        alloc = GpuAllocator(MemoryRuntime(), probe, settings, make_lock(settings))
-        try:
-            return await alloc.snapshot()
-        finally:
-            await alloc.close()
-
-    snap = asyncio.run(take())
+async def test_the_topology_travels_in_the_snapshot_and_a_damaged_one_is_refused(make):
+    snap = await make(pcie(8, per_switch=4)).snapshot()
     doc = json.loads(json.dumps(snapshot_to_json(snap)))
     words = [doc["topology"]["kinds"][k - 1]["word"] if k else "X" for k in doc["topology"]["links"][0]]
     assert words == ["X", "PIX", "PIX", "PIX", "SYS", "SYS", "SYS", "SYS"]
