@@ -18,10 +18,10 @@ from tpnode_tui.config.settings import load_settings
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.probes.nvml import NvmlProbe
 
-#: The tiers, cheapest first: a test module lives in the folder of the most a test in it
-#: needs (pyproject.toml's markers say what each tier means), and gets that folder's marker
-#: here, so ``-m unit`` and ``tests/unit`` are the same tests and a new module needs no mark
-#: of its own.
+#: The tiers, cheapest first: a test module lives in the folder of what its tests need
+#: (pyproject.toml's markers say what each tier means), and each test gets that folder's
+#: marker here, so ``-m unit`` and ``tests/unit`` are the same tests and a new module needs
+#: no mark of its own.
 TIERS = ("unit", "service", "tui", "system")
 TESTS = Path(__file__).resolve().parent
 

@@ -1,6 +1,6 @@
 """Prometheus /metrics: parsed as Prometheus parses it, from a real agent and from readings made by hand.
 
-The agent runs in the test's loop (as in tests/test_agent_api.py) with its
+The agent runs in the test's loop (as in tests/service/test_agent_api.py) with its
 metrics on a free loopback port; the scrape is plain HTTP and its text is
 read with prometheus_client's own parser.
 """

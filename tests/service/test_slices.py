@@ -6,7 +6,7 @@ in MIG mode (or whose MIG mode is unknown) is never handed out whole. Against
 the simulated probe (cards split as tests/captures/h200-mig's H200 is), the
 real process runtime with real processes, and the real flock lock; the docker
 runtime's labels and device requests are in test_runtime_docker.py, the
-snapshot document's slices in test_wire.py.
+snapshot document's slices in tests/unit/test_wire.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the node's real service and allocator, the simulated probe reading a scene
 file in tmp_path, the process runtime with real processes in a tmp state dir,
 and the flock lock. What a test asserts is what an operator would see: the
 tile, the table, the banner, the notification. The dashboard over an agent,
-and over accounts that are not operators, is in tests/test_tui_agent.py.
+and over accounts that are not operators, is in tests/tui/test_tui_agent.py.
 """
 
 from __future__ import annotations
@@ -809,7 +809,7 @@ async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_proces
 async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hears_the_node_s_rule(service_node):
     """The node's service and rules are real; only the caller is named by hand,
     as no other account can run inside this test (real accounts against a real
-    agent are in tests/test_tui_agent.py)."""
+    agent are in tests/tui/test_tui_agent.py)."""
     await service_node.place("someone-elses", 1)  # owner "tester"
     as_bob = LocalNode(service_node.local.service, BOB)
     app = Dashboard(as_bob, default_command=("sleep", "60"))

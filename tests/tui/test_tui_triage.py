@@ -1,6 +1,6 @@
 """Triage from the dashboard: drain, undrain, evict, the node's log and the cards' history.
 
-Over the real pieces, as tests/test_tui_actions.py: the node's service and
+Over the real pieces, as tests/tui/test_tui_actions.py: the node's service and
 allocator served in the test's process, the simulated probe reading a scene
 file the test rewrites (which processes the driver lists on which card, and
 the card's health), real processes, and the flock lock. The person at the

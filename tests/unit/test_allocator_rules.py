@@ -2,7 +2,7 @@
 
 The runtime and probe here are in-memory stand-ins (tests/helpers/fakes.py) so each
 rule is shown with nothing else moving; the lock is the real flock lock.
-The same rules run against real runtimes in test_integration_*.py.
+The same rules run against real runtimes in tests/system/test_integration_docker.py.
 """
 
 import asyncio

@@ -3,7 +3,7 @@
 The allocator here has the in-memory runtime and probe of tests/helpers/fakes.py, the
 real flock lock and the real drain file; the service's drain and undrain
 rules (operators only, refused while the card reports a problem) are in
-tests/test_triage_service.py.
+tests/unit/test_triage_service.py.
 """
 
 from __future__ import annotations

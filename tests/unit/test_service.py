@@ -4,7 +4,7 @@ The runtime and probe are the in-memory stand-ins of tests/helpers/fakes.py (so 
 probe read can be counted and nothing else moves); the lock is the real flock.
 Callers are built by hand, because what the rules decide from an identity is
 what is under test here; identities from the kernel, with real accounts and a
-real agent, are in tests/test_agent_accounts.py.
+real agent, are in tests/system/test_agent_accounts.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The service's triage: drains by operators and by XIDs, the node's log, idle reservations, history.
 
-As in tests/test_service.py the runtime is the in-memory one of tests/helpers/fakes.py
+As in tests/unit/test_service.py the runtime is the in-memory one of tests/helpers/fakes.py
 and callers are built by hand (what the rules decide from an identity is
 under test; the kernel's identities are in the agent tests); the probe is
 the simulated one where XIDs are raised through its scene file, and the lock
