@@ -149,9 +149,9 @@ async def make_node(request, tmp_path):
         marked.update(mark.kwargs)
     made: list[ServiceNode] = []
 
-    def make(cards: int = 4, *, dashboard: bool = False, root: Path | None = None, **options) -> ServiceNode:
-        options = {"cards": cards, "dashboard": dashboard, **marked, **options}
-        if options.pop("dashboard"):
+    def make(cards: int | None = None, *, root: Path | None = None, **options) -> ServiceNode:
+        options = {**marked, **options} if cards is None else {**marked, **options, "cards": cards}
+        if options.pop("dashboard", False):
             from helpers.dashboard import DashboardNode  # Textual, only for the dashboard's tests
 
             node: ServiceNode = DashboardNode(root or tmp_path, **options)
