@@ -3,7 +3,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -174,14 +173,18 @@ def service_node(make_node):
 @pytest.fixture
 async def make_allocator(tmp_path):
     """Makes allocators (helpers/allocators.py), each closed after the test:
-    ``make_allocator(runtime, probe, settings=..., series_resolver=..., **fields)``
-    over the in-memory stand-ins unless given, with ``settings`` (else those of a
-    state dir in tmp_path) and these of their ``fields`` replaced (``local_gpu_count=4``)."""
+    ``make_allocator(runtime, probe, settings=..., series_resolver=..., **overrides)``
+    over the in-memory stand-ins unless given, with ``settings``, or else the settings
+    of a state dir in tmp_path with ``overrides`` as a flag gives them, each by its
+    own name (``local_gpu_count=4``, ``state_dir=...``)."""
     made = []
 
-    def make(runtime=None, probe=None, *, settings=None, series_resolver=None, **fields):
-        base = load_settings({}, state_dir=str(tmp_path / "state")) if settings is None else settings
-        allocator = build_allocator(replace(base, **fields), runtime, probe, series_resolver=series_resolver)
+    def make(runtime=None, probe=None, *, settings=None, series_resolver=None, **overrides):
+        if settings is None:
+            settings = load_settings({}, **{"state_dir": str(tmp_path / "state"), **overrides})
+        else:
+            assert not overrides, f"settings given whole: {sorted(overrides)} would be lost"
+        allocator = build_allocator(settings, runtime, probe, series_resolver=series_resolver)
         made.append(allocator)
         return allocator
 
