@@ -8,15 +8,38 @@ from pathlib import Path
 import pytest
 
 from helpers.agents import Agent, SharedNode, running
+from helpers.allocators import build_allocator
 from helpers.load import end_processes
 from helpers.paths import stub_smi_on_path
+from helpers.service_node import ServiceNode
 from helpers.services import Dockerd, redis_or_unavailable, unavailable, write_scene
+from tpnode_tui.config.settings import load_settings
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.probes.nvml import NvmlProbe
+
+#: The tiers, cheapest first: a test module lives in the folder of what its tests need
+#: (pyproject.toml's markers say what each tier means), and each test gets that folder's
+#: marker here, so ``-m unit`` and ``tests/unit`` are the same tests and a new module needs
+#: no mark of its own.
+TIERS = ("unit", "service", "tui", "system")
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_addoption(parser):
     parser.addoption("--long", action="store_true", help="run the bigger load and fault tests")
+
+
+@pytest.hookimpl(tryfirst=True)  # marked before ``-m`` deselects anything
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = item.path.resolve()
+        if not path.is_relative_to(TESTS):
+            continue  # not one of these tests
+        tier = path.relative_to(TESTS).parts[0]
+        if tier not in TIERS:
+            # outside every tier, a module would run with the whole suite but with no ``-m`` tier
+            raise pytest.UsageError(f"{item.path}: a test module goes in one of tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +129,68 @@ def scene_node(tmp_path):
     state_dir = tmp_path / "state"
     yield scene, state_dir
     kill_process_jobs(state_dir)
+
+
+@pytest.fixture
+async def make_node(request, tmp_path):
+    """Makes nodes served in the test's process, each closed after the test:
+    ``make_node(cards=4, dashboard=False, root=tmp_path, **options)``.
+
+    A ServiceNode (helpers/service_node.py: ``probe``, ``runtime``, ``limits``,
+    ``scene_cards``, the service's own options...), or with ``dashboard=True`` a
+    DashboardNode (helpers/dashboard.py), put together from ``settings`` as the
+    product does. Options not given come from the test's ``service_node`` marks,
+    its own over its module's (``pytestmark = pytest.mark.service_node(runtime="memory")``),
+    so a module says once what its nodes are and a test says only how its own differs.
+    """
+    marked: dict = {}
+    for mark in reversed(list(request.node.iter_markers("service_node"))):
+        marked.update(mark.kwargs)
+    made: list[ServiceNode] = []
+
+    def make(cards: int | None = None, *, root: Path | None = None, **options) -> ServiceNode:
+        options = {**marked, **options} if cards is None else {**marked, **options, "cards": cards}
+        if options.pop("dashboard", False):
+            from helpers.dashboard import DashboardNode  # Textual, only for the dashboard's tests
+
+            node: ServiceNode = DashboardNode(root or tmp_path, **options)
+        else:
+            node = ServiceNode(root or tmp_path, **options)
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        await node.close()
+
+
+@pytest.fixture
+def service_node(make_node):
+    """The test's node: ``make_node()``, as its ``service_node`` marks describe it."""
+    return make_node()
+
+
+@pytest.fixture
+async def make_allocator(tmp_path):
+    """Makes allocators (helpers/allocators.py), each closed after the test:
+    ``make_allocator(runtime, probe, settings=..., series_resolver=..., **overrides)``
+    over the in-memory stand-ins unless given, with ``settings``, or else the settings
+    of a state dir in tmp_path with ``overrides`` as a flag gives them, each by its
+    own name (``cards_count=4``, ``state_dir=...``)."""
+    made = []
+
+    def make(runtime=None, probe=None, *, settings=None, series_resolver=None, **overrides):
+        if settings is None:
+            settings = load_settings({}, **{"state_dir": str(tmp_path / "state"), **overrides})
+        else:
+            assert not overrides, f"settings given whole: {sorted(overrides)} would be lost"
+        allocator = build_allocator(settings, runtime, probe, series_resolver=series_resolver)
+        made.append(allocator)
+        return allocator
+
+    yield make
+    for allocator in made:
+        await allocator.close()
 
 
 @pytest.fixture

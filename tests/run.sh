@@ -3,6 +3,7 @@
 # the imports' layers, lint and types, and run every test.
 #   bash tests/run.sh            the whole suite (what CI runs)
 #   bash tests/run.sh --long     also the bigger load and fault tests
+#   bash tests/run.sh tests/unit one tier (tests/unit, service, tui, system; or -m unit)
 # System services the tests start themselves: redis-server, sshd (loopback, keys made
 # by the tests), dockerd (private socket, no bridge, no iptables) with a busybox image
 # imported from busybox-static.

@@ -1,7 +1,8 @@
 """What the tests share, each in one place, imported by name (``from helpers.waiting import until``).
 
     service_node  ServiceNode: a node built in the test's process (scene, state dir, probe,
-                  runtime, lock, allocator, service), the builder every service-level test uses
+                  runtime, lock, allocator, service), made by conftest's make_node
+    allocators    build_allocator: the product's allocator over the parts a test names
     dashboard     the app that remembers what it said, DashboardNode (a ServiceNode as the
                   dashboard serves one), and reading the screen
     waiting       until, until_async, until_pilot: wait for what a test expects, within a bound
@@ -20,10 +21,13 @@
     lock_worker   a process that takes the allocation lock (run as a script)
     paths         where the checkout, the stubs and the captures are
 
-pytest finds this package because tests/ is on its path (tests/ is no package,
-so pytest puts it first on ``sys.path``); bench/common.py puts tests/ there too.
-The fixtures many modules use are in tests/conftest.py. Data the tools find by
-path stays beside the tests: tests/stubs/ (the nvidia-smi stub, put first on
-PATH), tests/captures/ (real nodes' output) and tests/__snapshots__/
-(pytest-textual-snapshot's pictures, by test module).
+The tests are in tiers, a folder each (tests/unit, service, tui, system;
+tests/conftest.py marks each test with its folder's). pytest finds this package
+from every tier because tests/ is on its path (tests/ is no package, so pytest
+puts it first on ``sys.path`` to import tests/conftest.py); bench/common.py puts
+tests/ there too. The fixtures many modules use are in tests/conftest.py. Data
+the tools find by path stays beside the tests: tests/stubs/ (the nvidia-smi
+stub, put first on PATH), tests/captures/ (real nodes' output), and
+pytest-textual-snapshot's pictures beside the modules they belong to
+(tests/tui/__snapshots__/<module>/).
 """

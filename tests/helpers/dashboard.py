@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any, Mapping, Optional
 
 from helpers.paths import LOCK_WORKER
 from helpers.service_node import ServiceNode
@@ -40,8 +41,15 @@ class DashboardNode(ServiceNode):
     the app over it. ``allocator`` and ``place`` are for what another account's
     command does meanwhile."""
 
-    def __init__(self, root: Path, cards: int, **settings: str) -> None:
-        super().__init__(root, cards, assembled=True, interval=0.2, settings=settings)
+    def __init__(
+        self,
+        root: Path,
+        cards: int = 4,
+        *,
+        settings: Optional[dict[str, Any]] = None,
+        scene_cards: Optional[Mapping[int, dict[str, Any]]] = None,
+    ) -> None:
+        super().__init__(root, cards, scene_cards=scene_cards, assembled=True, interval=0.2, settings=settings)
 
     def app(self, **kwargs) -> Dashboard:
         kwargs.setdefault("default_command", ("sleep", "60"))

@@ -1,4 +1,4 @@
-"""Shared pieces of the reliability tests (tests/test_reliability_*.py).
+"""Shared pieces of the reliability tests (tests/system/test_reliability_*.py).
 
 The promise under test is "two jobs never land on one card", so the pieces are
 the real ones a user has: CLI processes started together, each with its own

@@ -1,4 +1,4 @@
-"""A separate process that takes the allocation lock, for tests/test_locks.py.
+"""A separate process that takes the allocation lock, for tests/service/test_locks.py.
 
 Settings come from the TUNEPLANE_* environment, as for the real product.
 

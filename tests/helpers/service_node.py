@@ -1,8 +1,9 @@
 """One node for a test, served in the test's own process: the builder every service-level test uses.
 
 A ServiceNode lives in a directory of the test's own (``root``): the scene
-file of a simulated node (``scene``, root/node.json), its state dir
-(``state``), and the node's parts over them:
+file of a simulated node (``scene``, root/node.json) with ``cards`` cards,
+idle but for those ``scene_cards`` describes (by index, in the simulated
+probe's keys), its state dir (``state``), and the node's parts over them:
 
 - ``probe``: ``"scene"`` (the default), the simulated probe over the scene
   file, whose cards show whichever processes a test puts on them (``put``)
@@ -30,24 +31,26 @@ the first action.
 
 ``await node.close()`` ends it: the polling stops, the service and the
 allocator close, every job left in the state dir is killed and every
-process started with ``run_as`` ends.
+process started with ``run_as`` ends. Tests get nodes from conftest's
+``make_node`` (or its ``service_node``), which closes each after the test;
+a test may close one sooner, as a restart does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import subprocess
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
+from helpers.allocators import build_allocator
 from helpers.fakes import MemoryRuntime, StaticProbe
 from helpers.load import end_processes, kill_process_jobs
 from helpers.services import write_scene
-from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.config.settings import load_settings
 from tpnode_tui.core.policy import CardLimits, Policy
 from tpnode_tui.host.identity import Caller, Operators
-from tpnode_tui.locks import make_lock
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port.types import LaunchRequest
@@ -67,6 +70,7 @@ class ServiceNode:
         root: Path,
         cards: int = 4,
         *,
+        scene_cards: Optional[Mapping[int, dict[str, Any]]] = None,
         probe: Union[str, Any] = "scene",
         runtime: Union[str, Any] = "process",
         assembled: bool = False,
@@ -82,11 +86,14 @@ class ServiceNode:
         self.scene = root / "node.json"
         self.state = root / "state"
         #: each card as the scene file says it, in the simulated probe's words
-        self.cards: list[dict[str, Any]] = [dict(IDLE_CARD) for _ in range(cards)]
+        self.cards: list[dict[str, Any]] = [
+            copy.deepcopy(scene_cards[i]) if scene_cards and i in scene_cards else dict(IDLE_CARD) for i in range(cards)
+        ]
         #: the processes the test ran on the node (run_as), ended with it
         self.procs: list[subprocess.Popen] = []
         self.runner: Optional[asyncio.Task] = None
         self.local: Optional[LocalNode] = None
+        self.closed = False
         if assembled or probe == "scene":
             self.write()
         if assembled:
@@ -118,7 +125,7 @@ class ServiceNode:
             if runtime == "memory"
             else runtime
         )
-        self.allocator = GpuAllocator(self.runtime, self.probe, self.settings, make_lock(self.settings))
+        self.allocator = build_allocator(self.settings, self.runtime, self.probe)
         self.log = NodeLog(self.state, max_bytes=log_max_bytes)
         self.service = NodeService(
             self.allocator,
@@ -178,6 +185,9 @@ class ServiceNode:
         self.runner = asyncio.ensure_future(self.service.run())
 
     async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         if self.local is not None:
             await self.local.close()  # its own polling, the service and the allocator
         else:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.paths import CHECKOUT
 from tpnode_tui.config.redact import redact_url
 from tpnode_tui.config.settings import DECLARED, Settings, load_settings
 from tpnode_tui.config.statedir import state_dir_exists
@@ -163,7 +164,7 @@ def test_a_relative_state_dir_is_made_absolute_so_every_shell_shares_one_lock(tm
 
 
 def test_the_readme_table_names_every_variable_flag_and_default():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (CHECKOUT / "README.md").read_text()
     table = [line for line in readme.splitlines() if line.startswith("| `TUNEPLANE_")]
     documented = {line.split("`")[1]: line for line in table}
     assert set(documented) == {d.env for d in DECLARED.values()}

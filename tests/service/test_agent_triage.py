@@ -1,6 +1,6 @@
 """The agent's triage endpoints: drain, undrain, evict, events (and following them), history.
 
-As in tests/test_agent_api.py the agent runs in the test's own event loop on
+As in tests/service/test_agent_api.py the agent runs in the test's own event loop on
 a real Unix socket over a simulated node and the process runtime; clients
 are the product's own (AgentNode) or raw HTTP. A caller who is not an
 operator is a real test account: the test connects with that account's

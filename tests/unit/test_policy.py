@@ -2,7 +2,7 @@
 
 The identities here are built by hand because the rules are pure: what the
 kernel says about a real caller is tested with real accounts in
-tests/test_agent_accounts.py.
+tests/system/test_agent_accounts.py.
 """
 
 from __future__ import annotations

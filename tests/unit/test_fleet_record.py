@@ -3,7 +3,7 @@
 No Redis here: what is decided from registrations and publications (up or
 not, free or not, conflict, malformed) is decided by tpnode_tui.fleet.record,
 and is shown on it directly, with a fixed clock. The same rules over a real
-redis-server and real agents are in tests/test_fleet_agents.py.
+redis-server and real agents are in tests/system/test_fleet_agents.py.
 """
 
 from __future__ import annotations

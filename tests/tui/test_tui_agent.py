@@ -1,26 +1,21 @@
-"""The dashboard on a shared node: through the node's agent, as its accounts use it.
+"""The dashboard on a shared node, through the node's agent.
 
-The agent runs either in the test's own event loop over a real Unix socket
-(so it can be stopped and started again on the same socket while a dashboard
-watches), or as its own process as root, as systemd runs it; the dashboard
-is the real app over the product's agent client. What another account sees
-is seen by a dashboard run as that account: a real process of a real test
-account (tests/helpers/accounts.py), reporting what it showed.
+The agent runs in the test's own event loop over a real Unix socket (so it
+can be stopped and started again on the same socket while a dashboard
+watches); the dashboard is the real app over the product's agent client. The
+agent as its own process as root, and what another account's dashboard
+shows, are in tests/system/test_tui_accounts.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
-import textwrap
 
-from helpers.accounts import runnable
 from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text
 from helpers.waiting import until_async, until_pilot
-from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.screens.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.launch import LaunchScreen
@@ -126,83 +121,6 @@ async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_
         return any(j.run_id == "later" and j.live for j in (await client.status()).snapshot.jobs)
 
     await until_async(started, "the queued launch to start after the dashboard quit", every=0.1)
-
-
-# -- the agent as its own process, and other accounts ----------------------------------
-
-
-async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_exports(shared_node):
-    node = AgentNode(shared_node.socket)
-    app = Dashboard(node, default_command=("sleep", "60"))
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            await polled(pilot, app)
-            assert f"agent at {shared_node.socket}" in header(app)
-            await pilot.press("l")
-            await fill(pilot, app.screen, "cards", "2")
-            await fill(pilot, app.screen, "run-id", "real-agent")
-            await pilot.press("enter")
-            await until_pilot(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on its cards")
-            assert app.heard("Launched: real-agent got cards 0,1.")
-            assert "export CUDA_VISIBLE_DEVICES=0,1" in str(app.query_one("#detail-text").render())
-    finally:
-        await node.close()
-
-
-#: A dashboard run as another account against the agent; prints what it showed.
-AS_ACCOUNT = textwrap.dedent("""
-    import asyncio, json, sys, time
-    from pathlib import Path
-    from tpnode_tui.node.remote import AgentNode
-    from tpnode_tui.tui.app import NodeDashboard
-
-    class Dashboard(NodeDashboard):
-        said = []
-        def notify(self, message, **kwargs):
-            self.said.append(f"{kwargs.get('title', '')}: {message}")
-            super().notify(message, **kwargs)
-
-    async def main():
-        node = AgentNode(Path(sys.argv[1]))
-        app = Dashboard(node)
-        shown = {}
-        async with app.run_test(size=(120, 40)) as pilot:
-            deadline = time.monotonic() + 30
-            while not (app.snapshot and app.snapshot.jobs):
-                assert time.monotonic() < deadline, "nothing read"
-                await pilot.pause(0.05)
-            shown["header"] = str(app.query_one("#header").render())
-            shown["stop offered"] = app.check_action("stop", ())
-            shown["extend offered"] = app.check_action("extend", ())
-            app.action_stop()  # as if offered anyway: the agent decides
-            await pilot.press("y")
-            while not any("allowed" in m for m in app.said):
-                assert time.monotonic() < deadline, app.said
-                await pilot.pause(0.05)
-            shown["said"] = app.said
-        await node.close()
-        print(json.dumps(shown))
-
-    asyncio.run(main())
-""")
-
-
-def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_agent_s_refusal(shared_node, accounts):
-    alice, bob = accounts.alice, accounts.bob
-    assert shared_node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "a-rsv").returncode == 0
-    script = shared_node.root / "dashboard_as.py"
-    script.write_text(AS_ACCOUNT)
-    script.chmod(0o644)
-    done = bob.run([runnable().python, str(script), str(shared_node.socket)], env=shared_node.env(bob), timeout=90)
-    assert done.returncode == 0, done.stderr[-3000:]
-    shown = json.loads(done.stdout.strip().splitlines()[-1])
-    who = shown["header"].splitlines()[1].strip()
-    assert who == f"{bob.name} │ agent at {shared_node.socket}", who  # not an operator: no "operator"
-    assert shown["stop offered"] is False and shown["extend offered"] is False
-    [refusal] = [m for m in shown["said"] if "allowed" in m]
-    assert refusal.startswith("Not allowed to stop a-rsv: card 0 is held by a-rsv of ")
-    assert f"only {alice.name} or an operator (root, group {accounts.operators_group}) may stop it" in refusal
-    assert shared_node.status(alice)["jobs"][0]["status"] == "running"
 
 
 def test_the_dashboard_told_to_use_an_agent_that_does_not_answer_says_so_in_one_line(tmp_path):

@@ -16,7 +16,6 @@ import time
 import psutil
 import pytest
 
-from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
 from tpnode_tui.core.belonging import classify, part_of_job
 from tpnode_tui.host.procinfo import describe
@@ -29,14 +28,6 @@ def sleeper(account, procs) -> int:
     proc = account.spawn(["sleep", "300"], env=account.env())
     procs.append(proc)
     return proc.pid
-
-
-@pytest.fixture
-async def service_node(tmp_path):
-    """4 simulated cards showing whichever pids a test puts there, and real process jobs."""
-    n = ServiceNode(tmp_path)
-    yield n
-    await n.close()
 
 
 def belongs(card) -> dict[int, str]:
@@ -185,38 +176,37 @@ async def test_a_process_job_that_leaves_its_session_is_still_its_own_through_it
 
 
 @pytest.mark.docker
-async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrudes(tmp_path, dockerd, accounts, spawned):
+async def test_a_docker_jobs_container_is_its_own_and_a_hand_started_one_intrudes(
+    dockerd, accounts, spawned, make_node
+):
     from tpnode_tui.runtimes.docker import DockerRuntime
 
     runtime = DockerRuntime(gpu_mode="none", hold_image=dockerd.image, stop_timeout_s=1)
-    node = ServiceNode(tmp_path, runtime=runtime)
-    try:
-        launched = await node.allocator.launch(
-            JobSpec(
-                run_id="web",
-                cards=1,
-                image=dockerd.image,
-                owner=accounts.alice.name,
-                command=("sh", "-c", "trap 'exit 0' TERM; sleep 120 & wait"),
-            )
+    node = make_node(runtime=runtime)
+    launched = await node.allocator.launch(
+        JobSpec(
+            run_id="web",
+            cards=1,
+            image=dockerd.image,
+            owner=accounts.alice.name,
+            command=("sh", "-c", "trap 'exit 0' TERM; sleep 120 & wait"),
         )
-        job = launched.job
-        assert job.container_id and len(job.container_id) == 64 and job.pid
-        dockerd.cli("run", "-d", "--name", "squatter", dockerd.image, "sleep", "120")
-        squatter = int(dockerd.cli("inspect", "-f", "{{.State.Pid}}", "squatter").stdout)
-        his = sleeper(accounts.bob, spawned)
-        for pid in (job.pid, squatter, his):
-            node.put(0, pid)
+    )
+    job = launched.job
+    assert job.container_id and len(job.container_id) == 64 and job.pid
+    dockerd.cli("run", "-d", "--name", "squatter", dockerd.image, "sleep", "120")
+    squatter = int(dockerd.cli("inspect", "-f", "{{.State.Pid}}", "squatter").stdout)
+    his = sleeper(accounts.bob, spawned)
+    for pid in (job.pid, squatter, his):
+        node.put(0, pid)
 
-        card = (await node.allocator.snapshot()).cards[0]
-        assert belongs(card) == {job.pid: HOLDER, squatter: INTRUDER, his: INTRUDER}
-        shown = {h.pid: h for h in card.holders}
-        assert (shown[job.pid].container, shown[job.pid].container_name, shown[job.pid].container_image) == (
-            job.container_id,
-            "tpn-web",
-            dockerd.image,
-        )
-        assert (shown[squatter].container_name, shown[squatter].container_image) == ("squatter", dockerd.image)
-        assert "in container squatter" in card.warning
-    finally:
-        await node.close()
+    card = (await node.allocator.snapshot()).cards[0]
+    assert belongs(card) == {job.pid: HOLDER, squatter: INTRUDER, his: INTRUDER}
+    shown = {h.pid: h for h in card.holders}
+    assert (shown[job.pid].container, shown[job.pid].container_name, shown[job.pid].container_image) == (
+        job.container_id,
+        "tpn-web",
+        dockerd.image,
+    )
+    assert (shown[squatter].container_name, shown[squatter].container_image) == ("squatter", dockerd.image)
+    assert "in container squatter" in card.warning

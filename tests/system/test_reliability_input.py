@@ -4,10 +4,10 @@ Bad input gets one clear line and an exit code and loses nothing: malformed
 labels on real containers, broken state files, hostile run ids, owners and
 commands. Security: only platform containers are touched, files are private,
 a Redis password is never shown, and an engine socket the user may not open is
-a plain error. (Usage mistakes on every command are in tests/test_cli.py; the
-dashboard's dialogs, stop confirmation and --readonly in tests/test_tui_actions.py;
-the label and nvidia-smi parsers are fuzzed in tests/test_labels.py and
-tests/test_probe_smi.py.)
+a plain error. (Usage mistakes on every command are in tests/service/test_cli.py; the
+dashboard's dialogs, stop confirmation and --readonly in tests/tui/test_tui_actions.py;
+the label and nvidia-smi parsers are fuzzed in tests/unit/test_labels.py and
+tests/unit/test_probe_smi.py.)
 """
 
 from __future__ import annotations

@@ -8,24 +8,18 @@ appears on the selected card) still reaches the tile and the footer.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
-from helpers.dashboard import SIZE, DashboardNode, polled
+from helpers.dashboard import SIZE, polled
 from helpers.waiting import until_pilot
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.tiles import CardTile
 
-
-@pytest.fixture
-async def service_node(tmp_path: Path):
-    n = DashboardNode(tmp_path, 4)
-    yield n
-    await n.close()
+#: the node as the dashboard serves one without an agent (helpers/dashboard.py)
+pytestmark = pytest.mark.service_node(dashboard=True)
 
 
 async def polls(pilot, app: NodeDashboard, n: int) -> None:

@@ -1,6 +1,6 @@
 """Triage from the dashboard: drain, undrain, evict, the node's log and the cards' history.
 
-Over the real pieces, as tests/test_tui_actions.py: the node's service and
+Over the real pieces, as tests/tui/test_tui_actions.py: the node's service and
 allocator served in the test's process, the simulated probe reading a scene
 file the test rewrites (which processes the driver lists on which card, and
 the card's health), real processes, and the flock lock. The person at the
@@ -47,11 +47,8 @@ STUBBORN = (
 )
 
 
-@pytest.fixture
-async def service_node(tmp_path):
-    n = DashboardNode(tmp_path, 4, triage_evict_grace_s="0.5")
-    yield n
-    await n.close()
+#: the node as the dashboard serves one without an agent (helpers/dashboard.py), evicting with a short grace
+pytestmark = pytest.mark.service_node(dashboard=True, settings={"triage_evict_grace_s": "0.5"})
 
 
 def on_card(node: DashboardNode, index: int, *pids: int) -> None:

@@ -511,10 +511,9 @@ async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(docker
 
 @pytest.mark.docker
 async def test_an_extended_reservation_changes_container_but_never_lets_go_of_its_cards(dockerd, runtime, tmp_path):
+    from helpers.allocators import build_allocator
     from helpers.services import write_scene
-    from tpnode_tui.allocator.allocator import GpuAllocator
     from tpnode_tui.config.settings import load_settings
-    from tpnode_tui.locks import make_lock
     from tpnode_tui.probes import make_probe
 
     scene = write_scene(tmp_path / "node.json", 8)
@@ -526,7 +525,7 @@ async def test_an_extended_reservation_changes_container_but_never_lets_go_of_it
         probe_kind=f"simulated:{scene}",
         state_dir=str(tmp_path / "state"),
     )
-    allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
+    allocator = build_allocator(settings, runtime, make_probe(settings))
     samples: list[dict[int, str]] = []
     done = asyncio.Event()
 
@@ -667,10 +666,9 @@ async def test_env_mode_hands_the_mig_device_to_the_job_by_uuid(dockerd):
 async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_slice_reservation_keeps_it(
     dockerd, runtime, tmp_path
 ):
+    from helpers.allocators import build_allocator
     from helpers.services import write_scene
-    from tpnode_tui.allocator.allocator import GpuAllocator
     from tpnode_tui.config.settings import load_settings
-    from tpnode_tui.locks import make_lock
     from tpnode_tui.model.errors import NoCapacity
     from tpnode_tui.probes import make_probe
     from tpnode_tui.runtimes.labels import SLICES
@@ -695,7 +693,7 @@ async def test_the_allocator_puts_a_docker_job_on_a_free_slice_and_an_extended_s
         probe_kind=f"simulated:{scene}",
         state_dir=str(tmp_path / "state"),
     )
-    allocator = GpuAllocator(runtime, make_probe(settings), settings, make_lock(settings))
+    allocator = build_allocator(settings, runtime, make_probe(settings))
     try:
         got = await allocator.launch(JobSpec("nb", 1, ("sleep", "30"), image=dockerd.image, slice="1g.18gb"))
         assert got.gpus == () and got.slices[0].uuid == slices[0]["uuid"]

@@ -1,7 +1,7 @@
 """The table of actions (tpnode_tui/tui/actions.py): one place per key, and what it decides.
 
 The footer, the palette, the help and ``check_action`` are all made from the
-table; the pictures (tests/test_tui_snapshots.py) pin what they show. These
+table; the pictures (tests/tui/test_tui_snapshots.py) pin what they show. These
 tests hold the table to itself, with a stand-in for the dashboard's state.
 """
 

@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.paths import CHECKOUT
 from helpers.services import unavailable
 from tpnode_tui.config.sections import DEFAULT_AGENT_SOCKET, DEFAULT_STATE_DIR
 
-UNIT = Path(__file__).parent.parent / "contrib" / "systemd" / "tpnode-tui-agent.service"
+UNIT = CHECKOUT / "contrib" / "systemd" / "tpnode-tui-agent.service"
 
 
 def _section(name: str) -> dict[str, list[str]]:

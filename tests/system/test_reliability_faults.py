@@ -29,6 +29,7 @@ import psutil
 import pytest
 import redis as redis_sync
 
+from helpers.allocators import build_allocator
 from helpers.load import (
     BOUND_S,
     DOCKER_JOB,
@@ -51,7 +52,7 @@ from helpers.services import write_scene
 from helpers.waiting import until, until_pilot
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.config.settings import load_settings
-from tpnode_tui.locks import REDIS_KEY, make_lock
+from tpnode_tui.locks import REDIS_KEY
 from tpnode_tui.model.errors import NoCapacity, RuntimeUnavailable
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.probes.nvml import NvmlProbe
@@ -229,7 +230,7 @@ def test_a_lease_lost_mid_allocation_leaves_one_job_and_the_other_reports_no_cap
     def slow_launch() -> None:
         async def main():
             settings = load_settings(env)
-            allocator = GpuAllocator(runtime, SimulatedProbe(scene), settings, make_lock(settings))
+            allocator = build_allocator(settings, runtime, SimulatedProbe(scene))
             try:
                 return await allocator.launch(slow_spec)
             finally:
@@ -541,7 +542,7 @@ def test_a_dashboard_killed_and_a_new_one_see_the_same_node(scene_node):
 
 def _nvml_allocator(state_dir: Path, fake: FakeNvml) -> GpuAllocator:
     settings = load_settings({}, runtime_kind="process", state_dir=str(state_dir))
-    return GpuAllocator(ProcessRuntime(state_dir), NvmlProbe(5.0, nvml=fake), settings, make_lock(settings))
+    return build_allocator(settings, ProcessRuntime(state_dir), NvmlProbe(5.0, nvml=fake))
 
 
 async def test_nvml_failing_once_makes_the_node_wait_then_is_not_remembered(scene_node):

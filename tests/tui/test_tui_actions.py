@@ -6,7 +6,7 @@ the node's real service and allocator, the simulated probe reading a scene
 file in tmp_path, the process runtime with real processes in a tmp state dir,
 and the flock lock. What a test asserts is what an operator would see: the
 tile, the table, the banner, the notification. The dashboard over an agent,
-and over accounts that are not operators, is in tests/test_tui_agent.py.
+and over accounts that are not operators, is in tests/tui/test_tui_agent.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from helpers.callers import BOB
 from helpers.dashboard import (
     SIZE,
     Dashboard,
-    DashboardNode,
     end,
     fill,
     header,
@@ -48,19 +47,10 @@ from tpnode_tui.tui.screens.launch import LaunchScreen
 from tpnode_tui.tui.screens.reserve import ReserveScreen
 from tpnode_tui.tui.tiles import CardGrid
 
-
-@pytest.fixture
-async def service_node(tmp_path):
-    n = DashboardNode(tmp_path, 4)
-    yield n
-    await n.close()
-
-
-@pytest.fixture
-async def small_node(tmp_path):
-    n = DashboardNode(tmp_path, 2)
-    yield n
-    await n.close()
+#: the node as the dashboard serves one without an agent (helpers/dashboard.py)
+pytestmark = pytest.mark.service_node(dashboard=True)
+#: two cards, so that one launch can take the node
+SMALL = pytest.mark.service_node(cards=2)
 
 
 def closed_port() -> int:
@@ -127,9 +117,10 @@ async def test_the_launch_form_refuses_bad_input_next_to_the_field(service_node)
         assert app.snapshot.jobs == (), "a refused or cancelled form launched something"
 
 
-async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_card_frees(small_node):
-    await small_node.place("holder", 2)
-    app = small_node.app()
+@SMALL
+async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_card_frees(service_node):
+    await service_node.place("holder", 2)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         assert states(app) == ["job", "job"]
@@ -148,7 +139,7 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         assert queued(app) == ["waits-its-turn"]
         assert states(app) == ["job", "job"], "a queued launch must not take a held card"
 
-        await small_node.allocator.stop("holder")
+        await service_node.allocator.stop("holder")
         await until_pilot(pilot, lambda: "waits-its-turn" not in queued(app), "the node's queue to place it")
         await until_pilot(
             pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards), "the placed job on a tile"
@@ -156,8 +147,9 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         await until_pilot(pilot, lambda: app.heard("Queued launch started: waits-its-turn got card "), "the report")
 
 
-async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(small_node):
-    app = small_node.app()
+@SMALL
+async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(service_node):
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await app._launch(request("too-big", cards=3))
@@ -167,9 +159,10 @@ async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(small_node
         assert "too-big" not in queued(app)
 
 
-async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
-    await small_node.place("holder", 2)
-    app = small_node.app()
+@SMALL
+async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(service_node):
+    await service_node.place("holder", 2)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await app._enqueue(request("never-mind"))
@@ -180,7 +173,7 @@ async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(small_node):
         await pilot.press("c")
         await until_pilot(pilot, lambda: app.heard("never-mind is no longer queued"), "the cancel")
         await until_pilot(pilot, lambda: "never-mind" not in queued(app), "the node's queue to drop it")
-        await small_node.allocator.stop("holder")
+        await service_node.allocator.stop("holder")
         await polled(pilot, app, 3)
         assert all(j.run_id != "never-mind" for j in app.snapshot.jobs), "a cancelled launch started"
 
@@ -263,36 +256,34 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
         await end(holder)
 
 
-async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(tmp_path):
+async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(make_node):
     url = f"redis://127.0.0.1:{closed_port()}/0"
-    n = DashboardNode(tmp_path, 2, lock_redis_url=url)
+    n = make_node(2, settings={"lock_redis_url": url})
     app = n.app()
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            await polled(pilot, app)
-            app.run_worker(app._launch(request("first")))  # with Redis down, they wait for ever
-            app.run_worker(app._launch(request("second")))
-            for run_id in ("first", "second"):
-                await until_pilot(pilot, lambda r=run_id: row_status(app, r) == "waiting", f"{run_id} to wait")
-                await until_pilot(
-                    pilot,
-                    lambda r=run_id: f"Redis at {url} unreachable" in row_cells(app, r)[-1],
-                    f"why {run_id} waits",
-                )
-            await select_row(pilot, app, "launch:first")
-            await pilot.press("c")
-            abandoned = "first is abandoned: it was still waiting for the allocation lock"
-            await until_pilot(pilot, lambda: app.heard(abandoned), "the cancel")
-            await until_pilot(pilot, lambda: not row_cells(app, "first"), "its row to go")
-            await polled(pilot, app, 2)
-            assert row_status(app, "second") == "waiting", "cancelling one ended another"
-            assert not app.heard("Launch refused")
-    finally:
-        await n.close()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        app.run_worker(app._launch(request("first")))  # with Redis down, they wait for ever
+        app.run_worker(app._launch(request("second")))
+        for run_id in ("first", "second"):
+            await until_pilot(pilot, lambda r=run_id: row_status(app, r) == "waiting", f"{run_id} to wait")
+            await until_pilot(
+                pilot,
+                lambda r=run_id: f"Redis at {url} unreachable" in row_cells(app, r)[-1],
+                f"why {run_id} waits",
+            )
+        await select_row(pilot, app, "launch:first")
+        await pilot.press("c")
+        abandoned = "first is abandoned: it was still waiting for the allocation lock"
+        await until_pilot(pilot, lambda: app.heard(abandoned), "the cancel")
+        await until_pilot(pilot, lambda: not row_cells(app, "first"), "its row to go")
+        await polled(pilot, app, 2)
+        assert row_status(app, "second") == "waiting", "cancelling one ended another"
+        assert not app.heard("Launch refused")
 
 
-async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(small_node):
-    runtime = small_node.allocator.runtime
+@SMALL
+async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(service_node):
+    runtime = service_node.allocator.runtime
     real_create, gate = runtime.create, asyncio.Event()
 
     async def slow_create(spec, gpus):  # the real create, once the test lets it go on
@@ -300,7 +291,7 @@ async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(s
         return await real_create(spec, gpus)
 
     runtime.create = slow_create
-    app = small_node.app()
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await pilot.press("l")
@@ -327,9 +318,10 @@ async def test_a_cancel_once_the_launch_holds_the_lock_is_too_late_and_says_so(s
         assert [j.run_id for j in await runtime.ps() if j.live] == ["too-late"], "it was placed all the same"
 
 
-async def test_quit_with_launches_queued_asks_first_naming_them(small_node):
-    await small_node.place("holder", 2)
-    app = small_node.app()
+@SMALL
+async def test_quit_with_launches_queued_asks_first_naming_them(service_node):
+    await service_node.place("holder", 2)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         for run_id in ("first-in-line", "second-in-line"):
@@ -602,44 +594,41 @@ async def test_the_layout_follows_each_resize_at_once_both_ways(service_node):
         assert "runtime process" in str(app.query_one("#header").render())
 
 
-async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_table(tmp_path):
-    n = DashboardNode(tmp_path, 256)
+async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_table(make_node):
+    n = make_node(256)
     busy = {"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 30000}
     sick = {"name": "NVIDIA H200", "memory_total_mib": 143771, "health": {"row_remap_pending": True}}
     idle = {"name": "NVIDIA H200", "memory_total_mib": 143771}
     cards = [busy if 4 <= i <= 6 or i == 8 or 13 <= i <= 244 else sick if 245 <= i <= 254 else idle for i in range(256)]
     write_scene(n.scene, cards)
     app = n.app()
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            await polled(pilot, app)
-            await pilot.pause()
-            summary = app.query_one("#summary")
-            text = str(summary.render())
-            assert "236 held by processes outside the platform (cards 4-6,8,13-244)" in text, text
-            assert "10 unhealthy (cards 245-254: row remapping pending (needs a GPU reset))" in text, text
-            assert summary.region.height <= 2, f"the summary takes {summary.region.height} rows"
-            jobs = app.query_one("#jobs").region
-            assert jobs.height >= 4 and jobs.bottom <= app.size.height - 1, f"jobs table off screen: {jobs}"
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await pilot.pause()
+        summary = app.query_one("#summary")
+        text = str(summary.render())
+        assert "236 held by processes outside the platform (cards 4-6,8,13-244)" in text, text
+        assert "10 unhealthy (cards 245-254: row remapping pending (needs a GPU reset))" in text, text
+        assert summary.region.height <= 2, f"the summary takes {summary.region.height} rows"
+        jobs = app.query_one("#jobs").region
+        assert jobs.height >= 4 and jobs.bottom <= app.size.height - 1, f"jobs table off screen: {jobs}"
 
-            await pilot.press("l")
-            context = str(app.screen.query_one(".dialog-context").render())
-            assert "10 of 256 cards free now (cards 0-3,7,9-12,255)." in context, context
-            await fill(pilot, app.screen, "cards", "4")
-            await fill(pilot, app.screen, "run-id", "four-cards")
-            await pilot.press("enter")
-            await until_pilot(pilot, lambda: app.heard("four-cards got cards 0-3"), "the launch")
-            await until_pilot(pilot, lambda: "job:four-cards" in app.query_one("#jobs").row_keys, "its row")
-            table = app.query_one("#jobs")
-            row = table.get_row("job:four-cards")
-            assert "0-3" in [str(cell) for cell in row], row
-            assert "cards 0-3" in str(app.query_one("#detail-text").render())
-            await pilot.press("s")
-            assert "4 cards" not in str(app.screen.query_one(".dialog-body").render())
-            assert "cards 0-3" in str(app.screen.query_one(".dialog-body").render())
-            await pilot.press("n")
-    finally:
-        await n.close()
+        await pilot.press("l")
+        context = str(app.screen.query_one(".dialog-context").render())
+        assert "10 of 256 cards free now (cards 0-3,7,9-12,255)." in context, context
+        await fill(pilot, app.screen, "cards", "4")
+        await fill(pilot, app.screen, "run-id", "four-cards")
+        await pilot.press("enter")
+        await until_pilot(pilot, lambda: app.heard("four-cards got cards 0-3"), "the launch")
+        await until_pilot(pilot, lambda: "job:four-cards" in app.query_one("#jobs").row_keys, "its row")
+        table = app.query_one("#jobs")
+        row = table.get_row("job:four-cards")
+        assert "0-3" in [str(cell) for cell in row], row
+        assert "cards 0-3" in str(app.query_one("#detail-text").render())
+        await pilot.press("s")
+        assert "4 cards" not in str(app.screen.query_one(".dialog-body").render())
+        assert "cards 0-3" in str(app.screen.query_one(".dialog-body").render())
+        await pilot.press("n")
 
 
 async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(service_node):
@@ -699,20 +688,17 @@ async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(s
         assert "running-job" in tile_text(app, 0) and "FREE" in tile_text(app, 1)
 
 
-async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(tmp_path):
+async def test_no_driver_and_no_count_says_so_instead_of_an_empty_grid(make_node):
     problem = "NVML: library not found; nvidia-smi: not found on PATH"
-    n = DashboardNode(tmp_path, 0)
+    n = make_node(0)
     write_scene(n.scene, [], fail=problem)
     app = n.app()
-    try:
-        async with app.run_test(size=SIZE) as pilot:
-            await polled(pilot, app)
-            panel = app.query_one("#no-cards")
-            assert panel.has_class("-shown") and app.query_one(CardGrid).has_class("-hidden")
-            text = str(panel.render())
-            assert problem in text and "tpnode-tui --demo" in text and "--gpu-count" in text
-    finally:
-        await n.close()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        panel = app.query_one("#no-cards")
+        assert panel.has_class("-shown") and app.query_one(CardGrid).has_class("-hidden")
+        text = str(panel.render())
+        assert problem in text and "tpnode-tui --demo" in text and "--gpu-count" in text
 
 
 async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it(service_node, tmp_path):
@@ -823,7 +809,7 @@ async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_proces
 async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hears_the_node_s_rule(service_node):
     """The node's service and rules are real; only the caller is named by hand,
     as no other account can run inside this test (real accounts against a real
-    agent are in tests/test_tui_agent.py)."""
+    agent are in tests/tui/test_tui_agent.py)."""
     await service_node.place("someone-elses", 1)  # owner "tester"
     as_bob = LocalNode(service_node.local.service, BOB)
     app = Dashboard(as_bob, default_command=("sleep", "60"))
@@ -857,18 +843,19 @@ async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hear
         await pilot.press("escape")
 
 
-async def test_a_queued_launch_the_node_drops_is_said_with_the_node_s_reason(small_node, tmp_path):
+@SMALL
+async def test_a_queued_launch_the_node_drops_is_said_with_the_node_s_reason(service_node, tmp_path):
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\nsleep 60\n")
     script.chmod(0o755)
-    await small_node.place("holder", 2)
-    app = small_node.app()
+    await service_node.place("holder", 2)
+    app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         await app._enqueue(LaunchRequest(cards=1, command=(str(script),), run_id="goes-missing"))
         await until_pilot(pilot, lambda: "goes-missing" in queued(app), "it to be queued")
         script.unlink()  # by the time there is room, its command is gone
-        await small_node.allocator.stop("holder")
+        await service_node.allocator.stop("holder")
         dropped = "Queued launch dropped: queued launch goes-missing left the queue: "
         await until_pilot(pilot, lambda: app.heard(dropped), "the reason, from the node's log")
         assert str(script) in next(m for m, _ in app.said if "goes-missing left the queue" in m)

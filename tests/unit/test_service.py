@@ -4,7 +4,7 @@ The runtime and probe are the in-memory stand-ins of tests/helpers/fakes.py (so 
 probe read can be counted and nothing else moves); the lock is the real flock.
 Callers are built by hand, because what the rules decide from an identity is
 what is under test here; identities from the kernel, with real accounts and a
-real agent, are in tests/test_agent_accounts.py.
+real agent, are in tests/system/test_agent_accounts.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import replace
 import pytest
 
 from helpers.callers import ALICE, BOB, ROOT
-from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
 from tpnode_tui.core.policy import CardLimits
 from tpnode_tui.locks import make_lock
@@ -25,16 +24,8 @@ from tpnode_tui.port.types import Cancelled, LaunchRequest, ReserveRequest
 WAIT_S = 10.0
 
 
-def make_node(tmp_path, cards: int = 4, **limits) -> ServiceNode:
-    """The stand-ins' probe and runtime, the agent's queue file, and these card limits."""
-    return ServiceNode(tmp_path, cards, probe="static", runtime="memory", file_queue=True, limits=CardLimits(**limits))
-
-
-@pytest.fixture
-async def service_node(tmp_path):
-    n = make_node(tmp_path)
-    yield n
-    await n.close()
+#: the stand-ins' probe and runtime, and the agent's queue file
+pytestmark = pytest.mark.service_node(probe="static", runtime="memory", file_queue=True)
 
 
 async def test_many_readers_cost_one_probe_read_per_poll(service_node):
@@ -78,17 +69,14 @@ async def test_asking_for_another_owner_is_refused_unless_an_operator_asks(servi
     assert done.job.owner == "alice"
 
 
-async def test_a_quota_is_checked_under_the_lock_so_two_launches_at_once_cannot_both_pass(tmp_path):
-    n = make_node(tmp_path, cards=8, default=2)
+async def test_a_quota_is_checked_under_the_lock_so_two_launches_at_once_cannot_both_pass(make_node):
+    n = make_node(8, limits=CardLimits(default=2))
     n.runtime.create_delay = 0.05  # a wide window between reading and creating
-    try:
-        results = await asyncio.gather(n.launch(ALICE, "x1", 2), n.launch(ALICE, "x2", 2), return_exceptions=True)
-        refused = [r for r in results if isinstance(r, NotAllowed)]
-        assert len(refused) == 1 and "you hold 2 cards" in str(refused[0]), results
-        assert sum(len(j.gpus) for j in n.runtime.jobs.values()) == 2
-        await n.launch(BOB, "b1", 2)  # another account's quota is its own
-    finally:
-        await n.close()
+    results = await asyncio.gather(n.launch(ALICE, "x1", 2), n.launch(ALICE, "x2", 2), return_exceptions=True)
+    refused = [r for r in results if isinstance(r, NotAllowed)]
+    assert len(refused) == 1 and "you hold 2 cards" in str(refused[0]), results
+    assert sum(len(j.gpus) for j in n.runtime.jobs.values()) == 2
+    await n.launch(BOB, "b1", 2)  # another account's quota is its own
 
 
 async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_the_round(service_node):
@@ -119,25 +107,22 @@ async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_t
     assert service_node.service.queued() == ()
 
 
-async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_others(tmp_path):
-    n = make_node(tmp_path, cards=4, per_account={"alice": 1})
-    try:
-        await n.launch(ALICE, "mine", 1)
-        await n.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="later", queue=True))
-        n.probe.set_card(3, memory_used_mib=90000)  # someone outside takes card 3: 2 left
-        with pytest.raises(NotAllowed):
-            await n.launch(ALICE, "now", 1)
-        await n.launch(BOB, "queued-b", 4, queue=True)
-        await n.launch(BOB, "queued-c", 1, queue=True)
-        await n.service.poll()
-        n.service.launches.try_queue()
-        await until_async(
-            lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(), "a round of the queue"
-        )
-        assert "tpn-later" not in n.runtime.jobs
-        assert [q.run_id for q in n.service.queued()] == ["later", "queued-b", "queued-c"]
-    finally:
-        await n.close()
+async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_others(make_node):
+    n = make_node(limits=CardLimits(per_account={"alice": 1}))
+    await n.launch(ALICE, "mine", 1)
+    await n.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="later", queue=True))
+    n.probe.set_card(3, memory_used_mib=90000)  # someone outside takes card 3: 2 left
+    with pytest.raises(NotAllowed):
+        await n.launch(ALICE, "now", 1)
+    await n.launch(BOB, "queued-b", 4, queue=True)
+    await n.launch(BOB, "queued-c", 1, queue=True)
+    await n.service.poll()
+    n.service.launches.try_queue()
+    await until_async(
+        lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(), "a round of the queue"
+    )
+    assert "tpn-later" not in n.runtime.jobs
+    assert [q.run_id for q in n.service.queued()] == ["later", "queued-b", "queued-c"]
 
 
 async def test_a_launch_waiting_for_the_lock_is_listed_and_its_owner_can_cancel_it(service_node):

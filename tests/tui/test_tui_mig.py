@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.dashboard import SIZE, DashboardNode, fill
+from helpers.dashboard import SIZE, fill
 from helpers.waiting import until_pilot as until
 from tpnode_tui.tui.screens.launch import LaunchScreen
 
@@ -45,14 +45,8 @@ def mig_card() -> dict:
     }
 
 
-@pytest.fixture
-async def service_node(tmp_path):
-    """Four H200s, card 1 in MIG mode."""
-    node = DashboardNode(tmp_path, 4)
-    node.cards[1] = mig_card()
-    node.write()
-    yield node
-    await node.close()
+#: four H200s, card 1 in MIG mode, as the dashboard serves them without an agent
+pytestmark = pytest.mark.service_node(dashboard=True, scene_cards={1: mig_card()})
 
 
 def tile(app, index: int) -> str:

@@ -3,7 +3,7 @@
 The allocator here has the in-memory runtime and probe of tests/helpers/fakes.py, the
 real flock lock and the real drain file; the service's drain and undrain
 rules (operators only, refused while the card reports a problem) are in
-tests/test_triage_service.py.
+tests/unit/test_triage_service.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from helpers.fakes import MemoryRuntime, StaticProbe
-from tpnode_tui import GpuAllocator, NoCapacity
-from tpnode_tui.config.settings import load_settings
-from tpnode_tui.locks import make_lock
+from helpers.fakes import StaticProbe
+from tpnode_tui import NoCapacity
 from tpnode_tui.model.errors import RuntimeUnavailable
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.model.views import Drain
@@ -28,12 +26,8 @@ from tpnode_tui.state.drains import DrainStore
 
 
 @pytest.fixture
-async def allocator(tmp_path):
-    settings = load_settings({}, state_dir=str(tmp_path / "state"), lock_retry_ms=10)
-    runtime, probe = MemoryRuntime(), StaticProbe(cards=4)
-    alloc = GpuAllocator(runtime, probe, settings, make_lock(settings))
-    yield alloc
-    await alloc.close()
+def allocator(make_allocator):
+    return make_allocator(probe=StaticProbe(cards=4), lock_retry_ms=10)
 
 
 def drain(card: int, reason: str = "fan replaced tomorrow", source: str = "operator", xid=None) -> Drain:
@@ -74,13 +68,10 @@ async def test_a_job_on_a_card_drained_under_it_keeps_it_until_it_ends(allocator
     assert 0 not in (await allocator.occupancy()).free
 
 
-async def test_drains_survive_a_new_allocator_and_are_kept_0600(allocator, tmp_path):
+async def test_drains_survive_a_new_allocator_and_are_kept_0600(allocator, make_allocator):
     allocator.drains.drain(drain(2))
-    other = GpuAllocator(MemoryRuntime(), StaticProbe(cards=4), allocator.settings, make_lock(allocator.settings))
-    try:
-        assert (await other.occupancy()).drained == {2: "fan replaced tomorrow"}
-    finally:
-        await other.close()
+    other = make_allocator(probe=StaticProbe(cards=4), settings=allocator.settings)
+    assert (await other.occupancy()).drained == {2: "fan replaced tomorrow"}
     assert stat.S_IMODE(os.stat(allocator.drains.path).st_mode) == 0o600
 
 

@@ -26,12 +26,8 @@ from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 STUBBORN = ["sh", "-c", "trap '' TERM; echo ready; exec sleep 300"]
 
 
-@pytest.fixture
-async def service_node(tmp_path):
-    """4 simulated cards showing whichever pids a test puts there, real processes, and a 1 s grace."""
-    n = ServiceNode(tmp_path, evict_grace_s=1.0)
-    yield n
-    await n.close()
+#: 4 simulated cards showing whichever pids a test puts there, real processes, and a 1 s grace
+pytestmark = pytest.mark.service_node(evict_grace_s=1.0)
 
 
 def run_stubborn(node: ServiceNode, account) -> subprocess.Popen:

@@ -1,8 +1,9 @@
 """The agent's client: its HTTP, on a blocking socket and in an event loop.
 
-Against the real agent for what a user does, and against a small server of
-the test's own, speaking raw bytes, for what a real agent rarely does: close
-a kept connection, cut an answer short, or answer something that is not HTTP.
+Against a small server of the test's own, speaking raw bytes, for what a
+real agent rarely does: close a kept connection, cut an answer short, or
+answer something that is not HTTP. The blocking client against the real agent
+is in tests/service/test_agent_api.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from helpers.agents import Agent, running
 from tpnode_tui.model.errors import TpnodeError, exit_code
 from tpnode_tui.node.aiostream import unix
 from tpnode_tui.node.http import MAX_BODY, HttpClient, ProtocolError, Unreachable, straight, unix_blocking
@@ -206,22 +206,6 @@ def test_work_that_waits_on_an_event_loop_is_refused_straight_through():
 
     with pytest.raises(RuntimeError, match="waited for one"):
         straight(sleeps())
-
-
-async def test_a_blocking_node_asks_the_real_agent_without_an_event_loop(tmp_path):
-    async with running(Agent(tmp_path)) as agent:
-
-        def look():
-            node = AgentNode(agent.socket, blocking=True)
-            try:
-                assert straight(node.answers())
-                view = straight(node.status())
-                return view.you.user, len(view.snapshot.cards), node.where
-            finally:
-                straight(node.close())
-
-        user, cards, where = await asyncio.to_thread(look)
-    assert (cards, where) == (8, f"agent at {agent.socket}") and user
 
 
 def test_no_agent_is_unavailable_not_an_error_of_ours(tmp_path):

@@ -3,8 +3,9 @@
 The agent runs here in the test's own event loop over a real Unix socket, a
 simulated node and the process runtime with real processes; clients are the
 product's own (AgentNode) or raw HTTP written by hand, because a hostile or
-broken client does not use the product's client. Accounts other than root,
-and the agent as its own process, are in tests/test_agent_accounts.py.
+broken client does not use the product's client (the blocking one among
+them, as the CLI asks). Accounts other than root, and the agent as its own
+process, are in tests/system/test_agent_accounts.py.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import os
 
 import pytest
 
-from helpers.agents import WAIT_S
+from helpers.agents import WAIT_S, Agent, running
 from helpers.services import write_scene
 from helpers.waiting import until_async
 from tpnode_tui.model.errors import JobNotFound
+from tpnode_tui.node.http import straight
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.types import AgentUnavailable, LaunchRequest, ReserveRequest
 
@@ -244,3 +246,19 @@ async def test_a_slice_launch_waits_in_the_agents_queue_and_starts_when_a_slice_
     assert jobs["c"].slices == first.launched.slices
     for run_id in ("b", "c"):
         await client.stop(run_id)
+
+
+async def test_a_blocking_node_asks_the_real_agent_without_an_event_loop(tmp_path):
+    async with running(Agent(tmp_path)) as agent:
+
+        def look():
+            node = AgentNode(agent.socket, blocking=True)
+            try:
+                assert straight(node.answers())
+                view = straight(node.status())
+                return view.you.user, len(view.snapshot.cards), node.where
+            finally:
+                straight(node.close())
+
+        user, cards, where = await asyncio.to_thread(look)
+    assert (cards, where) == (8, f"agent at {agent.socket}") and user

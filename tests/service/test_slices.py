@@ -6,7 +6,7 @@ in MIG mode (or whose MIG mode is unknown) is never handed out whole. Against
 the simulated probe (cards split as tests/captures/h200-mig's H200 is), the
 real process runtime with real processes, and the real flock lock; the docker
 runtime's labels and device requests are in test_runtime_docker.py, the
-snapshot document's slices in test_wire.py.
+snapshot document's slices in tests/unit/test_wire.py.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Optional
 import psutil
 import pytest
 
+from helpers.allocators import build_allocator
 from helpers.callers import BOB, ROOT
 from helpers.load import kill_process_jobs
 from helpers.services import write_scene
@@ -30,7 +31,6 @@ from tpnode_tui import GpuAllocator
 from tpnode_tui.config.settings import load_settings
 from tpnode_tui.core.policy import CardLimits, Policy
 from tpnode_tui.host.identity import Operators
-from tpnode_tui.locks import make_lock
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NeverFits, NoCapacity, NotAllowed
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, Drain
@@ -60,7 +60,9 @@ def uuid(card: int, n: int) -> str:
 class MigNode:
     """A simulated node whose cards in ``mig`` are split as the H200 is and the rest
     whole, with the real process runtime and lock; a test puts processes on a
-    slice, or on a MIG card outside any slice, and changes the scene as it needs."""
+    slice, or on a MIG card outside any slice, and changes the scene as it needs.
+    Not a ServiceNode (conftest's make_node): the rules here are the allocator's,
+    and a test races allocators of its own over one scene and state dir."""
 
     def __init__(self, tmp_path: Path, cards: int = 2, mig: tuple[int, ...] = (0,), **settings) -> None:
         tmp_path.mkdir(parents=True, exist_ok=True)
@@ -78,11 +80,8 @@ class MigNode:
             if lock_dir is None
             else replace(self.settings, state=replace(self.settings.state, dir=lock_dir))
         )
-        return GpuAllocator(
-            runtime or ProcessRuntime(self.state, stop_timeout_s=2),
-            SimulatedProbe(self.scene),
-            settings,
-            make_lock(settings),
+        return build_allocator(
+            settings, runtime or ProcessRuntime(self.state, stop_timeout_s=2), SimulatedProbe(self.scene)
         )
 
     @staticmethod

@@ -1,6 +1,6 @@
 """The service's triage: drains by operators and by XIDs, the node's log, idle reservations, history.
 
-As in tests/test_service.py the runtime is the in-memory one of tests/helpers/fakes.py
+As in tests/unit/test_service.py the runtime is the in-memory one of tests/helpers/fakes.py
 and callers are built by hand (what the rules decide from an identity is
 under test; the kernel's identities are in the agent tests); the probe is
 the simulated one where XIDs are raised through its scene file, and the lock
@@ -34,16 +34,8 @@ class Clock:
         return self.now
 
 
-def make_node(tmp_path, **options) -> ServiceNode:
-    """The stand-ins' probe (4 cards) and runtime; ``options`` for the service (its clock, ...)."""
-    return ServiceNode(tmp_path, probe="static", runtime="memory", **options)
-
-
-@pytest.fixture
-async def service_node(tmp_path):
-    n = make_node(tmp_path)
-    yield n
-    await n.close()
+#: the stand-ins' probe (4 cards) and runtime
+pytestmark = pytest.mark.service_node(probe="static", runtime="memory")
 
 
 def watching(node) -> bool:
@@ -110,55 +102,51 @@ async def test_undrain_is_refused_while_the_card_reports_a_problem_and_says_whic
     assert lifted.reason == "ECC errors seen by the vendor tool"
 
 
-async def test_a_drain_survives_a_restart_of_the_service(tmp_path):
-    first = make_node(tmp_path)
-    try:
-        await first.service.drain_card(ROOT, 3, "sent for repair")
-    finally:
-        await first.close()
-    second = make_node(tmp_path)
-    try:
-        snap = await second.service.read_now()
-        assert snap.cards[3].state == "drained" and snap.occupancy.drained == {3: "sent for repair"}
-    finally:
-        await second.close()
+async def test_a_drain_survives_a_restart_of_the_service(make_node):
+    first = make_node()
+    await first.service.drain_card(ROOT, 3, "sent for repair")
+    await first.close()
+    second = make_node()  # on the same state dir
+    snap = await second.service.read_now()
+    assert snap.cards[3].state == "drained" and snap.occupancy.drained == {3: "sent for repair"}
 
 
 # ── XIDs ─────────────────────────────────────────────────────────────────────
 
 
-@pytest.fixture
-async def simulated(tmp_path):
-    n = ServiceNode(tmp_path, runtime="memory", xid_rules=XidRules.of(DEFAULT_XID_DRAIN, ignore=(92,)))
-    yield n
-    await n.close()
+#: the XID tests' node: the simulated probe, whose scene file raises XIDs
+XIDS = pytest.mark.service_node(probe="scene", xid_rules=XidRules.of(DEFAULT_XID_DRAIN, ignore=(92,)))
 
 
 def raise_xids(node: ServiceNode, card: int, *events: dict) -> None:
     node.edit(card, xid_events=[*node.cards[card].get("xid_events", []), *events])
 
 
-async def test_xid_79_drains_its_card_saying_to_reboot_and_is_handled_once(simulated):
-    simulated.serve()
-    await until_async(lambda: watching(simulated), "the XID watcher")
-    raise_xids(simulated, 1, {"id": "e1", "xid": 79})
-    await until_async(lambda: simulated.kinds("drain"), "the drain")
-    await until_async(lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained", "a reading")
-    card = simulated.service.reading.snapshot.cards[1]
+@XIDS
+async def test_xid_79_drains_its_card_saying_to_reboot_and_is_handled_once(service_node):
+    service_node.serve()
+    await until_async(lambda: watching(service_node), "the XID watcher")
+    raise_xids(service_node, 1, {"id": "e1", "xid": 79})
+    await until_async(lambda: service_node.kinds("drain"), "the drain")
+    await until_async(
+        lambda: (s := service_node.service.reading.snapshot) and s.cards[1].state == "drained", "a reading"
+    )
+    card = service_node.service.reading.snapshot.cards[1]
     assert (card.drain.source, card.drain.xid, card.drain.by) == ("xid", 79, "xid")
     assert card.reason == "XID 79: GPU has fallen off the bus; reboot the node"
     await asyncio.sleep(0.5)  # the watcher reads the scene again and again
-    assert len(simulated.kinds("xid")) == 1 and len(simulated.kinds("drain")) == 1
+    assert len(service_node.kinds("xid")) == 1 and len(service_node.kinds("drain")) == 1
     with pytest.raises(NoCapacity):
-        await simulated.service.launch(ALICE, LaunchRequest(cards=4, command=("sh",), run_id="all"))
+        await service_node.service.launch(ALICE, LaunchRequest(cards=4, command=("sh",), run_id="all"))
 
 
-async def test_an_application_xid_is_logged_against_the_job_and_shown_without_draining(simulated):
-    simulated.serve()
-    await simulated.service.launch(ALICE, LaunchRequest(cards=1, command=("sh",), run_id="train"))
-    await until_async(lambda: watching(simulated), "the XID watcher")
-    raise_xids(simulated, 0, {"id": "a", "xid": 13, "pid": 4242})
-    [entry] = await until_async(lambda: simulated.kinds("xid"), "the XID in the log")
+@XIDS
+async def test_an_application_xid_is_logged_against_the_job_and_shown_without_draining(service_node):
+    service_node.serve()
+    await service_node.service.launch(ALICE, LaunchRequest(cards=1, command=("sh",), run_id="train"))
+    await until_async(lambda: watching(service_node), "the XID watcher")
+    raise_xids(service_node, 0, {"id": "a", "xid": 13, "pid": 4242})
+    [entry] = await until_async(lambda: service_node.kinds("xid"), "the XID in the log")
     assert (entry["cards"], entry["xid"], entry["verdict"], entry["run_id"], entry["owner"], entry["pid"]) == (
         [0],
         13,
@@ -172,21 +160,22 @@ async def test_an_application_xid_is_logged_against_the_job_and_shown_without_dr
         "while train of alice held it; the program on the card failed; the card is "
         "fine and was not drained"
     )
-    card = await until_async(lambda: (c := simulated.service.reading.snapshot.cards[0]).warning and c, "the warning")
+    card = await until_async(lambda: (c := service_node.service.reading.snapshot.cards[0]).warning and c, "the warning")
     assert card.state == "job" and card.drain is None
     assert "XID 13 at" in card.warning and "(the program of train of alice)" in card.warning
-    assert simulated.kinds("drain") == []
+    assert service_node.kinds("drain") == []
 
 
-async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_action_wins(simulated):
-    simulated.serve()
-    await until_async(lambda: watching(simulated), "the XID watcher")
-    raise_xids(simulated, 2, {"id": "o", "xid": 63})
-    raise_xids(simulated, 3, {"id": "i", "xid": 92})
-    raise_xids(simulated, 1, {"id": "r", "xid": 13, "recovery_action": 1})
-    await until_async(lambda: len(simulated.kinds("xid")) == 3, "three XIDs in the log")
+@XIDS
+async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_action_wins(service_node):
+    service_node.serve()
+    await until_async(lambda: watching(service_node), "the XID watcher")
+    raise_xids(service_node, 2, {"id": "o", "xid": 63})
+    raise_xids(service_node, 3, {"id": "i", "xid": 92})
+    raise_xids(service_node, 1, {"id": "r", "xid": 13, "recovery_action": 1})
+    await until_async(lambda: len(service_node.kinds("xid")) == 3, "three XIDs in the log")
     snap = await until_async(
-        lambda: (s := simulated.service.reading.snapshot) and s.cards[1].state == "drained" and s, "the drain"
+        lambda: (s := service_node.service.reading.snapshot) and s.cards[1].state == "drained" and s, "the drain"
     )
     assert "XID 63 at" in snap.cards[2].warning and snap.cards[2].state == "free"
     assert snap.cards[3].warning is None and snap.cards[3].state == "free"
@@ -194,7 +183,7 @@ async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_act
         "XID 13: graphics engine exception (the program on the card faulted); "
         "reset the GPU (nvidia-smi -r) once nothing runs on it"
     )
-    verdicts = {e["xid"]: e["verdict"] for e in simulated.kinds("xid")}
+    verdicts = {e["xid"]: e["verdict"] for e in service_node.kinds("xid")}
     assert verdicts == {63: "other", 92: "ignored", 13: "drain"}
 
 
@@ -206,8 +195,9 @@ async def test_a_snapshot_says_when_xids_are_not_watched_and_why(service_node):
     assert snap.xid_watch == "" and snap.xid_problem == "XID events are not watched: the static probe reports none"
 
 
-async def test_a_one_shot_reading_says_xids_are_watched_only_while_served(simulated):
-    snap = await simulated.service.read_now()
+@XIDS
+async def test_a_one_shot_reading_says_xids_are_watched_only_while_served(service_node):
+    snap = await service_node.service.read_now()
     assert snap.xid_watch == "" and "only while the node is served" in snap.xid_problem
 
 
@@ -283,49 +273,43 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(service_
     assert got[0]["message"] == "card 1 drained by root: old news"
 
 
-async def test_the_log_rotates_at_its_size_through_the_service(tmp_path):
-    n = make_node(tmp_path, log_max_bytes=4096)
-    try:
-        for i in range(60):
-            await n.service.drain_card(ROOT, i % 4, f"drain number {i}" + "." * 40)
-            await n.service.undrain_card(ROOT, i % 4)
-        files = n.log.files()
-        assert len(files) == 4  # events.jsonl and three rotated
-        assert all(f.stat().st_size <= 4096 for f in files)
-        entries = n.service.events(ROOT)
-        assert entries[-1]["action"] == "undrain" and len(entries) < 120  # the oldest were dropped
-        assert [e["time"] for e in entries] == sorted(e["time"] for e in entries)
-    finally:
-        await n.close()
+async def test_the_log_rotates_at_its_size_through_the_service(make_node):
+    n = make_node(log_max_bytes=4096)
+    for i in range(60):
+        await n.service.drain_card(ROOT, i % 4, f"drain number {i}" + "." * 40)
+        await n.service.undrain_card(ROOT, i % 4)
+    files = n.log.files()
+    assert len(files) == 4  # events.jsonl and three rotated
+    assert all(f.stat().st_size <= 4096 for f in files)
+    entries = n.service.events(ROOT)
+    assert entries[-1]["action"] == "undrain" and len(entries) < 120  # the oldest were dropped
+    assert [e["time"] for e in entries] == sorted(e["time"] for e in entries)
 
 
 # ── idle reservations and history ───────────────────────────────────────────
 
 
-async def test_a_reservation_nobody_uses_is_marked_idle_and_use_clears_it(tmp_path):
+async def test_a_reservation_nobody_uses_is_marked_idle_and_use_clears_it(make_node):
     clock = Clock()
-    n = make_node(tmp_path, clock=clock, idle_after_s=30 * 60)
-    try:
-        await n.service.reserve(ROOT, ReserveRequest(cards=2, duration_s=7200, run_id="rsv-r"))
-        start = clock.now
-        await n.service.read_now()
-        clock.now += 29 * 60
-        assert (await n.service.read_now()).idle == {}
-        clock.now += 2 * 60
-        assert (await n.service.read_now()).idle == {"rsv-r": start}
-        n.probe.set_card(1, processes=(ProcessFacts(os.getpid(), 1024),))  # root's own, on root's card
-        clock.now += 60
-        assert (await n.service.read_now()).idle == {}
-        n.probe.set_card(1, processes=())
-        n.probe.set_card(0, memory_used_mib=40_000)  # memory in use, no process seen: in use too
-        clock.now += 45 * 60
-        assert (await n.service.read_now()).idle == {}
-        n.probe.set_card(0, memory_used_mib=1)
-        used = clock.now
-        clock.now += 45 * 60
-        assert (await n.service.read_now()).idle == {"rsv-r": used}
-    finally:
-        await n.close()
+    n = make_node(clock=clock, idle_after_s=30 * 60)
+    await n.service.reserve(ROOT, ReserveRequest(cards=2, duration_s=7200, run_id="rsv-r"))
+    start = clock.now
+    await n.service.read_now()
+    clock.now += 29 * 60
+    assert (await n.service.read_now()).idle == {}
+    clock.now += 2 * 60
+    assert (await n.service.read_now()).idle == {"rsv-r": start}
+    n.probe.set_card(1, processes=(ProcessFacts(os.getpid(), 1024),))  # root's own, on root's card
+    clock.now += 60
+    assert (await n.service.read_now()).idle == {}
+    n.probe.set_card(1, processes=())
+    n.probe.set_card(0, memory_used_mib=40_000)  # memory in use, no process seen: in use too
+    clock.now += 45 * 60
+    assert (await n.service.read_now()).idle == {}
+    n.probe.set_card(0, memory_used_mib=1)
+    used = clock.now
+    clock.now += 45 * 60
+    assert (await n.service.read_now()).idle == {"rsv-r": used}
 
 
 async def test_the_service_keeps_each_cards_recent_history(service_node):
@@ -343,24 +327,21 @@ async def test_the_service_keeps_each_cards_recent_history(service_node):
 # ── serving ─────────────────────────────────────────────────────────────────
 
 
-async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(tmp_path):
+async def test_serving_stops_when_cancelled_even_as_a_poll_is_asked_for(make_node):
     """A dashboard quitting cancels the polling; it must end, not poll on unseen,
     even when the cancel comes just as an action asks for a poll."""
-    n = make_node(tmp_path)
+    n = make_node()
     n.service.interval = 30
-    try:
-        for hops in range(4):
-            runner = asyncio.ensure_future(n.service.run())
-            await until_async(lambda: n.service.reading.seq > 0, "a first poll")
-            await asyncio.sleep(0.05)  # waiting out the interval now
-            n.service.poll_soon()
-            for _ in range(hops):
-                await asyncio.sleep(0)
-            runner.cancel()
-            done, _ = await asyncio.wait({runner}, timeout=5)
-            assert done, f"run() went on polling after it was cancelled ({hops} hops after the wake)"
-    finally:
-        await n.close()
+    for hops in range(4):
+        runner = asyncio.ensure_future(n.service.run())
+        await until_async(lambda: n.service.reading.seq > 0, "a first poll")
+        await asyncio.sleep(0.05)  # waiting out the interval now
+        n.service.poll_soon()
+        for _ in range(hops):
+            await asyncio.sleep(0)
+        runner.cancel()
+        done, _ = await asyncio.wait({runner}, timeout=5)
+        assert done, f"run() went on polling after it was cancelled ({hops} hops after the wake)"
 
 
 def test_a_storm_of_xids_is_counted_on_the_card_not_listed_without_end():

@@ -1,6 +1,6 @@
 """Prometheus /metrics: parsed as Prometheus parses it, from a real agent and from readings made by hand.
 
-The agent runs in the test's loop (as in tests/test_agent_api.py) with its
+The agent runs in the test's loop (as in tests/service/test_agent_api.py) with its
 metrics on a free loopback port; the scrape is plain HTTP and its text is
 read with prometheus_client's own parser.
 """
@@ -13,7 +13,6 @@ import json
 import re
 import time
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import aiohttp
@@ -23,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.agents import Agent, running
 from helpers.fleet import T, job, node_snapshot
+from helpers.paths import CHECKOUT
 from helpers.services import free_port, write_scene
 from helpers.waiting import until_async
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
@@ -37,7 +37,7 @@ DCGM = (
     "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_POWER_USAGE",
 )
-GRAFANA = Path(__file__).resolve().parent.parent / "contrib" / "grafana" / "tpnode.json"
+GRAFANA = CHECKOUT / "contrib" / "grafana" / "tpnode.json"
 
 
 def scene_cards(n: int = 8) -> list[dict]:
