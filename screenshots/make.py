@@ -24,8 +24,8 @@ from tpnode_tui.demo.scene import DemoScene
 from tpnode_tui.demo.stage import DEMO_COMMAND, start_demo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.widgets.tiles import CardGrid
 
 HERE = Path(__file__).resolve().parent
 SIZE = (120, 40)

@@ -21,7 +21,7 @@ from tpnode_tui.fleet import record
 from tpnode_tui.fleet.reader import FleetUnavailable
 from tpnode_tui.port.wire import WireError
 from tpnode_tui.tui.fleet import FleetApp, NodeScreen
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.widgets.tiles import CardGrid
 
 SIZE = (120, 40)
 NOW = T + 0.5

@@ -27,7 +27,7 @@ from tpnode_tui.model.views import HolderInfo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.text.printable import printable, printable_lines, printable_view
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 
 #: clears the screen, retitles the window, turns what follows red
 ESCAPES = "\x1b[2J\x1b]0;pwned\x07\x1b[31mEVIL"

@@ -42,11 +42,11 @@ from tpnode_tui.locks import make_lock
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.extend import ExtendScreen
-from tpnode_tui.tui.screens.launch import LaunchScreen
-from tpnode_tui.tui.screens.reserve import ReserveScreen
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.extend import ExtendScreen
+from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
+from tpnode_tui.tui.screens.dialogs.reserve import ReserveScreen
+from tpnode_tui.tui.widgets.tiles import CardGrid
 
 
 @pytest.fixture

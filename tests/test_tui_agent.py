@@ -22,8 +22,8 @@ from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, sta
 from helpers.waiting import until_async, until_pilot
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.types import LaunchRequest, ReserveRequest
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
 
 WAIT_S = 15.0
 

@@ -12,9 +12,9 @@ from tpnode_tui.demo.scene import DemoScene
 from tpnode_tui.demo.stage import DEMO_COMMAND, start_demo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.detail import describe_card
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.card import describe_card
 
 
 @pytest.fixture

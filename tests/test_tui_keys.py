@@ -1,4 +1,4 @@
-"""The table of actions (tpnode_tui/tui/actions.py): one place per key, and what it decides.
+"""The table of actions (tpnode_tui/tui/wording/keys.py): one place per key, and what it decides.
 
 The footer, the palette, the help and ``check_action`` are all made from the
 table; the pictures (tests/test_tui_snapshots.py) pin what they show. These
@@ -13,9 +13,9 @@ from typing import Optional
 from helpers.fleet import job, node_snapshot
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.model.views import CardView, Drain, HolderInfo
-from tpnode_tui.tui.actions import ACTIONS, BINDINGS, BY_NAME, Situation, help_lines
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.help import key_lines
+from tpnode_tui.tui.screens.dialogs.help import key_lines
+from tpnode_tui.tui.wording.keys import ACTIONS, BINDINGS, BY_NAME, Situation, help_lines
 
 SQUATTER = HolderInfo(pid=4242, used_memory_mib=1024, visible=True, user="mallory", uid=1003)
 

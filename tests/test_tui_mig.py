@@ -11,7 +11,7 @@ import pytest
 
 from helpers.dashboard import SIZE, DashboardNode, fill
 from helpers.waiting import until_pilot as until
-from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
 
 GIB = 1024
 

@@ -18,7 +18,7 @@ from helpers.dashboard import SIZE, DashboardNode, polled
 from helpers.waiting import until_pilot
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.tiles import CardTile
+from tpnode_tui.tui.widgets.tiles import CardTile
 
 
 @pytest.fixture

@@ -29,12 +29,15 @@ from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.views import HOLDER, INTRUDER, UNKNOWN, HolderInfo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port.types import AgentUnavailable
-from tpnode_tui.tui.detail import holder_text
-from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.drain import DrainScreen
-from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns, padded, squeeze, summary
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.follow.history import SLICES, Recent, columns
+from tpnode_tui.tui.follow.log import EVENTS_KEPT
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.drain import DrainScreen
+from tpnode_tui.tui.widgets.events import EventsPane
+from tpnode_tui.tui.widgets.sparks import FixedSparkline, padded, summary
+from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.card import holder_text
+from tpnode_tui.tui.wording.sparks import BARS, squeeze
 
 #: records that it got SIGTERM, and goes on: it needs SIGKILL to end
 STUBBORN = (

@@ -43,30 +43,23 @@ from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AgentUnavailable, LaunchRequest, LaunchResult, You, is_owner, new_run_id
 from tpnode_tui.text.printable import printable, printable_lines, printable_view
 from tpnode_tui.text.render import format_duration
-from tpnode_tui.tui.actions import ACTIONS, BINDINGS, BY_NAME
-from tpnode_tui.tui.detail import DetailPane
-from tpnode_tui.tui.follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, HistoryFollower, LogFollower, NodeFollower
-from tpnode_tui.tui.jobs import WAITING
-from tpnode_tui.tui.launches import LaunchTracker, LeftQueue, Refused, Started, left_queue_notice
-from tpnode_tui.tui.questions import (
-    capacity_line,
-    free_profiles,
-    nothing_to_stop,
-    queue_question,
-    reclaim_question,
-    starts_when,
-    stop_question,
-)
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.drain import DrainScreen
-from tpnode_tui.tui.screens.extend import ExtendScreen
-from tpnode_tui.tui.screens.help import HelpScreen
-from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.follow.history import HistoryFollower
+from tpnode_tui.tui.follow.launches import LaunchTracker, LeftQueue, Refused, Started, left_queue_notice
+from tpnode_tui.tui.follow.log import LogFollower
+from tpnode_tui.tui.follow.readings import RECONNECT_FIRST_S, RECONNECT_MOST_S, NodeFollower
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.drain import DrainScreen
+from tpnode_tui.tui.screens.dialogs.extend import ExtendScreen
+from tpnode_tui.tui.screens.dialogs.help import HelpScreen
+from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
+from tpnode_tui.tui.screens.dialogs.quit import QuitScreen
+from tpnode_tui.tui.screens.dialogs.reserve import ReserveScreen
 from tpnode_tui.tui.screens.main import MainScreen
-from tpnode_tui.tui.screens.quit import QuitScreen
-from tpnode_tui.tui.screens.reserve import ReserveScreen
-from tpnode_tui.tui.tiles import CardGrid
-from tpnode_tui.tui.triage import (
+from tpnode_tui.tui.widgets.detail import DetailPane
+from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.jobs import WAITING
+from tpnode_tui.tui.wording.keys import ACTIONS, BINDINGS, BY_NAME
+from tpnode_tui.tui.wording.operators import (
     NOT_GONE,
     drain_context,
     evict_question,
@@ -74,6 +67,15 @@ from tpnode_tui.tui.triage import (
     fates,
     kill_question,
     undrain_question,
+)
+from tpnode_tui.tui.wording.questions import (
+    capacity_line,
+    free_profiles,
+    nothing_to_stop,
+    queue_question,
+    reclaim_question,
+    starts_when,
+    stop_question,
 )
 
 if TYPE_CHECKING:  # the demo's scene, with its allocator, loads only with the demo

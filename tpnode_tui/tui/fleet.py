@@ -37,9 +37,12 @@ from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.text.printable import printable, printable_view
 from tpnode_tui.text.render import format_duration
-from tpnode_tui.tui.detail import DetailPane, describe_card
-from tpnode_tui.tui.redraw import update
-from tpnode_tui.tui.tiles import BADGES, DRAINED_TEXT, CardGrid, fit
+from tpnode_tui.tui.widgets.detail import DetailPane
+from tpnode_tui.tui.widgets.redraw import update
+from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.card import describe_card
+from tpnode_tui.tui.wording.cells import fit
+from tpnode_tui.tui.wording.marks import BADGES, DRAINED_TEXT
 
 log = logging.getLogger("tpnode_tui.fleet")
 

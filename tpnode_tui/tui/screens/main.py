@@ -9,7 +9,7 @@ changing under a form is distracting) and caught up when it closes.
 
 Every poll sets the header, the summary, the detail pane and every tile,
 mostly to what they already show, so each part is compared before it is
-given anything (tpnode_tui/tui/redraw.py), and the footer is rebuilt only
+given anything (tpnode_tui/tui/widgets/redraw.py), and the footer is rebuilt only
 when a key's state changed.
 """
 
@@ -29,15 +29,19 @@ from tpnode_tui.model.errors import JobNotFound
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.model.views import CardView
 from tpnode_tui.text.render import env_lines
-from tpnode_tui.tui.actions import ACTIONS
-from tpnode_tui.tui.detail import DetailPane, describe_card
-from tpnode_tui.tui.events import EventsPane, events_title
-from tpnode_tui.tui.follow import HistoryFollower, LogFollower, NodeFollower
-from tpnode_tui.tui.header import PollState, banner_lines, header_text, no_cards_text, summary_text
-from tpnode_tui.tui.jobs import JOB_PREFIX, LAUNCH_PREFIX, WAITING, JobsTable
-from tpnode_tui.tui.redraw import same, update
-from tpnode_tui.tui.sparks import Recent
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.follow.history import HistoryFollower, Recent
+from tpnode_tui.tui.follow.log import LogFollower
+from tpnode_tui.tui.follow.readings import NodeFollower
+from tpnode_tui.tui.widgets.detail import DetailPane
+from tpnode_tui.tui.widgets.events import EventsPane
+from tpnode_tui.tui.widgets.jobs import JobsTable
+from tpnode_tui.tui.widgets.redraw import same, update
+from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.card import describe_card
+from tpnode_tui.tui.wording.events import events_title
+from tpnode_tui.tui.wording.header import PollState, banner_lines, header_text, no_cards_text, summary_text
+from tpnode_tui.tui.wording.jobs import JOB_PREFIX, LAUNCH_PREFIX, WAITING
+from tpnode_tui.tui.wording.keys import ACTIONS
 
 #: below this many rows the screen is laid out compactly; below the second, the
 #: tiles and the detail pane have no room for the cards' history
@@ -74,7 +78,7 @@ class MainScreen(Screen[None]):
         self.via = via
         self._ready = ready
         #: what the footer and the detail pane were last given, so that a reading
-        #: that changes nothing redraws neither (see tpnode_tui/tui/redraw.py)
+        #: that changes nothing redraws neither (see tpnode_tui/tui/widgets/redraw.py)
         self._bindings_shown: Optional[tuple[Optional[bool], ...]] = None
         self._detail_shown: object = None
         #: the terminal's size as the last resize gave it (``self.size`` lags behind it)

@@ -18,7 +18,7 @@ from rich.text import Text
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import You
 from tpnode_tui.text.render import cards_words, format_duration
-from tpnode_tui.tui.detail import clock_time
+from tpnode_tui.tui.wording.times import clock_time
 
 
 @dataclass(frozen=True)
