@@ -109,7 +109,7 @@ async def fleet_picture() -> None:
     from tpnode_tui.fleet.publisher import FleetPublisher
     from tpnode_tui.fleet.reader import FleetReader
     from tpnode_tui.port.types import Reading
-    from tpnode_tui.tui.fleet import FleetApp
+    from tpnode_tui.tui.fleet.app import FleetApp
 
     nodes = {
         "gpu-01": node_snapshot(jobs=(job("llama-70b-sft", (0, 1, 2, 3)), job("rsv-alice", (6,), kind="reservation"))),

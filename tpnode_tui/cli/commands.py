@@ -493,7 +493,7 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
 
         print(json.dumps(fleet_json(asyncio.run(read_once(settings.fleet_url, safe))), indent=2))
         return 0
-    from tpnode_tui.tui.fleet import run_fleet_view
+    from tpnode_tui.tui import run_fleet_view
 
     return run_fleet_view(settings.fleet_url, safe, args.interval)
 
