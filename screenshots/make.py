@@ -36,7 +36,7 @@ XID_CARD = 7
 
 def opened(app: NodeDashboard) -> bool:
     """The demo's job and reservation are up, the XID drained its card, the reservation is idle."""
-    snap = app.snapshot
+    snap = app.follower.snapshot
     return (
         snap is not None
         and {"demo-train-llama", "rsv-alice"} <= {j.run_id for j in snap.jobs}

@@ -268,7 +268,9 @@ def good(snap: NodeSnapshot, seq: int = 1) -> Reading:
 def fixed_world(monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    monkeypatch.setattr("tpnode_tui.tui.app.new_run_id", lambda prefix="run": f"{prefix}-1130-120000-a1b2")
+    monkeypatch.setattr(
+        "tpnode_tui.tui.screens.flows.launches.new_run_id", lambda prefix="run": f"{prefix}-1130-120000-a1b2"
+    )
     yield
     monkeypatch.undo()
     time.tzset()
@@ -306,10 +308,16 @@ def history_settled(app: NodeDashboard) -> bool:
 async def first_poll(pilot) -> None:
     """Until the first reading is shown, and the history fetched after it."""
     await until_pilot(
-        pilot, lambda: pilot.app.readings >= 1 or pilot.app.stale_since is not None, "the first reading", every=0.02
+        pilot,
+        lambda: pilot.app.follower.readings >= 1 or pilot.app.follower.stale_since is not None,
+        "the first reading",
+        every=0.02,
     )
     await until_pilot(
-        pilot, lambda: pilot.app.snapshot is None or history_settled(pilot.app), "the history after it", every=0.02
+        pilot,
+        lambda: pilot.app.follower.snapshot is None or history_settled(pilot.app),
+        "the history after it",
+        every=0.02,
     )
     await pilot.pause()
 
@@ -318,7 +326,7 @@ def readings(n: int):
     async def wait(pilot) -> None:
         await until_pilot(
             pilot,
-            lambda: pilot.app.readings >= n and history_settled(pilot.app),
+            lambda: pilot.app.follower.readings >= n and history_settled(pilot.app),
             f"{n} readings and the history",
             every=0.02,
         )
@@ -374,7 +382,7 @@ class TestCannotSee:
         async def gone_away(pilot) -> None:
             await until_pilot(
                 pilot,
-                lambda: pilot.app.stale_since is not None and history_settled(pilot.app),
+                lambda: pilot.app.follower.stale_since is not None and history_settled(pilot.app),
                 "the agent gone, and the history",
                 every=0.02,
             )

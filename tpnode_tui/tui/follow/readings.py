@@ -22,6 +22,7 @@ from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AgentUnavailable, NodeView, You
 from tpnode_tui.text.printable import printable_view
+from tpnode_tui.tui.wording.header import PollState, lock_line
 from tpnode_tui.tui.wording.times import clock_time
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,23 @@ class NodeFollower:
         if self._stale_since is not None:
             return f"the last poll failed: {self._stale_error}"
         return None
+
+    def poll_state(self, *, readonly: bool, served: str, via: str) -> PollState:
+        """How the last polls went, for the header and the banners; ``served`` and
+        ``via``: where the node is served from, in words and in a word."""
+        snap = self.snapshot
+        return PollState(
+            paused=self.paused,
+            readonly=readonly,
+            stale_since=self.stale_since,
+            stale_error=self.stale_error,
+            agent_gone=self.gone_since is not None and self.gone_agent,
+            lock_waiting=lock_line(snap),
+            unverified_allowed=snap is not None and snap.allow_unverified,
+            you=self.you,
+            served=served,
+            via=via,
+        )
 
     def not_answering(self, what: str) -> Optional[str]:
         """Why ``what`` (an action, "launching") cannot be asked for now: the node

@@ -1,1 +1,1 @@
-"""The dashboard's screens: the main screen (``main``) and the dialogs it opens (``dialogs``)."""
+"""The dashboard's screens: the main screen (``main``), what its keys do (``flows``), the dialogs (``dialogs``)."""

@@ -18,6 +18,7 @@ from rich.text import Text
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import You
 from tpnode_tui.text.render import cards_words, format_duration
+from tpnode_tui.tui.wording.jobs import WAITING
 from tpnode_tui.tui.wording.times import clock_time
 
 
@@ -43,6 +44,17 @@ class PollState:
     served: str = ""
     #: the same in a word, for a short terminal: "agent" or "in-process"
     via: str = ""
+
+
+def lock_line(snap: Optional[NodeSnapshot]) -> Optional[str]:
+    """What the allocation lock means for a launch now: what a launch under
+    way waits for, else who holds the lock or that Redis cannot be reached,
+    as the node found it: a launch would wait, and the operator should know
+    before pressing l."""
+    if snap is None:
+        return None
+    waiting = next((q.waiting_for for q in snap.queue if q.state == WAITING and q.waiting_for), None)
+    return waiting or snap.lock_state
 
 
 def you_text(you: You) -> str:
