@@ -222,7 +222,7 @@ class MainScreen(Screen[None]):
         self._redraw_cards(snap, now, stale, empty)
         self._redraw_detail()
         jobs = self.query_one(JobsTable)
-        jobs.set_class(stale, "-stale")
+        jobs.stale = stale
         jobs.show(snap.jobs, snap.queue, now, snap.idle)
         self.redraw_log()
         # The footer is rebuilt, every key re-mounted, on each refresh_bindings:

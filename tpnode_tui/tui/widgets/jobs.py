@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Optional
 
 from rich.text import Text
+from textual.reactive import var
 from textual.widgets import DataTable
 
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
@@ -18,6 +19,9 @@ from tpnode_tui.tui.wording.jobs import COLUMNS, TextCells, fitted, table_rows
 
 class JobsTable(DataTable[Text]):
     """Rows are keyed by job name or launch run id, so the cursor stays on its row."""
+
+    #: what is shown may be out of date: the rows are dimmed (dashboard.tcss)
+    stale: var[bool] = var(False, toggle_class="-stale")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)

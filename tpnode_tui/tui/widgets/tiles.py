@@ -15,11 +15,11 @@ from textual.binding import Binding
 from textual.containers import Container
 from textual.events import Click, Resize
 from textual.message import Message
+from textual.reactive import reactive, var
 from textual.widget import Widget
 
 from tpnode_tui.model.views import CardView
 from tpnode_tui.tui.follow.history import Recent
-from tpnode_tui.tui.widgets.redraw import same
 from tpnode_tui.tui.wording.sparks import spark_text, squeeze, window_words
 from tpnode_tui.tui.wording.tiles import render_tile
 
@@ -47,60 +47,71 @@ def spark_line(recent: Optional[Recent], width: int) -> Text:
 
 
 class CardTile(Widget):
-    """One card. Its state is a CSS class, so the border colour follows the state."""
+    """One card. Its state, whether it is selected and whether it is stale are CSS
+    classes (so the border follows them), set by reactives. Its text is a reactive
+    too, worded again at every poll: one that reads and is marked the same as the
+    last repaints nothing (a tile's base style is always plain, so ``==``, which
+    compares the characters and their spans, is the whole comparison)."""
+
+    #: what the tile says, as last worded for its size
+    text: reactive[Text] = reactive(Text)
+    selected: var[bool] = var(False, toggle_class="-selected")
+    stale: var[bool] = var(False, toggle_class="-stale")
+    #: the card's state: its ``state-`` class
+    state: var[str] = var("", init=False)
 
     def __init__(self, card: CardView, **kwargs: Any) -> None:
-        super().__init__(id=f"card-{card.index}", classes=f"state-{card.state}", **kwargs)
+        super().__init__(id=f"card-{card.index}", **kwargs)
         self.card = card
+        self.state = card.state
         self.now = 0.0
-        self.stale = False
         self.idle_since: Optional[float] = None
         #: the card's history as last fetched
         self.recent: Optional[Recent] = None
-        #: the width and text last drawn: a poll that changes neither repaints nothing
-        self._drawn: Optional[tuple[int, Text]] = None
+        #: the size the text was last worded for: (width, room for the utilisation line)
+        self._worded_for: Optional[tuple[int, bool]] = None
         #: the utilisation line for (history, width), drawn once per fetch and width
         self._spark: Optional[tuple[Optional[Recent], int, Text]] = None
 
-    def _width(self) -> int:
-        return self.content_region.width or self.size.width
+    def watch_state(self, was: str, state: str) -> None:
+        self.remove_class(f"state-{was}")
+        self.add_class(f"state-{state}")
 
-    def _spark_line(self, width: int) -> Optional[Text]:
-        """Only where the tile has a line for it (not on a short terminal)."""
-        if (self.content_region.height or self.size.height) < LINES_WITH_SPARK:
-            return None
+    def _fit(self) -> tuple[int, bool]:
+        """The width the text has, and whether the tile has a line for the utilisation (not on a short terminal)."""
+        height = self.content_region.height or self.size.height
+        return self.content_region.width or self.size.width, height >= LINES_WITH_SPARK
+
+    def _spark_line(self, width: int) -> Text:
         if self._spark is None or self._spark[0] is not self.recent or self._spark[1] != width:
             self._spark = (self.recent, width, spark_line(self.recent, width))
         return self._spark[2]
 
-    def _text(self, width: int) -> Text:
-        return render_tile(self.card, width, self.now, self.stale, self.idle_since, self._spark_line(width))
+    def _words(self, fit: tuple[int, bool]) -> Text:
+        width, room = fit
+        spark = self._spark_line(width) if room else None
+        return render_tile(self.card, width, self.now, self.stale, self.idle_since, spark)
+
+    def _reword(self) -> None:
+        self._worded_for = self._fit()
+        self.text = self._words(self._worded_for)
 
     def show(self, card: CardView, now: float, stale: bool, idle_since: Optional[float] = None) -> None:
-        if card.state != self.card.state:
-            self.remove_class(f"state-{self.card.state}")
-            self.add_class(f"state-{card.state}")
-        self.card, self.now, self.stale, self.idle_since = card, now, stale, idle_since
-        self.set_class(stale, "-stale")
-        self._redraw()
+        self.card, self.now, self.idle_since = card, now, idle_since
+        self.state = card.state
+        self.stale = stale
+        self._reword()
 
     def show_history(self, recent: Recent) -> None:
         self.recent = recent
-        self._redraw()
-
-    def _redraw(self) -> None:
-        if self._drawn is None:
-            self.refresh()
-            return
-        width, text = self._drawn
-        if width != self._width() or not same(text, self._text(width)):
-            self.refresh()
+        self._reword()
 
     def render(self) -> Text:
-        width = self._width()
-        text = self._text(width)
-        self._drawn = (width, text)
-        return text
+        fit = self._fit()
+        if fit != self._worded_for:  # laid out anew since it was worded (a resize, a shorter terminal)
+            self._worded_for = fit
+            self.set_reactive(CardTile.text, self._words(fit))
+        return self.text
 
     def on_click(self, event: Click) -> None:
         self.post_message(CardGrid.Picked(self.card.index))
@@ -134,17 +145,24 @@ class CardGrid(Container, can_focus=True):
             super().__init__()
             self.index = index
 
+    #: the selected card: its tile is marked
+    selected: var[int] = var(0, init=False)
+    #: tiles on a line, as many as the grid's width has room for
+    columns: var[int] = var(MAX_COLUMNS, init=False)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tiles: list[CardTile] = []
-        self.selected = 0
-        self.columns = MAX_COLUMNS
+
+    def watch_selected(self, index: int) -> None:
+        for tile in self.tiles:
+            tile.selected = tile.card.index == index
+
+    def watch_columns(self, columns: int) -> None:
+        self.styles.grid_size_columns = columns
 
     def on_resize(self, event: Resize) -> None:
-        columns = grid_columns(event.size.width)
-        if columns != self.columns:
-            self.columns = columns
-            self.styles.grid_size_columns = columns
+        self.columns = grid_columns(event.size.width)
 
     def show(self, cards: tuple[CardView, ...], now: float, stale: bool, idle: Mapping[str, float] = {}) -> None:
         """Update every tile in place; tiles are only built when the card count
@@ -158,7 +176,7 @@ class CardGrid(Container, can_focus=True):
         for tile, card in zip(self.tiles, cards):
             since = idle.get(card.run_id) if card.state == "reservation" and card.run_id else None
             tile.show(card, now, stale, since)
-            tile.set_class(card.index == self.selected, "-selected")
+            tile.selected = card.index == self.selected
 
     def show_history(self, history: Mapping[int, Recent]) -> None:
         """Each card's utilisation line, from the node's history as last fetched."""
@@ -167,15 +185,12 @@ class CardGrid(Container, can_focus=True):
                 tile.show_history(history[tile.card.index])
 
     def select(self, index: int) -> None:
+        """Select the card at ``index`` (kept within the grid), bring it into view,
+        and say so (also when it was selected already: a click asks for its detail)."""
         if not self.tiles:
             return
-        index = max(0, min(len(self.tiles) - 1, index))
-        if index != self.selected and self.selected < len(self.tiles):
-            self.tiles[self.selected].remove_class("-selected")
-        self.selected = index
-        tile = self.tiles[index]
-        tile.add_class("-selected")
-        self.scroll_to_widget(tile, animate=False)
+        self.selected = index = max(0, min(len(self.tiles) - 1, index))
+        self.scroll_to_widget(self.tiles[index], animate=False)
         self.post_message(self.Selected(self, index))
 
     def action_move(self, dx: int, dy: int) -> None:
