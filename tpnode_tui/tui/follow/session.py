@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 from tpnode_tui.port.node import Node
@@ -27,7 +27,7 @@ class Session:
     follower: NodeFollower
     node_log: LogFollower
     history: HistoryFollower
-    launches: LaunchTracker = field(default_factory=LaunchTracker)
+    launches: LaunchTracker
     readonly: bool = False
     agent: bool = False
     default_command: tuple[str, ...] = ()
