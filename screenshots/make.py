@@ -24,8 +24,8 @@ from tpnode_tui.demo.scene import DemoScene
 from tpnode_tui.demo.stage import DEMO_COMMAND, start_demo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.widgets.tiles import CardGrid
 
 HERE = Path(__file__).resolve().parent
 SIZE = (120, 40)
@@ -36,7 +36,7 @@ XID_CARD = 7
 
 def opened(app: NodeDashboard) -> bool:
     """The demo's job and reservation are up, the XID drained its card, the reservation is idle."""
-    snap = app.snapshot
+    snap = app.follower.snapshot
     return (
         snap is not None
         and {"demo-train-llama", "rsv-alice"} <= {j.run_id for j in snap.jobs}
@@ -109,7 +109,7 @@ async def fleet_picture() -> None:
     from tpnode_tui.fleet.publisher import FleetPublisher
     from tpnode_tui.fleet.reader import FleetReader
     from tpnode_tui.port.types import Reading
-    from tpnode_tui.tui.fleet import FleetApp
+    from tpnode_tui.tui.fleet.app import FleetApp
 
     nodes = {
         "gpu-01": node_snapshot(jobs=(job("llama-70b-sft", (0, 1, 2, 3)), job("rsv-alice", (6,), kind="reservation"))),

@@ -58,8 +58,8 @@ class DashboardNode(ServiceNode):
 
 async def polled(pilot, app: NodeDashboard, n: int = 1) -> None:
     """Wait for n more readings (of a successful or a failed poll) to land."""
-    target = app.readings + n
-    await until_pilot(pilot, lambda: app.readings >= target, f"{n} reading(s)")
+    target = app.follower.readings + n
+    await until_pilot(pilot, lambda: app.follower.readings >= target, f"{n} reading(s)")
 
 
 def tile_text(app: NodeDashboard, index: int) -> str:
@@ -67,7 +67,7 @@ def tile_text(app: NodeDashboard, index: int) -> str:
 
 
 def states(app: NodeDashboard) -> list[str]:
-    return [c.state for c in app.snapshot.cards]
+    return [c.state for c in app.follower.snapshot.cards]
 
 
 def header(app: NodeDashboard) -> str:
@@ -88,7 +88,7 @@ def row_status(app: NodeDashboard, run_id: str) -> str:
 
 
 def queued(app: NodeDashboard) -> list[str]:
-    return [q.run_id for q in app.snapshot.queue] if app.snapshot else []
+    return [q.run_id for q in app.follower.snapshot.queue] if app.follower.snapshot else []
 
 
 async def select_row(pilot, app: NodeDashboard, key: str) -> None:

@@ -27,7 +27,7 @@ from tpnode_tui.model.views import HolderInfo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.text.printable import printable, printable_lines, printable_view
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 
 #: clears the screen, retitles the window, turns what follows red
 ESCAPES = "\x1b[2J\x1b]0;pwned\x07\x1b[31mEVIL"
@@ -185,7 +185,7 @@ async def test_the_dashboard_shows_outside_strings_escaped_and_never_as_markup(h
     app = NodeDashboard(node)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            while app.snapshot is None:
+            while app.follower.snapshot is None:
                 await pilot.pause(0.05)
             await pilot.press("right", "right")  # card 2: the squatter
             await pilot.pause(0.2)
@@ -197,7 +197,7 @@ async def test_the_dashboard_shows_outside_strings_escaped_and_never_as_markup(h
             await pilot.pause(0.2)
             assert on_one_screen(screen_text(app))
 
-            card = next(c for c in app.snapshot.cards if c.run_id == "rsv-1")
+            card = next(c for c in app.follower.snapshot.cards if c.run_id == "rsv-1")
             app.query_one("#grid").selected = card.index
             await pilot.press("s")  # the stop question quotes the owner
             await pilot.pause(0.2)

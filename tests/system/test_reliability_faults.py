@@ -291,10 +291,12 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
 
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            await until_pilot(pilot, lambda: app.snapshot is not None, "a first poll")
+            await until_pilot(pilot, lambda: app.follower.snapshot is not None, "a first poll")
             assert any("FREE" in t for t in tiles())
             await asyncio.to_thread(dockerd.stop)
-            await until_pilot(pilot, lambda: app.stale_since is not None, "the dashboard noticing dockerd is gone")
+            await until_pilot(
+                pilot, lambda: app.follower.stale_since is not None, "the dashboard noticing dockerd is gone"
+            )
             banner = app.query_one("#stale-banner")
             for _ in range(3):  # several failed polls, not one
                 await until_pilot(
@@ -304,9 +306,9 @@ async def test_the_dashboard_shows_the_engine_error_no_free_card_and_recovers(do
                 assert not any("FREE" in t for t in tiles()), "a card shown free while the engine is unknown"
                 await pilot.pause(0.3)
             await asyncio.to_thread(dockerd.start)
-            await until_pilot(pilot, lambda: app.stale_since is None, "the dashboard recovering by itself")
+            await until_pilot(pilot, lambda: app.follower.stale_since is None, "the dashboard recovering by itself")
             assert not banner.has_class("-shown")
-            assert "survivor" in {j.run_id for j in app.snapshot.jobs}  # read back from its labels
+            assert "survivor" in {j.run_id for j in app.follower.snapshot.jobs}  # read back from its labels
             assert any("FREE" in t for t in tiles())
     finally:
         if dockerd.proc is None:

@@ -119,7 +119,7 @@ DASHBOARD = textwrap.dedent("""
         shown = {}
         async with app.run_test(size=(120, 40)) as pilot:
             deadline = time.monotonic() + 30
-            while not (app.snapshot and app.snapshot.jobs):
+            while not (app.follower.snapshot and app.follower.snapshot.jobs):
                 assert time.monotonic() < deadline, "nothing read"
                 await pilot.pause(0.05)
             shown["header"] = str(app.query_one("#header").render())

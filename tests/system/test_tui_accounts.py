@@ -29,7 +29,9 @@ async def test_the_dashboard_on_a_real_agent_launches_and_sees_its_job_with_its_
             await fill(pilot, app.screen, "cards", "2")
             await fill(pilot, app.screen, "run-id", "real-agent")
             await pilot.press("enter")
-            await until_pilot(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on its cards")
+            await until_pilot(
+                pilot, lambda: app.follower.snapshot and states(app)[:2] == ["job", "job"], "the job on its cards"
+            )
             assert app.heard("Launched: real-agent got cards 0,1.")
             assert "export CUDA_VISIBLE_DEVICES=0,1" in str(app.query_one("#detail-text").render())
     finally:
@@ -55,13 +57,13 @@ AS_ACCOUNT = textwrap.dedent("""
         shown = {}
         async with app.run_test(size=(120, 40)) as pilot:
             deadline = time.monotonic() + 30
-            while not (app.snapshot and app.snapshot.jobs):
+            while not (app.follower.snapshot and app.follower.snapshot.jobs):
                 assert time.monotonic() < deadline, "nothing read"
                 await pilot.pause(0.05)
             shown["header"] = str(app.query_one("#header").render())
-            shown["stop offered"] = app.check_action("stop", ())
-            shown["extend offered"] = app.check_action("extend", ())
-            app.action_stop()  # as if offered anyway: the agent decides
+            shown["stop offered"] = app.main.check_action("stop", ())
+            shown["extend offered"] = app.main.check_action("extend", ())
+            app.main.action_stop()  # as if offered anyway: the agent decides
             await pilot.press("y")
             while not any("allowed" in m for m in app.said):
                 assert time.monotonic() < deadline, app.said

@@ -20,8 +20,9 @@ from helpers.waiting import until_pilot
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.reader import FleetUnavailable
 from tpnode_tui.port.wire import WireError
-from tpnode_tui.tui.fleet import FleetApp, NodeScreen
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.fleet.app import FleetApp
+from tpnode_tui.tui.fleet.screens.node import NodeScreen
+from tpnode_tui.tui.widgets.tiles import CardGrid
 
 SIZE = (120, 40)
 NOW = T + 0.5
@@ -119,7 +120,7 @@ async def first_read(pilot) -> None:
 def reads(n: int):
     async def wait(pilot) -> None:
         while pilot.app.reads < n:
-            pilot.app._wake.set()
+            pilot.app.follower.wake()
             await pilot.pause(0.05)
         await pilot.pause(0.05)
 
@@ -160,9 +161,9 @@ async def test_filter_narrows_the_rows_and_escape_brings_them_back():
         await pilot.press("slash", "g", "p", "u", "-", "0", "4")
         assert [str(k.value) for k in app.query_one(DataTable).rows] == ["gpu-04"]
         await pilot.press("enter")
-        assert app.query_one(DataTable).has_focus and app.filter == "gpu-04"
+        assert app.query_one(DataTable).has_focus and app.screen.filter == "gpu-04"
         await pilot.press("escape")
-        assert len(app.query_one(DataTable).rows) == 10 and app.filter == ""
+        assert len(app.query_one(DataTable).rows) == 10 and app.screen.filter == ""
 
 
 async def test_enter_opens_the_nodes_grid_read_only_and_escape_returns():
@@ -243,7 +244,7 @@ async def test_what_the_view_keeps_of_each_node_goes_with_the_node():
     app = app_for(*churn)
     async with app.run_test(size=SIZE) as pilot:
         await reads(5)(pilot)
-        assert set(app._snapshots) == {"sim-4"} and set(app._cells) == {"sim-4"}
+        assert set(app.follower.snapshots) == {"sim-4"} and set(app.screen._cells) == {"sim-4"}
 
 
 async def test_other_peoples_text_from_redis_is_escaped():

@@ -41,11 +41,13 @@ from tpnode_tui.locks import make_lock
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.extend import ExtendScreen
-from tpnode_tui.tui.screens.launch import LaunchScreen
-from tpnode_tui.tui.screens.reserve import ReserveScreen
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.extend import ExtendScreen
+from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
+from tpnode_tui.tui.screens.dialogs.reserve import ReserveScreen
+from tpnode_tui.tui.screens.flows.jobs import reclaim_listed
+from tpnode_tui.tui.screens.flows.launches import enqueue, submit
+from tpnode_tui.tui.widgets.tiles import CardGrid
 
 #: the node as the dashboard serves one without an agent (helpers/dashboard.py)
 pytestmark = pytest.mark.service_node(dashboard=True)
@@ -77,11 +79,13 @@ async def test_launch_from_the_form_puts_the_job_on_the_tiles(service_node):
         await fill(pilot, screen, "command", "sleep 60")
         await fill(pilot, screen, "run-id", "from-the-form")
         await pilot.press("enter")
-        await until_pilot(pilot, lambda: app.snapshot and states(app)[:2] == ["job", "job"], "the job on cards 0,1")
+        await until_pilot(
+            pilot, lambda: app.follower.snapshot and states(app)[:2] == ["job", "job"], "the job on cards 0,1"
+        )
         assert "from-the-form" in tile_text(app, 0) and "from-the-form" in tile_text(app, 1)
         assert "FREE" in tile_text(app, 2)
         assert app.heard("from-the-form got cards 0,1")
-        [job] = [j for j in app.snapshot.jobs if j.run_id == "from-the-form"]
+        [job] = [j for j in app.follower.snapshot.jobs if j.run_id == "from-the-form"]
         assert job.command == ("sleep", "60") and job.live
 
 
@@ -114,7 +118,7 @@ async def test_the_launch_form_refuses_bad_input_next_to_the_field(service_node)
         await pilot.press("escape")
         assert not isinstance(app.screen, LaunchScreen)
         await polled(pilot, app)
-        assert app.snapshot.jobs == (), "a refused or cancelled form launched something"
+        assert app.follower.snapshot.jobs == (), "a refused or cancelled form launched something"
 
 
 @SMALL
@@ -142,7 +146,9 @@ async def test_no_capacity_offers_a_queue_and_the_queued_launch_starts_when_a_ca
         await service_node.allocator.stop("holder")
         await until_pilot(pilot, lambda: "waits-its-turn" not in queued(app), "the node's queue to place it")
         await until_pilot(
-            pilot, lambda: any(c.run_id == "waits-its-turn" for c in app.snapshot.cards), "the placed job on a tile"
+            pilot,
+            lambda: any(c.run_id == "waits-its-turn" for c in app.follower.snapshot.cards),
+            "the placed job on a tile",
         )
         await until_pilot(pilot, lambda: app.heard("Queued launch started: waits-its-turn got card "), "the report")
 
@@ -152,7 +158,7 @@ async def test_a_launch_that_can_never_fit_is_refused_with_the_reason(service_no
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await app._launch(request("too-big", cards=3))
+        await submit(app.main, request("too-big", cards=3))
         assert app.heard("too-big needs 3 cards and this node has 2")
         assert not isinstance(app.screen, ConfirmScreen), "a request that never fits must not be queued"
         await polled(pilot, app)
@@ -165,17 +171,17 @@ async def test_a_queued_launch_can_be_cancelled_from_the_jobs_table(service_node
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await app._enqueue(request("never-mind"))
+        await enqueue(app.main, request("never-mind"))
         await until_pilot(pilot, lambda: "launch:never-mind" in app.query_one("#jobs").row_keys, "its row")
-        assert app.check_action("cancel_launch", ()) is False, "cancel shows only on a launch's row"
+        assert app.main.check_action("cancel_launch", ()) is False, "cancel shows only on a launch's row"
         await select_row(pilot, app, "launch:never-mind")
-        assert app.check_action("cancel_launch", ())
+        assert app.main.check_action("cancel_launch", ())
         await pilot.press("c")
         await until_pilot(pilot, lambda: app.heard("never-mind is no longer queued"), "the cancel")
         await until_pilot(pilot, lambda: "never-mind" not in queued(app), "the node's queue to drop it")
         await service_node.allocator.stop("holder")
         await polled(pilot, app, 3)
-        assert all(j.run_id != "never-mind" for j in app.snapshot.jobs), "a cancelled launch started"
+        assert all(j.run_id != "never-mind" for j in app.follower.snapshot.jobs), "a cancelled launch started"
 
 
 async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(service_node):
@@ -188,7 +194,7 @@ async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(service_n
             async with other.hold():
                 # Agreeing to wait in the queue: with nobody before it in line, it is
                 # tried at once, and waits for the lock.
-                app.run_worker(app._enqueue(request("behind-the-lock")))
+                app.run_worker(enqueue(app.main, request("behind-the-lock")))
                 await until_pilot(
                     pilot,
                     lambda: "waiting for the allocation lock" in str(header.render()),
@@ -197,11 +203,11 @@ async def test_a_queued_launch_waiting_for_the_lock_lets_polling_go_on(service_n
                 await until_pilot(pilot, lambda: row_status(app, "behind-the-lock") == "waiting", "a waiting row")
                 await polled(pilot, app, 3)  # a reading that waited on the lock would never land
                 assert "waiting for the allocation lock" in str(header.render())
-                assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
+                assert all(j.run_id != "behind-the-lock" for j in app.follower.snapshot.jobs)
                 assert "launch:behind-the-lock" in app.query_one("#jobs").row_keys
             await until_pilot(
                 pilot,
-                lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
+                lambda: any(c.run_id == "behind-the-lock" for c in app.follower.snapshot.cards),
                 "the queued launch once the lock is free",
             )
             await until_pilot(pilot, lambda: app.heard("behind-the-lock got card "), "its report")
@@ -236,7 +242,7 @@ async def test_a_launch_waiting_for_another_process_s_lock_is_listed_and_can_be_
             assert app.return_code is None
 
             await select_row(pilot, app, "launch:behind-the-flock")
-            assert app.check_action("cancel_launch", ())
+            assert app.main.check_action("cancel_launch", ())
             await pilot.press("c")
             await until_pilot(
                 pilot,
@@ -262,8 +268,8 @@ async def test_launches_waiting_for_redis_say_so_and_each_can_be_abandoned(make_
     app = n.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        app.run_worker(app._launch(request("first")))  # with Redis down, they wait for ever
-        app.run_worker(app._launch(request("second")))
+        app.run_worker(submit(app.main, request("first")))  # with Redis down, they wait for ever
+        app.run_worker(submit(app.main, request("second")))
         for run_id in ("first", "second"):
             await until_pilot(pilot, lambda r=run_id: row_status(app, r) == "waiting", f"{run_id} to wait")
             await until_pilot(
@@ -325,7 +331,7 @@ async def test_quit_with_launches_queued_asks_first_naming_them(service_node):
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         for run_id in ("first-in-line", "second-in-line"):
-            await app._enqueue(request(run_id))
+            await enqueue(app.main, request(run_id))
         await until_pilot(pilot, lambda: queued(app) == ["first-in-line", "second-in-line"], "both in the queue")
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
@@ -370,10 +376,10 @@ async def test_reserve_from_the_form_holds_a_card_for_its_owner(service_node):
         await fill(pilot, screen, "owner", guest)
         await fill(pilot, screen, "run-id", "rsv-for-guest")
         await pilot.press("enter")
-        await until_pilot(pilot, lambda: app.snapshot and states(app)[0] == "reservation", "the reservation")
+        await until_pilot(pilot, lambda: app.follower.snapshot and states(app)[0] == "reservation", "the reservation")
         text = tile_text(app, 0)
         assert "RESERVED" in text and "rsv-for-guest" in text and "ends in" in text
-        [job] = app.snapshot.jobs
+        [job] = app.follower.snapshot.jobs
         assert job.kind == "reservation" and job.owner == guest
         assert 29 * 60 < job.expires_at - time.time() <= 30 * 60
         assert app.heard(f"Reserved for {guest}: rsv-for-guest got card 0.")
@@ -384,7 +390,7 @@ async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_lo
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        assert app.check_action("extend", ())
+        assert app.main.check_action("extend", ())
         await pilot.press("plus")
         screen = app.screen
         assert isinstance(screen, ExtendScreen)
@@ -396,11 +402,11 @@ async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_lo
         await until_pilot(pilot, lambda: app.heard("Extended: rsv-short holds card 0 until"), "the extension")
         await until_pilot(
             pilot,
-            lambda: app.snapshot.jobs[0].expires_at > launched.job.expires_at + 1700,
+            lambda: app.follower.snapshot.jobs[0].expires_at > launched.job.expires_at + 1700,
             "the new expiry in a reading",
         )
         await pilot.press("right")
-        assert app.check_action("extend", ()) is False, "extend is offered on a reservation only"
+        assert app.main.check_action("extend", ()) is False, "extend is offered on a reservation only"
 
 
 async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(service_node):
@@ -434,11 +440,11 @@ async def test_stop_asks_naming_the_run_id_and_stops_only_when_confirmed(service
         await pilot.press("s")
         await pilot.press("y")
         await until_pilot(pilot, lambda: states(app)[0] == "free", "card 0 to be free")
-        [job] = app.snapshot.jobs
+        [job] = app.follower.snapshot.jobs
         assert not job.live
         assert app.heard("to-stop stopped")
         await pilot.press("right")
-        assert app.check_action("stop", ()) is False, "stop is offered only on a card with a job"
+        assert app.main.check_action("stop", ()) is False, "stop is offered only on a card with a job"
 
 
 async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(service_node):
@@ -450,7 +456,7 @@ async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(service_nod
         assert "On the selected card 0: on-card-zero" in str(app.screen.query_one(".dialog-body").render())
         await pilot.press("n")
 
-        await app._enqueue(request("still-waiting", cards=4))
+        await enqueue(app.main, request("still-waiting", cards=4))
         await until_pilot(pilot, lambda: "launch:still-waiting" in app.query_one("#jobs").row_keys, "its row")
         table = app.query_one("#jobs")
         table.focus()
@@ -462,7 +468,7 @@ async def test_stop_words_what_it_acts_on_a_card_or_a_jobs_table_row(service_nod
         await pilot.press("n")
         table.move_cursor(row=table.row_keys.index("launch:still-waiting"))
         await pilot.pause()
-        app.action_stop()  # as the palette would; the key itself is hidden on this row
+        app.main.action_stop()  # as the palette would; the key itself is hidden on this row
         assert app.heard("The highlighted row is a launch not started yet, not a running job: c cancels it.")
 
 
@@ -473,7 +479,10 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(service_node):
     async with app.run_test(size=SIZE) as pilot:
         await until_pilot(
             pilot,
-            lambda: app.snapshot and any(j.run_id == "done-early" and not j.live for j in app.snapshot.jobs),
+            lambda: (
+                app.follower.snapshot
+                and any(j.run_id == "done-early" and not j.live for j in app.follower.snapshot.jobs)
+            ),
             "done-early to exit",
         )
         await pilot.press("r")
@@ -488,7 +497,7 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(service_node):
         await pilot.press("y")
         await until_pilot(pilot, lambda: app.heard("Removed done-early"), "the reclaim to finish")
         await polled(pilot, app, 2)
-        left = {j.run_id: j.live for j in app.snapshot.jobs}
+        left = {j.run_id: j.live for j in app.follower.snapshot.jobs}
         assert left == {"still-running": True, "ends-meanwhile": False}
 
 
@@ -497,8 +506,8 @@ async def test_reclaim_keeps_a_listed_job_that_is_live_again_and_says_so(service
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        [job] = [j for j in app.snapshot.jobs if j.run_id == "alive"]
-        app.run_worker(app._reclaim([job]))  # as if it had exited when the list was shown
+        [job] = [j for j in app.follower.snapshot.jobs if j.run_id == "alive"]
+        app.run_worker(reclaim_listed(app.main, [job]))  # as if it had exited when the list was shown
         await until_pilot(pilot, lambda: app.heard("Not removed: alive is still running"), "the warning")
         assert not app.heard("Could not reclaim")
         assert [j.run_id for j in await service_node.allocator.runtime.ps()] == ["alive"]
@@ -513,16 +522,16 @@ async def test_readonly_hides_and_refuses_every_action(service_node):
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
         for action in ("launch", "reserve", "extend", "stop", "reclaim", "cancel_launch", "drain", "undrain", "evict"):
-            assert app.check_action(action, ()) is False, action
+            assert app.main.check_action(action, ()) is False, action
         assert "READ-ONLY" in str(app.query_one("#header").render())
         footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
         assert not footer_keys & {"launch", "reserve", "stop", "reclaim"}
         await pilot.press("l", "v", "s")
         assert app.screen is app.screen_stack[0], "a dialog opened in read-only mode"
-        app.action_launch()  # as the command palette would call it
-        app.action_stop()
-        app.action_drain()
-        app.action_evict()
+        app.main.action_launch()  # as the command palette would call it
+        app.main.action_stop()
+        app.main.action_drain()
+        app.main.action_evict()
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
         assert app.heard("read-only dashboard: launching is refused")
@@ -531,7 +540,7 @@ async def test_readonly_hides_and_refuses_every_action(service_node):
         assert app.heard("read-only dashboard: evicting is refused")
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Launch a job" not in titles and "Help: keys and card states" in titles
-        assert [j.live for j in app.snapshot.jobs] == [True]
+        assert [j.live for j in app.follower.snapshot.jobs] == [True]
 
 
 # -- honesty about what cannot be seen -------------------------------------------------
@@ -650,15 +659,15 @@ async def test_a_failing_poll_marks_everything_stale_and_recovers_by_itself(serv
             assert tile.has_class("-stale")
             assert "FREE" not in tile_text(app, index), f"card {index} shown free while stale"
         assert "unknown" in str(app.query_one("#detail-text").render())
-        assert app.check_action("stop", ()) is False, "nothing to stop is known while stale"
+        assert app.main.check_action("stop", ()) is False, "nothing to stop is known while stale"
 
-        assert app.stale_since is not None and app.stale_since <= time.time()
+        assert app.follower.stale_since is not None and app.follower.stale_since <= time.time()
         with pytest.raises(AttributeError):
-            app.stale_since = None  # read-only: only a poll decides it
+            app.follower.stale_since = None  # read-only: only a poll decides it
 
         state_file.write_bytes(good)
         await until_pilot(pilot, lambda: not banner.has_class("-shown"), "recovery")
-        assert app.stale_since is None
+        assert app.follower.stale_since is None
         assert not app.query_one("#card-1").has_class("-stale")
         assert "FREE" in tile_text(app, 1) and "running-job" in tile_text(app, 0)
 
@@ -680,7 +689,7 @@ async def test_a_first_poll_that_fails_says_nothing_was_read_and_shows_no_card(s
         assert "nothing read yet" in header.lower(), header
         assert not app.query("CardTile"), "a card shown with nothing read"
         assert not on_screen(app, "#detail") and not on_screen(app, "#summary")
-        assert app.snapshot is None and app.check_action("stop", ()) is False
+        assert app.follower.snapshot is None and app.main.check_action("stop", ()) is False
 
         state_file.write_bytes(good)
         await until_pilot(pilot, lambda: not banner.has_class("-shown"), "recovery")
@@ -710,15 +719,15 @@ async def test_the_header_says_who_holds_the_lock_and_that_a_launch_waits_for_it
             header = app.query_one("#header")
             async with other.lock.hold():
                 await until_pilot(pilot, lambda: "held by pid" in str(header.render()), "the lock holder")
-                app.run_worker(app._launch(request("behind-the-lock")))
+                app.run_worker(submit(app.main, request("behind-the-lock")))
                 await until_pilot(
                     pilot, lambda: "waiting for the allocation lock" in str(header.render()), "the waiting line"
                 )
                 await polled(pilot, app, 2)  # the waiting launch holds back no poll
-                assert all(j.run_id != "behind-the-lock" for j in app.snapshot.jobs)
+                assert all(j.run_id != "behind-the-lock" for j in app.follower.snapshot.jobs)
             await until_pilot(
                 pilot,
-                lambda: any(c.run_id == "behind-the-lock" for c in app.snapshot.cards),
+                lambda: any(c.run_id == "behind-the-lock" for c in app.follower.snapshot.cards),
                 "the launch once the lock is free",
             )
             await until_pilot(pilot, lambda: "allocation lock" not in str(header.render()), "the line to go")
@@ -740,7 +749,7 @@ async def test_the_lock_is_inspected_once_per_poll_by_the_snapshot(service_node)
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app, 4)
-        readings = app.readings
+        readings = app.follower.readings
     assert readings >= 4 and calls <= readings + 1, f"{calls} lock inspections in {readings} readings"
 
 
@@ -753,7 +762,7 @@ async def test_the_grid_holds_still_under_a_dialog_and_catches_up_when_it_closes
         await polled(pilot, app)
         await pilot.press("l")
         write_scene(service_node.scene, 4, blind=True)
-        await until_pilot(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "a poll to see it")
+        await until_pilot(pilot, lambda: not app.follower.snapshot.occupancy.external_probe_ok, "a poll to see it")
         assert "FREE" in tile_text(app, 0), "the grid was redrawn under the dialog"
         await pilot.press("escape")
         await pilot.pause()
@@ -767,14 +776,14 @@ async def test_pause_holds_the_picture_still_until_resumed(service_node):
         await polled(pilot, app)
         await pilot.press("p")
         await pilot.pause(0.1)  # a reading already on its way may still land
-        frozen = app.readings
+        frozen = app.follower.readings
         await service_node.place("while-paused", 1)
         await pilot.pause(0.8)
-        assert app.readings == frozen and app.snapshot.jobs == ()
+        assert app.follower.readings == frozen and app.follower.snapshot.jobs == ()
         assert "PAUSED" in header(app)
         assert service_node.local.service.subscribers == 0, "a paused dashboard still follows the readings"
         await pilot.press("p")
-        await until_pilot(pilot, lambda: any(j.run_id == "while-paused" for j in app.snapshot.jobs), "resume")
+        await until_pilot(pilot, lambda: any(j.run_id == "while-paused" for j in app.follower.snapshot.jobs), "resume")
 
 
 async def test_the_grid_has_four_columns_at_120_and_fewer_when_narrow(service_node):
@@ -797,7 +806,7 @@ async def test_the_header_says_who_you_are_and_that_the_node_is_served_in_proces
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        you = app.you
+        you = app.follower.you
         assert (you.user, you.uid, you.operator) == ("root", 0, True)  # the kernel's answer for this process
         lines = header(app).splitlines()
         assert lines[1].strip() == "root · operator │ served in-process (no agent)", lines
@@ -817,11 +826,11 @@ async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hear
         await polled(pilot, app)
         assert "bob │ served in-process" in header(app) and "operator" not in header(app).splitlines()[1]
         assert states(app)[0] == "job" and app.query_one(CardGrid).selected == 0
-        assert app.check_action("stop", ()) is False, "s offered on someone else's job"
+        assert app.main.check_action("stop", ()) is False, "s offered on someone else's job"
         footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
         assert "stop" not in footer_keys and "launch" in footer_keys
 
-        app.action_stop()  # as if offered anyway: the node decides, and says why not
+        app.main.action_stop()  # as if offered anyway: the node decides, and says why not
         await pilot.press("y")
         await until_pilot(
             pilot,
@@ -852,7 +861,7 @@ async def test_a_queued_launch_the_node_drops_is_said_with_the_node_s_reason(ser
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await app._enqueue(LaunchRequest(cards=1, command=(str(script),), run_id="goes-missing"))
+        await enqueue(app.main, LaunchRequest(cards=1, command=(str(script),), run_id="goes-missing"))
         await until_pilot(pilot, lambda: "goes-missing" in queued(app), "it to be queued")
         script.unlink()  # by the time there is room, its command is gone
         await service_node.allocator.stop("holder")

@@ -17,8 +17,9 @@ import sys
 from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text
 from helpers.waiting import until_async, until_pilot
 from tpnode_tui.port.types import LaunchRequest, ReserveRequest
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
+from tpnode_tui.tui.screens.flows.launches import enqueue
 
 WAIT_S = 15.0
 
@@ -35,7 +36,7 @@ async def test_through_the_agent_the_header_names_you_and_the_socket_and_a_launc
         await pilot.press("enter")
         await until_pilot(pilot, lambda: app.heard("Launched: via-agent got cards 0,1."), "the launch")
         await until_pilot(pilot, lambda: states(app)[:2] == ["job", "job"], "the job on its cards")
-        [job] = app.snapshot.jobs
+        [job] = app.follower.snapshot.jobs
         assert job.owner == "root"  # the kernel's name for the asker
         assert "via-agent" in tile_text(app, 0)
 
@@ -44,7 +45,7 @@ async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_r
     await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="survivor"))
     app = Dashboard(client, default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
-        await until_pilot(pilot, lambda: app.snapshot and states(app)[0] == "job", "the running job")
+        await until_pilot(pilot, lambda: app.follower.snapshot and states(app)[0] == "job", "the running job")
         assert "FREE" in tile_text(app, 1)
 
         agent.stop.set()
@@ -56,7 +57,7 @@ async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_r
         assert "it reconnects by itself" in text
         assert "NO AGENT since" in header(app) and "(not answering; reconnecting)" in header(app)
         assert not any("FREE" in tile_text(app, i) for i in range(8)), "a card shown free with no agent"
-        assert app.check_action("stop", ()) is False
+        assert app.main.check_action("stop", ()) is False
         await pilot.press("l")
         assert not isinstance(app.screen, LaunchScreen), "a form opened for a node that cannot answer"
         assert app.heard("the node's agent is not answering since")
@@ -67,7 +68,7 @@ async def test_when_the_agent_goes_away_nothing_is_free_nothing_is_done_and_it_r
         agent.stop = asyncio.Event()
         await agent.start()  # the same socket, a new agent: the dashboard finds it by itself
         await until_pilot(pilot, lambda: not banner.has_class("-shown"), "the dashboard to reconnect")
-        assert app.stale_since is None and "reconnecting" not in header(app)
+        assert app.follower.stale_since is None and "reconnecting" not in header(app)
         assert "survivor" in tile_text(app, 0) and "FREE" in tile_text(app, 1)
         await pilot.press("l")
         await fill(pilot, app.screen, "run-id", "after-the-restart")
@@ -108,7 +109,7 @@ async def test_through_the_agent_quitting_leaves_the_queue_to_the_agent_without_
     app = Dashboard(client, default_command=("sleep", "60"))
     async with app.run_test(size=SIZE) as pilot:
         await polled(pilot, app)
-        await app._enqueue(LaunchRequest(cards=1, command=("sleep", "60"), run_id="later"))
+        await enqueue(app.main, LaunchRequest(cards=1, command=("sleep", "60"), run_id="later"))
         await until_pilot(pilot, lambda: queued(app) == ["later"], "the launch in the agent's queue")
         assert app.heard("The node's agent keeps it, with or without this dashboard.")
         await pilot.press("q")

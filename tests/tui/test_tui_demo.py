@@ -12,9 +12,9 @@ from tpnode_tui.demo.scene import DemoScene
 from tpnode_tui.demo.stage import DEMO_COMMAND, start_demo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.detail import describe_card
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.card import describe_card
 
 
 @pytest.fixture
@@ -30,17 +30,17 @@ async def demo_app(tmp_path):
 
 
 def opened(app: NodeDashboard) -> bool:
-    return app.snapshot is not None and {"demo-train-llama", "demo-notebook", "rsv-alice"} <= {
-        j.run_id for j in app.snapshot.jobs if j.live
+    return app.follower.snapshot is not None and {"demo-train-llama", "demo-notebook", "rsv-alice"} <= {
+        j.run_id for j in app.follower.snapshot.jobs if j.live
     }
 
 
 def card(app: NodeDashboard, index: int):
-    return app.snapshot.cards[index]
+    return app.follower.snapshot.cards[index]
 
 
 def queued(app: NodeDashboard) -> list[str]:
-    return [q.run_id for q in app.snapshot.queue]
+    return [q.run_id for q in app.follower.snapshot.queue]
 
 
 async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
@@ -48,9 +48,9 @@ async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
     async with app.run_test(size=(120, 40)) as pilot:
         await until_pilot(pilot, lambda: opened(app), "the demo's opening job and reservation")
         await until_pilot(pilot, lambda: card(app, 7).state == "drained", "the opening XID to drain card 7")
-        states = [c.state for c in app.snapshot.cards]
+        states = [c.state for c in app.follower.snapshot.cards]
         assert {"job", "reservation", "external", "unhealthy", "drained", "free", "mig"} <= set(states), states
-        assert app.you is not None and app.you.operator, "whoever runs the demo operates its node"
+        assert app.follower.you is not None and app.follower.you.operator, "whoever runs the demo operates its node"
 
         await until_pilot(pilot, lambda: card(app, 0).holders, "the job's process on its cards")
         [worker] = card(app, 0).holders
@@ -60,7 +60,7 @@ async def test_the_demo_shows_every_state_and_who_holds_each_card(demo_app):
         assert reserved.state == "reservation" and reserved.run_id == "rsv-alice"
         [squatter] = reserved.holders
         assert squatter.pid == app.demo.squatter.pid and squatter.belongs == "intruder"
-        assert reserved.intruders == (squatter.pid,) and app.snapshot.intruder_cards == (2,)
+        assert reserved.intruders == (squatter.pid,) and app.follower.snapshot.intruder_cards == (2,)
         assert "is using card 2, reserved by alice" in reserved.warning
         assert "! " in app.query_one("#card-2").render().plain
 
@@ -111,13 +111,13 @@ async def test_the_demo_keys_toggle_probe_blind_an_outside_user_and_raise_an_xid
     app = demo_app
     async with app.run_test(size=(120, 40)) as pilot:
         await until_pilot(pilot, lambda: opened(app), "the demo to open")
-        free = [c.index for c in app.snapshot.cards if c.state == "free"]
+        free = [c.index for c in app.follower.snapshot.cards if c.state == "free"]
         assert free
 
         await pilot.press("b")
         await until_pilot(pilot, lambda: app.query_one("#blind-banner").has_class("-shown"), "the blind banner")
         await until_pilot(pilot, lambda: card(app, free[0]).state == "unverified", "unverified cards")
-        assert not [c for c in app.snapshot.cards if c.state == "free"]
+        assert not [c for c in app.follower.snapshot.cards if c.state == "free"]
         await pilot.press("b")
         await until_pilot(pilot, lambda: card(app, free[0]).state == "free", "the probe to see again")
 
@@ -141,8 +141,10 @@ async def test_an_empty_command_in_the_demo_runs_the_demo_workload(demo_app):
         await pilot.press("l")
         app.screen.query_one("#run-id").value = "demo-default"
         await pilot.press("enter")
-        await until_pilot(pilot, lambda: any(j.run_id == "demo-default" for j in app.snapshot.jobs), "the launch")
-        [job] = [j for j in app.snapshot.jobs if j.run_id == "demo-default"]
+        await until_pilot(
+            pilot, lambda: any(j.run_id == "demo-default" for j in app.follower.snapshot.jobs), "the launch"
+        )
+        [job] = [j for j in app.follower.snapshot.jobs if j.run_id == "demo-default"]
         assert job.command == DEMO_COMMAND and job.live
 
 
@@ -151,7 +153,7 @@ async def test_while_probe_blind_a_launch_can_be_queued_and_starts_once_the_prob
     async with app.run_test(size=(120, 40)) as pilot:
         await until_pilot(pilot, lambda: opened(app), "the demo to open")
         await pilot.press("b")
-        await until_pilot(pilot, lambda: not app.snapshot.occupancy.external_probe_ok, "probe-blind")
+        await until_pilot(pilot, lambda: not app.follower.snapshot.occupancy.external_probe_ok, "probe-blind")
         assert "launches wait until the probe works again" in str(app.query_one("#blind-banner").render())
 
         await pilot.press("l")
@@ -165,18 +167,18 @@ async def test_while_probe_blind_a_launch_can_be_queued_and_starts_once_the_prob
         assert "starts by itself once the probe works again and 1 card can be checked free" in offer, offer
         await pilot.press("y")
         await until_pilot(pilot, lambda: queued(app) == ["after-the-probe"], "the launch in the node's queue")
-        readings = app.readings
-        await until_pilot(pilot, lambda: app.readings >= readings + 3, "three readings while blind")
+        readings = app.follower.readings
+        await until_pilot(pilot, lambda: app.follower.readings >= readings + 3, "three readings while blind")
         assert queued(app) == ["after-the-probe"], "a queued launch left the queue while the node was blind"
-        assert all(j.run_id != "after-the-probe" for j in app.snapshot.jobs), "started on unverified cards"
+        assert all(j.run_id != "after-the-probe" for j in app.follower.snapshot.jobs), "started on unverified cards"
 
         await pilot.press("b")
         await until_pilot(
             pilot,
-            lambda: any(j.run_id == "after-the-probe" and j.live for j in app.snapshot.jobs),
+            lambda: any(j.run_id == "after-the-probe" and j.live for j in app.follower.snapshot.jobs),
             "the queued launch once the probe sees again",
         )
-        [placed] = [c for c in app.snapshot.cards if c.run_id == "after-the-probe"]
+        [placed] = [c for c in app.follower.snapshot.cards if c.run_id == "after-the-probe"]
         assert placed.state == "job"
 
 

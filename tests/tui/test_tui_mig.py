@@ -11,7 +11,7 @@ import pytest
 
 from helpers.dashboard import SIZE, fill
 from helpers.waiting import until_pilot as until
-from tpnode_tui.tui.screens.launch import LaunchScreen
+from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
 
 GIB = 1024
 
@@ -56,7 +56,9 @@ def tile(app, index: int) -> str:
 async def test_a_mig_card_shows_its_slices_on_its_tile_and_in_the_detail_pane(service_node):
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.snapshot and app.snapshot.cards[1].state == "mig", "the MIG card")
+        await until(
+            pilot, lambda: app.follower.snapshot and app.follower.snapshot.cards[1].state == "mig", "the MIG card"
+        )
         text = tile(app, 1)
         assert " MIG " in text and "5 of 5 MIG slices free" in text, text
         assert "1c.3g 2c.3g 2g 1g 1g" in text.replace("■", ""), text
@@ -74,7 +76,9 @@ async def test_a_mig_card_shows_its_slices_on_its_tile_and_in_the_detail_pane(se
 async def test_a_slice_launched_from_the_form_is_named_where_it_runs(service_node):
     app = service_node.app()
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.snapshot and app.snapshot.cards[1].state == "mig", "the MIG card")
+        await until(
+            pilot, lambda: app.follower.snapshot and app.follower.snapshot.cards[1].state == "mig", "the MIG card"
+        )
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LaunchScreen), "the launch form")
         hint = app.screen.query_one("#slice").placeholder
@@ -88,8 +92,10 @@ async def test_a_slice_launched_from_the_form_is_named_where_it_runs(service_nod
         await fill(pilot, app.screen, "cards", "1")
         await pilot.press("enter")
         await until(pilot, lambda: app.heard("Launched: nb got slice 1g.18gb of card 1."), "the slice launched")
-        await until(pilot, lambda: any(s.state == "job" for s in app.snapshot.cards[1].slices), "the slice held")
-        held = next(s for s in app.snapshot.cards[1].slices if s.state == "job")
+        await until(
+            pilot, lambda: any(s.state == "job" for s in app.follower.snapshot.cards[1].slices), "the slice held"
+        )
+        held = next(s for s in app.follower.snapshot.cards[1].slices if s.state == "job")
         assert (held.index, held.run_id) == (3, "nb")  # the first 1g.18gb of the card
         table = app.query_one("#jobs")
         row = [str(cell) for cell in table.get_row("job:nb")]

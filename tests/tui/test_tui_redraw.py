@@ -16,7 +16,7 @@ from helpers.dashboard import SIZE, polled
 from helpers.waiting import until_pilot
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.tiles import CardTile
+from tpnode_tui.tui.widgets.tiles import CardTile
 
 #: the node as the dashboard serves one without an agent (helpers/dashboard.py)
 pytestmark = pytest.mark.service_node(dashboard=True)

@@ -31,7 +31,7 @@ from tpnode_tui.model.views import EXTERNAL, INTRUDER, UNKNOWN, Drain, Evicted, 
 from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 
 SIZE = (120, 40)
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
@@ -271,7 +271,9 @@ def good(snap: NodeSnapshot, seq: int = 1) -> Reading:
 def fixed_world(monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    monkeypatch.setattr("tpnode_tui.tui.app.new_run_id", lambda prefix="run": f"{prefix}-1130-120000-a1b2")
+    monkeypatch.setattr(
+        "tpnode_tui.tui.screens.flows.launches.new_run_id", lambda prefix="run": f"{prefix}-1130-120000-a1b2"
+    )
     yield
     monkeypatch.undo()
     time.tzset()
@@ -309,10 +311,16 @@ def history_settled(app: NodeDashboard) -> bool:
 async def first_poll(pilot) -> None:
     """Until the first reading is shown, and the history fetched after it."""
     await until_pilot(
-        pilot, lambda: pilot.app.readings >= 1 or pilot.app.stale_since is not None, "the first reading", every=0.02
+        pilot,
+        lambda: pilot.app.follower.readings >= 1 or pilot.app.follower.stale_since is not None,
+        "the first reading",
+        every=0.02,
     )
     await until_pilot(
-        pilot, lambda: pilot.app.snapshot is None or history_settled(pilot.app), "the history after it", every=0.02
+        pilot,
+        lambda: pilot.app.follower.snapshot is None or history_settled(pilot.app),
+        "the history after it",
+        every=0.02,
     )
     await pilot.pause()
 
@@ -321,7 +329,7 @@ def readings(n: int):
     async def wait(pilot) -> None:
         await until_pilot(
             pilot,
-            lambda: pilot.app.readings >= n and history_settled(pilot.app),
+            lambda: pilot.app.follower.readings >= n and history_settled(pilot.app),
             f"{n} readings and the history",
             every=0.02,
         )
@@ -377,7 +385,7 @@ class TestCannotSee:
         async def gone_away(pilot) -> None:
             await until_pilot(
                 pilot,
-                lambda: pilot.app.stale_since is not None and history_settled(pilot.app),
+                lambda: pilot.app.follower.stale_since is not None and history_settled(pilot.app),
                 "the agent gone, and the history",
                 every=0.02,
             )

@@ -29,12 +29,15 @@ from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.views import HOLDER, INTRUDER, UNKNOWN, HolderInfo
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port.types import AgentUnavailable
-from tpnode_tui.tui.detail import holder_text
-from tpnode_tui.tui.events import EVENTS_KEPT, EventsPane
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
-from tpnode_tui.tui.screens.drain import DrainScreen
-from tpnode_tui.tui.sparks import BARS, SLICES, FixedSparkline, Recent, columns, padded, squeeze, summary
-from tpnode_tui.tui.tiles import CardGrid
+from tpnode_tui.tui.follow.history import SLICES, Recent, columns
+from tpnode_tui.tui.follow.log import EVENTS_KEPT
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.drain import DrainScreen
+from tpnode_tui.tui.widgets.events import EventsPane
+from tpnode_tui.tui.widgets.sparks import FixedSparkline, padded, summary
+from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.card import holder_text
+from tpnode_tui.tui.wording.sparks import BARS, squeeze
 
 #: records that it got SIGTERM, and goes on: it needs SIGKILL to end
 STUBBORN = (
@@ -97,8 +100,8 @@ async def test_drain_asks_why_and_the_card_says_reason_who_and_when(service_node
         assert "by root" in tile_text(app, 1)
         text = detail(app)
         assert "fan failing, RMA 4411" in text and "by root, an operator, at " in text, text
-        assert app.check_action("drain", ()) is False and app.check_action("undrain", ()) is True
-        assert app.check_action("evict", ()) is False, "evict is offered only where a process is listed"
+        assert app.main.check_action("drain", ()) is False and app.main.check_action("undrain", ()) is True
+        assert app.main.check_action("evict", ()) is False, "evict is offered only where a process is listed"
         assert app.query_one("#card-1").has_class("state-drained")
         await polled(pilot, app)
         assert states(app)[1] == "drained", "a drained card must stay out of service"
@@ -147,7 +150,7 @@ async def test_evict_lists_the_pid_first_then_sigterm_and_a_second_question_befo
         async with app.run_test(size=SIZE) as pilot:
             await polled(pilot, app, 2)
             await select(pilot, app, 2)
-            assert app.snapshot.cards[2].state == "external"
+            assert app.follower.snapshot.cards[2].state == "external"
             await pilot.press("k")
             await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the dry run's list")
             asked = dialog(app)
@@ -202,14 +205,14 @@ async def test_k_pressed_again_while_the_dry_run_is_out_asks_once(service_node, 
             await select(pilot, app, 1)
             await pilot.press("k")
             await pilot.pause(0.1)
-            assert app.check_action("evict", ()) is False, "not offered while its question is on its way"
+            assert app.main.check_action("evict", ()) is False, "not offered while its question is on its way"
             await pilot.press("k")
             await until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
             await pilot.pause(0.7)
             assert len(app.screen_stack) == 2 and dry_runs == [1], (app.screen_stack, dry_runs)
             await pilot.press("n")
             await pilot.pause()
-            assert app.check_action("evict", ()) is True, "offered again once answered"
+            assert app.main.check_action("evict", ()) is True, "offered again once answered"
         assert squatter.poll() is None, "the answer was no"
     finally:
         squatter.kill()
@@ -301,7 +304,7 @@ async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evi
         for index in (0, 1, 2):
             await select(pilot, app, index)
             for action in ("drain", "undrain", "evict"):
-                assert app.check_action(action, ()) is False, (index, action)
+                assert app.main.check_action(action, ()) is False, (index, action)
             assert not footer_actions(app) & {"drain", "undrain", "evict"}
             await pilot.press("d", "u", "k")
             assert app.screen is app.screen_stack[0], "a dialog opened for someone who may not"
@@ -309,7 +312,7 @@ async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evi
         assert not titles & {"Drain the selected card", "Undrain the selected card", "Evict from the selected card"}
 
         await select(pilot, app, 0)
-        for action in (app.action_drain, app.action_undrain, app.action_evict):
+        for action in (app.main.action_drain, app.main.action_undrain, app.main.action_evict):
             action()  # as if offered anyway (a palette entry kept from before): no question is asked
             await pilot.pause()
             assert app.screen is app.screen_stack[0], action.__name__

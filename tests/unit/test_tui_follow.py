@@ -1,6 +1,6 @@
 """How the dashboard follows the node, decided without a screen.
 
-The followers (tpnode_tui/tui/follow.py) are plain objects over the Node
+The followers (tpnode_tui/tui/follow/) are plain objects over the Node
 port: these tests give them a node that hands out prepared readings and log
 entries, fails when told to, and counts its open streams, and a sleep that
 records each wait instead of waiting, so the back-off is read off exactly.
@@ -17,8 +17,8 @@ import pytest
 from helpers.fleet import T, job, node_snapshot
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
-from tpnode_tui.tui.events import EVENTS_KEPT
-from tpnode_tui.tui.follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, Backoff, LogFollower, NodeFollower
+from tpnode_tui.tui.follow.log import EVENTS_KEPT, LogFollower
+from tpnode_tui.tui.follow.readings import RECONNECT_FIRST_S, RECONNECT_MOST_S, Backoff, NodeFollower
 
 ANA = You(user="ana", uid=1001, operator=True, cards_held=0, card_limit=None)
 GONE = "no agent answers at /run/tpnode-tui/agent.sock (it went away mid-stream)"

@@ -1,4 +1,4 @@
-"""The table of actions (tpnode_tui/tui/actions.py): one place per key, and what it decides.
+"""The table of actions (tpnode_tui/tui/wording/keys.py): one place per key, and what it decides.
 
 The footer, the palette, the help and ``check_action`` are all made from the
 table; the pictures (tests/tui/test_tui_snapshots.py) pin what they show. These
@@ -13,9 +13,10 @@ from typing import Optional
 from helpers.fleet import job, node_snapshot
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.model.views import CardView, Drain, HolderInfo
-from tpnode_tui.tui.actions import ACTIONS, BINDINGS, BY_NAME, Situation, help_lines
 from tpnode_tui.tui.app import NodeDashboard
-from tpnode_tui.tui.screens.help import key_lines
+from tpnode_tui.tui.screens.dialogs.help import key_lines
+from tpnode_tui.tui.screens.main import MainScreen
+from tpnode_tui.tui.wording.keys import ACTIONS, APP_BINDINGS, BY_NAME, SCREEN_BINDINGS, Situation, help_lines
 
 SQUATTER = HolderInfo(pid=4242, used_memory_mib=1024, visible=True, user="mallory", uid=1003)
 
@@ -75,11 +76,13 @@ def everything_to_act_on(**changes) -> Now:
     return Now(job=rsv, launch=launch, exited=[ended], card=card(holders=(SQUATTER,)), **changes)
 
 
-def test_every_action_in_the_table_is_one_the_app_does_and_its_keys_are_the_app_s():
+def test_every_action_in_the_table_is_one_the_dashboard_does_and_its_keys_are_the_dashboard_s():
     for action in ACTIONS:
-        assert callable(getattr(NodeDashboard, f"action_{action.name}", None)), action.name
-    assert NodeDashboard.BINDINGS is BINDINGS
-    assert [b.action for b in BINDINGS] == [a.name for a in ACTIONS]
+        does_it = NodeDashboard if action.on_app else MainScreen
+        assert callable(getattr(does_it, f"action_{action.name}", None)), action.name
+    assert MainScreen.BINDINGS is SCREEN_BINDINGS and NodeDashboard.BINDINGS is APP_BINDINGS
+    # the footer shows the screen's keys, then the app's: in the table's order
+    assert [b.action for b in SCREEN_BINDINGS + APP_BINDINGS] == [a.name for a in ACTIONS]
     assert len({a.id for a in ACTIONS}) == len(ACTIONS), "two bindings share an id"
 
 

@@ -1,6 +1,6 @@
 """What the dashboard says became of the launches it asked for, decided without a screen.
 
-The launch tracker (tpnode_tui/tui/launches.py) is a plain object: these
+The launch tracker (tpnode_tui/tui/follow/launches.py) is a plain object: these
 tests hand it the node's answers and snapshots (made by the real occupancy
 rules, tests/helpers/fleet.py) and read what it decides: what to offer, what
 to say, and what to leave unsaid.
@@ -16,7 +16,7 @@ from helpers.fleet import T, job, node_snapshot
 from tpnode_tui.model.errors import NoCapacity, NotAllowed
 from tpnode_tui.model.jobs import QueuedLaunch
 from tpnode_tui.port.types import Cancelled
-from tpnode_tui.tui.launches import (
+from tpnode_tui.tui.follow.launches import (
     LEFT_QUEUE_READINGS,
     LaunchTracker,
     LeftQueue,

@@ -15,9 +15,11 @@ from tpnode_tui.model.occupancy import GpuOccupancy
 from tpnode_tui.model.views import CardView, HolderInfo
 from tpnode_tui.probes.health import unseen_problem
 from tpnode_tui.text.render import card_ranges, card_summary, cards_words, show_command, unseen_use
-from tpnode_tui.tui.detail import describe_card
-from tpnode_tui.tui.screens.help import help_text
-from tpnode_tui.tui.tiles import fit, grid_columns, render_tile
+from tpnode_tui.tui.screens.dialogs.help import help_text
+from tpnode_tui.tui.widgets.tiles import grid_columns
+from tpnode_tui.tui.wording.card import describe_card
+from tpnode_tui.tui.wording.cells import fit
+from tpnode_tui.tui.wording.tiles import render_tile
 
 NOW = 1_700_000_000.0
 

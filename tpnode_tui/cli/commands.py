@@ -494,7 +494,7 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
 
         print(json.dumps(fleet_json(asyncio.run(read_once(settings.fleet.url, safe))), indent=2))
         return 0
-    from tpnode_tui.tui.fleet import run_fleet_view
+    from tpnode_tui.tui import run_fleet_view
 
     return run_fleet_view(settings.fleet.url, safe, args.interval)
 

@@ -1,4 +1,9 @@
-"""The live dashboard. The only package that imports Textual (the CLI imports it lazily)."""
+"""The live dashboard and the fleet view. The only package that imports Textual.
+
+Its two ways in, ``run_dashboard`` (a node's dashboard) and ``run_fleet_view``
+(every node of the fleet), are what the CLI imports, lazily, only when asked
+for; each imports its app only when it runs.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ from tpnode_tui.model.errors import TpnodeError, error_line, exit_code
 
 if TYPE_CHECKING:
     from tpnode_tui.port.node import Node
+    from tpnode_tui.tui.fleet.follow import FleetSource
 
-__all__ = ["run_dashboard"]
+__all__ = ["run_dashboard", "run_fleet_view"]
 
 
 @contextlib.contextmanager
@@ -130,3 +136,23 @@ def run_dashboard(
     if log_path is not None:
         print(f"tpnode-tui: the dashboard's log is in {log_path}", file=sys.stderr)
     return code
+
+
+async def _run_fleet(source: FleetSource, interval: float) -> int:
+    from tpnode_tui.tui.fleet.app import FleetApp
+
+    app = FleetApp(source, interval=interval)
+    try:
+        await app.run_async()
+    finally:
+        await source.close()
+    return app.return_code or 0
+
+
+def run_fleet_view(url: str, safe_url: str, interval: float) -> int:
+    """Open the fleet view on the fleet's Redis at ``url`` (``safe_url``: the same
+    without its password, to show); returns the exit code."""
+    from tpnode_tui.fleet.reader import FleetReader
+
+    with _logging_off_the_terminal(False):
+        return asyncio.run(_run_fleet(FleetReader(url, safe_url), interval))

@@ -1,35 +1,22 @@
-"""The events pane: the node's log as it is written, newest first.
-
-What happened to the cards in the last hour (XIDs, drains, intruders coming
-and going, health problems, jobs ending, evictions) and the actions the
-viewer may see, followed live from the node (``node.follow_events``). Only
-the newest :data:`EVENTS_KEPT` entries are kept, so a node whose log never
-stops stays a fixed cost to watch.
+"""What the events pane says: the node's log, one row per entry, newest first.
 
 Every entry quotes other people's words (process names, owners, reasons a
-drain was given, the driver's text): entries are escaped as they arrive
-and drawn as ``Text``, never as markup.
+drain was given, the driver's text): entries arrive escaped
+(tpnode_tui/tui/follow/log.py) and are drawn as ``Text``, never as markup.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Optional
 
-from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from tpnode_tui.text.render import card_ranges
-from tpnode_tui.tui.detail import clock_time
-from tpnode_tui.tui.tiles import DRAINED_TEXT, ERROR, WARNING, fit
+from tpnode_tui.tui.wording.cells import fit
+from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, WARNING
+from tpnode_tui.tui.wording.times import clock_time
 
-#: entries kept in memory, newest first
-EVENTS_KEPT = 200
-#: how far back the pane starts when it opens
-EVENTS_SINCE_S = 3600.0
 #: widest the user column is drawn (names come from anywhere)
 USER_WIDTH = 12
 
@@ -107,24 +94,3 @@ def events_title(card: Optional[int]) -> str:
     if card is None:
         return "The node's log, newest first: every card (f: the selected card only · e: the jobs table)"
     return f"The node's log, newest first: card {card} only (f: every card · e: the jobs table)"
-
-
-class EventsPane(VerticalScroll, can_focus=True):
-    """Shown in place of the jobs table while open (e)."""
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="events-text")
-
-    def show(self, entries: Iterable[Mapping[str, Any]], problem: Optional[str] = None) -> None:
-        """``problem``: why the log is not being followed now."""
-        parts: list[Any] = []
-        if problem:
-            parts.append(
-                Text(f"Not following the node's log: {problem}; trying again by itself.", style=f"bold {ERROR}")
-            )
-        entries = list(entries)
-        if entries:
-            parts.append(events_table(entries))
-        elif not problem:
-            parts.append(Text("Nothing in the last hour.", style="grey62"))
-        self.query_one("#events-text", Static).update(Group(*parts))

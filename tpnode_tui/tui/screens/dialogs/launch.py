@@ -7,7 +7,7 @@ from typing import Optional
 
 from tpnode_tui.port.types import LaunchRequest
 from tpnode_tui.text.render import show_command
-from tpnode_tui.tui.screens.form import Field, FormScreen
+from tpnode_tui.tui.screens.dialogs.form import Field, FormScreen
 
 
 class LaunchScreen(FormScreen[LaunchRequest]):

@@ -8,7 +8,7 @@ from tpnode_tui.config.values import parse_duration
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.text.render import cards_words
-from tpnode_tui.tui.screens.form import Field, FormScreen
+from tpnode_tui.tui.screens.dialogs.form import Field, FormScreen
 
 
 class ExtendScreen(FormScreen[float]):

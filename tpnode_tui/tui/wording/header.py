@@ -18,7 +18,8 @@ from rich.text import Text
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import You
 from tpnode_tui.text.render import cards_words, format_duration
-from tpnode_tui.tui.detail import clock_time
+from tpnode_tui.tui.wording.jobs import WAITING
+from tpnode_tui.tui.wording.times import clock_time
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,17 @@ class PollState:
     served: str = ""
     #: the same in a word, for a short terminal: "agent" or "in-process"
     via: str = ""
+
+
+def lock_line(snap: Optional[NodeSnapshot]) -> Optional[str]:
+    """What the allocation lock means for a launch now: what a launch under
+    way waits for, else who holds the lock or that Redis cannot be reached,
+    as the node found it: a launch would wait, and the operator should know
+    before pressing l."""
+    if snap is None:
+        return None
+    waiting = next((q.waiting_for for q in snap.queue if q.state == WAITING and q.waiting_for), None)
+    return waiting or snap.lock_state
 
 
 def you_text(you: You) -> str:
@@ -70,32 +82,29 @@ def _who_line(poll: PollState, compact: bool = False) -> Text:
     return out
 
 
-def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compact: bool = False) -> Text:
-    """Three lines: the node and how fresh the reading is; who you are and where
-    the node is served from; its runtime and lock. ``compact`` drops the
-    runtime and lock line on a short terminal, never who you are or the lock waiting."""
-    out = Text()
-    out.append(" tpnode-tui ", style="bold white on #1e63c4")
-    if snap is None and poll.stale_since is not None:
+def _not_read_yet(out: Text, poll: PollState) -> Text:
+    """The header before any reading: why not yet, and who you are."""
+    if poll.stale_since is not None:
         out.append(" NOTHING READ YET ", style="bold white on #c62828")
         failing = "agent not answering" if poll.agent_gone else "polls failing"
         out.append(f" {failing} since {clock_time(poll.stale_since)}", style="grey62")
-        return out + Text("\n") + _who_line(poll)
-    if snap is None:
-        out.append("  reading the node…", style="grey62")
-        return out + Text("\n") + _who_line(poll)
-    model = snap.probe.model_name or "unknown cards"
-    series = f" · series {snap.series}" if snap.series and snap.series != model.lower() else ""
-    out.append(f" {snap.host} ", style="bold")
-    out.append(f"│ {model}{series} │ probe {snap.probe.source} ")
-    occ = snap.occupancy
-    stale = poll.stale_since is not None
-    if stale:
-        out.append(f"│ ?/{occ.total} free ", style="bold")
-    elif not occ.external_probe_ok:
-        out.append(f"│ {len(occ.free)}/{occ.total} free, unverified ", style="bold")
     else:
-        out.append(f"│ {len(occ.free)}/{occ.total} free ", style="bold")
+        out.append("  reading the node…", style="grey62")
+    return out + Text("\n") + _who_line(poll)
+
+
+def _free_words(snap: NodeSnapshot, stale: bool) -> str:
+    """ "│ 3/8 free ", unknown while stale, and said unverified while probe-blind."""
+    occ = snap.occupancy
+    if stale:
+        return f"│ ?/{occ.total} free "
+    if not occ.external_probe_ok:
+        return f"│ {len(occ.free)}/{occ.total} free, unverified "
+    return f"│ {len(occ.free)}/{occ.total} free "
+
+
+def _marks(out: Text, poll: PollState) -> None:
+    """Stale (or no agent) since when, else paused; and read-only."""
     if poll.stale_since is not None:
         what = "NO AGENT" if poll.agent_gone else "STALE"  # short: the line says how old the reading is
         out.append(f" {what} since {clock_time(poll.stale_since)} ", style="bold white on #c62828")
@@ -103,9 +112,31 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
         out.append(" PAUSED ", style="bold black on #fbc02d")
     if poll.readonly:
         out.append(" READ-ONLY ", style="bold white on #6b6b6b")
+
+
+def _age(snap: NodeSnapshot, now: float, stale: bool) -> str:
+    """How old what is shown is: " updated 5s ago", " last good reading 2m00s ago"."""
     age = max(0.0, now - snap.taken_at)
     what = " last good reading" if stale else " updated"
-    out.append(f"{what} {format_duration(age)} ago" if age >= 1 else f"{what} just now", style="grey62")
+    return f"{what} {format_duration(age)} ago" if age >= 1 else f"{what} just now"
+
+
+def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compact: bool = False) -> Text:
+    """Three lines: the node and how fresh the reading is; who you are and where
+    the node is served from; its runtime and lock. ``compact`` drops the
+    runtime and lock line on a short terminal, never who you are or the lock waiting."""
+    out = Text()
+    out.append(" tpnode-tui ", style="bold white on #1e63c4")
+    if snap is None:
+        return _not_read_yet(out, poll)
+    stale = poll.stale_since is not None
+    model = snap.probe.model_name or "unknown cards"
+    series = f" · series {snap.series}" if snap.series and snap.series != model.lower() else ""
+    out.append(f" {snap.host} ", style="bold")
+    out.append(f"│ {model}{series} │ probe {snap.probe.source} ")
+    out.append(_free_words(snap, stale), style="bold")
+    _marks(out, poll)
+    out.append(_age(snap, now, stale), style="grey62")
     if compact:  # one line fewer: the first wraps on a short terminal anyway
         out.append(" │", style="grey62")
         out.append_text(_who_line(poll, compact=True))
@@ -119,65 +150,60 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
     return out
 
 
-def banner_lines(snap: Optional[NodeSnapshot], poll: PollState, compact: bool = False) -> list[tuple[str, Text]]:
-    """(banner name, text) for each banner that applies now, most urgent first;
-    ``compact`` keeps the blind banner's explanation to one short line, so a
-    short terminal still shows the jobs table."""
-    banners = []
-    since = clock_time(poll.stale_since) if poll.stale_since is not None else ""
-    if poll.stale_since is not None and poll.agent_gone:
+def _stale_banner(snap: Optional[NodeSnapshot], poll: PollState) -> Optional[Text]:
+    """Why what is shown may be out of date, and what is shown meanwhile (None while it is not)."""
+    if poll.stale_since is None:
+        return None
+    since = clock_time(poll.stale_since)
+    if poll.agent_gone:
         then = (
             "Nothing has been read yet, so no card is shown"
             if snap is None
             else "Showing the last good reading, marked ?; no card counts as free"
         )
-        banners.append(
-            (
-                "stale",
-                Text(
-                    f"agent not answering since {since}: {poll.stale_error}\n"
-                    f"{then}, and nothing can be done until it answers; it reconnects by itself."
-                ),
-            )
+        return Text(
+            f"agent not answering since {since}: {poll.stale_error}\n"
+            f"{then}, and nothing can be done until it answers; it reconnects by itself."
         )
-    elif poll.stale_since is not None and snap is None:
-        banners.append(
-            (
-                "stale",
-                Text(
-                    f"the node cannot be read (since {since}): {poll.stale_error}\n"
-                    "Nothing has been read yet, so no card is shown; it retries by itself."
-                ),
-            )
+    if snap is None:
+        return Text(
+            f"the node cannot be read (since {since}): {poll.stale_error}\n"
+            "Nothing has been read yet, so no card is shown; it retries by itself."
         )
-    elif poll.stale_since is not None:
-        banners.append(
-            (
-                "stale",
-                Text(
-                    f"stale since {since}: {poll.stale_error}\n"
-                    "Showing the last good reading, marked ?; no card counts as free until a poll "
-                    "succeeds again (it retries by itself)."
-                ),
-            )
+    return Text(
+        f"stale since {since}: {poll.stale_error}\n"
+        "Showing the last good reading, marked ?; no card counts as free until a poll "
+        "succeeds again (it retries by itself)."
+    )
+
+
+def _blind_banner(snap: Optional[NodeSnapshot], poll: PollState, compact: bool) -> Optional[Text]:
+    """Use from outside cannot be probed: why, and what it means for launches (None while it can)."""
+    if snap is None or snap.occupancy.external_probe_ok or not snap.occupancy.total:
+        return None
+    why = snap.probe.problem or "use from outside the platform cannot be probed"
+    if compact:
+        then = "handed out anyway" if poll.unverified_allowed else "launches wait for the probe"
+        explain = f"Free cards show as UNVERIFIED; {then}."
+    else:
+        then = (
+            "they are handed out anyway (TUNEPLANE_ALLOW_UNVERIFIED)"
+            if poll.unverified_allowed
+            else "launches wait until the probe works again (queued ones then start by themselves)"
         )
-    if snap is not None and not snap.occupancy.external_probe_ok and snap.occupancy.total:
-        why = snap.probe.problem or "use from outside the platform cannot be probed"
-        if compact:
-            then = "handed out anyway" if poll.unverified_allowed else "launches wait for the probe"
-            explain = f"Free cards show as UNVERIFIED; {then}."
-        else:
-            then = (
-                "they are handed out anyway (TUNEPLANE_ALLOW_UNVERIFIED)"
-                if poll.unverified_allowed
-                else "launches wait until the probe works again (queued ones then start by themselves)"
-            )
-            explain = (
-                "Cards may be in use by processes outside the platform that cannot be seen (the "
-                f"free count may be too high): free cards show as UNVERIFIED, and {then}."
-            )
-        banners.append(("blind", Text(f"PROBE-BLIND: {why}.\n{explain}")))
-    return banners
+        explain = (
+            "Cards may be in use by processes outside the platform that cannot be seen (the "
+            f"free count may be too high): free cards show as UNVERIFIED, and {then}."
+        )
+    return Text(f"PROBE-BLIND: {why}.\n{explain}")
+
+
+def banner_lines(snap: Optional[NodeSnapshot], poll: PollState, compact: bool = False) -> list[tuple[str, Text]]:
+    """(banner name, text) for each banner that applies now, most urgent first;
+    ``compact`` keeps the blind banner's explanation to one short line, so a
+    short terminal still shows the jobs table."""
+    banners = (("stale", _stale_banner(snap, poll)), ("blind", _blind_banner(snap, poll, compact)))
+    return [(name, text) for name, text in banners if text is not None]
 
 
 def intruder_words(snap: NodeSnapshot) -> str:

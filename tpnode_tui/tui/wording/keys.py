@@ -4,9 +4,10 @@ For each action: its key, the footer's label, the tooltip, the command
 palette's title and help, the help screen's line, what kind of action it is
 (changes the node, and so is refused read-only; only shows; the demo's; moves
 about; the app's own), whether only an operator is offered it, and when it is
-offered. The app's bindings, the palette, the help's keys and ``check_action``
-are all made from it, so a key is described in one place, and what the footer
-shows, the palette lists and the help says can never disagree.
+offered. The main screen's and the app's bindings, the palette, the help's
+keys and ``check_action`` are all made from it, so a key is described in one
+place, and what the footer shows, the palette lists and the help says can
+never disagree.
 
 The order is the footer's: the keys that act on the node first, then what
 only shows, the demo's, moving about, help and quit.
@@ -78,7 +79,7 @@ def always(now: Situation) -> bool:
 
 @dataclass(frozen=True)
 class Action:
-    """One action: the app's ``action_<name>``, and everything said about it."""
+    """One action: the main screen's ``action_<name>`` (the app's, for help and quit), and everything said about it."""
 
     name: str
     keys: str
@@ -112,6 +113,11 @@ class Action:
             id=self.id,
             tooltip=self.tooltip,
         )
+
+    @property
+    def on_app(self) -> bool:
+        """Whether the app does it (help, quit: on any screen); the rest the main screen does."""
+        return self.kind == "app"
 
     def offered(self, now: Situation) -> bool:
         """Whether the key shows (in the footer, and the palette lists it) and works now."""
@@ -458,8 +464,10 @@ ACTIONS: tuple[Action, ...] = (
 
 BY_NAME = {action.name: action for action in ACTIONS}
 
-#: the app's key bindings, in the footer's order
-BINDINGS: list[BindingType] = [action.binding() for action in ACTIONS]
+#: the main screen's key bindings, in the footer's order, and the app's own (help and
+#: quit, last in the table: the footer shows the screen's keys before the app's)
+SCREEN_BINDINGS: list[BindingType] = [action.binding() for action in ACTIONS if not action.on_app]
+APP_BINDINGS: list[BindingType] = [action.binding() for action in ACTIONS if action.on_app]
 
 
 def help_lines(kind: Kind, *, agent: bool = False) -> list[HelpLine]:

@@ -11,11 +11,11 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from tpnode_tui.tui.actions import HelpLine, help_lines, node_words
-from tpnode_tui.tui.tiles import BADGES
+from tpnode_tui.tui.wording.keys import HelpLine, help_lines, node_words
+from tpnode_tui.tui.wording.marks import BADGES
 
 #: the keys the help explains that are not the dashboard's actions: the grid's
-#: own (tiles.CardGrid), and Textual's focus and command palette
+#: own (widgets/tiles.py CardGrid), and Textual's focus and command palette
 GRID_KEYS_HELP = [
     ("←/h  →", "select the card to the left / right (l is launch, not right)"),
     ("↑  ↓/j", "select the card above / below (k is evict, not up)"),

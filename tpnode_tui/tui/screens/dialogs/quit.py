@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tpnode_tui.tui.jobs import PLACING, QUEUED, WAITING
-from tpnode_tui.tui.screens.confirm import ConfirmScreen
+from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
+from tpnode_tui.tui.wording.jobs import PLACING, QUEUED, WAITING
 
 #: how quitting names a launch it would drop, by its state
 DROPPED_AS = {

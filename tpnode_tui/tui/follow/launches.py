@@ -20,7 +20,7 @@ from tpnode_tui.model.errors import NoCapacity
 from tpnode_tui.model.jobs import QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import Cancelled
-from tpnode_tui.tui.jobs import WAITING
+from tpnode_tui.tui.wording.jobs import WAITING
 
 #: readings to wait for a launch that left the queue to show as a job, before
 #: asking the node's log what became of it (a reading begun before it was placed

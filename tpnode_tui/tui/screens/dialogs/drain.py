@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tpnode_tui.port.types import DRAIN_REASON_MOST
-from tpnode_tui.tui.screens.form import Field, FormScreen
+from tpnode_tui.tui.screens.dialogs.form import Field, FormScreen
 
 
 class DrainScreen(FormScreen[str]):

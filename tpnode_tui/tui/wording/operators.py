@@ -13,8 +13,8 @@ from typing import Iterable, Sequence
 
 from tpnode_tui.model.views import CardView, Drain, Evicted, EvictReport
 from tpnode_tui.text.render import card_summary, cards_words, format_mib
-from tpnode_tui.tui.detail import drain_source
-from tpnode_tui.tui.tiles import fit
+from tpnode_tui.tui.wording.card import drain_source
+from tpnode_tui.tui.wording.cells import fit
 
 #: widest a command is shown in a question (the detail pane has it in full)
 COMMAND_WIDTH = 62

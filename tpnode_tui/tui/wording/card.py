@@ -1,4 +1,4 @@
-"""The detail pane: everything known about the selected card, in full sentences.
+"""What the detail pane says about the selected card: everything known about it, in full sentences.
 
 This is where triage happens ("who is on card 5?"), so nothing is left out for
 lack of a name: a holder this machine cannot see is still listed with its pid
@@ -7,14 +7,10 @@ and memory, and memory in use with no process at all is said out loud.
 
 from __future__ import annotations
 
-import time
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from rich.cells import cell_len
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Static
 
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, SliceView
@@ -30,8 +26,9 @@ from tpnode_tui.text.render import (
     unseen_use,
 )
 from tpnode_tui.text.render import clock_time as moment
-from tpnode_tui.tui.sparks import FixedSparkline, Recent, window_words
-from tpnode_tui.tui.tiles import BADGES, DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, readings
+from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, badge
+from tpnode_tui.tui.wording.tiles import readings
+from tpnode_tui.tui.wording.times import clock_time
 
 STATE_MEANING = {
     "free": "nothing holds it",
@@ -58,10 +55,6 @@ BELONGS_MARK = {
 KEY_WIDTH = 10
 
 
-def clock_time(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
-
-
 def workload(job: JobState) -> str:
     """What a job runs, on one line. A reservation's workload is only a wait."""
     if job.kind == "reservation":
@@ -74,13 +67,8 @@ def workload(job: JobState) -> str:
     return " ".join(parts) or NA
 
 
-def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
-    """A job in three or four lines: who and where, what it runs, since and until when."""
-    status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
-    facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
-    facts.append(f"owner {job.owner or 'not recorded'}")
-    facts.append(job.holding if job.slices else f"cards {card_ranges(job.gpus) or '-'}")
-    rows = [("run id", " · ".join(facts)), ("runs", workload(job))]
+def _times(job: JobState, now: float) -> str:
+    """Since and until when: "started 10:00:00 (5m00s ago) · expires 12:00:00 (in 1h55m)"."""
     times = []
     if job.started_at:
         times.append(f"started {clock_time(job.started_at)} ({format_duration(now - job.started_at)} ago)")
@@ -88,8 +76,19 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
         left = job.expires_at - now
         when = f"in {format_duration(left)}" if left > 0 else "passed; it is ending"
         times.append(f"expires {clock_time(job.expires_at)} ({when})")
+    return " · ".join(times)
+
+
+def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
+    """A job in three or four lines: who and where, what it runs, since and until when."""
+    status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
+    facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
+    facts.append(f"owner {job.owner or 'not recorded'}")
+    facts.append(job.holding if job.slices else f"cards {card_ranges(job.gpus) or '-'}")
+    rows = [("run id", " · ".join(facts)), ("runs", workload(job))]
+    times = _times(job, now)
     if times:
-        rows.append(("time", " · ".join(times)))
+        rows.append(("time", times))
     rows.extend(("problem", problem) for problem in job.problems)
     return rows
 
@@ -115,7 +114,7 @@ def holder_text(holder: HolderInfo) -> Text:
 def slice_lines(out: Text, card: int, piece: SliceView) -> None:
     """One MIG slice in the pane: "1:3  JOB  1g.18gb  nb (bob)  13 MiB of 16.0 GiB", then why
     and what is wrong, its processes, and its uuid (what CUDA_VISIBLE_DEVICES names)."""
-    label, colour = BADGES.get(piece.state, (piece.state.upper(), "grey30"))
+    label, colour = badge(piece.state)
     out.append(f"  {slice_name(card, piece.index):<{KEY_WIDTH - 2}}", style="grey62")
     out.append(f" {label} ", style=f"bold white on {colour}")
     f = piece.facts
@@ -136,14 +135,15 @@ def slice_lines(out: Text, card: int, piece: SliceView) -> None:
         out.append(f"{pad}{f.uuid}\n", style="grey50")
 
 
-def describe_card(
-    card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None, env: Sequence[str] = (), width: int = 0
-) -> Text:
-    """``env``: the lines that point CUDA at the card's job, for its owner to copy
-    into a shell, each on one line of the ``width`` the text gets (0: any): a
-    line that would wrap could not be pasted, so one too long is named instead."""
-    out = Text()
-    label, colour = BADGES.get(card.state, (card.state.upper(), "grey30"))
+def _row(out: Text, key: str, value: str, style: str = "") -> None:
+    """One line of the pane: a key in the key column, then its value."""
+    out.append(f"  {key:<{KEY_WIDTH - 2}}", style="grey62")
+    out.append(value + "\n", style=style)
+
+
+def _headline(out: Text, card: CardView, stale: Optional[str]) -> None:
+    """The card, its badge and what the state means; stale, what the last good reading said, and why."""
+    label, colour = badge(card.state)
     out.append(f"Card {card.index}  ", style="bold")
     if stale:
         out.append(f" {STALE_BADGE[0]} ", style=f"bold white on {STALE_BADGE[1]}")
@@ -153,31 +153,35 @@ def describe_card(
         out.append(f" {label} ", style=f"bold white on {colour}")
         out.append(f"  {STATE_MEANING.get(card.state, '')}\n")
 
-    def row(key: str, value: str, style: str = "") -> None:
-        out.append(f"  {key:<{KEY_WIDTH - 2}}", style="grey62")
-        out.append(value + "\n", style=style)
 
+def _holding_rows(out: Text, card: CardView, now: float) -> None:
+    """Who holds the card: its job, or at least its run id."""
     if card.job is not None:
         for key, value in job_lines(card.job, now):
-            row(key, value, "bold" if key == "run id" else "")
+            _row(out, key, value, "bold" if key == "run id" else "")
     elif card.run_id:
-        row("run id", card.run_id, "bold")
+        _row(out, "run id", card.run_id, "bold")
 
-    # What needs attention first, then whose each process is: this is where
-    # "who is on card 5, and why is it out of service?" is answered.
+
+def _attention_rows(out: Text, card: CardView, now: float) -> None:
+    """What needs attention first: why the card is out of service, or what is wrong on it."""
     if card.state == "unhealthy":
-        row("health", f"not handed out: {card.reason}", f"bold {ERROR}")
+        _row(out, "health", f"not handed out: {card.reason}", f"bold {ERROR}")
     if card.warning:
-        row("warning", card.warning, f"bold {ERROR}" if card.intruders else f"bold {WARNING}")
+        _row(out, "warning", card.warning, f"bold {ERROR}" if card.intruders else f"bold {WARNING}")
     if card.drain is not None:
-        row("drained", card.drain.reason, f"bold {DRAINED_TEXT}")
-        row("", drain_source(card.drain, now))
+        _row(out, "drained", card.drain.reason, f"bold {DRAINED_TEXT}")
+        _row(out, "", drain_source(card.drain, now))
     if card.state == "unverified" and card.reason:
-        row("why", card.reason)
+        _row(out, "why", card.reason)
 
+
+def _process_rows(out: Text, card: CardView, mem_busy_mib: int) -> None:
+    """Whose each process is. On a MIG card each slice lists its own processes
+    (below); the card lists only those no slice could be told for, so none is
+    shown twice or lost. With none, why: the list could not be read, or memory
+    is in use with no process this machine can see."""
     f = card.facts
-    # On a MIG card each slice lists its own processes (below); the card lists
-    # only those no slice could be told for, so none is shown twice or lost.
     on_slices = {h.pid for piece in card.slices for h in piece.holders}
     holders = [h for h in card.holders if h.pid not in on_slices]
     if holders:
@@ -192,69 +196,58 @@ def describe_card(
     elif f is not None and f.memory_used_mib is not None and f.memory_used_mib >= mem_busy_mib:
         out.append(f"  {unseen_use(f.memory_used_mib, long=True)}\n", style="#ffb300")
 
-    if card.job is not None:
-        room = width - KEY_WIDTH if width > 0 else None
-        fits = [line for line in env if room is None or cell_len(line) <= room]
-        for n, line in enumerate(fits):
-            row("env" if n == 0 else "", line, "#4fc3f7")
-        for line in env:
-            if line not in fits:
-                name = line.removeprefix("export ").split("=", 1)[0]
-                row(
-                    "env" if not fits else "",
-                    f"{name} is too long to show here: tpnode-tui env {card.job.key} prints it",
-                    "grey62",
-                )
 
-    for piece in card.slices:
-        slice_lines(out, card.index, piece)
+def _env_rows(out: Text, run_id: str, env: Sequence[str], width: int) -> None:
+    """The exports that point CUDA at the job's cards, each on one line of the
+    ``width`` the text gets (0: any): a line that would wrap could not be
+    pasted, so one too long is named instead, with the command that prints it."""
+    room = width - KEY_WIDTH if width > 0 else None
+    fits = [line for line in env if room is None or cell_len(line) <= room]
+    for n, line in enumerate(fits):
+        _row(out, "env" if n == 0 else "", line, "#4fc3f7")
+    for line in env:
+        if line not in fits:
+            name = line.removeprefix("export ").split("=", 1)[0]
+            _row(
+                out,
+                "env" if not fits else "",
+                f"{name} is too long to show here: tpnode-tui env {run_id} prints it",
+                "grey62",
+            )
 
+
+def _fact_rows(out: Text, card: CardView) -> None:
+    """The card's memory, readings and identity, as the probe reported them."""
+    f = card.facts
     if f is not None:
-        row("memory", f"{format_mib(f.memory_used_mib)} used of {format_mib(f.memory_total_mib)} · {readings(card)}")
-        row("card", f"{f.name or NA} · uuid {f.uuid or NA} · PCI {f.pci_bus_id or NA}")
+        _row(
+            out,
+            "memory",
+            f"{format_mib(f.memory_used_mib)} used of {format_mib(f.memory_total_mib)} · {readings(card)}",
+        )
+        _row(out, "card", f"{f.name or NA} · uuid {f.uuid or NA} · PCI {f.pci_bus_id or NA}")
     else:
         out.append("  The probe reported nothing about this card.\n", style="grey62")
+
+
+def describe_card(
+    card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None, env: Sequence[str] = (), width: int = 0
+) -> Text:
+    """Everything known about ``card``: who holds it, what needs attention, whose
+    each process is, then its slices and its facts. ``stale``: why it may be out
+    of date; ``env``: the lines that point CUDA at the card's job, for its owner
+    to copy into a shell, each on one line of the ``width`` the text gets (0: any)."""
+    out = Text()
+    _headline(out, card, stale)
+    _holding_rows(out, card, now)
+    # What needs attention first, then whose each process is: this is where
+    # "who is on card 5, and why is it out of service?" is answered.
+    _attention_rows(out, card, now)
+    _process_rows(out, card, mem_busy_mib)
+    if card.job is not None:
+        _env_rows(out, card.job.key, env, width)
+    for piece in card.slices:
+        slice_lines(out, card.index, piece)
+    _fact_rows(out, card)
     out.rstrip()
     return out
-
-
-class DetailPane(VerticalScroll, can_focus=True):
-    """Focusable (enter from the grid) so a long holder list can be scrolled.
-    With ``history``, the card's utilisation and memory over the last hour
-    stay in view under the text, however far it is scrolled."""
-
-    def __init__(self, *, history: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.history = history
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="detail-text")
-        if self.history:
-            with Vertical(id="detail-history"):
-                for field, label in (("utilization_pct", "util"), ("memory_used_mib", "memory")):
-                    with Horizontal(classes="spark-row"):
-                        yield Static(Text(f"  {label}"), classes="spark-label")
-                        yield FixedSparkline(id=f"spark-{field}")
-                        yield Static("", id=f"spark-{field}-caption", classes="spark-caption")
-
-    def show(self, text: Text) -> None:
-        self.query_one("#detail-text", Static).update(text)
-
-    def show_history(self, recent: Optional[Recent], memory_total_mib: Optional[int]) -> None:
-        """Utilisation against 0-100 %, memory against the card's total: a
-        scale that moved with the data would make an idle card look busy."""
-        if not self.history:
-            return
-        known = recent is not None and not recent.empty
-        when = window_words(recent.span) if recent is not None and known else "no readings yet"
-        util = self.query_one("#spark-utilization_pct", FixedSparkline)
-        util.plot(recent.utilization_pct if recent is not None else (), 100.0)
-        self.query_one("#spark-utilization_pct-caption", Static).update(Text(f"0-100 % · {when}"))
-        memory = self.query_one("#spark-memory_used_mib", FixedSparkline)
-        if memory_total_mib:
-            memory.plot(recent.memory_used_mib if recent is not None else (), float(memory_total_mib))
-            caption = f"of {format_mib(memory_total_mib)} · {when}"
-        else:  # no total to scale to: drawing against the data's own range would mislead
-            memory.plot((), 1.0)
-            caption = "total not known"
-        self.query_one("#spark-memory_used_mib-caption", Static).update(Text(caption))

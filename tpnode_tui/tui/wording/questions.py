@@ -5,7 +5,7 @@ the last reading saw it), what a refusal for lack of room offers (the
 queue, and when a queued launch would start), and what is asked before a
 job is ended or its record removed, naming exactly what is touched. The node
 decides and words every refusal; these only lay out what it answered. Drain,
-undrain and evict have theirs in tui/triage.py.
+undrain and evict have theirs in tui/wording/operators.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tpnode_tui.model.errors import NoCapacity
 from tpnode_tui.model.jobs import JobState, wanted_words
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.text.render import cards_words
-from tpnode_tui.tui.jobs import LAUNCH_PREFIX
+from tpnode_tui.tui.wording.jobs import LAUNCH_PREFIX
 
 
 def capacity_line(snap: Optional[NodeSnapshot], stale_error: Optional[str]) -> str:

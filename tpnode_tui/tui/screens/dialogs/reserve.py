@@ -7,7 +7,7 @@ from typing import Optional
 from tpnode_tui.config.values import parse_duration
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.port.types import ReserveRequest
-from tpnode_tui.tui.screens.form import Field, FormScreen
+from tpnode_tui.tui.screens.dialogs.form import Field, FormScreen
 
 
 class ReserveScreen(FormScreen[ReserveRequest]):

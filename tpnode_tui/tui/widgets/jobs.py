@@ -1,0 +1,102 @@
+"""The jobs table: platform jobs, reservations, exited jobs awaiting reclaim, launches not started yet.
+
+What each row says is worded in tpnode_tui/tui/wording/jobs.py; the table
+lays the rows out so that none runs off its right edge, and keeps the cursor
+on its row while rows come and go.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+from rich.text import Text
+from textual.reactive import var
+from textual.widgets import DataTable
+
+from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.tui.wording.jobs import COLUMNS, TextCells, fitted, table_rows
+
+
+class JobsTable(DataTable[Text]):
+    """Rows are keyed by job name or launch run id, so the cursor stays on its row."""
+
+    #: what is shown may be out of date: the rows are dimmed (dashboard.tcss)
+    stale: var[bool] = var(False, toggle_class="-stale")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        #: (row key, height) of each row, in order, as last laid out
+        self._layout: list[tuple[str, int]] = []
+        self._room = 0
+        self._shown: Optional[tuple[tuple[JobState, ...], tuple[QueuedLaunch, ...], float, Mapping[str, float]]] = None
+
+    def on_mount(self) -> None:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        for key, label in COLUMNS:
+            self.add_column(label, key=key)
+
+    def _runs_room(self, rows: Iterable[TextCells]) -> int:
+        """How wide the last column may be so that no row runs off the right edge.
+
+        The table would scroll sideways instead, and a sideways-scrolled table
+        hides the run ids; the command is in the detail pane in full anyway.
+        """
+        widths = [len(label) for _key, label in COLUMNS[:-1]]
+        for cells in rows:
+            for n, cell in enumerate(cells[:-1]):
+                widths[n] = max(widths[n], cell.cell_len)
+        used = sum(w + 2 * self.cell_padding for w in widths) + 2 * self.cell_padding + 2
+        return max(12, self.size.width - used)
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
+
+    def show(
+        self, jobs: Iterable[JobState], pending: Iterable[QueuedLaunch], now: float, idle: Mapping[str, float] = {}
+    ) -> None:
+        """``idle``: reservations' run ids -> since when their owner has not used them."""
+        jobs, pending = tuple(jobs), tuple(pending)
+        self._shown = (jobs, pending, now, idle)
+        made, waits = table_rows(jobs, pending, now, idle)
+        room = self._runs_room(made.values())
+        rows: dict[str, TextCells] = {}
+        layout: list[tuple[str, int]] = []
+        for key, cells in made.items():
+            rows[key], height = fitted(cells, key in waits, room)
+            layout.append((key, height))
+        if layout == self._layout and room == self._room:
+            self._update(rows)
+        else:
+            self._rebuild(rows, layout, room)
+
+    def _update(self, rows: Mapping[str, TextCells]) -> None:
+        """The same rows, of the same heights: only their cells are set (unchanged ones repaint nothing)."""
+        for key, cells in rows.items():
+            for (column, _label), value in zip(COLUMNS, cells):
+                self.update_cell(key, column, value, update_width=True)
+
+    def _rebuild(self, rows: Mapping[str, TextCells], layout: list[tuple[str, int]], room: int) -> None:
+        """Rows came, went or changed height: the table is rebuilt, with its columns
+        (a column never narrows by itself), and the cursor kept on its row."""
+        current = self.selected_key()
+        self.clear(columns=True)
+        self._add_columns()
+        for key, height in layout:
+            self.add_row(*rows[key], key=key, height=height)
+        self._layout, self._room = layout, room
+        keys = [key for key, _height in layout]
+        if current is not None and current in rows:
+            self.move_cursor(row=keys.index(current), animate=False)
+
+    @property
+    def row_keys(self) -> list[str]:
+        return [key for key, _height in self._layout]
+
+    def selected_key(self) -> Optional[str]:
+        keys = self.row_keys
+        if not 0 <= self.cursor_row < len(keys):
+            return None
+        return keys[self.cursor_row]

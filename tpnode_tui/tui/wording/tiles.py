@@ -1,0 +1,189 @@
+"""What a card's tile says: its badge, who holds it, its memory, its readings and what needs attention.
+
+A tile has a fixed height and is one of several on a line, so every line is
+cut to the tile's width (``fit``), and what needs attention most takes the
+last line (an intruder, a warning, a drain), ahead of the job's time.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.cells import cell_len
+from rich.text import Text
+
+from tpnode_tui.model.views import CardView, Drain
+from tpnode_tui.text.render import NA, card_summary, format_duration, format_mib
+from tpnode_tui.tui.wording.cells import fit
+from tpnode_tui.tui.wording.marks import BADGES, DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, badge
+from tpnode_tui.tui.wording.times import short_duration
+
+#: how the line under the badge is styled, by the card's state (bold for the rest)
+SUMMARY_STYLE = {
+    "free": "grey62",
+    "unverified": "grey62",
+    "unhealthy": f"bold {ERROR}",
+    "drained": f"bold {DRAINED_TEXT}",
+}
+
+#: the last line of a tile in a state that needs no more than a word, and its style
+STATE_NOTE = {
+    "unhealthy": ("never handed out", ERROR),
+    "external": ("outside the platform", "#ffb300"),
+    "unverified": ("outside use not probed", "grey62"),
+}
+
+
+def _memory(used: Optional[int], total: Optional[int]) -> str:
+    if used is None and total is None:
+        return f"mem {NA}"
+    u, t = format_mib(used), format_mib(total)
+    if used is None:
+        return f"{NA} / {t}"
+    if u.endswith(" GiB") and t.endswith(" GiB"):
+        return f"{u[:-4]}/{t}"
+    return f"{u}/{t}"
+
+
+def memory_bar(used: Optional[int], total: Optional[int], width: int, dim: bool) -> Text:
+    label = _memory(used, total)
+    bar_width = max(0, width - len(label) - 1)
+    line = Text()
+    if bar_width >= 3 and used is not None and total:
+        share = min(1.0, max(0.0, used / total))
+        filled = round(share * bar_width)
+        colour = "#4caf50" if share < 0.5 else "#fbc02d" if share < 0.9 else "#e53935"
+        line.append("█" * filled, style="grey50" if dim else colour)
+        line.append("░" * (bar_width - filled), style="grey35")
+        line.append(" ")
+    elif bar_width >= 3:
+        line.append("·" * bar_width + " ", style="grey35")
+    line.append(label)
+    return line
+
+
+def short_profile(profile: Optional[str]) -> str:
+    """A MIG profile as a tile has room for it: "1g.18gb" -> "1g", "1c.3g.71gb" -> "1c.3g"."""
+    if not profile:
+        return "?"
+    return profile.rsplit(".", 1)[0] if profile.count(".") > 1 else profile.split(".", 1)[0]
+
+
+def slice_strip(card: CardView, width: int, stale: bool) -> Text:
+    """A MIG card's slices on one line, each its profile after a mark in its
+    state's colour: what a tile shows in place of the card's utilisation,
+    which the driver does not report in MIG mode."""
+    line = Text()
+    for n, piece in enumerate(card.slices):
+        colour = "grey50" if stale else badge(piece.state)[1]
+        mark, profile = ("■" if n == 0 else " ■"), short_profile(piece.facts.profile)
+        room = width - (0 if n == len(card.slices) - 1 else 2)  # what is left must take " …"
+        if cell_len(line.plain) + len(mark) + cell_len(profile) > room:
+            line.append(" …", style="grey62")
+            break
+        line.append(mark, style=colour)
+        line.append(profile, style="grey62" if stale else "")
+    return line
+
+
+def readings(card: CardView) -> str:
+    f = card.facts
+    util = f"{f.utilization_pct}%" if f and f.utilization_pct is not None else NA
+    temp = f"{f.temperature_c if f and f.temperature_c is not None else NA}°C"
+    power = f"{f'{f.power_w:.0f}' if f and f.power_w is not None else NA} W"
+    return f"util {util}  {temp}  {power}"
+
+
+def drain_note(drain: Drain, now: float) -> str:
+    """ "by ana, 2h00m ago", "by XID 79, 5m00s ago" (the badge says drained)."""
+    by = f"XID {drain.xid}" if drain.source == "xid" and drain.xid is not None else drain.by
+    return f"by {by}, {format_duration(now - drain.at)} ago"
+
+
+def _attention(card: CardView, now: float) -> Optional[tuple[str, str]]:
+    """What needs attention on the card, if anything: it comes before the job's time.
+    Someone else's process on a held card is in the error colour: the card's
+    holder is losing memory and speed to it now."""
+    if card.state == "unhealthy":
+        return STATE_NOTE["unhealthy"]
+    if card.warning:
+        return f"! {card.warning}", f"bold {ERROR}" if card.intruders else f"bold {WARNING}"
+    if card.state == "drained" and card.drain is not None:
+        return drain_note(card.drain, now), DRAINED_TEXT
+    return None
+
+
+def _time_note(card: CardView, now: float) -> str:
+    """How long the job has run, or how long the reservation has left ("" for neither)."""
+    job = card.job
+    if card.state == "reservation" and job and job.expires_at:
+        left = job.expires_at - now
+        return ("ends in " + format_duration(left)) if left > 0 else "expired, ending"
+    if card.state == "job" and job and job.started_at:
+        return f"up {format_duration(now - job.started_at)}"
+    return ""
+
+
+def tile_note(card: CardView, now: float) -> tuple[str, str]:
+    """The tile's last line and its style: what needs attention, or the job's time."""
+    attention = _attention(card, now)
+    if attention is not None:
+        return attention
+    timed = _time_note(card, now)
+    if timed:
+        return timed, ""
+    return STATE_NOTE.get(card.state, ("", ""))
+
+
+def _head(card: CardView, width: int, now: float, stale: bool, idle_since: Optional[float]) -> Text:
+    """The card's index and badge, and how long an idle reservation has not been used."""
+    label, colour = STALE_BADGE if stale else badge(card.state)
+    head = Text()
+    head.append(f"{card.index:<2} ", style="bold")
+    head.append(f" {label} ", style=f"bold white on {colour}")
+    if idle_since is not None and not stale:
+        # on one line whatever the width: a wrapped head would push the tile's last line
+        # (an intruder's name, say) out of its fixed height
+        mark = f" idle {short_duration(now - idle_since)}"
+        if len(head) + len(mark) > width:
+            mark = " idle"
+        if len(head) + len(mark) <= width:
+            head.append(mark, style=f"bold {WARNING}")
+    head.truncate(width)
+    return head
+
+
+def render_tile(
+    card: CardView,
+    width: int,
+    now: float,
+    stale: bool,
+    idle_since: Optional[float] = None,
+    spark: Optional[Text] = None,
+) -> Text:
+    """``idle_since``: the card's reservation has not been used since then;
+    ``spark``: the utilisation line, where the tile has room for it."""
+    summary = card_summary(card) or ("nothing holds it" if card.state == "free" else "")
+    if stale:
+        who = f"was {BADGES.get(card.state, (card.state,))[0].lower()}" + (f": {summary}" if summary else "")
+        # the banner says why: polls failing, or the node's agent not answering
+        note, note_style = "unknown until read again", "grey62"
+        summary_style = "grey62"
+    else:
+        who = summary
+        note, note_style = tile_note(card, now)
+        summary_style = SUMMARY_STYLE.get(card.state, "bold")
+
+    f = card.facts
+    lines = [
+        _head(card, width, now, stale, idle_since),
+        Text(fit(who, width), style=summary_style),
+        memory_bar(f.memory_used_mib if f else None, f.memory_total_mib if f else None, width, stale),
+        slice_strip(card, width, stale)
+        if card.slices
+        else Text(fit(readings(card), width), style="grey62" if stale else ""),
+    ]
+    if spark is not None:
+        lines.append(Text(spark.plain, style="grey50") if stale else spark)
+    lines.append(Text(fit(note, width), style=note_style))
+    return Text("\n").join(lines)
