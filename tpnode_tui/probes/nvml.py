@@ -400,7 +400,7 @@ class NvmlProbe:
         self._worker = _Worker()
         #: a call that overran its timeout and has not returned yet
         self._stuck: Optional[concurrent.futures.Future[Any]] = None
-        #: the topology, read on the worker thread when due (see probes/topology.py)
+        #: the topology, read on the worker thread when due (see probes/wiring.py)
         self._topology = TopologyKeeper()
 
     async def start(self) -> Optional[str]:

@@ -8,7 +8,7 @@ shows, else in the words of the node's log (dropped, or cancelled
 elsewhere); one it cancelled is not reported again as refused; one whose
 cancel came too late is reported as having gone ahead anyway, and is not
 offered the queue. A plain object, so all of that is decided without a
-screen (tests/test_tui_launches.py).
+screen (tests/unit/test_tui_launches.py).
 """
 
 from __future__ import annotations
