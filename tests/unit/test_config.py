@@ -52,6 +52,10 @@ def test_every_variable_is_read():
         "TUNEPLANE_METRICS_ADDR": "[::]:9400",
         "TUNEPLANE_HOST": "ssh://alice@gpu-07:2222",
         "TUNEPLANE_SSH_ADDRESS": "gpu-07.example.org",
+        "TUNEPLANE_USAGE_DAYS": "30",
+        "TUNEPLANE_RECLAIM_IDLE_AFTER": "2h",
+        "TUNEPLANE_RECLAIM_GRACE": "1h30m",
+        "TUNEPLANE_FLAG_IDLE_JOB_AFTER": "off",
     }
     assert set(env) == {d.env for d in DECLARED.values()}
     s = load_settings(env)
@@ -72,6 +76,9 @@ def test_every_variable_is_read():
     assert (fleet.url, fleet.node_name, fleet.node) == ("redis://fleet:6379/2", "gpu-07", "gpu-07")
     assert fleet.publish_s == 2.5
     assert str(fleet.ssh_address) == "gpu-07.example.org"
+    usage = s.usage
+    assert (usage.days, usage.reclaim_idle_after_s, usage.reclaim_grace_s) == (30, 7200, 5400)
+    assert usage.flag_idle_job_after_s is None
 
 
 @pytest.mark.parametrize(
@@ -91,6 +98,17 @@ def test_fleet_and_metrics_settings():
     assert load_settings({"TUNEPLANE_METRICS_ADDR": ":9400"}).agent.metrics_addr == ("0.0.0.0", 9400)
     assert load_settings({"TUNEPLANE_METRICS_ADDR": "127.0.0.1:19400"}).agent.metrics_addr == ("127.0.0.1", 19400)
     assert "s3cret" not in load_settings({"TUNEPLANE_FLEET_URL": "redis://:s3cret@h/0"}).fleet.url_safe
+
+
+def test_fair_share_defaults_reclaim_off_and_flagging_after_an_hour():
+    usage = load_settings({}).usage
+    assert (usage.days, usage.reclaim_idle_after_s, usage.reclaim_grace_s) == (90, None, 900)
+    assert usage.flag_idle_job_after_s == 3600
+    on = load_settings({"TUNEPLANE_RECLAIM_IDLE_AFTER": " 2h ", "TUNEPLANE_FLAG_IDLE_JOB_AFTER": "45m"}).usage
+    assert (on.reclaim_idle_after_s, on.flag_idle_job_after_s) == (7200, 2700)
+    assert load_settings({"TUNEPLANE_RECLAIM_IDLE_AFTER": "OFF"}).usage.reclaim_idle_after_s is None
+    with pytest.raises(ConfigError, match=r"TUNEPLANE_RECLAIM_IDLE_AFTER='2x': .*2h.* \(or off: never\)"):
+        load_settings({"TUNEPLANE_RECLAIM_IDLE_AFTER": "2x"})
 
 
 def test_flags_override_the_environment():
@@ -131,6 +149,13 @@ def test_flags_override_the_environment():
         ("TUNEPLANE_METRICS_ADDR", "9400"),
         ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:http"),
         ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:70000"),
+        ("TUNEPLANE_USAGE_DAYS", "0"),
+        ("TUNEPLANE_USAGE_DAYS", "3651"),
+        ("TUNEPLANE_RECLAIM_IDLE_AFTER", "0"),
+        ("TUNEPLANE_RECLAIM_IDLE_AFTER", "2 hours"),
+        ("TUNEPLANE_RECLAIM_GRACE", "off"),
+        ("TUNEPLANE_RECLAIM_GRACE", "0.5s"),
+        ("TUNEPLANE_FLAG_IDLE_JOB_AFTER", "367d"),
     ],
 )
 def test_a_bad_value_is_refused_with_its_name(var, value):

@@ -14,8 +14,8 @@ from typing import Any, Callable, Optional
 
 from tpnode_tui.config.redact import redact_url
 from tpnode_tui.config.ssh import SshTarget
-from tpnode_tui.config.values import decimal_number, whole_number
-from tpnode_tui.model.errors import ConfigError
+from tpnode_tui.config.values import decimal_number, parse_duration, whole_number
+from tpnode_tui.model.errors import BadRequest, ConfigError
 
 #: reads a setting's text; the first argument names where the text came from, for errors
 Parse = Callable[[str, str], Any]
@@ -62,6 +62,25 @@ def decimal(minimum: float, maximum: float) -> Parse:
         return value
 
     return read
+
+
+def duration(name: str, raw: str) -> float:
+    """A duration as the CLI takes one: ``90s``, ``15m``, ``2h``, ``1h30m``, ``1d`` or plain seconds."""
+    try:
+        return parse_duration(raw)
+    except BadRequest as e:
+        raise ConfigError(f"{name}={raw!r}: {e}") from None
+
+
+def duration_or_off(name: str, raw: str) -> Optional[float]:
+    """A duration, or ``off`` for none: what turns a timed action off is said
+    in a word, not as a 0 that would read as "at once"."""
+    if raw.strip().lower() in ("off", "none"):
+        return None
+    try:
+        return parse_duration(raw)
+    except BadRequest as e:
+        raise ConfigError(f"{name}={raw!r}: {e} (or off: never)") from None
 
 
 def choice(*choices: str) -> Parse:

@@ -1,5 +1,5 @@
 """The settings' sections, as an operator looks for them: the cards, the probe,
-the runtime, the state dir, the lock, the agent, the policy, triage and the fleet.
+the runtime, the state dir, the lock, the agent, the policy, triage, usage and the fleet.
 
 Each setting is declared once, in its section: its type and default, its
 TUNEPLANE_* variable, its flag, its help and its reader. The CLI's flags, the
@@ -278,6 +278,43 @@ class TriageSettings:
                 f"TUNEPLANE_XID_DRAIN and TUNEPLANE_XID_IGNORE both name XID {', '.join(map(str, sorted(both)))}; "
                 "an XID is either drained or ignored"
             )
+
+
+@dataclass(frozen=True)
+class UsageSettings:
+    """Fair share: how long the usage ledger keeps who held which cards, and what
+    the node does about cards held and not used (measured as the idle mark of
+    TUNEPLANE_IDLE_RESERVATION_MIN is)."""
+
+    days: int = setting(
+        90,
+        "TUNEPLANE_USAGE_DAYS",
+        "days the usage ledger keeps; older holds and minutes are pruned",
+        read.whole(1, 3650),
+    )
+    #: None: reservations are never given back for being idle
+    reclaim_idle_after_s: Optional[float] = setting(
+        None,
+        "TUNEPLANE_RECLAIM_IDLE_AFTER",
+        "a reservation with no process of its owner on its cards this long is warned, then released; off: never",
+        read.duration_or_off,
+    )
+    reclaim_grace_s: float = setting(
+        15 * 60.0,
+        "TUNEPLANE_RECLAIM_GRACE",
+        "how long a reservation warned for being idle has to be used or extended before it is released",
+        read.duration,
+    )
+    #: None: no job is flagged. An hour by default: flagging stops nothing, and
+    #: data loading, a checkpoint or a paused debugger seldom keep every card of
+    #: a job at exactly 0 % for that long, while a job forgotten in a notebook or
+    #: stuck in a deadlock is told the same day.
+    flag_idle_job_after_s: Optional[float] = setting(
+        3600.0,
+        "TUNEPLANE_FLAG_IDLE_JOB_AFTER",
+        "a job whose cards sit at 0 % utilisation with memory held this long is flagged idle-held; off: never",
+        read.duration_or_off,
+    )
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from tpnode_tui.config.sections import (
     RuntimeSettings,
     StateSettings,
     TriageSettings,
+    UsageSettings,
 )
 
 
@@ -41,6 +42,7 @@ class Settings:
     agent: AgentSettings = field(default_factory=AgentSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
     triage: TriageSettings = field(default_factory=TriageSettings)
+    usage: UsageSettings = field(default_factory=UsageSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
 
 
