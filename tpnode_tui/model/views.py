@@ -136,6 +136,50 @@ class CardView:
         return tuple(h.pid for h in self.holders if h.belongs == INTRUDER)
 
 
+# ── whether a held card's holder uses it ───────────────────────────────────
+# One rule for every reader that asks: the dashboard's idle mark, the idle
+# reservations given back, and the usage ledger's idle minutes. Here, beside the
+# views it reads, because the ledger (tpnode_tui.state) may not import the
+# rules in tpnode_tui.core, its sibling layer.
+
+
+def holder_present(
+    holders: tuple[HolderInfo, ...], listed: bool, memory_mib: Optional[int], mem_busy_mib: int
+) -> Optional[bool]:
+    """Whether the card's (or slice's) holder has a process on it; None when that cannot be told.
+
+    A process of theirs, or memory in use that no one else's process accounts
+    for, since from inside a container the driver lists no process but memory
+    reads the same everywhere. ``listed`` is False when the driver's process
+    list could not be read; a pid this machine cannot look at leaves it
+    unknown, as an unread list does: unknown is not "not used", and nothing
+    is taken from anyone on an unknown.
+    """
+    if any(h.belongs == HOLDER for h in holders):
+        return True
+    intruded = any(h.belongs == INTRUDER for h in holders)
+    if not intruded and memory_mib is not None and memory_mib >= mem_busy_mib:
+        return True
+    if not listed or any(h.belongs == UNKNOWN for h in holders):
+        return None
+    return False
+
+
+def holder_on_card(card: CardView, mem_busy_mib: int) -> Optional[bool]:
+    """:func:`holder_present` on a whole card; None for a card the driver did not report."""
+    f = card.facts
+    if f is None:
+        return None
+    return holder_present(card.holders, f.processes is not None, f.memory_used_mib, mem_busy_mib)
+
+
+def holder_on_slice(piece: SliceView, mem_busy_mib: int) -> Optional[bool]:
+    """:func:`holder_present` on one MIG slice: its own processes and memory (siblings
+    of one GPU instance share it, but a sibling in use is never handed out)."""
+    f = piece.facts
+    return holder_present(piece.holders, f.processes is not None, f.memory_used_mib, mem_busy_mib)
+
+
 @dataclass(frozen=True)
 class Evicted:
     """One process evict acted on (or, in a dry run, would)."""

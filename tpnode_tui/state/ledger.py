@@ -61,7 +61,7 @@ from typing import Callable, Iterable, Optional
 from tpnode_tui.model.jobs import JobState, SliceRef
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.usage import IDLE_UTIL_PCT
-from tpnode_tui.model.views import HOLDER, INTRUDER, UNKNOWN, CardView, HolderInfo
+from tpnode_tui.model.views import CardView, holder_on_card, holder_on_slice
 
 log = logging.getLogger(__name__)
 
@@ -230,35 +230,14 @@ class CardUse:
         return None if self.holder is None else False
 
 
-def holder_present(
-    holders: tuple[HolderInfo, ...], listed: bool, memory_mib: Optional[int], mem_busy_mib: int
-) -> Optional[bool]:
-    """Whether the card's (or slice's) holder has a process on it.
-
-    As the dashboard's idle mark tells it (tpnode_tui.triage.compare): a
-    process of theirs, or memory in use that no one else's process accounts
-    for, since from inside a container the driver lists no process but memory
-    reads the same everywhere. ``listed`` is False when the driver's process
-    list could not be read; a pid this machine cannot look at leaves it
-    unknown, as an unread list does.
-    """
-    if any(h.belongs == HOLDER for h in holders):
-        return True
-    intruded = any(h.belongs == INTRUDER for h in holders)
-    if not intruded and memory_mib is not None and memory_mib >= mem_busy_mib:
-        return True
-    if not listed or any(h.belongs == UNKNOWN for h in holders):
-        return None
-    return False
-
-
 def card_use(card: Optional[CardView], mem_busy_mib: int) -> CardUse:
+    """What a reading says of a held card; whether its holder is on it is the
+    dashboard's idle mark's rule (:func:`~tpnode_tui.model.views.holder_present`)."""
     facts = card.facts if card is not None else None
     if card is None or facts is None:
         return CardUse(None, None, None)
-    memory = facts.memory_used_mib
     util = None if facts.utilization_pct is None else float(facts.utilization_pct)
-    return CardUse(util, memory, holder_present(card.holders, facts.processes is not None, memory, mem_busy_mib))
+    return CardUse(util, facts.memory_used_mib, holder_on_card(card, mem_busy_mib))
 
 
 def slice_use(card: Optional[CardView], uuid: str, mem_busy_mib: int) -> CardUse:
@@ -266,8 +245,7 @@ def slice_use(card: Optional[CardView], uuid: str, mem_busy_mib: int) -> CardUse
     found = next((s for s in card.slices if s.facts.uuid == uuid), None) if card is not None else None
     if found is None:
         return CardUse(None, None, None)
-    memory = found.facts.memory_used_mib
-    return CardUse(None, memory, holder_present(found.holders, found.facts.processes is not None, memory, mem_busy_mib))
+    return CardUse(None, found.facts.memory_used_mib, holder_on_slice(found, mem_busy_mib))
 
 
 # ── what is kept in memory between writes ──────────────────────────────────

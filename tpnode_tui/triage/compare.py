@@ -23,7 +23,7 @@ from tpnode_tui.core.display import intruder_words
 from tpnode_tui.core.xid import APPLICATION, Verdict
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.model.views import HOLDER, INTRUDER, CardView, SliceView
+from tpnode_tui.model.views import INTRUDER, holder_on_card, holder_on_slice
 from tpnode_tui.text.render import clock_time
 from tpnode_tui.triage.history import History
 
@@ -80,25 +80,6 @@ class Triage:
         self._track_health(snap)
         self._track_jobs(snap, now)
 
-    def _used(self, card: CardView) -> bool:
-        """Whether the holder uses the card: a process of theirs, or memory in use
-        that no process of someone else accounts for (inside a container the
-        driver lists no process, but memory reads the same everywhere)."""
-        if any(h.belongs == HOLDER for h in card.holders):
-            return True
-        others = any(h.belongs == INTRUDER for h in card.holders)
-        memory = card.facts.memory_used_mib if card.facts is not None else None
-        return not others and memory is not None and memory >= self.mem_busy_mib
-
-    def _slice_used(self, s: SliceView) -> bool:
-        """As :meth:`_used`, on one MIG slice (its own memory; siblings share it, but
-        a sibling in use is never handed out, so the memory is the holder's)."""
-        if any(h.belongs == HOLDER for h in s.holders):
-            return True
-        others = any(h.belongs == INTRUDER for h in s.holders)
-        memory = s.facts.memory_used_mib
-        return not others and memory is not None and memory >= self.mem_busy_mib
-
     def _track_idle(self, snap: NodeSnapshot, now: float) -> None:
         cards = {c.index: c for c in snap.cards}
         live = {j.key: j for j in snap.jobs if j.live and j.kind == "reservation"}
@@ -107,8 +88,11 @@ class Triage:
                 del self.last_used[key]
         slices = {(c.index, s.facts.uuid): s for c in snap.cards for s in c.slices if s.facts.uuid}
         for key, job in live.items():
-            if any(self._used(cards[i]) for i in job.gpus if i in cards) or any(
-                self._slice_used(slices[(ref.card, ref.uuid)]) for ref in job.slices if (ref.card, ref.uuid) in slices
+            busy = self.mem_busy_mib
+            if any(holder_on_card(cards[i], busy) is True for i in job.gpus if i in cards) or any(
+                holder_on_slice(slices[(ref.card, ref.uuid)], busy) is True
+                for ref in job.slices
+                if (ref.card, ref.uuid) in slices
             ):
                 self.last_used[key] = now
             elif key not in self.last_used:
