@@ -17,7 +17,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 from helpers.accounts import Account, Accounts, cli_as, shared_dir
@@ -32,7 +33,9 @@ INTERVAL = "0.2"
 
 
 class Agent:
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the agent's time (a test's, so that hours pass at once)."""
+        self.clock = clock
         self.scene = write_scene(tmp_path / "node.json", 8)
         self.state = tmp_path / "state"
         self.socket = tmp_path / "run" / "agent.sock"
@@ -48,7 +51,7 @@ class Agent:
         self.task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self.task = asyncio.ensure_future(serve(self.settings, interval=0.2, stop=self.stop))
+        self.task = asyncio.ensure_future(serve(self.settings, interval=0.2, stop=self.stop, clock=self.clock))
         await until_async(lambda: self.socket.exists() or self.task.done(), "the agent to start", WAIT_S)
         assert not self.task.done(), self.task.exception()
 

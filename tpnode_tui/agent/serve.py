@@ -16,8 +16,9 @@ import os
 import resource
 import signal
 import socket
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from aiohttp import web
 
@@ -88,14 +89,24 @@ def _more_connections() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-async def serve(settings: Settings, *, interval: float, stop: Optional[asyncio.Event] = None) -> int:
-    """Serve the node until SIGTERM or SIGINT (or ``stop`` is set); the exit code."""
+async def serve(
+    settings: Settings,
+    *,
+    interval: float,
+    stop: Optional[asyncio.Event] = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Serve the node until SIGTERM or SIGINT (or ``stop`` is set); the exit code.
+    ``clock``: the service's time, for tests that let hours pass at once."""
     path = settings.agent.socket
     prepare_socket(path)
     prepare_state_dir(settings.state.dir)
     _more_connections()
-    # The queue is the state dir's, so a queued launch survives the agent.
-    service = NodeService.from_settings(settings, queue=FileQueue(settings.state.dir), interval=interval)
+    # The queue is the state dir's, so a queued launch survives the agent; the
+    # usage ledger is the agent's alone, in the state dir too.
+    service = NodeService.from_settings(
+        settings, queue=FileQueue(settings.state.dir), interval=interval, usage_ledger=True, clock=clock
+    )
     allocator, policy = service.allocator, service.policy
     runner = web.AppRunner(
         make_app(service, policy.operators),

@@ -36,6 +36,7 @@ from tpnode_tui.service.launches import Launches
 from tpnode_tui.service.operators import OperatorActions
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.service.xids import Xids
+from tpnode_tui.state.ledger import UsageLedger
 from tpnode_tui.state.nodelog import NodeLog
 from tpnode_tui.state.queue import LaunchQueue, MemoryQueue
 from tpnode_tui.triage.compare import Triage
@@ -60,6 +61,7 @@ class NodeService:
         idle_after_s: float = 30 * 60,
         evict_grace_s: float = 10.0,
         watch_xids: bool = True,
+        ledger: Optional[UsageLedger] = None,
     ) -> None:
         self.allocator = allocator
         self.policy = policy
@@ -75,7 +77,9 @@ class NodeService:
             record=self.journal.event,
             started_at=clock(),
         )
-        self.readings = Readings(allocator, self.triage, self.history, self.changes, clock, self._as_read)
+        #: the usage ledger, written from every reading: the agent's only (see from_settings)
+        self.ledger = ledger
+        self.readings = Readings(allocator, self.triage, self.history, self.changes, clock, self._as_read, ledger)
         self.xids = Xids(
             allocator,
             xid_rules,
@@ -107,12 +111,20 @@ class NodeService:
         queue: Optional[LaunchQueue] = None,
         lock: Optional[AllocationLock] = None,
         interval: float = 1.0,
+        usage_ledger: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> NodeService:
         """The node's service as its settings make it: the one place it is put
         together, so the agent and an in-process node apply the same rules,
         log and triage. ``queue``: the agent's survives it, in the state dir (an
         in-process one is in memory); ``lock`` replaces the one the settings
-        would make (the CLI's bounds its wait)."""
+        would make (the CLI's bounds its wait).
+
+        ``usage_ledger``: keep the usage ledger in the state dir. The agent
+        does, and only the agent: it is the one process that reads the node
+        all the time, and two writers would count every hold twice. ``clock``:
+        the service's time (a test's, so that hours pass at once)."""
+        ledger = UsageLedger(settings.state.dir, days=settings.usage.days, clock=clock) if usage_ledger else None
         return cls(
             GpuAllocator.from_settings(settings, lock=lock),
             Policy.from_settings(settings),
@@ -122,6 +134,8 @@ class NodeService:
             xid_rules=XidRules.of(settings.triage.xid_drain, settings.triage.xid_ignore),
             idle_after_s=settings.triage.idle_reservation_min * 60.0,
             evict_grace_s=settings.triage.evict_grace_s,
+            clock=clock,
+            ledger=ledger,
         )
 
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
@@ -269,3 +283,5 @@ class NodeService:
     async def close(self) -> None:
         await self.xids.close()
         await self.launches.close()
+        if self.ledger is not None:  # what was read of the minute under way is written
+            await asyncio.to_thread(self.ledger.close)

@@ -9,7 +9,11 @@ never a backlog; one asked for right after an action (:meth:`Readings.current`)
 waits for a poll that began after it.
 
 Each fresh snapshot is compared with the last (:class:`~tpnode_tui.triage.compare.Triage`)
-before readers get it, and each card's last hour is kept from the polls.
+before readers get it, and each card's last hour is kept from the polls. The
+agent's usage ledger (:class:`~tpnode_tui.state.ledger.UsageLedger`) is handed
+each one too, after readers have it: in a thread, since a commit or a WAL
+checkpoint may wait on the disk, and in order, since each poll waits for the
+last one's write before it reads the node.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.port.types import Reading
 from tpnode_tui.service.changes import Changes
+from tpnode_tui.state.ledger import UsageLedger
 from tpnode_tui.triage.compare import Triage
 from tpnode_tui.triage.history import History
 
@@ -41,15 +46,18 @@ class Readings:
         changes: Changes,
         clock: Callable[[], float],
         dress: Callable[[NodeSnapshot], NodeSnapshot],
+        ledger: Optional[UsageLedger] = None,
     ) -> None:
         """``dress`` makes the allocator's snapshot what readers get (the queue,
-        triage's marks, whether XIDs are watched)."""
+        triage's marks, whether XIDs are watched); ``ledger``: the agent's usage
+        ledger, written from every reading (an in-process node keeps none)."""
         self.allocator = allocator
         self.triage = triage
         self.history = history
         self.changes = changes
         self.clock = clock
         self.dress = dress
+        self.ledger = ledger
         #: the allocator's last snapshot, before the service added what it knows
         self.raw: Optional[NodeSnapshot] = None
         self._reading = Reading(seq=0, snapshot=None)
@@ -87,8 +95,9 @@ class Readings:
                 self._set_reading(error=str(e) or type(e).__name__, changes=changes)
                 raise
             self.raw = snap
+            now = self.clock()
             try:
-                self.triage.observe(snap, self.clock())
+                self.triage.observe(snap, now)
             except Exception:  # what is learnt from a reading must never lose the reading
                 log.warning("could not compare the reading with the last one", exc_info=True)
             try:
@@ -96,8 +105,20 @@ class Readings:
             except TpnodeError as e:  # the queue's file cannot be read: the reading says so, and is stale
                 self._set_reading(error=str(e), changes=changes)
                 raise
+            finally:
+                await self._record(snap, now)
             assert self._reading.snapshot is not None
             return self._reading.snapshot
+
+    async def _record(self, snap: NodeSnapshot, now: float) -> None:
+        """Hand the reading to the usage ledger, at the service's time (a test's, where
+        one is injected). It never stops a poll: the ledger says why it cannot write."""
+        if self.ledger is None:
+            return
+        try:
+            await asyncio.to_thread(self.ledger.update, replace(snap, taken_at=now))
+        except Exception:
+            log.warning("could not add the reading to the usage ledger", exc_info=True)
 
     def _set_reading(
         self, *, snapshot: Optional[NodeSnapshot] = None, error: Optional[str] = None, changes: int
