@@ -21,14 +21,17 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.agents import Agent, running
+from helpers.clocks import MovedClock
 from helpers.fleet import T, job, node_snapshot
 from helpers.paths import CHECKOUT
 from helpers.services import free_port, write_scene
 from helpers.waiting import until_async
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
 from tpnode_tui.model.jobs import QueuedLaunch
+from tpnode_tui.model.views import Drain
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port.types import LaunchRequest, Reading
+from tpnode_tui.port.types import LaunchRequest, Reading, ReserveRequest
+from tpnode_tui.state.ledger import LedgerCounters
 
 DCGM = (
     "DCGM_FI_DEV_GPU_UTIL",
@@ -38,6 +41,7 @@ DCGM = (
     "DCGM_FI_DEV_POWER_USAGE",
 )
 GRAFANA = CHECKOUT / "contrib" / "grafana" / "tpnode.json"
+ALERTS = CHECKOUT / "contrib" / "prometheus" / "alerts.yml"
 
 
 def scene_cards(n: int = 8) -> list[dict]:
@@ -67,8 +71,8 @@ def families(text: str) -> dict:
 class MetricsAgent(Agent):
     """The tests' agent on the scene above, with its metrics on a free loopback port."""
 
-    def __init__(self, tmp_path) -> None:
-        super().__init__(tmp_path)
+    def __init__(self, tmp_path, clock=time.time) -> None:
+        super().__init__(tmp_path, clock)
         write_scene(self.scene, scene_cards())
         self.port = free_port()
         s = self.settings
@@ -77,6 +81,7 @@ class MetricsAgent(Agent):
             agent=replace(s.agent, metrics_addr=("127.0.0.1", self.port)),
             fleet=replace(s.fleet, node_name="gpu-07"),
             probe=replace(s.probe, timeout_s=60.0),
+            triage=replace(s.triage, idle_reservation_min=1),
         )
 
     async def scrape(self) -> str:
@@ -199,8 +204,10 @@ async def test_a_scrape_during_a_hung_probe_answers_at_once_from_the_last_readin
     agent.scene.write_text(json.dumps(hung))
 
 
-def collect(reading: Reading, clock=lambda: T + 12, results=None) -> dict:
-    service = SimpleNamespace(reading=reading, launch_results=collections.Counter(results or {}), last_xid={})
+def collect(reading: Reading, clock=lambda: T + 12, results=None, ledger=None) -> dict:
+    service = SimpleNamespace(
+        reading=reading, launch_results=collections.Counter(results or {}), last_xid={}, ledger=ledger
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(service, "gpu-07", clock=clock))
     return families(generate_latest(registry).decode())
@@ -240,13 +247,113 @@ def test_other_peoples_words_in_labels_cannot_break_a_scrape():
     assert labels["owner"] == 'eve\\ud800\\x1b[2J"}\\n'
 
 
+def test_queue_wait_is_the_oldest_launch_not_started_whatever_it_waits_for():
+    queue = (
+        QueuedLaunch("a", 2, "alice", T - 30, state="queued"),
+        QueuedLaunch("b", 1, "bob", T, state="waiting"),
+    )
+    found = collect(Reading(1, replace(node_snapshot(), queue=queue)))
+    assert found["tpnode_queue_wait_seconds"].samples[0].value == 42
+    assert found["tpnode_lock_wait_seconds"].samples[0].value == 12
+    empty = collect(Reading(1, node_snapshot()))
+    assert empty["tpnode_queue_wait_seconds"].samples[0].value == 0
+
+
+def test_each_drained_card_says_who_drained_it():
+    snap = node_snapshot(jobs=(job("train", (2,)),), drained=(6, 7))
+    drains = {
+        6: Drain(6, "asked", by="ana", at=T - 60),
+        7: Drain(7, "XID 79: reboot", by="xid", at=T - 5, source="xid", xid=79),
+        2: Drain(2, "XID 48", by="xid", at=T - 5, source="xid", xid=48),  # drained under its job
+    }
+    cards = tuple(replace(c, drain=drains.get(c.index)) for c in snap.cards)
+    found = collect(Reading(1, replace(snap, cards=cards)))
+    assert {
+        (s.labels["gpu"], s.labels["source"], s.labels["xid"], s.value) for s in found["tpnode_card_drain_info"].samples
+    } == {
+        ("6", "operator", "", 1),
+        ("7", "xid", "79", 1),
+        ("2", "xid", "48", 1),
+    }
+    assert collect(Reading(1, node_snapshot()))["tpnode_card_drain_info"].samples == []
+
+
+def test_an_idle_reservation_is_served_with_its_owner_and_seconds_unused():
+    jobs = (job("rsv-1", (0,), kind="reservation", owner="eve\x1b[2J"), job("rsv-2", (1,), kind="reservation"))
+    snap = replace(node_snapshot(jobs=jobs), idle={"rsv-1": T - 3600})
+    [sample] = collect(Reading(1, snap))["tpnode_reservation_idle_seconds"].samples
+    assert (sample.labels, sample.value) == ({"run_id": "rsv-1", "owner": "eve\\x1b[2J"}, 3612)
+
+
+def test_the_ledgers_counters_per_user_and_its_last_write():
+    counted = LedgerCounters({"alice": 7200.0, "bob\ud800": 60.0}, {"alice": 1800.0}, T - 30, None)
+    found = collect(Reading(1, node_snapshot()), ledger=SimpleNamespace(counters=lambda: counted))
+    held = {s.labels["user"]: s.value for s in found["tpnode_card_seconds_held"].samples}
+    assert held == {"alice": 7200, "bob\\ud800": 60}
+    assert found["tpnode_card_seconds_held"].type == "counter"
+    assert {s.labels["user"]: s.value for s in found["tpnode_card_seconds_idle"].samples} == {"alice": 1800}
+    assert found["tpnode_usage_ledger_last_write_timestamp_seconds"].samples[0].value == T - 30
+    unwritten = LedgerCounters({}, {}, None, "cannot open the usage ledger")
+    found = collect(Reading(1, node_snapshot()), ledger=SimpleNamespace(counters=lambda: unwritten))
+    assert found["tpnode_usage_ledger_last_write_timestamp_seconds"].samples == []  # what the alert looks for
+
+
+def names_in(found: dict) -> set[str]:
+    """Every name a scrape served with at least one sample: families', and their samples' (``_total``)."""
+    names: set[str] = set()
+    for family in found.values():
+        if family.samples:
+            names.add(family.name)
+            names.update(s.name for s in family.samples)
+    return names
+
+
 def served_names() -> set[str]:
     snap = node_snapshot(jobs=(job("r1", (0,)),))
-    names: set[str] = set()
-    for family in collect(Reading(1, snap), results={"placed": 1}).values():
-        names.add(family.name)
-        names.update(s.name for s in family.samples)
-    return names
+    return names_in(collect(Reading(1, snap), results={"placed": 1}))
+
+
+def alerted_names() -> set[str]:
+    """The metrics contrib/prometheus/alerts.yml reads (not Prometheus' own ``up``)."""
+    return set(re.findall(r"\b((?:tpnode|DCGM)_[A-Za-z0-9_:]*)", ALERTS.read_text()))
+
+
+async def test_every_metric_an_alert_reads_is_served_by_a_real_agent(tmp_path):
+    """A drained card, an idle reservation, the queue and the ledger's write, each
+    with a sample, from an agent whose clock the test moves on."""
+    clock = MovedClock()
+    async with running(MetricsAgent(tmp_path, clock)) as agent:
+        node = AgentNode(agent.socket)
+        try:
+            await node.reserve(ReserveRequest(cards=1, duration_s=3600, run_id="rsv-idle"))
+        finally:
+            await node.close()
+        cards = scene_cards()
+        cards[7]["xid_events"] = [{"id": "e1", "xid": 48}]  # drains the card until an operator undrains it
+        write_scene(agent.scene, cards)
+        await scrape_when(agent, lambda f: f["tpnode_card_drain_info"].samples)
+        clock.advance(120)  # past TUNEPLANE_IDLE_RESERVATION_MIN, 1 here
+        found = await scrape_when(
+            agent,
+            lambda f: (
+                f["tpnode_reservation_idle_seconds"].samples
+                and f["tpnode_card_seconds_idle"].samples
+                and f["tpnode_usage_ledger_last_write_timestamp_seconds"].samples
+            ),
+        )
+    named = alerted_names()
+    assert {"tpnode_card_drain_info", "tpnode_usage_ledger_last_write_timestamp_seconds"} <= named
+    assert named - names_in(found) == set()
+    [drain] = found["tpnode_card_drain_info"].samples
+    assert drain.labels == {"gpu": "7", "source": "xid", "xid": "48"}
+    [idle] = found["tpnode_reservation_idle_seconds"].samples
+    assert idle.labels == {"run_id": "rsv-idle", "owner": "root"} and idle.value >= 120
+    held = {s.labels["user"]: s.value for s in found["tpnode_card_seconds_held"].samples}
+    assert set(held) == {"root"} and held["root"] > 0
+    assert found["tpnode_card_seconds_idle"].samples[0].value > 0  # nobody's process is on the reserved card
+    last_write = found["tpnode_usage_ledger_last_write_timestamp_seconds"].samples[0].value
+    assert abs(last_write - clock()) <= 61  # in the agent's time, moved on: written each minute
+    assert (agent.state / "usage.sqlite").exists()
 
 
 def test_every_metric_the_grafana_dashboard_queries_is_served():

@@ -9,9 +9,12 @@ Device facts carry dcgm-exporter's names, types and labels, so NVIDIA's
 published Grafana dashboard for dcgm-exporter works on these nodes unchanged;
 a MIG slice's memory is a sample of its own with dcgm-exporter's two MIG
 labels, ``GPU_I_PROFILE`` and ``GPU_I_ID``, beside its card's.
-The allocator's own facts are under ``tpnode_``. A value the probe could not
-read is left out, never sent as 0: a missing sample reads as "unknown", a 0
-would read as "idle". docs/metrics.md lists every metric.
+The allocator's own facts are under ``tpnode_``, and so is what the usage
+ledger counted since the agent started (read from its counters in memory, so a
+scrape never waits for a write). A value the probe could not read is left
+out, never sent as 0: a missing sample reads as "unknown", a 0 would read as
+"idle". docs/metrics.md lists every metric, and contrib/prometheus/alerts.yml
+alerts on them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tpnode_tui.model.occupancy import SLICE_STATES
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView
 from tpnode_tui.service import NodeService
+from tpnode_tui.state.ledger import UsageLedger
 from tpnode_tui.text.printable import printable
 
 #: every state a card can be in; a state met that is not listed is added as it comes
@@ -67,6 +71,7 @@ class NodeCollector(Collector):
         snap = reading.snapshot
         yield from self._device(snap)
         yield from self._allocator(snap, stale=reading.error is not None)
+        yield from _usage(self.service.ledger)
         launches = CounterMetricFamily(
             "tpnode_launches",
             "Launches and reservations asked of this agent since it started, by result",
@@ -138,9 +143,12 @@ class NodeCollector(Collector):
 
     def _allocator(self, snap: Optional[NodeSnapshot], stale: bool) -> Iterator[GaugeMetricFamily]:
         cards = snap.cards if snap is not None else ()
+        now = self.clock()
         yield from _card_states(cards)
         yield from _slice_states(cards)
-        yield from _node_gauges(snap, stale, self.clock())
+        yield _drains(cards)
+        yield _idle_reservations(snap, now)
+        yield from _node_gauges(snap, stale, now)
 
 
 def _card_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
@@ -162,6 +170,61 @@ def _card_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
             holder.add_metric([str(card.index), _text(card.run_id), card.state, _text(job.owner if job else "")], 1)
     yield state
     yield holder
+
+
+def _drains(cards: Sequence[CardView]) -> GaugeMetricFamily:
+    """Each drained card (a held card drained under its job too), and who drained it:
+    what an alert on a card the XID watcher took out of service reads."""
+    drained = GaugeMetricFamily(
+        "tpnode_card_drain_info",
+        "1 for each drained card: source is operator or xid, xid the XID that drained it",
+        labels=["gpu", "source", "xid"],
+    )
+    for card in cards:
+        d = card.drain
+        if d is not None:
+            drained.add_metric([str(card.index), _text(d.source), "" if d.xid is None else str(d.xid)], 1)
+    return drained
+
+
+def _idle_reservations(snap: Optional[NodeSnapshot], now: float) -> GaugeMetricFamily:
+    """Each reservation the node marks idle, and for how long its owner has used none of its cards."""
+    idle = GaugeMetricFamily(
+        "tpnode_reservation_idle_seconds",
+        "Seconds since the owner of a reservation marked idle last used one of its cards",
+        labels=["run_id", "owner"],
+    )
+    if snap is not None:
+        owners = {j.key: j.owner for j in snap.jobs}
+        for run_id, since in sorted(snap.idle.items()):
+            idle.add_metric([_text(run_id), _text(owners.get(run_id))], max(0.0, now - since))
+    return idle
+
+
+def _usage(ledger: Optional[UsageLedger]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """What the usage ledger counted since the agent started, per owner (whole cards:
+    a MIG slice is not a card), and when it last wrote its file (no sample before
+    its first write, so an alert sees a ledger that never wrote)."""
+    if ledger is None:  # served in-process: no ledger is kept
+        return
+    counted = ledger.counters()
+    for name, doc, seconds in (
+        ("tpnode_card_seconds_held", "Card-seconds each account's jobs and reservations held", counted.held_s),
+        (
+            "tpnode_card_seconds_idle",
+            "Of those, card-seconds with no process of the holder on the card, or under 5 % utilisation",
+            counted.idle_s,
+        ),
+    ):
+        family = CounterMetricFamily(name, doc, labels=["user"])
+        for user, value in sorted(seconds.items()):
+            family.add_metric([_text(user)], value)
+        yield family
+    yield _gauge(
+        "tpnode_usage_ledger_last_write_timestamp_seconds",
+        "When the usage ledger was last written (unix seconds); it writes once a minute",
+        counted.last_write,
+    )
 
 
 def _slice_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
@@ -228,6 +291,11 @@ def _node_gauges(snap: Optional[NodeSnapshot], stale: bool, now: float) -> Itera
         "How long the oldest launch waiting for the allocation lock has waited; 0 when none waits",
         counts.get("wait"),
     )
+    yield _gauge(
+        "tpnode_queue_wait_seconds",
+        "How long the oldest launch not started yet (queued, waiting for the lock or being placed) has waited",
+        counts.get("queue_wait"),
+    )
 
 
 def _counts(snap: NodeSnapshot, now: float) -> dict[str, float]:
@@ -235,6 +303,7 @@ def _counts(snap: NodeSnapshot, now: float) -> dict[str, float]:
     cards = snap.cards
     slices = [sv for c in cards for sv in c.slices]
     waiting = [q.queued_at for q in snap.queue if q.state == "waiting"]
+    queued = [q.queued_at for q in snap.queue]
     return {
         "total": snap.occupancy.total,
         "free": sum(1 for c in cards if c.state == "free"),
@@ -245,6 +314,7 @@ def _counts(snap: NodeSnapshot, now: float) -> dict[str, float]:
         "age": now - snap.taken_at,
         "queued": len(snap.queue),
         "wait": max(0.0, now - min(waiting)) if waiting else 0.0,
+        "queue_wait": max(0.0, now - min(queued)) if queued else 0.0,
     }
 
 
@@ -255,7 +325,8 @@ def _gi(gpu_instance_id: Optional[int]) -> str:
 
 def metrics_app(service: NodeService, node: str) -> web.Application:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(service, node))
+    # the service's clock: the idle marks it serves are in its time (a test's, where one is injected)
+    registry.register(NodeCollector(service, node, clock=service.clock))
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
