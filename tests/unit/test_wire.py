@@ -122,6 +122,20 @@ def test_what_a_client_needs_to_offer_actions_travels_with_the_snapshot(demo_doc
     assert demo_doc.runtime_kind == "process"
 
 
+def test_what_the_node_says_of_cards_held_and_unused_travels_and_an_older_node_says_none(demo_doc):
+    t = demo_doc.taken_at
+    snap = replace(demo_doc, idle={"r": t - 3600}, releases={"r": t + 900}, idle_held={"j": t - 7200})
+    doc = json.loads(json.dumps(snapshot_to_json(snap)))
+    assert (doc["releases"], doc["idle_held"]) == ({"r": t + 900}, {"j": t - 7200})
+    assert snapshot_from_json(doc) == snap
+    for key in ("releases", "idle_held"):
+        older = dict(doc)
+        del older[key]
+        assert getattr(snapshot_from_json(older), key) == {}
+        with pytest.raises(WireError, match=f"snapshot.{key} is not an object of run id -> unix seconds"):
+            snapshot_from_json(doc | {key: {"r": "soon"}})
+
+
 @pytest.mark.parametrize(
     "damage, says",
     [

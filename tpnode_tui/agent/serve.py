@@ -103,9 +103,9 @@ async def serve(
     prepare_state_dir(settings.state.dir)
     _more_connections()
     # The queue is the state dir's, so a queued launch survives the agent; the
-    # usage ledger is the agent's alone, in the state dir too.
+    # usage ledger (in the state dir too) and idle reservations given back are the agent's alone.
     service = NodeService.from_settings(
-        settings, queue=FileQueue(settings.state.dir), interval=interval, usage_ledger=True, clock=clock
+        settings, queue=FileQueue(settings.state.dir), interval=interval, agent=True, clock=clock
     )
     allocator, policy = service.allocator, service.policy
     runner = web.AppRunner(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Optional, Sequence, TextIO
+from typing import Any, Mapping, Optional, Sequence, TextIO
 
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
@@ -57,7 +57,7 @@ def print_status(
     if snap.occupancy.total:
         lines += ["", *_card_lines(snap.cards)]
     if snap.jobs:
-        lines += ["", *_job_lines(snap.jobs, time.time())]
+        lines += ["", *_job_lines(snap.jobs, time.time(), snap.releases, snap.idle_held)]
     for line in lines:
         print(line, file=out)
 
@@ -95,16 +95,23 @@ def _card_lines(cards: Sequence[CardView]) -> list[str]:
     return lines
 
 
-def _job_lines(jobs: Sequence[JobState], now: float) -> list[str]:
-    """The jobs' table, each job's problems under its row."""
+def _job_lines(
+    jobs: Sequence[JobState], now: float, releases: Mapping[str, float] = {}, idle_held: Mapping[str, float] = {}
+) -> list[str]:
+    """The jobs' table, each job's problems under its row. ``releases``: reservations
+    the node releases then unless used; ``idle_held``: jobs flagged idle-held."""
     rows = []
     notes: dict[int, tuple[str, ...]] = {}
     for job in jobs:
         status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
+        if job.live and job.key in idle_held:
+            status += ", idle-held"
         age = format_duration(now - job.started_at) if job.started_at else "-"
         cards = ",".join([*map(str, job.gpus), *(ref.short for ref in job.slices)]) or "-"
         rows.append([job.key, job.kind, status, cards, age, time_left(job.expires_at, job.live, now), job.owner])
         notes[len(rows)] = job.problems
+        if job.live and job.key in releases:
+            notes[len(rows)] += (f"releases at {clock_time(releases[job.key], now)} unless used",)
     lines = []
     for i, line in enumerate(
         table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))

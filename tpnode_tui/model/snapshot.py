@@ -41,6 +41,12 @@ class NodeSnapshot:
     #: live reservations whose owner has used none of their cards for
     #: TUNEPLANE_IDLE_RESERVATION_MIN or longer: run id -> unix seconds since when
     idle: dict[str, float] = field(default_factory=dict)
+    #: live reservations warned for being unused (TUNEPLANE_RECLAIM_IDLE_AFTER): run id ->
+    #: unix seconds at which the node releases it unless its owner uses or extends it first
+    releases: dict[str, float] = field(default_factory=dict)
+    #: live jobs whose cards have sat at 0 % utilisation with memory held for
+    #: TUNEPLANE_FLAG_IDLE_JOB_AFTER or longer (idle-held): run id -> unix seconds since when
+    idle_held: dict[str, float] = field(default_factory=dict)
     #: where XID events are read from ("nvml", "kmsg", "simulated"); "" when they are not
     xid_watch: str = ""
     #: why XID events are not watched, in plain words; None while they are

@@ -67,6 +67,8 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "queue": [queued_to_json(q) for q in snap.queue],
         "intruder_cards": list(snap.intruder_cards),
         "idle": dict(sorted(snap.idle.items())),
+        "releases": dict(sorted(snap.releases.items())),
+        "idle_held": dict(sorted(snap.idle_held.items())),
         "xid_watch": snap.xid_watch,
         "xid_problem": snap.xid_problem,
     }
@@ -567,16 +569,20 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         lock_state=r.opt_text("lock_state"),
         explain=r.text("explain", ""),
         queue=tuple(r.each("queue", _queued, [])),
-        idle=_idle(r),
+        idle=_run_times(r, "idle"),
+        releases=_run_times(r, "releases"),
+        idle_held=_run_times(r, "idle_held"),
         xid_watch=r.text("xid_watch", ""),
         xid_problem=r.opt_text("xid_problem"),
     )
 
 
-def _idle(r: Reader) -> dict[str, float]:
-    doc = r.doc.get("idle", {})
+def _run_times(r: Reader, key: str) -> dict[str, float]:
+    """A map of run id -> unix seconds (``idle``, ``releases``, ``idle_held``); empty where
+    an older node did not write it."""
+    doc = r.doc.get(key, {})
     if not isinstance(doc, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in doc.items()):
-        raise WireError(f"{r.where}.idle is not an object of run id -> unix seconds")
+        raise WireError(f"{r.where}.{key} is not an object of run id -> unix seconds")
     return {k: float(v) for k, v in doc.items()}
 
 

@@ -139,13 +139,13 @@ class Journal:
 
     def audit(self, caller: Caller, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         """The logged actions of the last ``since_s`` seconds (all of them for
-        None), newest last: everyone's for an operator, else the caller's own;
-        and whether they are everyone's."""
+        None), newest last: everyone's for an operator, else the caller's own
+        (and the node's on their jobs); and whether they are everyone's."""
         if self.log is None:
             return [], caller.operator
         since = None if since_s is None else self.clock() - since_s
         entries = collections.deque(
-            (e for e in self.log.read(since=since, kinds={"action"}) if caller.operator or e.get("uid") == caller.uid),
+            (e for e in self.log.read(since=since, kinds={"action"}) if caller.operator or _theirs(caller, e)),
             maxlen=AUDIT_LIMIT,
         )
         return list(entries), caller.operator
@@ -153,7 +153,7 @@ class Journal:
     def _visible(self, caller: Caller, entry: dict[str, Any], card: Optional[int]) -> bool:
         """Actions are the caller's own unless they operate (as for audit); what
         happened to the cards is everyone's to see."""
-        if entry.get("kind") == "action" and not caller.operator and entry.get("uid") != caller.uid:
+        if entry.get("kind") == "action" and not caller.operator and not _theirs(caller, entry):
             return False
         if card is not None:
             cards = entry.get("cards")
@@ -202,3 +202,10 @@ class Journal:
                     yield entry
         finally:
             self._followers.discard(follower)
+
+
+def _theirs(caller: Caller, entry: dict[str, Any]) -> bool:
+    """An action is the caller's to see when they asked for it, or when it was done
+    to a job of theirs without them (``owner_uid``: the node releasing an idle
+    reservation), so they learn where their cards went."""
+    return entry.get("uid") == caller.uid or entry.get("owner_uid") == caller.uid

@@ -30,6 +30,7 @@ from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.port.types import LaunchRequest, LaunchResult, Reading, ReserveRequest, You
 from tpnode_tui.service.accounts import group_names
 from tpnode_tui.service.changes import Changes
+from tpnode_tui.service.idle import IdleReservations
 from tpnode_tui.service.jobs import JobActions
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.launches import Launches
@@ -62,6 +63,9 @@ class NodeService:
         evict_grace_s: float = 10.0,
         watch_xids: bool = True,
         ledger: Optional[UsageLedger] = None,
+        idle_job_after_s: Optional[float] = None,
+        reclaim_idle_after_s: Optional[float] = None,
+        reclaim_grace_s: float = 15 * 60,
     ) -> None:
         self.allocator = allocator
         self.policy = policy
@@ -76,6 +80,7 @@ class NodeService:
             history=self.history,
             record=self.journal.event,
             started_at=clock(),
+            idle_job_after_s=idle_job_after_s,
         )
         #: the usage ledger, written from every reading: the agent's only (see from_settings)
         self.ledger = ledger
@@ -102,6 +107,15 @@ class NodeService:
             allocator, policy, clock=clock, evict_grace_s=evict_grace_s, readings=self.readings, journal=self.journal
         )
         self.job_actions = JobActions(allocator, policy, clock=clock, journal=self.journal)
+        self.idle_reservations = IdleReservations(
+            allocator,
+            self.triage,
+            journal=self.journal,
+            changes=self.changes,
+            clock=clock,
+            after_s=reclaim_idle_after_s,
+            grace_s=reclaim_grace_s,
+        )
 
     @classmethod
     def from_settings(
@@ -111,7 +125,7 @@ class NodeService:
         queue: Optional[LaunchQueue] = None,
         lock: Optional[AllocationLock] = None,
         interval: float = 1.0,
-        usage_ledger: bool = False,
+        agent: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> NodeService:
         """The node's service as its settings make it: the one place it is put
@@ -120,11 +134,13 @@ class NodeService:
         in-process one is in memory); ``lock`` replaces the one the settings
         would make (the CLI's bounds its wait).
 
-        ``usage_ledger``: keep the usage ledger in the state dir. The agent
-        does, and only the agent: it is the one process that reads the node
-        all the time, and two writers would count every hold twice. ``clock``:
-        the service's time (a test's, so that hours pass at once)."""
-        ledger = UsageLedger(settings.state.dir, days=settings.usage.days, clock=clock) if usage_ledger else None
+        ``agent``: served by the node's agent, which alone keeps the usage
+        ledger in the state dir and gives idle reservations back: it is the one
+        process that reads the node all the time, and two would count every
+        hold twice and warn every owner twice. ``clock``: the service's time (a
+        test's, so that hours pass at once)."""
+        usage = settings.usage
+        ledger = UsageLedger(settings.state.dir, days=usage.days, clock=clock) if agent else None
         return cls(
             GpuAllocator.from_settings(settings, lock=lock),
             Policy.from_settings(settings),
@@ -136,14 +152,18 @@ class NodeService:
             evict_grace_s=settings.triage.evict_grace_s,
             clock=clock,
             ledger=ledger,
+            idle_job_after_s=usage.flag_idle_job_after_s,
+            reclaim_idle_after_s=usage.reclaim_idle_after_s if agent else None,
+            reclaim_grace_s=usage.reclaim_grace_s,
         )
 
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
         """The allocator's snapshot as readers get it: with the queue, idle
-        reservations, recent XIDs and whether XIDs are watched."""
+        reservations (and those to be released), idle-held jobs, recent XIDs and
+        whether XIDs are watched."""
         xid_watch, xid_problem = self.xids.watching
         snap = self.triage.decorate(raw, self.clock(), xid_watch=xid_watch, xid_problem=xid_problem)
-        return replace(snap, queue=self.launches.queued())
+        return replace(snap, queue=self.launches.queued(), releases=self.idle_reservations.releases())
 
     @property
     def launch_results(self) -> collections.Counter[str]:
@@ -193,7 +213,20 @@ class NodeService:
                 self.launches.try_queue()
             except Exception:  # a broken queue file, say: said by the readings, and the polls go on
                 log.warning("could not try the queue", exc_info=True)
+            self.give_back_idle()
             await self._pause()
+
+    def give_back_idle(self) -> None:
+        """Warn, keep or release the idle reservations the last good reading shows;
+        a warning that came or went is shown at once, on that reading."""
+        snap = self.readings.raw
+        if snap is None or self.readings.reading.error is not None:
+            return
+        try:
+            if self.idle_reservations.check(snap):
+                self.readings.republish()
+        except Exception:  # what is learnt from a reading must never stop the polls
+            log.warning("could not check the idle reservations", exc_info=True)
 
     async def _pause(self) -> None:
         """Wait for the interval, or less if an action asks for a poll.
@@ -283,5 +316,6 @@ class NodeService:
     async def close(self) -> None:
         await self.xids.close()
         await self.launches.close()
+        await self.idle_reservations.close()
         if self.ledger is not None:  # what was read of the minute under way is written
             await asyncio.to_thread(self.ledger.close)

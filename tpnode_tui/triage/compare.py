@@ -3,8 +3,10 @@
 A snapshot says what is true now; some things a person needs are about
 change: an intruder who has just appeared (or gone), a card that has just
 started reporting a fault, a reservation whose hour ran out, one whose owner
-has not touched its cards for 45 minutes, an XID a minute ago that killed a
-job and left no trace on the card, the last hour of a card's utilisation.
+has not touched its cards for 45 minutes (and, for giving it back, since when
+nobody can say they might have, nor extended it), a job whose cards have sat
+at 0 % with memory held for an hour, an XID a minute ago that killed a job and
+left no trace on the card, the last hour of a card's utilisation.
 The service keeps that here, in memory, and only for as long as it runs:
 none of it decides who holds a card (the runtime, the driver and the drain
 file do), so none of it needs to survive a restart.
@@ -20,10 +22,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tpnode_tui.core.display import intruder_words
+from tpnode_tui.core.idle import job_idle_held
 from tpnode_tui.core.xid import APPLICATION, Verdict
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.model.views import INTRUDER, holder_on_card, holder_on_slice
+from tpnode_tui.model.views import INTRUDER, CardView, SliceView, holder_on_card, holder_on_slice
 from tpnode_tui.text.render import clock_time
 from tpnode_tui.triage.history import History
 
@@ -54,15 +57,32 @@ class _RecentXid:
 
 class Triage:
     def __init__(
-        self, *, idle_after_s: float, mem_busy_mib: int, history: History, record: Record, started_at: float
+        self,
+        *,
+        idle_after_s: float,
+        mem_busy_mib: int,
+        history: History,
+        record: Record,
+        started_at: float,
+        idle_job_after_s: Optional[float] = None,
     ) -> None:
+        """``idle_job_after_s``: how long a job's cards sit at 0 % with memory held
+        before it is marked idle-held (TUNEPLANE_FLAG_IDLE_JOB_AFTER; None: never)."""
         self.idle_after_s = idle_after_s
+        self.idle_job_after_s = idle_job_after_s
         self.mem_busy_mib = mem_busy_mib
         self.history = history
         self.record = record
         self.started_at = started_at
         #: live reservation run id -> when its owner last used one of its cards
         self.last_used: dict[str, float] = {}
+        #: live reservation run id -> when its owner last used it, might have (a reading
+        #: that could not tell), or extended it: what giving it back counts from
+        self.unused_since: dict[str, float] = {}
+        #: live reservation run id -> its expiry at the last reading: an extension moves it
+        self._expires: dict[str, Optional[float]] = {}
+        #: live job run id -> since when its cards have sat at 0 % with memory held
+        self._held_since: dict[str, float] = {}
         #: (card, pid, process start) -> the intruder as first seen
         self._intruders: dict[tuple[int, int, Optional[float]], _Seen] = {}
         #: card -> the health problems it reported at the last reading (None before the first)
@@ -76,32 +96,72 @@ class Triage:
     def observe(self, snap: NodeSnapshot, now: float) -> None:
         self.history.record(now, [(c.index, c.facts) for c in snap.cards])
         self._track_idle(snap, now)
+        self._track_idle_jobs(snap, now)
         self._track_intruders(snap)
         self._track_health(snap)
         self._track_jobs(snap, now)
 
     def _track_idle(self, snap: NodeSnapshot, now: float) -> None:
         cards = {c.index: c for c in snap.cards}
-        live = {j.key: j for j in snap.jobs if j.live and j.kind == "reservation"}
-        for key in list(self.last_used):
-            if key not in live:
-                del self.last_used[key]
         slices = {(c.index, s.facts.uuid): s for c in snap.cards for s in c.slices if s.facts.uuid}
+        live = {j.key: j for j in snap.jobs if j.live and j.kind == "reservation"}
+        for kept in (self.last_used, self.unused_since, self._expires):
+            for key in [k for k in kept if k not in live]:
+                del kept[key]
         for key, job in live.items():
-            busy = self.mem_busy_mib
-            if any(holder_on_card(cards[i], busy) is True for i in job.gpus if i in cards) or any(
-                holder_on_slice(slices[(ref.card, ref.uuid)], busy) is True
-                for ref in job.slices
-                if (ref.card, ref.uuid) in slices
-            ):
+            present = self._present(job, cards, slices)
+            # Unused when first seen: idle since it began, or since this service
+            # did (what happened before that is not known here).
+            first = max(job.started_at or now, self.started_at)
+            if present is True:
                 self.last_used[key] = now
-            elif key not in self.last_used:
-                # Unused when first seen: idle since it began, or since this service
-                # did (what happened before that is not known here).
-                self.last_used[key] = max(job.started_at or now, self.started_at)
+            else:
+                self.last_used.setdefault(key, first)
+            extended = key in self._expires and (job.expires_at or 0.0) > (self._expires[key] or 0.0)
+            self._expires[key] = job.expires_at
+            if present is not False or extended:
+                self.unused_since[key] = now
+            else:
+                self.unused_since.setdefault(key, first)
+
+    def _present(
+        self, job: JobState, cards: dict[int, CardView], slices: dict[tuple[int, str], SliceView]
+    ) -> Optional[bool]:
+        """Whether a reservation's owner is on any of its cards or slices: True on one,
+        None where that cannot be told for all of them, False on none for certain."""
+        busy = self.mem_busy_mib
+        seen = [holder_on_card(cards[i], busy) if i in cards else None for i in job.gpus]
+        seen += [
+            holder_on_slice(slices[(ref.card, ref.uuid)], busy) if (ref.card, ref.uuid) in slices else None
+            for ref in job.slices
+        ]
+        if True in seen:
+            return True
+        return None if None in seen else False
 
     def idle(self, now: float) -> dict[str, float]:
         return {k: t for k, t in self.last_used.items() if now - t >= self.idle_after_s}
+
+    def _track_idle_jobs(self, snap: NodeSnapshot, now: float) -> None:
+        """Since when each job's cards have sat at 0 % with memory held. A reading
+        that cannot tell neither starts nor ends it; one that shows work ends it."""
+        cards = {c.index: c for c in snap.cards}
+        live = {j.key: j for j in snap.jobs if j.live and j.kind == "job"}
+        for key in [k for k in self._held_since if k not in live]:
+            del self._held_since[key]
+        for key, job in live.items():
+            held = job_idle_held(job, cards, self.mem_busy_mib)
+            if held is True:
+                self._held_since.setdefault(key, now)
+            elif held is False:
+                self._held_since.pop(key, None)
+
+    def idle_held(self, now: float) -> dict[str, float]:
+        """Jobs idle-held for TUNEPLANE_FLAG_IDLE_JOB_AFTER or longer: run id -> since when."""
+        after = self.idle_job_after_s
+        if after is None:
+            return {}
+        return {k: t for k, t in self._held_since.items() if now - t >= after}
 
     def _track_intruders(self, snap: NodeSnapshot) -> None:
         now_seen: dict[tuple[int, int, Optional[float]], _Seen] = {}
@@ -212,7 +272,14 @@ class Triage:
                 replace(c, warning="; ".join(filter(None, [c.warning, *notes[c.index]]))) if c.index in notes else c
                 for c in cards
             )
-        return replace(snap, cards=cards, idle=self.idle(now), xid_watch=xid_watch, xid_problem=xid_problem)
+        return replace(
+            snap,
+            cards=cards,
+            idle=self.idle(now),
+            idle_held=self.idle_held(now),
+            xid_watch=xid_watch,
+            xid_problem=xid_problem,
+        )
 
 
 def _how_ended(after: Optional[JobState]) -> str:

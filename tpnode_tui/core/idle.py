@@ -1,0 +1,81 @@
+"""Cards held and not used: a job flagged idle-held, a reservation given back.
+
+Two rules, pure, for what the node's service follows from reading to reading
+(:class:`~tpnode_tui.triage.compare.Triage` keeps the times, the service acts):
+
+* A job is **idle-held** while every one of its cards reads 0 % utilisation
+  and memory is held on them: a job that left its memory on the card and
+  stopped computing (a notebook forgotten, a deadlock). It is a mark, never a
+  stop: a job's 0 % may be its own business, so the node only says so.
+* A reservation unused for ``TUNEPLANE_RECLAIM_IDLE_AFTER`` is **warned**, and
+  **released** after ``TUNEPLANE_RECLAIM_GRACE`` unless it was used, or
+  extended, in between (then it is **kept**, and its idle time starts again).
+
+Unknown is not none: a reading that cannot say (utilisation not reported, a
+process list not read, a pid this machine cannot look at) flags nothing and
+counts as a moment the reservation may have been used, so no card is ever
+taken from someone on a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.views import CardView
+
+#: what to do about one reservation at one reading (None: nothing)
+WARN, KEEP, RELEASE = "warn", "keep", "release"
+
+
+def job_idle_held(job: JobState, cards: Mapping[int, CardView], mem_busy_mib: int) -> Optional[bool]:
+    """Whether ``job`` holds its cards idle now: every card at 0 % and memory in use
+    (from ``mem_busy_mib``, as a card counts as in use) on at least one of them.
+
+    False while any card computes, or none holds memory; None when that cannot
+    be told: a card unread, its utilisation or memory not reported, or MIG
+    slices, for which drivers report no utilisation.
+    """
+    if not job.gpus or job.slices:
+        return None
+    facts = [cards[i].facts if i in cards else None for i in job.gpus]
+    utils = [None if f is None else f.utilization_pct for f in facts]
+    if any(u is not None and u > 0 for u in utils):
+        return False
+    if None in utils:
+        return None
+    memory = [None if f is None else f.memory_used_mib for f in facts]
+    if any(m is not None and m >= mem_busy_mib for m in memory):
+        return True
+    return None if None in memory else False
+
+
+@dataclass(frozen=True)
+class IdleWarning:
+    """A reservation warned that it will be released for being unused."""
+
+    #: when it was warned (unix seconds)
+    at: float
+    #: when it is released unless used or extended first
+    releases_at: float
+    #: since when its owner had not used it, as it was warned
+    unused_since: float
+    #: its expiry as it was warned: an extension moves it
+    expires_at: Optional[float]
+
+
+def reclaim_step(
+    unused_since: float, warning: Optional[IdleWarning], now: float, after_s: float, grace_s: float
+) -> Optional[str]:
+    """What to do about one live reservation, unused since ``unused_since`` (a use, a
+    reading that could not tell, or an extension each move it on): WARN once it has
+    been unused ``after_s``; KEEP a warned one used or extended since its warning;
+    RELEASE a warned one still unused when its grace is out; else None."""
+    if warning is None:
+        return WARN if now - unused_since >= after_s else None
+    if unused_since > warning.at:
+        return KEEP
+    if now >= warning.releases_at:
+        return RELEASE
+    return None

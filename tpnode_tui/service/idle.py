@@ -1,0 +1,195 @@
+"""Idle cards given back: a reservation nobody uses is warned, then released (opt-in).
+
+A reservation forgotten for days while others wait is the complaint shared
+nodes hear most. With ``TUNEPLANE_RECLAIM_IDLE_AFTER`` set, a live reservation
+whose owner has had no process on its cards (nor memory in use) for that long
+is warned: an entry in the node's log and audit naming the owner, and the
+snapshot's ``releases`` (the owner's dashboard counts down, ``status`` says
+"releases at 14:15 unless used"). Used or extended before
+``TUNEPLANE_RECLAIM_GRACE`` is out, it is kept and its idle time starts again;
+otherwise the node releases it as ``stop`` would, through the allocator, and
+logs that it did, as the node, with the owner's name.
+
+The idle time is triage's (:attr:`~tpnode_tui.triage.compare.Triage.unused_since`):
+a reading that cannot tell whether the owner is there counts as a moment they
+may have been, so nothing is released on a guess. Only the agent gives cards
+back (one process decides, and warns once); the warnings live in memory, so an
+agent restarted starts each reservation's idle time again from its own start:
+later, never sooner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import Any, Callable, Optional
+
+from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.core.idle import KEEP, RELEASE, WARN, IdleWarning, reclaim_step
+from tpnode_tui.host.identity import Caller
+from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.service.changes import Changes
+from tpnode_tui.service.journal import Journal
+from tpnode_tui.text.render import clock_time, format_duration
+from tpnode_tui.triage.compare import Triage
+
+log = logging.getLogger(__name__)
+
+#: the action the node's log and audit record a warning, a keep and a release under
+ACTION = "reclaim-idle"
+#: who acts, in the log: the node itself, not an account
+NODE_ACTOR = "node"
+#: how long a release under way may take to end when the service stops
+CLOSE_WAIT_S = 5.0
+
+
+def node_caller() -> Caller:
+    """The node as the actor of what it does unasked: the agent's own account,
+    named "node" in the log so nobody takes it for a person's action."""
+    return Caller(uid=os.geteuid(), gid=os.getegid(), user=NODE_ACTOR, pid=os.getpid(), operator=True)
+
+
+def _owner(job: JobState) -> str:
+    return job.owner or "its owner"
+
+
+class IdleReservations:
+    def __init__(
+        self,
+        allocator: GpuAllocator,
+        triage: Triage,
+        *,
+        journal: Journal,
+        changes: Changes,
+        clock: Callable[[], float],
+        after_s: Optional[float],
+        grace_s: float,
+    ) -> None:
+        """``after_s``: TUNEPLANE_RECLAIM_IDLE_AFTER (None: off); ``grace_s``: TUNEPLANE_RECLAIM_GRACE."""
+        self.allocator = allocator
+        self.triage = triage
+        self.journal = journal
+        self.changes = changes
+        self.clock = clock
+        self.after_s = after_s
+        self.grace_s = grace_s
+        self.caller = node_caller()
+        #: live reservation run id -> its warning
+        self.warnings: dict[str, IdleWarning] = {}
+        self._releasing: dict[str, asyncio.Task[None]] = {}
+
+    def releases(self) -> dict[str, float]:
+        """Each warned reservation's run id -> when it is released unless used or extended."""
+        return {key: w.releases_at for key, w in self.warnings.items()}
+
+    def check(self, snap: NodeSnapshot) -> bool:
+        """After a poll: warn, keep or release each live reservation; whether a
+        warning came or went, which readers should see at once."""
+        if self.after_s is None:
+            return False
+        now = self.clock()
+        live = {j.key: j for j in snap.jobs if j.live and j.kind == "reservation"}
+        changed = False
+        for key in [k for k in self.warnings if k not in live and k not in self._releasing]:
+            del self.warnings[key]  # stopped, expired or released: nothing left to warn about
+            changed = True
+        for key, job in live.items():
+            since = self.triage.unused_since.get(key)
+            if since is None or key in self._releasing:
+                continue
+            step = reclaim_step(since, self.warnings.get(key), now, self.after_s, self.grace_s)
+            if step == WARN:
+                self._warn(job, since, now)
+            elif step == KEEP:
+                self._keep(job, self.warnings.pop(key))
+            elif step == RELEASE:
+                self._releasing[key] = asyncio.get_running_loop().create_task(self._release(job, self.warnings[key]))
+            changed = changed or step in (WARN, KEEP)
+        return changed
+
+    def _record(self, job: JobState, result: str, message: str, state: str, **fields: Any) -> None:
+        """One entry in the node's log and audit: the node acted, on the owner's reservation."""
+        self.journal.record(
+            self.caller,
+            ACTION,
+            job.key,
+            result,
+            message,
+            cards=job.cards,
+            state=state,
+            owner=job.owner,
+            owner_uid=job.uid,
+            **fields,
+        )
+
+    def _warn(self, job: JobState, since: float, now: float) -> None:
+        warning = IdleWarning(at=now, releases_at=now + self.grace_s, unused_since=since, expires_at=job.expires_at)
+        self.warnings[job.key] = warning
+        owner = _owner(job)
+        self._record(
+            job,
+            "ok",
+            f"{owner}'s reservation {job.key} has had no process of {owner}'s on {job.holding} for "
+            f"{format_duration(now - since)}: the node releases it at {clock_time(warning.releases_at, now)} "
+            f"unless it is used or extended (tpnode-tui extend {job.key} --for DURATION)",
+            "warned",
+            releases_at=warning.releases_at,
+            unused_since=since,
+        )
+
+    def _keep(self, job: JobState, warning: IdleWarning) -> None:
+        extended = (job.expires_at or 0.0) > (warning.expires_at or 0.0)
+        self._record(
+            job,
+            "ok",
+            f"{_owner(job)}'s reservation {job.key} was {'extended' if extended else 'used'} after the "
+            "warning: the node keeps it",
+            "kept",
+        )
+
+    async def _release(self, job: JobState, warning: IdleWarning) -> None:
+        """Release it as ``stop`` would, through the allocator, unless it was extended
+        meanwhile: that is checked under the allocation lock, which an extension
+        takes too, so the two cannot cross."""
+        key, owner = job.key, _owner(job)
+        try:
+            async with self.allocator.lock.hold():
+                now_job = next((j for j in await self.allocator.runtime.ps() if j.key == key and j.live), None)
+                if now_job is None or now_job.expires_at != warning.expires_at:
+                    return  # ended, or extended since it was read: the next poll keeps it
+                stopped = await self.allocator.stop(key)
+        except Exception as e:
+            log.warning("could not release the idle reservation %s", key, exc_info=True)
+            # warned again at the next poll, and tried again when that grace is out
+            self.warnings.pop(key, None)
+            self._record(job, "failed", f"the node could not release {owner}'s reservation {key}: {e}", "failed")
+            return
+        finally:
+            self._releasing.pop(key, None)
+        self.warnings.pop(key, None)
+        now = self.clock()
+        self._record(
+            stopped,
+            "ok",
+            f"the node released {owner}'s reservation {key} ({stopped.holding}): no process of {owner}'s on "
+            f"its cards since {clock_time(warning.unused_since, now)}, warned at {clock_time(warning.at, now)}",
+            "released",
+            unused_since=warning.unused_since,
+        )
+        self.changes.acted()
+
+    async def close(self) -> None:
+        """A release under way is let finish (a stop half-asked would be worse); one
+        still waiting for the lock when the wait is out is dropped, and the
+        reservation is warned again by the next agent."""
+        tasks = list(self._releasing.values())
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        for task in pending:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
