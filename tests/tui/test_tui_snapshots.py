@@ -474,6 +474,18 @@ class TestTriage:
         app = frozen(frozen_snapshot(read_scene(tmp_path), idle={"rsv-alice": T - 45 * 60}))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["tab", "tab", "down"])
 
+    def test_a_reservation_the_node_releases_soon_and_a_job_idle_held(self, snap_compare, tmp_path):
+        """Card 3's tile counts down to its release, and its detail says when and how to
+        keep it; card 0's job has held it at 0 % with memory for an hour; the jobs table
+        says both."""
+        reading = read_scene(tmp_path)
+        cards = list(reading.cards)
+        cards[0] = replace(cards[0], utilization_pct=0, memory_used_mib=41_000)
+        jobs = tuple(replace(j, started_at=T - 3 * 3600) if j.kind == "reservation" else j for j in JOBS)
+        snap = frozen_snapshot(replace(reading, cards=tuple(cards)), jobs, idle={"rsv-alice": T - 3 * 3600})
+        snap = replace(snap, releases={"rsv-alice": T + 725}, idle_held={"demo-train-llama": T - 3600})
+        assert snap_compare(frozen(snap), terminal_size=SIZE, run_before=first_poll, press=["right"] * 3)
+
     def test_a_card_an_operator_drained(self, snap_compare, tmp_path):
         app = frozen(triage_snapshot(tmp_path, drains=DRAINS))
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["down"])

@@ -137,6 +137,55 @@ def test_an_idle_mark_never_wraps_the_tile_s_head_off_its_last_line():
     )
 
 
+def test_a_reservation_the_node_releases_counts_down_on_its_tile_in_the_room_there_is():
+    job = JobState(name="rsv-a", run_id="rsv-a", gpus=(1,), status="running", kind="reservation", owner="alice")
+    card = CardView(1, "reservation", facts(1), run_id="rsv-a", job=job)
+    heads = {
+        width: render_tile(card, width, NOW, False, NOW - 7200, releases_at=NOW + 725).split()[0].plain
+        for width in (30, 24, 19, 14)
+    }
+    assert heads[30].endswith(" releases in 12m") and heads[24].endswith(" frees 12m") and heads[19].endswith(" frees")
+    assert "idle" not in heads[30], "the countdown is what matters, not how long it sat"
+    assert heads[14] == "1   RESERVED ", "no room: no mark, never a wrapped head"
+    for width, head in heads.items():
+        assert len(head) <= width
+    assert render_tile(card, 30, NOW, False, releases_at=NOW - 1).split()[0].plain.endswith(" releasing")
+    assert "releases" not in render_tile(card, 30, NOW, True, releases_at=NOW + 725).plain, "stale: unknown now"
+    detail = describe_card(card, NOW, 512, releases_at=NOW + 725).plain
+    assert "  release by the node at " in detail
+    assert "(in 12m05s), left unused, unless alice uses it or extends it (+)" in detail
+    assert "release" not in describe_card(card, NOW, 512).plain
+
+
+def test_a_job_idle_held_is_marked_on_its_tile_and_in_its_detail_and_keeps_running():
+    job = JobState(name="train", run_id="train", gpus=(2,), status="running", owner="bob")
+    card = CardView(2, "job", facts(2, memory_used_mib=40_000), run_id="train", job=job)
+    assert render_tile(card, 30, NOW, False, held_since=NOW - 7500).split()[0].plain == "2   JOB  idle-held 2h05m"
+    assert render_tile(card, 18, NOW, False, held_since=NOW - 7500).split()[0].plain == "2   JOB  idle-held"
+    detail = describe_card(card, NOW, 512, held_since=NOW - 7500).plain
+    assert "  idle    idle-held: every card of it at 0 % with memory held since" in detail
+    assert "(2h05m); it keeps running" in detail
+
+
+def test_the_jobs_table_says_idle_held_and_the_countdown_in_the_status():
+    from tpnode_tui.tui.wording.jobs import table_rows
+
+    jobs = (
+        JobState(name="train", run_id="train", gpus=(2,), status="running", owner="bob"),
+        JobState(name="rsv-a", run_id="rsv-a", gpus=(1,), status="running", kind="reservation", owner="alice"),
+        JobState(name="rsv-b", run_id="rsv-b", gpus=(3,), status="running", kind="reservation", owner="alice"),
+    )
+    rows, _ = table_rows(
+        jobs, (), NOW, {"rsv-a": NOW - 7200, "rsv-b": NOW - 2700}, {"rsv-a": NOW + 725}, {"train": NOW - 3900}
+    )
+    status = {key: cells[2].plain for key, cells in rows.items()}
+    assert status == {
+        "job:train": "running, idle-held 1h05m",
+        "job:rsv-a": "running, releases in 12m",
+        "job:rsv-b": "running, idle 45m",
+    }
+
+
 def test_a_stale_tile_never_says_free():
     tile = render_tile(CardView(0, "free", facts()), 25, NOW, stale=True).plain
     assert "FREE" not in tile and "?" in tile and "unknown" in tile

@@ -223,7 +223,7 @@ class MainScreen(Screen[None]):
         self._redraw_detail()
         jobs = self.query_one(JobsTable)
         jobs.stale = stale
-        jobs.show(snap.jobs, snap.queue, now, snap.idle)
+        jobs.show(snap.jobs, snap.queue, now, snap.idle, snap.releases, snap.idle_held)
         self.redraw_log()
         # The footer is rebuilt, every key re-mounted, on each refresh_bindings:
         # done every poll, that was the largest part of an idle dashboard's CPU.
@@ -250,7 +250,7 @@ class MainScreen(Screen[None]):
         grid.set_class(empty, "-hidden")
         if empty:
             update(no_cards, no_cards_text(snap))
-        grid.show(snap.cards, now, stale, snap.idle)
+        grid.show(snap.cards, now, stale, snap.idle, snap.releases, snap.idle_held)
 
     def _binding_states(self) -> tuple[Optional[bool], ...]:
         now = self.selection()
@@ -278,7 +278,17 @@ class MainScreen(Screen[None]):
                 except JobNotFound:
                     pass
             width = (self._cols if self._cols is not None else self.app.size.width) - DETAIL_FRAME
-            text = describe_card(card, follower.clock(), snap.mem_busy_mib, follower.why_stale, env, width)
+            run_id = card.run_id or ""
+            text = describe_card(
+                card,
+                follower.clock(),
+                snap.mem_busy_mib,
+                follower.why_stale,
+                env,
+                width,
+                releases_at=snap.releases.get(run_id) if card.state == "reservation" else None,
+                held_since=snap.idle_held.get(run_id) if card.state == "job" else None,
+            )
         if not same(self._detail_shown, text):
             pane.show(text)
             self._detail_shown = text

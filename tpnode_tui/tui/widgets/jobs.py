@@ -28,7 +28,16 @@ class JobsTable(DataTable[Text]):
         #: (row key, height) of each row, in order, as last laid out
         self._layout: list[tuple[str, int]] = []
         self._room = 0
-        self._shown: Optional[tuple[tuple[JobState, ...], tuple[QueuedLaunch, ...], float, Mapping[str, float]]] = None
+        self._shown: Optional[
+            tuple[
+                tuple[JobState, ...],
+                tuple[QueuedLaunch, ...],
+                float,
+                Mapping[str, float],
+                Mapping[str, float],
+                Mapping[str, float],
+            ]
+        ] = None
 
     def on_mount(self) -> None:
         self._add_columns()
@@ -55,12 +64,20 @@ class JobsTable(DataTable[Text]):
             self.show(*self._shown)
 
     def show(
-        self, jobs: Iterable[JobState], pending: Iterable[QueuedLaunch], now: float, idle: Mapping[str, float] = {}
+        self,
+        jobs: Iterable[JobState],
+        pending: Iterable[QueuedLaunch],
+        now: float,
+        idle: Mapping[str, float] = {},
+        releases: Mapping[str, float] = {},
+        idle_held: Mapping[str, float] = {},
     ) -> None:
-        """``idle``: reservations' run ids -> since when their owner has not used them."""
+        """``idle``: reservations' run ids -> since when their owner has not used them;
+        ``releases``: -> when the node releases them unless used; ``idle_held``: jobs'
+        run ids -> since when they have held their cards idle."""
         jobs, pending = tuple(jobs), tuple(pending)
-        self._shown = (jobs, pending, now, idle)
-        made, waits = table_rows(jobs, pending, now, idle)
+        self._shown = (jobs, pending, now, idle, releases, idle_held)
+        made, waits = table_rows(jobs, pending, now, idle, releases, idle_held)
         room = self._runs_room(made.values())
         rows: dict[str, TextCells] = {}
         layout: list[tuple[str, int]] = []

@@ -66,6 +66,9 @@ class CardTile(Widget):
         self.state = card.state
         self.now = 0.0
         self.idle_since: Optional[float] = None
+        #: when the node releases the card's reservation unless used; since when its job is idle-held
+        self.releases_at: Optional[float] = None
+        self.held_since: Optional[float] = None
         #: the card's history as last fetched
         self.recent: Optional[Recent] = None
         #: the size the text was last worded for: (width, room for the utilisation line)
@@ -90,14 +93,32 @@ class CardTile(Widget):
     def _words(self, fit: tuple[int, bool]) -> Text:
         width, room = fit
         spark = self._spark_line(width) if room else None
-        return render_tile(self.card, width, self.now, self.stale, self.idle_since, spark)
+        return render_tile(
+            self.card,
+            width,
+            self.now,
+            self.stale,
+            self.idle_since,
+            spark,
+            releases_at=self.releases_at,
+            held_since=self.held_since,
+        )
 
     def _reword(self) -> None:
         self._worded_for = self._fit()
         self.text = self._words(self._worded_for)
 
-    def show(self, card: CardView, now: float, stale: bool, idle_since: Optional[float] = None) -> None:
+    def show(
+        self,
+        card: CardView,
+        now: float,
+        stale: bool,
+        idle_since: Optional[float] = None,
+        releases_at: Optional[float] = None,
+        held_since: Optional[float] = None,
+    ) -> None:
         self.card, self.now, self.idle_since = card, now, idle_since
+        self.releases_at, self.held_since = releases_at, held_since
         self.state = card.state
         self.stale = stale
         self._reword()
@@ -164,9 +185,18 @@ class CardGrid(Container, can_focus=True):
     def on_resize(self, event: Resize) -> None:
         self.columns = grid_columns(event.size.width)
 
-    def show(self, cards: tuple[CardView, ...], now: float, stale: bool, idle: Mapping[str, float] = {}) -> None:
+    def show(
+        self,
+        cards: tuple[CardView, ...],
+        now: float,
+        stale: bool,
+        idle: Mapping[str, float] = {},
+        releases: Mapping[str, float] = {},
+        idle_held: Mapping[str, float] = {},
+    ) -> None:
         """Update every tile in place; tiles are only built when the card count
-        changes. ``idle``: reservations' run ids -> unused since."""
+        changes. ``idle``: reservations' run ids -> unused since; ``releases``:
+        -> released then unless used; ``idle_held``: jobs' run ids -> idle-held since."""
         if len(cards) != len(self.tiles):
             self.remove_children()
             self.tiles = [CardTile(card) for card in cards]
@@ -174,8 +204,11 @@ class CardGrid(Container, can_focus=True):
             if self.selected >= len(self.tiles):
                 self.selected = 0
         for tile, card in zip(self.tiles, cards):
-            since = idle.get(card.run_id) if card.state == "reservation" and card.run_id else None
-            tile.show(card, now, stale, since)
+            reserved = card.state == "reservation" and card.run_id
+            since = idle.get(card.run_id) if reserved and card.run_id else None
+            releases_at = releases.get(card.run_id) if reserved and card.run_id else None
+            held = idle_held.get(card.run_id) if card.state == "job" and card.run_id else None
+            tile.show(card, now, stale, since, releases_at, held)
             tile.selected = card.index == self.selected
 
     def show_history(self, history: Mapping[int, Recent]) -> None:

@@ -176,6 +176,34 @@ def _attention_rows(out: Text, card: CardView, now: float) -> None:
         _row(out, "why", card.reason)
 
 
+def _unused_rows(
+    out: Text, card: CardView, now: float, releases_at: Optional[float], held_since: Optional[float]
+) -> None:
+    """What the node says of the holder not using the card: when it releases the
+    reservation (the countdown, and how to keep it), or since when the job has
+    held its cards idle (a mark only: it is never stopped for it)."""
+    job = card.job
+    owner = (job.owner if job is not None else "") or "its owner"
+    if releases_at is not None:
+        left = releases_at - now
+        when = f"in {format_duration(left)}" if left > 0 else "now"
+        _row(
+            out,
+            "release",
+            f"by the node at {moment(releases_at, now)} ({when}), left unused, unless {owner} uses it "
+            "or extends it (+)",
+            f"bold {ERROR}",
+        )
+    if held_since is not None:
+        _row(
+            out,
+            "idle",
+            f"idle-held: every card of it at 0 % with memory held since {moment(held_since, now)} "
+            f"({format_duration(now - held_since)}); it keeps running",
+            f"bold {WARNING}",
+        )
+
+
 def _process_rows(out: Text, card: CardView, mem_busy_mib: int) -> None:
     """Whose each process is. On a MIG card each slice lists its own processes
     (below); the card lists only those no slice could be told for, so none is
@@ -231,18 +259,30 @@ def _fact_rows(out: Text, card: CardView) -> None:
 
 
 def describe_card(
-    card: CardView, now: float, mem_busy_mib: int, stale: Optional[str] = None, env: Sequence[str] = (), width: int = 0
+    card: CardView,
+    now: float,
+    mem_busy_mib: int,
+    stale: Optional[str] = None,
+    env: Sequence[str] = (),
+    width: int = 0,
+    *,
+    releases_at: Optional[float] = None,
+    held_since: Optional[float] = None,
 ) -> Text:
     """Everything known about ``card``: who holds it, what needs attention, whose
     each process is, then its slices and its facts. ``stale``: why it may be out
     of date; ``env``: the lines that point CUDA at the card's job, for its owner
-    to copy into a shell, each on one line of the ``width`` the text gets (0: any)."""
+    to copy into a shell, each on one line of the ``width`` the text gets (0: any);
+    ``releases_at``: the node releases its reservation then unless used;
+    ``held_since``: its job has been idle-held since then."""
     out = Text()
     _headline(out, card, stale)
     _holding_rows(out, card, now)
     # What needs attention first, then whose each process is: this is where
     # "who is on card 5, and why is it out of service?" is answered.
     _attention_rows(out, card, now)
+    if not stale:
+        _unused_rows(out, card, now, releases_at, held_since)
     _process_rows(out, card, mem_busy_mib)
     if card.job is not None:
         _env_rows(out, card.job.key, env, width)

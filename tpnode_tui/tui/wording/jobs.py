@@ -18,7 +18,7 @@ from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.text.render import card_ranges, format_duration
 from tpnode_tui.tui.wording.card import workload
 from tpnode_tui.tui.wording.cells import fit
-from tpnode_tui.tui.wording.marks import WARNING
+from tpnode_tui.tui.wording.marks import ERROR, WARNING
 from tpnode_tui.tui.wording.times import short_duration
 
 COLUMNS = (
@@ -50,11 +50,27 @@ QUEUED, WAITING, PLACING = "queued", "waiting", "placing"
 PENDING_STYLE = {QUEUED: "#4fc3f7", WAITING: "bold #ffb300", PLACING: "#66bb6a"}
 
 
-def _status(job: JobState, idle_for: Optional[float] = None) -> Text:
-    """``idle_for``: seconds a reservation's owner has not used its cards."""
+def _status(
+    job: JobState,
+    idle_for: Optional[float] = None,
+    releases_in: Optional[float] = None,
+    held_for: Optional[float] = None,
+) -> Text:
+    """``idle_for``: seconds a reservation's owner has not used its cards;
+    ``releases_in``: seconds until the node releases it unless used;
+    ``held_for``: seconds a job has held its cards idle (idle-held)."""
+    if job.live and releases_in is not None:
+        out = Text(job.status, style="#66bb6a")
+        said = f"releases in {short_duration(releases_in)}" if releases_in > 0 else "releasing"
+        out.append(f", {said}", style=f"bold {ERROR}")
+        return out
     if job.live and idle_for is not None:
         out = Text(job.status, style="#66bb6a")
         out.append(f", idle {short_duration(idle_for)}", style=f"bold {WARNING}")
+        return out
+    if job.live and held_for is not None:
+        out = Text(job.status, style="#66bb6a")
+        out.append(f", idle-held {short_duration(held_for)}", style=f"bold {WARNING}")
         return out
     if job.live:
         return Text(job.status, style="#66bb6a")
@@ -75,7 +91,13 @@ def held_cards(job: JobState) -> str:
     return ",".join(parts) or "-"
 
 
-def job_row(job: JobState, now: float, idle_since: Optional[float] = None) -> Cells:
+def job_row(
+    job: JobState,
+    now: float,
+    idle_since: Optional[float] = None,
+    releases_at: Optional[float] = None,
+    held_since: Optional[float] = None,
+) -> Cells:
     left = "-"
     if job.kind == "reservation" and job.expires_at:
         remaining = job.expires_at - now
@@ -83,7 +105,12 @@ def job_row(job: JobState, now: float, idle_since: Optional[float] = None) -> Ce
     return (
         Text(job.run_id or job.name, style="bold"),
         job.kind,
-        _status(job, None if idle_since is None else now - idle_since),
+        _status(
+            job,
+            None if idle_since is None else now - idle_since,
+            None if releases_at is None else releases_at - now,
+            None if held_since is None else now - held_since,
+        ),
         held_cards(job),
         format_duration(now - job.started_at) if job.started_at else "-",
         job.owner or "-",
@@ -124,16 +151,25 @@ def pending_row(launch: QueuedLaunch, position: Optional[int], now: float) -> Ce
 
 
 def table_rows(
-    jobs: Iterable[JobState], pending: Iterable[QueuedLaunch], now: float, idle: Mapping[str, float]
+    jobs: Iterable[JobState],
+    pending: Iterable[QueuedLaunch],
+    now: float,
+    idle: Mapping[str, float],
+    releases: Mapping[str, float] = {},
+    idle_held: Mapping[str, float] = {},
 ) -> tuple[dict[str, TextCells], set[str]]:
     """Every row by its key, in order: the jobs, then the launches not started
     yet, the queued ones numbered by their place in the queue; and the keys of
     the launches waiting for the allocation lock. ``idle``: reservations' run
-    ids -> since when their owner has not used them."""
+    ids -> since when their owner has not used them; ``releases``: -> when the
+    node releases them unless used; ``idle_held``: jobs' run ids -> idle-held since."""
     made: dict[str, Cells] = {}
     for job in jobs:
-        since = idle.get(job.key) if job.kind == "reservation" else None
-        made[JOB_PREFIX + job.name] = job_row(job, now, since)
+        reserved = job.kind == "reservation"
+        since = idle.get(job.key) if reserved else None
+        releases_at = releases.get(job.key) if reserved else None
+        held = idle_held.get(job.key) if job.kind == "job" else None
+        made[JOB_PREFIX + job.name] = job_row(job, now, since, releases_at, held)
     waits: set[str] = set()
     position = 0
     for launch in pending:

@@ -135,20 +135,48 @@ def tile_note(card: CardView, now: float) -> tuple[str, str]:
     return STATE_NOTE.get(card.state, ("", ""))
 
 
-def _head(card: CardView, width: int, now: float, stale: bool, idle_since: Optional[float]) -> Text:
-    """The card's index and badge, and how long an idle reservation has not been used."""
+def unused_marks(
+    now: float, idle_since: Optional[float], releases_at: Optional[float], held_since: Optional[float]
+) -> tuple[list[str], str]:
+    """What the head says of a holder not using the card, longest first, and its style:
+    a reservation the node releases soon (the countdown), one unused for a while, or
+    a job idle-held."""
+    if releases_at is not None:
+        left = releases_at - now
+        if left <= 0:
+            return [" releasing"], f"bold {ERROR}"
+        return [f" releases in {short_duration(left)}", f" frees {short_duration(left)}", " frees"], f"bold {ERROR}"
+    if idle_since is not None:
+        return [f" idle {short_duration(now - idle_since)}", " idle"], f"bold {WARNING}"
+    if held_since is not None:
+        return [f" idle-held {short_duration(now - held_since)}", " idle-held"], f"bold {WARNING}"
+    return [], ""
+
+
+def _head(
+    card: CardView,
+    width: int,
+    now: float,
+    stale: bool,
+    idle_since: Optional[float],
+    releases_at: Optional[float] = None,
+    held_since: Optional[float] = None,
+) -> Text:
+    """The card's index and badge, and what is said of its holder not using it
+    (how long an idle reservation has not been used, when the node releases it,
+    how long a job has held it idle)."""
     label, colour = STALE_BADGE if stale else badge(card.state)
     head = Text()
     head.append(f"{card.index:<2} ", style="bold")
     head.append(f" {label} ", style=f"bold white on {colour}")
-    if idle_since is not None and not stale:
+    if not stale:
         # on one line whatever the width: a wrapped head would push the tile's last line
-        # (an intruder's name, say) out of its fixed height
-        mark = f" idle {short_duration(now - idle_since)}"
-        if len(head) + len(mark) > width:
-            mark = " idle"
-        if len(head) + len(mark) <= width:
-            head.append(mark, style=f"bold {WARNING}")
+        # (an intruder's name, say) out of its fixed height; short of room a mark keeps
+        # its word and drops the time
+        marks, style = unused_marks(now, idle_since, releases_at, held_since)
+        fits = [mark for mark in marks if len(head) + len(mark) <= width]
+        if fits:
+            head.append(fits[0], style=style)
     head.truncate(width)
     return head
 
@@ -160,9 +188,14 @@ def render_tile(
     stale: bool,
     idle_since: Optional[float] = None,
     spark: Optional[Text] = None,
+    *,
+    releases_at: Optional[float] = None,
+    held_since: Optional[float] = None,
 ) -> Text:
     """``idle_since``: the card's reservation has not been used since then;
-    ``spark``: the utilisation line, where the tile has room for it."""
+    ``spark``: the utilisation line, where the tile has room for it;
+    ``releases_at``: the node releases the card's reservation then unless used;
+    ``held_since``: the card's job has been idle-held since then."""
     summary = card_summary(card) or ("nothing holds it" if card.state == "free" else "")
     if stale:
         who = f"was {BADGES.get(card.state, (card.state,))[0].lower()}" + (f": {summary}" if summary else "")
@@ -176,7 +209,7 @@ def render_tile(
 
     f = card.facts
     lines = [
-        _head(card, width, now, stale, idle_since),
+        _head(card, width, now, stale, idle_since, releases_at, held_since),
         Text(fit(who, width), style=summary_style),
         memory_bar(f.memory_used_mib if f else None, f.memory_total_mib if f else None, width, stale),
         slice_strip(card, width, stale)

@@ -32,6 +32,15 @@ MARKS_HELP = [
     ),
     ("idle 45m", "a reservation whose owner has used none of its cards for that long (TUNEPLANE_IDLE_RESERVATION_MIN)"),
     (
+        "releases in 12m",
+        "a reservation left unused for TUNEPLANE_RECLAIM_IDLE_AFTER: the node releases it then unless its "
+        "owner uses it or extends it (+)",
+    ),
+    (
+        "idle-held 1h",
+        "a job whose cards have sat at 0 % with memory held that long (TUNEPLANE_FLAG_IDLE_JOB_AFTER); never stopped",
+    ),
+    (
         "▁▃▇",
         "utilisation on a tile, and utilisation and memory in the detail pane: the last hour (or "
         "as much as the node has kept), on a fixed scale: 0-100 %, and the card's whole memory",
