@@ -28,18 +28,7 @@ from tpnode_tui.text.render import (
     slice_name,
     slice_summary,
 )
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
-    """Rows as lines, every column as wide as its widest cell: a 63-character
-    run id or an 8-card list must not run into the next column."""
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
-        return "  ".join(parts).rstrip()
-
-    return [line(header)] + [line(row) for row in rows]
+from tpnode_tui.text.table import table
 
 
 def time_left(expires_at: Optional[float], live: bool, now: float) -> str:

@@ -1,8 +1,8 @@
 """Rows laid out as a plain-text table, every column as wide as its widest cell.
 
-The same layout as the CLI's tables (tpnode_tui/cli/output.py's ``table``,
-which should become this one), here so that a report worded below the CLI,
-such as the usage report's, can be laid out without reaching up to it.
+The CLI's tables (tpnode_tui/cli/output.py), here rather than in the CLI so
+that a report worded below it, such as the usage report's, is laid out the
+same way without reaching up to it.
 """
 
 from __future__ import annotations
