@@ -20,7 +20,7 @@ taken from someone on a guess.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.views import CardView
@@ -40,15 +40,17 @@ def job_idle_held(job: JobState, cards: Mapping[int, CardView], mem_busy_mib: in
     if not job.gpus or job.slices:
         return None
     facts = [cards[i].facts if i in cards else None for i in job.gpus]
-    utils = [None if f is None else f.utilization_pct for f in facts]
-    if any(u is not None and u > 0 for u in utils):
-        return False
-    if None in utils:
-        return None
-    memory = [None if f is None else f.memory_used_mib for f in facts]
-    if any(m is not None and m >= mem_busy_mib for m in memory):
+    computing = _any_known([None if f is None else f.utilization_pct for f in facts], lambda pct: pct > 0)
+    if computing is not False:
+        return None if computing is None else False
+    return _any_known([None if f is None else f.memory_used_mib for f in facts], lambda mib: mib >= mem_busy_mib)
+
+
+def _any_known(values: list[Optional[int]], test: Callable[[int], bool]) -> Optional[bool]:
+    """True when a known value passes ``test``; else None while some are unknown, or False."""
+    if any(v is not None and test(v) for v in values):
         return True
-    return None if None in memory else False
+    return None if None in values else False
 
 
 @dataclass(frozen=True)

@@ -92,10 +92,11 @@ class IdleReservations:
             return False
         now = self.clock()
         live = {j.key: j for j in snap.jobs if j.live and j.kind == "reservation"}
-        changed = False
-        for key in [k for k in self.warnings if k not in live and k not in self._releasing]:
-            del self.warnings[key]  # stopped, expired or released: nothing left to warn about
-            changed = True
+        # stopped, expired or released: nothing left to warn about
+        gone = [k for k in self.warnings if k not in live and k not in self._releasing]
+        for key in gone:
+            del self.warnings[key]
+        changed = bool(gone)
         for key, job in live.items():
             since = self.triage.unused_since.get(key)
             if since is None or key in self._releasing:

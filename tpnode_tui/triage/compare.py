@@ -110,19 +110,18 @@ class Triage:
                 del kept[key]
         for key, job in live.items():
             present = self._present(job, cards, slices)
+            extended = self._extended(job)
             # Unused when first seen: idle since it began, or since this service
             # did (what happened before that is not known here).
             first = max(job.started_at or now, self.started_at)
-            if present is True:
-                self.last_used[key] = now
-            else:
-                self.last_used.setdefault(key, first)
-            extended = key in self._expires and (job.expires_at or 0.0) > (self._expires[key] or 0.0)
-            self._expires[key] = job.expires_at
-            if present is not False or extended:
-                self.unused_since[key] = now
-            else:
-                self.unused_since.setdefault(key, first)
+            _moved_on(self.last_used, key, present is True, first, now)
+            _moved_on(self.unused_since, key, present is not False or extended, first, now)
+
+    def _extended(self, job: JobState) -> bool:
+        """Whether the reservation's expiry moved later since the last reading."""
+        before = self._expires.get(job.key, job.expires_at)
+        self._expires[job.key] = job.expires_at
+        return (job.expires_at or 0.0) > (before or 0.0)
 
     def _present(
         self, job: JobState, cards: dict[int, CardView], slices: dict[tuple[int, str], SliceView]
@@ -280,6 +279,15 @@ class Triage:
             xid_watch=xid_watch,
             xid_problem=xid_problem,
         )
+
+
+def _moved_on(times: dict[str, float], key: str, now_too: bool, first: float, now: float) -> None:
+    """``key``'s time moved on to ``now`` when this reading counts (``now_too``); else
+    kept, or ``first`` for a reservation seen for the first time."""
+    if now_too:
+        times[key] = now
+    else:
+        times.setdefault(key, first)
 
 
 def _how_ended(after: Optional[JobState]) -> str:
