@@ -26,7 +26,7 @@ from helpers.paths import CHECKOUT
 from helpers.services import free_port, write_scene
 from helpers.waiting import until_async
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
-from tpnode_tui.model.jobs import QueuedLaunch
+from tpnode_tui.model.jobs import DeviceFence, QueuedLaunch
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.types import LaunchRequest, Reading
 
@@ -238,6 +238,23 @@ def test_other_peoples_words_in_labels_cannot_break_a_scrape():
     found = collect(Reading(1, snap))
     labels = found["tpnode_card_holder_info"].samples[0].labels
     assert labels["owner"] == 'eve\\ud800\\x1b[2J"}\\n'
+
+
+def test_each_live_job_says_whether_it_is_fenced_and_by_what():
+    fenced = replace(job("train", (0,)), device_fence=DeviceFence.by("cgroup-v2"))
+    loose = replace(job("notebook", (1,), owner="bob"), device_fence=DeviceFence.missing("cgroup v2: not root"))
+    held = replace(job("rsv-1", (2,), kind="reservation"), device_fence=DeviceFence.by("docker"))
+    ended = replace(job("done", (3,)), status="exited", exit_code=0, device_fence=DeviceFence.by("cgroup-v1"))
+    found = collect(Reading(1, node_snapshot(jobs=(fenced, loose, held, ended))))
+    assert found["tpnode_job_fenced"].type == "gauge"
+    assert {
+        (s.labels["run_id"], s.labels["kind"], s.labels["owner"], s.labels["mechanism"], s.value)
+        for s in found["tpnode_job_fenced"].samples
+    } == {
+        ("train", "job", "alice", "cgroup-v2", 1),
+        ("notebook", "job", "bob", "", 0),
+        ("rsv-1", "reservation", "alice", "docker", 1),
+    }  # the ended job holds nothing and is not listed
 
 
 def served_names() -> set[str]:

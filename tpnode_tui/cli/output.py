@@ -23,8 +23,10 @@ from tpnode_tui.text.render import (
     card_summary,
     cards_words,
     clock_time,
+    fence_words,
     format_duration,
     format_mib,
+    node_fence_words,
     slice_name,
     slice_summary,
 )
@@ -71,6 +73,7 @@ def _head_lines(snap: NodeSnapshot, note: Optional[str], you: Optional[str]) -> 
         lines.append(f"probe: {snap.probe.problem}")
     if snap.lock_state:
         lines.append(f"lock: {snap.lock_state}")
+    lines.append(f"fence: {node_fence_words(snap.node_fence)}")
     lines.append(snap.explain)
     return lines
 
@@ -95,19 +98,27 @@ def _card_lines(cards: Sequence[CardView]) -> list[str]:
     return lines
 
 
+def _job_notes(job: JobState) -> tuple[str, ...]:
+    """What is said under a job's row: its problems, and why a live job is not fenced."""
+    unfenced = (fence_words(job.device_fence),) if job.live and not job.device_fence.fenced else ()
+    return (*job.problems, *unfenced)
+
+
 def _job_lines(jobs: Sequence[JobState], now: float) -> list[str]:
-    """The jobs' table, each job's problems under its row."""
+    """The jobs' table, each job's problems (and why it is not fenced) under its row."""
     rows = []
     notes: dict[int, tuple[str, ...]] = {}
     for job in jobs:
         status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
         age = format_duration(now - job.started_at) if job.started_at else "-"
         cards = ",".join([*map(str, job.gpus), *(ref.short for ref in job.slices)]) or "-"
-        rows.append([job.key, job.kind, status, cards, age, time_left(job.expires_at, job.live, now), job.owner])
-        notes[len(rows)] = job.problems
+        left = time_left(job.expires_at, job.live, now)
+        fenced = "yes" if job.device_fence.fenced else "no"
+        rows.append([job.key, job.kind, status, cards, age, left, job.owner, fenced])
+        notes[len(rows)] = _job_notes(job)
     lines = []
     for i, line in enumerate(
-        table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))
+        table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER", "FENCED"], rows, right=frozenset({4}))
     ):
         lines.append(line)
         lines += [f"  ! {problem}" for problem in notes.get(i, ())]

@@ -72,7 +72,7 @@ FENCE_MECHANISMS = {
 }
 #: What a job says about its fence when its runtime said nothing: not fenced,
 #: since a fence nobody vouches for is none.
-FENCE_NOT_SAID = "whether it is fenced was not said"
+FENCE_NOT_SAID = "its node did not say whether it is fenced"
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,20 @@ def _topology(r: Reader) -> Topology:
         raise WireError(f"{r.where}: {e}") from None
 
 
+#: a card's facts written as they are (null for a card the probe did not report), in this order
+_FACT_KEYS = (
+    "name",
+    "uuid",
+    "pci_bus_id",
+    "minor",
+    "memory_used_mib",
+    "memory_total_mib",
+    "utilization_pct",
+    "temperature_c",
+    "power_w",
+)
+
+
 def _card_json(c: CardView) -> dict[str, Any]:
     f = c.facts
     return {
@@ -156,15 +170,7 @@ def _card_json(c: CardView) -> dict[str, Any]:
         "warning": c.warning,
         "intruders": list(c.intruders),
         "drain": None if c.drain is None else drain_to_json(c.drain),
-        "name": f.name if f else None,
-        "uuid": f.uuid if f else None,
-        "pci_bus_id": f.pci_bus_id if f else None,
-        "minor": f.minor if f else None,
-        "memory_used_mib": f.memory_used_mib if f else None,
-        "memory_total_mib": f.memory_total_mib if f else None,
-        "utilization_pct": f.utilization_pct if f else None,
-        "temperature_c": f.temperature_c if f else None,
-        "power_w": f.power_w if f else None,
+        **{key: getattr(f, key) if f else None for key in _FACT_KEYS},
         "processes": (None if f is None or f.processes is None else [asdict(p) for p in f.processes]),
         "health": list(f.health) if f else [],
         "reported": f is not None,
