@@ -17,7 +17,8 @@ a missing one takes its idle value)::
 
 ``hw_slowdown`` is true, or names its cause ("thermal", "power brake").
 A card's ``minor`` is its device minor (its file is ``/dev/nvidia<minor>``),
-its index unless given; ``null``: the driver did not say.
+its index unless given (none past 253, where minors end); ``null``: the
+driver did not say.
 ``null`` for a number means the driver could not say (``memory_used_mib:
 null`` makes that card unverified), ``"processes": null`` that the list
 could not be read. Fault tests may add ``"fail": "reason"`` (the driver
@@ -236,7 +237,8 @@ def _slices(index: int, raw: dict[str, Any], mig_mode: Optional[bool], blind: bo
 
 
 def _minor(index: int, raw: dict[str, Any], where: str) -> Optional[int]:
-    minor: Optional[int] = _number(raw, "minor", where, index)
+    """The card's device minor: its index unless given (no card past 253 has one of its own)."""
+    minor: Optional[int] = _number(raw, "minor", where, index if index <= _MAX_CARD_MINOR else None)
     if minor is not None and minor > _MAX_CARD_MINOR:
         raise _BadScene(f'{where}: "minor" must be a card\'s device minor (0 to {_MAX_CARD_MINOR}), not {minor}')
     return minor

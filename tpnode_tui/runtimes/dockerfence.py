@@ -99,5 +99,5 @@ def container_fence(detail: Mapping[str, Any], own: Sequence[str]) -> DeviceFenc
     if visible is None:
         return DeviceFence.missing(NO_CARD)
     if not set(visible.split(",")) <= set(own):
-        return DeviceFence.missing(f"its NVIDIA_VISIBLE_DEVICES={visible} names more than its own cards")
+        return DeviceFence.missing(f"its NVIDIA_VISIBLE_DEVICES={visible!r} does not name only its own cards")
     return DeviceFence.by(MECHANISM)
