@@ -276,6 +276,23 @@ def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
     return env
 
 
+def _inside_the_fence(sheet: LaunchSheet, gpus: Sequence[int]) -> LaunchSheet:
+    """The sheet of a job fenced to its cards: ``CUDA_VISIBLE_DEVICES`` numbers them from 0.
+
+    Inside a device cgroup the driver shows a process only the cards it may
+    open, and CUDA numbers those from 0 (in PCI bus order, which
+    ``CUDA_DEVICE_ORDER`` asks for), as in a Slurm job with ``ConstrainDevices``
+    or a container: the node's indices would name cards the job cannot see,
+    and CUDA would find none. A MIG slice is named by its uuid, which means the
+    same inside and out. ``NVIDIA_VISIBLE_DEVICES`` keeps the node's indices.
+    """
+    if not gpus:
+        return sheet
+    env = dict(sheet.env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(n) for n in range(len(gpus)))
+    return replace(sheet, env=tuple(env.items()))
+
+
 def _working_dir(spec: JobSpec) -> str:
     """Where the command starts: the caller's directory as sent, else the home
     of the account it runs as, else (the launcher's own jobs) the launcher's."""
@@ -526,6 +543,8 @@ class ProcessRuntime:
                     files=self.fence_files,
                 )
                 jobfence.refuse_unfenced(self.fence_policy, name, made)
+                if made.fence.fenced:
+                    sheet = _inside_the_fence(sheet, gpus)
                 proc, gate = self._spawn(name, sheet, logs, log, cgroup, made)
                 started = process_stat(proc.pid)
                 if started is None:
