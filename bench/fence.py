@@ -43,7 +43,7 @@ from tpnode_tui.devices.program import device_program
 from tpnode_tui.devices.rules import Grant, SliceGrant
 from tpnode_tui.runtimes.jobprocs import cgroup_parent
 
-TITLE = "8. The fence: its cost per job cgroup"
+TITLE = "9. The fence: its cost per job cgroup"
 #: the bound issue 21 sets on what the fence adds to a launch
 TARGET_MS = 5.0
 CARD_JOB = Grant(cards=frozenset({2}))

@@ -32,6 +32,7 @@ from helpers.paths import STUBS
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
+from tpnode_tui.model.jobs import DeviceFence
 from tpnode_tui.probes.nvml import NvmlProbe
 from tpnode_tui.probes.smi import SmiProbe
 
@@ -45,6 +46,9 @@ class NoJobs:
 
     def describe(self) -> str:
         return "no runtime (benchmark)"
+
+    def node_fence(self) -> DeviceFence:
+        return DeviceFence.missing("a benchmark's runtime starts no jobs")
 
     async def ps(self) -> list:
         return []

@@ -29,7 +29,7 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage")
+SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage", "fence")
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -66,6 +66,8 @@ HEADLINE = {
     "topology_choose_1024_4_median_us": ("topology_choose_1024_4_median_us",),
     "usage_report_90d_ms": ("usage_report_90d_user",),
     "ledger_cpu_pct_8": ("ledger_cpu_pct_held_8",),
+    "fence_v2_card_ms": ("fence_v2_card_ms",),
+    "fence_v1_card_ms": ("fence_v1_card_ms",),
 }
 
 
@@ -289,6 +291,10 @@ class Runner:
             import usage
 
             return usage.run(quick)
+        if name == "fence":
+            import fence
+
+            return fence.run(quick)
         import dashboard
 
         why = dashboard.available()

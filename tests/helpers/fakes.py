@@ -52,6 +52,11 @@ class MemoryRuntime:
     def describe(self) -> str:
         return "memory"
 
+    def node_fence(self):
+        from tpnode_tui.model.jobs import DeviceFence
+
+        return DeviceFence.missing("jobs kept in memory run nothing")
+
     def check(self, spec) -> None:
         pass
 

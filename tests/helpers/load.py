@@ -20,6 +20,7 @@ process prints ``stalled`` and sleeps there until it is killed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -267,7 +268,9 @@ def record_figures(test: str, **figures: object) -> None:
 
 def kill_process_jobs(state_dir: Path) -> None:
     """SIGKILL every process of every job the state file still counts as live
-    (its supervisor's group, its session, its cgroup), and remove job cgroups."""
+    (its supervisor's group, its session, its cgroups), and remove job cgroups."""
+    from tpnode_tui.devices import v1
+    from tpnode_tui.devices.errors import CannotFence
     from tpnode_tui.model.errors import TpnodeError
     from tpnode_tui.runtimes.jobprocs import JobProcesses, remove_cgroup
     from tpnode_tui.runtimes.process import boot_id, liveness
@@ -279,13 +282,17 @@ def kill_process_jobs(state_dir: Path) -> None:
         return  # a test broke the file on purpose; its jobs were never started
     for record in records.values():
         cgroup = Path(record.cgroup) if record.cgroup else None
+        devices = Path(record.devices_cgroup) if record.devices_cgroup else None
         if liveness(record, boot_id())[0] != "exited":
             try:
                 os.killpg(record.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            JobProcesses(record.pid, cgroup).wait_gone(BOUND_S, kill=True)
+            JobProcesses(record.pid, cgroup, devices=devices).wait_gone(BOUND_S, kill=True)
         remove_cgroup(cgroup)
+        if devices is not None:
+            with contextlib.suppress(CannotFence):
+                v1.remove(devices)
 
 
 def end_processes(procs: Iterable[subprocess.Popen]) -> None:

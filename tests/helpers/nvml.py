@@ -11,7 +11,7 @@ it as a driver that costs nothing.
     release = fake.hang("memory")          # that call blocks until release.set()
     probe = NvmlProbe(nvml=fake)
 
-Field names for ``errors`` and ``hang``: handle, uuid, name, pci, memory_v2
+Field names for ``errors`` and ``hang``: handle, uuid, name, pci, minor (the device minor), memory_v2
 (memory info version 2), memory (version 1), utilization, temperature, power, processes, retired_pages, ecc,
 remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events,
 mig_mode, max_mig (the MIG device count), mig_handle (every MIG device handle of the card),
@@ -138,6 +138,8 @@ class FakeCard:
     name: str = "NVIDIA H200"
     uuid: Optional[str] = None  # made up from the index when None
     pci_bus_id: Optional[str] = None
+    #: its device minor (/dev/nvidia<minor>); its index when None, as on most machines
+    minor: Optional[int] = None
     memory_total_mib: int = 143771
     memory_used_mib: int = 1
     #: what the driver keeps for itself: counted as used by memory info v1 only
@@ -334,6 +336,10 @@ class FakeNvml:
     def nvmlDeviceGetPciInfo(self, card: FakeCard) -> SimpleNamespace:
         self._enter("pci", card)
         return SimpleNamespace(busId=self.bus_id(card))
+
+    def nvmlDeviceGetMinorNumber(self, card: FakeCard) -> int:
+        self._enter("minor", card)
+        return self.cards.index(card) if card.minor is None else card.minor
 
     # -- topology ------------------------------------------------------------
     def nvmlDeviceGetTopologyCommonAncestor(self, first: FakeCard, second: FakeCard) -> int:

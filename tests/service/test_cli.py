@@ -331,14 +331,44 @@ def test_text_status_shows_a_reservation_s_time_left_and_long_run_ids_keep_their
     assert cli("reserve", "--cards", "1", "--for", "2h", "--run-id", "rsv-time", "--owner", "alice").returncode == 0
     lines = cli("status").stdout.splitlines()
     header = next(line for line in lines if line.startswith("RUN ID"))
-    rows = {line.split()[0]: line for line in lines[lines.index(header) + 1 :]}
+    below = lines[lines.index(header) + 1 :]
+    rows = {line.split()[0]: line for line in below if not line.startswith("  ! ")}  # a note under its row
     assert re.search(r"\bleft (1h59m|2h00m)\b", rows["rsv-time"]), rows["rsv-time"]
     assert rows[long_id].startswith(long_id + "  ")
     for row in rows.values():  # every cell starts where its header does
-        for column in ("KIND", "STATUS", "CARDS", "LEFT"):
+        for column in ("KIND", "STATUS", "CARDS", "LEFT", "FENCED"):
             at = header.index(column)
             assert row[at - 1] == " " and row[at] != " ", (column, row)
     assert "0,1,2,3,4,5,6,7" in rows[long_id]
+
+
+def test_status_says_whether_the_node_and_each_job_are_fenced_and_why_not(cli):
+    """Root on this machine fences each job (cgroup v2 where writable, else v1); a
+    reservation runs nothing to fence, and TUNEPLANE_FENCE=off fences nothing."""
+    assert cli("launch", "--cards", "1", "--run-id", "fenced-a", "--", "sleep", "60").returncode == 0
+    assert cli("reserve", "--cards", "1", "--for", "1h", "--run-id", "rsv-f").returncode == 0
+    off = cli("launch", "--cards", "1", "--run-id", "loose-a", "--", "sleep", "60", env={"TUNEPLANE_FENCE": "off"})
+    assert off.returncode == 0, off.stderr
+    data = cli.status()
+    jobs = {j["run_id"]: j for j in data["jobs"]}
+    assert data["node_fence"]["fenced"] is True
+    mechanism = data["node_fence"]["mechanism"]
+    assert mechanism in ("cgroup-v2", "cgroup-v1")
+    assert (jobs["fenced-a"]["fenced"], jobs["fenced-a"]["fence_mechanism"]) == (True, mechanism)
+    assert "fence_problem" not in jobs["fenced-a"]
+    assert jobs["rsv-f"]["fenced"] is False and "reservation runs nothing" in jobs["rsv-f"]["fence_problem"]
+    assert jobs["loose-a"]["fenced"] is False and jobs["loose-a"]["fence_problem"].startswith("TUNEPLANE_FENCE=off")
+
+    text = cli("status").stdout
+    how = {"cgroup-v2": "a cgroup v2 device program", "cgroup-v1": "a cgroup v1 device list"}[mechanism]
+    assert f"fence: jobs are fenced by {how}" in text
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("RUN ID"))
+    at = header.index("FENCED")
+    rows = {line.split()[0]: (n, line) for n, line in enumerate(lines) if line.split() and line.split()[0] in jobs}
+    assert rows["fenced-a"][1][at:].startswith("yes") and rows["loose-a"][1][at:].startswith("no")
+    n, _ = rows["loose-a"]
+    assert lines[n + 1] == "  ! not fenced: TUNEPLANE_FENCE=off: this node does not fence jobs"
 
 
 # ── bad input ────────────────────────────────────────────────────────────────

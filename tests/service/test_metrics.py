@@ -27,7 +27,7 @@ from helpers.paths import CHECKOUT
 from helpers.services import free_port, write_scene
 from helpers.waiting import until_async
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
-from tpnode_tui.model.jobs import QueuedLaunch
+from tpnode_tui.model.jobs import DeviceFence, QueuedLaunch
 from tpnode_tui.model.views import Drain
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.types import LaunchRequest, Reading, ReserveRequest
@@ -306,6 +306,23 @@ def names_in(found: dict) -> set[str]:
             names.add(family.name)
             names.update(s.name for s in family.samples)
     return names
+
+
+def test_each_live_job_says_whether_it_is_fenced_and_by_what():
+    fenced = replace(job("train", (0,)), device_fence=DeviceFence.by("cgroup-v2"))
+    loose = replace(job("notebook", (1,), owner="bob"), device_fence=DeviceFence.missing("cgroup v2: not root"))
+    held = replace(job("rsv-1", (2,), kind="reservation"), device_fence=DeviceFence.by("docker"))
+    ended = replace(job("done", (3,)), status="exited", exit_code=0, device_fence=DeviceFence.by("cgroup-v1"))
+    found = collect(Reading(1, node_snapshot(jobs=(fenced, loose, held, ended))))
+    assert found["tpnode_job_fenced"].type == "gauge"
+    assert {
+        (s.labels["run_id"], s.labels["kind"], s.labels["owner"], s.labels["mechanism"], s.value)
+        for s in found["tpnode_job_fenced"].samples
+    } == {
+        ("train", "job", "alice", "cgroup-v2", 1),
+        ("notebook", "job", "bob", "", 0),
+        ("rsv-1", "reservation", "alice", "docker", 1),
+    }  # the ended job holds nothing and is not listed
 
 
 def served_names() -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.server
 import json
 import os
@@ -20,8 +21,10 @@ import pytest
 from helpers.waiting import until_async
 from tpnode_tui.config.sections import DOCKER_GPU_MODES
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
-from tpnode_tui.model.jobs import JobSpec, RunAs
+from tpnode_tui.model.jobs import DeviceFence, JobSpec, RunAs
+from tpnode_tui.port.types import LaunchRequest
 from tpnode_tui.runtimes.docker import DockerRuntime
+from tpnode_tui.runtimes.dockerfence import ENDED, NO_CARD
 from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID, UID
 
 
@@ -495,6 +498,7 @@ async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(docker
         assert not host["Devices"] and not host["DeviceCgroupRules"]
         requests = host["DeviceRequests"] or []
         assert [r["DeviceIDs"] for r in requests] == ([["1", "3"]] if mode == "nvidia" else [])
+        assert [r["Count"] for r in requests] == ([0] if mode == "nvidia" else [])  # never -1: every card
         assert (host["PidMode"], host["UTSMode"], host["UsernsMode"]) == ("", "", "")
         assert (host["IpcMode"], host["CgroupnsMode"]) == ("private", "private")
         assert host["NetworkMode"] != "host"
@@ -504,6 +508,108 @@ async def test_a_created_container_gets_its_cards_and_nothing_of_the_host(docker
         assert config["Labels"][UID] == "1001" and created.uid == 1001
     finally:
         await rt.close()
+
+
+# ------------------------------------------------------------ the fence
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("slice_job", [False, True])
+async def test_a_container_is_fenced_by_dockers_device_cgroup_to_exactly_what_it_holds(dockerd, slice_job):
+    """The engine makes the device cgroup from the request: exactly its cards (or MIG
+    device) by name, never a count or "all", not privileged, no /dev/nvidia* of its
+    own. The job says it is fenced by Docker, as read back from the container."""
+    rt = DockerRuntime(gpu_mode="nvidia")
+    try:
+        if slice_job:
+            created = await rt.create(on_slice(dockerd, "fenced-mig", "true"), [])
+            wanted = [MIG]
+        else:
+            created = await rt.create(everything(dockerd.image, run_id="fenced"), [1, 3])
+            wanted = ["1", "3"]
+        host = inspect(dockerd, created.name, ".HostConfig")
+        assert [(r["Driver"], r["Count"], r["DeviceIDs"]) for r in host["DeviceRequests"]] == [("nvidia", 0, wanted)]
+        assert host["Privileged"] is False and not host["Devices"] and not host["DeviceCgroupRules"]
+        assert created.device_fence == DeviceFence.by("docker")
+        assert [j.device_fence for j in await rt.ps()] == [DeviceFence.by("docker")]
+        assert rt.node_fence() == DeviceFence.by("docker")
+        await rt.remove(created.name)
+    finally:
+        await rt.close()
+
+
+@pytest.mark.docker
+async def test_env_mode_is_fenced_through_nvidia_visible_devices_and_none_mode_cannot_be_vouched_for(dockerd):
+    for mode, fenced in (("env", True), ("none", False)):
+        rt = DockerRuntime(gpu_mode=mode, hold_image=dockerd.image)
+        try:
+            created = await rt.create(job(dockerd, f"by-{mode}", "true", cards=2), [2, 3])
+            assert created.device_fence.fenced is fenced and rt.node_fence().fenced is fenced
+            if not fenced:
+                assert created.device_fence.problem == NO_CARD
+            await rt.remove(created.name)
+        finally:
+            await rt.close()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--privileged"], "it is privileged"),
+        (["--gpus", "all"], "asks the engine for every card"),
+        (["--gpus", "2"], "asks the engine for 2 cards, not its own by name"),
+        (["--gpus", '"device=1,2"'], "names 1, 2, not only its own (1)"),  # quoted, as docker's --gpus takes a list
+        (["--gpus", "device=1", "--device-cgroup-rule", "c 195:* rmw"], "lets it open NVIDIA's devices"),
+    ],
+)
+async def test_a_container_made_by_hand_with_more_than_its_cards_is_not_fenced(dockerd, runtime, flags, says):
+    """The fence is read from the container, not from what the runtime would have
+    asked: a labelled container made by hand says what lets it out."""
+    dockerd.cli(
+        "create", "--name", "by-hand", "--label", f"{GPUS}=1", "--label", f"{RUN_ID}=hand", *flags, dockerd.image,
+        "sleep", "30",
+    )  # fmt: skip
+    try:
+        [listed] = await runtime.ps()
+        assert listed.status == "created" and not listed.device_fence.fenced
+        assert says in listed.device_fence.problem
+    finally:
+        dockerd.cli("rm", "-f", "by-hand")
+
+
+@pytest.mark.docker
+async def test_an_ended_container_is_not_inspected_so_it_does_not_say(dockerd, runtime):
+    await runtime.run(job(dockerd, "quick", "true"), [0])
+    ended = await wait_for_status(runtime, "tpn-quick", "exited")
+    assert ended.device_fence == DeviceFence.missing(ENDED)
+
+
+async def test_nothing_a_client_sends_can_ask_for_every_card_or_privileges(make_allocator):
+    """A launch names cards by count, an image and a command, and nothing else that
+    reaches a container: no device, capability, privilege or "all"; a count that is
+    not a whole positive number is refused before anything is asked of the engine."""
+    assert {f.name for f in dataclasses.fields(LaunchRequest)} == {
+        "cards", "command", "image", "run_id", "owner", "env", "cwd", "queue", "placement", "slice",
+    }  # fmt: skip
+    rt = DockerRuntime(gpu_mode="nvidia", docker_host="unix:///nonexistent/docker.sock")
+    config = rt._config(everything("img"), [1, 3])
+    assert config["HostConfig"]["DeviceRequests"] == [
+        {"Driver": "nvidia", "DeviceIDs": ["1", "3"], "Capabilities": [["gpu"]]}
+    ]
+    assert "Privileged" not in config["HostConfig"] and "Devices" not in config["HostConfig"]
+    allocator = make_allocator(runtime=rt)
+    for cards in (0, -1):
+        with pytest.raises(BadRequest, match="at least 1 card"):
+            await allocator.launch(JobSpec("x", cards, ("true",), image="img"))
+
+
+def test_required_refuses_a_job_no_card_is_named_for():
+    rt = DockerRuntime(gpu_mode="none", docker_host="unix:///nonexistent/docker.sock", fence_policy="required")
+    with pytest.raises(ConfigError, match="cannot be fenced to its cards .*TUNEPLANE_FENCE=required"):
+        rt.check(JobSpec("loose", 1, ("true",), image="img"))
+    fenced = DockerRuntime(gpu_mode="nvidia", docker_host="unix:///nonexistent/docker.sock", fence_policy="required")
+    fenced.check(JobSpec("tight", 1, ("true",), image="img"))
 
 
 # ------------------------------------------------------ extending a reservation

@@ -17,8 +17,10 @@ import psutil
 import pytest
 
 from helpers.waiting import until, until_async
-from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, RuntimeUnavailable
-from tpnode_tui.model.jobs import JobSpec, RunAs
+from tpnode_tui.devices.bpf import attached_programs
+from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable
+from tpnode_tui.model.jobs import DeviceFence, DeviceGrant, JobSpec, RunAs
+from tpnode_tui.runtimes import jobfence
 from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime, boot_id
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
@@ -986,3 +988,82 @@ async def test_only_a_live_reservation_of_this_version_is_extended(runtime, stat
         jobs["old"] = replace(jobs["old"], command=(sys.executable, "-c", "sleep", "60"))
     with pytest.raises(Conflict, match="older tpnode-tui"):
         await runtime.extend("old", time.time() + 120)
+
+
+# ── the fence ────────────────────────────────────────────────────────────────
+
+
+async def test_a_job_with_its_device_numbers_is_fenced_and_the_kernel_agrees(state_dir):
+    cgroup_or_unavailable()
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5)
+    started = await rt.run(job("fenced", "sleep", "30", granted=DeviceGrant(cards=(0,))), [0])
+    assert started.device_fence == DeviceFence.by("cgroup-v2")
+    record = recorded(state_dir, "fenced")
+    assert (record.fence_mechanism, record.fence_problem, record.granted) == ("cgroup-v2", "", DeviceGrant(cards=(0,)))
+    assert attached_programs(Path(record.cgroup))
+    assert rt.node_fence() == DeviceFence.by("cgroup-v2")
+    await clear(rt)
+
+
+async def test_inside_the_fence_cuda_numbers_the_jobs_cards_from_0_and_outside_by_the_nodes_indices(state_dir):
+    """The driver shows a fenced process only its own cards, and CUDA numbers them from 0."""
+    cgroup_or_unavailable()
+    for policy, cuda in (("auto", "0,1"), ("off", "2,3")):
+        rt = ProcessRuntime(state_dir, stop_timeout_s=0.5, fence_policy=policy)
+        spec = job(f"env-{policy}", "sh", "-c", "env; echo READY; sleep 30", granted=DeviceGrant(cards=(3, 2)))
+        started = await rt.run(spec, [2, 3])
+        assert started.device_fence.fenced is (policy == "auto")
+        env = await wait_for_log(state_dir / "logs" / f"env-{policy}.log", "READY")
+        assert f"CUDA_VISIBLE_DEVICES={cuda}\n" in env and "NVIDIA_VISIBLE_DEVICES=2,3\n" in env
+        assert "CUDA_DEVICE_ORDER=PCI_BUS_ID\n" in env
+        await clear(rt)
+
+
+async def test_what_is_not_fenced_says_why(state_dir):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5)
+    unplaced = await rt.run(job("unplaced", "sleep", "30"), [0])
+    assert unplaced.device_fence == DeviceFence.missing(jobfence.NOT_GRANTED)
+    unread = DeviceGrant(unknown="the nvidia-smi probe did not read card 1's device minor")
+    blind = await rt.run(job("blind", "sleep", "30", granted=unread), [1])
+    assert blind.device_fence.problem == (
+        "its cards' device files cannot be named: the nvidia-smi probe did not read card 1's device minor"
+    )
+    held = JobSpec("held", 1, kind="reservation", expires_at=time.time() + 60, granted=DeviceGrant(cards=(2,)))
+    assert (await rt.run(held, [2])).device_fence == DeviceFence.missing(jobfence.RESERVATION)
+    off = ProcessRuntime(state_dir, stop_timeout_s=0.5, fence_policy="off")
+    loose = await off.run(job("loose", "sleep", "30", granted=DeviceGrant(cards=(3,))), [3])
+    assert loose.device_fence == DeviceFence.missing(jobfence.FENCE_OFF)
+    assert off.node_fence() == DeviceFence.missing(jobfence.FENCE_OFF)
+    assert recorded(state_dir, "loose").cgroup == "" or not attached_programs(Path(recorded(state_dir, "loose").cgroup))
+    await clear(rt)
+
+
+async def test_required_refuses_a_job_that_cannot_be_fenced_and_leaves_nothing(state_dir):
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5, fence_policy="required")
+    parent, _ = cgroup_parent()
+    before = set(parent.iterdir()) if parent is not None else set()
+    with pytest.raises(ConfigError, match=r"job 'must' cannot be fenced to its cards \(the allocator recorded no"):
+        await rt.create(job("must", "sleep", "30"), [0])
+    assert await rt.ps() == [] and not (state_dir / "logs" / "must.log").exists()
+    if parent is not None:
+        assert set(parent.iterdir()) == before  # its cgroup was removed again
+    held = JobSpec("held", 1, kind="reservation", expires_at=time.time() + 60)
+    assert not (await rt.run(held, [1])).device_fence.fenced  # a reservation runs nothing: not refused
+    await clear(rt)
+
+
+async def test_a_command_that_cannot_join_the_cgroup_that_fences_it_does_not_run(state_dir, tmp_path):
+    """The record says fenced from the moment the job is created; a command that
+    could not be put into that cgroup would run unfenced under it, so it does not run."""
+    cgroup_or_unavailable()
+    rt = ProcessRuntime(state_dir, stop_timeout_s=0.5)
+    marker = tmp_path / "ran"
+    created = await rt.create(job("unjoined", "touch", str(marker), granted=DeviceGrant(cards=(0,))), [0])
+    assert created.device_fence.fenced
+    Path(recorded(state_dir, "unjoined").cgroup).rmdir()  # gone before the command could join it
+    await rt.start(created.name)
+    ended = await wait_for_status(rt, "unjoined", "exited")
+    assert ended.exit_code == 126 and not marker.exists()
+    log = (state_dir / "logs" / "unjoined.log").read_text()
+    assert "which fences it to its cards" in log
+    await clear(rt)

@@ -25,7 +25,7 @@ from tpnode_tui.core.cards import compute_occupancy
 from tpnode_tui.core.display import card_views
 from tpnode_tui.demo.stage import scene as demo_scene
 from tpnode_tui.model.facts import ProbeReading
-from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.model.jobs import DeviceFence, JobState, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.views import EXTERNAL, INTRUDER, UNKNOWN, Drain, Evicted, EvictReport, HolderInfo
 from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
@@ -40,6 +40,9 @@ COMMAND = ("python", "train.py", "--config", "llama-8b.yaml")
 STATE_FILE_BROKEN = "cannot read the state file /var/lib/tpnode-tui/jobs.json: it is not valid JSON; fix or move it"
 OPERATOR = You(user="ana", uid=1001, operator=True, cards_held=0, card_limit=None)
 
+#: how the frozen node fences its jobs
+FENCED = DeviceFence.by("cgroup-v2")
+
 JOBS = (
     JobState(
         name="demo-train-llama",
@@ -50,6 +53,7 @@ JOBS = (
         command=COMMAND,
         started_at=T - 3723,
         pid=51234,
+        device_fence=FENCED,
     ),
     JobState(
         name="rsv-alice",
@@ -61,6 +65,9 @@ JOBS = (
         started_at=T - 600,
         expires_at=T + 6600,
         pid=51240,
+        device_fence=DeviceFence.missing(
+            "a reservation runs nothing of its own; what its owner runs outside tpnode-tui is not fenced"
+        ),
     ),
     JobState(
         name="eval-nightly",
@@ -71,7 +78,13 @@ JOBS = (
         command=("python", "eval.py"),
         started_at=T - 7200,
         exit_code=0,
+        device_fence=FENCED,
     ),
+)
+#: what a node that cannot fence says, here and in each job it starts
+CANNOT_FENCE = (
+    "cgroup v2: the job has no cgroup of its own; cgroup v1: cannot make a cgroup in /sys/fs/cgroup/devices: "
+    "Permission denied (EACCES)"
 )
 MALLORY = HolderInfo(
     pid=SQUATTER,
@@ -118,6 +131,7 @@ def frozen_snapshot(
     holders=HOLDERS,
     drains: Optional[dict[int, Drain]] = None,
     idle: Optional[dict[str, float]] = None,
+    node_fence: DeviceFence = FENCED,
 ) -> NodeSnapshot:
     total = reading.count or 0
     occ = compute_occupancy(total, jobs, reading, mem_busy_mib=512, drains=drains or {})
@@ -135,6 +149,7 @@ def frozen_snapshot(
         explain=occ.explain(),
         queue=queue,
         idle=idle or {},
+        node_fence=node_fence,
     )
 
 
@@ -354,6 +369,16 @@ class TestMainScreen:
     def test_80x24_keeps_the_jobs_table_on_screen(self, snap_compare, tmp_path):
         app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=(80, 24), run_before=first_poll)
+
+
+class TestFence:
+    def test_a_node_that_cannot_fence_says_so_and_each_job_why(self, snap_compare, tmp_path):
+        """Run as an ordinary account, without the agent: the header marks it, the
+        jobs table says "no", and the selected job's detail says why."""
+        loose = DeviceFence.missing(CANNOT_FENCE)
+        jobs = tuple(replace(j, device_fence=loose) if j.kind == "job" else j for j in JOBS)
+        app = frozen(frozen_snapshot(read_scene(tmp_path), jobs, node_fence=loose))
+        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
 
 
 class TestWho:

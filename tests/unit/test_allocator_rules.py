@@ -13,12 +13,13 @@ import pytest
 
 from helpers.fakes import MemoryRuntime, StaticProbe, idle_cards
 from tpnode_tui import GpuAllocator, NeverFits, NoCapacity
+from tpnode_tui.allocator.picking import device_grant
 from tpnode_tui.allocator.repeats import request_differences
 from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound
-from tpnode_tui.model.facts import ProbeReading, ProcessFacts
-from tpnode_tui.model.jobs import JobSpec, JobState
+from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
+from tpnode_tui.model.jobs import DeviceGrant, JobSpec, JobState, SliceMinors, SliceRef
 
 
 @pytest.fixture
@@ -522,3 +523,55 @@ def test_an_allocator_refuses_a_lock_that_does_not_span_processes(settings):
 
     with pytest.raises(ConfigError, match="no cross-process lock"):
         GpuAllocator(MemoryRuntime(), StaticProbe(), settings, InProcessOnly())
+
+
+# -- what a job was granted, in device numbers (for its fence) -------------------
+
+MIG_UUID = "MIG-5e6f7a8b-9c0d-5e1f-a2b3-c4d5e6f7a8b9"
+
+
+def _reading_with_minors() -> ProbeReading:
+    split = CardFacts(
+        3,
+        minor=3,
+        mig_mode=True,
+        slices=(
+            SliceFacts(0, uuid=MIG_UUID, profile="1g.18gb", gpu_instance_id=9, compute_instance_id=0),
+            SliceFacts(1, uuid="MIG-00000000-0000-5000-8000-000000000001", profile="1g.18gb"),
+        ),
+    )
+    cards = (CardFacts(0, minor=1), CardFacts(1, minor=0), CardFacts(2, minor=None), split)
+    return ProbeReading("static", cards, count=4)
+
+
+def test_the_grant_is_the_readings_device_numbers_and_one_not_read_is_never_guessed():
+    reading = _reading_with_minors()
+    assert device_grant(reading, [0, 1], ()) == DeviceGrant(cards=(1, 0))  # minors, not indices
+    assert device_grant(reading, (), (SliceRef(3, MIG_UUID, "1g.18gb"),)) == DeviceGrant(slices=(SliceMinors(3, 9, 0),))
+    unread = device_grant(reading, [1, 2], ())
+    assert unread.cards == (0,) and unread.unknown == "the static probe did not read card 2's device minor"
+    no_ids = device_grant(reading, (), (SliceRef(3, "MIG-00000000-0000-5000-8000-000000000001", "1g.18gb"),))
+    assert no_ids.unknown == (
+        "the static probe did not read the GPU and compute instance ids of slice 1g.18gb of card 3"
+    )
+    assert device_grant(reading, [7], ()).unknown == "the static probe did not read card 7's device minor"
+
+
+async def test_a_launch_records_what_it_got_in_the_numbers_of_the_reading_it_was_picked_from(make_allocator):
+    class Recording(MemoryRuntime):
+        def __init__(self):
+            super().__init__()
+            self.specs = []
+
+        async def create(self, spec, gpus):
+            self.specs.append(spec)
+            return await super().create(spec, gpus)
+
+    runtime = Recording()
+    probe = StaticProbe(cards=2)
+    probe.set_card(0, minor=1)
+    probe.set_card(1, minor=0)
+    allocator = make_allocator(runtime, probe)
+    launched = await allocator.launch(JobSpec("g", 2, ("true",)))
+    assert launched.gpus == (0, 1)
+    assert runtime.specs[0].granted == DeviceGrant(cards=(1, 0))

@@ -27,6 +27,7 @@ def test_every_variable_is_read():
         "TUNEPLANE_MEM_BUSY_MIB": "1024",
         "TUNEPLANE_PROBE": "simulated:/tmp/n.json",
         "TUNEPLANE_PROBE_TIMEOUT_S": "2.5",
+        "TUNEPLANE_NVIDIA_GPUS_DIR": "/tmp/gpus",
         "TUNEPLANE_RUNTIME": "process",
         "TUNEPLANE_DOCKER_GPU_MODE": "env",
         "TUNEPLANE_STATE_DIR": "/tmp/st",
@@ -34,6 +35,9 @@ def test_every_variable_is_read():
         "TUNEPLANE_LOCK_LEASE_MS": "5000",
         "TUNEPLANE_LOCK_RETRY_MS": "20",
         "TUNEPLANE_HOLD_IMAGE": "busybox:1.36",
+        "TUNEPLANE_FENCE": "required",
+        "TUNEPLANE_PROC_DEVICES": "/tmp/devices",
+        "TUNEPLANE_MIG_MINORS": "/tmp/mig-minors",
         "TUNEPLANE_ALLOW_UNVERIFIED": "yes",
         "TUNEPLANE_AGENT": "off",
         "TUNEPLANE_AGENT_SOCKET": "/tmp/a.sock",
@@ -64,6 +68,12 @@ def test_every_variable_is_read():
     assert (cards.mem_busy_mib, cards.allow_unverified) == (1024, True)
     assert (probe.kind, probe.timeout_s, probe.simulated_path) == ("simulated:/tmp/n.json", 2.5, Path("/tmp/n.json"))
     assert (runtime.kind, runtime.docker_gpu_mode, runtime.hold_image) == ("process", "env", "busybox:1.36")
+    assert probe.gpus_dir == Path("/tmp/gpus")
+    assert (runtime.fence, runtime.proc_devices, runtime.mig_minors) == (
+        "required",
+        Path("/tmp/devices"),
+        Path("/tmp/mig-minors"),
+    )
     assert (s.state.dir, s.state.log_max_mb) == (Path("/tmp/st"), 5.0)
     assert (s.lock.redis_url, s.lock.lease_ms, s.lock.retry_ms) == ("redis://localhost:6379/1", 5000, 20)
     agent, policy, triage, fleet = s.agent, s.policy, s.triage, s.fleet
@@ -126,6 +136,7 @@ def test_flags_override_the_environment():
         ("TUNEPLANE_PROBE", "simulated:"),
         ("TUNEPLANE_RUNTIME", "podman"),
         ("TUNEPLANE_DOCKER_GPU_MODE", "all"),
+        ("TUNEPLANE_FENCE", "yes"),
         ("TUNEPLANE_LOCAL_CHECK_GPU_HEALTH", "maybe"),
         ("TUNEPLANE_REDIS_URL", "http://x"),
         ("TUNEPLANE_PROBE_TIMEOUT_S", "nan"),

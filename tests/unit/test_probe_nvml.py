@@ -49,6 +49,31 @@ async def test_reads_every_fact_of_every_card(nvml_probe):
     assert not first.in_use(512) and second.in_use(512)
 
 
+async def test_each_cards_device_minor_is_read_and_need_not_be_its_index(nvml_probe):
+    """The fence allows a job /dev/nvidia<minor>; on some machines minors are not in PCI order."""
+    fake = FakeNvml([FakeCard(minor=1), FakeCard(minor=0), FakeCard()])
+    reading = await nvml_probe(fake).read()
+    assert [c.minor for c in reading.cards] == [1, 0, 2]
+
+
+@pytest.mark.parametrize("error", [NVMLError_NotSupported, NVMLError_Unknown])
+async def test_a_minor_the_driver_will_not_give_is_unknown_never_the_index(nvml_probe, error):
+    card = FakeCard()
+    card.errors["minor"] = error
+    reading = await nvml_probe(FakeNvml([FakeCard(), card])).read()
+    assert [c.minor for c in reading.cards] == [0, None]
+    assert reading.cards[1].memory_used_mib == 1 and reading.external_probe_ok
+    if error is NVMLError_NotSupported:
+        assert reading.problem is None
+    else:
+        assert reading.problem == "card 1: NVML could not read the device minor (Unknown Error)"
+
+
+async def test_a_minor_no_card_file_can_have_is_unknown(nvml_probe):
+    reading = await nvml_probe(FakeNvml([FakeCard(minor=255)])).read()
+    assert reading.cards[0].minor is None
+
+
 async def test_processes_in_mib_and_unknown_memory_kept_unknown(nvml_probe):
     fake = FakeNvml([FakeCard(processes=[(4242, 30000), (777, None)])])
     (card,) = (await nvml_probe(fake).read()).cards

@@ -32,6 +32,19 @@ async def test_missing_keys_take_idle_defaults(tmp_path):
     assert (card.temperature_c, card.power_w) == (None, None)  # not made up
 
 
+async def test_a_cards_device_minor_is_its_index_unless_given_and_null_is_unknown(tmp_path):
+    reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [{}, {"minor": 7}, {"minor": None}])).read()
+    assert [c.minor for c in reading.cards] == [0, 7, None]
+    big = await SimulatedProbe(write_scene(tmp_path / "big.json", [{}] * 256)).read()
+    assert [c.minor for c in big.cards[252:]] == [252, 253, None, None]  # 254 and 255 are the driver's own files
+
+
+@pytest.mark.parametrize("minor", [254, -1, "3", 1.5])
+async def test_a_minor_no_card_file_can_have_is_a_bad_scene(tmp_path, minor):
+    reading = await SimulatedProbe(write_scene(tmp_path / "n.json", [{"minor": minor}])).read()
+    assert not reading.external_probe_ok and '"minor" must be' in reading.problem
+
+
 async def test_the_file_is_read_again_on_every_read(scene):
     probe = SimulatedProbe(scene)
     assert not (await probe.read()).cards[2].in_use(512)

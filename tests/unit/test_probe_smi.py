@@ -50,6 +50,23 @@ async def test_reads_every_card(smi):
     assert reading.cards[1].uuid == UUID1
 
 
+async def test_each_cards_device_minor_is_read_from_the_drivers_information(smi, tmp_path):
+    """nvidia-smi's queries have no device minor; the driver's /proc file does. A card
+    whose file is missing, or names none, has no minor: it is never taken to be its index."""
+    gpus = tmp_path / "gpus"
+    (gpus / "0000:18:00.0").mkdir(parents=True)
+    (gpus / "0000:18:00.0" / "information").write_text(
+        "Model: \t\t NVIDIA H200\nIRQ:   \t\t 42\nGPU UUID: \t\t GPU-1c0f\n"
+        "Device Minor: \t\t 1\nBus Location: \t 0000:18:00.0\n"
+    )
+    (gpus / "0000:19:00.0").mkdir()
+    (gpus / "0000:19:00.0" / "information").write_text("Model: \t\t NVIDIA H200\n")
+    reading = await SmiProbe(gpus_dir=gpus).read()
+    assert [c.minor for c in reading.cards] == [1, None]
+    assert reading.problem is None
+    assert [c.minor for c in (await SmiProbe(gpus_dir=tmp_path / "none").read()).cards] == [None, None]
+
+
 async def test_processes_are_put_on_their_card_by_uuid(smi):
     smi(APPS="1:4242:30000;1:777:[N/A]", SET="1:memory.used=30500")
     first, second = (await SmiProbe().read()).cards

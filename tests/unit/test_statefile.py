@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tpnode_tui.model.errors import RuntimeUnavailable
-from tpnode_tui.model.jobs import SliceRef
+from tpnode_tui.model.jobs import DeviceGrant, SliceMinors, SliceRef
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
 
@@ -283,3 +284,44 @@ def test_an_old_record_without_slices_still_reads(state_dir):
     assert "slices" not in old
     (state_dir / "jobs.json").write_text(json.dumps({"version": 1, "jobs": {"a": old}}))
     assert StateFile(state_dir).read()["a"].slices == ()
+
+
+def test_how_a_job_was_fenced_and_what_it_was_granted_round_trip(state_dir):
+    state = StateFile(state_dir)
+    granted = DeviceGrant(cards=(3,), slices=(SliceMinors(1, 9, 0),))
+    fenced = record(
+        "f",
+        granted=granted,
+        fence_mechanism="cgroup-v1",
+        devices_cgroup="/sys/fs/cgroup/devices/tpnode-tui.f.0a1b2c3d",
+    )
+    loose = record("l", granted=DeviceGrant(unknown="the nvidia-smi probe did not read card 0's device minor"))
+    loose = replace(loose, fence_problem="its cards' device files cannot be named")
+    with state.transaction() as jobs:
+        jobs.update(f=fenced, l=loose, a=record("a"))
+    assert StateFile(state_dir).read() == {"f": fenced, "l": loose, "a": record("a")}
+    doc = json.loads(state.path.read_text())["jobs"]
+    assert doc["f"]["granted"] == {
+        "cards": [3],
+        "slices": [{"card": 1, "gpu_instance": 9, "compute_instance": 0}],
+        "unknown": "",
+    }
+    assert not {"granted", "fence_mechanism", "fence_problem", "devices_cgroup"} & set(doc["a"])
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"fence_mechanism": "cgroup-v2", "fence_problem": "not root"}, "recorded both fenced and not"),
+        ({"fence_mechanism": "kvm"}, "field 'fence_mechanism' is 'kvm'"),
+        ({"devices_cgroup": "/sys/fs/cgroup/devices/user.slice"}, "field 'devices_cgroup'"),
+        ({"devices_cgroup": "/sys/fs/cgroup/devices/tpnode-tui.x/../.."}, "field 'devices_cgroup'"),
+        ({"granted": {"cards": [-1], "slices": [], "unknown": ""}}, "field 'granted'"),
+        ({"granted": {"cards": [], "slices": [{"card": 1, "gpu_instance": 9}], "unknown": ""}}, "field 'granted'"),
+    ],
+)
+def test_a_fence_that_cannot_be_understood_is_refused(state_dir, change, says):
+    doc = record("a").to_json() | change
+    (state_dir / "jobs.json").write_text(json.dumps({"version": 1, "jobs": {"a": doc}}))
+    with pytest.raises(RuntimeUnavailable, match=re.escape(says)):
+        StateFile(state_dir).read()

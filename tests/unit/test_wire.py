@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from helpers.load import kill_process_jobs
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.demo.stage import start_demo
-from tpnode_tui.model.jobs import QueuedLaunch
+from tpnode_tui.model.jobs import FENCE_NOT_SAID, DeviceFence, QueuedLaunch
 from tpnode_tui.port.wire import WireError, snapshot_from_json, snapshot_to_json
 
 
@@ -185,6 +185,65 @@ def test_any_damage_is_a_wire_error_or_a_snapshot_never_a_crash(demo_doc, data):
         snapshot_from_json(doc)
     except WireError:
         pass
+
+
+# -- the fence -------------------------------------------------------------------
+
+
+def _fenced_two_ways(snap):
+    """The demo's first job fenced by cgroup v2, its second not, and the node fencing."""
+    first, second, *rest = snap.jobs
+    jobs = (
+        replace(first, device_fence=DeviceFence.by("cgroup-v2")),
+        replace(second, device_fence=DeviceFence.missing("cgroup v2: not root")),
+        *rest,
+    )
+    return replace(snap, jobs=jobs, node_fence=DeviceFence.by("cgroup-v1"))
+
+
+def test_each_job_says_whether_it_is_fenced_and_when_not_why_and_nothing_else(demo_doc):
+    snap = _fenced_two_ways(demo_doc)
+    doc = json.loads(json.dumps(snapshot_to_json(snap)))
+    first, second = doc["jobs"][:2]
+    assert (first["fenced"], first["fence_mechanism"]) == (True, "cgroup-v2") and "fence_problem" not in first
+    assert (second["fenced"], second["fence_problem"]) == (False, "cgroup v2: not root")
+    assert "fence_mechanism" not in second
+    assert doc["node_fence"] == {"fenced": True, "mechanism": "cgroup-v1"}
+    back = snapshot_from_json(doc)
+    assert (back.jobs, back.node_fence) == (snap.jobs, snap.node_fence)
+    assert back.jobs[0].device_fence.fenced and not back.jobs[1].device_fence.fenced
+
+
+def test_a_document_from_before_the_fence_says_it_was_not_said(demo_doc):
+    doc = json.loads(json.dumps(snapshot_to_json(_fenced_two_ways(demo_doc))))
+    for job in doc["jobs"]:
+        for key in ("fenced", "fence_mechanism", "fence_problem"):
+            job.pop(key, None)
+    del doc["node_fence"]
+    back = snapshot_from_json(doc)
+    assert {j.device_fence for j in back.jobs} == {DeviceFence()} and back.node_fence == DeviceFence()
+    assert DeviceFence().problem == FENCE_NOT_SAID and not DeviceFence().fenced
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda d: d["jobs"][0].update(fence_problem="x"), "is fenced, so it has no 'fence_problem'"),
+        (lambda d: d["jobs"][0].update(fence_mechanism="kvm"), "fence_mechanism is a string, not one of"),
+        (lambda d: d["jobs"][0].update(fenced="yes"), "fenced is a string, not true or false"),
+        (lambda d: d["jobs"][1].pop("fence_problem"), "has no 'fence_problem'"),
+        (lambda d: d["jobs"][1].update(fence_problem=""), "is empty: a job that is not fenced says why"),
+        (lambda d: d["jobs"][1].update(fence_mechanism="docker"), "is not fenced, so it has no 'fence_mechanism'"),
+        (lambda d: d["jobs"][1].pop("fenced"), "has 'fence_mechanism' or 'fence_problem' but no 'fenced'"),
+        (lambda d: d.update(node_fence={"fenced": False}), "snapshot.node_fence has no 'problem'"),
+        (lambda d: d.update(node_fence=True), "snapshot.node_fence is true/false, not an object"),
+    ],
+)
+def test_a_fence_said_both_ways_or_neither_is_refused_by_name(demo_doc, damage, says):
+    doc = json.loads(json.dumps(snapshot_to_json(_fenced_two_ways(demo_doc))))
+    damage(doc)
+    with pytest.raises(WireError, match=re.escape(says)):
+        snapshot_from_json(doc)
 
 
 # -- MIG ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tpnode_tui import __version__
+from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.occupancy import SLICE_STATES
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView
@@ -148,6 +149,7 @@ class NodeCollector(Collector):
         yield from _slice_states(cards)
         yield _drains(cards)
         yield _idle_reservations(snap, now)
+        yield _job_fences(snap.jobs if snap is not None else ())
         yield from _node_gauges(snap, stale, now)
 
 
@@ -249,6 +251,21 @@ def _slice_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
             slice_holder.add_metric([*names, _text(sv.run_id), sv.state, _text(sv.job.owner if sv.job else "")], 1)
     yield slice_state
     yield slice_holder
+
+
+def _job_fences(jobs: Sequence[JobState]) -> GaugeMetricFamily:
+    """Whether each live job can open only its own cards' device files: 1, naming
+    the mechanism, or 0, for an alert to find the jobs that could reach others' cards."""
+    fenced = GaugeMetricFamily(
+        "tpnode_job_fenced",
+        "1 when a live job or reservation can open only its own cards' device files, else 0",
+        labels=["run_id", "kind", "owner", "mechanism"],
+    )
+    for job in jobs:
+        if job.live:
+            fence = job.device_fence
+            fenced.add_metric([_text(job.key), job.kind, _text(job.owner), fence.mechanism], 1 if fence.fenced else 0)
+    return fenced
 
 
 def _gauge(name: str, doc: str, value: Optional[float]) -> GaugeMetricFamily:

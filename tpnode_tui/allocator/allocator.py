@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Optional
 
 from tpnode_tui.allocator.holders import identify, name_on_slices
 from tpnode_tui.allocator.missing import note_missing
-from tpnode_tui.allocator.picking import pick_cards, pick_slice
+from tpnode_tui.allocator.picking import device_grant, pick_cards, pick_slice
 from tpnode_tui.allocator.repeats import repeated
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.core.cards import card_count, compute_occupancy
@@ -223,6 +223,7 @@ class GpuAllocator:
             series=self._series_of(reading),
             runtime=self.runtime.describe(),
             runtime_kind=self.runtime.name,
+            node_fence=self.runtime.node_fence(),
             allow_unverified=self.settings.cards.allow_unverified,
             mem_busy_mib=self.settings.cards.mem_busy_mib,
             lock=self.lock.description,
@@ -287,13 +288,16 @@ class GpuAllocator:
         self, spec: JobSpec, occ: GpuOccupancy, reading: ProbeReading, jobs: list[JobState]
     ) -> tuple[JobSpec, list[int]]:
         """Pick what ``spec`` asks for, with the lock held and occupancy just read:
-        whole cards, or one MIG slice (then named in the spec, and no card)."""
+        whole cards, or one MIG slice (then named in the spec, and no card); and
+        record in the spec what that is in device numbers, from the same reading."""
         allow = self.settings.cards.allow_unverified
         if spec.slice is None:
-            return spec, pick_cards(spec.run_id, spec.cards, occ, reading, spec.placement, allow_unverified=allow)
+            gpus = pick_cards(spec.run_id, spec.cards, occ, reading, spec.placement, allow_unverified=allow)
+            return replace(spec, granted=device_grant(reading, gpus, ())), gpus
         chosen = pick_slice(spec.run_id, spec.slice, occ, reading, jobs, allow_unverified=allow)
         assert chosen.uuid is not None  # a slice without one is never free
-        return replace(spec, slices=(SliceRef(chosen.card, chosen.uuid, chosen.profile or spec.slice),)), []
+        refs = (SliceRef(chosen.card, chosen.uuid, chosen.profile or spec.slice),)
+        return replace(spec, slices=refs, granted=device_grant(reading, (), refs)), []
 
     async def _check_fence(self, created: JobState, fence: int, lost: bool) -> None:
         """Make sure no other live job sits on our cards before ours starts.

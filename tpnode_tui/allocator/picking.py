@@ -1,4 +1,5 @@
-"""Which whole cards, or which MIG slice, a launch gets; and each refusal in plain words.
+"""Which whole cards, or which MIG slice, a launch gets, in the numbers of its device
+files too; and each refusal in plain words.
 
 Called with the allocation lock held and the occupancy just read. A refusal
 says whether waiting can help: :class:`NeverFits` when nothing that ends on
@@ -15,7 +16,7 @@ from tpnode_tui.core.placement import choose
 from tpnode_tui.core.slices import blind_reason, shares_gpu_instance
 from tpnode_tui.model.errors import NeverFits, NoCapacity, TpnodeError
 from tpnode_tui.model.facts import ProbeReading
-from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.jobs import DeviceGrant, JobState, SliceMinors, SliceRef
 from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
 from tpnode_tui.text.render import cards_words
 
@@ -198,3 +199,40 @@ def _slice_taken_words(st: SliceState, owners: dict[str, str]) -> str:
     if st.state == "external":
         return f"{st.words()} is in use outside the platform ({st.reason or 'in use'})"
     return f"{st.words()} is {st.state}" + (f": {st.reason}" if st.reason else "")
+
+
+def _slice_minors(reading: ProbeReading, ref: SliceRef) -> tuple[Optional[SliceMinors], str]:
+    """A slice in device numbers, or what of them the reading lacks."""
+    card = reading.card(ref.card)
+    if card is None or card.minor is None:
+        return None, f"card {ref.card}'s device minor"
+    found = next((s for s in card.slices or () if s.uuid == ref.uuid), None)
+    if found is None or found.gpu_instance_id is None or found.compute_instance_id is None:
+        return None, f"the GPU and compute instance ids of {ref.words()}"
+    return SliceMinors(card.minor, found.gpu_instance_id, found.compute_instance_id), ""
+
+
+def device_grant(reading: ProbeReading, gpus: Sequence[int], slices: Sequence[SliceRef]) -> DeviceGrant:
+    """What a launch was given, in the numbers its device fence is made of, from the
+    reading its cards or slice were picked from (under the same lock, so they are
+    the numbers of the cards picked, not of a later reading).
+
+    A number the reading did not give is never guessed (a card's index is not
+    always its minor, and fencing a job to another card's file would keep it
+    from its own): ``unknown`` names what is missing.
+    """
+    minors, parts, missing = [], [], []
+    for index in gpus:
+        card = reading.card(index)
+        if card is None or card.minor is None:
+            missing.append(f"card {index}'s device minor")
+        else:
+            minors.append(card.minor)
+    for ref in slices:
+        part, lacking = _slice_minors(reading, ref)
+        if part is None:
+            missing.append(lacking)
+        else:
+            parts.append(part)
+    unknown = f"the {reading.source} probe did not read {' or '.join(missing)}" if missing else ""
+    return DeviceGrant(cards=tuple(minors), slices=tuple(parts), unknown=unknown)

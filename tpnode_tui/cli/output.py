@@ -23,8 +23,10 @@ from tpnode_tui.text.render import (
     card_summary,
     cards_words,
     clock_time,
+    fence_words,
     format_duration,
     format_mib,
+    node_fence_words,
     slice_name,
     slice_summary,
 )
@@ -60,6 +62,7 @@ def _head_lines(snap: NodeSnapshot, note: Optional[str], you: Optional[str]) -> 
         lines.append(f"probe: {snap.probe.problem}")
     if snap.lock_state:
         lines.append(f"lock: {snap.lock_state}")
+    lines.append(f"fence: {node_fence_words(snap.node_fence)}")
     lines.append(snap.explain)
     return lines
 
@@ -84,11 +87,18 @@ def _card_lines(cards: Sequence[CardView]) -> list[str]:
     return lines
 
 
+def _job_notes(job: JobState) -> tuple[str, ...]:
+    """What is said under a job's row: its problems, and why a live job is not fenced."""
+    unfenced = (fence_words(job.device_fence),) if job.live and not job.device_fence.fenced else ()
+    return (*job.problems, *unfenced)
+
+
 def _job_lines(
     jobs: Sequence[JobState], now: float, releases: Mapping[str, float] = {}, idle_held: Mapping[str, float] = {}
 ) -> list[str]:
-    """The jobs' table, each job's problems under its row. ``releases``: reservations
-    the node releases then unless used; ``idle_held``: jobs flagged idle-held."""
+    """The jobs' table, each job's problems (and why it is not fenced) under its row.
+    ``releases``: reservations the node releases then unless used; ``idle_held``: jobs
+    flagged idle-held."""
     rows = []
     notes: dict[int, tuple[str, ...]] = {}
     for job in jobs:
@@ -97,13 +107,15 @@ def _job_lines(
             status += ", idle-held"
         age = format_duration(now - job.started_at) if job.started_at else "-"
         cards = ",".join([*map(str, job.gpus), *(ref.short for ref in job.slices)]) or "-"
-        rows.append([job.key, job.kind, status, cards, age, time_left(job.expires_at, job.live, now), job.owner])
-        notes[len(rows)] = job.problems
+        left = time_left(job.expires_at, job.live, now)
+        fenced = "yes" if job.device_fence.fenced else "no"
+        rows.append([job.key, job.kind, status, cards, age, left, job.owner, fenced])
+        notes[len(rows)] = _job_notes(job)
         if job.live and job.key in releases:
             notes[len(rows)] += (f"releases at {clock_time(releases[job.key], now)} unless used",)
     lines = []
     for i, line in enumerate(
-        table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER"], rows, right=frozenset({4}))
+        table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER", "FENCED"], rows, right=frozenset({4}))
     ):
         lines.append(line)
         lines += [f"  ! {problem}" for problem in notes.get(i, ())]

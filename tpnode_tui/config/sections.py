@@ -26,6 +26,9 @@ DEFAULT_OPERATORS_GROUP = "tpnode-operators"
 #: How the docker runtime may give a container its cards (see TUNEPLANE_DOCKER_GPU_MODE).
 DOCKER_GPU_MODES = ("nvidia", "env", "none")
 
+#: Whether the runtime fences each job to its cards' device files (see TUNEPLANE_FENCE).
+FENCE_POLICIES = ("auto", "required", "off")
+
 #: XIDs after which a card is drained until it is reset (79: until the node
 #: reboots), from NVIDIA's XID catalog: resolution "reset the GPU" or worse.
 DEFAULT_XID_DRAIN = (46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158)
@@ -90,6 +93,12 @@ class ProbeSettings:
         "seconds a probe may take before the node counts as probe-blind",
         read.decimal(0.1, MAX_PROBE_TIMEOUT_S),
     )
+    gpus_dir: Path = setting(
+        Path("/proc/driver/nvidia/gpus"),
+        "TUNEPLANE_NVIDIA_GPUS_DIR",
+        "where the driver describes each card (the nvidia-smi probe reads its device minor there)",
+        read.absolute_path,
+    )
 
     @property
     def simulated_path(self) -> Optional[Path]:
@@ -127,6 +136,25 @@ class RuntimeSettings:
         read.text,
         flag="--hold-image",
         metavar="IMG",
+    )
+    fence: str = setting(
+        "auto",
+        "TUNEPLANE_FENCE",
+        "auto (fence each job to its cards' device files where the node can), required (refuse a job "
+        "that cannot be fenced) or off",
+        read.choice(*FENCE_POLICIES),
+    )
+    proc_devices: Path = setting(
+        Path("/proc/devices"),
+        "TUNEPLANE_PROC_DEVICES",
+        "where the kernel lists its devices' majors (the fence reads nvidia-uvm's and nvidia-caps')",
+        read.absolute_path,
+    )
+    mig_minors: Path = setting(
+        Path("/proc/driver/nvidia-caps/mig-minors"),
+        "TUNEPLANE_MIG_MINORS",
+        "where the driver lists its MIG capabilities' minors (the fence of a MIG slice)",
+        read.absolute_path,
     )
 
 

@@ -106,6 +106,10 @@ class CardFacts:
     #: the MIG devices of a card in MIG mode, by index; ``()`` on a whole card
     #: (or a MIG card with none made yet); ``None`` when they could not be listed
     slices: Optional[tuple[SliceFacts, ...]] = ()
+    #: its device minor: its device file is ``/dev/nvidia<minor>``, which is not
+    #: always its index; ``None`` when the probe could not read it (then a job
+    #: cannot be fenced to it)
+    minor: Optional[int] = None
 
     def in_use(self, mem_busy_mib: int) -> bool:
         """Whether something holds this card, or any part of it, by either signal.

@@ -62,6 +62,86 @@ def holding_words(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> str:
     return " and ".join(parts)
 
 
+#: How a job's processes are kept to its own cards' device files, in words
+#: (:attr:`DeviceFence.mechanism`): a device program on its cgroup v2, a deny
+#: list on its cgroup v1, or, for a container, the engine's own device cgroup.
+FENCE_MECHANISMS = {
+    "cgroup-v2": "a cgroup v2 device program",
+    "cgroup-v1": "a cgroup v1 device list",
+    "docker": "Docker's device cgroup",
+}
+#: What a job says about its fence when its runtime said nothing: not fenced,
+#: since a fence nobody vouches for is none.
+FENCE_NOT_SAID = "its node did not say whether it is fenced"
+
+
+@dataclass(frozen=True)
+class DeviceFence:
+    """Whether a job can open only its own cards' device files: by what, or why not.
+
+    ``CUDA_VISIBLE_DEVICES`` tells a job which cards are its own and binds it
+    to nothing; a fenced job's processes cannot open another card's device
+    file, because the kernel refuses the open. Exactly one of the two fields is
+    set, so a job is never both fenced and not, nor neither: "not fenced" always
+    says why, for the person who has to decide whether that is acceptable.
+    The same answers for a node: whether its runtime can fence jobs at all.
+    """
+
+    #: a key of :data:`FENCE_MECHANISMS`; "" when not fenced
+    mechanism: str = ""
+    #: why not, in plain words; "" when fenced
+    problem: str = FENCE_NOT_SAID
+
+    def __post_init__(self) -> None:
+        if bool(self.mechanism) == bool(self.problem):
+            raise ValueError(f"a fence has a mechanism or a problem, not {self.mechanism!r} and {self.problem!r}")
+
+    @classmethod
+    def by(cls, mechanism: str) -> DeviceFence:
+        return cls(mechanism=mechanism, problem="")
+
+    @classmethod
+    def missing(cls, problem: str) -> DeviceFence:
+        return cls(mechanism="", problem=problem)
+
+    @property
+    def fenced(self) -> bool:
+        return bool(self.mechanism)
+
+    @property
+    def how(self) -> str:
+        """The mechanism in words ("a cgroup v2 device program"); "" when not fenced."""
+        return FENCE_MECHANISMS.get(self.mechanism, self.mechanism)
+
+
+@dataclass(frozen=True)
+class SliceMinors:
+    """A MIG slice as its device files know it: its card's device minor and its
+    GPU and compute instances' ids (which name its capabilities in ``mig-minors``)."""
+
+    card: int
+    gpu_instance: int
+    compute_instance: int
+
+
+@dataclass(frozen=True)
+class DeviceGrant:
+    """What a job was granted, in the numbers of the device files that reach it.
+
+    A card's device file is ``/dev/nvidia<minor>``, and the minor is not always
+    the card's index, so the allocator records the minors the probe read in
+    the very reading it picked the cards from, under the allocation lock. A
+    card or slice whose numbers that reading did not give is never guessed:
+    ``unknown`` says which, and the job cannot be fenced to it.
+    """
+
+    #: the device minors of its whole cards
+    cards: tuple[int, ...] = ()
+    slices: tuple[SliceMinors, ...] = ()
+    #: why the grant cannot be told in device numbers; "" when it can
+    unknown: str = ""
+
+
 @dataclass(frozen=True)
 class RunAs:
     """The account a process job's command runs as, as the kernel named the caller.
@@ -107,6 +187,9 @@ class JobSpec:
     slice: Optional[str] = None
     #: the MIG slices it was given; set by the allocator, as ``fence`` is
     slices: tuple[SliceRef, ...] = ()
+    #: its cards and slices in device numbers, for its device fence; set by the
+    #: allocator from the reading it picked them from (None: not set)
+    granted: Optional[DeviceGrant] = None
 
     @property
     def wants(self) -> str:
@@ -144,6 +227,8 @@ class JobState:
     cgroup: Optional[str] = None
     #: the MIG slices it holds (a slice job holds no whole card: ``gpus`` is empty)
     slices: tuple[SliceRef, ...] = ()
+    #: whether its processes can open only its own cards' device files, as its runtime says
+    device_fence: DeviceFence = DeviceFence()
 
     @property
     def live(self) -> bool:

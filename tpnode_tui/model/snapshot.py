@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tpnode_tui.model.facts import ProbeReading
-from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.model.jobs import DeviceFence, JobState, QueuedLaunch
 from tpnode_tui.model.occupancy import GpuOccupancy
 from tpnode_tui.model.views import CardView
 
@@ -51,6 +51,8 @@ class NodeSnapshot:
     xid_watch: str = ""
     #: why XID events are not watched, in plain words; None while they are
     xid_problem: Optional[str] = None
+    #: whether the node's runtime fences the jobs it starts, and how, as it found at start
+    node_fence: DeviceFence = DeviceFence()
 
     @property
     def intruder_cards(self) -> tuple[int, ...]:

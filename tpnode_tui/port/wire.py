@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, SliceRef
+from tpnode_tui.model.jobs import FENCE_MECHANISMS, DeviceFence, JobState, Launched, QueuedLaunch, SliceRef
 from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.topology import PCIE_PATHS, Link, Topology
@@ -71,7 +71,39 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "idle_held": dict(sorted(snap.idle_held.items())),
         "xid_watch": snap.xid_watch,
         "xid_problem": snap.xid_problem,
+        "node_fence": fence_to_json(snap.node_fence),
     }
+
+
+def fence_to_json(f: DeviceFence, prefix: str = "") -> dict[str, Any]:
+    """``{"fenced": true, "mechanism": ...}`` or ``{"fenced": false, "problem": ...}``:
+    the other key is left out, so a reader never sees a fenced job with a reason
+    it is not, nor an unfenced one without a reason. ``prefix`` names the two
+    among a job's other keys ("fence_mechanism", "fence_problem")."""
+    if f.fenced:
+        return {"fenced": True, f"{prefix}mechanism": f.mechanism}
+    return {"fenced": False, f"{prefix}problem": f.problem}
+
+
+def _fence(r: Reader, prefix: str = "") -> DeviceFence:
+    """What :func:`fence_to_json` wrote, strictly: a fenced one names a known
+    mechanism and no problem, an unfenced one a problem and no mechanism. A
+    document from before the fence says nothing, and reads as not said."""
+    mechanism, problem = f"{prefix}mechanism", f"{prefix}problem"
+    if "fenced" not in r.doc:
+        if mechanism in r.doc or problem in r.doc:
+            raise WireError(f"{r.where} has {mechanism!r} or {problem!r} but no 'fenced'")
+        return DeviceFence()
+    if r.flag("fenced"):
+        if problem in r.doc:
+            raise WireError(f"{r.where} is fenced, so it has no {problem!r}")
+        return DeviceFence.by(r.choice(mechanism, tuple(FENCE_MECHANISMS)))
+    if mechanism in r.doc:
+        raise WireError(f"{r.where} is not fenced, so it has no {mechanism!r}")
+    why = r.text(problem)
+    if not why:
+        raise WireError(f"{r.where}.{problem} is empty: a job that is not fenced says why")
+    return DeviceFence.missing(why)
 
 
 def topology_to_json(t: Topology) -> dict[str, Any]:
@@ -115,6 +147,20 @@ def _topology(r: Reader) -> Topology:
         raise WireError(f"{r.where}: {e}") from None
 
 
+#: a card's facts written as they are (null for a card the probe did not report), in this order
+_FACT_KEYS = (
+    "name",
+    "uuid",
+    "pci_bus_id",
+    "minor",
+    "memory_used_mib",
+    "memory_total_mib",
+    "utilization_pct",
+    "temperature_c",
+    "power_w",
+)
+
+
 def _card_json(c: CardView) -> dict[str, Any]:
     f = c.facts
     return {
@@ -126,14 +172,7 @@ def _card_json(c: CardView) -> dict[str, Any]:
         "warning": c.warning,
         "intruders": list(c.intruders),
         "drain": None if c.drain is None else drain_to_json(c.drain),
-        "name": f.name if f else None,
-        "uuid": f.uuid if f else None,
-        "pci_bus_id": f.pci_bus_id if f else None,
-        "memory_used_mib": f.memory_used_mib if f else None,
-        "memory_total_mib": f.memory_total_mib if f else None,
-        "utilization_pct": f.utilization_pct if f else None,
-        "temperature_c": f.temperature_c if f else None,
-        "power_w": f.power_w if f else None,
+        **{key: getattr(f, key) if f else None for key in _FACT_KEYS},
         "processes": (None if f is None or f.processes is None else [asdict(p) for p in f.processes]),
         "health": list(f.health) if f else [],
         "reported": f is not None,
@@ -186,6 +225,7 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "container_id": j.container_id,
         "cgroup": j.cgroup,
         "slices": [asdict(ref) for ref in j.slices],
+        **fence_to_json(j.device_fence, prefix="fence_"),
     }
 
 
@@ -416,6 +456,7 @@ def _facts(r: Reader, slices: Optional[list[tuple[SliceFacts, Reader]]]) -> Opti
         uuid=r.opt_text("uuid"),
         name=r.opt_text("name"),
         pci_bus_id=r.opt_text("pci_bus_id"),
+        minor=r.opt_whole("minor"),
         memory_total_mib=r.opt_whole("memory_total_mib"),
         memory_used_mib=r.opt_whole("memory_used_mib"),
         utilization_pct=r.opt_whole("utilization_pct"),
@@ -451,6 +492,7 @@ def _job(r: Reader) -> JobState:
         container_id=r.opt_text("container_id"),
         cgroup=r.opt_text("cgroup"),
         slices=tuple(r.each("slices", _slice_ref, [])),
+        device_fence=_fence(r, prefix="fence_"),
     )
 
 
@@ -574,7 +616,15 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         idle_held=_run_times(r, "idle_held"),
         xid_watch=r.text("xid_watch", ""),
         xid_problem=r.opt_text("xid_problem"),
+        node_fence=_node_fence(r),
     )
+
+
+def _node_fence(r: Reader) -> DeviceFence:
+    """Whether the node fences its jobs; not said by a document from before the fence."""
+    if "node_fence" not in r.doc:
+        return DeviceFence()
+    return _fence(Reader(r.doc["node_fence"], f"{r.where}.node_fence"))
 
 
 def _run_times(r: Reader, key: str) -> dict[str, float]:

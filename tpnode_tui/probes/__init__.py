@@ -27,9 +27,9 @@ def make_probe(settings: Settings) -> Probe:
     if settings.probe.kind == "nvml":
         return NvmlProbe(timeout)
     if settings.probe.kind == "smi":
-        return SmiProbe(timeout)
+        return SmiProbe(timeout, gpus_dir=settings.probe.gpus_dir)
     if settings.probe.kind == "auto":
-        return AutoProbe(timeout)
+        return AutoProbe(timeout, gpus_dir=settings.probe.gpus_dir)
     path = settings.probe.simulated_path
     if path is not None:
         return SimulatedProbe(path, timeout)

@@ -9,8 +9,10 @@ source shown in the header does not flicker between the two.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Optional
 
+from tpnode_tui.devices.nvidia import DEFAULT_GPUS_DIR
 from tpnode_tui.model.facts import ProbeReading
 from tpnode_tui.probes.base import Probe, blind_reading
 from tpnode_tui.probes.nvml import NvmlProbe
@@ -21,9 +23,11 @@ NONE = "none"
 
 
 class AutoProbe:
-    def __init__(self, timeout_s: float = 10.0, binary: str = "nvidia-smi") -> None:
+    def __init__(self, timeout_s: float = 10.0, binary: str = "nvidia-smi", gpus_dir: Path = DEFAULT_GPUS_DIR) -> None:
         self.timeout_s = timeout_s
         self.binary = binary
+        #: where the nvidia-smi probe reads each card's device minor
+        self.gpus_dir = gpus_dir
         self._nvml = NvmlProbe(timeout_s)
         self._found: Optional[Probe] = None
 
@@ -51,7 +55,7 @@ class AutoProbe:
             return []
         if shutil.which(self.binary) is not None:
             await self._nvml.close()
-            self._found = SmiProbe(self.timeout_s, self.binary)
+            self._found = SmiProbe(self.timeout_s, self.binary, self.gpus_dir)
             return []
         return [nvml_problem, f"{self.binary}: not found on PATH"]
 

@@ -42,6 +42,8 @@ _MIB = 1024 * 1024
 #: what NVML puts in a GPU or compute instance id that does not apply (a card
 #: not in MIG mode): the unsigned int with every bit set
 _NO_INSTANCE = 0xFFFFFFFF
+#: the highest device minor a card's file can have (254 and 255 are the driver's control files)
+_MAX_CARD_MINOR = 253
 _T = TypeVar("_T")
 
 #: nvmlInit is reference-counted and meant to be called once per process, not
@@ -227,6 +229,14 @@ def _instance_id(value: Any) -> Optional[int]:
     return int(value)
 
 
+def _minor(value: Any) -> Optional[int]:
+    """A card's device minor (``/dev/nvidia<minor>``); None for what no card file can have:
+    minors 254 and 255 are the driver's control files."""
+    if value is None or not 0 <= int(value) <= _MAX_CARD_MINOR:
+        return None
+    return int(value)
+
+
 def _process(info: Any) -> ProcessFacts:
     used = info.usedGpuMemory
     return ProcessFacts(pid=int(info.pid), used_memory_mib=None if used is None else int(used) // _MIB)
@@ -301,6 +311,7 @@ class _CardReader:
             uuid=_text(self.field("the UUID", nv.nvmlDeviceGetUUID, handle)),
             name=_text(self.field("the name", nv.nvmlDeviceGetName, handle)),
             pci_bus_id=_text(pci.busId) if pci is not None else None,
+            minor=_minor(self.field("the device minor", nv.nvmlDeviceGetMinorNumber, handle)),
             memory_total_mib=int(memory.total) // _MIB if memory is not None else None,
             memory_used_mib=int(memory.used) // _MIB if memory is not None else None,
             utilization_pct=int(util.gpu) if util is not None else None,

@@ -16,6 +16,9 @@ a missing one takes its idle value)::
                 "xid_events": [{"id": "e1", "xid": 79}]}]}
 
 ``hw_slowdown`` is true, or names its cause ("thermal", "power brake").
+A card's ``minor`` is its device minor (its file is ``/dev/nvidia<minor>``),
+its index unless given (none past 253, where minors end); ``null``: the
+driver did not say.
 ``null`` for a number means the driver could not say (``memory_used_mib:
 null`` makes that card unverified), ``"processes": null`` that the list
 could not be read. Fault tests may add ``"fail": "reason"`` (the driver
@@ -71,6 +74,8 @@ from tpnode_tui.probes.wiring import scene_topology, with_topology
 SOURCE = "simulated"
 
 _SLOWDOWN_CAUSES = ("thermal", "power brake")
+#: the highest device minor a card's file can have (254 and 255 are the driver's control files)
+_MAX_CARD_MINOR = 253
 
 
 class _BadScene(Exception):
@@ -231,6 +236,14 @@ def _slices(index: int, raw: dict[str, Any], mig_mode: Optional[bool], blind: bo
     return tuple(_slice(index, n, item, blind) for n, item in enumerate(value))
 
 
+def _minor(index: int, raw: dict[str, Any], where: str) -> Optional[int]:
+    """The card's device minor: its index unless given (no card past 253 has one of its own)."""
+    minor: Optional[int] = _number(raw, "minor", where, index if index <= _MAX_CARD_MINOR else None)
+    if minor is not None and minor > _MAX_CARD_MINOR:
+        raise _BadScene(f'{where}: "minor" must be a card\'s device minor (0 to {_MAX_CARD_MINOR}), not {minor}')
+    return minor
+
+
 def _card(index: int, value: Any, blind: bool) -> CardFacts:
     where = f"card {index}"
     raw = _object(value, where)
@@ -247,6 +260,7 @@ def _card(index: int, value: Any, blind: bool) -> CardFacts:
         uuid=_text(raw, "uuid", where, f"GPU-00000000-0000-4000-8000-{index:012d}"),
         name=_text(raw, "name", where, "NVIDIA H200"),
         pci_bus_id=_text(raw, "pci_bus_id", where, None),
+        minor=_minor(index, raw, where),
         memory_total_mib=_number(raw, "memory_total_mib", where, 143771),
         memory_used_mib=None if blind else _number(raw, "memory_used_mib", where, 0),
         utilization_pct=_number(raw, "utilization_pct", where, None if mig_mode else 0),

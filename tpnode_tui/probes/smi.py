@@ -46,8 +46,11 @@ import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import replace
+from pathlib import Path
 from typing import Optional, Sequence
 
+from tpnode_tui.devices.errors import CannotFence
+from tpnode_tui.devices.nvidia import DEFAULT_GPUS_DIR, card_minor
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
 from tpnode_tui.probes import health, mig
 from tpnode_tui.probes.base import blind_reading
@@ -414,14 +417,27 @@ def _processes_on(held: Optional[dict[int, list[ProcessFacts]]], card: int) -> O
     return None if held is None else tuple(held[card])
 
 
+def _minor(card: CardFacts, gpus_dir: Path) -> Optional[int]:
+    """The card's device minor, as the driver writes it in ``gpus_dir/<bus id>/information``
+    ("Device Minor"): nvidia-smi's queries have no field for it. None (unknown,
+    never the index) where the file cannot be read or names none."""
+    if card.pci_bus_id is None:
+        return None
+    try:
+        return card_minor(card.pci_bus_id, gpus_dir)
+    except CannotFence:
+        return None
+
+
 class SmiProbe:
-    """Reads every card by running nvidia-smi."""
+    """Reads every card by running nvidia-smi; each card's device minor from ``gpus_dir``."""
 
     source = SOURCE
 
-    def __init__(self, timeout_s: float = 10.0, binary: str = "nvidia-smi") -> None:
+    def __init__(self, timeout_s: float = 10.0, binary: str = "nvidia-smi", gpus_dir: Path = DEFAULT_GPUS_DIR) -> None:
         self.timeout_s = timeout_s
         self.binary = binary
+        self.gpus_dir = gpus_dir
         #: nvidia-smi processes killed at a deadline, with when, until seen to exit
         self._stragglers: list[tuple[subprocess.Popen[bytes], float]] = []
         #: the topology, from ``nvidia-smi topo -m`` run beside the queries when due
@@ -484,7 +500,12 @@ class SmiProbe:
                 SOURCE,
                 tuple(
                     _with_mig(
-                        replace(c, processes=_processes_on(held, c.index), health=reasons.get(c.index, ())),
+                        replace(
+                            c,
+                            processes=_processes_on(held, c.index),
+                            health=reasons.get(c.index, ()),
+                            minor=_minor(c, self.gpus_dir),
+                        ),
                         (None, None) if modes is None else modes.get(c.index, (None, None)),
                         listing,
                         described,

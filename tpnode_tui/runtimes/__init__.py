@@ -30,7 +30,16 @@ def make_runtime(settings: Settings) -> Runtime:
     if choose_runtime(settings) == "docker":
         from tpnode_tui.runtimes.docker import DockerRuntime
 
-        return DockerRuntime(gpu_mode=settings.runtime.docker_gpu_mode, hold_image=settings.runtime.hold_image)
+        return DockerRuntime(
+            gpu_mode=settings.runtime.docker_gpu_mode,
+            hold_image=settings.runtime.hold_image,
+            fence_policy=settings.runtime.fence,
+        )
+    from tpnode_tui.devices.fence import ProcFiles
     from tpnode_tui.runtimes.process import ProcessRuntime
 
-    return ProcessRuntime(settings.state.dir)
+    return ProcessRuntime(
+        settings.state.dir,
+        fence_policy=settings.runtime.fence,
+        fence_files=ProcFiles(devices=settings.runtime.proc_devices, mig_minors=settings.runtime.mig_minors),
+    )

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from tpnode_tui.model.errors import BadRequest
-from tpnode_tui.model.jobs import JOB_KINDS, JobSpec, JobState, SliceRef
+from tpnode_tui.model.jobs import JOB_KINDS, DeviceFence, JobSpec, JobState, SliceRef
 from tpnode_tui.model.validation import MIG_UUID_PATTERN
 
 
@@ -24,6 +24,11 @@ class Runtime(Protocol):
 
     def describe(self) -> str:
         """Where the truth lives, for the header: the engine address or the state file."""
+        ...
+
+    def node_fence(self) -> DeviceFence:
+        """Whether the jobs this runtime starts on this node are fenced to their
+        cards' device files, and by what (or why not): found once, then kept."""
         ...
 
     async def ps(self) -> list[JobState]:

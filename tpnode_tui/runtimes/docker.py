@@ -34,9 +34,10 @@ from aiodocker.exceptions import DockerError
 
 from tpnode_tui.config.sections import DOCKER_GPU_MODES
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
-from tpnode_tui.model.jobs import LIVE_STATUSES, JobSpec, JobState, SliceRef
+from tpnode_tui.model.jobs import LIVE_STATUSES, DeviceFence, JobSpec, JobState, SliceRef
 from tpnode_tui.model.validation import check_run_id
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
+from tpnode_tui.runtimes.dockerfence import ENDED, MECHANISM, NO_CARD, container_fence
 from tpnode_tui.runtimes.labels import GPUS, RUN_ID, job_labels, parse_labels
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d
 
 
 _LIST_FIELDS = ("Id", "Names", "Labels", "State", "Status", "Image", "Command")
-_INSPECT_FIELDS = ("Id", "Name", "Config", "State", "Path", "Args")
+_INSPECT_FIELDS = ("Id", "Name", "Config", "State", "Path", "Args", "HostConfig")
 
 #: What the engine accepts as a container name or id; anything else (a "/" or
 #: "..") would change which API path is asked.
@@ -188,10 +189,14 @@ class DockerRuntime:
         hold_image: str = "busybox:latest",
         docker_host: Optional[str] = None,
         stop_timeout_s: int = 10,
+        fence_policy: str = "auto",
     ) -> None:
         if gpu_mode not in DOCKER_GPU_MODES:
             raise BadRequest(f"docker GPU mode {gpu_mode!r} is not one of {', '.join(DOCKER_GPU_MODES)}")
         self.gpu_mode = gpu_mode
+        #: TUNEPLANE_FENCE: under "required" a container that would be given no card by
+        #: name (gpu mode none) is refused; Docker fences the others whatever it says
+        self.fence_policy = fence_policy
         self.hold_image = hold_image
         self.stop_timeout_s = stop_timeout_s
         self.host, self._host_source = _resolve_host(docker_host)
@@ -202,6 +207,11 @@ class DockerRuntime:
 
     def describe(self) -> str:
         return f"docker at {self.host}"
+
+    def node_fence(self) -> DeviceFence:
+        """Whether the containers this runtime makes are fenced to their cards: by
+        Docker's device cgroup, as long as each is given its cards by name."""
+        return DeviceFence.missing(NO_CARD) if self.gpu_mode == "none" else DeviceFence.by(MECHANISM)
 
     # ----------------------------------------------------------------- engine
 
@@ -420,6 +430,11 @@ class DockerRuntime:
 
     def check(self, spec: JobSpec) -> None:
         """Everything but the engine's own answers (whether the image is here)."""
+        if self.fence_policy == "required" and self.gpu_mode == "none" and spec.kind == "job":
+            raise ConfigError(
+                f"job {spec.run_id!r} cannot be fenced to its cards ({NO_CARD}), and TUNEPLANE_FENCE=required "
+                "starts no job that is not; give containers their cards (TUNEPLANE_DOCKER_GPU_MODE=nvidia)"
+            )
         if spec.slice is not None:  # the slice is chosen later; any will do to check the rest
             self._config(replace(spec, slices=(_SOME_SLICE,)), [])
         else:
@@ -753,4 +768,13 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         uid=facts.uid,
         container_id=str(item.get("Id") or "") or None,
         slices=facts.slices,
+        device_fence=_device_fence(detail, facts.gpus, facts.slices),
     )
+
+
+def _device_fence(detail: Optional[dict[str, Any]], gpus: tuple[int, ...], slices: tuple[SliceRef, ...]) -> DeviceFence:
+    """Whether the container is fenced to what its labels say it holds, as the engine's
+    inspection of it says (see :mod:`.dockerfence`); only live containers are inspected."""
+    if detail is None:
+        return DeviceFence.missing(ENDED)
+    return container_fence(detail, [s.uuid for s in slices] if slices else [str(i) for i in gpus])

@@ -13,6 +13,10 @@ says what "the job's processes" are.
   to another process group (a shell's job control). A process that calls
   ``setsid()`` (``setsid CMD``, a daemon) leaves the session and is not found
   this way.
+* **Its devices cgroup**, where the job is fenced with cgroup v1 (see
+  :mod:`tpnode_tui.devices`): its command joins that cgroup of the v1
+  ``devices`` hierarchy before it runs, and nothing it starts can leave it
+  either; it has no ``cgroup.kill``, so each process listed is signalled.
 * **Its cgroup**, when the node lets the launcher make one: cgroup v2 with a
   writable subtree where the launcher runs (as root, or under a systemd unit
   with ``Delegate=yes``). The command is put into a cgroup of its own before
@@ -183,12 +187,17 @@ class JobProcesses:
     session: int
     cgroup: Optional[Path] = None
     #: False when ``session``'s number now belongs to another process, so no
-    #: session of this job can exist (only its cgroup is looked at)
+    #: session of this job can exist (only its cgroups are looked at)
     by_session: bool = True
+    #: the job's cgroup of the v1 devices hierarchy, where that fences it
+    devices: Optional[Path] = None
+
+    def _cgroups_pids(self) -> set[int]:
+        return {pid for path in (self.cgroup, self.devices) if path is not None for pid in _cgroup_pids(path)}
 
     def pids(self) -> list[int]:
         """Every process of the job that has not ended, by pid."""
-        found = _cgroup_pids(self.cgroup) if self.cgroup else set()
+        found = self._cgroups_pids()
         if self.by_session:
             for entry in os.scandir("/proc"):
                 if entry.name.isdigit() and self._in_session(int(entry.name)):
@@ -235,7 +244,7 @@ class JobProcesses:
     def _member(self, pid: int) -> bool:
         if self.by_session and self._in_session(pid):
             return True
-        return self.cgroup is not None and pid in _cgroup_pids(self.cgroup)
+        return pid in self._cgroups_pids()
 
     @staticmethod
     def _ended(pid: int) -> bool:

@@ -45,11 +45,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
+from tpnode_tui.devices import v1
+from tpnode_tui.devices.errors import CannotFence
+from tpnode_tui.devices.fence import ProcFiles
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, RuntimeUnavailable
-from tpnode_tui.model.jobs import JobSpec, JobState, RunAs
+from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs
 from tpnode_tui.model.validation import check_run_id
+from tpnode_tui.runtimes import jobfence
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
-from tpnode_tui.runtimes.jobprocs import JobProcesses, ProcessStat, make_cgroup, process_stat, remove_cgroup
+from tpnode_tui.runtimes.jobfence import JobFence
+from tpnode_tui.runtimes.jobprocs import (
+    JobProcesses,
+    ProcessStat,
+    cgroup_parent,
+    make_cgroup,
+    process_stat,
+    remove_cgroup,
+)
 from tpnode_tui.runtimes.launchsheet import LaunchSheet, write_sheet
 from tpnode_tui.runtimes.statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
 
@@ -99,6 +111,40 @@ def _cgroup(record: JobRecord) -> Optional[Path]:
     return Path(record.cgroup) if record.cgroup else None
 
 
+def _devices(record: JobRecord) -> Optional[Path]:
+    return Path(record.devices_cgroup) if record.devices_cgroup else None
+
+
+#: what a record made before jobs were fenced says about its fence
+NOT_RECORDED = "started by a tpnode-tui that did not fence jobs"
+
+
+def _device_fence(record: JobRecord) -> DeviceFence:
+    """Whether the job is fenced, as the launcher recorded when it fenced it, before its command ran.
+
+    The record, not the kernel: the launcher writes it in the same hold of the
+    state file's lock as the job itself, so it is never missing or stale while
+    the job runs, and every reader of the state file can read it; asking the
+    kernel (``bpf.attached_programs``) takes CAP_NET_ADMIN, and the job's
+    cgroup is gone once the job has ended. A fencing cgroup its command could
+    not join keeps the command from running at all, so the record never
+    claims a fence the job is not in.
+    """
+    if record.fence_mechanism:
+        return DeviceFence.by(record.fence_mechanism)
+    return DeviceFence.missing(record.fence_problem or NOT_RECORDED)
+
+
+def _remove_devices(record: JobRecord) -> None:
+    """Remove the job's v1 devices cgroup, left behind if its supervisor was killed."""
+    devices = _devices(record)
+    if devices is not None:
+        try:
+            v1.remove(devices)
+        except CannotFence:
+            pass  # not removable now; a later remove or reclaim tries again
+
+
 def _look(record: JobRecord) -> tuple[Optional[ProcessStat], str]:
     """The process now holding the supervisor's pid, or why it cannot be looked at."""
     here = pid_namespace()
@@ -127,7 +173,7 @@ def _left_behind(record: JobRecord, now: Optional[ProcessStat]) -> JobProcesses:
     is empty and only its cgroup is looked at.
     """
     mine = now is None or now.ticks == record.pid_start_ticks
-    return JobProcesses(record.pid, _cgroup(record), by_session=mine)
+    return JobProcesses(record.pid, _cgroup(record), by_session=mine, devices=_devices(record))
 
 
 def _processes(pids: Sequence[int]) -> str:
@@ -180,6 +226,7 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         note=record.note,
         cgroup=record.cgroup or None,
         slices=record.slices,
+        device_fence=_device_fence(record),
     )
 
 
@@ -227,6 +274,23 @@ def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
         CUDA_DEVICE_ORDER="PCI_BUS_ID",
     )
     return env
+
+
+def _inside_the_fence(sheet: LaunchSheet, gpus: Sequence[int]) -> LaunchSheet:
+    """The sheet of a job fenced to its cards: ``CUDA_VISIBLE_DEVICES`` numbers them from 0.
+
+    Inside a device cgroup the driver shows a process only the cards it may
+    open, and CUDA numbers those from 0 (in PCI bus order, which
+    ``CUDA_DEVICE_ORDER`` asks for), as in a Slurm job with ``ConstrainDevices``
+    or a container: the node's indices would name cards the job cannot see,
+    and CUDA would find none. A MIG slice is named by its uuid, which means the
+    same inside and out. ``NVIDIA_VISIBLE_DEVICES`` keeps the node's indices.
+    """
+    if not gpus:
+        return sheet
+    env = dict(sheet.env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(n) for n in range(len(gpus)))
+    return replace(sheet, env=tuple(env.items()))
 
 
 def _working_dir(spec: JobSpec) -> str:
@@ -358,8 +422,16 @@ class ProcessRuntime:
         stop_timeout_s: float = 10.0,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         cgroups: bool = True,
+        fence_policy: str = jobfence.AUTO,
+        fence_files: Optional[ProcFiles] = None,
     ):
         self.state = StateFile(Path(state_dir), lock_timeout_s=lock_timeout_s)
+        #: TUNEPLANE_FENCE: fence each job to its cards' device files where the
+        #: node can ("auto"), refuse one that cannot be ("required"), or never ("off")
+        self.fence_policy = fence_policy
+        #: where the driver's and the kernel's files are read for the fence
+        self.fence_files = fence_files or ProcFiles()
+        self._node_fence: Optional[DeviceFence] = None
         #: the grace between SIGTERM and SIGKILL, for ``stop`` and for what a
         #: job's command leaves running when it ends
         self.stop_timeout_s = stop_timeout_s
@@ -371,6 +443,14 @@ class ProcessRuntime:
 
     def describe(self) -> str:
         return f"processes recorded in {self.state.path}"
+
+    def node_fence(self) -> DeviceFence:
+        """Whether this runtime fences the jobs it starts on this node: found once,
+        the first time it is asked, by fencing a throwaway cgroup."""
+        if self._node_fence is None:
+            parent, why = cgroup_parent() if self.cgroups else (None, "this runtime gives jobs no cgroup")
+            self._node_fence = jobfence.node_fence(self.fence_policy, parent, why, self.fence_files)
+        return self._node_fence
 
     # ------------------------------------------------------------- reading
 
@@ -444,6 +524,7 @@ class ProcessRuntime:
         current_boot = boot_id()
         proc: Optional[subprocess.Popen[bytes]] = None
         cgroup: Optional[Path] = None
+        made = JobFence(DeviceFence())
         try:
             with self.state.transaction() as jobs:
                 if name in jobs:
@@ -453,7 +534,18 @@ class ProcessRuntime:
                     )
                 # A reservation runs nothing, so it has no processes to keep together.
                 cgroup = make_cgroup(name) if self.cgroups and sheet.command else None
-                proc, gate = self._spawn(name, sheet, logs, log, cgroup)
+                made = jobfence.fence_job(
+                    self.fence_policy,
+                    spec.granted,
+                    name=name,
+                    cgroup=cgroup,
+                    runs_command=bool(sheet.command),
+                    files=self.fence_files,
+                )
+                jobfence.refuse_unfenced(self.fence_policy, name, made)
+                if made.fence.fenced:
+                    sheet = _inside_the_fence(sheet, gpus)
+                proc, gate = self._spawn(name, sheet, logs, log, cgroup, made)
                 started = process_stat(proc.pid)
                 if started is None:
                     raise RuntimeUnavailable(f"job {name!r} vanished as it was started")
@@ -476,6 +568,10 @@ class ProcessRuntime:
                     cgroup=str(cgroup or ""),
                     uid=spec.uid,
                     slices=tuple(spec.slices),
+                    granted=spec.granted,
+                    fence_mechanism=made.fence.mechanism,
+                    fence_problem=made.fence.problem,
+                    devices_cgroup=str(made.v1_cgroup or ""),
                 )
                 jobs[name] = record
         except BaseException:
@@ -484,6 +580,7 @@ class ProcessRuntime:
                 _kill_group(proc.pid)
                 proc.wait()
             remove_cgroup(cgroup)
+            jobfence.undo(made)
             raise
         self._gates[name] = gate
         # Collects the supervisor when it ends, so a long-lived dashboard does
@@ -498,9 +595,12 @@ class ProcessRuntime:
         logs: Path,
         log: Path,
         cgroup: Optional[Path],
+        made: JobFence,
     ) -> tuple[subprocess.Popen[bytes], int]:
         """The supervisor and the write end of its gate (non-inheritable, so no
-        other child of this process can keep the gate open).
+        other child of this process can keep the gate open). Where the job is
+        fenced, the supervisor is told which cgroup fences it: its command joins
+        that one or does not run.
 
         The supervisor gets a clean environment, ``python -I`` (no PYTHON*
         variables, no user site, not even the working directory on its path)
@@ -541,6 +641,8 @@ class ProcessRuntime:
                     "--grace",
                     str(float(self.stop_timeout_s)),
                     *(("--cgroup", str(cgroup)) if cgroup else ()),
+                    *(("--fence", made.fence.mechanism) if made.fence.fenced else ()),
+                    *(("--devices-cgroup", str(made.v1_cgroup)) if made.v1_cgroup else ()),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
@@ -662,7 +764,7 @@ class ProcessRuntime:
             )
             raise RuntimeUnavailable(f"job {name!r} was not signalled: {unseen}. {where}")
         if _is_supervisor(record, now):
-            procs = JobProcesses(record.pid, _cgroup(record))
+            procs = JobProcesses(record.pid, _cgroup(record), devices=_devices(record))
             try:
                 os.kill(record.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -690,6 +792,7 @@ class ProcessRuntime:
                     f"{record.pid}) has not recorded it within {self.stop_timeout_s:g} s"
                 )
         remove_cgroup(_cgroup(record))
+        _remove_devices(record)
 
     async def _ended(self, name: str) -> bool:
         """Wait up to ``stop_timeout_s`` for the job to stop counting as live."""
@@ -723,6 +826,7 @@ class ProcessRuntime:
         record = await asyncio.to_thread(self._remove, name)
         self._close_gate(name)
         remove_cgroup(_cgroup(record))  # left behind if its supervisor was killed
+        _remove_devices(record)
 
     def _remove(self, name: str) -> JobRecord:
         current_boot = boot_id()

@@ -21,7 +21,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
-from tpnode_tui.model.jobs import JOB_KINDS, SliceRef
+from tpnode_tui.model.jobs import FENCE_MECHANISMS, JOB_KINDS, DeviceGrant, SliceMinors, SliceRef
 from tpnode_tui.model.validation import MIG_UUID_PATTERN, PROFILE_PATTERN
 from tpnode_tui.runtimes.jobprocs import CGROUP_PREFIX
 from tpnode_tui.state.jsonstore import DEFAULT_LOCK_TIMEOUT_S, JsonStore
@@ -89,15 +89,33 @@ class JobRecord:
     #: slices has none, and one without slices is written without the field, so
     #: such a record still reads where slices are not known
     slices: tuple[SliceRef, ...] = ()
+    #: its cards and slices in device numbers, as the allocator read them when it
+    #: picked them (None: not recorded); what its fence was made of
+    granted: Optional[DeviceGrant] = None
+    #: how the launcher fenced it to its cards' device files, when it did
+    #: (a key of FENCE_MECHANISMS), written before its command ran
+    fence_mechanism: str = ""
+    #: why it is not fenced, when it is not; both "": recorded before jobs were fenced
+    fence_problem: str = ""
+    #: its cgroup of the v1 devices hierarchy (the fence "cgroup-v1"), "" when it has none
+    devices_cgroup: str = ""
 
     def to_json(self) -> dict[str, Any]:
+        """Its JSON form; a field a record made before it existed would not have is
+        left out while it is empty, so such a record reads the same either way."""
         data = asdict(self)
         data["gpus"] = list(self.gpus)
         data["command"] = list(self.command)
-        if self.slices:
-            data["slices"] = [asdict(ref) for ref in self.slices]
-        else:
-            del data["slices"]
+        data["slices"] = [asdict(ref) for ref in self.slices]
+        if self.granted is not None:
+            data["granted"] = {
+                "cards": list(self.granted.cards),
+                "slices": [asdict(part) for part in self.granted.slices],
+                "unknown": self.granted.unknown,
+            }
+        for key in ("slices", "granted", "fence_mechanism", "fence_problem", "devices_cgroup"):
+            if not data[key]:
+                del data[key]
         return data
 
 
@@ -120,6 +138,48 @@ def _is_slice(value: Any) -> bool:
         and MIG_UUID_PATTERN.fullmatch(value["uuid"]) is not None
         and isinstance(value.get("profile", ""), str)
         and (value.get("profile", "") == "" or PROFILE_PATTERN.fullmatch(value["profile"]) is not None)
+    )
+
+
+def _is_minor(value: Any) -> bool:
+    return _is_int(value) and 0 <= value <= 0xFFFFF
+
+
+def _is_grant(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) == {"cards", "slices", "unknown"}
+        and isinstance(value["cards"], list)
+        and all(_is_minor(m) for m in value["cards"])
+        and isinstance(value["slices"], list)
+        and all(
+            isinstance(part, dict)
+            and set(part) == {"card", "gpu_instance", "compute_instance"}
+            and all(_is_minor(v) for v in part.values())
+            for part in value["slices"]
+        )
+        and isinstance(value["unknown"], str)
+    )
+
+
+def _grant(value: dict[str, Any]) -> DeviceGrant:
+    return DeviceGrant(
+        cards=tuple(value["cards"]),
+        slices=tuple(SliceMinors(**part) for part in value["slices"]),
+        unknown=value["unknown"],
+    )
+
+
+def _is_own_cgroup(value: Any) -> bool:
+    """Only a cgroup this runtime made: stopping the job kills everything in it."""
+    return isinstance(value, str) and (
+        value == ""
+        or (
+            value.startswith("/")
+            and "\0" not in value
+            and ".." not in PurePosixPath(value).parts
+            and PurePosixPath(value).name.startswith(CGROUP_PREFIX)
+        )
     )
 
 
@@ -146,28 +206,20 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "fence": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
     "gated": (lambda v: isinstance(v, bool), "true or false"),
     "pid_ns": (lambda v: isinstance(v, str), "a string"),
-    # Only a cgroup this runtime made: stopping the job kills everything in it.
-    "cgroup": (
-        lambda v: (
-            isinstance(v, str)
-            and (
-                v == ""
-                or (
-                    v.startswith("/")
-                    and "\0" not in v
-                    and ".." not in PurePosixPath(v).parts
-                    and PurePosixPath(v).name.startswith(CGROUP_PREFIX)
-                )
-            )
-        ),
-        f'"" or the absolute path of a cgroup named {CGROUP_PREFIX}*',
-    ),
+    "cgroup": (_is_own_cgroup, f'"" or the absolute path of a cgroup named {CGROUP_PREFIX}*'),
     "note": (lambda v: isinstance(v, str), "a string"),
     "uid": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
     "slices": (
         lambda v: isinstance(v, list) and all(_is_slice(i) for i in v) and len({i["uuid"] for i in v}) == len(v),
         'a list of distinct MIG slices ({"card": N, "uuid": "MIG-...", "profile": "1g.18gb"})',
     ),
+    "granted": (
+        lambda v: v is None or _is_grant(v),
+        'null or {"cards": [minors], "slices": [{"card", "gpu_instance", "compute_instance"}], "unknown": "..."}',
+    ),
+    "fence_mechanism": (lambda v: v == "" or v in FENCE_MECHANISMS, f'"" or one of {", ".join(FENCE_MECHANISMS)}'),
+    "fence_problem": (lambda v: isinstance(v, str), "a string"),
+    "devices_cgroup": (_is_own_cgroup, f'"" or the absolute path of a cgroup named {CGROUP_PREFIX}*'),
 }
 
 
@@ -195,11 +247,14 @@ def record_from_json(key: str, data: Any) -> JobRecord:
             raise ValueError(f"job {key!r} field {name!r} is {data[name]!r}, expected {wanted}")
     if data["name"] != key:
         raise ValueError(f"job {key!r} is recorded under the name {data['name']!r}")
+    if data.get("fence_mechanism") and data.get("fence_problem"):
+        raise ValueError(f"job {key!r} is recorded both fenced and not ({data['fence_problem']!r})")
     values = dict(
         data,
         gpus=tuple(data["gpus"]),
         command=tuple(data["command"]),
         slices=tuple(SliceRef(i["card"], i["uuid"], i.get("profile", "")) for i in data.get("slices", [])),
+        granted=None if data.get("granted") is None else _grant(data["granted"]),
     )
     return JobRecord(**values)
 

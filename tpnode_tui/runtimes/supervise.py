@@ -45,7 +45,14 @@ writes the byte. If the launcher goes away first, the pipe reads end-of-file
 and the command never runs (exit code 125, as Docker uses for "not started").
 
 With ``--cgroup DIR`` the command is moved into that (empty) cgroup before it
-runs. Should that fail, the command runs without it and the record says so.
+runs. Should that fail, the command runs without it and the record says so,
+unless that cgroup is what fences the job to its cards (``--fence
+cgroup-v2``): then the command does not run (126), since the record already
+says it is fenced. With ``--devices-cgroup DIR`` (``--fence cgroup-v1``) it
+joins that cgroup of the v1 devices hierarchy too, or does not run; the
+supervisor removes it once every process of the job has ended. Both are
+joined before the command's identity is taken and before it runs, so it opens
+no device file before it is fenced.
 A command that cannot be started as its caller (its working directory gone
 or closed to them since the launch was checked) ends with 126 and the reason
 in its log.
@@ -64,10 +71,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from tpnode_tui.devices import v1
+from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.model.errors import RuntimeUnavailable
 from tpnode_tui.model.jobs import RunAs
 from tpnode_tui.runtimes.jobprocs import JobProcesses, join_cgroup, remove_cgroup
@@ -76,9 +85,12 @@ from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
 _PR_SET_PDEATHSIG = 1
 _USAGE = (
-    "usage: python -I -m tpnode_tui.runtimes.supervise STATE_DIR NAME --sheet FD [--gate FD] [--grace S] [--cgroup DIR]"
+    "usage: python -I -m tpnode_tui.runtimes.supervise STATE_DIR NAME --sheet FD [--gate FD] [--grace S] "
+    "[--cgroup DIR] [--fence cgroup-v2|cgroup-v1] [--devices-cgroup DIR]"
 )
-_OPTIONS = ("--sheet", "--gate", "--grace", "--cgroup")
+_OPTIONS = ("--sheet", "--gate", "--grace", "--cgroup", "--fence", "--devices-cgroup")
+#: the fence that is the job's own cgroup v2, whose joining is then not optional
+_FENCED_BY_CGROUP = "cgroup-v2"
 NOT_STARTED = 125
 CANNOT_START = 126
 DEFAULT_GRACE_S = 10.0
@@ -91,25 +103,55 @@ def exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def _child_setup(
-    parent: int, cgroup: Optional[Path], run_as: Optional[RunAs], cwd: str, report: int
-) -> Callable[[], None]:
+@dataclass(frozen=True)
+class Cgroups:
+    """The cgroups a job's command joins before it runs."""
+
+    #: its own cgroup v2, which keeps its processes together; None: it has none
+    own: Optional[Path] = None
+    #: True when ``own`` carries the job's device fence, so it must be joined
+    own_fences: bool = False
+    #: its cgroup of the v1 devices hierarchy, which fences it; None: none
+    devices: Optional[Path] = None
+
+
+def _join(cgroups: Cgroups, report: int, fail: Callable[[str, OSError], None]) -> None:
+    """Join the job's cgroups, in the child, before anything else. A cgroup that
+    only keeps processes together may fail (reported; the command runs without
+    it); one that fences the job may not."""
+    if cgroups.own is not None:
+        try:
+            join_cgroup(cgroups.own)
+        except OSError as e:
+            if cgroups.own_fences:
+                fail(f"cannot move it into its cgroup {cgroups.own}, which fences it to its cards", e)
+                raise
+            os.write(report, b"cgroup\n")
+    if cgroups.devices is not None:
+        try:
+            join_cgroup(cgroups.devices)
+        except OSError as e:
+            fail(f"cannot move it into its devices cgroup {cgroups.devices}, which fences it to its cards", e)
+            raise
+
+
+def _child_setup(parent: int, cgroups: Cgroups, run_as: Optional[RunAs], cwd: str, report: int) -> Callable[[], None]:
     """A ``preexec_fn`` that readies the child to become the command, in the
     one order that works for a caller's job started by root.
 
-    The cgroup is joined first, while the child may still write the launcher's
-    cgroup. Then the identity is dropped: groups, gid, uid (real, effective and
-    saved, so none can be taken back). The parent-death signal is asked for
-    only then, because a change of identity clears it; a supervisor that died
-    before it was asked for would never send it, hence the check of the parent
-    pid. Last the working directory is entered, as the caller: Popen's own
-    ``cwd`` would enter it as root. Python's ``user``/``group`` arguments switch
-    before any ``preexec_fn`` runs, too late for the cgroup, so the switch is
-    made here.
+    The cgroups are joined first, while the child may still write the
+    launcher's, and before it can open any device file. Then the identity is
+    dropped: groups, gid, uid (real, effective and saved, so none can be taken
+    back). The parent-death signal is asked for only then, because a change of
+    identity clears it; a supervisor that died before it was asked for would
+    never send it, hence the check of the parent pid. Last the working
+    directory is entered, as the caller: Popen's own ``cwd`` would enter it as
+    root. Python's ``user``/``group`` arguments switch before any
+    ``preexec_fn`` runs, too late for the cgroups, so the switch is made here.
 
     What went wrong is written to ``report`` (a pipe, closed at exec): a line
-    ``cgroup`` when the cgroup could not be joined (the command runs without
-    it), or ``error <reason>`` before the child gives up. libc is loaded
+    ``cgroup`` when its own cgroup could not be joined (the command runs
+    without it), or ``error <reason>`` before the child gives up. libc is loaded
     before the fork, so the child does not have to.
     """
     libc = ctypes.CDLL(None, use_errno=True)
@@ -118,11 +160,7 @@ def _child_setup(
         os.write(report, f"error {reason}: {error.strerror}\n".encode(errors="backslashreplace"))
 
     def preexec() -> None:
-        if cgroup is not None:
-            try:
-                join_cgroup(cgroup)
-            except OSError:
-                os.write(report, b"cgroup\n")
+        _join(cgroups, report, fail)
         if run_as is not None:
             try:
                 os.setgroups(list(run_as.groups))
@@ -156,12 +194,12 @@ def _read_report(fd: int) -> list[str]:
 
 
 def run(
-    sheet: LaunchSheet, cgroup: Optional[Path] = None, on_no_cgroup: Callable[[str], None] = lambda why: None
+    sheet: LaunchSheet, cgroups: Cgroups = Cgroups(), on_no_cgroup: Callable[[str], None] = lambda why: None
 ) -> int:
     """Run the sheet's command to its end, passing on SIGTERM and SIGINT; its exit code.
 
-    If the command cannot be put into ``cgroup``, ``on_no_cgroup`` is told why
-    and the command runs without it.
+    If the command cannot be put into its own cgroup (one that does not fence
+    it), ``on_no_cgroup`` is told why and the command runs without it.
     """
     command = list(sheet.command)
     child: Optional[subprocess.Popen[bytes]] = None
@@ -181,7 +219,7 @@ def run(
             child = subprocess.Popen(
                 command,
                 env=dict(sheet.env),
-                preexec_fn=_child_setup(os.getpid(), cgroup, sheet.run_as, sheet.cwd, report_w),
+                preexec_fn=_child_setup(os.getpid(), cgroups, sheet.run_as, sheet.cwd, report_w),
             )
         finally:
             os.close(report_w)
@@ -194,7 +232,7 @@ def run(
         print(f"tpnode-tui: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
         return 127 if isinstance(e, FileNotFoundError) else CANNOT_START
     if "cgroup" in report:
-        on_no_cgroup(f"it could not be moved into {cgroup}")
+        on_no_cgroup(f"it could not be moved into {cgroups.own}")
     for signum in pending:
         child.send_signal(signum)
     return exit_code(child.wait())
@@ -321,6 +359,17 @@ def _parse(args: list[str]) -> Optional[tuple[Path, str, dict[str, str]]]:
     return Path(args[0]), args[1], options
 
 
+def _remove_devices(devices: Optional[Path], name: str) -> None:
+    """Remove the job's v1 devices cgroup once every process of it has ended."""
+    if devices is None:
+        return
+    try:
+        if not v1.remove(devices):
+            print(f"tpnode-tui: job {name!r}'s devices cgroup {devices} is still in use; not removed", file=sys.stderr)
+    except CannotFence as e:
+        print(f"tpnode-tui: job {name!r}: {e}", file=sys.stderr)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parsed = _parse(sys.argv[1:] if argv is None else argv)
     try:
@@ -332,6 +381,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(_USAGE, file=sys.stderr)
         return 2
     cgroup: Optional[Path] = Path(options["--cgroup"]) if "--cgroup" in options else None
+    devices = Path(options["--devices-cgroup"]) if "--devices-cgroup" in options else None
+    fences = options.get("--fence") == _FENCED_BY_CGROUP
     note = ""
     try:
         sheet: Optional[LaunchSheet] = read_sheet(sheet_fd)
@@ -359,9 +410,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             remove_cgroup(cgroup)
             cgroup = None
 
-        code = run(sheet, cgroup, no_cgroup)
-        note = end_the_rest(JobProcesses(os.getpid(), cgroup), grace_s)
+        code = run(sheet, Cgroups(cgroup, fences, devices), no_cgroup)
+        note = end_the_rest(JobProcesses(os.getpid(), cgroup, devices=devices), grace_s)
     remove_cgroup(cgroup)
+    _remove_devices(devices, name)
     try:
         record_exit(state_dir, name, code, note)
     except RuntimeUnavailable as e:

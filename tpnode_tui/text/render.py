@@ -7,7 +7,7 @@ import time
 from typing import Optional
 
 from tpnode_tui.model.errors import JobNotFound
-from tpnode_tui.model.jobs import holding_words
+from tpnode_tui.model.jobs import DeviceFence, holding_words
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, HolderInfo, SliceView
 from tpnode_tui.model.words import card_ranges, cards_words
@@ -45,6 +45,16 @@ def show_command(argv: tuple[str, ...]) -> str:
         else:
             words.append(shlex.quote(arg).replace("\n", "\\n"))
     return " ".join(words)
+
+
+def fence_words(fence: DeviceFence) -> str:
+    """Whether a job is fenced, in words: "fenced by a cgroup v2 device program" or "not fenced: WHY"."""
+    return f"fenced by {fence.how}" if fence.fenced else f"not fenced: {fence.problem}"
+
+
+def node_fence_words(fence: DeviceFence) -> str:
+    """Whether a node fences its jobs: "jobs are fenced by a cgroup v2 device program" or "jobs are not fenced: WHY"."""
+    return f"jobs are {fence_words(fence)}"
 
 
 def format_mib(mib: Optional[int]) -> str:

@@ -18,6 +18,7 @@ from tpnode_tui.text.render import (
     NA,
     card_ranges,
     describe_holder,
+    fence_words,
     format_duration,
     format_mib,
     show_command,
@@ -80,7 +81,8 @@ def _times(job: JobState, now: float) -> str:
 
 
 def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
-    """A job in three or four lines: who and where, what it runs, since and until when."""
+    """A job in a few lines: who and where, what it runs, since and until when,
+    and whether it can open only its own cards' device files (and if not, why not)."""
     status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
     facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
     facts.append(f"owner {job.owner or 'not recorded'}")
@@ -89,6 +91,7 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     times = _times(job, now)
     if times:
         rows.append(("time", times))
+    rows.append(("fence", fence_words(job.device_fence)))
     rows.extend(("problem", problem) for problem in job.problems)
     return rows
 

@@ -19,6 +19,7 @@ from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import You
 from tpnode_tui.text.render import cards_words, format_duration
 from tpnode_tui.tui.wording.jobs import WAITING
+from tpnode_tui.tui.wording.marks import WARNING
 from tpnode_tui.tui.wording.times import clock_time
 
 
@@ -123,8 +124,9 @@ def _age(snap: NodeSnapshot, now: float, stale: bool) -> str:
 
 def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compact: bool = False) -> Text:
     """Three lines: the node and how fresh the reading is; who you are and where
-    the node is served from; its runtime and lock. ``compact`` drops the
-    runtime and lock line on a short terminal, never who you are or the lock waiting."""
+    the node is served from; its runtime, lock and whether it fences its jobs.
+    ``compact`` drops the runtime line on a short terminal, never who you are
+    or the lock waiting."""
     out = Text()
     out.append(" tpnode-tui ", style="bold white on #1e63c4")
     if snap is None:
@@ -144,7 +146,8 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
         out.append("\n")
         out.append_text(_who_line(poll))
         out.append("\n")
-        out.append(f" runtime {snap.runtime} · lock {snap.lock}", style="grey62")
+        out.append(f" runtime {snap.runtime} · lock {snap.lock} · ", style="grey62")
+        out.append_text(fence_text(snap))
     if poll.lock_waiting:
         out.append(f"\n {poll.lock_waiting}", style="bold #ffb300")
     return out
@@ -175,6 +178,14 @@ def _stale_banner(snap: Optional[NodeSnapshot], poll: PollState) -> Optional[Tex
         "Showing the last good reading, marked ?; no card counts as free until a poll "
         "succeeds again (it retries by itself)."
     )
+
+
+def fence_text(snap: NodeSnapshot) -> Text:
+    """Whether the node fences its jobs to their cards, in a word or two: "jobs
+    fenced", or "no fence" marked. Each job's detail says by what, or why not."""
+    if snap.node_fence.fenced:
+        return Text("jobs fenced", style="grey62")
+    return Text("no fence", style=f"bold {WARNING}")
 
 
 def _blind_banner(snap: Optional[NodeSnapshot], poll: PollState, compact: bool) -> Optional[Text]:

@@ -29,6 +29,7 @@ COLUMNS = (
     ("age", "AGE"),
     ("owner", "OWNER"),
     ("left", "TIME LEFT"),
+    ("fenced", "FENCED"),
     ("workload", "RUNS"),
 )
 
@@ -84,6 +85,15 @@ def _as_text(cells: Cells) -> TextCells:
     return tuple(Text(cell) if isinstance(cell, str) else cell for cell in cells)
 
 
+def fenced_cell(job: JobState) -> Text:
+    """The jobs table's FENCED: "yes" when its processes can open only its own
+    cards' device files, "no" (marked, while it runs) when they could open
+    others'; the detail pane says by what, or why not."""
+    if job.device_fence.fenced:
+        return Text("yes", style="#66bb6a")
+    return Text("no", style=f"bold {WARNING}" if job.live else "")
+
+
 def held_cards(job: JobState) -> str:
     """The jobs table's CARDS: "0-3", or a MIG slice by its card and profile ("1:1g.18gb")."""
     parts = [card_ranges(job.gpus)] if job.gpus else []
@@ -115,6 +125,7 @@ def job_row(
         format_duration(now - job.started_at) if job.started_at else "-",
         job.owner or "-",
         left,
+        fenced_cell(job),
         workload(job),
     )
 
@@ -145,6 +156,7 @@ def pending_row(launch: QueuedLaunch, position: Optional[int], now: float) -> Ce
         launch.slice or f"{launch.cards} wanted",
         format_duration(now - launch.queued_at),
         launch.owner or "-",
+        "-",
         "-",
         runs,
     )

@@ -1,0 +1,358 @@
+"""The fence, end to end: a job launched through the real agent, as a real account, opens only its own cards.
+
+The agent runs as root (as systemd runs it) on a simulated node whose cards'
+device minors are not all their indices (cards 2 and 3 have each other's), and
+whose card 1 is split into two MIG slices. The driver's /proc files are the
+test's own (settings point the agent at them): nvidia-uvm is major 510,
+nvidia-caps 511, and mig-minors lists what a driver lists for 8 cards.
+Character device nodes are made with mknod in a directory every account can
+read; the device cgroup checks major:minor, never the path. No driver is bound
+to them, so an open the fence allows fails with ENXIO, one it denies with
+EPERM, and a node that is not NVIDIA's opens.
+
+Each job's command is a small script, run as the account that launched it,
+that opens every node and writes what each open said to a file. The kernel is
+asked too (``bpf.attached_programs``) whether the job's cgroup carries the
+device program the record says it does.
+
+Needs root, real accounts, cgroup v2 (here hybrid) and the v1 devices
+controller, as this machine has; elsewhere these tests skip, and under
+CI=true they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from helpers.accounts import cli_as, runnable, shared_dir
+from helpers.agents import SharedNode
+from helpers.load import BOUND_S, kill_process_jobs
+from helpers.services import unavailable, write_scene
+from helpers.waiting import until
+from tpnode_tui.devices import v1
+from tpnode_tui.devices.bpf import attached_programs
+from tpnode_tui.devices.errors import CannotFence
+from tpnode_tui.devices.fence import ProcFiles
+from tpnode_tui.model.jobs import DeviceGrant, JobSpec
+from tpnode_tui.runtimes.jobprocs import process_stat
+from tpnode_tui.runtimes.process import ProcessRuntime
+from tpnode_tui.runtimes.statefile import StateFile
+
+UVM, CAPS = 510, 511
+#: each card's device minor, by index: cards 2 and 3 have each other's, as on a
+#: machine whose driver found them in another order than PCI's
+MINOR = {0: 0, 1: 1, 2: 3, 3: 2, 4: 4, 5: 5, 6: 6, 7: 7}
+#: card 1's MIG slices: (profile, GPU instance, compute instance)
+SLICES = (("1g.18gb", 9, 0), ("2g.35gb", 3, 0))
+COMMON = {"ctl", "modeset", "uvm", "uvm-tools"}
+CARD_NODES = {f"nvidia{m}" for m in range(8)}
+CAP_NODES = {"config", "monitor", "gpu1/gi9", "gpu1/gi9/ci0", "gpu1/gi3", "gpu1/gi3/ci0"}
+
+#: the job's command: open each node (as the account the job runs as) and write
+#: what each open said; "escape" does it from a grandchild in a session of its
+#: own (setsid, then a second fork), "stay" keeps the job running afterwards
+PROBE = r"""
+import errno, json, os, sys, time
+out, mode, paths = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+
+def probe():
+    seen = {}
+    for label, path in paths.items():
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+            seen[label] = "ok"
+        except OSError as e:
+            seen[label] = errno.errorcode.get(e.errno, str(e.errno))
+    return seen
+
+def write(seen):
+    with open(out + ".tmp", "w") as f:
+        json.dump(seen, f)
+    os.rename(out + ".tmp", out)
+
+if mode.startswith("escape"):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(0.3)  # its parent has gone: it is nobody's child in the job's session
+            write(dict(probe(), pid=os.getpid(), sid=os.getsid(0)))
+            if mode == "escape-linger":
+                time.sleep(300)
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+    deadline = time.monotonic() + 20
+    while not os.path.exists(out) and time.monotonic() < deadline:
+        time.sleep(0.05)
+else:
+    write(probe())
+    if mode == "stay":
+        time.sleep(300)
+"""
+
+
+def _mig_minors() -> tuple[str, dict[str, int]]:
+    """mig-minors as a driver writes it for 8 cards: config, monitor, then each
+    GPU instance and compute instance of each card, numbered in order."""
+    lines, minors = ["config 1", "monitor 2"], {"config": 1, "monitor": 2}
+    minor = 3
+    for gpu in range(8):
+        for gi in range(15):
+            for name in [f"gpu{gpu}/gi{gi}/access"] + [f"gpu{gpu}/gi{gi}/ci{ci}/access" for ci in range(8)]:
+                lines.append(f"{name} {minor}")
+                minors[name] = minor
+                minor += 1
+    return "\n".join(lines) + "\n", minors
+
+
+class Driver:
+    """The driver's /proc files and its device nodes, in a directory every account can read."""
+
+    def __init__(self) -> None:
+        if os.geteuid() != 0:
+            unavailable("making device nodes and cgroups takes root")
+        self.root = shared_dir("tpn-fence-")
+        text, minors = _mig_minors()
+        (self.root / "mig-minors").write_text(text)
+        (self.root / "devices").write_text(
+            f"Character devices:\n  1 mem\n195 nvidia-frontend\n{UVM} nvidia-uvm\n{CAPS} nvidia-caps\n\n"
+            "Block devices:\n  7 loop\n"
+        )
+        nodes = {f"nvidia{m}": (195, m) for m in range(8)}
+        nodes |= {"modeset": (195, 254), "ctl": (195, 255), "uvm": (UVM, 0), "uvm-tools": (UVM, 1)}
+        nodes |= {"config": (CAPS, 1), "monitor": (CAPS, 2), "null-copy": (1, 3)}
+        for name in CAP_NODES - {"config", "monitor"}:
+            nodes[name] = (CAPS, minors[f"{name}/access"])
+        self.paths: dict[str, str] = {}
+        for label, (major, minor) in nodes.items():
+            path = self.root / label.replace("/", "-")
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+            path.chmod(0o666)
+            self.paths[label] = str(path)
+        self.script = self.root / "probe.py"
+        self.script.write_text(PROBE)
+        self.script.chmod(0o644)
+
+    @property
+    def settings(self) -> dict[str, str]:
+        return {
+            "TUNEPLANE_PROC_DEVICES": str(self.root / "devices"),
+            "TUNEPLANE_MIG_MINORS": str(self.root / "mig-minors"),
+        }
+
+    @property
+    def files(self) -> ProcFiles:
+        return ProcFiles(devices=self.root / "devices", mig_minors=self.root / "mig-minors")
+
+    def command(self, out: Path, mode: str) -> list[str]:
+        return [runnable().python, str(self.script), str(out), mode, json.dumps(self.paths)]
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    made = Driver()
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made.root)
+
+
+def scene_cards() -> list[dict]:
+    """Cards 2 and 3 free (with each other's minors), card 1 split in two MIG slices,
+    every other card in use from outside: a job gets card 2 or 3."""
+    cards: list[dict] = []
+    for i in range(8):
+        card: dict = {"name": "NVIDIA H200", "memory_total_mib": 143771, "minor": MINOR[i]}
+        if i not in (1, 2, 3):
+            card |= {"memory_used_mib": 30000, "processes": [{"pid": 3999990 + i, "used_memory_mib": 30000}]}
+        cards.append(card)
+    cards[1] |= {
+        "mig": True,
+        "slices": [
+            {
+                "profile": profile,
+                "uuid": f"MIG-0000000{n}-7c3d-5e8f-9a0b-1c2d3e4f5a6b",
+                "gpu_instance_id": gi,
+                "compute_instance_id": ci,
+                "memory_total_mib": 16384,
+            }
+            for n, (profile, gi, ci) in enumerate(SLICES)
+        ],
+    }
+    return cards
+
+
+def said(out: Path, log: Path) -> dict:
+    """What the job's probe wrote, once it has."""
+    until(out.exists, f"the job's probe to write {out} (its log: {log})", BOUND_S)
+    return json.loads(out.read_text())
+
+
+def job(status: dict, run_id: str) -> dict:
+    return next(j for j in status["jobs"] if j["run_id"] == run_id)
+
+
+def opened(seen: dict, labels: set[str]) -> dict[str, str]:
+    return {label: seen[label] for label in sorted(labels)}
+
+
+@pytest.fixture
+def fenced_node(accounts, driver) -> Iterator[SharedNode]:
+    with SharedNode.started(accounts, "tpn-fenced-", **driver.settings) as node:
+        write_scene(node.scene, scene_cards())
+        yield node
+
+
+def test_a_card_jobs_processes_open_their_own_card_and_nothing_of_anothers(fenced_node, accounts, driver):
+    alice = accounts.alice
+    out = alice.home / "card-job.json"
+    done = fenced_node.cli(alice, "launch", "--cards", "1", "--run-id", "f-card", "--", *driver.command(out, "stay"))
+    assert done.returncode == 0, done.stderr
+    status = fenced_node.status(alice)
+    record = job(status, "f-card")
+    (card,) = record["gpus"]
+    assert card in (2, 3)
+    own = f"nvidia{MINOR[card]}"  # its device minor, not its index: nvidia2 is card 3's
+    seen = said(out, fenced_node.state / "logs" / "f-card.log")
+    assert opened(seen, {own} | COMMON) == {label: "ENXIO" for label in {own} | COMMON}, seen
+    assert opened(seen, CARD_NODES - {own}) == {label: "EPERM" for label in CARD_NODES - {own}}, seen
+    assert opened(seen, CAP_NODES) == {label: "EPERM" for label in CAP_NODES}, seen
+    assert seen["null-copy"] == "ok"  # every device that is not NVIDIA's stays as it was
+
+    assert (record["fenced"], record["fence_mechanism"]) == (True, "cgroup-v2") and "fence_problem" not in record
+    assert status["node_fence"] == {"fenced": True, "mechanism": "cgroup-v2"}
+    assert attached_programs(Path(record["cgroup"])), "the record says fenced, and the kernel must agree"
+    assert fenced_node.cli(alice, "stop", "f-card").returncode == 0
+
+
+def test_a_mig_jobs_processes_open_their_card_and_their_slices_capabilities_only(fenced_node, accounts, driver):
+    bob = accounts.bob
+    out = bob.home / "mig-job.json"
+    done = fenced_node.cli(bob, "launch", "--slice", "1g.18gb", "--run-id", "f-mig", "--", *driver.command(out, "run"))
+    assert done.returncode == 0, done.stderr
+    record = job(fenced_node.status(bob), "f-mig")
+    assert [s["card"] for s in record["slices"]] == [1] and record["fenced"] is True
+    seen = said(out, fenced_node.state / "logs" / "f-mig.log")
+    mine = {"nvidia1", "gpu1/gi9", "gpu1/gi9/ci0"} | COMMON
+    assert opened(seen, mine) == {label: "ENXIO" for label in mine}, seen
+    others = (CARD_NODES | CAP_NODES) - mine
+    assert opened(seen, others) == {label: "EPERM" for label in others}, seen
+
+
+def test_a_child_that_calls_setsid_and_forks_twice_stays_fenced(fenced_node, accounts, driver):
+    alice = accounts.alice
+    out = alice.home / "escape.json"
+    done = fenced_node.cli(alice, "launch", "--cards", "1", "--run-id", "f-esc", "--", *driver.command(out, "escape"))
+    assert done.returncode == 0, done.stderr
+    record = job(fenced_node.status(alice), "f-esc")
+    seen = said(out, fenced_node.state / "logs" / "f-esc.log")
+    assert seen["sid"] != record["pid"]  # a session of its own (its parent's setsid), not the job's
+    own = f"nvidia{MINOR[record['gpus'][0]]}"
+    assert seen[own] == "ENXIO" and opened(seen, CARD_NODES - {own}) == {c: "EPERM" for c in CARD_NODES - {own}}
+
+
+def test_off_fences_nothing_and_says_so(accounts, driver):
+    with SharedNode.started(accounts, "tpn-unfenced-", TUNEPLANE_FENCE="off", **driver.settings) as node:
+        write_scene(node.scene, scene_cards())
+        alice = accounts.alice
+        out = alice.home / "off.json"
+        done = node.cli(alice, "launch", "--cards", "1", "--run-id", "f-off", "--", *driver.command(out, "run"))
+        assert done.returncode == 0, done.stderr
+        seen = said(out, node.state / "logs" / "f-off.log")
+        assert opened(seen, CARD_NODES | CAP_NODES) == {label: "ENXIO" for label in CARD_NODES | CAP_NODES}
+        status = node.status(alice)
+        record = job(status, "f-off")
+        assert record["fenced"] is False and record["fence_problem"].startswith("TUNEPLANE_FENCE=off")
+        assert status["node_fence"]["fenced"] is False
+        text = node.cli(alice, "status").stdout
+        assert "fence: jobs are not fenced: TUNEPLANE_FENCE=off" in text
+
+
+def test_required_refuses_a_job_where_no_cgroup_can_be_made_and_says_why(accounts, driver):
+    """An ordinary account without the agent cannot make a cgroup (v2 or v1): under
+    required nothing starts (exit 2, one line); under auto the job runs and says why
+    it is not fenced."""
+    alice = accounts.alice
+    root = alice.home / "own-node"
+    alice.run(["mkdir", "-p", str(root / "state")], env=alice.env())
+    scene = write_scene(root / "scene.json", scene_cards())
+    os.chown(scene, alice.uid, alice.gid)
+    env = alice.env(
+        TUNEPLANE_AGENT="off",
+        TUNEPLANE_STATE_DIR=str(root / "state"),
+        TUNEPLANE_RUNTIME="process",
+        TUNEPLANE_PROBE=f"simulated:{scene}",
+        TUNEPLANE_FENCE="required",
+        **driver.settings,
+    )
+    try:
+        refused = cli_as(alice, env, "launch", "--cards", "1", "--run-id", "must", "--", "sleep", "30")
+        assert refused.returncode == 2, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+        assert "job 'must' cannot be fenced to its cards" in refused.stderr
+        assert "TUNEPLANE_FENCE=required starts no job that is not" in refused.stderr
+        assert "cgroup v1: cannot make a cgroup in" in refused.stderr
+        status = json.loads(cli_as(alice, env, "status", "--json").stdout)
+        assert status["jobs"] == [] and status["node_fence"]["fenced"] is False
+
+        auto = env | {"TUNEPLANE_FENCE": "auto"}
+        done = cli_as(alice, auto, "launch", "--cards", "1", "--run-id", "may", "--", "sleep", "30")
+        assert done.returncode == 0, done.stderr
+        record = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "may")
+        assert record["fenced"] is False
+        assert "cgroup v2: the job has no cgroup of its own" in record["fence_problem"]
+        assert "Permission denied (EACCES)" in record["fence_problem"]
+    finally:
+        kill_process_jobs(root / "state")
+
+
+# ── cgroup v1, where the job has no cgroup v2 ────────────────────────────────
+
+
+def test_without_a_cgroup_v2_the_v1_devices_cgroup_fences_it_and_ends_what_escaped(driver, tmp_path):
+    """The process runtime without cgroups of its own (as on a node without a
+    writable cgroup v2): the job's command joins a cgroup of the v1 devices
+    hierarchy, a setsid escapee stays in it (fenced, and found and ended with the
+    job), and the cgroup is removed once nothing is left in it."""
+    try:
+        v1.hierarchy_dir()
+    except CannotFence as e:
+        unavailable(f"no cgroup v1 devices controller: {e}")
+    state = tmp_path / "state"
+    out = tmp_path / "v1.json"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, cgroups=False, fence_files=driver.files)
+    spec = JobSpec("f-v1", 1, tuple(driver.command(out, "escape-linger")), granted=DeviceGrant(cards=(3,)))
+
+    async def launch():
+        return await runtime.run(spec, [2])
+
+    try:
+        started = asyncio.run(launch())
+        assert started.device_fence.mechanism == "cgroup-v1"
+        record = StateFile(state).read()["f-v1"]
+        devices = Path(record.devices_cgroup)
+        assert devices.name.startswith("tpnode-tui.f-v1.") and record.cgroup == ""
+        seen = said(out, state / "logs" / "f-v1.log")
+        assert seen["nvidia3"] == "ENXIO" and opened(seen, CARD_NODES - {"nvidia3"}) == {
+            c: "EPERM" for c in CARD_NODES - {"nvidia3"}
+        }
+        escapee = seen["pid"]
+        assert seen["sid"] != record.pid and str(escapee) in (devices / "cgroup.procs").read_text().split()
+        # its command has ended: the supervisor ends the escapee it finds in the devices cgroup, then removes it
+        until(lambda: process_stat(escapee) is None or process_stat(escapee).ended, "the escapee to be ended", BOUND_S)
+        until(lambda: not devices.exists(), "the devices cgroup to be removed", BOUND_S)
+        deadline = time.monotonic() + BOUND_S
+        while StateFile(state).read()["f-v1"].exit_code is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert StateFile(state).read()["f-v1"].exit_code == 0
+    finally:
+        kill_process_jobs(state)
