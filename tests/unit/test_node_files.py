@@ -16,26 +16,24 @@ import pytest
 
 from helpers.callers import ALICE
 from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
-from tpnode_tui.model.jobs import JobSpec, RunAs
+from tpnode_tui.port.types import LaunchRequest
 from tpnode_tui.state.nodelog import LOG_FILE, NodeLog
-from tpnode_tui.state.queue import QUEUE_FILE, FileQueue, MemoryQueue, QueueEntry
+from tpnode_tui.state.queue import QUEUE_FILE, REJECTED_FILE, FileQueue, MemoryQueue, QueueEntry
 
 #: alice as the agent names her, her groups and pid too: all of it must survive the queue file
 ASKER = replace(ALICE, groups=(5001, 27), pid=4242)
 
 
-def entry(run_id: str, **spec) -> QueueEntry:
-    spec.setdefault("cards", 2)
+def entry(run_id: str, **asked) -> QueueEntry:
+    asked.setdefault("cards", 2)
     return QueueEntry(
-        JobSpec(
+        LaunchRequest(
             run_id=run_id,
             command=("python", "train.py"),
-            owner="alice",
-            uid=5001,
             env=(("HF_TOKEN", "secret"), ("PATH", "/usr/bin")),
             cwd="/home/alice",
-            run_as=RunAs(5001, 5001, (5001, 27), "alice", "/home/alice"),
-            **spec,
+            queue=True,
+            **asked,
         ),
         ASKER,
         1000.0,
@@ -93,7 +91,7 @@ def test_a_queued_launch_survives_its_writer_with_everything_it_needs_to_run(tmp
     FileQueue(tmp_path).add(entry("t1"))
     FileQueue(tmp_path).add(entry("t2", cards=1))
     again = FileQueue(tmp_path).entries()  # a new process: nothing kept in memory
-    assert [e.spec.run_id for e in again] == ["t1", "t2"]
+    assert [e.run_id for e in again] == ["t1", "t2"]
     assert again[0] == entry("t1")
     assert stat.S_IMODE((tmp_path / QUEUE_FILE).stat().st_mode) == 0o600  # it holds environments
 
@@ -105,7 +103,7 @@ def test_the_queue_keeps_its_order_and_refuses_a_run_id_twice(tmp_path):
         with pytest.raises(BadRequest, match="already queued"):
             queue.add(entry("b"))
         assert queue.remove("b") is not None and queue.remove("b") is None
-        assert [e.spec.run_id for e in queue.entries()] == ["a", "c"]
+        assert [e.run_id for e in queue.entries()] == ["a", "c"]
 
 
 @pytest.mark.parametrize(
@@ -115,7 +113,7 @@ def test_the_queue_keeps_its_order_and_refuses_a_run_id_twice(tmp_path):
         "{",
         '{"version": 1}',
         '{"version": 7, "launches": {}}',
-        '{"version": 1, "launches": {"t": {"spec": {}, "caller": {}, "queued_at": 1}}}',
+        '{"version": 1, "launches": []}',
     ],
 )
 def test_a_queue_file_that_cannot_be_understood_is_refused_never_read_as_empty(tmp_path, text):
@@ -126,6 +124,33 @@ def test_a_queue_file_that_cannot_be_understood_is_refused_never_read_as_empty(t
     with pytest.raises(RuntimeUnavailable):
         queue.add(entry("t3"))
     assert (tmp_path / QUEUE_FILE).read_text() == text  # left as it was
+
+
+def test_a_record_that_cannot_be_read_is_set_aside_once_and_the_rest_are_read(tmp_path):
+    FileQueue(tmp_path).add(entry("first"))
+    FileQueue(tmp_path).add(entry("last"))
+    doc = json.loads((tmp_path / QUEUE_FILE).read_text())
+    bad = json.loads(json.dumps(doc["launches"]["first"]))
+    bad["request"].update(run_id="poison", slice="not a profile", cards=1)
+    doc["launches"] = {"first": doc["launches"]["first"], "poison": bad, "last": doc["launches"]["last"]}
+    (tmp_path / QUEUE_FILE).write_text(json.dumps(doc))
+    told = []
+    queue = FileQueue(tmp_path)
+    queue.on_set_aside = told.append
+    assert [e.run_id for e in queue.entries()] == ["first", "last"]  # the rest, in their order
+    assert [(r.key, r.path.name) for r in told] == [("poison", REJECTED_FILE)]
+    assert "'not a profile' is not a MIG profile" in told[0].why
+    kept = json.loads((tmp_path / REJECTED_FILE).read_text())["set_aside"]
+    assert [(k["key"], k["record"]) for k in kept] == [("poison", bad)]  # kept as it was written, with why
+    assert stat.S_IMODE((tmp_path / REJECTED_FILE).stat().st_mode) == 0o600
+    assert list(json.loads((tmp_path / QUEUE_FILE).read_text())["launches"]) == ["first", "last"]
+    assert queue.problem() == (
+        f"1 queued launch could not be read back and was set aside in {tmp_path / REJECTED_FILE} "
+        "(see tpnode-tui events); the queue goes on"
+    )
+    queue.add(entry("after"))
+    assert [e.run_id for e in FileQueue(tmp_path).entries()] == ["first", "last", "after"]
+    assert len(told) == 1  # said once: it is no longer in the queue
 
 
 def test_a_temporary_file_left_by_a_dead_writer_is_cleared_on_the_next_write(tmp_path):

@@ -45,6 +45,10 @@ class NodeSnapshot:
     xid_watch: str = ""
     #: why XID events are not watched, in plain words; None while they are
     xid_problem: Optional[str] = None
+    #: what an operator must know of the launch queue: records that could not be
+    #: read back and were set aside (and where), or a queue file that cannot be
+    #: read at all; None while the queue is whole
+    queue_problem: Optional[str] = None
 
     @property
     def intruder_cards(self) -> tuple[int, ...]:

@@ -72,6 +72,7 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "idle": dict(sorted(snap.idle.items())),
         "xid_watch": snap.xid_watch,
         "xid_problem": snap.xid_problem,
+        "queue_problem": snap.queue_problem,
     }
 
 
@@ -584,6 +585,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         idle=_idle(r),
         xid_watch=r.text("xid_watch", ""),
         xid_problem=r.opt_text("xid_problem"),
+        queue_problem=r.opt_text("queue_problem"),
     )
 
 
