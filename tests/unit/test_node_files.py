@@ -84,6 +84,47 @@ def test_a_log_that_cannot_be_written_never_stops_what_it_records(tmp_path, capl
     assert [r.levelname for r in caplog.records] == ["WARNING"]  # said once
 
 
+def test_one_accounts_flood_pushes_out_only_its_own_older_entries(tmp_path):
+    log = NodeLog(tmp_path, max_bytes=4000, account_max_bytes=2000, keep=2)
+    log.append("action", "alice placed a1", account=5001, uid=5001)
+    log.append("drain", "card 3 drained by root: fan")
+    log.append("action", "root drained card 3", uid=0)
+    for n in range(500):  # bob refused, again and again
+        log.append("action", f"refused {n}: " + "x" * 100, account=5002, uid=5002)
+    kept = [e["message"] for e in log.read()]
+    assert {"alice placed a1", "card 3 drained by root: fan", "root drained card 3"} <= set(kept)
+    bobs = [m for m in kept if m.startswith("refused")]
+    assert bobs[-1].startswith("refused 499") and "refused 0: " + "x" * 100 not in bobs  # only his own went
+    assert all(p.stat().st_size <= 2000 for p in log.files([5002]) if p.parent.name == "accounts")
+    assert len([p for p in log.files([5002]) if p.parent.name == "accounts"]) == 3  # the file and two rotated
+    times = [e["time"] for e in log.read()]
+    assert times == sorted(times) and len(set(times)) == len(times)  # merged by time, each once
+    assert [e["message"] for e in log.read(accounts=[5001])] == [
+        "alice placed a1",
+        "card 3 drained by root: fan",
+        "root drained card 3",
+    ]  # alice's shelf and the node's: none of bob's read for her
+    assert stat.S_IMODE((tmp_path / "accounts").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "accounts" / "5002.jsonl").stat().st_mode) == 0o600
+
+
+def test_a_page_of_the_log_ends_where_the_next_begins(tmp_path):
+    log = NodeLog(tmp_path)
+    for n in range(10):
+        log.append("action", f"entry {n}", account=5001 if n % 2 else None)
+    everything = list(log.read())
+    newest = list(log.read(before=everything[6]["time"]))
+    assert [e["message"] for e in newest] == [f"entry {n}" for n in range(6)]
+
+
+def test_an_oversized_line_is_read_back_cut_short(tmp_path):
+    log = NodeLog(tmp_path)
+    with open(tmp_path / LOG_FILE, "w") as f:  # as an older version, or a hand, may have written it
+        f.write(json.dumps({"time": 1.0, "kind": "action", "message": "m" * 100_000, "cards": list(range(500))}) + "\n")
+    [entry] = log.read()
+    assert len(entry["message"]) == 2000 and entry["message"].endswith("…") and len(entry["cards"]) == 64
+
+
 # ── the agent's queue ────────────────────────────────────────────────────────
 
 

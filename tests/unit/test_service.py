@@ -18,10 +18,12 @@ from helpers.callers import ALICE, BOB, ROOT
 from helpers.waiting import until_async
 from tpnode_tui.core.policy import CardLimits
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model.errors import Conflict, JobNotFound, NoCapacity, NotAllowed
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, NotAllowed
+from tpnode_tui.port import operations as ops
 from tpnode_tui.port.types import (
     Cancelled,
     CancelRequest,
+    DrainRequest,
     ExtendRequest,
     LaunchRequest,
     ReclaimRequest,
@@ -282,3 +284,25 @@ async def test_someone_else_s_run_id_is_not_theirs_to_get_back(service_node):
     again = await service_node.launch(ALICE, "a1", 1)  # the owner's retry gets her job back, as before
     assert again.launched is not None and again.launched.existing
     assert [e["result"] for e in service_node.log.read() if e.get("target") == "a1"] == ["ok", "failed", "ok"]
+
+
+async def test_repeated_refusals_from_one_account_fold_into_one_line_with_their_count(service_node):
+    for _ in range(40):
+        with pytest.raises(NotAllowed, match="only an operator"):
+            await service_node.ask(BOB, ops.RESERVE, ReserveRequest(cards=1, duration_s=60, owner="x" * 5000))
+    with pytest.raises(NotAllowed):  # another kind of refusal: a line of its own
+        await service_node.ask(BOB, ops.DRAIN, DrainRequest(1, "mine now"))
+    with pytest.raises(BadRequest, match="who asks is the kernel's"):  # a forged uid: refused at the door, logged
+        service_node.service.read(BOB, ops.STOP, {"run_id": "a1", "uid": 0})
+    service_node.service.journal.flush()  # as the fold's minute ends
+    logged = [e for e in service_node.kinds("action") if e["uid"] == BOB.uid]
+    assert [(e["action"], e["result"], e.get("count")) for e in logged] == [
+        ("reserve", "refused", None),
+        ("drain", "refused", None),
+        ("stop", "bad request", None),
+        ("reserve", "refused", 39),
+    ]
+    first, *_, folded = logged
+    assert "bob asked to act as 'xxxx" in first["message"] and len(first["message"]) <= 500  # quoted, cut
+    assert folded["first"] <= folded["last"] and folded["message"].startswith("39 more like the one before from bob")
+    assert all(e["user"] == "bob" and e["pid"] == BOB.pid for e in logged)  # who, as the kernel named them

@@ -71,6 +71,8 @@ def _head_lines(snap: NodeSnapshot, note: Optional[str], you: Optional[str]) -> 
         lines.append(f"probe: {snap.probe.problem}")
     if snap.lock_state:
         lines.append(f"lock: {snap.lock_state}")
+    if snap.queue_problem:
+        lines.append(f"queue: {snap.queue_problem}")
     lines.append(snap.explain)
     return lines
 

@@ -105,7 +105,9 @@ def whole(r: Reader, key: str, lowest: int, highest: int, words: str, default: A
 
 
 def _number(value: float) -> str:
-    """A number as an error quotes it: a 300-digit one is not written out."""
+    """A number as an error quotes it: a whole one as such, a 300-digit one not written out."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
     text = f"{value:g}" if isinstance(value, float) else str(value)
     return text if len(text) <= 20 else text[:17] + "..."
 

@@ -48,6 +48,7 @@ from typing import Optional, Sequence
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, RuntimeUnavailable
 from tpnode_tui.model.jobs import JobSpec, JobState, RunAs
 from tpnode_tui.model.validation import check_run_id
+from tpnode_tui.port.fields import shown
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
 from tpnode_tui.runtimes.jobprocs import JobProcesses, ProcessStat, make_cgroup, process_stat, remove_cgroup
 from tpnode_tui.runtimes.launchsheet import LaunchSheet, write_sheet
@@ -297,15 +298,15 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str, run_as: 
         threading.Thread(target=check.wait, name="reap-check", daemon=True).start()
         raise Conflict(
             f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
-            f"{program!r} in {cwd!r} (is that file system hanging?)"
+            f"{shown(program)} in {shown(cwd)} (is that file system hanging?)"
         ) from None
     problem = {
-        10: f"working directory {cwd!r} does not exist (or {who} cannot reach it)",
-        11: f"working directory {cwd!r} is not a directory",
-        12: f"{who} may not enter working directory {cwd!r}",
-        13: f"command {program!r} not found",
-        14: f"command {program!r} is not executable by {who} (chmod +x it)",
-        15: f"command {program!r} not found on PATH; give its full path or install it",
+        10: f"working directory {shown(cwd)} does not exist (or {who} cannot reach it)",
+        11: f"working directory {shown(cwd)} is not a directory",
+        12: f"{who} may not enter working directory {shown(cwd)}",
+        13: f"command {shown(program)} not found",
+        14: f"command {shown(program)} is not executable by {who} (chmod +x it)",
+        15: f"command {shown(program)} not found on PATH; give its full path or install it",
     }.get(returncode)
     if problem is not None:
         raise Conflict(problem)

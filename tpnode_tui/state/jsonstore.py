@@ -103,7 +103,7 @@ class JsonStore(Generic[R]):
         if not self.path.exists():
             return {}
         with self._locked(fcntl.LOCK_SH):
-            records, bad = self._load()
+            records, bad = self._sorted()
         if not bad:
             return records
         with self.transaction() as records:
@@ -120,7 +120,7 @@ class JsonStore(Generic[R]):
         self.ensure_dir()
         moved: list[SetAside] = []
         with self._locked(fcntl.LOCK_EX):
-            records, bad = self._load()
+            records, bad = self._sorted()
             if bad:
                 moved = self._set_aside(bad)
                 self._write(records)
@@ -179,7 +179,7 @@ class JsonStore(Generic[R]):
             f"changes it can be done until it is repaired: read as empty, {self.losing}"
         )
 
-    def _load(self) -> tuple[dict[str, R], dict[str, tuple[Any, str]]]:
+    def _sorted(self) -> tuple[dict[str, R], dict[str, tuple[Any, str]]]:
         """The records, and those that could not be understood (key -> what was
         written, and why) where they may be set aside; else one bad record
         raises for the whole document."""

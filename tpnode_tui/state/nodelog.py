@@ -48,6 +48,11 @@ DEFAULT_ACCOUNT_MAX_BYTES = 2 * 1024 * 1024
 DEFAULT_KEEP = 3
 #: how far apart two entries' times are at least (well above a float's step at today's unix time)
 _TICK_S = 1e-6
+#: what of one entry is read back at most: a text's characters, a list's items, an
+#: object's keys. Entries are written short (service/journal.py), but a log kept by
+#: an older version, or edited, may hold a line of megabytes; read back whole, a
+#: page of a thousand of them would be held, and sent, whole.
+ENTRY_TEXT_MOST, ENTRY_ITEMS_MOST = 2000, 64
 
 
 class NodeLog:
@@ -153,6 +158,20 @@ class NodeLog:
         return heapq.merge(*shelves, key=_time)
 
 
+def bounded(value: Any, depth: int = 0) -> Any:
+    """``value`` as it is read back: texts, lists and objects cut to what an
+    entry may hold (ENTRY_TEXT_MOST, ENTRY_ITEMS_MOST), nested at most 4 deep."""
+    if isinstance(value, str):
+        return value if len(value) <= ENTRY_TEXT_MOST else value[: ENTRY_TEXT_MOST - 1] + "…"
+    if depth >= 4 and isinstance(value, (list, dict)):
+        return "…"
+    if isinstance(value, list):
+        return [bounded(v, depth + 1) for v in value[:ENTRY_ITEMS_MOST]]
+    if isinstance(value, dict):
+        return {k[:ENTRY_TEXT_MOST]: bounded(v, depth + 1) for k, v in list(value.items())[:ENTRY_ITEMS_MOST]}
+    return value
+
+
 def _time(entry: dict[str, Any]) -> float:
     return float(entry["time"])
 
@@ -184,6 +203,6 @@ def _entries(
                         continue
                     if kinds is not None and entry.get("kind") not in kinds:
                         continue
-                    yield entry
+                    yield bounded(entry)
         except FileNotFoundError:
             continue  # rotated away while reading
