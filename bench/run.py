@@ -29,7 +29,7 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage")
+SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage", "door")
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -66,6 +66,9 @@ HEADLINE = {
     "topology_choose_1024_4_median_us": ("topology_choose_1024_4_median_us",),
     "usage_report_90d_ms": ("usage_report_90d_user",),
     "ledger_cpu_pct_8": ("ledger_cpu_pct_held_8",),
+    "door_status_flooded_ms": ("door_status_flooded",),
+    "door_status_slowdown": ("door_status_slowdown",),
+    "door_agent_rss_mb": ("door_agent_rss_mb",),
 }
 
 
@@ -289,6 +292,10 @@ class Runner:
             import usage
 
             return usage.run(quick)
+        if name == "door":
+            import door
+
+            return door.run(quick)
         import dashboard
 
         why = dashboard.available()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 from collections import Counter
 from typing import Any, Callable, Optional
 
@@ -77,9 +76,9 @@ class Gate(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
-        sock = transport.get_extra_info("socket")
+        sock = transport.get_extra_info("socket")  # asyncio's view of the socket: getsockopt is there
         uid, user, counted = None, "this account", True
-        if isinstance(sock, socket.socket):
+        if sock is not None:
             try:
                 caller = peer_of(sock, self.gates.operators)
                 uid, user, counted = caller.uid, caller.user, not caller.operator

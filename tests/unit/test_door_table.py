@@ -5,7 +5,7 @@ request is read by one parse, at the agent's door, in-process, and from the
 agent's queue file. Here that parse is given what a careless or hostile
 client sends, and what it accepts is written to the queue file and read back
 (a property test): nothing the door takes may fail to load later. The agent
-itself answering the same bodies is in tests/service/test_door.py; real
+itself answering the same bodies is in tests/service/test_door_fuzz.py; real
 accounts meeting it, in tests/system/test_door_accounts.py.
 """
 
