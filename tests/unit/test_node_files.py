@@ -122,7 +122,7 @@ def test_an_oversized_line_is_read_back_cut_short(tmp_path):
     with open(tmp_path / LOG_FILE, "w") as f:  # as an older version, or a hand, may have written it
         f.write(json.dumps({"time": 1.0, "kind": "action", "message": "m" * 100_000, "cards": list(range(500))}) + "\n")
     [entry] = log.read()
-    assert len(entry["message"]) == 2000 and entry["message"].endswith("…") and len(entry["cards"]) == 64
+    assert len(entry["message"]) == 1000 and entry["message"].endswith("…") and len(entry["cards"]) == 64
 
 
 # ── the agent's queue ────────────────────────────────────────────────────────

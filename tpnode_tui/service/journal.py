@@ -52,9 +52,11 @@ MESSAGE_MOST = 500
 #: the longest target (a run id, a card) an entry keeps
 TARGET_MOST = 80
 #: threads that read the log for answers: a page of a large log is read in a
-#: thread, and many asked at once wait for these, not for every other thread
-#: the service uses (the polls' among them)
-READERS = 2
+#: thread, and many asked at once wait for this one, never for the threads the
+#: polls use. One, not more: reading is Python's work under the GIL, so a second
+#: thread reads hardly faster and takes turns from the event loop (measured:
+#: with two, another account's status under a flood had a p99 past a second)
+READERS = 1
 
 
 def result_of(error: BaseException) -> str:

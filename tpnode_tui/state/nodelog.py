@@ -52,7 +52,7 @@ _TICK_S = 1e-6
 #: object's keys. Entries are written short (service/journal.py), but a log kept by
 #: an older version, or edited, may hold a line of megabytes; read back whole, a
 #: page of a thousand of them would be held, and sent, whole.
-ENTRY_TEXT_MOST, ENTRY_ITEMS_MOST = 2000, 64
+ENTRY_TEXT_MOST, ENTRY_ITEMS_MOST = 1000, 64
 
 
 class NodeLog:
