@@ -203,6 +203,7 @@ def _entries(
                         continue
                     if kinds is not None and entry.get("kind") not in kinds:
                         continue
-                    yield bounded(entry)
+                    # a line shorter than a text may be holds nothing to cut: most of them, left as read
+                    yield bounded(entry) if len(line) > ENTRY_TEXT_MOST else entry
         except FileNotFoundError:
             continue  # rotated away while reading
