@@ -324,7 +324,9 @@ def test_6_refusals_and_forged_identities_are_audited_as_the_kernel_named_the_ca
         ("stop", "bad request", bob.uid, bob.name),
         ("history", "bad request", bob.uid, bob.name),
     ]
-    assert "uid" in [e for e in logged if e["action"] == "stop"][0]["message"]
+    [stop] = [e for e in logged if e["action"] == "stop"]
+    assert stop["message"].startswith(f"{bob.name} asked to stop a running job or reservation: ")  # the table's words
+    assert "unknown fields ['uid', 'user']" in stop["message"]
     assert [e["user"] for e in json.loads(shared_node.cli(bob, "audit", "--json").stdout)["entries"]] == [bob.name] * 3
     assert json.loads(shared_node.cli(alice, "audit", "--json").stdout)["entries"] == []
 

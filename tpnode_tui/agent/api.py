@@ -179,7 +179,7 @@ class Api:
             try:
                 source = await self._source(ops[0], request)
             except TpnodeError as e:  # nothing the service could read: logged here, as the caller's
-                self.service.journal.refused(caller, ops[0].name, "", e)
+                self.service.refused(caller, ops[0], "", e)
                 raise
             asked = self.service.read(caller, ops[0], source)
             op = next(o for o in ops if o.selects(asked))

@@ -119,7 +119,7 @@ class Operation(Generic[Q, A]):
     request: RequestType[Q]
     answer: Answer[A]
     who: Who
-    #: what it does, in words, for the docs and the audit
+    #: what it does, in words that follow "asked to": for the docs and the audit
     says: str
     #: answered as a stream of JSON lines, until the client goes (or the agent stops)
     stream: bool = False
@@ -264,12 +264,21 @@ _EVICTED: Answer[EvictReport] = Answer(_one("evict", evict_from_json), lambda e:
 
 # ── the table ────────────────────────────────────────────────────────────────
 
-STATUS = Operation("status", "GET", "/v1/snapshot", Nothing, _VIEW, "anyone", "the node now: status --json, with you")
-VIEWS = Operation(
-    "views", "GET", "/v1/stream", Nothing, _READINGS, "anyone", "every new reading as a line of JSON", stream=True
+STATUS = Operation(
+    "status", "GET", "/v1/snapshot", Nothing, _VIEW, "anyone", "read the node now (status --json, with who asks)"
 )
-WHOAMI = Operation("whoami", "GET", "/v1/whoami", Nothing, _WHO, "anyone", "the caller as the node sees them")
-QUEUED = Operation("queued", "GET", "/v1/queue", Nothing, _QUEUE, "anyone", "launches queued or waiting")
+VIEWS = Operation(
+    "views",
+    "GET",
+    "/v1/stream",
+    Nothing,
+    _READINGS,
+    "anyone",
+    "follow every new reading, a line of JSON each",
+    stream=True,
+)
+WHOAMI = Operation("whoami", "GET", "/v1/whoami", Nothing, _WHO, "anyone", "learn who they are to the node")
+QUEUED = Operation("queued", "GET", "/v1/queue", Nothing, _QUEUE, "anyone", "list the launches queued or waiting")
 AUDIT = Operation(
     "audit",
     "GET",
@@ -277,7 +286,7 @@ AUDIT = Operation(
     AuditRequest,
     _AUDIT_PAGE,
     "anyone",
-    "who asked the node for what (your own; an operator's: everyone's), a page at a time",
+    "read who asked the node for what (their own; an operator, everyone's), a page at a time",
 )
 EVENTS = Operation(
     "events",
@@ -286,7 +295,7 @@ EVENTS = Operation(
     EventsRequest,
     _EVENTS_PAGE,
     "anyone",
-    "what happened on the node (other accounts' actions for operators only), a page at a time",
+    "read what happened on the node (others' actions: operators only), a page at a time",
     follow=False,
 )
 FOLLOW_EVENTS = Operation(
@@ -296,11 +305,11 @@ FOLLOW_EVENTS = Operation(
     EventsRequest,
     _EVENT_LINES,
     "anyone",
-    "the node's log as it is written (follow=true), a line of JSON each",
+    "follow the node's log as it is written (follow=true), a line of JSON each",
     stream=True,
     follow=True,
 )
-HISTORY = Operation("history", "GET", "/v1/history", HistoryRequest, _HISTORY, "anyone", "each card's last hour")
+HISTORY = Operation("history", "GET", "/v1/history", HistoryRequest, _HISTORY, "anyone", "read each card's last hour")
 LAUNCH = Operation(
     "launch",
     "POST",
@@ -308,7 +317,7 @@ LAUNCH = Operation(
     LaunchRequest,
     _LAUNCHED_OR_QUEUED,
     "anyone",
-    "place and start a job as yourself, or queue it (another owner: operators)",
+    "place and start a job as themselves, or queue it (another owner: operators)",
 )
 RESERVE = Operation(
     "reserve",
@@ -317,7 +326,7 @@ RESERVE = Operation(
     ReserveRequest,
     _LAUNCHED,
     "anyone",
-    "hold cards for yourself until a time (another owner: operators)",
+    "hold cards for themselves until a time (another owner: operators)",
 )
 EXTEND = Operation(
     "extend", "POST", "/v1/extend", ExtendRequest, _JOB, "owner or operator", "hold a reservation longer"

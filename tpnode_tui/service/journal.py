@@ -146,10 +146,12 @@ class Journal:
             **fields,
         )
 
-    def refused(self, caller: Caller, action: str, target: str, error: TpnodeError) -> None:
-        """Log a request the door refused before any service was asked: one that
-        could not be read, was over a limit, or named who asks."""
-        self.record(caller, action, target, result_of(error), str(error) or type(error).__name__)
+    def refused(self, caller: Caller, action: str, says: str, target: str, error: TpnodeError) -> None:
+        """Log a request refused before its action began: one the door could not
+        read, over a limit, naming who asks, or a read the node refused. ``says``
+        is what the operation does, in the table's words, so the line reads
+        "bob asked to stop a running job or reservation: ..." whatever the error."""
+        self.record(caller, action, target, result_of(error), f"{caller.user} asked to {says}: {error}")
 
     def _folded(self, caller: Caller, action: str, result: str, message: str) -> bool:
         """Whether this refusal folds into one logged in the last FOLD_S seconds;

@@ -286,7 +286,7 @@ class NodeService:
         try:
             return op.read(source, self.limits)
         except TpnodeError as e:
-            self.journal.refused(caller, op.name, _named(source), e)
+            self.refused(caller, op, _named(source), e)
             raise
 
     async def do(self, caller: Caller, op: Operation[Any, A], request: Any) -> A:
@@ -296,9 +296,13 @@ class NodeService:
             result: A = await getattr(self, op.name)(caller, request)
         except (BadRequest, NotAllowed, Conflict) as e:
             if op.name in _READS:
-                self.journal.refused(caller, op.name, _named(request), e)
+                self.refused(caller, op, _named(request), e)
             raise
         return result
+
+    def refused(self, caller: Caller, op: Operation[Any, Any], target: str, error: TpnodeError) -> None:
+        """Log ``op`` refused before its action began, as ``caller``'s, in the table's words."""
+        self.journal.refused(caller, op.name, op.says, target, error)
 
     def stream(self, caller: Caller, op: Operation[Any, A], request: Any) -> AsyncIterator[A]:
         """``op``'s stream for ``caller``: each item as it comes, until closed."""
