@@ -167,5 +167,5 @@ class Policy:
         if any(fnmatch.fnmatchcase(image, pattern) for pattern in self.images):
             return
         raise NotAllowed(
-            f"image {shown(image)} is not allowed on this node (TUNEPLANE_IMAGES allows {', '.join(self.images)})"
+            f"image {shown(image, 120)} is not allowed on this node (TUNEPLANE_IMAGES allows {', '.join(self.images)})"
         )

@@ -263,6 +263,11 @@ exit 15
 """
 
 
+#: how much of a command or a directory a refusal quotes: a path people can
+#: recognise, never the 16 KiB a command may be
+PATH_SHOWN = 200
+
+
 def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str, run_as: Optional[RunAs]) -> None:
     """Refuse a command that cannot be started, before any record holds cards.
 
@@ -298,15 +303,15 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str, run_as: 
         threading.Thread(target=check.wait, name="reap-check", daemon=True).start()
         raise Conflict(
             f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
-            f"{shown(program)} in {shown(cwd)} (is that file system hanging?)"
+            f"{shown(program, PATH_SHOWN)} in {shown(cwd, PATH_SHOWN)} (is that file system hanging?)"
         ) from None
     problem = {
-        10: f"working directory {shown(cwd)} does not exist (or {who} cannot reach it)",
-        11: f"working directory {shown(cwd)} is not a directory",
-        12: f"{who} may not enter working directory {shown(cwd)}",
-        13: f"command {shown(program)} not found",
-        14: f"command {shown(program)} is not executable by {who} (chmod +x it)",
-        15: f"command {shown(program)} not found on PATH; give its full path or install it",
+        10: f"working directory {shown(cwd, PATH_SHOWN)} does not exist (or {who} cannot reach it)",
+        11: f"working directory {shown(cwd, PATH_SHOWN)} is not a directory",
+        12: f"{who} may not enter working directory {shown(cwd, PATH_SHOWN)}",
+        13: f"command {shown(program, PATH_SHOWN)} not found",
+        14: f"command {shown(program, PATH_SHOWN)} is not executable by {who} (chmod +x it)",
+        15: f"command {shown(program, PATH_SHOWN)} not found on PATH; give its full path or install it",
     }.get(returncode)
     if problem is not None:
         raise Conflict(problem)
