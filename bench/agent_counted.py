@@ -11,9 +11,10 @@ appends one byte to a file, whose size is then the number of calls so far:
   that file (five times a second), and a file's atime or inotify would count
   those too; on a real node the probe is the driver, and a probe read is what
   twenty dashboards must not multiply.
-- ``snapshot_to_json`` as the agent's API calls it, into ENCODES_FILE: a
-  snapshot made into JSON for a client. The streams share one encoding per
-  reading; every ``GET /v1/snapshot`` makes its own.
+- ``snapshot_to_json`` as the agent's door calls it (for the streams) and as
+  the port's table does (for ``GET /v1/snapshot``'s answer), into
+  ENCODES_FILE: a snapshot made into JSON for a client. The streams share one
+  encoding per reading; every ``GET /v1/snapshot`` makes its own.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Callable
 import common  # noqa: F401  (the checkout on sys.path)
 from tpnode_tui import cli
 from tpnode_tui.agent import api
+from tpnode_tui.port import operations
 from tpnode_tui.probes.simulated import SimulatedProbe
 
 
@@ -47,6 +49,7 @@ def count_calls(reads_path: str, encodes_path: str) -> None:
 
     SimulatedProbe.read = counted_read  # type: ignore[method-assign]
     api.snapshot_to_json = counted_encode  # type: ignore[assignment]
+    operations.snapshot_to_json = counted_encode  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage", "fence")
+SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage", "fence", "door")
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -68,6 +68,9 @@ HEADLINE = {
     "ledger_cpu_pct_8": ("ledger_cpu_pct_held_8",),
     "fence_v2_card_ms": ("fence_v2_card_ms",),
     "fence_v1_card_ms": ("fence_v1_card_ms",),
+    "door_status_flooded_ms": ("door_status_flooded",),
+    "door_status_slowdown": ("door_status_slowdown",),
+    "door_agent_rss_mb": ("door_agent_rss_mb",),
 }
 
 
@@ -295,6 +298,10 @@ class Runner:
             import fence
 
             return fence.run(quick)
+        if name == "door":
+            import door
+
+            return door.run(quick)
         import dashboard
 
         why = dashboard.available()

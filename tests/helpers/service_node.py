@@ -53,7 +53,7 @@ from tpnode_tui.core.policy import CardLimits, Policy
 from tpnode_tui.host.identity import Caller, Operators
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port.types import LaunchRequest
+from tpnode_tui.port.types import EventsRequest, LaunchRequest
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
@@ -174,9 +174,18 @@ class ServiceNode:
         self.procs.append(proc)
         return proc
 
+    async def ask(self, caller: Caller, op, request):
+        """``op`` asked by ``caller`` as the agent's door asks it: its request read
+        back from what would be sent (every rule and limit), then done."""
+        return await self.service.do(caller, op, self.service.read(caller, op, op.echoed(request)))
+
     def kinds(self, kind: str) -> list[dict]:
         """The node's log's entries of one kind."""
         return [e for e in self.log.read() if e["kind"] == kind]
+
+    async def events(self, caller: Caller, **asked) -> list[dict]:
+        """One page of the node's log as ``caller`` may see it (EventsRequest's fields)."""
+        return list((await self.service.events(caller, EventsRequest(**asked))).entries)
 
     # -- serving --------------------------------------------------------------------------
 

@@ -78,7 +78,11 @@ async def test_a_malformed_request_is_a_4xx_and_one_clear_line(agent, body, says
 async def test_a_body_over_64_kib_is_refused_and_nothing_is_placed(agent, client):
     body = json.dumps({"cards": 1, "command": ["true", "x" * 70_000]}).encode()
     status, doc = await agent.post("/v1/launch", body)
-    assert status == 413 and doc == {"error": "the request body is over 64 KiB", "exit_code": 2, "kind": "BadRequest"}
+    assert status == 413 and doc == {
+        "error": "the request body is over 64 KiB, the most the agent reads (TUNEPLANE_MAX_BODY_KIB=64)",
+        "exit_code": 2,
+        "kind": "OverLimit",
+    }
     assert (await client.status()).snapshot.jobs == ()
 
 
@@ -233,7 +237,7 @@ async def test_a_slice_launch_waits_in_the_agents_queue_and_starts_when_a_slice_
         await client.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="c", slice="1g.18gb", queue=True))
     ).queued
     assert queued is not None and queued.slice == "1g.18gb"
-    kept = json.loads((agent.state / "queue.json").read_text())["launches"]["c"]["spec"]
+    kept = json.loads((agent.state / "queue.json").read_text())["launches"]["c"]["request"]
     assert kept["slice"] == "1g.18gb" and "slices" not in kept  # which slice is chosen when it is placed
     assert [q.slice for q in (await client.status()).snapshot.queue] == ["1g.18gb"]
     await client.stop("a")

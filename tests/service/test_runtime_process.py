@@ -957,7 +957,7 @@ async def test_an_extension_landing_as_the_hold_decides_to_end_is_kept(runtime, 
         fcntl.flock(fd, fcntl.LOCK_SH)  # the hold may look, but not yet decide
         await asyncio.sleep(max(0.0, spec.expires_at - time.time()) + 0.5)
         fcntl.flock(fd, fcntl.LOCK_EX)  # as extend does, while the hold waits to decide
-        jobs = state._load()
+        jobs, _unread = state._sorted()
         jobs["edge"] = replace(jobs["edge"], expires_at=time.time() + 60)
         state._write(jobs)
     finally:

@@ -34,6 +34,7 @@ from tpnode_tui.host.identity import Operators
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NeverFits, NoCapacity, NotAllowed
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, Drain
+from tpnode_tui.port.types import EvictRequest
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
@@ -598,15 +599,15 @@ async def test_evict_signals_the_squatter_on_a_free_slice_and_leaves_the_slice_j
         spawned.append(squatter)
         node.put(0, 3, worker)
         node.put(0, 4, squatter.pid)
-        dry = await service.evict(ROOT, 0, dry_run=True)
+        dry = await service.evict(ROOT, EvictRequest(0, dry_run=True))
         assert [e.pid for e in dry.processes] == [squatter.pid]
         with pytest.raises(
             Conflict,
             match=f"pid {worker} is part of platform job nb on slice 3 \\(1g.18gb\\) of "
             "card 0; end the job with: tpnode-tui stop nb",
         ):
-            await service.evict(ROOT, 0, worker)
-        done = await service.evict(ROOT, 0)
+            await service.evict(ROOT, EvictRequest(0, worker))
+        done = await service.evict(ROOT, EvictRequest(0))
         assert [(e.pid, e.outcome) for e in done.processes] == [(squatter.pid, "ended")]
         assert squatter.poll() is not None and psutil.pid_exists(worker)
     finally:

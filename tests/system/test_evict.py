@@ -19,7 +19,7 @@ from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import Conflict, JobNotFound, NotAllowed, exit_code
-from tpnode_tui.port.types import LaunchRequest, ReserveRequest
+from tpnode_tui.port.types import EvictRequest, LaunchRequest, ReserveRequest
 from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 
 #: ignores SIGTERM: an ignored signal stays ignored across exec, so the sleep ignores it too
@@ -46,7 +46,7 @@ def alive(proc: subprocess.Popen) -> bool:
 async def test_a_dry_run_names_what_would_be_signalled_and_signals_nothing(service_node, accounts):
     squatter = service_node.run_as(accounts.bob, ["sleep", "300"])
     service_node.put(2, squatter.pid)
-    report = await service_node.service.evict(ROOT, 2, dry_run=True)
+    report = await service_node.service.evict(ROOT, EvictRequest(2, dry_run=True))
     [listed] = report.processes
     assert (listed.card, listed.pid, listed.user, listed.command, listed.belongs, listed.outcome) == (
         2,
@@ -65,7 +65,7 @@ async def test_a_dry_run_names_what_would_be_signalled_and_signals_nothing(servi
 async def test_an_external_process_ends_at_sigterm_and_its_fate_is_logged(service_node, accounts):
     squatter = service_node.run_as(accounts.bob, ["sleep", "300"])
     service_node.put(1, squatter.pid)
-    report = await service_node.service.evict(ROOT, 1)
+    report = await service_node.service.evict(ROOT, EvictRequest(1))
     [done] = report.processes
     assert (done.outcome, done.fate) == (ENDED, "ended after SIGTERM")
     assert not alive(squatter)
@@ -80,22 +80,24 @@ async def test_a_pid_named_with_its_start_time_is_signalled_only_while_it_is_tha
     """A confirmation can take minutes: a pid that changed hands meanwhile was not the one asked about."""
     squatter = service_node.run_as(accounts.bob, ["sleep", "300"])
     service_node.put(3, squatter.pid)
-    [listed] = (await service_node.service.evict(ROOT, 3, dry_run=True)).processes
+    [listed] = (await service_node.service.evict(ROOT, EvictRequest(3, dry_run=True))).processes
     assert listed.started_at == pytest.approx(psutil.Process(squatter.pid).create_time(), abs=0.01)
     with pytest.raises(Conflict, match=f"pid {squatter.pid} on card 3 is no longer the process that was listed"):
-        await service_node.service.evict(ROOT, 3, squatter.pid, started_at=listed.started_at - 30)
+        await service_node.service.evict(ROOT, EvictRequest(3, squatter.pid, started_at=listed.started_at - 30))
     await asyncio.sleep(0.2)
     assert alive(squatter)
-    [done] = (await service_node.service.evict(ROOT, 3, squatter.pid, started_at=listed.started_at)).processes
+    [done] = (
+        await service_node.service.evict(ROOT, EvictRequest(3, squatter.pid, started_at=listed.started_at))
+    ).processes
     assert done.outcome == ENDED and not alive(squatter)
 
 
 async def test_a_process_that_ignores_sigterm_needs_kill(service_node, accounts):
     stubborn = run_stubborn(service_node, accounts.bob)
     service_node.put(0, stubborn.pid)
-    [still] = (await service_node.service.evict(ROOT, 0)).processes
+    [still] = (await service_node.service.evict(ROOT, EvictRequest(0))).processes
     assert still.outcome == RUNNING and "evict it again with kill" in still.fate and alive(stubborn)
-    [killed] = (await service_node.service.evict(ROOT, 0, stubborn.pid, kill=True)).processes
+    [killed] = (await service_node.service.evict(ROOT, EvictRequest(0, stubborn.pid, kill=True))).processes
     assert killed.outcome == KILLED and "killed with SIGKILL" in killed.fate
     assert not alive(stubborn)
 
@@ -108,7 +110,7 @@ async def test_on_a_reservation_only_the_intruder_is_evicted(service_node, accou
     his = service_node.run_as(accounts.bob, ["sleep", "300"])
     service_node.put(0, hers.pid)
     service_node.put(0, his.pid)
-    [done] = (await service_node.service.evict(ROOT, 0)).processes
+    [done] = (await service_node.service.evict(ROOT, EvictRequest(0))).processes
     assert (done.pid, done.belongs, done.outcome) == (his.pid, "intruder", ENDED)
     assert alive(hers) and not alive(his)
     with pytest.raises(
@@ -116,7 +118,7 @@ async def test_on_a_reservation_only_the_intruder_is_evicted(service_node, accou
         match=f"pid {hers.pid} belongs to {accounts.alice.name}, whose reservation "
         "rsv-ops holds card 0: it is not a squatter",
     ):
-        await service_node.service.evict(ROOT, 0, hers.pid)
+        await service_node.service.evict(ROOT, EvictRequest(0, hers.pid))
 
 
 async def job_command(supervisor_pid: int) -> psutil.Process:
@@ -135,13 +137,13 @@ async def test_a_platform_jobs_process_is_refused_and_stop_is_named(service_node
         match=f"pid {command.pid} is part of platform job train on card {card}; "
         "end the job with: tpnode-tui stop train",
     ):
-        await service_node.service.evict(ROOT, card, command.pid)
+        await service_node.service.evict(ROOT, EvictRequest(card, command.pid))
     with pytest.raises(
         JobNotFound,
         match=f"card {card} has no process from outside the platform or of someone "
         "else to evict \\(it is held by train\\)",
     ):
-        await service_node.service.evict(ROOT, card)
+        await service_node.service.evict(ROOT, EvictRequest(card))
     assert command.is_running()
 
 
@@ -158,9 +160,9 @@ async def test_a_platform_job_s_process_on_a_card_it_was_not_given_is_named_and_
         match=f"pid {command.pid} is part of platform job train, using card 3 though it "
         "was not given it; end the job with: tpnode-tui stop train",
     ):
-        await service_node.service.evict(ROOT, 3, command.pid)
+        await service_node.service.evict(ROOT, EvictRequest(3, command.pid))
     with pytest.raises(JobNotFound, match="card 3 has no process from outside the platform"):
-        await service_node.service.evict(ROOT, 3)
+        await service_node.service.evict(ROOT, EvictRequest(3))
     assert command.is_running()
 
 
@@ -171,13 +173,13 @@ async def test_pid_1_an_unseen_pid_and_a_pid_not_on_the_card_are_refused(service
     service_node.put(3, 1)
     service_node.put(3, unseen)
     with pytest.raises(Conflict, match="pid 1 is the system's init process"):
-        await service_node.service.evict(ROOT, 3, 1)
+        await service_node.service.evict(ROOT, EvictRequest(3, 1))
     with pytest.raises(Conflict, match=f"pid {unseen} cannot be looked at from this machine"):
-        await service_node.service.evict(ROOT, 3, unseen)
+        await service_node.service.evict(ROOT, EvictRequest(3, unseen))
     with pytest.raises(JobNotFound, match="pid 4242 is not on card 3"):
-        await service_node.service.evict(ROOT, 3, 4242)
+        await service_node.service.evict(ROOT, EvictRequest(3, 4242))
     with pytest.raises(JobNotFound, match="card 2 has no process"):
-        await service_node.service.evict(ROOT, 2)
+        await service_node.service.evict(ROOT, EvictRequest(2))
 
 
 async def test_only_an_operator_may_evict(service_node, accounts):
@@ -185,7 +187,7 @@ async def test_only_an_operator_may_evict(service_node, accounts):
     service_node.put(1, squatter.pid)
     alice = Caller(uid=accounts.alice.uid, gid=accounts.alice.gid, user=accounts.alice.name)
     with pytest.raises(NotAllowed, match="only an operator") as refused:
-        await service_node.service.evict(alice, 1, dry_run=True)
+        await service_node.service.evict(alice, EvictRequest(1, dry_run=True))
     assert exit_code(refused.value) == 77 and alive(squatter)
 
 
@@ -206,7 +208,7 @@ async def test_an_eviction_whose_asker_goes_away_is_finished_and_logged_as_it_en
     """The agent cancels a request whose client hung up; signals already sent must still be logged."""
     stubborn = run_stubborn(service_node, accounts.bob)
     service_node.put(1, stubborn.pid)
-    asking = asyncio.ensure_future(service_node.service.evict(ROOT, 1))
+    asking = asyncio.ensure_future(service_node.service.evict(ROOT, EvictRequest(1)))
     await asyncio.sleep(0.3)  # SIGTERM sent, the grace period under way
     asking.cancel()
     await asyncio.gather(asking, return_exceptions=True)
@@ -228,7 +230,7 @@ async def test_why_nothing_on_a_card_may_be_evicted_is_one_answer_and_one_log_li
     service_node.put(2, 1)
     service_node.put(2, unseen)
     with pytest.raises(JobNotFound) as refused:
-        await service_node.service.evict(ROOT, 2, dry_run=True)
+        await service_node.service.evict(ROOT, EvictRequest(2, dry_run=True))
     said = str(refused.value)
     assert said.startswith("card 2 has no process from outside the platform or of someone else to evict: ")
     assert "pid 1 is the system's init process" in said and f"pid {unseen} cannot be looked at" in said
@@ -237,4 +239,4 @@ async def test_why_nothing_on_a_card_may_be_evicted_is_one_answer_and_one_log_li
     with pytest.raises(
         JobNotFound, match="^card 3 has no process from outside the platform or of someone else to evict$"
     ):
-        await service_node.service.evict(ROOT, 3, dry_run=True)
+        await service_node.service.evict(ROOT, EvictRequest(3, dry_run=True))

@@ -46,6 +46,19 @@ def test_every_variable_is_read():
         "TUNEPLANE_MAX_CARDS_FOR": "alice=4, @students=1",
         "TUNEPLANE_IMAGES": "busybox:*, nvcr.io/*",
         "TUNEPLANE_LOG_MAX_MB": "5",
+        "TUNEPLANE_LOG_ACCOUNT_MB": "0.5",
+        "TUNEPLANE_MAX_BODY_KIB": "128",
+        "TUNEPLANE_MAX_COMMAND_KIB": "8",
+        "TUNEPLANE_MAX_COMMAND_ARGS": "64",
+        "TUNEPLANE_MAX_ENV_VARS": "100",
+        "TUNEPLANE_MAX_ENV_KIB": "16",
+        "TUNEPLANE_MAX_CWD_BYTES": "1024",
+        "TUNEPLANE_MAX_REASON_CHARS": "200",
+        "TUNEPLANE_MAX_QUEUED_PER_USER": "5",
+        "TUNEPLANE_MAX_QUEUED": "50",
+        "TUNEPLANE_MAX_DURATION_DAYS": "7",
+        "TUNEPLANE_MAX_PAGE": "500",
+        "TUNEPLANE_MAX_CONNECTIONS_PER_USER": "8",
         "TUNEPLANE_IDLE_RESERVATION_MIN": "45",
         "TUNEPLANE_XID_DRAIN": "79, 48,48",
         "TUNEPLANE_XID_IGNORE": "13",
@@ -74,7 +87,12 @@ def test_every_variable_is_read():
         Path("/tmp/devices"),
         Path("/tmp/mig-minors"),
     )
-    assert (s.state.dir, s.state.log_max_mb) == (Path("/tmp/st"), 5.0)
+    assert (s.state.dir, s.state.log_max_mb, s.state.log_account_mb) == (Path("/tmp/st"), 5.0, 0.5)
+    limits = s.limits
+    assert (limits.body_kib, limits.command_kib, limits.command_args) == (128, 8, 64)
+    assert (limits.env_vars, limits.env_kib, limits.cwd_bytes, limits.reason_chars) == (100, 16, 1024, 200)
+    assert (limits.queued_per_user, limits.queued, limits.page, limits.connections_per_user) == (5, 50, 500, 8)
+    assert (limits.duration_days, limits.duration_s) == (7.0, 7 * 86400.0)
     assert (s.lock.redis_url, s.lock.lease_ms, s.lock.retry_ms) == ("redis://localhost:6379/1", 5000, 20)
     agent, policy, triage, fleet = s.agent, s.policy, s.triage, s.fleet
     assert (agent.mode, agent.socket, agent.metrics_addr) == ("off", Path("/tmp/a.sock"), ("::", 9400))

@@ -18,8 +18,18 @@ from helpers.callers import ALICE, BOB, ROOT
 from helpers.waiting import until_async
 from tpnode_tui.core.policy import CardLimits
 from tpnode_tui.locks import make_lock
-from tpnode_tui.model.errors import Conflict, JobNotFound, NoCapacity, NotAllowed
-from tpnode_tui.port.types import Cancelled, LaunchRequest, ReserveRequest
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, NotAllowed
+from tpnode_tui.port import operations as ops
+from tpnode_tui.port.types import (
+    Cancelled,
+    CancelRequest,
+    DrainRequest,
+    ExtendRequest,
+    LaunchRequest,
+    ReclaimRequest,
+    ReserveRequest,
+    StopRequest,
+)
 
 WAIT_S = 10.0
 
@@ -55,9 +65,9 @@ async def test_a_launch_belongs_to_the_caller_and_only_they_or_an_operator_may_s
     result = await service_node.launch(ALICE, "a1", 2)
     assert result.launched.job.owner == "alice" and result.launched.job.uid == 5001
     with pytest.raises(NotAllowed, match="card 0 is held by a1 of alice; only alice or an operator"):
-        await service_node.service.stop(BOB, "a1")
+        await service_node.service.stop(BOB, StopRequest("a1"))
     assert service_node.runtime.jobs["tpn-a1"].status == "running"  # nothing changed
-    await service_node.service.stop(ROOT, "a1")
+    await service_node.service.stop(ROOT, StopRequest("a1"))
     actions = [(e["user"], e["action"], e["result"]) for e in service_node.log.read()]
     assert actions == [("alice", "launch", "ok"), ("bob", "stop", "refused"), ("root", "stop", "ok")]
 
@@ -88,8 +98,8 @@ async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_t
     service_node.service.launches.try_queue()
     await asyncio.sleep(0.2)
     assert "tpn-wants-1" not in service_node.runtime.jobs  # a free card, but not its turn
-    assert [q.run_id for q in service_node.service.queued()] == ["wants-3", "wants-1"]
-    await service_node.service.stop(ALICE, "big-running")
+    assert [q.run_id for q in service_node.service.launches.queued()] == ["wants-3", "wants-1"]
+    await service_node.service.stop(ALICE, StopRequest("big-running"))
     runner = asyncio.ensure_future(service_node.service.run())
     try:
         # Started, and the launch that placed it has returned (until then it is listed as placing).
@@ -97,14 +107,14 @@ async def test_the_queue_keeps_its_order_and_the_first_that_does_not_fit_stops_t
             lambda: (
                 "tpn-wants-3" in service_node.runtime.jobs
                 and "tpn-wants-1" in service_node.runtime.jobs
-                and service_node.service.queued() == ()
+                and service_node.service.launches.queued() == ()
             ),
             "both queued launches to start in order",
         )
     finally:
         runner.cancel()
     assert list(service_node.runtime.started)[-2:] == ["tpn-wants-3", "tpn-wants-1"]
-    assert service_node.service.queued() == ()
+    assert service_node.service.launches.queued() == ()
 
 
 async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_others(make_node):
@@ -122,7 +132,7 @@ async def test_a_queued_launch_over_its_owners_quota_waits_without_holding_back_
         lambda: "tpn-queued-c" not in n.runtime.jobs and n.service.launches._round.done(), "a round of the queue"
     )
     assert "tpn-later" not in n.runtime.jobs
-    assert [q.run_id for q in n.service.queued()] == ["later", "queued-b", "queued-c"]
+    assert [q.run_id for q in n.service.launches.queued()] == ["later", "queued-b", "queued-c"]
 
 
 async def test_a_launch_waiting_for_the_lock_is_listed_and_its_owner_can_cancel_it(service_node):
@@ -135,12 +145,12 @@ async def test_a_launch_waiting_for_the_lock_is_listed_and_its_owner_can_cancel_
         assert (shown.run_id, shown.state, shown.owner) == ("w1", "waiting", "alice")
         assert "allocation lock" in shown.waiting_for
         with pytest.raises(NotAllowed):
-            await service_node.service.cancel(BOB, "w1")
-        await service_node.service.cancel(ALICE, "w1")
+            await service_node.service.cancel(BOB, CancelRequest("w1"))
+        await service_node.service.cancel(ALICE, CancelRequest("w1"))
         with pytest.raises(Cancelled, match="w1 was cancelled by alice while it waited"):
             await waiting
     assert service_node.runtime.jobs == {}  # nothing was placed
-    assert service_node.service.queued() == ()
+    assert service_node.service.launches.queued() == ()
 
 
 async def test_a_launch_whose_asker_goes_away_while_it_waits_is_dropped(service_node):
@@ -150,7 +160,7 @@ async def test_a_launch_whose_asker_goes_away_while_it_waits_is_dropped(service_
         await until_async(lambda: service_node.allocator.lock.waiting, "the launch to wait")
         asker.cancel()
         await asyncio.sleep(0.1)
-        assert service_node.service.queued() == ()
+        assert service_node.service.launches.queued() == ()
     await asyncio.sleep(0.1)
     assert service_node.runtime.jobs == {}
     assert [e["result"] for e in service_node.log.read()] == ["abandoned"]
@@ -170,7 +180,7 @@ async def test_a_status_right_after_an_action_shows_the_action(service_node):
 
 async def test_cancelling_what_is_not_queued_says_so(service_node):
     with pytest.raises(JobNotFound, match="no launch nope is queued or waiting"):
-        await service_node.service.cancel(ALICE, "nope")
+        await service_node.service.cancel(ALICE, CancelRequest("nope"))
 
 
 async def test_no_capacity_without_queueing_is_refused_as_no_capacity(service_node):
@@ -182,8 +192,8 @@ async def test_no_capacity_without_queueing_is_refused_as_no_capacity(service_no
 async def test_extend_moves_a_reservations_expiry_for_its_owner_only(service_node):
     r = await service_node.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=600, run_id="r1"))
     with pytest.raises(NotAllowed):
-        await service_node.service.extend(BOB, "r1", 3600)
-    job = await service_node.service.extend(ALICE, "r1", 3600)
+        await service_node.service.extend(BOB, ExtendRequest("r1", 3600))
+    job = await service_node.service.extend(ALICE, ExtendRequest("r1", 3600))
     assert job.expires_at == pytest.approx(r.job.expires_at + 3600, abs=1)
 
 
@@ -193,8 +203,8 @@ async def test_reclaim_without_a_run_id_removes_only_what_the_caller_may(service
         service_node.runtime.jobs[f"tpn-{run_id}"] = replace(
             service_node.runtime.jobs[f"tpn-{run_id}"], status="exited"
         )
-    assert [j.run_id for j in await service_node.service.reclaim(ALICE, None)] == ["a"]
-    assert [j.run_id for j in await service_node.service.reclaim(ROOT, None)] == ["b"]
+    assert [j.run_id for j in await service_node.service.reclaim(ALICE, ReclaimRequest(None))] == ["a"]
+    assert [j.run_id for j in await service_node.service.reclaim(ROOT, ReclaimRequest(None))] == ["b"]
 
 
 async def test_a_queued_launch_being_tried_keeps_its_place_unless_the_lock_keeps_it_waiting(service_node):
@@ -211,12 +221,12 @@ async def test_a_queued_launch_being_tried_keeps_its_place_unless_the_lock_keeps
     service_node.probe.read = slowly
     service_node.service.launches.try_queue()  # tries "later": reads the node under the lock, slowly
     await asyncio.wait_for(read.wait(), WAIT_S)
-    [shown] = service_node.service.queued()
+    [shown] = service_node.service.launches.queued()
     assert (shown.run_id, shown.state) == ("later", "queued")  # being tried, not waiting for anyone
     assert shown.waiting_for == "1 card, #1 in the queue"
 
 
-async def test_a_broken_queue_file_is_said_by_the_readings_and_the_polls_go_on(service_node):
+async def test_a_broken_queue_file_is_said_in_every_reading_and_the_polls_go_on(service_node):
     await service_node.launch(ALICE, "all", 4)
     await service_node.launch(BOB, "waits", 1, queue=True)
     runner = asyncio.ensure_future(service_node.service.run())
@@ -228,11 +238,19 @@ async def test_a_broken_queue_file_is_said_by_the_readings_and_the_polls_go_on(s
         queue_file = service_node.settings.state.dir / "queue.json"
         good = queue_file.read_bytes()
         queue_file.write_text("{broken")
-        await until_async(lambda: "launch queue" in (service_node.service.reading.error or ""), "the reading to say so")
+
+        def problem():
+            snap = service_node.service.reading.snapshot
+            return snap.queue_problem if snap is not None else None
+
+        await until_async(lambda: "launch queue" in (problem() or ""), "the reading to say so")
+        # the cards are still known and shown: only the queue is in doubt, never the whole reading
+        assert service_node.service.reading.error is None
+        assert service_node.service.reading.snapshot.occupancy.by_job
         reads = service_node.probe.reads
         await until_async(lambda: service_node.probe.reads >= reads + 3, "the polls to go on")
         queue_file.write_bytes(good)
-        await until_async(lambda: service_node.service.reading.error is None, "a good reading again")
+        await until_async(lambda: problem() is None, "a good reading again")
         assert [q.run_id for q in service_node.service.reading.snapshot.queue] == ["waits"]
     finally:
         runner.cancel()
@@ -245,12 +263,12 @@ async def test_a_problem_of_the_node_s_that_passes_drops_no_queued_launch(servic
     await service_node.launch(BOB, "second", 1, queue=True)
     drains = service_node.settings.state.dir / "drains.json"
     drains.write_text("{broken")  # no card can be handed out until it is repaired
-    await service_node.service.stop(ALICE, "all")
+    await service_node.service.stop(ALICE, StopRequest("all"))
     await service_node.service.poll()
     service_node.service.launches.try_queue()
     launches = service_node.service.launches
     await until_async(lambda: launches._round is not None and launches._round.done(), "a round")
-    assert [q.run_id for q in service_node.service.queued()] == ["first", "second"], "both kept their place"
+    assert [q.run_id for q in service_node.service.launches.queued()] == ["first", "second"], "both kept their place"
     assert "tpn-first" not in service_node.runtime.jobs
     drains.unlink()
     service_node.service.launches.try_queue()
@@ -266,3 +284,25 @@ async def test_someone_else_s_run_id_is_not_theirs_to_get_back(service_node):
     again = await service_node.launch(ALICE, "a1", 1)  # the owner's retry gets her job back, as before
     assert again.launched is not None and again.launched.existing
     assert [e["result"] for e in service_node.log.read() if e.get("target") == "a1"] == ["ok", "failed", "ok"]
+
+
+async def test_repeated_refusals_from_one_account_fold_into_one_line_with_their_count(service_node):
+    for _ in range(40):
+        with pytest.raises(NotAllowed, match="only an operator"):
+            await service_node.ask(BOB, ops.RESERVE, ReserveRequest(cards=1, duration_s=60, owner="x" * 5000))
+    with pytest.raises(NotAllowed):  # another kind of refusal: a line of its own
+        await service_node.ask(BOB, ops.DRAIN, DrainRequest(1, "mine now"))
+    with pytest.raises(BadRequest, match="who asks is the kernel's"):  # a forged uid: refused at the door, logged
+        service_node.service.read(BOB, ops.STOP, {"run_id": "a1", "uid": 0})
+    service_node.service.journal.flush()  # as the fold's minute ends
+    logged = [e for e in service_node.kinds("action") if e["uid"] == BOB.uid]
+    assert [(e["action"], e["result"], e.get("count")) for e in logged] == [
+        ("reserve", "refused", None),
+        ("drain", "refused", None),
+        ("stop", "bad request", None),
+        ("reserve", "refused", 39),
+    ]
+    first, *_, folded = logged
+    assert "bob asked to act as 'xxxx" in first["message"] and len(first["message"]) <= 500  # quoted, cut
+    assert folded["first"] <= folded["last"] and folded["message"].startswith("39 more like the one before from bob")
+    assert all(e["user"] == "bob" and e["pid"] == BOB.pid for e in logged)  # who, as the kernel named them

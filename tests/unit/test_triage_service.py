@@ -23,7 +23,15 @@ from tpnode_tui.config.sections import DEFAULT_XID_DRAIN
 from tpnode_tui.core.xid import XidRules
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, NotAllowed, exit_code
 from tpnode_tui.model.facts import ProcessFacts
-from tpnode_tui.port.types import LaunchRequest, ReserveRequest
+from tpnode_tui.port import operations as ops
+from tpnode_tui.port.types import (
+    DrainRequest,
+    EventsRequest,
+    HistoryRequest,
+    LaunchRequest,
+    ReserveRequest,
+    UndrainRequest,
+)
 
 
 class Clock:
@@ -48,12 +56,12 @@ def watching(node) -> bool:
 
 async def test_only_an_operator_may_drain_or_undrain_and_the_refusal_is_exit_77(service_node):
     with pytest.raises(NotAllowed, match="bob may not drain card 2: only an operator") as refused:
-        await service_node.service.drain_card(BOB, 2, "I think it is slow")
+        await service_node.service.drain(BOB, DrainRequest(2, "I think it is slow"))
     assert exit_code(refused.value) == 77
-    drain = await service_node.service.drain_card(ROOT, 2, "fan replaced tomorrow")
+    drain = await service_node.service.drain(ROOT, DrainRequest(2, "fan replaced tomorrow"))
     assert (drain.card, drain.by, drain.source, drain.reason) == (2, "root", "operator", "fan replaced tomorrow")
     with pytest.raises(NotAllowed):
-        await service_node.service.undrain_card(ALICE, 2)
+        await service_node.service.undrain(ALICE, UndrainRequest(2))
     snap = await service_node.service.read_now()
     assert snap.cards[2].state == "drained" and snap.cards[2].drain.by == "root"
     assert [(e["user"], e["action"], e["result"], e.get("cards")) for e in service_node.kinds("action")] == [
@@ -61,14 +69,14 @@ async def test_only_an_operator_may_drain_or_undrain_and_the_refusal_is_exit_77(
         ("root", "drain", "ok", [2]),
         ("alice", "undrain", "refused", [2]),
     ]
-    await service_node.service.undrain_card(ROOT, 2)
+    await service_node.service.undrain(ROOT, UndrainRequest(2))
     assert (await service_node.service.read_now()).cards[2].state == "free"
 
 
 async def test_a_drained_card_is_not_handed_out_and_a_job_on_it_keeps_running(service_node):
     result = await service_node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
-    await service_node.service.drain_card(ROOT, 0, "vendor swap")
-    await service_node.service.drain_card(ROOT, 1, "vendor swap")
+    await service_node.service.drain(ROOT, DrainRequest(0, "vendor swap"))
+    await service_node.service.drain(ROOT, DrainRequest(1, "vendor swap"))
     assert service_node.runtime.jobs["tpn-a1"].status == "running" and result.launched.gpus == (0,)
     with pytest.raises(NoCapacity, match=r"1 drained \(card 1\)"):
         await service_node.service.launch(BOB, LaunchRequest(cards=3, command=("t",), run_id="b1"))
@@ -80,31 +88,31 @@ async def test_a_drained_card_is_not_handed_out_and_a_job_on_it_keeps_running(se
 
 
 async def test_drains_are_refused_without_a_reason_twice_or_off_the_node(service_node):
-    with pytest.raises(BadRequest, match="say why"):
-        await service_node.service.drain_card(ROOT, 1, "  ")
+    with pytest.raises(BadRequest, match="say why"):  # read as the door reads it
+        await service_node.ask(ROOT, ops.DRAIN, DrainRequest(1, "  "))
     with pytest.raises(BadRequest, match="card 9 is not a card of this node"):
-        await service_node.service.drain_card(ROOT, 9, "x")
-    await service_node.service.drain_card(ROOT, 1, "first")
+        await service_node.service.drain(ROOT, DrainRequest(9, "x"))
+    await service_node.service.drain(ROOT, DrainRequest(1, "first"))
     with pytest.raises(Conflict, match="card 1 is drained already, by root: first"):
-        await service_node.service.drain_card(ROOT, 1, "second")
+        await service_node.service.drain(ROOT, DrainRequest(1, "second"))
     with pytest.raises(JobNotFound, match="card 3 is not drained"):
-        await service_node.service.undrain_card(ROOT, 3)
+        await service_node.service.undrain(ROOT, UndrainRequest(3))
 
 
 async def test_undrain_is_refused_while_the_card_reports_a_problem_and_says_which(service_node):
-    await service_node.service.drain_card(ROOT, 1, "ECC errors seen by the vendor tool")
+    await service_node.service.drain(ROOT, DrainRequest(1, "ECC errors seen by the vendor tool"))
     service_node.probe.set_card(1, health=("row remapping pending (needs a GPU reset)",))
     with pytest.raises(Conflict, match=r"card 1 stays drained: it still reports row remapping pending"):
-        await service_node.service.undrain_card(ROOT, 1)
+        await service_node.service.undrain(ROOT, UndrainRequest(1))
     assert (await service_node.service.read_now()).cards[1].state == "drained"
     service_node.probe.set_card(1, health=())
-    lifted = await service_node.service.undrain_card(ROOT, 1)
+    lifted = await service_node.service.undrain(ROOT, UndrainRequest(1))
     assert lifted.reason == "ECC errors seen by the vendor tool"
 
 
 async def test_a_drain_survives_a_restart_of_the_service(make_node):
     first = make_node()
-    await first.service.drain_card(ROOT, 3, "sent for repair")
+    await first.service.drain(ROOT, DrainRequest(3, "sent for repair"))
     await first.close()
     second = make_node()  # on the same state dir
     snap = await second.service.read_now()
@@ -206,18 +214,18 @@ async def test_a_one_shot_reading_says_xids_are_watched_only_while_served(servic
 
 async def test_events_by_card_show_everyone_the_cards_and_actions_only_to_their_own(service_node):
     await service_node.service.launch(ALICE, LaunchRequest(cards=1, command=("t",), run_id="a1"))
-    await service_node.service.drain_card(ROOT, 3, "broken fan")
-    assert [e["kind"] for e in service_node.service.events(BOB)] == ["drain"]  # none of alice's or root's actions
-    assert [(e["kind"], e.get("action")) for e in service_node.service.events(ALICE)] == [
+    await service_node.service.drain(ROOT, DrainRequest(3, "broken fan"))
+    assert [e["kind"] for e in await service_node.events(BOB)] == ["drain"]  # none of alice's or root's actions
+    assert [(e["kind"], e.get("action")) for e in await service_node.events(ALICE)] == [
         ("action", "launch"),
         ("drain", None),
     ]
-    assert [(e["kind"], e.get("action")) for e in service_node.service.events(ROOT, card=3)] == [
+    assert [(e["kind"], e.get("action")) for e in await service_node.events(ROOT, card=3)] == [
         ("drain", None),
         ("action", "drain"),
     ]
-    assert [e["action"] for e in service_node.service.events(ROOT, card=0)] == ["launch"]
-    assert service_node.service.events(ROOT, card=2) == []
+    assert [e["action"] for e in await service_node.events(ROOT, card=0)] == ["launch"]
+    assert await service_node.events(ROOT, card=2) == []
 
 
 async def test_intruders_seen_and_gone_and_a_reservation_expiring_are_logged(service_node):
@@ -252,18 +260,18 @@ async def test_health_changes_are_logged_once_each_way(service_node):
 
 
 async def test_following_the_log_gets_the_past_then_each_new_entry_once(service_node):
-    await service_node.service.drain_card(ROOT, 1, "old news")
+    await service_node.service.drain(ROOT, DrainRequest(1, "old news"))
     got: list[dict] = []
 
     async def follow():
-        async for entry in service_node.service.follow_events(BOB, since_s=3600):
+        async for entry in service_node.service.follow_events(BOB, EventsRequest(since_s=3600)):
             got.append(entry)
 
     follower = asyncio.ensure_future(follow())
     try:
         await until_async(lambda: got, "the past")
-        await service_node.service.undrain_card(ROOT, 1)
-        await service_node.service.drain_card(ROOT, 2, "new")
+        await service_node.service.undrain(ROOT, UndrainRequest(1))
+        await service_node.service.drain(ROOT, DrainRequest(2, "new"))
         await until_async(lambda: len(got) == 3, "the undrain and the new drain")
         await asyncio.sleep(0.1)
     finally:
@@ -276,12 +284,12 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(service_
 async def test_the_log_rotates_at_its_size_through_the_service(make_node):
     n = make_node(log_max_bytes=4096)
     for i in range(60):
-        await n.service.drain_card(ROOT, i % 4, f"drain number {i}" + "." * 40)
-        await n.service.undrain_card(ROOT, i % 4)
+        await n.service.drain(ROOT, DrainRequest(i % 4, f"drain number {i}" + "." * 40))
+        await n.service.undrain(ROOT, UndrainRequest(i % 4))
     files = n.log.files()
     assert len(files) == 4  # events.jsonl and three rotated
     assert all(f.stat().st_size <= 4096 for f in files)
-    entries = n.service.events(ROOT)
+    entries = await n.events(ROOT)
     assert entries[-1]["action"] == "undrain" and len(entries) < 120  # the oldest were dropped
     assert [e["time"] for e in entries] == sorted(e["time"] for e in entries)
 
@@ -316,12 +324,12 @@ async def test_the_service_keeps_each_cards_recent_history(service_node):
     service_node.probe.set_card(1, utilization_pct=97, temperature_c=71, power_w=650.0)
     for _ in range(3):
         await service_node.service.read_now()
-    history = service_node.service.card_history(1)
+    history = await service_node.service.history(ROOT, HistoryRequest(1))
     assert list(history) == [1] and len(history[1]) == 3
     assert {(s.utilization_pct, s.temperature_c, s.power_w, s.seconds) for s in history[1]} == {(97, 71, 650.0, 0.0)}
-    assert set(service_node.service.card_history()) == {0, 1, 2, 3}
+    assert set(await service_node.service.history(ROOT, HistoryRequest())) == {0, 1, 2, 3}
     with pytest.raises(BadRequest, match="card 4 is not a card of this node"):
-        service_node.service.card_history(4)
+        await service_node.service.history(ROOT, HistoryRequest(4))
 
 
 # ── serving ─────────────────────────────────────────────────────────────────

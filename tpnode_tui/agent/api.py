@@ -1,34 +1,44 @@
-"""The agent's local API: versioned JSON over HTTP/1.1 on a Unix socket.
+"""The agent's door: versioned JSON over HTTP/1.1 on a Unix socket, made from the port's table.
 
-Who is asking comes from the kernel (``SO_PEERCRED`` on the accepted socket),
-never from the request: a body that names an owner is a request to act for
-someone, which only an operator may make. Every error is an HTTP status and
-the same one line the CLI would print, with the exit code the CLI exits with:
+Every route is an operation of :data:`tpnode_tui.port.operations.OPERATIONS`,
+answered by one handler: the caller from the kernel (``SO_PEERCRED`` on the
+accepted socket), never from the request; the request read from the body
+(or a GET's query string) by the operation's own parse, with every rule and
+the node's limits; the service's method of the same name; the answer written
+as the table says. A body that names an owner is a request to act for
+someone, which only an operator may make; one that says who asks (``uid``,
+``user``) is refused and logged as what it is. Every refusal, here or in the
+service, is logged with the kernel's uid (service/journal.py). Every error is
+an HTTP status and the same one line the CLI would print, with the exit code
+the CLI exits with:
 
     {"error": "card 3 is held by rsv-7 of alice; only alice or ...", "exit_code": 77, "kind": "NotAllowed"}
 
-Malformed input (not JSON, wrong types, unknown fields, a body over 64 KiB)
-is a 4xx with a line saying what is wrong; nothing a client sends reaches
-the caller as a traceback, and no client can stop the agent from answering
-the others.
+Malformed input (not JSON, nested past reading, a number past reading, not
+UTF-8, a lone surrogate, wrong types, unknown fields, over a limit) is a 4xx
+with a line saying what is wrong; nothing a client sends reaches the caller
+as a traceback, and no client can stop the agent from answering the others
+(the connections one account may hold are bounded: agent/gate.py).
+
+The routes, from the table (``docs/architecture.md``, "The door", has them with who may):
 
 ``GET  /v1/snapshot``       the node now, exactly ``status --json`` (with ``via`` and ``you``)
 ``GET  /v1/stream``         every new reading as a line of JSON (newline-delimited), as made
 ``GET  /v1/whoami``         the caller as the node sees them
-``GET  /v1/audit``          the node's log of actions (``?since=SECONDS``); your own unless operator
+``GET  /v1/queue``          launches queued or waiting
+``GET  /v1/audit``          the node's log of actions (``?since=&limit=&before=``), a page at a time
+``GET  /v1/events``         the node's log (``?since=&card=&limit=&before=``); ``&follow=true``: then
+                            each new entry as a line of JSON, as it is written
+``GET  /v1/history``        each card's last hour (``?card=N``: one card's)
 ``POST /v1/launch``         ``{cards, command, image, run_id, owner, env, cwd, queue, slice, placement}``
-``POST /v1/reserve``        ``{cards, duration_s, run_id, owner, slice, placement}`` (``slice``: a MIG profile, 1 card)
+``POST /v1/reserve``        ``{cards, duration_s, run_id, owner, slice, placement}``
 ``POST /v1/extend``         ``{run_id, duration_s}``
 ``POST /v1/stop``           ``{run_id}``
 ``POST /v1/reclaim``        ``{run_id}`` (null: every exited job the caller may remove)
-``GET  /v1/events``         the node's log (``?since=SECONDS&card=N``); ``&follow=true``: then each
-                            new entry as a line of JSON, as it is written
-``GET  /v1/history``        each card's last hour (``?card=N``: one card's)
+``POST /v1/queue/cancel``   ``{run_id}``
 ``POST /v1/drain``          ``{card, reason}`` (operators)
 ``POST /v1/undrain``        ``{card}`` (operators; refused while the card reports a problem)
 ``POST /v1/evict``          ``{card, pid, kill, dry_run, started_at}`` (operators)
-``GET  /v1/queue``          launches queued or waiting
-``POST /v1/queue/cancel``   ``{run_id}``
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
+from tpnode_tui.config.sections import LimitSettings
 from tpnode_tui.host.identity import Caller, Operators, peer_of
 from tpnode_tui.model.errors import (
     BadRequest,
@@ -49,31 +60,30 @@ from tpnode_tui.model.errors import (
     NeverFits,
     NoCapacity,
     NotAllowed,
+    OverLimit,
     RuntimeUnavailable,
+    TooMany,
     TpnodeError,
     error_line,
     exit_code,
 )
-from tpnode_tui.port.types import Cancelled, LaunchRequest, Reading, ReserveRequest
-from tpnode_tui.port.wire import (
-    Reader,
-    WireError,
-    drain_to_json,
-    evict_to_json,
-    history_to_json,
-    job_to_json,
-    launched_to_json,
-    queued_to_json,
-    snapshot_to_json,
-)
+from tpnode_tui.port.fields import Query
+from tpnode_tui.port.operations import OPERATIONS, VIEWS, Operation
+from tpnode_tui.port.types import Cancelled, NodeView
+from tpnode_tui.port.wire import WireError, snapshot_to_json
 from tpnode_tui.service import NodeService
+from tpnode_tui.text.printable import printable
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 64 * 1024
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: the longest error line sent: what it quotes is cut at its source; this is the last guard
+ERROR_MOST = 1000
+
 _STATUS: tuple[tuple[type[TpnodeError], int], ...] = (
+    (TooMany, 429),
+    (OverLimit, 413),
     (BadRequest, 400),
     (WireError, 400),
     (NotAllowed, 403),
@@ -87,7 +97,11 @@ _STATUS: tuple[tuple[type[TpnodeError], int], ...] = (
 
 
 def error_response(status: int, message: str, code: int, kind: str) -> web.Response:
-    return web.json_response({"error": message, "exit_code": code, "kind": kind}, status=status)
+    """An error as every client reads it: one printable line, cut short, its exit code and kind."""
+    line = printable(message)
+    if len(line) > ERROR_MOST:
+        line = line[: ERROR_MOST - 1] + "…"
+    return web.json_response({"error": line, "exit_code": code, "kind": kind}, status=status)
 
 
 def _for_error(e: TpnodeError) -> web.Response:
@@ -104,8 +118,6 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except TpnodeError as e:
         return _for_error(e)
-    except web.HTTPRequestEntityTooLarge:
-        return error_response(413, f"the request body is over {MAX_BODY // 1024} KiB", 2, "BadRequest")
     except web.HTTPException as e:
         if e.status == 404:
             return error_response(
@@ -115,16 +127,33 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             return error_response(405, f"{request.path} does not take {request.method}", 2, "BadRequest")
         return error_response(e.status, e.reason or "bad request", 2, "BadRequest")
     except Exception:
-        log.exception("internal error answering %s %s", request.method, request.path)
+        log.exception("internal error answering %s %s", request.method, printable(request.path[:200]))
         return error_response(500, "internal error in the agent; its log has the details", 1, "TpnodeError")
 
 
-class Api:
-    """The handlers, over one :class:`NodeService`."""
+def body_json(raw: bytes) -> Any:
+    """A request body as JSON; BadRequest for anything else, including what
+    Python's reader cannot take: nesting past its recursion limit, and numbers
+    with more digits than it converts (each once answered 500)."""
+    try:
+        return json.loads(raw.decode("utf-8")) if raw.strip() else {}
+    except UnicodeDecodeError:
+        raise BadRequest("the request body is not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise BadRequest(f"the request body is not valid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise BadRequest("the request body is nested too deep to be read") from None
+    except ValueError as e:  # a number too long to convert (Python's int digit limit)
+        raise BadRequest(f"the request body holds a number that cannot be read ({str(e)[:80]})") from None
 
-    def __init__(self, service: NodeService, operators: Operators) -> None:
+
+class Api:
+    """The door, over one :class:`NodeService`."""
+
+    def __init__(self, service: NodeService, operators: Operators, limits: LimitSettings) -> None:
         self.service = service
         self.operators = operators
+        self.limits = limits
         #: the latest reading's snapshot as JSON text, shared by every stream
         self._encoded: tuple[int, str] = (-1, "null")
         #: the tasks serving streams now: a stream never ends by itself, and
@@ -140,50 +169,88 @@ class Api:
         except OSError as e:
             raise NotAllowed(f"the agent cannot tell who is asking ({e.strerror or e}): refused") from None
 
-    # ── reading ──────────────────────────────────────────────────────────────
+    def route(self, ops: list[Operation[Any, Any]]) -> Handler:
+        """The one handler of a path: every operation on it is read, done and
+        answered the same way; two on one path (events, and following them)
+        are told apart by the request read."""
 
-    def _you(self, caller: Caller, reading: Reading) -> dict[str, Any]:
-        return asdict(self.service.you(caller, reading.snapshot))
+        async def handle(request: web.Request) -> web.StreamResponse:
+            caller = self.caller(request)
+            try:
+                source = await self._source(ops[0], request)
+            except TpnodeError as e:  # nothing the service could read: logged here, as the caller's
+                self.service.refused(caller, ops[0], "", e)
+                raise
+            asked = self.service.read(caller, ops[0], source)
+            op = next(o for o in ops if o.selects(asked))
+            if op is VIEWS:
+                return await self._readings(request, caller, asked)
+            if op.stream:
+                return await self._lines(request, caller, op, asked)
+            result = await self.service.do(caller, op, asked)
+            assert op.answer.encode is not None  # every answer but a stream's is written by the table
+            return web.json_response(op.answer.encode(result), status=op.answer.status(result))
 
-    def _snapshot_text(self, reading: Reading) -> str:
+        return handle
+
+    async def _source(self, op: Operation[Any, Any], request: web.Request) -> Any:
+        """What was sent: a GET's query string, or a POST's body as JSON."""
+        if op.method == "GET":
+            return Query.of(list(request.query.items()), request.path)
+        if request.content_type not in ("application/json", "application/octet-stream", ""):
+            raise BadRequest(f"send JSON (Content-Type: application/json), not {printable(request.content_type[:60])}")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            most = self.limits.body_kib
+            raise OverLimit(
+                f"the request body is over {most} KiB, the most the agent reads (TUNEPLANE_MAX_BODY_KIB={most})"
+            ) from None
+        return body_json(raw)
+
+    # ── streams ──────────────────────────────────────────────────────────────
+
+    def _snapshot_text(self, view: NodeView) -> str:
         seq, text = self._encoded
+        reading = view.reading
         if seq != reading.seq:
             doc = None if reading.snapshot is None else snapshot_to_json(reading.snapshot)
             text = json.dumps(doc)
             self._encoded = (reading.seq, text)
         return text
 
-    async def snapshot(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        reading = await self.service.current()
-        if reading.error is not None or reading.snapshot is None:
-            raise RuntimeUnavailable(reading.error or "the agent has not read the node yet; try again")
-        doc = snapshot_to_json(reading.snapshot)
-        doc.update(via="agent", you=self._you(caller, reading))
-        return web.json_response(doc)
+    async def _readings(self, request: web.Request, caller: Caller, asked: Any) -> web.StreamResponse:
+        """Every new reading as a line: the snapshot encoded once for every
+        stream, the caller's own part (who they are) for each."""
 
-    async def stream(self, request: web.Request) -> web.StreamResponse:
-        caller = self.caller(request)
+        def line(view: NodeView) -> bytes:
+            r = view.reading
+            head = json.dumps({"seq": r.seq, "error": r.error, "stale_since": r.stale_since, "you": asdict(view.you)})
+            return f'{head[:-1]},"snapshot":{self._snapshot_text(view)}}}\n'.encode()
+
+        return await self._stream(request, self.service.stream(caller, VIEWS, asked), line)
+
+    async def _lines(
+        self, request: web.Request, caller: Caller, op: Operation[Any, Any], asked: Any
+    ) -> web.StreamResponse:
+        encode = op.answer.encode
+        assert encode is not None
+        return await self._stream(
+            request, self.service.stream(caller, op, asked), lambda item: (json.dumps(encode(item)) + "\n").encode()
+        )
+
+    async def _stream(self, request: web.Request, items: Any, line: Callable[[Any], bytes]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         task = asyncio.current_task()
         assert task is not None  # a handler always runs in a task
-        self._streams.add(task)
+        self._streams.add(task)  # a stream never ends by itself: cut it when the agent stops
         try:
-            async for reading in self.service.subscribe():
-                head = json.dumps(
-                    {
-                        "seq": reading.seq,
-                        "error": reading.error,
-                        "stale_since": reading.stale_since,
-                        "you": self._you(caller, reading),
-                    }
-                )
-                line = f'{head[:-1]},"snapshot":{self._snapshot_text(reading)}}}\n'
+            async for item in items:
                 try:
-                    await response.write(line.encode())
+                    await response.write(line(item))
                 except (ConnectionResetError, RuntimeError):
-                    break  # the dashboard went away
+                    break  # the reader went away
         finally:
             self._streams.discard(task)
         return response
@@ -194,217 +261,15 @@ class Api:
         for task in list(self._streams):
             task.cancel()
 
-    async def whoami(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        return web.json_response(self._you(caller, self.service.reading) | {"pid": caller.pid})
 
-    async def audit(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        # the log files are read in a thread: a long log must not stall everyone else's requests
-        entries, everyone = await asyncio.to_thread(self.service.audit, caller, _since(request))
-        return web.json_response({"entries": entries, "all": everyone})
-
-    async def events(self, request: web.Request) -> web.StreamResponse:
-        caller = self.caller(request)
-        _only_query(request, "since", "card", "follow")
-        since, card = _since(request), _card(request)
-        follow = request.query.get("follow", "false").lower()
-        if follow not in ("true", "false", "1", "0"):
-            raise BadRequest(f"follow={follow!r} is not true or false")
-        if follow in ("false", "0"):
-            return web.json_response({"entries": await asyncio.to_thread(self.service.events, caller, since, card)})
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        task = asyncio.current_task()
-        assert task is not None  # a handler always runs in a task
-        self._streams.add(task)  # a follower never ends by itself: cut it when the agent stops
-        try:
-            async for entry in self.service.follow_events(caller, card, since):
-                try:
-                    await response.write((json.dumps(entry) + "\n").encode())
-                except (ConnectionResetError, RuntimeError):
-                    break  # the follower went away
-        finally:
-            self._streams.discard(task)
-        return response
-
-    async def history(self, request: web.Request) -> web.Response:
-        self.caller(request)
-        _only_query(request, "card")
-        return web.json_response(history_to_json(self.service.card_history(_card(request))))
-
-    async def queue(self, request: web.Request) -> web.Response:
-        self.caller(request)
-        return web.json_response({"queue": [queued_to_json(q) for q in self.service.queued()]})
-
-    # ── acting ───────────────────────────────────────────────────────────────
-
-    async def _body(self, request: web.Request, *keys: str) -> Reader:
-        if request.content_type not in ("application/json", "application/octet-stream", ""):
-            raise BadRequest(f"send JSON (Content-Type: application/json), not {request.content_type}")
-        raw = await request.read()
-        try:
-            doc = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-        except UnicodeDecodeError:
-            raise BadRequest("the request body is not UTF-8 text") from None
-        except json.JSONDecodeError as e:
-            raise BadRequest(f"the request body is not valid JSON ({e.msg} at column {e.colno})") from None
-        return Reader(doc, "request").only(*keys)
-
-    async def launch(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(
-            request, "cards", "command", "image", "run_id", "owner", "env", "cwd", "queue", "slice", "placement"
-        )
-        env_doc = r.doc.get("env")
-        env: Optional[tuple[tuple[str, str], ...]] = None
-        if env_doc is not None:
-            if not isinstance(env_doc, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in env_doc.items()
-            ):
-                raise BadRequest("request.env is not an object of text values")
-            env = tuple(env_doc.items())
-        req = LaunchRequest(
-            cards=r.whole("cards"),
-            command=r.texts("command"),
-            image=r.opt_text("image"),
-            run_id=r.opt_text("run_id"),
-            owner=r.text("owner", ""),
-            env=env,
-            cwd=r.opt_text("cwd"),
-            queue=r.flag("queue", False),
-            slice=r.opt_text("slice"),
-            placement=r.opt_text("placement"),
-        )
-        result = await self.service.launch(caller, req)
-        if result.queued is not None:
-            return web.json_response({"queued": queued_to_json(result.queued)}, status=202)
-        assert result.launched is not None
-        return web.json_response({"launched": launched_to_json(result.launched)})
-
-    async def reserve(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(request, "cards", "duration_s", "run_id", "owner", "slice", "placement")
-        req = ReserveRequest(
-            cards=r.whole("cards"),
-            duration_s=r.number("duration_s"),
-            run_id=r.opt_text("run_id"),
-            owner=r.text("owner", ""),
-            slice=r.opt_text("slice"),
-            placement=r.opt_text("placement"),
-        )
-        return web.json_response({"launched": launched_to_json(await self.service.reserve(caller, req))})
-
-    async def extend(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(request, "run_id", "duration_s")
-        job = await self.service.extend(caller, r.text("run_id"), r.number("duration_s"))
-        return web.json_response({"job": job_to_json(job)})
-
-    async def stop(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(request, "run_id")
-        return web.json_response({"job": job_to_json(await self.service.stop(caller, r.text("run_id")))})
-
-    async def reclaim(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(request, "run_id")
-        removed = await self.service.reclaim(caller, r.opt_text("run_id"))
-        return web.json_response({"removed": [job_to_json(j) for j in removed]})
-
-    async def drain(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(request, "card", "reason")
-        drain = await self.service.drain_card(caller, _card_index(r), r.text("reason"))
-        return web.json_response({"drain": drain_to_json(drain)})
-
-    async def undrain(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(request, "card")
-        return web.json_response({"drain": drain_to_json(await self.service.undrain_card(caller, _card_index(r)))})
-
-    async def evict(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(request, "card", "pid", "kill", "dry_run", "started_at")
-        pid = r.opt_whole("pid")
-        if pid is not None and pid <= 0:
-            raise BadRequest(f"request.pid is {pid}, not a process id")
-        started_at = r.opt_number("started_at")
-        if started_at is not None and pid is None:
-            raise BadRequest("request.started_at names the start of one process: give its pid too")
-        report = await self.service.evict(
-            caller,
-            _card_index(r),
-            pid,
-            kill=r.flag("kill", False),
-            dry_run=r.flag("dry_run", False),
-            started_at=started_at,
-        )
-        return web.json_response({"evict": evict_to_json(report)})
-
-    async def cancel(self, request: web.Request) -> web.Response:
-        caller = self.caller(request)
-        r = await self._body(request, "run_id")
-        return web.json_response({"cancelled": queued_to_json(await self.service.cancel(caller, r.text("run_id")))})
-
-
-def make_app(service: NodeService, operators: Operators) -> web.Application:
-    api = Api(service, operators)
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY)
+def make_app(service: NodeService, operators: Operators, limits: Optional[LimitSettings] = None) -> web.Application:
+    """The agent's routes, one per path of the table."""
+    limits = limits or service.limits
+    api = Api(service, operators, limits)
+    app = web.Application(middlewares=[_errors], client_max_size=limits.body_kib * 1024)
     app.on_shutdown.append(api.end_streams)
-    app.add_routes(
-        [
-            web.get("/v1/snapshot", api.snapshot),
-            web.get("/v1/stream", api.stream),
-            web.get("/v1/whoami", api.whoami),
-            web.get("/v1/audit", api.audit),
-            web.get("/v1/queue", api.queue),
-            web.post("/v1/launch", api.launch),
-            web.post("/v1/reserve", api.reserve),
-            web.post("/v1/extend", api.extend),
-            web.post("/v1/stop", api.stop),
-            web.post("/v1/reclaim", api.reclaim),
-            web.post("/v1/queue/cancel", api.cancel),
-            web.get("/v1/events", api.events),
-            web.get("/v1/history", api.history),
-            web.post("/v1/drain", api.drain),
-            web.post("/v1/undrain", api.undrain),
-            web.post("/v1/evict", api.evict),
-        ]
-    )
+    paths: dict[tuple[str, str], list[Operation[Any, Any]]] = {}
+    for op in OPERATIONS:
+        paths.setdefault((op.method, op.path), []).append(op)
+    app.add_routes([web.route(method, path, api.route(ops)) for (method, path), ops in paths.items()])
     return app
-
-
-def _only_query(request: web.Request, *keys: str) -> None:
-    unknown = sorted(set(request.query) - set(keys))
-    if unknown:
-        raise BadRequest(f"{request.path} does not take {', '.join(unknown)}; it takes {', '.join(keys)}")
-
-
-def _since(request: web.Request) -> Optional[float]:
-    text = request.query.get("since")
-    if text is None:
-        return None
-    try:
-        since = float(text)
-    except ValueError:
-        raise BadRequest(f"since={text!r} is not a number of seconds") from None
-    if not since >= 0:
-        raise BadRequest(f"since={text!r} is not a number of seconds")
-    return since
-
-
-def _card(request: web.Request) -> Optional[int]:
-    text = request.query.get("card")
-    if text is None:
-        return None
-    if not text.isascii() or not text.isdigit() or len(text) > 6:
-        raise BadRequest(f"card={text!r} is not a card index")
-    return int(text)
-
-
-def _card_index(r: Reader) -> int:
-    card = r.whole("card")
-    if not 0 <= card < 1_000_000:
-        raise BadRequest(f"request.card is {card}, not a card index")
-    return card

@@ -29,15 +29,12 @@ from prometheus_client.registry import Collector
 
 from tpnode_tui import __version__
 from tpnode_tui.model.jobs import JobState
-from tpnode_tui.model.occupancy import SLICE_STATES
 from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.model.states import CARD_STATES, SLICE_STATES
 from tpnode_tui.model.views import CardView
 from tpnode_tui.service import NodeService
 from tpnode_tui.state.ledger import UsageLedger
 from tpnode_tui.text.printable import printable
-
-#: every state a card can be in; a state met that is not listed is added as it comes
-CARD_STATES = ("free", "job", "reservation", "external", "unhealthy", "unverified", "drained", "mig")
 
 #: dcgm-exporter's labels, in its order
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
@@ -163,9 +160,8 @@ def _card_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
         "The job or reservation holding the card",
         labels=["gpu", "run_id", "kind", "owner"],
     )
-    states = list(CARD_STATES) + sorted({c.state for c in cards} - set(CARD_STATES))
     for card in cards:
-        for s in states:
+        for s in CARD_STATES:
             state.add_metric([str(card.index), s], 1 if s == card.state else 0)
         if card.state in ("job", "reservation") and card.run_id:
             job = card.job
@@ -242,10 +238,9 @@ def _slice_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
         labels=[*SLICE_LABELS, "run_id", "kind", "owner"],
     )
     slices = [(card, sv) for card in cards for sv in card.slices]
-    states = list(SLICE_STATES) + sorted({sv.state for _c, sv in slices} - set(SLICE_STATES))
     for card, sv in slices:
         names = [str(card.index), _gi(sv.facts.gpu_instance_id), _text(sv.facts.profile), str(sv.index)]
-        for st in states:
+        for st in SLICE_STATES:
             slice_state.add_metric([*names, st], 1 if st == sv.state else 0)
         if sv.state in ("job", "reservation") and sv.run_id:
             slice_holder.add_metric([*names, _text(sv.run_id), sv.state, _text(sv.job.owner if sv.job else "")], 1)

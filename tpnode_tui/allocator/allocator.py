@@ -43,6 +43,7 @@ from tpnode_tui.model.occupancy import GpuOccupancy
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.validation import check_profile, check_run_id
 from tpnode_tui.model.views import Drain
+from tpnode_tui.port.fields import days, over
 from tpnode_tui.port.types import new_run_id
 from tpnode_tui.state.drains import DrainStore
 
@@ -360,8 +361,10 @@ class GpuAllocator:
         )
         return await self.launch(spec, hold_for_s=duration_s)
 
-    async def extend(self, run_id: str, duration_s: float) -> JobState:
-        """Hold a live reservation ``duration_s`` longer than it would have.
+    async def extend(self, run_id: str, duration_s: float, *, longest_s: Optional[float] = None) -> JobState:
+        """Hold a live reservation ``duration_s`` longer than it would have; at
+        most ``longest_s`` from now, when given (the node's longest reservation:
+        extended again and again, one would otherwise never end).
 
         Done under the allocation lock, so that no allocation reads the node
         while the runtime moves the expiry (the docker runtime replaces the
@@ -376,7 +379,17 @@ class GpuAllocator:
             job = live[0]
             if job.kind != "reservation" or job.expires_at is None:
                 raise Conflict(f"{run_id} is a job, not a reservation: it ends when its command does")
-            return await self.runtime.extend(job.name, max(job.expires_at, time.time()) + duration_s)
+            now = time.time()
+            until = max(job.expires_at, now) + duration_s
+            if longest_s is not None and until - now > longest_s:
+                held = f"{(until - now) / 86400:.1f} days"
+                raise over(
+                    f"extended by {duration_s:g} s, {run_id} would be held for {held} from now",
+                    days(longest_s),
+                    "TUNEPLANE_MAX_DURATION_DAYS",
+                    f"{longest_s / 86400:g}",
+                )
+            return await self.runtime.extend(job.name, until)
 
     # -- ending jobs ----------------------------------------------------------
 

@@ -122,8 +122,13 @@ def _workload_differences(spec: JobSpec, job: JobState) -> list[str]:
         asked, ran = spec.command, job.command
         same = ran == asked or (job.image is not None and ran[len(ran) - len(asked) :] == asked)
         if not same:
-            found.append(f"its command is {show_command(ran) or 'none'}, not {show_command(asked)}")
+            found.append(f"its command is {_cut(show_command(ran)) or 'none'}, not {_cut(show_command(asked))}")
     return found
+
+
+def _cut(text: str, most: int = 120) -> str:
+    """A command as a refusal quotes it: it may be kilobytes long, and is echoed to whoever asked."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _image(name: Optional[str]) -> Optional[str]:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Awaitable
 from dataclasses import asdict, replace
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, Sequence, TypeVar
 
 from tpnode_tui.cli.output import (
     event_line,
@@ -32,7 +32,7 @@ from tpnode_tui.model.errors import BadRequest, LockWaitTimeout, TpnodeError
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.model.views import Evicted, EvictReport
 from tpnode_tui.port.node import Node
-from tpnode_tui.port.types import LaunchRequest, ReserveRequest, new_run_id
+from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
 from tpnode_tui.text.render import env_lines
 
@@ -303,8 +303,21 @@ async def _cancel(run: Run) -> None:
     print(f"cancelled {q.run_id} (queued by {q.owner or 'an unknown account'}); nothing was placed")
 
 
+def _before_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--before", type=seconds, metavar="TIME", help="only entries before TIME (unix seconds): the next older page"
+    )
+
+
+def _older(command: str, entries: Sequence[dict[str, Any]], more: bool) -> None:
+    """Say, on stderr, that the node's answer left older entries out, and how to ask for them."""
+    if more and entries:
+        say(f"older entries were left out: tpnode-tui {command} --before {float(entries[0]['time']):.6f}")
+
+
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
+    _before_argument(parser)
     _json_flag(parser)
 
 
@@ -312,13 +325,15 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 async def _audit(run: Run) -> None:
     args = run.args
     since = parse_duration(args.since) if args.since else None
-    entries, everyone = await run.node.audit(since)
+    page = await run.node.audit_page(AuditRequest(since_s=since, before=args.before))
+    entries, everyone = list(page.entries), page.everyone
     if args.json:
-        print(json.dumps({"entries": entries, "all": everyone}, indent=2))
+        print(json.dumps({"entries": entries, "all": everyone, "more": page.more}, indent=2))
         return
     if not everyone:
         print("your own actions (an operator sees everyone's):")
     print_audit(entries)
+    _older("audit", entries, page.more)
 
 
 def _drain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -441,6 +456,7 @@ def _events_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
     parser.add_argument("--card", type=card_list, metavar="CARD", help="only what concerns this card")
     parser.add_argument("--follow", action="store_true", help="keep printing new events as they happen")
+    _before_argument(parser)
     _json_flag(parser, "one JSON object per line")
 
 
@@ -456,9 +472,13 @@ async def _events(run: Run) -> None:
         print(json.dumps(entry) if args.json else event_line(entry, time.time()), flush=True)
 
     if not args.follow:
-        for entry in await node.events(since, card):
+        page = await node.events_page(EventsRequest(since_s=since, card=card, before=args.before))
+        for entry in page.entries:
             show(entry)
+        _older("events", page.entries, page.more)
         return
+    if args.before is not None:
+        raise UsageError("--follow prints what happens from now on: it takes no --before")
     async for entry in node.follow_events(card, since):  # until Ctrl-C
         show(entry)
 

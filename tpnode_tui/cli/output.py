@@ -63,6 +63,8 @@ def _head_lines(snap: NodeSnapshot, note: Optional[str], you: Optional[str]) -> 
     if snap.lock_state:
         lines.append(f"lock: {snap.lock_state}")
     lines.append(f"fence: {node_fence_words(snap.node_fence)}")
+    if snap.queue_problem:
+        lines.append(f"queue: {snap.queue_problem}")
     lines.append(snap.explain)
     return lines
 

@@ -1,5 +1,6 @@
 """The settings' sections, as an operator looks for them: the cards, the probe,
-the runtime, the state dir, the lock, the agent, the policy, triage, usage and the fleet.
+the runtime, the state dir, the lock, the agent, the policy, the limits of
+what one request and one account may ask, triage, usage and the fleet.
 
 Each setting is declared once, in its section: its type and default, its
 TUNEPLANE_* variable, its flag, its help and its reader. The CLI's flags, the
@@ -35,6 +36,9 @@ DEFAULT_XID_DRAIN = (46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 1
 
 #: a probe that may take longer than this leaves the dashboard frozen for as long
 MAX_PROBE_TIMEOUT_S = 600.0
+
+#: the longest drain reason taken by default: it is shown on a tile and in every log line about the card
+DEFAULT_MAX_REASON_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,12 @@ class StateSettings:
         "size at which the node's event and audit log is rotated",
         read.decimal(0.01, 100_000),
     )
+    log_account_mb: float = setting(
+        2.0,
+        "TUNEPLANE_LOG_ACCOUNT_MB",
+        "size at which one ordinary account's own part of the audit log is rotated",
+        read.decimal(0.01, 100_000),
+    )
 
 
 @dataclass(frozen=True)
@@ -269,6 +279,81 @@ class PolicySettings:
     images: tuple[str, ...] = setting(
         (), "TUNEPLANE_IMAGES", "comma-separated glob patterns of images jobs may use; empty: any", read.patterns
     )
+
+
+@dataclass(frozen=True)
+class LimitSettings:
+    """How much one request, and one account, may ask of the agent: each refused
+    beyond its limit with one line naming it, and nothing changed.
+
+    The agent runs as root for accounts that need not trust each other, so
+    what one of them sends is bounded before it is held, kept or echoed: a
+    request's size and each text in it, what waits in the queue, how long a
+    reservation lasts, how much one answer from the log holds, and how many
+    connections an account keeps open at once (docs/architecture.md, "The door").
+    """
+
+    body_kib: int = setting(
+        64, "TUNEPLANE_MAX_BODY_KIB", "largest request body the agent reads (KiB)", read.whole(4, 16 * 1024)
+    )
+    command_kib: int = setting(
+        16,
+        "TUNEPLANE_MAX_COMMAND_KIB",
+        "largest command a launch may give, all its words together (KiB, UTF-8)",
+        read.whole(1, 1024),
+    )
+    command_args: int = setting(
+        512, "TUNEPLANE_MAX_COMMAND_ARGS", "most words a launch's command may have", read.whole(1, 100_000)
+    )
+    env_vars: int = setting(
+        256, "TUNEPLANE_MAX_ENV_VARS", "most environment variables a launch may send", read.whole(0, 100_000)
+    )
+    env_kib: int = setting(
+        32,
+        "TUNEPLANE_MAX_ENV_KIB",
+        "largest environment a launch may send, names and values together (KiB, UTF-8)",
+        read.whole(1, 1024),
+    )
+    cwd_bytes: int = setting(
+        4096, "TUNEPLANE_MAX_CWD_BYTES", "longest working directory a launch may give (bytes)", read.whole(1, 65_536)
+    )
+    reason_chars: int = setting(
+        DEFAULT_MAX_REASON_CHARS,
+        "TUNEPLANE_MAX_REASON_CHARS",
+        "longest drain reason (characters)",
+        read.whole(1, 10_000),
+    )
+    queued_per_user: int = setting(
+        20,
+        "TUNEPLANE_MAX_QUEUED_PER_USER",
+        "most launches one ordinary account may have queued at once",
+        read.whole(0, 100_000),
+    )
+    queued: int = setting(
+        200, "TUNEPLANE_MAX_QUEUED", "most launches queued at once, everyone's together", read.whole(0, 100_000)
+    )
+    duration_days: float = setting(
+        366.0,
+        "TUNEPLANE_MAX_DURATION_DAYS",
+        "longest a reservation may be held, and may be extended to, from now (days)",
+        read.decimal(0.001, 3660),
+    )
+    page: int = setting(
+        1000,
+        "TUNEPLANE_MAX_PAGE",
+        "most log entries one events or audit answer holds (older ones: ask again with before)",
+        read.whole(1, 100_000),
+    )
+    connections_per_user: int = setting(
+        32,
+        "TUNEPLANE_MAX_CONNECTIONS_PER_USER",
+        "most connections one ordinary account may hold open to the agent at once",
+        read.whole(1, 100_000),
+    )
+
+    @property
+    def duration_s(self) -> float:
+        return self.duration_days * 86400.0
 
 
 @dataclass(frozen=True)

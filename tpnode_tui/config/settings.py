@@ -18,6 +18,7 @@ from tpnode_tui.config.sections import (
     AgentSettings,
     CardSettings,
     FleetSettings,
+    LimitSettings,
     LockSettings,
     PolicySettings,
     ProbeSettings,
@@ -41,6 +42,7 @@ class Settings:
     lock: LockSettings = field(default_factory=LockSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
     triage: TriageSettings = field(default_factory=TriageSettings)
     usage: UsageSettings = field(default_factory=UsageSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)

@@ -16,6 +16,7 @@ from tpnode_tui.core.slices import blind_reason, slice_claims
 from tpnode_tui.model.facts import CardFacts, ProbeReading, SliceFacts
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.occupancy import GpuOccupancy
+from tpnode_tui.model.states import CardStateName
 from tpnode_tui.model.views import INTRUDER, CardView, Drain, HolderInfo, SliceView
 from tpnode_tui.text.render import clock_time, format_mib
 
@@ -52,7 +53,7 @@ def card_views(
     return tuple(views.card(idx) for idx in range(occ.total))
 
 
-def display_state(occ: GpuOccupancy, idx: int, live: Mapping[str, JobState]) -> str:
+def display_state(occ: GpuOccupancy, idx: int, live: Mapping[str, JobState]) -> CardStateName:
     """Card ``idx``'s one display state: its holder's kind ("job" or
     "reservation"), else the first of drained, unhealthy, mig and external it
     is in, else "free", or "unverified" while use from outside cannot be probed."""

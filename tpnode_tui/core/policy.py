@@ -28,6 +28,7 @@ from tpnode_tui.config.settings import Settings
 from tpnode_tui.host.identity import Caller, Operators
 from tpnode_tui.model.errors import NotAllowed
 from tpnode_tui.model.jobs import JobState
+from tpnode_tui.port.fields import shown
 from tpnode_tui.port.types import is_owner
 from tpnode_tui.text.render import cards_words
 
@@ -121,7 +122,7 @@ class Policy:
         if caller.operator:
             return requested
         raise NotAllowed(
-            f"{caller.user} asked to act as {requested!r}; jobs and reservations belong to "
+            f"{caller.user} asked to act as {shown(requested)}; jobs and reservations belong to "
             f"whoever asks for them, and only an operator ({self.operators.describe()}) may "
             "name another owner"
         )
@@ -166,5 +167,5 @@ class Policy:
         if any(fnmatch.fnmatchcase(image, pattern) for pattern in self.images):
             return
         raise NotAllowed(
-            f"image {image!r} is not allowed on this node (TUNEPLANE_IMAGES allows {', '.join(self.images)})"
+            f"image {shown(image, 120)} is not allowed on this node (TUNEPLANE_IMAGES allows {', '.join(self.images)})"
         )

@@ -15,6 +15,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from tpnode_tui.model.facts import CardFacts, ProbeReading, SliceFacts
 from tpnode_tui.model.jobs import JobState, SliceRef
 from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
+from tpnode_tui.model.states import SliceStateName
 from tpnode_tui.text.render import format_mib
 
 #: A compute instance's profile ("1c.3g.71gb"): one of several that share a GPU instance.
@@ -34,7 +35,7 @@ NO_UUID, UNREADABLE, USED = "no uuid", "unreadable", "used"
 SHARED, INSTANCE_UNKNOWN, VANISHED, UNPLACED, BLIND = "shared", "instance unknown", "vanished", "unplaced", "blind"
 
 #: the state each reason code puts a slice in
-_STATE = {
+_STATE: dict[str, SliceStateName] = {
     NO_UUID: "unhealthy",
     UNREADABLE: "unhealthy",
     USED: "external",
@@ -113,7 +114,7 @@ def _held(card: int, s: SliceFacts, kinds: Mapping[str, str], claims: Claims) ->
     runs = claims.get((card, s.uuid)) if s.uuid else None
     if not runs:
         return None
-    kind = "reservation" if kinds.get(runs[0]) == "reservation" else "job"
+    kind: SliceStateName = "reservation" if kinds.get(runs[0]) == "reservation" else "job"
     return SliceState(card, s.index, kind, s.uuid, s.profile, s.gpu_instance_id, run_id=runs[0])
 
 
@@ -128,7 +129,7 @@ def _card_wide(card: CardFacts, occ: GpuOccupancy, kinds: Mapping[str, str], cla
             out.append(held)
         elif idx in occ.by_job:
             run_id = occ.by_job[idx]
-            kind = "reservation" if kinds.get(run_id) == "reservation" else "job"
+            kind: SliceStateName = "reservation" if kinds.get(run_id) == "reservation" else "job"
             reason = f"held with the whole card by {run_id}"
             out.append(
                 SliceState(idx, s.index, kind, s.uuid, s.profile, s.gpu_instance_id, run_id=run_id, reason=reason)
@@ -140,7 +141,7 @@ def _card_wide(card: CardFacts, occ: GpuOccupancy, kinds: Mapping[str, str], cla
     return out
 
 
-def _state(card: int, s: SliceFacts, state: str, reason: Optional[str]) -> SliceState:
+def _state(card: int, s: SliceFacts, state: SliceStateName, reason: Optional[str]) -> SliceState:
     return SliceState(card, s.index, state, s.uuid, s.profile, s.gpu_instance_id, reason=reason)
 
 
@@ -211,7 +212,7 @@ class _MigCard:
         for s in self.slices:
             if s.index not in self.states:
                 code = self.beside(s)
-                state = "free" if code is None else _STATE[code]
+                state: SliceStateName = "free" if code is None else _STATE[code]
                 self.states[s.index] = _state(idx, s, state, None if code is None else self.words(code, s))
         return [self.states[s.index] for s in self.slices]
 

@@ -64,6 +64,16 @@ class BadRequest(TpnodeError):
     """A request that is malformed whatever the node's state (a bad run id, 0 cards)."""
 
 
+class OverLimit(BadRequest):
+    """A request over one of the node's limits (a command too long, a queue
+    full): the message names the limit and its setting, and nothing changed."""
+
+
+class TooMany(OverLimit):
+    """Over a limit on how many of something one account, or everyone, may have
+    at once (queued launches, connections): fewer later, and it is taken."""
+
+
 class Conflict(TpnodeError):
     """A well-formed request the node's present state refuses: a run id already
     taken, a job still running, an image or command this node does not have.

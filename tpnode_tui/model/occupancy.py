@@ -11,18 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from tpnode_tui.model.states import SliceStateName
 from tpnode_tui.model.words import card_ranges, cards_words
 
 #: How a card split into MIG slices is said (``GpuOccupancy.mig``), the grid's
 #: "MIG" meaning "split into slices: see them".
 MIG_SPLIT = "split into"
-
-
-#: The states a MIG slice can be in, each exactly one at a time: held by a
-#: platform job or reservation; in use from outside the platform; not offered
-#: because it shares its GPU instance's memory with a slice that is held or in
-#: use; unhealthy, drained or unverified (with its card, or on its own); free.
-SLICE_STATES = ("free", "job", "reservation", "external", "shared", "unhealthy", "unverified", "drained")
 
 
 @dataclass(frozen=True)
@@ -32,8 +26,7 @@ class SliceState:
     card: int
     #: the MIG device's index on its card
     index: int
-    #: one of SLICE_STATES
-    state: str
+    state: SliceStateName
     uuid: Optional[str] = None
     profile: Optional[str] = None
     gpu_instance_id: Optional[int] = None

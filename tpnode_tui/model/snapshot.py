@@ -53,6 +53,10 @@ class NodeSnapshot:
     xid_problem: Optional[str] = None
     #: whether the node's runtime fences the jobs it starts, and how, as it found at start
     node_fence: DeviceFence = DeviceFence()
+    #: what an operator must know of the launch queue: records that could not be
+    #: read back and were set aside (and where), or a queue file that cannot be
+    #: read at all; None while the queue is whole
+    queue_problem: Optional[str] = None
 
     @property
     def intruder_cards(self) -> tuple[int, ...]:

@@ -19,6 +19,12 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 RUN_ID_RULE = "1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
+#: What names a job that is asked to stop, extend, reclaim or cancel: its run id,
+#: or the name of a container labelled by hand (Docker's names use the same
+#: letters, and may be longer). Anything else names no job, and is not echoed.
+JOB_KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
+
+
 #: A MIG profile as NVIDIA names it ("1g.18gb", "1c.3g.71gb", "1g.5gb+me"). A job
 #: asks for one by name, and it is written into labels and records, so it is kept
 #: to what NVIDIA's names use: no spaces, commas or colons.
@@ -38,6 +44,14 @@ def check_run_id(run_id: str) -> str:
         shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
         raise BadRequest(f"run id {shown!r} is not valid: use {RUN_ID_RULE}")
     return run_id
+
+
+def check_job_key(key: str) -> str:
+    """``key`` when it can name a job (a run id, or a container's name); BadRequest otherwise."""
+    if not JOB_KEY_PATTERN.fullmatch(key or ""):
+        shown = key if len(key) <= 80 else key[:77] + "..."
+        raise BadRequest(f"{shown!r} names no job: a run id is {RUN_ID_RULE}")
+    return key
 
 
 def check_profile(profile: str) -> str:

@@ -11,6 +11,7 @@ from typing import Optional
 
 from tpnode_tui.model.facts import CardFacts, SliceFacts
 from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.states import CardStateName, SliceStateName
 
 #: Whom a process on a card belongs to (:attr:`HolderInfo.belongs`):
 #: the job or reservation that holds the card; anyone else on a held card;
@@ -85,8 +86,7 @@ class SliceView:
 
     card: int
     facts: SliceFacts
-    #: one of SLICE_STATES
-    state: str
+    state: SliceStateName
     run_id: Optional[str] = None
     job: Optional[JobState] = None
     #: the processes the driver lists on this slice, each told apart against its holder
@@ -115,7 +115,7 @@ class CardView:
     """
 
     index: int
-    state: str
+    state: CardStateName
     facts: Optional[CardFacts] = None
     run_id: Optional[str] = None
     job: Optional[JobState] = None

@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Callable, Optional, TypeVar
 
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.host.identity import Caller, this_process
 from tpnode_tui.locks import AllocationLock
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
-from tpnode_tui.model.snapshot import Sample
-from tpnode_tui.model.views import Drain, EvictReport
-from tpnode_tui.port.types import LaunchRequest, LaunchResult, NodeView, ReserveRequest
+from tpnode_tui.node.calls import Calls
+from tpnode_tui.port import operations as ops
+from tpnode_tui.port.operations import Operation
+from tpnode_tui.port.types import EventsRequest, NodeView, Nothing
 from tpnode_tui.service import NodeService
 
+A = TypeVar("A")
 
-class LocalNode:
+
+class LocalNode(Calls):
     in_process = True
     outlives_client = False
     where = "served in-process (no agent)"
@@ -41,13 +43,11 @@ class LocalNode:
         service = NodeService.from_settings(settings, lock=lock, interval=interval)
         return cls(service, this_process(service.policy.operators))
 
-    def _view(self) -> NodeView:
-        reading = self.service.reading
-        return NodeView(reading, self.service.you(self.caller, reading.snapshot))
-
-    async def status(self) -> NodeView:
-        await self.service.read_now()
-        return self._view()
+    async def call(self, op: Operation[Any, A], request: Any) -> A:
+        """``op`` done by the service here, its request read back from what the
+        agent would have been sent: every rule and limit applies as at the door."""
+        checked = self.service.read(self.caller, op, op.echoed(request))
+        return await self.service.do(self.caller, op, checked)
 
     def _serve(self) -> None:
         """Run the service's polling (and its XID watcher) from now until closed."""
@@ -57,66 +57,21 @@ class LocalNode:
     async def views(self) -> AsyncIterator[NodeView]:
         """Runs the service's polling for as long as someone watches."""
         self._serve()
-        async for reading in self.service.subscribe():
-            yield NodeView(reading, self.service.you(self.caller, reading.snapshot))
-
-    async def launch(self, request: LaunchRequest) -> LaunchResult:
-        return await self.service.launch(self.caller, request)
-
-    async def reserve(self, request: ReserveRequest) -> Launched:
-        return await self.service.reserve(self.caller, request)
-
-    async def extend(self, run_id: str, duration_s: float) -> JobState:
-        return await self.service.extend(self.caller, run_id, duration_s)
-
-    async def stop(self, run_id: str) -> JobState:
-        return await self.service.stop(self.caller, run_id)
-
-    async def reclaim(self, run_id: Optional[str]) -> list[JobState]:
-        return await self.service.reclaim(self.caller, run_id)
-
-    async def cancel(self, run_id: str) -> QueuedLaunch:
-        return await self.service.cancel(self.caller, run_id)
-
-    async def queued(self) -> tuple[QueuedLaunch, ...]:
-        return self.service.queued()
-
-    async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
-        return await asyncio.to_thread(self.service.audit, self.caller, since_s)
-
-    async def drain(self, card: int, reason: str) -> Drain:
-        return await self.service.drain_card(self.caller, card, reason)
-
-    async def undrain(self, card: int) -> Drain:
-        return await self.service.undrain_card(self.caller, card)
-
-    async def evict(
-        self,
-        card: int,
-        pid: Optional[int] = None,
-        *,
-        kill: bool = False,
-        dry_run: bool = False,
-        started_at: Optional[float] = None,
-    ) -> EvictReport:
-        return await self.service.evict(self.caller, card, pid, kill=kill, dry_run=dry_run, started_at=started_at)
-
-    async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.service.events, self.caller, since_s, card)
+        request = self.service.read(self.caller, ops.VIEWS, ops.VIEWS.echoed(Nothing()))
+        async for view in self.service.stream(self.caller, ops.VIEWS, request):
+            yield view
 
     async def follow_events(
         self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
     ) -> AsyncIterator[dict[str, Any]]:
         """Serves the node meanwhile: in-process, nothing happens that nobody polls."""
+        op = ops.FOLLOW_EVENTS
+        request = self.service.read(self.caller, op, op.echoed(EventsRequest(since_s=since_s, card=card, follow=True)))
         self._serve()
         if opened is not None:
             opened()
-        async for entry in self.service.follow_events(self.caller, card, since_s):
+        async for entry in self.service.stream(self.caller, op, request):
             yield entry
-
-    async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
-        """What this process has seen: in-process, history starts with the dashboard."""
-        return self.service.card_history(card)
 
     async def close(self) -> None:
         if self._running is not None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, NoReturn, Optional
+from typing import Any, AsyncIterator, Callable, NoReturn, Optional, TypeVar
 
 from tpnode_tui.host.identity import user_name
 from tpnode_tui.model.errors import (
@@ -28,36 +29,28 @@ from tpnode_tui.model.errors import (
     NeverFits,
     NoCapacity,
     NotAllowed,
+    OverLimit,
     RuntimeUnavailable,
+    TooMany,
     TpnodeError,
 )
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
-from tpnode_tui.model.snapshot import Sample
-from tpnode_tui.model.views import Drain, EvictReport
+from tpnode_tui.node.calls import Calls
 from tpnode_tui.node.http import Connector, HttpClient, ProtocolError, Unreachable, unix_blocking
+from tpnode_tui.port import operations as ops
+from tpnode_tui.port.operations import Operation
 from tpnode_tui.port.types import (
     AgentUnavailable,
     Cancelled,
+    EventsRequest,
     LaunchRequest,
     LaunchResult,
     NodeView,
+    Nothing,
     OverQuota,
-    Reading,
-    ReserveRequest,
-    You,
 )
-from tpnode_tui.port.wire import (
-    Reader,
-    WireError,
-    drain_from_json,
-    event_from_json,
-    evict_from_json,
-    history_from_json,
-    job_from_json,
-    launched_from_json,
-    queued_from_json,
-    snapshot_from_json,
-)
+from tpnode_tui.port.wire import WireError
+
+A = TypeVar("A")
 
 _KINDS: dict[str, type[TpnodeError]] = {
     cls.__name__: cls
@@ -69,9 +62,11 @@ _KINDS: dict[str, type[TpnodeError]] = {
         NeverFits,
         NoCapacity,
         NotAllowed,
+        OverLimit,
         OverQuota,
         RuntimeUnavailable,
         Cancelled,
+        TooMany,
         TpnodeError,
     )
 }
@@ -95,46 +90,14 @@ def _error(doc: Any, status: int) -> TpnodeError:
     return TpnodeError(f"the agent answered HTTP {status} without saying why")
 
 
-def _you(doc: Any) -> You:
-    r = Reader(doc, "you")
-    limit = r.doc.get("card_limit")
-    if limit is not None and not isinstance(limit, int):
-        raise WireError("you.card_limit is not a whole number")
-    return You(
-        user=r.text("user"),
-        uid=r.whole("uid"),
-        operator=r.flag("operator"),
-        cards_held=r.whole("cards_held", 0),
-        card_limit=limit,
-    )
-
-
-def _seconds(value: float) -> str:
-    """Seconds for a query string: plain digits, never an exponent ("1.0368e+06"
-    has a "+", which a query string reads as a space)."""
-    return f"{value:.3f}".rstrip("0").rstrip(".")
-
-
-def _view(doc: Any) -> NodeView:
-    r = Reader(doc, "reading")
-    snap = doc.get("snapshot")
-    reading = Reading(
-        seq=r.whole("seq"),
-        snapshot=None if snap is None else snapshot_from_json(snap),
-        error=r.opt_text("error"),
-        stale_since=r.opt_number("stale_since"),
-    )
-    return NodeView(reading, _you(doc.get("you")))
-
-
 def _json(text: bytes, where: str, status: int) -> Any:
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past reading, a number past reading
         raise TpnodeError(f"the agent at {where} answered something that is not JSON (HTTP {status})") from None
 
 
-class AgentNode:
+class AgentNode(Calls):
     """The node's agent at ``socket_path``; :meth:`through` reaches it by another way.
 
     ``blocking``: every call blocks, and none needs an event loop; run them
@@ -204,10 +167,16 @@ class AgentNode:
             raise WireError("the agent's answer is not a JSON object")
         return doc
 
+    async def call(self, op: Operation[Any, A], request: Any) -> A:
+        """``op`` asked of the agent: its request sent as the table says, its
+        answer read back strictly."""
+        path, body = op.sent(request)
+        return op.answer.decode(await self._call(op.method, path, body))
+
     async def check(self) -> None:
         """Ask the agent whether it answers: AgentUnavailable, saying why, when it
         does not; AgentForbidden where this account may not reach it."""
-        await self._call("GET", "/v1/whoami")
+        await self.call(ops.WHOAMI, Nothing())
 
     async def answers(self) -> bool:
         """Whether an agent answers now (AgentForbidden is not "no agent": it is raised)."""
@@ -239,129 +208,34 @@ class AgentNode:
             raise TpnodeError(f"the agent at {self.address} sent something that is not HTTP ({e})") from None
         self._gone(Unreachable("the agent closed the stream"))
 
-    async def status(self) -> NodeView:
-        doc = await self._call("GET", "/v1/snapshot")
-        you = _you(doc.pop("you", None))
-        doc.pop("via", None)
-        return NodeView(Reading(seq=0, snapshot=snapshot_from_json(doc)), you)
+    async def _stream(
+        self, op: Operation[Any, A], request: Any, opened: Optional[Callable[[], None]] = None
+    ) -> AsyncIterator[A]:
+        path, _body = op.sent(request)
+        async for line in self._lines(path, opened):
+            yield op.answer.decode(_json(line, self.address, 200))
 
-    async def views(self) -> AsyncIterator[NodeView]:
+    def views(self) -> AsyncIterator[NodeView]:
         """The agent's readings as it makes them. Raises AgentUnavailable when
         the agent cannot be reached or goes away mid-stream."""
-        async for line in self._lines("/v1/stream"):
-            yield _view(_json(line, self.address, 200))
+        return self._stream(ops.VIEWS, Nothing())
 
     async def launch(self, request: LaunchRequest) -> LaunchResult:
         """A process job runs as the caller, with the environment and working
         directory of the shell that asked, as a launch in-process would: a
         request that names none carries this process's (where they mean
         something to the agent: on its own machine)."""
-        env, cwd = request.env, request.cwd
         if self.sends_env:
-            env = env if env is not None else tuple(os.environ.items())
-            cwd = cwd or os.getcwd()
-        body: dict[str, Any] = {
-            "cards": request.cards,
-            "command": list(request.command),
-            "image": request.image,
-            "run_id": request.run_id,
-            "owner": request.owner,
-            "cwd": cwd,
-            "queue": request.queue,
-            "env": None if env is None else dict(env),
-        }
-        # only when asked for: an older agent refuses a key it does not know
-        if request.slice is not None:
-            body["slice"] = request.slice
-        if request.placement is not None:
-            body["placement"] = request.placement
-        doc = await self._call("POST", "/v1/launch", body)
-        if "queued" in doc:
-            return LaunchResult(queued=queued_from_json(doc["queued"]))
-        return LaunchResult(launched=launched_from_json(doc.get("launched")))
+            env = request.env if request.env is not None else tuple(os.environ.items())
+            request = replace(request, env=env, cwd=request.cwd or os.getcwd())
+        return await super().launch(request)
 
-    async def reserve(self, request: ReserveRequest) -> Launched:
-        body: dict[str, Any] = {
-            "cards": request.cards,
-            "duration_s": request.duration_s,
-            "run_id": request.run_id,
-            "owner": request.owner,
-        }
-        if request.slice is not None:
-            body["slice"] = request.slice
-        if request.placement is not None:
-            body["placement"] = request.placement
-        doc = await self._call("POST", "/v1/reserve", body)
-        return launched_from_json(doc.get("launched"))
-
-    async def extend(self, run_id: str, duration_s: float) -> JobState:
-        doc = await self._call("POST", "/v1/extend", {"run_id": run_id, "duration_s": duration_s})
-        return job_from_json(doc.get("job"))
-
-    async def stop(self, run_id: str) -> JobState:
-        return job_from_json((await self._call("POST", "/v1/stop", {"run_id": run_id})).get("job"))
-
-    async def reclaim(self, run_id: Optional[str]) -> list[JobState]:
-        doc = await self._call("POST", "/v1/reclaim", {"run_id": run_id})
-        return [job_from_json(j) for j in Reader(doc, "answer").items("removed")]
-
-    async def cancel(self, run_id: str) -> QueuedLaunch:
-        doc = await self._call("POST", "/v1/queue/cancel", {"run_id": run_id})
-        return queued_from_json(doc.get("cancelled"))
-
-    async def queued(self) -> tuple[QueuedLaunch, ...]:
-        r = Reader(await self._call("GET", "/v1/queue"), "answer")
-        return tuple(queued_from_json(q, "queued launch") for q in r.items("queue"))
-
-    async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
-        path = "/v1/audit" if since_s is None else f"/v1/audit?since={_seconds(since_s)}"
-        r = Reader(await self._call("GET", path), "answer")
-        return [e for e in r.items("entries") if isinstance(e, dict)], r.flag("all", False)
-
-    async def drain(self, card: int, reason: str) -> Drain:
-        return drain_from_json((await self._call("POST", "/v1/drain", {"card": card, "reason": reason})).get("drain"))
-
-    async def undrain(self, card: int) -> Drain:
-        return drain_from_json((await self._call("POST", "/v1/undrain", {"card": card})).get("drain"))
-
-    async def evict(
-        self,
-        card: int,
-        pid: Optional[int] = None,
-        *,
-        kill: bool = False,
-        dry_run: bool = False,
-        started_at: Optional[float] = None,
-    ) -> EvictReport:
-        doc = await self._call(
-            "POST", "/v1/evict", {"card": card, "pid": pid, "kill": kill, "dry_run": dry_run, "started_at": started_at}
-        )
-        return evict_from_json(doc.get("evict"))
-
-    @staticmethod
-    def _events_query(since_s: Optional[float], card: Optional[int], **more: str) -> str:
-        query = {
-            **({} if since_s is None else {"since": _seconds(since_s)}),
-            **({} if card is None else {"card": str(card)}),
-            **more,
-        }
-        return "/v1/events" + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
-
-    async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
-        r = Reader(await self._call("GET", self._events_query(since_s, card)), "answer")
-        return [event_from_json(e, f"answer.entries[{n}]") for n, e in enumerate(r.items("entries"))]
-
-    async def follow_events(
+    def follow_events(
         self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
     ) -> AsyncIterator[dict[str, Any]]:
         """The agent's log as it is written. Raises AgentUnavailable when the
         agent cannot be reached or goes away."""
-        async for line in self._lines(self._events_query(since_s, card, follow="true"), opened):
-            yield event_from_json(_json(line, self.address, 200))
-
-    async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
-        path = "/v1/history" if card is None else f"/v1/history?card={card}"
-        return history_from_json(await self._call("GET", path))
+        return self._stream(ops.FOLLOW_EVENTS, EventsRequest(since_s=since_s, card=card, follow=True), opened)
 
     async def close(self) -> None:
         await self._http.close()

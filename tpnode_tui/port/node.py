@@ -7,7 +7,16 @@ from typing import Any, AsyncIterator, Callable, Optional, Protocol
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.views import Drain, EvictReport
-from tpnode_tui.port.types import LaunchRequest, LaunchResult, NodeView, ReserveRequest
+from tpnode_tui.port.types import (
+    AuditPage,
+    AuditRequest,
+    EventsPage,
+    EventsRequest,
+    LaunchRequest,
+    LaunchResult,
+    NodeView,
+    ReserveRequest,
+)
 
 
 class Node(Protocol):
@@ -50,7 +59,13 @@ class Node(Protocol):
         ...
 
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
-        """Logged actions (the caller's own, or all for an operator) and whether they are all."""
+        """Logged actions (the caller's own, or all for an operator) and whether they
+        are everyone's: the newest page of them (TUNEPLANE_MAX_PAGE)."""
+        ...
+
+    async def audit_page(self, request: AuditRequest) -> AuditPage:
+        """One page of logged actions, the newest before ``request.before``, and
+        whether older ones were left out."""
         ...
 
     async def drain(self, card: int, reason: str) -> Drain:
@@ -78,8 +93,14 @@ class Node(Protocol):
         ...
 
     async def events(self, since_s: Optional[float] = None, card: Optional[int] = None) -> list[dict[str, Any]]:
-        """The node's log (of the last ``since_s`` seconds; about ``card``), oldest first.
-        Each entry has ``time``, ``kind``, ``message`` and, where it is about cards, ``cards``."""
+        """The node's log (of the last ``since_s`` seconds; about ``card``), oldest first,
+        the newest page of it (TUNEPLANE_MAX_PAGE). Each entry has ``time``, ``kind``,
+        ``message`` and, where it is about cards, ``cards``."""
+        ...
+
+    async def events_page(self, request: EventsRequest) -> EventsPage:
+        """One page of the node's log, the newest before ``request.before``, and
+        whether older entries were left out."""
         ...
 
     def follow_events(

@@ -3,11 +3,21 @@
 The CLI, the dashboard, the agent's API and the node's service all use these
 types, so they live below all of them: a client that imported them from the
 service would load the allocator, the runtimes and the probes to ask an agent
-one question. What a node is asked (:class:`LaunchRequest`,
-:class:`ReserveRequest`), what it answers (:class:`LaunchResult`,
-:class:`Reading`, :class:`You`, :class:`NodeView`) and the refusals only the
-port has (:class:`OverQuota`, :class:`Cancelled`, :class:`AgentUnavailable`)
-are all here; the calls themselves are :class:`tpnode_tui.node.Node`.
+one question. What a node is asked (one request type per operation of
+:mod:`~tpnode_tui.port.operations`: :class:`LaunchRequest`,
+:class:`ReserveRequest`, :class:`EvictRequest` ...), what it answers
+(:class:`LaunchResult`, :class:`Reading`, :class:`You`, :class:`NodeView`,
+a page of the log) and the refusals only the port has (:class:`OverQuota`,
+:class:`Cancelled`, :class:`AgentUnavailable`) are all here; the calls
+themselves are :class:`tpnode_tui.node.Node`.
+
+Each request is read in one place, its ``parse``: at the agent's door from
+the body (or a GET's query string) an account sent, in-process from the same
+JSON, and from the agent's queue file when a queued launch is read back. So
+nothing the door takes can fail to load later, and every rule and limit is
+applied the same way wherever a request comes in. ``limits`` None reads a
+request the node itself kept (its queue file): it was within the limits when
+it was taken, and a limit lowered since must not lose it.
 """
 
 from __future__ import annotations
@@ -15,14 +25,38 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
-from tpnode_tui.model.errors import NotAllowed, TpnodeError
+from tpnode_tui.config.sections import LimitSettings
+from tpnode_tui.model.errors import BadRequest, NotAllowed, TpnodeError
 from tpnode_tui.model.jobs import Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.model.topology import PLACEMENTS
+from tpnode_tui.model.validation import check_job_key, check_profile, check_run_id
+from tpnode_tui.port.fields import (
+    Query,
+    duration,
+    kib,
+    known_fields,
+    over,
+    shown,
+    text,
+    utf8_size,
+    valid_text,
+    whole,
+)
+from tpnode_tui.port.wire import Reader
 
-#: the longest drain reason taken: it is shown on a tile and in every log line about the card
-DRAIN_REASON_MOST = 500
+Limits = Optional[LimitSettings]
+
+#: more cards than any node has: a request for more is malformed, not a wait
+MOST_CARDS = 65536
+#: a card index as the API takes one
+CARD_INDEX_WORDS = "a card index"
+#: the highest pid Linux gives (PID_MAX_LIMIT on 64-bit)
+PID_MAX = 4_194_304
+#: the longest image reference taken: Docker's own is a 255-character name, a tag and a digest
+IMAGE_MOST = 512
 
 
 def new_run_id(prefix: str = "run") -> str:
@@ -77,6 +111,53 @@ class LaunchRequest:
     #: (``cards`` is then 1); None: whole cards, never a card in MIG mode
     slice: Optional[str] = None
 
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "cards",
+        "command",
+        "image",
+        "run_id",
+        "owner",
+        "env",
+        "cwd",
+        "queue",
+        "slice",
+        "placement",
+    )
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> LaunchRequest:
+        known_fields(r, *cls.FIELDS)
+        cards, slice_, placement = _what(r)
+        image = text(r, "image")
+        if image is not None and len(image) > IMAGE_MOST:
+            raise BadRequest(f"image {shown(image)} is not an image reference (at most {IMAGE_MOST} characters)")
+        return cls(
+            cards=cards,
+            command=_command(r, limits),
+            image=image,
+            run_id=_run_id(r),
+            owner=text(r, "owner", "") or "",
+            env=_env(r, limits),
+            cwd=_cwd(r, limits),
+            queue=r.flag("queue", False),
+            placement=placement,
+            slice=slice_,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "cards": self.cards,
+            "command": list(self.command),
+            "image": self.image,
+            "run_id": self.run_id,
+            "owner": self.owner,
+            "cwd": self.cwd,
+            "queue": self.queue,
+            "env": None if self.env is None else dict(self.env),
+        }
+        # only when asked for: an older agent refuses a key it does not know
+        return doc | _asked(slice=self.slice, placement=self.placement)
+
 
 @dataclass(frozen=True)
 class ReserveRequest:
@@ -87,6 +168,361 @@ class ReserveRequest:
     placement: Optional[str] = None
     #: a MIG profile: reserve one MIG slice of it (``cards`` is then 1)
     slice: Optional[str] = None
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("cards", "duration_s", "run_id", "owner", "slice", "placement")
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> ReserveRequest:
+        known_fields(r, *cls.FIELDS)
+        cards, slice_, placement = _what(r)
+        return cls(
+            cards=cards,
+            duration_s=duration(
+                r, "duration_s", "a reservation lasts at least 1 second", _longest(limits), "a reservation"
+            ),
+            run_id=_run_id(r),
+            owner=text(r, "owner", "") or "",
+            placement=placement,
+            slice=slice_,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {"cards": self.cards, "duration_s": self.duration_s, "run_id": self.run_id, "owner": self.owner}
+        return doc | _asked(slice=self.slice, placement=self.placement)
+
+
+@dataclass(frozen=True)
+class ExtendRequest:
+    """Hold a live reservation ``duration_s`` longer."""
+
+    run_id: str
+    duration_s: float
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> ExtendRequest:
+        known_fields(r, "run_id", "duration_s")
+        return cls(
+            run_id=_job_key(r),
+            duration_s=duration(r, "duration_s", "extend by at least 1 second", _longest(limits), "an extension"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "duration_s": self.duration_s}
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    run_id: str
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> StopRequest:
+        known_fields(r, "run_id")
+        return cls(_job_key(r))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+
+@dataclass(frozen=True)
+class ReclaimRequest:
+    """Remove one exited job's record (None: every exited job the caller may remove)."""
+
+    run_id: Optional[str] = None
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> ReclaimRequest:
+        known_fields(r, "run_id")
+        return cls(None if r.doc.get("run_id") is None else _job_key(r))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """Drop a queued launch, or one still waiting for the allocation lock."""
+
+    run_id: str
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> CancelRequest:
+        known_fields(r, "run_id")
+        return cls(_job_key(r))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+
+@dataclass(frozen=True)
+class DrainRequest:
+    """Take a card out of service, saying why (operators)."""
+
+    card: int
+    reason: str
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> DrainRequest:
+        known_fields(r, "card", "reason")
+        card = _card(r)
+        reason = (text(r, "reason", required=True) or "").strip()
+        if not reason:
+            raise BadRequest("say why the card is drained (a reason), so the next operator knows")
+        if limits is not None and len(reason) > limits.reason_chars:
+            raise over(
+                f"the reason is {len(reason)} characters",
+                f"{limits.reason_chars}",
+                "TUNEPLANE_MAX_REASON_CHARS",
+                limits.reason_chars,
+            )
+        return cls(card, reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"card": self.card, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class UndrainRequest:
+    card: int
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> UndrainRequest:
+        known_fields(r, "card")
+        return cls(_card(r))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"card": self.card}
+
+
+@dataclass(frozen=True)
+class EvictRequest:
+    """SIGTERM a card's external or intruding processes, or the one ``pid``
+    (operators); SIGKILL after the grace with ``kill``; ``dry_run`` only lists.
+    ``started_at`` (from a dry run) names the very process ``pid`` must still be."""
+
+    card: int
+    pid: Optional[int] = None
+    kill: bool = False
+    dry_run: bool = False
+    started_at: Optional[float] = None
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> EvictRequest:
+        known_fields(r, "card", "pid", "kill", "dry_run", "started_at")
+        pid = None if r.doc.get("pid") is None else whole(r, "pid", 1, PID_MAX, "a process id")
+        started_at = r.opt_number("started_at")
+        if started_at is not None and pid is None:
+            raise BadRequest(f"{r.where}.started_at names the start of one process: give its pid too")
+        return cls(_card(r), pid, r.flag("kill", False), r.flag("dry_run", False), started_at)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "card": self.card,
+            "pid": self.pid,
+            "kill": self.kill,
+            "dry_run": self.dry_run,
+            "started_at": self.started_at,
+        }
+
+
+# ── what is read: a GET's query string ──────────────────────────────────────
+#
+# These are written as JSON too (``to_json``), and sent as a query string
+# (:func:`tpnode_tui.port.fields.query_of`), which their ``parse`` reads.
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """A request that takes nothing (status, whoami, the readings, the queue):
+    a parameter given is refused, never ignored."""
+
+    @classmethod
+    def parse(cls, q: Query, limits: Limits) -> Nothing:
+        q.only()
+        return cls()
+
+    def to_json(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
+class AuditRequest:
+    """The logged actions of the last ``since_s`` seconds (all kept: None), the
+    newest ``limit`` (at most the node's page) before ``before`` (unix seconds)."""
+
+    since_s: Optional[float] = None
+    limit: Optional[int] = None
+    before: Optional[float] = None
+
+    @classmethod
+    def parse(cls, q: Query, limits: Limits) -> AuditRequest:
+        q.only("since", "limit", "before")
+        return cls(q.seconds("since"), q.count("limit", _page(limits)), q.time("before"))
+
+    def to_json(self) -> dict[str, Any]:
+        return _given(since=self.since_s, limit=self.limit, before=self.before)
+
+
+@dataclass(frozen=True)
+class EventsRequest:
+    """The node's log, as :class:`AuditRequest`, about ``card`` when one is
+    given; ``follow``: then each new entry as it is written."""
+
+    since_s: Optional[float] = None
+    card: Optional[int] = None
+    follow: bool = False
+    limit: Optional[int] = None
+    before: Optional[float] = None
+
+    @classmethod
+    def parse(cls, q: Query, limits: Limits) -> EventsRequest:
+        q.only("since", "card", "follow", "limit", "before")
+        return cls(
+            q.seconds("since"), q.card("card"), q.flag("follow"), q.count("limit", _page(limits)), q.time("before")
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        follow = True if self.follow else None
+        return _given(since=self.since_s, card=self.card, follow=follow, limit=self.limit, before=self.before)
+
+
+@dataclass(frozen=True)
+class HistoryRequest:
+    """Each card's last hour, or one card's."""
+
+    card: Optional[int] = None
+
+    @classmethod
+    def parse(cls, q: Query, limits: Limits) -> HistoryRequest:
+        q.only("card")
+        return cls(q.card("card"))
+
+    def to_json(self) -> dict[str, Any]:
+        return _given(card=self.card)
+
+
+# ── how each field is read ───────────────────────────────────────────────────
+
+
+def _asked(**fields: Optional[str]) -> dict[str, str]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _longest(limits: Limits) -> Optional[float]:
+    return None if limits is None else limits.duration_s
+
+
+def _page(limits: Limits) -> Optional[int]:
+    return None if limits is None else limits.page
+
+
+def _given(**values: object) -> dict[str, Any]:
+    """A GET request's fields that are given (its query string's, once written)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _what(r: Reader) -> tuple[int, Optional[str], Optional[str]]:
+    """Whole cards, or one MIG slice of a profile, and how the cards must sit."""
+    cards = r.whole("cards")
+    if cards < 1:
+        raise BadRequest(f"a job needs at least 1 card, not {cards}")
+    if cards > MOST_CARDS:
+        raise BadRequest(f"{r.where}.cards asks for more cards than any node has (at most {MOST_CARDS})")
+    slice_ = text(r, "slice")
+    if slice_ is not None:
+        check_profile(slice_)
+        if cards != 1:
+            raise BadRequest(f"a job gets one MIG slice, not {cards}: ask for one {slice_} slice, or for whole cards")
+    placement = text(r, "placement")
+    if placement is not None and placement not in PLACEMENTS:
+        raise BadRequest(f"{shown(placement)} is not a placement: use {' or '.join(PLACEMENTS)}")
+    if placement is not None and slice_ is not None:
+        raise BadRequest(f"a MIG slice ({slice_}) is one device: it has no placement ({placement}) to ask for")
+    return cards, slice_, placement
+
+
+def _run_id(r: Reader) -> Optional[str]:
+    run_id = text(r, "run_id")
+    return None if run_id is None else check_run_id(run_id)
+
+
+def _job_key(r: Reader) -> str:
+    return check_job_key(text(r, "run_id", required=True) or "")
+
+
+def _card(r: Reader) -> int:
+    return whole(r, "card", 0, 999_999, CARD_INDEX_WORDS)
+
+
+def _command(r: Reader, limits: Limits) -> tuple[str, ...]:
+    """The command's words (an argv, never a shell line), each text a program
+    can take, within TUNEPLANE_MAX_COMMAND_ARGS words and _KIB together."""
+    words = r.texts("command")
+    for n, word in enumerate(words):
+        valid_text(word, f"{r.where}.command[{n}]")
+    if limits is not None:
+        if len(words) > limits.command_args:
+            raise over(
+                f"the command has {len(words)} words",
+                str(limits.command_args),
+                "TUNEPLANE_MAX_COMMAND_ARGS",
+                limits.command_args,
+            )
+        size = sum(utf8_size(w) for w in words)
+        if size > limits.command_kib * 1024:
+            raise over(
+                f"the command is {kib(size)}",
+                f"{limits.command_kib} KiB",
+                "TUNEPLANE_MAX_COMMAND_KIB",
+                limits.command_kib,
+            )
+    return words
+
+
+def _env(r: Reader, limits: Limits) -> Optional[tuple[tuple[str, str], ...]]:
+    """The command's environment: names a program can be given (not empty, no
+    "=" or NUL) and text values, within TUNEPLANE_MAX_ENV_VARS and _KIB."""
+    doc = r.doc.get("env")
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+        raise BadRequest(f"{r.where}.env is not an object of text values")
+    for name, value in doc.items():
+        valid_text(name, f"{r.where}.env name {shown(name, 30)}")
+        if not name or "=" in name:
+            raise BadRequest(
+                f"environment variable name {shown(name)} is not valid (it must be non-empty, without '=')"
+            )
+        valid_text(value, f"{r.where}.env.{name[:30]}")
+    if limits is not None:
+        if len(doc) > limits.env_vars:
+            raise over(
+                f"the environment has {len(doc)} variables",
+                str(limits.env_vars),
+                "TUNEPLANE_MAX_ENV_VARS",
+                limits.env_vars,
+            )
+        size = sum(utf8_size(k) + utf8_size(v) + 2 for k, v in doc.items())
+        if size > limits.env_kib * 1024:
+            raise over(
+                f"the environment is {kib(size)}", f"{limits.env_kib} KiB", "TUNEPLANE_MAX_ENV_KIB", limits.env_kib
+            )
+    return tuple(doc.items())
+
+
+def _cwd(r: Reader, limits: Limits) -> Optional[str]:
+    cwd = text(r, "cwd")
+    if cwd is None:
+        return None
+    if not cwd.startswith("/"):
+        raise BadRequest(f"working directory {shown(cwd)} is not an absolute path")
+    if limits is not None and utf8_size(cwd) > limits.cwd_bytes:
+        raise over(
+            f"the working directory is {utf8_size(cwd)} bytes",
+            f"{limits.cwd_bytes} bytes",
+            "TUNEPLANE_MAX_CWD_BYTES",
+            limits.cwd_bytes,
+        )
+    return cwd
 
 
 @dataclass(frozen=True)
@@ -119,6 +555,32 @@ class You:
     operator: bool
     cards_held: int
     card_limit: Optional[int]
+
+
+@dataclass(frozen=True)
+class WhoAmI:
+    """The caller as the node sees them, and the pid the kernel named."""
+
+    you: You
+    pid: Optional[int]
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    """One answer of the audit: logged actions, oldest first (the caller's own,
+    or everyone's for an operator), and whether older ones were left out."""
+
+    entries: tuple[dict[str, Any], ...]
+    everyone: bool
+    more: bool = False
+
+
+@dataclass(frozen=True)
+class EventsPage:
+    """One answer of the node's log, oldest first, and whether older entries were left out."""
+
+    entries: tuple[dict[str, Any], ...]
+    more: bool = False
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,13 @@ from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceF
 from tpnode_tui.model.jobs import FENCE_MECHANISMS, DeviceFence, JobState, Launched, QueuedLaunch, SliceRef
 from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
+from tpnode_tui.model.states import CARD_STATES, SLICE_STATES
 from tpnode_tui.model.topology import PCIE_PATHS, Link, Topology
 from tpnode_tui.model.views import BELONGS, DRAIN_SOURCES, CardView, Drain, Evicted, EvictReport, HolderInfo, SliceView
+from tpnode_tui.text.printable import printable
 
 T = TypeVar("T")
+S = TypeVar("S", bound=str)
 
 #: bumped when a key changes meaning; readers refuse documents newer than they know
 WIRE_VERSION = 1
@@ -72,6 +75,7 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "xid_watch": snap.xid_watch,
         "xid_problem": snap.xid_problem,
         "node_fence": fence_to_json(snap.node_fence),
+        "queue_problem": snap.queue_problem,
     }
 
 
@@ -293,6 +297,17 @@ class Reader:
     def choice(self, key: str, choices: tuple[str, ...], default: Any = _REQUIRED) -> str:
         return self._get(key, lambda v: v in choices, f"one of {', '.join(choices)}", default)  # type: ignore[no-any-return]
 
+    def state(self, key: str, states: tuple[S, ...]) -> S:
+        """One of a typed enumeration's words (a card's or a slice's state), as
+        that type. A word this code does not know is refused, named: read as
+        another, a card of a newer node's state could be shown free."""
+        value = self.text(key)
+        for known in states:
+            if value == known:
+                return known
+        shown = printable(value if len(value) <= 40 else value[:37] + "...")
+        raise WireError(f"{self.where}.{key} is '{shown}', not one of {', '.join(states)}")
+
     def flag(self, key: str, default: Any = _REQUIRED) -> bool:
         return self._get(key, lambda v: isinstance(v, bool), "true or false", default)  # type: ignore[no-any-return]
 
@@ -426,7 +441,7 @@ def _slice(r: Reader) -> tuple[SliceFacts, Reader]:
         memory_used_mib=r.opt_whole("memory_used_mib"),
         processes=_processes(r),
     )
-    r.text("state")
+    r.state("state", SLICE_STATES)
     return facts, r
 
 
@@ -551,7 +566,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
                 SliceView(
                     card=c.whole("index"),
                     facts=sf,
-                    state=sr.text("state"),
+                    state=sr.state("state", SLICE_STATES),
                     run_id=slice_run,
                     job=live.get(slice_run) if slice_run else None,
                     holders=tuple(sr.each("holders", _holder, [])),
@@ -563,7 +578,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
                 SliceState(
                     card=c.whole("index"),
                     index=sf.index,
-                    state=sr.text("state"),
+                    state=sr.state("state", SLICE_STATES),
                     uuid=sf.uuid,
                     profile=sf.profile,
                     gpu_instance_id=sf.gpu_instance_id,
@@ -574,7 +589,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         views.append(
             CardView(
                 index=c.whole("index"),
-                state=c.text("state"),
+                state=c.state("state", CARD_STATES),
                 facts=f,
                 run_id=run_id,
                 job=live.get(run_id) if run_id else None,
@@ -617,6 +632,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         xid_watch=r.text("xid_watch", ""),
         xid_problem=r.opt_text("xid_problem"),
         node_fence=_node_fence(r),
+        queue_problem=r.opt_text("queue_problem"),
     )
 
 

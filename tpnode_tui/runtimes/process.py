@@ -51,6 +51,7 @@ from tpnode_tui.devices.fence import ProcFiles
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, RuntimeUnavailable
 from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs
 from tpnode_tui.model.validation import check_run_id
+from tpnode_tui.port.fields import shown
 from tpnode_tui.runtimes import jobfence
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
 from tpnode_tui.runtimes.jobfence import JobFence
@@ -326,6 +327,11 @@ exit 15
 """
 
 
+#: how much of a command or a directory a refusal quotes: a path people can
+#: recognise, never the 16 KiB a command may be
+PATH_SHOWN = 200
+
+
 def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str, run_as: Optional[RunAs]) -> None:
     """Refuse a command that cannot be started, before any record holds cards.
 
@@ -361,15 +367,15 @@ def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str, run_as: 
         threading.Thread(target=check.wait, name="reap-check", daemon=True).start()
         raise Conflict(
             f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
-            f"{program!r} in {cwd!r} (is that file system hanging?)"
+            f"{shown(program, PATH_SHOWN)} in {shown(cwd, PATH_SHOWN)} (is that file system hanging?)"
         ) from None
     problem = {
-        10: f"working directory {cwd!r} does not exist (or {who} cannot reach it)",
-        11: f"working directory {cwd!r} is not a directory",
-        12: f"{who} may not enter working directory {cwd!r}",
-        13: f"command {program!r} not found",
-        14: f"command {program!r} is not executable by {who} (chmod +x it)",
-        15: f"command {program!r} not found on PATH; give its full path or install it",
+        10: f"working directory {shown(cwd, PATH_SHOWN)} does not exist (or {who} cannot reach it)",
+        11: f"working directory {shown(cwd, PATH_SHOWN)} is not a directory",
+        12: f"{who} may not enter working directory {shown(cwd, PATH_SHOWN)}",
+        13: f"command {shown(program, PATH_SHOWN)} not found",
+        14: f"command {shown(program, PATH_SHOWN)} is not executable by {who} (chmod +x it)",
+        15: f"command {shown(program, PATH_SHOWN)} not found on PATH; give its full path or install it",
     }.get(returncode)
     if problem is not None:
         raise Conflict(problem)

@@ -14,18 +14,27 @@ from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, JobNotFound
 from tpnode_tui.model.jobs import JobState
+from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, StopRequest
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.text.render import format_duration
 
 
 class JobActions:
     def __init__(
-        self, allocator: GpuAllocator, policy: Policy, *, clock: Callable[[], float], journal: Journal
+        self,
+        allocator: GpuAllocator,
+        policy: Policy,
+        *,
+        clock: Callable[[], float],
+        journal: Journal,
+        longest_s: Optional[float] = None,
     ) -> None:
         self.allocator = allocator
         self.policy = policy
         self.clock = clock
         self.journal = journal
+        #: the longest a reservation may be held from now, extensions included (TUNEPLANE_MAX_DURATION_DAYS)
+        self.longest_s = longest_s
 
     async def _job(self, run_id: str, *, live: Optional[bool] = None) -> JobState:
         for job in await self.allocator.runtime.ps():
@@ -34,7 +43,9 @@ class JobActions:
         state = {True: "running ", False: "exited ", None: ""}[live]
         raise JobNotFound(f"no {state}platform job has run id {run_id}")
 
-    async def stop(self, caller: Caller, run_id: str) -> JobState:
+    async def stop(self, caller: Caller, request: StopRequest) -> JobState:
+        run_id = request.run_id
+
         async def work() -> JobState:
             job = await self._job(run_id, live=True)
             self.policy.check_may(caller, job, "stop", card=min(job.gpus, default=None))
@@ -44,13 +55,15 @@ class JobActions:
             caller, "stop", run_id, work(), lambda j: f"{caller.user} stopped {j.key} ({j.holding})", lambda j: j.cards
         )
 
-    async def extend(self, caller: Caller, run_id: str, duration_s: float) -> JobState:
+    async def extend(self, caller: Caller, request: ExtendRequest) -> JobState:
+        run_id, duration_s = request.run_id, request.duration_s
+
         async def work() -> JobState:
             if not duration_s >= 1:
                 raise BadRequest(f"extend by at least 1 second, not {duration_s:g}")
             job = await self._job(run_id, live=True)
             self.policy.check_may(caller, job, "extend", card=min(job.gpus, default=None))
-            return await self.allocator.extend(run_id, duration_s)
+            return await self.allocator.extend(run_id, duration_s, longest_s=self.longest_s)
 
         def done(job: JobState) -> str:
             left = format_duration((job.expires_at or 0) - self.clock())
@@ -58,9 +71,10 @@ class JobActions:
 
         return await self.journal.audited(caller, "extend", run_id, work(), done, lambda j: j.cards)
 
-    async def reclaim(self, caller: Caller, run_id: Optional[str]) -> list[JobState]:
+    async def reclaim(self, caller: Caller, request: ReclaimRequest) -> list[JobState]:
         """Remove exited jobs' records: one run id (its owner or an operator), or
         all the caller may remove (an operator: every exited job)."""
+        run_id = request.run_id
 
         async def work() -> list[JobState]:
             if run_id is not None:

@@ -1,41 +1,113 @@
 """The node's log as the service writes it: every action, allowed or not, and what happened to the cards.
 
 Every action is written to the node's log before its answer is given,
-refusals included, and every entry (an action's, or one about the cards: XIDs,
-drains, intruders, health, ends, evictions) is handed at once to everyone
-following the log. Reading it back is here too: the audit of actions, the
-events of a card, and a follow that misses nothing in between.
+refusals included: those the door gave (a request that could not be read,
+over a limit, naming a field that says who asks) as well as the service's own
+(not allowed, a run id someone else holds). Each entry names the caller as the
+kernel did. Every entry (an action's, or one about the cards: XIDs, drains,
+intruders, health, ends, evictions) is handed at once to everyone following
+the log. Reading it back is here too, a page at a time: the audit of actions,
+the events of a card, and a follow that misses nothing in between.
+
+The log must survive the accounts it records, so:
+
+* what someone else wrote (a run id, a reason, an error that quotes a
+  command) is cut short and made printable before it is logged;
+* repeated refusals of one kind from one account fold: the first is written
+  at once, the rest of the next FOLD_S seconds become one line with their
+  count and time span;
+* an ordinary account's own actions go to its own shelf of the log
+  (:class:`~tpnode_tui.state.nodelog.NodeLog`), so however much it writes it
+  pushes out only its own older entries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional, TypeVar
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Optional, TypeVar
 
 from tpnode_tui.host.identity import Caller
-from tpnode_tui.model.errors import NoCapacity, NotAllowed
-from tpnode_tui.port.types import LaunchResult
+from tpnode_tui.model.errors import BadRequest, NoCapacity, NotAllowed, TooMany, TpnodeError
+from tpnode_tui.port.types import AuditPage, AuditRequest, EventsPage, EventsRequest, LaunchResult
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.state.nodelog import NodeLog
+from tpnode_tui.text.printable import printable
 
 T = TypeVar("T")
 
-#: how many log entries one audit or events answer holds at most (the newest)
-AUDIT_LIMIT = 10_000
+#: the most entries one answer holds when the node's limits are not given (TUNEPLANE_MAX_PAGE's default)
+DEFAULT_PAGE = 1000
 #: how many new log entries a follower may fall behind before it misses some
 FOLLOW_BACKLOG = 1000
+#: how long repeated refusals of one kind from one account fold into one line
+FOLD_S = 60.0
+#: the longest message a log entry keeps: someone else's text quoted in an error is cut
+MESSAGE_MOST = 500
+#: the longest target (a run id, a card) an entry keeps
+TARGET_MOST = 80
+#: threads that read the log for answers: a page of a large log is read in a
+#: thread, and many asked at once wait for this one, never for the threads the
+#: polls use. One, not more: reading is Python's work under the GIL, so a second
+#: thread reads hardly faster and takes turns from the event loop (measured:
+#: with two, another account's status under a flood had a p99 past a second)
+READERS = 1
+
+
+def result_of(error: BaseException) -> str:
+    """How a refused or failed action is logged, by its kind."""
+    if isinstance(error, NoCapacity):
+        return "no capacity"
+    if isinstance(error, TooMany):
+        return "over a limit"
+    if isinstance(error, NotAllowed):
+        return "refused"
+    if isinstance(error, BadRequest):
+        return "bad request"
+    return "failed"
+
+
+def cut(text: str, most: int) -> str:
+    """Someone else's text as a log entry keeps it: printable, and at most ``most`` characters."""
+    text = printable(text)
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+@dataclass
+class _Fold:
+    """Refusals of one kind from one account, counted since the first was written."""
+
+    caller: Caller
+    action: str
+    result: str
+    first: float
+    count: int = 0
+    last: float = 0.0
+    message: str = ""
+    handle: Optional[asyncio.TimerHandle] = field(default=None, repr=False)
 
 
 class Journal:
-    def __init__(self, node_log: Optional[NodeLog], clock: Callable[[], float], changes: Changes) -> None:
+    def __init__(
+        self, node_log: Optional[NodeLog], clock: Callable[[], float], changes: Changes, *, page: int = DEFAULT_PAGE
+    ) -> None:
         self.log = node_log
         self.clock = clock
         self.changes = changes
+        #: the most entries one audit or events answer holds (TUNEPLANE_MAX_PAGE)
+        self.page = page
         self._followers: set[asyncio.Queue[dict[str, Any]]] = set()
         #: launches and reservations by result since the service started (for /metrics)
         self.launch_results: collections.Counter[str] = collections.Counter()
+        self._folds: dict[tuple[int, str, str], _Fold] = {}
+        self._readers = ThreadPoolExecutor(READERS, thread_name_prefix="tpnode-log")
+
+    # ── writing ──────────────────────────────────────────────────────────────
 
     def record(
         self,
@@ -49,13 +121,22 @@ class Journal:
         cards: Iterable[int] = (),
         **fields: object,
     ) -> None:
+        """Log one action of ``caller``'s, as it ended. A refusal like one logged
+        in the last FOLD_S seconds (one account, one action, one result) is
+        counted into that one instead, and said when the time is up."""
         if action in ("launch", "reserve"):
             self.launch_results[counted or result.replace(" ", "_")] += 1
+        if result != "ok" and self._folded(caller, action, result, message):
+            return
         if cards:
             fields["cards"] = sorted(set(cards))
+        self._write(caller, action, cut(target, TARGET_MOST), result, cut(message, MESSAGE_MOST), **fields)
+
+    def _write(self, caller: Caller, action: str, target: str, result: str, message: str, **fields: Any) -> None:
         self.event(
             "action",
             message,
+            account=None if caller.operator else caller.uid,
             action=action,
             target=target,
             result=result,
@@ -65,10 +146,67 @@ class Journal:
             **fields,
         )
 
-    def event(self, kind: str, message: str, **fields: Any) -> dict[str, Any]:
-        """Write one entry to the node's log and hand it to everyone following it."""
+    def refused(self, caller: Caller, action: str, says: str, target: str, error: TpnodeError) -> None:
+        """Log a request refused before its action began: one the door could not
+        read, over a limit, naming who asks, or a read the node refused. ``says``
+        is what the operation does, in the table's words, so the line reads
+        "bob asked to stop a running job or reservation: ..." whatever the error."""
+        self.record(caller, action, target, result_of(error), f"{caller.user} asked to {says}: {error}")
+
+    def _folded(self, caller: Caller, action: str, result: str, message: str) -> bool:
+        """Whether this refusal folds into one logged in the last FOLD_S seconds;
+        the first of a kind starts the count and is logged as it is."""
+        key = (caller.uid, action, result)
+        now = self.clock()
+        fold = self._folds.get(key)
+        if fold is not None and now - fold.first < FOLD_S:
+            fold.count += 1
+            fold.last = now
+            fold.message = message
+            return True
+        if fold is not None:
+            self._flush(key)
+        fold = _Fold(caller, action, result, first=now)
+        self._folds[key] = fold
+        with contextlib.suppress(RuntimeError):  # no event loop (a plain call): said when the next one comes
+            fold.handle = asyncio.get_running_loop().call_later(FOLD_S, self._flush, key)
+        return False
+
+    def _flush(self, key: tuple[int, str, str]) -> None:
+        """Say how many refusals a fold took, in one line, and forget it."""
+        fold = self._folds.pop(key, None)
+        if fold is None:
+            return
+        if fold.handle is not None:
+            fold.handle.cancel()
+        if not fold.count:
+            return
+        span = f"{_clock(fold.first)} to {_clock(fold.last)}"
+        self._write(
+            fold.caller,
+            fold.action,
+            "*",
+            fold.result,
+            cut(
+                f"{fold.count} more like the one before from {fold.caller.user} ({fold.action}, {fold.result}), "
+                f"{span}; the last: {fold.message}",
+                MESSAGE_MOST,
+            ),
+            count=fold.count,
+            first=fold.first,
+            last=fold.last,
+        )
+
+    def flush(self) -> None:
+        """Say every fold's count now (the service is closing)."""
+        for key in list(self._folds):
+            self._flush(key)
+
+    def event(self, kind: str, message: str, *, account: Optional[int] = None, **fields: Any) -> dict[str, Any]:
+        """Write one entry to the node's log (``account``'s own shelf, for an
+        ordinary account's action) and hand it to everyone following it."""
         if self.log is not None:
-            entry = self.log.append(kind, message, **fields)
+            entry = self.log.append(kind, message, account=account, **fields)
         else:
             entry = {"time": self.clock(), "kind": kind, "message": message, **fields}
         for follower in self._followers:
@@ -127,8 +265,7 @@ class Journal:
             return
         e = task.exception()
         if e is not None:
-            how = "no capacity" if isinstance(e, NoCapacity) else "refused" if isinstance(e, NotAllowed) else "failed"
-            self.record(caller, action, target, how, str(e) or type(e).__name__, cards=asked)
+            self.record(caller, action, target, result_of(e), str(e) or type(e).__name__, cards=asked)
             return
         outcome = task.result()
         queued = isinstance(outcome, LaunchResult) and outcome.queued is not None
@@ -137,18 +274,32 @@ class Journal:
         )
         self.changes.acted()
 
-    def audit(self, caller: Caller, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
-        """The logged actions of the last ``since_s`` seconds (all of them for
-        None), newest last: everyone's for an operator, else the caller's own
-        (and the node's on their jobs); and whether they are everyone's."""
+    # ── reading ──────────────────────────────────────────────────────────────
+
+    def _limit(self, asked: Optional[int]) -> int:
+        return self.page if asked is None else max(1, min(asked, self.page))
+
+    def _since(self, since_s: Optional[float]) -> Optional[float]:
+        return None if since_s is None else self.clock() - since_s
+
+    async def audit(self, caller: Caller, request: AuditRequest) -> AuditPage:
+        """The logged actions of the last ``since_s`` seconds (all kept, for
+        None), oldest first, at most a page (the newest before ``before``):
+        everyone's for an operator, else the caller's own (read from their own
+        shelf and the node's only), and the node's on their jobs."""
         if self.log is None:
-            return [], caller.operator
-        since = None if since_s is None else self.clock() - since_s
-        entries = collections.deque(
-            (e for e in self.log.read(since=since, kinds={"action"}) if caller.operator or _theirs(caller, e)),
-            maxlen=AUDIT_LIMIT,
-        )
-        return list(entries), caller.operator
+            return AuditPage((), caller.operator)
+        log = self.log
+        since, limit = self._since(request.since_s), self._limit(request.limit)
+
+        def read() -> tuple[list[dict[str, Any]], bool]:
+            entries = log.read(
+                since=since, before=request.before, kinds={"action"}, accounts=None if caller.operator else [caller.uid]
+            )
+            return _newest((e for e in entries if caller.operator or _theirs(caller, e)), limit)
+
+        entries, more = await asyncio.get_running_loop().run_in_executor(self._readers, read)
+        return AuditPage(tuple(entries), caller.operator, more)
 
     def _visible(self, caller: Caller, entry: dict[str, Any], card: Optional[int]) -> bool:
         """Actions are the caller's own unless they operate (as for audit); what
@@ -160,35 +311,36 @@ class Journal:
             return isinstance(cards, list) and card in cards
         return True
 
-    def events(
-        self, caller: Caller, since_s: Optional[float] = None, card: Optional[int] = None
-    ) -> list[dict[str, Any]]:
-        """The node's log of the last ``since_s`` seconds (all of it for None),
-        oldest first, at most the newest AUDIT_LIMIT: health events, XIDs,
-        drains, intruders, ends and expiries, evictions, and the actions the
-        caller may see; only those about ``card`` when one is given.
-
-        Reads every kept log file (up to TUNEPLANE_LOG_MAX_MB a file): blocking,
-        so the agent calls it in a thread; only the newest are ever held."""
+    def _events(self, caller: Caller, request: EventsRequest) -> tuple[list[dict[str, Any]], bool]:
+        """A page of the node's log: blocking (it reads every kept file of the
+        shelves the caller may see), so it runs in a reader thread."""
         if self.log is None:
-            return []
-        since = None if since_s is None else self.clock() - since_s
-        return list(
-            collections.deque(
-                (e for e in self.log.read(since=since) if self._visible(caller, e, card)), maxlen=AUDIT_LIMIT
-            )
+            return [], False
+        entries = self.log.read(
+            since=self._since(request.since_s),
+            before=request.before,
+            accounts=None if caller.operator else [caller.uid],
         )
+        return _newest((e for e in entries if self._visible(caller, e, request.card)), self._limit(request.limit))
 
-    async def follow_events(
-        self, caller: Caller, card: Optional[int] = None, since_s: Optional[float] = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, caller: Caller, request: EventsRequest) -> EventsPage:
+        """The node's log of the last ``since_s`` seconds (all of it for None),
+        oldest first, at most a page (the newest before ``before``): health
+        events, XIDs, drains, intruders, ends and expiries, evictions, and the
+        actions the caller may see; only those about ``card`` when one is given."""
+        entries, more = await asyncio.get_running_loop().run_in_executor(self._readers, self._events, caller, request)
+        return EventsPage(tuple(entries), more)
+
+    async def follow_events(self, caller: Caller, request: EventsRequest) -> AsyncIterator[dict[str, Any]]:
         """What :meth:`events` shows for ``since_s`` (nothing for None), then every
         entry as it is written, none twice and none missed in between. A follower
         that falls FOLLOW_BACKLOG entries behind loses the oldest."""
         follower: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=FOLLOW_BACKLOG)
         self._followers.add(follower)
         try:
-            past = await asyncio.to_thread(self.events, caller, since_s, card) if since_s is not None else []
+            past: list[dict[str, Any]] = []
+            if request.since_s is not None:
+                past = list((await self.events(caller, request)).entries)
             # Entries written while the past was read are in both: skip them once.
             overlap = {json.dumps(e, sort_keys=True) for e in past[-FOLLOW_BACKLOG:]}
             for entry in past:
@@ -198,10 +350,14 @@ class Journal:
                 if overlap and json.dumps(entry, sort_keys=True) in overlap:
                     continue
                 overlap = set()
-                if self._visible(caller, entry, card):
+                if self._visible(caller, entry, request.card):
                     yield entry
         finally:
             self._followers.discard(follower)
+
+    def close(self) -> None:
+        self.flush()
+        self._readers.shutdown(wait=False, cancel_futures=True)
 
 
 def _theirs(caller: Caller, entry: dict[str, Any]) -> bool:
@@ -209,3 +365,17 @@ def _theirs(caller: Caller, entry: dict[str, Any]) -> bool:
     to a job of theirs without them (``owner_uid``: the node releasing an idle
     reservation), so they learn where their cards went."""
     return entry.get("uid") == caller.uid or entry.get("owner_uid") == caller.uid
+
+
+def _clock(when: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(when))
+
+
+def _newest(entries: Iterator[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """The newest ``limit`` of ``entries`` (oldest first), and whether there were
+    more: only as many are ever held, however long the log."""
+    kept = collections.deque(entries, maxlen=limit + 1)
+    more = len(kept) > limit
+    if more:
+        kept.popleft()
+    return list(kept), more

@@ -8,7 +8,13 @@ once it holds the lock it is finished, so a job is never left half-made.
 
 The queue is tried in rounds, after every poll: in order, the first launch
 that does not fit ends the round, and one over its owner's limit waits
-without holding back the others.
+without holding back the others. One that fails, however it fails, leaves the
+queue with its reason, said once: it never stops the round for the others.
+
+A run id is its owner's while it is queued, being placed, held, or not yet
+reclaimed: anyone else asking for it is refused (409) with whose it is,
+before anything is queued or placed. Operators may still act on it (stop,
+cancel, reclaim), as on anything.
 """
 
 from __future__ import annotations
@@ -32,15 +38,22 @@ from tpnode_tui.model.errors import (
     RuntimeUnavailable,
     TpnodeError,
 )
-from tpnode_tui.model.jobs import JobSpec, JobState, Launched, QueuedLaunch
-from tpnode_tui.model.topology import PLACEMENTS
-from tpnode_tui.model.validation import check_run_id
-from tpnode_tui.port.types import Cancelled, LaunchRequest, LaunchResult, OverQuota, ReserveRequest, new_run_id
+from tpnode_tui.model.jobs import JobSpec, JobState, Launched, QueuedLaunch, wanted_words
+from tpnode_tui.port.types import (
+    Cancelled,
+    CancelRequest,
+    LaunchRequest,
+    LaunchResult,
+    OverQuota,
+    ReserveRequest,
+    is_owner,
+    new_run_id,
+)
 from tpnode_tui.service.accounts import account, group_names, run_as
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.readings import Readings
-from tpnode_tui.state.queue import LaunchQueue, QueueEntry
+from tpnode_tui.state.queue import NO_BOUNDS, Bounds, LaunchQueue, QueueEntry
 from tpnode_tui.text.printable import printable
 
 log = logging.getLogger(__name__)
@@ -50,10 +63,29 @@ log = logging.getLogger(__name__)
 class _Pending:
     """A launch in flight: waiting for the allocation lock, or placing its job."""
 
-    entry: QueueEntry
+    spec: JobSpec
+    caller: Caller
+    began_at: float
     phase: str = "waiting"
     task: Optional[asyncio.Future[Launched]] = None
     cancelled_by: Optional[Caller] = None
+
+    def public(self, state: str, waiting_for: Optional[str]) -> QueuedLaunch:
+        s = self.spec
+        return QueuedLaunch(
+            run_id=s.run_id,
+            cards=s.cards,
+            owner=s.owner,
+            queued_at=self.began_at,
+            kind=s.kind,
+            command=s.command,
+            image=s.image,
+            uid=s.uid,
+            state=state,
+            waiting_for=waiting_for,
+            slice=s.slice,
+            placement=s.placement,
+        )
 
 
 class Launches:
@@ -67,6 +99,7 @@ class Launches:
         readings: Readings,
         journal: Journal,
         changes: Changes,
+        bounds: Bounds = NO_BOUNDS,
     ) -> None:
         self.allocator = allocator
         self.policy = policy
@@ -75,8 +108,12 @@ class Launches:
         self.readings = readings
         self.journal = journal
         self.changes = changes
+        #: how many launches may wait (TUNEPLANE_MAX_QUEUED_PER_USER, TUNEPLANE_MAX_QUEUED)
+        self.bounds = bounds
         self._pending: dict[str, _Pending] = {}
         self._round: Optional[asyncio.Task[None]] = None
+        #: the last reason the queue could not be tried, said once until it changes
+        self._stuck: Optional[str] = None
 
     def _spec(
         self,
@@ -93,13 +130,10 @@ class Launches:
         placement: Optional[str] = None,
         slice: Optional[str] = None,
     ) -> JobSpec:
-        check_run_id(run_id)
-        if cards <= 0:
-            raise BadRequest(f"a job needs at least 1 card, not {cards}")
-        if placement is not None and placement not in PLACEMENTS:
-            raise BadRequest(f"{placement!r} is not a placement: use {' or '.join(PLACEMENTS)}")
-        if placement is not None and slice is not None:
-            raise BadRequest(f"a MIG slice ({slice}) is one device: it has no placement ({placement}) to ask for")
+        """The job ``caller`` asks for, as the node's rules make it: whose it is
+        (another owner: operators only), the image allowed, whom it runs as.
+        The request itself was read and checked at the door
+        (:meth:`LaunchRequest.parse <tpnode_tui.port.types.LaunchRequest.parse>`)."""
         owner = self.policy.owner_for(caller, owner)
         self.policy.check_image(image)
         named = caller if owner == caller.user else account(owner)
@@ -122,11 +156,11 @@ class Launches:
             slice=slice,
         )
 
-    async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
-        run_id = request.run_id or new_run_id()
-        spec = self._spec(
+    def _job_spec(self, caller: Caller, request: LaunchRequest) -> JobSpec:
+        assert request.run_id is not None
+        return self._spec(
             caller,
-            run_id=run_id,
+            run_id=request.run_id,
             cards=request.cards,
             owner=request.owner,
             command=request.command,
@@ -136,25 +170,59 @@ class Launches:
             placement=request.placement,
             slice=request.slice,
         )
-        entry = QueueEntry(spec, caller, self.clock())
+
+    def _check_run_id(self, spec: JobSpec) -> None:
+        """Refuse a run id that is someone else's: queued by them, being placed
+        for them, or one of their jobs not yet reclaimed (as last read; the
+        allocator checks the live ones again under its lock). The same owner's
+        is theirs to ask for again: a retry gets its job back."""
+        run_id = spec.run_id
+        pending = self._pending.get(run_id)
+        if pending is not None:
+            whose = "" if _same_owner(spec, pending.spec.uid, pending.spec.owner) else f" for {pending.spec.owner}"
+            raise Conflict(f"{run_id} is being launched already{whose}; wait for it or cancel it, or choose another")
+        queued = next((e for e in self.queue.entries() if e.run_id == run_id), None)
+        if queued is not None and not _same_owner(spec, queued.owner_uid, queued.owner):
+            raise Conflict(
+                f"run id {run_id} is queued by {queued.owner}; choose another run id "
+                "(only they or an operator may cancel it)"
+            )
+        snap = self.readings.raw
+        for job in snap.jobs if snap is not None else ():
+            if job.key == run_id and not _same_owner(spec, job.uid, job.owner):
+                what = f"{job.status} {job.kind}" if job.live else f"exited {job.kind}, not yet reclaimed"
+                raise Conflict(
+                    f"run id {run_id} is taken by {job.owner or 'another account'}'s {what}; choose another "
+                    "run id (or leave it out for a new one)"
+                )
+
+    async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
+        """Place a launch now, or (``queue``) let it wait its turn. Everything
+        about it is decided inside the audited work, so every refusal (another
+        owner named, a run id someone else holds, a full queue) is logged."""
+        run_id = request.run_id or new_run_id()
+        request = replace(request, run_id=run_id)
 
         async def work() -> LaunchResult:
+            spec = self._job_spec(caller, request)
+            self._check_run_id(spec)
             # A launch that agrees to wait takes its place behind the ones already
             # waiting, so it cannot pass a larger launch queued before it.
             if not (request.queue and self.queue.entries()):
                 try:
-                    return LaunchResult(launched=await self._place(entry))
+                    return LaunchResult(launched=await self._place(spec, caller))
                 except (NoCapacity, OverQuota):
                     if not request.queue:
                         raise
-            self.queue.add(entry)
+            entry = QueueEntry(request, caller, self.clock())
+            self.queue.add(entry, self.bounds)
             self.readings.republish()
             self.changes.poll_soon()
             return LaunchResult(queued=entry.public())
 
         def done(result: LaunchResult) -> str:
             if result.queued is not None:
-                return f"{run_id} queued for {spec.wants}"
+                return f"{run_id} queued for {wanted_words(request.cards, request.slice, request.placement)}"
             return _placed(result.launched)
 
         return await self.journal.audited(
@@ -168,31 +236,31 @@ class Launches:
         )
 
     async def reserve(self, caller: Caller, request: ReserveRequest) -> Launched:
-        if not request.duration_s >= 1:
-            raise BadRequest(f"a reservation lasts at least 1 second, not {request.duration_s:g}")
         run_id = request.run_id or new_run_id("rsv")
-        spec = self._spec(
-            caller,
-            run_id=run_id,
-            cards=request.cards,
-            owner=request.owner,
-            kind="reservation",
-            placement=request.placement,
-            slice=request.slice,
-        )
-        spec = replace(spec, expires_at=self.clock() + request.duration_s)
-        entry = QueueEntry(spec, caller, self.clock())
+
+        async def work() -> Launched:
+            if not request.duration_s >= 1:
+                raise BadRequest(f"a reservation lasts at least 1 second, not {request.duration_s:g}")
+            spec = self._spec(
+                caller,
+                run_id=run_id,
+                cards=request.cards,
+                owner=request.owner,
+                kind="reservation",
+                placement=request.placement,
+                slice=request.slice,
+            )
+            self._check_run_id(spec)
+            spec = replace(spec, expires_at=self.clock() + request.duration_s)
+            return await self._place(spec, caller, hold_for_s=request.duration_s)
+
         return await self.journal.audited(
-            caller,
-            "reserve",
-            run_id,
-            self._place(entry, hold_for_s=request.duration_s),
-            _placed,
-            lambda launched: launched.job.cards,
-            finish=False,
+            caller, "reserve", run_id, work(), _placed, lambda launched: launched.job.cards, finish=False
         )
 
-    async def _place(self, entry: QueueEntry, hold_for_s: Optional[float] = None) -> Launched:
+    async def _place(
+        self, spec: JobSpec, caller: Caller, hold_for_s: Optional[float] = None, began_at: Optional[float] = None
+    ) -> Launched:
         """Launch ``entry`` as a cancellable pending launch, listed in the
         snapshot's queue from the next reading on while it waits.
 
@@ -201,22 +269,23 @@ class Launches:
         lock, the launch is dropped; once it holds the lock it is finished,
         because a job cancelled half-way would hold cards with nobody to start it.
         """
-        spec, caller = entry.spec, entry.caller
         if spec.run_id in self._pending:
             raise Conflict(f"{spec.run_id} is being launched already; wait for it or cancel it")
-        pending = _Pending(entry)
+        pending = _Pending(spec, caller, self.clock() if began_at is None else began_at)
         groups = group_names(caller.groups)
 
         def admit(jobs: list[JobState]) -> None:
             # Under the allocation lock, on the jobs just read: a quota checked
             # before the lock could be passed by two launches at once.
-            taken = next((j for j in jobs if j.live and j.key == spec.run_id), None)
-            if taken is not None and taken.owner != spec.owner:
+            theirs = next((j for j in jobs if j.key == spec.run_id and not _same_owner(spec, j.uid, j.owner)), None)
+            if theirs is not None:
                 # a retry gets its own job back; someone else's is not "already placed" for them
+                what = theirs.kind if theirs.live else f"exited {theirs.kind}, not yet reclaimed"
                 raise Conflict(
-                    f"run id {spec.run_id} is taken by {taken.owner or 'another account'}'s "
-                    f"{taken.kind}; choose another run id (or leave it out for a new one)"
+                    f"run id {spec.run_id} is taken by {theirs.owner or 'another account'}'s "
+                    f"{what}; choose another run id (or leave it out for a new one)"
                 )
+            taken = next((j for j in jobs if j.live and j.key == spec.run_id), None)
             if taken is None:
                 self.policy.check_quota_ever(caller, spec.cards, groups)
                 try:
@@ -250,23 +319,23 @@ class Launches:
         each round tries it, keeps its place and its "queued" meanwhile."""
         waiting = self.allocator.lock.waiting
         entries = self.queue.entries()
-        in_queue = {e.spec.run_id for e in entries}
+        in_queue = {e.run_id for e in entries}
 
         def trying(p: _Pending, otherwise: QueuedLaunch) -> QueuedLaunch:
             if p.phase == "waiting" and waiting:
-                return p.entry.public("waiting", waiting)
+                return p.public("waiting", waiting)
             if p.phase == "placing":
-                return p.entry.public("placing", "placing its job")
+                return p.public("placing", "placing its job")
             return otherwise
 
         shown = [
-            trying(p, p.entry.public("placing", "placing its job"))
+            trying(p, p.public("placing", "placing its job"))
             for run_id, p in self._pending.items()
             if run_id not in in_queue
         ]
         for n, entry in enumerate(entries):
-            place = entry.public("queued", f"{entry.spec.wants}, #{n + 1} in the queue")
-            pending = self._pending.get(entry.spec.run_id)
+            place = entry.public("queued", f"{entry.public().wants}, #{n + 1} in the queue")
+            pending = self._pending.get(entry.run_id)
             shown.append(place if pending is None else trying(pending, place))
         return tuple(shown)
 
@@ -282,45 +351,65 @@ class Launches:
         problem of the node's that passes (the engine restarting, a broken
         drains file, the lock not had): nobody's launch is dropped for it. One
         over its owner's quota waits without holding back anyone else's; one
-        that fails for its own reasons leaves the queue, said in the node's log."""
-        for entry in self.queue.entries():
-            spec = entry.spec
-            if spec.run_id in self._pending:
+        that fails for its own reasons, however it fails, leaves the queue,
+        said once in the node's log: it never stops the round for the others."""
+        try:
+            entries = self.queue.entries()
+        except TpnodeError as e:  # the file cannot be read: every reading says so
+            self._say_stuck(str(e))
+            return
+        for entry in entries:
+            if entry.run_id in self._pending:
                 continue
             try:
-                launched = await self._place(entry)
+                spec = self._job_spec(entry.caller, entry.request)
+                launched = await self._place(spec, entry.caller, began_at=entry.queued_at)
             except (NoCapacity, LockWaitTimeout, RuntimeUnavailable) as e:
-                if not isinstance(e, NoCapacity):
-                    log.warning("the queue waits: %s", printable(str(e)))
+                self._say_stuck(None if isinstance(e, NoCapacity) else str(e))
                 return
             except OverQuota:
                 continue
             except TpnodeError as e:
-                if self.queue.remove(spec.run_id) is not None:
-                    self.journal.record(
-                        entry.caller,
-                        "launch",
-                        spec.run_id,
-                        "dropped",
-                        f"queued launch {spec.run_id} left the queue: {e}",
-                    )
+                self._drop(entry, str(e))
                 continue
-            if self.queue.remove(spec.run_id) is not None:
+            except Exception as e:  # noqa: BLE001 (what no rule foresaw: this launch's, never the round's)
+                log.warning("queued launch %s failed; it leaves the queue", printable(entry.run_id), exc_info=True)
+                self._drop(entry, f"it failed in the agent ({type(e).__name__}); the agent's log has the details")
+                continue
+            self._say_stuck(None)
+            if self.queue.remove(entry.run_id) is not None:
                 self.journal.record(
-                    entry.caller, "launch", spec.run_id, "ok", f"queued launch: {_placed(launched)}", counted="placed"
+                    entry.caller, "launch", entry.run_id, "ok", f"queued launch: {_placed(launched)}", counted="placed"
                 )
             self.changes.acted()
 
-    async def cancel(self, caller: Caller, run_id: str) -> QueuedLaunch:
+    def _drop(self, entry: QueueEntry, why: str) -> None:
+        if self.queue.remove(entry.run_id) is not None:
+            self.journal.record(
+                entry.caller, "launch", entry.run_id, "dropped", f"queued launch {entry.run_id} left the queue: {why}"
+            )
+
+    def _say_stuck(self, why: Optional[str]) -> None:
+        """Say in the agent's log why the queue waits: once, not every round."""
+        if why is not None and why != self._stuck:
+            log.warning("the queue waits: %s", printable(why))
+        self._stuck = why
+
+    async def cancel(self, caller: Caller, request: CancelRequest) -> QueuedLaunch:
         """Drop a queued launch, or one still waiting for the lock; the owner or an operator."""
+        run_id = request.run_id
 
         async def work() -> QueuedLaunch:
             pending = self._pending.get(run_id)
-            queued = next((e for e in self.queue.entries() if e.spec.run_id == run_id), None)
-            entry = pending.entry if pending is not None else queued
-            if entry is None:
+            queued = next((e for e in self.queue.entries() if e.run_id == run_id), None)
+            if pending is None and queued is None:
                 raise JobNotFound(f"no launch {run_id} is queued or waiting")
-            self.policy.check_cancel(caller, run_id, entry.spec.owner, entry.spec.uid)
+            if pending is not None:
+                owner, owner_uid, shown = pending.spec.owner, pending.spec.uid, pending.public("cancelled", None)
+            else:
+                assert queued is not None
+                owner, owner_uid, shown = queued.owner, queued.owner_uid, queued.public("cancelled")
+            self.policy.check_cancel(caller, run_id, owner, owner_uid)
             if pending is not None:
                 if pending.phase != "waiting":
                     raise TpnodeError(
@@ -333,7 +422,7 @@ class Launches:
                     pending.task.cancel()
             self.queue.remove(run_id)
             self.readings.republish()
-            return entry.public("cancelled")
+            return shown
 
         return await self.journal.audited(
             caller, "cancel", run_id, work(), lambda q: f"{q.run_id} of {q.owner} was cancelled"
@@ -348,6 +437,14 @@ class Launches:
             self._round.cancel()
             with contextlib.suppress(BaseException):
                 await self._round
+
+
+def _same_owner(spec: JobSpec, uid: Optional[int], owner: str) -> bool:
+    """Whether what recorded ``uid`` and ``owner`` is ``spec``'s owner's: by uid
+    where both are known, else by name (as the policy compares)."""
+    if spec.uid is not None:
+        return is_owner(uid, owner, spec.uid, spec.owner)
+    return owner == spec.owner
 
 
 def _placed(launched: Optional[Launched]) -> str:

@@ -9,14 +9,14 @@ driver no longer reports a problem with it.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Optional
+from typing import Callable
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
-from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed
+from tpnode_tui.model.errors import Conflict, JobNotFound, NotAllowed
 from tpnode_tui.model.views import Drain, EvictReport
-from tpnode_tui.port.types import DRAIN_REASON_MOST
+from tpnode_tui.port.types import DrainRequest, EvictRequest, UndrainRequest
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.triage import evict as evicting
@@ -44,16 +44,14 @@ class OperatorActions:
         if not caller.operator:
             raise NotAllowed(f"{caller.user} may not {what}: only an operator ({self.policy.operators.describe()}) may")
 
-    async def drain_card(self, caller: Caller, card: int, reason: str) -> Drain:
+    async def drain(self, caller: Caller, request: DrainRequest) -> Drain:
         """Take ``card`` out of service (operators): it is never handed out again
-        until undrained; a job already on it keeps running."""
+        until undrained; a job already on it keeps running. The reason was read
+        (said, and not too long) with the request."""
+        card, reason = request.card, request.reason
 
         async def work() -> Drain:
             self._operators_only(caller, f"drain card {card}")
-            if not reason.strip():
-                raise BadRequest("say why the card is drained (a reason), so the next operator knows")
-            if len(reason) > DRAIN_REASON_MOST:
-                raise BadRequest(f"a drain reason is at most {DRAIN_REASON_MOST} characters")
             if self.readings.raw is None:
                 await self.readings.read_now()  # to know which cards the node has
             self.readings.check_card(card)
@@ -78,9 +76,10 @@ class OperatorActions:
 
         return await self.journal.audited(caller, "drain", f"card {card}", work(), done, lambda d: [d.card], [card])
 
-    async def undrain_card(self, caller: Caller, card: int) -> Drain:
+    async def undrain(self, caller: Caller, request: UndrainRequest) -> Drain:
         """Put ``card`` back in service (operators); refused while the driver
         still reports a problem with it, which is named."""
+        card = request.card
 
         async def work() -> Drain:
             self._operators_only(caller, f"undrain card {card}")
@@ -125,20 +124,18 @@ class OperatorActions:
             [card],
         )
 
-    async def evict(
-        self,
-        caller: Caller,
-        card: int,
-        pid: Optional[int] = None,
-        *,
-        kill: bool = False,
-        dry_run: bool = False,
-        started_at: Optional[float] = None,
-    ) -> EvictReport:
+    async def evict(self, caller: Caller, request: EvictRequest) -> EvictReport:
         """SIGTERM the card's external or intruding processes, or the one named
         (operators); SIGKILL what is left after the grace period when ``kill``.
         ``dry_run`` only lists what would be signalled; ``started_at`` names the
         very process (as a dry run listed it) that ``pid`` must still be."""
+        card, pid, kill, dry_run, started_at = (
+            request.card,
+            request.pid,
+            request.kill,
+            request.dry_run,
+            request.started_at,
+        )
 
         async def work() -> EvictReport:
             self._operators_only(caller, f"evict processes from card {card}")

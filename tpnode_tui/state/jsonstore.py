@@ -14,6 +14,12 @@ the same accidents, so the way they are kept is written once, here:
   newer version) raises :class:`RuntimeUnavailable` and is never written over:
   read as empty, a queue would drop people's launches and a drain list would
   hand out cards an operator took out of service.
+* One record that cannot be understood is, where the document allows it
+  (``set_aside``: the launch queue, whose records are independent wishes),
+  moved to a file beside it, with why, and the rest are read: one bad record
+  must never stop everyone else's. Where records decide together (the
+  drains: which cards are out of service), one bad record still stops the
+  whole document, as above.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
 from tpnode_tui.model.errors import RuntimeUnavailable
 
@@ -36,6 +43,18 @@ R = TypeVar("R")
 #: beats a launch or a dashboard that hangs without a word.
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 _LOCK_POLL_S = 0.02
+#: how many records a set-aside file keeps (the newest): it is for an operator to look at, not a second store
+SET_ASIDE_KEPT = 1000
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A record moved out of its document because it could not be understood."""
+
+    key: str
+    why: str
+    #: where it was moved to
+    path: Path
 
 
 class JsonStore(Generic[R]):
@@ -59,6 +78,8 @@ class JsonStore(Generic[R]):
         what: str,
         losing: str,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        set_aside: Optional[str] = None,
+        on_set_aside: Optional[Callable[[SetAside], None]] = None,
     ) -> None:
         self.dir = Path(directory)
         self.path = self.dir / name
@@ -70,13 +91,23 @@ class JsonStore(Generic[R]):
         self.what = what
         self.losing = losing
         self.lock_timeout_s = lock_timeout_s
+        #: where a record that cannot be understood is moved (None: it stops the whole document)
+        self.set_aside_path = None if set_aside is None else self.dir / set_aside
+        #: told of each record set aside, once, after it was moved
+        self.on_set_aside = on_set_aside
 
     def read(self) -> dict[str, R]:
-        """Every record, under a shared lock. A missing directory or file holds none."""
+        """Every record, under a shared lock. A missing directory or file holds none.
+        A record that cannot be understood is set aside first, under the
+        exclusive lock, where the document allows it."""
         if not self.path.exists():
             return {}
         with self._locked(fcntl.LOCK_SH):
-            return self._load()
+            records, bad = self._sorted()
+        if not bad:
+            return records
+        with self.transaction() as records:
+            return dict(records)
 
     @contextmanager
     def transaction(self) -> Iterator[dict[str, R]]:
@@ -87,12 +118,19 @@ class JsonStore(Generic[R]):
         the change before anything is touched.
         """
         self.ensure_dir()
+        moved: list[SetAside] = []
         with self._locked(fcntl.LOCK_EX):
-            records = self._load()
+            records, bad = self._sorted()
+            if bad:
+                moved = self._set_aside(bad)
+                self._write(records)
             before = dict(records)
             yield records
             if records != before or list(records) != list(before):
                 self._write(records)
+        for record in moved:
+            if self.on_set_aside is not None:
+                self.on_set_aside(record)
 
     def ensure_dir(self) -> None:
         """Create the directory (0700) if missing; an existing one keeps its mode."""
@@ -141,7 +179,24 @@ class JsonStore(Generic[R]):
             f"changes it can be done until it is repaired: read as empty, {self.losing}"
         )
 
-    def _load(self) -> dict[str, R]:
+    def _sorted(self) -> tuple[dict[str, R], dict[str, tuple[Any, str]]]:
+        """The records, and those that could not be understood (key -> what was
+        written, and why) where they may be set aside; else one bad record
+        raises for the whole document."""
+        good: dict[str, R] = {}
+        bad: dict[str, tuple[Any, str]] = {}
+        for key, value in self._records().items():
+            try:
+                good[key] = self._parse(key, value)
+            except ValueError as e:
+                if self.set_aside_path is None:
+                    raise self.unreadable(f"has a record that cannot be understood ({e})") from None
+                bad[key] = (value, str(e))
+        return good, bad
+
+    def _records(self) -> dict[str, Any]:
+        """The document's records as written (none when there is no file); the
+        document itself refused, whole, when it is not one this code wrote."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -151,20 +206,7 @@ class JsonStore(Generic[R]):
                 f"cannot read the {self.what} {self.path}: {e.strerror}; "
                 f"run as the user that owns {self.dir}, or through the node's agent"
             ) from None
-        try:
-            doc = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise self.unreadable("is not UTF-8 text") from None
-        except json.JSONDecodeError as e:
-            where = (
-                "is empty"
-                if not raw.strip()
-                else (
-                    f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
-                    "it may have been cut short or edited by hand"
-                )
-            )
-            raise self.unreadable(where) from None
+        doc = self._json(raw)
         if not isinstance(doc, dict) or "version" not in doc:
             raise self.unreadable('has no "version": it is not a tpnode-tui file')
         version = doc["version"]
@@ -178,17 +220,63 @@ class JsonStore(Generic[R]):
         records = doc.get(self.section)
         if not isinstance(records, dict) or set(doc) != {"version", self.section}:
             raise self.unreadable(f'does not hold exactly "version" and a "{self.section}" object')
+        return records
+
+    def _json(self, raw: bytes) -> Any:
         try:
-            return {key: self._parse(key, value) for key, value in records.items()}
-        except ValueError as e:
-            raise self.unreadable(f"has a record that cannot be understood ({e})") from None
+            return json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise self.unreadable("is not UTF-8 text") from None
+        except RecursionError:
+            raise self.unreadable("is nested too deep to be read") from None
+        except json.JSONDecodeError as e:
+            where = (
+                "is empty"
+                if not raw.strip()
+                else (
+                    f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                    "it may have been cut short or edited by hand"
+                )
+            )
+            raise self.unreadable(where) from None
+
+    def _set_aside(self, bad: dict[str, tuple[Any, str]]) -> list[SetAside]:
+        """Move ``bad`` records to the set-aside file (0600, the newest
+        SET_ASIDE_KEPT kept), with why and when, before the document is written
+        without them: a record is never dropped without a trace."""
+        assert self.set_aside_path is not None
+        path = self.set_aside_path
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8")).get("set_aside", [])
+            kept = kept if isinstance(kept, list) else []
+        except (OSError, ValueError, AttributeError):
+            kept = []
+        now = time.time()
+        kept += [{"key": key, "why": why, "at": now, "record": value} for key, (value, why) in bad.items()]
+        self._write_file(path, json.dumps({"version": 1, "set_aside": kept[-SET_ASIDE_KEPT:]}, indent=1))
+        return [SetAside(key, why, path) for key, (_value, why) in bad.items()]
+
+    def set_aside_count(self) -> int:
+        """How many records the set-aside file holds (0 when there is none)."""
+        if self.set_aside_path is None:
+            return 0
+        try:
+            kept = json.loads(self.set_aside_path.read_text(encoding="utf-8")).get("set_aside", [])
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, AttributeError):
+            return 1  # something is there, and an operator should look
+        return len(kept) if isinstance(kept, list) else 1
 
     def _write(self, records: dict[str, R]) -> None:
         text = json.dumps(
             {"version": self.version, self.section: {k: self._dump(r) for k, r in records.items()}},
             indent=1,
         )
-        prefix = f".{self.path.name}."
+        self._write_file(self.path, text)
+
+    def _write_file(self, path: Path, text: str) -> None:
+        prefix = f".{path.name}."
         tmp = None
         try:
             # Writers hold the exclusive lock, so a temporary file already here
@@ -200,12 +288,11 @@ class JsonStore(Generic[R]):
                 f.write(text + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
             tmp = None
         except OSError as e:
             raise RuntimeUnavailable(
-                f"cannot write the {self.what} {self.path}: {e.strerror}; "
-                "the previous version was kept, so nothing changed"
+                f"cannot write the {self.what} {path}: {e.strerror}; the previous version was kept, so nothing changed"
             ) from None
         finally:
             if tmp is not None:

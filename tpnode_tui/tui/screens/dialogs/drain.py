@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tpnode_tui.port.types import DRAIN_REASON_MOST
+from tpnode_tui.config.sections import DEFAULT_MAX_REASON_CHARS
 from tpnode_tui.tui.screens.dialogs.form import Field, FormScreen
 
 
@@ -26,7 +26,8 @@ class DrainScreen(FormScreen[str]):
         if not reason:
             self.refuse("reason", "say why the card is drained, so the next operator knows")
             return None
-        if len(reason) > DRAIN_REASON_MOST:
-            self.refuse("reason", f"{len(reason)} characters: a reason is at most {DRAIN_REASON_MOST}")
+        # the node's own limit decides (TUNEPLANE_MAX_REASON_CHARS); its default is asked here first
+        if len(reason) > DEFAULT_MAX_REASON_CHARS:
+            self.refuse("reason", f"{len(reason)} characters: a reason is at most {DEFAULT_MAX_REASON_CHARS}")
             return None
         return reason

@@ -1,0 +1,244 @@
+"""Section 9: the door. One account floods the agent; how quickly another's status answers, and the agent's memory.
+
+``tpnode-tui agent`` runs as its own process (as root, the process runtime, a
+simulated 8-card node, a 1 s interval) over a state dir whose log already
+holds 40 MB that everyone may read (four files of 10 MB of card events, one
+in ten with an 8 KB message, as a log kept before entries were cut short
+could hold). Two accounts that are not root are played by two uids with no
+entry in the account database (the kernel names a uid all the same), each a
+process of its own speaking raw HTTP on the socket with the standard library
+only, so nothing of the product's client is measured:
+
+- quiet: the second uid asks ``GET /v1/snapshot`` one request at a time, each
+  on a new connection; the time from connecting to the last byte.
+- under load: the same, while the first uid keeps 30 requests in flight at
+  once, each on its own connection, for the whole window: a page of the log
+  (``/v1/events``, which reads every kept file of it), its own audit, and a
+  64 KiB body nested past what Python reads.
+
+Quiet and loaded samples are taken in turn, window by window, so the machine's
+drift falls on both; the ratio is loaded over quiet medians. The agent's
+resident memory is sampled all along (its peak is reported), and how many of
+the flood's requests were answered, and how (200, 400, 429), is said.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from common import Limit, Ratio, Row, Section
+from helpers.services import write_scene
+from helpers.waiting import until
+
+TITLE = "10. The door: another account's status while one account floods the agent"
+FLOODER, QUIET = 60_401, 60_402
+IN_FLIGHT = 30
+START_TIMEOUT_S = 60.0
+#: what the issue asks of the door: another account's status within about a second, the agent under 300 MB
+STATUS_S, RSS_MB = 1.0, 300.0
+
+#: the flooder: keeps IN_FLIGHT requests going until told to stop (stdin closes), then prints its tally
+_FLOOD = r"""
+import collections, json, socket, sys, threading
+path = sys.argv[1]
+asked = [("GET", "/v1/events", b""), ("GET", "/v1/audit", b""), ("POST", "/v1/launch", b"[" * 65000)]
+tally = collections.Counter()
+stop = threading.Event()
+
+def one(method, target, body):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(120)
+    try:
+        s.connect(path)
+        s.sendall(f"{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                  "Connection: close\r\n\r\n".encode() + body)
+        head = s.recv(64)
+        while s.recv(1 << 16):
+            pass
+        tally[head.split(b" ")[1].decode() if head else "closed"] += 1
+    except OSError as e:
+        tally[type(e).__name__] += 1
+    finally:
+        s.close()
+
+def worker(n):
+    while not stop.is_set():
+        one(*asked[n % len(asked)])
+        n += 1
+
+threads = [threading.Thread(target=worker, args=(n,)) for n in range(int(sys.argv[2]))]
+for t in threads:
+    t.start()
+print("flooding", flush=True)
+sys.stdin.read()
+stop.set()
+for t in threads:
+    t.join()
+print(json.dumps(tally), flush=True)
+"""
+
+#: the quiet account: one status per line read from stdin, each answered with its seconds
+_QUIET = r"""
+import socket, sys, time
+path = sys.argv[1]
+for _ in sys.stdin:
+    started = time.perf_counter()
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(b"GET /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head = s.recv(64)
+    while s.recv(1 << 16):
+        pass
+    s.close()
+    ok = head.startswith(b"HTTP/1.1 200")
+    print(f"{time.perf_counter() - started if ok else -1.0}", flush=True)
+"""
+
+
+def _python() -> str:
+    """An interpreter another uid may run (the checkout's environment may sit where only root can enter)."""
+    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
+def _as(uid: int, script: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [_python(), "-I", "-c", script, *args],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
+
+
+def _old_log(state: Path) -> None:
+    state.mkdir(mode=0o700)
+    t = time.time() - 3600
+    for name in ("events.jsonl.3", "events.jsonl.2", "events.jsonl.1", "events.jsonl"):
+        with open(state / name, "w") as f:
+            for n in range(12_000):
+                t += 0.001
+                said = "E" * (8000 if n % 10 == 0 else 20)
+                f.write(json.dumps({"time": t, "kind": "health", "message": f"card {n % 8}: {said}", "cards": [n % 8]}))
+                f.write("\n")
+
+
+class _Agent:
+    def __init__(self, tmp: Path) -> None:
+        write_scene(tmp / "node.json", 8)
+        _old_log(tmp / "state")
+        self.socket = tmp / "a.sock"
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": os.environ.get("HOME", "/"),
+            "LANG": "C.UTF-8",
+            "TUNEPLANE_PROBE": f"simulated:{tmp / 'node.json'}",
+            "TUNEPLANE_RUNTIME": "process",
+            "TUNEPLANE_STATE_DIR": str(tmp / "state"),
+            "TUNEPLANE_AGENT_SOCKET": str(self.socket),
+            "TUNEPLANE_OPERATORS_GROUP": "tpb-no-such-group",
+        }
+        self._log = open(tmp / "agent.log", "wb")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tpnode_tui", "--interval", "1", "agent"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.process = psutil.Process(self._proc.pid)
+        until(
+            lambda: self._proc.poll() is not None or self.socket.exists(),
+            "the agent to start",
+            START_TIMEOUT_S,
+            every=0.05,
+            error=TimeoutError,
+        )
+        if self._proc.poll() is not None:
+            raise RuntimeError(f"the agent did not start: {Path(self._log.name).read_text()[-2000:]}")
+
+    def rss_mb(self) -> float:
+        return self.process.memory_info().rss / 2**20
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._log.close()
+
+
+def _status(quiet: subprocess.Popen) -> float:
+    assert quiet.stdin is not None and quiet.stdout is not None
+    quiet.stdin.write("\n")
+    quiet.stdin.flush()
+    seconds = float(quiet.stdout.readline())
+    if seconds < 0:
+        raise RuntimeError("the quiet account's status was refused")
+    return seconds
+
+
+def run(quick: bool) -> Section:
+    if os.geteuid() != 0:
+        return Section(TITLE, skipped="needs root: the agent is root's, and two other uids play the accounts")
+    section = Section(TITLE)
+    windows, per_window = (2, 5) if quick else (5, 10)
+    quiet_row = Row("door_status_quiet", "another account's status, nobody flooding")
+    loaded_row = Row(
+        "door_status_flooded", f"another account's status, one account with {IN_FLIGHT} requests in flight"
+    )
+    rss_row = Row("door_agent_rss_mb", "agent resident memory at its peak, under the flood", unit="MB")
+    tallies: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="tpb-d", dir="/tmp") as tmp:
+        Path(tmp).chmod(0o755)  # the two uids reach the socket through it
+        agent = _Agent(Path(tmp))
+        quiet = _as(QUIET, _QUIET, str(agent.socket))
+        peak = agent.rss_mb()
+        try:
+            _status(quiet)  # the first reading, and a warm interpreter
+            for _ in range(windows):
+                quiet_row.samples += [_status(quiet) for _ in range(per_window)]
+                flood = _as(FLOODER, _FLOOD, str(agent.socket), str(IN_FLIGHT))
+                assert flood.stdout is not None and flood.stdin is not None
+                if flood.stdout.readline().strip() != "flooding":
+                    raise RuntimeError("the flood did not start")
+                time.sleep(1.0)  # all thirty in flight
+                for _ in range(per_window):
+                    loaded_row.samples.append(_status(quiet))
+                    peak = max(peak, agent.rss_mb())
+                    time.sleep(0.2)
+                flood.stdin.close()
+                for status, n in json.loads(flood.stdout.readline()).items():
+                    tallies[status] = tallies.get(status, 0) + n
+                flood.wait(60)
+        finally:
+            quiet.kill()
+            agent.close()
+    rss_row.samples.append(peak)
+    section.rows += [quiet_row, loaded_row, rss_row]
+    section.ratios.append(Ratio("door_status_slowdown", "status flooded / quiet", loaded_row, quiet_row))
+    section.limits += [
+        Limit(f"flooded status under {STATUS_S:g} s (median, s)", _seconds(loaded_row), STATUS_S),
+        Limit(f"agent memory under {RSS_MB:g} MB at its peak (MB)", rss_row, RSS_MB),
+    ]
+    said = ", ".join(f"{n} answered {status}" for status, n in sorted(tallies.items()))
+    section.notes.append(f"the flood's requests over {windows} windows: {said}")
+    return section
+
+
+def _seconds(row: Row) -> Row:
+    """``row`` in seconds, for a limit written in seconds (a ms row's median is in ms)."""
+    return Row(row.key + "_s", row.label, row.samples, unit="s")
