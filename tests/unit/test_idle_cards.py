@@ -24,7 +24,7 @@ from tpnode_tui.core.idle import KEEP, RELEASE, WARN, IdleWarning, job_idle_held
 from tpnode_tui.model.facts import CardFacts, ProcessFacts
 from tpnode_tui.model.jobs import JobState, SliceRef
 from tpnode_tui.model.views import CardView
-from tpnode_tui.port.types import LaunchRequest, ReserveRequest
+from tpnode_tui.port.types import AuditRequest, EventsRequest, ExtendRequest, LaunchRequest, ReserveRequest
 from tpnode_tui.text.render import clock_time
 
 pytestmark = pytest.mark.service_node(probe="static", runtime="memory")
@@ -184,11 +184,11 @@ async def test_a_reservation_unused_past_the_threshold_is_warned_then_released_a
     await poll(node)
     assert node.service.reading.snapshot.releases == {}
     # the owner sees what the node did to her reservation; nobody else but operators does
-    alices, _ = node.service.audit(ALICE, None)
+    alices = (await node.service.audit(ALICE, AuditRequest())).entries
     assert [e["state"] for e in alices if e["action"] == "reclaim-idle"] == ["warned", "released"]
-    bobs, _ = node.service.audit(BOB, None)
+    bobs = (await node.service.audit(BOB, AuditRequest())).entries
     assert [e for e in bobs if e["action"] == "reclaim-idle"] == []
-    assert [e["state"] for e in node.service.events(ALICE) if e.get("action") == "reclaim-idle"] == [
+    assert [e["state"] for e in (await node.service.events(ALICE, EventsRequest())).entries if e.get("action") == "reclaim-idle"] == [
         "warned",
         "released",
     ]
@@ -223,7 +223,7 @@ async def test_a_reservation_extended_in_its_grace_is_kept(make_node):
     await reserved(node, ALICE)
     clock.now += 2 * HOUR
     await poll(node)
-    await node.service.extend(ALICE, "rsv", HOUR)
+    await node.service.extend(ALICE, ExtendRequest("rsv", HOUR))
     clock.now += 900
     await poll(node)
     assert node.service.reading.snapshot.releases == {}

@@ -89,10 +89,12 @@ def _card_lines(cards: Sequence[CardView]) -> list[str]:
     return lines
 
 
-def _job_notes(job: JobState) -> tuple[str, ...]:
-    """What is said under a job's row: its problems, and why a live job is not fenced."""
+def _job_notes(job: JobState, releases_at: Optional[str]) -> tuple[str, ...]:
+    """What is said under a job's row: its problems, when the node releases it
+    unless used (``releases_at``), and why a live job is not fenced."""
+    release = (f"releases at {releases_at} unless used",) if job.live and releases_at else ()
     unfenced = (fence_words(job.device_fence),) if job.live and not job.device_fence.fenced else ()
-    return (*job.problems, *unfenced)
+    return (*job.problems, *release, *unfenced)
 
 
 def _job_lines(
@@ -112,9 +114,7 @@ def _job_lines(
         left = time_left(job.expires_at, job.live, now)
         fenced = "yes" if job.device_fence.fenced else "no"
         rows.append([job.key, job.kind, status, cards, age, left, job.owner, fenced])
-        notes[len(rows)] = _job_notes(job)
-        if job.live and job.key in releases:
-            notes[len(rows)] += (f"releases at {clock_time(releases[job.key], now)} unless used",)
+        notes[len(rows)] = _job_notes(job, clock_time(releases[job.key], now) if job.key in releases else None)
     lines = []
     for i, line in enumerate(
         table(["RUN ID", "KIND", "STATUS", "CARDS", "AGE", "LEFT", "OWNER", "FENCED"], rows, right=frozenset({4}))
