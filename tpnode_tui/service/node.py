@@ -74,7 +74,7 @@ from tpnode_tui.state.jsonstore import SetAside
 from tpnode_tui.state.ledger import UsageLedger
 from tpnode_tui.state.nodelog import NodeLog
 from tpnode_tui.state.queue import Bounds, FileQueue, LaunchQueue, MemoryQueue
-from tpnode_tui.state.usage import usage_report
+from tpnode_tui.state.usage import usage_report, within
 from tpnode_tui.triage.compare import Triage
 from tpnode_tui.triage.history import History
 
@@ -401,13 +401,15 @@ class NodeService:
     async def usage(self, caller: Caller, request: UsageRequest) -> UsageReport:
         """Who used which cards over the span: the caller's own rows and the node's
         total, an operator's every account's (the ledger's report decides, from the
-        kernel's identity). Read from the ledger's file in the reports' one thread
-        (90 days of 8 cards take about 60 ms); only the agent keeps a ledger."""
+        kernel's identity), at most a page of rows (TUNEPLANE_MAX_PAGE). Read from
+        the ledger's file in the reports' one thread (90 days of 8 cards take about
+        60 ms); only the agent keeps a ledger."""
         if self.ledger is None:
             raise RuntimeUnavailable(NO_LEDGER)
         loop = asyncio.get_running_loop()
         ledger, since, until, by = self.ledger, request.since, request.until, request.by
-        return await loop.run_in_executor(self._reports, usage_report, ledger, since, until, by, caller)
+        report = await loop.run_in_executor(self._reports, usage_report, ledger, since, until, by, caller)
+        return within(report, self.limits.page)
 
     # ── who is asking, and the node's log ─────────────────────────────────────
 
