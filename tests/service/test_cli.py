@@ -130,6 +130,10 @@ def test_a_request_that_can_never_fit_exits_1_and_says_so(cli):
         (["reserve", "--cards", "1", "--for", "0s"], "at least 1s"),
         (["frobnicate"], "invalid choice"),
         (["launch", "--", "true"], "--cards"),
+        (["usage", "--since", "yesterday"], "'yesterday' is neither a date such as 2026-12-01"),
+        (["usage", "--until", "2026-13-01"], "'2026-13-01' is neither a date"),
+        (["usage", "--since", "1d", "--until", "2d"], "is not before --until"),
+        (["usage", "--by", "account"], "argument --by: invalid choice: 'account'"),
     ],
 )
 def test_bad_usage_exits_2_with_one_clear_line(cli, args, words):
@@ -138,6 +142,18 @@ def test_bad_usage_exits_2_with_one_clear_line(cli, args, words):
     assert_one_clean_line(proc.stderr)
     assert words in proc.stderr
     assert cli.status()["jobs"] == []  # nothing half-done
+
+
+def test_usage_served_in_process_says_the_node_s_agent_records_it_and_exits_1(cli):
+    """1, not 2: the command is right, and the same command answers where the
+    node's agent runs; 2 would tell a script to fix its arguments."""
+    assert cli("launch", "--cards", "1", "--run-id", "held", "--", "sleep", "60").returncode == 0
+    for args in ([], ["--json"], ["--by", "job", "--since", "2026-12-01"]):
+        proc = cli("usage", *args)
+        assert proc.returncode == 1, proc
+        assert_one_clean_line(proc.stderr)
+        assert proc.stderr.startswith("tpnode-tui: usage is recorded by the node's agent: this node is served in")
+        assert "tpnode-tui agent" in proc.stderr and proc.stdout == ""
 
 
 def test_a_bad_setting_is_refused_at_start_naming_it(cli):

@@ -170,6 +170,8 @@ FIELDS = sorted(
         "limit",
         "before",
         "follow",
+        "until",
+        "by",
     }
 )
 

@@ -24,12 +24,15 @@ from helpers.waiting import until_pilot
 from tpnode_tui.core.cards import compute_occupancy
 from tpnode_tui.core.display import card_views
 from tpnode_tui.demo.stage import scene as demo_scene
+from tpnode_tui.model.errors import RuntimeUnavailable
 from tpnode_tui.model.facts import ProbeReading
 from tpnode_tui.model.jobs import DeviceFence, JobState, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
+from tpnode_tui.model.usage import UsageFigures, UsageReport, UsageRow
 from tpnode_tui.model.views import EXTERNAL, INTRUDER, UNKNOWN, Drain, Evicted, EvictReport, HolderInfo
 from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.probes.simulated import SimulatedProbe
+from tpnode_tui.service.node import NO_LEDGER
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 
@@ -230,19 +233,57 @@ EVENTS = (
 )
 
 
+#: who used the frozen node's cards over the last day and the last week: (user, uid, held, used, idle, jobs, rsv)
+USAGE = {
+    1: (
+        ("demo", 1000, 31.5, 22.8, 1.2, 3, 0),
+        ("alice", 1002, 12.0, 0.4, 10.5, 0, 2),
+        ("bob", 1003, 6.25, 5.1, 0.3, 4, 0),
+    ),
+    7: (
+        ("demo", 1000, 180.5, 131.2, 9.0, 14, 0),
+        ("alice", 1002, 96.0, 12.3, 70.1, 2, 5),
+        ("bob", 1003, 44.0, 35.2, 2.6, 19, 1),
+        ("svc-nightly-evaluation", 1010, 20.0, 18.0, 0.5, 7, 0),
+    ),
+}
+
+
+def usage_report(since: float, until: float, you: You) -> UsageReport:
+    """The frozen node's report of a span, as ``you`` may see it (their own row and
+    the total; an operator, everyone's), with the peaks the CLI would print."""
+    rows = [
+        UsageRow(UsageFigures(held, used, idle, 0, 0, 40960, jobs, rsv), user=user, uid=uid)
+        for user, uid, held, used, idle, jobs, rsv in USAGE[round((until - since) / 86400)]
+    ]
+    total = UsageFigures(
+        *(sum(getattr(r.figures, f) for r in rows) for f in ("held_card_hours", "used_card_hours", "idle_card_hours")),
+        0,
+        0,
+        40960,
+        sum(r.figures.jobs for r in rows),
+        sum(r.figures.reservations for r in rows),
+    )
+    seen = [r for r in rows if you.operator or r.uid == you.uid]
+    return UsageReport(since, until, "user", tuple(seen), total, you.operator, 90)
+
+
 class FrozenNode:
     """A node that hands out prepared readings through the Node port, one per
     ``views()`` step, then keeps the last; ``gone`` makes it an agent that
-    stops answering after them."""
+    stops answering after them. Its usage is :data:`USAGE`, unless ``usage_refused``."""
 
     in_process = True
     outlives_client = False
     where = "served in-process (no agent)"
 
-    def __init__(self, *readings: Reading, you: You = OPERATOR, gone: Optional[str] = None) -> None:
+    def __init__(
+        self, *readings: Reading, you: You = OPERATOR, gone: Optional[str] = None, usage_refused: str = ""
+    ) -> None:
         self.readings = readings
         self.you = you
         self.gone = gone
+        self.usage_refused = usage_refused
 
     async def views(self) -> AsyncIterator[NodeView]:
         for reading in self.readings:
@@ -250,6 +291,11 @@ class FrozenNode:
         if self.gone is not None:
             raise AgentUnavailable(self.gone)
         await asyncio.Event().wait()
+
+    async def usage(self, since: float, until: float, by: str = "user") -> UsageReport:
+        if self.usage_refused:
+            raise RuntimeUnavailable(self.usage_refused)
+        return usage_report(since, until, self.you)
 
     async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
         snap = next((r.snapshot for r in self.readings if r.snapshot is not None), None)
@@ -387,6 +433,29 @@ class TestWho:
         bob = You(user="bob", uid=1002, operator=False, cards_held=1, card_limit=2)
         app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path))), you=bob), demo=False)
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll)
+
+
+async def usage_shown(pilot) -> None:
+    """The main screen, then the usage view (a) once the node has answered it."""
+    await first_poll(pilot)
+    await pilot.press("a")
+    await until_pilot(pilot, lambda: getattr(pilot.app.screen, "read", None) is not None, "the usage", every=0.02)
+    await pilot.pause()
+
+
+class TestUsage:
+    def test_an_operator_sees_a_bar_for_every_account_and_the_node_s_total(self, snap_compare, tmp_path):
+        app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path)))), demo=False)
+        assert snap_compare(app, terminal_size=SIZE, run_before=usage_shown)
+
+    def test_an_account_sees_its_own_bar_and_the_node_s_total(self, snap_compare, tmp_path):
+        alice = You(user="alice", uid=1002, operator=False, cards_held=1, card_limit=None)
+        app = dashboard(FrozenAgent(good(frozen_snapshot(read_scene(tmp_path))), you=alice), demo=False)
+        assert snap_compare(app, terminal_size=SIZE, run_before=usage_shown)
+
+    def test_a_node_served_in_process_says_its_agent_records_usage(self, snap_compare, tmp_path):
+        app = dashboard(FrozenNode(good(frozen_snapshot(read_scene(tmp_path))), usage_refused=NO_LEDGER), demo=False)
+        assert snap_compare(app, terminal_size=SIZE, run_before=usage_shown)
 
 
 class TestCannotSee:

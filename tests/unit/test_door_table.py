@@ -44,6 +44,7 @@ from tpnode_tui.port.types import (
     ReserveRequest,
     StopRequest,
     UndrainRequest,
+    UsageRequest,
 )
 from tpnode_tui.service import NodeService
 from tpnode_tui.state.queue import FileQueue, QueueEntry
@@ -60,6 +61,7 @@ SAMPLES = {
     "events": EventsRequest(since_s=60, card=3, limit=5),
     "follow_events": EventsRequest(since_s=60, card=3, follow=True),
     "history": HistoryRequest(2),
+    "usage": UsageRequest(since=1_700_000_000.5, until=1_700_604_800.25, by="job"),
     "launch": LaunchRequest(
         cards=2,
         command=("python", "train.py", "ünï"),
@@ -238,11 +240,28 @@ def test_the_same_request_within_every_limit_is_taken():
         (ops.EVENTS, [("limit", "0")], "limit='0' is not a number of entries"),
         (ops.AUDIT, [("card", "1")], "/v1/audit does not take card; it takes since, limit, before"),
         (ops.STATUS, [("x", "\x1b[2J")], "/v1/snapshot does not take x; it takes no parameters"),
+        (ops.USAGE, [("until", "1700000000")], "/v1/usage needs since: a time, in unix seconds"),
+        (ops.USAGE, [("since", "1700000000")], "/v1/usage needs until: a time, in unix seconds"),
+        (ops.USAGE, [("since", "2e9"), ("until", "3e9")], "since='2e9' is not a time (unix seconds)"),
+        (ops.USAGE, [("since", "-5"), ("until", "10")], "since='-5' is not a time from 1970 to 9999"),
+        (ops.USAGE, [("since", "0"), ("until", "1" + "0" * 20)], "until='100000000000000000000' is not a time from"),
+        (
+            ops.USAGE,
+            [("since", "1700000100"), ("until", "1700000000")],
+            "since (1700000100) is not before until (1700000000): a span ends after it starts",
+        ),
+        (ops.USAGE, [("since", "1"), ("until", "2"), ("by", "account")], "by='account' is not one of user, card, job"),
+        (ops.USAGE, [("since", "1"), ("until", "2"), ("uid", "0")], "/v1/usage does not take uid; it takes since"),
     ],
 )
 def test_a_query_is_read_as_strictly_as_a_body(op, pairs, says):
     with pytest.raises(BadRequest, match=re.escape(says)):
         op.read(Query.of(pairs, op.path), LIMITS)
+
+
+def test_a_usage_request_without_by_is_by_account():
+    asked = ops.USAGE.read(Query.of([("since", "100"), ("until", "200.5")], "/v1/usage"), LIMITS)
+    assert asked == UsageRequest(100.0, 200.5, "user")
 
 
 def test_a_page_asked_larger_than_the_nodes_is_the_nodes():

@@ -12,6 +12,7 @@ from rich.text import Text
 from tpnode_tui.model.facts import CardFacts, ProcessFacts
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.occupancy import GpuOccupancy
+from tpnode_tui.model.usage import UsageFigures, UsageReport, UsageRow
 from tpnode_tui.model.views import CardView, HolderInfo
 from tpnode_tui.probes.health import unseen_problem
 from tpnode_tui.text.render import card_ranges, card_summary, cards_words, show_command, unseen_use
@@ -20,6 +21,7 @@ from tpnode_tui.tui.widgets.tiles import grid_columns
 from tpnode_tui.tui.wording.card import describe_card
 from tpnode_tui.tui.wording.cells import fit
 from tpnode_tui.tui.wording.tiles import render_tile
+from tpnode_tui.tui.wording.usage import bar, parts, span_lines
 
 NOW = 1_700_000_000.0
 
@@ -275,3 +277,71 @@ def test_the_summary_of_a_large_node_names_its_cards_as_ranges():
 def test_cards_whose_use_cannot_be_read_are_named_as_ranges():
     assert "cards 0-199, so" in unseen_problem(list(range(200)))
     assert "card 3, so" in unseen_problem([3])
+
+
+# ── the usage view's bars (tui/wording/usage.py) ─────────────────────────────
+
+
+def usage(rows, everyone=True, total=None) -> UsageReport:
+    made = tuple(UsageRow(f, user=user, uid=n) for n, (user, f) in enumerate(rows))
+    if total is None:
+        total = UsageFigures(
+            *(sum(getattr(r.figures, k) for r in made) for k in ("held_card_hours", "used_card_hours"))
+        )
+    return UsageReport(NOW - 86400, NOW, "user", made, total, everyone, 90)
+
+
+def test_a_bar_is_as_long_as_what_was_held_split_into_used_held_and_idle():
+    # half the scale: half the room; of it, a half used, a fifth idle, the rest held
+    assert parts(UsageFigures(held_card_hours=10, used_card_hours=5, idle_card_hours=2), 20, 40) == (10, 6, 4)
+    assert parts(UsageFigures(held_card_hours=20, used_card_hours=20), 20, 40) == (40, 0, 0)
+    assert parts(UsageFigures(held_card_hours=0.001), 100, 40) == (0, 1, 0)  # held at all: one column
+    assert parts(UsageFigures(), 100, 40) == parts(UsageFigures(held_card_hours=5), 0, 40) == (0, 0, 0)
+    # rounding never makes the parts longer than what was held, nor the bar than its room
+    assert parts(UsageFigures(held_card_hours=1, used_card_hours=0.6, idle_card_hours=0.6), 1, 3) == (2, 0, 1)
+    assert parts(UsageFigures(held_card_hours=50), 20, 10) == (0, 10, 0)
+    drawn = bar(UsageFigures(held_card_hours=10, used_card_hours=5, idle_card_hours=2), 20, 40)
+    assert drawn.plain == "█" * 10 + "▒" * 6 + "░" * 4 + " " * 20
+
+
+@given(
+    held=st.floats(0, 1e4),
+    used=st.floats(0, 1),
+    idle=st.floats(0, 1),
+    scale=st.floats(0, 1e4),
+    width=st.integers(0, 200),
+)
+def test_a_bar_never_runs_past_its_room_whatever_the_figures(held, used, idle, scale, width):
+    figures = UsageFigures(held_card_hours=held, used_card_hours=held * used, idle_card_hours=held * idle * (1 - used))
+    assert sum(parts(figures, max(scale, held), width)) <= width
+    assert len(bar(figures, max(scale, held), width)) == width
+
+
+def test_each_span_has_a_bar_per_account_and_the_total_in_one_line_each():
+    lines = span_lines(
+        "Last 24 hours",
+        usage([("alice", UsageFigures(4, 1, 2, jobs=1)), ("a-very-long-account-name", UsageFigures(2, 2))]),
+        100,
+    )
+    plain = [line.plain for line in lines]
+    assert plain[0].startswith("Last 24 hours   ") and plain[1].split() == ["held", "used", "idle", "jobs", "resv."]
+    assert (
+        plain[2].split()[0] == "alice" and plain[3].split()[0] == "a-very-long-acc…" and plain[4].split()[0] == "total"
+    )
+    assert all(len(p) <= 100 and line.no_wrap for p, line in zip(plain, lines))
+    assert plain[4].split()[-5:] == ["6.00", "3.00", "0.00", "0", "0"]
+    # the total's bar is the longest, and each account's is in proportion to it
+    drawn = [sum(p.count(mark) for mark in "█▒░") for p in plain[2:5]]
+    assert drawn[2] == 100 - 2 - 16 - 2 - 39 and drawn[0] == round(drawn[2] * 4 / 6) and drawn[1] == round(drawn[2] / 3)
+
+
+def test_a_span_with_nothing_of_the_caller_s_says_so_and_slices_get_a_column():
+    mine = span_lines("Last 7 days", usage([], everyone=False, total=UsageFigures(held_card_hours=3)), 90)
+    assert [line.plain.strip() for line in mine][2:4] == [
+        "nothing of yours was held in this span",
+        mine[3].plain.strip(),
+    ]
+    assert mine[3].plain.split()[0] == "total"
+    sliced = span_lines("Last 7 days", usage([("bob", UsageFigures(held_slice_hours=2))]), 90)
+    assert sliced[1].plain.split() == ["held", "used", "idle", "slices", "jobs", "resv."]
+    assert "2.00" in sliced[2].plain and "█" not in sliced[2].plain  # a slice is no card: no bar

@@ -18,7 +18,7 @@ from tpnode_tui.model.jobs import SliceRef
 from tpnode_tui.model.usage import UsageFigures, UsageReport, UsageRow
 from tpnode_tui.port.usage import usage_from_json, usage_to_json
 from tpnode_tui.port.wire import WireError
-from tpnode_tui.state.usage import HoldUsage, UnitUsage, build_report, parse_when, usage_span
+from tpnode_tui.state.usage import HoldUsage, UnitUsage, build_report, parse_when, usage_span, within
 from tpnode_tui.text.usage import usage_lines
 
 NOW = 1_780_000_200.0
@@ -186,6 +186,23 @@ def test_json_has_the_issues_shape_and_reads_back():
         assert usage_from_json(doc) == report
     jobs = usage_to_json(build_report(holds, NOW - 24 * H, NOW, "job", ROOT, NOW, 90))
     assert jobs["rows"][-1]["slices"] == [{"card": 1, "uuid": "MIG-x", "profile": "1g.18gb"}]
+
+
+def test_an_answer_holds_at_most_a_page_of_rows_the_latest_jobs_and_says_how_many_were_left_out():
+    many = [hold(f"j{n}", ALICE, [n % 4], NOW - (100 - n) * H, NOW - (99.5 - n) * H) for n in range(100)]
+    whole = build_report(many, NOW - 200 * H, NOW, "job", ALICE, NOW, 90)
+    cut = within(whole, 30)
+    assert [r.run_id for r in cut.rows] == [f"j{n}" for n in range(70, 100)] and cut.left_out == 70
+    assert cut.total == whole.total and cut.total.jobs == 100  # the total counts every row
+    doc = json.loads(json.dumps(usage_to_json(cut)))
+    assert doc["left_out"] == 70 and usage_from_json(doc) == cut
+    assert "left_out" not in usage_to_json(whole)  # the issue's shape, where nothing was left out
+    assert within(whole, 100) is whole
+    lines = usage_lines(cut)
+    assert "70 earlier jobs and reservations of this span are left out (the total counts them)" in lines[-2]
+    # by account: the accounts that held most are kept
+    accounts = within(build_report(HOLDS, NOW - 24 * H, NOW, "user", ROOT, NOW, 90), 1)
+    assert [r.user for r in accounts.rows] == ["alice"] and accounts.left_out == 1
 
 
 def test_json_that_is_not_a_report_is_refused_by_name():

@@ -336,6 +336,46 @@ async def _audit(run: Run) -> None:
     _older("audit", entries, page.more)
 
 
+def _usage_arguments(parser: argparse.ArgumentParser) -> None:
+    from tpnode_tui.model.usage import USAGE_BY
+
+    parser.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="from a date or time (2026-12-01, '2026-12-01 14:00', local) or that long ago (7d, 12h); "
+        "default: a week before --until",
+    )
+    parser.add_argument("--until", metavar="WHEN", help="up to a date or time, or that long ago; default: now")
+    parser.add_argument(
+        "--by", choices=USAGE_BY, default="user", help="a row per account (default), per card, or per job"
+    )
+    _json_flag(parser)
+
+
+@node_command(
+    "usage",
+    "who used which cards: card-hours held, used and idle (your own and the node's; operators: everyone's)",
+    _usage_arguments,
+    straight=True,
+)
+async def _usage(run: Run) -> None:
+    """The span is read here, in this machine's local time: the node is asked for
+    two times, never for words. Served in-process, the node refuses (exit 1): only
+    its agent keeps the ledger."""
+    from tpnode_tui.port.usage import usage_to_json
+    from tpnode_tui.state.usage import usage_span
+    from tpnode_tui.text.usage import usage_lines
+
+    args = run.args
+    since, until = usage_span(args.since, args.until, time.time())
+    report = await run.node.usage(since, until, args.by)
+    if args.json:
+        print(json.dumps(usage_to_json(report), indent=2))
+        return
+    for line in usage_lines(report):
+        print(line)
+
+
 def _drain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cards", type=card_list, metavar="CARD[,CARD...]")
     parser.add_argument("--reason", required=True, metavar="TEXT", help="why, in words the next person understands")

@@ -341,7 +341,8 @@ class LimitSettings:
     page: int = setting(
         1000,
         "TUNEPLANE_MAX_PAGE",
-        "most log entries one events or audit answer holds (older ones: ask again with before)",
+        "most log entries one events or audit answer holds (older ones: ask again with before), and most rows "
+        "one usage answer holds",
         read.whole(1, 100_000),
     )
     connections_per_user: int = setting(

@@ -88,3 +88,7 @@ class UsageReport:
     everyone: bool
     #: how many days the ledger keeps
     kept_days: int
+    #: rows of the span not in this answer, which holds at most the node's page
+    #: (TUNEPLANE_MAX_PAGE): the earliest jobs, or the smallest accounts. The
+    #: total still counts them
+    left_out: int = 0

@@ -14,6 +14,7 @@ from typing import Any, Optional, TypeVar
 
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import Sample
+from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.port import operations as ops
 from tpnode_tui.port.operations import Operation
@@ -35,6 +36,7 @@ from tpnode_tui.port.types import (
     ReserveRequest,
     StopRequest,
     UndrainRequest,
+    UsageRequest,
 )
 
 A = TypeVar("A")
@@ -103,3 +105,6 @@ class Calls:
 
     async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
         return await self.call(ops.HISTORY, HistoryRequest(card))
+
+    async def usage(self, since: float, until: float, by: str = "user") -> UsageReport:
+        return await self.call(ops.USAGE, UsageRequest(since, until, by))

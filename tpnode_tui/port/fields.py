@@ -221,3 +221,12 @@ class Query:
         if word not in ("true", "false", "1", "0"):
             raise BadRequest(f"{key}={shown(raw, 30)} is not true or false")
         return word in ("true", "1")
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        """One of ``choices``, as written (``default`` when not given)."""
+        raw = self._raw(key)
+        if raw is None:
+            return default
+        if raw not in choices:
+            raise BadRequest(f"{key}={shown(raw, 30)} is not one of {', '.join(choices)}")
+        return raw

@@ -6,6 +6,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import Sample
+from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.port.types import (
     AuditPage,
@@ -113,6 +114,12 @@ class Node(Protocol):
 
     async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
         """Each card's (or one card's) last hour, oldest first."""
+        ...
+
+    async def usage(self, since: float, until: float, by: str = "user") -> UsageReport:
+        """Who used which cards from ``since`` to ``until`` (unix seconds), a row per
+        account, card or job (``by``): the caller's own rows and the node's total (an
+        operator's: everyone's). Recorded by the node's agent: an in-process node refuses."""
         ...
 
     async def close(self) -> None: ...

@@ -27,6 +27,7 @@ from urllib.parse import urlencode
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import Sample
+from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.port.fields import Query, query_of
 from tpnode_tui.port.types import (
@@ -49,9 +50,11 @@ from tpnode_tui.port.types import (
     ReserveRequest,
     StopRequest,
     UndrainRequest,
+    UsageRequest,
     WhoAmI,
     You,
 )
+from tpnode_tui.port.usage import usage_from_json, usage_to_json
 from tpnode_tui.port.wire import (
     Reader,
     WireError,
@@ -246,6 +249,7 @@ _AUDIT_PAGE: Answer[AuditPage] = Answer(
 _EVENTS_PAGE: Answer[EventsPage] = Answer(_events_from, lambda p: {"entries": list(p.entries), "more": p.more})
 _EVENT_LINES: Answer[dict[str, Any]] = Answer(event_from_json, lambda entry: entry)
 _HISTORY: Answer[dict[int, list[Sample]]] = Answer(history_from_json, history_to_json)
+_USAGE: Answer[UsageReport] = Answer(usage_from_json, usage_to_json)
 _LAUNCHED_OR_QUEUED: Answer[LaunchResult] = Answer(
     _launch_result_from, _launch_result, lambda r: 202 if r.queued is not None else 200
 )
@@ -310,6 +314,15 @@ FOLLOW_EVENTS = Operation(
     follow=True,
 )
 HISTORY = Operation("history", "GET", "/v1/history", HistoryRequest, _HISTORY, "anyone", "read each card's last hour")
+USAGE = Operation(
+    "usage",
+    "GET",
+    "/v1/usage",
+    UsageRequest,
+    _USAGE,
+    "anyone",
+    "read who used which cards over a span (their own rows and the node's total; an operator, everyone's)",
+)
 LAUNCH = Operation(
     "launch",
     "POST",
@@ -360,6 +373,7 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     EVENTS,
     FOLLOW_EVENTS,
     HISTORY,
+    USAGE,
     LAUNCH,
     RESERVE,
     EXTEND,

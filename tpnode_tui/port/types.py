@@ -32,6 +32,7 @@ from tpnode_tui.model.errors import BadRequest, NotAllowed, TpnodeError
 from tpnode_tui.model.jobs import Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.topology import PLACEMENTS
+from tpnode_tui.model.usage import USAGE_BY
 from tpnode_tui.model.validation import check_job_key, check_profile, check_run_id
 from tpnode_tui.port.fields import (
     Query,
@@ -57,6 +58,8 @@ CARD_INDEX_WORDS = "a card index"
 PID_MAX = 4_194_304
 #: the longest image reference taken: Docker's own is a 255-character name, a tag and a digest
 IMAGE_MOST = 512
+#: the last second of year 9999 (UTC): the latest time a request may name
+LATEST_TIME = 253_402_300_799.0
 
 
 def new_run_id(prefix: str = "run") -> str:
@@ -400,7 +403,42 @@ class HistoryRequest:
         return _given(card=self.card)
 
 
+@dataclass(frozen=True)
+class UsageRequest:
+    """Who used which cards from ``since`` to ``until`` (unix seconds), a row
+    per account, card or job (``by``). The client turns ``--since 7d`` into a
+    time (:func:`tpnode_tui.state.usage.usage_span`), so the node is asked
+    for a span, never for words; both ends are required, so a span is never
+    the node's guess."""
+
+    since: float
+    until: float
+    by: str = "user"
+
+    @classmethod
+    def parse(cls, q: Query, limits: Limits) -> UsageRequest:
+        q.only("since", "until", "by")
+        since, until = _moment(q, "since"), _moment(q, "until")
+        if since >= until:
+            raise BadRequest(f"since ({since:.0f}) is not before until ({until:.0f}): a span ends after it starts")
+        return cls(since, until, q.choice("by", USAGE_BY, "user"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"since": self.since, "until": self.until, "by": self.by}
+
+
 # ── how each field is read ───────────────────────────────────────────────────
+
+
+def _moment(q: Query, key: str) -> float:
+    """A time a span needs, in unix seconds from 1970 to the end of year 9999:
+    a later one cannot be written as a date, and a report would fail to say it."""
+    value = q.time(key)
+    if value is None:
+        raise BadRequest(f"{q.path} needs {key}: a time, in unix seconds")
+    if not 0 <= value <= LATEST_TIME:
+        raise BadRequest(f"{key}={shown(q.items[key], 30)} is not a time from 1970 to 9999 (unix seconds)")
+    return value
 
 
 def _asked(**fields: Optional[str]) -> dict[str, str]:

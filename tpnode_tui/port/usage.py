@@ -2,9 +2,11 @@
 
 ``{"since", "until", "by", "everyone", "kept_days", "rows": [...], "total": {...}}``:
 times in unix seconds, figures under the names :class:`~tpnode_tui.model.usage.UsageFigures`
-gives them. A row names what it counts by ``by``: ``user`` and ``uid``; or
-``card``; or ``run_id`` with its ``kind``, owner (``user``, ``uid``), ``cards``,
-``slices`` and ``start``/``end`` (``end`` null while it still holds them).
+gives them, and ``left_out`` only where the node left rows out of its answer
+(more than its page). A row names what it counts by ``by``: ``user`` and
+``uid``; or ``card``; or ``run_id`` with its ``kind``, owner (``user``,
+``uid``), ``cards``, ``slices`` and ``start``/``end`` (``end`` null while it
+still holds them).
 
 Read back as strictly as a snapshot (:mod:`tpnode_tui.port.wire`): a
 document that is not what this module writes raises WireError naming the
@@ -29,7 +31,7 @@ _NAMES = {
 
 
 def usage_to_json(report: UsageReport) -> dict[str, Any]:
-    return {
+    doc = {
         "since": report.since,
         "until": report.until,
         "by": report.by,
@@ -38,6 +40,7 @@ def usage_to_json(report: UsageReport) -> dict[str, Any]:
         "rows": [_row_json(row, report.by) for row in report.rows],
         "total": asdict(report.total),
     }
+    return doc | ({"left_out": report.left_out} if report.left_out else {})
 
 
 def _row_json(row: UsageRow, by: str) -> dict[str, Any]:
@@ -94,7 +97,7 @@ def _row(by: str) -> Callable[[Reader], UsageRow]:
 
 
 def usage_from_json(doc: Any, where: str = "usage") -> UsageReport:
-    r = Reader(doc, where).only("since", "until", "by", "everyone", "kept_days", "rows", "total")
+    r = Reader(doc, where).only("since", "until", "by", "everyone", "kept_days", "rows", "total", "left_out")
     by = r.choice("by", USAGE_BY)
     return UsageReport(
         since=r.number("since"),
@@ -104,4 +107,5 @@ def usage_from_json(doc: Any, where: str = "usage") -> UsageReport:
         total=_figures(Reader(r.obj("total"), f"{where}.total").only(*_FIGURES)),
         everyone=r.flag("everyone"),
         kept_days=r.whole("kept_days"),
+        left_out=r.whole("left_out", 0),
     )

@@ -268,6 +268,22 @@ def build_report(
     )
 
 
+def within(report: UsageReport, most: int) -> UsageReport:
+    """``report`` with at most ``most`` rows (the node's page): the latest jobs,
+    or the largest accounts and the first cards, and how many were left out.
+
+    One account's report by job over 90 days is a row for each of its jobs,
+    and an account that launched a job a minute would have its 130,000 rows
+    encoded by the agent's event loop while every other client waited (20,000
+    rows took half a second). The total still counts every row.
+    """
+    left = len(report.rows) - max(most, 1)
+    if left <= 0:
+        return report
+    rows = report.rows[left:] if report.by == "job" else report.rows[: max(most, 1)]
+    return replace(report, rows=rows, left_out=report.left_out + left)
+
+
 def usage_report(ledger: UsageLedger, since: float, until: float, by: str, caller: Caller) -> UsageReport:
     """The span's use as ``caller`` may see it, read from ``ledger``'s file at its clock's now.
 

@@ -44,6 +44,8 @@ def usage_lines(report: UsageReport) -> list[str]:
         lines.append(
             "nothing of yours was held in this span" if not report.everyone else "nothing was held in this span"
         )
+    if report.left_out:
+        lines.append(_left_out(report))
     unit = "in card-hours (MIG slices: slice-hours)" if slices else "in card-hours"
     lines.append(
         f"{unit}. used: held time weighted by utilisation while the holder was on the card. "
@@ -51,6 +53,14 @@ def usage_lines(report: UsageReport) -> list[str]:
         f"The node keeps {report.kept_days} days."
     )
     return lines
+
+
+def _left_out(report: UsageReport) -> str:
+    which = {"job": "earlier jobs and reservations", "user": "smaller accounts", "card": "more cards"}[report.by]
+    return (
+        f"{report.left_out} {which} of this span are left out (the total counts them): an answer holds at "
+        "most the node's page of rows (TUNEPLANE_MAX_PAGE); ask for a shorter span with --since and --until"
+    )
 
 
 def _header(by: str, slices: bool) -> tuple[list[str], frozenset[int]]:

@@ -40,6 +40,7 @@ from tpnode_tui.text.render import env_lines
 from tpnode_tui.tui.follow.history import Recent
 from tpnode_tui.tui.follow.selection import Selection
 from tpnode_tui.tui.follow.session import Session
+from tpnode_tui.tui.screens.dialogs.usage import UsageScreen
 from tpnode_tui.tui.screens.flows import demo, jobs, launches, operators
 from tpnode_tui.tui.widgets.detail import DetailPane
 from tpnode_tui.tui.widgets.events import EventsPane
@@ -488,6 +489,9 @@ class MainScreen(Screen[None]):
 
     def action_events_all(self) -> None:
         self.open_log(None)
+
+    def action_usage(self) -> None:
+        self.app.push_screen(UsageScreen(self.session.node, self.session.clock))
 
     def action_pause(self) -> None:
         """Stop following the node's readings: the picture holds still. The node

@@ -361,6 +361,23 @@ ACTIONS: tuple[Action, ...] = (
         when=lambda now: now.log_shown and now.log_card is not None,
         palette=("Log: every card", "Entries about every card"),
     ),
+    # Not in the footer, for room (as pause): the help and the palette list it.
+    Action(
+        "usage",
+        "a",
+        "Usage",
+        "usage",
+        "Who used which cards: the last 24 hours and 7 days, a bar per account",
+        "view",
+        show=False,
+        palette=("Show usage", "Card-hours each account held, used and left idle: the last 24 hours and 7 days"),
+        help=(
+            "a",
+            "usage: the card-hours each account held, used and left idle over the last 24 hours and the last "
+            "7 days, a bar each, and the node's total (your own and the total; an operator sees everyone's). "
+            "Recorded by the node's agent: a dashboard serving the node itself has none to show",
+        ),
+    ),
     # Pause is not in the footer (it would not fit beside the operator's keys and the
     # demo's); Resume is, so that a paused picture says how to go on.
     Action(
