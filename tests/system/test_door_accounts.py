@@ -83,11 +83,13 @@ def test_1_a_poisoned_queue_record_is_set_aside_and_everyones_queue_goes_on(shar
     record["request"].update(run_id="m-poison", slice="not a profile")
     doc["launches"] = {"m-poison": record, **doc["launches"]}
     queue_file.write_text(json.dumps(doc))
-
+    # a status answers the agent's latest reading: the one after the file changed says it
+    set_aside = "queue: 1 queued launch could not be read back and was set aside in"
+    until(lambda: set_aside in shared_node.cli(alice, "status").stdout, "a reading after the file changed")
     for who in (alice, bob, carol):
         shown = shared_node.cli(who, "status")
         assert shown.returncode == 0, shown.stderr
-        assert "queue: 1 queued launch could not be read back and was set aside in" in shown.stdout
+        assert set_aside in shown.stdout
     listed = json.loads(shared_node.cli(bob, "queue", "--json").stdout)["queue"]
     assert [q["run_id"] for q in listed] == ["b-ok"]
     assert queue(shared_node, alice, "a-q").returncode == 0
