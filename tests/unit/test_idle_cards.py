@@ -188,7 +188,11 @@ async def test_a_reservation_unused_past_the_threshold_is_warned_then_released_a
     assert [e["state"] for e in alices if e["action"] == "reclaim-idle"] == ["warned", "released"]
     bobs = (await node.service.audit(BOB, AuditRequest())).entries
     assert [e for e in bobs if e["action"] == "reclaim-idle"] == []
-    assert [e["state"] for e in (await node.service.events(ALICE, EventsRequest())).entries if e.get("action") == "reclaim-idle"] == [
+    assert [
+        e["state"]
+        for e in (await node.service.events(ALICE, EventsRequest())).entries
+        if e.get("action") == "reclaim-idle"
+    ] == [
         "warned",
         "released",
     ]
