@@ -84,7 +84,9 @@ if mode.startswith("escape"):
         os.setsid()
         if os.fork() == 0:
             time.sleep(0.3)  # its parent has gone: it is nobody's child in the job's session
-            write(dict(probe(), pid=os.getpid(), sid=os.getsid(0)))
+            with open("/proc/self/cgroup") as f:
+                cgroups = f.read().splitlines()
+            write(dict(probe(), pid=os.getpid(), sid=os.getsid(0), cgroups=cgroups))
             if mode == "escape-linger":
                 time.sleep(300)
             os._exit(0)
@@ -346,7 +348,12 @@ def test_without_a_cgroup_v2_the_v1_devices_cgroup_fences_it_and_ends_what_escap
             c: "EPERM" for c in CARD_NODES - {"nvidia3"}
         }
         escapee = seen["pid"]
-        assert seen["sid"] != record.pid and str(escapee) in (devices / "cgroup.procs").read_text().split()
+        # the escapee says which cgroups it was in when it probed: its command may have
+        # ended since, and the supervisor with it ended the escapee and removed the cgroup
+        assert seen["sid"] != record.pid and any(
+            "devices" in controllers.split(",") and path.endswith("/" + devices.name)
+            for _, controllers, path in (line.split(":", 2) for line in seen["cgroups"])
+        ), seen["cgroups"]
         # its command has ended: the supervisor ends the escapee it finds in the devices cgroup, then removes it
         until(lambda: process_stat(escapee) is None or process_stat(escapee).ended, "the escapee to be ended", BOUND_S)
         until(lambda: not devices.exists(), "the devices cgroup to be removed", BOUND_S)
