@@ -229,6 +229,9 @@ class JobState:
     slices: tuple[SliceRef, ...] = ()
     #: whether its processes can open only its own cards' device files, as its runtime says
     device_fence: DeviceFence = DeviceFence()
+    #: how many processes run in a reservation's shell (``tpnode-tui shell``): while
+    #: any does, the reservation is in use and holds its cards
+    shell_processes: int = 0
 
     @property
     def live(self) -> bool:
@@ -249,6 +252,21 @@ class JobState:
         """How the job is named and asked for: its run id, or its container or
         record name when it has none (a container labelled by hand)."""
         return self.run_id or self.name
+
+
+@dataclass(frozen=True)
+class ShellEntry:
+    """What ``tpnode-tui shell`` got: the caller's own process moved into a
+    reservation's shell cgroup (or not, and why), and the exports to run with."""
+
+    run_id: str
+    #: the environment variables that point CUDA at the reservation's cards, as
+    #: inside its fence when it is fenced (CUDA numbers the cards from 0 there)
+    env: tuple[tuple[str, str], ...]
+    #: whether the shell can open only the reservation's cards' device files
+    device_fence: DeviceFence
+    #: the cgroup the caller was moved into ("" when none could be made)
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,221 @@
+"""``tpnode-tui shell``: a real account's shell on its reservation's cards, through the real root agent.
+
+The agent runs as root on the stand-in driver of helpers/fence.py. An account
+reserves a card, then ``shell``s into it: the CLI asks the agent, the agent
+moves the CLI's own process (the kernel's peer on its socket) into the
+reservation's shell cgroup, fenced to its card, and the CLI becomes the
+command. The probe it runs opens every device node: its own card and
+nvidiactl open (ENXIO, no driver behind them), every other card fails with
+EPERM. Another account is refused, an operator may, the operator's processes
+there are the reservation's own (holder, not intruder), and stopping the
+reservation ends them and removes the cgroup.
+
+Needs root, real accounts and cgroup v2; elsewhere these tests skip, and under
+CI=true they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from helpers.accounts import cli_as, runnable
+from helpers.agents import SharedNode
+from helpers.fence import CARD_NODES, COMMON, MINOR, Driver, job, opened, said, scene_cards
+from helpers.load import BOUND_S, kill_process_jobs
+from helpers.services import write_scene
+from helpers.waiting import until
+from tpnode_tui.devices.bpf import attached_programs
+from tpnode_tui.model.errors import Conflict, NotAllowed
+from tpnode_tui.runtimes import shells
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    made = Driver()
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made.root)
+
+
+@pytest.fixture
+def fenced_node(accounts, driver) -> Iterator[SharedNode]:
+    with SharedNode.started(accounts, "tpn-shell-", **driver.settings) as node:
+        write_scene(node.scene, scene_cards())
+        yield node
+
+
+def reserve(node: SharedNode, who, run_id: str) -> int:
+    done = node.cli(who, "reserve", "--cards", "1", "--for", "1h", "--run-id", run_id)
+    assert done.returncode == 0, done.stderr
+    (card,) = job(node.status(who), run_id)["gpus"]
+    return card
+
+
+def test_a_shell_opens_its_reservations_card_and_nothing_of_anothers(fenced_node, accounts, driver):
+    alice = accounts.alice
+    card = reserve(fenced_node, alice, "r-sh")
+    own = f"nvidia{MINOR[card]}"  # its device minor, not its index
+    out = alice.home / "shell.json"
+    done = fenced_node.cli(alice, "shell", "r-sh", "--", *driver.command(out, "run"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # fenced: nothing to say
+    seen = said(out, fenced_node.log)
+    assert opened(seen, {own} | COMMON) == {label: "ENXIO" for label in {own} | COMMON}, seen
+    assert opened(seen, CARD_NODES - {own}) == {label: "EPERM" for label in CARD_NODES - {own}}, seen
+    assert seen["null-copy"] == "ok"
+
+    # inside the fence CUDA numbers the one card 0; NVIDIA_VISIBLE_DEVICES keeps the node's index
+    shown = fenced_node.cli(
+        alice, "shell", "r-sh", "--", "sh", "-c", 'echo "$CUDA_VISIBLE_DEVICES $NVIDIA_VISIBLE_DEVICES"'
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == ["0", str(card)]
+
+    record = job(fenced_node.status(alice), "r-sh")
+    assert (record["fenced"], record["fence_mechanism"]) == (True, "cgroup-v2"), record
+    assert Path(record["cgroup"]).name.startswith("tpnode-tui.r-sh.")
+    assert attached_programs(Path(record["cgroup"])), "the record says fenced, and the kernel must agree"
+
+
+def test_another_account_is_refused_in_words_and_an_operator_may(fenced_node, accounts, driver):
+    alice, bob, carol = accounts.alice, accounts.bob, accounts.carol
+    card = reserve(fenced_node, alice, "r-own")
+    refused = fenced_node.cli(bob, "shell", "r-own", "--", "true")
+    assert refused.returncode == 77, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert f"card {card} is held by r-own of {alice.name}" in refused.stderr
+    assert f"only {alice.name} or an operator" in refused.stderr and "may open a shell on it" in refused.stderr
+    assert job(fenced_node.status(alice), "r-own")["fence_problem"].startswith("a reservation runs nothing")
+
+    out = carol.home / "operator.json"
+    done = fenced_node.cli(carol, "shell", "r-own", "--", *driver.command(out, "run"))
+    assert done.returncode == 0, done.stderr
+    seen = said(out, fenced_node.log)
+    own = f"nvidia{MINOR[card]}"
+    assert seen[own] == "ENXIO" and opened(seen, CARD_NODES - {own}) == {c: "EPERM" for c in CARD_NODES - {own}}
+
+
+def test_a_shells_processes_are_the_reservations_own_and_end_with_it(fenced_node, accounts):
+    """An operator's process in alice's reservation's shell, on its card, is its
+    holder (not an intruder, though it is not alice's); the reservation counts it
+    as in use; stopping the reservation ends it and removes the shell's cgroup."""
+    alice, carol = accounts.alice, accounts.carol
+    card = reserve(fenced_node, alice, "r-use")
+    sleeper = carol.spawn(runnable().argv("shell", "r-use", "--", "sleep", "300"), env=fenced_node.env(carol))
+    try:
+        until(
+            lambda: job(fenced_node.status(alice), "r-use")["shell_processes"] == 1,
+            "the operator's shell to run in the reservation",
+            BOUND_S,
+        )
+        cards = scene_cards()
+        cards[card] |= {"memory_used_mib": 2000, "processes": [{"pid": sleeper.pid, "used_memory_mib": 2000}]}
+        write_scene(fenced_node.scene, cards)
+
+        def holders() -> dict:
+            status = fenced_node.status(alice)
+            return {h["pid"]: h["belongs"] for h in status["cards"][card]["holders"]}
+
+        until(lambda: sleeper.pid in holders(), "the next reading to list the shell's process", BOUND_S)
+        assert holders() == {sleeper.pid: "holder"}
+        status = fenced_node.status(alice)
+        cgroup = Path(job(status, "r-use")["cgroup"])
+        assert str(sleeper.pid) in (cgroup / "cgroup.procs").read_text().split()
+
+        stopped = fenced_node.cli(alice, "stop", "r-use")
+        assert stopped.returncode == 0, stopped.stderr
+        assert sleeper.wait(BOUND_S) == -signal.SIGTERM
+        until(lambda: not cgroup.exists(), "the shell's cgroup to be removed", BOUND_S)
+        record = job(fenced_node.status(alice), "r-use")
+        assert record["status"] == "exited" and record["shell_processes"] == 0
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(accounts, driver):
+    """An ordinary account without the agent cannot make a cgroup: under required
+    its shell does not start (exit 2, the reason); under auto it runs unfenced, and
+    one line on stderr says so."""
+    alice = accounts.alice
+    root = alice.home / "own-shell-node"
+    alice.run(["mkdir", "-p", str(root / "state")], env=alice.env())
+    scene = write_scene(root / "scene.json", scene_cards())
+    os.chown(scene, alice.uid, alice.gid)
+    env = alice.env(
+        TUNEPLANE_AGENT="off",
+        TUNEPLANE_STATE_DIR=str(root / "state"),
+        TUNEPLANE_RUNTIME="process",
+        TUNEPLANE_PROBE=f"simulated:{scene}",
+        TUNEPLANE_FENCE="required",
+        **driver.settings,
+    )
+    try:
+        done = cli_as(alice, env, "reserve", "--cards", "1", "--for", "1h", "--run-id", "own")
+        assert done.returncode == 0, done.stderr  # a reservation itself runs nothing to fence
+        refused = cli_as(alice, env, "shell", "own", "--", "echo", "ran")
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
+        assert "a shell on reservation 'own' cannot be fenced to its cards" in refused.stderr
+        assert "TUNEPLANE_FENCE=required starts no shell that is not" in refused.stderr
+        assert "cgroup v1: cannot make a cgroup in" in refused.stderr
+
+        auto = env | {"TUNEPLANE_FENCE": "auto"}
+        ran = cli_as(alice, auto, "shell", "own", "--", "sh", "-c", 'echo "ran $CUDA_VISIBLE_DEVICES"')
+        assert ran.returncode == 0, ran.stderr
+        (card,) = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")["gpus"]
+        assert ran.stdout.split() == ["ran", str(card)]  # no fence: the node's index
+        [line] = ran.stderr.strip().splitlines()
+        assert line.startswith("tpnode-tui: the shell on own runs without a fence: its shell is not fenced: ")
+        record = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")
+        assert record["fenced"] is False and record["fence_problem"].startswith("its shell is not fenced: ")
+    finally:
+        kill_process_jobs(root / "state")
+
+
+def test_a_shell_over_host_is_refused_before_anything_is_asked(fenced_node, accounts):
+    """Through --host the agent's caller is the SSH bridge, not the person's
+    shell: a shell is refused in words, and nothing is moved."""
+    alice = accounts.alice
+    reserve(fenced_node, alice, "r-far")
+    env = fenced_node.env(alice) | {"TUNEPLANE_HOST": "nobody@127.0.0.1"}
+    refused = cli_as(alice, env, "shell", "r-far", "--", "true")
+    assert refused.returncode != 0
+    assert "run tpnode-tui shell there" in refused.stderr and "Traceback" not in refused.stderr
+    assert job(fenced_node.status(alice), "r-far")["shell_processes"] == 0
+
+
+def test_only_the_callers_own_process_is_moved_never_a_bridge(accounts):
+    """The agent moves the kernel's peer only if /proc says it is still the
+    caller's: a process of another uid is refused, and so is the SSH bridge
+    (``tpnode-tui dial-stdio``), whose shell would not be the person's."""
+    alice, bob = accounts.alice, accounts.bob
+    his = bob.spawn(["sleep", "300"], env=bob.env())
+    bridge = alice.spawn([runnable().python, "-c", "import time; time.sleep(300)", "dial-stdio"], env=alice.env())
+    try:
+        until(lambda: _cmdline(his.pid).startswith(b"sleep"), "bob's sleep to run", BOUND_S)
+        with pytest.raises(NotAllowed, match=f"process {his.pid} is not the asking account's own"):
+            shells.move(his.pid, alice.uid, None, None)
+        until(lambda: b"dial-stdio" in _cmdline(bridge.pid), "the stand-in bridge to run", BOUND_S)
+        with pytest.raises(Conflict, match="log in to the node"):
+            shells.move(bridge.pid, alice.uid, None, None)
+    finally:
+        for proc in (his, bridge):
+            proc.kill()
+            proc.wait()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
