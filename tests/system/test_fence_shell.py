@@ -175,9 +175,11 @@ def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(a
         (card,) = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")["gpus"]
         assert ran.stdout.split() == ["ran", str(card)]  # no fence: the node's index
         [line] = ran.stderr.strip().splitlines()
-        assert line.startswith("tpnode-tui: the shell on own runs without a fence: its shell is not fenced: ")
+        assert line.startswith("tpnode-tui: the shell on own runs without a fence: cgroup v2: ")
         record = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")
-        assert record["fenced"] is False and record["fence_problem"].startswith("its shell is not fenced: ")
+        assert record["fenced"] is False and record["fence_problem"].startswith(
+            "its shell cannot be fenced: cgroup v2: "
+        )
     finally:
         kill_process_jobs(root / "state")
 

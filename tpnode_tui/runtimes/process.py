@@ -116,6 +116,8 @@ def _devices(record: JobRecord) -> Optional[Path]:
     return Path(record.devices_cgroup) if record.devices_cgroup else None
 
 
+#: what a reservation says of its fence when a shell on it could not be fenced
+SHELL_UNFENCED = "its shell cannot be fenced: "
 #: what a record made before jobs were fenced says about its fence
 NOT_RECORDED = "started by a tpnode-tui that did not fence jobs"
 
@@ -794,6 +796,8 @@ class ProcessRuntime:
                     )
                 raise
         fence = _device_fence(record)
+        if not fence.fenced:  # the caller is told why, not what the reservation says of it
+            fence = DeviceFence.missing(fence.problem.removeprefix(SHELL_UNFENCED))
         return ShellEntry(
             run_id=record.run_id,
             env=tuple(cuda_exports(record.gpus, record.slices, fenced=fence.fenced).items()),
@@ -825,9 +829,7 @@ class ProcessRuntime:
                 "and TUNEPLANE_FENCE=required starts no shell that is not; ask through the node's agent, "
                 "or ask an operator about the node's cgroups"
             )
-        fence = (
-            made.fence if made.fence.fenced else DeviceFence.missing(f"its shell is not fenced: {made.fence.problem}")
-        )
+        fence = made.fence if made.fence.fenced else DeviceFence.missing(SHELL_UNFENCED + made.fence.problem)
         updated = replace(
             record,
             cgroup=str(cgroup or ""),
