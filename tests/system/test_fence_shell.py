@@ -16,10 +16,13 @@ CI=true they fail.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -29,11 +32,16 @@ from helpers.accounts import cli_as, runnable
 from helpers.agents import SharedNode
 from helpers.fence import CARD_NODES, COMMON, MINOR, Driver, job, opened, said, scene_cards
 from helpers.load import BOUND_S, kill_process_jobs
-from helpers.services import write_scene
+from helpers.services import unavailable, write_scene
 from helpers.waiting import until
+from tpnode_tui.devices import v1
 from tpnode_tui.devices.bpf import attached_programs
+from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.model.errors import Conflict, NotAllowed
+from tpnode_tui.model.jobs import DeviceGrant, JobSpec
 from tpnode_tui.runtimes import shells
+from tpnode_tui.runtimes.process import ProcessRuntime
+from tpnode_tui.runtimes.statefile import StateFile
 
 
 @pytest.fixture
@@ -194,6 +202,51 @@ def test_a_shell_over_host_is_refused_before_anything_is_asked(fenced_node, acco
     assert refused.returncode != 0
     assert "run tpnode-tui shell there" in refused.stderr and "Traceback" not in refused.stderr
     assert job(fenced_node.status(alice), "r-far")["shell_processes"] == 0
+
+
+def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservation_expires(driver, tmp_path):
+    """The process runtime without cgroups v2 of its own: the shell's process is
+    moved into a v1 devices cgroup, fenced there, and when the reservation expires
+    its supervisor records the end, ends the shell's process and removes the
+    cgroup; until then the cards stay held."""
+    try:
+        v1.hierarchy_dir()
+    except CannotFence as e:
+        unavailable(f"no cgroup v1 devices controller: {e}")
+    state = tmp_path / "state"
+    out = tmp_path / "v1-shell.json"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, cgroups=False, fence_files=driver.files)
+    spec = JobSpec("r-v1", 1, kind="reservation", expires_at=time.time() + 4, granted=DeviceGrant(cards=(3,)))
+    # the shell's stand-in: it waits to be moved, then becomes the probe (as the CLI becomes the shell)
+    waiting = subprocess.Popen(
+        ["sh", "-c", 'read go; exec "$@"', "sh", *driver.command(out, "stay")], stdin=subprocess.PIPE
+    )
+    try:
+        asyncio.run(runtime.run(spec, [2]))
+        entry = asyncio.run(runtime.shell("r-v1", waiting.pid, os.getuid()))
+        assert entry.device_fence.mechanism == "cgroup-v1" and dict(entry.env)["CUDA_VISIBLE_DEVICES"] == "0"
+        devices = Path(StateFile(state).read()["r-v1"].devices_cgroup)
+        assert str(waiting.pid) in (devices / "cgroup.procs").read_text().split()
+        waiting.stdin.write(b"go\n")
+        waiting.stdin.flush()
+        seen = said(out, state / "logs" / "r-v1.log")
+        assert seen["nvidia3"] == "ENXIO" and opened(seen, CARD_NODES - {"nvidia3"}) == {
+            c: "EPERM" for c in CARD_NODES - {"nvidia3"}
+        }
+        [held] = asyncio.run(runtime.ps())
+        assert held.live and held.shell_processes == 1 and held.device_fence.mechanism == "cgroup-v1"
+
+        assert waiting.wait(BOUND_S) == -signal.SIGTERM  # ended when the reservation expired
+        until(lambda: not devices.exists(), "the shell's devices cgroup to be removed", BOUND_S)
+        [ended] = asyncio.run(runtime.ps())
+        assert ended.status == "exited" and ended.exit_code == 0 and ended.shell_processes == 0
+        with pytest.raises(Conflict, match="has ended"):
+            asyncio.run(runtime.shell("r-v1", os.getpid(), os.getuid()))
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+        kill_process_jobs(state)
 
 
 def test_only_the_callers_own_process_is_moved_never_a_bridge(accounts):
