@@ -292,6 +292,15 @@ async def _env(run: Run) -> None:
 
 
 def _shell_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run your login shell, or COMMAND, on the cards of reservation RUN_ID (yours; an operator's any), "
+        "fenced to them: the node moves this very process into the reservation's cgroup, where only its "
+        "cards' device files open, and everything started from there stays in it. CUDA numbers the cards "
+        "from 0 inside (CUDA_VISIBLE_DEVICES=0,1 for cards 2 and 3). While anything runs there the "
+        "reservation is in use; when it ends (stopped, expired, released) what still runs there is ended. "
+        "TUNEPLANE_FENCE=required refuses a shell that cannot be fenced (exit 2); auto runs it unfenced and "
+        "says so. Run it on the node itself: through --host the agent's caller is the SSH bridge, not you."
+    )
     _run_id_argument(parser)
     parser.add_argument(
         "argv",
