@@ -40,6 +40,7 @@ from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.model.errors import Conflict, NotAllowed
 from tpnode_tui.model.jobs import DeviceGrant, JobSpec
 from tpnode_tui.runtimes import shells
+from tpnode_tui.runtimes.jobprocs import cgroup_parent
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import StateFile
 
@@ -267,6 +268,33 @@ def test_only_the_callers_own_process_is_moved_never_a_bridge(accounts):
         for proc in (his, bridge):
             proc.kill()
             proc.wait()
+
+
+def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(accounts, driver, tmp_path):
+    """A process that is not the caller's is not moved, and the shell cgroup made
+    for it is removed again: the reservation says what it said before."""
+    bob = accounts.bob
+    state = tmp_path / "state"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, fence_files=driver.files)
+    spec = JobSpec("r-back", 1, kind="reservation", expires_at=time.time() + 600, granted=DeviceGrant(cards=(3,)))
+    his = bob.spawn(["sleep", "300"], env=bob.env())
+    try:
+        asyncio.run(runtime.run(spec, [2]))
+        before = StateFile(state).read()["r-back"]
+        until(lambda: _cmdline(his.pid).startswith(b"sleep"), "bob's sleep to run", BOUND_S)
+        listed = set(state.glob("*"))
+        with pytest.raises(NotAllowed):
+            asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid))
+        after = StateFile(state).read()["r-back"]
+        assert after == before and after.cgroup == "" and set(state.glob("*")) == listed
+        [held] = asyncio.run(runtime.ps())
+        assert held.device_fence.problem.startswith("a reservation runs nothing") and held.cgroup is None
+        parent = cgroup_parent()[0]
+        assert parent is not None and not list(parent.glob("tpnode-tui.r-back.*"))
+    finally:
+        his.kill()
+        his.wait()
+        kill_process_jobs(state)
 
 
 def _cmdline(pid: int) -> bytes:

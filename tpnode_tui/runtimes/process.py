@@ -782,18 +782,16 @@ class ProcessRuntime:
             if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
                 raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
             record, made = self._shell_cgroups(record)
-            jobs[name] = record
+            jobs[name] = record  # written only if the move succeeds: the transaction drops it on an error
             try:
-                shells.move(pid, uid, _cgroup(record), _devices(record))
-            except CannotFence as e:
-                raise RuntimeUnavailable(f"the shell of reservation {name!r} cannot be fenced: {e}") from None
+                try:
+                    shells.move(pid, uid, _cgroup(record), _devices(record))
+                except CannotFence as e:
+                    raise RuntimeUnavailable(f"the shell of reservation {name!r} cannot be fenced: {e}") from None
             except BaseException:
-                if made:  # nothing joined it: the record goes back to saying what it said
+                if made:  # nothing joined them
                     remove_cgroup(_cgroup(record))
                     _remove_devices(record)
-                    jobs[name] = replace(
-                        record, cgroup="", devices_cgroup="", fence_mechanism="", fence_problem=jobfence.RESERVATION
-                    )
                 raise
         fence = _device_fence(record)
         if not fence.fenced:  # the caller is told why, not what the reservation says of it
