@@ -283,14 +283,16 @@ def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(a
         before = StateFile(state).read()["r-back"]
         until(lambda: _cmdline(his.pid).startswith(b"sleep"), "bob's sleep to run", BOUND_S)
         listed = set(state.glob("*"))
+        parent = cgroup_parent()[0]
+        assert parent is not None
+        cgroups = set(parent.glob("tpnode-tui.r-back.*"))
         with pytest.raises(NotAllowed):
             asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid))
         after = StateFile(state).read()["r-back"]
         assert after == before and after.cgroup == "" and set(state.glob("*")) == listed
         [held] = asyncio.run(runtime.ps())
         assert held.device_fence.problem.startswith("a reservation runs nothing") and held.cgroup is None
-        parent = cgroup_parent()[0]
-        assert parent is not None and not list(parent.glob("tpnode-tui.r-back.*"))
+        assert set(parent.glob("tpnode-tui.r-back.*")) == cgroups
     finally:
         his.kill()
         his.wait()
