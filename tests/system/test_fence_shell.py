@@ -34,11 +34,15 @@ from helpers.fence import CARD_NODES, COMMON, MINOR, Driver, job, opened, said, 
 from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import unavailable, write_scene
 from helpers.waiting import until
+from tpnode_tui.core.belonging import classify
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.bpf import attached_programs
 from tpnode_tui.devices.errors import CannotFence
+from tpnode_tui.host.procinfo import describe
 from tpnode_tui.model.errors import Conflict, NotAllowed
+from tpnode_tui.model.facts import ProcessFacts
 from tpnode_tui.model.jobs import DeviceGrant, JobSpec
+from tpnode_tui.model.views import HOLDER
 from tpnode_tui.runtimes import shells
 from tpnode_tui.runtimes.jobprocs import cgroup_parent
 from tpnode_tui.runtimes.process import ProcessRuntime
@@ -236,6 +240,8 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
         }
         [held] = asyncio.run(runtime.ps())
         assert held.live and held.shell_processes == 1 and held.device_fence.mechanism == "cgroup-v1"
+        # found by its v1 cgroup, a process there is the reservation's own, whoever's it is
+        assert held.cgroup == str(devices) and classify(describe(ProcessFacts(waiting.pid)), held).belongs == HOLDER
 
         assert waiting.wait(BOUND_S) == -signal.SIGTERM  # ended when the reservation expired
         until(lambda: not devices.exists(), "the shell's devices cgroup to be removed", BOUND_S)

@@ -223,7 +223,8 @@ class JobState:
     note: str = ""
     #: the docker container's full id (docker runtime), to tell its processes by their cgroup
     container_id: Optional[str] = None
-    #: the job's own cgroup directory (process runtime, where the node allows one)
+    #: the job's own cgroup directory (process runtime, where the node allows one):
+    #: its cgroup v2, else its v1 devices cgroup; a reservation's is its shell's
     cgroup: Optional[str] = None
     #: the MIG slices it holds (a slice job holds no whole card: ``gpus`` is empty)
     slices: tuple[SliceRef, ...] = ()

@@ -250,7 +250,8 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         problems=problems,
         uid=record.uid,
         note=record.note,
-        cgroup=record.cgroup or None,
+        # where its processes are found (belonging): the v2 cgroup, else the v1 devices one
+        cgroup=record.cgroup or record.devices_cgroup or None,
         slices=record.slices,
         device_fence=_device_fence(record),
         shell_processes=len(_shell_left(record)) if record.boot_id == current_boot else 0,
