@@ -8,7 +8,8 @@ command. The probe it runs opens every device node: its own card and
 nvidiactl open (ENXIO, no driver behind them), every other card fails with
 EPERM. Another account is refused, an operator may, the operator's processes
 there are the reservation's own (holder, not intruder), and stopping the
-reservation ends them and removes the cgroup.
+reservation ends them and removes the cgroup. Without an agent, root's CLI
+does the same itself; an ordinary account's cannot, and ``required`` refuses.
 
 Needs root, real accounts and cgroup v2; elsewhere these tests skip, and under
 CI=true they fail.
@@ -22,6 +23,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -153,6 +155,34 @@ def test_a_shells_processes_are_the_reservations_own_and_end_with_it(fenced_node
         if sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait()
+
+
+def test_in_process_as_root_a_shell_is_fenced_the_same(driver, tmp_path):
+    """Without an agent, the CLI run as root serves the node itself and moves
+    itself into the reservation's fence, as the agent would."""
+    scene = write_scene(tmp_path / "scene.json", scene_cards())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")} | {
+        "TUNEPLANE_AGENT": "off",
+        "TUNEPLANE_STATE_DIR": str(tmp_path / "state"),
+        "TUNEPLANE_RUNTIME": "process",
+        "TUNEPLANE_PROBE": f"simulated:{scene}",
+        **driver.settings,
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tpnode_tui", *args], env=env, capture_output=True, text=True)
+
+    try:
+        assert cli("reserve", "--cards", "1", "--for", "1h", "--run-id", "r-here").returncode == 0
+        (card,) = job(json.loads(cli("status", "--json").stdout), "r-here")["gpus"]
+        own, out = f"nvidia{MINOR[card]}", tmp_path / "here.json"
+        done = cli("shell", "r-here", "--", *driver.command(out, "run"))
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        seen = said(out, tmp_path / "state")
+        assert seen[own] == "ENXIO" and opened(seen, CARD_NODES - {own}) == {c: "EPERM" for c in CARD_NODES - {own}}
+        assert job(json.loads(cli("status", "--json").stdout), "r-here")["fence_mechanism"] == "cgroup-v2"
+    finally:
+        kill_process_jobs(tmp_path / "state")
 
 
 def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(accounts, driver):
