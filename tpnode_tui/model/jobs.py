@@ -223,12 +223,16 @@ class JobState:
     note: str = ""
     #: the docker container's full id (docker runtime), to tell its processes by their cgroup
     container_id: Optional[str] = None
-    #: the job's own cgroup directory (process runtime, where the node allows one)
+    #: the job's own cgroup directory (process runtime, where the node allows one):
+    #: its cgroup v2, else its v1 devices cgroup; a reservation's is its shell's
     cgroup: Optional[str] = None
     #: the MIG slices it holds (a slice job holds no whole card: ``gpus`` is empty)
     slices: tuple[SliceRef, ...] = ()
     #: whether its processes can open only its own cards' device files, as its runtime says
     device_fence: DeviceFence = DeviceFence()
+    #: how many processes run in a reservation's shell (``tpnode-tui shell``): while
+    #: any does, the reservation is in use and holds its cards
+    shell_processes: int = 0
 
     @property
     def live(self) -> bool:
@@ -249,6 +253,21 @@ class JobState:
         """How the job is named and asked for: its run id, or its container or
         record name when it has none (a container labelled by hand)."""
         return self.run_id or self.name
+
+
+@dataclass(frozen=True)
+class ShellEntry:
+    """What ``tpnode-tui shell`` got: the caller's own process moved into a
+    reservation's shell cgroup (or not, and why), and the exports to run with."""
+
+    run_id: str
+    #: the environment variables that point CUDA at the reservation's cards, as
+    #: inside its fence when it is fenced (CUDA numbers the cards from 0 there)
+    env: tuple[tuple[str, str], ...]
+    #: whether the shell can open only the reservation's cards' device files
+    device_fence: DeviceFence
+    #: the cgroup the caller was moved into ("" when none could be made)
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)
