@@ -38,7 +38,10 @@ if TYPE_CHECKING:
     from tpnode_tui.port.node import Node
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+    """The parser; given ``argv``, only the command it names gets its arguments
+    (each command's are made only to be parsed, and a command should not pay
+    for the others')."""
     from tpnode_tui import __version__
     from tpnode_tui.cli import commands  # noqa: F401  (each command registers itself)
     from tpnode_tui.cli.registry import COMMANDS, Parser, seconds
@@ -63,10 +66,30 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="seconds between polls (0.2 to 3600)")
     ui.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
+    named = None if argv is None else _command_named(parser, argv)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for command in COMMANDS.values():
-        command.arguments(sub.add_parser(command.name, help=command.help))
+        its = sub.add_parser(command.name, help=command.help)  # every one, for --help and a mistyped name
+        if named not in COMMANDS or named == command.name:
+            command.arguments(its)
     return parser
+
+
+def _command_named(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Optional[str]:
+    """The command ``argv`` names, where the options before it leave no doubt
+    which word it is; None where they do (an abbreviated option, ``--``): then
+    every command gets its arguments and argparse decides, as it always did."""
+    options = parser._option_string_actions  # the options' table argparse reads the line with
+    words = iter(argv)
+    for word in words:
+        if not word.startswith("-"):
+            return word
+        action = options.get(word.split("=", 1)[0])
+        if action is None:
+            return None
+        if action.nargs != 0 and "=" not in word:
+            next(words, None)  # the option's value, whatever it says
+    return None
 
 
 def _state_dir_note(settings: Settings) -> Optional[str]:
@@ -207,7 +230,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     from tpnode_tui.config.statedir import state_dir_exists
     from tpnode_tui.model.errors import EXIT_FAIL, EXIT_USAGE, TpnodeError, error_line, exit_code
 
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
         if not 0.2 <= args.interval <= 3600:
