@@ -27,7 +27,7 @@ __all__ = ["main", "build_parser", "EXIT_PIPE"]
 
 # What the commands need is imported where it is used, not here: ``status
 # --json`` through the agent (.quick) must cost little more than a Python
-# start, and importing the settings, the port's types and argparse is five.
+# start, and the settings, the port's types and argparse take five to import.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse

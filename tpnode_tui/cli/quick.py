@@ -2,7 +2,7 @@
 
 The agent already wrote the document (``GET /v1/snapshot``: the snapshot, who
 asks, ``via``); the command only has to hand it on. Reading it back into the
-model to write it out again cost six Python starts of imports (the settings,
+model to write it out again cost seven Python starts of imports (the settings,
 the port's types, dataclasses, typing), so this path asks with a plain socket
 and the standard library's JSON, and imports nothing else of the product.
 
@@ -30,6 +30,10 @@ import sys
 #: as :mod:`tpnode_tui.config.sections` declares TUNEPLANE_AGENT_SOCKET's default
 from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
 
+TYPE_CHECKING = False  # typing is one of the imports this path does without
+if TYPE_CHECKING:
+    from typing import Optional
+
 #: the most of an answer read (as the agent's client, tpnode_tui.node.http)
 MAX_BODY = 64 * 1024 * 1024
 #: a connection not made within this long is the ordinary path's to report
@@ -38,7 +42,7 @@ CONNECT_TIMEOUT_S = 5.0
 _REQUEST = b"GET /v1/snapshot HTTP/1.1\r\nHost: tpnode-agent\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
 
 
-def agent_socket() -> str | None:
+def agent_socket() -> Optional[str]:
     """The agent's socket, where the settings would choose this machine's agent
     first; None where they might not (another node, no agent, or a value the
     ordinary path must read and judge)."""
@@ -47,11 +51,11 @@ def agent_socket() -> str | None:
         return None
     if environ.get("TUNEPLANE_AGENT", "").strip().lower() not in ("", "auto", "on"):
         return None
-    path = environ.get("TUNEPLANE_AGENT_SOCKET", "").strip() and environ["TUNEPLANE_AGENT_SOCKET"]
-    return os.path.expanduser(path) if path else DEFAULT_AGENT_SOCKET
+    path = environ.get("TUNEPLANE_AGENT_SOCKET", "")  # taken as written, as the settings take it
+    return os.path.expanduser(path) if path.strip() else DEFAULT_AGENT_SOCKET
 
 
-def fetch(path: str) -> bytes | None:
+def fetch(path: str) -> Optional[bytes]:
     """The body of the agent's 200 answer to a status, or None."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -80,7 +84,7 @@ def fetch(path: str) -> bytes | None:
         sock.close()
 
 
-def status_json() -> int | None:
+def status_json() -> Optional[int]:
     """Print the agent's status document and return 0; None: not this way."""
     path = agent_socket()
     body = None if path is None else fetch(path)

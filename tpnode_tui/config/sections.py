@@ -16,7 +16,10 @@ from typing import Optional
 
 from tpnode_tui.config import readers as read
 from tpnode_tui.config.declared import setting
-from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET, DEFAULT_STATE_DIR
+
+# the defaults live where the quickest command reads one without this module; said here too
+from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET as DEFAULT_AGENT_SOCKET
+from tpnode_tui.config.defaults import DEFAULT_STATE_DIR as DEFAULT_STATE_DIR
 from tpnode_tui.config.redact import redact_url
 from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.model.errors import ConfigError
