@@ -8,7 +8,10 @@ pay for the allocator, the runtimes and the probes.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+
+TYPE_CHECKING = False  # typing itself is not imported: every command pays for what the package imports
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

@@ -17,38 +17,37 @@ no dashboard.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
 import sys
-from typing import NoReturn, Optional, Sequence
-
-from tpnode_tui import __version__
-from tpnode_tui.cli import commands  # noqa: F401  (each command registers itself)
-from tpnode_tui.cli.registry import COMMANDS, Command, Run, UsageError, say, say_once, seconds
-from tpnode_tui.config.settings import DECLARED, Settings, settings_from_flags
-from tpnode_tui.config.statedir import state_dir_exists
-from tpnode_tui.model.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, TpnodeError, error_line, exit_code
-from tpnode_tui.node.choose import agent_for
-from tpnode_tui.node.http import straight
-from tpnode_tui.port.node import Node
-from tpnode_tui.text.printable import PrintableStream
 
 #: 128 + SIGPIPE: what a shell reports for a program a closed pipe ended
 EXIT_PIPE = 141
 
 __all__ = ["main", "build_parser", "EXIT_PIPE"]
 
+# What the commands need is imported where it is used, not here: ``status
+# --json`` through the agent (.quick) must cost little more than a Python
+# start, and the settings, the port's types and argparse take five to import.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Optional, Sequence
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line instead of exiting on its own."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)")
+    from tpnode_tui.cli.registry import Command
+    from tpnode_tui.config.settings import Settings
+    from tpnode_tui.port.node import Node
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+    """The parser; given ``argv``, only the command it names gets its arguments
+    (each command's are made only to be parsed, and a command should not pay
+    for the others')."""
+    from tpnode_tui import __version__
+    from tpnode_tui.cli import commands  # noqa: F401  (each command registers itself)
+    from tpnode_tui.cli.registry import COMMANDS, Parser, seconds
+    from tpnode_tui.config.settings import DECLARED
+
+    parser = Parser(
         prog="tpnode-tui",
         description="See who holds each GPU on this node, and hand cards to jobs without ever sharing one.",
     )
@@ -67,10 +66,30 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="seconds between polls (0.2 to 3600)")
     ui.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    named = None if argv is None else _command_named(parser, argv)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for command in COMMANDS.values():
-        command.arguments(sub.add_parser(command.name, help=command.help))
+        its = sub.add_parser(command.name, help=command.help)  # every one, for --help and a mistyped name
+        if named not in COMMANDS or named == command.name:
+            command.arguments(its)
     return parser
+
+
+def _command_named(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Optional[str]:
+    """The command ``argv`` names, where the options before it leave no doubt
+    which word it is; None where they do (an abbreviated option, ``--``): then
+    every command gets its arguments and argparse decides, as it always did."""
+    options = parser._option_string_actions  # the options' table argparse reads the line with
+    words = iter(argv)
+    for word in words:
+        if not word.startswith("-"):
+            return word
+        action = options.get(word.split("=", 1)[0])
+        if action is None:
+            return None
+        if action.nargs != 0 and "=" not in word:
+            next(words, None)  # the option's value, whatever it says
+    return None
 
 
 def _state_dir_note(settings: Settings) -> Optional[str]:
@@ -80,6 +99,7 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
     launch start a second, private record of the node: the one thing worse
     than no record. A state dir that is not a directory is a ConfigError.
     """
+    from tpnode_tui.config.statedir import state_dir_exists
     from tpnode_tui.runtimes import choose_runtime
 
     process = choose_runtime(settings) == "process"
@@ -107,6 +127,9 @@ def _logging(args: argparse.Namespace) -> None:
 
 
 def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
+    from tpnode_tui.node.choose import agent_for
+    from tpnode_tui.node.http import straight
+
     if args.verbose or command.alone is not None:
         _logging(args)
     if command.alone is not None:
@@ -126,6 +149,7 @@ def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _in_loop(command: Command, args: argparse.Namespace, settings: Settings) -> int:
+    from tpnode_tui.cli.registry import say_once
     from tpnode_tui.node.choose import open_node
 
     node = await open_node(settings, interval=args.interval, max_wait_s=getattr(args, "wait", None), on_wait=say_once())
@@ -136,6 +160,9 @@ async def _on_node(
     command: Command, node: Node, args: argparse.Namespace, settings: Settings, note: Optional[str]
 ) -> int:
     """Run ``command`` on ``node``; ``note``: the state dir's, for a node served here."""
+    from tpnode_tui.cli.registry import Run, say
+    from tpnode_tui.model.errors import EXIT_OK
+
     assert command.on_node is not None
     try:
         await command.on_node(Run(node, args, note))
@@ -151,6 +178,8 @@ async def _on_node(
 
 
 def _fail(message: str, code: int) -> int:
+    from tpnode_tui.cli.registry import say
+
     say(message)
     return code
 
@@ -164,6 +193,14 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if (sys.argv[1:] if argv is None else list(argv)) == ["status", "--json"]:
+        code = _quick()
+        if code is not None:
+            return code
+    import contextlib
+
+    from tpnode_tui.text.printable import PrintableStream
+
     # Everything the commands print, errors and log lines included, reaches
     # the terminal escaped: much of it was written by other users (process
     # names, labels, owners) or by Docker, Redis and the driver.
@@ -174,8 +211,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _main(argv)
 
 
+def _quick() -> Optional[int]:
+    """``status --json`` as the agent wrote it (see .quick); None: the ordinary way."""
+    from tpnode_tui.cli.quick import status_json
+
+    try:
+        return status_json()
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
-    parser = build_parser()
+    from tpnode_tui.cli.registry import COMMANDS, UsageError
+    from tpnode_tui.config.settings import settings_from_flags
+    from tpnode_tui.config.statedir import state_dir_exists
+    from tpnode_tui.model.errors import EXIT_FAIL, EXIT_USAGE, TpnodeError, error_line, exit_code
+
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
         if not 0.2 <= args.interval <= 3600:

@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Optional
+from typing import NoReturn, Optional
 
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.config.values import decimal_number, whole_number
@@ -22,6 +22,13 @@ from tpnode_tui.text.printable import printable
 
 class UsageError(Exception):
     """A command line that cannot be run as written: exit 2, one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line instead of exiting on its own."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 @dataclass(frozen=True)

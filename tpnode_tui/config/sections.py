@@ -16,12 +16,14 @@ from typing import Optional
 
 from tpnode_tui.config import readers as read
 from tpnode_tui.config.declared import setting
+
+# the defaults live where the quickest command reads one without this module; said here too
+from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET as DEFAULT_AGENT_SOCKET
+from tpnode_tui.config.defaults import DEFAULT_STATE_DIR as DEFAULT_STATE_DIR
 from tpnode_tui.config.redact import redact_url
 from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.model.errors import ConfigError
 
-DEFAULT_STATE_DIR = "/var/lib/tpnode-tui"
-DEFAULT_AGENT_SOCKET = "/run/tpnode-tui/agent.sock"
 DEFAULT_OPERATORS_GROUP = "tpnode-operators"
 
 #: How the docker runtime may give a container its cards (see TUNEPLANE_DOCKER_GPU_MODE).

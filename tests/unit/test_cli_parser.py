@@ -1,0 +1,53 @@
+"""The parser made for one command line reads it as the parser of every command does.
+
+Only the command a line names gets its arguments (a command should not pay
+for the others'); where the options before it leave doubt which word is the
+command, every command gets them. Either way the line must read the same:
+the same values, or the same one-line refusal.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tpnode_tui.cli import build_parser
+from tpnode_tui.cli.registry import UsageError
+
+LINES = [
+    ["status", "--json"],
+    ["--agent", "on", "status", "--json"],
+    ["--agent=on", "queue", "--json"],
+    ["-v", "--state-dir", "status", "queue"],
+    ["--host", "queue", "status", "--json"],
+    ["--ho", "queue", "status", "--json"],
+    ["--age", "on", "status"],
+    ["--", "status"],
+    ["stauts"],
+    ["status", "--jsn"],
+    ["launch", "--cards", "2", "--same-switch", "--", "python", "train.py"],
+    ["launch", "--cards", "x"],
+    ["reserve", "--cards", "1"],
+    ["usage", "--by", "card", "--since", "7d"],
+    ["events", "--card", "3", "--follow"],
+    ["--interval", "2", "--demo"],
+    [],
+]
+
+
+def read(parser, argv):
+    try:
+        return vars(parser.parse_args(argv))
+    except UsageError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("argv", LINES, ids=" ".join)
+def test_a_line_reads_the_same_with_only_its_command_made(argv):
+    assert read(build_parser(argv), argv) == read(build_parser(), argv)
+
+
+def test_only_the_named_command_gets_its_arguments():
+    made = build_parser(["--agent", "on", "queue", "--json"])
+    sub = next(a for a in made._actions if a.dest == "command")
+    assert [a.dest for a in sub.choices["queue"]._actions] == ["help", "json"]
+    assert [a.dest for a in sub.choices["launch"]._actions] == ["help"]
