@@ -85,6 +85,8 @@ def test_a_killed_demo_s_jobs_and_directory_go_with_the_next_demo_and_a_live_one
         assert not killed_root.exists()
         until(lambda: _gone(supervisor), "the dead demo's job to end")
         until(lambda: _gone(squatter), "the dead demo's squatter to end")
+        # its supervisor, killed, removed no cgroup: the cleanup does, once nothing is left in it
+        assert not record["cgroup"] or not Path(record["cgroup"]).exists()
         assert alive_root.exists() and (alive_root / OWNER_FILE).exists()
         assert alive.poll() is None
     finally:

@@ -53,7 +53,7 @@ from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.model.views import Drain
 from tpnode_tui.runtimes.jobprocs import process_stat
-from tpnode_tui.runtimes.process import boot_id, liveness, pid_namespace
+from tpnode_tui.runtimes.process import boot_id, end_abandoned, liveness, pid_namespace
 from tpnode_tui.runtimes.statefile import StateFile
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 DEMO_PREFIX = "tpnode-demo-"
 #: in it: which process made it (pid, start ticks, boot) and its squatter
 OWNER_FILE = "owner.json"
+#: how long a killed demo's job may take to end once SIGKILLed (a demo's workload holds nothing to save)
+_END_JOB_S = 5.0
 
 CARDS = 8
 CARD_NAME = "NVIDIA H200"
@@ -446,8 +448,7 @@ def _end_jobs(state_dir: Path, boot: str) -> None:
     for record in records.values():
         status, problems = liveness(record, boot)
         if status != "exited" and not problems:
-            with contextlib.suppress(OSError):
-                os.killpg(record.pid, signal.SIGKILL)  # the supervisor leads its job's group
+            end_abandoned(record, _END_JOB_S)
 
 
 def start_demo(root: Optional[Path] = None) -> Demo:

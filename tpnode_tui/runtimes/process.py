@@ -179,6 +179,30 @@ def _left_behind(record: JobRecord, now: Optional[ProcessStat]) -> JobProcesses:
     return JobProcesses(record.pid, _cgroup(record), by_session=mine, devices=_devices(record))
 
 
+def end_abandoned(record: JobRecord, timeout_s: float) -> bool:
+    """End a job whose launcher is gone for good (a killed demo's node), and remove its cgroups.
+
+    Killing its supervisor's process group is not enough: a process that left
+    the group (setsid) runs on, and the supervisor, killed, removes no cgroup.
+    So whatever is left in its session or cgroups is SIGKILLed until none is,
+    at most ``timeout_s``; False when something still runs then (its cgroups stay).
+    """
+    try:
+        os.killpg(record.pid, signal.SIGKILL)  # the supervisor leads its job's group
+    except OSError:
+        pass
+    try:
+        now = process_stat(record.pid)
+    except PermissionError:
+        return False
+    procs = _left_behind(record, now)
+    if not procs.wait_gone(timeout_s, kill=True):
+        return False
+    remove_cgroup(_cgroup(record))
+    _remove_devices(record)
+    return True
+
+
 def _processes(pids: Sequence[int]) -> str:
     listed = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
     return f"1 process (pid {listed})" if len(pids) == 1 else f"{len(pids)} processes (pids {listed})"
