@@ -16,6 +16,7 @@ from typing import Optional
 
 from tpnode_tui.config import readers as read
 from tpnode_tui.config.declared import setting
+from tpnode_tui.config.nodefile import DEFAULT_NODE_ENV_FILE, NODE_ENV_FILE_VARIABLE
 from tpnode_tui.config.redact import redact_url
 from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.model.errors import ConfigError
@@ -238,6 +239,13 @@ class AgentSettings:
         flag="--agent-socket",
         metavar="PATH",
     )
+    #: the node's own settings, which the agent's unit reads too (config/nodefile.py)
+    env_file: Path = setting(
+        Path(DEFAULT_NODE_ENV_FILE),
+        NODE_ENV_FILE_VARIABLE,
+        "the node's settings file (the agent unit's EnvironmentFile), beneath the environment",
+        read.absolute_path,
+    )
     #: the node to talk to over SSH; None: this machine's agent (or this process)
     host: Optional[SshTarget] = setting(
         None,
@@ -245,7 +253,7 @@ class AgentSettings:
         "reach another node's agent over SSH: [ssh://][user@]host[:port]; empty: this machine",
         read.ssh_target,
         flag="--host",
-        metavar="[USER@]HOST",
+        metavar="[USER@]HOST[:PORT]",
     )
     #: (host, port) of the Prometheus endpoint; None: off
     metrics_addr: Optional[tuple[str, int]] = setting(
