@@ -52,6 +52,21 @@ def wanted_words(cards: int, slice: Optional[str] = None, placement: Optional[st
     return cards_words(cards) + (f" {placement}" if placement else "")
 
 
+def visible_devices(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> dict[str, str]:
+    """What points CUDA at a job's cards on the node, outside any fence: the
+    one answer for a job's own environment and for ``tpnode-tui env``.
+
+    Cards by the driver's indices (PCI bus order, as nvidia-smi numbers them;
+    CUDA numbers fastest first unless ``CUDA_DEVICE_ORDER`` says otherwise), in
+    both variables; a job on MIG slices by their uuids (an index would name the
+    whole card). A fenced job numbers its cards from 0 inside its fence
+    (runtimes/process.py), and keeps these ``NVIDIA_VISIBLE_DEVICES``."""
+    refs = tuple(slices)
+    cards = sorted(gpus)
+    devices = ",".join(s.uuid for s in refs) if refs and not cards else ",".join(map(str, cards))
+    return {"CUDA_VISIBLE_DEVICES": devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NVIDIA_VISIBLE_DEVICES": devices}
+
+
 def holding_words(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> str:
     """What a job holds, in a few words: "cards 0,1", "slice 1g.18gb of card 1",
     "card 0 and slice 1g.18gb of card 1", "no cards"."""

@@ -49,7 +49,7 @@ from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.devices.fence import ProcFiles
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, RuntimeUnavailable
-from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs
+from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs, visible_devices
 from tpnode_tui.model.validation import check_run_id
 from tpnode_tui.port.fields import shown
 from tpnode_tui.runtimes import jobfence
@@ -266,14 +266,8 @@ def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
         env = dict(os.environ)
     if spec.run_as is not None:
         env.update(HOME=spec.run_as.home, USER=spec.run_as.user, LOGNAME=spec.run_as.user)
-    devices = ",".join(s.uuid for s in spec.slices) if spec.slices else ",".join(str(i) for i in gpus)
-    env.update(
-        CUDA_VISIBLE_DEVICES=devices,
-        NVIDIA_VISIBLE_DEVICES=devices,
-        # CUDA numbers cards fastest first unless told otherwise; the
-        # indices above are the driver's (PCI bus) order, as nvidia-smi shows.
-        CUDA_DEVICE_ORDER="PCI_BUS_ID",
-    )
+    # the same variables `tpnode-tui env` prints for this job
+    env.update(visible_devices(gpus, spec.slices))
     return env
 
 
