@@ -104,14 +104,16 @@ def published(accounts, redis_url):
         sshd.start()
         try:
             sshd.let_in(accounts.bob, NODE)
-            yield node, redis_url
+            yield node, redis_url, sshd
         finally:
             sshd.end_logins(accounts.bob)
             sshd.stop()
 
 
-def test_enter_draws_the_node_s_dashboard_on_the_terminal_and_q_comes_back_to_the_fleet(published, accounts):
-    _node, redis_url = published
+def test_enter_draws_the_node_s_dashboard_on_the_terminal_and_q_or_a_failure_comes_back_to_the_fleet(
+    published, accounts
+):
+    _node, redis_url, sshd = published
     bob = accounts.bob
     env = bob.env(TUNEPLANE_FLEET_URL=redis_url, TUNEPLANE_AGENT_SOCKET="/nonexistent/a.sock", TERM="xterm-256color")
     term = Terminal(bob, runnable().argv("fleet"), env)
@@ -126,6 +128,17 @@ def test_enter_draws_the_node_s_dashboard_on_the_terminal_and_q_comes_back_to_th
         term.press("q")
         term.shows("enter: a node's dashboard over SSH", back, "the fleet to draw itself again")
         assert "press enter to go back" not in term.text(back)  # quit is not a failure
+        # the node cannot be reached now: what SSH said stays on the terminal until enter
+        sshd.end_logins(bob)
+        sshd.stop()
+        failed = term.mark()
+        term.press("\r")
+        term.shows("press enter to go back to the fleet", failed, "the failure to wait for enter")
+        assert f"tpnode-tui: cannot reach {NODE} over ssh" in term.text(failed), term.text(failed)[-2000:]
+        again = term.mark()
+        term.press("\r")
+        term.shows("enter: a node's dashboard over SSH", again, "the fleet to draw itself again after the failure")
+        term.shows("exit code 1, for the reason it gave", again, "the fleet to say the dashboard failed")
         term.press("q")
         assert term.proc.wait(30) == 0
     finally:
