@@ -17,6 +17,7 @@ import pytest
 
 from helpers.accounts import Account
 from helpers.paths import CHECKOUT
+from helpers.services import unavailable
 
 #: what the machine's pip is told by its environment (an index, a proxy), as a login there would have it
 _MACHINE = ("PIP_", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "no_proxy", "NO_PROXY")
@@ -29,13 +30,19 @@ def _env(account: Account, path: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def _checkout_of(account: Account) -> Path:
-    """The checkout as the account would have cloned it: its own, writable."""
-    copy = account.home / "tpnode-tui"
+def _copy_checkout(into: Path) -> Path:
+    """What install.sh installs from, as a fresh clone has it (pip writes its build there)."""
+    copy = into / "tpnode-tui"
+    copy.mkdir()
     for name in ("install.sh", "pyproject.toml", "README.md"):
-        copy.mkdir(exist_ok=True)
         shutil.copy2(CHECKOUT / name, copy / name)
     shutil.copytree(CHECKOUT / "tpnode_tui", copy / "tpnode_tui", ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def _checkout_of(account: Account) -> Path:
+    """The checkout as the account would have cloned it: its own, writable."""
+    copy = _copy_checkout(account.home)
     subprocess.run(["chown", "-R", f"{account.uid}:{account.gid}", str(copy)], check=True)
     return copy
 
@@ -95,3 +102,42 @@ def test_without_python3_venv_it_says_what_to_install_in_one_line(accounts):
         "install python3-venv (as root: apt-get install python3-venv) and run this again"
     ]
     assert not (bob.home / ".local").exists()
+
+
+#: as root, in a mount namespace of its own where /opt and /usr/local/bin are
+#: overlays: the real paths install.sh writes, and nothing of it left on the machine
+AS_ROOT = """
+set -e
+for dir in /opt /usr/local/bin; do
+    mkdir -p "$WORK/upper$dir" "$WORK/work$dir"
+    mount -t overlay overlay -o "lowerdir=$dir,upperdir=$WORK/upper$dir,workdir=$WORK/work$dir" "$dir"
+done
+sh "$WORK/tpnode-tui/install.sh"
+echo "link: $(readlink /usr/local/bin/tpnode-tui)"
+echo "version: $(env -i PATH=/usr/local/bin:/usr/bin:/bin tpnode-tui --version)"
+"""
+
+
+def test_as_root_it_installs_into_opt_with_the_command_where_the_unit_runs_it(tmp_path):
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        unavailable("installing as root is tried in a mount namespace of its own: it needs root and unshare")
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        unavailable(f"no mount namespace can be made here: {probe.stderr.strip()}")
+    _copy_checkout(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k.startswith(_MACHINE)}
+    env.update(
+        HOME=str(tmp_path), PATH="/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", LANG="C.UTF-8", WORK=str(tmp_path)
+    )
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", AS_ROOT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "link: /opt/tpnode-tui/bin/tpnode-tui" in done.stdout.splitlines()
+    assert any(line.startswith("version: tpnode-tui ") for line in done.stdout.splitlines()), done.stdout
+    assert "not on your PATH" not in done.stderr
+    assert (tmp_path / "upper/opt/tpnode-tui/bin/tpnode-tui").exists()  # written in the overlay, not on the machine
