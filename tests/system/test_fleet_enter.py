@@ -126,7 +126,7 @@ def test_enter_draws_the_node_s_dashboard_on_the_terminal_and_q_or_a_failure_com
         term.shows(f"{bob.name} │ agent on {NODE} over ssh", before, "the node's dashboard on the terminal")
         back = term.mark()
         term.press("q")
-        term.shows("enter: a node's dashboard over SSH", back, "the fleet to draw itself again")
+        term.shows("enter: a node's dashboard · g: its cards", back, "the fleet to draw itself again")
         assert "press enter to go back" not in term.text(back)  # quit is not a failure
         # the node cannot be reached now: what SSH said stays on the terminal until enter
         sshd.end_logins(bob)
@@ -137,7 +137,7 @@ def test_enter_draws_the_node_s_dashboard_on_the_terminal_and_q_or_a_failure_com
         assert f"tpnode-tui: cannot reach {NODE} over ssh" in term.text(failed), term.text(failed)[-2000:]
         again = term.mark()
         term.press("\r")
-        term.shows("enter: a node's dashboard over SSH", again, "the fleet to draw itself again after the failure")
+        term.shows("enter: a node's dashboard · g: its cards", again, "the fleet to draw itself again after it")
         term.shows("exit code 1, for the reason it gave", again, "the fleet to say the dashboard failed")
         term.press("q")
         assert term.proc.wait(30) == 0
