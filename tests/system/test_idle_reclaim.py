@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.accounts import Account, cli_as, shared_dir
+from helpers.accounts import Account, cli_as, runnable, shared_dir
 from helpers.agents import Agent, running
 from helpers.clocks import MovedClock
 from helpers.services import write_scene
@@ -192,6 +192,30 @@ async def test_idle_reservations_are_warned_then_given_back_unless_used_or_exten
     clock.advance(2 * DAY)
     await until_async(lambda: agent.ledger("SELECT COUNT(*) FROM holds") == [(0,)], "the holds pruned at 90 days")
     assert agent.ledger("SELECT COUNT(*) FROM samples") == [(0,)]
+
+
+async def test_a_reservation_with_a_shell_running_is_in_use_and_never_given_back(agent, accounts, spawned):
+    """A shell on a reservation (tpnode-tui shell) uses it, whether or not anything
+    of it is on the card yet, as Slurm keeps an allocation while its salloc shell
+    runs: two hours and the grace pass, its neighbour is warned and released, it is
+    neither."""
+    alice, clock = accounts.alice, agent.clock
+    for run_id in ("s-shell", "s-idle"):
+        await agent.cli(alice, "reserve", "--cards", "1", "--for", "10h", "--run-id", run_id)
+    env = alice.env(TUNEPLANE_AGENT="on", TUNEPLANE_AGENT_SOCKET=str(agent.socket))
+    spawned.append(alice.spawn(runnable().argv("shell", "s-shell", "--", "sleep", "300"), env=env))
+    await until_async(
+        lambda: _when(agent.reading(), lambda s: live(s).get("s-shell") and live(s)["s-shell"].shell_processes == 1),
+        "the shell to run in the reservation",
+    )
+    clock.advance(2 * HOUR)
+    snap = await until_async(lambda: _when(agent.reading(), lambda s: "s-idle" in s.releases), "the idle one's warning")
+    assert "s-shell" not in snap.releases
+    clock.advance(16 * 60)
+    released = "the idle one's release"
+    snap = await until_async(lambda: _when(agent.reading(), lambda s: "s-idle" not in live(s)), released)
+    assert "s-shell" in live(snap) and "s-shell" not in snap.releases
+    await agent.cli(alice, "stop", "s-shell")
 
 
 async def _when(reading, ready):

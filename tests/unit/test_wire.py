@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from helpers.load import kill_process_jobs
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.demo.stage import start_demo
-from tpnode_tui.model.jobs import FENCE_NOT_SAID, DeviceFence, QueuedLaunch
-from tpnode_tui.port.wire import WireError, snapshot_from_json, snapshot_to_json
+from tpnode_tui.model.jobs import FENCE_NOT_SAID, DeviceFence, QueuedLaunch, ShellEntry
+from tpnode_tui.port.wire import WireError, shell_from_json, shell_to_json, snapshot_from_json, snapshot_to_json
 
 
 @pytest.fixture(scope="module")
@@ -411,3 +411,27 @@ def test_a_mig_card_and_a_slice_job_read_back_as_themselves(mig_doc):
     doc = json.loads(json.dumps(snapshot_to_json(mig_doc)))
     assert doc["cards"][0]["slices"][3]["run_id"] == "nb" and doc["jobs"][0]["slices"][0]["profile"] == "1g.18gb"
     assert snapshot_from_json(doc) == mig_doc
+
+
+@pytest.mark.parametrize(
+    "fence",
+    [DeviceFence.by("cgroup-v2"), DeviceFence.missing("cgroup v2: cannot make a cgroup")],
+    ids=["fenced", "not"],
+)
+def test_a_shells_answer_reads_back_as_itself(fence):
+    """What the agent answers `shell` (the exports, and whether the caller is fenced) is what the CLI reads."""
+    entry = ShellEntry("r-1", (("CUDA_VISIBLE_DEVICES", "0,1"), ("NVIDIA_VISIBLE_DEVICES", "2,3")), fence, "/cg/x")
+    assert shell_from_json(json.loads(json.dumps(shell_to_json(entry)))) == entry
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        ({"env": [["CUDA_VISIBLE_DEVICES"]]}, "shell.env[0] is not a name and a value"),
+        ({"problem": "x"}, "is fenced, so it has no 'problem'"),
+    ],
+)
+def test_a_shells_answer_that_cannot_be_read_is_refused_by_name(damage, says):
+    doc = shell_to_json(ShellEntry("r-1", (), DeviceFence.by("cgroup-v2"))) | damage
+    with pytest.raises(WireError, match=re.escape(says)):
+        shell_from_json(doc)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable
 from dataclasses import asdict, replace
 from typing import Any, Optional, Sequence, TypeVar
 
+from tpnode_tui.cli.become import become, shell_argv
 from tpnode_tui.cli.output import (
     event_line,
     print_audit,
@@ -28,12 +30,13 @@ from tpnode_tui.cli.output import (
 from tpnode_tui.cli.registry import Run, UsageError, card_list, cards, command, node_command, say, say_once, seconds
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.config.values import parse_duration
-from tpnode_tui.model.errors import BadRequest, LockWaitTimeout, TpnodeError
+from tpnode_tui.model.errors import BadRequest, Conflict, LockWaitTimeout, TpnodeError
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.model.views import Evicted, EvictReport
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
+from tpnode_tui.runtimes.shells import ON_THE_NODE
 from tpnode_tui.text.render import env_lines
 
 T = TypeVar("T")
@@ -286,6 +289,43 @@ async def _env(run: Run) -> None:
     assert view.snapshot is not None
     for line in env_lines(view.snapshot, run.args.run_id):
         print(line)
+
+
+def _shell_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run your login shell, or COMMAND, on the cards of reservation RUN_ID (yours; an operator's any), "
+        "fenced to them: the node moves this very process into the reservation's cgroup, where only its "
+        "cards' device files open, and everything started from there stays in it. CUDA numbers the cards "
+        "from 0 inside (CUDA_VISIBLE_DEVICES=0,1 for cards 2 and 3). While anything runs there the "
+        "reservation is in use; when it ends (stopped, expired, released) what still runs there is ended. "
+        "TUNEPLANE_FENCE=required refuses a shell that cannot be fenced (exit 2); auto runs it unfenced and "
+        "says so. Run it on the node itself: through --host the agent's caller is the SSH bridge, not you."
+    )
+    _run_id_argument(parser)
+    parser.add_argument(
+        "argv",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="run this instead of your login shell (after --)",
+    )
+
+
+@node_command(
+    "shell",
+    "your shell (or -- COMMAND) on a reservation's cards, fenced to them (its owner or an operator)",
+    _shell_arguments,
+    straight=True,
+)
+async def _shell(run: Run) -> None:
+    """Ask the node to move this very process into the reservation's fence, then
+    become the shell or command there: everything it starts stays fenced."""
+    if not run.node.on_this_machine:
+        raise Conflict(ON_THE_NODE)
+    argv = shell_argv(run.args.argv)
+    entry = await run.node.shell(run.args.run_id)
+    if not entry.device_fence.fenced:
+        say(f"the shell on {entry.run_id} runs without a fence: {entry.device_fence.problem}")
+    become(argv, dict(os.environ) | dict(entry.env))
 
 
 @node_command("queue", "launches queued or waiting for the lock", _json_flag, straight=True)

@@ -125,6 +125,8 @@ def _job_lines(
         status = job.status if job.exit_code is None else f"{job.status} ({job.exit_code})"
         if job.live and job.key in idle_held:
             status += ", idle-held"
+        if job.shell_processes:
+            status += f", shell ({job.shell_processes})"
         age = format_duration(now - job.started_at) if job.started_at else "-"
         cards = ",".join([*map(str, job.gpus), *(ref.short for ref in job.slices)]) or "-"
         left = time_left(job.expires_at, job.live, now)

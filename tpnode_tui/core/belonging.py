@@ -10,7 +10,8 @@ a held card is told apart here:
   session (the supervisor leads one, and a background process that was
   re-parented to init keeps it) and, where the job has one, its cgroup; a
   docker job's are the processes in its container (their cgroup names the
-  container id). A reservation has no processes of its own: whatever its
+  container id). A reservation's own processes are those in its shell cgroup
+  (``tpnode-tui shell``, an operator's too); beyond them, whatever its
   owner runs on its cards is what it is for, so the owner's uid decides. The
   owner of a job running something of their own on its card is not an
   intruder either: it is their card.
@@ -88,13 +89,19 @@ def part_of_job(holder: HolderInfo, job: JobState) -> bool:
     return job.pid is not None and in_process_tree(holder.pid, job.pid)
 
 
+def _has_own(job: JobState) -> bool:
+    """Whether ``job`` has processes of its own: a job always, a reservation
+    only in its shell cgroup (its supervisor runs nothing on its cards)."""
+    return job.kind != "reservation" or bool(job.cgroup)
+
+
 def classify(holder: HolderInfo, job: Optional[JobState], others: Iterable[JobState] = ()) -> HolderInfo:
     """``holder`` with ``belongs`` set, for a card ``job`` holds (None: nobody
     holds it); an outsider that is part of one of the ``others`` (live platform
     jobs) says which, so it is never taken for a stranger's process to evict."""
     found = _classify(holder, job)
     if found.belongs in (EXTERNAL, INTRUDER):
-        home = next((o for o in others if o is not job and o.kind != "reservation" and part_of_job(holder, o)), None)
+        home = next((o for o in others if o is not job and _has_own(o) and part_of_job(holder, o)), None)
         if home is not None:
             return replace(found, job_elsewhere=home.key)
     return found
@@ -106,7 +113,7 @@ def _classify(holder: HolderInfo, job: Optional[JobState]) -> HolderInfo:
     if job is None:
         return replace(holder, belongs=EXTERNAL)
     uid = owner_uid(job)
-    if job.kind != "reservation" and part_of_job(holder, job):
+    if _has_own(job) and part_of_job(holder, job):
         return replace(holder, belongs=HOLDER)
     if uid is not None and holder.uid == uid:
         return replace(holder, belongs=HOLDER)

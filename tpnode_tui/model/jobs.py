@@ -52,19 +52,25 @@ def wanted_words(cards: int, slice: Optional[str] = None, placement: Optional[st
     return cards_words(cards) + (f" {placement}" if placement else "")
 
 
-def visible_devices(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> dict[str, str]:
-    """What points CUDA at a job's cards on the node, outside any fence: the
-    one answer for a job's own environment and for ``tpnode-tui env``.
+def visible_devices(gpus: Iterable[int], slices: Iterable[SliceRef] = (), *, fenced: bool = False) -> dict[str, str]:
+    """What points CUDA at a job's (or a reservation's shell's) cards or MIG
+    slices: the one answer for a job's own environment, a shell's, and
+    ``tpnode-tui env``.
 
-    Cards by the driver's indices (PCI bus order, as nvidia-smi numbers them;
-    CUDA numbers fastest first unless ``CUDA_DEVICE_ORDER`` says otherwise), in
-    both variables; a job on MIG slices by their uuids (an index would name the
-    whole card). A fenced job numbers its cards from 0 inside its fence
-    (runtimes/process.py), and keeps these ``NVIDIA_VISIBLE_DEVICES``."""
+    The cards by the driver's indices (PCI bus order, as nvidia-smi shows them,
+    which ``CUDA_DEVICE_ORDER`` asks CUDA to number by too: it numbers the
+    fastest first otherwise), a MIG slice by its uuid (an index would name the
+    whole card). Inside a fence (``fenced``) the driver shows a process only the
+    cards it may open, and CUDA numbers those from 0, as in a Slurm job with
+    ``ConstrainDevices`` or a container: the node's indices would name cards it
+    cannot see, so ``CUDA_VISIBLE_DEVICES`` counts from 0 there. A uuid means
+    the same inside and out; ``NVIDIA_VISIBLE_DEVICES`` keeps the node's indices.
+    """
     refs = tuple(slices)
-    cards = sorted(gpus)
-    devices = ",".join(s.uuid for s in refs) if refs and not cards else ",".join(map(str, cards))
-    return {"CUDA_VISIBLE_DEVICES": devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NVIDIA_VISIBLE_DEVICES": devices}
+    cards = tuple(gpus)
+    devices = ",".join(s.uuid for s in refs) if refs else ",".join(map(str, cards))
+    visible = ",".join(str(n) for n in range(len(cards))) if fenced and cards and not refs else devices
+    return {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NVIDIA_VISIBLE_DEVICES": devices}
 
 
 def holding_words(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> str:
@@ -238,12 +244,16 @@ class JobState:
     note: str = ""
     #: the docker container's full id (docker runtime), to tell its processes by their cgroup
     container_id: Optional[str] = None
-    #: the job's own cgroup directory (process runtime, where the node allows one)
+    #: the job's own cgroup directory (process runtime, where the node allows one):
+    #: its cgroup v2, else its v1 devices cgroup; a reservation's is its shell's
     cgroup: Optional[str] = None
     #: the MIG slices it holds (a slice job holds no whole card: ``gpus`` is empty)
     slices: tuple[SliceRef, ...] = ()
     #: whether its processes can open only its own cards' device files, as its runtime says
     device_fence: DeviceFence = DeviceFence()
+    #: how many processes run in a reservation's shell (``tpnode-tui shell``): while
+    #: any does, the reservation is in use and holds its cards
+    shell_processes: int = 0
 
     @property
     def live(self) -> bool:
@@ -264,6 +274,21 @@ class JobState:
         """How the job is named and asked for: its run id, or its container or
         record name when it has none (a container labelled by hand)."""
         return self.run_id or self.name
+
+
+@dataclass(frozen=True)
+class ShellEntry:
+    """What ``tpnode-tui shell`` got: the caller's own process moved into a
+    reservation's shell cgroup (or not, and why), and the exports to run with."""
+
+    run_id: str
+    #: the environment variables that point CUDA at the reservation's cards, as
+    #: inside its fence when it is fenced (CUDA numbers the cards from 0 there)
+    env: tuple[tuple[str, str], ...]
+    #: whether the shell can open only the reservation's cards' device files
+    device_fence: DeviceFence
+    #: the cgroup the caller was moved into ("" when none could be made)
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, TypeVar
 
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -34,6 +34,7 @@ from tpnode_tui.port.types import (
     Nothing,
     ReclaimRequest,
     ReserveRequest,
+    ShellRequest,
     StopRequest,
     UndrainRequest,
     UsageRequest,
@@ -63,6 +64,9 @@ class Calls:
 
     async def stop(self, run_id: str) -> JobState:
         return await self.call(ops.STOP, StopRequest(run_id))
+
+    async def shell(self, run_id: str) -> ShellEntry:
+        return await self.call(ops.SHELL, ShellRequest(run_id))
 
     async def reclaim(self, run_id: Optional[str]) -> list[JobState]:
         return await self.call(ops.RECLAIM, ReclaimRequest(run_id))

@@ -29,6 +29,7 @@ class LocalNode(Calls):
     in_process = True
     outlives_client = False
     where = "served in-process (no agent)"
+    on_this_machine = True
 
     def __init__(self, service: NodeService, caller: Caller) -> None:
         self.service = service

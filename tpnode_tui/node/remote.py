@@ -131,6 +131,8 @@ class AgentNode(Calls):
         self.where = where
         #: whether a launch carries this process's environment and working directory
         self.sends_env = sends_env
+        #: the agent is this machine's (not over SSH): its caller is this process
+        self.on_this_machine = sends_env
         self._http = HttpClient(connect)
 
     def _gone(self, e: Unreachable) -> NoReturn:

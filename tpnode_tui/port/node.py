@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -34,6 +34,9 @@ class Node(Protocol):
     outlives_client: bool
     #: where the node is served from, in words: "agent at /run/tpnode-tui/agent.sock"
     where: str
+    #: the node is this machine, so the process that asks is one of its processes
+    #: (False: reached over SSH, where the agent's caller is the bridge)
+    on_this_machine: bool
 
     async def status(self) -> NodeView:
         """The node now (an agent's latest reading); raises when it cannot be read."""
@@ -50,6 +53,10 @@ class Node(Protocol):
     async def extend(self, run_id: str, duration_s: float) -> JobState: ...
 
     async def stop(self, run_id: str) -> JobState: ...
+
+    async def shell(self, run_id: str) -> ShellEntry:
+        """Move this very process into reservation ``run_id``'s fence; the exports to run a shell with."""
+        ...
 
     async def reclaim(self, run_id: Optional[str]) -> list[JobState]: ...
 

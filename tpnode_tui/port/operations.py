@@ -25,7 +25,7 @@ from typing import Any, Callable, Generic, Literal, Optional, Protocol, TypeVar
 from urllib.parse import urlencode
 
 from tpnode_tui.model.errors import BadRequest
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -48,6 +48,7 @@ from tpnode_tui.port.types import (
     Reading,
     ReclaimRequest,
     ReserveRequest,
+    ShellRequest,
     StopRequest,
     UndrainRequest,
     UsageRequest,
@@ -71,6 +72,8 @@ from tpnode_tui.port.wire import (
     launched_to_json,
     queued_from_json,
     queued_to_json,
+    shell_from_json,
+    shell_to_json,
     snapshot_from_json,
     snapshot_to_json,
 )
@@ -255,6 +258,7 @@ _LAUNCHED_OR_QUEUED: Answer[LaunchResult] = Answer(
 )
 _LAUNCHED: Answer[Launched] = Answer(_one("launched", launched_from_json), lambda x: {"launched": launched_to_json(x)})
 _JOB: Answer[JobState] = Answer(_one("job", job_from_json), lambda j: {"job": job_to_json(j)})
+_SHELL: Answer[ShellEntry] = Answer(shell_from_json, shell_to_json)
 _REMOVED: Answer[list[JobState]] = Answer(
     lambda doc: [job_from_json(j) for j in Reader(doc, "answer").items("removed")],
     lambda jobs: {"removed": [job_to_json(j) for j in jobs]},
@@ -347,6 +351,15 @@ EXTEND = Operation(
 STOP = Operation(
     "stop", "POST", "/v1/stop", StopRequest, _JOB, "owner or operator", "stop a running job or reservation"
 )
+SHELL = Operation(
+    "shell",
+    "POST",
+    "/v1/shell",
+    ShellRequest,
+    _SHELL,
+    "owner or operator",
+    "move their own process into a reservation's fence, for a shell on its cards (tpnode-tui shell)",
+)
 RECLAIM = Operation(
     "reclaim", "POST", "/v1/reclaim", ReclaimRequest, _REMOVED, "owner or operator", "remove exited jobs' records"
 )
@@ -378,6 +391,7 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     RESERVE,
     EXTEND,
     STOP,
+    SHELL,
     RECLAIM,
     CANCEL,
     DRAIN,

@@ -227,6 +227,24 @@ class StopRequest:
 
 
 @dataclass(frozen=True)
+class ShellRequest:
+    """Move the asking process into a live reservation's fence (``tpnode-tui shell``).
+
+    Which process is moved is never said here: it is the one at the other end of
+    the socket, as the kernel names it (``SO_PEERCRED``)."""
+
+    run_id: str
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> ShellRequest:
+        known_fields(r, "run_id")
+        return cls(_job_key(r))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+
+@dataclass(frozen=True)
 class ReclaimRequest:
     """Remove one exited job's record (None: every exited job the caller may remove)."""
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
-from tpnode_tui.model.jobs import FENCE_MECHANISMS, DeviceFence, JobState, Launched, QueuedLaunch, SliceRef
+from tpnode_tui.model.jobs import FENCE_MECHANISMS, DeviceFence, JobState, Launched, QueuedLaunch, ShellEntry, SliceRef
 from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.states import CARD_STATES, SLICE_STATES
@@ -231,6 +231,7 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "cgroup": j.cgroup,
         "slices": [asdict(ref) for ref in j.slices],
         **fence_to_json(j.device_fence, prefix="fence_"),
+        "shell_processes": j.shell_processes,
     }
 
 
@@ -509,6 +510,7 @@ def _job(r: Reader) -> JobState:
         cgroup=r.opt_text("cgroup"),
         slices=tuple(r.each("slices", _slice_ref, [])),
         device_fence=_fence(r, prefix="fence_"),
+        shell_processes=r.whole("shell_processes", 0),
     )
 
 
@@ -671,6 +673,32 @@ def queued_to_json(q: QueuedLaunch) -> dict[str, Any]:
 
 def queued_from_json(doc: Any, where: str = "queued launch") -> QueuedLaunch:
     return _queued(Reader(doc, where))
+
+
+def shell_to_json(entry: ShellEntry) -> dict[str, Any]:
+    """What the agent answers ``shell``: the exports, and whether the caller is fenced."""
+    return {
+        "run_id": entry.run_id,
+        "env": [[key, value] for key, value in entry.env],
+        "cgroup": entry.cgroup,
+        **fence_to_json(entry.device_fence),
+    }
+
+
+def _pair(item: Any, where: str) -> tuple[str, str]:
+    if not (isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) for part in item)):
+        raise WireError(f"{where} is not a name and a value")
+    return item[0], item[1]
+
+
+def shell_from_json(doc: Any, where: str = "shell") -> ShellEntry:
+    r = Reader(doc, where)
+    return ShellEntry(
+        run_id=r.text("run_id"),
+        env=tuple(_pair(item, f"{where}.env[{n}]") for n, item in enumerate(r.items("env"))),
+        device_fence=_fence(r),
+        cgroup=r.text("cgroup", ""),
+    )
 
 
 def launched_to_json(result: Launched) -> dict[str, Any]:

@@ -768,13 +768,15 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         uid=facts.uid,
         container_id=str(item.get("Id") or "") or None,
         slices=facts.slices,
-        device_fence=_device_fence(detail, facts.gpus, facts.slices),
+        device_fence=_device_fence(detail if run.status in LIVE_STATUSES else None, facts.gpus, facts.slices),
     )
 
 
 def _device_fence(detail: Optional[dict[str, Any]], gpus: tuple[int, ...], slices: tuple[SliceRef, ...]) -> DeviceFence:
     """Whether the container is fenced to what its labels say it holds, as the engine's
-    inspection of it says (see :mod:`.dockerfence`); only live containers are inspected."""
+    inspection of it says (see :mod:`.dockerfence`). Only a container still live when
+    inspected says: one listed as running may have ended by the time it is inspected,
+    and an ended one is said to be ended whatever its HostConfig holds."""
     if detail is None:
         return DeviceFence.missing(ENDED)
     return container_fence(detail, [s.uuid for s in slices] if slices else [str(i) for i in gpus])

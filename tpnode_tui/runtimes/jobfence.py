@@ -8,7 +8,9 @@ words a person can act on. Under ``required`` a job that cannot be fenced is
 refused before anything of it runs.
 
 A reservation runs nothing of its own, so there is nothing to fence; it says
-so. What its owner runs by hand, outside tpnode-tui, is fenced by nothing.
+so. A shell on it (``tpnode-tui shell``, :mod:`.shells`) is fenced here as a
+job is, with the reservation's grant; what its owner runs by hand outside
+such a shell is fenced by nothing.
 """
 
 from __future__ import annotations

@@ -48,11 +48,11 @@ from typing import Optional, Sequence
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.devices.fence import ProcFiles
-from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, RuntimeUnavailable
-from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs, visible_devices
+from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable
+from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs, ShellEntry, visible_devices
 from tpnode_tui.model.validation import check_run_id
 from tpnode_tui.port.fields import shown
-from tpnode_tui.runtimes import jobfence
+from tpnode_tui.runtimes import jobfence, shells
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
 from tpnode_tui.runtimes.jobfence import JobFence
 from tpnode_tui.runtimes.jobprocs import (
@@ -116,6 +116,8 @@ def _devices(record: JobRecord) -> Optional[Path]:
     return Path(record.devices_cgroup) if record.devices_cgroup else None
 
 
+#: what a reservation says of its fence when a shell on it could not be fenced
+SHELL_UNFENCED = "its shell cannot be fenced: "
 #: what a record made before jobs were fenced says about its fence
 NOT_RECORDED = "started by a tpnode-tui that did not fence jobs"
 
@@ -182,6 +184,27 @@ def _processes(pids: Sequence[int]) -> str:
     return f"1 process (pid {listed})" if len(pids) == 1 else f"{len(pids)} processes (pids {listed})"
 
 
+def _shell_left(record: JobRecord) -> list[int]:
+    """The processes still running in a reservation's shell cgroup (``tpnode-tui shell``)."""
+    if record.kind != "reservation" or not (record.cgroup or record.devices_cgroup):
+        return []
+    return JobProcesses(record.pid, _cgroup(record), by_session=False, devices=_devices(record)).pids()
+
+
+def _hold_ended(record: JobRecord) -> tuple[str, tuple[str, ...]]:
+    """A record whose end is recorded: exited, unless it is a reservation whose
+    shell still runs. Its supervisor records the end first, so no shell joins
+    after it, and then ends what runs in the shell; until that has ended the
+    cards are in use, and held."""
+    left = _shell_left(record)
+    if not left:
+        return "exited", ()
+    return "running", (
+        f"its hold has ended, but {_processes(left)} still {'runs' if len(left) == 1 else 'run'} in its "
+        "shell; they are being ended, and its cards stay held until they have",
+    )
+
+
 def liveness(record: JobRecord, current_boot: str) -> tuple[str, tuple[str, ...]]:
     """Whether ``record`` is "running" or "exited", with any doubt in plain words.
 
@@ -190,8 +213,10 @@ def liveness(record: JobRecord, current_boot: str) -> tuple[str, tuple[str, ...]
     ended, and an ended job's cards would be handed out. A supervisor that
     was killed outright leaves the job running while anything it started runs.
     """
-    if record.exit_code is not None or record.boot_id != current_boot:
+    if record.boot_id != current_boot:
         return "exited", ()
+    if record.exit_code is not None:
+        return _hold_ended(record)
     alive = "created" if record.gated else "running"
     now, unseen = _look(record)
     if unseen:
@@ -225,9 +250,11 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         problems=problems,
         uid=record.uid,
         note=record.note,
-        cgroup=record.cgroup or None,
+        # where its processes are found (belonging): the v2 cgroup, else the v1 devices one
+        cgroup=record.cgroup or record.devices_cgroup or None,
         slices=record.slices,
         device_fence=_device_fence(record),
+        shell_processes=len(_shell_left(record)) if record.boot_id == current_boot else 0,
     )
 
 
@@ -272,19 +299,12 @@ def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
 
 
 def _inside_the_fence(sheet: LaunchSheet, gpus: Sequence[int]) -> LaunchSheet:
-    """The sheet of a job fenced to its cards: ``CUDA_VISIBLE_DEVICES`` numbers them from 0.
-
-    Inside a device cgroup the driver shows a process only the cards it may
-    open, and CUDA numbers those from 0 (in PCI bus order, which
-    ``CUDA_DEVICE_ORDER`` asks for), as in a Slurm job with ``ConstrainDevices``
-    or a container: the node's indices would name cards the job cannot see,
-    and CUDA would find none. A MIG slice is named by its uuid, which means the
-    same inside and out. ``NVIDIA_VISIBLE_DEVICES`` keeps the node's indices.
-    """
+    """The sheet of a job fenced to its cards: ``CUDA_VISIBLE_DEVICES`` numbers them
+    from 0 (see :func:`~tpnode_tui.model.jobs.visible_devices`)."""
     if not gpus:
         return sheet
     env = dict(sheet.env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(n) for n in range(len(gpus)))
+    env["CUDA_VISIBLE_DEVICES"] = visible_devices(gpus, fenced=True)["CUDA_VISIBLE_DEVICES"]
     return replace(sheet, env=tuple(env.items()))
 
 
@@ -720,10 +740,87 @@ class ProcessRuntime:
                     f"reservation {name!r} was made by an older tpnode-tui, whose hold ends at "
                     "its first expiry whatever the record says; reserve again when it ends"
                 )
-            if liveness(record, current_boot)[0] == "exited":
+            if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
                 raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
             record = jobs[name] = replace(record, expires_at=float(expires_at))
         return _job_state(record, current_boot)
+
+    # --------------------------------------------------------------- shells
+
+    async def shell(self, name: str, pid: int, uid: int) -> ShellEntry:
+        """Move process ``pid`` (the caller's own, of ``uid``, as the kernel named
+        it) into live reservation ``name``'s shell cgroup, fenced to its cards as
+        the node's policy says (:mod:`.shells`); the exports its shell runs with."""
+        return await asyncio.to_thread(self._shell, name, pid, uid)
+
+    def _shell(self, name: str, pid: int, uid: int) -> ShellEntry:
+        current_boot = boot_id()
+        with self.state.transaction() as jobs:
+            record = jobs.get(name)
+            if record is None:
+                raise JobNotFound(f"no job named {name!r} in {self.state.path}")
+            if record.kind != "reservation" or record.command:
+                raise Conflict(
+                    f"{name!r} is a job, not a reservation: a shell runs on a reservation's cards; "
+                    "reserve cards, or launch the command as a job"
+                )
+            if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
+                raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
+            record, made = self._shell_cgroups(record)
+            jobs[name] = record  # written only if the move succeeds: the transaction drops it on an error
+            try:
+                try:
+                    shells.move(pid, uid, _cgroup(record), _devices(record))
+                except CannotFence as e:
+                    raise RuntimeUnavailable(f"the shell of reservation {name!r} cannot be fenced: {e}") from None
+            except BaseException:
+                if made:  # nothing joined them
+                    remove_cgroup(_cgroup(record))
+                    _remove_devices(record)
+                raise
+        fence = _device_fence(record)
+        if not fence.fenced:  # the caller is told why, not what the reservation says of it
+            fence = DeviceFence.missing(fence.problem.removeprefix(SHELL_UNFENCED))
+        return ShellEntry(
+            run_id=record.run_id,
+            env=tuple(visible_devices(record.gpus, record.slices, fenced=fence.fenced).items()),
+            device_fence=fence,
+            cgroup=record.cgroup or record.devices_cgroup,
+        )
+
+    def _shell_cgroups(self, record: JobRecord) -> tuple[JobRecord, bool]:
+        """The reservation's record with its shell cgroups, made now (True) unless
+        an earlier shell made them; under ``required``, ConfigError when the shell
+        cannot be fenced. Called under the state file's lock."""
+        mine = [p for p in (_cgroup(record), _devices(record)) if p is not None]
+        if mine and all(p.is_dir() for p in mine):
+            return record, False
+        cgroup = make_cgroup(record.name) if self.cgroups else None
+        made = jobfence.fence_job(
+            self.fence_policy,
+            record.granted,
+            name=record.name,
+            cgroup=cgroup,
+            runs_command=True,
+            files=self.fence_files,
+        )
+        if self.fence_policy == jobfence.REQUIRED and not made.fence.fenced:
+            remove_cgroup(cgroup)
+            jobfence.undo(made)
+            raise ConfigError(
+                f"a shell on reservation {record.run_id!r} cannot be fenced to its cards ({made.fence.problem}), "
+                "and TUNEPLANE_FENCE=required starts no shell that is not; ask through the node's agent, "
+                "or ask an operator about the node's cgroups"
+            )
+        fence = made.fence if made.fence.fenced else DeviceFence.missing(SHELL_UNFENCED + made.fence.problem)
+        updated = replace(
+            record,
+            cgroup=str(cgroup or ""),
+            devices_cgroup=str(made.v1_cgroup or ""),
+            fence_mechanism=fence.mechanism,
+            fence_problem=fence.problem,
+        )
+        return updated, True
 
     # ------------------------------------------------------ stopping, removing
 

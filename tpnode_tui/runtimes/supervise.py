@@ -289,6 +289,42 @@ def record_no_cgroup(state_dir: Path, name: str) -> None:
     _update_own(state_dir, name, lambda record: replace(record, cgroup=""))
 
 
+def end_hold(state_dir: Path, name: str, ended_by: Optional[int], grace_s: float) -> int:
+    """End a reservation's hold: record the end (an expiry already is, ``ended_by``
+    None; a signal's code otherwise), then end what runs in its shell (see
+    :mod:`.shells`) and remove the shell's cgroups. The end is recorded first,
+    in the same hold of the state file's lock that reads which cgroups the shell
+    has, so no shell joins after it; the record says the cards are held until
+    the shell's processes have ended. The exit code."""
+    code = 0 if ended_by is None else ended_by
+    shell: list[JobRecord] = []
+
+    def ended(record: JobRecord) -> JobRecord:
+        done = record if record.exit_code is not None else replace(record, exit_code=code)
+        shell.append(done)
+        return done
+
+    try:
+        _update_own(state_dir, name, ended)
+    except RuntimeUnavailable as e:
+        print(f"tpnode-tui: could not record the end of reservation {name!r}: {e}", file=sys.stderr)
+    if not shell or not (shell[0].cgroup or shell[0].devices_cgroup):
+        return code
+    cgroup = Path(shell[0].cgroup) if shell[0].cgroup else None
+    devices = Path(shell[0].devices_cgroup) if shell[0].devices_cgroup else None
+    note = end_the_rest(JobProcesses(os.getpid(), cgroup, by_session=False, devices=devices), grace_s)
+    remove_cgroup(cgroup)
+    _remove_devices(devices, name)
+    if note:
+        try:
+            _update_own(
+                state_dir, name, lambda r: replace(r, note="; ".join(n for n in (r.note, f"its shell: {note}") if n))
+            )
+        except RuntimeUnavailable as e:
+            print(f"tpnode-tui: reservation {name!r}: {note}; not recorded: {e}", file=sys.stderr)
+    return code
+
+
 def wait_for_start(fd: int) -> bool:
     """Block until ``start`` writes to the gate (True) or the launcher is gone (False)."""
     try:
@@ -397,10 +433,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"tpnode-tui: job {name!r} was never started (its launcher went away)", file=sys.stderr)
         code = NOT_STARTED
     elif not sheet.command:
-        ended_by = hold(state_dir, name)
-        if ended_by is None:
-            return 0  # it expired, and that was recorded with the decision
-        code = ended_by
+        return end_hold(state_dir, name, hold(state_dir, name), grace_s)
     else:
 
         def no_cgroup(why: str) -> None:

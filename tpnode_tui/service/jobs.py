@@ -12,9 +12,9 @@ from typing import Callable, Optional
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
-from tpnode_tui.model.errors import BadRequest, JobNotFound
-from tpnode_tui.model.jobs import JobState
-from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, StopRequest
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed
+from tpnode_tui.model.jobs import JobState, ShellEntry
+from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.text.render import format_duration
 
@@ -70,6 +70,38 @@ class JobActions:
             return f"{caller.user} extended {job.key} by {format_duration(duration_s)}; {left} left"
 
         return await self.journal.audited(caller, "extend", run_id, work(), done, lambda j: j.cards)
+
+    async def shell(self, caller: Caller, request: ShellRequest) -> ShellEntry:
+        """Move the caller's own process (the kernel's pid for it, never one it
+        names) into a live reservation's shell cgroup, fenced to its cards; its
+        owner or an operator. Only the process runtime runs shells: a docker
+        node's reservation holds its cards in a container."""
+        run_id = request.run_id
+
+        async def work() -> ShellEntry:
+            job = await self._job(run_id, live=True)
+            if job.kind != "reservation":
+                raise Conflict(
+                    f"{job.key} is a job, not a reservation: a shell runs on a reservation's cards; "
+                    "reserve cards, or launch the command as a job"
+                )
+            self.policy.check_may(caller, job, "open a shell on", card=min(job.cards, default=None))
+            if caller.pid is None:
+                raise NotAllowed("the node cannot tell which process asks, so it can move none into the reservation")
+            shell = getattr(self.allocator.runtime, "shell", None)
+            if shell is None:
+                raise Conflict(
+                    f"this node's {self.allocator.runtime.name} runtime holds reservations in containers, and "
+                    "runs no shell on their cards; use TUNEPLANE_RUNTIME=process, or launch the work as a job"
+                )
+            entry: ShellEntry = await shell(job.name, caller.pid, caller.uid)
+            return entry
+
+        def done(entry: ShellEntry) -> str:
+            how = f"fenced by {entry.device_fence.how}" if entry.device_fence.fenced else "not fenced"
+            return f"{caller.user} opened a shell (pid {caller.pid}) on {entry.run_id}, {how}"
+
+        return await self.journal.audited(caller, "shell", run_id, work(), done)
 
     async def reclaim(self, caller: Caller, request: ReclaimRequest) -> list[JobState]:
         """Remove exited jobs' records: one run id (its owner or an operator), or

@@ -32,7 +32,7 @@ from tpnode_tui.core.xid import XidRules
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.locks import AllocationLock
 from tpnode_tui.model.errors import BadRequest, Conflict, NotAllowed, RuntimeUnavailable, TpnodeError
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -55,6 +55,7 @@ from tpnode_tui.port.types import (
     Reading,
     ReclaimRequest,
     ReserveRequest,
+    ShellRequest,
     StopRequest,
     UndrainRequest,
     UsageRequest,
@@ -461,6 +462,9 @@ class NodeService:
 
     async def extend(self, caller: Caller, request: ExtendRequest) -> JobState:
         return await self.job_actions.extend(caller, request)
+
+    async def shell(self, caller: Caller, request: ShellRequest) -> ShellEntry:
+        return await self.job_actions.shell(caller, request)
 
     async def reclaim(self, caller: Caller, request: ReclaimRequest) -> list[JobState]:
         return await self.job_actions.reclaim(caller, request)

@@ -127,7 +127,12 @@ class Triage:
         self, job: JobState, cards: dict[int, CardView], slices: dict[tuple[int, str], SliceView]
     ) -> Optional[bool]:
         """Whether a reservation's owner is on any of its cards or slices: True on one,
-        None where that cannot be told for all of them, False on none for certain."""
+        None where that cannot be told for all of them, False on none for certain.
+        A shell of it that runs (``tpnode-tui shell``) uses it, on a card or not:
+        the node never takes the cards from under a shell, as Slurm keeps an
+        allocation while its ``salloc`` shell runs."""
+        if job.shell_processes:
+            return True
         busy = self.mem_busy_mib
         seen = [holder_on_card(cards[i], busy) if i in cards else None for i in job.gpus]
         seen += [

@@ -92,6 +92,9 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     if times:
         rows.append(("time", times))
     rows.append(("fence", fence_words(job.device_fence)))
+    if job.shell_processes:
+        n = job.shell_processes
+        rows.append(("shell", f"{n} process{'es' if n > 1 else ''} in its shell (tpnode-tui shell): in use"))
     rows.extend(("problem", problem) for problem in job.problems)
     return rows
 

@@ -1,0 +1,342 @@
+"""``tpnode-tui shell``: a real account's shell on its reservation's cards, through the real root agent.
+
+The agent runs as root on the stand-in driver of helpers/fence.py. An account
+reserves a card, then ``shell``s into it: the CLI asks the agent, the agent
+moves the CLI's own process (the kernel's peer on its socket) into the
+reservation's shell cgroup, fenced to its card, and the CLI becomes the
+command. The probe it runs opens every device node: its own card and
+nvidiactl open (ENXIO, no driver behind them), every other card fails with
+EPERM. Another account is refused, an operator may, the operator's processes
+there are the reservation's own (holder, not intruder), and stopping the
+reservation ends them and removes the cgroup. Without an agent, root's CLI
+does the same itself; an ordinary account's cannot, and ``required`` refuses.
+
+Needs root, real accounts and cgroup v2; elsewhere these tests skip, and under
+CI=true they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from helpers.accounts import cli_as, runnable
+from helpers.agents import SharedNode
+from helpers.fence import CARD_NODES, COMMON, MINOR, Driver, job, opened, said, scene_cards
+from helpers.load import BOUND_S, kill_process_jobs
+from helpers.services import unavailable, write_scene
+from helpers.waiting import until
+from tpnode_tui.core.belonging import classify
+from tpnode_tui.devices import v1
+from tpnode_tui.devices.bpf import attached_programs
+from tpnode_tui.devices.errors import CannotFence
+from tpnode_tui.host.procinfo import describe
+from tpnode_tui.model.errors import Conflict, NotAllowed
+from tpnode_tui.model.facts import ProcessFacts
+from tpnode_tui.model.jobs import DeviceGrant, JobSpec
+from tpnode_tui.model.views import HOLDER
+from tpnode_tui.runtimes import shells
+from tpnode_tui.runtimes.jobprocs import cgroup_parent
+from tpnode_tui.runtimes.process import ProcessRuntime
+from tpnode_tui.runtimes.statefile import StateFile
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    made = Driver()
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made.root)
+
+
+@pytest.fixture
+def fenced_node(accounts, driver) -> Iterator[SharedNode]:
+    with SharedNode.started(accounts, "tpn-shell-", **driver.settings) as node:
+        write_scene(node.scene, scene_cards())
+        yield node
+
+
+def reserve(node: SharedNode, who, run_id: str) -> int:
+    done = node.cli(who, "reserve", "--cards", "1", "--for", "1h", "--run-id", run_id)
+    assert done.returncode == 0, done.stderr
+    (card,) = job(node.status(who), run_id)["gpus"]
+    return card
+
+
+def test_a_shell_opens_its_reservations_card_and_nothing_of_anothers(fenced_node, accounts, driver):
+    alice = accounts.alice
+    card = reserve(fenced_node, alice, "r-sh")
+    own = f"nvidia{MINOR[card]}"  # its device minor, not its index
+    out = alice.home / "shell.json"
+    done = fenced_node.cli(alice, "shell", "r-sh", "--", *driver.command(out, "run"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # fenced: nothing to say
+    seen = said(out, fenced_node.log)
+    assert opened(seen, {own} | COMMON) == {label: "ENXIO" for label in {own} | COMMON}, seen
+    assert opened(seen, CARD_NODES - {own}) == {label: "EPERM" for label in CARD_NODES - {own}}, seen
+    assert seen["null-copy"] == "ok"
+
+    # inside the fence CUDA numbers the one card 0; NVIDIA_VISIBLE_DEVICES keeps the node's index
+    shown = fenced_node.cli(
+        alice, "shell", "r-sh", "--", "sh", "-c", 'echo "$CUDA_VISIBLE_DEVICES $NVIDIA_VISIBLE_DEVICES"'
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == ["0", str(card)]
+
+    record = job(fenced_node.status(alice), "r-sh")
+    assert (record["fenced"], record["fence_mechanism"]) == (True, "cgroup-v2"), record
+    assert Path(record["cgroup"]).name.startswith("tpnode-tui.r-sh.")
+    assert attached_programs(Path(record["cgroup"])), "the record says fenced, and the kernel must agree"
+
+
+def test_another_account_is_refused_in_words_and_an_operator_may(fenced_node, accounts, driver):
+    alice, bob, carol = accounts.alice, accounts.bob, accounts.carol
+    card = reserve(fenced_node, alice, "r-own")
+    refused = fenced_node.cli(bob, "shell", "r-own", "--", "true")
+    assert refused.returncode == 77, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert f"card {card} is held by r-own of {alice.name}" in refused.stderr
+    assert f"only {alice.name} or an operator" in refused.stderr and "may open a shell on it" in refused.stderr
+    assert job(fenced_node.status(alice), "r-own")["fence_problem"].startswith("a reservation runs nothing")
+
+    out = carol.home / "operator.json"
+    done = fenced_node.cli(carol, "shell", "r-own", "--", *driver.command(out, "run"))
+    assert done.returncode == 0, done.stderr
+    seen = said(out, fenced_node.log)
+    own = f"nvidia{MINOR[card]}"
+    assert seen[own] == "ENXIO" and opened(seen, CARD_NODES - {own}) == {c: "EPERM" for c in CARD_NODES - {own}}
+
+
+def test_a_shells_processes_are_the_reservations_own_and_end_with_it(fenced_node, accounts):
+    """An operator's process in alice's reservation's shell, on its card, is its
+    holder (not an intruder, though it is not alice's); the reservation counts it
+    as in use; stopping the reservation ends it and removes the shell's cgroup."""
+    alice, carol = accounts.alice, accounts.carol
+    card = reserve(fenced_node, alice, "r-use")
+    sleeper = carol.spawn(runnable().argv("shell", "r-use", "--", "sleep", "300"), env=fenced_node.env(carol))
+    try:
+        until(
+            lambda: job(fenced_node.status(alice), "r-use")["shell_processes"] == 1,
+            "the operator's shell to run in the reservation",
+            BOUND_S,
+        )
+        cards = scene_cards()
+        cards[card] |= {"memory_used_mib": 2000, "processes": [{"pid": sleeper.pid, "used_memory_mib": 2000}]}
+        write_scene(fenced_node.scene, cards)
+
+        def holders() -> dict:
+            status = fenced_node.status(alice)
+            return {h["pid"]: h["belongs"] for h in status["cards"][card]["holders"]}
+
+        until(lambda: sleeper.pid in holders(), "the next reading to list the shell's process", BOUND_S)
+        assert holders() == {sleeper.pid: "holder"}
+        status = fenced_node.status(alice)
+        cgroup = Path(job(status, "r-use")["cgroup"])
+        assert str(sleeper.pid) in (cgroup / "cgroup.procs").read_text().split()
+
+        stopped = fenced_node.cli(alice, "stop", "r-use")
+        assert stopped.returncode == 0, stopped.stderr
+        assert sleeper.wait(BOUND_S) == -signal.SIGTERM
+        until(lambda: not cgroup.exists(), "the shell's cgroup to be removed", BOUND_S)
+        record = job(fenced_node.status(alice), "r-use")
+        assert record["status"] == "exited" and record["shell_processes"] == 0
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def test_in_process_as_root_a_shell_is_fenced_the_same(driver, tmp_path):
+    """Without an agent, the CLI run as root serves the node itself and moves
+    itself into the reservation's fence, as the agent would."""
+    scene = write_scene(tmp_path / "scene.json", scene_cards())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")} | {
+        "TUNEPLANE_AGENT": "off",
+        "TUNEPLANE_STATE_DIR": str(tmp_path / "state"),
+        "TUNEPLANE_RUNTIME": "process",
+        "TUNEPLANE_PROBE": f"simulated:{scene}",
+        **driver.settings,
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tpnode_tui", *args], env=env, capture_output=True, text=True)
+
+    try:
+        assert cli("reserve", "--cards", "1", "--for", "1h", "--run-id", "r-here").returncode == 0
+        (card,) = job(json.loads(cli("status", "--json").stdout), "r-here")["gpus"]
+        own, out = f"nvidia{MINOR[card]}", tmp_path / "here.json"
+        done = cli("shell", "r-here", "--", *driver.command(out, "run"))
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        seen = said(out, tmp_path / "state")
+        assert seen[own] == "ENXIO" and opened(seen, CARD_NODES - {own}) == {c: "EPERM" for c in CARD_NODES - {own}}
+        assert job(json.loads(cli("status", "--json").stdout), "r-here")["fence_mechanism"] == "cgroup-v2"
+    finally:
+        kill_process_jobs(tmp_path / "state")
+
+
+def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(accounts, driver):
+    """An ordinary account without the agent cannot make a cgroup: under required
+    its shell does not start (exit 2, the reason); under auto it runs unfenced, and
+    one line on stderr says so."""
+    alice = accounts.alice
+    root = alice.home / "own-shell-node"
+    alice.run(["mkdir", "-p", str(root / "state")], env=alice.env())
+    scene = write_scene(root / "scene.json", scene_cards())
+    os.chown(scene, alice.uid, alice.gid)
+    env = alice.env(
+        TUNEPLANE_AGENT="off",
+        TUNEPLANE_STATE_DIR=str(root / "state"),
+        TUNEPLANE_RUNTIME="process",
+        TUNEPLANE_PROBE=f"simulated:{scene}",
+        TUNEPLANE_FENCE="required",
+        **driver.settings,
+    )
+    try:
+        done = cli_as(alice, env, "reserve", "--cards", "1", "--for", "1h", "--run-id", "own")
+        assert done.returncode == 0, done.stderr  # a reservation itself runs nothing to fence
+        refused = cli_as(alice, env, "shell", "own", "--", "echo", "ran")
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
+        assert "a shell on reservation 'own' cannot be fenced to its cards" in refused.stderr
+        assert "TUNEPLANE_FENCE=required starts no shell that is not" in refused.stderr
+        assert "cgroup v1: cannot make a cgroup in" in refused.stderr
+
+        auto = env | {"TUNEPLANE_FENCE": "auto"}
+        ran = cli_as(alice, auto, "shell", "own", "--", "sh", "-c", 'echo "ran $CUDA_VISIBLE_DEVICES"')
+        assert ran.returncode == 0, ran.stderr
+        (card,) = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")["gpus"]
+        assert ran.stdout.split() == ["ran", str(card)]  # no fence: the node's index
+        [line] = ran.stderr.strip().splitlines()
+        assert line.startswith("tpnode-tui: the shell on own runs without a fence: cgroup v2: ")
+        record = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")
+        assert record["fenced"] is False and record["fence_problem"].startswith(
+            "its shell cannot be fenced: cgroup v2: "
+        )
+    finally:
+        kill_process_jobs(root / "state")
+
+
+def test_a_shell_over_host_is_refused_before_anything_is_asked(fenced_node, accounts):
+    """Through --host the agent's caller is the SSH bridge, not the person's
+    shell: a shell is refused in words, and nothing is moved."""
+    alice = accounts.alice
+    reserve(fenced_node, alice, "r-far")
+    env = fenced_node.env(alice) | {"TUNEPLANE_HOST": "nobody@127.0.0.1"}
+    refused = cli_as(alice, env, "shell", "r-far", "--", "true")
+    assert refused.returncode != 0
+    assert "run tpnode-tui shell there" in refused.stderr and "Traceback" not in refused.stderr
+    assert job(fenced_node.status(alice), "r-far")["shell_processes"] == 0
+
+
+def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservation_expires(driver, tmp_path):
+    """The process runtime without cgroups v2 of its own: the shell's process is
+    moved into a v1 devices cgroup, fenced there, and when the reservation expires
+    its supervisor records the end, ends the shell's process and removes the
+    cgroup; until then the cards stay held."""
+    try:
+        v1.hierarchy_dir()
+    except CannotFence as e:
+        unavailable(f"no cgroup v1 devices controller: {e}")
+    state = tmp_path / "state"
+    out = tmp_path / "v1-shell.json"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, cgroups=False, fence_files=driver.files)
+    spec = JobSpec("r-v1", 1, kind="reservation", expires_at=time.time() + 4, granted=DeviceGrant(cards=(3,)))
+    # the shell's stand-in: it waits to be moved, then becomes the probe (as the CLI becomes the shell)
+    waiting = subprocess.Popen(
+        ["sh", "-c", 'read go; exec "$@"', "sh", *driver.command(out, "stay")], stdin=subprocess.PIPE
+    )
+    try:
+        asyncio.run(runtime.run(spec, [2]))
+        entry = asyncio.run(runtime.shell("r-v1", waiting.pid, os.getuid()))
+        assert entry.device_fence.mechanism == "cgroup-v1" and dict(entry.env)["CUDA_VISIBLE_DEVICES"] == "0"
+        devices = Path(StateFile(state).read()["r-v1"].devices_cgroup)
+        assert str(waiting.pid) in (devices / "cgroup.procs").read_text().split()
+        waiting.stdin.write(b"go\n")
+        waiting.stdin.flush()
+        seen = said(out, state / "logs" / "r-v1.log")
+        assert seen["nvidia3"] == "ENXIO" and opened(seen, CARD_NODES - {"nvidia3"}) == {
+            c: "EPERM" for c in CARD_NODES - {"nvidia3"}
+        }
+        [held] = asyncio.run(runtime.ps())
+        assert held.live and held.shell_processes == 1 and held.device_fence.mechanism == "cgroup-v1"
+        # found by its v1 cgroup, a process there is the reservation's own, whoever's it is
+        assert held.cgroup == str(devices) and classify(describe(ProcessFacts(waiting.pid)), held).belongs == HOLDER
+
+        assert waiting.wait(BOUND_S) == -signal.SIGTERM  # ended when the reservation expired
+        until(lambda: not devices.exists(), "the shell's devices cgroup to be removed", BOUND_S)
+        [ended] = asyncio.run(runtime.ps())
+        assert ended.status == "exited" and ended.exit_code == 0 and ended.shell_processes == 0
+        with pytest.raises(Conflict, match="has ended"):
+            asyncio.run(runtime.shell("r-v1", os.getpid(), os.getuid()))
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+        kill_process_jobs(state)
+
+
+def test_only_the_callers_own_process_is_moved_never_a_bridge(accounts):
+    """The agent moves the kernel's peer only if /proc says it is still the
+    caller's: a process of another uid is refused, and so is the SSH bridge
+    (``tpnode-tui dial-stdio``), whose shell would not be the person's."""
+    alice, bob = accounts.alice, accounts.bob
+    his = bob.spawn(["sleep", "300"], env=bob.env())
+    bridge = alice.spawn([runnable().python, "-c", "import time; time.sleep(300)", "dial-stdio"], env=alice.env())
+    try:
+        until(lambda: _cmdline(his.pid).startswith(b"sleep"), "bob's sleep to run", BOUND_S)
+        with pytest.raises(NotAllowed, match=f"process {his.pid} is not the asking account's own"):
+            shells.move(his.pid, alice.uid, None, None)
+        until(lambda: b"dial-stdio" in _cmdline(bridge.pid), "the stand-in bridge to run", BOUND_S)
+        with pytest.raises(Conflict, match="log in to the node"):
+            shells.move(bridge.pid, alice.uid, None, None)
+    finally:
+        for proc in (his, bridge):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(accounts, driver, tmp_path):
+    """A process that is not the caller's is not moved, and the shell cgroup made
+    for it is removed again: the reservation says what it said before."""
+    bob = accounts.bob
+    state = tmp_path / "state"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, fence_files=driver.files)
+    spec = JobSpec("r-back", 1, kind="reservation", expires_at=time.time() + 600, granted=DeviceGrant(cards=(3,)))
+    his = bob.spawn(["sleep", "300"], env=bob.env())
+    try:
+        asyncio.run(runtime.run(spec, [2]))
+        before = StateFile(state).read()["r-back"]
+        until(lambda: _cmdline(his.pid).startswith(b"sleep"), "bob's sleep to run", BOUND_S)
+        listed = set(state.glob("*"))
+        parent = cgroup_parent()[0]
+        assert parent is not None
+        cgroups = set(parent.glob("tpnode-tui.r-back.*"))
+        with pytest.raises(NotAllowed):
+            asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid))
+        after = StateFile(state).read()["r-back"]
+        assert after == before and after.cgroup == "" and set(state.glob("*")) == listed
+        [held] = asyncio.run(runtime.ps())
+        assert held.device_fence.problem.startswith("a reservation runs nothing") and held.cgroup is None
+        assert set(parent.glob("tpnode-tui.r-back.*")) == cgroups
+    finally:
+        his.kill()
+        his.wait()
+        kill_process_jobs(state)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

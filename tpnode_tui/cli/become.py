@@ -1,0 +1,53 @@
+"""What ``tpnode-tui shell`` becomes once the node has moved it into a reservation's fence.
+
+The process is already in the reservation's shell cgroup when this runs, so it
+replaces itself (``execvp``) with the shell or the command: everything that
+starts from there is in the fence, and nothing of the CLI is left over. It
+hands on no descriptor but the terminal's three: the device cgroup checks an
+open when it happens, so a device file the CLI had open before it was moved
+(NVML's, in a node served in this process) would still reach every card.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import sys
+from typing import NoReturn, Sequence
+
+#: the shell of an account whose entry names none, as login(1) takes it
+DEFAULT_SHELL = "/bin/sh"
+
+
+def login_shell() -> str:
+    """This account's login shell, from the account database (not ``$SHELL``,
+    which anything before could have set): what ``salloc`` or ``su -`` would run."""
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        return DEFAULT_SHELL
+    return shell if shell.startswith("/") else DEFAULT_SHELL
+
+
+def shell_argv(given: Sequence[str]) -> list[str]:
+    """The command given (after ``--``, which argparse may have taken already), else the login shell."""
+    words = list(given)
+    if words and words[0] == "--":
+        words = words[1:]
+    return words or [login_shell()]
+
+
+def become(argv: list[str], env: dict[str, str]) -> NoReturn:
+    """Replace this process with ``argv``, in ``env``; exit 127 (not found) or 126
+    (not runnable) with one line when it cannot, as a shell does."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.closerange(3, 1 << 20)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except FileNotFoundError:
+        print(f"tpnode-tui: {argv[0]}: command not found", file=sys.stderr, flush=True)
+        os._exit(127)
+    except OSError as e:
+        print(f"tpnode-tui: {argv[0]}: {e.strerror}", file=sys.stderr, flush=True)
+        os._exit(126)
