@@ -122,10 +122,7 @@ async def fleet_picture() -> None:
         "gpu-08": node_snapshot(jobs=(job("bert", (0, 1, 2)),)),
         "gpu-09": node_snapshot(),
         "gpu-10": node_snapshot(jobs=(job("rl", (3, 4)),)),
-        "h100-big": replace(
-            node_snapshot(16, jobs=(job("pretrain-16", tuple(range(12))),), name="NVIDIA H100 80GB HBM3"),
-            series="nvidia h100",
-        ),
+        "h100-big": node_snapshot(16, jobs=(job("pretrain-16", tuple(range(12))),), name="NVIDIA H100 80GB HBM3"),
     }
     workdir = Path(tempfile.mkdtemp(prefix="tpn-shot-"))
     server = RedisServer(port=free_port(), workdir=workdir)

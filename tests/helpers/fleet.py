@@ -66,7 +66,7 @@ def node_snapshot(
         cards=views,
         jobs=jobs,
         probe=reading,
-        series="nvidia h200",
+        series=name,  # as an agent reports a node nobody mapped: the cards' name
         runtime="processes",
         lock="flock",
         explain=occ.explain(),
@@ -142,7 +142,7 @@ def registration_bytes(
             host=host,
             pid=pid,
             started_at=started_at,
-            series="nvidia h200",
+            series="NVIDIA H200",
             seen_at=started_at if seen_at is None else seen_at,
             total=total,
             stopped_at=stopped_at,

@@ -3,7 +3,8 @@
 The sshd listens on a free loopback port with a host key made for it, lets in
 only the keys the tests authorise (one file per account, in its directory),
 and gives every session the environment a node's logins would have: the
-product on PATH (the session's runnable copy) and the node's agent socket.
+product on PATH (the session's runnable copy), and the node's settings file
+(``agent.env``, naming its agent's socket) where tests keep their own.
 Each account that uses it gets a key of its own and an ``~/.ssh/config``
 entry naming the node, as a user sets up SSH to reach a machine.
 
@@ -42,6 +43,10 @@ class Sshd:
         host_key = self.root / "host_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
         product = runnable()
+        # the node's own settings file, as the agent's unit reads it: where dial-stdio finds the socket
+        node_file = self.root / "agent.env"
+        node_file.write_text(f"# the node's settings\nTUNEPLANE_AGENT_SOCKET={self.agent_socket}\n")
+        node_file.chmod(0o644)
         config = self.root / "sshd_config"
         config.write_text(
             "\n".join(
@@ -57,9 +62,10 @@ class Sshd:
                     "StrictModes no",
                     "PermitRootLogin no",
                     "LogLevel VERBOSE",
-                    # what a node's login would have: the product on PATH, and where its agent listens
+                    # what a node's login would have: the product on PATH, and the node's settings file;
+                    # a login's own idea of the socket is not the node's, and dial-stdio must not take it
                     f"SetEnv PATH={product.bin}:/usr/local/bin:/usr/bin:/bin PYTHONPATH={product.site} "
-                    f"TUNEPLANE_AGENT_SOCKET={self.agent_socket}",
+                    f"TUNEPLANE_NODE_ENV_FILE={node_file} TUNEPLANE_AGENT_SOCKET=/nonexistent/login.sock",
                 ]
             )
             + "\n"

@@ -490,3 +490,24 @@ async def test_no_state_dir_error_advises_a_second_state_dir(tmp_path):
         assert str(inside_a_file) in str(error)
         assert "TUNEPLANE_STATE_DIR to a directory" not in str(error)
     assert f"the state dir {inside_a_file} is not a directory" in str(locked.value)
+
+
+def test_env_prints_what_the_job_itself_was_given(cli, state_dir):
+    """One answer for a job's variables: the job's own environment and `tpnode-tui env`
+    name its cards alike (by the node's indices), whatever the driver calls them."""
+    assert cli("reserve", "--cards", "3", "--for", "1h", "--run-id", "first").returncode == 0
+    done = cli("launch", "--cards", "2", "--run-id", "on-3-4", "--", "sh", "-c", "env; echo READY; exec sleep 60")
+    assert done.returncode == 0, done.stderr
+    log = state_dir / "logs" / "on-3-4.log"
+    deadline = time.monotonic() + 30
+    while not (log.exists() and "READY" in log.read_text()):
+        assert time.monotonic() < deadline, "the job's output"
+        time.sleep(0.05)
+    inside = dict(line.split("=", 1) for line in log.read_text().splitlines() if "=" in line)
+    printed = cli("env", "on-3-4")
+    assert printed.returncode == 0, printed.stderr
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in printed.stdout.splitlines())
+    assert exported["NVIDIA_VISIBLE_DEVICES"] == inside["NVIDIA_VISIBLE_DEVICES"] == "3,4"
+    assert exported["CUDA_DEVICE_ORDER"] == inside["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    # outside the job's fence (a shell beside it) CUDA counts the node's cards
+    assert exported["CUDA_VISIBLE_DEVICES"] == "3,4"

@@ -131,3 +131,22 @@ def test_a_refusal_takes_the_ordinary_path_and_keeps_its_words_and_exit_code(tmp
     assert (done.returncode, done.stdout) == (77, "")
     assert done.stderr == "tpnode-tui: this account may not read this node\n"
     assert asked[0] == b"GET /v1/snapshot HTTP/1.1"  # the quick path asked first, then handed over
+
+
+async def test_the_quick_path_finds_the_agent_the_node_s_file_names(agent, tmp_path):
+    """A socket given only in the node's own file (as sshd's non-login shells
+    and every account see it) is the one asked, as the settings would ask it."""
+    node_file = tmp_path / "agent.env"
+    node_file.write_text(f"TUNEPLANE_AGENT_SOCKET={agent.socket}\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-X", "importtime", "-m", "tpnode_tui", "status", "--json"],
+        capture_output=True,
+        text=True,
+        env={**base, "TUNEPLANE_NODE_ENV_FILE": str(node_file), "TUNEPLANE_AGENT": "on"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tpnode_tui.node" not in imported(done.stderr)  # answered by the quick path, not the ordinary one
+    assert json.loads(done.stdout)["via"] == "agent"

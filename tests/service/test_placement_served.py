@@ -55,6 +55,38 @@ def test_launch_same_switch_from_the_command_line(placed_cli):
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
+def test_a_simulated_node_without_a_topology_says_so_and_never_fits_a_placement(tmp_path):
+    scene = write_scene(tmp_path / "node.json", 8)  # as the README shows the format: no "topology"
+    state = tmp_path / "state"
+    env = node_env(scene, state)
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "tpnode_tui", *args], capture_output=True, text=True, env=env, timeout=60
+        )
+
+    try:
+        for placement in ("--contiguous", "--same-switch"):
+            done = run("launch", "--cards", "2", placement, "--run-id", "t1", "--", "sleep", "60")
+            assert done.returncode == 1, done.stderr  # never fits: waiting cannot help, so not 75
+            [line] = done.stderr.splitlines()
+            assert (
+                f'this node cannot say how its cards are linked (the simulated node {scene} has no "topology")' in line
+            )
+            assert f"waiting cannot help; ask without {placement}" in line, line
+        status = run("status")
+        assert (
+            f'topology: this node cannot say how its cards are linked (the simulated node {scene} has no "topology"): '
+            "--same-switch and --contiguous never fit here; other launches get consecutive cards"
+        ) in status.stdout.splitlines(), status.stdout
+        doc = json.loads(run("status", "--json").stdout)
+        assert doc["topology"] is None and 'has no "topology"' in doc["topology_unknowable"]
+        plain = run("launch", "--cards", "2", "--run-id", "t2", "--json", "--", "sleep", "60")
+        assert plain.returncode == 0 and json.loads(plain.stdout)["gpus"] == [0, 1], plain.stderr
+    finally:
+        kill_process_jobs(state)
+
+
 async def test_the_placement_travels_through_the_agent(tmp_path):
     agent = Agent(tmp_path)
     write_scene(agent.scene, 8, topology="pcie-2x4")

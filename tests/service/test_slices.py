@@ -375,8 +375,9 @@ async def test_a_slice_job_gets_a_free_slice_of_its_profile_and_is_pointed_at_it
     held = snap.cards[0].slices[3]
     assert (held.state, held.run_id, held.job.key) == ("job", "nb", "nb")
     assert snap.occupancy.by_job == {} and snap.cards[1].state == "free"
-    assert env_lines(snap, "nb") == [
+    assert env_lines(snap, "nb") == [  # what the job itself was given
         f"export CUDA_VISIBLE_DEVICES={uuid(0, 3)}",
+        "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
         f"export NVIDIA_VISIBLE_DEVICES={uuid(0, 3)}",
     ]
     second = await node.launch("nb-2")

@@ -143,10 +143,11 @@ def test_bob_s_dashboard_over_ssh_names_him_and_where_it_reads(reach, accounts):
     assert f"{bob.name} │ agent on {NODE} over ssh" in header, header
 
 
-def test_dial_stdio_joins_its_input_and_output_to_the_agent(reach, accounts):
+def test_dial_stdio_joins_its_input_and_output_to_the_agent_the_node_s_file_names(reach, accounts):
     node, _sshd = reach
     bob = accounts.bob
-    env = bob.env(TUNEPLANE_AGENT_SOCKET=str(node.socket))
+    # the login's environment names another socket: the node's file is what counts
+    env = bob.env(TUNEPLANE_NODE_ENV_FILE=str(node.root / "agent.env"), TUNEPLANE_AGENT_SOCKET="/nonexistent/a.sock")
     request = b"GET /v1/whoami HTTP/1.1\r\nHost: tpnode-agent\r\nConnection: close\r\n\r\n"
     bridge = subprocess.Popen(
         runnable().argv("dial-stdio"),
@@ -165,12 +166,15 @@ def test_dial_stdio_joins_its_input_and_output_to_the_agent(reach, accounts):
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert json.loads(body)["user"] == bob.name  # the kernel named the bridge's account
+    elsewhere = node.root / "elsewhere.env"
+    elsewhere.write_text("TUNEPLANE_AGENT_SOCKET='/nonexistent/agent.sock'\n")
+    elsewhere.chmod(0o644)
     gone = subprocess.run(
         runnable().argv("dial-stdio"),
         input="",
         capture_output=True,
         text=True,
-        env=bob.env(TUNEPLANE_AGENT_SOCKET="/nonexistent/agent.sock"),
+        env=bob.env(TUNEPLANE_NODE_ENV_FILE=str(elsewhere), TUNEPLANE_AGENT_SOCKET=str(node.socket)),
         timeout=30,
     )
     assert gone.returncode == 1

@@ -145,7 +145,7 @@ def frozen_snapshot(
         cards=card_views(occ, reading, jobs, lambda c: holders.get(c.index, ()), drains or {}),
         jobs=jobs,
         probe=reading,
-        series="nvidia h200",
+        series="NVIDIA H200",
         runtime="processes recorded in /var/lib/tpnode-tui/jobs.json",
         runtime_kind="process",
         lock="flock /var/lib/tpnode-tui/alloc.lock",

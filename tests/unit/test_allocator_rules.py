@@ -236,7 +236,7 @@ async def test_unresolved_series_is_not_cached(make_allocator):
     alloc = make_allocator(probe=probe)
     assert (await alloc.snapshot()).series == ""
     probe.reading = ProbeReading("nvml", idle_cards(8), count=8)
-    assert (await alloc.snapshot()).series == "nvidia h200"
+    assert (await alloc.snapshot()).series == "NVIDIA H200"  # as status and the dashboard name the cards
 
 
 async def test_configured_profile_answers_first_without_the_drivers_card_name(make_allocator):

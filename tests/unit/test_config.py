@@ -41,6 +41,7 @@ def test_every_variable_is_read():
         "TUNEPLANE_ALLOW_UNVERIFIED": "yes",
         "TUNEPLANE_AGENT": "off",
         "TUNEPLANE_AGENT_SOCKET": "/tmp/a.sock",
+        "TUNEPLANE_NODE_ENV_FILE": "/tmp/node.env",
         "TUNEPLANE_OPERATORS_GROUP": "gpu-admins",
         "TUNEPLANE_MAX_CARDS_PER_USER": "2",
         "TUNEPLANE_MAX_CARDS_FOR": "alice=4, @students=1",
@@ -96,6 +97,7 @@ def test_every_variable_is_read():
     assert (s.lock.redis_url, s.lock.lease_ms, s.lock.retry_ms) == ("redis://localhost:6379/1", 5000, 20)
     agent, policy, triage, fleet = s.agent, s.policy, s.triage, s.fleet
     assert (agent.mode, agent.socket, agent.metrics_addr) == ("off", Path("/tmp/a.sock"), ("::", 9400))
+    assert agent.env_file == Path("/tmp/node.env")
     assert (str(agent.host), agent.host.user, agent.host.port) == ("alice@gpu-07:2222", "alice", 2222)
     assert (policy.operators_group, policy.max_cards_per_user) == ("gpu-admins", 2)
     assert (policy.max_cards_for, policy.images) == ((("alice", 4), ("@students", 1)), ("busybox:*", "nvcr.io/*"))

@@ -107,6 +107,15 @@ def test_a_cleanly_stopped_agent_says_when():
     assert node.status == "unreachable" and "stopped at" in node.problem and node.last_seen == T - 5
 
 
+def test_a_stopped_agent_is_unreachable_since_it_stopped_in_the_live_view_and_in_json_alike():
+    regs = {"i1": registration_bytes("gpu-01", stopped_at=T - 5)}
+    live = read(regs, {}, now=T, remembered={"gpu-01": T - 8}).nodes[0]  # the view saw its last publication
+    once = read(regs, {}, now=T).nodes[0]  # fleet --json, which remembers nothing
+    for node in (live, once):
+        assert (node.last_seen, node.seen_exactly) == (T - 5, True)
+        assert node.problem == f"its agent stopped at {record.clock(T - 5)}"
+
+
 def test_two_agents_claiming_one_name_are_a_conflict_not_a_merge():
     regs = {
         "a": registration_bytes("gpu-01", host="host-a", pid=11),

@@ -91,6 +91,16 @@ async def test_placement_waits_for_a_topology_not_known_now(make):
         await alloc.launch(spec("p", 2, SAME_SWITCH))
 
 
+def test_a_topology_this_node_can_never_say_is_never_fits_not_try_later():
+    from tpnode_tui.core.placement import choose
+
+    with pytest.raises(NeverFits, match=r"cannot say how its cards are linked \(no wiring\).*waiting cannot help"):
+        choose(range(8), 2, None, CONTIGUOUS, unknowable="no wiring")
+    with pytest.raises(NoCapacity, match="topology is not known now"):
+        choose(range(8), 2, None, CONTIGUOUS)
+    assert choose(range(8), 2, None, None, unknowable="no wiring") == [0, 1]
+
+
 async def test_the_topology_travels_in_the_snapshot_and_a_damaged_one_is_refused(make):
     snap = await make(pcie(8, per_switch=4)).snapshot()
     doc = json.loads(json.dumps(snapshot_to_json(snap)))

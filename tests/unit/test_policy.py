@@ -34,7 +34,7 @@ def test_the_owner_and_operators_may_stop_a_job_and_nobody_else():
         p.check_may(BOB, job("rsv-7"), "stop", card=3)
     assert str(refused.value) == (
         "card 3 is held by rsv-7 of alice; only alice or an operator "
-        "(root (group tpn-no-such-group does not exist on this node)) may stop it"
+        "(root; there is no group tpn-no-such-group on this node) may stop it"
     )
 
 

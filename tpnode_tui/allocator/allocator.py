@@ -61,9 +61,10 @@ FENCE_GRACE_S = 2.0
 
 
 def raw_series(profile: str, gpu_name: str) -> str:
-    """The series a node reports when nobody maps it: the raw name, lower-cased,
-    so that "NVIDIA H200" and "nvidia h200" are one series to a strict comparison."""
-    return (profile or gpu_name or "").strip().lower()
+    """The series a node reports when nobody maps it: the operator's profile,
+    else the cards' name as the driver gives it ("NVIDIA H200"), so the fleet
+    and the metrics name the cards as ``status`` and the dashboard do."""
+    return (profile or gpu_name or "").strip()
 
 
 class GpuAllocator:

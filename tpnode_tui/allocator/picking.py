@@ -50,7 +50,7 @@ def pick_cards(
             "unless TUNEPLANE_ALLOW_UNVERIFIED=true hands out unverified cards anyway"
         )
     try:
-        return choose(occ.free, count, reading.topology, placement)
+        return choose(occ.free, count, reading.topology, placement, unknowable=reading.topology_unknowable)
     except NoCapacity as e:
         if placement is None:
             raise NoCapacity(f"need {cards_words(count)}, but {occ.explain()}") from None

@@ -603,7 +603,12 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
 def _dial_stdio(args: argparse.Namespace, settings: Settings) -> int:
     """The bridge at the node's end of an SSH connection. It runs as the
     account SSH logged in, so the agent names that account (SO_PEERCRED);
-    it only moves bytes, and ends when either side does."""
+    it only moves bytes, and ends when either side does. sshd starts it in a
+    non-login shell with the account's environment, which may say nothing of
+    the node or something else: the socket is the node's file's word, else
+    the default, as the agent's unit has it."""
+    from tpnode_tui.config.nodefile import read_node_file
+    from tpnode_tui.config.settings import load_settings
     from tpnode_tui.node.bridge import bridge
 
-    return bridge(settings.agent.socket)
+    return bridge(load_settings(read_node_file(settings.agent.env_file)).agent.socket)

@@ -63,10 +63,26 @@ def _head_lines(snap: NodeSnapshot, note: Optional[str], you: Optional[str]) -> 
     if snap.lock_state:
         lines.append(f"lock: {snap.lock_state}")
     lines.append(f"fence: {node_fence_words(snap.node_fence)}")
+    if snap.probe.topology is None and snap.occupancy.total > 1:
+        lines.append(f"topology: {topology_words(snap.probe.topology_unknowable)}")
     if snap.queue_problem:
         lines.append(f"queue: {snap.queue_problem}")
     lines.append(snap.explain)
     return lines
+
+
+def topology_words(unknowable: Optional[str]) -> str:
+    """What a node without a topology means for --same-switch and --contiguous:
+    wait for it, or never (``unknowable``: why this node can never say)."""
+    if unknowable:
+        return (
+            f"this node cannot say how its cards are linked ({unknowable}): --same-switch and --contiguous "
+            "never fit here; other launches get consecutive cards"
+        )
+    return (
+        "not known yet (read again as the probe reads the node): --same-switch and --contiguous wait "
+        "for it (exit 75); other launches get consecutive cards"
+    )
 
 
 def _card_lines(cards: Sequence[CardView]) -> list[str]:

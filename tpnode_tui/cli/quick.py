@@ -29,6 +29,8 @@ import sys
 
 #: as :mod:`tpnode_tui.config.sections` declares TUNEPLANE_AGENT_SOCKET's default
 from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
+from tpnode_tui.config.nodefile import beneath
+from tpnode_tui.model.errors import ConfigError
 
 TYPE_CHECKING = False  # typing is one of the imports this path does without
 if TYPE_CHECKING:
@@ -46,7 +48,10 @@ def agent_socket() -> Optional[str]:
     """The agent's socket, where the settings would choose this machine's agent
     first; None where they might not (another node, no agent, or a value the
     ordinary path must read and judge)."""
-    environ = os.environ
+    try:
+        environ = beneath(os.environ)  # the node's own file beneath, as the settings read it
+    except ConfigError:  # a file that cannot be read: the ordinary path says so
+        return None
     if environ.get("TUNEPLANE_HOST", "").strip():
         return None
     if environ.get("TUNEPLANE_AGENT", "").strip().lower() not in ("", "auto", "on"):

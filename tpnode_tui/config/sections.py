@@ -20,6 +20,7 @@ from tpnode_tui.config.declared import setting
 # the defaults live where the quickest command reads one without this module; said here too
 from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET as DEFAULT_AGENT_SOCKET
 from tpnode_tui.config.defaults import DEFAULT_STATE_DIR as DEFAULT_STATE_DIR
+from tpnode_tui.config.nodefile import DEFAULT_NODE_ENV_FILE, NODE_ENV_FILE_VARIABLE
 from tpnode_tui.config.redact import redact_url
 from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.model.errors import ConfigError
@@ -240,6 +241,13 @@ class AgentSettings:
         flag="--agent-socket",
         metavar="PATH",
     )
+    #: the node's own settings, which the agent's unit reads too (config/nodefile.py)
+    env_file: Path = setting(
+        Path(DEFAULT_NODE_ENV_FILE),
+        NODE_ENV_FILE_VARIABLE,
+        "the node's settings file (the agent unit's EnvironmentFile), beneath the environment",
+        read.absolute_path,
+    )
     #: the node to talk to over SSH; None: this machine's agent (or this process)
     host: Optional[SshTarget] = setting(
         None,
@@ -247,7 +255,7 @@ class AgentSettings:
         "reach another node's agent over SSH: [ssh://][user@]host[:port]; empty: this machine",
         read.ssh_target,
         flag="--host",
-        metavar="[USER@]HOST",
+        metavar="[USER@]HOST[:PORT]",
     )
     #: (host, port) of the Prometheus endpoint; None: off
     metrics_addr: Optional[tuple[str, int]] = setting(

@@ -14,6 +14,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Mapping, Optional
 
 from tpnode_tui.config.declared import Declared
+from tpnode_tui.config.nodefile import beneath
 from tpnode_tui.config.sections import (
     AgentSettings,
     CardSettings,
@@ -62,10 +63,12 @@ def settings_from_flags(flags: Mapping[str, object], environ: Optional[Mapping[s
     """Settings from the environment and the command line's flags.
 
     ``flags`` maps each flag's name as argparse stores it ("gpu_count" for
-    ``--gpu-count``) to its value, None where it was not given.
+    ``--gpu-count``) to its value, None where it was not given. Beneath the
+    environment lies the node's own file (:mod:`.nodefile`), so that every
+    account's commands find the agent and the state dir the agent was given.
     """
     overrides = {name: flags.get(d.flag[2:].replace("-", "_")) for name, d in DECLARED.items() if d.flag}
-    return load_settings(environ, **overrides)
+    return load_settings(beneath(os.environ if environ is None else environ), **overrides)
 
 
 def _given(name: str, declared: Declared, override: object, env: Mapping[str, str]) -> tuple[bool, Any]:

@@ -140,6 +140,7 @@ def choose(
     require: Optional[str] = None,
     *,
     exhaustive_limit: int = EXHAUSTIVE_LIMIT,
+    unknowable: Optional[str] = None,
 ) -> list[int]:
     """``count`` of the ``free`` cards that talk fastest, in order.
 
@@ -169,6 +170,8 @@ def choose(
     reading's), this is ``pick_gpus``: NoCapacity when too few are free.
 
     ``exhaustive_limit``: up to this many candidate sets are scored one by one.
+    ``unknowable``: why this node can never say its topology, where that is so:
+    a requirement is then :class:`NeverFits`, as waiting cannot help.
     """
     if require is not None and require not in REQUIREMENTS:
         raise BadRequest(f"{require!r} is not a placement requirement: use {' or '.join(REQUIREMENTS)}")
@@ -176,14 +179,7 @@ def choose(
         return []
     cards = sorted(set(free))
     if topology is None or (cards and (cards[0] < 0 or cards[-1] >= topology.count)):
-        if require is not None:
-            # Unknown is not "no such set": the probe reads it again (a first read
-            # that timed out, a driver still loading), and a queued launch waits.
-            raise NoCapacity(
-                f"this node's topology is not known now, so no {cards_words(count)} can be shown to be "
-                f"{_WANTED[require]}; it is read again as the probe reads the node"
-            )
-        return pick_gpus(cards, count)
+        return _without_topology(cards, count, require, unknowable if topology is None else None)
     plan = _plan(topology)
     possible: Optional[int] = None
     if require is not None:
@@ -200,6 +196,24 @@ def choose(
         raise NoCapacity(f"no {cards_words(count)} {_WANTED[require]} are free now (free: {cards_words(cards)})")
     assert found is not None  # without a requirement any set will do, and there are enough cards
     return found.cards
+
+
+def _without_topology(cards: list[int], count: int, require: Optional[str], unknowable: Optional[str]) -> list[int]:
+    """:func:`choose` where the topology is not known: ``pick_gpus``, or no
+    set that must sit well on it (``unknowable``: why it never will be)."""
+    if require is None:
+        return pick_gpus(cards, count)
+    if unknowable:
+        raise NeverFits(
+            f"this node cannot say how its cards are linked ({unknowable}), so no {cards_words(count)} "
+            f"can be shown to be {_WANTED[require]}: waiting cannot help; ask without --{require}"
+        )
+    # Unknown is not "no such set": the probe reads it again (a first read
+    # that timed out, a driver still loading), and a queued launch waits.
+    raise NoCapacity(
+        f"this node's topology is not known now, so no {cards_words(count)} can be shown to be "
+        f"{_WANTED[require]}; it is read again as the probe reads the node"
+    )
 
 
 @dataclass(frozen=True)

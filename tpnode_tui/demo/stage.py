@@ -171,7 +171,8 @@ def scene(unseen_pid: int, unseen_slice_pid: Optional[int] = None) -> dict:
     )
     cards[UNHEALTHY_CARD]["health"] = {"row_remap_pending": True}
     cards[XID_CARD]["xid_events"] = [{"id": "opening", "xid": OPENING_XID}]
-    return {"blind": False, "cards": cards}
+    # an HGX H200: every card NVLinked through NVSwitch, so the demo can say how its cards are linked
+    return {"blind": False, "cards": cards, "topology": "nvswitch"}
 
 
 def training_load(t: float, card: int) -> float:

@@ -380,7 +380,8 @@ class NodeRow:
     #: the latest time this node was known to be alive: its last publication read,
     #: or when its agent registered or stopped
     last_seen: Optional[float]
-    #: True when ``last_seen`` is a publication's (nothing was published after it)
+    #: True when ``last_seen`` is a publication's (nothing was published after it),
+    #: or the moment its agent said it stopped
     seen_exactly: bool
     series: str = ""
     #: the card count as last known (0 when never known)
@@ -564,12 +565,14 @@ def _row(
 
 def _last_seen(newest_reg: Registration, last_pub: Optional[float], remembered: Optional[float]) -> tuple[float, bool]:
     """When the node was last heard from, and whether that moment is exact: its
-    last publication, or a later one remembered; else its registration's last word."""
-    if remembered is not None and (last_pub is None or remembered > last_pub):
-        return remembered, True
-    if last_pub is not None:
-        return last_pub, True
-    return newest_reg.stopped_at or newest_reg.seen_at, False
+    last publication, a later one remembered, or its agent saying it stopped,
+    whichever came last (so the live view's "unreachable since" and the
+    problem's "its agent stopped at" name one moment); else its registration's
+    last word."""
+    exact = [t for t in (remembered, last_pub, newest_reg.stopped_at) if t is not None]
+    if exact:
+        return max(exact), True
+    return newest_reg.seen_at, False
 
 
 def _base_row(

@@ -70,9 +70,10 @@ class Operators:
         return wanted is not None and (gid == wanted or wanted in groups)
 
     def describe(self) -> str:
-        """Who they are, for refusals: "root, group tpnode-operators"."""
+        """Who they are, for refusals: "root, group tpnode-operators". Said
+        inside parentheses ("an operator (...)"), so it holds none of its own."""
         if self.gid() is None:
-            return f"root (group {self.group} does not exist on this node)"
+            return f"root; there is no group {self.group} on this node"
         return f"root, group {self.group}"
 
 

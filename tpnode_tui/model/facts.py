@@ -140,6 +140,10 @@ class ProbeReading:
     problem: Optional[str] = None
     #: how the cards are connected, where the probe could read it (None: not known)
     topology: Optional[Topology] = None
+    #: where ``topology`` is None and reading again cannot change that (a
+    #: simulated node whose file has none): why, in plain words. None while it
+    #: may yet be read (a first read not done, or one that failed): waiting helps
+    topology_unknowable: Optional[str] = None
 
     def card(self, index: int) -> Optional[CardFacts]:
         for c in self.cards:

@@ -52,6 +52,27 @@ def wanted_words(cards: int, slice: Optional[str] = None, placement: Optional[st
     return cards_words(cards) + (f" {placement}" if placement else "")
 
 
+def visible_devices(gpus: Iterable[int], slices: Iterable[SliceRef] = (), *, fenced: bool = False) -> dict[str, str]:
+    """What points CUDA at a job's (or a reservation's shell's) cards or MIG
+    slices: the one answer for a job's own environment, a shell's, and
+    ``tpnode-tui env``.
+
+    The cards by the driver's indices (PCI bus order, as nvidia-smi shows them,
+    which ``CUDA_DEVICE_ORDER`` asks CUDA to number by too: it numbers the
+    fastest first otherwise), a MIG slice by its uuid (an index would name the
+    whole card). Inside a fence (``fenced``) the driver shows a process only the
+    cards it may open, and CUDA numbers those from 0, as in a Slurm job with
+    ``ConstrainDevices`` or a container: the node's indices would name cards it
+    cannot see, so ``CUDA_VISIBLE_DEVICES`` counts from 0 there. A uuid means
+    the same inside and out; ``NVIDIA_VISIBLE_DEVICES`` keeps the node's indices.
+    """
+    refs = tuple(slices)
+    cards = tuple(gpus)
+    devices = ",".join(s.uuid for s in refs) if refs else ",".join(map(str, cards))
+    visible = ",".join(str(n) for n in range(len(cards))) if fenced and cards and not refs else devices
+    return {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NVIDIA_VISIBLE_DEVICES": devices}
+
+
 def holding_words(gpus: Iterable[int], slices: Iterable[SliceRef] = ()) -> str:
     """What a job holds, in a few words: "cards 0,1", "slice 1g.18gb of card 1",
     "card 0 and slice 1g.18gb of card 1", "no cards"."""

@@ -50,6 +50,7 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "probe_problem": snap.probe.problem,
         "probe_count": snap.probe.count,
         "topology": None if snap.probe.topology is None else topology_to_json(snap.probe.topology),
+        "topology_unknowable": snap.probe.topology_unknowable,
         "runtime": snap.runtime,
         "runtime_kind": snap.runtime_kind,
         "allow_unverified": snap.allow_unverified,
@@ -555,6 +556,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         external_probe_ok=r.flag("external_probe_ok"),
         problem=r.opt_text("probe_problem"),
         topology=None if r.doc.get("topology") is None else _topology(Reader(r.doc["topology"], f"{where}.topology")),
+        topology_unknowable=r.opt_text("topology_unknowable"),
     )
     live = {j.key: j for j in jobs if j.live}
     views = []

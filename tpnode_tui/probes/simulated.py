@@ -53,6 +53,9 @@ A top-level ``"topology"`` describes how the cards are wired: a shape's name
 (``"nvswitch"``, ``"pcie-2x4"``, ``"cube-mesh"``) or the matrix itself (see
 :func:`~tpnode_tui.probes.wiring.scene_topology`). One that cannot be used
 leaves the topology unknown and says so; the reading is not made blind by it.
+Without a usable one, the node cannot say how its cards are linked, and no
+later poll will either (until the file is changed): a launch that needs the
+topology is refused as never fitting, not told to wait.
 
 A file that is missing or malformed gives a blind reading that names the file
 and what is wrong with it: never a traceback, never a free node.
@@ -295,6 +298,11 @@ class _Scene:
         self.hang_s = _number(top, "hang_s", "the file", 0, float) or 0
         self.cards = tuple(_card(i, c, self.blind) for i, c in enumerate(cards))
         self.topology, self.topology_problem = scene_topology(top.get("topology"), len(self.cards))
+        #: the file is the node: without a topology of its own, no poll will find one
+        self.topology_unknowable: Optional[str] = None
+        if self.topology is None:
+            said = "has no" if top.get("topology") is None else "has no usable"
+            self.topology_unknowable = f'the simulated node {path} {said} "topology"'
         self.xid_events = [e for i, c in enumerate(cards) for e in _xid_events(i, c, f"card {i}")]
 
 
@@ -328,7 +336,7 @@ class SimulatedProbe:
             )
         else:
             reading = health.reading(SOURCE, scene.cards, [])
-        return with_topology(reading, scene.topology, scene.topology_problem)
+        return with_topology(reading, scene.topology, scene.topology_problem, scene.topology_unknowable)
 
     async def close(self) -> None:
         """Nothing is kept between reads."""

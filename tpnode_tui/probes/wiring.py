@@ -57,10 +57,18 @@ def topology_problem(topology: Optional[Topology], why: Optional[str]) -> Option
     return f"topology partly not known ({why})"
 
 
-def with_topology(reading: ProbeReading, topology: Optional[Topology], problem: Optional[str]) -> ProbeReading:
-    """``reading`` carrying ``topology``, and ``problem`` after its own problems."""
+def with_topology(
+    reading: ProbeReading, topology: Optional[Topology], problem: Optional[str], unknowable: Optional[str] = None
+) -> ProbeReading:
+    """``reading`` carrying ``topology``, and ``problem`` after its own problems;
+    ``unknowable``: why no later reading can know it either, where that is so."""
     problems = [p for p in (reading.problem, problem) if p]
-    return replace(reading, topology=topology, problem="; ".join(problems) or None)
+    return replace(
+        reading,
+        topology=topology,
+        problem="; ".join(problems) or None,
+        topology_unknowable=None if topology is not None else unknowable,
+    )
 
 
 class TopologyKeeper:

@@ -49,7 +49,7 @@ from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.devices.fence import ProcFiles
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable
-from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs, ShellEntry, SliceRef
+from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs, ShellEntry, visible_devices
 from tpnode_tui.model.validation import check_run_id
 from tpnode_tui.port.fields import shown
 from tpnode_tui.runtimes import jobfence, shells
@@ -317,34 +317,18 @@ def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
         env = dict(os.environ)
     if spec.run_as is not None:
         env.update(HOME=spec.run_as.home, USER=spec.run_as.user, LOGNAME=spec.run_as.user)
-    env.update(cuda_exports(gpus, spec.slices, fenced=False))
+    # the same variables `tpnode-tui env` prints for this job
+    env.update(visible_devices(gpus, spec.slices))
     return env
-
-
-def cuda_exports(gpus: Sequence[int], slices: Sequence[SliceRef], *, fenced: bool) -> dict[str, str]:
-    """What points CUDA at a job's (or a reservation's shell's) cards or MIG slices.
-
-    The cards by the driver's indices (PCI bus order, as nvidia-smi shows them,
-    which ``CUDA_DEVICE_ORDER`` asks CUDA to number by too: it numbers the
-    fastest first otherwise), a MIG slice by its uuid (an index would name the
-    whole card). Inside a fence (``fenced``) the driver shows a process only the
-    cards it may open, and CUDA numbers those from 0, as in a Slurm job with
-    ``ConstrainDevices`` or a container: the node's indices would name cards it
-    cannot see, so ``CUDA_VISIBLE_DEVICES`` counts from 0 there. A uuid means
-    the same inside and out; ``NVIDIA_VISIBLE_DEVICES`` keeps the node's indices.
-    """
-    devices = ",".join(s.uuid for s in slices) if slices else ",".join(str(i) for i in gpus)
-    visible = ",".join(str(n) for n in range(len(gpus))) if fenced and gpus and not slices else devices
-    return {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 def _inside_the_fence(sheet: LaunchSheet, gpus: Sequence[int]) -> LaunchSheet:
     """The sheet of a job fenced to its cards: ``CUDA_VISIBLE_DEVICES`` numbers them
-    from 0 (see :func:`cuda_exports`)."""
+    from 0 (see :func:`~tpnode_tui.model.jobs.visible_devices`)."""
     if not gpus:
         return sheet
     env = dict(sheet.env)
-    env["CUDA_VISIBLE_DEVICES"] = cuda_exports(gpus, (), fenced=True)["CUDA_VISIBLE_DEVICES"]
+    env["CUDA_VISIBLE_DEVICES"] = visible_devices(gpus, fenced=True)["CUDA_VISIBLE_DEVICES"]
     return replace(sheet, env=tuple(env.items()))
 
 
@@ -823,7 +807,7 @@ class ProcessRuntime:
             fence = DeviceFence.missing(fence.problem.removeprefix(SHELL_UNFENCED))
         return ShellEntry(
             run_id=record.run_id,
-            env=tuple(cuda_exports(record.gpus, record.slices, fenced=fence.fenced).items()),
+            env=tuple(visible_devices(record.gpus, record.slices, fenced=fence.fenced).items()),
             device_fence=fence,
             cgroup=record.cgroup or record.devices_cgroup,
         )

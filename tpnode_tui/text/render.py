@@ -7,7 +7,7 @@ import time
 from typing import Optional
 
 from tpnode_tui.model.errors import JobNotFound
-from tpnode_tui.model.jobs import DeviceFence, holding_words
+from tpnode_tui.model.jobs import DeviceFence, holding_words, visible_devices
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, HolderInfo, SliceView
 from tpnode_tui.model.words import card_ranges, cards_words
@@ -179,23 +179,10 @@ def slice_summary(s: SliceView) -> str:
 
 
 def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
-    """``export`` lines that point CUDA at a live job's cards, for ``eval``.
-
-    The indices are the driver's (PCI bus order, as nvidia-smi numbers them),
-    so CUDA is told to number the same way; NVIDIA_VISIBLE_DEVICES names the
-    cards by UUID where the driver gave every one (a container runtime reads it).
-    A job on a MIG slice is pointed at it by its MIG device's uuid, in both
-    (an index would name the whole card).
-    """
+    """``export`` lines that point CUDA at a live job's cards, for ``eval``:
+    exactly what the job itself was given (:func:`visible_devices`), so a
+    shell beside a reservation and a job on it see the same variables."""
     job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
     if job is None:
         raise JobNotFound(f"no running job or reservation has run id {run_id}")
-    if job.slices and not job.gpus:
-        devices = shlex.quote(",".join(s.uuid for s in job.slices))
-        return [f"export CUDA_VISIBLE_DEVICES={devices}", f"export NVIDIA_VISIBLE_DEVICES={devices}"]
-    cards = sorted(job.gpus)
-    lines = [f"export CUDA_VISIBLE_DEVICES={','.join(map(str, cards))}", "export CUDA_DEVICE_ORDER=PCI_BUS_ID"]
-    uuids = [c.facts.uuid if c.facts else None for c in snap.cards if c.index in cards]
-    if len(uuids) == len(cards) and all(uuids):
-        lines.append(f"export NVIDIA_VISIBLE_DEVICES={shlex.quote(','.join(u for u in uuids if u))}")
-    return lines
+    return [f"export {name}={shlex.quote(value)}" for name, value in visible_devices(job.gpus, job.slices).items()]

@@ -163,7 +163,7 @@ def fleet_header(
     if filtered is not None:
         words, shown = filtered
         head.append(f" │ filter: {words!r} ({shown} shown)", style="bold #4fc3f7")
-    head.append(" │ read-only: enter shows a node's cards", style="grey62")
+    head.append(" │ enter: a node's dashboard · g: its cards", style="grey62")
     return head
 
 

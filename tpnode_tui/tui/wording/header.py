@@ -133,7 +133,7 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
         return _not_read_yet(out, poll)
     stale = poll.stale_since is not None
     model = snap.probe.model_name or "unknown cards"
-    series = f" · series {snap.series}" if snap.series and snap.series != model.lower() else ""
+    series = f" · series {snap.series}" if snap.series and snap.series.lower() != model.lower() else ""
     out.append(f" {snap.host} ", style="bold")
     out.append(f"│ {model}{series} │ probe {snap.probe.source} ")
     out.append(_free_words(snap, stale), style="bold")

@@ -28,19 +28,28 @@ from tpnode_tui.tui.fleet.wording import COLUMNS, fleet_header, legend, row_cell
 from tpnode_tui.tui.widgets.redraw import update
 
 
+class FleetTable(DataTable[Text]):
+    """The nodes' table. Enter is the table's own key (it selects the row, and
+    the screen opens that node's dashboard): declared here, so the footer
+    shows it, where a binding of the screen's would be hidden by the table's."""
+
+    BINDINGS = [
+        Binding(
+            "enter",
+            "select_cursor",
+            "Dashboard",
+            id="dashboard",
+            tooltip="The node's own dashboard, over SSH, as you: tpnode-tui --host NODE (q returns here)",
+        )
+    ]
+
+
 class FleetScreen(Screen[None]):
     """Every node, one row each. ``open_dashboard`` runs a node's own dashboard
     while the app is suspended."""
 
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="filter", tooltip="Show only nodes whose name or series has this text"),
-        Binding(
-            "enter",
-            "dashboard",
-            "Dashboard",
-            id="dashboard",
-            tooltip="The node's own dashboard, over SSH, as you: tpnode-tui --host NODE (q returns here)",
-        ),
         Binding("g", "open", "Grid", id="open", tooltip="The node's cards, read-only, from its publication"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="clear-filter"),
     ]
@@ -65,7 +74,7 @@ class FleetScreen(Screen[None]):
         yield Static(id="fleet-summary")
         yield Static(legend(), id="fleet-legend")
         # The cells' own colours win over the cursor's: a node's strip is its point.
-        yield DataTable(
+        yield FleetTable(
             id="fleet-table", cursor_type="row", zebra_stripes=False, cursor_foreground_priority="renderable"
         )
         yield Input(placeholder="filter by name or series (enter to keep, escape to clear)", id="fleet-filter")
@@ -202,7 +211,7 @@ class FleetScreen(Screen[None]):
         try:
             # the terminal goes to the node's dashboard; headless (tests) there is none to hand over
             with contextlib.nullcontext() if app.is_headless else app.suspend():
-                code, said = self.open_dashboard(node.ssh)
+                code = self.open_dashboard(node.ssh)
         except Exception as e:  # a terminal that cannot be handed over: say so, keep the fleet
             self.notify(
                 printable(f"{name}: its dashboard could not be opened here ({e})."),
@@ -214,7 +223,8 @@ class FleetScreen(Screen[None]):
         if code != 0:
             self.notify(
                 printable(
-                    f"{name} ({node.ssh}): its dashboard ended with exit code {code}" + (f": {said}" if said else ".")
+                    f"{name} ({node.ssh}): its dashboard ended with exit code {code}, "
+                    "for the reason it gave on the terminal."
                 ),
                 title="Dashboard",
                 severity="error",

@@ -1,0 +1,72 @@
+#!/bin/sh
+# Install tpnode-tui from this checkout into a virtual environment of its own,
+# and put the `tpnode-tui` command on PATH:
+#   sh install.sh           as root: /opt/tpnode-tui, the command at /usr/local/bin/tpnode-tui
+#                           (where the systemd unit and `--host` look for it);
+#                           as anyone else: ~/.local/share/tpnode-tui, the command at ~/.local/bin/tpnode-tui
+#   sh install.sh --demo    the same, then opens the dashboard on a simulated node
+# A system python3 that is "externally managed" (Debian 12, Ubuntu 24.04) refuses
+# `pip install` outside a virtual environment, and Debian's may have no pip at
+# all: a venv needs only python3 and its venv module (the python3-venv package).
+# Running it again upgrades the installed copy in place.
+set -eu
+
+usage="usage: sh install.sh [--demo]"
+demo=no
+for arg in "$@"; do
+    case "$arg" in
+        --demo) demo=yes ;;
+        -h | --help) echo "$usage"; exit 0 ;;
+        *) echo "tpnode-tui install: unknown argument $arg ($usage)" >&2; exit 2 ;;
+    esac
+done
+
+cd "$(dirname "$0")"
+if [ ! -f pyproject.toml ] || [ ! -d tpnode_tui ]; then
+    echo "tpnode-tui install: run it from a tpnode-tui checkout (no pyproject.toml beside install.sh)" >&2
+    exit 2
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+    prefix=/opt/tpnode-tui
+    bin=/usr/local/bin
+else
+    prefix="${XDG_DATA_HOME:-$HOME/.local/share}/tpnode-tui"
+    bin="$HOME/.local/bin"
+fi
+
+python=$(command -v python3 || true)
+if [ -z "$python" ]; then
+    echo "tpnode-tui install: no python3 on PATH: install it (apt-get install python3 python3-venv) and run this again" >&2
+    exit 1
+fi
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    echo "tpnode-tui install: tpnode-tui needs Python 3.10 or newer, and $python is $("$python" -V 2>&1)" >&2
+    exit 1
+fi
+# Debian and Ubuntu ship venv's ensurepip apart, in python3-venv: without it
+# `python3 -m venv` makes a half environment with no pip and says so in ten lines.
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+    echo "tpnode-tui install: $python cannot make a virtual environment (no ensurepip): install python3-venv (as root: apt-get install python3-venv) and run this again" >&2
+    exit 1
+fi
+
+echo "tpnode-tui install: installing into $prefix (a minute: it fetches textual, aiohttp and the rest)" >&2
+"$python" -m venv "$prefix"
+"$prefix/bin/python" -m pip install -q --disable-pip-version-check --upgrade .
+mkdir -p "$bin"
+ln -sf "$prefix/bin/tpnode-tui" "$bin/tpnode-tui"
+echo "tpnode-tui install: $("$bin/tpnode-tui" --version) installed; the command is $bin/tpnode-tui" >&2
+
+case ":$PATH:" in
+    *":$bin:"*) command=tpnode-tui ;;
+    *)
+        command="$bin/tpnode-tui"
+        echo "tpnode-tui install: $bin is not on your PATH: add it (export PATH=\"$bin:\$PATH\" in ~/.profile), or run $bin/tpnode-tui" >&2
+        ;;
+esac
+
+if [ "$demo" = yes ]; then
+    exec "$bin/tpnode-tui" --demo
+fi
+echo "tpnode-tui install: try it: $command --demo" >&2

@@ -1,0 +1,47 @@
+"""The node's settings file (/etc/tpnode-tui/agent.env): what every command reads beneath its environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpnode_tui.config.nodefile import read_node_file
+from tpnode_tui.config.settings import settings_from_flags
+from tpnode_tui.model.errors import ConfigError
+
+
+def test_it_reads_systemd_s_format_and_takes_only_tuneplane_lines(tmp_path):
+    path = tmp_path / "agent.env"
+    path.write_text(
+        '# the node\n\n; also a comment\nTUNEPLANE_AGENT_SOCKET="/run/x/agent.sock"\n'
+        "TUNEPLANE_STATE_DIR = '/srv/tpn'\nDOCKER_HOST=unix:///run/d.sock\nexport TUNEPLANE_AGENT=on\n"
+    )
+    assert read_node_file(path) == {
+        "TUNEPLANE_AGENT_SOCKET": "/run/x/agent.sock",
+        "TUNEPLANE_STATE_DIR": "/srv/tpn",
+        "TUNEPLANE_AGENT": "on",
+    }
+
+
+def test_no_file_is_no_setting_and_a_bad_line_is_refused_naming_it(tmp_path):
+    assert read_node_file(tmp_path / "absent.env") == {}
+    path = tmp_path / "agent.env"
+    path.write_text("TUNEPLANE_AGENT=on\nthis is not a setting\n")
+    with pytest.raises(ConfigError, match=r"agent\.env:2 is not a KEY=VALUE line"):
+        read_node_file(path)
+
+
+def test_a_file_that_cannot_be_read_is_said_not_skipped(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the node's settings file .* every account must be able"):
+        read_node_file(tmp_path)  # a directory: there, but not a file anyone can read as one
+
+
+def test_the_environment_wins_over_the_file_and_the_file_over_the_defaults(tmp_path):
+    path = tmp_path / "agent.env"
+    path.write_text("TUNEPLANE_AGENT_SOCKET=/run/node/agent.sock\nTUNEPLANE_STATE_DIR=/srv/node\n")
+    env = {"TUNEPLANE_NODE_ENV_FILE": str(path), "TUNEPLANE_STATE_DIR": "/srv/mine", "TUNEPLANE_AGENT_SOCKET": " "}
+    settings = settings_from_flags({}, env)
+    assert settings.agent.socket == Path("/run/node/agent.sock")
+    assert settings.state.dir == Path("/srv/mine")
+    assert settings.agent.env_file == path
