@@ -128,16 +128,19 @@ def _logging(args: argparse.Namespace) -> None:
 
 def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
     from tpnode_tui.node.choose import agent_for
-    from tpnode_tui.node.http import straight
 
     if args.verbose or command.alone is not None:
         _logging(args)
     if command.alone is not None:
         return command.alone(args, settings)
     if command.straight and settings.agent.host is not None:  # that node's agent, or nothing
+        from tpnode_tui.node.http import straight  # the agent's client: not loaded by TUNEPLANE_AGENT=off
+
         agent = agent_for(settings, blocking=True)
         return straight(_on_node(command, agent, args, settings, None))
     if command.straight and settings.agent.mode != "off":
+        from tpnode_tui.node.http import straight
+
         agent = agent_for(settings, blocking=True)
         if straight(agent.answers()):
             return straight(_on_node(command, agent, args, settings, None))
