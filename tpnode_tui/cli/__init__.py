@@ -17,11 +17,20 @@ no dashboard.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import sys
 
 #: 128 + SIGPIPE: what a shell reports for a program a closed pipe ended
 EXIT_PIPE = 141
+
+# The interpreter's last garbage collection, as it exits, walks every object
+# the imports made (some 27,000 where the node is served here): 15 to 20 ms of
+# a command's time, spent on memory the process is about to give back whole.
+# Frozen at exit, they are left out of that walk. It would only free memory:
+# a command closes its files, sockets and locks itself before it returns.
+atexit.register(gc.freeze)
 
 __all__ = ["main", "build_parser", "EXIT_PIPE"]
 
