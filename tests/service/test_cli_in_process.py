@@ -79,10 +79,12 @@ def test_status_served_here_imports_only_what_a_reading_runs(scene, state_dir):
 
 def test_the_last_collection_at_exit_skips_what_the_imports_made(scene, state_dir):
     """An exit handler registered before the CLI's runs after it (they run last
-    registered first), and finds the objects frozen: out of the last collection."""
-    after = "import atexit, gc; atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))"
+    registered first), and finds the objects frozen: out of the last collection.
+    The collector, paused while the command's modules were imported, is on again."""
+    said = "print('frozen', gc.get_freeze_count(), 'collecting', gc.isenabled(), file=sys.stderr)"
+    after = f"import atexit, gc; atexit.register(lambda: {said})"
     done = status_json(scene, state_dir, code=after)
     assert done.returncode == 0, done.stderr[-2000:]
-    said = done.stderr.split()
-    assert said[0] == "frozen" and int(said[1]) > 10_000, done.stderr
+    words = done.stderr.split()
+    assert words[0] == "frozen" and int(words[1]) > 10_000 and words[2:] == ["collecting", "True"], done.stderr
     assert len(json.loads(done.stdout)["cards"]) == 8
