@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Optional
 
 from tpnode_tui.allocator.holders import identify, name_on_slices
 from tpnode_tui.allocator.missing import note_missing
-from tpnode_tui.allocator.picking import device_grant, pick_cards, pick_slice
 from tpnode_tui.allocator.repeats import repeated
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.core.cards import card_count, compute_occupancy
@@ -292,6 +291,9 @@ class GpuAllocator:
         """Pick what ``spec`` asks for, with the lock held and occupancy just read:
         whole cards, or one MIG slice (then named in the spec, and no card); and
         record in the spec what that is in device numbers, from the same reading."""
+        # Only a launch picks: a reading never loads the placement search.
+        from tpnode_tui.allocator.picking import device_grant, pick_cards, pick_slice
+
         allow = self.settings.cards.allow_unverified
         if spec.slice is None:
             gpus = pick_cards(spec.run_id, spec.cards, occ, reading, spec.placement, allow_unverified=allow)

@@ -23,7 +23,6 @@ as a whole, by trying.
 from __future__ import annotations
 
 import contextlib
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -114,6 +113,8 @@ def fence(grant: Grant, *, cgroup: Optional[Path], name: str, files: ProcFiles =
 
 def _trial_v2(parent: Path, rules: DeviceRules) -> None:
     """Attach a program to a throwaway cgroup under ``parent``, then remove it."""
+    import secrets  # here, not above: only the trial cgroup needs a random name (secrets loads hmac)
+
     trial = parent / f"{v1.PREFIX}{_TRIAL}.{secrets.token_hex(4)}"
     try:
         trial.mkdir()

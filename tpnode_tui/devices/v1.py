@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 from pathlib import Path
 
 from tpnode_tui.devices.errors import CannotFence, errno_words
@@ -123,6 +122,8 @@ def make(parent: Path, name: str, rules: DeviceRules) -> Path:
     """
     if not RUN_ID_PATTERN.fullmatch(name):
         raise CannotFence(f"{name!r} cannot name a cgroup")
+    import secrets  # here, not above: only a cgroup being made needs a random name (secrets loads hmac)
+
     lines = deny_lines(rules)
     path = parent / f"{PREFIX}{name}.{secrets.token_hex(4)}"
     try:

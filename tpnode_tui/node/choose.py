@@ -11,21 +11,24 @@ state dir.
 
 What serving the node here needs (the service, the allocator, the lock, the
 runtimes and probes) is imported only when it is served here: a command that
-asks the agent never loads it.
+asks the agent never loads it; and the agent's client only where one may be
+asked (``TUNEPLANE_AGENT=off`` serves the node here without it).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.config.statedir import state_dir_exists
 from tpnode_tui.host.identity import user_name
-from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AgentUnavailable
+
+if TYPE_CHECKING:
+    from tpnode_tui.node.remote import AgentNode
 
 
 def _state_dir_problem(settings: Settings) -> Optional[str]:
@@ -57,6 +60,8 @@ def agent_for(settings: Settings, *, blocking: bool = False) -> AgentNode:
         from tpnode_tui.node.ssh import ssh_node
 
         return ssh_node(settings.agent.host, blocking_calls=blocking)
+    from tpnode_tui.node.remote import AgentNode
+
     return AgentNode(settings.agent.socket, blocking=blocking)
 
 
@@ -84,6 +89,8 @@ async def open_node(
         return node
     socket = settings.agent.socket
     if settings.agent.mode != "off":
+        from tpnode_tui.node.remote import AgentNode
+
         agent = AgentNode(socket)
         if await agent.answers():
             return agent

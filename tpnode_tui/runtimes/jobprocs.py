@@ -35,7 +35,6 @@ that changed hands in between is never signalled.
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import time
 from dataclasses import dataclass
@@ -130,6 +129,8 @@ def make_cgroup(name: str) -> Optional[Path]:
     parent, _why = cgroup_parent()
     if parent is None:
         return None
+    import secrets  # here, not above: only a cgroup being made needs a random name (secrets loads hmac)
+
     path = parent / f"{CGROUP_PREFIX}{name}.{secrets.token_hex(4)}"
     try:
         path.mkdir()

@@ -22,7 +22,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import is_dataclass, replace
-from typing import Any, AsyncIterator, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.config.sections import DEFAULT_XID_DRAIN, LimitSettings
@@ -72,12 +72,13 @@ from tpnode_tui.service.operators import OperatorActions
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.service.xids import Xids
 from tpnode_tui.state.jsonstore import SetAside
-from tpnode_tui.state.ledger import UsageLedger
 from tpnode_tui.state.nodelog import NodeLog
 from tpnode_tui.state.queue import Bounds, FileQueue, LaunchQueue, MemoryQueue
-from tpnode_tui.state.usage import usage_report, within
 from tpnode_tui.triage.compare import Triage
 from tpnode_tui.triage.history import History
+
+if TYPE_CHECKING:
+    from tpnode_tui.state.ledger import UsageLedger
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,11 @@ class NodeService:
         hold twice and warn every owner twice. ``clock``: the service's time (a
         test's, so that hours pass at once)."""
         usage = settings.usage
-        ledger = UsageLedger(settings.state.dir, days=usage.days, clock=clock) if agent else None
+        ledger = None
+        if agent:  # imported here: only the agent keeps one, and sqlite3 is a command's cost otherwise
+            from tpnode_tui.state.ledger import UsageLedger
+
+            ledger = UsageLedger(settings.state.dir, days=usage.days, clock=clock)
         return cls(
             GpuAllocator.from_settings(settings, lock=lock),
             Policy.from_settings(settings),
@@ -407,6 +412,8 @@ class NodeService:
         60 ms); only the agent keeps a ledger."""
         if self.ledger is None:
             raise RuntimeUnavailable(NO_LEDGER)
+        from tpnode_tui.state.usage import usage_report, within
+
         loop = asyncio.get_running_loop()
         ledger, since, until, by = self.ledger, request.since, request.until, request.by
         report = await loop.run_in_executor(self._reports, usage_report, ledger, since, until, by, caller)

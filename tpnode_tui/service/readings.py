@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import replace
-from typing import AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.model.errors import BadRequest, TpnodeError
@@ -30,9 +30,11 @@ from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.port.types import Reading
 from tpnode_tui.service.changes import Changes
-from tpnode_tui.state.ledger import UsageLedger
 from tpnode_tui.triage.compare import Triage
 from tpnode_tui.triage.history import History
+
+if TYPE_CHECKING:
+    from tpnode_tui.state.ledger import UsageLedger
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.xid import REBOOT, REBOOT_NODE, Verdict, XidRules
@@ -22,7 +22,9 @@ from tpnode_tui.service.changes import Changes
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.triage.compare import Triage
-from tpnode_tui.triage.watch import XidEvent, XidWatcher, card_by_pci, watcher_for
+
+if TYPE_CHECKING:
+    from tpnode_tui.triage.watch import XidEvent, XidWatcher
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,10 @@ class Xids:
         again and the reason none fits is what the readings say."""
         if not self.watch or self._watcher is not None:
             return
+        # The watchers (and every probe they fit) are imported only by a
+        # service that polls: one read and closed (a command) never watches.
+        from tpnode_tui.triage.watch import watcher_for
+
         watcher, why = watcher_for(self.allocator.probe, self._card_of_pci)
         if watcher is None:
             self._problem = why
@@ -79,6 +85,8 @@ class Xids:
         await watcher.start(self._events.put_nowait)
 
     def _card_of_pci(self, pci: str) -> Optional[int]:
+        from tpnode_tui.triage.watch import card_by_pci
+
         snap = self.readings.raw
         return None if snap is None else card_by_pci(snap.probe.cards)(pci)
 
