@@ -26,6 +26,7 @@ from helpers.nvml import (
     a100_style,
     consumer_style,
 )
+from helpers.waiting import until_async
 from tpnode_tui.model.facts import ProcessFacts, SliceFacts
 from tpnode_tui.probes import health
 
@@ -345,6 +346,30 @@ async def test_a_hung_call_is_blind_and_nothing_queues_behind_it(nvml_probe):
 
     reading = await asyncio.wait_for(recovered(), 5)
     assert reading.count == 2 and reading.external_probe_ok
+
+
+async def test_a_read_cancelled_while_the_driver_is_busy_leaves_the_probe_answering(nvml_probe):
+    """A reader that goes away (a dashboard closing, a request cancelled) is not NVML stuck:
+    the call it waited for finishes on the worker, answers nobody, and the next read is a reading."""
+    fake = FakeNvml()
+    release = fake.hang("memory_v2")
+    probe = nvml_probe(fake, timeout_s=5.0)
+    reader = asyncio.ensure_future(probe.read())
+    try:
+        await until_async(lambda: fake.calls["memory_v2"] == 1, "the read to reach the driver")
+        queued = asyncio.ensure_future(probe.read())  # behind the busy one on the worker
+        await asyncio.sleep(0.05)
+        reader.cancel()
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+    finally:
+        release.set()
+    reading = await probe.read()
+    assert reading.problem is None and reading.count == 2
+    assert fake.calls["count"] == 2, "the cancelled read that had not started never ran"
 
 
 async def test_a_hung_init_is_blind(nvml_probe):
