@@ -5,6 +5,8 @@ the side-by-side ratios and whether each target was met. These are
 measurements, not tests: nothing here fails on a slow machine; a missed
 target is reported, with the exit status still 0. Exit status 1 means a
 section could not measure at all (a service would not start), 2 bad usage.
+With ``--compare`` the figures are also compared with those recorded in
+docs/benchmarks.md (bench/compare.py), and exit status 3 says one slid.
 
 Everything it starts (dockerd, redis-server, containers, jobs, the dashboard)
 it stops again, also when interrupted. See docs/benchmarks.md.
@@ -335,12 +337,26 @@ def main(argv: Optional[list[str]] = None) -> int:
         help=f"run only these sections ({', '.join(SECTIONS)})",
     )
     parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="compare with the figures recorded in docs/benchmarks.md: say which slid (exit status 3)",
+    )
+    parser.add_argument(
         "--seed",
         type=Path,
         default=DEFAULT_SEED,
         help="the seed allocator.py whose nvidia-smi route is compared (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    figures = None
+    if args.compare:
+        import compare
+
+        try:
+            figures = compare.recorded()
+        except (OSError, compare.FiguresError) as e:  # before measuring for minutes
+            print(f"bench/run.py: the recorded figures: {e}", file=sys.stderr)
+            return 2
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
 
     started = time.monotonic()
@@ -355,11 +371,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     meta["load_after"] = list(os.getloadavg())
     meta["duration_s"] = time.monotonic() - started
 
+    result = as_json(sections, meta)
+    verdicts = None if figures is None else compare.compare(figures, result)
     if args.json:
-        print(json.dumps(as_json(sections, meta), indent=2))
+        if verdicts is not None:
+            result["compared"] = {
+                v.figure.key: {"recorded": v.figure.recorded, "now": v.now, "verdict": v.word} for v in verdicts
+            }
+        print(json.dumps(result, indent=2))
     else:
         print_table(sections, meta)
-    return 1 if any(s.skipped for s in sections) else 0
+        if verdicts is not None:
+            print("\nAgainst the figures recorded in docs/benchmarks.md", file=sys.stdout)
+            compare.report(verdicts)
+    if any(s.skipped for s in sections):
+        return 1
+    return compare.SLID_EXIT if verdicts is not None and any(v.slid for v in verdicts) else 0
 
 
 if __name__ == "__main__":

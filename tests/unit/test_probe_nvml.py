@@ -26,6 +26,7 @@ from helpers.nvml import (
     a100_style,
     consumer_style,
 )
+from helpers.waiting import until_async
 from tpnode_tui.model.facts import ProcessFacts, SliceFacts
 from tpnode_tui.probes import health
 
@@ -269,6 +270,60 @@ async def test_a_lost_driver_is_initialised_again(nvml_probe):
     assert fake.calls["init"] == 2
 
 
+#: the identity calls counted (the PCI bus id is asked by the topology read too)
+IDENTITY = ("uuid", "name", "minor")
+
+
+async def test_a_cards_identity_is_read_once_per_initialisation_and_its_use_every_time(nvml_probe):
+    """Who uses a card is asked at every read; what names it, once: NVML numbers the cards when initialised."""
+    fake = FakeNvml([FakeCard(), FakeCard()])
+    probe = nvml_probe(fake)
+    first = await probe.read()
+    fake.cards[1].memory_used_mib = 30000
+    fake.cards[1].processes = [(4242, 29000)]
+    second = await probe.read()
+    assert [fake.calls[f] for f in IDENTITY] == [2, 2, 2]
+    assert fake.calls["processes"] == 4 and fake.calls["memory_v2"] == 4
+    assert [(c.uuid, c.name, c.pci_bus_id, c.minor) for c in second.cards] == [
+        (c.uuid, c.name, c.pci_bus_id, c.minor) for c in first.cards
+    ]
+    assert second.cards[1].memory_used_mib == 30000 and second.cards[1].in_use(512)
+
+
+async def test_a_cards_identity_is_read_again_after_nvml_starts_again(nvml_probe):
+    fake = FakeNvml([FakeCard(), FakeCard()])
+    probe = nvml_probe(fake)
+    await probe.read()
+    fake.count_error = NVMLError_DriverNotLoaded  # the driver went away: NVML is initialised afresh
+    assert not (await probe.read()).external_probe_ok
+    fake.count_error = None
+    fake.cards[0].uuid = "GPU-swapped"
+    assert (await probe.read()).cards[0].uuid == "GPU-swapped"
+    assert [fake.calls[f] for f in IDENTITY] == [4, 4, 4]
+
+
+async def test_an_identity_field_that_failed_is_asked_again(nvml_probe):
+    fake = FakeNvml([FakeCard()])
+    fake.cards[0].errors["minor"] = NVMLError_Unknown
+    probe = nvml_probe(fake)
+    assert (await probe.read()).cards[0].minor is None
+    del fake.cards[0].errors["minor"]
+    assert (await probe.read()).cards[0].minor == 0
+    assert (await probe.read()).cards[0].minor == 0
+    assert (fake.calls["minor"], fake.calls["uuid"]) == (2, 2)
+
+
+async def test_a_lost_cards_identity_is_read_again_when_it_comes_back(nvml_probe):
+    fake = FakeNvml([FakeCard(), FakeCard()])
+    probe = nvml_probe(fake)
+    await probe.read()
+    fake.cards[1].lost = True
+    assert health.GPU_LOST in (await probe.read()).cards[1].health
+    fake.cards[1].lost = False
+    fake.cards[1].uuid = "GPU-back"
+    assert (await probe.read()).cards[1].uuid == "GPU-back"
+
+
 async def test_a_hung_call_is_blind_and_nothing_queues_behind_it(nvml_probe):
     fake = FakeNvml()
     release = fake.hang("memory_v2")
@@ -291,6 +346,30 @@ async def test_a_hung_call_is_blind_and_nothing_queues_behind_it(nvml_probe):
 
     reading = await asyncio.wait_for(recovered(), 5)
     assert reading.count == 2 and reading.external_probe_ok
+
+
+async def test_a_read_cancelled_while_the_driver_is_busy_leaves_the_probe_answering(nvml_probe):
+    """A reader that goes away (a dashboard closing, a request cancelled) is not NVML stuck:
+    the call it waited for finishes on the worker, answers nobody, and the next read is a reading."""
+    fake = FakeNvml()
+    release = fake.hang("memory_v2")
+    probe = nvml_probe(fake, timeout_s=5.0)
+    reader = asyncio.ensure_future(probe.read())
+    try:
+        await until_async(lambda: fake.calls["memory_v2"] == 1, "the read to reach the driver")
+        queued = asyncio.ensure_future(probe.read())  # behind the busy one on the worker
+        await asyncio.sleep(0.05)
+        reader.cancel()
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+    finally:
+        release.set()
+    reading = await probe.read()
+    assert reading.problem is None and reading.count == 2
+    assert fake.calls["count"] == 2, "the cancelled read that had not started never ran"
 
 
 async def test_a_hung_init_is_blind(nvml_probe):

@@ -13,14 +13,14 @@ from tpnode_tui.model.facts import CardFacts, ProcessFacts
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.occupancy import GpuOccupancy
 from tpnode_tui.model.usage import UsageFigures, UsageReport, UsageRow
-from tpnode_tui.model.views import CardView, HolderInfo
+from tpnode_tui.model.views import CardView, Drain, HolderInfo
 from tpnode_tui.probes.health import unseen_problem
 from tpnode_tui.text.render import card_ranges, card_summary, cards_words, show_command, unseen_use
 from tpnode_tui.tui.screens.dialogs.help import help_text
 from tpnode_tui.tui.widgets.tiles import grid_columns
 from tpnode_tui.tui.wording.card import describe_card
 from tpnode_tui.tui.wording.cells import fit
-from tpnode_tui.tui.wording.tiles import render_tile
+from tpnode_tui.tui.wording.tiles import moves_with_time, render_tile
 from tpnode_tui.tui.wording.usage import bar, parts, span_lines
 
 NOW = 1_700_000_000.0
@@ -345,3 +345,29 @@ def test_a_span_with_nothing_of_the_caller_s_says_so_and_slices_get_a_column():
     sliced = span_lines("Last 7 days", usage([("bob", UsageFigures(held_slice_hours=2))]), 90)
     assert sliced[1].plain.split() == ["held", "used", "idle", "slices", "jobs", "resv."]
     assert "2.00" in sliced[2].plain and "█" not in sliced[2].plain  # a slice is no card: no bar
+
+
+def test_a_tile_that_does_not_move_with_time_words_the_same_an_hour_later():
+    """The grid words a tile again on an idle poll only when moves_with_time says its words can change."""
+    job = JobState(name="j", run_id="r", gpus=(1,), status="running", owner="ann", started_at=NOW - 60)
+    drain = Drain(card=4, reason="XID 79", by="xid", at=NOW - 300, source="xid", xid=79)
+    still = [
+        CardView(0, "free", facts(0)),
+        CardView(1, "external", facts(1, memory_used_mib=30922, processes=())),
+        CardView(2, "unhealthy", facts(2), reason="uncorrected ECC errors (2)"),
+        CardView(3, "free", CardFacts(index=3)),
+    ]
+    for card in still:
+        assert not moves_with_time(card)
+        for stale in (False, True):
+            assert render_tile(card, 26, NOW, stale) == render_tile(card, 26, NOW + 3600, stale)
+    moving = [
+        (CardView(1, "job", facts(1), run_id="r", job=job), {}),
+        (CardView(4, "drained", facts(4), drain=drain), {}),
+        (CardView(1, "reservation", facts(1), run_id="r", job=job), {"idle_since": NOW - 600}),
+        (CardView(2, "job", facts(2), run_id="r", job=job), {"held_since": NOW - 600}),
+    ]
+    for card, marks in moving:
+        assert moves_with_time(card, **marks)
+        assert render_tile(card, 30, NOW, False, **marks) != render_tile(card, 30, NOW + 3600, False, **marks)
+    assert moves_with_time(CardView(0, "free", facts(0)), releases_at=NOW + 60)

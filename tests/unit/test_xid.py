@@ -30,6 +30,8 @@ from tpnode_tui.config.sections import DEFAULT_XID_DRAIN
 from tpnode_tui.core.xid import APPLICATION, DRAIN, IGNORED, OTHER, REBOOT, XidRules, parse_kmsg, pci_key
 from tpnode_tui.probes import NvmlProbe, SimulatedProbe, SmiProbe
 from tpnode_tui.probes.auto import AutoProbe
+from tpnode_tui.probes.simulated import xid_events
+from tpnode_tui.triage import watch
 from tpnode_tui.triage.watch import KmsgXidWatcher, NvmlXidWatcher, SimulatedXidWatcher, watcher_for
 
 WAIT_S = 10.0
@@ -353,6 +355,54 @@ async def test_the_simulated_watcher_says_what_is_wrong_with_a_bad_event(tmp_pat
         assert '"id" is missing' in watcher.problem and got.events == []
         reading = await SimulatedProbe(scene).read()
         assert not reading.external_probe_ok and '"id" is missing' in reading.problem
+    finally:
+        await watcher.close()
+
+
+class CountedScene:
+    """The real xid_events, counting the scene files it parses."""
+
+    def __init__(self) -> None:
+        self.parsed = 0
+
+    def __call__(self, path):
+        self.parsed += 1
+        return xid_events(path)
+
+
+async def test_the_simulated_watcher_parses_the_scene_only_when_it_changed(tmp_path, monkeypatch):
+    scene = tmp_path / "node.json"
+    scene.write_text('{"cards": [{}, {}]}')
+    counted = CountedScene()
+    monkeypatch.setattr(watch, "xid_events", counted)
+    watcher = SimulatedXidWatcher(scene, interval_s=0.01, reread_s=3600)
+    got = Collected()
+    await watcher.start(got)
+    try:
+        await until_async(lambda: counted.parsed == 1, "the first parse")
+        await asyncio.sleep(0.2)  # about 20 looks at a file that did not change
+        assert counted.parsed == 1
+        scene.write_text('{"cards": [{}, {"xid_events": [{"id": "a", "xid": 79}]}]}')
+        (event,) = await got.until(1, "the XID written after the watcher started")
+        assert (event.card, event.xid) == (1, 79)
+        assert counted.parsed == 2
+    finally:
+        await watcher.close()
+
+
+async def test_the_simulated_watcher_reads_again_when_a_change_does_not_show(tmp_path, monkeypatch):
+    """A rewrite of the same size within the file system's clock tick leaves the stat as it was."""
+    scene = tmp_path / "node.json"
+    scene.write_text('{"cards": [{}]}')
+    watcher = SimulatedXidWatcher(scene, interval_s=0.01, reread_s=0.05)
+    monkeypatch.setattr(watcher, "_stamp", lambda: (1, 1, 1, 1))
+    got = Collected()
+    await watcher.start(got)
+    try:
+        await until_async(lambda: watcher._read_stamp is not None, "the first parse")
+        scene.write_text('{"cards": [{"xid_events": [{"id": "b", "xid": 48}]}]}')
+        (event,) = await got.until(1, "the XID written unseen by the stat")
+        assert (event.card, event.xid) == (0, 48)
     finally:
         await watcher.close()
 

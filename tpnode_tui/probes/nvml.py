@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Optional, TypeVar
 
@@ -52,6 +53,9 @@ _T = TypeVar("_T")
 #: still loading must not leave the node blind until a restart.
 _init_lock = threading.Lock()
 _initialised: Optional[object] = None
+#: how many times NVML was initialised in this process: a card's identity read
+#: under one initialisation is not trusted under the next (see NvmlProbe._read)
+_generation = 0
 
 #: nvmlInit failures an operator can act on, in their words.
 _INIT_PROBLEMS = (
@@ -67,6 +71,34 @@ _INIT_PROBLEMS = (
 
 #: one call for the worker thread, and the future its answer goes to
 _Job = tuple[Callable[[], Any], "concurrent.futures.Future[Any]"]
+
+
+def _settle(answer: asyncio.Future[Any], done: concurrent.futures.Future[Any]) -> None:
+    """On the loop: the worker's answer to the reader still waiting for it."""
+    if answer.done():
+        return  # timed out or cancelled meanwhile
+    error = done.exception()
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(done.result())
+
+
+def _hand_back(
+    loop: asyncio.AbstractEventLoop, answer: asyncio.Future[Any], done: concurrent.futures.Future[Any]
+) -> None:
+    """On the worker: wake the loop with the answer, unless the loop has ended (the program is stopping)."""
+    if not loop.is_closed():
+        try:
+            loop.call_soon_threadsafe(_settle, answer, done)
+        except RuntimeError:  # closed in between
+            pass
+
+
+def _expire(answer: asyncio.Future[Any]) -> None:
+    """On the loop: the deadline passed before the worker answered."""
+    if not answer.done():
+        answer.set_exception(asyncio.TimeoutError())
 
 
 class _Blind(Exception):
@@ -107,7 +139,7 @@ class _Worker:
 
 
 def _init(nv: Any) -> None:
-    global _initialised
+    global _initialised, _generation
     with _init_lock:
         if _initialised is nv:
             return
@@ -116,6 +148,7 @@ def _init(nv: Any) -> None:
         except nv.NVMLError as e:
             raise _Blind(_init_problem(nv, e)) from None
         _initialised = nv
+        _generation += 1
 
 
 def _forget_init(nv: Any) -> None:
@@ -254,13 +287,32 @@ def _tagged(infos: Any) -> list[mig.Tagged]:
     ]
 
 
-class _CardReader:
-    """Reads one card field by field, so one failing field costs only itself."""
+@dataclass(frozen=True)
+class _Identity:
+    """What names a card and does not change while NVML stays initialised: its
+    UUID, its name, its PCI bus id and its device minor. NVML numbers the
+    cards once, when it is initialised, so these are read once per card and
+    initialisation rather than at every poll (four of a card's sixteen driver
+    calls); everything that says who uses a card, or how it is, is read every time."""
 
-    def __init__(self, nv: Any, index: int, notes: list[str]) -> None:
+    uuid: Optional[str]
+    name: Optional[str]
+    pci_bus_id: Optional[str]
+    minor: Optional[int]
+
+
+class _CardReader:
+    """Reads one card field by field, so one failing field costs only itself.
+    ``known``: the card's identity read before under this initialisation, if any;
+    ``identity`` is the one read or kept, once :meth:`read` returned."""
+
+    def __init__(self, nv: Any, index: int, notes: list[str], known: Optional[_Identity] = None) -> None:
         self.nv = nv
         self.index = index
         self.notes = notes
+        self.identity = known
+        #: whether :attr:`identity` was read whole, each field answered or unsupported (worth keeping)
+        self.identity_whole = known is not None
 
     def field(self, what: str, fn: Callable[..., _T], *args: Any) -> Optional[_T]:
         """The field's value; None when the card does not support it or it
@@ -294,7 +346,7 @@ class _CardReader:
 
         mig_mode, mig_pending = self.field("the MIG mode", _mig_modes, nv, handle) or (None, None)
         memory = self.field("memory use", _memory, nv, handle)
-        pci = self.field("the PCI bus id", nv.nvmlDeviceGetPciInfo, handle)
+        who = self.identity or self.read_identity(handle)
         # In MIG mode the card's utilisation covers none of its slices: not asked.
         util = None if mig_mode else self.field("utilization", nv.nvmlDeviceGetUtilizationRates, handle)
         milliwatts = self.field("power draw", nv.nvmlDeviceGetPowerUsage, handle)
@@ -308,10 +360,10 @@ class _CardReader:
                 processes = mig.card_processes(processes, slices)
         return CardFacts(
             index=index,
-            uuid=_text(self.field("the UUID", nv.nvmlDeviceGetUUID, handle)),
-            name=_text(self.field("the name", nv.nvmlDeviceGetName, handle)),
-            pci_bus_id=_text(pci.busId) if pci is not None else None,
-            minor=_minor(self.field("the device minor", nv.nvmlDeviceGetMinorNumber, handle)),
+            uuid=who.uuid,
+            name=who.name,
+            pci_bus_id=who.pci_bus_id,
+            minor=who.minor,
             memory_total_mib=int(memory.total) // _MIB if memory is not None else None,
             memory_used_mib=int(memory.used) // _MIB if memory is not None else None,
             utilization_pct=int(util.gpu) if util is not None else None,
@@ -323,6 +375,19 @@ class _CardReader:
             mig_pending=mig_pending,
             slices=slices,
         )
+
+    def read_identity(self, handle: Any) -> _Identity:
+        nv = self.nv
+        noted = len(self.notes)
+        pci = self.field("the PCI bus id", nv.nvmlDeviceGetPciInfo, handle)
+        self.identity = _Identity(
+            uuid=_text(self.field("the UUID", nv.nvmlDeviceGetUUID, handle)),
+            name=_text(self.field("the name", nv.nvmlDeviceGetName, handle)),
+            pci_bus_id=_text(pci.busId) if pci is not None else None,
+            minor=_minor(self.field("the device minor", nv.nvmlDeviceGetMinorNumber, handle)),
+        )
+        self.identity_whole = len(self.notes) == noted  # a field that failed is asked again next time
+        return self.identity
 
     def slices(self, handle: Any) -> Optional[tuple[SliceFacts, ...]]:
         """The card's MIG devices, slot by slot. An empty slot (NotFound) has
@@ -413,6 +478,9 @@ class NvmlProbe:
         self._stuck: Optional[concurrent.futures.Future[Any]] = None
         #: the topology, read on the worker thread when due (see probes/wiring.py)
         self._topology = TopologyKeeper()
+        #: each card's identity, and the NVML initialisation it was read under (see _Identity)
+        self._identities: dict[int, _Identity] = {}
+        self._identities_of = 0
 
     async def start(self) -> Optional[str]:
         """Initialise NVML now: None when it is ready, else why not, in plain words."""
@@ -437,17 +505,33 @@ class NvmlProbe:
         return self._nvml
 
     async def _call(self, fn: Callable[[], _T]) -> _T:
+        """``fn()`` on the worker, within the deadline.
+
+        The worker hands its answer to the loop itself (one wake-up), rather
+        than through ``asyncio.wait_for`` over ``asyncio.wrap_future``, whose
+        chained futures and waiter were about half of what a reading of 8 idle
+        cards cost the loop, more than the driver calls (bench/run.py, section 1).
+        """
         if self._stuck is not None and not self._stuck.done():
             raise _Blind(
                 f"NVML is still stuck in a call that did not answer within {self.timeout_s:g} s "
                 "(not asking again until it returns)"
             )
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[_T] = loop.create_future()
         fut = self._worker.submit(fn)
+        fut.add_done_callback(lambda done: _hand_back(loop, answer, done))
+        deadline = loop.call_later(self.timeout_s, _expire, answer)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout_s)
+            return await answer
         except asyncio.TimeoutError:
             self._stuck = fut
             raise _Blind(f"NVML did not answer within {self.timeout_s:g} s") from None
+        except asyncio.CancelledError:
+            fut.cancel()  # not started yet: it never will be
+            raise
+        finally:
+            deadline.cancel()
 
     def _module(self) -> Any:
         if self._nvml is None:
@@ -468,6 +552,8 @@ class NvmlProbe:
             # The driver may have been unloaded under us: initialise afresh next time.
             _forget_init(nv)
             raise _Blind(f"NVML could not count the cards ({e})") from None
+        if self._identities_of != _generation or len(self._identities) > count:
+            self._identities, self._identities_of = {}, _generation  # numbered anew, or cards gone
         notes: list[str] = []
         cards = tuple(self._card(nv, i, notes) for i in range(count))
         if self._topology.due(count):
@@ -475,9 +561,15 @@ class NvmlProbe:
             self._topology.keep(*read_nvml_topology(nv, count))
         return self._topology.attach(health.reading(SOURCE, cards, notes))
 
-    @staticmethod
-    def _card(nv: Any, index: int, notes: list[str]) -> CardFacts:
+    def _card(self, nv: Any, index: int, notes: list[str]) -> CardFacts:
+        reader = _CardReader(nv, index, notes, self._identities.get(index))
         try:
-            return _CardReader(nv, index, notes).read()
+            facts = reader.read()
         except nv.NVMLError_GpuIsLost:
+            self._identities.pop(index, None)  # whatever comes back at this index is read afresh
             return CardFacts(index=index, processes=None, health=(health.GPU_LOST,), mig_mode=None, slices=None)
+        if reader.identity is not None and reader.identity_whole:
+            self._identities[index] = reader.identity
+        else:
+            self._identities.pop(index, None)
+        return facts

@@ -21,7 +21,7 @@ from textual.widget import Widget
 from tpnode_tui.model.views import CardView
 from tpnode_tui.tui.follow.history import Recent
 from tpnode_tui.tui.wording.sparks import spark_text, squeeze, window_words
-from tpnode_tui.tui.wording.tiles import render_tile
+from tpnode_tui.tui.wording.tiles import moves_with_time, render_tile
 
 #: content lines a tile needs to show its utilisation line too (dashboard.tcss gives
 #: tiles that much room when the terminal is tall enough)
@@ -75,6 +75,9 @@ class CardTile(Widget):
         self._worded_for: Optional[tuple[int, bool]] = None
         #: the utilisation line for (history, width), drawn once per fetch and width
         self._spark: Optional[tuple[Optional[Recent], int, Text]] = None
+        #: what :meth:`show` last worded the text from: an idle poll brings the same
+        #: card again, and wording it anew was most of an idle dashboard's redraw
+        self._worded_from: Optional[tuple[object, ...]] = None
 
     def watch_state(self, was: str, state: str) -> None:
         self.remove_class(f"state-{was}")
@@ -121,6 +124,10 @@ class CardTile(Widget):
         self.releases_at, self.held_since = releases_at, held_since
         self.state = card.state
         self.stale = stale
+        facts = (card, stale, idle_since, releases_at, held_since)
+        if facts == self._worded_from and not moves_with_time(card, idle_since, releases_at, held_since):
+            return  # worded from these very facts, none of its words moving with the clock: the same text
+        self._worded_from = facts
         self._reword()
 
     def show_history(self, recent: Recent) -> None:

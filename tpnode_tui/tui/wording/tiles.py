@@ -181,6 +181,20 @@ def _head(
     return head
 
 
+def moves_with_time(
+    card: CardView,
+    idle_since: Optional[float] = None,
+    releases_at: Optional[float] = None,
+    held_since: Optional[float] = None,
+) -> bool:
+    """Whether :func:`render_tile` words the card differently as time passes, the
+    card as it is: a drain's age, a job's time, the marks of an unused
+    reservation or an idle-held job. A tile whose words do not is worded again
+    only when its card changes (tui/widgets/tiles.py); anything here that
+    comes to read the clock must be named here."""
+    return card.drain is not None or card.job is not None or (idle_since, releases_at, held_since) != (None, None, None)
+
+
 def render_tile(
     card: CardView,
     width: int,
