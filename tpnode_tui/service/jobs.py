@@ -94,7 +94,11 @@ class JobActions:
                     f"this node's {self.allocator.runtime.name} runtime holds reservations in containers, and "
                     "runs no shell on their cards; use TUNEPLANE_RUNTIME=process, or launch the work as a job"
                 )
-            entry: ShellEntry = await shell(job.name, caller.pid, caller.uid)
+            # under the allocation lock, which the idle release takes too: either the
+            # release sees the shell (and keeps the reservation), or the shell comes
+            # after the end is recorded (and is refused); the two cannot cross
+            async with self.allocator.lock.hold():
+                entry: ShellEntry = await shell(job.name, caller.pid, caller.uid)
             return entry
 
         def done(entry: ShellEntry) -> str:
