@@ -187,8 +187,9 @@ def test_in_process_as_root_a_shell_is_fenced_the_same(driver, tmp_path):
 
 def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(accounts, driver):
     """An ordinary account without the agent cannot make a cgroup: under required
-    its shell does not start (exit 2, the reason); under auto it runs unfenced, and
-    one line on stderr says so."""
+    its shell does not start (exit 2, the reason); under auto it runs, outside the
+    reservation (unfenced, untracked, not ended with it), and one line on stderr
+    says all of that."""
     alice = accounts.alice
     root = alice.home / "own-shell-node"
     alice.run(["mkdir", "-p", str(root / "state")], env=alice.env())
@@ -218,11 +219,16 @@ def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(a
         (card,) = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")["gpus"]
         assert ran.stdout.split() == ["ran", str(card)]  # no fence: the node's index
         [line] = ran.stderr.strip().splitlines()
-        assert line.startswith("tpnode-tui: the shell on own runs without a fence: cgroup v2: ")
+        # no cgroup to move it into: it is no part of the reservation, and the line says all of it
+        assert line.startswith(
+            "tpnode-tui: the shell on own runs outside the reservation: not fenced, not ended when the "
+            "reservation ends, not counted as its use (no cgroup could be made: cgroup v2: "
+        ), line
         record = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")
         assert record["fenced"] is False and record["fence_problem"].startswith(
             "its shell cannot be fenced: cgroup v2: "
         )
+        assert record["cgroup"] is None and record["shell_processes"] == 0
     finally:
         kill_process_jobs(root / "state")
 
