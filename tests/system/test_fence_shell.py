@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -46,7 +47,7 @@ from tpnode_tui.model.facts import ProcessFacts
 from tpnode_tui.model.jobs import DeviceGrant, JobSpec
 from tpnode_tui.model.views import HOLDER
 from tpnode_tui.runtimes import shells
-from tpnode_tui.runtimes.jobprocs import cgroup_parent
+from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import StateFile
 
@@ -264,7 +265,7 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
     )
     try:
         asyncio.run(runtime.run(spec, [2]))
-        entry = asyncio.run(runtime.shell("r-v1", waiting.pid, os.getuid()))
+        entry = asyncio.run(runtime.shell("r-v1", waiting.pid, os.getuid(), started(waiting.pid)))
         assert entry.device_fence.mechanism == "cgroup-v1" and dict(entry.env)["CUDA_VISIBLE_DEVICES"] == "0"
         devices = Path(StateFile(state).read()["r-v1"].devices_cgroup)
         assert str(waiting.pid) in (devices / "cgroup.procs").read_text().split()
@@ -284,7 +285,7 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
         [ended] = asyncio.run(runtime.ps())
         assert ended.status == "exited" and ended.exit_code == 0 and ended.shell_processes == 0
         with pytest.raises(Conflict, match="has ended"):
-            asyncio.run(runtime.shell("r-v1", os.getpid(), os.getuid()))
+            asyncio.run(runtime.shell("r-v1", os.getpid(), os.getuid(), started(os.getpid())))
     finally:
         if waiting.poll() is None:
             waiting.kill()
@@ -292,24 +293,113 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
         kill_process_jobs(state)
 
 
-def test_only_the_callers_own_process_is_moved_never_a_bridge(accounts):
-    """The agent moves the kernel's peer only if /proc says it is still the
-    caller's: a process of another uid is refused, and so is the SSH bridge
-    (``tpnode-tui dial-stdio``), whose shell would not be the person's."""
+def test_only_the_process_that_asked_is_moved(accounts):
+    """The agent moves the kernel's peer only if it is the process that asked: of
+    the caller's uid (another's is refused), started when the asker says it did
+    (else a forwarder, or a pid handed on, is connected: refused in words), and
+    a pid the kernel cannot name (0: another PID namespace) is refused in words,
+    not with an error of the kernel's."""
     alice, bob = accounts.alice, accounts.bob
     his = bob.spawn(["sleep", "300"], env=bob.env())
-    bridge = alice.spawn([runnable().python, "-c", "import time; time.sleep(300)", "dial-stdio"], env=alice.env())
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
     try:
         until(lambda: _cmdline(his.pid).startswith(b"sleep"), "bob's sleep to run", BOUND_S)
+        until(lambda: _cmdline(hers.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
         with pytest.raises(NotAllowed, match=f"process {his.pid} is not the asking account's own"):
-            shells.move(his.pid, alice.uid, None, None)
-        until(lambda: b"dial-stdio" in _cmdline(bridge.pid), "the stand-in bridge to run", BOUND_S)
-        with pytest.raises(Conflict, match="log in to the node"):
-            shells.move(bridge.pid, alice.uid, None, None)
+            shells.move(his.pid, alice.uid, started(his.pid), None, None)
+        with pytest.raises(Conflict, match="the process asking is not the one connected to the agent"):
+            shells.move(hers.pid, alice.uid, started(hers.pid) - 1, None, None)
+        with pytest.raises(NotAllowed, match="cannot tell which process asks"):
+            shells.move(0, alice.uid, 0, None, None)
     finally:
-        for proc in (his, bridge):
+        for proc in (his, hers):
             proc.kill()
             proc.wait()
+
+
+#: a forwarder between a socket of alice's and the agent's, as ``socat`` or ``ssh -L`` would be
+FORWARDER = """
+import socket, sys, threading
+listening = socket.socket(socket.AF_UNIX)
+listening.bind(sys.argv[1])
+listening.listen(1)
+print("ready", flush=True)
+near, _ = listening.accept()
+far = socket.socket(socket.AF_UNIX)
+far.connect(sys.argv[2])
+def pump(a, b):
+    while data := a.recv(65536):
+        b.sendall(data)
+    b.shutdown(socket.SHUT_WR)
+threading.Thread(target=pump, args=(far, near), daemon=True).start()
+pump(near, far)
+"""
+
+
+def test_a_shell_through_a_forwarder_is_refused_and_a_command_naming_the_bridge_is_not(fenced_node, accounts):
+    """Through a forwarder the kernel's peer is the forwarder, not the CLI: the
+    agent compares it with the pid and start the CLI sees of itself, refuses in
+    words, and moves nothing (the forwarder least of all). A command that merely
+    mentions the SSH bridge's word is the person's own, and runs."""
+    alice = accounts.alice
+    reserve(fenced_node, alice, "r-fwd")
+    near = alice.home / "forwarded.sock"
+    forwarder = alice.spawn(
+        [sys.executable, "-c", FORWARDER, str(near), str(fenced_node.socket)],
+        env=alice.env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert forwarder.stdout.readline() == "ready\n"
+        before = fences_of(forwarder.pid)
+        env = fenced_node.env(alice) | {"TUNEPLANE_AGENT_SOCKET": str(near)}
+        refused = cli_as(alice, env, "shell", "r-fwd", "--", "echo", "ran")
+        assert refused.returncode != 0 and refused.stdout == "", refused
+        assert "the process asking is not the one connected to the agent (a forwarder such as ssh -L or socat)" in (
+            refused.stderr
+        )
+        assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+        assert fences_of(forwarder.pid) == before
+        assert job(fenced_node.status(alice), "r-fwd")["shell_processes"] == 0
+    finally:
+        forwarder.kill()
+        forwarder.wait()
+
+    named = fenced_node.cli(alice, "shell", "r-fwd", "--", "echo", "dial-stdio")
+    assert named.returncode == 0 and named.stdout == "dial-stdio\n", named.stderr
+
+
+def test_a_shell_whose_devices_cgroup_cannot_be_joined_is_moved_back(accounts, driver, tmp_path):
+    """Moved into the shell's cgroup v2 and then refused by the v1 devices cgroup:
+    the process goes back to the cgroup it was in, not left half in the fence."""
+    alice = accounts.alice
+    state = tmp_path / "state"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, fence_files=driver.files)
+    spec = JobSpec("r-half", 1, kind="reservation", expires_at=time.time() + 600, granted=DeviceGrant(cards=(3,)))
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
+    try:
+        asyncio.run(runtime.run(spec, [2]))
+        until(lambda: _cmdline(hers.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
+        first = alice.spawn(["sleep", "300"], env=alice.env())
+        try:
+            until(lambda: _cmdline(first.pid).startswith(b"sleep"), "the first shell to run", BOUND_S)
+            asyncio.run(runtime.shell("r-half", first.pid, alice.uid, started(first.pid)))
+            not_a_cgroup = tmp_path / "tpnode-tui.r-half.not-a-cgroup"
+            not_a_cgroup.mkdir()
+            with StateFile(state).transaction() as jobs:  # a devices cgroup the kernel will not take a pid into
+                jobs["r-half"] = replace(jobs["r-half"], devices_cgroup=str(not_a_cgroup))
+            before = fences_of(hers.pid)
+            with pytest.raises(Exception, match="cannot move process"):
+                asyncio.run(runtime.shell("r-half", hers.pid, alice.uid, started(hers.pid)))
+            assert fences_of(hers.pid) == before
+        finally:
+            first.kill()
+            first.wait()
+    finally:
+        hers.kill()
+        hers.wait()
+        kill_process_jobs(state)
 
 
 def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(accounts, driver, tmp_path):
@@ -329,7 +419,7 @@ def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(a
         assert parent is not None
         cgroups = set(parent.glob("tpnode-tui.r-back.*"))
         with pytest.raises(NotAllowed):
-            asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid))
+            asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid, started(his.pid)))
         after = StateFile(state).read()["r-back"]
         assert after == before and after.cgroup == "" and set(state.glob("*")) == listed
         [held] = asyncio.run(runtime.ps())
@@ -339,6 +429,19 @@ def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(a
         his.kill()
         his.wait()
         kill_process_jobs(state)
+
+
+def started(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot, as the CLI says of itself."""
+    stat = process_stat(pid)
+    assert stat is not None
+    return stat.ticks
+
+
+def fences_of(pid: int) -> list[str]:
+    """The cgroup v2 and v1 devices cgroup ``pid`` is in: what a shell's move changes."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    return [line for line in lines if line.startswith("0::") or ":devices:" in line]
 
 
 def _cmdline(pid: int) -> bytes:

@@ -36,6 +36,7 @@ from helpers.waiting import until_async
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.locks import make_lock
 from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.runtimes.jobprocs import process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.state.ledger import LEDGER_FILE, UsageLedger
 from tpnode_tui.state.usage import usage_report
@@ -243,7 +244,7 @@ async def test_a_shell_and_the_idle_release_cannot_cross(agent, accounts, spawne
         )
         # a shell that had the lock before the release: alice's process moved in, as the agent would
         runtime = ProcessRuntime(agent.state)
-        await runtime.shell("x-first", sleeper.pid, alice.uid)
+        await runtime.shell("x-first", sleeper.pid, alice.uid, _started(sleeper.pid))
         late = alice.spawn(
             runnable().argv("shell", "x-late", "--", "echo", "ran"), env=env, stdout=PIPE, stderr=PIPE, text=True
         )
@@ -261,6 +262,12 @@ async def test_a_shell_and_the_idle_release_cannot_cross(agent, accounts, spawne
     snap = await agent.reading()
     assert live(snap)["x-first"].shell_processes == 1 and "x-late" not in live(snap)
     await agent.cli(alice, "stop", "x-first")
+
+
+def _started(pid: int) -> int:
+    stat = process_stat(pid)
+    assert stat is not None
+    return stat.ticks
 
 
 async def _kept(agent: ReclaimingAgent, who: Account, run_id: str) -> bool:

@@ -771,13 +771,14 @@ class ProcessRuntime:
 
     # --------------------------------------------------------------- shells
 
-    async def shell(self, name: str, pid: int, uid: int) -> ShellEntry:
+    async def shell(self, name: str, pid: int, uid: int, start_ticks: int) -> ShellEntry:
         """Move process ``pid`` (the caller's own, of ``uid``, as the kernel named
-        it) into live reservation ``name``'s shell cgroup, fenced to its cards as
-        the node's policy says (:mod:`.shells`); the exports its shell runs with."""
-        return await asyncio.to_thread(self._shell, name, pid, uid)
+        it; started at ``start_ticks``, as the caller says) into live reservation
+        ``name``'s shell cgroup, fenced to its cards as the node's policy says
+        (:mod:`.shells`); the exports its shell runs with."""
+        return await asyncio.to_thread(self._shell, name, pid, uid, start_ticks)
 
-    def _shell(self, name: str, pid: int, uid: int) -> ShellEntry:
+    def _shell(self, name: str, pid: int, uid: int, start_ticks: int) -> ShellEntry:
         current_boot = boot_id()
         with self.state.transaction() as jobs:
             record = jobs.get(name)
@@ -794,7 +795,7 @@ class ProcessRuntime:
             jobs[name] = record  # written only if the move succeeds: the transaction drops it on an error
             try:
                 try:
-                    shells.move(pid, uid, _cgroup(record), _devices(record))
+                    shells.move(pid, uid, start_ticks, _cgroup(record), _devices(record))
                 except CannotFence as e:
                     raise RuntimeUnavailable(f"the shell of reservation {name!r} cannot be fenced: {e}") from None
             except BaseException:

@@ -15,6 +15,7 @@ from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed
 from tpnode_tui.model.jobs import JobState, ShellEntry
 from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
+from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.text.render import format_duration
 
@@ -86,8 +87,10 @@ class JobActions:
                     "reserve cards, or launch the command as a job"
                 )
             self.policy.check_may(caller, job, "open a shell on", card=min(job.cards, default=None))
-            if caller.pid is None:
-                raise NotAllowed("the node cannot tell which process asks, so it can move none into the reservation")
+            if caller.pid is None or caller.pid <= 0:
+                raise NotAllowed(CANNOT_TELL)
+            if request.seen_pid != caller.pid:
+                raise Conflict(FORWARDED)
             shell = getattr(self.allocator.runtime, "shell", None)
             if shell is None:
                 raise Conflict(
@@ -98,7 +101,7 @@ class JobActions:
             # release sees the shell (and keeps the reservation), or the shell comes
             # after the end is recorded (and is refused); the two cannot cross
             async with self.allocator.lock.hold():
-                entry: ShellEntry = await shell(job.name, caller.pid, caller.uid)
+                entry: ShellEntry = await shell(job.name, caller.pid, caller.uid, request.seen_start_ticks)
             return entry
 
         def done(entry: ShellEntry) -> str:
