@@ -38,9 +38,11 @@ from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import unavailable, write_scene
 from helpers.waiting import until
 from tpnode_tui.core.belonging import classify
+from tpnode_tui.core.policy import Policy
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.bpf import attached_programs
 from tpnode_tui.devices.errors import CannotFence
+from tpnode_tui.host.identity import Caller
 from tpnode_tui.host.procinfo import describe
 from tpnode_tui.model.errors import Conflict, NotAllowed
 from tpnode_tui.model.facts import ProcessFacts
@@ -265,7 +267,7 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
     )
     try:
         asyncio.run(runtime.run(spec, [2]))
-        entry = asyncio.run(runtime.shell("r-v1", waiting.pid, os.getuid(), started(waiting.pid)))
+        entry = asyncio.run(runtime.shell("r-v1", waiting.pid, os.getuid(), started(waiting.pid), OPERATOR))
         assert entry.device_fence.mechanism == "cgroup-v1" and dict(entry.env)["CUDA_VISIBLE_DEVICES"] == "0"
         devices = Path(StateFile(state).read()["r-v1"].devices_cgroup)
         assert str(waiting.pid) in (devices / "cgroup.procs").read_text().split()
@@ -285,7 +287,7 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
         [ended] = asyncio.run(runtime.ps())
         assert ended.status == "exited" and ended.exit_code == 0 and ended.shell_processes == 0
         with pytest.raises(Conflict, match="has ended"):
-            asyncio.run(runtime.shell("r-v1", os.getpid(), os.getuid(), started(os.getpid())))
+            asyncio.run(runtime.shell("r-v1", os.getpid(), os.getuid(), started(os.getpid()), OPERATOR))
     finally:
         if waiting.poll() is None:
             waiting.kill()
@@ -384,18 +386,55 @@ def test_a_shell_whose_devices_cgroup_cannot_be_joined_is_moved_back(accounts, d
         first = alice.spawn(["sleep", "300"], env=alice.env())
         try:
             until(lambda: _cmdline(first.pid).startswith(b"sleep"), "the first shell to run", BOUND_S)
-            asyncio.run(runtime.shell("r-half", first.pid, alice.uid, started(first.pid)))
+            asyncio.run(runtime.shell("r-half", first.pid, alice.uid, started(first.pid), OPERATOR))
             not_a_cgroup = tmp_path / "tpnode-tui.r-half.not-a-cgroup"
             not_a_cgroup.mkdir()
             with StateFile(state).transaction() as jobs:  # a devices cgroup the kernel will not take a pid into
                 jobs["r-half"] = replace(jobs["r-half"], devices_cgroup=str(not_a_cgroup))
             before = fences_of(hers.pid)
             with pytest.raises(Exception, match="cannot move process"):
-                asyncio.run(runtime.shell("r-half", hers.pid, alice.uid, started(hers.pid)))
+                asyncio.run(runtime.shell("r-half", hers.pid, alice.uid, started(hers.pid), OPERATOR))
             assert fences_of(hers.pid) == before
         finally:
             first.kill()
             first.wait()
+    finally:
+        hers.kill()
+        hers.wait()
+        kill_process_jobs(state)
+
+
+def test_a_run_id_that_changed_hands_before_the_move_is_refused(accounts, driver, tmp_path):
+    """Who may is asked again of the record inside the state file's lock: a run id
+    alice was allowed on, ended and reserved again by bob before her move, is
+    refused with the holder named, and nothing of hers is moved into bob's."""
+    alice, bob = accounts.alice, accounts.bob
+    state = tmp_path / "state"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, fence_files=driver.files)
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
+    try:
+        spec = JobSpec(
+            "r-swap",
+            1,
+            kind="reservation",
+            expires_at=time.time() + 600,
+            granted=DeviceGrant(cards=(3,)),
+            owner=bob.name,
+            uid=bob.uid,
+        )
+        asyncio.run(runtime.run(spec, [2]))
+        until(lambda: _cmdline(hers.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
+        alices = Caller(uid=alice.uid, gid=alice.gid, user=alice.name, pid=hers.pid)
+
+        def may(job) -> None:  # the rule the agent checks alice's shell by
+            Policy().check_may(alices, job, "open a shell on", card=min(job.cards, default=None))
+
+        before = fences_of(hers.pid)
+        with pytest.raises(NotAllowed, match=f"held by r-swap of {bob.name}; only {bob.name} or an operator"):
+            asyncio.run(runtime.shell("r-swap", hers.pid, alice.uid, started(hers.pid), may))
+        assert fences_of(hers.pid) == before
+        [held] = asyncio.run(runtime.ps())
+        assert held.shell_processes == 0 and held.cgroup is None
     finally:
         hers.kill()
         hers.wait()
@@ -419,7 +458,7 @@ def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(a
         assert parent is not None
         cgroups = set(parent.glob("tpnode-tui.r-back.*"))
         with pytest.raises(NotAllowed):
-            asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid, started(his.pid)))
+            asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid, started(his.pid), OPERATOR))
         after = StateFile(state).read()["r-back"]
         assert after == before and after.cgroup == "" and set(state.glob("*")) == listed
         [held] = asyncio.run(runtime.ps())
@@ -429,6 +468,10 @@ def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(a
         his.kill()
         his.wait()
         kill_process_jobs(state)
+
+
+def OPERATOR(job) -> None:
+    """The rule an operator's shell is checked by: any reservation."""
 
 
 def started(pid: int) -> int:

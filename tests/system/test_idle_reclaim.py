@@ -244,7 +244,7 @@ async def test_a_shell_and_the_idle_release_cannot_cross(agent, accounts, spawne
         )
         # a shell that had the lock before the release: alice's process moved in, as the agent would
         runtime = ProcessRuntime(agent.state)
-        await runtime.shell("x-first", sleeper.pid, alice.uid, _started(sleeper.pid))
+        await runtime.shell("x-first", sleeper.pid, alice.uid, _started(sleeper.pid), lambda job: None)
         late = alice.spawn(
             runnable().argv("shell", "x-late", "--", "echo", "ran"), env=env, stdout=PIPE, stderr=PIPE, text=True
         )

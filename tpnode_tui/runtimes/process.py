@@ -43,7 +43,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence
@@ -771,14 +771,21 @@ class ProcessRuntime:
 
     # --------------------------------------------------------------- shells
 
-    async def shell(self, name: str, pid: int, uid: int, start_ticks: int) -> ShellEntry:
+    async def shell(
+        self, name: str, pid: int, uid: int, start_ticks: int, may: Callable[[JobState], None]
+    ) -> ShellEntry:
         """Move process ``pid`` (the caller's own, of ``uid``, as the kernel named
         it; started at ``start_ticks``, as the caller says) into live reservation
         ``name``'s shell cgroup, fenced to its cards as the node's policy says
-        (:mod:`.shells`); the exports its shell runs with."""
-        return await asyncio.to_thread(self._shell, name, pid, uid, start_ticks)
+        (:mod:`.shells`); the exports its shell runs with.
 
-    def _shell(self, name: str, pid: int, uid: int, start_ticks: int) -> ShellEntry:
+        ``may`` refuses (raises) when the caller may not open a shell on the
+        reservation as the record reads now, inside the state file's lock: a run
+        id checked on an earlier reading may have ended and been reserved again,
+        by someone else, before the move."""
+        return await asyncio.to_thread(self._shell, name, pid, uid, start_ticks, may)
+
+    def _shell(self, name: str, pid: int, uid: int, start_ticks: int, may: Callable[[JobState], None]) -> ShellEntry:
         current_boot = boot_id()
         with self.state.transaction() as jobs:
             record = jobs.get(name)
@@ -791,6 +798,7 @@ class ProcessRuntime:
                 )
             if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
                 raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
+            may(_job_state(record, current_boot))
             record, made = self._shell_cgroups(record)
             jobs[name] = record  # written only if the move succeeds: the transaction drops it on an error
             try:

@@ -86,7 +86,11 @@ class JobActions:
                     f"{job.key} is a job, not a reservation: a shell runs on a reservation's cards; "
                     "reserve cards, or launch the command as a job"
                 )
-            self.policy.check_may(caller, job, "open a shell on", card=min(job.cards, default=None))
+
+            def may(now: JobState) -> None:
+                self.policy.check_may(caller, now, "open a shell on", card=min(now.cards, default=None))
+
+            may(job)
             if caller.pid is None or caller.pid <= 0:
                 raise NotAllowed(CANNOT_TELL)
             if request.seen_pid != caller.pid:
@@ -101,7 +105,8 @@ class JobActions:
             # release sees the shell (and keeps the reservation), or the shell comes
             # after the end is recorded (and is refused); the two cannot cross
             async with self.allocator.lock.hold():
-                entry: ShellEntry = await shell(job.name, caller.pid, caller.uid, request.seen_start_ticks)
+                # asked again of the record under the state file's lock: the run id may have changed hands
+                entry: ShellEntry = await shell(job.name, caller.pid, caller.uid, request.seen_start_ticks, may)
             return entry
 
         def done(entry: ShellEntry) -> str:
