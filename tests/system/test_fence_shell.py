@@ -44,7 +44,7 @@ from tpnode_tui.devices.bpf import attached_programs
 from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.host.procinfo import describe
-from tpnode_tui.model.errors import Conflict, NotAllowed
+from tpnode_tui.model.errors import ConfigError, Conflict, NotAllowed
 from tpnode_tui.model.facts import ProcessFacts
 from tpnode_tui.model.jobs import DeviceGrant, JobSpec
 from tpnode_tui.model.views import HOLDER
@@ -438,6 +438,35 @@ def test_a_run_id_that_changed_hands_before_the_move_is_refused(accounts, driver
     finally:
         hers.kill()
         hers.wait()
+        kill_process_jobs(state)
+
+
+def test_required_refuses_to_join_a_shell_cgroup_made_unfenced(accounts, driver, tmp_path):
+    """A shell cgroup made with no fence (an earlier shell under off) is not joined
+    under required: the shell is refused (exit 2's ConfigError), nothing moved."""
+    alice = accounts.alice
+    state = tmp_path / "state"
+    spec = JobSpec("r-open", 1, kind="reservation", expires_at=time.time() + 600, granted=DeviceGrant(cards=(3,)))
+    off = ProcessRuntime(state, stop_timeout_s=1.0, fence_policy="off", fence_files=driver.files)
+    required = ProcessRuntime(state, stop_timeout_s=1.0, fence_policy="required", fence_files=driver.files)
+    first = alice.spawn(["sleep", "300"], env=alice.env())
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
+    try:
+        asyncio.run(off.run(spec, [2]))
+        for proc in (first, hers):
+            until(lambda proc=proc: _cmdline(proc.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
+        entry = asyncio.run(off.shell("r-open", first.pid, alice.uid, started(first.pid), OPERATOR))
+        assert not entry.device_fence.fenced and entry.cgroup
+        before = fences_of(hers.pid)
+        with pytest.raises(ConfigError, match="would join its shell cgroup, which is not fenced"):
+            asyncio.run(required.shell("r-open", hers.pid, alice.uid, started(hers.pid), OPERATOR))
+        assert fences_of(hers.pid) == before
+        [held] = asyncio.run(required.ps())
+        assert held.shell_processes == 1
+    finally:
+        for proc in (first, hers):
+            proc.kill()
+            proc.wait()
         kill_process_jobs(state)
 
 

@@ -827,6 +827,13 @@ class ProcessRuntime:
         cannot be fenced. Called under the state file's lock."""
         mine = [p for p in (_cgroup(record), _devices(record)) if p is not None]
         if mine and all(p.is_dir() for p in mine):
+            if self.fence_policy == jobfence.REQUIRED and not _device_fence(record).fenced:
+                # made by an earlier shell under auto or off: joining it would run this one unfenced
+                raise ConfigError(
+                    f"a shell on reservation {record.run_id!r} would join its shell cgroup, which is not fenced "
+                    f"to its cards ({_device_fence(record).problem.removeprefix(SHELL_UNFENCED)}), and "
+                    "TUNEPLANE_FENCE=required starts no shell that is not; stop and reserve again under required"
+                )
             return record, False
         cgroup = make_cgroup(record.name) if self.cgroups else None
         made = jobfence.fence_job(
