@@ -18,6 +18,7 @@ CI=true they fail.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
@@ -467,6 +468,36 @@ def test_required_refuses_to_join_a_shell_cgroup_made_unfenced(accounts, driver,
         for proc in (first, hers):
             proc.kill()
             proc.wait()
+        kill_process_jobs(state)
+
+
+def test_a_hold_whose_end_cannot_be_recorded_still_ends_its_shell(accounts, driver, tmp_path):
+    """Stopped while the state file cannot be locked for writing (another process
+    holds it shared, past the supervisor's lock timeout), the reservation's
+    supervisor cannot record the end, and ends the shell's processes all the
+    same, from the record as it reads."""
+    alice = accounts.alice
+    state = tmp_path / "state"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, fence_files=driver.files)
+    spec = JobSpec("r-stuck", 1, kind="reservation", expires_at=time.time() + 600, granted=DeviceGrant(cards=(3,)))
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
+    try:
+        asyncio.run(runtime.run(spec, [2]))
+        until(lambda: _cmdline(hers.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
+        asyncio.run(runtime.shell("r-stuck", hers.pid, alice.uid, started(hers.pid), OPERATOR))
+        states = StateFile(state)
+        supervisor = states.read()["r-stuck"].pid
+        reader = os.open(states.lock_path, os.O_RDONLY)
+        try:
+            fcntl.flock(reader, fcntl.LOCK_SH)  # readers pass, the supervisor's write waits and gives up
+            os.kill(supervisor, signal.SIGTERM)
+            assert hers.wait(BOUND_S) == -signal.SIGTERM
+        finally:
+            os.close(reader)
+    finally:
+        if hers.poll() is None:
+            hers.kill()
+            hers.wait()
         kill_process_jobs(state)
 
 
