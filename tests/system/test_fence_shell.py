@@ -18,6 +18,7 @@ CI=true they fail.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -37,16 +39,18 @@ from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import unavailable, write_scene
 from helpers.waiting import until
 from tpnode_tui.core.belonging import classify
+from tpnode_tui.core.policy import Policy
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.bpf import attached_programs
 from tpnode_tui.devices.errors import CannotFence
+from tpnode_tui.host.identity import Caller
 from tpnode_tui.host.procinfo import describe
-from tpnode_tui.model.errors import Conflict, NotAllowed
+from tpnode_tui.model.errors import ConfigError, Conflict, NotAllowed
 from tpnode_tui.model.facts import ProcessFacts
 from tpnode_tui.model.jobs import DeviceGrant, JobSpec
 from tpnode_tui.model.views import HOLDER
 from tpnode_tui.runtimes import shells
-from tpnode_tui.runtimes.jobprocs import cgroup_parent
+from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import StateFile
 
@@ -187,8 +191,9 @@ def test_in_process_as_root_a_shell_is_fenced_the_same(driver, tmp_path):
 
 def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(accounts, driver):
     """An ordinary account without the agent cannot make a cgroup: under required
-    its shell does not start (exit 2, the reason); under auto it runs unfenced, and
-    one line on stderr says so."""
+    its shell does not start (exit 2, the reason); under auto it runs, outside the
+    reservation (unfenced, untracked, not ended with it), and one line on stderr
+    says all of that."""
     alice = accounts.alice
     root = alice.home / "own-shell-node"
     alice.run(["mkdir", "-p", str(root / "state")], env=alice.env())
@@ -218,11 +223,16 @@ def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(a
         (card,) = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")["gpus"]
         assert ran.stdout.split() == ["ran", str(card)]  # no fence: the node's index
         [line] = ran.stderr.strip().splitlines()
-        assert line.startswith("tpnode-tui: the shell on own runs without a fence: cgroup v2: ")
+        # no cgroup to move it into: it is no part of the reservation, and the line says all of it
+        assert line.startswith(
+            "tpnode-tui: the shell on own runs outside the reservation: not fenced, not ended when the "
+            "reservation ends, not counted as its use (no cgroup could be made: cgroup v2: "
+        ), line
         record = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")
         assert record["fenced"] is False and record["fence_problem"].startswith(
             "its shell cannot be fenced: cgroup v2: "
         )
+        assert record["cgroup"] is None and record["shell_processes"] == 0
     finally:
         kill_process_jobs(root / "state")
 
@@ -258,7 +268,7 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
     )
     try:
         asyncio.run(runtime.run(spec, [2]))
-        entry = asyncio.run(runtime.shell("r-v1", waiting.pid, os.getuid()))
+        entry = asyncio.run(runtime.shell("r-v1", waiting.pid, os.getuid(), started(waiting.pid), OPERATOR))
         assert entry.device_fence.mechanism == "cgroup-v1" and dict(entry.env)["CUDA_VISIBLE_DEVICES"] == "0"
         devices = Path(StateFile(state).read()["r-v1"].devices_cgroup)
         assert str(waiting.pid) in (devices / "cgroup.procs").read_text().split()
@@ -278,7 +288,7 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
         [ended] = asyncio.run(runtime.ps())
         assert ended.status == "exited" and ended.exit_code == 0 and ended.shell_processes == 0
         with pytest.raises(Conflict, match="has ended"):
-            asyncio.run(runtime.shell("r-v1", os.getpid(), os.getuid()))
+            asyncio.run(runtime.shell("r-v1", os.getpid(), os.getuid(), started(os.getpid()), OPERATOR))
     finally:
         if waiting.poll() is None:
             waiting.kill()
@@ -286,24 +296,209 @@ def test_without_a_cgroup_v2_a_shell_is_fenced_by_v1_and_ended_when_the_reservat
         kill_process_jobs(state)
 
 
-def test_only_the_callers_own_process_is_moved_never_a_bridge(accounts):
-    """The agent moves the kernel's peer only if /proc says it is still the
-    caller's: a process of another uid is refused, and so is the SSH bridge
-    (``tpnode-tui dial-stdio``), whose shell would not be the person's."""
+def test_only_the_process_that_asked_is_moved(accounts):
+    """The agent moves the kernel's peer only if it is the process that asked: of
+    the caller's uid (another's is refused), started when the asker says it did
+    (else a forwarder, or a pid handed on, is connected: refused in words), and
+    a pid the kernel cannot name (0: another PID namespace) is refused in words,
+    not with an error of the kernel's."""
     alice, bob = accounts.alice, accounts.bob
     his = bob.spawn(["sleep", "300"], env=bob.env())
-    bridge = alice.spawn([runnable().python, "-c", "import time; time.sleep(300)", "dial-stdio"], env=alice.env())
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
     try:
         until(lambda: _cmdline(his.pid).startswith(b"sleep"), "bob's sleep to run", BOUND_S)
+        until(lambda: _cmdline(hers.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
         with pytest.raises(NotAllowed, match=f"process {his.pid} is not the asking account's own"):
-            shells.move(his.pid, alice.uid, None, None)
-        until(lambda: b"dial-stdio" in _cmdline(bridge.pid), "the stand-in bridge to run", BOUND_S)
-        with pytest.raises(Conflict, match="log in to the node"):
-            shells.move(bridge.pid, alice.uid, None, None)
+            shells.move(his.pid, alice.uid, started(his.pid), None, None)
+        with pytest.raises(Conflict, match="the process asking is not the one connected to the agent"):
+            shells.move(hers.pid, alice.uid, started(hers.pid) - 1, None, None)
+        with pytest.raises(NotAllowed, match="cannot tell which process asks"):
+            shells.move(0, alice.uid, 0, None, None)
     finally:
-        for proc in (his, bridge):
+        for proc in (his, hers):
             proc.kill()
             proc.wait()
+
+
+#: a forwarder between a socket of alice's and the agent's, as ``socat`` or ``ssh -L`` would be
+FORWARDER = """
+import socket, sys, threading
+listening = socket.socket(socket.AF_UNIX)
+listening.bind(sys.argv[1])
+listening.listen(1)
+print("ready", flush=True)
+near, _ = listening.accept()
+far = socket.socket(socket.AF_UNIX)
+far.connect(sys.argv[2])
+def pump(a, b):
+    while data := a.recv(65536):
+        b.sendall(data)
+    b.shutdown(socket.SHUT_WR)
+threading.Thread(target=pump, args=(far, near), daemon=True).start()
+pump(near, far)
+"""
+
+
+def test_a_shell_through_a_forwarder_is_refused_and_a_command_naming_the_bridge_is_not(fenced_node, accounts):
+    """Through a forwarder the kernel's peer is the forwarder, not the CLI: the
+    agent compares it with the pid and start the CLI sees of itself, refuses in
+    words, and moves nothing (the forwarder least of all). A command that merely
+    mentions the SSH bridge's word is the person's own, and runs."""
+    alice = accounts.alice
+    reserve(fenced_node, alice, "r-fwd")
+    near = alice.home / "forwarded.sock"
+    forwarder = alice.spawn(
+        [sys.executable, "-c", FORWARDER, str(near), str(fenced_node.socket)],
+        env=alice.env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert forwarder.stdout.readline() == "ready\n"
+        before = fences_of(forwarder.pid)
+        env = fenced_node.env(alice) | {"TUNEPLANE_AGENT_SOCKET": str(near)}
+        refused = cli_as(alice, env, "shell", "r-fwd", "--", "echo", "ran")
+        assert refused.returncode != 0 and refused.stdout == "", refused
+        assert "the process asking is not the one connected to the agent (a forwarder such as ssh -L or socat)" in (
+            refused.stderr
+        )
+        assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+        assert fences_of(forwarder.pid) == before
+        assert job(fenced_node.status(alice), "r-fwd")["shell_processes"] == 0
+    finally:
+        forwarder.kill()
+        forwarder.wait()
+
+    named = fenced_node.cli(alice, "shell", "r-fwd", "--", "echo", "dial-stdio")
+    assert named.returncode == 0 and named.stdout == "dial-stdio\n", named.stderr
+
+
+def test_a_shell_whose_devices_cgroup_cannot_be_joined_is_moved_back(accounts, driver, tmp_path):
+    """Moved into the shell's cgroup v2 and then refused by the v1 devices cgroup:
+    the process goes back to the cgroup it was in, not left half in the fence."""
+    alice = accounts.alice
+    state = tmp_path / "state"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, fence_files=driver.files)
+    spec = JobSpec("r-half", 1, kind="reservation", expires_at=time.time() + 600, granted=DeviceGrant(cards=(3,)))
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
+    try:
+        asyncio.run(runtime.run(spec, [2]))
+        until(lambda: _cmdline(hers.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
+        first = alice.spawn(["sleep", "300"], env=alice.env())
+        try:
+            until(lambda: _cmdline(first.pid).startswith(b"sleep"), "the first shell to run", BOUND_S)
+            asyncio.run(runtime.shell("r-half", first.pid, alice.uid, started(first.pid), OPERATOR))
+            not_a_cgroup = tmp_path / "tpnode-tui.r-half.not-a-cgroup"
+            not_a_cgroup.mkdir()
+            with StateFile(state).transaction() as jobs:  # a devices cgroup the kernel will not take a pid into
+                jobs["r-half"] = replace(jobs["r-half"], devices_cgroup=str(not_a_cgroup))
+            before = fences_of(hers.pid)
+            with pytest.raises(Exception, match="cannot move process"):
+                asyncio.run(runtime.shell("r-half", hers.pid, alice.uid, started(hers.pid), OPERATOR))
+            assert fences_of(hers.pid) == before
+        finally:
+            first.kill()
+            first.wait()
+    finally:
+        hers.kill()
+        hers.wait()
+        kill_process_jobs(state)
+
+
+def test_a_run_id_that_changed_hands_before_the_move_is_refused(accounts, driver, tmp_path):
+    """Who may is asked again of the record inside the state file's lock: a run id
+    alice was allowed on, ended and reserved again by bob before her move, is
+    refused with the holder named, and nothing of hers is moved into bob's."""
+    alice, bob = accounts.alice, accounts.bob
+    state = tmp_path / "state"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, fence_files=driver.files)
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
+    try:
+        spec = JobSpec(
+            "r-swap",
+            1,
+            kind="reservation",
+            expires_at=time.time() + 600,
+            granted=DeviceGrant(cards=(3,)),
+            owner=bob.name,
+            uid=bob.uid,
+        )
+        asyncio.run(runtime.run(spec, [2]))
+        until(lambda: _cmdline(hers.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
+        alices = Caller(uid=alice.uid, gid=alice.gid, user=alice.name, pid=hers.pid)
+
+        def may(job) -> None:  # the rule the agent checks alice's shell by
+            Policy().check_may(alices, job, "open a shell on", card=min(job.cards, default=None))
+
+        before = fences_of(hers.pid)
+        with pytest.raises(NotAllowed, match=f"held by r-swap of {bob.name}; only {bob.name} or an operator"):
+            asyncio.run(runtime.shell("r-swap", hers.pid, alice.uid, started(hers.pid), may))
+        assert fences_of(hers.pid) == before
+        [held] = asyncio.run(runtime.ps())
+        assert held.shell_processes == 0 and held.cgroup is None
+    finally:
+        hers.kill()
+        hers.wait()
+        kill_process_jobs(state)
+
+
+def test_required_refuses_to_join_a_shell_cgroup_made_unfenced(accounts, driver, tmp_path):
+    """A shell cgroup made with no fence (an earlier shell under off) is not joined
+    under required: the shell is refused (exit 2's ConfigError), nothing moved."""
+    alice = accounts.alice
+    state = tmp_path / "state"
+    spec = JobSpec("r-open", 1, kind="reservation", expires_at=time.time() + 600, granted=DeviceGrant(cards=(3,)))
+    off = ProcessRuntime(state, stop_timeout_s=1.0, fence_policy="off", fence_files=driver.files)
+    required = ProcessRuntime(state, stop_timeout_s=1.0, fence_policy="required", fence_files=driver.files)
+    first = alice.spawn(["sleep", "300"], env=alice.env())
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
+    try:
+        asyncio.run(off.run(spec, [2]))
+        for proc in (first, hers):
+            until(lambda proc=proc: _cmdline(proc.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
+        entry = asyncio.run(off.shell("r-open", first.pid, alice.uid, started(first.pid), OPERATOR))
+        assert not entry.device_fence.fenced and entry.cgroup
+        before = fences_of(hers.pid)
+        with pytest.raises(ConfigError, match="would join its shell cgroup, which is not fenced"):
+            asyncio.run(required.shell("r-open", hers.pid, alice.uid, started(hers.pid), OPERATOR))
+        assert fences_of(hers.pid) == before
+        [held] = asyncio.run(required.ps())
+        assert held.shell_processes == 1
+    finally:
+        for proc in (first, hers):
+            proc.kill()
+            proc.wait()
+        kill_process_jobs(state)
+
+
+def test_a_hold_whose_end_cannot_be_recorded_still_ends_its_shell(accounts, driver, tmp_path):
+    """Stopped while the state file cannot be locked for writing (another process
+    holds it shared, past the supervisor's lock timeout), the reservation's
+    supervisor cannot record the end, and ends the shell's processes all the
+    same, from the record as it reads."""
+    alice = accounts.alice
+    state = tmp_path / "state"
+    runtime = ProcessRuntime(state, stop_timeout_s=1.0, fence_files=driver.files)
+    spec = JobSpec("r-stuck", 1, kind="reservation", expires_at=time.time() + 600, granted=DeviceGrant(cards=(3,)))
+    hers = alice.spawn(["sleep", "300"], env=alice.env())
+    try:
+        asyncio.run(runtime.run(spec, [2]))
+        until(lambda: _cmdline(hers.pid).startswith(b"sleep"), "alice's sleep to run", BOUND_S)
+        asyncio.run(runtime.shell("r-stuck", hers.pid, alice.uid, started(hers.pid), OPERATOR))
+        states = StateFile(state)
+        supervisor = states.read()["r-stuck"].pid
+        reader = os.open(states.lock_path, os.O_RDONLY)
+        try:
+            fcntl.flock(reader, fcntl.LOCK_SH)  # readers pass, the supervisor's write waits and gives up
+            os.kill(supervisor, signal.SIGTERM)
+            assert hers.wait(BOUND_S) == -signal.SIGTERM
+        finally:
+            os.close(reader)
+    finally:
+        if hers.poll() is None:
+            hers.kill()
+            hers.wait()
+        kill_process_jobs(state)
 
 
 def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(accounts, driver, tmp_path):
@@ -323,7 +518,7 @@ def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(a
         assert parent is not None
         cgroups = set(parent.glob("tpnode-tui.r-back.*"))
         with pytest.raises(NotAllowed):
-            asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid))
+            asyncio.run(runtime.shell("r-back", his.pid, accounts.alice.uid, started(his.pid), OPERATOR))
         after = StateFile(state).read()["r-back"]
         assert after == before and after.cgroup == "" and set(state.glob("*")) == listed
         [held] = asyncio.run(runtime.ps())
@@ -333,6 +528,23 @@ def test_a_shell_refused_at_the_move_leaves_no_cgroup_and_the_record_as_it_was(a
         his.kill()
         his.wait()
         kill_process_jobs(state)
+
+
+def OPERATOR(job) -> None:
+    """The rule an operator's shell is checked by: any reservation."""
+
+
+def started(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot, as the CLI says of itself."""
+    stat = process_stat(pid)
+    assert stat is not None
+    return stat.ticks
+
+
+def fences_of(pid: int) -> list[str]:
+    """The cgroup v2 and v1 devices cgroup ``pid`` is in: what a shell's move changes."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    return [line for line in lines if line.startswith("0::") or ":devices:" in line]
 
 
 def _cmdline(pid: int) -> bytes:

@@ -24,6 +24,7 @@ import shutil
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
+from subprocess import PIPE
 
 import pytest
 
@@ -33,7 +34,10 @@ from helpers.clocks import MovedClock
 from helpers.services import write_scene
 from helpers.waiting import until_async
 from tpnode_tui.host.identity import Caller
+from tpnode_tui.locks import make_lock
 from tpnode_tui.node.remote import AgentNode
+from tpnode_tui.runtimes.jobprocs import process_stat
+from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.state.ledger import LEDGER_FILE, UsageLedger
 from tpnode_tui.state.usage import usage_report
 
@@ -216,6 +220,59 @@ async def test_a_reservation_with_a_shell_running_is_in_use_and_never_given_back
     snap = await until_async(lambda: _when(agent.reading(), lambda s: "s-idle" not in live(s)), released)
     assert "s-shell" in live(snap) and "s-shell" not in snap.releases
     await agent.cli(alice, "stop", "s-shell")
+
+
+async def test_a_shell_and_the_idle_release_cannot_cross(agent, accounts, spawned):
+    """The release re-reads the reservation under the allocation lock, and a shell
+    is moved under it too: a shell that got in first keeps its reservation (the
+    release skips it, the next poll keeps it); one asked for while the release
+    waits comes after it and is refused in words, never moved and then killed."""
+    alice, clock = accounts.alice, agent.clock
+    for run_id in ("x-first", "x-late"):
+        await agent.cli(alice, "reserve", "--cards", "1", "--for", "10h", "--run-id", run_id)
+    clock.advance(2 * HOUR)
+    await until_async(lambda: _when(agent.reading(), lambda s: len(s.releases) == 2), "the two warnings")
+    env = alice.env(TUNEPLANE_AGENT="on", TUNEPLANE_AGENT_SOCKET=str(agent.socket))
+    sleeper = alice.spawn(["sleep", "300"], env=alice.env())
+    spawned.append(sleeper)
+    lock = make_lock(agent.settings)
+    async with lock.hold():
+        clock.advance(16 * 60)
+        await until_async(
+            lambda: _when(agent.reading(), lambda s: (s.lock_state or "").startswith("waiting for the allocation")),
+            "the releases to wait for the allocation lock",
+        )
+        # a shell that had the lock before the release: alice's process moved in, as the agent would
+        runtime = ProcessRuntime(agent.state)
+        await runtime.shell("x-first", sleeper.pid, alice.uid, _started(sleeper.pid), lambda job: None)
+        late = alice.spawn(
+            runnable().argv("shell", "x-late", "--", "echo", "ran"), env=env, stdout=PIPE, stderr=PIPE, text=True
+        )
+        spawned.append(late)
+    out, err = await asyncio.to_thread(late.communicate)
+    assert late.returncode != 0 and out == "", (late.returncode, out, err)
+    assert re.search(r"reservation 'x-late' has ended|no running platform job has run id x-late", err), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    await until_async(
+        lambda: _kept(agent, alice, "x-first"), "the reservation in a shell's use to be kept by the next poll"
+    )
+    entries = json.loads(await agent.cli(alice, "audit", "--json"))["entries"]
+    assert ("x-late", "released", "node", alice.name) in reclaims(entries)
+    assert sleeper.poll() is None
+    snap = await agent.reading()
+    assert live(snap)["x-first"].shell_processes == 1 and "x-late" not in live(snap)
+    await agent.cli(alice, "stop", "x-first")
+
+
+def _started(pid: int) -> int:
+    stat = process_stat(pid)
+    assert stat is not None
+    return stat.ticks
+
+
+async def _kept(agent: ReclaimingAgent, who: Account, run_id: str) -> bool:
+    entries = json.loads(await agent.cli(who, "audit", "--json"))["entries"]
+    return (run_id, "kept", "node", who.name) in reclaims(entries)
 
 
 async def _when(reading, ready):

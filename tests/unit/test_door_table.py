@@ -75,7 +75,7 @@ SAMPLES = {
     "reserve": ReserveRequest(cards=1, duration_s=3600, run_id="r-1", slice="1g.18gb"),
     "extend": ExtendRequest("r-1", 1800),
     "stop": StopRequest("j-1"),
-    "shell": ShellRequest("r-1"),
+    "shell": ShellRequest("r-1", seen_pid=4242, seen_start_ticks=123456),
     "reclaim": ReclaimRequest(None),
     "cancel": CancelRequest("j-1"),
     "drain": DrainRequest(3, "fan failing"),

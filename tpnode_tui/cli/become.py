@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import resource
 import sys
 from typing import NoReturn, Sequence
 
@@ -37,12 +38,20 @@ def shell_argv(given: Sequence[str]) -> list[str]:
     return words or [login_shell()]
 
 
+def _fd_ceiling() -> int:
+    """One past the highest descriptor this process can hold: what it may open
+    now or could ever have opened (the hard limit), so none is left open for the
+    shell to inherit; a fixed bound would miss one above it."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return max(os.sysconf("SC_OPEN_MAX"), hard if hard != resource.RLIM_INFINITY else 2**31 - 1)
+
+
 def become(argv: list[str], env: dict[str, str]) -> NoReturn:
     """Replace this process with ``argv``, in ``env``; exit 127 (not found) or 126
     (not runnable) with one line when it cannot, as a shell does."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.closerange(3, 1 << 20)
+    os.closerange(3, _fd_ceiling())
     try:
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError:

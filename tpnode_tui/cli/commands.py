@@ -296,10 +296,12 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
         "Run your login shell, or COMMAND, on the cards of reservation RUN_ID (yours; an operator's any), "
         "fenced to them: the node moves this very process into the reservation's cgroup, where only its "
         "cards' device files open, and everything started from there stays in it. CUDA numbers the cards "
-        "from 0 inside (CUDA_VISIBLE_DEVICES=0,1 for cards 2 and 3). While anything runs there the "
+        "from 0 inside (CUDA_VISIBLE_DEVICES=0,1 for the node's cards 2 and 3). While anything runs there the "
         "reservation is in use; when it ends (stopped, expired, released) what still runs there is ended. "
         "TUNEPLANE_FENCE=required refuses a shell that cannot be fenced (exit 2); auto runs it unfenced and "
-        "says so. Run it on the node itself: through --host the agent's caller is the SSH bridge, not you."
+        "says so, and where no cgroup at all can be made (an ordinary account without the agent) it runs "
+        "outside the reservation: not fenced, not ended with it, not counted as its use, and says that. "
+        "Run it on the node itself: through --host the agent's caller is the SSH bridge, not you."
     )
     _run_id_argument(parser)
     parser.add_argument(
@@ -323,7 +325,13 @@ async def _shell(run: Run) -> None:
         raise Conflict(ON_THE_NODE)
     argv = shell_argv(run.args.argv)
     entry = await run.node.shell(run.args.run_id)
-    if not entry.device_fence.fenced:
+    if not entry.cgroup:
+        # nothing to move it into: the node cannot tell its processes from any others
+        say(
+            f"the shell on {entry.run_id} runs outside the reservation: not fenced, not ended when the "
+            f"reservation ends, not counted as its use (no cgroup could be made: {entry.device_fence.problem})"
+        )
+    elif not entry.device_fence.fenced:
         say(f"the shell on {entry.run_id} runs without a fence: {entry.device_fence.problem}")
     become(argv, dict(os.environ) | dict(entry.env))
 

@@ -10,6 +10,7 @@ an operation's client side is one line here, whichever node answers.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, TypeVar
 
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
@@ -39,6 +40,7 @@ from tpnode_tui.port.types import (
     UndrainRequest,
     UsageRequest,
 )
+from tpnode_tui.runtimes.jobprocs import process_stat
 
 A = TypeVar("A")
 
@@ -66,7 +68,9 @@ class Calls:
         return await self.call(ops.STOP, StopRequest(run_id))
 
     async def shell(self, run_id: str) -> ShellEntry:
-        return await self.call(ops.SHELL, ShellRequest(run_id))
+        # what this process sees of itself, for the node to compare with the kernel's peer
+        seen = process_stat(os.getpid())
+        return await self.call(ops.SHELL, ShellRequest(run_id, os.getpid(), seen.ticks if seen else 0))
 
     async def reclaim(self, run_id: Optional[str]) -> list[JobState]:
         return await self.call(ops.RECLAIM, ReclaimRequest(run_id))

@@ -231,17 +231,27 @@ class ShellRequest:
     """Move the asking process into a live reservation's fence (``tpnode-tui shell``).
 
     Which process is moved is never said here: it is the one at the other end of
-    the socket, as the kernel names it (``SO_PEERCRED``)."""
+    the socket, as the kernel names it (``SO_PEERCRED``). ``seen_pid`` and
+    ``seen_start_ticks`` are what the asking CLI sees of itself (``os.getpid()``
+    and its start in /proc): never trusted, only compared with the kernel's peer
+    and its start, so that a forwarder in between (``ssh -L``, ``socat``), whose
+    process the kernel names instead, is refused rather than moved."""
 
     run_id: str
+    seen_pid: int
+    seen_start_ticks: int
 
     @classmethod
     def parse(cls, r: Reader, limits: Limits) -> ShellRequest:
-        known_fields(r, "run_id")
-        return cls(_job_key(r))
+        known_fields(r, "run_id", "seen_pid", "seen_start_ticks")
+        return cls(
+            _job_key(r),
+            whole(r, "seen_pid", 1, 2**31 - 1, "a process id"),
+            whole(r, "seen_start_ticks", 0, 2**63 - 1, "a start time in clock ticks since boot"),
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id}
+        return {"run_id": self.run_id, "seen_pid": self.seen_pid, "seen_start_ticks": self.seen_start_ticks}
 
 
 @dataclass(frozen=True)

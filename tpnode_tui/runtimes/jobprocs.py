@@ -124,6 +124,26 @@ def cgroup_parent() -> tuple[Optional[Path], str]:
     return None, "cgroup v2 is not mounted (see /proc/self/mountinfo)"
 
 
+def cgroup_dir(proc_cgroup: Path) -> Optional[Path]:
+    """The directory of the cgroup v2 a ``/proc/<pid>/cgroup`` file names (its
+    ``0::`` line), where this process sees it mounted; None when it cannot tell."""
+    try:
+        own = next((line[3:] for line in proc_cgroup.read_text().splitlines() if line.startswith("0::")), None)
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    if own is None:
+        return None
+    for line in mounts:
+        fields, _, tail = line.partition(" - ")
+        parts = fields.split()
+        if tail.startswith("cgroup2 ") and len(parts) >= 5:
+            root, mountpoint = _unescape(parts[3]), _unescape(parts[4])
+            if own == root or own.startswith(root.rstrip("/") + "/"):
+                return Path(mountpoint) / own[len(root) :].lstrip("/")
+    return None
+
+
 def make_cgroup(name: str) -> Optional[Path]:
     """A new, empty cgroup for job ``name``; None where the node does not allow one."""
     parent, _why = cgroup_parent()

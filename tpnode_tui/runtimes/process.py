@@ -43,7 +43,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence
@@ -771,13 +771,21 @@ class ProcessRuntime:
 
     # --------------------------------------------------------------- shells
 
-    async def shell(self, name: str, pid: int, uid: int) -> ShellEntry:
+    async def shell(
+        self, name: str, pid: int, uid: int, start_ticks: int, may: Callable[[JobState], None]
+    ) -> ShellEntry:
         """Move process ``pid`` (the caller's own, of ``uid``, as the kernel named
-        it) into live reservation ``name``'s shell cgroup, fenced to its cards as
-        the node's policy says (:mod:`.shells`); the exports its shell runs with."""
-        return await asyncio.to_thread(self._shell, name, pid, uid)
+        it; started at ``start_ticks``, as the caller says) into live reservation
+        ``name``'s shell cgroup, fenced to its cards as the node's policy says
+        (:mod:`.shells`); the exports its shell runs with.
 
-    def _shell(self, name: str, pid: int, uid: int) -> ShellEntry:
+        ``may`` refuses (raises) when the caller may not open a shell on the
+        reservation as the record reads now, inside the state file's lock: a run
+        id checked on an earlier reading may have ended and been reserved again,
+        by someone else, before the move."""
+        return await asyncio.to_thread(self._shell, name, pid, uid, start_ticks, may)
+
+    def _shell(self, name: str, pid: int, uid: int, start_ticks: int, may: Callable[[JobState], None]) -> ShellEntry:
         current_boot = boot_id()
         with self.state.transaction() as jobs:
             record = jobs.get(name)
@@ -790,11 +798,12 @@ class ProcessRuntime:
                 )
             if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
                 raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
+            may(_job_state(record, current_boot))
             record, made = self._shell_cgroups(record)
             jobs[name] = record  # written only if the move succeeds: the transaction drops it on an error
             try:
                 try:
-                    shells.move(pid, uid, _cgroup(record), _devices(record))
+                    shells.move(pid, uid, start_ticks, _cgroup(record), _devices(record))
                 except CannotFence as e:
                     raise RuntimeUnavailable(f"the shell of reservation {name!r} cannot be fenced: {e}") from None
             except BaseException:
@@ -818,6 +827,13 @@ class ProcessRuntime:
         cannot be fenced. Called under the state file's lock."""
         mine = [p for p in (_cgroup(record), _devices(record)) if p is not None]
         if mine and all(p.is_dir() for p in mine):
+            if self.fence_policy == jobfence.REQUIRED and not _device_fence(record).fenced:
+                # made by an earlier shell under auto or off: joining it would run this one unfenced
+                raise ConfigError(
+                    f"a shell on reservation {record.run_id!r} would join its shell cgroup, which is not fenced "
+                    f"to its cards ({_device_fence(record).problem.removeprefix(SHELL_UNFENCED)}), and "
+                    "TUNEPLANE_FENCE=required starts no shell that is not; stop and reserve again under required"
+                )
             return record, False
         cgroup = make_cgroup(record.name) if self.cgroups else None
         made = jobfence.fence_job(

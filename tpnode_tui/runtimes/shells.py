@@ -18,33 +18,45 @@ supervisor ends them, SIGTERM then SIGKILL after the grace, and removes the
 cgroup once it is empty. Until they have ended, its cards stay held.
 
 Which process is moved is never what a client says: it is the peer of the
-agent's socket as the kernel names it (``SO_PEERCRED``), and before it is
-moved it must still be that process: it belongs to the caller's uid, it
-started before this check (a pid handed to a new process since would have
-started after), and it is held by a pidfd across the move, which tells if it
-ended meanwhile. Through ``--host`` the peer is the SSH bridge (``tpnode-tui
-dial-stdio``), not the person's shell, so a bridge is refused.
+agent's socket as the kernel names it (``SO_PEERCRED``). The CLI also sends
+the pid and start time it sees for itself; they are not trusted, only
+compared: the peer's pid must be the one sent, and the process held by a
+pidfd on it must have started at the time sent, else the one asking is not
+the one connected (a forwarder in between, ``ssh -L`` or ``socat``, whose
+process the kernel names) and nothing is moved. It must belong to the
+caller's uid, and it must not have ended before the move (the pidfd says,
+before and after the write); if it ended, or a later step fails (a v1 devices
+cgroup that cannot be joined after the v2 move), it is moved back where it
+was, so no shell is left half in a fence.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
-import time
 from pathlib import Path
 from typing import Optional
 
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence, errno_words
 from tpnode_tui.model.errors import Conflict, NotAllowed
-from tpnode_tui.runtimes.jobprocs import process_stat
+from tpnode_tui.runtimes.jobprocs import cgroup_dir, process_stat
 
-#: what the SSH bridge runs on the node: a shell through it would fence the bridge, not the person
-BRIDGE_WORD = b"dial-stdio"
 #: what a refused bridge is told to do instead
 ON_THE_NODE = (
     "a shell runs in the process that asks for it, and through --host that is the SSH bridge, not "
     "your shell: log in to the node (ssh) and run tpnode-tui shell there"
+)
+#: what the node says when the kernel cannot name the asking process (a peer in another PID namespace)
+CANNOT_TELL = (
+    "the node cannot tell which process asks (it connected from another PID namespace, which the kernel "
+    "names as pid 0), so it can move none into the reservation: run tpnode-tui shell on the node itself"
+)
+#: what a forwarder between the asking CLI and the agent's socket is told
+FORWARDED = (
+    "the process asking is not the one connected to the agent (a forwarder such as ssh -L or socat): "
+    "run tpnode-tui shell on the node itself"
 )
 
 
@@ -60,66 +72,87 @@ def _uids(pid: int) -> tuple[int, ...]:
     return ()
 
 
-def _ticks_now() -> int:
-    """Clock ticks since boot now, as /proc/<pid>/stat counts a process's start."""
-    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
-
-
-def _is_bridge(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return BRIDGE_WORD in f.read().split(b"\0")
-    except OSError:
-        return False
-
-
 def _gone(pidfd: int) -> bool:
     """Whether the process held by ``pidfd`` has ended (a pidfd reads as ready then)."""
     return bool(select.select([pidfd], [], [], 0)[0])
 
 
-def _check(pid: int, uid: int) -> None:
-    """Refuse to move ``pid`` unless it is, as far as /proc can tell, the caller's process that asked."""
-    if _is_bridge(pid):
-        raise Conflict(ON_THE_NODE)
+def _ended(pid: int) -> Conflict:
+    return Conflict(f"the process that asked for the shell (pid {pid}) has ended; nothing was moved")
+
+
+def _check(pid: int, pidfd: int, uid: int, start_ticks: int) -> None:
+    """Refuse to move ``pid`` unless it is the process that asked: the one the
+    pidfd holds, started when the asking CLI says it did, of the caller's uid."""
     stat = process_stat(pid)
-    if stat is None or stat.ended:
-        raise Conflict(f"the process that asked for the shell (pid {pid}) has ended; nothing was moved")
+    if stat is None or stat.ended or _gone(pidfd):
+        raise _ended(pid)  # read after the pidfd was opened: not gone now, so the stat is the held one's
+    if stat.ticks != start_ticks:
+        raise Conflict(FORWARDED)
     uids = _uids(pid)
     if not uids or uids[0] != uid or uids[1] != uid:
         raise NotAllowed(
             f"process {pid} is not the asking account's own (uid {uid}) any more, so it was not moved; ask again"
         )
-    if stat.ticks > _ticks_now():
-        raise NotAllowed(f"process {pid} started after it asked, so it is not the one that did; ask again")
 
 
-def move(pid: int, uid: int, cgroup: Optional[Path], devices: Optional[Path]) -> None:
-    """Move the caller's process ``pid`` (the kernel's peer, of ``uid``) into the
-    shell's cgroup v2 and v1 devices cgroup (either may be None).
+def _put(cgroup: Path, pid: int) -> None:
+    """Write ``pid`` into ``cgroup``; CannotFence when the kernel refuses."""
+    try:
+        fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
+        try:
+            os.write(fd, str(pid).encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise CannotFence(f"cannot move process {pid} into {cgroup}: {errno_words(e.errno or 0)}") from None
 
-    Conflict or NotAllowed when it is not that process any more (see the module);
+
+def _where(pid: int) -> tuple[Optional[Path], Optional[Path]]:
+    """The cgroup v2 and v1 devices cgroup ``pid`` is in now (None where unknown): where it goes back to."""
+    v2 = cgroup_dir(Path(f"/proc/{pid}/cgroup"))
+    try:
+        devices: Optional[Path] = v1.hierarchy_dir(own_cgroup=Path(f"/proc/{pid}/cgroup"))
+    except CannotFence:
+        devices = None
+    return v2, devices
+
+
+def _back(pid: int, homes: list[Path]) -> None:
+    """Move ``pid`` back into each cgroup it was in before it was moved; as far as the kernel lets."""
+    for home in homes:
+        with contextlib.suppress(CannotFence):
+            _put(home, pid)
+
+
+def move(pid: int, uid: int, start_ticks: int, cgroup: Optional[Path], devices: Optional[Path]) -> None:
+    """Move the caller's process ``pid`` (the kernel's peer, of ``uid``, which
+    the CLI says started at ``start_ticks``) into the shell's cgroup v2 and v1
+    devices cgroup (either may be None).
+
+    Conflict or NotAllowed when it is not that process (see the module);
     CannotFence when the kernel refuses the move: then the shell must not run
-    as if it were fenced.
+    as if it were fenced. On any failure it is moved back where it was.
     """
+    if pid <= 0:
+        raise NotAllowed(CANNOT_TELL)
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
-        raise Conflict(f"the process that asked for the shell (pid {pid}) has ended; nothing was moved") from None
+        raise _ended(pid) from None
     try:
-        _check(pid, uid)
-        if cgroup is not None:
-            try:
-                fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY)
-                try:
-                    os.write(fd, str(pid).encode())
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                raise CannotFence(f"cannot move process {pid} into {cgroup}: {errno_words(e.errno or 0)}") from None
-        if devices is not None:
-            v1.join(devices, pid)
-        if _gone(pidfd):
-            raise Conflict(f"the process that asked for the shell (pid {pid}) ended while it was moved")
+        _check(pid, pidfd, uid, start_ticks)
+        homes: list[Path] = []  # where it was, in each hierarchy it has been moved out of so far
+        try:
+            for target, home in zip((cgroup, devices), _where(pid)):
+                if target is not None:
+                    _put(target, pid)
+                    if home is not None:
+                        homes.append(home)
+            if _gone(pidfd):  # it ended during the move: whatever holds its number now is not the asker
+                raise Conflict(f"the process that asked for the shell (pid {pid}) ended while it was moved")
+        except BaseException:
+            _back(pid, homes)
+            raise
     finally:
         os.close(pidfd)

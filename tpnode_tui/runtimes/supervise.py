@@ -73,7 +73,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence
@@ -289,13 +289,27 @@ def record_no_cgroup(state_dir: Path, name: str) -> None:
     _update_own(state_dir, name, lambda record: replace(record, cgroup=""))
 
 
-def end_hold(state_dir: Path, name: str, ended_by: Optional[int], grace_s: float) -> int:
+def _own_record(state_dir: Path, name: str) -> list[JobRecord]:
+    """This supervisor's record as the state file reads now (none when it cannot be read, or is not ours)."""
+    try:
+        record = StateFile(state_dir).read().get(name)
+    except RuntimeUnavailable:
+        return []
+    return [record] if record is not None and record.pid == os.getpid() else []
+
+
+def end_hold(
+    state_dir: Path, name: str, ended_by: Optional[int], grace_s: float, seen: Sequence[JobRecord] = ()
+) -> int:
     """End a reservation's hold: record the end (an expiry already is, ``ended_by``
     None; a signal's code otherwise), then end what runs in its shell (see
     :mod:`.shells`) and remove the shell's cgroups. The end is recorded first,
     in the same hold of the state file's lock that reads which cgroups the shell
     has, so no shell joins after it; the record says the cards are held until
-    the shell's processes have ended. The exit code."""
+    the shell's processes have ended. If the end cannot be recorded (a state
+    file that cannot be locked or read), the shell is ended all the same, from
+    the record as it reads, else as the hold last read it (``seen``): a hold
+    that has ended leaves nothing running on its cards. The exit code."""
     code = 0 if ended_by is None else ended_by
     shell: list[JobRecord] = []
 
@@ -308,6 +322,9 @@ def end_hold(state_dir: Path, name: str, ended_by: Optional[int], grace_s: float
         _update_own(state_dir, name, ended)
     except RuntimeUnavailable as e:
         print(f"tpnode-tui: could not record the end of reservation {name!r}: {e}", file=sys.stderr)
+        # the hold has ended all the same: its shell is ended too, from the record as
+        # it reads now, else as the hold last read it
+        shell[:] = _own_record(state_dir, name) or seen[-1:]
     if not shell or not (shell[0].cgroup or shell[0].devices_cgroup):
         return code
     cgroup = Path(shell[0].cgroup) if shell[0].cgroup else None
@@ -336,7 +353,7 @@ def wait_for_start(fd: int) -> bool:
 _HOLD_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
-def _time_left(state: StateFile, name: str) -> Optional[float]:
+def _time_left(state: StateFile, name: str, seen: list[JobRecord]) -> Optional[float]:
     """Seconds until this supervisor's reservation expires; None once it has
     ended, the end recorded (or the record gone, or another job's now).
 
@@ -348,6 +365,7 @@ def _time_left(state: StateFile, name: str) -> Optional[float]:
     record = state.read().get(name)
     if record is None or record.pid != os.getpid():
         return None
+    seen[:] = [record]  # where its shell's cgroups are, should the end not be recordable later
     if record.expires_at is None:
         return math.inf  # no expiry: held until stopped
     if time.time() < record.expires_at:
@@ -362,7 +380,7 @@ def _time_left(state: StateFile, name: str) -> Optional[float]:
     return None
 
 
-def hold(state_dir: Path, name: str, recheck_s: float = RECHECK_S) -> Optional[int]:
+def hold(state_dir: Path, name: str, seen: list[JobRecord], recheck_s: float = RECHECK_S) -> Optional[int]:
     """Hold a reservation's cards until its record's expiry; the exit code when
     a signal ended it first (128 + N), None when it expired (already recorded).
 
@@ -373,7 +391,7 @@ def hold(state_dir: Path, name: str, recheck_s: float = RECHECK_S) -> Optional[i
     state = StateFile(state_dir)
     while True:
         try:
-            left = _time_left(state, name)
+            left = _time_left(state, name, seen)
         except RuntimeUnavailable as e:
             print(f"tpnode-tui: reservation {name!r} keeps holding: {e}", file=sys.stderr)
             left = recheck_s
@@ -433,7 +451,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"tpnode-tui: job {name!r} was never started (its launcher went away)", file=sys.stderr)
         code = NOT_STARTED
     elif not sheet.command:
-        return end_hold(state_dir, name, hold(state_dir, name), grace_s)
+        seen: list[JobRecord] = []  # its record, as the hold last read it
+        return end_hold(state_dir, name, hold(state_dir, name, seen), grace_s, seen)
     else:
 
         def no_cgroup(why: str) -> None:

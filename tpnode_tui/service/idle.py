@@ -153,14 +153,14 @@ class IdleReservations:
 
     async def _release(self, job: JobState, warning: IdleWarning) -> None:
         """Release it as ``stop`` would, through the allocator, unless it was extended
-        meanwhile: that is checked under the allocation lock, which an extension
-        takes too, so the two cannot cross."""
+        or a shell was opened on it meanwhile: that is checked under the allocation
+        lock, which an extension and a shell take too, so neither can cross it."""
         key, owner = job.key, _owner(job)
         try:
             async with self.allocator.lock.hold():
                 now_job = next((j for j in await self.allocator.runtime.ps() if j.key == key and j.live), None)
-                if now_job is None or now_job.expires_at != warning.expires_at:
-                    return  # ended, or extended since it was read: the next poll keeps it
+                if now_job is None or now_job.expires_at != warning.expires_at or now_job.shell_processes:
+                    return  # ended, extended or in a shell's use since it was read: the next poll keeps it
                 stopped = await self.allocator.stop(key)
         except Exception as e:
             log.warning("could not release the idle reservation %s", key, exc_info=True)

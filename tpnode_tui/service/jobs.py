@@ -15,6 +15,7 @@ from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed
 from tpnode_tui.model.jobs import JobState, ShellEntry
 from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
+from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.text.render import format_duration
 
@@ -85,16 +86,27 @@ class JobActions:
                     f"{job.key} is a job, not a reservation: a shell runs on a reservation's cards; "
                     "reserve cards, or launch the command as a job"
                 )
-            self.policy.check_may(caller, job, "open a shell on", card=min(job.cards, default=None))
-            if caller.pid is None:
-                raise NotAllowed("the node cannot tell which process asks, so it can move none into the reservation")
+
+            def may(now: JobState) -> None:
+                self.policy.check_may(caller, now, "open a shell on", card=min(now.cards, default=None))
+
+            may(job)
+            if caller.pid is None or caller.pid <= 0:
+                raise NotAllowed(CANNOT_TELL)
+            if request.seen_pid != caller.pid:
+                raise Conflict(FORWARDED)
             shell = getattr(self.allocator.runtime, "shell", None)
             if shell is None:
                 raise Conflict(
                     f"this node's {self.allocator.runtime.name} runtime holds reservations in containers, and "
                     "runs no shell on their cards; use TUNEPLANE_RUNTIME=process, or launch the work as a job"
                 )
-            entry: ShellEntry = await shell(job.name, caller.pid, caller.uid)
+            # under the allocation lock, which the idle release takes too: either the
+            # release sees the shell (and keeps the reservation), or the shell comes
+            # after the end is recorded (and is refused); the two cannot cross
+            async with self.allocator.lock.hold():
+                # asked again of the record under the state file's lock: the run id may have changed hands
+                entry: ShellEntry = await shell(job.name, caller.pid, caller.uid, request.seen_start_ticks, may)
             return entry
 
         def done(entry: ShellEntry) -> str:
