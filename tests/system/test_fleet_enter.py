@@ -9,9 +9,11 @@ give the terminal back to the fleet.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
+import signal
 import struct
 import subprocess
 import termios
@@ -24,6 +26,7 @@ from helpers.accounts import runnable
 from helpers.agents import SharedNode
 from helpers.ssh import Sshd
 from helpers.waiting import until
+from tpnode_tui.runtimes.jobprocs import process_stat
 
 pytestmark = pytest.mark.redis
 NODE = "tpn-fleet-node"
@@ -84,10 +87,24 @@ class Terminal:
         os.write(self.master, keys.encode())
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        """End the fleet and whatever it started on this terminal (the node's dashboard
+        it ran, if a test fails while that is up), then the terminal."""
+        for pid in _session(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait(10)
         os.close(self.master)
+
+
+def _session(sid: int) -> list[int]:
+    """The processes of session ``sid`` that have not ended."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = process_stat(int(entry))
+            if stat is not None and stat.session == sid and not stat.ended:
+                found.append(int(entry))
+    return found
 
 
 @pytest.fixture
