@@ -78,12 +78,12 @@ else:
 """
 
 
-def _mig_minors() -> tuple[str, dict[str, int]]:
-    """mig-minors as a driver writes it for 8 cards: config, monitor, then each
+def mig_minors(cards: int = 8) -> tuple[str, dict[str, int]]:
+    """mig-minors as a driver writes it for ``cards`` cards: config, monitor, then each
     GPU instance and compute instance of each card, numbered in order."""
     lines, minors = ["config 1", "monitor 2"], {"config": 1, "monitor": 2}
     minor = 3
-    for gpu in range(8):
+    for gpu in range(cards):
         for gi in range(15):
             for name in [f"gpu{gpu}/gi{gi}/access"] + [f"gpu{gpu}/gi{gi}/ci{ci}/access" for ci in range(8)]:
                 lines.append(f"{name} {minor}")
@@ -99,7 +99,7 @@ class Driver:
         if os.geteuid() != 0:
             unavailable("making device nodes and cgroups takes root")
         self.root = shared_dir("tpn-fence-")
-        text, minors = _mig_minors()
+        text, minors = mig_minors()
         (self.root / "mig-minors").write_text(text)
         (self.root / "devices").write_text(
             f"Character devices:\n  1 mem\n195 nvidia-frontend\n{UVM} nvidia-uvm\n{CAPS} nvidia-caps\n\n"

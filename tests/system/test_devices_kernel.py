@@ -35,6 +35,8 @@ from typing import Iterator
 
 import pytest
 
+from helpers.accounts import runnable
+from helpers.fence import mig_minors
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.assembler import R0, R1, R2, assemble, exit_insn, load_u32, mov32
 from tpnode_tui.devices.bpf import BPF_PROG_GET_FD_BY_ID, attach_program, attached_programs, bpf_call, load_program
@@ -55,20 +57,6 @@ def unavailable(why: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and the fence's tests cannot run: {why}", pytrace=False)
     pytest.skip(why)
-
-
-def _mig_minors() -> tuple[str, dict[str, int]]:
-    """A mig-minors file as a driver writes it: config, monitor, then each GPU instance and
-    compute instance of 32 cards, numbered in order."""
-    lines, minors = ["config 1", "monitor 2"], {"config": 1, "monitor": 2}
-    minor = 3
-    for gpu in range(32):
-        for gi in range(15):
-            for name in [f"gpu{gpu}/gi{gi}/access"] + [f"gpu{gpu}/gi{gi}/ci{ci}/access" for ci in range(8)]:
-                lines.append(f"{name} {minor}")
-                minors[name] = minor
-                minor += 1
-    return "\n".join(lines) + "\n", minors
 
 
 #: the nodes made for each test: label -> (major, minor)
@@ -107,7 +95,7 @@ def scene() -> Iterator[Scene]:
     root = Path(tempfile.mkdtemp(prefix="tpnode-devices-"))
     try:
         root.chmod(0o755)
-        text, minors = _mig_minors()
+        text, minors = mig_minors(32)
         (root / "mig-minors").write_text(text)
         devices = f"Character devices:\n  1 mem\n195 nvidia-frontend\n{UVM} nvidia-uvm\n{CAPS} nvidia-caps\n\n"
         (root / "devices").write_text(devices + "Block devices:\n  7 loop\n")
@@ -469,9 +457,11 @@ print(json.dumps([dataclasses.asdict(job), dataclasses.asdict(node)], default=st
 
 
 def test_an_ordinary_account_cannot_fence_and_is_told_why(scene, v2_cgroup, v1_parent):
+    product = runnable()  # this checkout may be one nobody can enter (under /root)
     done = subprocess.run(
-        [sys.executable, "-c", AS_NOBODY, str(v2_cgroup), str(scene.files.devices), str(scene.files.mig_minors)],
+        [product.python, "-c", AS_NOBODY, str(v2_cgroup), str(scene.files.devices), str(scene.files.mig_minors)],
         capture_output=True, text=True, timeout=60, user="nobody", group="nogroup", cwd="/",
+        env={"PYTHONPATH": str(product.site)},
     )  # fmt: skip
     assert done.returncode == 0 and done.stderr == "", done.stderr
     job, node = json.loads(done.stdout)

@@ -20,16 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import time
 from pathlib import Path
-from typing import Iterator
-
-import pytest
 
 from helpers.accounts import cli_as
 from helpers.agents import SharedNode
-from helpers.fence import CAP_NODES, CARD_NODES, COMMON, MINOR, Driver, job, opened, said, scene_cards
+from helpers.fence import CAP_NODES, CARD_NODES, COMMON, MINOR, job, opened, said, scene_cards
 from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import unavailable, write_scene
 from helpers.waiting import until
@@ -40,22 +36,6 @@ from tpnode_tui.model.jobs import DeviceGrant, JobSpec
 from tpnode_tui.runtimes.jobprocs import process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import StateFile
-
-
-@pytest.fixture
-def driver() -> Iterator[Driver]:
-    made = Driver()
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made.root)
-
-
-@pytest.fixture
-def fenced_node(accounts, driver) -> Iterator[SharedNode]:
-    with SharedNode.started(accounts, "tpn-fenced-", **driver.settings) as node:
-        write_scene(node.scene, scene_cards())
-        yield node
 
 
 def test_a_card_jobs_processes_open_their_own_card_and_nothing_of_anothers(fenced_node, accounts, driver):

@@ -21,20 +21,18 @@ import asyncio
 import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from helpers.accounts import cli_as, runnable
 from helpers.agents import SharedNode
-from helpers.fence import CARD_NODES, COMMON, MINOR, Driver, job, opened, said, scene_cards
+from helpers.fence import CARD_NODES, COMMON, MINOR, job, opened, said, scene_cards
 from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import unavailable, write_scene
 from helpers.waiting import until
@@ -53,22 +51,6 @@ from tpnode_tui.runtimes import shells
 from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import StateFile
-
-
-@pytest.fixture
-def driver() -> Iterator[Driver]:
-    made = Driver()
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made.root)
-
-
-@pytest.fixture
-def fenced_node(accounts, driver) -> Iterator[SharedNode]:
-    with SharedNode.started(accounts, "tpn-shell-", **driver.settings) as node:
-        write_scene(node.scene, scene_cards())
-        yield node
 
 
 def reserve(node: SharedNode, who, run_id: str) -> int:
@@ -348,7 +330,7 @@ def test_a_shell_through_a_forwarder_is_refused_and_a_command_naming_the_bridge_
     reserve(fenced_node, alice, "r-fwd")
     near = alice.home / "forwarded.sock"
     forwarder = alice.spawn(
-        [sys.executable, "-c", FORWARDER, str(near), str(fenced_node.socket)],
+        [runnable().python, "-c", FORWARDER, str(near), str(fenced_node.socket)],
         env=alice.env(),
         stdout=subprocess.PIPE,
         text=True,
