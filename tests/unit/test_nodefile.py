@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tpnode_tui.config.nodefile import read_node_file
+from tpnode_tui.config.nodefile import node_file_path, read_node_file
 from tpnode_tui.config.settings import settings_from_flags
 from tpnode_tui.model.errors import ConfigError
 
@@ -45,3 +48,23 @@ def test_the_environment_wins_over_the_file_and_the_file_over_the_defaults(tmp_p
     assert settings.agent.socket == Path("/run/node/agent.sock")
     assert settings.state.dir == Path("/srv/mine")
     assert settings.agent.env_file == path
+
+
+def test_a_file_named_by_a_path_that_cannot_be_made_is_refused_in_words_also_by_status_json(tmp_path):
+    """``~nosuchuser/x`` has no home to expand into: one line and exit 2, also on
+    ``status --json``'s quick path, which hands such a mistake to the ordinary one."""
+    with pytest.raises(ConfigError, match=r"TUNEPLANE_NODE_ENV_FILE='~nosuchuser/x' cannot be read as a path"):
+        node_file_path({"TUNEPLANE_NODE_ENV_FILE": "~nosuchuser/x"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "tpnode_tui", "status", "--json"],
+        env={**env, "TUNEPLANE_NODE_ENV_FILE": "~nosuchuser/x"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "") and done.stderr.startswith(
+        "tpnode-tui: TUNEPLANE_NODE_ENV_FILE='~nosuchuser/x' cannot be read as a path"
+    ), done.stderr
+    assert "Traceback" not in done.stderr

@@ -68,7 +68,12 @@ def read_node_file(path: Path) -> dict[str, str]:
 def node_file_path(env: Mapping[str, str]) -> Path:
     """Where the node's file is: ``TUNEPLANE_NODE_ENV_FILE``, else /etc/tpnode-tui/agent.env."""
     raw = env.get(NODE_ENV_FILE_VARIABLE, "").strip()
-    return Path(raw).expanduser().absolute() if raw else Path(DEFAULT_NODE_ENV_FILE)
+    if not raw:
+        return Path(DEFAULT_NODE_ENV_FILE)
+    try:
+        return Path(raw).expanduser().absolute()
+    except (RuntimeError, OSError) as e:  # ~nosuchuser/..., or a relative path in a directory that is gone
+        raise ConfigError(f"{NODE_ENV_FILE_VARIABLE}={raw!r} cannot be read as a path: {e}") from None
 
 
 def beneath(env: Mapping[str, str]) -> dict[str, str]:
