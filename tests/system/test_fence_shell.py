@@ -211,9 +211,8 @@ def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(a
             "reservation ends, not counted as its use (no cgroup could be made: cgroup v2: "
         ), line
         record = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "own")
-        assert record["fenced"] is False and record["fence_problem"].startswith(
-            "its shell cannot be fenced: cgroup v2: "
-        )
+        # and the reservation says of its fence what it said before: no shell of its own has run
+        assert record["fenced"] is False and record["fence_problem"].startswith("a reservation runs nothing")
         assert record["cgroup"] is None and record["shell_processes"] == 0
     finally:
         kill_process_jobs(root / "state")

@@ -799,7 +799,7 @@ class ProcessRuntime:
             if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
                 raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
             may(_job_state(record, current_boot))
-            record, made = self._shell_cgroups(record)
+            record, made, fence = self._shell_cgroups(record)
             jobs[name] = record  # written only if the move succeeds: the transaction drops it on an error
             try:
                 try:
@@ -811,7 +811,6 @@ class ProcessRuntime:
                     remove_cgroup(_cgroup(record))
                     _remove_devices(record)
                 raise
-        fence = _device_fence(record)
         if not fence.fenced:  # the caller is told why, not what the reservation says of it
             fence = DeviceFence.missing(fence.problem.removeprefix(SHELL_UNFENCED))
         return ShellEntry(
@@ -821,10 +820,13 @@ class ProcessRuntime:
             cgroup=record.cgroup or record.devices_cgroup,
         )
 
-    def _shell_cgroups(self, record: JobRecord) -> tuple[JobRecord, bool]:
+    def _shell_cgroups(self, record: JobRecord) -> tuple[JobRecord, bool, DeviceFence]:
         """The reservation's record with its shell cgroups, made now (True) unless
-        an earlier shell made them; under ``required``, ConfigError when the shell
-        cannot be fenced. Called under the state file's lock."""
+        an earlier shell made them, and the shell's fence; under ``required``,
+        ConfigError when the shell cannot be fenced. Where no cgroup at all can be
+        made, the record is left as it was: such a shell is no part of the
+        reservation, so the reservation says nothing of its fence. Called under
+        the state file's lock."""
         mine = [p for p in (_cgroup(record), _devices(record)) if p is not None]
         if mine and all(p.is_dir() for p in mine):
             if self.fence_policy == jobfence.REQUIRED and not _device_fence(record).fenced:
@@ -834,7 +836,7 @@ class ProcessRuntime:
                     f"to its cards ({_device_fence(record).problem.removeprefix(SHELL_UNFENCED)}), and "
                     "TUNEPLANE_FENCE=required starts no shell that is not; stop and reserve again under required"
                 )
-            return record, False
+            return record, False, _device_fence(record)
         cgroup = make_cgroup(record.name) if self.cgroups else None
         made = jobfence.fence_job(
             self.fence_policy,
@@ -853,6 +855,8 @@ class ProcessRuntime:
                 "or ask an operator about the node's cgroups"
             )
         fence = made.fence if made.fence.fenced else DeviceFence.missing(SHELL_UNFENCED + made.fence.problem)
+        if cgroup is None and made.v1_cgroup is None:
+            return record, False, fence
         updated = replace(
             record,
             cgroup=str(cgroup or ""),
@@ -860,7 +864,7 @@ class ProcessRuntime:
             fence_mechanism=fence.mechanism,
             fence_problem=fence.problem,
         )
-        return updated, True
+        return updated, True, fence
 
     # ------------------------------------------------------ stopping, removing
 
