@@ -36,8 +36,9 @@ The routes, from the table (``docs/architecture.md``, "The door", has them with 
 ``POST /v1/reserve``        ``{cards, duration_s, run_id, owner, slice, placement}``
 ``POST /v1/extend``         ``{run_id, duration_s}``
 ``POST /v1/stop``           ``{run_id}``
-``POST /v1/shell``          ``{run_id}``: the caller's own process (its pid from SO_PEERCRED) into the
-                            reservation's fence; answers the exports its shell runs with
+``POST /v1/shell``          ``{run_id, seen_pid, seen_start_ticks}``: the caller's own process (its pid
+                            from SO_PEERCRED, which must be the pid and start the CLI saw of itself)
+                            into the reservation's fence; answers the exports its shell runs with
 ``POST /v1/reclaim``        ``{run_id}`` (null: every exited job the caller may remove)
 ``POST /v1/queue/cancel``   ``{run_id}``
 ``POST /v1/drain``          ``{card, reason}`` (operators)

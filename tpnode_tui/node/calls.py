@@ -40,7 +40,6 @@ from tpnode_tui.port.types import (
     UndrainRequest,
     UsageRequest,
 )
-from tpnode_tui.runtimes.jobprocs import process_stat
 
 A = TypeVar("A")
 
@@ -68,6 +67,8 @@ class Calls:
         return await self.call(ops.STOP, StopRequest(run_id))
 
     async def shell(self, run_id: str) -> ShellEntry:
+        from tpnode_tui.runtimes.jobprocs import process_stat  # only a shell reads /proc; every other call is lighter
+
         # what this process sees of itself, for the node to compare with the kernel's peer
         seen = process_stat(os.getpid())
         return await self.call(ops.SHELL, ShellRequest(run_id, os.getpid(), seen.ticks if seen else 0))

@@ -43,11 +43,6 @@ from tpnode_tui.devices.errors import CannotFence, errno_words
 from tpnode_tui.model.errors import Conflict, NotAllowed
 from tpnode_tui.runtimes.jobprocs import cgroup_dir, process_stat
 
-#: what a refused bridge is told to do instead
-ON_THE_NODE = (
-    "a shell runs in the process that asks for it, and through --host that is the SSH bridge, not "
-    "your shell: log in to the node (ssh) and run tpnode-tui shell there"
-)
 #: what the node says when the kernel cannot name the asking process (a peer in another PID namespace)
 CANNOT_TELL = (
     "the node cannot tell which process asks (it connected from another PID namespace, which the kernel "

@@ -180,8 +180,10 @@ def slice_summary(s: SliceView) -> str:
 
 def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
     """``export`` lines that point CUDA at a live job's cards, for ``eval``:
-    exactly what the job itself was given (:func:`visible_devices`), so a
-    shell beside a reservation and a job on it see the same variables."""
+    what the job itself was given (:func:`visible_devices`), so a shell beside
+    a reservation and a job on it see the same cards; the one difference is that
+    a fenced job counts its cards from 0 in ``CUDA_VISIBLE_DEVICES``, where a
+    shell outside the fence must name them as the node does."""
     job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
     if job is None:
         raise JobNotFound(f"no running job or reservation has run id {run_id}")
