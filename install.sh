@@ -53,7 +53,16 @@ fi
 
 echo "tpnode-tui install: installing into $prefix (a minute: it fetches textual, aiohttp and the rest)" >&2
 "$python" -m venv "$prefix"
-"$prefix/bin/python" -m pip install -q --disable-pip-version-check --upgrade .
+# pip builds in the tree it is given (build/, *.egg-info): give it a copy, so the
+# checkout stays as it was cloned, with nothing of root's in another account's tree
+source=$(mktemp -d "${TMPDIR:-/tmp}/tpnode-tui-install.XXXXXX")
+cp -R pyproject.toml README.md tpnode_tui "$source"/
+find "$source" -name __pycache__ -prune -exec rm -rf {} +
+if ! "$prefix/bin/python" -m pip install -q --disable-pip-version-check --upgrade "$source"; then
+    rm -rf "$source"
+    exit 1
+fi
+rm -rf "$source"
 mkdir -p "$bin"
 ln -sf "$prefix/bin/tpnode-tui" "$bin/tpnode-tui"
 echo "tpnode-tui install: $("$bin/tpnode-tui" --version) installed; the command is $bin/tpnode-tui" >&2

@@ -141,3 +141,6 @@ def test_as_root_it_installs_into_opt_with_the_command_where_the_unit_runs_it(tm
     assert any(line.startswith("version: tpnode-tui ") for line in done.stdout.splitlines()), done.stdout
     assert "not on your PATH" not in done.stderr
     assert (tmp_path / "upper/opt/tpnode-tui/bin/tpnode-tui").exists()  # written in the overlay, not on the machine
+    # pip built a copy: the checkout holds nothing of root's that would stop another account's install there
+    left = {p.name for p in (tmp_path / "tpnode-tui").iterdir()}
+    assert left == {"install.sh", "pyproject.toml", "README.md", "tpnode_tui"}, left
