@@ -792,10 +792,7 @@ class ProcessRuntime:
             if record is None:
                 raise JobNotFound(f"no job named {name!r} in {self.state.path}")
             if record.kind != "reservation" or record.command:
-                raise Conflict(
-                    f"{name!r} is a job, not a reservation: a shell runs on a reservation's cards; "
-                    "reserve cards, or launch the command as a job"
-                )
+                raise Conflict(shells.not_a_reservation(name))
             if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
                 raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
             may(_job_state(record, current_boot))

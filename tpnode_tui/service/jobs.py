@@ -15,7 +15,7 @@ from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed
 from tpnode_tui.model.jobs import JobState, ShellEntry
 from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
-from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED
+from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED, not_a_reservation
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.text.render import format_duration
 
@@ -82,10 +82,7 @@ class JobActions:
         async def work() -> ShellEntry:
             job = await self._job(run_id, live=True)
             if job.kind != "reservation":
-                raise Conflict(
-                    f"{job.key} is a job, not a reservation: a shell runs on a reservation's cards; "
-                    "reserve cards, or launch the command as a job"
-                )
+                raise Conflict(not_a_reservation(job.key))
 
             def may(now: JobState) -> None:
                 self.policy.check_may(caller, now, "open a shell on", card=min(now.cards, default=None))
