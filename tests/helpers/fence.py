@@ -17,9 +17,9 @@ import os
 import stat
 from pathlib import Path
 
-from helpers.accounts import runnable, shared_dir
+from helpers.accounts import Account, runnable, shared_dir
 from helpers.load import BOUND_S
-from helpers.services import unavailable
+from helpers.services import unavailable, write_scene
 from helpers.waiting import until
 from tpnode_tui.devices.fence import ProcFiles
 
@@ -158,6 +158,24 @@ def scene_cards() -> list[dict]:
         ],
     }
     return cards
+
+
+def own_node(account: Account, driver: Driver, name: str, **settings: str) -> tuple[Path, dict[str, str]]:
+    """A simulated node an ordinary account serves itself (no agent), in its home:
+    where it can make no cgroup, so nothing it starts can be fenced."""
+    root = account.home / name
+    account.run(["mkdir", "-p", str(root / "state")], env=account.env())
+    scene = write_scene(root / "scene.json", scene_cards())
+    os.chown(scene, account.uid, account.gid)
+    env = account.env(
+        TUNEPLANE_AGENT="off",
+        TUNEPLANE_STATE_DIR=str(root / "state"),
+        TUNEPLANE_RUNTIME="process",
+        TUNEPLANE_PROBE=f"simulated:{scene}",
+        **driver.settings,
+        **settings,
+    )
+    return root, env
 
 
 def said(out: Path, log: Path) -> dict:

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 
 from helpers.accounts import cli_as
 from helpers.agents import SharedNode
-from helpers.fence import CAP_NODES, CARD_NODES, COMMON, MINOR, job, opened, said, scene_cards
+from helpers.fence import CAP_NODES, CARD_NODES, COMMON, MINOR, job, opened, own_node, said, scene_cards
 from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import unavailable, write_scene
 from helpers.waiting import until
@@ -108,18 +107,7 @@ def test_required_refuses_a_job_where_no_cgroup_can_be_made_and_says_why(account
     required nothing starts (exit 2, one line); under auto the job runs and says why
     it is not fenced."""
     alice = accounts.alice
-    root = alice.home / "own-node"
-    alice.run(["mkdir", "-p", str(root / "state")], env=alice.env())
-    scene = write_scene(root / "scene.json", scene_cards())
-    os.chown(scene, alice.uid, alice.gid)
-    env = alice.env(
-        TUNEPLANE_AGENT="off",
-        TUNEPLANE_STATE_DIR=str(root / "state"),
-        TUNEPLANE_RUNTIME="process",
-        TUNEPLANE_PROBE=f"simulated:{scene}",
-        TUNEPLANE_FENCE="required",
-        **driver.settings,
-    )
+    root, env = own_node(alice, driver, "own-node", TUNEPLANE_FENCE="required")
     try:
         refused = cli_as(alice, env, "launch", "--cards", "1", "--run-id", "must", "--", "sleep", "30")
         assert refused.returncode == 2, refused.stderr

@@ -32,7 +32,7 @@ import pytest
 
 from helpers.accounts import cli_as, runnable
 from helpers.agents import SharedNode
-from helpers.fence import CARD_NODES, COMMON, MINOR, job, opened, said, scene_cards
+from helpers.fence import CARD_NODES, COMMON, MINOR, job, opened, own_node, said, scene_cards
 from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import unavailable, write_scene
 from helpers.waiting import until
@@ -177,18 +177,7 @@ def test_required_refuses_a_shell_where_no_cgroup_can_be_made_and_auto_says_so(a
     reservation (unfenced, untracked, not ended with it), and one line on stderr
     says all of that."""
     alice = accounts.alice
-    root = alice.home / "own-shell-node"
-    alice.run(["mkdir", "-p", str(root / "state")], env=alice.env())
-    scene = write_scene(root / "scene.json", scene_cards())
-    os.chown(scene, alice.uid, alice.gid)
-    env = alice.env(
-        TUNEPLANE_AGENT="off",
-        TUNEPLANE_STATE_DIR=str(root / "state"),
-        TUNEPLANE_RUNTIME="process",
-        TUNEPLANE_PROBE=f"simulated:{scene}",
-        TUNEPLANE_FENCE="required",
-        **driver.settings,
-    )
+    root, env = own_node(alice, driver, "own-shell-node", TUNEPLANE_FENCE="required")
     try:
         done = cli_as(alice, env, "reserve", "--cards", "1", "--for", "1h", "--run-id", "own")
         assert done.returncode == 0, done.stderr  # a reservation itself runs nothing to fence
