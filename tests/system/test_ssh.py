@@ -146,8 +146,13 @@ def test_bob_s_dashboard_over_ssh_names_him_and_where_it_reads(reach, accounts):
 def test_dial_stdio_joins_its_input_and_output_to_the_agent_the_node_s_file_names(reach, accounts):
     node, _sshd = reach
     bob = accounts.bob
-    # the login's environment names another socket: the node's file is what counts
-    env = bob.env(TUNEPLANE_NODE_ENV_FILE=str(node.root / "agent.env"), TUNEPLANE_AGENT_SOCKET="/nonexistent/a.sock")
+    # the login's environment names another socket, and holds a value that is no setting at all:
+    # the node's file is what counts, and nothing else of the login's is read
+    env = bob.env(
+        TUNEPLANE_NODE_ENV_FILE=str(node.root / "agent.env"),
+        TUNEPLANE_AGENT_SOCKET="/nonexistent/a.sock",
+        TUNEPLANE_LOCK_RETRY_MS="soon",
+    )
     request = b"GET /v1/whoami HTTP/1.1\r\nHost: tpnode-agent\r\nConnection: close\r\n\r\n"
     bridge = subprocess.Popen(
         runnable().argv("dial-stdio"),

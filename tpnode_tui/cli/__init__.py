@@ -270,6 +270,7 @@ def _quick() -> Optional[int]:
 
 def _main(argv: Optional[Sequence[str]]) -> int:
     from tpnode_tui.cli.registry import COMMANDS, UsageError
+    from tpnode_tui.config.nodefile import node_file_environ
     from tpnode_tui.config.settings import settings_from_flags
     from tpnode_tui.config.statedir import state_dir_exists
     from tpnode_tui.model.errors import EXIT_FAIL, EXIT_USAGE, TpnodeError, error_line, exit_code
@@ -293,13 +294,14 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             return run_dashboard(
                 settings, demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose
             )
-        settings = settings_from_flags(vars(args))
+        command = COMMANDS[args.command]
+        settings = settings_from_flags(vars(args), node_file_environ() if command.node_file_only else None)
         if settings.agent.host is not None and args.agent == "off":
             raise UsageError(
                 f"--host {settings.agent.host} reaches that node's agent, and --agent off asks for none: "
                 "give one of them"
             )
-        return _run(COMMANDS[args.command], args, settings)
+        return _run(command, args, settings)
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_PIPE

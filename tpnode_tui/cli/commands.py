@@ -613,16 +613,19 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
     return run_fleet_view(settings.fleet.url, safe, args.interval)
 
 
-@command("dial-stdio", "join standard input and output to this node's agent (what --host runs over SSH)")
+@command(
+    "dial-stdio",
+    "join standard input and output to this node's agent (what --host runs over SSH)",
+    node_file_only=True,
+)
 def _dial_stdio(args: argparse.Namespace, settings: Settings) -> int:
     """The bridge at the node's end of an SSH connection. It runs as the
     account SSH logged in, so the agent names that account (SO_PEERCRED);
     it only moves bytes, and ends when either side does. sshd starts it in a
     non-login shell with the account's environment, which may say nothing of
-    the node or something else: the socket is the node's file's word, else
-    the default, as the agent's unit has it."""
-    from tpnode_tui.config.nodefile import read_node_file
-    from tpnode_tui.config.settings import load_settings
+    the node, something else, or something that is no setting at all: its
+    settings are the node's file's alone (``node_file_only``), so the socket
+    is the one the agent's unit was given, else the default."""
     from tpnode_tui.node.bridge import bridge
 
-    return bridge(load_settings(read_node_file(settings.agent.env_file)).agent.socket)
+    return bridge(settings.agent.socket)

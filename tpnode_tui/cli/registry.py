@@ -58,6 +58,9 @@ class Command:
     #: runs straight through on a blocking connection with no event loop
     #: (tpnode_tui.node.http.straight): most of a short command's time otherwise
     straight: bool = False
+    #: its settings are the node's file's and its own flags, never the caller's
+    #: environment (dial-stdio: sshd runs it in whatever environment the login has)
+    node_file_only: bool = False
 
 
 #: every command, in the order declared (the order --help lists them)
@@ -80,11 +83,13 @@ def node_command(
     return register
 
 
-def command(name: str, help: str, arguments: Arguments = _no_arguments) -> Callable[[Alone], Alone]:
+def command(
+    name: str, help: str, arguments: Arguments = _no_arguments, *, node_file_only: bool = False
+) -> Callable[[Alone], Alone]:
     """Register the decorated function as the command ``name``, run on its own."""
 
     def register(run: Alone) -> Alone:
-        COMMANDS[name] = Command(name, help, arguments, alone=run)
+        COMMANDS[name] = Command(name, help, arguments, alone=run, node_file_only=node_file_only)
         return run
 
     return register

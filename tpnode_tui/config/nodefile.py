@@ -12,6 +12,7 @@ and ``#`` or ``;`` comments, a value optionally in matching quotes.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -74,6 +75,13 @@ def node_file_path(env: Mapping[str, str]) -> Path:
         return Path(raw).expanduser().absolute()
     except (RuntimeError, OSError) as e:  # ~nosuchuser/..., or a relative path in a directory that is gone
         raise ConfigError(f"{NODE_ENV_FILE_VARIABLE}={raw!r} cannot be read as a path: {e}") from None
+
+
+def node_file_environ() -> dict[str, str]:
+    """An environment that says only where the node's file is: settings read
+    over it are the node's file's alone (:func:`beneath`)."""
+    named = os.environ.get(NODE_ENV_FILE_VARIABLE)
+    return {} if named is None else {NODE_ENV_FILE_VARIABLE: named}
 
 
 def beneath(env: Mapping[str, str]) -> dict[str, str]:
