@@ -119,8 +119,9 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
-def _measure(cards: int, window_s: float, tmp: Path) -> tuple[float, float, float]:
-    """(seconds to the first full frame, % of one core over the window, resident MB)."""
+def measure(cards: int, window_s: float, tmp: Path, command: Optional[list[str]] = None) -> tuple[float, float, float]:
+    """(seconds to the first full frame, % of one core over the window, resident MB)
+    of ``command`` (this checkout's dashboard unless given) on ``cards`` idle cards."""
     scene = write_scene(tmp / f"node{cards}.json", cards)
     state = tmp / f"state{cards}"
     # Only what the dashboard needs: no TUNEPLANE_* setting of this shell leaks in.
@@ -133,7 +134,7 @@ def _measure(cards: int, window_s: float, tmp: Path) -> tuple[float, float, floa
         "TUNEPLANE_RUNTIME": "process",
         "TUNEPLANE_STATE_DIR": str(state),
     }
-    pane = Pane([sys.executable, "-m", "tpnode_tui", "--interval", "1"], env)
+    pane = Pane(command or [sys.executable, "-m", "tpnode_tui", "--interval", "1"], env)
     try:
         screen = ""
         while not _frame_complete(screen, cards):
@@ -169,7 +170,7 @@ def run(quick: bool) -> Section:
             where = Path(tmp) / f"run{n}"
             where.mkdir()
             for cards in (8, 64):
-                results[cards].append(_measure(cards, window, where))
+                results[cards].append(measure(cards, window, where))
     frame8, cpu8, rss8 = (list(x) for x in zip(*results[8]))
     frame64, cpu64, rss64 = (list(x) for x in zip(*results[64]))
     # The headline keys: first frame on the 8-card node, memory on the larger one.

@@ -10,6 +10,9 @@ the process runtime from a temporary directory; each copy's console script
 asks it (``TUNEPLANE_AGENT=on``) and serves the node itself
 (``TUNEPLANE_AGENT=off``), round by round in a rotated order, each a whole
 process from exec to exit, beside ``python -c pass`` of the new environment.
+Beside them, the new copy's interpreter importing what a status served
+in-process cannot do without (asyncio, the settings, the model, the port) and
+running nothing: the floor that making imports lazy cannot go below.
 Prints each way's median and p90, and its ratio to the bare start.
 """
 
@@ -23,6 +26,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+#: the modules every status served in-process needs whatever else is made lazy:
+#: the event loop, the settings, the snapshot's model, and the port's types and codec
+FLOOR = (
+    "import asyncio, json, tpnode_tui.config.settings, tpnode_tui.model.snapshot, tpnode_tui.model.views, "
+    "tpnode_tui.model.jobs, tpnode_tui.port.types, tpnode_tui.port.wire"
+)
 
 
 def main(old: Path, new: Path, rounds: int) -> None:
@@ -49,7 +59,14 @@ def main(old: Path, new: Path, rounds: int) -> None:
                     raise SystemExit("the agent did not start")
                 time.sleep(0.1)
             time.sleep(2)
-            ways = {"bare Python start": ([str(new / "bin" / "python"), "-c", "pass"], {})}
+            python = str(new / "bin" / "python")
+            ways = {
+                "bare Python start": ([python, "-c", "pass"], {}),
+                # what serving the node here cannot start without, imported and nothing run:
+                # the floor under "status in-process" while it reads the node on an event loop
+                "new: imports only, asyncio + json": ([python, "-c", "import asyncio, json"], {}),
+                "new: imports only, + settings, model, port": ([python, "-c", FLOOR], {}),
+            }
             for name, prefix in (("old", old), ("new", new)):
                 status = [str(prefix / "bin" / "tpnode-tui"), "status", "--json"]
                 ways[f"{name}: status through the agent"] = (status, {"TUNEPLANE_AGENT": "on"})
@@ -75,7 +92,7 @@ def main(old: Path, new: Path, rounds: int) -> None:
         samples.sort()
         median = statistics.median(samples)
         p90 = samples[max(0, round(0.9 * len(samples)) - 1)]
-        print(f"{way:34} median {median * 1000:5.0f} ms   p90 {p90 * 1000:5.0f} ms   {median / bare:5.1f} x bare")
+        print(f"{way:43} median {median * 1000:5.0f} ms   p90 {p90 * 1000:5.0f} ms   {median / bare:5.1f} x bare")
     print(f"{rounds} rounds; load average (1 min) {load:.2f} before, {os.getloadavg()[0]:.2f} after")
 
 
