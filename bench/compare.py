@@ -174,6 +174,12 @@ def report(verdicts: list[Verdict], out=None) -> None:
         )
     slid = [v.figure.key for v in verdicts if v.slid]
     print(f"slid: {', '.join(slid)}" if slid else "nothing slid", file=out)
+    if slid:
+        print(
+            "the recorded figures are one machine's at one hour: before looking for a cause, measure the "
+            "recorded commit and this one side by side (bench/startup_compare.py, bench/dashboard_compare.py)",
+            file=out,
+        )
 
 
 def recorded(doc: Path = DOC) -> list[Figure]:

@@ -129,10 +129,12 @@ def test_the_report_names_what_slid_and_the_exit_status_says_so(tmp_path, capsys
     assert compare.main([str(result), "--figures", str(doc)]) == compare.SLID_EXIT
     out = capsys.readouterr().out
     assert "slid: tui_cpu_pct_8" in out
+    assert "side by side (bench/startup_compare.py, bench/dashboard_compare.py)" in out
     assert "SLID" in out and "not measured" in out
     result.write_text(json.dumps({"tui_cpu_pct_8": 0.41}))
     assert compare.main([str(result), "--figures", str(doc)]) == 0
-    assert "nothing slid" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nothing slid" in out and "side by side" not in out
 
 
 def test_an_unreadable_table_or_result_is_one_line_and_status_2(tmp_path, capsys):
