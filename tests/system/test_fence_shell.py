@@ -35,6 +35,7 @@ from helpers.agents import SharedNode
 from helpers.fence import CARD_NODES, COMMON, MINOR, job, opened, own_node, said, scene_cards
 from helpers.load import BOUND_S, kill_process_jobs
 from helpers.services import unavailable, write_scene
+from helpers.terminal import Terminal
 from helpers.waiting import until
 from tpnode_tui.core.belonging import classify
 from tpnode_tui.core.policy import Policy
@@ -522,3 +523,32 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_the_dashboard_s_shell_key_opens_her_shell_in_the_reservation_s_fence_and_exit_comes_back(
+    fenced_node, accounts
+):
+    """The key's whole path on a real terminal: alice's dashboard runs
+    ``tpnode-tui shell`` with its own settings as a child on her terminal; the
+    agent moves that child into the reservation's fence, where it becomes her
+    login shell; exiting it gives the terminal back to the dashboard."""
+    alice = accounts.alice
+    card = reserve(fenced_node, alice, "r-key")
+    env = {**fenced_node.env(alice), "TERM": "xterm-256color", "PS1": "in-the-fence$ "}
+    term = Terminal(alice, runnable().argv(), env)
+    try:
+        term.shows("r-key", what="the dashboard to show her reservation")
+        term.press("\x1b[C" * card)  # the right arrow, to her reservation's card
+        term.shows("Shell", what="the footer to offer the shell on her reservation's card")
+        before = term.mark()
+        term.press("S")
+        term.shows("in-the-fence$ ", before, "her login shell's prompt")
+        term.press("echo CUDA=$CUDA_VISIBLE_DEVICES NVIDIA=$NVIDIA_VISIBLE_DEVICES; cat /proc/self/cgroup; exit\r")
+        term.shows(f"CUDA=0 NVIDIA={card}", before, "the reservation's cards in the shell's environment")
+        term.shows("tpnode-tui.r-key.", before, "the shell in the reservation's cgroup")
+        term.shows("Back from the shell on r-key.", before, "the dashboard drawn again, saying so")
+        assert "press enter to go back" not in term.text(before)  # exit is no failure
+        term.press("q")
+        assert term.proc.wait(30) == 0
+    finally:
+        term.close()

@@ -409,6 +409,43 @@ async def test_extend_asks_how_much_longer_and_the_reservation_holds_its_card_lo
         assert app.main.check_action("extend", ()) is False, "extend is offered on a reservation only"
 
 
+async def test_the_shell_key_opens_a_shell_on_the_selected_reservation_and_says_how_it_ended(service_node):
+    await service_node.local.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv-sh"))
+    await service_node.place("a-job", 1)
+    asked: list[str] = []
+
+    def open_shell(run_id: str) -> int:
+        """What runs ``tpnode-tui shell RUN_ID`` on the terminal (tests/system/test_fence_shell.py runs it)."""
+        asked.append(run_id)
+        return 0 if len(asked) == 1 else 3
+
+    app = service_node.app(open_shell=open_shell)
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        assert app.query_one(CardGrid).selected == 0 and states(app)[:2] == ["reservation", "job"]
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert "shell" in footer_keys
+        await pilot.press("S")
+        assert asked == ["rsv-sh"] and app.heard("Back from the shell on rsv-sh.")
+        await pilot.press("S")
+        assert app.heard("The shell on rsv-sh ended with exit code 3, for the reason it gave on the terminal.")
+        await pilot.press("right")
+        assert app.main.check_action("shell", ()) is False, "a shell is offered on a reservation only"
+        await pilot.press("S")
+        assert asked == ["rsv-sh", "rsv-sh"]
+
+    for other in (
+        service_node.app(open_shell=open_shell, readonly=True),  # read-only: nothing is done from it
+        service_node.app(),  # no shells from here: a node over --host, the demo's
+        Dashboard(LocalNode(service_node.local.service, BOB), open_shell=open_shell),  # not bob's
+    ):
+        async with other.run_test(size=SIZE) as pilot:
+            await polled(pilot, other)
+            assert other.query_one(CardGrid).selected == 0 and states(other)[0] == "reservation"
+            assert other.main.check_action("shell", ()) is False
+    assert asked == ["rsv-sh", "rsv-sh"]
+
+
 async def test_the_detail_pane_shows_a_running_job_s_cuda_exports_to_copy(service_node):
     await service_node.place("two-cards", 2)
     app = service_node.app()

@@ -51,3 +51,24 @@ def test_only_the_named_command_gets_its_arguments():
     sub = next(a for a in made._actions if a.dest == "command")
     assert [a.dest for a in sub.choices["queue"]._actions] == ["help", "json"]
     assert [a.dest for a in sub.choices["launch"]._actions] == ["help"]
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        [],
+        ["--state-dir", "/srv/a b", "--agent", "off", "--gpu-count", "4"],
+        ["--state-dir=-odd", "--allow-unverified"],
+    ],
+)
+def test_the_setting_flags_written_back_read_as_the_same_settings(given):
+    """The dashboard's shell key runs ``tpnode-tui shell`` with the dashboard's
+    own setting flags: written back and read again, they are the same settings."""
+    from tpnode_tui.config.settings import flag_words, settings_from_flags
+
+    first = vars(build_parser(given).parse_args(given))
+    words = flag_words(first)
+    again = vars(build_parser([*words, "shell", "r1"]).parse_args([*words, "shell", "r1"]))
+    assert again["command"] == "shell" and again["run_id"] == "r1"
+    assert settings_from_flags(again, {}) == settings_from_flags(first, {})
+    assert len(words) == sum(word.startswith("--") for word in given)

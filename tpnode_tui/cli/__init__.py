@@ -271,7 +271,7 @@ def _quick() -> Optional[int]:
 def _main(argv: Optional[Sequence[str]]) -> int:
     from tpnode_tui.cli.registry import COMMANDS, UsageError
     from tpnode_tui.config.nodefile import node_file_environ
-    from tpnode_tui.config.settings import settings_from_flags
+    from tpnode_tui.config.settings import flag_words, settings_from_flags
     from tpnode_tui.config.statedir import state_dir_exists
     from tpnode_tui.model.errors import EXIT_FAIL, EXIT_USAGE, TpnodeError, error_line, exit_code
 
@@ -292,7 +292,12 @@ def _main(argv: Optional[Sequence[str]]) -> int:
 
             _started()
             return run_dashboard(
-                settings, demo=args.demo, readonly=args.readonly, interval=args.interval, verbose=args.verbose
+                settings,
+                demo=args.demo,
+                readonly=args.readonly,
+                interval=args.interval,
+                verbose=args.verbose,
+                cli=(sys.executable, "-m", "tpnode_tui", *flag_words(vars(args))),
             )
         command = COMMANDS[args.command]
         settings = settings_from_flags(vars(args), node_file_environ() if command.node_file_only else None)

@@ -71,6 +71,23 @@ def settings_from_flags(flags: Mapping[str, object], environ: Optional[Mapping[s
     return load_settings(beneath(os.environ if environ is None else environ), **overrides)
 
 
+def flag_words(flags: Mapping[str, object]) -> list[str]:
+    """The setting flags among ``flags`` (as :func:`settings_from_flags` takes
+    them) written back as a command line: a command started from this one (the
+    dashboard's shell key runs ``tpnode-tui shell``) with its settings, the
+    environment beneath as this one had it."""
+    words: list[str] = []
+    for declared in DECLARED.values():
+        if declared.flag is None:
+            continue
+        value = flags.get(declared.flag[2:].replace("-", "_"))
+        if value is True:
+            words.append(declared.flag)
+        elif value is not None:
+            words.append(f"{declared.flag}={value}")
+    return words
+
+
 def _given(name: str, declared: Declared, override: object, env: Mapping[str, str]) -> tuple[bool, Any]:
     """Whether the setting ``name`` is given (by a flag, else its variable), and its value."""
     if isinstance(override, bool):  # a switch on the command line (--allow-unverified): no text to read

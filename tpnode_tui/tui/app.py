@@ -43,6 +43,7 @@ from tpnode_tui.tui.screens.dialogs.help import HelpScreen
 from tpnode_tui.tui.screens.dialogs.quit import QuitScreen
 from tpnode_tui.tui.screens.flows.desk import failed
 from tpnode_tui.tui.screens.main import MainScreen
+from tpnode_tui.tui.terminal import ShellOpener
 from tpnode_tui.tui.wording.keys import APP_BINDINGS
 
 if TYPE_CHECKING:  # the demo's scene, with its allocator, loads only with the demo
@@ -73,7 +74,9 @@ class NodeDashboard(App[int]):
         default_command: tuple[str, ...] = (),
         clock: Callable[[], float] = time.time,
         reconnect_s: tuple[float, float] = (RECONNECT_FIRST_S, RECONNECT_MOST_S),
+        open_shell: Optional[ShellOpener] = None,
     ) -> None:
+        """``open_shell`` runs the caller's shell on a reservation while this app is suspended."""
         super().__init__()
         self.node = node
         self.demo = demo
@@ -97,6 +100,7 @@ class NodeDashboard(App[int]):
             default_command=default_command,
             demo=demo,
             clock=clock,
+            open_shell=open_shell,
         )
         #: the node's picture and its keys: the default screen
         self.main = MainScreen(

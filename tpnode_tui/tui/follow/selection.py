@@ -39,6 +39,8 @@ class Selection:
     log_card: Optional[int] = None
     #: an eviction's dry run is on its way (its question would come twice)
     evict_asking: bool = False
+    #: a shell can be opened from here (a node on this machine, not the demo's)
+    shells: bool = False
 
     @property
     def operator(self) -> bool:
@@ -83,6 +85,13 @@ class Selection:
     def extend_target(self) -> Optional[JobState]:
         job = self.stop_target()
         return job if job is not None and job.kind == "reservation" and job.expires_at else None
+
+    def shell_target(self) -> Optional[JobState]:
+        """The running reservation the shell key opens a shell on, chosen as stop's is."""
+        if not self.shells:
+            return None
+        job = self.stop_target()
+        return job if job is not None and job.kind == "reservation" else None
 
     def triage_card(self) -> Optional[CardView]:
         """The card drain, undrain and evict act on: the selected one, while the

@@ -14,6 +14,7 @@ from tpnode_tui.tui.follow.readings import NodeFollower
 
 if TYPE_CHECKING:  # the demo's scene, with its allocator, loads only with the demo
     from tpnode_tui.demo.scene import DemoScene
+    from tpnode_tui.tui.terminal import ShellOpener
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,8 @@ class Session:
     """The node, what is followed of it (its readings, its log, its cards' last
     hour), the launches asked for from here, and how the dashboard was started:
     read-only, through the node's agent (which keeps the queue) or serving the
-    node itself, with the demo's scene, with a command a launch runs by default."""
+    node itself, with the demo's scene, with a command a launch runs by default,
+    and how a shell is opened on a reservation."""
 
     node: Node
     follower: NodeFollower
@@ -33,3 +35,6 @@ class Session:
     default_command: tuple[str, ...] = ()
     demo: Optional[DemoScene] = None
     clock: Callable[[], float] = time.time
+    #: runs the caller's shell on a reservation on this terminal (None: no shells from
+    #: this dashboard: a node over --host, the demo's)
+    open_shell: Optional[ShellOpener] = None

@@ -23,7 +23,8 @@ only when a key's state changed.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Coroutine, Iterable, Mapping, Optional, TypeVar
+import contextlib
+from typing import Any, Callable, ContextManager, Coroutine, Iterable, Mapping, Optional, TypeVar
 
 from rich.text import Text
 from textual.app import ComposeResult, SystemCommand
@@ -41,7 +42,7 @@ from tpnode_tui.tui.follow.history import Recent
 from tpnode_tui.tui.follow.selection import Selection
 from tpnode_tui.tui.follow.session import Session
 from tpnode_tui.tui.screens.dialogs.usage import UsageScreen
-from tpnode_tui.tui.screens.flows import demo, jobs, launches, operators
+from tpnode_tui.tui.screens.flows import demo, jobs, launches, operators, shells
 from tpnode_tui.tui.widgets.detail import DetailPane
 from tpnode_tui.tui.widgets.events import EventsPane
 from tpnode_tui.tui.widgets.jobs import JobsTable
@@ -419,6 +420,7 @@ class MainScreen(Screen[None]):
             log_shown=log.shown,
             log_card=log.card,
             evict_asking=self.evict_asking,
+            shells=session.open_shell is not None,
         )
 
     # -- the keys -------------------------------------------------------------------------
@@ -445,6 +447,10 @@ class MainScreen(Screen[None]):
     def start(self, work: Coroutine[Any, Any, None], group: str) -> None:
         self.run_worker(work, group=group, exit_on_error=False)
 
+    def suspended(self) -> ContextManager[None]:
+        app = self.app
+        return contextlib.nullcontext() if app.is_headless else app.suspend()
+
     # what changes the node: one flow each (tui/screens/flows/)
 
     def action_launch(self) -> None:
@@ -458,6 +464,9 @@ class MainScreen(Screen[None]):
 
     def action_stop(self) -> None:
         jobs.stop(self)
+
+    def action_shell(self) -> None:
+        shells.shell(self)
 
     def action_reclaim(self) -> None:
         jobs.reclaim(self)

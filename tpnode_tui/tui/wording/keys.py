@@ -66,6 +66,8 @@ class Situation(Protocol):
 
     def extend_target(self) -> Optional[JobState]: ...
 
+    def shell_target(self) -> Optional[JobState]: ...
+
     def selected_launch(self) -> Optional[QueuedLaunch]: ...
 
     def exited_jobs(self) -> list[JobState]: ...
@@ -138,6 +140,11 @@ def _stop(now: Situation) -> bool:
 
 def _extend(now: Situation) -> bool:
     job = now.extend_target()
+    return job is not None and now.mine(job.uid, job.owner)
+
+
+def _shell(now: Situation) -> bool:
+    job = now.shell_target()
     return job is not None and now.mine(job.uid, job.owner)
 
 
@@ -227,6 +234,25 @@ ACTIONS: tuple[Action, ...] = (
             "row (asks first, naming it)",
         ),
         word="stop",
+    ),
+    Action(
+        "shell",
+        "S",
+        "Shell",
+        "shell",
+        "Your shell on the selected reservation's cards, fenced to them; exit it to come back",
+        "node",
+        when=_shell,
+        palette=(
+            "Shell on the selected reservation",
+            "Your shell on the selected reservation's cards, fenced to them, until you exit it",
+        ),
+        help=(
+            "S",
+            "a shell on the selected reservation's cards, fenced to them (tpnode-tui shell): the "
+            "dashboard waits until you exit it",
+        ),
+        word="shell",
     ),
     Action(
         "reclaim",

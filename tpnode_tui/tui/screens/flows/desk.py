@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Coroutine, Optional, Protocol, TypeVar
+from typing import Any, ContextManager, Coroutine, Optional, Protocol, TypeVar
 
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -31,6 +31,10 @@ class Desk(Protocol):
 
     async def ask(self, question: Screen[Answer]) -> Answer:
         """The dialog's answer; only from inside a worker (``start``)."""
+        ...
+
+    def suspended(self) -> ContextManager[None]:
+        """This terminal handed to a child (a shell) while the dashboard waits; none when headless."""
         ...
 
     def start(self, work: Coroutine[Any, Any, None], group: str) -> None:

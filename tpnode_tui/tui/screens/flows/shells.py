@@ -1,0 +1,42 @@
+"""The shell key: the caller's own shell on a reservation's cards, on this terminal.
+
+The dashboard does not become the shell: it runs ``tpnode-tui shell RUN_ID``
+as a child on the terminal while it is suspended, so the node moves that
+child, not the dashboard, into the reservation's fence, and the child
+becomes the login shell there. The node decides who may (its owner, an
+operator); a refusal is the child's one line, left on the terminal until
+enter (:func:`tpnode_tui.tui.terminal.on_this_terminal`).
+"""
+
+from __future__ import annotations
+
+from tpnode_tui.tui.screens.flows.desk import Desk, failed, refused
+
+
+def shell(desk: Desk) -> None:
+    """The shell key: a shell on the selected reservation, until it is exited."""
+    if refused(desk, "opening a shell"):
+        return
+    job = desk.selection().shell_target()
+    open_shell = desk.session.open_shell
+    if job is None or open_shell is None:
+        desk.notify(
+            "Select a running reservation (on its card, or in the jobs table) to open a shell on its cards.",
+            severity="warning",
+        )
+        return
+    try:
+        with desk.suspended():
+            code = open_shell(job.key)
+    except Exception as e:  # a terminal that cannot be handed over: say so, keep the dashboard
+        failed(desk, f"Could not open a shell on {job.key}", e)
+        return
+    if code == 0:
+        desk.notify(f"Back from the shell on {job.key}.", timeout=4)
+    else:
+        desk.notify(
+            f"The shell on {job.key} ended with exit code {code}, for the reason it gave on the terminal.",
+            title="Shell",
+            severity="warning",
+            timeout=8,
+        )
