@@ -35,6 +35,32 @@ def test_no_file_is_no_setting_and_a_bad_line_is_refused_naming_it(tmp_path):
         read_node_file(path)
 
 
+def test_a_file_named_that_is_not_there_is_said_and_the_default_s_absence_is_not(tmp_path):
+    missing = tmp_path / "missing.env"
+    with pytest.raises(
+        ConfigError,
+        match=rf"TUNEPLANE_NODE_ENV_FILE names the node's settings file {missing}, and there is none: "
+        "correct the path, or unset TUNEPLANE_NODE_ENV_FILE to read /etc/tpnode-tui/agent.env",
+    ):
+        settings_from_flags({}, {"TUNEPLANE_NODE_ENV_FILE": str(missing)})
+    assert settings_from_flags({}, {"TUNEPLANE_NODE_ENV_FILE": " "}).agent.env_file == Path("/etc/tpnode-tui/agent.env")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    for argv in (["status"], ["status", "--json"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "tpnode_tui", *argv],
+            env={**env, "TUNEPLANE_NODE_ENV_FILE": str(missing)},
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert done.stderr == (
+            f"tpnode-tui: TUNEPLANE_NODE_ENV_FILE names the node's settings file {missing}, and there is none: "
+            "correct the path, or unset TUNEPLANE_NODE_ENV_FILE to read /etc/tpnode-tui/agent.env\n"
+        )
+
+
 def test_a_file_that_cannot_be_read_is_said_not_skipped(tmp_path):
     with pytest.raises(ConfigError, match="cannot read the node's settings file .* every account must be able"):
         read_node_file(tmp_path)  # a directory: there, but not a file anyone can read as one

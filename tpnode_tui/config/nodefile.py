@@ -36,15 +36,22 @@ def _value(raw: str) -> str:
     return raw
 
 
-def read_node_file(path: Path) -> dict[str, str]:
+def read_node_file(path: Path, named: bool = False) -> dict[str, str]:
     """The ``TUNEPLANE_*`` settings the node's file gives; none where there is no file.
 
     A file that is there but cannot be read, or holds a line that is not a
     setting, is a ConfigError: a command that quietly read less than the agent
-    would talk to another socket or keep another state dir."""
+    would talk to another socket or keep another state dir. So is a file that
+    is not there when ``named`` (``TUNEPLANE_NODE_ENV_FILE`` names it): whoever
+    named it meant the settings in it, and the defaults are not those."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if named:
+            raise ConfigError(
+                f"{NODE_ENV_FILE_VARIABLE} names the node's settings file {path}, and there is none: "
+                f"correct the path, or unset {NODE_ENV_FILE_VARIABLE} to read {DEFAULT_NODE_ENV_FILE}"
+            ) from None
         return {}
     except (OSError, UnicodeDecodeError) as e:
         reason = getattr(e, "strerror", None) or str(e)
@@ -88,4 +95,4 @@ def beneath(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` over the node's file: a setting the environment gives wins, and
     one it leaves out (or empty) is the node's."""
     given = {name: value for name, value in env.items() if value.strip()}
-    return {**read_node_file(node_file_path(env)), **given}
+    return {**read_node_file(node_file_path(env), named=NODE_ENV_FILE_VARIABLE in given), **given}
