@@ -316,7 +316,7 @@ def test_v2_a_program_the_verifier_refuses_is_refused_in_its_words(v2_cgroup):
         attach_program(v2_cgroup, assemble([load_u32(R2, R1, 12), mov32(R0, 1), exit_insn()]))
     # the verifier's own words, which name what it refused: a read past struct bpf_cgroup_dev_ctx
     assert str(refused.value).startswith(
-        "the kernel did not load the device program: Permission denied (EACCES); the verifier says: "
+        "the kernel did not load the device program: Permission denied, EACCES; the verifier says: "
     )
     assert "off=12" in str(refused.value)
     assert attached_programs(v2_cgroup) == ()
@@ -467,14 +467,14 @@ def test_an_ordinary_account_cannot_fence_and_is_told_why(scene, v2_cgroup, v1_p
     job, node = json.loads(done.stdout)
     assert job["mechanism"] == "" and job["v1_cgroup"] is None
     assert job["problem"] == (
-        "cgroup v2: the kernel did not load the device program: Operation not permitted (EPERM): "
+        "cgroup v2: the kernel did not load the device program: Operation not permitted, EPERM: "
         "loading a device program takes root (CAP_SYS_ADMIN, or CAP_BPF with CAP_NET_ADMIN); "
-        f"cgroup v1: cannot make a cgroup in {v1_parent}: Permission denied (EACCES)"
+        f"cgroup v1: cannot make a cgroup in {v1_parent}: Permission denied, EACCES"
     )
     assert node["mechanism"] == ""
     assert node["problem"] == (
-        f"cgroup v2: cannot make a cgroup in {v2_cgroup.parent}: Permission denied (EACCES); "
-        f"cgroup v1: cannot make a cgroup in {v1_parent}: Permission denied (EACCES)"
+        f"cgroup v2: cannot make a cgroup in {v2_cgroup.parent}: Permission denied, EACCES; "
+        f"cgroup v1: cannot make a cgroup in {v1_parent}: Permission denied, EACCES"
     )
     assert attached_programs(v2_cgroup) == ()
 

@@ -124,7 +124,7 @@ def test_required_refuses_a_job_where_no_cgroup_can_be_made_and_says_why(account
         record = job(json.loads(cli_as(alice, env, "status", "--json").stdout), "may")
         assert record["fenced"] is False
         assert "cgroup v2: the job has no cgroup of its own" in record["fence_problem"]
-        assert "Permission denied (EACCES)" in record["fence_problem"]
+        assert "Permission denied, EACCES" in record["fence_problem"]
     finally:
         kill_process_jobs(root / "state")
 

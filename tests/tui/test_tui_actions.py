@@ -654,7 +654,7 @@ async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_tabl
         summary = app.query_one("#summary")
         text = str(summary.render())
         assert "236 held by processes outside the platform (cards 4-6,8,13-244)" in text, text
-        assert "10 unhealthy (cards 245-254: row remapping pending (needs a GPU reset))" in text, text
+        assert "10 unhealthy (cards 245-254: row remapping pending, which needs a GPU reset)" in text, text
         assert summary.region.height <= 2, f"the summary takes {summary.region.height} rows"
         jobs = app.query_one("#jobs").region
         assert jobs.height >= 4 and jobs.bottom <= app.size.height - 1, f"jobs table off screen: {jobs}"

@@ -87,7 +87,7 @@ JOBS = (
 #: what a node that cannot fence says, here and in each job it starts
 CANNOT_FENCE = (
     "cgroup v2: the job has no cgroup of its own; cgroup v1: cannot make a cgroup in /sys/fs/cgroup/devices: "
-    "Permission denied (EACCES)"
+    "Permission denied, EACCES"
 )
 MALLORY = HolderInfo(
     pid=SQUATTER,
@@ -228,7 +228,7 @@ EVENTS = (
         "kind": "health",
         "state": "started",
         "cards": [6],
-        "message": "card 6: row remapping pending (needs a GPU reset) \x1b[31m[/]",
+        "message": "card 6: row remapping pending, which needs a GPU reset \x1b[31m[/]",
     },
 )
 

@@ -275,7 +275,7 @@ async def test_not_yet_is_no_capacity_with_the_explanation(make_allocator):
     runtime = MemoryRuntime()
     runtime.add(job("a", range(6)))
     probe = StaticProbe()
-    probe.set_card(7, health=("row remapping pending (needs a GPU reset)",))
+    probe.set_card(7, health=("row remapping pending, which needs a GPU reset",))
     alloc = make_allocator(runtime=runtime, probe=probe)
     with pytest.raises(NoCapacity) as err:
         await alloc.launch(JobSpec("b", 2, ("x",)))

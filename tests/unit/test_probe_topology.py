@@ -319,7 +319,7 @@ async def test_a_blind_scene_keeps_its_topology(tmp_path):
 async def test_a_scene_topology_that_cannot_be_used_is_unknown_not_blind(tmp_path, topology, says):
     reading = await SimulatedProbe(write_scene(tmp_path / "n.json", 2, topology=topology)).read()
     assert reading.topology is None and reading.external_probe_ok and reading.count == 2
-    assert reading.problem.startswith('topology not known (the scene\'s "topology": ')
+    assert reading.problem.startswith('topology not known (the simulated node file\'s "topology": ')
     assert says in reading.problem and reading.problem.endswith("), so cards are placed without it")
 
 

@@ -101,7 +101,7 @@ async def test_drains_are_refused_without_a_reason_twice_or_off_the_node(service
 
 async def test_undrain_is_refused_while_the_card_reports_a_problem_and_says_which(service_node):
     await service_node.service.drain(ROOT, DrainRequest(1, "ECC errors seen by the vendor tool"))
-    service_node.probe.set_card(1, health=("row remapping pending (needs a GPU reset)",))
+    service_node.probe.set_card(1, health=("row remapping pending, which needs a GPU reset",))
     with pytest.raises(Conflict, match=r"card 1 stays drained: it still reports row remapping pending"):
         await service_node.service.undrain(ROOT, UndrainRequest(1))
     assert (await service_node.service.read_now()).cards[1].state == "drained"

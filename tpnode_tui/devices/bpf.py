@@ -127,7 +127,7 @@ def load_program(program: bytes) -> int:
             refused = e.errno in (errno.EACCES, errno.EINVAL)
             why = _verifier_says(attr) if refused else _load_hint(e.errno or 0)
             raise CannotFence(f"the kernel did not load the device program: {e.strerror}{why}") from None
-    raise CannotFence(f"the kernel did not load the device program: interrupted {_LOAD_TRIES} times (EAGAIN)")
+    raise CannotFence(f"the kernel did not load the device program: interrupted {_LOAD_TRIES} times, EAGAIN")
 
 
 def _attach_hint(code: int) -> str:

@@ -19,5 +19,6 @@ class CannotFence(TpnodeError):
 
 
 def errno_words(code: int) -> str:
-    """What a system call's errno means, and its name for a search: "Operation not permitted (EPERM)"."""
-    return f"{os.strerror(code)} ({errno.errorcode.get(code, str(code))})"
+    """What a system call's errno means, and its name for a search: "Operation not permitted, EPERM"
+    (no parentheses: these words go inside a reason that may be in parentheses itself)."""
+    return f"{os.strerror(code)}, {errno.errorcode.get(code, str(code))}"

@@ -18,11 +18,11 @@ from tpnode_tui.text.render import cards_words
 
 #: Pages waiting to be retired only take effect after a reset; until then the
 #: bad memory is still in use.
-RETIRED_PAGES_PENDING = "pending retired memory pages (needs a GPU reset)"
+RETIRED_PAGES_PENDING = "pending retired memory pages, which need a GPU reset"
 
 #: A100/H100/H200 replace retired pages with row remapping (they report
 #: retired pages as not supported), so this is their "pending pages".
-ROW_REMAP_PENDING = "row remapping pending (needs a GPU reset)"
+ROW_REMAP_PENDING = "row remapping pending, which needs a GPU reset"
 
 #: No spare rows were left: the memory fault is permanent.
 ROW_REMAP_FAILED = "row remapping failed (the card must be serviced)"

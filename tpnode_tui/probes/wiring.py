@@ -160,7 +160,7 @@ def scene_topology(value: Any, count: int) -> tuple[Optional[Topology], Optional
             return shape(value, count), None
         return _scene_links(value, count), None
     except ValueError as e:
-        return None, topology_problem(None, f'the scene\'s "topology": {e}')
+        return None, topology_problem(None, f'the simulated node file\'s "topology": {e}')
 
 
 def _scene_links(value: Any, count: int) -> Topology:
