@@ -181,7 +181,7 @@ def test_stop_then_reclaim(cli):
     assert reclaimed.returncode == 0 and "removed j1" in reclaimed.stdout
     assert cli.status()["jobs"] == []
     missing = cli("stop", "j1")
-    assert missing.returncode == 1 and "no running platform job has run id j1" in missing.stderr
+    assert missing.returncode == 1 and "no running job or reservation has run id j1" in missing.stderr
 
 
 def test_hostile_command_is_stored_and_run_literally(cli, tmp_path):
