@@ -23,6 +23,7 @@ from tpnode_tui.cli.output import (
     print_evicted,
     print_queue,
     print_status,
+    removed_line,
     report_launch,
     time_left,
     you_line,
@@ -262,8 +263,7 @@ def _run_id_argument(parser: argparse.ArgumentParser, optional: bool = False) ->
 async def _reclaim(run: Run) -> None:
     removed = await run.node.reclaim(run.args.run_id)
     for job in removed:
-        code = "unknown" if job.exit_code is None else str(job.exit_code)
-        print(f"removed {job.key} ({job.kind}, exit code {code})")
+        print(removed_line(job))
     if not removed:
         print("nothing to reclaim: no exited jobs this account may remove")
 
