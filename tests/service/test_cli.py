@@ -178,10 +178,27 @@ def test_stop_then_reclaim(cli):
     job = cli.status()["jobs"][0]
     assert job["status"] == "exited" and cli.status()["free"] == list(range(8))
     reclaimed = cli("reclaim")
-    assert reclaimed.returncode == 0 and "removed j1" in reclaimed.stdout
+    assert reclaimed.returncode == 0 and reclaimed.stdout == "removed j1 (job, stopped)\n"
     assert cli.status()["jobs"] == []
     missing = cli("stop", "j1")
-    assert missing.returncode == 1 and "no running platform job has run id j1" in missing.stderr
+    assert missing.returncode == 1 and "no running job or reservation has run id j1" in missing.stderr
+
+
+def test_a_stopped_reservation_is_reclaimed_as_stopped_not_as_a_signal_code(cli):
+    assert cli("reserve", "--cards", "1", "--for", "1h", "--run-id", "rsv-a").returncode == 0
+    assert cli("stop", "rsv-a").returncode == 0
+    reclaimed = cli("reclaim", "rsv-a")
+    assert reclaimed.returncode == 0 and reclaimed.stdout == "removed rsv-a (reservation, stopped)\n"
+
+
+def test_reclaim_keeps_the_exit_code_of_a_command_that_ended_on_its_own(cli):
+    assert cli("launch", "--cards", "1", "--run-id", "j3", "--", "sh", "-c", "exit 3").returncode == 0
+    deadline = time.monotonic() + 30
+    while cli.status()["jobs"][0]["status"] != "exited":
+        assert time.monotonic() < deadline, "j3 to end"
+        time.sleep(0.1)
+    reclaimed = cli("reclaim", "j3")
+    assert reclaimed.returncode == 0 and reclaimed.stdout == "removed j3 (job, exit code 3)\n"
 
 
 def test_hostile_command_is_stored_and_run_literally(cli, tmp_path):

@@ -199,7 +199,7 @@ async def test_stop_kills_a_job_that_ignores_sigterm_and_records_that_it_did(sta
     assert alive == []
     ended = await state_of(rt, "stubborn")
     assert (ended.status, ended.exit_code) == ("exited", 137)  # as a shell shows SIGKILL
-    assert ended.note == "killed by SIGKILL after 0.5 s (it did not end on SIGTERM)"
+    assert ended.note == "stopped; killed by SIGKILL after 0.5 s (it did not end on SIGTERM)"
     await clear(rt)
 
 

@@ -399,7 +399,7 @@ def test_a_run_id_that_changed_hands_before_the_move_is_refused(accounts, driver
         alices = Caller(uid=alice.uid, gid=alice.gid, user=alice.name, pid=hers.pid)
 
         def may(job) -> None:  # the rule the agent checks alice's shell by
-            Policy().check_may(alices, job, "open a shell on", card=min(job.cards, default=None))
+            Policy().check_may(alices, job, "open a shell on", cards=job.cards)
 
         before = fences_of(hers.pid)
         with pytest.raises(NotAllowed, match=f"held by r-swap of {bob.name}; only {bob.name} or an operator"):

@@ -251,7 +251,7 @@ async def test_a_shell_and_the_idle_release_cannot_cross(agent, accounts, spawne
         spawned.append(late)
     out, err = await asyncio.to_thread(late.communicate)
     assert late.returncode != 0 and out == "", (late.returncode, out, err)
-    assert re.search(r"reservation 'x-late' has ended|no running platform job has run id x-late", err), err
+    assert re.search(r"reservation 'x-late' has ended|no running job or reservation has run id x-late", err), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     await until_async(
         lambda: _kept(agent, alice, "x-first"), "the reservation in a shell's use to be kept by the next poll"

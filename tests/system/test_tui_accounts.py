@@ -90,5 +90,6 @@ def test_another_account_s_dashboard_names_them_offers_no_stop_and_shows_the_age
     assert shown["stop offered"] is False and shown["extend offered"] is False
     [refusal] = [m for m in shown["said"] if "allowed" in m]
     assert refusal.startswith("Not allowed to stop a-rsv: card 0 is held by a-rsv of ")
-    assert f"only {alice.name} or an operator (root, group {accounts.operators_group}) may stop it" in refusal
+    operators = f"the operators here: root, group {accounts.operators_group}"
+    assert f"only {alice.name} or an operator may stop it; {operators}" in refusal
     assert shared_node.status(alice)["jobs"][0]["status"] == "running"

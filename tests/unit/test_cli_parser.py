@@ -72,3 +72,51 @@ def test_the_setting_flags_written_back_read_as_the_same_settings(given):
     assert again["command"] == "shell" and again["run_id"] == "r1"
     assert settings_from_flags(again, {}) == settings_from_flags(first, {})
     assert len(words) == sum(word.startswith("--") for word in given)
+
+
+def refusal(argv):
+    with pytest.raises(UsageError) as refused:
+        build_parser(argv).parse_args(argv)
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("pid", ["abc", "-5", "0", "٣"])
+def test_a_pid_that_is_no_process_id_is_refused_in_process_words(pid):
+    said = refusal(["evict", "3", "--pid", pid])
+    assert f"{pid!r} is not a process id (a whole number above 0)" in said
+    assert "cards" not in said
+
+
+def test_before_is_refused_as_a_time_in_unix_seconds():
+    said = refusal(["audit", "--before", "bogus"])
+    assert "'bogus' is not a time in unix seconds (write it like 1764680000)" in said
+    assert build_parser().parse_args(["events", "--before", "1764680000.5"]).before == 1764680000.5
+
+
+@pytest.mark.parametrize("command", ["launch", "reserve"])
+def test_cards_and_a_slice_refuse_each_other(command):
+    argv = [command, "--cards", "1", "--slice", "1g.18gb", "--for", "1h", "--", "true"]
+    if command == "launch":
+        argv.remove("--for")
+        argv.remove("1h")
+    said = refusal(argv)
+    assert "argument --slice: not allowed with argument --cards" in said
+    assert f"see tpnode-tui {command} --help" in said
+
+
+def test_a_word_a_command_does_not_take_names_that_commands_help():
+    assert refusal(["stop", "j1", "j2"]) == "unrecognized arguments: j2 (see tpnode-tui stop --help)"
+    assert refusal(["--demo", "extra"]).endswith("(see tpnode-tui --help)")
+
+
+def test_every_command_page_has_a_description_and_a_longer_one_is_kept():
+    from tpnode_tui.cli.registry import COMMANDS
+
+    pages = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for name, command in COMMANDS.items():
+        assert pages[name].description, name
+        if name not in ("agent", "shell"):
+            assert pages[name].description == command.help, name
+    assert pages["shell"].description.startswith("Run your login shell")
+    agent = pages["agent"].description
+    assert "as root" in agent and "/run/tpnode-tui/agent.sock" in agent and "--agent-socket" in agent

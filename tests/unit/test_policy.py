@@ -28,14 +28,22 @@ def policy(**limits) -> Policy:
 
 def test_the_owner_and_operators_may_stop_a_job_and_nobody_else():
     p = policy()
-    p.check_may(ALICE, job("rsv-7"), "stop", card=3)
-    p.check_may(ROOT, job("rsv-7"), "stop", card=3)
+    p.check_may(ALICE, job("rsv-7"), "stop", cards=(3,))
+    p.check_may(ROOT, job("rsv-7"), "stop", cards=(3,))
     with pytest.raises(NotAllowed) as refused:
-        p.check_may(BOB, job("rsv-7"), "stop", card=3)
+        p.check_may(BOB, job("rsv-7"), "stop", cards=(3,))
     assert str(refused.value) == (
-        "card 3 is held by rsv-7 of alice; only alice or an operator "
-        "(root; there is no group tpn-no-such-group on this node) may stop it"
+        "card 3 is held by rsv-7 of alice; only alice or an operator may stop it; "
+        "the operators here: root, as there is no group tpn-no-such-group on this node"
     )
+
+
+def test_a_refusal_names_every_card_the_job_holds_in_ranges():
+    held = job("rsv-alice", gpus=(0, 1, 2, 3, 7))
+    with pytest.raises(NotAllowed) as refused:
+        policy().check_may(BOB, held, "stop", cards=held.gpus)
+    assert str(refused.value).startswith("cards 0-3,7 are held by rsv-alice of alice; only alice or an operator")
+    assert "(" not in str(refused.value)
 
 
 def test_ownership_is_by_uid_where_recorded_so_a_namesake_is_not_the_owner():

@@ -64,12 +64,21 @@ async def test_many_readers_cost_one_probe_read_per_poll(service_node):
 async def test_a_launch_belongs_to_the_caller_and_only_they_or_an_operator_may_stop_it(service_node):
     result = await service_node.launch(ALICE, "a1", 2)
     assert result.launched.job.owner == "alice" and result.launched.job.uid == 5001
-    with pytest.raises(NotAllowed, match="card 0 is held by a1 of alice; only alice or an operator"):
+    refusal = "cards 0,1 are held by a1 of alice; only alice or an operator may stop it; the operators here: root"
+    with pytest.raises(NotAllowed, match=refusal):
         await service_node.service.stop(BOB, StopRequest("a1"))
     assert service_node.runtime.jobs["tpn-a1"].status == "running"  # nothing changed
     await service_node.service.stop(ROOT, StopRequest("a1"))
     actions = [(e["user"], e["action"], e["result"]) for e in service_node.log.read()]
     assert actions == [("alice", "launch", "ok"), ("bob", "stop", "refused"), ("root", "stop", "ok")]
+
+
+@pytest.mark.parametrize("ask", ["stop", "extend"])
+async def test_a_run_id_that_names_nothing_running_is_said_as_a_job_or_a_reservation(service_node, ask):
+    request = StopRequest("rsv-a") if ask == "stop" else ExtendRequest("rsv-a", 60)
+    with pytest.raises(JobNotFound) as missing:
+        await getattr(service_node.service, ask)(ALICE, request)
+    assert str(missing.value) == "no running job or reservation has run id rsv-a"
 
 
 async def test_asking_for_another_owner_is_refused_unless_an_operator_asks(service_node):

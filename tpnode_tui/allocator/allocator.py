@@ -35,7 +35,7 @@ from tpnode_tui.core.cards import card_count, compute_occupancy
 from tpnode_tui.core.display import card_views
 from tpnode_tui.host.procinfo import name_containers
 from tpnode_tui.locks import AllocationLock, check_allocation_safety, make_lock
-from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, TpnodeError
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, TpnodeError, no_running_job
 from tpnode_tui.model.facts import ProbeReading
 from tpnode_tui.model.jobs import JobSpec, JobState, Launched, SliceRef, claims_overlap, holding_words
 from tpnode_tui.model.occupancy import GpuOccupancy
@@ -446,7 +446,7 @@ class GpuAllocator:
             if job.key == run_id and job.live:
                 await self.runtime.stop(job.name)
                 return job
-        raise JobNotFound(f"no running platform job has run id {run_id}")
+        raise no_running_job(run_id)
 
 
 def _checked(spec: JobSpec) -> JobSpec:

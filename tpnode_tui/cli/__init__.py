@@ -78,7 +78,9 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     named = None if argv is None else _command_named(parser, argv)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for command in COMMANDS.values():
-        its = sub.add_parser(command.name, help=command.help)  # every one, for --help and a mistyped name
+        # every one, for --help and a mistyped name; its help is its page's description
+        # unless its arguments write a longer one
+        its = sub.add_parser(command.name, help=command.help, description=command.help)
         if named not in COMMANDS or named == command.name:
             command.arguments(its)
     return parser

@@ -23,11 +23,25 @@ from tpnode_tui.cli.output import (
     print_evicted,
     print_queue,
     print_status,
+    removed_line,
     report_launch,
     time_left,
     you_line,
 )
-from tpnode_tui.cli.registry import Run, UsageError, card_list, cards, command, node_command, say, say_once, seconds
+from tpnode_tui.cli.registry import (
+    Run,
+    UsageError,
+    card_list,
+    cards,
+    command,
+    node_command,
+    process_id,
+    say,
+    say_once,
+    seconds,
+    unix_time,
+)
+from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.config.values import parse_duration
 from tpnode_tui.model.errors import BadRequest, Conflict, LockWaitTimeout, TpnodeError
@@ -95,9 +109,11 @@ async def _status(run: Run) -> None:
 
 
 def _what_arguments(parser: argparse.ArgumentParser) -> None:
-    """Whole cards, or one MIG slice of a profile: what a launch or a reservation holds."""
-    parser.add_argument("--cards", type=cards, metavar="N", help="whole cards (never a card in MIG mode)")
-    parser.add_argument(
+    """Whole cards, or one MIG slice of a profile: what a launch or a reservation holds.
+    One or the other: a --cards beside --slice is refused, never dropped."""
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--cards", type=cards, metavar="N", help="whole cards (never a card in MIG mode)")
+    what.add_argument(
         "--slice", metavar="PROFILE", help="one MIG slice of this profile instead of whole cards, e.g. 1g.18gb"
     )
 
@@ -105,8 +121,6 @@ def _what_arguments(parser: argparse.ArgumentParser) -> None:
 def _what(args: argparse.Namespace) -> int:
     """The card count asked for, checked against --slice: one of them, and a slice is one device."""
     if args.slice is not None:
-        if args.cards not in (None, 1):
-            raise UsageError(f"--slice {args.slice} is one MIG device: leave out --cards {args.cards}")
         if args.placement is not None:
             raise UsageError(f"--slice {args.slice} is one MIG device: it has no --{args.placement} to ask for")
         return 1
@@ -249,8 +263,7 @@ def _run_id_argument(parser: argparse.ArgumentParser, optional: bool = False) ->
 async def _reclaim(run: Run) -> None:
     removed = await run.node.reclaim(run.args.run_id)
     for job in removed:
-        code = "unknown" if job.exit_code is None else str(job.exit_code)
-        print(f"removed {job.key} ({job.kind}, exit code {code})")
+        print(removed_line(job))
     if not removed:
         print("nothing to reclaim: no exited jobs this account may remove")
 
@@ -359,7 +372,7 @@ async def _cancel(run: Run) -> None:
 
 def _before_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--before", type=seconds, metavar="TIME", help="only entries before TIME (unix seconds): the next older page"
+        "--before", type=unix_time, metavar="TIME", help="only entries before TIME (unix seconds): the next older page"
     )
 
 
@@ -468,7 +481,7 @@ async def _undrain(run: Run) -> None:
 
 def _evict_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("card", type=card_list, metavar="CARD")
-    parser.add_argument("--pid", type=cards, metavar="PID", help="only this process of the card's")
+    parser.add_argument("--pid", type=process_id, metavar="PID", help="only this process of the card's")
     parser.add_argument("--kill", action="store_true", help="SIGKILL what SIGTERM did not end within the grace")
     parser.add_argument("--yes", action="store_true", help="do not ask first (needed without a terminal)")
     _json_flag(parser)
@@ -577,7 +590,16 @@ async def _events(run: Run) -> None:
         show(entry)
 
 
-@command("agent", "serve this node to every account on its socket (run as root, or by systemd)")
+def _agent_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        f"Serve this node to every account on its Unix socket, {DEFAULT_AGENT_SOCKET} unless "
+        "--agent-socket or TUNEPLANE_AGENT_SOCKET names another; what each account may do is decided "
+        "by who it is. Run it as root, or let systemd run it from its unit. It serves until SIGTERM or "
+        "Ctrl-C; the jobs it started keep running when it stops."
+    )
+
+
+@command("agent", "serve this node to every account on its socket (run as root, or by systemd)", _agent_arguments)
 def _agent(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 

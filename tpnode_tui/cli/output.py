@@ -210,3 +210,16 @@ def event_line(entry: dict[str, Any], now: float) -> str:
         f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: "
         f"{shown.get('message', '')}"
     )
+
+
+def removed_line(job: JobState) -> str:
+    """What reclaim says of a record it removed: how the job ended, in words where
+    its record says them ("stopped", "killed by SIGKILL after 10 s ..."), else its
+    command's own exit code. Words with a parenthesis of their own follow a colon,
+    so no parenthesis holds another."""
+    if not job.note:
+        code = "unknown" if job.exit_code is None else str(job.exit_code)
+        return f"removed {job.key} ({job.kind}, exit code {code})"
+    if "(" in job.note:
+        return f"removed {job.key} ({job.kind}): {job.note}"
+    return f"removed {job.key} ({job.kind}, {job.note})"

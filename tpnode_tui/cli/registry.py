@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import NoReturn, Optional
+from typing import Any, NoReturn, Optional
 
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.config.values import decimal_number, whole_number
@@ -29,6 +29,16 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, but a word no parser took is said with the help page of
+        the command it was given to ("see tpnode-tui stop --help"), not the top one."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            named = getattr(parsed, "command", None)
+            prog = f"{self.prog} {named}" if named else self.prog
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {prog} --help)")
+        return parsed
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,14 @@ def cards(text: str) -> int:
     return value
 
 
+def process_id(text: str) -> int:
+    """A process id: ASCII digits, above 0."""
+    value = whole_number(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a whole number above 0)")
+    return value
+
+
 def card_list(text: str) -> tuple[int, ...]:
     """ "3" or "0,1,5": card indices as ASCII digits, none twice."""
     listed = [whole_number(part.strip()) for part in text.split(",")]
@@ -140,4 +158,12 @@ def seconds(text: str) -> float:
     value = decimal_number(text)
     if value is None or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (write it like 30 or 0.5)")
+    return value
+
+
+def unix_time(text: str) -> float:
+    """A time as unix seconds ("1764680000", "1764680000.25"), as the pages' "older entries" line gives it."""
+    value = decimal_number(text)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time in unix seconds (write it like 1764680000)")
     return value

@@ -5,8 +5,8 @@ product. Anyone may launch and reserve, as themselves. Ending or changing a
 job (stop, reclaim, extend, cancel a queued launch) is for its owner or an
 operator. A refusal names the rule, so the person refused knows whom to ask:
 
-    card 3 is held by rsv-7 of alice; only alice or an operator (root, group
-    tpnode-operators) may stop it
+    cards 2,3 are held by rsv-7 of alice; only alice or an operator may stop it;
+    the operators here: root, group tpnode-operators
 
 Ownership is compared by uid where the job recorded one (names can be
 renamed, reused or faked in a hand-set label) and by name otherwise. A job
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Sequence
 
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.host.identity import Caller, Operators
@@ -77,9 +77,10 @@ class Policy:
     #: glob patterns of images a job may name; empty means any image
     images: tuple[str, ...] = ()
 
-    def _who_may(self, owner: str) -> str:
-        ops = f"an operator ({self.operators.describe()})"
-        return f"only {owner} or {ops}" if owner else f"only {ops}"
+    def _who_may(self, owner: str, action: str) -> str:
+        """ "only alice or an operator may stop it; the operators here: root, group tpnode-operators"."""
+        who = f"only {owner} or an operator" if owner else "only an operator"
+        return f"{who} may {action} it; the operators here: {self.operators.describe()}"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Policy:
@@ -93,27 +94,27 @@ class Policy:
         """Whether the caller may end or change ``job``: its owner, or an operator."""
         return caller.operator or owns(caller, job)
 
-    def check_may(self, caller: Caller, job: JobState, action: str, *, card: Optional[int] = None) -> None:
-        """Refuse ``action`` (stop, reclaim, extend) on ``job`` unless the caller owns it or operates."""
+    def check_may(self, caller: Caller, job: JobState, action: str, *, cards: Sequence[int] = ()) -> None:
+        """Refuse ``action`` (stop, reclaim, extend) on ``job`` unless the caller owns it or operates;
+        ``cards``: the cards it holds, every one named in the refusal."""
         if self.may(caller, job):
             return
         owner = job.owner
-        if card is not None:
-            held = f"card {card} is held by {job.key}" + (f" of {owner}" if owner else "")
+        if cards:
+            verb = "is" if len(set(cards)) == 1 else "are"
+            held = f"{cards_words(cards)} {verb} held by {job.key}" + (f" of {owner}" if owner else "")
         elif job.gpus:
             held = f"{job.key} ({cards_words(job.gpus)})" + (
                 f" belongs to {owner}" if owner else " has no recorded owner"
             )
         else:
             held = f"{job.key}" + (f" belongs to {owner}" if owner else " has no recorded owner")
-        raise NotAllowed(f"{held}; {self._who_may(owner)} may {action} it")
+        raise NotAllowed(f"{held}; {self._who_may(owner, action)}")
 
     def check_cancel(self, caller: Caller, run_id: str, owner: str, owner_uid: Optional[int]) -> None:
         if caller.operator or is_owner(owner_uid, owner, caller.uid, caller.user):
             return
-        raise NotAllowed(
-            f"{run_id} was queued by {owner or 'an unknown account'}; {self._who_may(owner)} may cancel it"
-        )
+        raise NotAllowed(f"{run_id} was queued by {owner or 'an unknown account'}; {self._who_may(owner, 'cancel')}")
 
     def owner_for(self, caller: Caller, requested: str) -> str:
         """The owner a new job gets: the caller, unless an operator names someone else."""

@@ -71,9 +71,9 @@ class Operators:
 
     def describe(self) -> str:
         """Who they are, for refusals: "root, group tpnode-operators". Said
-        inside parentheses ("an operator (...)"), so it holds none of its own."""
+        inside parentheses too ("an operator (...)"), so it holds none of its own."""
         if self.gid() is None:
-            return f"root; there is no group {self.group} on this node"
+            return f"root, as there is no group {self.group} on this node"
         return f"root, group {self.group}"
 
 

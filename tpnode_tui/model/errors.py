@@ -60,6 +60,12 @@ class JobNotFound(TpnodeError):
     """No platform job has the run id or name asked for."""
 
 
+def no_running_job(run_id: str) -> JobNotFound:
+    """The one sentence for a run id that names nothing running: a job or a
+    reservation, since either may be what the caller means (stop, extend, env, shell)."""
+    return JobNotFound(f"no running job or reservation has run id {run_id}")
+
+
 class BadRequest(TpnodeError):
     """A request that is malformed whatever the node's state (a bad run id, 0 cards)."""
 

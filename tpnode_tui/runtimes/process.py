@@ -454,6 +454,11 @@ def _open_log(log: Path, run_as: Optional[RunAs]) -> int:
     return fd
 
 
+#: the note a job's record gets when it is stopped (tpnode-tui stop, the dashboard,
+#: an idle reservation given back): how it ended, where 143 would say only "SIGTERM"
+STOPPED = "stopped"
+
+
 class ProcessRuntime:
     """Jobs as local processes, recorded in ``state_dir/jobs.json``."""
 
@@ -901,6 +906,8 @@ class ProcessRuntime:
                 else "Stop it as the user who started it, or as root"
             )
             raise RuntimeUnavailable(f"job {name!r} was not signalled: {unseen}. {where}")
+        # said in its record before the signal, so its end reads "stopped", not as the 143 of a SIGTERM
+        await asyncio.to_thread(self._note, record, STOPPED)
         if _is_supervisor(record, now):
             procs = JobProcesses(record.pid, _cgroup(record), devices=_devices(record))
             try:

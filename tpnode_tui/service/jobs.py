@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
-from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed
+from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed, no_running_job
 from tpnode_tui.model.jobs import JobState, ShellEntry
 from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
 from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED, not_a_reservation
@@ -37,19 +37,18 @@ class JobActions:
         #: the longest a reservation may be held from now, extensions included (TUNEPLANE_MAX_DURATION_DAYS)
         self.longest_s = longest_s
 
-    async def _job(self, run_id: str, *, live: Optional[bool] = None) -> JobState:
+    async def _live(self, run_id: str) -> JobState:
         for job in await self.allocator.runtime.ps():
-            if job.key == run_id and (live is None or job.live == live):
+            if job.key == run_id and job.live:
                 return job
-        state = {True: "running ", False: "exited ", None: ""}[live]
-        raise JobNotFound(f"no {state}platform job has run id {run_id}")
+        raise no_running_job(run_id)
 
     async def stop(self, caller: Caller, request: StopRequest) -> JobState:
         run_id = request.run_id
 
         async def work() -> JobState:
-            job = await self._job(run_id, live=True)
-            self.policy.check_may(caller, job, "stop", card=min(job.gpus, default=None))
+            job = await self._live(run_id)
+            self.policy.check_may(caller, job, "stop", cards=job.gpus)
             return await self.allocator.stop(run_id)
 
         return await self.journal.audited(
@@ -62,8 +61,8 @@ class JobActions:
         async def work() -> JobState:
             if not duration_s >= 1:
                 raise BadRequest(f"extend by at least 1 second, not {duration_s:g}")
-            job = await self._job(run_id, live=True)
-            self.policy.check_may(caller, job, "extend", card=min(job.gpus, default=None))
+            job = await self._live(run_id)
+            self.policy.check_may(caller, job, "extend", cards=job.gpus)
             return await self.allocator.extend(run_id, duration_s, longest_s=self.longest_s)
 
         def done(job: JobState) -> str:
@@ -80,12 +79,12 @@ class JobActions:
         run_id = request.run_id
 
         async def work() -> ShellEntry:
-            job = await self._job(run_id, live=True)
+            job = await self._live(run_id)
             if job.kind != "reservation":
                 raise Conflict(not_a_reservation(job.key))
 
             def may(now: JobState) -> None:
-                self.policy.check_may(caller, now, "open a shell on", card=min(now.cards, default=None))
+                self.policy.check_may(caller, now, "open a shell on", cards=now.cards)
 
             may(job)
             if caller.pid is None or caller.pid <= 0:

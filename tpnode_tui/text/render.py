@@ -6,7 +6,7 @@ import shlex
 import time
 from typing import Optional
 
-from tpnode_tui.model.errors import JobNotFound
+from tpnode_tui.model.errors import no_running_job
 from tpnode_tui.model.jobs import DeviceFence, holding_words, visible_devices
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, HolderInfo, SliceView
@@ -186,5 +186,5 @@ def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
     shell outside the fence must name them as the node does."""
     job = next((j for j in snap.jobs if j.key == run_id and j.live), None)
     if job is None:
-        raise JobNotFound(f"no running job or reservation has run id {run_id}")
+        raise no_running_job(run_id)
     return [f"export {name}={shlex.quote(value)}" for name, value in visible_devices(job.gpus, job.slices).items()]
