@@ -42,6 +42,8 @@ class Now:
     launch: Optional[QueuedLaunch] = None
     exited: list[JobState] = field(default_factory=list)
     owns: bool = True
+    #: a shell can be opened from this dashboard (a node on this machine, not the demo's)
+    shells: bool = True
 
     def selected_card(self) -> Optional[CardView]:
         return self.card
@@ -54,6 +56,9 @@ class Now:
 
     def extend_target(self) -> Optional[JobState]:
         return self.job if self.job is not None and self.job.kind == "reservation" else None
+
+    def shell_target(self) -> Optional[JobState]:
+        return self.extend_target() if self.shells else None
 
     def selected_launch(self) -> Optional[QueuedLaunch]:
         return self.launch
@@ -87,7 +92,7 @@ def test_every_action_in_the_table_is_one_the_dashboard_does_and_its_keys_are_th
 
 
 def test_read_only_refuses_exactly_what_changes_the_node():
-    node = {"launch", "reserve", "extend", "stop", "reclaim", "cancel_launch", "drain", "undrain", "evict"}
+    node = {"launch", "reserve", "extend", "stop", "shell", "reclaim", "cancel_launch", "drain", "undrain", "evict"}
     assert {a.name for a in ACTIONS if a.kind == "node"} == node
     now = everything_to_act_on()
     shown = offered(now)
@@ -115,7 +120,10 @@ def test_stop_extend_and_cancel_are_offered_on_what_is_the_caller_s():
     now = everything_to_act_on()
     assert {"stop", "extend", "cancel_launch"} <= offered(now)
     assert not offered(replace(now, owns=False)) & {"stop", "extend", "cancel_launch"}
-    assert "extend" not in offered(replace(now, job=job("train", (0,)))), "extend is a reservation's"
+    assert {"stop", "extend", "shell", "cancel_launch"} <= offered(now)
+    assert not offered(replace(now, owns=False)) & {"shell"}
+    assert not {"extend", "shell"} & offered(replace(now, job=job("train", (0,)))), "a reservation's only"
+    assert "shell" not in offered(replace(now, shells=False)), "no shells over --host or in the demo"
     assert "cancel_launch" not in offered(replace(now, stale=True))
     assert "reclaim" not in offered(replace(now, stale=True)) and "reclaim" not in offered(Now())
 
