@@ -86,8 +86,10 @@ def test_every_action_in_the_table_is_one_the_dashboard_does_and_its_keys_are_th
         does_it = NodeDashboard if action.on_app else MainScreen
         assert callable(getattr(does_it, f"action_{action.name}", None)), action.name
     assert MainScreen.BINDINGS is SCREEN_BINDINGS and NodeDashboard.BINDINGS is APP_BINDINGS
-    # the footer shows the screen's keys, then the app's: in the table's order
-    assert [b.action for b in SCREEN_BINDINGS + APP_BINDINGS] == [a.name for a in ACTIONS]
+    # the footer shows the screen's keys in the table's order, help and quit (the app's) first
+    assert [b.action for b in SCREEN_BINDINGS] == [f"app.{a.name}" if a.on_app else a.name for a in ACTIONS]
+    assert [a.name for a in ACTIONS[:2]] == ["help", "quit"]
+    assert [b.action for b in APP_BINDINGS] == ["help", "quit"]
     assert len({a.id for a in ACTIONS}) == len(ACTIONS), "two bindings share an id"
 
 

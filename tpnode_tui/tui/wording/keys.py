@@ -9,8 +9,9 @@ keys and ``check_action`` are all made from it, so a key is described in one
 place, and what the footer shows, the palette lists and the help says can
 never disagree.
 
-The order is the footer's: the keys that act on the node first, then what
-only shows, the demo's, moving about, help and quit.
+The order is the footer's: help and quit first, so that a terminal too
+narrow for every key still shows how to learn them and how to leave; then the
+keys that act on the node, what only shows, the demo's, and moving about.
 """
 
 from __future__ import annotations
@@ -105,10 +106,11 @@ class Action:
     show: bool = True
     key_display: Optional[str] = None
 
-    def binding(self) -> Binding:
+    def binding(self, *, on_screen: bool = False) -> Binding:
+        """``on_screen``: the app's action as the main screen's key too, done by the app."""
         return Binding(
             self.keys,
-            self.name,
+            f"app.{self.name}" if on_screen and self.on_app else self.name,
             self.label,
             show=self.show,
             key_display=self.key_display,
@@ -177,6 +179,36 @@ def _card_selected(now: Situation) -> bool:
 
 
 ACTIONS: tuple[Action, ...] = (
+    Action(
+        "help",
+        "question_mark",
+        "Help",
+        "help",
+        "Every key and card state explained",
+        "app",
+        palette=("Help: keys and card states", "Every key and every card state explained"),
+        help=("?", "this help"),
+    ),
+    Action(
+        "quit",
+        "q",
+        "Quit",
+        "quit",
+        "Leave the dashboard; jobs keep running (asks first if launches would be dropped)",
+        "app",
+        help=(
+            "q",
+            "quit (jobs keep running; the demo stops its own). This dashboard serves the node "
+            "itself, so its launches not started yet, queued or waiting for the lock, are "
+            "dropped: it asks first, naming them",
+        ),
+        help_via_agent=(
+            "q",
+            "quit (jobs keep running). The node's agent keeps the queue: queued launches start "
+            "without this dashboard, so quitting does not ask; it asks only for a launch of "
+            "this dashboard still waiting for the lock, which ends with it",
+        ),
+    ),
     Action(
         "launch",
         "l",
@@ -473,43 +505,13 @@ ACTIONS: tuple[Action, ...] = (
         help=("enter", "move into the detail pane (scroll it with the arrows; escape returns)"),
     ),
     Action("focus_grid", "escape", "Grid", "focus-grid", "Back to the card grid", "move", show=False),
-    Action(
-        "help",
-        "question_mark",
-        "Help",
-        "help",
-        "Every key and card state explained",
-        "app",
-        palette=("Help: keys and card states", "Every key and every card state explained"),
-        help=("?", "this help"),
-    ),
-    Action(
-        "quit",
-        "q",
-        "Quit",
-        "quit",
-        "Leave the dashboard; jobs keep running (asks first if launches would be dropped)",
-        "app",
-        help=(
-            "q",
-            "quit (jobs keep running; the demo stops its own). This dashboard serves the node "
-            "itself, so its launches not started yet, queued or waiting for the lock, are "
-            "dropped: it asks first, naming them",
-        ),
-        help_via_agent=(
-            "q",
-            "quit (jobs keep running). The node's agent keeps the queue: queued launches start "
-            "without this dashboard, so quitting does not ask; it asks only for a launch of "
-            "this dashboard still waiting for the lock, which ends with it",
-        ),
-    ),
 )
 
 BY_NAME = {action.name: action for action in ACTIONS}
 
-#: the main screen's key bindings, in the footer's order, and the app's own (help and
-#: quit, last in the table: the footer shows the screen's keys before the app's)
-SCREEN_BINDINGS: list[BindingType] = [action.binding() for action in ACTIONS if not action.on_app]
+#: the main screen's key bindings, in the footer's order (the table's), help and quit
+#: among them as the app's actions; and the app's own, for every other screen
+SCREEN_BINDINGS: list[BindingType] = [action.binding(on_screen=True) for action in ACTIONS]
 APP_BINDINGS: list[BindingType] = [action.binding() for action in ACTIONS if action.on_app]
 
 

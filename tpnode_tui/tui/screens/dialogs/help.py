@@ -169,6 +169,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog help"):
             yield Static("tpnode-tui: keys and card states", classes="dialog-title")
+            yield Static("↑ ↓ and PgUp PgDn scroll this help; escape closes it", classes="dialog-context")
             yield Static(help_text(self.demo, self.readonly, self.agent))
         yield Footer()
 
