@@ -235,9 +235,22 @@ def test_no_agent_and_a_state_dir_this_account_cannot_use_is_one_clear_line(shar
     )
     done = cli_as(accounts.bob, env, "status")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
-    assert f"no agent answers at {shared_node.socket}" in done.stderr
-    assert "start it (systemctl start tpnode-tui-agent)" in done.stderr or "ask the node's operator" in done.stderr
-    assert "TUNEPLANE_STATE_DIR=" not in done.stderr  # never a second state dir
+    assert done.stderr == (
+        f"tpnode-tui: no agent answers at {shared_node.socket}, and this account, {accounts.bob.name}, cannot "
+        f"serve the node itself: it may not write in the node's state dir {shared_node.state}; on a shared node "
+        "every account goes through the agent: ask the node's operator to start it (systemctl start "
+        "tpnode-tui-agent)\n"
+    )
+    parent = shared_node.root / "roots-own"  # bob may look in, not write
+    parent.mkdir(mode=0o755)
+    missing = parent / "not-made"
+    done = cli_as(accounts.bob, {**env, "TUNEPLANE_STATE_DIR": str(missing)}, "status")
+    assert done.returncode == 1
+    assert (
+        f"this account, {accounts.bob.name}, cannot serve the node itself: the node's state dir {missing} "
+        f"is not there, and {accounts.bob.name} may not create it;"
+    ) in done.stderr
+    assert not missing.exists()
 
 
 def test_env_prints_exports_for_the_owners_shell(shared_node, accounts):

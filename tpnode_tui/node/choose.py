@@ -49,8 +49,11 @@ def _state_dir_problem(settings: Settings) -> Optional[str]:
         return None
     user = user_name(os.getuid())
     if existing == path:
-        return f"this account ({user}) cannot use the node's state dir {path}"
-    return f"this account ({user}) cannot create the node's state dir {path}"
+        return f"this account, {user}, cannot serve the node itself: it may not write in the node's state dir {path}"
+    return (
+        f"this account, {user}, cannot serve the node itself: the node's state dir {path} is not there, "
+        f"and {user} may not create it"
+    )
 
 
 def agent_for(settings: Settings, *, blocking: bool = False) -> AgentNode:
