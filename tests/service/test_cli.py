@@ -528,3 +528,18 @@ def test_env_prints_what_the_job_itself_was_given(cli, state_dir):
     assert exported["CUDA_DEVICE_ORDER"] == inside["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     # outside the job's fence (a shell beside it) CUDA counts the node's cards
     assert exported["CUDA_VISIBLE_DEVICES"] == "3,4"
+
+
+def test_a_command_s_warning_is_a_line_like_its_errors_and_v_keeps_the_log_line(cli, state_dir):
+    """A warning while a command runs (here: the node log cannot be written) is
+    said as the command says its errors; with -v it is a log line (time, level, module)."""
+    (state_dir / "events.jsonl").mkdir()  # the node log, where a file cannot be written
+    done = cli("reserve", "--cards", "1", "--for", "1m", "--run-id", "warned")
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stderr == f"tpnode-tui: warning: cannot write the node log {state_dir / 'events.jsonl'}: Is a directory\n"
+    )
+    done = cli("-v", "stop", "warned")
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "cannot write the node log" in line]
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING tpnode_tui\.state\.nodelog: ", line), line

@@ -128,12 +128,15 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
 def _logging(args: argparse.Namespace) -> None:
     """Warnings (and with -v everything) to stderr: what serves a node here, or
     the agent, logs. A command run straight through on the agent logs nothing,
-    so it does not load logging unless asked to (-v)."""
+    so it does not load logging unless asked to (-v). The agent and -v write
+    log lines (time, level, module); a command's warning is a line like its
+    errors, "tpnode-tui: warning: ...", for the person who typed it."""
     import logging
 
+    logged = args.verbose or args.command == "agent"
     logging.basicConfig(
-        level=logging.INFO if args.verbose or args.command == "agent" else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if logged else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s" if logged else "tpnode-tui: warning: %(message)s",
     )
 
 
