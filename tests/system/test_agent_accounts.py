@@ -286,3 +286,34 @@ def test_a_socket_this_account_may_not_open_is_refused_in_one_line_not_served_he
             "operator decides which accounts may reach the agent"
         )
     assert not (bob.home / "state").exists()
+
+
+def test_serving_the_node_here_without_leave_to_write_its_state_dir_is_the_same_line_for_every_command(
+    shared_node, accounts
+):
+    """``--agent off`` as an account that may not look into the state dir, or
+    may look but not write: one line and exit 2 naming what the state dir
+    cannot do for it, whether the command would read (status) or allocate."""
+    env = accounts.bob.env(
+        TUNEPLANE_STATE_DIR=str(shared_node.state),
+        TUNEPLANE_AGENT="off",
+        TUNEPLANE_RUNTIME="process",
+        TUNEPLANE_PROBE=f"simulated:{shared_node.scene}",
+    )
+    status, launch = ("status",), ("launch", "--cards", "1", "--", "true")
+    mode = shared_node.state.stat().st_mode & 0o777
+    try:
+        for looks_in, args, to in (
+            (False, status, "be looked into"),
+            (False, launch, "be looked into"),
+            (True, launch, "hold the allocation lock"),
+        ):
+            shared_node.state.chmod(0o755 if looks_in else 0o700)
+            done = cli_as(accounts.bob, env, *args)
+            assert (done.returncode, done.stdout) == (2, ""), done.stderr
+            assert done.stderr == (
+                f"tpnode-tui: the state dir {shared_node.state} cannot {to} (Permission denied); run as a user "
+                "who may write there (every allocator on this node shares it)\n"
+            )
+    finally:
+        shared_node.state.chmod(mode)

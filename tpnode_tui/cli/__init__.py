@@ -110,13 +110,13 @@ def _state_dir_note(settings: Settings) -> Optional[str]:
     launch start a second, private record of the node: the one thing worse
     than no record. A state dir that is not a directory is a ConfigError.
     """
-    from tpnode_tui.config.statedir import state_dir_exists
+    from tpnode_tui.config.statedir import state_dir_to_serve
     from tpnode_tui.runtimes import choose_runtime
 
     process = choose_runtime(settings) == "process"
     if not process and settings.lock.redis_url:  # docker with a Redis lease: no state dir at all
         return None
-    if state_dir_exists(settings.state.dir):
+    if state_dir_to_serve(settings.state.dir):
         return None
     recorded = "no job has been recorded here" if process else "no launch has taken the allocation lock here"
     return (

@@ -38,6 +38,18 @@ def state_dir_exists(state_dir: Path) -> bool:
     return True
 
 
+def state_dir_to_serve(state_dir: Path) -> bool:
+    """:func:`state_dir_exists`, for a process about to serve the node itself:
+    one it may not even look into is a ConfigError too, since every read of
+    the node's record there would fail."""
+    if not state_dir_exists(state_dir):
+        return False
+    if not os.access(state_dir, os.X_OK):
+        denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        raise ConfigError(state_dir_unusable(state_dir, denied, "be looked into"))
+    return True
+
+
 def state_dir_unusable(state_dir: Path, e: OSError, to: str) -> str:
     """Why the state directory cannot be used, and what to do, in one sentence.
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
-from tpnode_tui.model.errors import RuntimeUnavailable
+from tpnode_tui.config.statedir import state_dir_unusable
+from tpnode_tui.model.errors import ConfigError, RuntimeUnavailable
 
 R = TypeVar("R")
 
@@ -151,11 +152,8 @@ class JsonStore(Generic[R]):
         """
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as e:
-            raise RuntimeUnavailable(
-                f"cannot open the lock file {self.lock_path}: {e.strerror}; "
-                f"run as the user that owns {self.dir}, or through the node's agent"
-            ) from None
+        except OSError as e:  # the same words and exit code as the allocation lock's, for the same cause
+            raise ConfigError(state_dir_unusable(self.dir, e, f"lock {self.path.name}")) from None
         try:
             deadline = time.monotonic() + self.lock_timeout_s
             while True:

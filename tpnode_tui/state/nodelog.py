@@ -109,7 +109,9 @@ class NodeLog:
                 # needs none). The agent's, and a process launch's, exists.
                 if isinstance(e, FileNotFoundError) and not self.dir.exists():
                     return entry
-                if not self._warned:
+                # A state dir this process may not write in is said by whatever it
+                # was doing there (the lock, the record), in one line: not twice.
+                if not self._warned and os.access(self.dir, os.W_OK | os.X_OK):
                     log.warning("cannot write the node log %s: %s", path, e.strerror or e)
                     self._warned = True
         return entry
