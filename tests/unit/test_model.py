@@ -25,6 +25,8 @@ def test_explain_names_every_kind_of_holder_in_plain_words():
     assert "2 held by processes outside the platform (cards 3,4)" in text
     assert "1 unhealthy (card 6: row remapping pending)" in text
     assert "free count may be too high" not in text
+    one = GpuOccupancy(total=8, external=frozenset({5})).explain()
+    assert "1 held by processes outside the platform (card 5)" in one, one
 
 
 def test_explain_says_the_free_count_may_be_too_high_when_blind():

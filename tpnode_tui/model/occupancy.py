@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tpnode_tui.model.states import SliceStateName
-from tpnode_tui.model.words import card_ranges, cards_words
+from tpnode_tui.model.words import cards_words
 
 #: How a card split into MIG slices is said (``GpuOccupancy.mig``), the grid's
 #: "MIG" meaning "split into slices: see them".
@@ -94,9 +94,7 @@ class GpuOccupancy:
         if self.by_job:
             parts.append(f"{len(self.by_job)} held by platform jobs")
         if self.external:
-            parts.append(
-                f"{len(self.external)} held by processes outside the platform (cards {card_ranges(self.external)})"
-            )
+            parts.append(f"{len(self.external)} held by processes outside the platform ({cards_words(self.external)})")
         if self.unhealthy:
             # One entry per reason, not per card: a node whose driver lost every
             # card would otherwise repeat the same words for each of them.

@@ -16,7 +16,6 @@ from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, SliceView
 from tpnode_tui.text.render import (
     NA,
-    card_ranges,
     describe_holder,
     fence_words,
     format_duration,
@@ -86,7 +85,7 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     status = job.status if job.exit_code is None else f"{job.status} (exit code {job.exit_code})"
     facts = [f"{job.run_id or job.name}", status + (f", pid {job.pid}" if job.pid else "")]
     facts.append(f"owner {job.owner or 'not recorded'}")
-    facts.append(job.holding if job.slices else f"cards {card_ranges(job.gpus) or '-'}")
+    facts.append(job.holding)
     rows = [("run id", " · ".join(facts)), ("runs", workload(job))]
     times = _times(job, now)
     if times:
