@@ -194,7 +194,7 @@ async def test_stop_kills_a_job_that_ignores_sigterm_and_records_that_it_did(sta
     await wait_for_log(state_dir / "logs" / "stubborn.log", "READY")
     inside = descendants(started.pid)
     assert inside
-    await rt.stop("stubborn")
+    await asyncio.gather(rt.stop("stubborn"), rt.stop("stubborn"))  # asked twice: said once
     _, alive = psutil.wait_procs(inside, timeout=WAIT_S)
     assert alive == []
     ended = await state_of(rt, "stubborn")

@@ -525,13 +525,16 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def test_the_dashboard_s_shell_key_opens_her_shell_in_the_reservation_s_fence_and_exit_comes_back(
+def test_the_dashboard_s_shell_key_opens_her_shell_in_the_reservation_s_fence_and_comes_back_however_it_ends(
     fenced_node, accounts
 ):
     """The key's whole path on a real terminal: alice's dashboard runs
     ``tpnode-tui shell`` with its own settings as a child on her terminal; the
     agent moves that child into the reservation's fence, where it becomes her
-    login shell; exiting it gives the terminal back to the dashboard."""
+    login shell. Exiting it after a failed command is no failure of the shell's
+    (no wait for enter), and a shell ended by the reservation's end, which
+    gives the terminal back to nobody, still leaves the dashboard in charge
+    of it: it draws and takes keys again."""
     alice = accounts.alice
     card = reserve(fenced_node, alice, "r-key")
     env = {**fenced_node.env(alice), "TERM": "xterm-256color", "PS1": "in-the-fence$ "}
@@ -543,12 +546,21 @@ def test_the_dashboard_s_shell_key_opens_her_shell_in_the_reservation_s_fence_an
         before = term.mark()
         term.press("S")
         term.shows("in-the-fence$ ", before, "her login shell's prompt")
-        term.press("echo CUDA=$CUDA_VISIBLE_DEVICES NVIDIA=$NVIDIA_VISIBLE_DEVICES; cat /proc/self/cgroup; exit\r")
+        term.press(
+            "echo CUDA=$CUDA_VISIBLE_DEVICES NVIDIA=$NVIDIA_VISIBLE_DEVICES; cat /proc/self/cgroup; false; exit\r"
+        )
         term.shows(f"CUDA=0 NVIDIA={card}", before, "the reservation's cards in the shell's environment")
         term.shows("tpnode-tui.r-key.", before, "the shell in the reservation's cgroup")
         term.shows("Back from the shell on r-key.", before, "the dashboard drawn again, saying so")
-        assert "press enter to go back" not in term.text(before)  # exit is no failure
+        assert "press enter to go back" not in term.text(before)  # its last command failed, the shell did not
+
+        again = term.mark()
+        term.press("S")
+        term.shows("in-the-fence$ ", again, "her login shell's prompt again")
+        stopped = fenced_node.cli(alice, "stop", "r-key")  # from elsewhere: its shell is ended with it
+        assert stopped.returncode == 0, stopped.stderr
+        term.shows("Back from the shell on r-key.", again, "the dashboard drawn again after the shell was ended")
         term.press("q")
-        assert term.proc.wait(30) == 0
+        assert term.proc.wait(30) == 0  # it read the key: the terminal is its own again
     finally:
         term.close()

@@ -15,6 +15,7 @@ import asyncio
 import secrets
 import socket
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -47,6 +48,7 @@ from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
 from tpnode_tui.tui.screens.dialogs.reserve import ReserveScreen
 from tpnode_tui.tui.screens.flows.jobs import reclaim_listed
 from tpnode_tui.tui.screens.flows.launches import enqueue, submit
+from tpnode_tui.tui.terminal import ShellEnd
 from tpnode_tui.tui.widgets.tiles import CardGrid
 
 #: the node as the dashboard serves one without an agent (helpers/dashboard.py)
@@ -413,11 +415,12 @@ async def test_the_shell_key_opens_a_shell_on_the_selected_reservation_and_says_
     await service_node.local.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv-sh"))
     await service_node.place("a-job", 1)
     asked: list[str] = []
+    ends = [ShellEnd(started=True, code=1), ShellEnd(started=False, code=77)]
 
-    def open_shell(run_id: str) -> int:
+    def open_shell(run_id: str) -> ShellEnd:
         """What runs ``tpnode-tui shell RUN_ID`` on the terminal (tests/system/test_fence_shell.py runs it)."""
         asked.append(run_id)
-        return 0 if len(asked) == 1 else 3
+        return ends[len(asked) - 1]
 
     app = service_node.app(open_shell=open_shell)
     async with app.run_test(size=SIZE) as pilot:
@@ -425,10 +428,16 @@ async def test_the_shell_key_opens_a_shell_on_the_selected_reservation_and_says_
         assert app.query_one(CardGrid).selected == 0 and states(app)[:2] == ["reservation", "job"]
         footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
         assert "shell" in footer_keys
-        await pilot.press("S")
+        await pilot.press("S")  # a shell that ran ends with its last command's status: no failure
         assert asked == ["rsv-sh"] and app.heard("Back from the shell on rsv-sh.")
         await pilot.press("S")
-        assert app.heard("The shell on rsv-sh ended with exit code 3, for the reason it gave on the terminal.")
+        assert app.heard("No shell was opened on rsv-sh (exit code 77), for the reason it gave on the terminal.")
+        app.launches.asked.add("placing-now")  # this dashboard serves the node and a launch of its own is under way
+        await pilot.press("S")
+        assert app.heard("A launch asked from this dashboard is still being answered")
+        app.launches.asked.clear()
+        docker = replace(app.main.selection(), snapshot=replace(app.follower.snapshot, runtime_kind="docker"))
+        assert docker.shell_target() is None, "a docker node's reservation is a container: no shells"
         await pilot.press("right")
         assert app.main.check_action("shell", ()) is False, "a shell is offered on a reservation only"
         await pilot.press("S")

@@ -61,16 +61,20 @@ def test_only_the_named_command_gets_its_arguments():
         ["--state-dir=-odd", "--allow-unverified"],
     ],
 )
-def test_the_setting_flags_written_back_read_as_the_same_settings(given):
+def test_the_setting_flags_written_back_read_as_the_same_settings(given, tmp_path):
     """The dashboard's shell key runs ``tpnode-tui shell`` with the dashboard's
     own setting flags: written back and read again, they are the same settings."""
     from tpnode_tui.config.settings import flag_words, settings_from_flags
 
     first = vars(build_parser(given).parse_args(given))
     words = flag_words(first)
-    again = vars(build_parser([*words, "shell", "r1"]).parse_args([*words, "shell", "r1"]))
-    assert again["command"] == "shell" and again["run_id"] == "r1"
-    assert settings_from_flags(again, {}) == settings_from_flags(first, {})
+    line = [*words, "shell", "--started-fd", "7", "--", "r1"]
+    again = vars(build_parser(line).parse_args(line))
+    assert (again["command"], again["run_id"], again["started_fd"], again["argv"]) == ("shell", "r1", 7, [])
+    node_file = tmp_path / "agent.env"  # the machine's own /etc file, if any, is no part of this
+    node_file.write_text("")
+    environ = {"TUNEPLANE_NODE_ENV_FILE": str(node_file)}
+    assert settings_from_flags(again, environ) == settings_from_flags(first, environ)
     assert len(words) == sum(word.startswith("--") for word in given)
 
 

@@ -371,3 +371,21 @@ def test_a_tile_that_does_not_move_with_time_words_the_same_an_hour_later():
         assert moves_with_time(card, **marks)
         assert render_tile(card, 30, NOW, False, **marks) != render_tile(card, 30, NOW + 3600, False, **marks)
     assert moves_with_time(CardView(0, "free", facts(0)), releases_at=NOW + 60)
+
+
+def test_the_dashboard_s_reclaim_question_says_how_each_ended_as_reclaim_does():
+    from dataclasses import replace
+
+    from tpnode_tui.cli.output import removed_line
+    from tpnode_tui.tui.wording.questions import reclaim_question
+
+    ended = JobState(name="n", run_id="rsv-a", gpus=(0,), status="exited", kind="reservation", exit_code=143)
+    stopped = replace(ended, note="stopped")
+    own = replace(ended, run_id="job-b", kind="job", exit_code=3)
+    killed = replace(stopped, note="stopped; killed by SIGKILL (it ignored SIGTERM)")
+    question = reclaim_question([stopped, own, killed])
+    assert "  rsv-a  (reservation, exited, stopped)" in question
+    assert "  job-b  (job, exited, exit code 3)" in question
+    assert "  rsv-a  (reservation, exited): stopped; killed by SIGKILL (it ignored SIGTERM)" in question
+    assert "143" not in question
+    assert removed_line(stopped) == "removed rsv-a (reservation, stopped)"

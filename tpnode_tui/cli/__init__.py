@@ -129,15 +129,21 @@ def _logging(args: argparse.Namespace) -> None:
     """Warnings (and with -v everything) to stderr: what serves a node here, or
     the agent, logs. A command run straight through on the agent logs nothing,
     so it does not load logging unless asked to (-v). The agent and -v write
-    log lines (time, level, module); a command's warning is a line like its
-    errors, "tpnode-tui: warning: ...", for the person who typed it."""
+    log lines (time, level, module); a command's warning or error is a line
+    like its refusals, "tpnode-tui: warning: ...", for the person who typed it."""
     import logging
 
-    logged = args.verbose or args.command == "agent"
-    logging.basicConfig(
-        level=logging.INFO if logged else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s" if logged else "tpnode-tui: warning: %(message)s",
-    )
+    if args.verbose or args.command == "agent":
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return
+
+    class Said(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"tpnode-tui: {record.levelname.lower()}: {record.getMessage()}"
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(Said())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
 def _run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
@@ -302,7 +308,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
                 readonly=args.readonly,
                 interval=args.interval,
                 verbose=args.verbose,
-                cli=(sys.executable, "-m", "tpnode_tui", *flag_words(vars(args))),
+                setting_flags=flag_words(vars(args)),
             )
         command = COMMANDS[args.command]
         settings = settings_from_flags(vars(args), node_file_environ() if command.node_file_only else None)

@@ -10,11 +10,12 @@ open when it happens, so a device file the CLI had open before it was moved
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import resource
 import sys
-from typing import NoReturn, Sequence
+from typing import NoReturn, Optional, Sequence
 
 #: the shell of an account whose entry names none, as login(1) takes it
 DEFAULT_SHELL = "/bin/sh"
@@ -46,11 +47,16 @@ def _fd_ceiling() -> int:
     return max(os.sysconf("SC_OPEN_MAX"), hard if hard != resource.RLIM_INFINITY else 2**31 - 1)
 
 
-def become(argv: list[str], env: dict[str, str]) -> NoReturn:
+def become(argv: list[str], env: dict[str, str], started_fd: Optional[int] = None) -> NoReturn:
     """Replace this process with ``argv``, in ``env``; exit 127 (not found) or 126
-    (not runnable) with one line when it cannot, as a shell does."""
+    (not runnable) with one line when it cannot, as a shell does. ``started_fd``:
+    a pipe of whoever started this command (the dashboard's shell key), told
+    with one byte that the node took this process in, and closed with the rest."""
     sys.stdout.flush()
     sys.stderr.flush()
+    if started_fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(started_fd, b"1")
     os.closerange(3, _fd_ceiling())
     try:
         os.execvpe(argv[0], argv, env)

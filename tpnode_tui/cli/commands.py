@@ -43,7 +43,7 @@ from tpnode_tui.cli.registry import (
 )
 from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
 from tpnode_tui.config.settings import Settings
-from tpnode_tui.config.values import parse_duration
+from tpnode_tui.config.values import parse_duration, whole_number
 from tpnode_tui.model.errors import BadRequest, Conflict, LockWaitTimeout, TpnodeError
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.model.views import Evicted, EvictReport
@@ -315,6 +315,8 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
         "outside the reservation: not fenced, not ended with it, not counted as its use, and says that. "
         "Run it on the node itself: through --host the agent's caller is the SSH bridge, not you."
     )
+    # the dashboard's shell key: a pipe it waits on, told once the node took this process in
+    parser.add_argument("--started-fd", type=_descriptor, help=argparse.SUPPRESS)
     _run_id_argument(parser)
     parser.add_argument(
         "argv",
@@ -322,6 +324,13 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="-- COMMAND ...",
         help="run this instead of your login shell (after --)",
     )
+
+
+def _descriptor(text: str) -> int:
+    value = whole_number(text)
+    if value is None or value < 3:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an open file descriptor above 2")
+    return value
 
 
 #: why ``shell`` is refused through --host: the node would fence the SSH bridge, not your shell
@@ -352,7 +361,7 @@ async def _shell(run: Run) -> None:
         )
     elif not entry.device_fence.fenced:
         say(f"the shell on {entry.run_id} runs without a fence: {entry.device_fence.problem}")
-    become(argv, dict(os.environ) | dict(entry.env))
+    become(argv, dict(os.environ) | dict(entry.env), run.args.started_fd)
 
 
 @node_command("queue", "launches queued or waiting for the lock", _json_flag, straight=True)

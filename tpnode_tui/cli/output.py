@@ -23,6 +23,7 @@ from tpnode_tui.text.render import (
     card_summary,
     cards_words,
     clock_time,
+    ended_words,
     fence_words,
     format_duration,
     format_mib,
@@ -213,13 +214,5 @@ def event_line(entry: dict[str, Any], now: float) -> str:
 
 
 def removed_line(job: JobState) -> str:
-    """What reclaim says of a record it removed: how the job ended, in words where
-    its record says them ("stopped", "killed by SIGKILL after 10 s ..."), else its
-    command's own exit code. Words with a parenthesis of their own follow a colon,
-    so no parenthesis holds another."""
-    if not job.note:
-        code = "unknown" if job.exit_code is None else str(job.exit_code)
-        return f"removed {job.key} ({job.kind}, exit code {code})"
-    if "(" in job.note:
-        return f"removed {job.key} ({job.kind}): {job.note}"
-    return f"removed {job.key} ({job.kind}, {job.note})"
+    """What reclaim says of a record it removed, and how the job ended (:func:`ended_words`)."""
+    return f"removed {job.key} {ended_words(job)}"

@@ -32,6 +32,7 @@ theirs) and the new job starts a log of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import os
@@ -906,8 +907,10 @@ class ProcessRuntime:
                 else "Stop it as the user who started it, or as root"
             )
             raise RuntimeUnavailable(f"job {name!r} was not signalled: {unseen}. {where}")
-        # said in its record before the signal, so its end reads "stopped", not as the 143 of a SIGTERM
-        await asyncio.to_thread(self._note, record, STOPPED)
+        # said in its record before the signal, so its end reads "stopped", not as the 143 of a
+        # SIGTERM; a record that cannot be written now stops no stop: the words are only words
+        with contextlib.suppress(RuntimeUnavailable):
+            await asyncio.to_thread(self._note, record, STOPPED)
         if _is_supervisor(record, now):
             procs = JobProcesses(record.pid, _cgroup(record), devices=_devices(record))
             try:
@@ -963,8 +966,11 @@ class ProcessRuntime:
         with self.state.transaction() as jobs:
             now = jobs.get(record.name)
             same = now is not None and (now.pid, now.pid_start_ticks) == (record.pid, record.pid_start_ticks)
-            if now is not None and same and now.exit_code is None:
-                jobs[record.name] = replace(now, note="; ".join(n for n in (now.note, note) if n))
+            said = now.note.split("; ") if now is not None else []
+            if (
+                now is not None and same and now.exit_code is None and note not in said
+            ):  # a second stop says nothing new
+                jobs[record.name] = replace(now, note="; ".join([*filter(None, said), note]))
 
     async def remove(self, name: str) -> None:
         """Delete the record of an exited job; the log stays."""

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
 from tpnode_tui.config.statedir import state_dir_unusable
-from tpnode_tui.model.errors import ConfigError, RuntimeUnavailable
+from tpnode_tui.model.errors import RuntimeUnavailable
 
 R = TypeVar("R")
 
@@ -152,8 +152,9 @@ class JsonStore(Generic[R]):
         """
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as e:  # the same words and exit code as the allocation lock's, for the same cause
-            raise ConfigError(state_dir_unusable(self.dir, e, f"lock {self.path.name}")) from None
+        except OSError as e:  # the allocation lock's words for the same cause; RuntimeUnavailable, which
+            # the supervisors and the queue catch to keep a hold and a launch as they are
+            raise RuntimeUnavailable(state_dir_unusable(self.dir, e, f"be used to lock {self.path.name}")) from None
         try:
             deadline = time.monotonic() + self.lock_timeout_s
             while True:

@@ -7,7 +7,7 @@ import time
 from typing import Optional
 
 from tpnode_tui.model.errors import no_running_job
-from tpnode_tui.model.jobs import DeviceFence, holding_words, visible_devices
+from tpnode_tui.model.jobs import DeviceFence, JobState, holding_words, visible_devices
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, HolderInfo, SliceView
 from tpnode_tui.model.words import card_ranges, cards_words
@@ -188,3 +188,13 @@ def env_lines(snap: NodeSnapshot, run_id: str) -> list[str]:
     if job is None:
         raise no_running_job(run_id)
     return [f"export {name}={shlex.quote(value)}" for name, value in visible_devices(job.gpus, job.slices).items()]
+
+
+def ended_words(job: JobState, *facts: str) -> str:
+    """An ended job's kind, ``facts`` and how it ended, in parentheses: "(reservation,
+    stopped)", "(job, exit code 3)". How it ended is its record's words where it
+    has them (a stop, a kill), else its command's exit code; words that hold a
+    parenthesis of their own follow a colon, so no parenthesis holds another."""
+    how = job.note or f"exit code {'unknown' if job.exit_code is None else job.exit_code}"
+    inside = ", ".join([job.kind, *facts])
+    return f"({inside}): {how}" if "(" in how else f"({inside}, {how})"

@@ -57,7 +57,9 @@ def _logging_off_the_terminal(verbose: bool) -> Iterator[Optional[Path]]:
             root.addHandler(handler)
 
 
-async def _run(settings: Optional[Settings], *, demo: bool, readonly: bool, interval: float, cli: Sequence[str]) -> int:
+async def _run(
+    settings: Optional[Settings], *, demo: bool, readonly: bool, interval: float, setting_flags: Sequence[str]
+) -> int:
     from tpnode_tui.demo.scene import DemoScene
     from tpnode_tui.node.choose import open_node
     from tpnode_tui.node.local import LocalNode
@@ -83,13 +85,13 @@ async def _run(settings: Optional[Settings], *, demo: bool, readonly: bool, inte
         else:
             node = await open_node(settings, interval=interval)
         # a shell is opened on the machine it runs on, on a real node: not over --host, not the demo's
-        shells = cli and node.on_this_machine and scene is None
+        shells = node.on_this_machine and scene is None
         app = NodeDashboard(
             node,
             demo=scene,
             readonly=readonly,
             default_command=command,
-            open_shell=shell_opener(cli) if shells else None,
+            open_shell=shell_opener(setting_flags) if shells else None,
         )
         # A closed terminal or a kill must still end the demo's jobs and close the node.
         loop = asyncio.get_running_loop()
@@ -117,7 +119,7 @@ def run_dashboard(
     readonly: bool = False,
     interval: float = 1.0,
     verbose: bool = False,
-    cli: Sequence[str] = (),
+    setting_flags: Sequence[str] = (),
 ) -> int:
     """Open the dashboard on the node ``settings`` describe; returns the exit code.
 
@@ -125,8 +127,8 @@ def run_dashboard(
     one answers (``TUNEPLANE_AGENT``), else served in this process; with
     ``demo`` a simulated node served in this process, and no settings needed.
     ``interval`` is how often a node served in this process is read (an
-    agent reads at its own). ``cli`` is this program's command line up to a
-    command, with the settings' flags: the shell key runs ``shell`` with it.
+    agent reads at its own). ``setting_flags`` are the setting flags the
+    dashboard was given: the shell key runs ``tpnode-tui shell`` with them.
     A bad setting is one line and exit code 2, and so is a standard input
     that is not a terminal: the dashboard reads its keys there, and with none
     it could neither be driven nor quit. No agent and no way to serve the
@@ -141,7 +143,9 @@ def run_dashboard(
         return 2
     try:
         with _logging_off_the_terminal(verbose) as log_path:
-            code = asyncio.run(_run(settings, demo=demo, readonly=readonly, interval=interval, cli=cli))
+            code = asyncio.run(
+                _run(settings, demo=demo, readonly=readonly, interval=interval, setting_flags=setting_flags)
+            )
     except TpnodeError as e:  # a bad setting (2), or no agent and no state dir to use (1)
         print(f"tpnode-tui: {error_line(e)}", file=sys.stderr)
         return exit_code(e)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Callable
 
 from tpnode_tui.config.ssh import SshTarget
-from tpnode_tui.tui.terminal import on_this_terminal
+from tpnode_tui.tui.terminal import THIS_PROGRAM, on_this_terminal
 
 
 def run_over_ssh(target: SshTarget) -> int:
@@ -15,7 +14,7 @@ def run_over_ssh(target: SshTarget) -> int:
     reason, the agent's refusal) stays on the terminal until the operator
     presses enter (:func:`on_this_terminal`)."""
     return on_this_terminal(
-        [sys.executable, "-m", "tpnode_tui", "--host", str(target)],
+        [*THIS_PROGRAM, "--host", str(target)],
         f"tpnode-tui fleet: the dashboard of {target}",
         "the fleet",
     )

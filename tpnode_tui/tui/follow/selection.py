@@ -87,8 +87,9 @@ class Selection:
         return job if job is not None and job.kind == "reservation" and job.expires_at else None
 
     def shell_target(self) -> Optional[JobState]:
-        """The running reservation the shell key opens a shell on, chosen as stop's is."""
-        if not self.shells:
+        """The running reservation the shell key opens a shell on, chosen as stop's
+        is, where the node's runtime runs shells (a docker node's reservation is a container)."""
+        if not self.shells or self.snapshot is None or self.snapshot.runtime_kind != "process":
             return None
         job = self.stop_target()
         return job if job is not None and job.kind == "reservation" else None

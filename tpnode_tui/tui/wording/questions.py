@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from tpnode_tui.model.errors import NoCapacity
 from tpnode_tui.model.jobs import JobState, wanted_words
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.text.render import cards_words
+from tpnode_tui.text.render import cards_words, ended_words
 from tpnode_tui.tui.wording.jobs import LAUNCH_PREFIX
 
 
@@ -122,6 +122,5 @@ def nothing_to_stop(*, stale: bool, row: Optional[str], row_job: Optional[JobSta
 def reclaim_question(exited: Sequence[JobState]) -> str:
     lines = []
     for job in exited:
-        code = "unknown" if job.exit_code is None else job.exit_code
-        lines.append(f"  {job.run_id}  ({job.kind}, {job.status}, exit code {code})")
+        lines.append(f"  {job.run_id}  {ended_words(job, job.status)}")
     return "Remove the records of these exited jobs? Running jobs are never touched.\n\n" + "\n".join(lines)

@@ -5,12 +5,15 @@ as a child on the terminal while it is suspended, so the node moves that
 child, not the dashboard, into the reservation's fence, and the child
 becomes the login shell there. The node decides who may (its owner, an
 operator); a refusal is the child's one line, left on the terminal until
-enter (:func:`tpnode_tui.tui.terminal.on_this_terminal`).
+enter (:func:`tpnode_tui.tui.terminal.on_this_terminal`). While the shell
+runs, the dashboard waits: it neither draws nor, serving the node itself,
+polls it (an agent goes on serving).
 """
 
 from __future__ import annotations
 
 from tpnode_tui.tui.screens.flows.desk import Desk, failed, refused
+from tpnode_tui.tui.terminal import ended_words
 
 
 def shell(desk: Desk) -> None:
@@ -25,17 +28,27 @@ def shell(desk: Desk) -> None:
             severity="warning",
         )
         return
+    session = desk.session
+    if session.node.in_process and session.launches.asked:
+        # This process serves the node: while the shell runs it does nothing else,
+        # and a launch of its own holding the allocation lock would keep the shell's move waiting.
+        desk.notify(
+            "A launch asked from this dashboard is still being answered, and this dashboard serves the "
+            "node itself: open the shell once it is answered.",
+            severity="warning",
+        )
+        return
     try:
         with desk.suspended():
-            code = open_shell(job.key)
+            end = open_shell(job.key)
     except Exception as e:  # a terminal that cannot be handed over: say so, keep the dashboard
         failed(desk, f"Could not open a shell on {job.key}", e)
         return
-    if code == 0:
+    if end.started:
         desk.notify(f"Back from the shell on {job.key}.", timeout=4)
     else:
         desk.notify(
-            f"The shell on {job.key} ended with exit code {code}, for the reason it gave on the terminal.",
+            f"No shell was opened on {job.key} ({ended_words(end.code)}), for the reason it gave on the terminal.",
             title="Shell",
             severity="warning",
             timeout=8,
