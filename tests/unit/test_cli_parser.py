@@ -30,6 +30,8 @@ LINES = [
     ["usage", "--by", "card", "--since", "7d"],
     ["events", "--card", "3", "--follow"],
     ["--interval", "2", "--demo"],
+    ["status", "--state-dir", "/x"],
+    ["status", "--json", "--agent=off"],
     [],
 ]
 
@@ -44,6 +46,26 @@ def read(parser, argv):
 @pytest.mark.parametrize("argv", LINES, ids=" ".join)
 def test_a_line_reads_the_same_with_only_its_command_made(argv):
     assert read(build_parser(argv), argv) == read(build_parser(), argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["status", "--state-dir", "/x"],
+            "--state-dir is not an argument of status: give it before the command, as in "
+            "tpnode-tui --state-dir /x status (see tpnode-tui --help)",
+        ),
+        (
+            ["launch", "--cards", "1", "--allow-unverified", "--", "true"],
+            "--allow-unverified is not an argument of launch: give it before the command, as in "
+            "tpnode-tui --allow-unverified launch (see tpnode-tui --help)",
+        ),
+        (["stop", "r1", "r2"], "unrecognized arguments: r2 (see tpnode-tui stop --help)"),
+    ],
+)
+def test_a_word_a_command_does_not_take_is_said_with_where_it_belongs(argv, said):
+    assert read(build_parser(argv), argv) == said
 
 
 def test_only_the_named_command_gets_its_arguments():

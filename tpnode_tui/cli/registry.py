@@ -36,6 +36,16 @@ class Parser(argparse.ArgumentParser):
         parsed, extra = self.parse_known_args(args, namespace)
         if extra:
             named = getattr(parsed, "command", None)
+            ours = [i for i, word in enumerate(extra) if word.split("=", 1)[0] in self._option_string_actions]
+            if named and ours:  # a setting's flag or the dashboard's, written after the command
+                first = extra[ours[0]]
+                flag = first.split("=", 1)[0]
+                takes = "=" not in first and self._option_string_actions[flag].nargs != 0
+                given = " ".join(extra[ours[0] : ours[0] + (2 if takes else 1)])
+                raise UsageError(
+                    f"{flag} is not an argument of {named}: give it before the command, as in "
+                    f"{self.prog} {given} {named} (see {self.prog} --help)"
+                )
             prog = f"{self.prog} {named}" if named else self.prog
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {prog} --help)")
         return parsed
