@@ -29,10 +29,14 @@ from tpnode_tui.model.validation import check_job_key
 #: this program again, as a child: the interpreter that runs it and the package's
 #: CLI. Never ``-m``, which puts the working directory first on the module path,
 #: where anyone who may write in it (/tmp, a shared project) could plant a module.
-THIS_PROGRAM = (sys.executable, "-c", "import sys; del sys.path[0]; from tpnode_tui.cli import main; sys.exit(main())")
+THIS_PROGRAM = (
+    sys.executable,
+    "-c",
+    "import sys; sys.path = [p for p in sys.path if p]; from tpnode_tui.cli import main; sys.exit(main())",
+)
 
 
-def ended_words(code: int) -> str:
+def how_it_ended(code: int) -> str:
     """How a child ended: "exit code 2", or "killed by SIGKILL" (a negative code)."""
     if code < 0:
         with contextlib.suppress(ValueError):
@@ -66,7 +70,7 @@ def on_this_terminal(
         signal.signal(signal.SIGINT, previous)
         _give_back(saved)
     if not ended_well(code):
-        sys.stderr.write(f"{what} ended with {ended_words(code)}; press enter to go back to {back_to}\n")
+        sys.stderr.write(f"{what} ended with {how_it_ended(code)}; press enter to go back to {back_to}\n")
         sys.stderr.flush()
         with contextlib.suppress(OSError, ValueError):
             sys.stdin.readline()

@@ -13,7 +13,7 @@ polls it (an agent goes on serving).
 from __future__ import annotations
 
 from tpnode_tui.tui.screens.flows.desk import Desk, failed, refused
-from tpnode_tui.tui.terminal import ended_words
+from tpnode_tui.tui.terminal import how_it_ended
 
 
 def shell(desk: Desk) -> None:
@@ -48,7 +48,7 @@ def shell(desk: Desk) -> None:
         desk.notify(f"Back from the shell on {job.key}.", timeout=4)
     else:
         desk.notify(
-            f"No shell was opened on {job.key} ({ended_words(end.code)}), for the reason it gave on the terminal.",
+            f"No shell was opened on {job.key} ({how_it_ended(end.code)}), for the reason it gave on the terminal.",
             title="Shell",
             severity="warning",
             timeout=8,
