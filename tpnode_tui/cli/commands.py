@@ -34,6 +34,7 @@ from tpnode_tui.cli.registry import (
     card_list,
     cards,
     command,
+    descriptor,
     node_command,
     process_id,
     say,
@@ -43,7 +44,7 @@ from tpnode_tui.cli.registry import (
 )
 from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
 from tpnode_tui.config.settings import Settings
-from tpnode_tui.config.values import parse_duration, whole_number
+from tpnode_tui.config.values import parse_duration
 from tpnode_tui.model.errors import BadRequest, Conflict, LockWaitTimeout, TpnodeError
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.model.views import Evicted, EvictReport
@@ -316,7 +317,7 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
         "Run it on the node itself: through --host the agent's caller is the SSH bridge, not you."
     )
     # the dashboard's shell key: a pipe it waits on, told once the node took this process in
-    parser.add_argument("--started-fd", type=_descriptor, help=argparse.SUPPRESS)
+    parser.add_argument("--started-fd", type=descriptor, help=argparse.SUPPRESS)
     _run_id_argument(parser)
     parser.add_argument(
         "argv",
@@ -324,13 +325,6 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="-- COMMAND ...",
         help="run this instead of your login shell (after --)",
     )
-
-
-def _descriptor(text: str) -> int:
-    value = whole_number(text)
-    if value is None or value < 3:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an open file descriptor above 2")
-    return value
 
 
 #: why ``shell`` is refused through --host: the node would fence the SSH bridge, not your shell

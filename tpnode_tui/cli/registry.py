@@ -153,6 +153,14 @@ def process_id(text: str) -> int:
     return value
 
 
+def descriptor(text: str) -> int:
+    """An open file descriptor handed down by whoever started the command: above 2."""
+    value = whole_number(text)
+    if value is None or value < 3:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an open file descriptor above 2")
+    return value
+
+
 def card_list(text: str) -> tuple[int, ...]:
     """ "3" or "0,1,5": card indices as ASCII digits, none twice."""
     listed = [whole_number(part.strip()) for part in text.split(",")]

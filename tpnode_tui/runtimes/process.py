@@ -965,12 +965,11 @@ class ProcessRuntime:
         """Note how the job is being ended, in its record, if the record is still that job's."""
         with self.state.transaction() as jobs:
             now = jobs.get(record.name)
-            same = now is not None and (now.pid, now.pid_start_ticks) == (record.pid, record.pid_start_ticks)
-            said = now.note.split("; ") if now is not None else []
-            if (
-                now is not None and same and now.exit_code is None and note not in said
-            ):  # a second stop says nothing new
-                jobs[record.name] = replace(now, note="; ".join([*filter(None, said), note]))
+            if now is None or (now.pid, now.pid_start_ticks) != (record.pid, record.pid_start_ticks):
+                return
+            said = [n for n in now.note.split("; ") if n]
+            if now.exit_code is None and note not in said:  # a second stop during the first's grace says nothing new
+                jobs[record.name] = replace(now, note="; ".join([*said, note]))
 
     async def remove(self, name: str) -> None:
         """Delete the record of an exited job; the log stays."""

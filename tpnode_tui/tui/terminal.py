@@ -22,7 +22,9 @@ import subprocess
 import sys
 import termios
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
+
+from textual.app import App
 
 from tpnode_tui.model.validation import check_job_key
 
@@ -44,18 +46,9 @@ def how_it_ended(code: int) -> str:
     return f"exit code {code}"
 
 
-def on_this_terminal(
-    argv: Sequence[str],
-    what: str,
-    back_to: str,
-    *,
-    pass_fds: Sequence[int] = (),
-    ended_well: Callable[[int], bool] = lambda code: code == 0,
-) -> int:
-    """Run ``argv`` on this terminal until it ends; its exit code. ``what``
-    names it and ``back_to`` the app in the line a failure waits on; whether
-    it failed is ``ended_well``'s to say of its code. ``pass_fds`` are handed
-    to the child and closed here once it has them."""
+def on_this_terminal(argv: Sequence[str], *, pass_fds: Sequence[int] = ()) -> int:
+    """Run ``argv`` on this terminal until it ends, then take the terminal back;
+    its exit code. ``pass_fds`` are handed to the child and closed here once it has them."""
     saved = _terminal_now()
     try:
         child = subprocess.Popen(list(argv), pass_fds=tuple(pass_fds))
@@ -65,16 +58,24 @@ def on_this_terminal(
     # Ctrl-C is the child's to act on (a shell's, SSH connecting); the app stays
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        code = child.wait()
+        return child.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
         _give_back(saved)
-    if not ended_well(code):
-        sys.stderr.write(f"{what} ended with {how_it_ended(code)}; press enter to go back to {back_to}\n")
-        sys.stderr.flush()
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdin.readline()
-    return code
+
+
+def wait_for_enter(what: str, code: int, back_to: str) -> None:
+    """Keep what a child that failed said on the terminal until enter: ``what``
+    names the child, ``back_to`` the app the terminal goes back to."""
+    sys.stderr.write(f"{what} ended with {how_it_ended(code)}; press enter to go back to {back_to}\n")
+    sys.stderr.flush()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdin.readline()
+
+
+def suspended(app: App[Any]) -> ContextManager[None]:
+    """The app's terminal handed over while the block runs; nothing to hand over when headless (tests)."""
+    return contextlib.nullcontext() if app.is_headless else app.suspend()
 
 
 def _terminal_now() -> Optional[tuple[int, list[Any]]]:
@@ -127,25 +128,15 @@ def shell_opener(setting_flags: Sequence[str]) -> ShellOpener:
     def open_shell(run_id: str) -> ShellEnd:
         check_job_key(run_id)  # never an option to the child: it comes after "--" too
         started, told = os.pipe()
-        heard: list[bool] = []
-
-        def became_the_shell(code: int) -> bool:
-            """Whether the child wrote its byte (read once: every writer has closed by now)."""
-            if not heard:
-                heard.append(os.read(started, 1) == b"1")
-            return heard[0]
-
         try:
-            argv = [*THIS_PROGRAM, *setting_flags, "shell", "--started-fd", str(told), "--", run_id]
             code = on_this_terminal(
-                argv,
-                f"tpnode-tui: the shell on {run_id}",
-                "the dashboard",
-                pass_fds=(told,),
-                ended_well=became_the_shell,
+                [*THIS_PROGRAM, *setting_flags, "shell", "--started-fd", str(told), "--", run_id], pass_fds=(told,)
             )
-            return ShellEnd(became_the_shell(code), code)
+            became_the_shell = os.read(started, 1) == b"1"  # every writer has closed by now
         finally:
             os.close(started)
+        if not became_the_shell:
+            wait_for_enter(f"tpnode-tui: the shell on {run_id}", code, "the dashboard")
+        return ShellEnd(became_the_shell, code)
 
     return open_shell

@@ -23,7 +23,6 @@ only when a key's state changed.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable, ContextManager, Coroutine, Iterable, Mapping, Optional, TypeVar
 
 from rich.text import Text
@@ -43,6 +42,7 @@ from tpnode_tui.tui.follow.selection import Selection
 from tpnode_tui.tui.follow.session import Session
 from tpnode_tui.tui.screens.dialogs.usage import UsageScreen
 from tpnode_tui.tui.screens.flows import demo, jobs, launches, operators, shells
+from tpnode_tui.tui.terminal import suspended
 from tpnode_tui.tui.widgets.detail import DetailPane
 from tpnode_tui.tui.widgets.events import EventsPane
 from tpnode_tui.tui.widgets.jobs import JobsTable
@@ -448,8 +448,7 @@ class MainScreen(Screen[None]):
         self.run_worker(work, group=group, exit_on_error=False)
 
     def suspended(self) -> ContextManager[None]:
-        app = self.app
-        return contextlib.nullcontext() if app.is_headless else app.suspend()
+        return suspended(self.app)
 
     # what changes the node: one flow each (tui/screens/flows/)
 

@@ -9,7 +9,6 @@ the cells that changed are set, so an idle fleet repaints nothing.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Optional
 
 from rich.text import Text
@@ -25,6 +24,7 @@ from tpnode_tui.tui.fleet.follow import FleetFollower
 from tpnode_tui.tui.fleet.screens.node import NodeScreen
 from tpnode_tui.tui.fleet.ssh import DashboardOpener
 from tpnode_tui.tui.fleet.wording import COLUMNS, fleet_header, legend, row_cells, seen_text, stale_row_cells, summary
+from tpnode_tui.tui.terminal import suspended
 from tpnode_tui.tui.widgets.redraw import update
 
 
@@ -207,10 +207,8 @@ class FleetScreen(Screen[None]):
                 markup=False,
             )
             return
-        app = self.app
         try:
-            # the terminal goes to the node's dashboard; headless (tests) there is none to hand over
-            with contextlib.nullcontext() if app.is_headless else app.suspend():
+            with suspended(self.app):  # the terminal goes to the node's dashboard
                 code = self.open_dashboard(node.ssh)
         except Exception as e:  # a terminal that cannot be handed over: say so, keep the fleet
             self.notify(

@@ -20,15 +20,15 @@ def shell(desk: Desk) -> None:
     """The shell key: a shell on the selected reservation, until it is exited."""
     if refused(desk, "opening a shell"):
         return
+    session = desk.session
     job = desk.selection().shell_target()
-    open_shell = desk.session.open_shell
+    open_shell = session.open_shell
     if job is None or open_shell is None:
         desk.notify(
             "Select a running reservation (on its card, or in the jobs table) to open a shell on its cards.",
             severity="warning",
         )
         return
-    session = desk.session
     if session.node.in_process and session.launches.asked:
         # This process serves the node: while the shell runs it does nothing else,
         # and a launch of its own holding the allocation lock would keep the shell's move waiting.
