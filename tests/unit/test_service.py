@@ -155,6 +155,13 @@ async def test_a_launch_waiting_for_the_lock_is_listed_and_its_owner_can_cancel_
         assert "allocation lock" in shown.waiting_for
         with pytest.raises(NotAllowed):
             await service_node.service.cancel(BOB, CancelRequest("w1"))
+        # being placed for alice: bob is told whose it is, and not to wait for or cancel what he may not
+        with pytest.raises(
+            Conflict,
+            match=r"run id w1 is being launched already for alice; choose another run id "
+            r"\(only they or an operator may cancel it\)$",
+        ):
+            await service_node.launch(BOB, "w1", 1)
         await service_node.service.cancel(ALICE, CancelRequest("w1"))
         with pytest.raises(Cancelled, match="w1 was cancelled by alice while it waited"):
             await waiting

@@ -179,8 +179,12 @@ class Launches:
         run_id = spec.run_id
         pending = self._pending.get(run_id)
         if pending is not None:
-            whose = "" if _same_owner(spec, pending.spec.uid, pending.spec.owner) else f" for {pending.spec.owner}"
-            raise Conflict(f"{run_id} is being launched already{whose}; wait for it or cancel it, or choose another")
+            if _same_owner(spec, pending.spec.uid, pending.spec.owner):
+                raise Conflict(f"{run_id} is being launched already; wait for it or cancel it, or choose another")
+            raise Conflict(
+                f"run id {run_id} is being launched already for {pending.spec.owner}; choose another run id "
+                "(only they or an operator may cancel it)"
+            )
         queued = next((e for e in self.queue.entries() if e.run_id == run_id), None)
         if queued is not None and not _same_owner(spec, queued.owner_uid, queued.owner):
             raise Conflict(
