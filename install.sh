@@ -5,25 +5,31 @@
 #                           (where the systemd unit and `--host` look for it);
 #                           as anyone else: ~/.local/share/tpnode-tui, the command at ~/.local/bin/tpnode-tui
 #   sh install.sh --demo    the same, then opens the dashboard on a simulated node
+#   sh install.sh --latest  the newest releases pyproject.toml allows, instead of
+#                           the versions the tests ran (requirements/node.txt)
 # A system python3 that is "externally managed" (Debian 12, Ubuntu 24.04) refuses
 # `pip install` outside a virtual environment, and Debian's may have no pip at
 # all: a venv needs only python3 and its venv module (the python3-venv package).
-# Running it again upgrades the installed copy in place.
+# It installs the versions locked in requirements/node.txt (their hashes checked),
+# the ones the test suite ran on, so every node's agent runs what was tested.
+# Running it again installs this checkout's copy, and its locked versions, in place.
 set -eu
 
-usage="usage: sh install.sh [--demo]"
+usage="usage: sh install.sh [--demo] [--latest]"
 demo=no
+latest=no
 for arg in "$@"; do
     case "$arg" in
         --demo) demo=yes ;;
+        --latest) latest=yes ;;
         -h | --help) echo "$usage"; exit 0 ;;
         *) echo "tpnode-tui install: unknown argument $arg ($usage)" >&2; exit 2 ;;
     esac
 done
 
 cd "$(dirname "$0")"
-if [ ! -f pyproject.toml ] || [ ! -d tpnode_tui ]; then
-    echo "tpnode-tui install: run it from a tpnode-tui checkout (no pyproject.toml beside install.sh)" >&2
+if [ ! -f pyproject.toml ] || [ ! -d tpnode_tui ] || [ ! -f requirements/node.txt ]; then
+    echo "tpnode-tui install: run it from a tpnode-tui checkout (no pyproject.toml, tpnode_tui or requirements/node.txt beside install.sh)" >&2
     exit 2
 fi
 
@@ -58,9 +64,14 @@ echo "tpnode-tui install: installing into $prefix (a minute: it fetches textual,
 source=$(mktemp -d "${TMPDIR:-/tmp}/tpnode-tui-install.XXXXXX")
 cp -R pyproject.toml README.md tpnode_tui "$source"/
 find "$source" -name __pycache__ -prune -exec rm -rf {} +
-if ! "$prefix/bin/python" -m pip install -q --disable-pip-version-check --upgrade "$source"; then
-    rm -rf "$source"
-    exit 1
+pip_install() { "$prefix/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
+if [ "$latest" = yes ]; then
+    pip_install --upgrade --upgrade-strategy eager "$source" || { rm -rf "$source"; exit 1; }
+else
+    # the locked versions first (setuptools among them), then the package over
+    # them with nothing else fetched
+    { pip_install --require-hashes -r requirements/node.txt &&
+        pip_install --upgrade --no-deps --no-build-isolation "$source"; } || { rm -rf "$source"; exit 1; }
 fi
 rm -rf "$source"
 mkdir -p "$bin"

@@ -8,14 +8,17 @@ where pip refuses to install outside a virtual environment.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from helpers.accounts import Account
+from helpers.locks import REQUIREMENTS, for_this_python
 from helpers.paths import CHECKOUT
 from helpers.services import unavailable
 
@@ -37,6 +40,7 @@ def _copy_checkout(into: Path) -> Path:
     for name in ("install.sh", "pyproject.toml", "README.md"):
         shutil.copy2(CHECKOUT / name, copy / name)
     shutil.copytree(CHECKOUT / "tpnode_tui", copy / "tpnode_tui", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(CHECKOUT / "requirements", copy / "requirements")
     return copy
 
 
@@ -75,6 +79,48 @@ def test_a_plain_account_installs_into_its_home_and_is_told_its_bin_is_not_on_pa
     assert version.returncode == 0 and version.stdout.startswith("tpnode-tui "), version.stderr
     owners = {p.lstat().st_uid for p in (alice.home / ".local").rglob("*")}
     assert owners == {alice.uid}  # nothing of root's in her home
+
+
+def test_it_installs_exactly_the_versions_the_tests_ran(installed):
+    alice, done = installed
+    assert done.returncode == 0, done.stderr
+    venv = alice.home / ".local/share/tpnode-tui"
+    frozen = alice.run(
+        [str(venv / "bin/python"), "-m", "pip", "list", "--format=freeze"], env=_env(alice, "/usr/bin:/bin")
+    )
+    installed_versions = {}
+    for line in frozen.stdout.splitlines():
+        name, _, version = line.partition("==")
+        installed_versions[canonicalize_name(name)] = version
+    # the venv's own python is the system's: the markers are this interpreter's
+    locked = for_this_python(REQUIREMENTS / "node.txt", _markers_of(venv / "bin/python"))
+    assert {name: installed_versions.get(name) for name in locked} == locked
+    assert installed_versions.pop("tpnode-tui") and installed_versions.pop("pip")
+    assert set(installed_versions) == set(locked), "installed beside the lock: " + str(
+        set(installed_versions) - set(locked)
+    )
+
+
+#: what a lock's markers are evaluated against, read from the interpreter itself
+#: (the installed venv has no packaging to ask)
+_MARKERS = """
+import json, os, platform, sys
+print(json.dumps({
+    "python_version": "%d.%d" % sys.version_info[:2],
+    "python_full_version": platform.python_version(),
+    "platform_python_implementation": platform.python_implementation(),
+    "implementation_name": sys.implementation.name,
+    "sys_platform": sys.platform,
+    "platform_system": platform.system(),
+    "platform_machine": platform.machine(),
+    "os_name": os.name,
+}))
+"""
+
+
+def _markers_of(python: Path) -> dict[str, str]:
+    done = subprocess.run([str(python), "-c", _MARKERS], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
 
 
 def test_install_again_with_demo_upgrades_in_place_and_opens_the_demo(installed):
@@ -143,4 +189,4 @@ def test_as_root_it_installs_into_opt_with_the_command_where_the_unit_runs_it(tm
     assert (tmp_path / "upper/opt/tpnode-tui/bin/tpnode-tui").exists()  # written in the overlay, not on the machine
     # pip built a copy: the checkout holds nothing of root's that would stop another account's install there
     left = {p.name for p in (tmp_path / "tpnode-tui").iterdir()}
-    assert left == {"install.sh", "pyproject.toml", "README.md", "tpnode_tui"}, left
+    assert left == {"install.sh", "pyproject.toml", "README.md", "tpnode_tui", "requirements"}, left

@@ -117,7 +117,7 @@ class FleetReader:
             raise self._unavailable(e) from None
         finally:
             with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()
 
     async def close(self) -> None:
         await self._client.aclose()
