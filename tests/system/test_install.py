@@ -18,8 +18,8 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from helpers.accounts import Account
-from helpers.locks import REQUIREMENTS, for_this_python
 from helpers.paths import CHECKOUT
+from helpers.pins import REQUIREMENTS, for_this_python
 from helpers.services import unavailable
 
 #: what the machine's pip is told by its environment (an index, a proxy), as a login there would have it

@@ -11,7 +11,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from helpers.locks import REQUIREMENTS, for_this_python, pins
+from helpers.pins import REQUIREMENTS, for_this_python, pins
 
 if sys.version_info >= (3, 11):
     import tomllib
