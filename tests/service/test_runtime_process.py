@@ -864,6 +864,30 @@ async def test_a_check_that_does_not_answer_in_time_refuses_the_launch(root_runt
     assert time.monotonic() - started < 10  # it gave up; it did not wait the check out
 
 
+async def test_a_check_its_account_stops_keeps_no_thread_and_is_killed_and_collected(
+    accounts, root_runtime, monkeypatch
+):
+    """The check is the caller's process: stopped by them, it costs the launcher
+    no thread while it is waited for, and it is killed and collected after."""
+    import threading
+
+    import tpnode_tui.runtimes.runnable as runnable
+
+    monkeypatch.setattr(runnable, "RUNNABLE", "kill -STOP $$")  # as its account may do to it
+    monkeypatch.setattr(runnable, "CHECK_TIMEOUT_S", 1.0)
+    threads = threading.active_count()
+    checking = asyncio.ensure_future(root_runtime.check(as_caller(accounts.alice, "stopped", "true")))
+    mine = psutil.Process()
+    stopped = await until_async(
+        lambda: [c for c in mine.children() if c.status() == psutil.STATUS_STOPPED], "the check to stop", WAIT_S
+    )
+    assert stopped[0].uids().real == accounts.alice.uid  # it was hers to stop
+    assert threading.active_count() == threads  # waited for without a thread
+    with pytest.raises(Conflict, match="could not check within 1 s whether"):
+        await checking
+    await until_async(lambda: not mine.children(), "the stopped check to be killed and collected", WAIT_S)
+
+
 async def test_a_directory_closed_after_the_check_is_never_entered_as_root(accounts, root_runtime, shared_state):
     """The command enters its directory as the caller: entered by root before the
     switch (as Popen's cwd does), a directory closed to the caller would be used."""
