@@ -289,18 +289,23 @@ async def test_a_hostile_run_id_is_refused_before_anything_runs(runtime, state_d
     assert not (state_dir / "logs").exists()
 
 
-async def test_a_command_that_cannot_start_is_refused_and_holds_nothing(runtime, state_dir, tmp_path):
+async def test_a_command_that_cannot_start_is_refused_by_the_check_and_holds_nothing(runtime, state_dir, tmp_path):
     with pytest.raises(Conflict, match="'no-such-command-tpn' not found"):
-        await runtime.create(job("missing", "no-such-command-tpn", "--flag"), [0])
+        await runtime.check(job("missing", "no-such-command-tpn", "--flag"))
     plain = tmp_path / "notes.txt"
     plain.write_text("echo hi\n")
     with pytest.raises(Conflict, match="not executable"):
-        await runtime.create(job("plain", str(plain)), [0])
-    with pytest.raises(BadRequest, match="no command"):
-        await runtime.create(job("empty"), [0])
-    with pytest.raises(BadRequest, match="NUL"):
-        await runtime.create(job("nul", "echo", "a\0b"), [0])
+        await runtime.check(job("plain", str(plain)))
+    for check in (runtime.check, lambda spec: runtime.create(spec, [0])):  # the spec's rules: both refuse
+        with pytest.raises(BadRequest, match="no command"):
+            await check(job("empty"))
+        with pytest.raises(BadRequest, match="NUL"):
+            await check(job("nul", "echo", "a\0b"))
     assert await runtime.ps() == []
+    # created without the check (it runs only before the allocation lock), the job itself finds out
+    await runtime.run(job("missing", "no-such-command-tpn", "--flag"), [0])
+    ended = await wait_for_status(runtime, "missing", "exited")
+    assert ended.exit_code == 127 and not ended.live  # an ended job holds no card
 
 
 async def test_a_command_that_fails_to_exec_shows_exited_127(runtime, state_dir, tmp_path):
