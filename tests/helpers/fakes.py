@@ -57,7 +57,7 @@ class MemoryRuntime:
 
         return DeviceFence.missing("jobs kept in memory run nothing")
 
-    def check(self, spec) -> None:
+    async def check(self, spec) -> None:
         pass
 
     async def ps(self):

@@ -29,11 +29,12 @@ from tpnode_tui.locks import (
     LOCK_FILE,
     REDIS_KEY,
     AllocationLock,
+    Holder,
     check_allocation_safety,
     make_lock,
 )
 from tpnode_tui.locks.flock import short_command
-from tpnode_tui.model.errors import ConfigError
+from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
 from tpnode_tui.text.printable import printable
 
 WORKERS = 8
@@ -132,6 +133,59 @@ async def test_tasks_of_one_process_take_turns(state_dir):
     assert all(events[k][1:] == events[k + 1][1:] for k in range(0, 10, 2))
     fences = [e[2] for e in events[::2]]
     assert fences == sorted(set(fences))
+
+
+async def test_each_account_takes_its_turn_so_many_requests_of_one_never_queue_ahead_of_another(state_dir):
+    """Bob's five allocations wait in his own line: alice, arriving after all of
+    them, is next once bob's first is out, not sixth."""
+    lock = _lock(state_dir)
+    order: list[str] = []
+    bob_inside = asyncio.Event()
+    let_go = asyncio.Event()
+
+    async def allocate(name: str, uid: int) -> None:
+        async with lock.hold(Holder(name, uid, f"launch of {name}")):
+            order.append(name)
+            if name == "bob-0":
+                bob_inside.set()
+                await let_go.wait()
+
+    bobs = [asyncio.create_task(allocate(f"bob-{i}", 1001)) for i in range(5)]
+    await asyncio.wait_for(bob_inside.wait(), 5)
+    for _ in range(3):
+        await asyncio.sleep(0)  # bob's others are in his line
+    alice = asyncio.create_task(allocate("alice", 1002))
+    await until_async(lambda: "held by bob-0's launch of bob-0 since " in (lock.waiting or ""), "alice to wait", 5)
+    let_go.set()
+    await asyncio.wait_for(asyncio.gather(alice, *bobs), 10)
+    assert order == ["bob-0", "alice", "bob-1", "bob-2", "bob-3", "bob-4"]
+    assert lock._turns == {}  # no line is kept once nobody of the account is at the lock
+
+
+async def test_whoever_gives_up_waiting_is_told_whose_allocation_held_the_lock(state_dir):
+    lock = _lock(state_dir)
+    patient = make_lock(load_settings({}, state_dir=state_dir, lock_retry_ms=20), max_wait_s=0.2)
+    # one process, two locks, as the agent has one: the second waits behind the first's holder
+    patient._local, patient._holder = lock._local, None
+    inside = asyncio.Event()
+    release = asyncio.Event()
+
+    async def bobs_launch() -> None:
+        async with lock.hold(Holder("bob\x1b[2J", 1001, "launch of b-1")):
+            inside.set()
+            await release.wait()
+
+    held = asyncio.create_task(bobs_launch())
+    await asyncio.wait_for(inside.wait(), 5)
+    patient._holder = lock._holder
+    with pytest.raises(LockWaitTimeout) as gave_up:
+        async with patient.hold(Holder("alice", 1002, "reservation of a-1")):
+            pass
+    said = str(gave_up.value)
+    assert "held by bob\\x1b[2J's launch of b-1 since " in said, said  # named, and made printable
+    assert "\x1b" not in said
+    release.set()
+    await held
 
 
 async def test_the_lock_is_given_back_when_the_body_fails_or_a_waiter_is_cancelled(state_dir):

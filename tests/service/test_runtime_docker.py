@@ -604,12 +604,12 @@ async def test_nothing_a_client_sends_can_ask_for_every_card_or_privileges(make_
             await allocator.launch(JobSpec("x", cards, ("true",), image="img"))
 
 
-def test_required_refuses_a_job_no_card_is_named_for():
+async def test_required_refuses_a_job_no_card_is_named_for():
     rt = DockerRuntime(gpu_mode="none", docker_host="unix:///nonexistent/docker.sock", fence_policy="required")
     with pytest.raises(ConfigError, match="cannot be fenced to its cards .*TUNEPLANE_FENCE=required"):
-        rt.check(JobSpec("loose", 1, ("true",), image="img"))
+        await rt.check(JobSpec("loose", 1, ("true",), image="img"))
     fenced = DockerRuntime(gpu_mode="nvidia", docker_host="unix:///nonexistent/docker.sock", fence_policy="required")
-    fenced.check(JobSpec("tight", 1, ("true",), image="img"))
+    await fenced.check(JobSpec("tight", 1, ("true",), image="img"))
 
 
 # ------------------------------------------------------ extending a reservation

@@ -289,18 +289,23 @@ async def test_a_hostile_run_id_is_refused_before_anything_runs(runtime, state_d
     assert not (state_dir / "logs").exists()
 
 
-async def test_a_command_that_cannot_start_is_refused_and_holds_nothing(runtime, state_dir, tmp_path):
+async def test_a_command_that_cannot_start_is_refused_by_the_check_and_holds_nothing(runtime, state_dir, tmp_path):
     with pytest.raises(Conflict, match="'no-such-command-tpn' not found"):
-        await runtime.create(job("missing", "no-such-command-tpn", "--flag"), [0])
+        await runtime.check(job("missing", "no-such-command-tpn", "--flag"))
     plain = tmp_path / "notes.txt"
     plain.write_text("echo hi\n")
     with pytest.raises(Conflict, match="not executable"):
-        await runtime.create(job("plain", str(plain)), [0])
-    with pytest.raises(BadRequest, match="no command"):
-        await runtime.create(job("empty"), [0])
-    with pytest.raises(BadRequest, match="NUL"):
-        await runtime.create(job("nul", "echo", "a\0b"), [0])
+        await runtime.check(job("plain", str(plain)))
+    for check in (runtime.check, lambda spec: runtime.create(spec, [0])):  # the spec's rules: both refuse
+        with pytest.raises(BadRequest, match="no command"):
+            await check(job("empty"))
+        with pytest.raises(BadRequest, match="NUL"):
+            await check(job("nul", "echo", "a\0b"))
     assert await runtime.ps() == []
+    # created without the check (it runs only before the allocation lock), the job itself finds out
+    await runtime.run(job("missing", "no-such-command-tpn", "--flag"), [0])
+    ended = await wait_for_status(runtime, "missing", "exited")
+    assert ended.exit_code == 127 and not ended.live  # an ended job holds no card
 
 
 async def test_a_command_that_fails_to_exec_shows_exited_127(runtime, state_dir, tmp_path):
@@ -792,16 +797,33 @@ async def test_a_working_directory_the_caller_cannot_enter_is_refused_before_any
     }
     for cwd, words in cases.items():
         spec = as_caller(alice, "nowhere", "true", cwd=cwd)
-        for attempt in (root_runtime.check, lambda s: root_runtime._create(s, [0])):
-            with pytest.raises(Conflict) as refused:
-                attempt(spec)
-            assert str(refused.value).replace(alice.name, "alice").find(words.replace(alice.name, "alice")) >= 0, (
-                refused.value
-            )
+        with pytest.raises(Conflict) as refused:
+            await root_runtime.check(spec)
+        assert str(refused.value).replace(alice.name, "alice").find(words.replace(alice.name, "alice")) >= 0, (
+            refused.value
+        )
     with pytest.raises(BadRequest, match="not an absolute path"):
-        root_runtime.check(replace(as_caller(alice, "rel", "true"), cwd="work"))
+        await root_runtime.check(replace(as_caller(alice, "rel", "true"), cwd="work"))
     assert await root_runtime.ps() == []
     assert not (shared_state / "logs").exists()
+
+
+async def test_creation_runs_nothing_of_the_caller_and_a_command_that_cannot_start_is_its_first_step(
+    accounts, root_runtime, shared_state
+):
+    """Under the allocation lock nothing of the caller's runs: a directory closed
+    to them is found by the job itself, which ends with 126 and the reason in its
+    log, holding nothing."""
+    alice = accounts.alice
+    closed = shared_state.parent / "roots-only"
+    closed.mkdir(mode=0o700)
+    created = await root_runtime.create(as_caller(alice, "closed", "true", cwd=closed), [0])
+    assert created.status == "created"
+    await root_runtime.start(created.name)
+    ended = await wait_for_status(root_runtime, "closed", "exited")
+    assert ended.exit_code == 126 and not ended.live
+    log = (shared_state / "logs" / "closed.log").read_text()
+    assert f"cannot enter the working directory {str(closed)!r} as {alice.name}" in log
 
 
 async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(accounts, root_runtime, shared_state):
@@ -821,13 +843,13 @@ async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(ac
     roots.chmod(0o700)
     path = f"{mine}:{secret}:/usr/bin:/bin"
     with pytest.raises(Conflict, match=f"is not executable by {alice.name}"):
-        root_runtime.check(as_caller(alice, "r", str(roots), PATH=path))
+        await root_runtime.check(as_caller(alice, "r", str(roots), PATH=path))
     with pytest.raises(Conflict, match="'tpn-hidden' not found on PATH"):
-        root_runtime.check(as_caller(alice, "h", "tpn-hidden", PATH=path))
+        await root_runtime.check(as_caller(alice, "h", "tpn-hidden", PATH=path))
     with pytest.raises(Conflict, match="'tpn-tool' not found on PATH"):  # not on alice's own PATH
-        root_runtime.check(as_caller(alice, "t", "tpn-tool"))
+        await root_runtime.check(as_caller(alice, "t", "tpn-tool"))
     with pytest.raises(Conflict, match=r"'\./tpn-tool' not found"):  # relative to her directory
-        root_runtime.check(as_caller(alice, "t", "./tpn-tool", PATH=path))
+        await root_runtime.check(as_caller(alice, "t", "./tpn-tool", PATH=path))
     await root_runtime.run(as_caller(alice, "tool", "tpn-tool", PATH=path), [0])
     await root_runtime.run(as_caller(alice, "dot", "./tpn-tool", cwd=mine), [1])
     for name in ("tool", "dot"):
@@ -835,16 +857,40 @@ async def test_the_command_is_found_and_checked_as_the_caller_with_their_path(ac
         assert "TOOL RAN" in (shared_state / "logs" / f"{name}.log").read_text()
 
 
-def test_a_check_that_does_not_answer_in_time_refuses_the_launch(root_runtime, monkeypatch):
-    import tpnode_tui.runtimes.process as process_module
+async def test_a_check_that_does_not_answer_in_time_refuses_the_launch(root_runtime, monkeypatch):
+    import tpnode_tui.runtimes.runnable as runnable
 
     # As if its file system hung: the check stays in it (however fast the machine).
-    monkeypatch.setattr(process_module, "_RUNNABLE", "sleep 30")
-    monkeypatch.setattr(process_module, "CHECK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(runnable, "RUNNABLE", "sleep 30")
+    monkeypatch.setattr(runnable, "CHECK_TIMEOUT_S", 0.5)
     started = time.monotonic()
     with pytest.raises(Conflict, match="could not check within 0.5 s"):
-        root_runtime.check(job("slow", "true"))
+        await root_runtime.check(job("slow", "true"))
     assert time.monotonic() - started < 10  # it gave up; it did not wait the check out
+
+
+async def test_a_check_its_account_stops_keeps_no_thread_and_is_killed_and_collected(
+    accounts, root_runtime, monkeypatch
+):
+    """The check is the caller's process: stopped by them, it costs the launcher
+    no thread while it is waited for, and it is killed and collected after."""
+    import threading
+
+    import tpnode_tui.runtimes.runnable as runnable
+
+    monkeypatch.setattr(runnable, "RUNNABLE", "kill -STOP $$")  # as its account may do to it
+    monkeypatch.setattr(runnable, "CHECK_TIMEOUT_S", 1.0)
+    threads = threading.active_count()
+    checking = asyncio.ensure_future(root_runtime.check(as_caller(accounts.alice, "stopped", "true")))
+    mine = psutil.Process()
+    stopped = await until_async(
+        lambda: [c for c in mine.children() if c.status() == psutil.STATUS_STOPPED], "the check to stop", WAIT_S
+    )
+    assert stopped[0].uids().real == accounts.alice.uid  # it was hers to stop
+    assert threading.active_count() == threads  # waited for without a thread
+    with pytest.raises(Conflict, match="could not check within 1 s whether"):
+        await checking
+    await until_async(lambda: not mine.children(), "the stopped check to be killed and collected", WAIT_S)
 
 
 async def test_a_directory_closed_after_the_check_is_never_entered_as_root(accounts, root_runtime, shared_state):

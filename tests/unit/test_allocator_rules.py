@@ -85,7 +85,7 @@ async def test_a_launch_stopped_before_it_started_is_not_reported_as_launched(ma
 
 async def test_a_request_the_runtime_can_never_run_is_refused_before_capacity_is_checked(make_allocator):
     class Picky(MemoryRuntime):
-        def check(self, spec):
+        async def check(self, spec):
             raise BadRequest("no such image")
 
     runtime = Picky()

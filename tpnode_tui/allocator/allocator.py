@@ -34,7 +34,8 @@ from tpnode_tui.config.settings import Settings
 from tpnode_tui.core.cards import card_count, compute_occupancy
 from tpnode_tui.core.display import card_views
 from tpnode_tui.host.procinfo import name_containers
-from tpnode_tui.locks import AllocationLock, check_allocation_safety, make_lock
+from tpnode_tui.locks import AllocationLock, Holder, check_allocation_safety, make_lock
+from tpnode_tui.locks.base import NOBODY
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, TpnodeError, no_running_job
 from tpnode_tui.model.facts import ProbeReading
 from tpnode_tui.model.jobs import JobSpec, JobState, Launched, SliceRef, claims_overlap, holding_words
@@ -250,6 +251,7 @@ class GpuAllocator:
         *,
         hold_for_s: Optional[float] = None,
         admit: Optional[Callable[[list[JobState]], None]] = None,
+        by: Holder = NOBODY,
     ) -> Launched:
         """Place and start a job: pick and create under the lock, start after it.
 
@@ -264,13 +266,20 @@ class GpuAllocator:
         only sound there, and raising refuses the launch. Being called also
         says the launch is past the point of cancelling: until then it has
         picked nothing and cancelling it abandons it; from then on it picks
-        cards and creates its job, and should be left to finish.
+        cards and creates its job, and should be left to finish. ``by`` is who
+        asks, named to anyone who waits for the lock meanwhile.
+
+        Whether the command can run at all is checked before the lock, and
+        only then: the process runtime checks in a process of the caller's,
+        which the caller can stop or slow, and nothing of theirs may keep the
+        lock from everyone else. A command that stops being runnable in
+        between fails as its job's first step, after the lock: the job is
+        recorded as ended (126 or 127, the reason in its log) and its cards
+        are free again.
         """
         spec = _checked(spec)
-        # In a thread: the process runtime checks as the caller, in a process
-        # of theirs, which a hung home directory could keep for seconds.
-        await asyncio.to_thread(self.runtime.check, spec)
-        async with self.lock.hold() as hold:
+        await self.runtime.check(spec)
+        async with self.lock.hold(by) as hold:
             occ, reading, jobs = await self._read()
             if admit is not None:
                 admit(jobs)
@@ -374,7 +383,9 @@ class GpuAllocator:
         )
         return await self.launch(spec, hold_for_s=duration_s)
 
-    async def extend(self, run_id: str, duration_s: float, *, longest_s: Optional[float] = None) -> JobState:
+    async def extend(
+        self, run_id: str, duration_s: float, *, longest_s: Optional[float] = None, by: Holder = NOBODY
+    ) -> JobState:
         """Hold a live reservation ``duration_s`` longer than it would have; at
         most ``longest_s`` from now, when given (the node's longest reservation:
         extended again and again, one would otherwise never end).
@@ -385,7 +396,7 @@ class GpuAllocator:
         """
         if not duration_s > 0:
             raise BadRequest(f"extend by a positive duration, not {duration_s!r}")
-        async with self.lock.hold():
+        async with self.lock.hold(by):
             live = [j for j in await self.runtime.ps() if j.key == run_id and j.live]
             if not live:
                 raise JobNotFound(f"no running reservation has run id {run_id}")

@@ -8,6 +8,7 @@ has to wait for the allocation lock says once, on stderr, what it waits for.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -185,8 +186,9 @@ async def _launch(run: Run) -> None:
 
 async def _bounded(node: Node, work: Awaitable[T], run_id: str, wait_s: Optional[float]) -> T:
     """``work`` through the agent, saying once what it waits for and giving up
-    after ``wait_s`` as a local launch does (exit 75); in-process, the lock
-    itself bounds and reports the wait.
+    after ``wait_s`` as a local launch does (exit 75), naming what it waited
+    for (whose allocation held the lock); in-process, the lock itself bounds
+    and reports the wait.
 
     Giving up is asked of the agent (a cancel) and its answer believed: a
     launch that took the lock meanwhile is placing its job and will run, so it
@@ -196,25 +198,32 @@ async def _bounded(node: Node, work: Awaitable[T], run_id: str, wait_s: Optional
     if node.in_process:
         return await work
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_watch_wait(node, run_id))
+    heard: list[str] = []
+    watcher = asyncio.ensure_future(_watch_wait(node, run_id, heard))
     try:
         return await asyncio.wait_for(asyncio.shield(task), wait_s)
     except asyncio.TimeoutError:
+        watcher.cancel()
+        if not heard:  # it gave up before the first look: one more
+            with contextlib.suppress(TpnodeError):
+                heard += [q.waiting_for for q in await node.queued() if q.run_id == run_id and q.waiting_for]
         try:
             await node.cancel(run_id)
         except TpnodeError:  # placed meanwhile, or placing now: too late, so it runs
             return await task
         task.cancel()
+        why = heard[-1] if heard else "waiting for the allocation lock"
         raise LockWaitTimeout(
-            f"{run_id} was not placed within {wait_s:g} s: the agent was still "
-            "waiting for the allocation lock, and it was cancelled; nothing was placed"
+            f"{run_id} was not placed within {wait_s:g} s: the agent was still {why}; "
+            "it was cancelled, and nothing was placed"
         ) from None
     finally:
         watcher.cancel()
 
 
-async def _watch_wait(node: Node, run_id: str) -> None:
-    """Say once what a launch through the agent waits for, if it waits at all."""
+async def _watch_wait(node: Node, run_id: str, heard: list[str]) -> None:
+    """Say once what a launch through the agent waits for, if it waits at all,
+    and keep the latest word of it in ``heard``."""
     import asyncio
 
     said = say_once()
@@ -223,6 +232,8 @@ async def _watch_wait(node: Node, run_id: str) -> None:
         for q in await node.queued():
             if q.run_id == run_id and q.state == "waiting" and q.waiting_for:
                 said(q.waiting_for)
+                heard.append(q.waiting_for)
+                del heard[:-1]
 
 
 def _reserve_arguments(parser: argparse.ArgumentParser) -> None:

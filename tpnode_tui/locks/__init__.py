@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Optional
 
 from tpnode_tui.config.settings import Settings
-from tpnode_tui.locks.base import REDIS_KEY, AllocationLock, CrossProcessLock, LockHold, check_allocation_safety
+from tpnode_tui.locks.base import REDIS_KEY, AllocationLock, CrossProcessLock, Holder, LockHold, check_allocation_safety
 from tpnode_tui.locks.flock import FENCE_FILE, LOCK_FILE, FileLock
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "LOCK_FILE",
     "REDIS_KEY",
     "AllocationLock",
+    "Holder",
     "LockHold",
     "check_allocation_safety",
     "make_lock",

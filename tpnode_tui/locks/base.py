@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
 from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
+from tpnode_tui.text.printable import printable
 
 #: The Redis key of the lease (and, with ":fence", of its fencing counter).
 #: Here rather than beside the Redis backend, so that naming it never imports redis-py.
@@ -46,6 +47,32 @@ class LockHold:
 Release = Callable[[], Awaitable[None]]
 #: How a backend says, on every retry, why it is still waiting (None: it is not).
 Report = Callable[[Optional[str]], None]
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who takes the allocation lock in this process, and for what: named to
+    anyone who waits for it, as a flock holder is named from /proc/locks.
+
+    ``uid`` is the account the kernel named (None: the node itself, such as
+    an idle reservation given back). Each account takes its turn: one of its
+    allocations holds or waits for the lock at a time, the rest wait behind
+    it, so one account's many requests never queue ahead of everyone else's.
+    """
+
+    account: str
+    uid: Optional[int]
+    #: what it does, as a person would say it: "launch of train-3"
+    doing: str
+
+    def words(self) -> str:
+        if not self.account:
+            return printable(self.doing)
+        return f"{printable(self.account)}'s {printable(self.doing)}"
+
+
+#: an allocation nobody named (a test's, a library caller's)
+NOBODY = Holder("", None, "another allocation in this process")
 
 
 class CrossProcessLock(Protocol):
@@ -96,6 +123,11 @@ class AllocationLock:
         self._backend = backend
         self._local = asyncio.Lock()
         self._local_waiters = 0
+        #: each account's turn (one allocation of an account at the lock at a time),
+        #: and how many of its allocations hold or wait for it
+        self._turns: dict[int, tuple[asyncio.Lock, list[int]]] = {}
+        #: who is inside the lock in this process, and since when (time.time())
+        self._holder: Optional[tuple[Holder, float]] = None
         self._backend_waiting: Optional[str] = None
         self._max_wait_s = max_wait_s
         self._on_wait = on_wait
@@ -108,8 +140,21 @@ class AllocationLock:
         if self._backend_waiting:
             return self._backend_waiting
         if self._local_waiters:
-            return "waiting for the allocation lock (held by another allocation in this process)"
+            return self._held_here()
         return None
+
+    def _why(self) -> str:
+        """Why a caller of this process waits now: the backend's reason while the
+        allocation inside waits for it, else whose allocation is inside."""
+        return self._backend_waiting or self._held_here()
+
+    def _held_here(self) -> str:
+        """What a caller waiting behind an allocation of this process waits for: whose, and since when."""
+        if self._holder is None:
+            return "waiting for the allocation lock, held by another allocation in this process"
+        holder, since = self._holder
+        clock = time.strftime("%H:%M:%S", time.localtime(since))
+        return f"waiting for the allocation lock, held by {holder.words()} since {clock}"
 
     async def state(self) -> Optional[str]:
         """The lock as another reader of the node should hear of it: what a caller
@@ -130,43 +175,67 @@ class AllocationLock:
     def _gave_up(self, why: str) -> LockWaitTimeout:
         return LockWaitTimeout(f"gave up after {self._max_wait_s:g}s ({why}); nothing was started, try again later")
 
-    async def _take_local(self, deadline: Optional[float]) -> None:
-        if deadline is None or not self._local.locked():
-            await self._local.acquire()
-            return
-        why = "waiting for the allocation lock (held by another allocation in this process)"
-        if self._on_wait is not None:
-            self._on_wait(why)
-        try:
-            await asyncio.wait_for(self._local.acquire(), max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
-            raise self._gave_up(why) from None
-
-    @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[LockHold]:
-        """Hold the lock for the body: in-process first, then across processes.
-
-        Given back on leaving, whether the body returns, raises or is cancelled.
-        """
-        deadline = None if self._max_wait_s is None else time.monotonic() + self._max_wait_s
+    async def _take(self, lock: asyncio.Lock, deadline: Optional[float]) -> None:
+        """Take one of this process's locks (an account's turn, or the lock itself),
+        waiting at most until ``deadline`` and saying once whom it waits for."""
         self._local_waiters += 1
         try:
-            await self._take_local(deadline)
+            if deadline is None or not lock.locked():
+                await lock.acquire()
+                return
+            if self._on_wait is not None:
+                self._on_wait(self._why())
+            try:
+                await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise self._gave_up(self._why()) from None
         finally:
             self._local_waiters -= 1
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, by: Holder, deadline: Optional[float]) -> AsyncIterator[None]:
+        """Wait behind the same account's allocations already at the lock."""
+        if by.uid is None:
+            yield
+            return
+        turn, users = self._turns.setdefault(by.uid, (asyncio.Lock(), [0]))
+        users[0] += 1
         try:
+            await self._take(turn, deadline)
             try:
-                hold, release = await self._backend.acquire(self._report, deadline)
-            except LockWaitTimeout as e:
-                raise self._gave_up(str(e)) from None
+                yield
             finally:
-                self._backend_waiting = None
-            try:
-                yield hold
-            finally:
-                await release()
+                turn.release()
         finally:
-            self._local.release()
+            users[0] -= 1
+            if not users[0]:  # kept only while the account has an allocation at the lock
+                del self._turns[by.uid]
+
+    @contextlib.asynccontextmanager
+    async def hold(self, by: Holder = NOBODY) -> AsyncIterator[LockHold]:
+        """Hold the lock for the body: the account's turn, in-process, then across processes.
+
+        Given back on leaving, whether the body returns, raises or is cancelled.
+        ``by`` is named to whoever waits meanwhile.
+        """
+        deadline = None if self._max_wait_s is None else time.monotonic() + self._max_wait_s
+        async with self._turn(by, deadline):
+            await self._take(self._local, deadline)
+            self._holder = (by, time.time())
+            try:
+                try:
+                    hold, release = await self._backend.acquire(self._report, deadline)
+                except LockWaitTimeout as e:
+                    raise self._gave_up(str(e)) from None
+                finally:
+                    self._backend_waiting = None
+                try:
+                    yield hold
+                finally:
+                    await release()
+            finally:
+                self._holder = None
+                self._local.release()
 
     async def close(self) -> None:
         await self._backend.close()

@@ -36,15 +36,19 @@ class Runtime(Protocol):
         RuntimeUnavailable when the truth cannot be read (never an empty list)."""
         ...
 
-    def check(self, spec: JobSpec) -> None:
+    async def check(self, spec: JobSpec) -> None:
         """Refuse a spec this runtime can never run (BadRequest or Conflict),
         before any card is picked: a request that cannot run must not be told
-        "no capacity, try later" just because the node happens to be full."""
+        "no capacity, try later" just because the node happens to be full.
+        Called before the allocation lock, never under it: what it runs may be
+        the caller's to slow down."""
         ...
 
     async def create(self, spec: JobSpec, gpus: list[int]) -> JobState:
         """Make the job visible to every other reader of ``ps()`` as holding
-        ``gpus``. Called under the allocation lock; keep it short."""
+        ``gpus``. Called under the allocation lock; keep it short, and run
+        nothing a caller controls (no process of theirs, nothing that waits
+        on one): everyone's allocations wait meanwhile."""
         ...
 
     async def start(self, name: str) -> JobState:

@@ -428,7 +428,7 @@ class DockerRuntime:
 
     # ---------------------------------------------------------------- create
 
-    def check(self, spec: JobSpec) -> None:
+    async def check(self, spec: JobSpec) -> None:
         """Everything but the engine's own answers (whether the image is here)."""
         if self.fence_policy == "required" and self.gpu_mode == "none" and spec.kind == "job":
             raise ConfigError(

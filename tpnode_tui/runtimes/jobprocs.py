@@ -44,7 +44,7 @@ from typing import Optional
 #: A job's cgroup is ``<the launcher's cgroup>/tpnode-tui.<job name>.<random>``.
 CGROUP_PREFIX = "tpnode-tui."
 #: how often a wait for a job's processes to end looks again (each look reads /proc)
-_POLL_S = 0.1
+POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -247,12 +247,19 @@ class JobProcesses:
         between two rounds is caught by the next.
         """
         deadline = time.monotonic() + timeout_s
-        while self.pids():
+        while self.left(kill=kill):
             if time.monotonic() >= deadline:
                 return False
-            if kill:
-                self.kill()
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
+        return True
+
+    def left(self, *, kill: bool = False) -> bool:
+        """Whether any process of the job is left; with ``kill``, each gets SIGKILL
+        again: one round of :meth:`wait_gone`, for a caller that waits its own way."""
+        if not self.pids():
+            return False
+        if kill:
+            self.kill()
         return True
 
     def _in_session(self, pid: int) -> bool:

@@ -40,7 +40,6 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -52,11 +51,11 @@ from tpnode_tui.devices.fence import ProcFiles
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable
 from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs, ShellEntry, visible_devices
 from tpnode_tui.model.validation import check_run_id
-from tpnode_tui.port.fields import shown
 from tpnode_tui.runtimes import jobfence, shells
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
 from tpnode_tui.runtimes.jobfence import JobFence
 from tpnode_tui.runtimes.jobprocs import (
+    POLL_S,
     JobProcesses,
     ProcessStat,
     cgroup_parent,
@@ -65,7 +64,9 @@ from tpnode_tui.runtimes.jobprocs import (
     remove_cgroup,
 )
 from tpnode_tui.runtimes.launchsheet import LaunchSheet, write_sheet
+from tpnode_tui.runtimes.runnable import check_runnable
 from tpnode_tui.runtimes.statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
+from tpnode_tui.runtimes.waiting import collect
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _STOP_POLL_S = 0.05
@@ -75,10 +76,6 @@ SUPERVISOR_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 #: The PATH of a command run as another account that sent no environment: the
 #: launcher's own environment (root's, the agent's settings) is never handed on.
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-#: How long the check of a working directory and command, run as the caller,
-#: may take. It takes milliseconds; only a hung file system takes longer, and
-#: the check runs before (and again under) the allocation lock.
-CHECK_TIMEOUT_S = 5.0
 #: The supervisor runs this very code, wherever it was loaded from (an
 #: installed package or a checkout), not whatever ``python -I`` would find:
 #: argv[1] is this package's parent directory, argv[2] the module to run.
@@ -348,80 +345,6 @@ def _working_dir(spec: JobSpec) -> str:
         return "/"
 
 
-#: Run as the account the command will run as: $1 the working directory, $2
-#: the program, $3 its PATH. Each way to fail has its own exit code.
-_RUNNABLE = """
-set -f
-[ -e "$1" ] || exit 10
-[ -d "$1" ] || exit 11
-cd -- "$1" 2>/dev/null || exit 12
-case $2 in
-*/*) [ -f "$2" ] || exit 13; [ -x "$2" ] || exit 14; exit 0 ;;
-esac
-IFS=:
-for dir in $3; do
-    [ -f "${dir:-.}/$2" ] && [ -x "${dir:-.}/$2" ] && exit 0
-done
-exit 15
-"""
-
-
-#: how much of a command or a directory a refusal quotes: a path people can
-#: recognise, never the 16 KiB a command may be
-PATH_SHOWN = 200
-
-
-def _check_runnable(argv: Sequence[str], env: dict[str, str], cwd: str, run_as: Optional[RunAs]) -> None:
-    """Refuse a command that cannot be started, before any record holds cards.
-
-    Checked by a small process running as the account the command will run
-    as, with its PATH and in its working directory: that account's view is
-    the one that counts. Asked as root, every directory can be entered and
-    nearly every file executed, and reading mode bits would miss ACLs,
-    read-only mounts and the groups that grant access. The supervisor would
-    find out too, but only after the job was recorded; a person who mistyped
-    a command should hear about it straight away.
-    """
-    program = argv[0]
-    who = run_as.user if run_as is not None else "this account"
-    try:
-        check = subprocess.Popen(
-            ["/bin/sh", "-c", _RUNNABLE, "sh", cwd, program, env.get("PATH", os.defpath)],
-            env={"PATH": os.defpath},
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            user=None if run_as is None else run_as.uid,
-            group=None if run_as is None else run_as.gid,
-            extra_groups=None if run_as is None else list(run_as.groups),
-        )
-    except OSError as e:
-        raise RuntimeUnavailable(f"cannot check the command as {who}: {e.strerror}") from None
-    try:
-        returncode = check.wait(timeout=CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        check.kill()
-        # Not waited for: a process stuck in a hung file system cannot die until it returns.
-        threading.Thread(target=check.wait, name="reap-check", daemon=True).start()
-        raise Conflict(
-            f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
-            f"{shown(program, PATH_SHOWN)} in {shown(cwd, PATH_SHOWN)} (is that file system hanging?)"
-        ) from None
-    problem = {
-        10: f"working directory {shown(cwd, PATH_SHOWN)} does not exist (or {who} cannot reach it)",
-        11: f"working directory {shown(cwd, PATH_SHOWN)} is not a directory",
-        12: f"{who} may not enter working directory {shown(cwd, PATH_SHOWN)}",
-        13: f"command {shown(program, PATH_SHOWN)} not found",
-        14: f"command {shown(program, PATH_SHOWN)} is not executable by {who} (chmod +x it)",
-        15: f"command {shown(program, PATH_SHOWN)} not found on PATH; give its full path or install it",
-    }.get(returncode)
-    if problem is not None:
-        raise Conflict(problem)
-    if returncode != 0:
-        raise RuntimeUnavailable(f"could not check the command as {who}: the check exited with {returncode}")
-
-
 def _let_through(directory: Path) -> None:
     """Let every account pass through ``directory`` (not list it): a job's log
     under it belongs to the job's account, who must be able to open it."""
@@ -526,16 +449,28 @@ class ProcessRuntime:
         waits on a pipe, so the allocator can withdraw a job that met another
         on its cards before anything ran. The supervisor is spawned under the
         state file's lock and recorded in the same hold, so no reader can see a
-        job without a record; if recording fails, the job is killed.
+        job without a record; if recording fails, the job is killed. Once
+        recorded, the supervisor is collected by the event loop when it ends
+        (:mod:`.waiting`), so a long-lived agent never fills with zombies, nor
+        keeps a thread per job; the job's truth stays in the state file.
         """
-        return await asyncio.to_thread(self._create, spec, list(gpus))
+        job, supervisor = await asyncio.to_thread(self._create, spec, list(gpus))
+        collect(supervisor)
+        return job
 
-    def check(self, spec: JobSpec) -> None:
-        self._sheet(spec, ())
+    async def check(self, spec: JobSpec) -> None:
+        """Refuse what cannot run, before the allocation lock: the spec's rules,
+        then the command and its directory as the account it runs as would
+        find them (:mod:`.runnable`). Only here: creation, under the lock,
+        runs nothing of the caller's, and a command that stopped being
+        runnable since fails as its job's first step."""
+        sheet = self._sheet(spec, ())
+        if sheet.command:
+            await check_runnable(sheet.command, dict(sheet.env).get("PATH", os.defpath), sheet.cwd, sheet.run_as)
 
     def _sheet(self, spec: JobSpec, gpus: Sequence[int]) -> LaunchSheet:
-        """What the supervisor is to run for ``spec`` on ``gpus``, checked as the
-        account it will run as; BadRequest or Conflict when it cannot run."""
+        """What the supervisor is to run for ``spec`` on ``gpus``; BadRequest or
+        Conflict when the spec breaks a rule. Runs nothing."""
         check_kind(spec)
         if spec.image:
             raise BadRequest(
@@ -560,11 +495,9 @@ class ProcessRuntime:
                 "from that account"
             )
         env = _environment(spec, gpus)
-        cwd = _working_dir(spec)
-        _check_runnable(argv, env, cwd, spec.run_as)
-        return LaunchSheet(command=argv, env=tuple(env.items()), cwd=cwd, run_as=spec.run_as)
+        return LaunchSheet(command=argv, env=tuple(env.items()), cwd=_working_dir(spec), run_as=spec.run_as)
 
-    def _create(self, spec: JobSpec, gpus: list[int]) -> JobState:
+    def _create(self, spec: JobSpec, gpus: list[int]) -> tuple[JobState, subprocess.Popen[bytes]]:
         name = check_run_id(spec.run_id)
         check_cards(gpus)
         check_slices(gpus, spec.slices)
@@ -633,10 +566,7 @@ class ProcessRuntime:
             jobfence.undo(made)
             raise
         self._gates[name] = gate
-        # Collects the supervisor when it ends, so a long-lived dashboard does
-        # not fill with zombies; the job's truth stays in the state file.
-        threading.Thread(target=proc.wait, name=f"reap-{name}", daemon=True).start()
-        return _job_state(record, current_boot)
+        return _job_state(record, current_boot), proc
 
     def _spawn(
         self,
@@ -926,7 +856,7 @@ class ProcessRuntime:
                 record,
                 f"killed by SIGKILL after {self.stop_timeout_s:g} s (it did not end on SIGTERM)",
             )
-            if not await asyncio.to_thread(procs.wait_gone, self.stop_timeout_s, kill=True):
+            if not await _killed(procs, self.stop_timeout_s):
                 left = procs.pids()
                 raise RuntimeUnavailable(
                     f"job {name!r} was killed with SIGKILL, but {_processes(left)} of it "
@@ -993,6 +923,18 @@ class ProcessRuntime:
         """Close the gates of jobs never started: their supervisors end unrun."""
         while self._gates:
             os.close(self._gates.popitem()[1])
+
+
+async def _killed(procs: JobProcesses, timeout_s: float) -> bool:
+    """:meth:`JobProcesses.wait_gone` with kill, waited for in the event loop: the
+    job's processes are its owner's, and a stop must not keep one of the threads
+    everyone's requests share for as long as they take to die."""
+    deadline = time.monotonic() + timeout_s
+    while await asyncio.to_thread(procs.left, kill=True):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(POLL_S)
+    return True
 
 
 def _kill_group(pgid: int) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.idle import KEEP, RELEASE, WARN, IdleWarning, reclaim_step
 from tpnode_tui.host.identity import Caller
+from tpnode_tui.locks import Holder
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.service.changes import Changes
@@ -157,7 +158,7 @@ class IdleReservations:
         lock, which an extension and a shell take too, so neither can cross it."""
         key, owner = job.key, _owner(job)
         try:
-            async with self.allocator.lock.hold():
+            async with self.allocator.lock.hold(Holder("the node", None, f"release of idle reservation {key}")):
                 now_job = next((j for j in await self.allocator.runtime.ps() if j.key == key and j.live), None)
                 if now_job is None or now_job.expires_at != warning.expires_at or now_job.shell_processes:
                     return  # ended, extended or in a shell's use since it was read: the next poll keeps it

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
+from tpnode_tui.locks import Holder
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed, no_running_job
 from tpnode_tui.model.jobs import JobState, ShellEntry
 from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
@@ -63,7 +64,8 @@ class JobActions:
                 raise BadRequest(f"extend by at least 1 second, not {duration_s:g}")
             job = await self._live(run_id)
             self.policy.check_may(caller, job, "extend", cards=job.gpus)
-            return await self.allocator.extend(run_id, duration_s, longest_s=self.longest_s)
+            by = Holder(caller.user, caller.uid, f"extension of {run_id}")
+            return await self.allocator.extend(run_id, duration_s, longest_s=self.longest_s, by=by)
 
         def done(job: JobState) -> str:
             left = format_duration((job.expires_at or 0) - self.clock())
@@ -100,7 +102,7 @@ class JobActions:
             # under the allocation lock, which the idle release takes too: either the
             # release sees the shell (and keeps the reservation), or the shell comes
             # after the end is recorded (and is refused); the two cannot cross
-            async with self.allocator.lock.hold():
+            async with self.allocator.lock.hold(Holder(caller.user, caller.uid, f"shell on {run_id}")):
                 # asked again of the record under the state file's lock: the run id may have changed hands
                 entry: ShellEntry = await shell(job.name, caller.pid, caller.uid, request.seen_start_ticks, may)
             return entry

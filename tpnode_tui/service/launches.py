@@ -28,6 +28,7 @@ from typing import Callable, Optional
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
+from tpnode_tui.locks import Holder
 from tpnode_tui.model.errors import (
     BadRequest,
     Conflict,
@@ -298,7 +299,9 @@ class Launches:
                     raise OverQuota(str(e)) from None
             pending.phase = "placing"
 
-        pending.task = asyncio.ensure_future(self.allocator.launch(spec, hold_for_s=hold_for_s, admit=admit))
+        what = "reservation" if spec.kind == "reservation" else "launch"
+        holder = Holder(caller.user, caller.uid, f"{'queued ' if began_at is not None else ''}{what} of {spec.run_id}")
+        pending.task = asyncio.ensure_future(self.allocator.launch(spec, hold_for_s=hold_for_s, admit=admit, by=holder))
         self._pending[spec.run_id] = pending
         try:
             return await asyncio.shield(pending.task)
