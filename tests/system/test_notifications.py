@@ -23,12 +23,10 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-from aiohttp import web
-
 from helpers.accounts import Account, cli_as, shared_dir
 from helpers.agents import Agent, running
 from helpers.clocks import MovedClock
+from helpers.receivers import Receiver
 from helpers.services import write_scene
 from helpers.waiting import until_async
 
@@ -36,43 +34,6 @@ HOUR = 3600.0
 CARDS = 4
 #: a generous bound on a CLI's answer while a URL hangs: far below the hang itself
 PROMPT_S = 60.0
-
-
-class Receiver:
-    """A JSON webhook, as Apprise's json:// posts to it: each notice kept by the path it came to.
-    ``answers``: False for one that takes the request and never answers."""
-
-    def __init__(self, answers: bool = True) -> None:
-        self.answers = answers
-        self.got: list[tuple[str, dict]] = []
-        self.port = 0
-        self.runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/{who}", self._take)
-        self.runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self.runner.addresses[0][1]
-
-    async def _take(self, request: web.Request) -> web.Response:
-        self.got.append((request.match_info["who"], await request.json()))
-        if not self.answers:
-            await asyncio.Event().wait()
-        return web.Response(text="ok")
-
-    def url(self, who: str, secret: str = "") -> str:
-        login = f"{who}:{secret}@" if secret else ""
-        return f"json://{login}127.0.0.1:{self.port}/{who}"
-
-    def to(self, who: str) -> list[dict]:
-        return [doc for path, doc in self.got if path == who]
-
-    async def close(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
 
 
 class NotifyingAgent(Agent):
@@ -102,14 +63,6 @@ class NotifyingAgent(Agent):
         if pids:
             cards[card].update(memory_used_mib=2048, processes=[{"pid": p, "used_memory_mib": 2048} for p in pids])
         write_scene(self.scene, cards)
-
-
-@pytest.fixture
-async def receiver():
-    made = Receiver()
-    await made.start()
-    yield made
-    await made.close()
 
 
 @contextlib.asynccontextmanager

@@ -3,16 +3,16 @@
 :meth:`Post.send` only files a notice and returns: nothing the agent does
 (an answer, a poll, the allocation lock) waits for a terminal or a URL. Each
 account has its own lane, a queue of at most TUNEPLANE_NOTIFY_QUEUE notices
-(a new one pushes the oldest out, and the next one sent says how many were
-lost), emptied by one task of its own, so one account whose URL hangs delays
-only its own notices. Sends are children (:mod:`tpnode_tui.notify.sender`),
+(a new one pushes the oldest out, and says how many were lost), emptied by
+one task of its own, so one account whose URL hangs delays only its own
+notices. Sends are children (:mod:`tpnode_tui.notify.sender`),
 run as the account, a few at a time, each killed with its process group at
 TUNEPLANE_NOTIFY_TIMEOUT_S; terminals are written in one thread of their own,
 at once or not at all (:mod:`tpnode_tui.host.terminals`).
 
 Before it is filed a notice is counted against its account's limits: at most
 TUNEPLANE_NOTIFY_EVENT_PER_HOUR of one kind and TUNEPLANE_NOTIFY_ACCOUNT_PER_HOUR
-in all in the last hour; the rest are not sent, and the next one sent says
+in all in the last hour; the rest are not sent, and the next one filed says
 how many. A URL that fails is said once in the agent's log, by its account
 and scheme alone, and again only once it has worked in between.
 """
@@ -72,7 +72,7 @@ class Recipient:
 
 @dataclass
 class _Lane:
-    """One account's notices waiting, and how many it has lost since the last one sent."""
+    """One account's notices waiting, and how many it lost since the last one filed."""
 
     waiting: collections.deque[tuple[Recipient, Notice]]
     dropped: int = 0
@@ -121,6 +121,10 @@ class Post:
             return False
         if len(lane.waiting) == lane.waiting.maxlen:
             lane.dropped += 1  # the oldest goes
+        lost = _lost(lane.dropped, lane.over, self.event_per_hour, self.account_per_hour)
+        if lost:  # said by the first notice filed after them
+            notice = replace(notice, text=f"{notice.text} ({lost})")
+            lane.dropped = lane.over = 0
         lane.waiting.append((to, notice))
         if lane.task is None or lane.task.done():
             lane.task = asyncio.get_running_loop().create_task(self._empty(lane))
@@ -149,10 +153,6 @@ class Post:
     async def _empty(self, lane: _Lane) -> None:
         while lane.waiting:
             to, notice = lane.waiting.popleft()
-            lost = _lost(lane.dropped, lane.over, self.event_per_hour, self.account_per_hour)
-            lane.dropped = lane.over = 0
-            if lost:
-                notice = replace(notice, text=f"{notice.text} ({lost})")
             try:
                 await self._deliver(to, notice)
             except Exception:  # noqa: BLE001 (one notice's trouble is never the next one's)
