@@ -194,6 +194,17 @@ async def make_allocator(tmp_path):
 
 
 @pytest.fixture
+async def receiver():
+    """A JSON webhook in the test's loop, as Apprise's json:// posts to it (helpers/receivers.py)."""
+    from helpers.receivers import Receiver
+
+    made = Receiver()
+    await made.start()
+    yield made
+    await made.close()
+
+
+@pytest.fixture
 def spawned():
     """Processes a test starts (append them), killed after it."""
     procs: list[subprocess.Popen] = []

@@ -52,6 +52,9 @@ class MemoryRuntime:
     def describe(self) -> str:
         return "memory"
 
+    def output_of(self, job) -> str:
+        return f"nowhere: {job.name} ran in memory"
+
     def node_fence(self):
         from tpnode_tui.model.jobs import DeviceFence
 

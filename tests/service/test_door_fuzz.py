@@ -172,6 +172,9 @@ FIELDS = sorted(
         "follow",
         "until",
         "by",
+        "url",
+        "node",
+        "number",
     }
 )
 

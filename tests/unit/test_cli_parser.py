@@ -141,8 +141,9 @@ def test_every_command_page_has_a_description_and_a_longer_one_is_kept():
     pages = next(a for a in build_parser()._actions if a.dest == "command").choices
     for name, command in COMMANDS.items():
         assert pages[name].description, name
-        if name not in ("agent", "shell"):
+        if name not in ("agent", "shell", "notify"):
             assert pages[name].description == command.help, name
     assert pages["shell"].description.startswith("Run your login shell")
+    assert "mesg y" in pages["notify"].description and "Apprise" in pages["notify"].description
     agent = pages["agent"].description
     assert "as root" in agent and "/run/tpnode-tui/agent.sock" in agent and "--agent-socket" in agent

@@ -74,6 +74,13 @@ def test_every_variable_is_read():
         "TUNEPLANE_RECLAIM_IDLE_AFTER": "2h",
         "TUNEPLANE_RECLAIM_GRACE": "1h30m",
         "TUNEPLANE_FLAG_IDLE_JOB_AFTER": "off",
+        "TUNEPLANE_NOTIFY_BEFORE_END": "15m",
+        "TUNEPLANE_NOTIFY_TERMINALS": "no",
+        "TUNEPLANE_NOTIFY_MAX_URLS": "3",
+        "TUNEPLANE_NOTIFY_QUEUE": "7",
+        "TUNEPLANE_NOTIFY_EVENT_PER_HOUR": "4",
+        "TUNEPLANE_NOTIFY_ACCOUNT_PER_HOUR": "40",
+        "TUNEPLANE_NOTIFY_TIMEOUT_S": "12.5",
     }
     assert set(env) == {d.env for d in DECLARED.values()}
     s = load_settings(env)
@@ -109,6 +116,9 @@ def test_every_variable_is_read():
     usage = s.usage
     assert (usage.days, usage.reclaim_idle_after_s, usage.reclaim_grace_s) == (30, 7200, 5400)
     assert usage.flag_idle_job_after_s is None
+    notify = s.notify
+    assert (notify.before_end_s, notify.terminals, notify.urls, notify.queue) == (900, False, 3, 7)
+    assert (notify.event_per_hour, notify.account_per_hour, notify.timeout_s) == (4, 40, 12.5)
 
 
 @pytest.mark.parametrize(

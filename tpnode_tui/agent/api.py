@@ -41,6 +41,9 @@ The routes, from the table (``docs/architecture.md``, "The door", has them with 
                             into the reservation's fence; answers the exports its shell runs with
 ``POST /v1/reclaim``        ``{run_id}`` (null: every exited job the caller may remove)
 ``POST /v1/queue/cancel``   ``{run_id}``
+``GET  /v1/notify``         the caller's notification URLs (secrets masked) and whether their terminals are told
+``POST /v1/notify/add``     ``{url, node}`` (``node``: an operator's URL for the node's events)
+``POST /v1/notify/remove``  ``{number}``, as the list numbers them
 ``POST /v1/drain``          ``{card, reason}`` (operators)
 ``POST /v1/undrain``        ``{card}`` (operators; refused while the card reports a problem)
 ``POST /v1/evict``          ``{card, pid, kill, dry_run, started_at}`` (operators)

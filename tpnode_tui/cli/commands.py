@@ -22,6 +22,7 @@ from tpnode_tui.cli.output import (
     event_line,
     print_audit,
     print_evicted,
+    print_notify,
     print_queue,
     print_status,
     removed_line,
@@ -455,6 +456,53 @@ async def _usage(run: Run) -> None:
         return
     for line in usage_lines(report):
         print(line)
+
+
+def _notify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Where the node's agent tells you what concerns you: a reservation about to end (with the extend command "
+        "to type), a queued launch placed, a job ended, an idle reservation warned and released, a card of yours "
+        "drained or back in service, an intruder on your cards. It writes to your own terminals where you allow "
+        "messages (mesg y), and sends to the URLs you add here through Apprise (ntfy://, mailto://, slack://, "
+        "json:// and the rest), as you. docs/notifications.md lists what is said, and to whom."
+    )
+    what = parser.add_subparsers(dest="notify", metavar="add|list|remove", required=True, parser_class=type(parser))
+    add = what.add_parser(
+        "add", help="be told at a URL (Apprise's form)", description="Be told at URL, through Apprise."
+    )
+    add.add_argument("url", metavar="URL")
+    add.add_argument("--node", action="store_true", help="an operator's URL for the node's events instead of your own")
+    what.add_parser("list", help="your URLs, secrets masked", description="Your URLs, numbered, secrets masked.")
+    remove = what.add_parser("remove", help="stop being told at URL number N", description="Forget your URL N.")
+    remove.add_argument("number", type=_url_number, metavar="N")
+    for sub in what.choices.values():
+        _json_flag(sub)
+
+
+def _url_number(text: str) -> int:
+    from tpnode_tui.config.values import whole_number
+
+    value = whole_number(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL's number as notify list gives it (1, 2, ...)")
+    return value
+
+
+@node_command(
+    "notify", "where you are told what concerns you: your terminals, your URLs", _notify_arguments, straight=True
+)
+async def _notify(run: Run) -> None:
+    node, args = run.node, run.args
+    if args.notify == "add":
+        listed = await node.notify_add(args.url, node=args.node)
+    elif args.notify == "remove":
+        listed = await node.notify_remove(args.number)
+    else:
+        listed = await node.notify_list()
+    if args.json:
+        print(json.dumps(asdict(listed), indent=2))
+        return
+    print_notify(listed)
 
 
 def _drain_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, EvictReport
 from tpnode_tui.port.node import Node
-from tpnode_tui.port.types import NodeView
+from tpnode_tui.port.types import NodeView, NotifyList
 from tpnode_tui.port.wire import launched_to_json
 from tpnode_tui.text.printable import printable_view
 from tpnode_tui.text.render import (
@@ -216,3 +216,17 @@ def event_line(entry: dict[str, Any], now: float) -> str:
 def removed_line(job: JobState) -> str:
     """What reclaim says of a record it removed, and how the job ended (:func:`ended_words`)."""
     return f"removed {job.key} {ended_words(job)}"
+
+
+def print_notify(listed: NotifyList) -> None:
+    """An account's notification URLs, numbered as remove takes them, and its terminals."""
+    for url in listed.urls:
+        node = " (the node's events)" if url.node else ""
+        failing = f": {url.failing}" if url.failing else ""
+        print(f"{url.number}  {url.shown}{node}{failing}")
+    if not listed.urls:
+        print(f"no URLs: tpnode-tui notify add URL adds one (at most {listed.most})")
+    if listed.terminals:
+        print("your own terminals are told too, where you allow messages (mesg y; mesg n stops it)")
+    else:
+        print("this node writes to nobody's terminals (TUNEPLANE_NOTIFY_TERMINALS=false)")

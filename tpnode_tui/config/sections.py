@@ -1,6 +1,7 @@
 """The settings' sections, as an operator looks for them: the cards, the probe,
 the runtime, the state dir, the lock, the agent, the policy, the limits of
-what one request and one account may ask, triage, usage and the fleet.
+what one request and one account may ask, triage, usage, notifications and
+the fleet.
 
 Each setting is declared once, in its section: its type and default, its
 TUNEPLANE_* variable, its flag, its help and its reader. The CLI's flags, the
@@ -438,6 +439,56 @@ class UsageSettings:
         "TUNEPLANE_FLAG_IDLE_JOB_AFTER",
         "a job whose cards sit at 0 % utilisation with memory held this long is flagged idle-held; off: never",
         read.duration_or_off,
+    )
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """What the agent tells each account, and how much: a reservation about to end,
+    a queued launch placed, a job ended, idle reservations, drains, intruders
+    (docs/notifications.md). Everything one account can make grow is bounded."""
+
+    before_end_s: Optional[float] = setting(
+        10 * 60.0,
+        "TUNEPLANE_NOTIFY_BEFORE_END",
+        "how long before a reservation ends its owner is told, with the extend command to type; off: never",
+        read.duration_or_off,
+    )
+    terminals: bool = setting(
+        True,
+        "TUNEPLANE_NOTIFY_TERMINALS",
+        "tell an account on its own terminals where it allows messages (mesg y), as write(1) does",
+        read.switch,
+    )
+    urls: int = setting(
+        5,
+        "TUNEPLANE_NOTIFY_MAX_URLS",
+        "most notification URLs one account may keep (tpnode-tui notify add)",
+        read.whole(0, 100),
+    )
+    queue: int = setting(
+        20,
+        "TUNEPLANE_NOTIFY_QUEUE",
+        "most notices waiting to be sent to one account; the oldest is dropped, and counted, for a new one",
+        read.whole(1, 10_000),
+    )
+    event_per_hour: int = setting(
+        12,
+        "TUNEPLANE_NOTIFY_EVENT_PER_HOUR",
+        "most notices of one kind one account is sent in an hour; the rest are counted",
+        read.whole(1, 10_000),
+    )
+    account_per_hour: int = setting(
+        60,
+        "TUNEPLANE_NOTIFY_ACCOUNT_PER_HOUR",
+        "most notices one account is sent in an hour, all kinds together",
+        read.whole(1, 100_000),
+    )
+    timeout_s: float = setting(
+        30.0,
+        "TUNEPLANE_NOTIFY_TIMEOUT_S",
+        "seconds one send to an account's URLs may take before it is stopped",
+        read.decimal(1, 600),
     )
 
 

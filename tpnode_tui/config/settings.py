@@ -21,6 +21,7 @@ from tpnode_tui.config.sections import (
     FleetSettings,
     LimitSettings,
     LockSettings,
+    NotifySettings,
     PolicySettings,
     ProbeSettings,
     RuntimeSettings,
@@ -46,6 +47,7 @@ class Settings:
     limits: LimitSettings = field(default_factory=LimitSettings)
     triage: TriageSettings = field(default_factory=TriageSettings)
     usage: UsageSettings = field(default_factory=UsageSettings)
+    notify: NotifySettings = field(default_factory=NotifySettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
 
 

@@ -33,6 +33,9 @@ from tpnode_tui.port.types import (
     LaunchResult,
     NodeView,
     Nothing,
+    NotifyAddRequest,
+    NotifyList,
+    NotifyRemoveRequest,
     ReclaimRequest,
     ReserveRequest,
     ShellRequest,
@@ -88,6 +91,15 @@ class Calls:
     async def audit(self, since_s: Optional[float]) -> tuple[list[dict[str, Any]], bool]:
         page = await self.audit_page(AuditRequest(since_s=since_s))
         return list(page.entries), page.everyone
+
+    async def notify_list(self) -> NotifyList:
+        return await self.call(ops.NOTIFY_LIST, Nothing())
+
+    async def notify_add(self, url: str, node: bool = False) -> NotifyList:
+        return await self.call(ops.NOTIFY_ADD, NotifyAddRequest(url, node))
+
+    async def notify_remove(self, number: int) -> NotifyList:
+        return await self.call(ops.NOTIFY_REMOVE, NotifyRemoveRequest(number))
 
     async def drain(self, card: int, reason: str) -> Drain:
         return await self.call(ops.DRAIN, DrainRequest(card, reason))

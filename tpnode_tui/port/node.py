@@ -16,6 +16,7 @@ from tpnode_tui.port.types import (
     LaunchRequest,
     LaunchResult,
     NodeView,
+    NotifyList,
     ReserveRequest,
 )
 
@@ -74,6 +75,18 @@ class Node(Protocol):
     async def audit_page(self, request: AuditRequest) -> AuditPage:
         """One page of logged actions, the newest before ``request.before``, and
         whether older ones were left out."""
+        ...
+
+    async def notify_list(self) -> NotifyList:
+        """Where the caller is told what concerns them: their URLs (secrets masked), their terminals."""
+        ...
+
+    async def notify_add(self, url: str, node: bool = False) -> NotifyList:
+        """Be told at ``url`` through Apprise (``node``: an operator's URL for the node's events)."""
+        ...
+
+    async def notify_remove(self, number: int) -> NotifyList:
+        """Stop being told at the caller's URL ``number`` (from 1, as listed)."""
         ...
 
     async def drain(self, card: int, reason: str) -> Drain:

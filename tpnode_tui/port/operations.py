@@ -45,6 +45,10 @@ from tpnode_tui.port.types import (
     Limits,
     NodeView,
     Nothing,
+    NotifyAddRequest,
+    NotifyList,
+    NotifyRemoveRequest,
+    NotifyUrl,
     Reading,
     ReclaimRequest,
     ReserveRequest,
@@ -266,6 +270,22 @@ _REMOVED: Answer[list[JobState]] = Answer(
 _CANCELLED: Answer[QueuedLaunch] = Answer(
     _one("cancelled", queued_from_json), lambda q: {"cancelled": queued_to_json(q)}
 )
+
+
+def _notify_list(listed: NotifyList) -> dict[str, Any]:
+    return {"urls": [asdict(u) for u in listed.urls], "terminals": listed.terminals, "most": listed.most}
+
+
+def _notify_list_from(doc: Any) -> NotifyList:
+    r = Reader(doc, "answer")
+
+    def url(u: Reader) -> NotifyUrl:
+        return NotifyUrl(u.whole("number"), u.text("shown"), u.flag("node", False), u.opt_text("failing"))
+
+    return NotifyList(tuple(r.each("urls", url)), r.flag("terminals"), r.whole("most"))
+
+
+_NOTIFY: Answer[NotifyList] = Answer(_notify_list_from, _notify_list)
 _DRAIN: Answer[Drain] = Answer(_one("drain", drain_from_json), lambda d: {"drain": drain_to_json(d)})
 _EVICTED: Answer[EvictReport] = Answer(_one("evict", evict_from_json), lambda e: {"evict": evict_to_json(e)})
 
@@ -376,6 +396,34 @@ EVICT = Operation(
     "evict", "POST", "/v1/evict", EvictRequest, _EVICTED, "operators", "end what squats on a card from outside"
 )
 
+NOTIFY_LIST = Operation(
+    "notify_list",
+    "GET",
+    "/v1/notify",
+    Nothing,
+    _NOTIFY,
+    "anyone",
+    "list where they are told what concerns them (their own URLs, secrets masked)",
+)
+NOTIFY_ADD = Operation(
+    "notify_add",
+    "POST",
+    "/v1/notify/add",
+    NotifyAddRequest,
+    _NOTIFY,
+    "anyone",
+    "be told what concerns them at a URL, through Apprise (for the node's events: operators)",
+)
+NOTIFY_REMOVE = Operation(
+    "notify_remove",
+    "POST",
+    "/v1/notify/remove",
+    NotifyRemoveRequest,
+    _NOTIFY,
+    "anyone",
+    "stop being told at one of their URLs",
+)
+
 #: every operation, in the order the docs list them
 OPERATIONS: tuple[Operation[Any, Any], ...] = (
     STATUS,
@@ -394,6 +442,9 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     SHELL,
     RECLAIM,
     CANCEL,
+    NOTIFY_LIST,
+    NOTIFY_ADD,
+    NOTIFY_REMOVE,
     DRAIN,
     UNDRAIN,
     EVICT,

@@ -31,6 +31,10 @@ class Runtime(Protocol):
         cards' device files, and by what (or why not): found once, then kept."""
         ...
 
+    def output_of(self, job: JobState) -> str:
+        """Where a job's output is, in words its owner can follow: a log's path, a command."""
+        ...
+
     async def ps(self) -> list[JobState]:
         """Every platform job, live or exited, read afresh. Raises
         RuntimeUnavailable when the truth cannot be read (never an empty list)."""

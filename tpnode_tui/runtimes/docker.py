@@ -208,6 +208,9 @@ class DockerRuntime:
     def describe(self) -> str:
         return f"docker at {self.host}"
 
+    def output_of(self, job: JobState) -> str:
+        return f"docker logs {job.name}"
+
     def node_fence(self) -> DeviceFence:
         """Whether the containers this runtime makes are fenced to their cards: by
         Docker's device cgroup, as long as each is given its cards by name."""

@@ -48,6 +48,7 @@ from typing import Callable, Optional, Sequence
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.devices.fence import ProcFiles
+from tpnode_tui.host.rerun import CLEAN_ENV, rerun_argv
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable
 from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs, ShellEntry, visible_devices
 from tpnode_tui.model.validation import check_run_id
@@ -72,18 +73,10 @@ _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _STOP_POLL_S = 0.05
 #: The supervisor's whole environment. It runs as the launcher (root, in the
 #: node's agent), so nothing a caller sent may shape how it starts.
-SUPERVISOR_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+SUPERVISOR_ENV = CLEAN_ENV
 #: The PATH of a command run as another account that sent no environment: the
 #: launcher's own environment (root's, the agent's settings) is never handed on.
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-#: The supervisor runs this very code, wherever it was loaded from (an
-#: installed package or a checkout), not whatever ``python -I`` would find:
-#: argv[1] is this package's parent directory, argv[2] the module to run.
-_CODE_ROOT = str(Path(__file__).resolve().parents[2])
-_SUPERVISOR_BOOT = (
-    "import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
-    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
-)
 
 
 def boot_id() -> str:
@@ -417,6 +410,9 @@ class ProcessRuntime:
     def describe(self) -> str:
         return f"processes recorded in {self.state.path}"
 
+    def output_of(self, job: JobState) -> str:
+        return str(self.state.dir / "logs" / f"{job.name}.log")
+
     def node_fence(self) -> DeviceFence:
         """Whether this runtime fences the jobs it starts on this node: found once,
         the first time it is asked, by fencing a throwaway cgroup."""
@@ -605,12 +601,7 @@ class ProcessRuntime:
         try:
             sheet_fd = write_sheet(sheet)
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    "-c",
-                    _SUPERVISOR_BOOT,
-                    _CODE_ROOT,
+                rerun_argv(
                     "tpnode_tui.runtimes.supervise",
                     str(self.state.dir),
                     name,
@@ -623,7 +614,7 @@ class ProcessRuntime:
                     *(("--cgroup", str(cgroup)) if cgroup else ()),
                     *(("--fence", made.fence.mechanism) if made.fence.fenced else ()),
                     *(("--devices-cgroup", str(made.v1_cgroup)) if made.v1_cgroup else ()),
-                ],
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,

@@ -1,4 +1,5 @@
-"""The accounts behind a request: their groups, the owner an operator names, whom a job runs as."""
+"""The accounts behind a request: their groups, the owner an operator names, whom a job runs as,
+and the account a uid is now."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def account(user: str) -> Optional[Caller]:
     except KeyError:
         return None
     return Caller(uid=entry.pw_uid, gid=entry.pw_gid, user=user, groups=account_groups(entry.pw_uid, entry.pw_gid))
+
+
+def account_of(uid: int) -> Optional[RunAs]:
+    """The account ``uid`` is now (name, primary group, groups), as a process of it
+    is started; None when no account has that uid."""
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        return None
+    groups = account_groups(uid, entry.pw_gid)
+    return RunAs(uid=uid, gid=entry.pw_gid, groups=groups, user=entry.pw_name, home=entry.pw_dir)
 
 
 def run_as(caller: Caller) -> Optional[RunAs]:

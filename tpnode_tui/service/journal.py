@@ -27,6 +27,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ from tpnode_tui.state.nodelog import NodeLog
 from tpnode_tui.text.printable import printable
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: the most entries one answer holds when the node's limits are not given (TUNEPLANE_MAX_PAGE's default)
 DEFAULT_PAGE = 1000
@@ -102,6 +105,8 @@ class Journal:
         #: the most entries one audit or events answer holds (TUNEPLANE_MAX_PAGE)
         self.page = page
         self._followers: set[asyncio.Queue[dict[str, Any]]] = set()
+        #: told of every entry as it is written (the notices): each only files it, at once
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
         #: launches and reservations by result since the service started (for /metrics)
         self.launch_results: collections.Counter[str] = collections.Counter()
         self._folds: dict[tuple[int, str, str], _Fold] = {}
@@ -213,6 +218,11 @@ class Journal:
             if follower.full():
                 follower.get_nowait()  # a follower that stopped reading loses the oldest
             follower.put_nowait(entry)
+        for listener in self.listeners:
+            try:
+                listener(entry)
+            except Exception:  # what hears the log never stops it being written
+                log.warning("could not hand on a log entry", exc_info=True)
         return entry
 
     async def audited(

@@ -386,7 +386,15 @@ class Launches:
             self._say_stuck(None)
             if self.queue.remove(entry.run_id) is not None:
                 self.journal.record(
-                    entry.caller, "launch", entry.run_id, "ok", f"queued launch: {_placed(launched)}", counted="placed"
+                    entry.caller,
+                    "launch",
+                    entry.run_id,
+                    "ok",
+                    f"queued launch: {_placed(launched)}",
+                    counted="placed",
+                    cards=launched.job.cards,
+                    placed_from="queue",
+                    owner_uid=launched.job.uid,
                 )
             self.changes.acted()
 

@@ -25,7 +25,7 @@ from dataclasses import is_dataclass, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
 
 from tpnode_tui.allocator.allocator import GpuAllocator
-from tpnode_tui.config.sections import DEFAULT_XID_DRAIN, LimitSettings
+from tpnode_tui.config.sections import DEFAULT_XID_DRAIN, LimitSettings, NotifySettings
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.core.policy import Policy, counted, held_by
 from tpnode_tui.core.xid import XidRules
@@ -36,6 +36,7 @@ from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
+from tpnode_tui.notify.post import Post
 from tpnode_tui.port.fields import Query
 from tpnode_tui.port.operations import Operation, Source
 from tpnode_tui.port.types import (
@@ -52,6 +53,9 @@ from tpnode_tui.port.types import (
     LaunchResult,
     NodeView,
     Nothing,
+    NotifyAddRequest,
+    NotifyList,
+    NotifyRemoveRequest,
     Reading,
     ReclaimRequest,
     ReserveRequest,
@@ -68,9 +72,11 @@ from tpnode_tui.service.idle import IdleReservations
 from tpnode_tui.service.jobs import JobActions
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.launches import Launches
+from tpnode_tui.service.notices import Notices
 from tpnode_tui.service.operators import OperatorActions
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.service.xids import Xids
+from tpnode_tui.state.addresses import AddressBook
 from tpnode_tui.state.jsonstore import SetAside
 from tpnode_tui.state.nodelog import NodeLog
 from tpnode_tui.state.queue import Bounds, FileQueue, LaunchQueue, MemoryQueue
@@ -88,6 +94,13 @@ A = TypeVar("A")
 
 #: the limits of a service made without settings (a test's): the settings' defaults
 DEFAULT_LIMITS = LimitSettings()
+
+#: what a node that tells nobody answers ``notify``
+NO_NOTICES = (
+    "notices are sent by the node's agent: this node is served in this process, without one, and "
+    "nobody is told anything from here; run the agent (tpnode-tui agent, as root or by its systemd unit) "
+    "and ask it"
+)
 
 #: what a node that keeps no usage ledger answers ``usage``
 NO_LEDGER = (
@@ -116,7 +129,12 @@ class NodeService:
         reclaim_idle_after_s: Optional[float] = None,
         reclaim_grace_s: float = 15 * 60,
         limits: LimitSettings = DEFAULT_LIMITS,
+        notify: Optional[NotifySettings] = None,
+        addresses: Optional[AddressBook] = None,
     ) -> None:
+        """``notify`` and ``addresses``: what the node tells each account, and the
+        URLs they gave; both or neither (nobody is told: a test's service, an
+        in-process node)."""
         self.allocator = allocator
         self.policy = policy
         self.interval = interval
@@ -134,6 +152,8 @@ class NodeService:
             record=self.journal.event,
             started_at=clock(),
             idle_job_after_s=idle_job_after_s,
+            ending_before_s=notify.before_end_s if notify is not None and addresses is not None else None,
+            output=allocator.runtime.output_of,
         )
         #: the usage ledger, written from every reading: the agent's only (see from_settings)
         self.ledger = ledger
@@ -181,6 +201,25 @@ class NodeService:
             after_s=reclaim_idle_after_s,
             grace_s=reclaim_grace_s,
         )
+        #: what the node tells each account (the agent's only; see from_settings)
+        self.notices: Optional[Notices] = None
+        if notify is not None and addresses is not None:
+            post = Post(
+                queue=notify.queue,
+                event_per_hour=notify.event_per_hour,
+                account_per_hour=notify.account_per_hour,
+                timeout_s=notify.timeout_s,
+                clock=clock,
+            )
+            self.notices = Notices(
+                addresses,
+                post,
+                journal=self.journal,
+                readings=self.readings,
+                operators=policy.operators,
+                settings=notify,
+                clock=clock,
+            )
 
     @classmethod
     def from_settings(
@@ -200,9 +239,9 @@ class NodeService:
         would make (the CLI's bounds its wait).
 
         ``agent``: served by the node's agent, which alone keeps the usage
-        ledger in the state dir and gives idle reservations back: it is the one
-        process that reads the node all the time, and two would count every
-        hold twice and warn every owner twice. ``clock``: the service's time (a
+        ledger in the state dir, gives idle reservations back and tells each
+        account what concerns it: it is the one process that reads the node all
+        the time, and two would count every hold twice and warn every owner twice. ``clock``: the service's time (a
         test's, so that hours pass at once)."""
         usage = settings.usage
         ledger = None
@@ -229,6 +268,8 @@ class NodeService:
             reclaim_idle_after_s=usage.reclaim_idle_after_s if agent else None,
             reclaim_grace_s=usage.reclaim_grace_s,
             limits=settings.limits,
+            notify=settings.notify if agent else None,
+            addresses=AddressBook(settings.state.dir) if agent else None,
         )
 
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
@@ -440,6 +481,22 @@ class NodeService:
     def follow_events(self, caller: Caller, request: EventsRequest) -> AsyncIterator[dict[str, Any]]:
         return self.journal.follow_events(caller, request)
 
+    # ── where each account is told what concerns it ──────────────────────────
+
+    def _notices(self) -> Notices:
+        if self.notices is None:
+            raise RuntimeUnavailable(NO_NOTICES)
+        return self.notices
+
+    async def notify_list(self, caller: Caller, request: Nothing) -> NotifyList:
+        return await self._notices().listed(caller)
+
+    async def notify_add(self, caller: Caller, request: NotifyAddRequest) -> NotifyList:
+        return await self._notices().add(caller, request)
+
+    async def notify_remove(self, caller: Caller, request: NotifyRemoveRequest) -> NotifyList:
+        return await self._notices().remove(caller, request)
+
     # ── taking cards out of service ──────────────────────────────────────────
 
     async def drain(self, caller: Caller, request: DrainRequest) -> Drain:
@@ -480,6 +537,8 @@ class NodeService:
         await self.xids.close()
         await self.launches.close()
         await self.idle_reservations.close()
+        if self.notices is not None:
+            await self.notices.close()
         self._reports.shutdown(wait=False, cancel_futures=True)
         if self.ledger is not None:  # what was read of the minute under way is written
             await asyncio.to_thread(self.ledger.close)
@@ -487,7 +546,9 @@ class NodeService:
 
 
 #: the operations that only read: allowed, they are not logged; refused, they are
-_READS = frozenset({"status", "views", "whoami", "queued", "audit", "events", "follow_events", "history", "usage"})
+_READS = frozenset(
+    {"status", "views", "whoami", "queued", "audit", "events", "follow_events", "history", "usage", "notify_list"}
+)
 
 
 def _named(request: Any) -> str:

@@ -2,7 +2,8 @@
 
 A snapshot says what is true now; some things a person needs are about
 change: an intruder who has just appeared (or gone), a card that has just
-started reporting a fault, a reservation whose hour ran out, one whose owner
+started reporting a fault, a reservation whose hour ran out or is about to,
+a job that ended (how, after how long, where its output is), one whose owner
 has not touched its cards for 45 minutes (and, for giving it back, since when
 nobody can say they might have, nor extended it), a job whose cards have sat
 at 0 % with memory held for an hour, an XID a minute ago that killed a job and
@@ -12,8 +13,10 @@ none of it decides who holds a card (the runtime, the driver and the drain
 file do), so none of it needs to survive a restart.
 
 Each change is written to the node's log through ``record(kind, message,
-cards=..., user=..., **fields)``; each reading given out is ``decorate``-d
-with what the readers should see of it.
+cards=..., user=..., **fields)``, with the uids of the accounts it concerns
+(``owner_uid``, ``intruder_uid``) so the node can tell them
+(service/notices.py); each reading given out is ``decorate``-d with what the
+readers should see of it.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ from tpnode_tui.core.xid import APPLICATION, Verdict
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import INTRUDER, CardView, SliceView, holder_on_card, holder_on_slice
-from tpnode_tui.text.render import clock_time
+from tpnode_tui.text.render import clock_time, format_duration
 from tpnode_tui.triage.history import History
 
 Record = Callable[..., Any]
+#: where a job's output is, in words a person can follow ("/var/lib/tpnode-tui/logs/j-1.log"); None: nowhere known
+Output = Callable[[JobState], Optional[str]]
 
 #: how long an XID that drained nothing stays on its card's warning
 XID_SHOWN_S = 15 * 60
@@ -46,6 +51,9 @@ class _Seen:
     pid: int
     words: str
     user: Optional[str]
+    uid: Optional[int]
+    #: the account whose job holds where it intrudes
+    owner_uid: Optional[int]
 
 
 @dataclass(frozen=True)
@@ -65,11 +73,18 @@ class Triage:
         record: Record,
         started_at: float,
         idle_job_after_s: Optional[float] = None,
+        ending_before_s: Optional[float] = None,
+        output: Output = lambda _job: None,
     ) -> None:
         """``idle_job_after_s``: how long a job's cards sit at 0 % with memory held
-        before it is marked idle-held (TUNEPLANE_FLAG_IDLE_JOB_AFTER; None: never)."""
+        before it is marked idle-held (TUNEPLANE_FLAG_IDLE_JOB_AFTER; None: never).
+        ``ending_before_s``: how long before a reservation ends its owner is told
+        (TUNEPLANE_NOTIFY_BEFORE_END; None: never, as where nobody is told).
+        ``output``: where a job's output is, for the line that says it ended."""
         self.idle_after_s = idle_after_s
         self.idle_job_after_s = idle_job_after_s
+        self.ending_before_s = ending_before_s
+        self.output = output
         self.mem_busy_mib = mem_busy_mib
         self.history = history
         self.record = record
@@ -89,6 +104,8 @@ class Triage:
         self._health: Optional[dict[int, tuple[str, ...]]] = None
         #: live job key -> the job, at the last reading (None before the first)
         self._live: Optional[dict[str, JobState]] = None
+        #: live reservation run id -> the expiry it was said to end at: said again only once extended
+        self._ending: dict[str, float] = {}
         self._xids: list[_RecentXid] = []
 
     # ── each fresh reading ──────────────────────────────────────────────────
@@ -100,6 +117,7 @@ class Triage:
         self._track_intruders(snap)
         self._track_health(snap)
         self._track_jobs(snap, now)
+        self._track_ending(snap, now)
 
     def _track_idle(self, snap: NodeSnapshot, now: float) -> None:
         cards = {c.index: c for c in snap.cards}
@@ -174,14 +192,26 @@ class Triage:
             for h in card.holders:
                 if h.belongs == INTRUDER:
                     s = on_slice.get(h.pid)
+                    job = s.job if s is not None else card.job
                     if s is not None:
                         words = intruder_words(h, card.index, s.job, s.run_id or "", on=s.facts)
                     else:
                         words = intruder_words(h, card.index, card.job, card.run_id or "")
-                    now_seen[(card.index, h.pid, h.started_at)] = _Seen(card.index, h.pid, words, h.user)
+                    owner_uid = job.uid if job is not None else None
+                    seen = _Seen(card.index, h.pid, words, h.user, h.uid, owner_uid)
+                    now_seen[(card.index, h.pid, h.started_at)] = seen
         for key, seen in now_seen.items():
             if key not in self._intruders:
-                self.record("intruder", seen.words, cards=[seen.card], user=seen.user, pid=seen.pid, state="seen")
+                self.record(
+                    "intruder",
+                    seen.words,
+                    cards=[seen.card],
+                    user=seen.user,
+                    pid=seen.pid,
+                    state="seen",
+                    intruder_uid=seen.uid,
+                    owner_uid=seen.owner_uid,
+                )
         for key, seen in self._intruders.items():
             if key not in now_seen:
                 who = seen.user or "someone"
@@ -237,15 +267,56 @@ class Triage:
                 cards=cards,
                 user=job.owner or None,
                 run_id=key,
+                owner_uid=job.uid,
             )
             return
+        ran_s = None if job.started_at is None else max(0.0, now - job.started_at)
+        output = self.output(job) if job.kind == "job" else None
+        after_words = "" if ran_s is None else f" after {format_duration(ran_s)}"
         self.record(
             "ended",
-            f"{job.kind} {key}{owner} ended{_how_ended(after)}; it no longer holds {held}",
+            f"{job.kind} {key}{owner} ended{_how_ended(after)}{after_words}; it no longer holds {held}"
+            + (f"; its output: {output}" if output else ""),
             cards=cards,
             user=job.owner or None,
             run_id=key,
+            owner_uid=job.uid,
+            job_kind=job.kind,
+            exit_code=after.exit_code if after is not None else None,
+            ran_s=ran_s,
+            output=output,
         )
+
+    def _track_ending(self, snap: NodeSnapshot, now: float) -> None:
+        """Say once, ``ending_before_s`` before it, that a live reservation ends, with
+        the command that holds it longer; an extension makes it said again before
+        its new end. One that was never that long is not said to be ending."""
+        before = self.ending_before_s
+        live = {j.key: j for j in snap.jobs if j.live and j.kind == "reservation" and j.expires_at is not None}
+        for key in [k for k in self._ending if k not in live]:
+            del self._ending[key]
+        if before is None:
+            return
+        for key, job in live.items():
+            ends = job.expires_at
+            assert ends is not None
+            if self._ending.get(key) == ends or ends - now > before or ends <= now:
+                continue
+            self._ending[key] = ends
+            if job.started_at is not None and ends - job.started_at <= before:
+                continue
+            owner = f" of {job.owner}" if job.owner else ""
+            self.record(
+                "ending",
+                f"reservation {key}{owner} ends at {clock_time(ends, now)}, in {format_duration(ends - now)}, "
+                f"and lets go of {job.holding}; to hold {'it' if len(job.cards) == 1 else 'them'} an hour "
+                f"longer: tpnode-tui extend {key} --for 1h",
+                cards=list(job.cards),
+                user=job.owner or None,
+                run_id=key,
+                owner_uid=job.uid,
+                expires_at=ends,
+            )
 
     # ── XIDs that drained nothing ──────────────────────────────────────────
 
