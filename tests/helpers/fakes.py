@@ -101,6 +101,12 @@ class MemoryRuntime:
         del self.jobs[name]
         self.removed.append(name)
 
+    async def remove_exited(self, names):
+        gone = [n for n in names if n in self.jobs and not self.jobs[n].live]
+        for name in gone:
+            await self.remove(name)
+        return gone
+
     async def extend(self, name, expires_at):
         self.jobs[name] = replace(self.jobs[name], expires_at=expires_at)
         return self.jobs[name]

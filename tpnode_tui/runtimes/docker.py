@@ -25,7 +25,7 @@ import shlex
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, AsyncIterator, Iterable, Optional
+from typing import Any, AsyncIterator, Iterable, Optional, Sequence
 
 import aiodocker
 import aiohttp
@@ -66,7 +66,7 @@ _EXITED = re.compile(r"^\s*Exited\s*\((-?\d{1,10})\)")
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$")
 
 
-_LIST_FIELDS = ("Id", "Names", "Labels", "State", "Status", "Image", "Command")
+_LIST_FIELDS = ("Id", "Names", "Labels", "State", "Status", "Image", "Command", "Created")
 _INSPECT_FIELDS = ("Id", "Name", "Config", "State", "Path", "Args", "HostConfig")
 
 #: What the engine accepts as a container name or id; anything else (a "/" or
@@ -301,9 +301,10 @@ class DockerRuntime:
         hold which cards. The list endpoint lacks the start time, the pid and
         the command as an argv, so *live* containers are also inspected (at the
         same time); they are few, being bounded by the node's cards. Exited ones,
-        which pile up until they are reclaimed, are not: they hold no cards, their
-        exit code is read from the engine's status text ("Exited (3) ...") and
-        their command from its quoted command text; their start time is None.
+        which the agent keeps to a number per account, are not: they hold no cards,
+        their exit code is read from the engine's status text ("Exited (3) ..."),
+        their command from its quoted command text, and their start time is when
+        they were made (the list says no more), which orders them.
         """
         return await self._read({"label": [GPUS]})
 
@@ -689,6 +690,17 @@ class DockerRuntime:
                     raise Conflict(f"job {name!r} is still running; stop it before removing it") from None
                 raise self._engine_error(f"could not remove job {name!r}", e) from None
 
+    async def remove_exited(self, names: Sequence[str]) -> list[str]:
+        """Remove these exited containers, one call each (the engine removes one at a time)."""
+        removed = []
+        for name in names:
+            try:
+                await self.remove(name)
+            except (JobNotFound, Conflict):
+                continue  # gone meanwhile, or running again: passed over
+            removed.append(name)
+        return removed
+
     async def close(self) -> None:
         if self._docker is not None:
             docker, self._docker = self._docker, None
@@ -717,13 +729,16 @@ class _Run:
 
 
 def _listed_run(item: dict[str, Any]) -> _Run:
-    """What the container list says; no start time or pid, and the exit code only as its status words it."""
+    """What the container list says: when it was made for its start, no pid, and
+    the exit code only as its status words it."""
     status = str(item.get("State") or "")
+    created = item.get("Created")
     return _Run(
         status=status,
         image=item.get("Image") or None,
         command=_split_command(str(item.get("Command") or "")),
         exit_code=_exit_code(str(item.get("Status") or "")) if status == "exited" else None,
+        started_at=float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else None,
     )
 
 

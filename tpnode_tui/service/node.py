@@ -64,6 +64,7 @@ from tpnode_tui.port.types import (
 )
 from tpnode_tui.service.accounts import group_names
 from tpnode_tui.service.changes import Changes
+from tpnode_tui.service.exited import ExitedRecords
 from tpnode_tui.service.idle import IdleReservations
 from tpnode_tui.service.jobs import JobActions
 from tpnode_tui.service.journal import Journal
@@ -116,7 +117,11 @@ class NodeService:
         reclaim_idle_after_s: Optional[float] = None,
         reclaim_grace_s: float = 15 * 60,
         limits: LimitSettings = DEFAULT_LIMITS,
+        exited_per_user: Optional[int] = None,
     ) -> None:
+        """``exited_per_user``: the most exited jobs of one account kept listed, the
+        oldest beyond it removed once the ledger has them (None: all kept; only a
+        service with a ledger removes any)."""
         self.allocator = allocator
         self.policy = policy
         self.interval = interval
@@ -181,6 +186,7 @@ class NodeService:
             after_s=reclaim_idle_after_s,
             grace_s=reclaim_grace_s,
         )
+        self.exited = ExitedRecords(allocator, self.readings, most=exited_per_user)
 
     @classmethod
     def from_settings(
@@ -200,16 +206,17 @@ class NodeService:
         would make (the CLI's bounds its wait).
 
         ``agent``: served by the node's agent, which alone keeps the usage
-        ledger in the state dir and gives idle reservations back: it is the one
-        process that reads the node all the time, and two would count every
-        hold twice and warn every owner twice. ``clock``: the service's time (a
+        ledger in the state dir, gives idle reservations back and removes the
+        exited jobs beyond an account's limit (once the ledger has them): it is
+        the one process that reads the node all the time, and two would count
+        every hold twice and warn every owner twice. ``clock``: the service's time (a
         test's, so that hours pass at once)."""
         usage = settings.usage
         ledger = None
         if agent:  # imported here: only the agent keeps one, and sqlite3 is a command's cost otherwise
             from tpnode_tui.state.ledger import UsageLedger
 
-            ledger = UsageLedger(settings.state.dir, days=usage.days, clock=clock)
+            ledger = UsageLedger(settings.state.dir, days=usage.days, clock=clock, holds_per_user=usage.holds_per_user)
         return cls(
             GpuAllocator.from_settings(settings, lock=lock),
             Policy.from_settings(settings),
@@ -229,6 +236,7 @@ class NodeService:
             reclaim_idle_after_s=usage.reclaim_idle_after_s if agent else None,
             reclaim_grace_s=usage.reclaim_grace_s,
             limits=settings.limits,
+            exited_per_user=settings.limits.exited_per_user if agent else None,
         )
 
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
@@ -303,6 +311,7 @@ class NodeService:
                 await self.poll()
                 await self._after_poll()
                 self.give_back_idle()
+                await self.prune_exited()
                 await self._pause()
         finally:
             self._polling = False
@@ -332,6 +341,13 @@ class NodeService:
                 self.readings.republish()
         except Exception:  # what is learnt from a reading must never stop the polls
             log.warning("could not check the idle reservations", exc_info=True)
+
+    async def prune_exited(self) -> None:
+        """Remove each account's exited jobs beyond its limit, once the ledger has them."""
+        try:
+            await self.exited.prune()
+        except Exception:  # what is tidied after a reading must never stop the polls
+            log.warning("could not remove the exited jobs beyond the limit", exc_info=True)
 
     async def _pause(self) -> None:
         """Wait for the interval, or less if an action asks for a poll.
