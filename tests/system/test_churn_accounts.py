@@ -12,9 +12,11 @@ with small limits, and checks what the node keeps afterwards.
 from __future__ import annotations
 
 import json
+import time
 
 from helpers.agents import SharedNode
 from helpers.door import requests_as
+from helpers.services import write_scene
 from helpers.waiting import until
 
 
@@ -77,3 +79,49 @@ def test_3_an_accounts_exited_jobs_are_kept_to_its_limit_the_rest_in_the_ledger_
         reclaimed = node.cli(bob, "reclaim", "q37")
         assert reclaimed.returncode == 0, reclaimed.stderr
         assert not (node.state / "logs" / "q37.log").exists()  # reclaim takes the log too
+
+
+# 4 ─────────────────────────────────────────────────────────────────────────────
+
+
+def test_4_an_accounts_job_endings_cannot_push_an_operators_drain_or_an_intruder_out_of_the_node_log(accounts):
+    """Item 4: with a small log limit, 600 quick jobs of one account left no trace of an
+    operator's drain, nor of the evidence that an intruder had been seen."""
+    alice, bob, carol = accounts.alice, accounts.bob, accounts.carol
+    small = {"TUNEPLANE_LOG_MAX_MB": "0.01", "TUNEPLANE_LOG_ACCOUNT_MB": "0.01", **ROOMY_QUEUE}  # 10 KB a file
+    with SharedNode.started(accounts, "tpn-churn4-", **small) as node:
+        assert node.cli(alice, "reserve", "--cards", "1", "--for", "1h", "--run-id", "alices").returncode == 0
+        intruder = bob.spawn(["sleep", "300"], env=bob.env())
+        try:
+            cards = json.loads(node.scene.read_text())["cards"]
+            cards[0]["processes"] = [{"pid": intruder.pid, "used_memory_mib": 4096}]
+            write_scene(node.scene, cards)  # bob's process on alice's card
+            until(lambda: _kinds(node, carol, "intruder"), "the intruder to be seen")
+        finally:
+            intruder.kill()
+            intruder.wait()
+        assert node.cli(carol, "drain", "7", "--reason", "fan failing").returncode == 0
+
+        # as long as a run id may be, each seen running (a poll is 0.2 s): 170 endings are 55 KB
+        long_ids = [f"{n:03d}-" + "x" * 58 for n in range(170)]
+        churn(node, bob, long_ids, "/bin/sleep", "0.5")
+        until(lambda: settled(node, carol, bob.name), "bob's jobs to end", 90)
+        time.sleep(1.0)  # the last endings logged
+
+        seen = _kinds(node, carol, "intruder", "drain", "ended")
+        assert ("intruder", "seen") in seen and ("drain", None) in seen, seen
+        node_shelf = "".join(p.read_text() for p in node.state.glob("events.jsonl*"))
+        assert long_ids[0] not in node_shelf and '"ended"' not in node_shelf  # bob's endings are his own
+        bobs = _kinds(node, bob, "ended")
+        assert bobs and all(kind == "ended" for kind, _ in bobs)
+        assert not [e for e in _events(node, alice) if e["kind"] == "ended"]  # alice reads her shelf and the node's
+
+
+def _events(node: SharedNode, who) -> list[dict]:
+    done = node.cli(who, "events", "--json")
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def _kinds(node: SharedNode, who, *kinds: str) -> list[tuple[str, str | None]]:
+    return [(e["kind"], e.get("state")) for e in _events(node, who) if e["kind"] in kinds]

@@ -12,8 +12,12 @@ none of it decides who holds a card (the runtime, the driver and the drain
 file do), so none of it needs to survive a restart.
 
 Each change is written to the node's log through ``record(kind, message,
-cards=..., user=..., **fields)``; each reading given out is ``decorate``-d
-with what the readers should see of it.
+cards=..., user=..., **fields)``: what a job did (its end, its expiry) on its
+owner's own shelf (``account``, the uid it recorded; ``owner_uid`` says whose
+it is), so one account's thousand quick jobs push out only its own older
+entries, never an operator's drain or an intruder seen; the rest on the
+node's. Each reading given out is ``decorate``-d with what the readers should
+see of it.
 """
 
 from __future__ import annotations
@@ -228,6 +232,8 @@ class Triage:
         owner = f" of {job.owner}" if job.owner else ""
         cards = list(job.gpus) or sorted({ref.card for ref in job.slices})
         held = job.holding
+        # the owner's shelf, where the job recorded whose it is; else the node's
+        shelf: dict[str, Any] = {} if job.uid is None else {"account": job.uid, "owner_uid": job.uid}
         expires_at = after.expires_at if after is not None else job.expires_at
         if job.kind == "reservation" and expires_at is not None and expires_at <= now + 1:
             self.record(
@@ -237,6 +243,7 @@ class Triage:
                 cards=cards,
                 user=job.owner or None,
                 run_id=key,
+                **shelf,
             )
             return
         self.record(
@@ -245,6 +252,7 @@ class Triage:
             cards=cards,
             user=job.owner or None,
             run_id=key,
+            **shelf,
         )
 
     # ── XIDs that drained nothing ──────────────────────────────────────────
