@@ -256,7 +256,7 @@ CHURNER = 60_403
 CHURNING = 2
 #: exited records in the usage ledger's history, or listed, for the idle agent
 HISTORY = 10_000
-#: what the issue asks: another account's status median under 100 ms during the churn, the idle
+#: the targets: another account's status median under 100 ms during the churn, the idle
 #: agent with 10,000 exited records in the history under 2 % of a core
 CHURN_STATUS_S, IDLE_CPU_PCT = 0.1, 2.0
 

@@ -1,12 +1,12 @@
 """One account churning jobs of a moment: real accounts against a real agent run as root.
 
-Issue 27 found, with one account looping ``launch --cards 1 -- /bin/true``,
-that exited jobs piled up without bound (their records, their logs, every
-status, the agent's idle CPU) and that their endings, written to the node's
-shared shelf of the log, pushed an operator's drain and an intruder seen out
-of it. Each test here does what that account did, as a real process of its
-own speaking raw HTTP on the agent's socket (tests/helpers/door.py), on a node
-with small limits, and checks what the node keeps afterwards.
+One account looping ``launch --cards 1 -- /bin/true`` was found to pile up
+exited jobs without bound (their records, their logs, every status, the
+agent's idle CPU), and their endings, written to the node's shared shelf of
+the log, pushed an operator's drain and an intruder seen out of it. Each
+test here does what that account did, as a real process of its own speaking
+raw HTTP on the agent's socket (tests/helpers/door.py), on a node with small
+limits, and checks what the node keeps afterwards.
 """
 
 from __future__ import annotations
@@ -50,11 +50,8 @@ def settled(node: SharedNode, watcher, owner: str, most: int | None = None) -> d
     return status if done else None
 
 
-# 3 ─────────────────────────────────────────────────────────────────────────────
-
-
-def test_3_an_accounts_exited_jobs_are_kept_to_its_limit_the_rest_in_the_ledger_and_their_logs_gone(accounts):
-    """Item 3: 700 exited jobs of one account made jobs.json 530 KB, every status 485 KB,
+def test_an_accounts_exited_jobs_are_kept_to_its_limit_the_rest_in_the_ledger_and_their_logs_gone(accounts):
+    """700 exited jobs of one account made jobs.json 530 KB, every status 485 KB,
     the idle agent 84 % of a core, and reclaim left every log behind."""
     alice, bob = accounts.alice, accounts.bob
     limits = {"TUNEPLANE_MAX_EXITED_PER_USER": "5", "TUNEPLANE_USAGE_HOLDS_PER_USER": "30", **ROOMY_QUEUE}
@@ -81,11 +78,8 @@ def test_3_an_accounts_exited_jobs_are_kept_to_its_limit_the_rest_in_the_ledger_
         assert not (node.state / "logs" / "q37.log").exists()  # reclaim takes the log too
 
 
-# 4 ─────────────────────────────────────────────────────────────────────────────
-
-
-def test_4_an_accounts_job_endings_cannot_push_an_operators_drain_or_an_intruder_out_of_the_node_log(accounts):
-    """Item 4: with a small log limit, 600 quick jobs of one account left no trace of an
+def test_an_accounts_job_endings_cannot_push_an_operators_drain_or_an_intruder_out_of_the_node_log(accounts):
+    """With a small log limit, 600 quick jobs of one account left no trace of an
     operator's drain, nor of the evidence that an intruder had been seen."""
     alice, bob, carol = accounts.alice, accounts.bob, accounts.carol
     small = {"TUNEPLANE_LOG_MAX_MB": "0.01", "TUNEPLANE_LOG_ACCOUNT_MB": "0.01", **ROOMY_QUEUE}  # 10 KB a file
