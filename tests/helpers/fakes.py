@@ -101,8 +101,8 @@ class MemoryRuntime:
         del self.jobs[name]
         self.removed.append(name)
 
-    async def remove_exited(self, names):
-        gone = [n for n in names if n in self.jobs and not self.jobs[n].live]
+    async def remove_exited(self, jobs):
+        gone = [j.name for j in jobs if self.jobs.get(j.name) == j and not j.live]
         for name in gone:
             await self.remove(name)
         return gone

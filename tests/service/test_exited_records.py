@@ -92,6 +92,20 @@ async def test_nothing_leaves_the_list_while_the_ledger_cannot_write(make_node, 
     await settle(node, lambda jobs: [j.run_id for j in jobs] == ["a2"])
 
 
+async def test_a_run_id_reclaimed_and_given_again_since_the_reading_is_not_removed(make_node):
+    """What is removed is the job as read: the same name, another job by now (its
+    owner reclaimed it and ran it again), is not that job, and is not in the ledger yet."""
+    node = make_node(cards=2)
+    await node.allocator.launch(_quick("again", ALICE))
+    [old] = await until_async(lambda: _all_exited(node, 1), "the first to end")
+    await node.runtime.remove("again")
+    await node.allocator.launch(_quick("again", ALICE))
+    [new] = await until_async(lambda: _all_exited(node, 1), "the second to end")
+    assert await node.runtime.remove_exited([old]) == []
+    assert await node.runtime.ps() == [new] and (node.state / "logs" / "again.log").exists()
+    assert await node.runtime.remove_exited([new]) == ["again"]
+
+
 @pytest.mark.docker
 async def test_the_oldest_exited_containers_of_an_account_are_removed(make_node, dockerd, tmp_path):
     """Labels are the truth: an account's exited containers beyond the limit are
@@ -116,6 +130,6 @@ async def _exited(node, run_id: str) -> bool:
     return any(j.run_id == run_id and not j.live for j in await node.runtime.ps())
 
 
-async def _all_exited(node, count: int) -> bool:
+async def _all_exited(node, count: int) -> list[JobState] | None:
     jobs = await node.runtime.ps()
-    return len(jobs) == count and not any(j.live for j in jobs)
+    return jobs if len(jobs) == count and not any(j.live for j in jobs) else None

@@ -677,10 +677,12 @@ class DockerRuntime:
                 raise self._engine_error(f"could not stop job {name!r}", e) from None
 
     async def remove(self, name: str) -> None:
-        data = await self._platform_container(name)
+        await self._delete(name, (await self._platform_container(name))["Id"])
+
+    async def _delete(self, name: str, container_id: str) -> None:
         async with self._engine() as docker:
             try:
-                await docker.containers.container(data["Id"]).delete(timeout=_call_timeout())
+                await docker.containers.container(container_id).delete(timeout=_call_timeout())
             except DockerError as e:
                 if e.status == 404:
                     return
@@ -690,15 +692,19 @@ class DockerRuntime:
                     raise Conflict(f"job {name!r} is still running; stop it before removing it") from None
                 raise self._engine_error(f"could not remove job {name!r}", e) from None
 
-    async def remove_exited(self, names: Sequence[str]) -> list[str]:
-        """Remove these exited containers, one call each (the engine removes one at a time)."""
+    async def remove_exited(self, jobs: Sequence[JobState]) -> list[str]:
+        """Remove these exited containers, one call each (the engine removes one at a
+        time); a name that is another container by now is passed over."""
         removed = []
-        for name in names:
+        for job in jobs:
             try:
-                await self.remove(name)
+                found = (await self._platform_container(job.name))["Id"]
+                if job.container_id not in (None, found):
+                    continue
+                await self._delete(job.name, found)
             except (JobNotFound, Conflict):
-                continue  # gone meanwhile, or running again: passed over
-            removed.append(name)
+                continue  # gone meanwhile, or running: passed over
+            removed.append(job.name)
         return removed
 
     async def close(self) -> None:

@@ -976,10 +976,11 @@ class ProcessRuntime:
         """Delete the record of an exited job, and its log."""
         self._let_go(await asyncio.to_thread(self._remove, name))
 
-    async def remove_exited(self, names: Sequence[str]) -> list[str]:
+    async def remove_exited(self, jobs: Sequence[JobState]) -> list[str]:
         """Delete the records of these exited jobs, and their logs, in one hold of the
-        state file's lock (one rewrite of the file, however many)."""
-        records = await asyncio.to_thread(self._remove_exited, list(names))
+        state file's lock (one rewrite of the file, however many); a record that is
+        another job's by now (its run id reclaimed and given again) is passed over."""
+        records = await asyncio.to_thread(self._remove_exited, list(jobs))
         for record in records:
             self._let_go(record)
         return [r.name for r in records]
@@ -991,16 +992,18 @@ class ProcessRuntime:
         remove_cgroup(_cgroup(record))
         _remove_devices(record)
 
-    def _remove_exited(self, names: list[str]) -> list[JobRecord]:
+    def _remove_exited(self, read: list[JobState]) -> list[JobRecord]:
         current_boot = boot_id()
         removed = []
         with self.state.transaction() as jobs:
-            for name in names:
-                record = jobs.get(name)
-                if record is None or liveness(record, current_boot)[0] != "exited":
+            for job in read:
+                record = jobs.get(job.name)
+                if record is None or (record.pid, record.started_at) != (job.pid, job.started_at):
+                    continue
+                if liveness(record, current_boot)[0] != "exited":
                     continue
                 _forget_log(self.state.dir / "logs", record)
-                del jobs[name]
+                del jobs[job.name]
                 removed.append(record)
         return removed
 

@@ -79,7 +79,7 @@ class ExitedRecords:
         old = beyond(snap.jobs, self.most)[:PER_ROUND]
         trouble = None
         try:
-            gone = set(await self.allocator.runtime.remove_exited([j.name for j in old]))
+            gone = set(await self.allocator.runtime.remove_exited(old))
         except TpnodeError as e:  # the state file's lock, or the engine: the next poll tries again
             gone, trouble = set(), str(e)
         if trouble is not None and trouble != self._trouble:
