@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 import shlex
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -53,6 +54,9 @@ _CALL_TIMEOUT_S = 30.0
 #: How long connecting may take. An address nothing answers at (a firewall
 #: that drops packets) would otherwise use up the whole call timeout.
 _CONNECT_TIMEOUT_S = 5.0
+#: how long one removal of exited containers goes on at most: the engine removes them one
+#: at a time while the agent's polls wait, so the rest wait for the next
+REMOVING_S = 2.0
 
 #: The address schemes the Docker client here can dial (aiodocker: tcp and
 #: http(s) over TCP, unix sockets; ssh needs asyncssh, npipe is Windows-only).
@@ -694,9 +698,13 @@ class DockerRuntime:
 
     async def remove_exited(self, jobs: Sequence[JobState]) -> list[str]:
         """Remove these exited containers, one call each (the engine removes one at a
-        time); a name that is another container by now is passed over."""
-        removed = []
+        time), for REMOVING_S at most; a name that is another container by now is
+        passed over."""
+        removed: list[str] = []
+        until = time.monotonic() + REMOVING_S
         for job in jobs:
+            if time.monotonic() > until:
+                break
             try:
                 found = (await self._platform_container(job.name))["Id"]
                 if job.container_id not in (None, found):

@@ -39,7 +39,7 @@ from tpnode_tui.text.printable import printable
 log = logging.getLogger(__name__)
 
 #: the most exited jobs removed after one poll: the process runtime removes them in
-#: one rewrite of its state file, the engine one call each (500 take it seconds)
+#: one rewrite of its state file; the engine, one call each, for 2 s at most
 PER_ROUND = 500
 
 
