@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -135,9 +136,11 @@ def _old_log(state: Path) -> None:
 
 
 class _Agent:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, old_log: bool = True, **settings: str) -> None:
+        """``old_log``: a state dir whose log holds 40 MB already; ``settings``: more TUNEPLANE_* variables."""
         write_scene(tmp / "node.json", 8)
-        _old_log(tmp / "state")
+        if old_log:
+            _old_log(tmp / "state")
         self.socket = tmp / "a.sock"
         env = {
             "PATH": os.environ.get("PATH", ""),
@@ -148,6 +151,7 @@ class _Agent:
             "TUNEPLANE_STATE_DIR": str(tmp / "state"),
             "TUNEPLANE_AGENT_SOCKET": str(self.socket),
             "TUNEPLANE_OPERATORS_GROUP": "tpb-no-such-group",
+            **settings,
         }
         self._log = open(tmp / "agent.log", "wb")
         self._proc = subprocess.Popen(
@@ -242,3 +246,214 @@ def run(quick: bool) -> Section:
 def _seconds(row: Row) -> Row:
     """``row`` in seconds, for a limit written in seconds (a ms row's median is in ms)."""
     return Row(row.key + "_s", row.label, row.samples, unit="s")
+
+
+# ── section 11: exited records churned by one account ──────────────────────────
+
+CHURN_TITLE = "11. Exited records: another account's status while one account churns quick jobs, and the idle agent"
+CHURNER = 60_403
+#: launches the churner keeps in flight: each is a launch of /bin/true, again as soon as it is answered
+CHURNING = 2
+#: exited records in the usage ledger's history, or listed, for the idle agent
+HISTORY = 10_000
+#: the targets: another account's status median under 100 ms during the churn, the idle
+#: agent with 10,000 exited records in the history under 2 % of a core
+CHURN_STATUS_S, IDLE_CPU_PCT = 0.1, 2.0
+
+#: the churner: launches /bin/true on one card, CHURNING at once, until told to stop (stdin
+#: closes), then prints its tally of answers by status
+_CHURN = r"""
+import collections, json, socket, sys, threading
+path, window, threads_n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tally = collections.Counter()
+stop = threading.Event()
+
+def one(run_id):
+    body = json.dumps({"cards": 1, "command": ["/bin/true"], "cwd": "/", "run_id": run_id}).encode()
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(120)
+    try:
+        s.connect(path)
+        s.sendall(f"POST /v1/launch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        head = s.recv(64)
+        while s.recv(1 << 16):
+            pass
+        tally[head.split(b" ")[1].decode() if head else "closed"] += 1
+    except OSError as e:
+        tally[type(e).__name__] += 1
+    finally:
+        s.close()
+
+def worker(t):
+    n = 0
+    while not stop.is_set():
+        one(f"c{window}-{t}-{n}")
+        n += 1
+
+threads = [threading.Thread(target=worker, args=(t,)) for t in range(threads_n)]
+for t in threads:
+    t.start()
+print("churning", flush=True)
+sys.stdin.read()
+stop.set()
+for t in threads:
+    t.join()
+print(json.dumps(tally), flush=True)
+"""
+
+
+def _snapshot(socket_path: Path) -> dict:
+    """``GET /v1/snapshot`` as this process (root) asks it: the document, and its size in ``_bytes``."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(socket_path))
+        s.sendall(b"GET /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(1 << 16):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    if b"chunked" in head.lower():
+        body = b"".join(body.split(b"\r\n")[1::2])
+    return {**json.loads(body), "_bytes": len(body)}
+
+
+def _cpu_pct(agent: _Agent, seconds: float) -> float:
+    """The agent's CPU (user and system) over ``seconds`` of wall time, in % of a core."""
+    before, started = agent.process.cpu_times(), time.monotonic()
+    time.sleep(seconds)
+    after, wall = agent.process.cpu_times(), time.monotonic() - started
+    return 100.0 * ((after.user - before.user) + (after.system - before.system)) / wall
+
+
+def _in_the_ledger(state: Path, count: int) -> None:
+    """``count`` exited jobs of the churner in the usage ledger's history, as the agent
+    records them (one reading that lists them all), an hour ago and before."""
+    from helpers.usage import Scene
+    from tpnode_tui.host.identity import Caller
+    from tpnode_tui.state.ledger import UsageLedger
+
+    churner = Caller(uid=CHURNER, gid=CHURNER, user=str(CHURNER))
+    scene = Scene(8)
+    started = time.time() - 3600 - count
+    for n in range(count):
+        scene.hold(f"old-{n}", churner, [n % 8], started_at=started + n)
+        scene.exit(f"old-{n}")
+    ledger = UsageLedger(state, holds_per_user=count)
+    ledger.update(scene.snap(time.time() - 3600))
+    ledger.close()
+
+
+def _listed(state: Path, count: int) -> None:
+    """``count`` exited jobs of the churner in the process runtime's state file, as
+    they piled up before a limit removed them."""
+    from tpnode_tui.runtimes.process import boot_id
+    from tpnode_tui.runtimes.statefile import JobRecord, StateFile
+
+    state.mkdir(mode=0o700, exist_ok=True)
+    boot, started = boot_id(), time.time() - 3600 - count
+    with StateFile(state).transaction() as jobs:
+        for n in range(count):
+            name = f"old-{n}"
+            jobs[name] = JobRecord(
+                name=name,
+                run_id=name,
+                gpus=(n % 8,),
+                kind="job",
+                owner=str(CHURNER),
+                command=("/bin/true",),
+                started_at=started + n,
+                expires_at=None,
+                pid=1,
+                pid_start_ticks=0,
+                boot_id=boot,
+                log=str(state / "logs" / f"{name}.log"),
+                exit_code=0,
+                uid=CHURNER,
+            )
+
+
+def _idle_cpu(state_of, seconds: float, **settings: str) -> float:
+    """The idle agent's CPU over ``seconds``, on a state dir ``state_of`` prepared before it starts."""
+    with tempfile.TemporaryDirectory(prefix="tpb-c", dir="/tmp") as tmp:
+        state_of(Path(tmp) / "state")
+        agent = _Agent(Path(tmp), old_log=False, **settings)
+        try:
+            _snapshot(agent.socket)  # read once: a ledger taking in what it lists has done so
+            time.sleep(3.0)
+            return _cpu_pct(agent, seconds)
+        finally:
+            agent.close()
+
+
+def churn(quick: bool) -> Section:
+    """Another account's status while one account launches /bin/true in a loop; and the idle
+    agent, with nothing, with 10,000 exited records in the ledger, and with 10,000 listed."""
+    if os.geteuid() != 0:
+        return Section(CHURN_TITLE, skipped="needs root: the agent is root's, and two other uids play the accounts")
+    section = Section(CHURN_TITLE)
+    windows, per_window, idle_s = (2, 5, 10.0) if quick else (5, 10, 30.0)
+    quiet_row = Row("churn_status_quiet", "another account's status, nobody churning")
+    churned_row = Row(
+        "churn_status_churned", f"another account's status, one account launching /bin/true ({CHURNING} at once)"
+    )
+    rate_row = Row("churn_launches_per_s", "the churning account's launches answered", unit="/s")
+    size_row = Row("churn_status_kib", "status --json after the churn", unit="KiB")
+    tallies: dict[str, int] = {}
+    churned_s = 0.0
+    with tempfile.TemporaryDirectory(prefix="tpb-c", dir="/tmp") as tmp:
+        Path(tmp).chmod(0o755)  # the two uids reach the socket through it
+        agent = _Agent(Path(tmp), old_log=False)
+        quiet = _as(QUIET, _QUIET, str(agent.socket))
+        try:
+            _status(quiet)
+            for window in range(windows):
+                quiet_row.samples += [_status(quiet) for _ in range(per_window)]
+                churner = _as(CHURNER, _CHURN, str(agent.socket), str(window), str(CHURNING))
+                assert churner.stdout is not None and churner.stdin is not None
+                if churner.stdout.readline().strip() != "churning":
+                    raise RuntimeError("the churn did not start")
+                started = time.monotonic()
+                time.sleep(1.0)
+                for _ in range(per_window):
+                    churned_row.samples.append(_status(quiet))
+                    time.sleep(0.5)
+                churner.stdin.close()
+                for status, n in json.loads(churner.stdout.readline()).items():
+                    tallies[status] = tallies.get(status, 0) + n
+                churned_s += time.monotonic() - started
+                churner.wait(60)
+            time.sleep(3.0)  # the last jobs end, and the oldest go
+            snap = _snapshot(agent.socket)
+        finally:
+            quiet.kill()
+            agent.close()
+    answered = sum(n for status, n in tallies.items() if status.isdigit())
+    rate_row.samples.append(answered / churned_s if churned_s else 0.0)
+    size_row.samples.append(snap["_bytes"] / 1024)
+    listed = [j for j in snap["jobs"] if j.get("uid") == CHURNER]
+    nothing_row = Row("churn_agent_cpu_pct_idle", "the idle agent, nothing listed or in the ledger", unit="%")
+    history_row = Row(
+        "churn_agent_cpu_pct_history", f"the idle agent, {HISTORY:,} exited jobs in the usage ledger", unit="%"
+    )
+    listed_row = Row(
+        "churn_agent_cpu_pct_listed",
+        f"the idle agent, {HISTORY:,} exited jobs listed (the limit lifted, as before it)",
+        unit="%",
+    )
+    nothing_row.samples.append(_idle_cpu(lambda state: None, idle_s))
+    history_row.samples.append(_idle_cpu(lambda state: _in_the_ledger(state, HISTORY), idle_s))
+    listed_row.samples.append(
+        _idle_cpu(lambda state: _listed(state, HISTORY), idle_s, TUNEPLANE_MAX_EXITED_PER_USER=str(HISTORY * 10))
+    )
+    section.rows += [quiet_row, churned_row, rate_row, size_row, nothing_row, history_row, listed_row]
+    section.ratios.append(Ratio("churn_status_slowdown", "status churned / quiet", churned_row, quiet_row))
+    section.limits += [
+        Limit(f"status during the churn under {CHURN_STATUS_S:g} s (median, s)", _seconds(churned_row), CHURN_STATUS_S),
+        Limit(f"idle agent, {HISTORY:,} in the ledger, under {IDLE_CPU_PCT:g} % of a core", history_row, IDLE_CPU_PCT),
+    ]
+    said = ", ".join(f"{n} answered {status}" for status, n in sorted(tallies.items()))
+    section.notes.append(
+        f"the churn's launches over {windows} windows ({churned_s:.0f} s): {said}; afterwards the node "
+        f"listed {len(listed)} exited jobs of the churning account"
+    )
+    return section

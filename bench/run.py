@@ -31,7 +31,19 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage", "fence", "door")
+SECTIONS = (
+    "occupancy",
+    "docker",
+    "launch",
+    "dashboard",
+    "fleet",
+    "agent",
+    "topology",
+    "usage",
+    "fence",
+    "door",
+    "churn",
+)
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -73,6 +85,8 @@ HEADLINE = {
     "door_status_flooded_ms": ("door_status_flooded",),
     "door_status_slowdown": ("door_status_slowdown",),
     "door_agent_rss_mb": ("door_agent_rss_mb",),
+    "churn_status_ms": ("churn_status_churned",),
+    "churn_agent_cpu_pct_history": ("churn_agent_cpu_pct_history",),
 }
 
 
@@ -304,6 +318,10 @@ class Runner:
             import door
 
             return door.run(quick)
+        if name == "churn":
+            import door
+
+            return door.churn(quick)
         import dashboard
 
         why = dashboard.available()

@@ -104,6 +104,12 @@ class MemoryRuntime:
         del self.jobs[name]
         self.removed.append(name)
 
+    async def remove_exited(self, jobs):
+        gone = [j.name for j in jobs if self.jobs.get(j.name) == j and not j.live]
+        for name in gone:
+            await self.remove(name)
+        return gone
+
     async def extend(self, name, expires_at):
         self.jobs[name] = replace(self.jobs[name], expires_at=expires_at)
         return self.jobs[name]

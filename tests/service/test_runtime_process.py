@@ -147,9 +147,10 @@ async def test_exit_code_is_recorded_with_nobody_waiting_and_stays_until_removed
     ended = await wait_for_status(runtime, "fails", "exited")
     assert ended.exit_code == 3 and ended.gpus == (0,)
     assert [j.name for j in await runtime.ps()] == ["fails"]
+    assert "bye" in (state_dir / "logs" / "fails.log").read_text()  # there for as long as the record
     await runtime.remove("fails")
     assert await runtime.ps() == []
-    assert "bye" in (state_dir / "logs" / "fails.log").read_text()  # the log outlives the record
+    assert not (state_dir / "logs" / "fails.log").exists()  # and gone with it: logs are bounded as records are
     with pytest.raises(JobNotFound):
         await runtime.remove("fails")
     with pytest.raises(JobNotFound):
@@ -933,10 +934,12 @@ async def test_the_log_is_the_callers_alone_and_the_state_stays_roots(accounts, 
 
 
 async def test_a_log_left_by_another_account_is_moved_aside_not_handed_on(accounts, root_runtime, shared_state):
+    """A log goes with its record now; one an earlier version left behind stays its owner's."""
     alice, bob = accounts.alice, accounts.bob
     await root_runtime.run(as_caller(alice, "reused", "sh", "-c", "echo ALICE-SECRET"), [0])
     await wait_for_status(root_runtime, "reused", "exited")
-    await root_runtime.remove("reused")
+    with StateFile(shared_state).transaction() as jobs:
+        del jobs["reused"]  # as a reclaim of an earlier version left it: the record gone, the log kept
     await root_runtime.run(as_caller(bob, "reused", "sh", "-c", "echo BOB-OUTPUT"), [0])
     await wait_for_status(root_runtime, "reused", "exited")
     log = shared_state / "logs" / "reused.log"

@@ -60,6 +60,7 @@ def test_every_variable_is_read():
         "TUNEPLANE_MAX_DURATION_DAYS": "7",
         "TUNEPLANE_MAX_PAGE": "500",
         "TUNEPLANE_MAX_CONNECTIONS_PER_USER": "8",
+        "TUNEPLANE_MAX_EXITED_PER_USER": "3",
         "TUNEPLANE_IDLE_RESERVATION_MIN": "45",
         "TUNEPLANE_XID_DRAIN": "79, 48,48",
         "TUNEPLANE_XID_IGNORE": "13",
@@ -71,6 +72,7 @@ def test_every_variable_is_read():
         "TUNEPLANE_HOST": "ssh://alice@gpu-07:2222",
         "TUNEPLANE_SSH_ADDRESS": "gpu-07.example.org",
         "TUNEPLANE_USAGE_DAYS": "30",
+        "TUNEPLANE_USAGE_HOLDS_PER_USER": "200",
         "TUNEPLANE_RECLAIM_IDLE_AFTER": "2h",
         "TUNEPLANE_RECLAIM_GRACE": "1h30m",
         "TUNEPLANE_FLAG_IDLE_JOB_AFTER": "off",
@@ -100,7 +102,7 @@ def test_every_variable_is_read():
     assert (limits.body_kib, limits.command_kib, limits.command_args) == (128, 8, 64)
     assert (limits.env_vars, limits.env_kib, limits.cwd_bytes, limits.reason_chars) == (100, 16, 1024, 200)
     assert (limits.queued_per_user, limits.queued, limits.page, limits.connections_per_user) == (5, 50, 500, 8)
-    assert (limits.duration_days, limits.duration_s) == (7.0, 7 * 86400.0)
+    assert (limits.duration_days, limits.duration_s, limits.exited_per_user) == (7.0, 7 * 86400.0, 3)
     assert (s.lock.redis_url, s.lock.lease_ms, s.lock.retry_ms) == ("redis://localhost:6379/1", 5000, 20)
     agent, policy, triage, fleet = s.agent, s.policy, s.triage, s.fleet
     assert (agent.mode, agent.socket, agent.metrics_addr) == ("off", Path("/tmp/a.sock"), ("::", 9400))
@@ -115,6 +117,7 @@ def test_every_variable_is_read():
     assert str(fleet.ssh_address) == "gpu-07.example.org"
     usage = s.usage
     assert (usage.days, usage.reclaim_idle_after_s, usage.reclaim_grace_s) == (30, 7200, 5400)
+    assert usage.holds_per_user == 200
     assert usage.flag_idle_job_after_s is None
     notify = s.notify
     assert (notify.before_end_s, notify.terminals, notify.urls, notify.queue) == (900, False, 3, 7)
@@ -192,6 +195,8 @@ def test_flags_override_the_environment():
         ("TUNEPLANE_METRICS_ADDR", "0.0.0.0:70000"),
         ("TUNEPLANE_USAGE_DAYS", "0"),
         ("TUNEPLANE_USAGE_DAYS", "3651"),
+        ("TUNEPLANE_USAGE_HOLDS_PER_USER", "0"),
+        ("TUNEPLANE_MAX_EXITED_PER_USER", "-1"),
         ("TUNEPLANE_RECLAIM_IDLE_AFTER", "0"),
         ("TUNEPLANE_RECLAIM_IDLE_AFTER", "2 hours"),
         ("TUNEPLANE_RECLAIM_GRACE", "off"),

@@ -246,6 +246,48 @@ async def test_intruders_seen_and_gone_and_a_reservation_expiring_are_logged(ser
     assert expiry["message"] == "reservation rsv-a of alice expired; card 0 is no longer held by it"
 
 
+async def test_what_an_accounts_jobs_did_is_on_its_own_shelf_seen_by_it_and_the_operators(service_node):
+    """A job's end and a reservation's expiry are what its owner's account made happen:
+    kept on that account's shelf, so its churn pushes out only its own entries; the
+    node's shelf keeps the operators' and the node's own (a drain)."""
+    await service_node.service.launch(BOB, LaunchRequest(cards=1, command=("t",), run_id="b1"))
+    await service_node.service.reserve(BOB, ReserveRequest(cards=1, duration_s=3600, run_id="b2"))
+    await service_node.service.drain(ROOT, DrainRequest(3, "broken fan"))
+    await service_node.service.read_now()
+    job = service_node.runtime.jobs["tpn-b1"]
+    service_node.runtime.jobs["tpn-b1"] = replace(job, status="exited", exit_code=0)
+    rsv = service_node.runtime.jobs["tpn-b2"]
+    service_node.runtime.jobs["tpn-b2"] = replace(rsv, status="exited", exit_code=0, expires_at=time.time() - 1)
+    await service_node.service.read_now()
+    [ended], [expiry] = service_node.kinds("ended"), service_node.kinds("expiry")
+    assert ended["owner_uid"] == expiry["owner_uid"] == BOB.uid
+    node_shelf = service_node.log.path.read_text()
+    assert "drain" in node_shelf and "b1" not in node_shelf and "b2" not in node_shelf
+    assert service_node.log.shelf(BOB.uid).read_text().count('"owner_uid"') == 2
+    kinds = {e["kind"] for e in await service_node.events(BOB)}
+    assert {"ended", "expiry", "drain"} <= kinds
+    assert {e["kind"] for e in await service_node.events(ALICE)} == {"drain"}
+    assert {"ended", "expiry", "drain"} <= {e["kind"] for e in await service_node.events(ROOT)}
+    # followed as it is written, alike
+    seen: dict = {ALICE.user: [], ROOT.user: []}
+
+    async def follow(caller) -> None:
+        async for entry in service_node.service.follow_events(caller, EventsRequest()):
+            seen[caller.user].append(entry["kind"])
+
+    followers = [asyncio.ensure_future(follow(c)) for c in (ALICE, ROOT)]
+    await asyncio.sleep(0.05)
+    await service_node.service.launch(BOB, LaunchRequest(cards=1, command=("t",), run_id="b3"))
+    await service_node.service.read_now()
+    job = service_node.runtime.jobs["tpn-b3"]
+    service_node.runtime.jobs["tpn-b3"] = replace(job, status="exited", exit_code=0)
+    await service_node.service.read_now()
+    await until_async(lambda: "ended" in seen[ROOT.user], "the operator to see b3 end")
+    for follower in followers:
+        follower.cancel()
+    assert "ended" not in seen[ALICE.user]
+
+
 async def test_health_changes_are_logged_once_each_way(service_node):
     await service_node.service.read_now()
     service_node.probe.set_card(2, health=("3 uncorrected ECC errors",))

@@ -548,3 +548,108 @@ def test_closed_and_opened_again_it_goes_on_from_the_file(tmp_path):
     [job] = usage_report(ledger, T0, clock.now, "job", ROOT).rows
     assert near(job.figures.used_card_hours, 600 / 3600)
     units_equal_samples(tmp_path / "state")
+
+
+# ── jobs no reading saw live, and each account's bound ───────────────────
+
+
+def test_a_job_that_began_and_ended_between_two_readings_has_a_hold_of_its_own(tmp_path):
+    """The agent removes exited jobs beyond an account's limit once the ledger has
+    them, so a job of a moment, never seen live, must be there too: held until the
+    reading that found it exited, as a job seen live is held until the reading after."""
+    clock = Clock()
+    scene = Scene(4)
+    ledger = ledger_at(tmp_path, clock)
+    assert ledger.update(scene.snap(T0))
+    scene.hold("quick", ALICE, [2], started_at=T0 + 2)
+    scene.exit("quick")
+    assert ledger.update(scene.snap(T0 + 5))  # written: its record may go now
+    for t in (T0 + 10, T0 + 15):  # listed again and again until then: taken in once
+        assert ledger.update(scene.snap(t))
+    held = rows(tmp_path / "state", "SELECT run_id, user, uid, cards, job_started, started, ended FROM holds")
+    assert held == [(b"quick", b"alice", ALICE.uid, "2", T0 + 2, T0 + 2, T0 + 5)]
+    [job] = usage_report(ledger, T0 - HOUR, T0 + HOUR, "job", ROOT).rows
+    assert (job.run_id, job.user, job.cards, job.start, job.end, job.figures.jobs) == (
+        "quick",
+        "alice",
+        (2,),
+        T0 + 2,
+        T0 + 5,
+        1,
+    )
+
+
+def test_a_job_seen_live_and_then_exited_is_one_hold(tmp_path):
+    clock = Clock()
+    scene = Scene(2)
+    ledger = ledger_at(tmp_path, clock)
+    scene.hold("seen", BOB, [0], started_at=T0)
+    run(ledger, scene, T0, T0 + 30)
+    scene.exit("seen")
+    clock.now = run(ledger, scene, T0 + 35, T0 + 60)
+    assert rows(tmp_path / "state", "SELECT run_id, started, ended FROM holds") == [(b"seen", T0, T0 + 35)]
+
+
+def test_after_a_restart_the_exited_jobs_the_file_has_are_not_taken_again(tmp_path):
+    """A new agent's first reading lists exited jobs the last one took in, and
+    perhaps one that ended while no agent ran: only that one is added, ended
+    where it began, since nobody saw when it ended."""
+    clock = Clock()
+    scene = Scene(4)
+    first = ledger_at(tmp_path, clock)
+    scene.hold("seen", ALICE, [0], started_at=T0)
+    run(first, scene, T0, T0 + 30)
+    scene.exit("seen")
+    scene.hold("quick", ALICE, [1], started_at=T0 + 31)
+    scene.exit("quick")
+    run(first, scene, T0 + 35, T0 + 60)
+    first.close()
+    scene.hold("unseen", BOB, [2], started_at=T0 + 100)  # began and ended while no agent ran
+    scene.exit("unseen")
+    second = ledger_at(tmp_path, clock)
+    assert second.update(scene.snap(T0 + 300))
+    clock.now = run(second, scene, T0 + 305, T0 + 400)
+    held = rows(tmp_path / "state", "SELECT run_id, started, ended FROM holds ORDER BY started")
+    assert held == [(b"seen", T0, T0 + 35), (b"quick", T0 + 31, T0 + 35), (b"unseen", T0 + 100, T0 + 100)]
+
+
+def test_each_account_keeps_its_newest_ended_holds_and_no_more(tmp_path):
+    """One account's churn of quick jobs grows the ledger by its bound at most; the
+    holds still open, and another account's, are untouched."""
+    clock = Clock()
+    scene = Scene(4)
+    ledger = ledger_at(tmp_path, clock, holds_per_user=3)
+    scene.hold("long", BOB, [0], started_at=T0)
+    scene.hold("bobs-old", BOB, [1], started_at=T0)
+    scene.exit("bobs-old")
+    t = T0
+    for n in range(8):
+        scene.hold(f"q{n}", ALICE, [2], started_at=t + 1)
+        scene.exit(f"q{n}")
+        t += 5
+        assert ledger.update(scene.snap(t))
+        scene.remove(f"q{n}")  # removed as the agent removes it
+    clock.now = t
+    held = rows(tmp_path / "state", "SELECT run_id, ended FROM holds ORDER BY started, run_id")
+    assert [r[0] for r in held] == [b"bobs-old", b"long", b"q5", b"q6", b"q7"]
+    assert dict(held)[b"long"] is None
+    report = usage_report(ledger, T0 - HOUR, T0 + HOUR, "job", ROOT)
+    assert {r.run_id for r in report.rows if r.user == "alice"} == {"q5", "q6", "q7"}
+
+
+def test_a_reading_the_file_could_not_take_says_so_and_its_exited_jobs_wait(tmp_path):
+    clock = Clock()
+    scene = Scene(1)
+    ledger = ledger_at(tmp_path, clock)
+    assert ledger.update(scene.snap(T0))
+    blocker = sqlite3.connect(tmp_path / "state" / LEDGER_FILE, timeout=0)
+    blocker.execute("BEGIN IMMEDIATE")
+    ledger._conn.execute("PRAGMA busy_timeout = 0")
+    scene.hold("quick", ALICE, [0], started_at=T0 + 1)
+    scene.exit("quick")
+    assert not ledger.update(scene.snap(T0 + 5))  # not written: its record must stay
+    assert not ledger.update(scene.snap(T0 + 10))
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert ledger.update(scene.snap(T0 + 15))
+    assert rows(tmp_path / "state", "SELECT run_id, ended FROM holds") == [(b"quick", T0 + 5)]

@@ -300,8 +300,9 @@ class LimitSettings:
     The agent runs as root for accounts that need not trust each other, so
     what one of them sends is bounded before it is held, kept or echoed: a
     request's size and each text in it, what waits in the queue, how long a
-    reservation lasts, how much one answer from the log holds, and how many
-    connections an account keeps open at once (docs/architecture.md, "The door").
+    reservation lasts, how much one answer from the log holds, how many
+    connections an account keeps open at once (docs/architecture.md, "The door"),
+    and how many of its exited jobs the agent keeps listed.
     """
 
     body_kib: int = setting(
@@ -362,6 +363,13 @@ class LimitSettings:
         "most connections one ordinary account may hold open to the agent at once",
         read.whole(1, 100_000),
     )
+    exited_per_user: int = setting(
+        50,
+        "TUNEPLANE_MAX_EXITED_PER_USER",
+        "most exited jobs the agent keeps listed per account; the oldest beyond it go to the usage ledger and "
+        "are removed with their logs",
+        read.whole(0, 100_000),
+    )
 
     @property
     def duration_s(self) -> float:
@@ -416,6 +424,12 @@ class UsageSettings:
         "TUNEPLANE_USAGE_DAYS",
         "days the usage ledger keeps; older holds and minutes are pruned",
         read.whole(1, 3650),
+    )
+    holds_per_user: int = setting(
+        10_000,
+        "TUNEPLANE_USAGE_HOLDS_PER_USER",
+        "most ended holds the usage ledger keeps per account; the oldest beyond it are pruned",
+        read.whole(1, 10_000_000),
     )
     #: None: reservations are never given back for being idle
     reclaim_idle_after_s: Optional[float] = setting(

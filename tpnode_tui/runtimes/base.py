@@ -76,6 +76,12 @@ class Runtime(Protocol):
         """Remove a job's record or container. Callers only remove exited jobs."""
         ...
 
+    async def remove_exited(self, jobs: Sequence[JobState]) -> list[str]:
+        """Remove these exited jobs, as read, all at once where the runtime can (the
+        agent removing each account's oldest beyond its limit); one live again, gone,
+        or whose name is another job's by now, is passed over. The names removed."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -22,10 +22,11 @@ import os
 import re
 import secrets
 import shlex
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, AsyncIterator, Iterable, Optional
+from typing import Any, AsyncIterator, Iterable, Optional, Sequence
 
 import aiodocker
 import aiohttp
@@ -53,6 +54,9 @@ _CALL_TIMEOUT_S = 30.0
 #: How long connecting may take. An address nothing answers at (a firewall
 #: that drops packets) would otherwise use up the whole call timeout.
 _CONNECT_TIMEOUT_S = 5.0
+#: how long one removal of exited containers goes on at most: the engine removes them one
+#: at a time while the agent's polls wait, so the rest wait for the next
+REMOVING_S = 2.0
 
 #: The address schemes the Docker client here can dial (aiodocker: tcp and
 #: http(s) over TCP, unix sockets; ssh needs asyncssh, npipe is Windows-only).
@@ -66,7 +70,7 @@ _EXITED = re.compile(r"^\s*Exited\s*\((-?\d{1,10})\)")
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$")
 
 
-_LIST_FIELDS = ("Id", "Names", "Labels", "State", "Status", "Image", "Command")
+_LIST_FIELDS = ("Id", "Names", "Labels", "State", "Status", "Image", "Command", "Created")
 _INSPECT_FIELDS = ("Id", "Name", "Config", "State", "Path", "Args", "HostConfig")
 
 #: What the engine accepts as a container name or id; anything else (a "/" or
@@ -304,9 +308,10 @@ class DockerRuntime:
         hold which cards. The list endpoint lacks the start time, the pid and
         the command as an argv, so *live* containers are also inspected (at the
         same time); they are few, being bounded by the node's cards. Exited ones,
-        which pile up until they are reclaimed, are not: they hold no cards, their
-        exit code is read from the engine's status text ("Exited (3) ...") and
-        their command from its quoted command text; their start time is None.
+        which the agent keeps to a number per account, are not: they hold no cards,
+        their exit code is read from the engine's status text ("Exited (3) ..."),
+        their command from its quoted command text, and their start time is when
+        they were made (the list says no more), which orders them.
         """
         return await self._read({"label": [GPUS]})
 
@@ -679,10 +684,12 @@ class DockerRuntime:
                 raise self._engine_error(f"could not stop job {name!r}", e) from None
 
     async def remove(self, name: str) -> None:
-        data = await self._platform_container(name)
+        await self._delete(name, (await self._platform_container(name))["Id"])
+
+    async def _delete(self, name: str, container_id: str) -> None:
         async with self._engine() as docker:
             try:
-                await docker.containers.container(data["Id"]).delete(timeout=_call_timeout())
+                await docker.containers.container(container_id).delete(timeout=_call_timeout())
             except DockerError as e:
                 if e.status == 404:
                     return
@@ -691,6 +698,25 @@ class DockerRuntime:
                 if e.status == 409:
                     raise Conflict(f"job {name!r} is still running; stop it before removing it") from None
                 raise self._engine_error(f"could not remove job {name!r}", e) from None
+
+    async def remove_exited(self, jobs: Sequence[JobState]) -> list[str]:
+        """Remove these exited containers, one call each (the engine removes one at a
+        time), for REMOVING_S at most; a name that is another container by now is
+        passed over."""
+        removed: list[str] = []
+        until = time.monotonic() + REMOVING_S
+        for job in jobs:
+            if time.monotonic() > until:
+                break
+            try:
+                found = (await self._platform_container(job.name))["Id"]
+                if job.container_id not in (None, found):
+                    continue
+                await self._delete(job.name, found)
+            except (JobNotFound, Conflict):
+                continue  # gone meanwhile, or running: passed over
+            removed.append(job.name)
+        return removed
 
     async def close(self) -> None:
         if self._docker is not None:
@@ -720,13 +746,16 @@ class _Run:
 
 
 def _listed_run(item: dict[str, Any]) -> _Run:
-    """What the container list says; no start time or pid, and the exit code only as its status words it."""
+    """What the container list says: when it was made for its start, no pid, and
+    the exit code only as its status words it."""
     status = str(item.get("State") or "")
+    created = item.get("Created")
     return _Run(
         status=status,
         image=item.get("Image") or None,
         command=_split_command(str(item.get("Command") or "")),
         exit_code=_exit_code(str(item.get("Status") or "")) if status == "exited" else None,
+        started_at=float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else None,
     )
 
 

@@ -23,10 +23,11 @@ clean, under ``python -I``, and gets the launch on a sheet (:mod:`.launchsheet`)
 
 Logs (``state_dir/logs/<name>.log``) belong to the account the command runs
 as, readable by it alone; the state dir and the logs dir let everyone through
-to their own log but list nothing. Logs are kept when a record is removed,
-for a post-mortem; a later job with the same name appends to the same log,
-unless the log belongs to another account: then it is moved aside (it stays
-theirs) and the new job starts a log of its own.
+to their own log but list nothing. A log goes with its record (``reclaim``,
+or the agent removing an account's exited jobs beyond its limit), so logs are
+bounded as the records are. A log an earlier version left behind is appended
+to by a later job with the same name, unless it belongs to another account:
+then it is moved aside (it stays theirs) and the new job starts a log of its own.
 """
 
 from __future__ import annotations
@@ -893,11 +894,39 @@ class ProcessRuntime:
                 jobs[record.name] = replace(now, note="; ".join([*said, note]))
 
     async def remove(self, name: str) -> None:
-        """Delete the record of an exited job; the log stays."""
-        record = await asyncio.to_thread(self._remove, name)
-        self._close_gate(name)
-        remove_cgroup(_cgroup(record))  # left behind if its supervisor was killed
+        """Delete the record of an exited job, and its log."""
+        self._let_go(await asyncio.to_thread(self._remove, name))
+
+    async def remove_exited(self, jobs: Sequence[JobState]) -> list[str]:
+        """Delete the records of these exited jobs, and their logs, in one hold of the
+        state file's lock (one rewrite of the file, however many); a record that is
+        another job's by now (its run id reclaimed and given again) is passed over."""
+        records = await asyncio.to_thread(self._remove_exited, list(jobs))
+        for record in records:
+            self._let_go(record)
+        return [r.name for r in records]
+
+    def _let_go(self, record: JobRecord) -> None:
+        """What a removed job may have left: its gate, and its cgroups (left behind
+        if its supervisor was killed)."""
+        self._close_gate(record.name)
+        remove_cgroup(_cgroup(record))
         _remove_devices(record)
+
+    def _remove_exited(self, read: list[JobState]) -> list[JobRecord]:
+        current_boot = boot_id()
+        removed = []
+        with self.state.transaction() as jobs:
+            for job in read:
+                record = jobs.get(job.name)
+                if record is None or (record.pid, record.started_at) != (job.pid, job.started_at):
+                    continue
+                if liveness(record, current_boot)[0] != "exited":
+                    continue
+                _forget_log(self.state.dir / "logs", record)
+                del jobs[job.name]
+                removed.append(record)
+        return removed
 
     def _remove(self, name: str) -> JobRecord:
         current_boot = boot_id()
@@ -907,6 +936,8 @@ class ProcessRuntime:
                 raise JobNotFound(f"no job named {name!r} in {self.state.path}")
             if liveness(record, current_boot)[0] != "exited":
                 raise Conflict(f"job {name!r} is still running; stop it before removing it")
+            # under the state file's lock: no job of the same name can open it anew meanwhile
+            _forget_log(self.state.dir / "logs", record)
             del jobs[name]
         return record
 
@@ -926,6 +957,20 @@ async def _killed(procs: JobProcesses, timeout_s: float) -> bool:
             return False
         await asyncio.sleep(POLL_S)
     return True
+
+
+def _forget_log(logs: Path, record: JobRecord) -> None:
+    """Remove an exited job's log, where this runtime put it (a record naming
+    another file, edited by hand, is not followed)."""
+    log = logs / f"{record.name}.log"
+    if record.log != str(log):
+        return
+    try:
+        log.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise RuntimeUnavailable(f"cannot remove the log {log} of job {record.name!r}: {e.strerror}") from None
 
 
 def _kill_group(pgid: int) -> None:

@@ -16,9 +16,11 @@ The log must survive the accounts it records, so:
 * repeated refusals of one kind from one account fold: the first is written
   at once, the rest of the next FOLD_S seconds become one line with their
   count and time span;
-* an ordinary account's own actions go to its own shelf of the log
+* an ordinary account's own actions, and what any account's jobs did (their
+  ends and expiries), go to that account's own shelf of the log
   (:class:`~tpnode_tui.state.nodelog.NodeLog`), so however much it writes it
-  pushes out only its own older entries.
+  pushes out only its own older entries; the node's shelf keeps what the
+  operators and the node itself did.
 """
 
 from __future__ import annotations
@@ -313,9 +315,14 @@ class Journal:
 
     def _visible(self, caller: Caller, entry: dict[str, Any], card: Optional[int]) -> bool:
         """Actions are the caller's own unless they operate (as for audit); what
-        happened to the cards is everyone's to see."""
-        if entry.get("kind") == "action" and not caller.operator and not _theirs(caller, entry):
-            return False
+        happened to the cards is everyone's to see, but for what an account's own
+        jobs did (``owner_uid``: kept on that account's shelf), which is its own
+        and the operators', as reading the shelves gives it."""
+        if not caller.operator:
+            if entry.get("kind") == "action" and not _theirs(caller, entry):
+                return False
+            if entry.get("kind") != "action" and entry.get("owner_uid", caller.uid) != caller.uid:
+                return False
         if card is not None:
             cards = entry.get("cards")
             return isinstance(cards, list) and card in cards

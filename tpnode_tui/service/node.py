@@ -68,6 +68,7 @@ from tpnode_tui.port.types import (
 )
 from tpnode_tui.service.accounts import group_names
 from tpnode_tui.service.changes import Changes
+from tpnode_tui.service.exited import ExitedRecords
 from tpnode_tui.service.idle import IdleReservations
 from tpnode_tui.service.jobs import JobActions
 from tpnode_tui.service.journal import Journal
@@ -131,10 +132,13 @@ class NodeService:
         limits: LimitSettings = DEFAULT_LIMITS,
         notify: Optional[NotifySettings] = None,
         addresses: Optional[AddressBook] = None,
+        exited_per_user: Optional[int] = None,
     ) -> None:
         """``notify`` and ``addresses``: what the node tells each account, and the
         URLs they gave; both or neither (nobody is told: a test's service, an
-        in-process node)."""
+        in-process node). ``exited_per_user``: the most exited jobs of one account
+        kept listed, the oldest beyond it removed once the ledger has them (None:
+        all kept; only a service with a ledger removes any)."""
         self.allocator = allocator
         self.policy = policy
         self.interval = interval
@@ -220,6 +224,7 @@ class NodeService:
                 settings=notify,
                 clock=clock,
             )
+        self.exited = ExitedRecords(allocator, self.readings, most=exited_per_user)
 
     @classmethod
     def from_settings(
@@ -239,7 +244,8 @@ class NodeService:
         would make (the CLI's bounds its wait).
 
         ``agent``: served by the node's agent, which alone keeps the usage
-        ledger in the state dir, gives idle reservations back and tells each
+        ledger in the state dir, gives idle reservations back, removes the exited
+        jobs beyond an account's limit (once the ledger has them) and tells each
         account what concerns it: it is the one process that reads the node all
         the time, and two would count every hold twice and warn every owner twice. ``clock``: the service's time (a
         test's, so that hours pass at once)."""
@@ -248,7 +254,7 @@ class NodeService:
         if agent:  # imported here: only the agent keeps one, and sqlite3 is a command's cost otherwise
             from tpnode_tui.state.ledger import UsageLedger
 
-            ledger = UsageLedger(settings.state.dir, days=usage.days, clock=clock)
+            ledger = UsageLedger(settings.state.dir, days=usage.days, clock=clock, holds_per_user=usage.holds_per_user)
         return cls(
             GpuAllocator.from_settings(settings, lock=lock),
             Policy.from_settings(settings),
@@ -270,6 +276,7 @@ class NodeService:
             limits=settings.limits,
             notify=settings.notify if agent else None,
             addresses=AddressBook(settings.state.dir) if agent else None,
+            exited_per_user=settings.limits.exited_per_user if agent else None,
         )
 
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
@@ -344,6 +351,7 @@ class NodeService:
                 await self.poll()
                 await self._after_poll()
                 self.give_back_idle()
+                await self.prune_exited()
                 await self._pause()
         finally:
             self._polling = False
@@ -373,6 +381,13 @@ class NodeService:
                 self.readings.republish()
         except Exception:  # what is learnt from a reading must never stop the polls
             log.warning("could not check the idle reservations", exc_info=True)
+
+    async def prune_exited(self) -> None:
+        """Remove each account's exited jobs beyond its limit, once the ledger has them."""
+        try:
+            await self.exited.prune()
+        except Exception:  # what is tidied after a reading must never stop the polls
+            log.warning("could not remove the exited jobs beyond the limit", exc_info=True)
 
     async def _pause(self) -> None:
         """Wait for the interval, or less if an action asks for a poll.

@@ -13,7 +13,9 @@ before readers get it, and each card's last hour is kept from the polls. The
 agent's usage ledger (:class:`~tpnode_tui.state.ledger.UsageLedger`) is handed
 each one too, after readers have it: in a thread, since a commit or a WAL
 checkpoint may wait on the disk, and in order, since each poll waits for the
-last one's write before it reads the node.
+last one's write before it reads the node. A reading whose every hold and
+exited job the ledger has written is kept as :attr:`Readings.recorded`: its
+exited jobs may leave the node's list (:mod:`tpnode_tui.service.exited`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class Readings:
         self.ledger = ledger
         #: the allocator's last snapshot, before the service added what it knows
         self.raw: Optional[NodeSnapshot] = None
+        #: the allocator's last snapshot whose holds and exited jobs the usage
+        #: ledger has all written (None: none yet, or the ledger could not write)
+        self.recorded: Optional[NodeSnapshot] = None
         self._reading = Reading(seq=0, snapshot=None)
         self._poll_lock = asyncio.Lock()
         self._subscribers: set[asyncio.Queue[Reading]] = set()
@@ -117,10 +122,12 @@ class Readings:
         one is injected). It never stops a poll: the ledger says why it cannot write."""
         if self.ledger is None:
             return
+        written = False
         try:
-            await asyncio.to_thread(self.ledger.update, replace(snap, taken_at=now))
+            written = await asyncio.to_thread(self.ledger.update, replace(snap, taken_at=now))
         except Exception:
             log.warning("could not add the reading to the usage ledger", exc_info=True)
+        self.recorded = snap if written else None
 
     def _set_reading(
         self, *, snapshot: Optional[NodeSnapshot] = None, error: Optional[str] = None, changes: int

@@ -8,7 +8,10 @@ SQLite file in the state dir (``usage.sqlite``, 0600, the agent's own):
 
 * ``holds``: one row per job, reservation or MIG-slice job, with its run id,
   kind, owner (name and uid), cards and slices, and when it began and ended
-  (``ended`` NULL while it still holds them);
+  (``ended`` NULL while it still holds them); a job no reading saw live (it
+  began and ended between two) gets one too, ended at the reading that found
+  it exited, so every job the runtime listed is here before the agent
+  removes its record (:mod:`tpnode_tui.service.exited`);
 * ``samples``: per held card or slice, one row a minute: the seconds of that
   minute it was seen held, its mean utilisation, those seconds weighted by
   utilisation while the holder was on it (used), the most memory in use,
@@ -26,7 +29,10 @@ jobs gone or exited, and adds the reading to each held card's minute in
 memory. A finished minute is written at the first reading after it, in one
 transaction with the holds' ``last_seen`` and the time of the write (``meta``,
 written every minute even with nothing held, so a ledger that stops is
-seen); a hold opened or closed is written at once. WAL mode and
+seen); a hold opened or closed is written at once, and then each account
+whose ended holds grew keeps only the TUNEPLANE_USAGE_HOLDS_PER_USER begun
+last, so one account's churn of quick jobs grows the file by no more than
+that. WAL mode and
 ``synchronous=NORMAL``: a commit survives the process being killed (kill -9
 loses the minute under way, never the file) and costs no fsync; a power
 cut may lose the last commits too, never the file.
@@ -70,6 +76,8 @@ LEDGER_FILE = "usage.sqlite"
 SCHEMA_VERSION = 1
 #: TUNEPLANE_USAGE_DAYS's default: what is older is pruned
 DEFAULT_DAYS = 90
+#: TUNEPLANE_USAGE_HOLDS_PER_USER's default: an account's older ended holds are pruned
+DEFAULT_HOLDS_PER_USER = 10_000
 MINUTE = 60
 #: A reading stands for the time since the one before it, up to this long: a
 #: longer gap (the agent stopped, polls hung) is time nobody read the cards,
@@ -128,6 +136,14 @@ CREATE TABLE units (
 CREATE TABLE meta (key TEXT PRIMARY KEY, value);
 PRAGMA user_version = {SCHEMA_VERSION};
 COMMIT;
+"""
+
+#: made in any file of this schema, older ones too: finding a run id's holds (an exited
+#: job found after a restart) and an account's newest ended ones (its bound) read an
+#: index instead of every hold
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS holds_run_id ON holds (run_id);
+CREATE INDEX IF NOT EXISTS holds_owner ON holds (uid, user, started);
 """
 
 # The larger of two values either of which may be NULL (SQLite's max() of a NULL is NULL).
@@ -314,11 +330,21 @@ class _Hold:
             self.units = [_Unit(c) for c in self.cards] + [_Unit(s.card, s.uuid) for s in self.slices]
 
     def same_job(self, job: JobState) -> bool:
-        if job.kind != self.kind or tuple(sorted(job.gpus)) != self.cards:
-            return False
-        if {s.uuid for s in job.slices} != {s.uuid for s in self.slices}:
+        if not self._same_holding(job):
             return False
         return self.job_started is None or job.started_at is None or abs(job.started_at - self.job_started) < 1.0
+
+    def ended_as(self, job: JobState) -> bool:
+        """Whether exited ``job`` is this hold's job: the same holding, begun no later.
+        An exited container's start is when it was made, a little before it started."""
+        if not self._same_holding(job):
+            return False
+        return self.job_started is None or job.started_at is None or job.started_at < self.job_started + 1.0
+
+    def _same_holding(self, job: JobState) -> bool:
+        if job.kind != self.kind or tuple(sorted(job.gpus)) != self.cards:
+            return False
+        return {s.uuid for s in job.slices} == {s.uuid for s in self.slices}
 
 
 @dataclass(frozen=True)
@@ -348,10 +374,13 @@ class UsageLedger:
         days: int = DEFAULT_DAYS,
         clock: Callable[[], float] = time.time,
         max_gap_s: float = MAX_GAP_S,
+        holds_per_user: int = DEFAULT_HOLDS_PER_USER,
     ) -> None:
         self.dir = Path(directory)
         self.path = self.dir / LEDGER_FILE
         self.days = days
+        #: the most ended holds one account keeps (TUNEPLANE_USAGE_HOLDS_PER_USER)
+        self.holds_per_user = holds_per_user
         self.clock = clock
         self.max_gap_s = max_gap_s
         #: why the ledger cannot be written now, in plain words; None while it can
@@ -363,6 +392,9 @@ class UsageLedger:
         self._holds: dict[str, _Hold] = {}
         #: holds ended and not yet written as ended
         self._ended: list[_Hold] = []
+        #: the exited jobs (run id, start) the last reading listed, each taken in by then;
+        #: None before the first reading since the file was opened (the file then says)
+        self._exited: Optional[set[tuple[str, Optional[float]]]] = None
         #: finished minutes not yet written
         self._done: list[tuple[_Hold, _Unit, _Minute]] = []
         self._changed = False
@@ -378,16 +410,18 @@ class UsageLedger:
 
     # ── the write side ─────────────────────────────────────────────────────
 
-    def update(self, snap: NodeSnapshot) -> None:
-        """Take one reading into the ledger; never raises for the file's sake."""
+    def update(self, snap: NodeSnapshot) -> bool:
+        """Take one reading into the ledger; never raises for the file's sake.
+        True when every hold the reading opened or closed, and every exited job
+        it lists, is in the file: what removing an exited job's record waits for."""
         now = snap.taken_at
         with self._lock:
             if self._last_now is not None and now <= self._last_now:
                 if self._last_now - now < self.max_gap_s:
-                    return  # the same reading again, or the clock stepped back a little: nothing new
+                    return False  # the same reading again, or the clock stepped back a little: nothing new
                 self._clock_stepped_back()
             if not self._opened(now):
-                return
+                return False
             self._follow_jobs(snap, now)
             self._read_cards(snap, now)
             self._last_now = now
@@ -398,6 +432,7 @@ class UsageLedger:
                 self._minute = minute
             if turned or self._changed:
                 self._write(now)
+            return self.problem is None and not self._changed and not self._ended
 
     def close(self) -> None:
         """Write what was read of the minute under way, and close the file.
@@ -419,6 +454,7 @@ class UsageLedger:
             self._ended.clear()
             self._done.clear()
             self._minute = self._last_now = None
+            self._exited = None
 
     def _clock_stepped_back(self) -> None:
         """The wall clock was set back (by hand, or by a time sync after a bad start):
@@ -479,6 +515,7 @@ class UsageLedger:
                 )
             if version == 0:
                 conn.executescript(_SCHEMA)
+            conn.executescript(_INDEXES)
         except BaseException:
             conn.close()
             raise
@@ -512,7 +549,9 @@ class UsageLedger:
             self._holds[hold.key] = hold
 
     def _follow_jobs(self, snap: NodeSnapshot, now: float) -> None:
-        """Close the holds of jobs gone, exited or replaced; open one for each job new here."""
+        """Close the holds of jobs gone, exited or replaced; open one for each job new
+        here; take in the exited jobs no reading saw live."""
+        seen_live = dict(self._holds)
         live = {j.key: j for j in snap.jobs if j.live and (j.gpus or j.slices)}
         for key, hold in list(self._holds.items()):
             job = live.get(key)
@@ -535,6 +574,54 @@ class UsageLedger:
                     last_seen=now,
                 )
                 self._changed = True
+        self._take_exited(snap, seen_live, now)
+
+    def _take_exited(self, snap: NodeSnapshot, seen_live: dict[str, _Hold], now: float) -> None:
+        """A hold for each exited job that no reading saw live: it began and ended
+        between two readings, and is taken to have held its cards until this one
+        (as a hold seen until the last reading is closed at this one). Found
+        after a restart, or after a gap, nobody saw when it ended: its hold is
+        closed where it began. Only the exited jobs the last reading did not list
+        are looked at; in the first reading since the file was opened, the file
+        says which it has."""
+        exited = {(j.key, j.started_at): j for j in snap.jobs if not j.live and (j.gpus or j.slices)}
+        known = self._exited
+        for ident, job in exited.items():
+            if known is not None and ident in known:
+                continue
+            hold = seen_live.get(job.key)
+            if hold is not None and hold.ended_as(job):
+                continue  # seen live, and closed above
+            if known is None and self._in_file(job):
+                continue
+            started = job.started_at if job.started_at is not None and job.started_at <= now else now
+            ended = now if known is not None and now - started <= self.max_gap_s else started
+            self._ended.append(
+                _Hold(
+                    key=job.key,
+                    kind=job.kind,
+                    user=job.owner,
+                    uid=job.uid,
+                    cards=tuple(sorted(job.gpus)),
+                    slices=job.slices,
+                    job_started=job.started_at,
+                    started=started,
+                    last_seen=ended,
+                    ended=ended,
+                )
+            )
+            self._changed = True
+        self._exited = set(exited)
+
+    def _in_file(self, job: JobState) -> bool:
+        """Whether the file has a hold of exited ``job`` (its run id, begun no earlier)."""
+        assert self._conn is not None
+        since = None if job.started_at is None else job.started_at - 1.0
+        found = self._conn.execute(
+            "SELECT 1 FROM holds WHERE run_id = ? AND (? IS NULL OR job_started IS NULL OR job_started >= ?) LIMIT 1",
+            (encoded(job.key), since, since),
+        ).fetchone()
+        return found is not None
 
     def _end(self, hold: _Hold, at: float) -> None:
         for unit in hold.units:
@@ -612,6 +699,8 @@ class UsageLedger:
                     [(h.last_seen, ids.get(h, h.id)) for h in self._holds.values()],
                 )
                 conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_write', ?)", (now,))
+                for uid, user in sorted({(h.uid, h.user) for h in self._ended}, key=str):
+                    keep_newest(conn, uid, user, self.holds_per_user)
                 if prune:
                     prune_before(conn, now - self.days * 86400.0)
                 conn.execute("COMMIT")
@@ -712,12 +801,28 @@ def prune_before(conn: sqlite3.Connection, cutoff: float) -> None:
     history) and loses its older minutes; its sums are made again from the
     minutes left, so they always equal its samples.
     """
-    old = [(row[0],) for row in conn.execute("SELECT id FROM holds WHERE ended < ?", (cutoff,))]
-    conn.executemany("DELETE FROM samples WHERE hold_id = ?", old)
-    conn.executemany("DELETE FROM units WHERE hold_id = ?", old)
-    conn.executemany("DELETE FROM holds WHERE id = ?", old)
+    _delete_holds(conn, [row[0] for row in conn.execute("SELECT id FROM holds WHERE ended < ?", (cutoff,))])
     straddling = conn.execute("SELECT hold_id, card, slice FROM units WHERE first_at < ?", (cutoff,)).fetchall()
     for key in straddling:
         conn.execute("DELETE FROM samples WHERE hold_id = ? AND card = ? AND slice = ? AND at < ?", (*key, cutoff))
         conn.execute("DELETE FROM units WHERE hold_id = ? AND card = ? AND slice = ?", key)
         conn.execute(_RESUM_UNIT, key)
+
+
+def keep_newest(conn: sqlite3.Connection, uid: Optional[int], user: str, most: int) -> None:
+    """Delete the account's ended holds but the ``most`` begun last, with their minutes
+    (the oldest go first, as the agent removes an account's oldest exited jobs). An
+    account is its uid and name as the holds recorded them."""
+    old = conn.execute(
+        "SELECT id FROM holds WHERE uid IS ? AND user = ? AND ended IS NOT NULL "
+        "ORDER BY started DESC, id DESC LIMIT -1 OFFSET ?",
+        (uid, encoded(user), most),
+    ).fetchall()
+    _delete_holds(conn, [row[0] for row in old])
+
+
+def _delete_holds(conn: sqlite3.Connection, ids: list[int]) -> None:
+    rows = [(i,) for i in ids]
+    conn.executemany("DELETE FROM samples WHERE hold_id = ?", rows)
+    conn.executemany("DELETE FROM units WHERE hold_id = ?", rows)
+    conn.executemany("DELETE FROM holds WHERE id = ?", rows)

@@ -9,16 +9,19 @@ with at least ``time``, ``kind`` and ``message``, a plain sentence.
 The log is kept on shelves, each rotated on its own by size (``.1`` ...
 ``.N``, the oldest dropped, as logrotate would):
 
-* ``events.jsonl``: what happened to the cards (health, XIDs, drains,
-  intruders, ends) and the operators' actions;
+* ``events.jsonl``: what the operators and the node itself did or saw
+  (health, XIDs, drains, intruders, evictions, idle reservations given back);
 * ``accounts/<uid>.jsonl``: each ordinary account's own actions, allowed or
-  refused, rotated at a smaller size (TUNEPLANE_LOG_ACCOUNT_MB).
+  refused, and what any account's jobs did (their ends and expiries), rotated
+  at a smaller size (TUNEPLANE_LOG_ACCOUNT_MB).
 
-So what one account writes, however much, only ever pushes that account's
-own older entries out: a flood of refused launches (800 with a 64 KiB
-command once rotated 40 MB in 15 s) cannot push another account's job, an
-operator's drain or an XID out of the log. Reading merges the shelves by
-time; an account's audit reads only its own shelf (and the node's).
+So what one account writes or makes happen, however much, only ever pushes
+that account's own older entries out: a flood of refused launches (800 with
+a 64 KiB command once rotated 40 MB in 15 s), or of jobs that end at once
+(600 once left no trace of an operator's drain), cannot push another
+account's job, an operator's drain, an intruder seen or an XID out of the
+log. Reading merges the shelves by time; an ordinary account reads only its
+own shelf and the node's.
 
 Times are unique and rising within a process, so "the entries before T" is
 exact and a page of the log can be asked for again from where the last one

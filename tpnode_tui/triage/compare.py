@@ -13,10 +13,13 @@ none of it decides who holds a card (the runtime, the driver and the drain
 file do), so none of it needs to survive a restart.
 
 Each change is written to the node's log through ``record(kind, message,
-cards=..., user=..., **fields)``, with the uids of the accounts it concerns
-(``owner_uid``, ``intruder_uid``) so the node can tell them
-(service/notices.py); each reading given out is ``decorate``-d with what the
-readers should see of it.
+cards=..., user=..., **fields)``: what a job did (its end, its expiry, its
+coming end) on its owner's own shelf (``account``, the uid it recorded), so one
+account's thousand quick jobs push out only its own older entries, never an
+operator's drain or an intruder seen; the rest on the node's. Each entry names
+the uids of the accounts it concerns (``owner_uid``, ``intruder_uid``) so the
+node can tell them (service/notices.py). Each reading given out is
+``decorate``-d with what the readers should see of it.
 """
 
 from __future__ import annotations
@@ -258,6 +261,7 @@ class Triage:
         owner = f" of {job.owner}" if job.owner else ""
         cards = list(job.gpus) or sorted({ref.card for ref in job.slices})
         held = job.holding
+        shelf = _owners_shelf(job)
         expires_at = after.expires_at if after is not None else job.expires_at
         if job.kind == "reservation" and expires_at is not None and expires_at <= now + 1:
             self.record(
@@ -267,7 +271,7 @@ class Triage:
                 cards=cards,
                 user=job.owner or None,
                 run_id=key,
-                owner_uid=job.uid,
+                **shelf,
             )
             return
         ran_s = None if job.started_at is None else max(0.0, now - job.started_at)
@@ -280,11 +284,11 @@ class Triage:
             cards=cards,
             user=job.owner or None,
             run_id=key,
-            owner_uid=job.uid,
             job_kind=job.kind,
             exit_code=after.exit_code if after is not None else None,
             ran_s=ran_s,
             output=output,
+            **shelf,
         )
 
     def _track_ending(self, snap: NodeSnapshot, now: float) -> None:
@@ -314,8 +318,8 @@ class Triage:
                 cards=list(job.cards),
                 user=job.owner or None,
                 run_id=key,
-                owner_uid=job.uid,
                 expires_at=ends,
+                **_owners_shelf(job),
             )
 
     # ── XIDs that drained nothing ──────────────────────────────────────────
@@ -364,6 +368,12 @@ def _moved_on(times: dict[str, float], key: str, now_too: bool, first: float, no
         times[key] = now
     else:
         times.setdefault(key, first)
+
+
+def _owners_shelf(job: JobState) -> dict[str, Any]:
+    """Where an entry about what ``job`` did is kept: its owner's shelf, where the
+    job recorded whose it is (and that owner named, to be told); else the node's."""
+    return {} if job.uid is None else {"account": job.uid, "owner_uid": job.uid}
 
 
 def _how_ended(after: Optional[JobState]) -> str:
