@@ -25,7 +25,6 @@ from tpnode_tui.cli.output import (
     print_status,
     removed_line,
     report_launch,
-    time_left,
     you_line,
 )
 from tpnode_tui.cli.registry import (
@@ -52,6 +51,7 @@ from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
 from tpnode_tui.text.render import env_lines
+from tpnode_tui.text.status import time_left
 
 T = TypeVar("T")
 

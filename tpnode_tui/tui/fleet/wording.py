@@ -12,12 +12,13 @@ from typing import Optional
 
 from rich.text import Text
 
-from tpnode_tui.fleet.record import UNKNOWN, UP, FleetCard, FleetPicture, NodeRow, clock, summary_words
+from tpnode_tui.fleet.record import UNKNOWN, UP, FleetCard, FleetPicture, NodeRow, clock, seen_words, summary_words
 from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.text.badges import BADGES
 from tpnode_tui.text.printable import printable
 from tpnode_tui.text.render import format_duration
 from tpnode_tui.tui.wording.cells import fit
-from tpnode_tui.tui.wording.marks import BADGES, DRAINED_TEXT
+from tpnode_tui.tui.wording.marks import DRAINED_TEXT
 
 #: a card's colour in a node's strip: the node grid's, and one of the fleet's own
 STRIP: dict[str, tuple[str, str]] = {state: ("█", colour) for state, (_, colour) in BADGES.items()}
@@ -64,16 +65,10 @@ def strip(node: NodeRow) -> Text:
 
 
 def seen_text(node: NodeRow, now: float) -> Text:
-    if node.last_seen is None:
-        return Text("never", style="grey62")
-    if node.status == UP:
-        age = now - node.last_seen
-        return Text("just now" if age < 5 else f"{format_duration(age)} ago", style="grey62")
-    if node.status == "unreachable":
-        if node.seen_exactly:
-            return Text(f"unreachable since {clock(node.last_seen)}", style="bold #ef5350")
-        return Text(f"unreachable, seen {clock(node.last_seen)}", style="bold #ef5350")
-    return Text(node.status, style="bold #ef5350" if node.status != "stale" else "bold #ffb300")
+    words = seen_words(node, now)
+    if node.last_seen is None or node.status == UP:
+        return Text(words, style="grey62")
+    return Text(words, style="bold #ffb300" if node.status == "stale" else "bold #ef5350")
 
 
 def _count(value: Optional[int], alarm: str = "") -> Text:
