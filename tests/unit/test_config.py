@@ -74,6 +74,9 @@ def test_every_variable_is_read():
         "TUNEPLANE_RECLAIM_IDLE_AFTER": "2h",
         "TUNEPLANE_RECLAIM_GRACE": "1h30m",
         "TUNEPLANE_FLAG_IDLE_JOB_AFTER": "off",
+        "TUNEPLANE_WEB_LISTEN": ":8480",
+        "TUNEPLANE_WEB_TOKEN": " 0123456789abcdef0123 ",
+        "TUNEPLANE_WEB_SHOW_COMMANDS": "on",
     }
     assert set(env) == {d.env for d in DECLARED.values()}
     s = load_settings(env)
@@ -109,6 +112,7 @@ def test_every_variable_is_read():
     usage = s.usage
     assert (usage.days, usage.reclaim_idle_after_s, usage.reclaim_grace_s) == (30, 7200, 5400)
     assert usage.flag_idle_job_after_s is None
+    assert (s.web.listen, s.web.token, s.web.show_commands) == (("0.0.0.0", 8480), "0123456789abcdef0123", True)
 
 
 @pytest.mark.parametrize(
@@ -227,6 +231,27 @@ def test_the_readme_table_names_every_variable_flag_and_default():
     for declared in DECLARED.values():
         if declared.flag:
             assert f"`{declared.flag}`" in documented[declared.env], declared.env
+
+
+def test_the_web_page_listens_on_this_machine_asks_no_token_and_hides_commands_unless_told():
+    web = load_settings({}).web
+    assert (web.listen, web.token, web.show_commands) == (("127.0.0.1", 8470), None, False)
+    assert load_settings({"TUNEPLANE_WEB_TOKEN": "  "}).web.token is None
+
+
+@pytest.mark.parametrize(
+    "given,said",
+    [
+        ("short", "is 5 characters: give at least 16"),
+        ("0123456789 abcdef", "printable ASCII with no space"),
+        ("0123456789abcdef;x", "printable ASCII with no space"),
+        ("0123456789abcdéf", "printable ASCII with no space"),
+    ],
+)
+def test_a_web_token_that_could_be_guessed_or_cannot_travel_in_a_header_is_refused_without_echoing_it(given, said):
+    with pytest.raises(ConfigError, match=f"TUNEPLANE_WEB_TOKEN.*{said}") as err:
+        load_settings({"TUNEPLANE_WEB_TOKEN": given})
+    assert given not in str(err.value)
 
 
 def test_xid_lists_default_to_the_catalog_and_none_means_no_drains():

@@ -27,6 +27,7 @@ from tpnode_tui.config.sections import (
     StateSettings,
     TriageSettings,
     UsageSettings,
+    WebSettings,
 )
 
 
@@ -47,6 +48,7 @@ class Settings:
     triage: TriageSettings = field(default_factory=TriageSettings)
     usage: UsageSettings = field(default_factory=UsageSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
+    web: WebSettings = field(default_factory=WebSettings)
 
 
 #: each section's name -> its class

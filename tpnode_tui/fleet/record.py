@@ -718,6 +718,20 @@ def seen_words(node: NodeRow, now: float) -> str:
     return node.status
 
 
+def unknown_now(node: NodeRow) -> NodeRow:
+    """The row while the fleet cannot be read: every card unknown, none free."""
+    return replace(node, status=STALE, cards=tuple(FleetCard(c.index, UNKNOWN) for c in node.cards))
+
+
+def unreadable_words(error: str, since: Optional[float], fleet: Optional[FleetPicture]) -> tuple[str, str]:
+    """The fleet cannot be read now: since when and why, then what the last reading said
+    ("" when nothing was read yet)."""
+    if fleet is None:
+        return f"Nothing read yet: {error}", ""
+    said = f"The last reading said: {summary_words(fleet)}; no card counts as free."
+    return f"Stale since {clock(since or 0)}: {error}. ", said
+
+
 def summary_words(fleet: FleetPicture) -> str:
     """The fleet in one line: nodes up and down, cards free, and where the most fit side by side."""
     nodes = len(fleet.nodes)

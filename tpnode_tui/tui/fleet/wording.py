@@ -7,12 +7,20 @@ is ``Text``, never markup.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 from rich.text import Text
 
-from tpnode_tui.fleet.record import UNKNOWN, UP, FleetCard, FleetPicture, NodeRow, clock, seen_words, summary_words
+from tpnode_tui.fleet.record import (
+    UP,
+    FleetPicture,
+    NodeRow,
+    clock,
+    seen_words,
+    summary_words,
+    unknown_now,
+    unreadable_words,
+)
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.text.badges import BADGES
 from tpnode_tui.text.printable import printable
@@ -107,23 +115,17 @@ def legend() -> Text:
 
 
 def summary(fleet: Optional[FleetPicture], error: Optional[str], since: Optional[float]) -> Text:
-    if fleet is None and error is not None:
-        return Text(f"Nothing read yet: {printable(error)}", style="bold #ef5350")
+    if error is not None:
+        head, said = unreadable_words(printable(error), since, fleet)
+        out = Text(head, style="bold #ef5350")
+        out.append(printable(said), style="grey62")
+        return out
     if fleet is None:
         return Text("reading the fleet…", style="grey62")
-    if error is not None:
-        out = Text(f"Stale since {clock(since or 0)}: {printable(error)}. ", style="bold #ef5350")
-        out.append(f"The last reading said: {printable(summary_words(fleet))}; no card counts as free.", style="grey62")
-        return out
     out = Text(printable(summary_words(fleet)), style="bold")
     for problem in fleet.problems:
         out.append(f"\n{printable(problem)}", style="#ffb300")
     return out
-
-
-def unknown_now(node: NodeRow) -> NodeRow:
-    """The row while the fleet cannot be read: every card unknown, none free."""
-    return replace(node, status="stale", cards=tuple(FleetCard(c.index, UNKNOWN) for c in node.cards))
 
 
 def stale_row_cells(node: NodeRow, now: float) -> tuple[Text, ...]:
