@@ -675,7 +675,7 @@ def _web(args: argparse.Namespace, settings: Settings) -> int:
     the fleet's Redis), and a server reachable from a network has no business being root."""
     if os.geteuid() == 0:
         raise UsageError(
-            "tpnode-tui web runs as an ordinary account, never as root: start it as one "
+            "the web page runs as an ordinary account, never as root: start it as one "
             "(it reads the node through its agent, as every account may)"
         )
     from tpnode_tui.web import run_web  # aiohttp's server and the page: only the page needs them
