@@ -31,7 +31,19 @@ from typing import Optional
 import services_up
 from common import DEFAULT_SEED, ROOT, Section
 
-SECTIONS = ("occupancy", "docker", "launch", "dashboard", "fleet", "agent", "topology", "usage", "fence", "door")
+SECTIONS = (
+    "occupancy",
+    "docker",
+    "launch",
+    "dashboard",
+    "fleet",
+    "agent",
+    "topology",
+    "usage",
+    "fence",
+    "door",
+    "web",
+)
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
@@ -304,6 +316,10 @@ class Runner:
             import door
 
             return door.run(quick)
+        if name == "web":
+            import web
+
+            return web.run(quick)
         import dashboard
 
         why = dashboard.available()

@@ -121,7 +121,7 @@ def test_the_agent_stopped_shows_the_banner_and_the_page_recovers_when_it_is_bac
     shared_node.kill()
     [banner] = until(lambda: browser.execute_script(BANNERS), "the agent-gone banner", SHOWN_S)
     assert banner.startswith("⚠ agent not answering since ") and "it reconnects by itself" in banner
-    assert {badge for badge, _ in tiles(browser).values()} == {"? ?"}, "a card still shown as known"
+    assert {badge for badge, _ in tiles(browser).values()} == {"? UNKNOWN"}, "a card still shown as known"
     assert browser.find_element("id", "free").text == "?/8 free"
     shared_node.start()
     until(lambda: not browser.execute_script(BANNERS), "the banner gone once the agent is back", SHOWN_S)

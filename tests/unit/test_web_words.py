@@ -83,7 +83,7 @@ def test_while_the_agent_is_gone_every_card_is_marked_unknown_and_a_banner_says_
     snap = node_snapshot(8, jobs=(job("train", (0,)),))
     shown = NodeShown(snap, stale_since=T, stale_error="no agent answers", agent_gone=True, served="agent")
     page = node_page(shown, T + 5)
-    assert {c["badge"] for c in page["cards"]} == {"?"}
+    assert {(c["symbol"], c["badge"]) for c in page["cards"]} == {("?", "UNKNOWN")}
     assert page["cards"][0]["who"] == "was job: train (alice)"
     assert page["header"]["free"] == "?/8 free"
     [banner] = page["banners"]

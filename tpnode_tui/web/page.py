@@ -55,7 +55,6 @@ SYMBOLS = {
     "drained": "⊘",
     "mig": "▦",
     "shared": "◐",
-    UNKNOWN: "?",
 }
 #: a fleet node's status: its word's mark and colour (only "up" shows its cards as they are)
 STATUS_MARKS = {
@@ -101,9 +100,14 @@ class NodeShown:
 
 def _mark(state: str, stale: bool = False) -> Words:
     """A state's badge: its word, a symbol beside it, its colour, and what it means."""
-    if stale:
-        label, colour = STALE_BADGE
-        return {"state": UNKNOWN, "badge": label, "symbol": SYMBOLS[UNKNOWN], "colour": colour}
+    if stale:  # the dashboard's "?", with the fleet view's word for it
+        return {
+            "state": UNKNOWN,
+            "badge": UNKNOWN.upper(),
+            "symbol": STALE_BADGE[0],
+            "colour": STALE_BADGE[1],
+            "meaning": "not known now: shown as last read, and never counted as free",
+        }
     label, colour = badge(state)
     if not colour.startswith("#"):  # a state this version does not know: named as it came, in grey
         colour = STALE_BADGE[1]
