@@ -75,7 +75,7 @@ async def _node_page(settings: Settings, listen: tuple[str, int]) -> None:
     node = agent_for(settings)
     try:
         if not await node.answers():  # AgentForbidden (this account may not reach it) is raised
-            _say(f"warning: no agent answers at {node.where} yet: the page says so, and follows it once it does")
+            _say(f"warning: the node's {node.where} does not answer yet: the page says so, and follows it once it does")
         hub = NodeHub(node, served=node.where, uid=os.getuid(), show_commands=settings.web.show_commands)
         await _serve(hub, settings, listen, f"the node's page ({node.where})")
     finally:
