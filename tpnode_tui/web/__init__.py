@@ -9,7 +9,6 @@ words and files load only here.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from tpnode_tui.web.hub import FleetHub, NodeHub
 
 __all__ = ["run_web"]
-
-log = logging.getLogger(__name__)
 
 
 def _say(message: str) -> None:

@@ -17,16 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import logging
 from importlib import resources
 from typing import Awaitable, Callable, Optional, Union
+from urllib.parse import urlencode
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from tpnode_tui.web.hub import Answer, FleetHub, NodeHub
-
-log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -89,8 +87,10 @@ def _token_gate(token: str) -> Middleware:
         if given(request.cookies.get(TOKEN_COOKIE)) or (bearer.startswith("Bearer ") and given(bearer[7:])):
             return await handler(request)
         if given(request.query.get("token")):
-            there = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
-            response = web.Response(status=303, headers={"Location": str(there)})
+            # relative, so that a proxy serving the page under a path of its own keeps it
+            rest = {k: v for k, v in request.query.items() if k != "token"}
+            there = (request.path.rsplit("/", 1)[-1] or "./") + (f"?{urlencode(rest)}" if rest else "")
+            response = web.Response(status=303, headers={"Location": there})
             response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict")
             return response
         return _text(
