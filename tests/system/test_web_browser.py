@@ -23,6 +23,7 @@ from helpers.browser import PHONE, as_phone, chromium
 from helpers.fleet import AgentProcess
 from helpers.load import kill_process_jobs
 from helpers.paths import CHECKOUT
+from helpers.services import write_scene
 from helpers.waiting import until
 from helpers.web import WebPage
 from tpnode_tui.text.render import format_duration
@@ -213,6 +214,30 @@ def test_the_page_fits_a_phones_width_without_scrolling_sideways(shared_node, ac
         until(lambda: any(long_id in who for _, who in tiles(phone).values()), "the long run id shown", SHOWN_S)
         assert phone.execute_script("return document.documentElement.clientWidth") <= PHONE[0]
         assert not phone.execute_script(WIDER_THAN_THE_SCREEN), "the page scrolls sideways at a phone's width"
+
+
+def test_a_blind_probe_a_reservation_and_the_usage_ledger_are_on_the_page(shared_node, accounts, page_of, browser):
+    alice = accounts.alice
+    done = shared_node.cli(alice, "reserve", "--cards", "1", "--for", "2h", "--run-id", "rsv-web")
+    assert done.returncode == 0, done.stderr
+    web = page_of(alice)
+    browser.get(web.url)
+    reserved = until(
+        lambda: browser.find_elements("css selector", "table.reserved tbody tr"), "the reservation's row", SHOWN_S
+    )
+    assert reserved[0].text.startswith(f"rsv-web {alice.name} card 0 ")
+    usage = until(lambda: browser.find_elements("css selector", "#usage h3"), "the usage table", SHOWN_S)
+    assert [h.text for h in usage] == ["Last 24 hours", "Last 7 days"]
+    said = browser.find_element("id", "usage").text
+    assert "total" in said and "your own rows, and the whole node's total" in said  # as the agent answers alice
+    write_scene(shared_node.scene, 8, blind=True)
+    until(
+        lambda: [b for b in browser.execute_script(BANNERS) if b.startswith("⚠ PROBE-BLIND: ")],
+        "the probe-blind banner",
+        SHOWN_S,
+    )
+    free = until(lambda: [t for t in tiles(browser).values() if t[0] == "◌ UNVERIFIED"], "unverified cards", SHOWN_S)
+    assert len(free) == 7 and browser.find_element("id", "free").text == "7/8 free, unverified"
 
 
 def test_the_page_counts_time_as_the_server_words_it(page_of, browser):
