@@ -166,10 +166,11 @@ class NodeHub(Hub):
 
     def _read(self, first: bool) -> None:
         f = self.follower
+        back = self.shown.agent_gone  # the agent answers again: its usage is asked again too
         snap = self.shown.snapshot if f.snapshot is self._followed else self._hidden(f.snapshot)
         self._followed = f.snapshot
         self._show(replace(self.shown, snapshot=snap, stale_since=f.stale_since, stale_error=f.stale_error))
-        if first:
+        if first or back:
             self._usage_now.set()
 
     def _lost(self) -> None:
