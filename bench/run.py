@@ -43,6 +43,7 @@ SECTIONS = (
     "fence",
     "door",
     "churn",
+    "web",
 )
 
 #: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
@@ -322,6 +323,10 @@ class Runner:
             import door
 
             return door.churn(quick)
+        if name == "web":
+            import web
+
+            return web.run(quick)
         import dashboard
 
         why = dashboard.available()

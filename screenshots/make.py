@@ -15,10 +15,12 @@ only that one). Each picture is written as an SVG next to this script.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import AsyncIterator
 
 from tpnode_tui.demo.scene import DemoScene
 from tpnode_tui.demo.stage import DEMO_COMMAND, start_demo
@@ -99,19 +101,12 @@ async def main() -> int:
     return 0
 
 
-async def fleet_picture() -> None:
-    """A dozen nodes publishing to a redis-server of this script's own, seen by the fleet view."""
-    from dataclasses import replace
-
+def fleet_nodes() -> dict:
+    """A dozen simulated nodes' snapshots, by name, as the fleet's pictures show them."""
     sys.path.insert(0, str(HERE.parent / "tests"))
     from helpers.fleet import job, node_snapshot
-    from helpers.services import RedisServer, free_port
-    from tpnode_tui.fleet.publisher import FleetPublisher
-    from tpnode_tui.fleet.reader import FleetReader
-    from tpnode_tui.port.types import Reading
-    from tpnode_tui.tui.fleet.app import FleetApp
 
-    nodes = {
+    return {
         "gpu-01": node_snapshot(jobs=(job("llama-70b-sft", (0, 1, 2, 3)), job("rsv-alice", (6,), kind="reservation"))),
         "gpu-02": node_snapshot(jobs=(job("eval-nightly", (0, 1)),), unhealthy=(7,), drained=(6,)),
         "gpu-03": node_snapshot(external=(2,), jobs=(job("ddp-4", (4, 5, 6, 7)),)),
@@ -124,12 +119,26 @@ async def fleet_picture() -> None:
         "gpu-10": node_snapshot(jobs=(job("rl", (3, 4)),)),
         "h100-big": node_snapshot(16, jobs=(job("pretrain-16", tuple(range(12))),), name="NVIDIA H100 80GB HBM3"),
     }
+
+
+@contextlib.asynccontextmanager
+async def published_fleet() -> AsyncIterator[str]:
+    """The dozen nodes published to a redis-server of this script's own (its URL), two of them
+    gone quiet and two agents claiming one name; stopped afterwards."""
+    from dataclasses import replace
+
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from helpers.fleet import node_snapshot
+    from helpers.services import RedisServer, free_port
+    from tpnode_tui.fleet.publisher import FleetPublisher
+    from tpnode_tui.port.types import Reading
+
     workdir = Path(tempfile.mkdtemp(prefix="tpn-shot-"))
     server = RedisServer(port=free_port(), workdir=workdir)
     server.start()
     publishers = []
     try:
-        for name, snap in nodes.items():
+        for name, snap in fleet_nodes().items():
             period = 0.5 if name in ("gpu-09", "gpu-10") else 30.0  # these two go quiet
             publisher = FleetPublisher(server.url, server.url, name, period)
             await publisher.publish(Reading(1, replace(snap, host=name, taken_at=time.time())))
@@ -139,16 +148,25 @@ async def fleet_picture() -> None:
             await twin.publish(Reading(1, replace(node_snapshot(), host=host, taken_at=time.time())))
             publishers.append(twin)
         await asyncio.sleep(2.0)  # gpu-09 and gpu-10 miss three publications
-        app = FleetApp(FleetReader(server.url, server.url), interval=1.0)
+        yield server.url
+    finally:
+        for publisher in publishers:
+            await publisher.close()
+        server.stop()
+
+
+async def fleet_picture() -> None:
+    """A dozen nodes publishing to a redis-server of this script's own, seen by the fleet view."""
+    from tpnode_tui.fleet.reader import FleetReader
+    from tpnode_tui.tui.fleet.app import FleetApp
+
+    async with published_fleet() as url:
+        app = FleetApp(FleetReader(url, url), interval=1.0)
         async with app.run_test(size=SIZE) as pilot:
             while app.reads < 1:
                 await pilot.pause(0.1)
             await pilot.pause(0.5)
             app.save_screenshot("fleet.svg", str(HERE))
-    finally:
-        for publisher in publishers:
-            await publisher.close()
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 # moves the lock to the newest releases.
 # System services the tests start themselves: redis-server, sshd (loopback, keys made
 # by the tests), dockerd (private socket, no bridge, no iptables) with a busybox image
-# imported from busybox-static.
+# imported from busybox-static. The web page's tests drive Debian's chromium through
+# chromium-driver (the same package version, so the driver speaks the browser's protocol).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +25,7 @@ if [ "${1:-}" = --latest ]; then
 fi
 
 missing=()
-for pkg in redis-server docker.io busybox-static openssh-server prometheus; do
+for pkg in redis-server docker.io busybox-static openssh-server prometheus chromium chromium-driver; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
 done
 if ((${#missing[@]})); then

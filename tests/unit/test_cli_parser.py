@@ -32,6 +32,10 @@ LINES = [
     ["--interval", "2", "--demo"],
     ["status", "--state-dir", "/x"],
     ["status", "--json", "--agent=off"],
+    ["web", "--demo", "--listen", "127.0.0.1:9000"],
+    ["web", "--fleet", "--demo"],
+    ["web", "--listen", "nowhere"],
+    ["--demo", "web"],
     [],
 ]
 
@@ -141,9 +145,23 @@ def test_every_command_page_has_a_description_and_a_longer_one_is_kept():
     pages = next(a for a in build_parser()._actions if a.dest == "command").choices
     for name, command in COMMANDS.items():
         assert pages[name].description, name
-        if name not in ("agent", "shell", "notify"):
+        if name not in ("agent", "shell", "notify", "web"):
             assert pages[name].description == command.help, name
     assert pages["shell"].description.startswith("Run your login shell")
     assert "mesg y" in pages["notify"].description and "Apprise" in pages["notify"].description
+    web = pages["web"].description
+    assert "127.0.0.1:8470" in web and "never as root" in web and "GET only" in web
     agent = pages["agent"].description
     assert "as root" in agent and "/run/tpnode-tui/agent.sock" in agent and "--agent-socket" in agent
+
+
+def test_the_web_pages_arguments():
+    args = build_parser().parse_args(["web", "--fleet", "--listen", "[::1]:8480"])
+    assert (args.command, args.fleet, args.web_demo, args.listen) == ("web", True, False, ("::1", 8480))
+    assert build_parser().parse_args(["web"]).listen is None  # TUNEPLANE_WEB_LISTEN decides
+    with pytest.raises(UsageError, match="not allowed with argument"):
+        build_parser().parse_args(["web", "--demo", "--fleet"])
+    with pytest.raises(UsageError, match="--listen='nowhere' is not HOST:PORT"):
+        build_parser().parse_args(["web", "--listen", "nowhere"])
+    with pytest.raises(UsageError, match="--listen is empty"):
+        build_parser().parse_args(["web", "--listen", ""])

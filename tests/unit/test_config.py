@@ -83,6 +83,9 @@ def test_every_variable_is_read():
         "TUNEPLANE_NOTIFY_EVENT_PER_HOUR": "4",
         "TUNEPLANE_NOTIFY_ACCOUNT_PER_HOUR": "40",
         "TUNEPLANE_NOTIFY_TIMEOUT_S": "12.5",
+        "TUNEPLANE_WEB_LISTEN": ":8480",
+        "TUNEPLANE_WEB_TOKEN": " 0123456789abcdef0123 ",
+        "TUNEPLANE_WEB_SHOW_COMMANDS": "on",
     }
     assert set(env) == {d.env for d in DECLARED.values()}
     s = load_settings(env)
@@ -122,6 +125,7 @@ def test_every_variable_is_read():
     notify = s.notify
     assert (notify.before_end_s, notify.terminals, notify.urls, notify.queue) == (900, False, 3, 7)
     assert (notify.event_per_hour, notify.account_per_hour, notify.timeout_s) == (4, 40, 12.5)
+    assert (s.web.listen, s.web.token, s.web.show_commands) == (("0.0.0.0", 8480), "0123456789abcdef0123", True)
 
 
 @pytest.mark.parametrize(
@@ -242,6 +246,27 @@ def test_the_readme_table_names_every_variable_flag_and_default():
     for declared in DECLARED.values():
         if declared.flag:
             assert f"`{declared.flag}`" in documented[declared.env], declared.env
+
+
+def test_the_web_page_listens_on_this_machine_asks_no_token_and_hides_commands_unless_told():
+    web = load_settings({}).web
+    assert (web.listen, web.token, web.show_commands) == (("127.0.0.1", 8470), None, False)
+    assert load_settings({"TUNEPLANE_WEB_TOKEN": "  "}).web.token is None
+
+
+@pytest.mark.parametrize(
+    "given,said",
+    [
+        ("short", "is 5 characters: give at least 16"),
+        ("0123456789 abcdef", "printable ASCII with no space"),
+        ("0123456789abcdef;x", "printable ASCII with no space"),
+        ("0123456789abcdéf", "printable ASCII with no space"),
+    ],
+)
+def test_a_web_token_that_could_be_guessed_or_cannot_travel_in_a_header_is_refused_without_echoing_it(given, said):
+    with pytest.raises(ConfigError, match=f"TUNEPLANE_WEB_TOKEN.*{said}") as err:
+        load_settings({"TUNEPLANE_WEB_TOKEN": given})
+    assert given not in str(err.value)
 
 
 def test_xid_lists_default_to_the_catalog_and_none_means_no_drains():

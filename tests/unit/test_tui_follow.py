@@ -16,9 +16,10 @@ import pytest
 
 from helpers.fleet import T, job, node_snapshot
 from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.node.follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, Backoff
 from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
 from tpnode_tui.tui.follow.log import EVENTS_KEPT, LogFollower
-from tpnode_tui.tui.follow.readings import RECONNECT_FIRST_S, RECONNECT_MOST_S, Backoff, NodeFollower
+from tpnode_tui.tui.follow.readings import NodeFollower
 
 ANA = You(user="ana", uid=1001, operator=True, cards_held=0, card_limit=None)
 GONE = "no agent answers at /run/tpnode-tui/agent.sock (it went away mid-stream)"

@@ -27,7 +27,6 @@ from tpnode_tui.cli.output import (
     print_status,
     removed_line,
     report_launch,
-    time_left,
     you_line,
 )
 from tpnode_tui.cli.registry import (
@@ -54,6 +53,7 @@ from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
 from tpnode_tui.text.render import env_lines
+from tpnode_tui.text.status import time_left
 
 T = TypeVar("T")
 
@@ -695,6 +695,52 @@ def _fleet(args: argparse.Namespace, settings: Settings) -> int:
     from tpnode_tui.tui import run_fleet_view
 
     return run_fleet_view(settings.fleet.url, safe, args.interval)
+
+
+def _listen(text: str) -> tuple[str, int]:
+    from tpnode_tui.config.readers import listen_address
+    from tpnode_tui.model.errors import ConfigError
+
+    try:
+        return listen_address("--listen", text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _web_arguments(parser: argparse.ArgumentParser) -> None:
+    from tpnode_tui.config.sections import DEFAULT_WEB_LISTEN
+
+    host, port = DEFAULT_WEB_LISTEN
+    parser.description = (
+        "Serve a read-only page of this node for a browser, live: its cards in the dashboard's words, "
+        "its banners, and who used which cards. It reads the node through its agent (one stream, however "
+        "many pages are open), or shows the demo's simulated node (--demo), or every node of the fleet "
+        f"(--fleet). It listens on {host}:{port} unless --listen or TUNEPLANE_WEB_LISTEN says otherwise; to "
+        "show it to others, put a reverse proxy in front (docs/web.md), and TUNEPLANE_WEB_TOKEN asks every "
+        "reader for a token. Other accounts' command lines are hidden unless TUNEPLANE_WEB_SHOW_COMMANDS is on. "
+        "It runs as an ordinary account, never as root, and answers GET only."
+    )
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--demo", dest="web_demo", action="store_true", help="the demo's simulated 8-card node instead of this node"
+    )
+    shown.add_argument("--fleet", action="store_true", help="every node publishing to TUNEPLANE_FLEET_URL instead")
+    parser.add_argument("--listen", type=_listen, metavar="HOST:PORT", help=f"where to listen (default {host}:{port})")
+
+
+@command("web", "a read-only page of this node (or the demo, or the fleet) for a browser, live", _web_arguments)
+def _web(args: argparse.Namespace, settings: Settings) -> int:
+    """The page runs as an ordinary account: it only reads, through the node's agent (or
+    the fleet's Redis), and a server reachable from a network has no business being root."""
+    if os.geteuid() == 0:
+        raise UsageError(
+            "the web page runs as an ordinary account, never as root: start it as one "
+            "(it reads the node through its agent, as every account may)"
+        )
+    from tpnode_tui.web import run_web  # aiohttp's server and the page: only the page needs them
+
+    run_web(settings, demo=args.web_demo or args.demo, fleet=args.fleet, listen=args.listen, interval=args.interval)
+    return 0
 
 
 @command(

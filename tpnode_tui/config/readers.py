@@ -184,6 +184,33 @@ def address(name: str, raw: str) -> Optional[tuple[str, int]]:
     return host or "0.0.0.0", int(port)
 
 
+def listen_address(name: str, raw: str) -> tuple[str, int]:
+    """Where a server listens: HOST:PORT as :func:`address` reads it; never empty."""
+    found = address(name, raw)
+    if found is None:
+        raise ConfigError(f"{name} is empty: give HOST:PORT, e.g. 127.0.0.1:8470")
+    return found
+
+
+#: the fewest characters a token is taken with: fewer can be guessed
+MIN_TOKEN_CHARS = 16
+
+
+def token(name: str, raw: str) -> Optional[str]:
+    """A secret a reader gives to be let in: printable ASCII with no spaces (it travels in a
+    header and a cookie), at least MIN_TOKEN_CHARS long; empty: none. Never echoed."""
+    value = raw.strip()
+    if not value:
+        return None
+    if not all("!" <= ch <= "~" for ch in value) or ";" in value or "," in value:
+        raise ConfigError(f"{name} must be printable ASCII with no space, ';' or ',': try openssl rand -hex 16")
+    if len(value) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"{name} is {len(value)} characters: give at least {MIN_TOKEN_CHARS}; try openssl rand -hex 16"
+        )
+    return value
+
+
 def ssh_target(name: str, raw: str) -> Optional[SshTarget]:
     """An empty variable is unset; an empty flag (``--host "$NODE"`` with NODE
     unset) is a mistake, which must not quietly mean this machine's node."""

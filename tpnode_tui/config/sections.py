@@ -1,7 +1,7 @@
 """The settings' sections, as an operator looks for them: the cards, the probe,
 the runtime, the state dir, the lock, the agent, the policy, the limits of
-what one request and one account may ask, triage, usage, notifications and
-the fleet.
+what one request and one account may ask, triage, usage, notifications, the
+fleet and the web page.
 
 Each setting is declared once, in its section: its type and default, its
 TUNEPLANE_* variable, its flag, its help and its reader. The CLI's flags, the
@@ -40,6 +40,9 @@ DEFAULT_XID_DRAIN = (46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 1
 
 #: a probe that may take longer than this leaves the dashboard frozen for as long
 MAX_PROBE_TIMEOUT_S = 600.0
+
+#: where tpnode-tui web listens unless told otherwise: this machine only (exposing it is the operator's choice)
+DEFAULT_WEB_LISTEN = ("127.0.0.1", 8470)
 
 #: the longest drain reason taken by default: it is shown on a tile and in every log line about the card
 DEFAULT_MAX_REASON_CHARS = 500
@@ -543,3 +546,28 @@ class FleetSettings:
     def node(self) -> str:
         """The node's name in the fleet and in metrics."""
         return self.node_name or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """The read-only web page (tpnode-tui web): where it listens, who may read it, what it shows."""
+
+    listen: tuple[str, int] = setting(
+        DEFAULT_WEB_LISTEN,
+        "TUNEPLANE_WEB_LISTEN",
+        "HOST:PORT the web page listens on (tpnode-tui web --listen overrides it)",
+        read.listen_address,
+    )
+    #: None: no token asked for
+    token: Optional[str] = setting(
+        None,
+        "TUNEPLANE_WEB_TOKEN",
+        "a token the web page asks every reader for (at least 16 characters); empty: none",
+        read.token,
+    )
+    show_commands: bool = setting(
+        False,
+        "TUNEPLANE_WEB_SHOW_COMMANDS",
+        "show other accounts' command lines and process names on the web page",
+        read.switch,
+    )

@@ -28,6 +28,7 @@ from tpnode_tui.config.sections import (
     StateSettings,
     TriageSettings,
     UsageSettings,
+    WebSettings,
 )
 
 
@@ -49,6 +50,7 @@ class Settings:
     usage: UsageSettings = field(default_factory=UsageSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
+    web: WebSettings = field(default_factory=WebSettings)
 
 
 #: each section's name -> its class

@@ -216,10 +216,10 @@ def intruder_words(
     on a slice (``on``): "... is using slice 3 (1g.18gb) of card 1, held by ..."."""
     who = holder.user or (f"uid {holder.uid}" if holder.uid is not None else "someone")
     where = f"card {card}" if on is None else f"slice {on.index} ({on.profile or 'profile unknown'}) of card {card}"
-    return f"{who} ({_process_words(holder)}) is using {where}, {_held_words(job, run_id, now)}"
+    return f"{who} ({process_words(holder)}) is using {where}, {_held_words(job, run_id, now)}"
 
 
-def _process_words(holder: HolderInfo) -> str:
+def process_words(holder: HolderInfo) -> str:
     """ "pid 4242, python train.py, in container web, 30.0 GiB"."""
     what = [f"pid {holder.pid}"]
     if holder.command:

@@ -702,6 +702,36 @@ def fleet_json(fleet: FleetPicture) -> dict[str, Any]:
     }
 
 
+def seen_words(node: NodeRow, now: float) -> str:
+    """When the node was last heard from: "just now", "2m00s ago", "unreachable since 14:03:27", or its status."""
+    if node.last_seen is None:
+        return "never"
+    if node.status == UP:
+        age = now - node.last_seen
+        return "just now" if age < 5 else f"{format_duration(age)} ago"
+    if node.status == UNREACHABLE:
+        return (
+            f"unreachable since {clock(node.last_seen)}"
+            if node.seen_exactly
+            else f"unreachable, seen {clock(node.last_seen)}"
+        )
+    return node.status
+
+
+def unknown_now(node: NodeRow) -> NodeRow:
+    """The row while the fleet cannot be read: every card unknown, none free."""
+    return replace(node, status=STALE, cards=tuple(FleetCard(c.index, UNKNOWN) for c in node.cards))
+
+
+def unreadable_words(error: str, since: Optional[float], fleet: Optional[FleetPicture]) -> tuple[str, str]:
+    """The fleet cannot be read now: since when and why, then what the last reading said
+    ("" when nothing was read yet)."""
+    if fleet is None:
+        return f"Nothing read yet: {error}", ""
+    said = f"The last reading said: {summary_words(fleet)}; no card counts as free."
+    return f"Stale since {clock(since or 0)}: {error}. ", said
+
+
 def summary_words(fleet: FleetPicture) -> str:
     """The fleet in one line: nodes up and down, cards free, and where the most fit side by side."""
     nodes = len(fleet.nodes)

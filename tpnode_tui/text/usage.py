@@ -33,26 +33,43 @@ def usage_lines(report: UsageReport) -> list[str]:
     report = printable_view(report)
     lines = [f"usage of this node's cards from {when(report.since)} to {when(report.until)}, {_BY_WORDS[report.by]}"]
     if not report.everyone:
-        lines.append("your own rows, and the whole node's total (an operator sees every account's)")
-    slices = any(f.held_slice_hours for f in (report.total, *(r.figures for r in report.rows)))
+        lines.append(OWN_ROWS)
+    slices = has_slices(report)
     header, right = _header(report.by, slices)
     body = [[*_names(row, report.by), *_figures(row.figures, report.by, slices)] for row in report.rows]
     total = _figures(report.total, report.by, slices)
     body.append(["total", *[""] * (len(header) - len(total) - 1), *total])
     lines += table(header, body, right)
     if not report.rows:
-        lines.append(
-            "nothing of yours was held in this span" if not report.everyone else "nothing was held in this span"
-        )
+        lines.append(nothing_held(report))
     if report.left_out:
         lines.append(_left_out(report))
+    lines.append(figures_explained(report, slices))
+    return lines
+
+
+#: what a report that is not an operator's holds
+OWN_ROWS = "your own rows, and the whole node's total (an operator sees every account's)"
+
+
+def has_slices(report: UsageReport) -> bool:
+    """Whether any row of the report (or its total) held MIG slices: then they have columns of their own."""
+    return any(f.held_slice_hours for f in (report.total, *(r.figures for r in report.rows)))
+
+
+def nothing_held(report: UsageReport) -> str:
+    """What a report with no rows says instead."""
+    return "nothing of yours was held in this span" if not report.everyone else "nothing was held in this span"
+
+
+def figures_explained(report: UsageReport, slices: bool) -> str:
+    """What the figures count, and how long the node keeps them."""
     unit = "in card-hours (MIG slices: slice-hours)" if slices else "in card-hours"
-    lines.append(
+    return (
         f"{unit}. used: held time weighted by utilisation while the holder was on the card. "
         f"idle: no process of the holder, or under {IDLE_UTIL_PCT:g} % utilisation. "
         f"The node keeps {report.kept_days} days."
     )
-    return lines
 
 
 def _left_out(report: UsageReport) -> str:

@@ -20,8 +20,8 @@ from tpnode_tui.config.settings import Settings
 from tpnode_tui.model.errors import TpnodeError, error_line, exit_code
 
 if TYPE_CHECKING:
+    from tpnode_tui.fleet.follow import FleetSource
     from tpnode_tui.port.node import Node
-    from tpnode_tui.tui.fleet.follow import FleetSource
 
 __all__ = ["run_dashboard", "run_fleet_view"]
 

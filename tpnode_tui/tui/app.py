@@ -32,12 +32,13 @@ from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from tpnode_tui.node.follow import RECONNECT_FIRST_S, RECONNECT_MOST_S
 from tpnode_tui.port.node import Node
 from tpnode_tui.text.printable import printable, printable_lines
 from tpnode_tui.tui.follow.history import HistoryFollower
 from tpnode_tui.tui.follow.launches import LaunchTracker
 from tpnode_tui.tui.follow.log import LogFollower
-from tpnode_tui.tui.follow.readings import RECONNECT_FIRST_S, RECONNECT_MOST_S, NodeFollower
+from tpnode_tui.tui.follow.readings import NodeFollower
 from tpnode_tui.tui.follow.session import Session
 from tpnode_tui.tui.screens.dialogs.help import HelpScreen
 from tpnode_tui.tui.screens.dialogs.quit import QuitScreen

@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.reactive import var
 from textual.screen import Screen
 
-from tpnode_tui.tui.fleet.follow import FleetFollower, FleetSource
+from tpnode_tui.fleet.follow import FleetFollower, FleetSource
 from tpnode_tui.tui.fleet.screens.main import FleetScreen
 from tpnode_tui.tui.fleet.ssh import DashboardOpener, run_over_ssh
 

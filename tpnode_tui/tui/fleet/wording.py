@@ -7,17 +7,26 @@ is ``Text``, never markup.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 from rich.text import Text
 
-from tpnode_tui.fleet.record import UNKNOWN, UP, FleetCard, FleetPicture, NodeRow, clock, summary_words
+from tpnode_tui.fleet.record import (
+    UP,
+    FleetPicture,
+    NodeRow,
+    clock,
+    seen_words,
+    summary_words,
+    unknown_now,
+    unreadable_words,
+)
 from tpnode_tui.model.snapshot import NodeSnapshot
+from tpnode_tui.text.badges import BADGES
 from tpnode_tui.text.printable import printable
 from tpnode_tui.text.render import format_duration
 from tpnode_tui.tui.wording.cells import fit
-from tpnode_tui.tui.wording.marks import BADGES, DRAINED_TEXT
+from tpnode_tui.tui.wording.marks import DRAINED_TEXT
 
 #: a card's colour in a node's strip: the node grid's, and one of the fleet's own
 STRIP: dict[str, tuple[str, str]] = {state: ("█", colour) for state, (_, colour) in BADGES.items()}
@@ -64,16 +73,10 @@ def strip(node: NodeRow) -> Text:
 
 
 def seen_text(node: NodeRow, now: float) -> Text:
-    if node.last_seen is None:
-        return Text("never", style="grey62")
-    if node.status == UP:
-        age = now - node.last_seen
-        return Text("just now" if age < 5 else f"{format_duration(age)} ago", style="grey62")
-    if node.status == "unreachable":
-        if node.seen_exactly:
-            return Text(f"unreachable since {clock(node.last_seen)}", style="bold #ef5350")
-        return Text(f"unreachable, seen {clock(node.last_seen)}", style="bold #ef5350")
-    return Text(node.status, style="bold #ef5350" if node.status != "stale" else "bold #ffb300")
+    words = seen_words(node, now)
+    if node.last_seen is None or node.status == UP:
+        return Text(words, style="grey62")
+    return Text(words, style="bold #ffb300" if node.status == "stale" else "bold #ef5350")
 
 
 def _count(value: Optional[int], alarm: str = "") -> Text:
@@ -112,23 +115,17 @@ def legend() -> Text:
 
 
 def summary(fleet: Optional[FleetPicture], error: Optional[str], since: Optional[float]) -> Text:
-    if fleet is None and error is not None:
-        return Text(f"Nothing read yet: {printable(error)}", style="bold #ef5350")
+    if error is not None:
+        head, said = unreadable_words(printable(error), since, fleet)
+        out = Text(head, style="bold #ef5350")
+        out.append(printable(said), style="grey62")
+        return out
     if fleet is None:
         return Text("reading the fleet…", style="grey62")
-    if error is not None:
-        out = Text(f"Stale since {clock(since or 0)}: {printable(error)}. ", style="bold #ef5350")
-        out.append(f"The last reading said: {printable(summary_words(fleet))}; no card counts as free.", style="grey62")
-        return out
     out = Text(printable(summary_words(fleet)), style="bold")
     for problem in fleet.problems:
         out.append(f"\n{printable(problem)}", style="#ffb300")
     return out
-
-
-def unknown_now(node: NodeRow) -> NodeRow:
-    """The row while the fleet cannot be read: every card unknown, none free."""
-    return replace(node, status="stale", cards=tuple(FleetCard(c.index, UNKNOWN) for c in node.cards))
 
 
 def stale_row_cells(node: NodeRow, now: float) -> tuple[Text, ...]:

@@ -15,9 +15,9 @@ from collections import deque
 from typing import Any, Callable, Optional
 
 from tpnode_tui.model.errors import TpnodeError
+from tpnode_tui.node.follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, Backoff, Sleep
 from tpnode_tui.port.node import Node
 from tpnode_tui.text.printable import printable, printable_view
-from tpnode_tui.tui.follow.readings import RECONNECT_FIRST_S, RECONNECT_MOST_S, Backoff, Sleep
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,8 @@ from rich.text import Text
 
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, SliceView
+from tpnode_tui.text.badges import STALE_BADGE, STATE_MEANING, badge
+from tpnode_tui.text.cards import readings
 from tpnode_tui.text.render import (
     NA,
     describe_holder,
@@ -26,21 +28,8 @@ from tpnode_tui.text.render import (
     unseen_use,
 )
 from tpnode_tui.text.render import clock_time as moment
-from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, badge
-from tpnode_tui.tui.wording.tiles import readings
+from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, WARNING
 from tpnode_tui.tui.wording.times import clock_time
-
-STATE_MEANING = {
-    "free": "nothing holds it",
-    "job": "held by a platform job",
-    "reservation": "held by a reservation",
-    "external": "in use by something the platform did not start",
-    "unhealthy": "must not be handed out",
-    "unverified": "free as far as the platform knows, but use from outside cannot be probed",
-    "drained": "taken out of service until an operator puts it back",
-    "mig": "split into MIG slices: each is handed out on its own (below)",
-    "shared": "its GPU instance's memory is in use through a sibling compute instance",
-}
 
 #: whose a process on the card is (HolderInfo.belongs), as the pane marks it
 BELONGS_MARK = {

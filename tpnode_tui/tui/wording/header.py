@@ -17,6 +17,7 @@ from rich.text import Text
 
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import You
+from tpnode_tui.text.header import blind_banner, free_words, intruder_words, stale_banner
 from tpnode_tui.text.render import cards_words, format_duration
 from tpnode_tui.tui.wording.jobs import WAITING
 from tpnode_tui.tui.wording.marks import WARNING
@@ -96,12 +97,7 @@ def _not_read_yet(out: Text, poll: PollState) -> Text:
 
 def _free_words(snap: NodeSnapshot, stale: bool) -> str:
     """ "│ 3/8 free ", unknown while stale, and said unverified while probe-blind."""
-    occ = snap.occupancy
-    if stale:
-        return f"│ ?/{occ.total} free "
-    if not occ.external_probe_ok:
-        return f"│ {len(occ.free)}/{occ.total} free, unverified "
-    return f"│ {len(occ.free)}/{occ.total} free "
+    return f"│ {free_words(snap, stale)} "
 
 
 def _marks(out: Text, poll: PollState) -> None:
@@ -157,27 +153,7 @@ def _stale_banner(snap: Optional[NodeSnapshot], poll: PollState) -> Optional[Tex
     """Why what is shown may be out of date, and what is shown meanwhile (None while it is not)."""
     if poll.stale_since is None:
         return None
-    since = clock_time(poll.stale_since)
-    if poll.agent_gone:
-        then = (
-            "Nothing has been read yet, so no card is shown"
-            if snap is None
-            else "Showing the last good reading, marked ?; no card counts as free"
-        )
-        return Text(
-            f"agent not answering since {since}: {poll.stale_error}\n"
-            f"{then}, and nothing can be done until it answers; it reconnects by itself."
-        )
-    if snap is None:
-        return Text(
-            f"the node cannot be read (since {since}): {poll.stale_error}\n"
-            "Nothing has been read yet, so no card is shown; it retries by itself."
-        )
-    return Text(
-        f"stale since {since}: {poll.stale_error}\n"
-        "Showing the last good reading, marked ?; no card counts as free until a poll "
-        "succeeds again (it retries by itself)."
-    )
+    return Text(stale_banner(snap is not None, clock_time(poll.stale_since), poll.stale_error, poll.agent_gone))
 
 
 def fence_text(snap: NodeSnapshot) -> Text:
@@ -190,23 +166,8 @@ def fence_text(snap: NodeSnapshot) -> Text:
 
 def _blind_banner(snap: Optional[NodeSnapshot], poll: PollState, compact: bool) -> Optional[Text]:
     """Use from outside cannot be probed: why, and what it means for launches (None while it can)."""
-    if snap is None or snap.occupancy.external_probe_ok or not snap.occupancy.total:
-        return None
-    why = snap.probe.problem or "use from outside the platform cannot be probed"
-    if compact:
-        then = "handed out anyway" if poll.unverified_allowed else "launches wait for the probe"
-        explain = f"Free cards show as UNVERIFIED; {then}."
-    else:
-        then = (
-            "they are handed out anyway (TUNEPLANE_ALLOW_UNVERIFIED)"
-            if poll.unverified_allowed
-            else "launches wait until the probe works again (queued ones then start by themselves)"
-        )
-        explain = (
-            "Cards may be in use by processes outside the platform that cannot be seen (the "
-            f"free count may be too high): free cards show as UNVERIFIED, and {then}."
-        )
-    return Text(f"PROBE-BLIND: {why}.\n{explain}")
+    words = blind_banner(snap, poll.unverified_allowed, compact)
+    return None if words is None else Text(words)
 
 
 def banner_lines(snap: Optional[NodeSnapshot], poll: PollState, compact: bool = False) -> list[tuple[str, Text]]:
@@ -215,14 +176,6 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState, compact: bool = 
     short terminal still shows the jobs table."""
     banners = (("stale", _stale_banner(snap, poll)), ("blind", _blind_banner(snap, poll, compact)))
     return [(name, text) for name, text in banners if text is not None]
-
-
-def intruder_words(snap: NodeSnapshot) -> str:
-    """ "1 with an intruder (card 3)": cards someone other than their holder uses."""
-    cards = snap.intruder_cards
-    if not cards:
-        return ""
-    return f"{len(cards)} with {'an intruder' if len(cards) == 1 else 'intruders'} ({cards_words(cards)})"
 
 
 def summary_text(snap: NodeSnapshot, poll: PollState) -> Text:

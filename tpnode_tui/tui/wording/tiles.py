@@ -13,9 +13,11 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from tpnode_tui.model.views import CardView, Drain
-from tpnode_tui.text.render import NA, card_summary, format_duration, format_mib
+from tpnode_tui.text.badges import STALE_BADGE, badge
+from tpnode_tui.text.cards import STATE_NOTES, UNKNOWN_UNTIL_READ, drained_by, memory_words, readings, who_words
+from tpnode_tui.text.render import format_duration
 from tpnode_tui.tui.wording.cells import fit
-from tpnode_tui.tui.wording.marks import BADGES, DRAINED_TEXT, ERROR, STALE_BADGE, WARNING, badge
+from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, WARNING
 from tpnode_tui.tui.wording.times import short_duration
 
 #: how the line under the badge is styled, by the card's state (bold for the rest)
@@ -26,27 +28,12 @@ SUMMARY_STYLE = {
     "drained": f"bold {DRAINED_TEXT}",
 }
 
-#: the last line of a tile in a state that needs no more than a word, and its style
-STATE_NOTE = {
-    "unhealthy": ("never handed out", ERROR),
-    "external": ("outside the platform", "#ffb300"),
-    "unverified": ("outside use not probed", "grey62"),
-}
-
-
-def _memory(used: Optional[int], total: Optional[int]) -> str:
-    if used is None and total is None:
-        return f"mem {NA}"
-    u, t = format_mib(used), format_mib(total)
-    if used is None:
-        return f"{NA} / {t}"
-    if u.endswith(" GiB") and t.endswith(" GiB"):
-        return f"{u[:-4]}/{t}"
-    return f"{u}/{t}"
+#: the style of a tile's last line in a state that needs no more than a word (text/cards.py's STATE_NOTES)
+STATE_NOTE_STYLE = {"unhealthy": ERROR, "external": "#ffb300", "unverified": "grey62"}
 
 
 def memory_bar(used: Optional[int], total: Optional[int], width: int, dim: bool) -> Text:
-    label = _memory(used, total)
+    label = memory_words(used, total)
     bar_width = max(0, width - len(label) - 1)
     line = Text()
     if bar_width >= 3 and used is not None and total:
@@ -86,18 +73,9 @@ def slice_strip(card: CardView, width: int, stale: bool) -> Text:
     return line
 
 
-def readings(card: CardView) -> str:
-    f = card.facts
-    util = f"{f.utilization_pct}%" if f and f.utilization_pct is not None else NA
-    temp = f"{f.temperature_c if f and f.temperature_c is not None else NA}°C"
-    power = f"{f'{f.power_w:.0f}' if f and f.power_w is not None else NA} W"
-    return f"util {util}  {temp}  {power}"
-
-
 def drain_note(drain: Drain, now: float) -> str:
     """ "by ana, 2h00m ago", "by XID 79, 5m00s ago" (the badge says drained)."""
-    by = f"XID {drain.xid}" if drain.source == "xid" and drain.xid is not None else drain.by
-    return f"by {by}, {format_duration(now - drain.at)} ago"
+    return f"by {drained_by(drain)}, {format_duration(now - drain.at)} ago"
 
 
 def _attention(card: CardView, now: float) -> Optional[tuple[str, str]]:
@@ -105,7 +83,7 @@ def _attention(card: CardView, now: float) -> Optional[tuple[str, str]]:
     Someone else's process on a held card is in the error colour: the card's
     holder is losing memory and speed to it now."""
     if card.state == "unhealthy":
-        return STATE_NOTE["unhealthy"]
+        return _state_note("unhealthy")
     if card.warning:
         return f"! {card.warning}", f"bold {ERROR}" if card.intruders else f"bold {WARNING}"
     if card.state == "drained" and card.drain is not None:
@@ -124,6 +102,10 @@ def _time_note(card: CardView, now: float) -> str:
     return ""
 
 
+def _state_note(state: str) -> tuple[str, str]:
+    return STATE_NOTES.get(state, ""), STATE_NOTE_STYLE.get(state, "")
+
+
 def tile_note(card: CardView, now: float) -> tuple[str, str]:
     """The tile's last line and its style: what needs attention, or the job's time."""
     attention = _attention(card, now)
@@ -132,7 +114,7 @@ def tile_note(card: CardView, now: float) -> tuple[str, str]:
     timed = _time_note(card, now)
     if timed:
         return timed, ""
-    return STATE_NOTE.get(card.state, ("", ""))
+    return _state_note(card.state)
 
 
 def unused_marks(
@@ -210,14 +192,12 @@ def render_tile(
     ``spark``: the utilisation line, where the tile has room for it;
     ``releases_at``: the node releases the card's reservation then unless used;
     ``held_since``: the card's job has been idle-held since then."""
-    summary = card_summary(card) or ("nothing holds it" if card.state == "free" else "")
+    who = who_words(card, stale)
     if stale:
-        who = f"was {BADGES.get(card.state, (card.state,))[0].lower()}" + (f": {summary}" if summary else "")
         # the banner says why: polls failing, or the node's agent not answering
-        note, note_style = "unknown until read again", "grey62"
+        note, note_style = UNKNOWN_UNTIL_READ, "grey62"
         summary_style = "grey62"
     else:
-        who = summary
         note, note_style = tile_note(card, now)
         summary_style = SUMMARY_STYLE.get(card.state, "bold")
 

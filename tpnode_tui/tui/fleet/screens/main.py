@@ -18,9 +18,9 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
+from tpnode_tui.fleet.follow import FleetFollower
 from tpnode_tui.fleet.record import NodeRow
 from tpnode_tui.text.printable import printable
-from tpnode_tui.tui.fleet.follow import FleetFollower
 from tpnode_tui.tui.fleet.screens.node import NodeScreen
 from tpnode_tui.tui.fleet.ssh import DashboardOpener
 from tpnode_tui.tui.fleet.wording import COLUMNS, fleet_header, legend, row_cells, seen_text, stale_row_cells, summary

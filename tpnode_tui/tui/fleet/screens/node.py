@@ -7,7 +7,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tpnode_tui.tui.fleet.follow import FleetFollower
+from tpnode_tui.fleet.follow import FleetFollower
 from tpnode_tui.tui.fleet.wording import MEM_BUSY_MIB, node_banner, node_down, node_header
 from tpnode_tui.tui.widgets.detail import DetailPane
 from tpnode_tui.tui.widgets.redraw import update

@@ -11,8 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from tpnode_tui.text.badges import BADGES
 from tpnode_tui.tui.wording.keys import HelpLine, help_lines, node_words
-from tpnode_tui.tui.wording.marks import BADGES
 
 #: the keys the help explains that are not the dashboard's actions: the grid's
 #: own (widgets/tiles.py CardGrid), and Textual's focus and command palette

@@ -1,6 +1,6 @@
 """Following the fleet: what its Redis says, read on a timer and at each node's notice.
 
-A plain object, like the node dashboard's followers: the fleet as last read,
+A plain object, the fleet view's and the web page's: the fleet as last read,
 since when and why it cannot be read, and each node's last snapshot (a down
 node's grid is drawn from it). A read that fails for any reason makes the view
 stale (no card counts as free), never frozen on the last picture.
