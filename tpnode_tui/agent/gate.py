@@ -170,7 +170,7 @@ class Door:
             uid = gid = None  # no identity: the request is refused by name, as without a door
         account = None if uid is None or uid == 0 else self._account(uid)
         if account is not None:
-            why = self._over(account)
+            why = self.why_not(account)
             if why is not None and not self._operator(conn, gid):
                 self._refuse(conn, why)
                 return
@@ -191,7 +191,7 @@ class Door:
             if account.open == 0 and account.bucket + (now - account.counted_at) * self.rate >= self.rate:
                 del self.accounts[uid]
 
-    def _over(self, account: Account) -> Optional[str]:
+    def why_not(self, account: Account) -> Optional[str]:
         """Why ``account`` may not open one more connection now; None: it may (and it is counted)."""
         if account.open >= self.most_open:
             return (
