@@ -1,4 +1,4 @@
-"""A hostile neighbour at the door, again: new connections as fast as one account can open them.
+"""A hostile neighbour at the door, again: new connections as fast as one account can open them, and keys given twice.
 
 As in test_door_accounts.py: real accounts (helpers/accounts.py) against a
 real agent run as root (helpers/agents.py), each account a real process of its
@@ -7,6 +7,7 @@ own, the CLI or raw HTTP written by hand (helpers/door.py).
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 from helpers.accounts import runnable
@@ -93,3 +94,38 @@ def test_an_account_past_its_connection_rate_is_refused_in_one_line_and_operator
         assert {status for status, _d, _s in requests_as(carol, node.socket, asked)} == {200}  # an operator
         assert request_as(alice, node.socket, "GET", "/v1/whoami")[0] == 200  # another account's go on
         assert until(lambda: request_as(bob, node.socket, "GET", "/v1/whoami")[0] == 200, "bob's rate to allow him")
+
+
+def test_a_key_given_twice_in_a_body_is_refused_at_any_depth_and_nothing_is_done(shared_node, accounts):
+    """{"cards": 1, "cards": 2, ...} launched 2 cards: JSON's reader keeps the last
+    of a key given twice. The door refuses it with a 400 that names the key, as a
+    key given twice in a query string is."""
+    alice, bob, carol = accounts.alice, accounts.bob, accounts.carol
+    launch = '"command": ["/bin/sleep", "60"], "cwd": "/tmp", "run_id": "twice"'
+    answers = requests_as(
+        bob,
+        shared_node.socket,
+        [
+            ("POST", "/v1/launch", '{"cards": 1, "cards": 2, ' + launch + "}"),
+            ("POST", "/v1/launch", '{"cards": 1, ' + launch + ', "env": {"PATH": "/usr/bin", "PATH": "/tmp"}}'),
+            ("POST", "/v1/reserve", '{"cards": 1, "duration_s": 60, "placement": {"x": [{"y": 1, "y": 2}]}}'),
+        ],
+    )
+    assert [(status, doc) for status, doc, _s in answers] == [
+        (
+            400,
+            {
+                "error": f"the request body gives '{key}' more than once in one object",
+                "exit_code": 2,
+                "kind": "BadRequest",
+            },
+        )
+        for key in ("cards", "PATH", "y")
+    ]
+    assert shared_node.status(alice)["jobs"] == []  # nothing launched, nothing held
+    logged = json.loads(shared_node.cli(carol, "audit", "--json").stdout)["entries"]
+    # audited as bob, as the kernel named him (the second launch refused folds into the first's line)
+    assert {(e["action"], e["result"]) for e in logged if e["uid"] == bob.uid} == {
+        ("launch", "bad request"),
+        ("reserve", "bad request"),
+    }
