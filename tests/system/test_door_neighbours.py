@@ -91,6 +91,8 @@ def test_an_account_past_its_connection_rate_is_refused_in_one_line_and_operator
             "exit_code": 2,
             "kind": "TooMany",
         }
+        said = f"connections of uid {bob.uid} refused since this was last said: 1; the latest: {refused['error']}"
+        assert said in node.log.read_text()  # the agent's log says it, at most once a minute
         assert {status for status, _d, _s in requests_as(carol, node.socket, asked)} == {200}  # an operator
         assert request_as(alice, node.socket, "GET", "/v1/whoami")[0] == 200  # another account's go on
         assert until(lambda: request_as(bob, node.socket, "GET", "/v1/whoami")[0] == 200, "bob's rate to allow him")

@@ -7,6 +7,8 @@ test's own.
 
 from __future__ import annotations
 
+import logging
+
 from tpnode_tui.agent.gate import REMEMBERED, Door
 from tpnode_tui.config.sections import LimitSettings
 from tpnode_tui.host.identity import Operators
@@ -63,3 +65,18 @@ def test_accounts_with_nothing_open_and_a_full_bucket_are_forgotten_when_many():
     clock.now += 10
     gate._account(70_000)
     assert set(gate.accounts) == {60_000, 70_000}
+
+
+def test_an_accounts_refusals_are_said_in_the_agents_log_at_most_once_a_minute(caplog):
+    clock = Clock()
+    gate = door(clock)
+    bob = gate._account(60_001)
+    with caplog.at_level(logging.WARNING, logger="tpnode_tui.agent.gate"):
+        for _ in range(1000):
+            gate._say(60_001, bob, "too many")
+            clock.now += 0.125  # 1000 refusals in 125 s
+    assert [r.getMessage() for r in caplog.records] == [
+        "connections of uid 60001 refused since this was last said: 1; the latest: too many",
+        "connections of uid 60001 refused since this was last said: 480; the latest: too many",
+        "connections of uid 60001 refused since this was last said: 480; the latest: too many",
+    ]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import json
 import logging
 import socket
@@ -48,26 +49,32 @@ log = logging.getLogger(__name__)
 
 #: connections the socket's queue holds before the agent accepts them. Under a
 #: flood it is full, and a connection let into it waits for all those ahead to
-#: be refused (tens of microseconds each): 512 is some 10 to 20 ms of them,
+#: be refused (20 to 30 microseconds each): 256 is a few milliseconds of them,
 #: where 4096 kept another account's status waiting 140 ms. Room in a full
 #: queue comes as fast, and a client waits for it (host/dial.py)
-LISTEN_BACKLOG = 512
-#: connections accepted in one go before the agent's other work has its turn
-ACCEPT_AT_ONCE = 64
+LISTEN_BACKLOG = 256
+#: connections accepted in one go before the agent's other work has its turn: a
+#: connection let in takes a few turns of the loop to be answered, and each
+#: turn waits for this many refusals (16 halved a status's time under a flood, against 64)
+ACCEPT_AT_ONCE = 16
 #: how long accepting pauses when no descriptor is left (the agent's or the system's)
 NO_DESCRIPTOR_PAUSE_S = 0.5
 #: how long the operators' group id is taken as known: looking it up costs more than refusing
 GROUP_KNOWN_S = 5.0
 #: accounts remembered before those with nothing open and a full bucket are forgotten
 REMEMBERED = 1024
+#: an account's refusals are said in the agent's log at most this often
+REFUSALS_SAID_S = 60.0
 
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 #: SO_PEERGROUPS (Linux's number; Python does not name it), read for up to 256 groups
 _SO_PEERGROUPS, _GROUPS_READ = getattr(socket, "SO_PEERGROUPS", 59), 1024
 
 
+@functools.lru_cache(maxsize=64)
 def refusal(error: str) -> bytes:
-    """The whole HTTP answer a refused connection gets."""
+    """The whole HTTP answer a refused connection gets: written once for a
+    flood's many (an account's refusal reads the same each time)."""
     body = json.dumps({"error": error, "exit_code": 2, "kind": "TooMany"}).encode()
     head = (
         "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json; charset=utf-8\r\n"
@@ -86,6 +93,9 @@ class Account:
     #: new connections it may still open at once, and when that was counted
     bucket: float
     counted_at: float
+    #: connections refused since the agent's log last said so, and when it did
+    refused: int = 0
+    said_at: float = -REFUSALS_SAID_S
 
 
 class Door:
@@ -173,6 +183,7 @@ class Door:
             why = self.why_not(account)
             if why is not None and not self._operator(conn, gid):
                 self._refuse(conn, why)
+                self._say(uid, account, why)
                 return
             account.open += 1
         self._hand_over(conn, account)
@@ -225,6 +236,17 @@ class Door:
         except OSError:
             return False  # more groups than read, or an older kernel: counted, as the ordinary account it may be
         return wanted in struct.unpack(f"{len(raw) // 4}I", raw)
+
+    def _say(self, uid: Optional[int], account: Account, why: str) -> None:
+        """The agent's log says an account's refusals at most once a minute, with their count:
+        one line each would be a flood of its own."""
+        account.refused += 1
+        now = self.clock()
+        if now - account.said_at >= REFUSALS_SAID_S:
+            log.warning(
+                "connections of uid %s refused since this was last said: %d; the latest: %s", uid, account.refused, why
+            )
+            account.refused, account.said_at = 0, now
 
     def _refuse(self, conn: socket.socket, why: str) -> None:
         """Answer, and close at once: what the client sent already is read and
