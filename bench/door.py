@@ -24,6 +24,7 @@ the flood's requests were answered, and how (200, 400, 429), is said.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import socket
@@ -32,12 +33,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import psutil
 
 from common import Limit, Ratio, Row, Section
 from helpers.services import write_scene
 from helpers.waiting import until
+from tpnode_tui.agent.gate import LISTEN_BACKLOG
+from tpnode_tui.config.sections import LimitSettings
+from tpnode_tui.host import dial
 
 TITLE = "10. The door: another account's status while one account floods the agent"
 FLOODER, QUIET = 60_401, 60_402
@@ -86,14 +91,16 @@ for t in threads:
 print(json.dumps(tally), flush=True)
 """
 
-#: the quiet account: one status per line read from stdin, each answered with its seconds
-_QUIET = r"""
-import socket, sys, time
+#: the quiet account: one status per line read from stdin, each answered with its seconds; it
+#: connects as the product's client does, waiting for room in a full queue (host/dial.py, inlined)
+_QUIET = (
+    inspect.getsource(dial)
+    + r"""
+import sys
 path = sys.argv[1]
 for _ in sys.stdin:
     started = time.perf_counter()
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(path)
+    s = connect_unix(path, 5.0)
     s.sendall(b"GET /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     head = s.recv(64)
     while s.recv(1 << 16):
@@ -102,6 +109,7 @@ for _ in sys.stdin:
     ok = head.startswith(b"HTTP/1.1 200")
     print(f"{time.perf_counter() - started if ok else -1.0}", flush=True)
 """
+)
 
 
 def _python() -> str:
@@ -121,6 +129,32 @@ def _as(uid: int, script: str, *args: str) -> subprocess.Popen:
         cwd="/",
         env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
     )
+
+
+#: the connection-rate flood: processes of the first uid, each opening new connections one
+#: after another as fast as it can (a request sent on each, no answer read), until stdin closes
+CONNECTORS = 2
+#: what the door is held to under it: another account's status median
+CONNECT_FLOOD_STATUS_S = 0.1
+
+_CONNECT_FLOOD = r"""
+import socket, sys, threading
+path = sys.argv[1]
+done = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+made = 0
+print("flooding", flush=True)
+while not done.is_set():
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        made += 1
+        s.send(b"GET /v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n")
+    except OSError:
+        pass
+    s.close()
+print(made, flush=True)
+"""
 
 
 def _old_log(state: Path) -> None:
@@ -228,6 +262,7 @@ def run(quick: bool) -> Section:
                 for status, n in json.loads(flood.stdout.readline()).items():
                     tallies[status] = tallies.get(status, 0) + n
                 flood.wait(60)
+            more = connection_flood(agent, quiet, windows, per_window)
         finally:
             quiet.kill()
             agent.close()
@@ -240,7 +275,64 @@ def run(quick: bool) -> Section:
     ]
     said = ", ".join(f"{n} answered {status}" for status, n in sorted(tallies.items()))
     section.notes.append(f"the flood's requests over {windows} windows: {said}")
+    section.rows += more.rows
+    section.limits += more.limits
+    section.notes += more.notes
     return section
+
+
+def _queued(socket_path: Path) -> Optional[int]:
+    """Connections in the agent's queue not yet accepted now (``ss``), if it can be read."""
+    try:
+        done = subprocess.run(["ss", "-xlnH", "src", str(socket_path)], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fields = done.stdout.split()
+    return int(fields[2]) if len(fields) > 2 and fields[2].isdigit() else None
+
+
+def connection_flood(agent: _Agent, quiet: subprocess.Popen, windows: int, per_window: int) -> Section:
+    """Another account's status while the first opens new connections as fast as
+    CONNECTORS processes can: what the door refuses at once, and the queue, full."""
+    part = Section(TITLE)
+    row = Row(
+        "door_status_connect_flood",
+        f"another account's status, one account opening new connections as fast as {CONNECTORS} processes can",
+    )
+    made, seconds, fullest = 0, 0.0, 0
+    for _ in range(windows):
+        floods = [_as(FLOODER, _CONNECT_FLOOD, str(agent.socket)) for _ in range(CONNECTORS)]
+        for flood in floods:
+            assert flood.stdout is not None
+            if flood.stdout.readline().strip() != "flooding":
+                raise RuntimeError("the connection flood did not start")
+        started = time.monotonic()
+        time.sleep(0.5)  # the queue full
+        for _ in range(per_window):
+            fullest = max(fullest, _queued(agent.socket) or 0)
+            row.samples.append(_status(quiet))
+            time.sleep(0.2)
+        for flood in floods:
+            assert flood.stdin is not None and flood.stdout is not None
+            flood.stdin.close()
+            made += int(flood.stdout.readline())
+            flood.wait(60)
+        seconds += time.monotonic() - started
+    part.rows.append(row)
+    part.limits.append(
+        Limit(
+            f"status under the connection flood under {CONNECT_FLOOD_STATUS_S * 1000:g} ms (median, s)",
+            _seconds(row),
+            CONNECT_FLOOD_STATUS_S,
+        )
+    )
+    rate = LimitSettings().connection_rate_per_user
+    part.notes.append(
+        f"the connection flood opened {made / seconds:,.0f} connections a second over {windows} windows "
+        f"(each refused at once past {rate} a second); the agent's queue held {fullest} of "
+        f"{LISTEN_BACKLOG} not yet accepted at its fullest, as sampled"
+    )
+    return part
 
 
 def _seconds(row: Row) -> Row:

@@ -85,6 +85,7 @@ HEADLINE = {
     "fence_v1_card_ms": ("fence_v1_card_ms",),
     "door_status_flooded_ms": ("door_status_flooded",),
     "door_status_slowdown": ("door_status_slowdown",),
+    "door_status_connect_flood_ms": ("door_status_connect_flood",),
     "door_agent_rss_mb": ("door_agent_rss_mb",),
     "churn_status_ms": ("churn_status_churned",),
     "churn_agent_cpu_pct_history": ("churn_agent_cpu_pct_history",),

@@ -105,10 +105,11 @@ def accounts():
 
 
 @pytest.fixture
-def shared_node(accounts):
+def shared_node(accounts, request):
     """A node with its agent running as root, as systemd runs it, in a directory
-    every test account can reach: what the accounts share (helpers/agents.py)."""
-    with SharedNode.started(accounts, "tpn-shared-") as node:
+    every test account can reach: what the accounts share (helpers/agents.py).
+    Parametrized indirectly, its parameter is the agent's own settings."""
+    with SharedNode.started(accounts, "tpn-shared-", **getattr(request, "param", {})) as node:
         yield node
 
 

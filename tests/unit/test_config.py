@@ -61,6 +61,7 @@ def test_every_variable_is_read():
         "TUNEPLANE_MAX_PAGE": "500",
         "TUNEPLANE_MAX_CONNECTIONS_PER_USER": "8",
         "TUNEPLANE_MAX_EXITED_PER_USER": "3",
+        "TUNEPLANE_MAX_CONNECTION_RATE_PER_USER": "20",
         "TUNEPLANE_IDLE_RESERVATION_MIN": "45",
         "TUNEPLANE_XID_DRAIN": "79, 48,48",
         "TUNEPLANE_XID_IGNORE": "13",
@@ -105,6 +106,7 @@ def test_every_variable_is_read():
     assert (limits.body_kib, limits.command_kib, limits.command_args) == (128, 8, 64)
     assert (limits.env_vars, limits.env_kib, limits.cwd_bytes, limits.reason_chars) == (100, 16, 1024, 200)
     assert (limits.queued_per_user, limits.queued, limits.page, limits.connections_per_user) == (5, 50, 500, 8)
+    assert limits.connection_rate_per_user == 20
     assert (limits.duration_days, limits.duration_s, limits.exited_per_user) == (7.0, 7 * 86400.0, 3)
     assert (s.lock.redis_url, s.lock.lease_ms, s.lock.retry_ms) == ("redis://localhost:6379/1", 5000, 20)
     agent, policy, triage, fleet = s.agent, s.policy, s.triage, s.fleet

@@ -299,6 +299,25 @@ def test_a_body_python_cannot_read_is_a_bad_request_not_a_crash(raw, says):
         body_json(raw)
 
 
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        (b'{"cards": 1, "cards": 2, "command": ["true"]}', "cards"),
+        (b'{"cards": 1, "command": ["true"], "env": {"A": "1", "A": "2"}}', "A"),
+        (b'{"cards": 1, "command": [{"x": [{"y": 1, "y": 1}]}]}', "y"),
+        (b'{"cards": 1, "command": ["true"], "\\ud800": 1, "\\ud800": 2}', "\\ud800"),
+    ],
+)
+def test_a_key_given_twice_in_one_object_is_refused_at_any_depth(raw, key):
+    """JSON's reader keeps the last of a key given twice: {"cards": 1, "cards": 2} launched 2 cards."""
+    with pytest.raises(BadRequest, match=re.escape(f"the request body gives '{key}' more than once in one object")):
+        body_json(raw)
+
+
+def test_one_key_in_two_objects_is_two_keys():
+    assert body_json(b'{"env": {"env": "1"}, "cards": 1}') == {"env": {"env": "1"}, "cards": 1}
+
+
 # ── what the door takes, the queue keeps ─────────────────────────────────────
 
 _TEXT = st.text(max_size=12)

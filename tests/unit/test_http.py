@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tpnode_tui.host.dial import connect_unix
 from tpnode_tui.model.errors import TpnodeError, exit_code
 from tpnode_tui.node.aiostream import unix
-from tpnode_tui.node.http import MAX_BODY, HttpClient, ProtocolError, Unreachable, straight, unix_blocking
+from tpnode_tui.node.http import (
+    MAX_BODY,
+    HttpClient,
+    ProtocolError,
+    Unreachable,
+    socket_stream,
+    straight,
+    unix_blocking,
+)
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.types import AgentUnavailable
 
@@ -238,3 +249,106 @@ async def test_a_get_whose_kept_connection_broke_is_asked_again_on_a_new_one(tmp
         assert await ask(kind, server.path, twice) == {"n": 2}
     assert server.requests == ["GET /v1/1 HTTP/1.1", "GET /v1/2 HTTP/1.1", "GET /v1/2 HTTP/1.1"]
     assert server.connections == 2
+
+
+class FullQueue:
+    """A Unix socket nobody accepts on yet, its queue of connections full: as
+    the agent's is while one account floods it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(0)
+        self.waiting: list[socket.socket] = []
+        while True:
+            filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            try:
+                filler.connect(str(path))
+            except BlockingIOError:
+                filler.close()
+                break
+            self.waiting.append(filler)
+
+    def answer_later(self, answer: bytes) -> threading.Thread:
+        """In a while, accept every connection: the fillers are closed, the
+        first other is read and answered."""
+
+        def serve() -> None:
+            time.sleep(0.3)  # the client finds the queue full first
+            for _ in self.waiting:
+                self.server.accept()[0].close()
+            conn, _ = self.server.accept()
+            with conn:
+                conn.recv(1 << 16)
+                conn.sendall(answer)
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        for filler in self.waiting:
+            filler.close()
+        self.server.close()
+
+
+async def test_a_full_queue_is_waited_on_not_taken_for_no_agent(tmp_path, kind):
+    """A full queue answers a connect EAGAIN at once; the client waits for room
+    (once it said "no agent answers", and asyncio took it for a connection made)."""
+    full = FullQueue(tmp_path / "s.sock")
+    try:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.setblocking(False)
+        with pytest.raises(BlockingIOError), probe:
+            probe.connect(str(full.path))
+        server = full.answer_later(ok({"n": 1}, close=True))
+        answer = await ask(kind, full.path, lambda client: client.request("GET", "/v1/whoami"))
+        server.join(WAIT_S)
+    finally:
+        full.close()
+    assert (answer.status, json.loads(answer.body)) == (200, {"n": 1})
+
+
+def test_a_queue_full_all_the_while_is_said_as_such(tmp_path):
+    full = FullQueue(tmp_path / "s.sock")
+    try:
+        with pytest.raises(TimeoutError, match="its queue of connections stayed full for 0.05 s"):
+            connect_unix(str(full.path), 0.05)
+        node = AgentNode(full.path, blocking=True, connect_timeout_s=0.05)
+        with pytest.raises(AgentUnavailable, match=r"\(its queue of connections stayed full for 0.05 s\)"):
+            straight(node.status())
+    finally:
+        full.close()
+
+
+def test_a_refusal_sent_before_the_request_arrived_is_read(tmp_path):
+    """The agent refuses a connection at its door (too many) by answering and
+    closing at once; a request sent after that fails, and the answer is read."""
+    path = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    refused = b'{"error": "too many", "exit_code": 2, "kind": "TooMany"}'
+    answered = threading.Event()
+
+    def refuse() -> None:
+        conn, _ = server.accept()
+        conn.sendall(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: %d\r\n\r\n%s" % (len(refused), refused))
+        conn.close()
+        answered.set()
+
+    async def connect():
+        sock = connect_unix(str(path), WAIT_S)
+        answered.wait(WAIT_S)  # the request goes only once the agent has answered and closed
+        return socket_stream(sock)
+
+    thread = threading.Thread(target=refuse)
+    thread.start()
+    try:
+        answer = straight(HttpClient(connect).request("GET", "/v1/whoami"))
+    finally:
+        thread.join(WAIT_S)
+        server.close()
+    assert (answer.status, answer.body) == (429, refused)

@@ -15,10 +15,11 @@ the CLI exits with:
     {"error": "card 3 is held by rsv-7 of alice; only alice or ...", "exit_code": 77, "kind": "NotAllowed"}
 
 Malformed input (not JSON, nested past reading, a number past reading, not
-UTF-8, a lone surrogate, wrong types, unknown fields, over a limit) is a 4xx
+UTF-8, a lone surrogate, a key given twice in one object, wrong types, unknown
+fields, over a limit) is a 4xx
 with a line saying what is wrong; nothing a client sends reaches the caller
 as a traceback, and no client can stop the agent from answering the others
-(the connections one account may hold are bounded: agent/gate.py).
+(the connections one account may hold, and open a second, are bounded: agent/gate.py).
 
 The routes, from the table (``docs/architecture.md``, "The door", has them with who may):
 
@@ -75,7 +76,7 @@ from tpnode_tui.model.errors import (
     error_line,
     exit_code,
 )
-from tpnode_tui.port.fields import Query
+from tpnode_tui.port.fields import Query, shown
 from tpnode_tui.port.operations import OPERATIONS, VIEWS, Operation
 from tpnode_tui.port.types import Cancelled, NodeView
 from tpnode_tui.port.wire import WireError, snapshot_to_json
@@ -139,12 +140,27 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(500, "internal error in the agent; its log has the details", 1, "TpnodeError")
 
 
+def _each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """One JSON object of a body, at any depth; BadRequest where it gives a key
+    twice. JSON's reader keeps the last silently: ``{"cards": 1, "cards": 2}``
+    launched 2 cards, and what the client meant is not known."""
+    doc = dict(pairs)
+    if len(doc) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BadRequest(f"the request body gives {shown(key, 30)} more than once in one object")
+            seen.add(key)
+    return doc
+
+
 def body_json(raw: bytes) -> Any:
     """A request body as JSON; BadRequest for anything else, including what
     Python's reader cannot take: nesting past its recursion limit, and numbers
-    with more digits than it converts (each once answered 500)."""
+    with more digits than it converts (each once answered 500); and a key given
+    twice in one object, as a query's is."""
     try:
-        return json.loads(raw.decode("utf-8")) if raw.strip() else {}
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_each_key_once) if raw.strip() else {}
     except UnicodeDecodeError:
         raise BadRequest("the request body is not UTF-8 text") from None
     except json.JSONDecodeError as e:

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from tpnode_tui.agent.api import make_app
 from tpnode_tui.agent.exports import Exports
-from tpnode_tui.agent.gate import serve_gated
+from tpnode_tui.agent.gate import Door
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.model.errors import ConfigError, TpnodeError
 from tpnode_tui.service import NodeService
@@ -41,10 +41,14 @@ SHUTDOWN_S = 5.0
 
 
 def _answers(path: Path) -> bool:
+    """Whether an agent listens at ``path``: one whose queue is full (EAGAIN:
+    flooded with connections) is there all the same."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(1.0)
         try:
             s.connect(str(path))
+        except BlockingIOError:
+            return True
         except OSError:
             return False
     return True
@@ -122,16 +126,15 @@ async def serve(
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     poller = None
-    server: Optional[asyncio.AbstractServer] = None
+    door: Optional[Door] = None
     exports = Exports()
     try:
         await exports.start(settings, service)
         await runner.setup()
         assert runner.server is not None  # set up just now
         # every connection is counted against its account as it is accepted (agent/gate.py)
-        server = await serve_gated(
-            loop, runner.server, str(path), policy.operators, settings.limits.connections_per_user
-        )
+        door = Door(runner.server, policy.operators, settings.limits)
+        door.listen(str(path))
         # Every account may connect; what each may do is decided by who it is.
         os.chmod(path, 0o666)
         poller = asyncio.create_task(service.run())
@@ -154,8 +157,8 @@ async def serve(
             with contextlib.suppress(asyncio.CancelledError, TpnodeError):
                 await poller
         await exports.close()
-        if server is not None:
-            server.close()  # no new connection; those open are ended by the runner's cleanup
+        if door is not None:
+            door.close()  # no new connection; those open are ended by the runner's cleanup
         await runner.cleanup()
         await service.close()
         await allocator.close()

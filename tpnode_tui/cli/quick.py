@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 
 #: as :mod:`tpnode_tui.config.sections` declares TUNEPLANE_AGENT_SOCKET's default
 from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
 from tpnode_tui.config.nodefile import beneath
+from tpnode_tui.host.dial import connect_unix
 from tpnode_tui.model.errors import ConfigError
 
 TYPE_CHECKING = False  # typing is one of the imports this path does without
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 #: the most of an answer read (as the agent's client, tpnode_tui.node.http)
 MAX_BODY = 64 * 1024 * 1024
-#: a connection not made within this long is the ordinary path's to report
+#: a connection not made within this long (the agent's queue full all along) is the ordinary path's to report
 CONNECT_TIMEOUT_S = 5.0
 
 _REQUEST = b"GET /v1/snapshot HTTP/1.1\r\nHost: tpnode-agent\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
@@ -62,11 +62,12 @@ def agent_socket() -> Optional[str]:
 
 def fetch(path: str) -> Optional[bytes]:
     """The body of the agent's 200 answer to a status, or None."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(CONNECT_TIMEOUT_S)
-        sock.connect(path)
-        sock.settimeout(None)  # as the agent's client: an answer takes as long as it takes
+        # a full queue waited on, as the agent's client does; the answer takes as long as it takes
+        sock = connect_unix(path, CONNECT_TIMEOUT_S)
+    except OSError:
+        return None
+    try:
         sock.sendall(_REQUEST)
         with sock.makefile("rb") as answer:
             if not answer.readline(4096).startswith((b"HTTP/1.1 200 ", b"HTTP/1.0 200 ")):

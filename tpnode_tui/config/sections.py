@@ -304,8 +304,9 @@ class LimitSettings:
     what one of them sends is bounded before it is held, kept or echoed: a
     request's size and each text in it, what waits in the queue, how long a
     reservation lasts, how much one answer from the log holds, how many
-    connections an account keeps open at once (docs/architecture.md, "The door"),
-    and how many of its exited jobs the agent keeps listed.
+    connections an account keeps open at once and opens a second
+    (docs/architecture.md, "The door"), and how many of its exited jobs the
+    agent keeps listed.
     """
 
     body_kib: int = setting(
@@ -365,6 +366,13 @@ class LimitSettings:
         "TUNEPLANE_MAX_CONNECTIONS_PER_USER",
         "most connections one ordinary account may hold open to the agent at once",
         read.whole(1, 100_000),
+    )
+    connection_rate_per_user: int = setting(
+        100,
+        "TUNEPLANE_MAX_CONNECTION_RATE_PER_USER",
+        "most new connections one ordinary account may open to the agent a second (as many at once, then that "
+        "many a second)",
+        read.whole(1, 1_000_000),
     )
     exited_per_user: int = setting(
         50,

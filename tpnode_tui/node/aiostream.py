@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Optional
 
+from tpnode_tui.host.dial import Dial
 from tpnode_tui.node.http import MAX_HEAD_LINE, Connector, ProtocolError, Stream, Unreachable, broken
 
 
@@ -86,16 +88,34 @@ class AsyncioStream:
         await self._finish()
 
 
+async def _dialled(path: str, timeout_s: float) -> socket.socket:
+    """A connection to ``path``, waiting for room in its queue without blocking the loop.
+    (asyncio's own connect takes a full queue for a connection made.)"""
+    dial = Dial(path, timeout_s)
+    try:
+        while (sock := dial.attempt()) is None:
+            await asyncio.sleep(dial.wait())
+    except asyncio.CancelledError:
+        dial.close()
+        raise
+    return sock
+
+
 def unix(path: str, timeout_s: float) -> Connector:
     """Connections to the Unix socket at ``path``, for an event loop."""
 
     async def connect() -> Stream:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=MAX_HEAD_LINE), timeout_s)
-        except asyncio.TimeoutError:
-            raise Unreachable(f"no answer within {timeout_s:g} s") from None
+            sock = await _dialled(path, timeout_s)
+        except TimeoutError as e:
+            raise Unreachable(str(e)) from None
         except OSError as e:
             raise broken(e) from None
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_HEAD_LINE)
+        except BaseException:
+            sock.close()
+            raise
         return AsyncioStream(reader, writer)
 
     return connect

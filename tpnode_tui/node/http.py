@@ -18,7 +18,9 @@ the agent has closed meanwhile (it closes idle ones) reads as ended, and a new
 connection is made instead. One that breaks after the request went out is not
 asked again, unless the request was a GET: the agent may have read a POST and
 acted on it, and doing it twice (an extend, a launch) is worse than saying the
-outcome is not known.
+outcome is not known. A connection to the agent's socket waits for room in its
+queue should a flood fill it (host/dial.py), and an answer that came before the
+request could be sent (a refusal at the agent's door) is read all the same.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import IO, Any, AsyncIterator, Awaitable, Callable, Optional, Protocol, TypeVar
+
+from tpnode_tui.host.dial import connect_unix
 
 T = TypeVar("T")
 
@@ -186,19 +190,16 @@ def socket_stream(sock: socket.socket) -> BlockingStream:
 
 
 def unix_blocking(path: str, timeout_s: float) -> Connector:
-    """Connections to the Unix socket at ``path``, made and used blocking."""
+    """Connections to the Unix socket at ``path``, made and used blocking: a
+    full queue is waited on for up to ``timeout_s`` (host/dial.py); an answer
+    may wait on the allocation lock, as long as it takes."""
 
     async def connect() -> Stream:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(timeout_s)
-            sock.connect(path)
-            sock.settimeout(None)  # an answer may wait on the allocation lock, as long as it takes
-        except TimeoutError:
-            sock.close()
-            raise Unreachable(f"no answer within {timeout_s:g} s") from None
+            sock = connect_unix(path, timeout_s)
+        except TimeoutError as e:
+            raise Unreachable(str(e)) from None
         except OSError as e:
-            sock.close()
             raise broken(e) from None
         return socket_stream(sock)
 
@@ -323,8 +324,7 @@ class HttpClient:
             stream, kept = await self._stream()
             answered = False
             try:
-                await stream.send(self._head(method, path, body) + (body or b""))
-                status_line = await stream.read_line()
+                status_line = await self._asked(stream, self._head(method, path, body) + (body or b""))
                 answered = True
                 return await self._response(stream, status_line)
             except BaseException as e:
@@ -340,6 +340,21 @@ class HttpClient:
                         whole=True,
                     ) from None
                 raise
+
+    @staticmethod
+    async def _asked(stream: Stream, request: bytes) -> bytes:
+        """``request`` sent, and the answer's first line. The agent refuses a
+        connection at its door (too many) by answering at once and closing,
+        which may be before the request arrived: a request that could not be
+        sent is answered all the same if an answer came."""
+        try:
+            await stream.send(request)
+        except Unreachable as unsent:
+            try:
+                return await stream.read_line()
+            except (Unreachable, ProtocolError):
+                raise unsent from None
+        return await stream.read_line()
 
     def _head(self, method: str, path: str, body: Optional[bytes]) -> bytes:
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", "Accept: application/json"]
