@@ -33,6 +33,7 @@ from tpnode_tui.port.operations import OPERATIONS
 from tpnode_tui.port.types import (
     AuditRequest,
     CancelRequest,
+    CheckRequest,
     DrainRequest,
     EventsRequest,
     EvictRequest,
@@ -79,7 +80,8 @@ SAMPLES = {
     "reclaim": ReclaimRequest(None),
     "cancel": CancelRequest("j-1"),
     "drain": DrainRequest(3, "fan failing"),
-    "undrain": UndrainRequest(3),
+    "undrain": UndrainRequest(3, force=True),
+    "check": CheckRequest(3),
     "evict": EvictRequest(1, 4242, kill=True, started_at=1_700_000_000.5),
 }
 

@@ -89,13 +89,23 @@ _SUPERVISOR_BOOT = (
 )
 
 
-def boot_id() -> str:
-    """This boot of the machine. Pids and start ticks only mean something within one."""
+def this_code(module: str, *args: str) -> list[str]:
+    """The argv that runs ``module`` of this very package (wherever it was loaded
+    from) as a child under ``python -I``: no PYTHON* variables, no user site, not
+    even the working directory on its module path, so nothing a caller controls
+    shapes what runs as root."""
+    return [sys.executable, "-I", "-c", _SUPERVISOR_BOOT, _CODE_ROOT, module, *args]
+
+
+def boot_id(path: Path = _BOOT_ID) -> str:
+    """This boot of the machine (``path``: where the kernel tells it). Pids and
+    start ticks only mean something within one, and a drain for a reboot lasts
+    until it changes."""
     try:
-        return _BOOT_ID.read_text().strip()
+        return path.read_text().strip()
     except OSError as e:
         raise RuntimeUnavailable(
-            f"cannot read {_BOOT_ID} ({e.strerror}): the process runtime needs Linux /proc "
+            f"cannot read {path} ({e.strerror}): the process runtime needs Linux /proc "
             "to tell its jobs from other processes"
         ) from None
 
@@ -676,12 +686,7 @@ class ProcessRuntime:
             sheet_fd = write_sheet(sheet)
             proc = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-I",
-                    "-c",
-                    _SUPERVISOR_BOOT,
-                    _CODE_ROOT,
-                    "tpnode_tui.runtimes.supervise",
+                    *this_code("tpnode_tui.runtimes.supervise"),
                     str(self.state.dir),
                     name,
                     "--sheet",
