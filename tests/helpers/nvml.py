@@ -14,7 +14,7 @@ it as a driver that costs nothing.
 Field names for ``errors`` and ``hang``: handle, uuid, name, pci, minor (the device minor), memory_v2
 (memory info version 2), memory (version 1), utilization, temperature, power, processes, retired_pages, ecc
 (the volatile count), ecc_total (the aggregate count), link_gen, link_gen_max, link_width, link_width_max
-(the PCIe link), remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events,
+(the PCIe link), pstate, remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events,
 mig_mode, max_mig (the MIG device count), mig_handle (every MIG device handle of the card),
 topology (nvmlDeviceGetTopologyCommonAncestor, raised when either card has it), nvlink_state,
 nvlink_remote_type, nvlink_remote_pci.
@@ -177,6 +177,8 @@ class FakeCard:
     link_gen_max: int = 5
     link_width: int = 16
     link_width_max: int = 16
+    #: its performance state: 0 at full speed, 8 idle and saving power
+    pstate: int = 0
     #: its NVLinks, in order: (what is at the far end, that device's PCI bus id);
     #: None for a link that is down. No links: NVLink is not supported on it.
     nvlinks: list[Optional[tuple[int, str]]] = field(default_factory=list)
@@ -502,6 +504,10 @@ class FakeNvml:
     def nvmlDeviceGetMaxPcieLinkWidth(self, card: FakeCard) -> int:
         self._enter("link_width_max", card)
         return card.link_width_max
+
+    def nvmlDeviceGetPerformanceState(self, card: FakeCard) -> int:
+        self._enter("pstate", card)
+        return card.pstate
 
     def nvmlDeviceGetRemappedRows(self, card: FakeCard) -> tuple[int, int, int, int]:
         self._enter("remapped_rows", card)

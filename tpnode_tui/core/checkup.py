@@ -12,8 +12,9 @@ them): the card answers by its uuid; its uncorrectable ECC errors have not
 risen since the drain (a count kept across reboots; without one from the
 drain, none since the driver last loaded); no row remapping is pending or
 failed; the driver asks for no recovery (a reset or a reboot keeps it
-drained, and says which); its PCIe link is at its maximum generation and
-width; nothing runs on it. Besides them: no XID since the drain or the last
+drained, and says which); its PCIe link is at its maximum width, and
+generation (an idle card saving power lowers the generation: then only the
+width is judged); nothing runs on it. Besides them: no XID since the drain or the last
 check, and for a drain whose cure is a reboot, a reboot since.
 """
 
@@ -75,6 +76,10 @@ def _recovery(facts: CheckFacts, unread: dict[str, str]) -> Finding:
 
 
 def _pcie(facts: CheckFacts, unread: dict[str, str]) -> Finding:
+    """The link at its maximum width, and generation. A card saving power (a
+    performance state below P0, as an idle card is) lowers its link's
+    generation, which is no fault: then only its width is judged, and a test
+    that loads the card (the check command) shows the rest."""
     link = (facts.link_gen, facts.link_width, facts.link_gen_max, facts.link_width_max)
     named = (
         "the PCIe link generation",
@@ -86,10 +91,17 @@ def _pcie(facts: CheckFacts, unread: dict[str, str]) -> Finding:
         if value is None:
             return _missing("pcie", what, unread)
     gen, width, most_gen, most_width = (v or 0 for v in link)
-    now = f"PCIe link at gen {gen} x{width}"
-    if gen < most_gen or width < most_width:
-        return Finding("pcie", NOT_MET, f"{now}, below its maximum gen {most_gen} x{most_width}")
-    return Finding("pcie", MET, f"{now}, its maximum")
+    if width < most_width:
+        return Finding("pcie", NOT_MET, f"PCIe link x{width}, below its maximum width x{most_width}")
+    if gen >= most_gen:
+        return Finding("pcie", MET, f"PCIe link at gen {gen} x{width}, its maximum")
+    if facts.pstate:
+        return Finding(
+            "pcie",
+            MET,
+            f"PCIe link x{width}, its maximum width; gen {gen} of {most_gen}: the card saves power in P{facts.pstate}",
+        )
+    return Finding("pcie", NOT_MET, f"PCIe link at gen {gen} x{width}, below its maximum gen {most_gen}")
 
 
 def _processes(facts: CheckFacts, unread: dict[str, str]) -> Finding:

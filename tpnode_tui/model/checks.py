@@ -50,6 +50,8 @@ class CheckFacts:
     link_gen_max: Optional[int] = None
     link_width: Optional[int] = None
     link_width_max: Optional[int] = None
+    #: its performance state, 0 (P0, full speed) to 15: a card saving power lowers its link's generation
+    pstate: Optional[int] = None
     #: the pids of the compute processes on it
     processes: Optional[tuple[int, ...]] = None
     #: (fact, why) for each fact that could not be read

@@ -52,6 +52,11 @@ class _Fields:
             return None
 
 
+def _pstate(value: Optional[int]) -> Optional[int]:
+    """P0 to P15; None where NVML says it does not know (NVML_PSTATE_UNKNOWN, 32)."""
+    return None if value is None or not 0 <= int(value) <= 15 else int(value)
+
+
 def _pids(infos: Any) -> tuple[int, ...]:
     return tuple(int(p.pid) for p in infos)
 
@@ -87,6 +92,7 @@ def nvml_facts(nv: Any, uuid: str) -> CheckFacts:
             link_gen_max=read("the most PCIe link generation", nv.nvmlDeviceGetMaxPcieLinkGeneration, handle),
             link_width=read("the PCIe link width", nv.nvmlDeviceGetCurrPcieLinkWidth, handle),
             link_width_max=read("the most PCIe link width", nv.nvmlDeviceGetMaxPcieLinkWidth, handle),
+            pstate=_pstate(read("the performance state", nv.nvmlDeviceGetPerformanceState, handle)),
             processes=None if procs is None else _pids(procs),
             unread=tuple(read.unread),
         )
@@ -132,6 +138,7 @@ def facts_from_json(doc: Any) -> CheckFacts:
         link_gen_max=r.opt_whole("link_gen_max"),
         link_width=r.opt_whole("link_width"),
         link_width_max=r.opt_whole("link_width_max"),
+        pstate=r.opt_whole("pstate"),
         processes=None if processes is None else r.wholes("processes"),
         unread=_unread(r),
     )

@@ -23,9 +23,10 @@ driver's ``recovery_action`` (NVML field 230, 0 unless given: see
 
 What only a check asks (``tpnode-tui check``, read by its own process): a
 card's PCIe link, ``"pcie": {"gen": 5, "max_gen": 5, "width": 16,
-"max_width": 16}`` (each at its maximum unless given), and
-``"check_hang_s"``, how long its driver takes to answer a check (at or past
-the check's time-out, it does not answer).
+"max_width": 16}`` (each at its maximum unless given), its performance
+state ``"pstate"`` (0 unless given; a card saving power, P8, lowers its
+link's generation), and ``"check_hang_s"``, how long its driver takes to
+answer a check (at or past the check's time-out, it does not answer).
 A card's ``minor`` is its device minor (its file is ``/dev/nvidia<minor>``),
 its index unless given (none past 253, where minors end); ``null``: the
 driver did not say.
@@ -359,6 +360,7 @@ def check_facts(path: Path, uuid: str) -> CheckFacts:
             link_gen_max=_number(link, "max_gen", where, 5),
             link_width=_number(link, "width", where, 16),
             link_width_max=_number(link, "max_width", where, 16),
+            pstate=_number(raw, "pstate", where, 0),
             processes=None if facts.processes is None else tuple(p.pid for p in facts.processes),
         )
     except _BadScene as e:
