@@ -374,7 +374,7 @@ class TriageSettings:
     xid_drain: tuple[int, ...] = setting(
         DEFAULT_XID_DRAIN,
         "TUNEPLANE_XID_DRAIN",
-        "XIDs that drain their card until an operator undrains it (none: none do)",
+        "XIDs that drain their card until an operator undrains it, or a check puts it back (none: none do)",
         read.xids,
     )
     xid_ignore: tuple[int, ...] = setting(

@@ -66,6 +66,7 @@ class Checks:
         self,
         allocator: GpuAllocator,
         policy: Policy,
+        store: CheckStore,
         *,
         clock: Callable[[], float],
         readings: Readings,
@@ -90,7 +91,7 @@ class Checks:
         triage = allocator.settings.triage
         self.runner = Checkup(triage.check_timeout_s, triage.check_command, triage.check_command_timeout_s)
         self.return_after = triage.return_after_check
-        self.store = CheckStore(allocator.settings.state.dir)
+        self.store = store
         #: each card's last check, as the store keeps it (read once, then kept here as checks end)
         self.last: dict[int, CardCheck] = {}
         self._loaded = False

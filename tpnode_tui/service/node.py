@@ -75,6 +75,7 @@ from tpnode_tui.service.launches import Launches
 from tpnode_tui.service.operators import OperatorActions
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.service.xids import Xids
+from tpnode_tui.state.checks import CheckStore
 from tpnode_tui.state.jsonstore import SetAside
 from tpnode_tui.state.nodelog import NodeLog
 from tpnode_tui.state.queue import Bounds, FileQueue, LaunchQueue, MemoryQueue
@@ -155,9 +156,12 @@ class NodeService:
             changes=self.changes,
             boot=self.boot,
         )
+        #: each card's last check (checks.json): what a check keeps, and undrain reads
+        check_store = CheckStore(allocator.settings.state.dir)
         self.checks = Checks(
             allocator,
             policy,
+            check_store,
             clock=clock,
             readings=self.readings,
             journal=self.journal,
@@ -187,6 +191,7 @@ class NodeService:
             readings=self.readings,
             journal=self.journal,
             boot=self.boot,
+            checks=check_store,
         )
         self.job_actions = JobActions(allocator, policy, clock=clock, journal=self.journal, longest_s=limits.duration_s)
         #: whether this service polls for everyone (run): a status then gives the

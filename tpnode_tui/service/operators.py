@@ -36,9 +36,11 @@ class OperatorActions:
         evict_grace_s: float,
         readings: Readings,
         journal: Journal,
-        boot: Callable[[], Optional[str]] = lambda: None,
+        boot: Callable[[], Optional[str]],
+        checks: CheckStore,
     ) -> None:
-        """``boot``: this boot's id (None when it cannot be read), kept on each drain."""
+        """``boot``: this boot's id (None when it cannot be read), kept on each drain;
+        ``checks``: the cards' last checks, read afresh when a drain until a reboot is to be lifted."""
         self.allocator = allocator
         self.policy = policy
         self.clock = clock
@@ -46,8 +48,7 @@ class OperatorActions:
         self.readings = readings
         self.journal = journal
         self.boot = boot
-        #: the cards' last checks, read afresh when a drain until a reboot is to be lifted
-        self.checks = CheckStore(allocator.settings.state.dir)
+        self.checks = checks
 
     async def drain(self, caller: Caller, request: DrainRequest) -> Drain:
         """Take ``card`` out of service (operators): it is never handed out again

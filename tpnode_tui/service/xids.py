@@ -40,7 +40,7 @@ class Xids:
         readings: Readings,
         journal: Journal,
         changes: Changes,
-        boot: Callable[[], Optional[str]] = lambda: None,
+        boot: Callable[[], Optional[str]],
     ) -> None:
         """``boot``: this boot's id (None when it cannot be read), kept on each drain:
         a drain for an XID whose cure is a reboot lasts until it changes."""
