@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.checkup import command_finding, read_findings, reboot_finding, xid_finding
@@ -40,11 +40,13 @@ from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, Drain
 from tpnode_tui.port.types import CheckRequest
 from tpnode_tui.service.changes import Changes
-from tpnode_tui.service.journal import Journal
+from tpnode_tui.service.journal import MESSAGE_MOST, Journal, cut
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.state.checks import CheckStore
 from tpnode_tui.text.render import clock_time
-from tpnode_tui.triage.checkup import Checkup, check_source
+
+if TYPE_CHECKING:
+    from tpnode_tui.triage.checkup import Checkup
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +90,9 @@ class Checks:
         self.boot = boot
         self.xids_seen = xids_seen
         self.xids_unwatched = xids_unwatched
-        triage = allocator.settings.triage
-        self.runner = Checkup(triage.check_timeout_s, triage.check_command, triage.check_command_timeout_s)
-        self.return_after = triage.return_after_check
+        #: made by the first check (see :meth:`_runner`)
+        self.runner: Optional[Checkup] = None
+        self.return_after = allocator.settings.triage.return_after_check
         self.store = store
         #: each card's last check, as the store keeps it (read once, then kept here as checks end)
         self.last: dict[int, CardCheck] = {}
@@ -99,6 +101,16 @@ class Checks:
         self._running: dict[int, tuple[str, float]] = {}
         #: the drains whose ECC count was taken (or tried): each once
         self._counted: set[tuple[int, float]] = set()
+
+    def _runner(self) -> Checkup:
+        """What runs the checks' children, made by the first check: a node that
+        never checks a card loads none of it (nor the probes it tells apart)."""
+        if self.runner is None:
+            from tpnode_tui.triage.checkup import Checkup
+
+            triage = self.allocator.settings.triage
+            self.runner = Checkup(triage.check_timeout_s, triage.check_command, triage.check_command_timeout_s)
+        return self.runner
 
     async def ready(self) -> None:
         """The cards' last checks, read once (a file that cannot be read leaves none
@@ -189,8 +201,9 @@ class Checks:
         uuid = view.facts.uuid if view.facts is not None else None
         findings += await self._tier_a(card, uuid, view, drain)
         run: Optional[CommandRun] = None
-        if uuid is not None and self.runner.command and outcome_of(tuple(findings)) == PASSED:
-            run = await self.runner.run_command(uuid, card)
+        runner = self._runner()
+        if uuid is not None and runner.command and outcome_of(tuple(findings)) == PASSED:
+            run = await runner.run_command(uuid, card)
             findings.append(command_finding(run))
         # XIDs last: one the card reported while it was checked counts
         findings.append(await self._xids(card, drain))
@@ -206,10 +219,12 @@ class Checks:
             lost = view.facts is None and raw is not None and bool(raw.probe.cards)
             why = "the driver does not report it" if lost else (raw and raw.probe.problem) or "its uuid is not known"
             return [Finding("answers", NOT_MET if lost else UNTOLD, f"card {card} cannot be asked: {why}")]
+        from tpnode_tui.triage.checkup import check_source
+
         source, why = check_source(self.allocator.probe)
         if source is None:
             return list(read_findings(None, why, drain))
-        read, problem = await self.runner.facts(source, uuid)
+        read, problem = await self._runner().facts(source, uuid)
         return list(read_findings(read, problem, drain))
 
     async def _xids(self, card: int, drain: Optional[Drain]) -> Finding:
@@ -265,8 +280,8 @@ class Checks:
 
     async def _drain(self, result: CardCheck, boot: Optional[str]) -> str:
         card = result.card
-        reason = f"failed its check: {'; '.join(f.words for f in result.findings if f.outcome == NOT_MET)}"
-        drain = Drain(card=card, reason=reason[:500], by=BY_CHECK, at=self.clock(), source="check", boot=boot)
+        reason = cut(f"failed its check: {'; '.join(f.words for f in result.findings if f.outcome == NOT_MET)}", 500)
+        drain = Drain(card=card, reason=reason, by=BY_CHECK, at=self.clock(), source="check", boot=boot)
         kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
         if not new:
             return ""
@@ -290,7 +305,9 @@ class Checks:
             log.warning("cannot keep card %s's check: %s", result.card, e)
         self.journal.event(
             "check",
-            f"card {result.card} {result.summary()}" + (f"; {result.effect}" if result.effect else ""),
+            cut(
+                f"card {result.card} {result.summary()}" + (f"; {result.effect}" if result.effect else ""), MESSAGE_MOST
+            ),
             cards=[result.card],
             outcome=result.outcome,
             by=result.by,

@@ -64,7 +64,6 @@ from tpnode_tui.port.types import (
     WhoAmI,
     You,
 )
-from tpnode_tui.runtimes.process import boot_id
 from tpnode_tui.service.accounts import group_names
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.service.checks import Checks
@@ -260,6 +259,8 @@ class NodeService:
 
     def boot(self) -> Optional[str]:
         """This boot's id (TUNEPLANE_BOOT_ID); None when it cannot be read."""
+        from tpnode_tui.runtimes.process import boot_id  # the process runtime's reader, loaded only to drain or check
+
         try:
             return boot_id(self.allocator.settings.triage.boot_id) or None
         except RuntimeUnavailable:

@@ -20,6 +20,7 @@ for an hour costs a few KiB.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import select
 import shlex
@@ -209,8 +210,6 @@ class Checkup:
         if ran.exit_code != 0:
             return None, f"the reading ended with exit code {ran.exit_code}" + (f": {said[-1]}" if said else "")
         try:
-            import json
-
             return facts_from_json(json.loads(ran.output.decode("utf-8", "replace"))), None
         except (ValueError, WireError) as e:
             return None, f"the reading answered what this node cannot read ({str(e)[:200]})"
