@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import stat
 
 import psutil
@@ -167,6 +168,19 @@ async def test_a_check_whose_driver_hangs_is_killed_at_its_deadline_and_the_node
     assert (await node.service.read_now()).cards[1].drain is None
 
 
+async def test_the_nvml_reading_runs_in_a_child_with_the_real_nvidia_ml_py_and_says_why_it_cannot_answer():
+    """On a machine without the driver NVML does not start: the node's fault, not the card's.
+    On one with it, no card has this uuid."""
+    from tpnode_tui.triage.checkup import Checkup
+
+    facts, problem = await Checkup(60).facts("nvml", "GPU-00000000-dead-beef-0000-000000000000")
+    assert problem is None and not facts.answered
+    if facts.reached:
+        assert facts.problem.startswith("the driver finds no card by uuid GPU-00000000-dead-beef")
+    else:
+        assert facts.problem.startswith("NVML")
+
+
 async def test_xids_not_watched_leave_a_check_unknown(make_node, boot):
     node = make_node(settings={"triage_boot_id": str(boot)})  # served by no one: nothing watches XIDs
     check = await node.service.check(ROOT, CheckRequest(1))
@@ -215,14 +229,15 @@ async def test_a_failing_command_fails_the_check_keeping_only_its_last_lines_mad
 
 
 async def test_a_command_that_hangs_is_killed_with_what_it_started_and_the_card_fails(make_node, boot, tmp_path):
-    hangs = script(tmp_path, "hangs.sh", "sleep 3600 &\necho started\nsleep 3601\n")
+    mine = f"3600.{os.getpid()}{random.randrange(10**6)}"  # this test's sleeps, among everyone's on the machine
+    hangs = script(tmp_path, "hangs.sh", f"sleep {mine}1 &\necho started\nsleep {mine}2\n")
     node = checked_node(make_node, boot, triage_check_command=hangs, triage_check_command_timeout_s="2")
     await watched(node)
     check = await node.service.check(ROOT, CheckRequest(1))
     assert check.outcome == FAILED and check.command.timed_out and check.command.exit_code is None
     assert check.command.tail == ("started",)
     assert "did not end within its time-out and was killed" in check.against[0].words
-    until(lambda: not children_running("3600") and not children_running("3601"), "the command's group killed")
+    until(lambda: not children_running(mine), "the command's group killed")
 
 
 async def test_a_command_that_cannot_be_started_leaves_the_check_unknown(make_node, boot, tmp_path):

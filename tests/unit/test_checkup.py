@@ -150,7 +150,9 @@ def test_a_card_that_does_not_answer_by_its_uuid_fails_and_a_driver_that_cannot_
     gone = nvml_facts(FakeNvml([FakeCard()]), UUID)
     assert not gone.answered and gone.problem.startswith(f"the driver finds no card by uuid {UUID}")
     down = nvml_facts(FakeNvml(init_error=NVMLError_DriverNotLoaded), UUID)
-    assert not down.answered and "driver not loaded" in down.problem
+    assert not down.answered and not down.reached and "driver not loaded" in down.problem
+    [not_asked] = read_findings(down, None, None)  # the node's fault, not the card's: it is not drained for it
+    assert not_asked.outcome == UNTOLD and not_asked.words.startswith("the driver could not be asked: NVML: driver")
     [untold] = read_findings(None, "the driver did not answer within 30 s (the reading was killed)", None)
     assert untold.outcome == UNTOLD
 
@@ -202,6 +204,10 @@ def test_the_simulated_node_answers_a_check_as_nvml_does(tmp_path):
         processes=(),
     )
     assert check_facts(scene, uuids[2]).problem == "GPU is lost (fell off the bus; needs a reset or reboot)"
+    assert check_facts(scene, uuids[2]).reached  # the driver answers: the card is lost
+    scene.write_text(json.dumps({"fail": "the driver is wedged", "cards": [{}]}))
+    wedged = check_facts(scene, uuids[0])
+    assert (wedged.reached, wedged.problem) == (False, "the driver is wedged")
     assert not check_facts(scene, "GPU-nobody").answered
     assert outcome_of(read_findings(check_facts(scene, uuids[0]), None, None)) == PASSED
 

@@ -115,8 +115,9 @@ def _processes(facts: CheckFacts, unread: dict[str, str]) -> Finding:
 def read_findings(facts: Optional[CheckFacts], problem: Optional[str], drain: Optional[Drain]) -> tuple[Finding, ...]:
     """Tier A: what the driver said of the card (``facts``; None: it could not be
     asked, and ``problem`` says why), against its ``drain`` where it has one."""
-    if facts is None:
-        return (Finding("answers", UNTOLD, f"the driver could not be asked: {problem}"),)
+    if facts is None or not facts.reached:
+        why = problem if facts is None else facts.problem
+        return (Finding("answers", UNTOLD, f"the driver could not be asked: {why}"),)
     if not facts.answered:
         return (Finding("answers", NOT_MET, f"the card does not answer by its uuid {facts.uuid}: {facts.problem}"),)
     unread = dict(facts.unread)

@@ -38,6 +38,9 @@ class CheckFacts:
     answered: bool
     #: why it does not answer, in plain words (None when it does)
     problem: Optional[str] = None
+    #: whether the driver could be asked at all (False: NVML did not start, the node's
+    #: fault and not this card's, and ``problem`` says why)
+    reached: bool = True
     #: uncorrectable ECC errors over the card's life (NVML's aggregate counter, kept across reboots)
     ecc_total: Optional[int] = None
     #: uncorrectable ECC errors since the driver last loaded (its volatile counter)

@@ -66,7 +66,7 @@ def nvml_facts(nv: Any, uuid: str) -> CheckFacts:
     try:
         nv.nvmlInit()
     except nv.NVMLError as e:
-        return CheckFacts(uuid, answered=False, problem=_init_problem(nv, e))
+        return CheckFacts(uuid, answered=False, problem=_init_problem(nv, e), reached=False)
     try:
         handle = nv.nvmlDeviceGetHandleByUUID(uuid)
     except nv.NVMLError_GpuIsLost:
@@ -129,6 +129,7 @@ def facts_from_json(doc: Any) -> CheckFacts:
         uuid=r.text("uuid"),
         answered=r.flag("answered"),
         problem=r.opt_text("problem"),
+        reached=r.flag("reached", True),
         ecc_total=r.opt_whole("ecc_total"),
         ecc_volatile=r.opt_whole("ecc_volatile"),
         remap_pending=_flag(r, "remap_pending"),
@@ -151,7 +152,9 @@ def read_facts(source: str, uuid: str) -> CheckFacts:
     try:
         import pynvml
     except ImportError:
-        return CheckFacts(uuid, answered=False, problem="NVML: the nvidia-ml-py package is not installed")
+        return CheckFacts(
+            uuid, answered=False, problem="NVML: the nvidia-ml-py package is not installed", reached=False
+        )
     return nvml_facts(pynvml, uuid)
 
 

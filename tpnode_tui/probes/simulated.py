@@ -343,8 +343,10 @@ def check_facts(path: Path, uuid: str) -> CheckFacts:
         hang = _number(raw, "check_hang_s", where, 0, float)
         if hang:
             time.sleep(hang)
-        if scene.fail or _flag(raw, "lost", where):
-            return CheckFacts(uuid, answered=False, problem=scene.fail or health.GPU_LOST)
+        if scene.fail:
+            return CheckFacts(uuid, answered=False, problem=scene.fail, reached=False)
+        if _flag(raw, "lost", where):
+            return CheckFacts(uuid, answered=False, problem=health.GPU_LOST)
         signals = _object(raw.get("health", {}), f'{where}: "health"')
         link = _object(raw.get("pcie", {}), f'{where}: "pcie"')
         facts = scene.cards[index]
@@ -364,7 +366,7 @@ def check_facts(path: Path, uuid: str) -> CheckFacts:
             processes=None if facts.processes is None else tuple(p.pid for p in facts.processes),
         )
     except _BadScene as e:
-        return CheckFacts(uuid, answered=False, problem=f"simulated node {path}: {e}")
+        return CheckFacts(uuid, answered=False, problem=f"simulated node {path}: {e}", reached=False)
 
 
 class SimulatedProbe:
