@@ -396,7 +396,7 @@ async def test_every_metric_an_alert_reads_is_served_by_a_real_agent(tmp_path):
         cards = scene_cards()
         cards[7]["xid_events"] = [{"id": "e1", "xid": 48}]  # drains the card until an operator undrains it
         write_scene(agent.scene, cards)
-        await scrape_when(agent, lambda f: f["tpnode_card_drain_info"].samples)
+        await scrape_when(agent, lambda f: any(s.labels["gpu"] == "7" for s in f["tpnode_card_drain_info"].samples))
         clock.advance(120)  # past TUNEPLANE_IDLE_RESERVATION_MIN, 1 here
         found = await scrape_when(
             agent,

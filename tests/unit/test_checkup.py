@@ -205,11 +205,11 @@ def test_the_simulated_node_answers_a_check_as_nvml_does(tmp_path):
     )
     assert check_facts(scene, uuids[2]).problem == "GPU is lost (fell off the bus; needs a reset or reboot)"
     assert check_facts(scene, uuids[2]).reached  # the driver answers: the card is lost
+    assert not check_facts(scene, "GPU-nobody").answered
+    assert outcome_of(read_findings(check_facts(scene, uuids[0]), None, None)) == PASSED
     scene.write_text(json.dumps({"fail": "the driver is wedged", "cards": [{}]}))
     wedged = check_facts(scene, uuids[0])
     assert (wedged.reached, wedged.problem) == (False, "the driver is wedged")
-    assert not check_facts(scene, "GPU-nobody").answered
-    assert outcome_of(read_findings(check_facts(scene, uuids[0]), None, None)) == PASSED
 
 
 async def test_the_simulated_drivers_recovery_action_and_ecc_count_are_in_its_reading(tmp_path):
