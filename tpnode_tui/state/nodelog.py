@@ -10,7 +10,7 @@ The log is kept on shelves, each rotated on its own by size (``.1`` ...
 ``.N``, the oldest dropped, as logrotate would):
 
 * ``events.jsonl``: what happened to the cards (health, XIDs, drains,
-  intruders, ends) and the operators' actions;
+  checks and cards put back after them, intruders, ends) and the operators' actions;
 * ``accounts/<uid>.jsonl``: each ordinary account's own actions, allowed or
   refused, rotated at a smaller size (TUNEPLANE_LOG_ACCOUNT_MB).
 
