@@ -12,8 +12,9 @@ it as a driver that costs nothing.
     probe = NvmlProbe(nvml=fake)
 
 Field names for ``errors`` and ``hang``: handle, uuid, name, pci, minor (the device minor), memory_v2
-(memory info version 2), memory (version 1), utilization, temperature, power, processes, retired_pages, ecc,
-remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events,
+(memory info version 2), memory (version 1), utilization, temperature, power, processes, retired_pages, ecc
+(the volatile count), ecc_total (the aggregate count), link_gen, link_gen_max, link_width, link_width_max
+(the PCIe link), pstate, remapped_rows, clocks_event, clocks_throttle, field_values, supported_events, register_events,
 mig_mode, max_mig (the MIG device count), mig_handle (every MIG device handle of the card),
 topology (nvmlDeviceGetTopologyCommonAncestor, raised when either card has it), nvlink_state,
 nvlink_remote_type, nvlink_remote_pci.
@@ -67,6 +68,7 @@ from typing import Optional
 
 import pynvml
 from pynvml import (  # noqa: F401  (re-exported for tests)
+    NVML_AGGREGATE_ECC,
     NVML_FEATURE_DISABLED,
     NVML_FEATURE_ENABLED,
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
@@ -150,7 +152,9 @@ class FakeCard:
     #: (pid, used MiB or None when the driver cannot say)
     processes: list[tuple[int, Optional[int]]] = field(default_factory=list)
     retired_pages_pending: bool = False
+    #: uncorrectable ECC errors since the driver loaded (volatile), and over the card's life (aggregate)
     ecc_uncorrected: int = 0
+    ecc_uncorrected_total: int = 0
     row_remap_pending: bool = False
     row_remap_failure: bool = False
     clocks_reasons: int = 0
@@ -168,6 +172,13 @@ class FakeCard:
     #: MIG devices by slot; None is an empty slot
     slices: list[Optional[FakeSlice]] = field(default_factory=list)
     max_mig_devices: int = 7
+    #: its PCIe link now, and the most it and the machine can do
+    link_gen: int = 5
+    link_gen_max: int = 5
+    link_width: int = 16
+    link_width_max: int = 16
+    #: its performance state: 0 at full speed, 8 idle and saving power
+    pstate: int = 0
     #: its NVLinks, in order: (what is at the far end, that device's PCI bus id);
     #: None for a link that is down. No links: NVLink is not supported on it.
     nvlinks: list[Optional[tuple[int, str]]] = field(default_factory=list)
@@ -200,6 +211,7 @@ class FakeNvml:
     NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
+    NVML_AGGREGATE_ECC = NVML_AGGREGATE_ECC
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVMLLibraryMismatchError = NVMLLibraryMismatchError
     NVMLError_Timeout = NVMLError_Timeout
@@ -310,6 +322,16 @@ class FakeNvml:
         if self.count_error is not None:
             raise self.count_error()
         return len(self.cards)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> FakeCard:
+        self._enter("handle_by_uuid")
+        for card in self.cards:
+            if not card.lost and self.nvmlDeviceGetUUID(card) == uuid:
+                self._enter("handle", card)
+                return card
+        if any(card.lost for card in self.cards):
+            raise NVMLError_GpuIsLost()  # as the driver answers while a card is lost: it cannot tell
+        raise NVMLError_NotFound()
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeCard:
         if not 0 <= index < len(self.cards):
@@ -459,10 +481,33 @@ class FakeNvml:
         return NVML_FEATURE_ENABLED if card.retired_pages_pending else NVML_FEATURE_DISABLED
 
     def nvmlDeviceGetTotalEccErrors(self, card: FakeCard, error_type: int, counter_type: int) -> int:
+        if counter_type == NVML_AGGREGATE_ECC:
+            self._enter("ecc_total", card)
+            return card.ecc_uncorrected_total if error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else 0
         self._enter("ecc", card)
         if (error_type, counter_type) != (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC):
             return 0
         return card.ecc_uncorrected
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, card: FakeCard) -> int:
+        self._enter("link_gen", card)
+        return card.link_gen
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, card: FakeCard) -> int:
+        self._enter("link_gen_max", card)
+        return card.link_gen_max
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, card: FakeCard) -> int:
+        self._enter("link_width", card)
+        return card.link_width
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, card: FakeCard) -> int:
+        self._enter("link_width_max", card)
+        return card.link_width_max
+
+    def nvmlDeviceGetPerformanceState(self, card: FakeCard) -> int:
+        self._enter("pstate", card)
+        return card.pstate
 
     def nvmlDeviceGetRemappedRows(self, card: FakeCard) -> tuple[int, int, int, int]:
         self._enter("remapped_rows", card)

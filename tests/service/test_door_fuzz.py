@@ -164,6 +164,7 @@ FIELDS = sorted(
         "kill",
         "dry_run",
         "started_at",
+        "force",
         "uid",
         "user",
         "since",

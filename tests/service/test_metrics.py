@@ -11,6 +11,8 @@ import asyncio
 import collections
 import json
 import re
+import shutil
+import subprocess
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -24,7 +26,7 @@ from helpers.agents import Agent, running
 from helpers.clocks import MovedClock
 from helpers.fleet import T, job, node_snapshot
 from helpers.paths import CHECKOUT
-from helpers.services import free_port, write_scene
+from helpers.services import free_port, unavailable, write_scene
 from helpers.waiting import until_async
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
 from tpnode_tui.model.jobs import DeviceFence, QueuedLaunch
@@ -204,13 +206,26 @@ async def test_a_scrape_during_a_hung_probe_answers_at_once_from_the_last_readin
     agent.scene.write_text(json.dumps(hung))
 
 
-def collect(reading: Reading, clock=lambda: T + 12, results=None, ledger=None) -> dict:
+def generate(reading: Reading, clock=lambda: T + 12, results=None, ledger=None) -> str:
+    """The exposition a scrape gets for ``reading``."""
     service = SimpleNamespace(
         reading=reading, launch_results=collections.Counter(results or {}), last_xid={}, ledger=ledger
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(service, "gpu-07", clock=clock))
-    return families(generate_latest(registry).decode())
+    return generate_latest(registry).decode()
+
+
+def collect(reading: Reading, clock=lambda: T + 12, results=None, ledger=None) -> dict:
+    return families(generate(reading, clock, results, ledger))
+
+
+def promtool(*args: str, stdin: str) -> subprocess.CompletedProcess:
+    """promtool (Debian's prometheus package, which tests/run.sh installs) fed ``stdin``."""
+    found = shutil.which("promtool")
+    if found is None:
+        unavailable("promtool is not installed (Debian: apt-get install --no-install-recommends prometheus)")
+    return subprocess.run([found, *args], input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def test_lock_wait_is_the_oldest_waiting_launch_and_the_queue_counts_every_launch_not_started():
@@ -278,6 +293,37 @@ def test_each_drained_card_says_who_drained_it():
     assert collect(Reading(1, node_snapshot()))["tpnode_card_drain_info"].samples == []
 
 
+def test_each_cards_last_check_is_served_as_prometheus_names_it_and_promtool_accepts_it():
+    from tpnode_tui.model.checks import FAILED, PASSED, CardCheck
+
+    snap = node_snapshot()
+    checks = {
+        2: CardCheck(2, "GPU-2", "root", T - 70, T - 60, "boot-a", FAILED, ()),
+        5: CardCheck(5, "GPU-5", "root", T - 20, T - 10, "boot-a", PASSED, ()),
+    }
+    cards = tuple(replace(c, check=checks.get(c.index)) for c in snap.cards)
+    text = generate(Reading(1, replace(snap, cards=cards)))
+    found = families(text)
+    when = {s.labels["gpu"]: s.value for s in found["tpnode_card_check_timestamp_seconds"].samples}
+    assert when == {"2": T - 60, "5": T - 10}  # a card never checked has no sample
+    outcome = {(s.labels["gpu"], s.labels["outcome"]): s.value for s in found["tpnode_card_check_outcome"].samples}
+    assert outcome == {
+        ("2", "passed"): 0,
+        ("2", "failed"): 1,
+        ("2", "unknown"): 0,
+        ("5", "passed"): 1,
+        ("5", "failed"): 0,
+        ("5", "unknown"): 0,
+    }
+    ours = "\n".join(line for line in text.splitlines() if "tpnode_card_check_" in line) + "\n"
+    linted = promtool("check", "metrics", stdin=ours)
+    assert (linted.returncode, linted.stdout + linted.stderr) == (0, "")
+    assert promtool(
+        "check", "metrics", stdin=ours.replace("tpnode_card_check_outcome", "CheckOutcome_total")
+    ).returncode
+    assert collect(Reading(1, node_snapshot()))["tpnode_card_check_outcome"].samples == []
+
+
 def test_an_idle_reservation_is_served_with_its_owner_and_seconds_unused():
     jobs = (job("rsv-1", (0,), kind="reservation", owner="eve\x1b[2J"), job("rsv-2", (1,), kind="reservation"))
     snap = replace(node_snapshot(jobs=jobs), idle={"rsv-1": T - 3600})
@@ -343,12 +389,14 @@ async def test_every_metric_an_alert_reads_is_served_by_a_real_agent(tmp_path):
         node = AgentNode(agent.socket)
         try:
             await node.reserve(ReserveRequest(cards=1, duration_s=3600, run_id="rsv-idle"))
+            checked = await node.check(5)  # someone's process is on it: it fails
         finally:
             await node.close()
+        assert checked.outcome == "failed"
         cards = scene_cards()
         cards[7]["xid_events"] = [{"id": "e1", "xid": 48}]  # drains the card until an operator undrains it
         write_scene(agent.scene, cards)
-        await scrape_when(agent, lambda f: f["tpnode_card_drain_info"].samples)
+        await scrape_when(agent, lambda f: any(s.labels["gpu"] == "7" for s in f["tpnode_card_drain_info"].samples))
         clock.advance(120)  # past TUNEPLANE_IDLE_RESERVATION_MIN, 1 here
         found = await scrape_when(
             agent,
@@ -361,8 +409,11 @@ async def test_every_metric_an_alert_reads_is_served_by_a_real_agent(tmp_path):
     named = alerted_names()
     assert {"tpnode_card_drain_info", "tpnode_usage_ledger_last_write_timestamp_seconds"} <= named
     assert named - names_in(found) == set()
-    [drain] = found["tpnode_card_drain_info"].samples
-    assert drain.labels == {"gpu": "7", "source": "xid", "xid": "48"}
+    drains = {s.labels["gpu"]: s.labels for s in found["tpnode_card_drain_info"].samples}
+    assert drains["7"] == {"gpu": "7", "source": "xid", "xid": "48"}
+    assert drains["5"] == {"gpu": "5", "source": "check", "xid": ""}  # drained for the check it failed
+    failed = [s.labels for s in found["tpnode_card_check_outcome"].samples if s.value == 1]
+    assert failed == [{"gpu": "5", "outcome": "failed"}]
     [idle] = found["tpnode_reservation_idle_seconds"].samples
     assert idle.labels == {"run_id": "rsv-idle", "owner": "root"} and idle.value >= 120
     held = {s.labels["user"]: s.value for s in found["tpnode_card_seconds_held"].samples}

@@ -168,3 +168,44 @@ def test_evict_asked_on_a_terminal_signals_what_it_listed_and_nothing_that_came_
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+def test_a_card_that_fell_off_the_bus_is_undrained_only_after_a_reboot_and_a_check_passed_since(accounts, tmp_path):
+    """XID 79 drains a card until the node reboots: undrain refuses it, saying why and
+    what to do, until the boot id has changed and the card has passed a check since;
+    a check is an operator's, and says what it found."""
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-a\n")
+    with SharedNode.started(accounts, "tpn-check-", TUNEPLANE_BOOT_ID=str(boot)) as node:
+        carol, bob = accounts.carol, accounts.bob
+        cards = [{"memory_total_mib": 143771} for _ in range(8)]
+        cards[7]["xid_events"] = [{"id": "off-the-bus", "xid": 79}]
+        write_scene(node.scene, cards)
+        until(lambda: card(node.status(bob), 7)["state"] == "drained", "XID 79 to drain card 7")
+
+        refused = node.cli(carol, "undrain", "7")
+        assert refused.returncode == 1, refused.stdout
+        assert "card 7 stays drained until the node has rebooted: XID 79: GPU has fallen off the bus" in refused.stderr
+        assert "reboot it, then check the card (tpnode-tui check 7)" in refused.stderr
+        assert card(node.status(bob), 7)["state"] == "drained"
+
+        assert node.cli(bob, "check", "7").returncode == 77  # operators only
+        before = node.cli(carol, "check", "7")
+        assert before.returncode == 1 and "card 7 failed its check" in before.stdout, before.stdout + before.stderr
+        assert "the node has not rebooted since the drain" in before.stdout
+
+        boot.write_text("boot-b\n")  # the node has rebooted
+        unchecked = node.cli(carol, "undrain", "7")
+        assert unchecked.returncode == 1 and "no check of the card has passed since" in unchecked.stderr
+        after = node.cli(carol, "check", "7", "--json")
+        assert after.returncode == 0, after.stdout + after.stderr
+        assert json.loads(after.stdout)["outcome"] == "passed"
+        assert card(node.status(bob), 7)["check"]["outcome"] == "passed"
+
+        back = node.cli(carol, "undrain", "7")
+        assert back.returncode == 0 and "card 7 is back in service" in back.stdout, back.stderr
+        assert card(node.status(bob), 7)["state"] == "free"
+        kinds = [
+            json.loads(line)["kind"] for line in node.cli(bob, "events", "--json", "--card", "7").stdout.splitlines()
+        ]
+        assert {"xid", "drain", "check", "undrain"} <= set(kinds)

@@ -61,7 +61,7 @@ def test_a_rule_test_that_expects_otherwise_fails(tmp_path):
 def test_every_alert_is_shown_firing_and_not_firing():
     tests = RULE_TESTS.read_text()
     names = alert_names()
-    assert len(names) == 6, names
+    assert len(names) == 7, names
     for name in names:
         evals = re.findall(rf"alertname: {name}\n\s*exp_alerts:( \[\])?", tests)
         assert "" in evals, f"{name} is never shown firing"

@@ -66,6 +66,11 @@ def test_every_variable_is_read():
         "TUNEPLANE_XID_DRAIN": "79, 48,48",
         "TUNEPLANE_XID_IGNORE": "13",
         "TUNEPLANE_EVICT_GRACE_S": "2.5",
+        "TUNEPLANE_CHECK_TIMEOUT_S": "12",
+        "TUNEPLANE_CHECK_COMMAND": "dcgmi diag -r 2 -i {card} --note 'card {uuid}'",
+        "TUNEPLANE_CHECK_COMMAND_TIMEOUT_S": "600",
+        "TUNEPLANE_RETURN_AFTER_CHECK": "on",
+        "TUNEPLANE_BOOT_ID": "/tmp/boot_id",
         "TUNEPLANE_FLEET_URL": "redis://fleet:6379/2",
         "TUNEPLANE_NODE_NAME": "gpu-07",
         "TUNEPLANE_FLEET_PUBLISH_S": "2.5",
@@ -117,6 +122,9 @@ def test_every_variable_is_read():
     assert (policy.max_cards_for, policy.images) == ((("alice", 4), ("@students", 1)), ("busybox:*", "nvcr.io/*"))
     assert (triage.xid_drain, triage.xid_ignore) == ((48, 79), (13,))
     assert (triage.idle_reservation_min, triage.evict_grace_s) == (45, 2.5)
+    assert triage.check_command == ("dcgmi", "diag", "-r", "2", "-i", "{card}", "--note", "card {uuid}")
+    assert (triage.check_timeout_s, triage.check_command_timeout_s, triage.return_after_check) == (12, 600, True)
+    assert triage.boot_id == Path("/tmp/boot_id")
     assert (fleet.url, fleet.node_name, fleet.node) == ("redis://fleet:6379/2", "gpu-07", "gpu-07")
     assert fleet.publish_s == 2.5
     assert str(fleet.ssh_address) == "gpu-07.example.org"
@@ -269,6 +277,18 @@ def test_a_web_token_that_could_be_guessed_or_cannot_travel_in_a_header_is_refus
     with pytest.raises(ConfigError, match=f"TUNEPLANE_WEB_TOKEN.*{said}") as err:
         load_settings({"TUNEPLANE_WEB_TOKEN": given})
     assert given not in str(err.value)
+
+
+def test_a_check_command_is_read_as_words_never_through_a_shell_and_bad_quoting_is_refused():
+    assert load_settings({}).triage.check_command == ()
+    assert load_settings({"TUNEPLANE_CHECK_COMMAND": "burn.sh; rm -rf /"}).triage.check_command == (
+        "burn.sh;",
+        "rm",
+        "-rf",
+        "/",
+    )
+    with pytest.raises(ConfigError, match="TUNEPLANE_CHECK_COMMAND=.*is not a command line"):
+        load_settings({"TUNEPLANE_CHECK_COMMAND": "dcgmi diag 'unclosed"})
 
 
 def test_xid_lists_default_to_the_catalog_and_none_means_no_drains():

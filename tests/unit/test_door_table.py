@@ -33,6 +33,7 @@ from tpnode_tui.port.operations import OPERATIONS
 from tpnode_tui.port.types import (
     AuditRequest,
     CancelRequest,
+    CheckRequest,
     DrainRequest,
     EventsRequest,
     EvictRequest,
@@ -84,7 +85,8 @@ SAMPLES = {
     "notify_add": NotifyAddRequest("ntfy://user:s3cret@ntfy.example/topic", node=True),
     "notify_remove": NotifyRemoveRequest(2),
     "drain": DrainRequest(3, "fan failing"),
-    "undrain": UndrainRequest(3),
+    "undrain": UndrainRequest(3, force=True),
+    "check": CheckRequest(3),
     "evict": EvictRequest(1, 4242, kill=True, started_at=1_700_000_000.5),
 }
 

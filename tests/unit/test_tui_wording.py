@@ -85,6 +85,39 @@ def test_a_job_on_an_unhealthy_card_keeps_its_job_and_carries_the_warning():
     assert "2m05s ago" in text
 
 
+def test_the_detail_pane_says_how_a_cards_last_check_ended_what_kept_it_out_and_what_was_done():
+    from tpnode_tui.model.checks import FAILED, MET, NOT_MET, PASSED, CardCheck, CommandRun, Finding
+
+    drain = Drain(4, "failed its check: PCIe link x8, below its maximum width x16", "check", NOW - 600, "check")
+    failed = CardCheck(
+        4,
+        "GPU-4",
+        "carol",
+        NOW - 700,
+        NOW - 600,
+        "boot-a",
+        FAILED,
+        (
+            Finding("answers", MET, "the card answers by its uuid GPU-4"),
+            Finding("pcie", NOT_MET, "PCIe link x8, below its maximum width x16"),
+            Finding("command", NOT_MET, "burn GPU-4 ended with exit code 3 after 1m40s; it said: page fault"),
+        ),
+        CommandRun("burn GPU-4", 3, 100.0, tail=("page fault",)),
+        "drained",
+    )
+    text = describe_card(CardView(4, "drained", facts(4), drain=drain, check=failed), NOW, 512).plain
+    assert "by the node, " in text and "for a failed check; it stays out of service until a check passes" in text
+    assert "check   failed at " in text and "(10m00s ago), by carol; drained" in text
+    assert "pcie: PCIe link x8, below its maximum width x16" in text and "answers:" not in text
+    assert "its command said: page fault" in text
+    passed = CardCheck(4, "GPU-4", "carol", NOW - 70, NOW - 60, "boot-b", PASSED, (), None, "returned to service")
+    text = describe_card(CardView(4, "free", facts(4), check=passed), NOW, 512).plain
+    assert "passed at " in text and "by carol; returned to service" in text
+    rebooting = Drain(4, "XID 79: GPU has fallen off the bus; reboot the node", "xid", NOW - 60, "xid", 79, reboot=True)
+    text = describe_card(CardView(4, "drained", facts(4), drain=rebooting), NOW, 512).plain
+    assert "until the node has rebooted and a check has passed, or an operator undrains it" in text
+
+
 def test_fields_a_driver_does_not_give_show_as_na():
     card = CardView(0, "free", CardFacts(index=0))
     tile = render_tile(card, 25, NOW, False).plain

@@ -136,6 +136,55 @@ def test_what_the_node_says_of_cards_held_and_unused_travels_and_an_older_node_s
             snapshot_from_json(doc | {key: {"r": "soon"}})
 
 
+def test_a_cards_last_check_and_what_its_drain_keeps_travel_and_an_older_node_says_none(demo_doc):
+    from tpnode_tui.model.checks import FAILED, NOT_MET, CardCheck, CommandRun, Finding
+    from tpnode_tui.model.views import Drain
+
+    check = CardCheck(
+        2,
+        "GPU-2",
+        "root",
+        10.0,
+        12.5,
+        "boot-a",
+        FAILED,
+        (Finding("pcie", NOT_MET, "PCIe link x8, below its maximum width x16"),),
+        CommandRun("burn GPU-2", 1, 2.0, tail=("fault",)),
+        "drained",
+    )
+    drain = Drain(2, "failed its check", "check", 12.5, "check", boot="boot-a", ecc=4, later_xid=13, later_xid_at=13.0)
+    cards = list(demo_doc.cards)
+    cards[2] = replace(cards[2], check=check, drain=drain)
+    snap = replace(demo_doc, cards=tuple(cards))
+    doc = json.loads(json.dumps(snapshot_to_json(snap)))
+    assert doc["cards"][2]["check"]["outcome"] == "failed" and doc["cards"][2]["drain"]["source"] == "check"
+    assert snapshot_from_json(doc) == snap
+    older = copy.deepcopy(doc)
+    del older["cards"][2]["check"]
+    for key in ("boot", "reboot", "ecc", "later_xid", "later_xid_at"):
+        del older["cards"][2]["drain"][key]
+    back = snapshot_from_json(older).cards[2]
+    assert back.check is None and back.drain == Drain(2, "failed its check", "check", 12.5, "check")
+    with pytest.raises(WireError, match=r"snapshot.cards\[2\].check.outcome is"):
+        snapshot_from_json(
+            doc
+            | {
+                "cards": [
+                    *doc["cards"][:2],
+                    doc["cards"][2] | {"check": check_to_json_with(outcome="?")},
+                    *doc["cards"][3:],
+                ]
+            }
+        )
+
+
+def check_to_json_with(**changed):
+    from tpnode_tui.model.checks import PASSED, CardCheck
+    from tpnode_tui.port.wire import check_to_json
+
+    return check_to_json(CardCheck(2, None, "root", 1.0, 2.0, None, PASSED, ())) | changed
+
+
 @pytest.mark.parametrize(
     "damage, says",
     [

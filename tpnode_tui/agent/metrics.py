@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tpnode_tui import __version__
+from tpnode_tui.model.checks import OUTCOMES
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.states import CARD_STATES, SLICE_STATES
@@ -145,6 +146,7 @@ class NodeCollector(Collector):
         yield from _card_states(cards)
         yield from _slice_states(cards)
         yield _drains(cards)
+        yield from _checks(cards)
         yield _idle_reservations(snap, now)
         yield _job_fences(snap.jobs if snap is not None else ())
         yield from _node_gauges(snap, stale, now)
@@ -183,6 +185,28 @@ def _drains(cards: Sequence[CardView]) -> GaugeMetricFamily:
         if d is not None:
             drained.add_metric([str(card.index), _text(d.source), "" if d.xid is None else str(d.xid)], 1)
     return drained
+
+
+def _checks(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
+    """Each card's last check (tpnode-tui check): when it ended, and how, one series
+    an outcome (1 for its own); no sample for a card never checked."""
+    when = GaugeMetricFamily(
+        "tpnode_card_check_timestamp_seconds", "When the card's last check ended (unix seconds)", labels=["gpu"]
+    )
+    outcome = GaugeMetricFamily(
+        "tpnode_card_check_outcome",
+        "1 for how the card's last check ended (passed, failed, unknown), 0 for the others",
+        labels=["gpu", "outcome"],
+    )
+    for card in cards:
+        c = card.check
+        if c is None:
+            continue
+        when.add_metric([str(card.index)], c.at)
+        for o in OUTCOMES:
+            outcome.add_metric([str(card.index), o], 1 if o == c.outcome else 0)
+    yield when
+    yield outcome
 
 
 def _idle_reservations(snap: Optional[NodeSnapshot], now: float) -> GaugeMetricFamily:

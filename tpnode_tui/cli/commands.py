@@ -21,6 +21,7 @@ from tpnode_tui.cli.become import become, shell_argv
 from tpnode_tui.cli.output import (
     event_line,
     print_audit,
+    print_check,
     print_evicted,
     print_notify,
     print_queue,
@@ -52,7 +53,7 @@ from tpnode_tui.model.views import Evicted, EvictReport
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
-from tpnode_tui.text.render import env_lines
+from tpnode_tui.text.render import cards_words, env_lines
 from tpnode_tui.text.status import time_left
 
 T = TypeVar("T")
@@ -527,6 +528,11 @@ async def _drain(run: Run) -> None:
 
 def _undrain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cards", type=card_list, metavar="CARD[,CARD...]")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="even a card drained until the node reboots, before a reboot and a check passed since",
+    )
     _json_flag(parser)
 
 
@@ -534,11 +540,36 @@ def _undrain_arguments(parser: argparse.ArgumentParser) -> None:
 async def _undrain(run: Run) -> None:
     args = run.args
     for card in args.cards:
-        drain = await run.node.undrain(card)
+        drain = await run.node.undrain(card, force=args.force)
         if args.json:
             print(json.dumps(asdict(drain)))
         else:
             print(f"card {drain.card} is back in service (it was drained: {drain.reason})")
+
+
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cards", type=card_list, metavar="CARD[,CARD...]")
+    _json_flag(parser, "one JSON object per card")
+
+
+@node_command("check", "check cards before they go back into service (operators)", _check_arguments, straight=True)
+async def _check(run: Run) -> None:
+    """One card after the other (a card's own test may take minutes, and two at
+    once on one node may disturb each other); exit 1 when any did not pass."""
+    from tpnode_tui.port.wire import check_to_json
+
+    args = run.args
+    not_passed = []
+    for card in args.cards:
+        check = await run.node.check(card)
+        if args.json:
+            print(json.dumps(check_to_json(check)), flush=True)
+        else:
+            print_check(check)
+        if not check.passed:
+            not_passed.append(card)
+    if not_passed:
+        raise TpnodeError(f"{cards_words(not_passed)} did not pass {'its' if len(not_passed) == 1 else 'their'} check")
 
 
 def _evict_arguments(parser: argparse.ArgumentParser) -> None:

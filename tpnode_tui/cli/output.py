@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, Optional, Sequence, TextIO
 
+from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import EvictReport
@@ -95,6 +96,20 @@ def print_evicted(report: EvictReport, out: Optional[TextIO] = None) -> None:
             f"{p.command or 'command not readable'}: {p.fate}",
             file=out,
         )
+
+
+def print_check(check: CardCheck, out: Optional[TextIO] = None) -> None:
+    """A card's check: what became of it, then each criterion on its own line,
+    and the last lines its command wrote."""
+    out = out or sys.stdout
+    shown = printable_view(check)
+    effect = f"; {shown.effect}" if shown.effect else ""
+    print(f"card {shown.card} {shown.summary()}{effect}", file=out)
+    for f in shown.findings:
+        print(f"  {f.outcome:<8} {f.name:<14} {f.words}", file=out)
+    if shown.command is not None:
+        for line in shown.command.tail:
+            print(f"  {'':<8} {'':<14} | {line}", file=out)
 
 
 def event_line(entry: dict[str, Any], now: float) -> str:

@@ -108,6 +108,19 @@ def text(name: str, raw: str) -> str:
     return raw.strip()
 
 
+def command(name: str, raw: str) -> tuple[str, ...]:
+    """A command line, split into words as a shell would (quotes, backslashes), and
+    never run through one; empty: none."""
+    import shlex
+
+    if "\x00" in raw:
+        raise ConfigError(f"{name} holds a NUL character, which no command line can")
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as e:
+        raise ConfigError(f"{name}={raw!r} is not a command line ({e})") from None
+
+
 def patterns(name: str, raw: str) -> tuple[str, ...]:
     """ "busybox:*, nvcr.io/*" -> ("busybox:*", "nvcr.io/*")."""
     return tuple(p.strip() for p in raw.split(",") if p.strip())

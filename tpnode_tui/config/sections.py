@@ -394,7 +394,7 @@ class TriageSettings:
     xid_drain: tuple[int, ...] = setting(
         DEFAULT_XID_DRAIN,
         "TUNEPLANE_XID_DRAIN",
-        "XIDs that drain their card until an operator undrains it (none: none do)",
+        "XIDs that drain their card until an operator undrains it, or a check puts it back (none: none do)",
         read.xids,
     )
     xid_ignore: tuple[int, ...] = setting(
@@ -411,6 +411,37 @@ class TriageSettings:
         "TUNEPLANE_EVICT_GRACE_S",
         "seconds an evicted process has between SIGTERM and being reported (or SIGKILLed)",
         read.decimal(0.1, 3600),
+    )
+    check_timeout_s: float = setting(
+        30.0,
+        "TUNEPLANE_CHECK_TIMEOUT_S",
+        "seconds a check's NVML reading (tier A, a process of its own) may take before it is killed",
+        read.decimal(1, MAX_PROBE_TIMEOUT_S),
+    )
+    #: the words of the command; () for none
+    check_command: tuple[str, ...] = setting(
+        (),
+        "TUNEPLANE_CHECK_COMMAND",
+        "a card's own test, run by a check after NVML's answers pass ({uuid} and {card} put in); exit 0 passes",
+        read.command,
+    )
+    check_command_timeout_s: float = setting(
+        1800.0,
+        "TUNEPLANE_CHECK_COMMAND_TIMEOUT_S",
+        "seconds the check command may run before it is killed and the card fails its check",
+        read.decimal(1, 7 * 86400),
+    )
+    return_after_check: bool = setting(
+        False,
+        "TUNEPLANE_RETURN_AFTER_CHECK",
+        "a card the node drained itself (an XID, a failed check) goes back into service once a check passes",
+        read.switch,
+    )
+    boot_id: Path = setting(
+        Path("/proc/sys/kernel/random/boot_id"),
+        "TUNEPLANE_BOOT_ID",
+        "where the kernel tells this boot's id: a drain for an XID that needs a reboot lasts until it changes",
+        read.absolute_path,
     )
 
     def __post_init__(self) -> None:

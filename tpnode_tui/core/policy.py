@@ -111,6 +111,11 @@ class Policy:
             held = f"{job.key}" + (f" belongs to {owner}" if owner else " has no recorded owner")
         raise NotAllowed(f"{held}; {self._who_may(owner, action)}")
 
+    def check_operator(self, caller: Caller, what: str) -> None:
+        """Refuse what only an operator may do (drain, undrain, evict, check a card)."""
+        if not caller.operator:
+            raise NotAllowed(f"{caller.user} may not {what}: only an operator ({self.operators.describe()}) may")
+
     def check_cancel(self, caller: Caller, run_id: str, owner: str, owner_uid: Optional[int]) -> None:
         if caller.operator or is_owner(owner_uid, owner, caller.uid, caller.user):
             return

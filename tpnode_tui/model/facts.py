@@ -110,6 +110,9 @@ class CardFacts:
     #: always its index; ``None`` when the probe could not read it (then a job
     #: cannot be fenced to it)
     minor: Optional[int] = None
+    #: uncorrectable ECC errors over the card's life (NVML's aggregate counter, which a
+    #: reboot keeps): what a drain compares a later check with. None: not read, or no ECC
+    ecc_uncorrected_total: Optional[int] = None
 
     def in_use(self, mem_busy_mib: int) -> bool:
         """Whether something holds this card, or any part of it, by either signal.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.facts import CardFacts, SliceFacts
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.states import CardStateName, SliceStateName
@@ -54,13 +55,16 @@ class HolderInfo:
     job_elsewhere: Optional[str] = None
 
 
-#: Who took a card out of service: an operator, or the XID watcher.
-DRAIN_SOURCES = ("operator", "xid")
+#: Who took a card out of service: an operator, the XID watcher, or a check the card failed.
+DRAIN_SOURCES = ("operator", "xid", "check")
+#: the drains the node made itself: only these may it lift, after a check passes
+NODE_DRAINS = ("xid", "check")
 
 
 @dataclass(frozen=True)
 class Drain:
-    """A card taken out of service until an operator puts it back.
+    """A card taken out of service until an operator puts it back (or, for a
+    drain the node made itself, a check that passes: TUNEPLANE_RETURN_AFTER_CHECK).
 
     Drains live in the state dir (:mod:`~tpnode_tui.state.drains`) and outlive
     restarts: a card drained for a fault must not come back because the
@@ -74,10 +78,25 @@ class Drain:
     by: str
     #: unix seconds
     at: float
-    #: "operator" or "xid"
+    #: "operator", "xid" or "check"
     source: str = "operator"
     #: the XID that drained it, when one did
     xid: Optional[int] = None
+    #: the boot it was drained in (/proc/sys/kernel/random/boot_id); None: not recorded
+    boot: Optional[str] = None
+    #: it stays drained until the node has rebooted (an XID whose cure is a reboot)
+    reboot: bool = False
+    #: the card's uncorrectable ECC errors (over its life) when the node first read it
+    #: drained; a check compares with it. None until then, or on a card without ECC
+    ecc: Optional[int] = None
+    #: the last XID the card reported after it was drained, and when
+    later_xid: Optional[int] = None
+    later_xid_at: Optional[float] = None
+
+    @property
+    def by_node(self) -> bool:
+        """Made by the node itself (an XID, a failed check), not by an operator."""
+        return self.source in NODE_DRAINS
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,8 @@ class CardView:
     drain: Optional[Drain] = None
     #: its MIG slices, one per MIG device the driver reports, in index order
     slices: tuple[SliceView, ...] = ()
+    #: its last check (tpnode-tui check), where one was made
+    check: Optional[CardCheck] = None
 
     @property
     def intruders(self) -> tuple[int, ...]:

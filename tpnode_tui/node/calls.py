@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, TypeVar
 
+from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
@@ -23,6 +24,7 @@ from tpnode_tui.port.types import (
     AuditPage,
     AuditRequest,
     CancelRequest,
+    CheckRequest,
     DrainRequest,
     EventsPage,
     EventsRequest,
@@ -104,8 +106,11 @@ class Calls:
     async def drain(self, card: int, reason: str) -> Drain:
         return await self.call(ops.DRAIN, DrainRequest(card, reason))
 
-    async def undrain(self, card: int) -> Drain:
-        return await self.call(ops.UNDRAIN, UndrainRequest(card))
+    async def undrain(self, card: int, *, force: bool = False) -> Drain:
+        return await self.call(ops.UNDRAIN, UndrainRequest(card, force))
+
+    async def check(self, card: int) -> CardCheck:
+        return await self.call(ops.CHECK, CheckRequest(card))
 
     async def evict(
         self,

@@ -85,7 +85,7 @@ async def open_node(
     if settings.agent.host is not None:
         node = agent_for(settings)
         try:
-            await node.check()
+            await node.reach()
         except BaseException:
             await node.close()
             raise

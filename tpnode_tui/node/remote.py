@@ -175,7 +175,7 @@ class AgentNode(Calls):
         path, body = op.sent(request)
         return op.answer.decode(await self._call(op.method, path, body))
 
-    async def check(self) -> None:
+    async def reach(self) -> None:
         """Ask the agent whether it answers: AgentUnavailable, saying why, when it
         does not; AgentForbidden where this account may not reach it."""
         await self.call(ops.WHOAMI, Nothing())
@@ -183,7 +183,7 @@ class AgentNode(Calls):
     async def answers(self) -> bool:
         """Whether an agent answers now (AgentForbidden is not "no agent": it is raised)."""
         try:
-            await self.check()
+            await self.reach()
         except AgentUnavailable:
             return False
         return True

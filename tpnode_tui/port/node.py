@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
+from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
@@ -93,9 +94,17 @@ class Node(Protocol):
         """Take a card out of service (operators; NotAllowed otherwise)."""
         ...
 
-    async def undrain(self, card: int) -> Drain:
+    async def undrain(self, card: int, *, force: bool = False) -> Drain:
         """Put a drained card back (operators); Conflict, naming the problem, while
-        the card still reports one. Returns the drain that was lifted."""
+        the card still reports one, or (unless ``force``) while a drain until the
+        node reboots has not seen a reboot and a check passed since. Returns the
+        drain that was lifted."""
+        ...
+
+    async def check(self, card: int) -> CardCheck:
+        """Check a card before it goes back into service (operators): the check as
+        it ended, passed or not, with what the node did with the card after it;
+        Conflict while a job holds the card or another check runs on it."""
         ...
 
     async def evict(

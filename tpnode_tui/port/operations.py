@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Generic, Literal, Optional, Protocol, TypeVar
 from urllib.parse import urlencode
 
+from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
@@ -34,6 +35,7 @@ from tpnode_tui.port.types import (
     AuditPage,
     AuditRequest,
     CancelRequest,
+    CheckRequest,
     DrainRequest,
     EventsPage,
     EventsRequest,
@@ -63,6 +65,8 @@ from tpnode_tui.port.usage import usage_from_json, usage_to_json
 from tpnode_tui.port.wire import (
     Reader,
     WireError,
+    check_from_json,
+    check_to_json,
     drain_from_json,
     drain_to_json,
     event_from_json,
@@ -287,6 +291,7 @@ def _notify_list_from(doc: Any) -> NotifyList:
 
 _NOTIFY: Answer[NotifyList] = Answer(_notify_list_from, _notify_list)
 _DRAIN: Answer[Drain] = Answer(_one("drain", drain_from_json), lambda d: {"drain": drain_to_json(d)})
+_CHECKED: Answer[CardCheck] = Answer(_one("check", check_from_json), lambda c: {"check": check_to_json(c)})
 _EVICTED: Answer[EvictReport] = Answer(_one("evict", evict_from_json), lambda e: {"evict": evict_to_json(e)})
 
 
@@ -392,6 +397,15 @@ DRAIN = Operation(
 UNDRAIN = Operation(
     "undrain", "POST", "/v1/undrain", UndrainRequest, _DRAIN, "operators", "put a drained card back in service"
 )
+CHECK = Operation(
+    "check",
+    "POST",
+    "/v1/check",
+    CheckRequest,
+    _CHECKED,
+    "operators",
+    "check a card before it goes back into service",
+)
 EVICT = Operation(
     "evict", "POST", "/v1/evict", EvictRequest, _EVICTED, "operators", "end what squats on a card from outside"
 )
@@ -447,5 +461,6 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     NOTIFY_REMOVE,
     DRAIN,
     UNDRAIN,
+    CHECK,
     EVICT,
 )

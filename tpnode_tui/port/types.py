@@ -313,10 +313,30 @@ class DrainRequest:
 
 @dataclass(frozen=True)
 class UndrainRequest:
+    """Put a drained card back in service (operators); ``force``: even a card
+    drained until the node reboots that has not rebooted, or passed no check since."""
+
     card: int
+    force: bool = False
 
     @classmethod
     def parse(cls, r: Reader, limits: Limits) -> UndrainRequest:
+        known_fields(r, "card", "force")
+        return cls(_card(r), r.flag("force", False))
+
+    def to_json(self) -> dict[str, Any]:
+        # "force" only when asked: an agent from before it refuses a field it does not know
+        return {"card": self.card} | ({"force": True} if self.force else {})
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """Check a card before it goes back into service (operators)."""
+
+    card: int
+
+    @classmethod
+    def parse(cls, r: Reader, limits: Limits) -> CheckRequest:
         known_fields(r, "card")
         return cls(_card(r))
 

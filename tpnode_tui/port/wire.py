@@ -18,6 +18,7 @@ import math
 from dataclasses import asdict
 from typing import Any, Callable, Optional, TypeVar
 
+from tpnode_tui.model.checks import FINDINGS, OUTCOMES, CardCheck, CommandRun, Finding
 from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
 from tpnode_tui.model.jobs import FENCE_MECHANISMS, DeviceFence, JobState, Launched, QueuedLaunch, ShellEntry, SliceRef
@@ -163,6 +164,7 @@ _FACT_KEYS = (
     "utilization_pct",
     "temperature_c",
     "power_w",
+    "ecc_uncorrected_total",
 )
 
 
@@ -177,6 +179,7 @@ def _card_json(c: CardView) -> dict[str, Any]:
         "warning": c.warning,
         "intruders": list(c.intruders),
         "drain": None if c.drain is None else drain_to_json(c.drain),
+        "check": None if c.check is None else check_to_json(c.check),
         **{key: getattr(f, key) if f else None for key in _FACT_KEYS},
         "processes": (None if f is None or f.processes is None else [asdict(p) for p in f.processes]),
         "health": list(f.health) if f else [],
@@ -237,6 +240,14 @@ def _job_json(j: JobState) -> dict[str, Any]:
 
 def drain_to_json(d: Drain) -> dict[str, Any]:
     return asdict(d)
+
+
+def check_to_json(c: CardCheck) -> dict[str, Any]:
+    """A card's check as ``check --json`` prints it, the agent answers it and ``status --json`` shows it."""
+    return asdict(c) | {
+        "findings": [asdict(f) for f in c.findings],
+        "command": None if c.command is None else asdict(c.command) | {"tail": list(c.command.tail)},
+    }
 
 
 # ── reading back ────────────────────────────────────────────────────────────
@@ -397,11 +408,50 @@ def _drain(r: Reader) -> Drain:
         at=r.number("at"),
         source=r.choice("source", DRAIN_SOURCES, "operator"),
         xid=r.opt_whole("xid"),
+        # written before checks: none of these was kept
+        boot=r.opt_text("boot"),
+        reboot=r.flag("reboot", False),
+        ecc=r.opt_whole("ecc"),
+        later_xid=r.opt_whole("later_xid"),
+        later_xid_at=r.opt_number("later_xid_at"),
     )
 
 
 def drain_from_json(doc: Any, where: str = "drain") -> Drain:
     return _drain(Reader(doc, where))
+
+
+def _finding(r: Reader) -> Finding:
+    return Finding(name=r.text("name"), outcome=r.choice("outcome", FINDINGS), words=r.text("words"))
+
+
+def _command_run(r: Reader) -> CommandRun:
+    return CommandRun(
+        command=r.text("command"),
+        exit_code=r.opt_whole("exit_code"),
+        seconds=r.number("seconds"),
+        tail=r.texts("tail"),
+        timed_out=r.flag("timed_out", False),
+        problem=r.opt_text("problem"),
+    )
+
+
+def check_from_json(doc: Any, where: str = "check") -> CardCheck:
+    """The check :func:`check_to_json` wrote; WireError naming the first thing wrong."""
+    r = Reader(doc, where).only("card", "uuid", "by", "began", "at", "boot", "outcome", "findings", "command", "effect")
+    command = r.doc.get("command")
+    return CardCheck(
+        card=r.whole("card"),
+        uuid=r.opt_text("uuid"),
+        by=r.text("by"),
+        began=r.number("began"),
+        at=r.number("at"),
+        boot=r.opt_text("boot"),
+        outcome=r.choice("outcome", OUTCOMES),
+        findings=tuple(r.each("findings", _finding)),
+        command=None if command is None else _command_run(Reader(command, f"{where}.command")),
+        effect=r.text("effect", ""),
+    )
 
 
 def _process(r: Reader) -> ProcessFacts:
@@ -479,6 +529,7 @@ def _facts(r: Reader, slices: Optional[list[tuple[SliceFacts, Reader]]]) -> Opti
         utilization_pct=r.opt_whole("utilization_pct"),
         temperature_c=r.opt_whole("temperature_c"),
         power_w=r.opt_number("power_w"),
+        ecc_uncorrected_total=r.opt_whole("ecc_uncorrected_total"),
         processes=None if processes is None else tuple(r.each("processes", _process)),
         health=r.texts("health"),
         # written before MIG: a card nobody said is split is whole
@@ -602,6 +653,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
                 warning=c.opt_text("warning"),
                 drain=None if c.doc.get("drain") is None else _drain(Reader(c.doc["drain"], f"{c.where}.drain")),
                 slices=tuple(parts),
+                check=None if c.doc.get("check") is None else check_from_json(c.doc["check"], f"{c.where}.check"),
             )
         )
     occupancy = GpuOccupancy(

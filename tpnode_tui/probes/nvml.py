@@ -227,6 +227,15 @@ def _recovery_action(nv: Any, handle: Any) -> Optional[int]:
     return int(value.value.uiVal)
 
 
+def _ecc_total(nv: Any, handle: Any) -> Optional[int]:
+    """Uncorrectable ECC errors over the card's life (the aggregate counter, which a
+    reboot keeps); None where the binding has no such counter."""
+    aggregate = getattr(nv, "NVML_AGGREGATE_ECC", None)
+    if aggregate is None:
+        return None
+    return int(nv.nvmlDeviceGetTotalEccErrors(handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, aggregate))
+
+
 def _mig_modes(nv: Any, handle: Any) -> tuple[bool, Optional[bool]]:
     """(MIG on now, the mode after the next reset where it differs, else None).
 
@@ -371,6 +380,7 @@ class _CardReader:
             power_w=round(milliwatts / 1000.0, 2) if milliwatts is not None else None,
             processes=processes,
             health=self.faults(handle),
+            ecc_uncorrected_total=self.field("the ECC error count", _ecc_total, nv, handle),
             mig_mode=mig_mode,
             mig_pending=mig_pending,
             slices=slices,

@@ -16,6 +16,17 @@ a missing one takes its idle value)::
                 "xid_events": [{"id": "e1", "xid": 79}]}]}
 
 ``hw_slowdown`` is true, or names its cause ("thermal", "power brake").
+Beside them ``health`` may say ``ecc_uncorrected_total``, the card's
+uncorrectable ECC errors over its life (0 unless given), and a card its
+driver's ``recovery_action`` (NVML field 230, 0 unless given: see
+``xid_events``), which makes it unhealthy as NVML's does.
+
+What only a check asks (``tpnode-tui check``, read by its own process): a
+card's PCIe link, ``"pcie": {"gen": 5, "max_gen": 5, "width": 16,
+"max_width": 16}`` (each at its maximum unless given), its performance
+state ``"pstate"`` (0 unless given; a card saving power, P8, lowers its
+link's generation), and ``"check_hang_s"``, how long its driver takes to
+answer a check (at or past the check's time-out, it does not answer).
 A card's ``minor`` is its device minor (its file is ``/dev/nvidia<minor>``),
 its index unless given (none past 253, where minors end); ``null``: the
 driver did not say.
@@ -65,10 +76,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from tpnode_tui.core.xid import recovery_words
+from tpnode_tui.model.checks import CheckFacts
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
 from tpnode_tui.probes import health, mig
 from tpnode_tui.probes.base import blind_reading
@@ -165,6 +179,9 @@ def _health(raw: dict[str, Any], where: str) -> tuple[str, ...]:
         reasons.append(health.ROW_REMAP_PENDING)
     if _flag(signals, "row_remap_failure", where):
         reasons.append(health.ROW_REMAP_FAILED)
+    action = recovery_words(_number(raw, "recovery_action", where, 0))
+    if action is not None:
+        reasons.append(health.recovery_needed(action))
     return tuple(reasons)
 
 
@@ -247,6 +264,10 @@ def _minor(index: int, raw: dict[str, Any], where: str) -> Optional[int]:
     return minor
 
 
+def _default_uuid(index: int) -> str:
+    return f"GPU-00000000-0000-4000-8000-{index:012d}"
+
+
 def _card(index: int, value: Any, blind: bool) -> CardFacts:
     where = f"card {index}"
     raw = _object(value, where)
@@ -260,7 +281,7 @@ def _card(index: int, value: Any, blind: bool) -> CardFacts:
         processes = mig.card_processes(processes, slices)
     return CardFacts(
         index=index,
-        uuid=_text(raw, "uuid", where, f"GPU-00000000-0000-4000-8000-{index:012d}"),
+        uuid=_text(raw, "uuid", where, _default_uuid(index)),
         name=_text(raw, "name", where, "NVIDIA H200"),
         pci_bus_id=_text(raw, "pci_bus_id", where, None),
         minor=_minor(index, raw, where),
@@ -271,6 +292,7 @@ def _card(index: int, value: Any, blind: bool) -> CardFacts:
         power_w=_number(raw, "power_w", where, None, float),
         processes=processes,
         health=_health(raw, where),
+        ecc_uncorrected_total=_number(_object(raw.get("health", {}), where), "ecc_uncorrected_total", where, 0),
         mig_mode=mig_mode,
         mig_pending=None if mig_mode is None or pending is None or pending == mig_mode else pending,
         slices=slices,
@@ -297,6 +319,8 @@ class _Scene:
         self.fail = _text(top, "fail", "the file", None)
         self.hang_s = _number(top, "hang_s", "the file", 0, float) or 0
         self.cards = tuple(_card(i, c, self.blind) for i, c in enumerate(cards))
+        #: each card as the file writes it
+        self.raw_cards: list[Any] = cards
         self.topology, self.topology_problem = scene_topology(top.get("topology"), len(self.cards))
         #: the file is the node: without a topology of its own, no poll will find one
         self.topology_unknowable: Optional[str] = None
@@ -304,6 +328,45 @@ class _Scene:
             said = "has no" if top.get("topology") is None else "has no usable"
             self.topology_unknowable = f'the simulated node {path} {said} "topology"'
         self.xid_events = [e for i, c in enumerate(cards) for e in _xid_events(i, c, f"card {i}")]
+
+
+def check_facts(path: Path, uuid: str) -> CheckFacts:
+    """What a check's tier A reads of the card ``uuid`` of the simulated node: in
+    the check's own process, which may be made to hang (``check_hang_s``)."""
+    try:
+        scene = _Scene(path)
+        found = [(i, raw) for i, raw in enumerate(scene.raw_cards) if _text(raw, "uuid", "", _default_uuid(i)) == uuid]
+        if not found:
+            return CheckFacts(uuid, answered=False, problem=f"the driver finds no card by uuid {uuid}")
+        index, raw = found[0]
+        where = f"card {index}"
+        hang = _number(raw, "check_hang_s", where, 0, float)
+        if hang:
+            time.sleep(hang)
+        if scene.fail:
+            return CheckFacts(uuid, answered=False, problem=scene.fail, reached=False)
+        if _flag(raw, "lost", where):
+            return CheckFacts(uuid, answered=False, problem=health.GPU_LOST)
+        signals = _object(raw.get("health", {}), f'{where}: "health"')
+        link = _object(raw.get("pcie", {}), f'{where}: "pcie"')
+        facts = scene.cards[index]
+        return CheckFacts(
+            uuid,
+            answered=True,
+            ecc_total=_number(signals, "ecc_uncorrected_total", where, 0),
+            ecc_volatile=_number(signals, "ecc_uncorrected_volatile", where, 0),
+            remap_pending=_flag(signals, "row_remap_pending", where),
+            remap_failed=_flag(signals, "row_remap_failure", where),
+            recovery_action=_number(raw, "recovery_action", where, 0),
+            link_gen=_number(link, "gen", where, 5),
+            link_gen_max=_number(link, "max_gen", where, 5),
+            link_width=_number(link, "width", where, 16),
+            link_width_max=_number(link, "max_width", where, 16),
+            pstate=_number(raw, "pstate", where, 0),
+            processes=None if facts.processes is None else tuple(p.pid for p in facts.processes),
+        )
+    except _BadScene as e:
+        return CheckFacts(uuid, answered=False, problem=f"simulated node {path}: {e}", reached=False)
 
 
 class SimulatedProbe:

@@ -80,13 +80,15 @@ SUPERVISOR_ENV = CLEAN_ENV
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def boot_id() -> str:
-    """This boot of the machine. Pids and start ticks only mean something within one."""
+def boot_id(path: Path = _BOOT_ID) -> str:
+    """This boot of the machine (``path``: where the kernel tells it). Pids and
+    start ticks only mean something within one, and a drain for a reboot lasts
+    until it changes."""
     try:
-        return _BOOT_ID.read_text().strip()
+        return path.read_text().strip()
     except OSError as e:
         raise RuntimeUnavailable(
-            f"cannot read {_BOOT_ID} ({e.strerror}): the process runtime needs Linux /proc "
+            f"cannot read {path} ({e.strerror}): the process runtime needs Linux /proc "
             "to tell its jobs from other processes"
         ) from None
 

@@ -5,7 +5,7 @@ refusals included: those the door gave (a request that could not be read,
 over a limit, naming a field that says who asks) as well as the service's own
 (not allowed, a run id someone else holds). Each entry names the caller as the
 kernel did. Every entry (an action's, or one about the cards: XIDs, drains,
-intruders, health, ends, evictions) is handed at once to everyone following
+checks, intruders, health, ends, evictions) is handed at once to everyone following
 the log. Reading it back is here too, a page at a time: the audit of actions,
 the events of a card, and a follow that misses nothing in between.
 

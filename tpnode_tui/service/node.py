@@ -31,6 +31,7 @@ from tpnode_tui.core.policy import Policy, counted, held_by
 from tpnode_tui.core.xid import XidRules
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.locks import AllocationLock
+from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.errors import BadRequest, Conflict, NotAllowed, RuntimeUnavailable, TpnodeError
 from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
@@ -43,6 +44,7 @@ from tpnode_tui.port.types import (
     AuditPage,
     AuditRequest,
     CancelRequest,
+    CheckRequest,
     DrainRequest,
     EventsPage,
     EventsRequest,
@@ -68,6 +70,7 @@ from tpnode_tui.port.types import (
 )
 from tpnode_tui.service.accounts import group_names
 from tpnode_tui.service.changes import Changes
+from tpnode_tui.service.checks import Checks
 from tpnode_tui.service.exited import ExitedRecords
 from tpnode_tui.service.idle import IdleReservations
 from tpnode_tui.service.jobs import JobActions
@@ -78,6 +81,7 @@ from tpnode_tui.service.operators import OperatorActions
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.service.xids import Xids
 from tpnode_tui.state.addresses import AddressBook
+from tpnode_tui.state.checks import CheckStore
 from tpnode_tui.state.jsonstore import SetAside
 from tpnode_tui.state.nodelog import NodeLog
 from tpnode_tui.state.queue import Bounds, FileQueue, LaunchQueue, MemoryQueue
@@ -173,6 +177,21 @@ class NodeService:
             readings=self.readings,
             journal=self.journal,
             changes=self.changes,
+            boot=self.boot,
+        )
+        #: each card's last check (checks.json): what a check keeps, and undrain reads
+        check_store = CheckStore(allocator.settings.state.dir)
+        self.checks = Checks(
+            allocator,
+            policy,
+            check_store,
+            clock=clock,
+            readings=self.readings,
+            journal=self.journal,
+            changes=self.changes,
+            boot=self.boot,
+            xids_seen=self._xids_seen,
+            xids_unwatched=lambda: self.xids.watching[1] if not self.xids.watching[0] else None,
         )
         queue = queue if queue is not None else MemoryQueue()
         if isinstance(queue, FileQueue):
@@ -188,7 +207,14 @@ class NodeService:
             bounds=Bounds(limits.queued_per_user, limits.queued),
         )
         self.operator_actions = OperatorActions(
-            allocator, policy, clock=clock, evict_grace_s=evict_grace_s, readings=self.readings, journal=self.journal
+            allocator,
+            policy,
+            clock=clock,
+            evict_grace_s=evict_grace_s,
+            readings=self.readings,
+            journal=self.journal,
+            boot=self.boot,
+            checks=check_store,
         )
         self.job_actions = JobActions(allocator, policy, clock=clock, journal=self.journal, longest_s=limits.duration_s)
         #: whether this service polls for everyone (run): a status then gives the
@@ -279,15 +305,29 @@ class NodeService:
             exited_per_user=settings.limits.exited_per_user if agent else None,
         )
 
+    def boot(self) -> Optional[str]:
+        """This boot's id (TUNEPLANE_BOOT_ID); None when it cannot be read."""
+        from tpnode_tui.runtimes.process import boot_id  # the process runtime's reader, loaded only to drain or check
+
+        try:
+            return boot_id(self.allocator.settings.triage.boot_id) or None
+        except RuntimeUnavailable:
+            return None
+
+    def _xids_seen(self, card: int) -> list[tuple[int, float]]:
+        """The card's last XID as watched since the service started, and when."""
+        xid, at = self.xids.last_xid.get(card), self.xids.last_xid_at.get(card)
+        return [] if xid is None or at is None else [(xid, at)]
+
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
         """The allocator's snapshot as readers get it: with the queue, idle
-        reservations (and those to be released), idle-held jobs, recent XIDs and
-        whether XIDs are watched. A queue file
+        reservations (and those to be released), idle-held jobs, recent XIDs,
+        whether XIDs are watched and each card's last check. A queue file
         that cannot be read is said in the snapshot (``queue_problem``), never
         made the whole reading's failure: the cards are still known, and
         everyone's status must still answer."""
         xid_watch, xid_problem = self.xids.watching
-        snap = self.triage.decorate(raw, self.clock(), xid_watch=xid_watch, xid_problem=xid_problem)
+        snap = self.checks.dress(self.triage.decorate(raw, self.clock(), xid_watch=xid_watch, xid_problem=xid_problem))
         try:
             queue, problem = self.launches.queued(), self.launches.queue.problem()
         except TpnodeError as e:
@@ -344,6 +384,7 @@ class NodeService:
         queue. Polls never overlap: the next waits for the last to end. The
         XID watcher starts once a poll has found which probe reads the cards."""
         self.xids.listen()
+        await self.checks.ready()
         self._polling = True
         try:
             while True:
@@ -362,6 +403,8 @@ class NodeService:
         agent's log, not after every poll: the polls go on."""
         try:
             await self.xids.start_watcher()
+            if self.readings.raw is not None and self.readings.reading.error is None:
+                await self.checks.count_ecc(self.readings.raw)
             self.launches.try_queue()
             trouble = None
         except Exception as e:  # noqa: BLE001 (the polls must go on whatever the queue does)
@@ -442,6 +485,7 @@ class NodeService:
             if reading.error is not None or reading.snapshot is None:
                 raise RuntimeUnavailable(reading.error or "the agent has not read the node yet; try again")
         else:
+            await self.checks.ready()
             await self.read_now()
             reading = self.reading
         return NodeView(reading, self.you(caller, reading.snapshot))
@@ -522,6 +566,9 @@ class NodeService:
 
     async def evict(self, caller: Caller, request: EvictRequest) -> EvictReport:
         return await self.operator_actions.evict(caller, request)
+
+    async def check(self, caller: Caller, request: CheckRequest) -> CardCheck:
+        return await self.checks.check(caller, request)
 
     # ── launching, and the queue ─────────────────────────────────────────────
 

@@ -119,6 +119,14 @@ NOTICES: tuple[Tell, ...] = (
     Tell(
         "health", "health", (OPERATORS,), "{cards} reports a problem", where=(("state", "started"),), severity="failure"
     ),
+    Tell(
+        "check-failed",
+        "check",
+        (OPERATORS,),
+        "{cards} failed its check",
+        where=(("outcome", "failed"),),
+        severity="failure",
+    ),
 )
 
 

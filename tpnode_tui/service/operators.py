@@ -3,22 +3,26 @@
 Each goes through the same checks and the same log as every other action. A
 drain is a decision, not a reading, so it is kept in the drain file and read
 by the allocator under the allocation lock; a card is put back only when the
-driver no longer reports a problem with it.
+driver no longer reports a problem with it, and a card drained until the
+node reboots (XID 79: fallen off the bus) only once the node has rebooted and
+a check of the card has passed since, unless the operator says ``--force``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Callable, Optional
 
 from tpnode_tui.allocator.allocator import GpuAllocator
+from tpnode_tui.core.checkup import stays_drained
 from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
-from tpnode_tui.model.errors import Conflict, JobNotFound, NotAllowed
+from tpnode_tui.model.errors import Conflict, JobNotFound
 from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.port.types import DrainRequest, EvictRequest, UndrainRequest
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.readings import Readings
+from tpnode_tui.state.checks import CheckStore
 from tpnode_tui.triage import evict as evicting
 
 
@@ -32,17 +36,19 @@ class OperatorActions:
         evict_grace_s: float,
         readings: Readings,
         journal: Journal,
+        boot: Callable[[], Optional[str]],
+        checks: CheckStore,
     ) -> None:
+        """``boot``: this boot's id (None when it cannot be read), kept on each drain;
+        ``checks``: the cards' last checks, read afresh when a drain until a reboot is to be lifted."""
         self.allocator = allocator
         self.policy = policy
         self.clock = clock
         self.evict_grace_s = evict_grace_s
         self.readings = readings
         self.journal = journal
-
-    def _operators_only(self, caller: Caller, what: str) -> None:
-        if not caller.operator:
-            raise NotAllowed(f"{caller.user} may not {what}: only an operator ({self.policy.operators.describe()}) may")
+        self.boot = boot
+        self.checks = checks
 
     async def drain(self, caller: Caller, request: DrainRequest) -> Drain:
         """Take ``card`` out of service (operators): it is never handed out again
@@ -51,11 +57,13 @@ class OperatorActions:
         card, reason = request.card, request.reason
 
         async def work() -> Drain:
-            self._operators_only(caller, f"drain card {card}")
+            self.policy.check_operator(caller, f"drain card {card}")
             if self.readings.raw is None:
                 await self.readings.read_now()  # to know which cards the node has
             self.readings.check_card(card)
-            drain = Drain(card=card, reason=reason.strip(), by=caller.user, at=self.clock(), source="operator")
+            drain = Drain(
+                card=card, reason=reason.strip(), by=caller.user, at=self.clock(), source="operator", boot=self.boot()
+            )
             kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
             if not new:
                 raise Conflict(f"card {card} is drained already, by {kept.by}: {kept.reason}")
@@ -78,11 +86,12 @@ class OperatorActions:
 
     async def undrain(self, caller: Caller, request: UndrainRequest) -> Drain:
         """Put ``card`` back in service (operators); refused while the driver
-        still reports a problem with it, which is named."""
-        card = request.card
+        still reports a problem with it, which is named, and (unless forced) a
+        drain until the node reboots before a reboot and a check passed since."""
+        card, force = request.card, request.force
 
         async def work() -> Drain:
-            self._operators_only(caller, f"undrain card {card}")
+            self.policy.check_operator(caller, f"undrain card {card}")
             self.readings.check_card(card)
             drains = await asyncio.to_thread(self.allocator.drains.read)
             if card not in drains:
@@ -101,16 +110,23 @@ class OperatorActions:
                     f"card {card} stays drained: it still reports {'; '.join(facts.health)}. "
                     f"Drained for: {drains[card].reason}"
                 )
+            held = await self._until_reboot(drains[card])
+            if held is not None and not force:
+                raise Conflict(held)
             removed = await asyncio.to_thread(self.allocator.drains.undrain, card)
             if removed is None:
                 raise JobNotFound(f"card {card} is not drained")
+            forced = " with --force" if held is not None else ""
             self.journal.event(
                 "undrain",
-                f"card {card} is back in service, undrained by {caller.user} "
+                f"card {card} is back in service, undrained by {caller.user}{forced} "
                 f"(drained by {removed.by}: {removed.reason})",
                 cards=[card],
                 user=caller.user,
                 by=caller.user,
+                source=removed.source,
+                xid=removed.xid,
+                forced=bool(forced),
             )
             return removed
 
@@ -123,6 +139,14 @@ class OperatorActions:
             lambda d: [d.card],
             [card],
         )
+
+    async def _until_reboot(self, drain: Drain) -> Optional[str]:
+        """Why a drain until the node reboots stays (no reboot yet, or no check
+        passed since: core/checkup.py words it); None when it may be lifted."""
+        if not drain.reboot:
+            return None
+        last = (await asyncio.to_thread(self.checks.read)).get(drain.card)
+        return stays_drained(drain, self.boot(), last, self.clock())
 
     async def evict(self, caller: Caller, request: EvictRequest) -> EvictReport:
         """SIGTERM the card's external or intruding processes, or the one named
@@ -138,7 +162,7 @@ class OperatorActions:
         )
 
         async def work() -> EvictReport:
-            self._operators_only(caller, f"evict processes from card {card}")
+            self.policy.check_operator(caller, f"evict processes from card {card}")
             snap = await self.readings.read_now()
             self.readings.check_card(card)
             view = snap.cards[card]

@@ -87,10 +87,19 @@ class Readings:
 
     async def read_now(self) -> NodeSnapshot:
         """Poll as :meth:`poll` does, but raise what stopped the reading, as it
-        was raised: a one-shot ``status`` reports it and exits by its kind."""
+        was raised: a one-shot ``status`` reports it and exits by its kind.
+
+        A poll under way is waited for and its reading taken only when it began
+        after every action answered so far: one begun before a launch was
+        answered would show its card free, and a check would go ahead on it."""
+        answered = self.changes.count
         if self._poll_lock.locked():
             async with self._poll_lock:
-                if self._reading.error is None and self._reading.snapshot is not None:
+                if (
+                    self._reading.error is None
+                    and self._reading.snapshot is not None
+                    and self._reading_changes >= answered
+                ):
                     return self._reading.snapshot
         async with self._poll_lock:
             changes = self.changes.count

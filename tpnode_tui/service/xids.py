@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.xid import REBOOT, REBOOT_NODE, Verdict, XidRules
@@ -40,8 +40,12 @@ class Xids:
         readings: Readings,
         journal: Journal,
         changes: Changes,
+        boot: Callable[[], Optional[str]],
     ) -> None:
+        """``boot``: this boot's id (None when it cannot be read), kept on each drain:
+        a drain for an XID whose cure is a reboot lasts until it changes."""
         self.allocator = allocator
+        self.boot = boot
         self.rules = rules
         self.watch = watch
         self.triage = triage
@@ -54,6 +58,8 @@ class Xids:
         self._handler: Optional[asyncio.Task[None]] = None
         #: each card's last XID since the service started (for /metrics, as dcgm-exporter gives it)
         self.last_xid: dict[int, int] = {}
+        #: and when it came: a check of the card looks for one since its drain
+        self.last_xid_at: dict[int, float] = {}
 
     @property
     def watching(self) -> tuple[str, Optional[str]]:
@@ -108,12 +114,16 @@ class Xids:
             verdict = self.rules.judge(event.xid, event.recovery_action)
         if event.card is not None and event.xid is not None:
             self.last_xid[event.card] = event.xid
+            self.last_xid_at[event.card] = event.at
         job = self.readings.job_on(event.card)
         self._log(event, verdict, job)
         if verdict.drains and event.card is not None:
             await self._drain(event, event.card, verdict)
             self.changes.acted()
             return verdict
+        if event.card is not None and event.xid is not None and verdict.kind != "ignored":
+            # on a drained card it is kept with the drain: a check looks for one since
+            await asyncio.to_thread(self.allocator.drains.note_xid, event.card, event.xid, event.at)
         if event.card is not None and verdict.kind != "ignored":
             self.triage.note_xid(event.card, verdict, event.at, job)
             self.readings.republish()
@@ -137,8 +147,19 @@ class Xids:
     async def _drain(self, event: XidEvent, card: int, verdict: Verdict) -> None:
         """Take the card out of service for the XID, and log it when it was not already."""
         words = verdict.words()
-        drain = Drain(card=card, reason=words, by="xid", at=event.at, source="xid", xid=event.xid)
+        drain = Drain(
+            card=card,
+            reason=words,
+            by="xid",
+            at=event.at,
+            source="xid",
+            xid=event.xid,
+            boot=self.boot(),
+            reboot=verdict.kind == REBOOT,
+        )
         _kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
+        if not new and event.xid is not None:  # drained already: kept with that drain
+            await asyncio.to_thread(self.allocator.drains.note_xid, card, event.xid, event.at)
         if new:
             self.journal.event(
                 "drain", f"card {card} drained: {words}", cards=[card], source="xid", xid=event.xid, by="xid"

@@ -10,7 +10,8 @@ The log is kept on shelves, each rotated on its own by size (``.1`` ...
 ``.N``, the oldest dropped, as logrotate would):
 
 * ``events.jsonl``: what the operators and the node itself did or saw
-  (health, XIDs, drains, intruders, evictions, idle reservations given back);
+  (health, XIDs, drains, checks and cards put back after them, intruders,
+  evictions, idle reservations given back);
 * ``accounts/<uid>.jsonl``: each ordinary account's own actions, allowed or
   refused, and what any account's jobs did (their ends and expiries), rotated
   at a smaller size (TUNEPLANE_LOG_ACCOUNT_MB).

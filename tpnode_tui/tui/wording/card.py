@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 from rich.cells import cell_len
 from rich.text import Text
 
+from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, SliceView
 from tpnode_tui.text.badges import STALE_BADGE, STATE_MEANING, badge
@@ -28,7 +29,7 @@ from tpnode_tui.text.render import (
     unseen_use,
 )
 from tpnode_tui.text.render import clock_time as moment
-from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, WARNING
+from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, PASSED_TEXT, WARNING
 from tpnode_tui.tui.wording.times import clock_time
 
 #: whose a process on the card is (HolderInfo.belongs), as the pane marks it
@@ -90,10 +91,30 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
 def drain_source(drain: Drain, now: float) -> str:
     """Who drained the card and when: "by ana, an operator, at 10:00 (2h00m ago)"."""
     when = f"at {moment(drain.at, now)} ({format_duration(now - drain.at)} ago)"
+    until = "until the node has rebooted and a check has passed" if drain.reboot else "until a check passes"
     if drain.source == "xid":
         xid = f" on XID {drain.xid}" if drain.xid is not None else ""
-        return f"by the XID watcher{xid}, {when}; it stays out of service until an operator undrains it"
+        return f"by the XID watcher{xid}, {when}; it stays out of service {until}, or an operator undrains it"
+    if drain.source == "check":
+        return f"by the node, {when}, for a failed check; it stays out of service {until}, or an operator undrains it"
     return f"by {drain.by}, an operator, {when}"
+
+
+#: how the pane colours a check, by how it ended
+CHECK_STYLE = {"passed": PASSED_TEXT, "failed": f"bold {ERROR}", "unknown": f"bold {WARNING}"}
+
+
+def check_rows(check: CardCheck, now: float) -> list[tuple[str, str, str]]:
+    """The card's last check: how it ended, when and by whom, what the node did
+    with the card after it, then each criterion it did not pass (key, value, style)."""
+    when = f"{moment(check.at, now)} ({format_duration(now - check.at)} ago), by {check.by}"
+    head = "passed" if check.passed else "failed" if check.outcome == "failed" else "could not tell"
+    effect = f"; {check.effect}" if check.effect else ""
+    rows = [("check", f"{head} at {when}{effect}", CHECK_STYLE.get(check.outcome, ""))]
+    rows += [("", f"{f.name}: {f.words}", "") for f in check.against]
+    if check.command is not None and not check.passed and check.command.tail:
+        rows.append(("", f"its command said: {check.command.tail[-1]}", "grey62"))
+    return rows
 
 
 def holder_text(holder: HolderInfo) -> Text:
@@ -166,6 +187,9 @@ def _attention_rows(out: Text, card: CardView, now: float) -> None:
     if card.drain is not None:
         _row(out, "drained", card.drain.reason, f"bold {DRAINED_TEXT}")
         _row(out, "", drain_source(card.drain, now))
+    if card.check is not None:
+        for key, value, style in check_rows(card.check, now):
+            _row(out, key, value, style)
     if card.state == "unverified" and card.reason:
         _row(out, "why", card.reason)
 

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from tpnode_tui.text.render import card_ranges
 from tpnode_tui.tui.wording.cells import fit
-from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, WARNING
+from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, PASSED_TEXT, WARNING
 from tpnode_tui.tui.wording.times import clock_time
 
 #: widest the user column is drawn (names come from anywhere)
@@ -31,6 +31,8 @@ KIND_STYLE = {
     "ended": "",
     "expiry": "",
 }
+#: a check's entry, by how it ended
+CHECK_STYLE = {"passed": PASSED_TEXT, "failed": f"bold {ERROR}", "unknown": WARNING}
 
 
 def _kind(entry: Mapping[str, Any]) -> tuple[str, str]:
@@ -47,6 +49,8 @@ def _kind(entry: Mapping[str, Any]) -> tuple[str, str]:
         return name, "#4fc3f7"
     if kind in ("intruder", "health") and entry.get("state") in ("gone", "cleared"):
         return kind, "grey62"
+    if kind == "check":
+        return kind, CHECK_STYLE.get(str(entry.get("outcome")), WARNING)
     return kind, KIND_STYLE.get(kind, "")
 
 

@@ -12,3 +12,5 @@ ERROR = "#ef5350"
 WARNING = "#ffb300"
 #: text about a drain, in the drained badge's colour made readable on a dark background
 DRAINED_TEXT = "#4dd0e1"
+#: text about what is as it should be: a check the card passed
+PASSED_TEXT = "#66bb6a"
