@@ -15,6 +15,7 @@ group must never read as "everyone".
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import pwd
@@ -29,6 +30,8 @@ from tpnode_tui.config.sections import DEFAULT_OPERATORS_GROUP
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_GROUPS = 65536
+#: the most bytes Python's socket.getsockopt reads
+_PY_GETSOCKOPT_MOST = 1024
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,29 @@ def this_process(operators: Operators) -> Caller:
     )
 
 
+def _peer_groups(sock: socket.socket) -> bytes:
+    """The peer's supplementary groups as the kernel recorded them when it
+    connected (``SO_PEERGROUPS``), as the raw array of gids.
+
+    Python's ``getsockopt`` reads at most 1024 bytes (256 groups); a peer in
+    more gets ERANGE there, and is asked again through libc with the room the
+    kernel says it needs."""
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, _PY_GETSOCKOPT_MOST)
+    except OSError as e:
+        if e.errno != errno.ERANGE:
+            raise
+    import ctypes  # here: only a peer in more than 256 groups needs it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = ctypes.c_uint32(4 * _MAX_GROUPS)
+    buf = ctypes.create_string_buffer(size.value)
+    if libc.getsockopt(sock.fileno(), socket.SOL_SOCKET, _SO_PEERGROUPS, buf, ctypes.byref(size)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return buf.raw[: size.value]
+
+
 def peer_of(sock: socket.socket, operators: Operators) -> Caller:
     """The account at the other end of a connected Unix socket, from the kernel.
 
@@ -116,9 +142,11 @@ def peer_of(sock: socket.socket, operators: Operators) -> Caller:
     """
     pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
     try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 4 * _MAX_GROUPS)
+        raw = _peer_groups(sock)
         groups = tuple(sorted(set(struct.unpack(f"{len(raw) // 4}I", raw))))
-    except OSError:
+    except OSError as e:
+        if e.errno not in (errno.ENOPROTOOPT, errno.EINVAL):
+            raise
         # A kernel before 4.13: the account database's groups stand in for the
         # kernel's record (they differ only for a login older than a change).
         groups = account_groups(uid, gid)
