@@ -331,3 +331,19 @@ def test_a_state_dir_is_a_directory_or_not_there_yet(tmp_path):
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match="link to nothing"):
         state_dir_exists(tmp_path / "dangling")
+
+
+def test_no_secret_setting_shows_in_the_settings_repr():
+    """A password in a Redis URL or the web page's token never reaches a log line
+    or a traceback that shows the settings."""
+    s = load_settings(
+        {
+            "TUNEPLANE_REDIS_URL": "redis://:lock-secret-1@127.0.0.1:6379/0",
+            "TUNEPLANE_FLEET_URL": "redis://:fleet-secret-2@127.0.0.1:6379/1",
+            "TUNEPLANE_WEB_TOKEN": "web-secret-3-0123456789",
+        }
+    )
+    shown = repr(s)
+    for secret in ("lock-secret-1", "fleet-secret-2", "web-secret-3"):
+        assert secret not in shown
+    assert s.web.token == "web-secret-3-0123456789"  # kept, only not shown

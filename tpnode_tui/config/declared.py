@@ -22,7 +22,16 @@ class Declared:
 
 
 def setting(
-    default: Any, env: str, help: str, parse: Parse, *, flag: Optional[str] = None, metavar: Optional[str] = None
+    default: Any,
+    env: str,
+    help: str,
+    parse: Parse,
+    *,
+    flag: Optional[str] = None,
+    metavar: Optional[str] = None,
+    secret: bool = False,
 ) -> Any:
-    """One field of a settings section, declared once: its default here, the rest in its metadata."""
-    return field(default=default, metadata={"declared": Declared(env, help, parse, flag, metavar)})
+    """One field of a settings section, declared once: its default here, the rest in its metadata.
+    A ``secret`` (a password in a URL, a token) is left out of the section's repr, so no log
+    line or traceback that shows the settings shows it."""
+    return field(default=default, repr=not secret, metadata={"declared": Declared(env, help, parse, flag, metavar)})

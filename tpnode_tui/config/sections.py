@@ -206,6 +206,7 @@ class LockSettings:
         read.redis_url,
         flag="--redis-url",
         metavar="URL",
+        secret=True,
     )
     lease_ms: int = setting(
         120_000,
@@ -557,6 +558,7 @@ class FleetSettings:
         "TUNEPLANE_FLEET_URL",
         "Redis the agent publishes its snapshot to, and tpnode-tui fleet reads",
         read.redis_url,
+        secret=True,
     )
     #: empty: the host name (see :attr:`node`)
     node_name: str = setting(
@@ -603,6 +605,7 @@ class WebSettings:
         "TUNEPLANE_WEB_TOKEN",
         "a token the web page asks every reader for (at least 16 characters); empty: none",
         read.token,
+        secret=True,
     )
     show_commands: bool = setting(
         False,
