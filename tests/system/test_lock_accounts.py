@@ -11,8 +11,12 @@ one-second bound on her wait and carol, an operator, drains a card.
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import time
+from pathlib import Path
+
+import pytest
 
 from helpers.accounts import runnable
 from helpers.agents import SharedNode
@@ -126,3 +130,72 @@ def test_whoever_waits_for_the_lock_is_told_whose_allocation_holds_it(shared_nod
         assert last.endswith("; it was cancelled, and nothing was placed"), last
     finally:
         slow.communicate(timeout=60)
+
+
+#: bob's tracer: the first process of his that is the agent's check of a command is
+#: attached with ptrace (as any account may its own processes) and never waited for,
+#: so once the check is killed it stays a zombie only its tracer may collect; it says
+#: the pid, and lets go when its standard input closes
+TRACER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+seen = {str(os.getpid())}
+while True:
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name in seen:
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if b"set -f" not in f.read():
+                    seen.add(name)
+                    continue
+        except OSError:
+            continue
+        if libc.ptrace(16, int(name), None, None) == 0:  # PTRACE_ATTACH; root's trampoline refuses: asked again
+            print(name, flush=True)
+            sys.stdin.read()
+            sys.exit(0)
+"""
+
+
+def _state(pid: str) -> str:
+    """A process's state letter ("Z": ended, not yet collected), "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def test_a_check_its_account_traces_and_never_lets_go_of_does_not_stop_the_agent(shared_node, accounts):
+    """A process that ended while traced can be collected by its parent only once
+    its tracer lets go: the agent must not wait for that in its event loop."""
+    alice, bob = accounts.alice, accounts.bob
+    tracer = bob.spawn(
+        [runnable().python, "-I", "-c", TRACER],
+        env=bob.env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    launches = _bobs_launches(shared_node, time.time() + 60)
+    try:
+        assert select.select([tracer.stdout], [], [], 60)[0], "bob's tracer never caught a check"
+        held = tracer.stdout.readline().strip()
+        for launch in launches:
+            launch.kill()
+        # the agent gives up on the check after its time and kills it: ended, held by bob's tracer
+        until(lambda: _state(held) == "Z", "the traced check to be killed")
+        try:
+            shown = shared_node.cli(alice, "reserve", "--cards", "1", "--for", "10m", "--wait", "1", "--run-id", "a-t")
+        except subprocess.TimeoutExpired:
+            pytest.fail("the agent stopped answering while bob's tracer held his ended check")
+        assert shown.returncode == 0, shown.stderr
+        began = time.time()
+        until(lambda: _taken_at(shared_node, alice) > began, "a reading")
+    finally:
+        for launch in launches:
+            launch.kill()
+            launch.wait(timeout=60)
+        tracer.stdin.close()  # bob lets go: the agent collects its check
+        tracer.wait(timeout=60)
+    until(lambda: _state(held) == "", "the agent to collect the check once bob let go")
