@@ -290,3 +290,17 @@ async def test_urls_are_each_accounts_own_shown_with_secrets_masked_and_bounded(
             assert secret not in log.read_text()
         audit = json.loads((await agent.cli(alice, "audit", "--json")).stdout)["entries"]
         assert any(e["action"] == "notify-add" and "a json URL" in e["message"] for e in audit)
+
+
+async def test_a_url_removed_leaves_nothing_behind_and_added_again_is_not_said_to_fail(accounts):
+    """What the post knows of a URL that fails goes with the URL: an account that adds
+    and removes failing URLs makes nothing grow, and one added again starts afresh."""
+    alice = accounts.alice
+    refused = "json://127.0.0.1:9/nobody-listens"  # the discard port: nothing answers there
+    async with agent_in(accounts) as agent:
+        await agent.cli(alice, "notify", "add", refused)
+        await agent.cli(alice, "launch", "--cards", "1", "--run-id", "a-f", "--", "true")
+        await until_async(lambda: _failing(agent, alice), "alice's URL to be said to fail")
+        await agent.cli(alice, "notify", "remove", "1")
+        again = json.loads((await agent.cli(alice, "notify", "add", refused, "--json")).stdout)["urls"]
+        assert [u["failing"] for u in again] == [None], again
