@@ -37,7 +37,7 @@ async def got(receiver: Receiver, count: int) -> list[dict]:
 
 
 async def test_a_full_lane_drops_its_oldest_and_the_next_notice_sent_says_how_many(receiver):
-    post = Post(queue=2, event_per_hour=100, account_per_hour=100, timeout_s=60)
+    post = Post(queue=2, urls=5, event_per_hour=100, account_per_hour=100, timeout_s=60)
     try:
         receiver.held.clear()  # the first is taken and not answered: the others wait in the lane
         assert post.send(to(receiver), Notice("ended", "n1", "first"))
@@ -55,7 +55,7 @@ async def test_a_full_lane_drops_its_oldest_and_the_next_notice_sent_says_how_ma
 
 async def test_past_its_limits_an_account_is_not_sent_more_and_the_next_notice_says_how_many(receiver):
     clock = MovedClock()
-    post = Post(queue=10, event_per_hour=2, account_per_hour=3, timeout_s=60, clock=clock)
+    post = Post(queue=10, urls=5, event_per_hour=2, account_per_hour=3, timeout_s=60, clock=clock)
     try:
         filed = [post.send(to(receiver), Notice("ended", f"a{n}", "of a kind")) for n in (1, 2, 3)]
         filed += [post.send(to(receiver), Notice("placed", f"b{n}", "another")) for n in (1, 2)]
@@ -73,12 +73,26 @@ async def test_past_its_limits_an_account_is_not_sent_more_and_the_next_notice_s
 async def test_a_url_apprise_cannot_send_to_is_refused_without_quoting_it():
     from tpnode_tui.model.errors import BadRequest
 
-    post = Post(queue=1, event_per_hour=1, account_per_hour=1, timeout_s=60)
+    post = Post(queue=1, urls=5, event_per_hour=1, account_per_hour=1, timeout_s=60)
     try:
         with pytest.raises(BadRequest) as refused:
             await post.check(ROOT, "nosuch://token-abc123/x")
         assert "nosuch://" in str(refused.value) and "token-abc123" not in str(refused.value)
         shown = await post.check(ROOT, "json://user:token-abc123@127.0.0.1:9/x")
         assert shown.startswith("json://user:****@127.0.0.1:9/x") and "token-abc123" not in shown
+    finally:
+        await post.close()
+
+
+async def test_no_more_urls_are_known_failing_for_an_account_than_it_may_keep():
+    """A URL removed while a notice is on its way to it is noted failing all the same,
+    after its removal forgot it: the account's oldest such go, so nothing grows."""
+    post = Post(queue=10, urls=2, event_per_hour=100, account_per_hour=100, timeout_s=60)
+    nobody = [f"json://127.0.0.1:9/gone-{n}" for n in range(4)]  # the discard port: nothing answers
+    try:
+        for n, url in enumerate(nobody):
+            post.send(Recipient(ROOT, (Address(url, url),), terminals=False), Notice("ended", f"n{n}", "lost"))
+            await until_async(lambda: url in post.failing(ROOT.uid), f"{url} to be said to fail")  # noqa: B023
+        assert sorted(post.failing(ROOT.uid)) == nobody[2:]
     finally:
         await post.close()

@@ -20,10 +20,11 @@ import logging
 import os
 import shutil
 import stat
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from helpers.accounts import Account, cli_as, shared_dir
+from helpers.accounts import Account, cli_as, runnable, shared_dir
 from helpers.agents import Agent, running
 from helpers.clocks import MovedClock
 from helpers.receivers import Receiver
@@ -290,3 +291,62 @@ async def test_urls_are_each_accounts_own_shown_with_secrets_masked_and_bounded(
             assert secret not in log.read_text()
         audit = json.loads((await agent.cli(alice, "audit", "--json")).stdout)["entries"]
         assert any(e["action"] == "notify-add" and "a json URL" in e["message"] for e in audit)
+
+
+async def test_a_url_removed_leaves_nothing_behind_and_added_again_is_not_said_to_fail(accounts):
+    """What the post knows of a URL that fails goes with the URL: an account that adds
+    and removes failing URLs makes nothing grow, and one added again starts afresh."""
+    alice = accounts.alice
+    refused = "json://127.0.0.1:9/nobody-listens"  # the discard port: nothing answers there
+    async with agent_in(accounts) as agent:
+        await agent.cli(alice, "notify", "add", refused)
+        await agent.cli(alice, "launch", "--cards", "1", "--run-id", "a-f", "--", "true")
+        await until_async(lambda: _failing(agent, alice), "alice's URL to be said to fail")
+        await agent.cli(alice, "notify", "remove", "1")
+        again = json.loads((await agent.cli(alice, "notify", "add", refused, "--json")).stdout)["urls"]
+        assert [u["failing"] for u in again] == [None], again
+
+
+#: bob's watcher: the command line of every process on the node that runs the
+#: product's notify, as any account may read it (``ps``), until its standard input closes
+WATCHER = """
+import os, select, sys
+seen = set()
+while not select.select([sys.stdin], [], [], 0)[0]:
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                line = f.read().replace(b"\\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "tpnode_tui notify" in line and line not in seen:
+            seen.add(line)
+            print(line, flush=True)
+"""
+
+
+async def test_a_url_given_on_standard_input_is_on_no_command_line_another_account_reads(accounts, receiver):
+    """Every account may read every process's command line: a URL's password there
+    is anyone's while the command runs, so it is given on standard input instead."""
+    alice, bob = accounts.alice, accounts.bob
+    secret = "pa55w0rd-stdin"
+    watcher = bob.spawn(
+        [runnable().python, "-I", "-c", WATCHER],
+        env=bob.env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        async with agent_in(accounts) as agent:
+            env = alice.env(TUNEPLANE_AGENT="on", TUNEPLANE_AGENT_SOCKET=str(agent.socket))
+            argv = runnable().argv("notify", "add")
+            added = await asyncio.to_thread(alice.run, argv, env=env, input=receiver.url(alice.name, secret) + "\n")
+            assert added.returncode == 0, added.stderr
+            assert secret not in added.stdout and "****" in added.stdout
+            await agent.cli(alice, "launch", "--cards", "1", "--run-id", "a-in", "--", "true")
+            await notice(receiver, alice.name, "job a-in ended")  # the URL kept is the one given
+    finally:
+        seen = watcher.communicate("", timeout=60)[0]
+    assert "tpnode_tui notify add" in seen, "bob's watcher never saw alice's command: it proves nothing"
+    assert secret not in seen

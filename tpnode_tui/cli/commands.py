@@ -469,15 +469,36 @@ def _notify_arguments(parser: argparse.ArgumentParser) -> None:
     )
     what = parser.add_subparsers(dest="notify", metavar="add|list|remove", required=True, parser_class=type(parser))
     add = what.add_parser(
-        "add", help="be told at a URL (Apprise's form)", description="Be told at URL, through Apprise."
+        "add",
+        help="be told at a URL (Apprise's form)",
+        description=(
+            "Be told at URL, through Apprise. Every account on this node can read a command's line while it runs "
+            "(ps): a URL with a password or a token in it is given on standard input instead, with URL left out."
+        ),
     )
-    add.add_argument("url", metavar="URL")
+    add.add_argument("url", metavar="URL", nargs="?", help="left out or -: read from standard input (not shown)")
     add.add_argument("--node", action="store_true", help="an operator's URL for the node's events instead of your own")
     what.add_parser("list", help="your URLs, secrets masked", description="Your URLs, numbered, secrets masked.")
     remove = what.add_parser("remove", help="stop being told at URL number N", description="Forget your URL N.")
     remove.add_argument("number", type=_url_number, metavar="N")
     for sub in what.choices.values():
         _json_flag(sub)
+
+
+def _url_from_input() -> str:
+    """A URL from standard input, where no other account can read it (a command's line
+    they can): typed without being shown, or the first line of what is piped in."""
+    import getpass
+
+    from tpnode_tui.port.types import URL_MOST
+
+    try:
+        url = getpass.getpass("URL (not shown): ") if sys.stdin.isatty() else sys.stdin.readline(URL_MOST + 2)
+    except EOFError:
+        url = ""
+    if not url.strip():
+        raise UsageError("give the URL to be told at on standard input, or after notify add")
+    return url.strip()
 
 
 def _url_number(text: str) -> int:
@@ -495,7 +516,8 @@ def _url_number(text: str) -> int:
 async def _notify(run: Run) -> None:
     node, args = run.node, run.args
     if args.notify == "add":
-        listed = await node.notify_add(args.url, node=args.node)
+        url = args.url if args.url not in (None, "-") else _url_from_input()
+        listed = await node.notify_add(url, node=args.node)
     elif args.notify == "remove":
         listed = await node.notify_remove(args.number)
     else:

@@ -14,7 +14,9 @@ Before it is filed a notice is counted against its account's limits: at most
 TUNEPLANE_NOTIFY_EVENT_PER_HOUR of one kind and TUNEPLANE_NOTIFY_ACCOUNT_PER_HOUR
 in all in the last hour; the rest are not sent, and the next one filed says
 how many. A URL that fails is said once in the agent's log, by its account
-and scheme alone, and again only once it has worked in between.
+and scheme alone, and again only once it has worked in between; what is known
+of it goes when it is removed, and at most as many are known failing for one
+account as it may keep (TUNEPLANE_NOTIFY_MAX_URLS).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Post:
         self,
         *,
         queue: int,
+        urls: int,
         event_per_hour: int,
         account_per_hour: int,
         timeout_s: float,
@@ -96,6 +99,7 @@ class Post:
         senders: int = SENDERS,
     ) -> None:
         self.queue = queue
+        self.urls = urls
         self.event_per_hour = event_per_hour
         self.account_per_hour = account_per_hour
         self.timeout_s = timeout_s
@@ -148,6 +152,10 @@ class Post:
         """``uid``'s URLs that fail now -> since when and why."""
         return {url: why for (owner, url), why in self._failing.items() if owner == uid}
 
+    def forget(self, uid: int, url: str) -> None:
+        """``uid`` no longer keeps ``url``: nothing is known of it any more."""
+        self._failing.pop((uid, url), None)
+
     # ── sending ──────────────────────────────────────────────────────────────
 
     async def _empty(self, lane: _Lane) -> None:
@@ -190,6 +198,11 @@ class Post:
                 log.info("notifications to %s's %s URL are sent again", account.user, kind)
             return
         if key not in self._failing:
+            # one removed while a notice was on its way to it is noted all the same: the account's
+            # oldest go, so no more are ever kept than it may keep URLs
+            theirs = [k for k in self._failing if k[0] == account.uid]
+            for old in theirs[: max(0, len(theirs) - self.urls + 1)]:
+                del self._failing[old]
             since = time.strftime("%H:%M", time.localtime(self.clock()))
             self._failing[key] = f"failing since {since}: {why}"
             log.warning(

@@ -12,12 +12,15 @@ under it, and waited for without a thread: the launcher spawns a trampoline
 as itself (root, which the caller cannot signal), which takes the account's
 identity and becomes the shell; the launcher waits for it in its event
 loop (:mod:`.waiting`), gives up after :data:`CHECK_TIMEOUT_S` and kills it. A caller who stops
-their checks wastes their own launches, and nobody else's time.
+their checks wastes their own launches, and nobody else's time; one who kills
+them is refused as the launch's own failure (Conflict), never as the node's
+(a queued launch leaves the queue, and the queue goes on behind it).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from typing import Optional, Sequence
@@ -78,6 +81,13 @@ def _problem(returncode: int, who: str, program: str, cwd: str) -> Optional[str]
     }.get(returncode)
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 async def check_runnable(argv: Sequence[str], path: str, cwd: str, run_as: Optional[RunAs]) -> None:
     """Refuse (Conflict) a command that its account cannot start, with PATH ``path``, in ``cwd``."""
     program = argv[0]
@@ -98,6 +108,11 @@ async def check_runnable(argv: Sequence[str], path: str, cwd: str, run_as: Optio
         raise Conflict(
             f"could not check within {CHECK_TIMEOUT_S:g} s whether {who} can start "
             f"{shown(program, PATH_SHOWN)} in {shown(cwd, PATH_SHOWN)} (is that file system hanging?)"
+        )
+    if returncode < 0:  # killed, and not by the launcher (it gives up above): by its account, or the kernel
+        raise Conflict(
+            f"the check whether {who} can start {shown(program, PATH_SHOWN)} was killed "
+            f"({_signal_name(-returncode)}) before it could tell; nothing was started, launch it again"
         )
     problem = _problem(returncode, who, program, cwd)
     if problem is not None:

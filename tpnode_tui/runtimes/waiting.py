@@ -5,6 +5,11 @@ the processes a launcher starts are a caller's to stop or to keep running:
 with a thread each, one account could use up the threads everyone's requests
 share. A pidfd becomes readable when its process ends, so the loop waits on
 it like on a socket, and collects the process then.
+
+Never with a wait that blocks: a process that ended while traced (any
+account may trace its own) is a zombie only its tracer may collect, for as
+long as the tracer likes. Until it lets go the loop asks again, less and less
+often, and nothing else waits.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ import asyncio
 import os
 import subprocess
 from typing import Optional
+
+#: how soon, then at most how often, an ended process a tracer holds is asked for again
+_HELD_FIRST_S, _HELD_MOST_S = 0.1, 30.0
 
 
 def collect(proc: subprocess.Popen[bytes]) -> None:
@@ -26,12 +34,16 @@ def _when_ended(proc: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop) 
     ended: asyncio.Future[None] = loop.create_future()
     fd = os.pidfd_open(proc.pid)
 
+    def collected(again_s: float) -> None:
+        if proc.poll() is None:  # ended, but held by its tracer: asked again later
+            loop.call_later(again_s, collected, min(2 * again_s, _HELD_MOST_S))
+        elif not ended.done():
+            ended.set_result(None)
+
     def readable() -> None:
         loop.remove_reader(fd)
         os.close(fd)
-        proc.wait()  # it has ended: this only collects it
-        if not ended.done():
-            ended.set_result(None)
+        collected(_HELD_FIRST_S)
 
     loop.add_reader(fd, readable)
     return ended

@@ -236,6 +236,7 @@ class NodeService:
         if notify is not None and addresses is not None:
             post = Post(
                 queue=notify.queue,
+                urls=notify.urls,
                 event_per_hour=notify.event_per_hour,
                 account_per_hour=notify.account_per_hour,
                 timeout_s=notify.timeout_s,

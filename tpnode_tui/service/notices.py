@@ -314,7 +314,8 @@ class Notices:
         number = request.number
 
         async def work() -> NotifyList:
-            _gone, left = await asyncio.to_thread(self.book.remove, caller.uid, number)
+            gone, left = await asyncio.to_thread(self.book.remove, caller.uid, number)
+            self.post.forget(caller.uid, gone.url)
             return self._listed(caller.uid, left)
 
         return await self.journal.audited(
