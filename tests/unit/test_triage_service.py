@@ -264,7 +264,7 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(service_
     got: list[dict] = []
 
     async def follow():
-        async for entry in service_node.service.follow_events(BOB, EventsRequest(since_s=3600)):
+        async for entry in await service_node.service.follow_events(BOB, EventsRequest(since_s=3600)):
             got.append(entry)
 
     follower = asyncio.ensure_future(follow())

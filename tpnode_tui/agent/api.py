@@ -233,16 +233,15 @@ class Api:
             head = json.dumps({"seq": r.seq, "error": r.error, "stale_since": r.stale_since, "you": asdict(view.you)})
             return f'{head[:-1]},"snapshot":{self._snapshot_text(view)}}}\n'.encode()
 
-        return await self._stream(request, self.service.stream(caller, VIEWS, asked), line)
+        return await self._stream(request, await self.service.stream(caller, VIEWS, asked), line)
 
     async def _lines(
         self, request: web.Request, caller: Caller, op: Operation[Any, Any], asked: Any
     ) -> web.StreamResponse:
         encode = op.answer.encode
         assert encode is not None
-        return await self._stream(
-            request, self.service.stream(caller, op, asked), lambda item: (json.dumps(encode(item)) + "\n").encode()
-        )
+        items = await self.service.stream(caller, op, asked)
+        return await self._stream(request, items, lambda item: (json.dumps(encode(item)) + "\n").encode())
 
     async def _stream(self, request: web.Request, items: Any, line: Callable[[Any], bytes]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})

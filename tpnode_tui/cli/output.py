@@ -143,13 +143,21 @@ def _job_lines(
     return lines
 
 
+def held_until(job: JobState, now: float) -> str:
+    """Until when a reservation holds its cards, on this machine's clock, and how long that is from now."""
+    until = time.strftime("%H:%M:%S", time.localtime(job.expires_at or 0))
+    return f"until {until} ({time_left(job.expires_at, True, now)})"
+
+
 def report_launch(result: Launched, as_json: bool, what: str) -> None:
+    job = result.job
+    until = f" {held_until(job, time.time())}" if job.expires_at is not None else ""
     if as_json:
         print(json.dumps(launched_to_json(result)))
     elif result.existing:
-        print(f"{result.job.run_id} already holds {result.holding}; nothing new started")
+        print(f"{job.run_id} already holds {result.holding}{until}; nothing new started")
     else:
-        print(f"{what} {result.job.run_id} on {result.holding}")
+        print(f"{what} {job.run_id} on {result.holding}{until}")
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
 

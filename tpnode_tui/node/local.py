@@ -59,7 +59,7 @@ class LocalNode(Calls):
         """Runs the service's polling for as long as someone watches."""
         self._serve()
         request = self.service.read(self.caller, ops.VIEWS, ops.VIEWS.echoed(Nothing()))
-        async for view in self.service.stream(self.caller, ops.VIEWS, request):
+        async for view in await self.service.stream(self.caller, ops.VIEWS, request):
             yield view
 
     async def follow_events(
@@ -68,10 +68,11 @@ class LocalNode(Calls):
         """Serves the node meanwhile: in-process, nothing happens that nobody polls."""
         op = ops.FOLLOW_EVENTS
         request = self.service.read(self.caller, op, op.echoed(EventsRequest(since_s=since_s, card=card, follow=True)))
+        entries = await self.service.stream(self.caller, op, request)
         self._serve()
         if opened is not None:
             opened()
-        async for entry in self.service.stream(self.caller, op, request):
+        async for entry in entries:
             yield entry
 
     async def close(self) -> None:

@@ -50,7 +50,8 @@ from tpnode_tui.port.wire import Reader
 
 Limits = Optional[LimitSettings]
 
-#: more cards than any node has: a request for more is malformed, not a wait
+#: more cards than any node has: a request for more is refused by the node in its
+#: own words, as one for a card more than it has is, and never queued
 MOST_CARDS = 65536
 #: a card index as the API takes one
 CARD_INDEX_WORDS = "a card index"
@@ -491,8 +492,6 @@ def _what(r: Reader) -> tuple[int, Optional[str], Optional[str]]:
     cards = r.whole("cards")
     if cards < 1:
         raise BadRequest(f"a job needs at least 1 card, not {cards}")
-    if cards > MOST_CARDS:
-        raise BadRequest(f"{r.where}.cards asks for more cards than any node has (at most {MOST_CARDS})")
     slice_ = text(r, "slice")
     if slice_ is not None:
         check_profile(slice_)
