@@ -93,6 +93,31 @@ def test_status_json_shows_every_card_state(cli, scene, tmp_path):
         holder.wait()
 
 
+def test_text_status_names_each_intruder_under_its_card_and_counts_them_in_the_summary(cli, scene):
+    """A process of someone other than the holder on a held card is named where the
+    card is: its account, pid, command (made printable, cut short), memory and the
+    card, as the alert on tpnode_intruders says status does; the summary counts it."""
+    command = "\x1b[2Jtrain " + "--flag " * 20
+    intruder = subprocess.Popen([command, "60"], executable="sleep")
+    try:
+        assert cli("reserve", "--cards", "1", "--for", "1h", "--owner", "alice", "--run-id", "rsv-a").returncode == 0
+        cards = [{"name": "NVIDIA H200", "memory_total_mib": 143771} for _ in range(8)]
+        cards[0].update(memory_used_mib=30720, processes=[{"pid": intruder.pid, "used_memory_mib": 30720}])
+        write_scene(scene, cards)
+        out = cli("status")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert "8 cards total, 7 free; 1 held by platform jobs; 1 with an intruder (card 0)" in lines
+        row = next(i for i, line in enumerate(lines) if line.startswith("0    reservation"))
+        named = lines[row + 1]
+        assert named.startswith(f"  ! root (pid {intruder.pid}, '\\x1b[2Jtrain --flag --flag ")
+        assert "\x1b" not in out.stdout and "..., 30.0 GiB) is using card 0, reserved by alice until " in named
+        assert len(named) < 140 and lines[row + 2].startswith("1    free")
+    finally:
+        intruder.kill()
+        intruder.wait()
+
+
 def test_human_status_is_readable(cli):
     out = cli("status")
     assert out.returncode == 0

@@ -118,6 +118,15 @@ def unseen_use(memory_used_mib: Optional[int] = None, long: bool = False) -> str
     )
 
 
+def intruder_summary(snap: NodeSnapshot) -> str:
+    """ "1 with an intruder (card 3)": cards someone other than their holder uses,
+    as the occupancy's summary goes on to say (the dashboard's header, status)."""
+    cards = snap.intruder_cards
+    if not cards:
+        return ""
+    return f"{len(cards)} with {'an intruder' if len(cards) == 1 else 'intruders'} ({cards_words(cards)})"
+
+
 def card_summary(card: CardView) -> str:
     """Who or what holds the card, or why it is not free, in a few words."""
     if card.state in ("job", "reservation"):

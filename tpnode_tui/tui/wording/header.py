@@ -17,7 +17,7 @@ from rich.text import Text
 
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import You
-from tpnode_tui.text.render import cards_words, format_duration
+from tpnode_tui.text.render import cards_words, format_duration, intruder_summary
 from tpnode_tui.tui.wording.jobs import WAITING
 from tpnode_tui.tui.wording.marks import WARNING
 from tpnode_tui.tui.wording.times import clock_time
@@ -217,16 +217,8 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState, compact: bool = 
     return [(name, text) for name, text in banners if text is not None]
 
 
-def intruder_words(snap: NodeSnapshot) -> str:
-    """ "1 with an intruder (card 3)": cards someone other than their holder uses."""
-    cards = snap.intruder_cards
-    if not cards:
-        return ""
-    return f"{len(cards)} with {'an intruder' if len(cards) == 1 else 'intruders'} ({cards_words(cards)})"
-
-
 def summary_text(snap: NodeSnapshot, poll: PollState) -> Text:
-    intruders = intruder_words(snap)
+    intruders = intruder_summary(snap)
     if poll.stale_since is None:
         out = Text(snap.explain)
         if intruders:
