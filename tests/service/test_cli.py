@@ -616,6 +616,36 @@ def test_env_prints_what_the_job_itself_was_given(cli, state_dir):
     assert exported["CUDA_VISIBLE_DEVICES"] == "3,4"
 
 
+def test_logs_shows_a_job_s_output_and_python_in_it_runs_unbuffered_unless_asked_otherwise(cli, state_dir):
+    """launch says where the output goes; logs shows it (here served in this process,
+    for this account's own job); PYTHONUNBUFFERED=1 is in the job's environment
+    unless the caller's environment sets it, so what a stopped job printed is kept."""
+    printing = "env; echo READY; exec sleep 60"
+    done = cli("launch", "--cards", "1", "--run-id", "envs", "--", "sh", "-c", printing)
+    assert done.returncode == 0, done.stderr
+    log = state_dir / "logs" / "envs.log"
+    assert (
+        done.stdout.splitlines()[1]
+        == f"its output goes to its log {log}: tpnode-tui logs envs shows it (-f follows it)"
+    )
+    own = cli("launch", "--cards", "1", "--run-id", "own", "--", "sh", "-c", printing, env={"PYTHONUNBUFFERED": ""})
+    assert own.returncode == 0, own.stderr
+    for run_id in ("envs", "own"):
+        deadline = time.monotonic() + 30
+        while "READY" not in (shown := cli("logs", run_id)).stdout:
+            assert shown.returncode == 0 and time.monotonic() < deadline, shown
+            time.sleep(0.05)
+        assert shown.stderr == "" and shown.stdout == (state_dir / "logs" / f"{run_id}.log").read_text()
+        given = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
+        assert given["PYTHONUNBUFFERED"] == ("1" if run_id == "envs" else "")
+    missing = cli("logs", "no-such-job")
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert (
+        missing.stderr
+        == "tpnode-tui: no job or reservation has run id no-such-job (a job reclaimed is no longer listed)\n"
+    )
+
+
 def test_a_command_s_warning_is_a_line_like_its_errors_and_v_keeps_the_log_line(cli, state_dir):
     """A warning while a command runs (here: the node log cannot be written) is
     said as the command says its errors; with -v it is a log line (time, level, module)."""

@@ -89,6 +89,19 @@ async def test_a_job_needs_distinct_cards():
     await rt.close()
 
 
+async def test_a_containers_output_is_refused_plainly_naming_where_the_engine_keeps_it():
+    """The engine keeps a container's output and cannot give it a page at a time:
+    the node does not read it for anyone, and says who can, and how."""
+    rt = DockerRuntime(gpu_mode="none", docker_host="unix:///nonexistent/docker.sock")
+    with pytest.raises(Conflict) as refused:
+        await rt.output("tpn-train", None, 65536)
+    assert str(refused.value) == (
+        "tpn-train runs in a container, whose output the Docker engine keeps; this node does not read it "
+        "for you: an account that may use the engine reads it with docker logs tpn-train"
+    )
+    await rt.close()
+
+
 def test_an_unknown_gpu_mode_is_refused():
     with pytest.raises(BadRequest, match="nvidia, env, none"):
         DockerRuntime(gpu_mode="cuda")

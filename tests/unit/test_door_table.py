@@ -39,6 +39,7 @@ from tpnode_tui.port.types import (
     ExtendRequest,
     HistoryRequest,
     LaunchRequest,
+    LogsRequest,
     Nothing,
     ReclaimRequest,
     ReserveRequest,
@@ -63,6 +64,8 @@ SAMPLES = {
     "follow_events": EventsRequest(since_s=60, card=3, follow=True),
     "history": HistoryRequest(2),
     "usage": UsageRequest(since=1_700_000_000.5, until=1_700_604_800.25, by="job"),
+    "logs": LogsRequest("j-1", after="65536"),
+    "follow_logs": LogsRequest("j-1", after="131072", follow=True),
     "launch": LaunchRequest(
         cards=2,
         command=("python", "train.py", "ünï"),
@@ -105,10 +108,13 @@ def test_every_operation_is_a_node_call_and_a_service_method_of_its_name():
 
 def test_each_path_is_one_route_and_two_on_one_path_are_told_apart_by_the_request():
     routes = Counter((op.method, op.path) for op in OPERATIONS)
-    assert [route for route, n in routes.items() if n > 1] == [("GET", "/v1/events")]
+    assert [route for route, n in routes.items() if n > 1] == [("GET", "/v1/events"), ("GET", "/v1/logs")]
     asked = EventsRequest(follow=True)
     assert [op.name for op in OPERATIONS if op.path == "/v1/events" and op.selects(asked)] == ["follow_events"]
     assert [op.name for op in OPERATIONS if op.path == "/v1/events" and op.selects(EventsRequest())] == ["events"]
+    following = LogsRequest("j", follow=True)
+    assert [op.name for op in OPERATIONS if op.path == "/v1/logs" and op.selects(following)] == ["follow_logs"]
+    assert [op.name for op in OPERATIONS if op.path == "/v1/logs" and op.selects(LogsRequest("j"))] == ["logs"]
 
 
 @pytest.mark.parametrize("op", OPERATIONS, ids=lambda op: op.name)

@@ -32,6 +32,8 @@ The routes, from the table (``docs/architecture.md``, "The door", has them with 
 ``GET  /v1/history``        each card's last hour (``?card=N``: one card's)
 ``GET  /v1/usage``          who used which cards (``?since=&until=``, unix seconds; ``&by=`` user, card
                             or job): the caller's own rows and the node's total (an operator, everyone's)
+``GET  /v1/logs``           a job's output, a page at a time (``?run_id=&after=``; its owner or an
+                            operator); ``&follow=true``: then each new page as it is written, until it ends
 ``POST /v1/launch``         ``{cards, command, image, run_id, owner, env, cwd, queue, slice, placement}``
 ``POST /v1/reserve``        ``{cards, duration_s, run_id, owner, slice, placement}``
 ``POST /v1/extend``         ``{run_id, duration_s}``

@@ -374,6 +374,31 @@ async def _cancel(run: Run) -> None:
     print(f"cancelled {q.run_id} (queued by {q.owner or 'an unknown account'}); nothing was placed")
 
 
+def _logs_arguments(parser: argparse.ArgumentParser) -> None:
+    _run_id_argument(parser)
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing what it writes, until it ends")
+
+
+@node_command("logs", "a job's output (its owner or an operator); -f follows it", _logs_arguments, straight=True)
+async def _logs(run: Run) -> None:
+    """What the job wrote to its standard output and error, a page at a time as the
+    node bounds it; printed through this command's printable stream, so what a
+    terminal would obey in it is shown escaped."""
+    node, args = run.node, run.args
+    if args.follow:
+        async for page in node.follow_logs(args.run_id):
+            print(page.text, end="", flush=True)
+            if page.ended and not page.more:
+                return
+    after: Optional[str] = None
+    while True:  # a page at a time, each as the node bounds it
+        page = await node.logs(args.run_id, after)
+        print(page.text, end="", flush=True)
+        if not page.more:
+            return
+        after = page.after
+
+
 def _before_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--before", type=unix_time, metavar="TIME", help="only entries before TIME (unix seconds): the next older page"

@@ -179,8 +179,17 @@ def report_launch(result: Launched, as_json: bool, what: str) -> None:
         print(f"{job.run_id} already holds {result.holding}{until}; nothing new started")
     else:
         print(f"{what} {job.run_id} on {result.holding}{until}")
+        if job.kind == "job":
+            print(output_line(job))
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
+
+
+def output_line(job: JobState) -> str:
+    """Where a job's output goes, and the command that shows it to its owner and the operators."""
+    if not job.log:
+        return f"its output is kept by the Docker engine: docker logs {job.name}, for an account that may use it"
+    return f"its output goes to its log {job.log}: tpnode-tui logs {job.key} shows it (-f follows it)"
 
 
 def you_line(view: NodeView, node: Node) -> str:

@@ -16,10 +16,11 @@ from typing import Any, AsyncIterator, Callable, Optional, TypeVar
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.host.identity import Caller, this_process
 from tpnode_tui.locks import AllocationLock
+from tpnode_tui.model.jobs import JobOutput
 from tpnode_tui.node.calls import Calls
 from tpnode_tui.port import operations as ops
 from tpnode_tui.port.operations import Operation
-from tpnode_tui.port.types import EventsRequest, NodeView, Nothing
+from tpnode_tui.port.types import EventsRequest, LogsRequest, NodeView, Nothing
 from tpnode_tui.service import NodeService
 
 A = TypeVar("A")
@@ -74,6 +75,12 @@ class LocalNode(Calls):
             opened()
         async for entry in entries:
             yield entry
+
+    async def follow_logs(self, run_id: str, after: Optional[str] = None) -> AsyncIterator[JobOutput]:
+        op = ops.FOLLOW_LOGS
+        request = self.service.read(self.caller, op, op.echoed(LogsRequest(run_id, after, follow=True)))
+        async for page in await self.service.stream(self.caller, op, request):
+            yield page
 
     async def close(self) -> None:
         if self._running is not None:

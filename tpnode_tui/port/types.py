@@ -417,6 +417,29 @@ class EventsRequest:
         return _given(since=self.since_s, card=self.card, follow=follow, limit=self.limit, before=self.before)
 
 
+#: the most of a job's output one answer holds: a page; the client asks for the next
+LOG_PAGE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class LogsRequest:
+    """A page of a job's output (at most LOG_PAGE_BYTES) from ``after``, where
+    the last page said the next starts (None: its beginning); ``follow``: then
+    each new piece as it is written, until the job has ended."""
+
+    run_id: str
+    after: Optional[str] = None
+    follow: bool = False
+
+    @classmethod
+    def parse(cls, q: Query, limits: Limits) -> LogsRequest:
+        q.only("run_id", "after", "follow")
+        return cls(check_job_key(q.text("run_id", 256, required=True) or ""), q.text("after", 64), q.flag("follow"))
+
+    def to_json(self) -> dict[str, Any]:
+        return _given(run_id=self.run_id, after=self.after, follow=True if self.follow else None)
+
+
 @dataclass(frozen=True)
 class HistoryRequest:
     """Each card's last hour, or one card's."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Optional, Protocol
 
 from tpnode_tui.model.errors import BadRequest
-from tpnode_tui.model.jobs import JOB_KINDS, DeviceFence, JobSpec, JobState, SliceRef
+from tpnode_tui.model.jobs import JOB_KINDS, DeviceFence, JobOutput, JobSpec, JobState, SliceRef
 from tpnode_tui.model.validation import MIG_UUID_PATTERN
 
 
@@ -66,6 +66,12 @@ class Runtime(Protocol):
 
     async def remove(self, name: str) -> None:
         """Remove a job's record or container. Callers only remove exited jobs."""
+        ...
+
+    async def output(self, name: str, after: Optional[str], most: int) -> JobOutput:
+        """At most ``most`` bytes of what the job wrote to its standard output and
+        error, from ``after`` (where the last page said the next starts; None: the
+        beginning), as this runtime keeps it. Never waits for more to be written."""
         ...
 
     async def close(self) -> None: ...

@@ -6,18 +6,22 @@ it is decided from what it recorded: by uid where it recorded one, else by name.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import Callable, Optional
+from typing import AsyncIterator, Callable, Optional
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed, no_running_job
-from tpnode_tui.model.jobs import JobState, ShellEntry
-from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
+from tpnode_tui.model.jobs import JobOutput, JobState, ShellEntry
+from tpnode_tui.port.types import LOG_PAGE_BYTES, ExtendRequest, LogsRequest, ReclaimRequest, ShellRequest, StopRequest
 from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED, not_a_reservation
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.text.render import format_duration
+
+#: how often a followed job's output is looked at again when nothing new was written
+FOLLOW_EVERY_S = 0.25
 
 
 class JobActions:
@@ -110,6 +114,41 @@ class JobActions:
             return f"{caller.user} opened a shell (pid {caller.pid}) on {entry.run_id}, {how}"
 
         return await self.journal.audited(caller, "shell", run_id, work(), done)
+
+    async def logs(self, caller: Caller, request: LogsRequest) -> JobOutput:
+        """A page of a job's output: its owner's or an operator's to read, never
+        another account's; read by the node (the log file is the job's account's)."""
+        job = await self._readable(caller, request.run_id)
+        return await self.allocator.runtime.output(job.name, request.after, LOG_PAGE_BYTES)
+
+    async def follow_logs(self, caller: Caller, request: LogsRequest) -> AsyncIterator[JobOutput]:
+        """The job's output from ``after``, page after page, then each piece as it
+        is written, until the job has ended and all of it was read (said by the
+        last page's ``ended``). Who may read it is decided before the first page."""
+        job = await self._readable(caller, request.run_id)
+        return self._following(job.name, request.after)
+
+    async def _following(self, name: str, after: Optional[str]) -> AsyncIterator[JobOutput]:
+        while True:
+            page = await self.allocator.runtime.output(name, after, LOG_PAGE_BYTES)
+            done = page.ended and not page.more
+            if page.text or done:
+                yield page
+            if done:
+                return
+            after = page.after
+            if not page.more:
+                await asyncio.sleep(FOLLOW_EVERY_S)
+
+    async def _readable(self, caller: Caller, run_id: str) -> JobState:
+        """The job ``run_id`` names (the live one where an engine keeps two), if
+        ``caller`` may read its output: its owner, or an operator."""
+        jobs = [j for j in await self.allocator.runtime.ps() if j.key == run_id]
+        if not jobs:
+            raise JobNotFound(f"no job or reservation has run id {run_id} (a job reclaimed is no longer listed)")
+        job = next((j for j in jobs if j.live), jobs[-1])
+        self.policy.check_may(caller, job, "read the output of")
+        return job
 
     async def reclaim(self, caller: Caller, request: ReclaimRequest) -> list[JobState]:
         """Remove exited jobs' records: one run id (its owner or an operator), or

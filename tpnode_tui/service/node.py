@@ -32,7 +32,7 @@ from tpnode_tui.core.xid import XidRules
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.locks import AllocationLock
 from tpnode_tui.model.errors import BadRequest, Conflict, NotAllowed, RuntimeUnavailable, TpnodeError
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
+from tpnode_tui.model.jobs import JobOutput, JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -50,6 +50,7 @@ from tpnode_tui.port.types import (
     HistoryRequest,
     LaunchRequest,
     LaunchResult,
+    LogsRequest,
     NodeView,
     Nothing,
     Reading,
@@ -494,6 +495,12 @@ class NodeService:
     async def reclaim(self, caller: Caller, request: ReclaimRequest) -> list[JobState]:
         return await self.job_actions.reclaim(caller, request)
 
+    async def logs(self, caller: Caller, request: LogsRequest) -> JobOutput:
+        return await self.job_actions.logs(caller, request)
+
+    async def follow_logs(self, caller: Caller, request: LogsRequest) -> AsyncIterator[JobOutput]:
+        return await self.job_actions.follow_logs(caller, request)
+
     async def close(self) -> None:
         await self.xids.close()
         await self.launches.close()
@@ -505,7 +512,21 @@ class NodeService:
 
 
 #: the operations that only read: allowed, they are not logged; refused, they are
-_READS = frozenset({"status", "views", "whoami", "queued", "audit", "events", "follow_events", "history", "usage"})
+_READS = frozenset(
+    {
+        "status",
+        "views",
+        "whoami",
+        "queued",
+        "audit",
+        "events",
+        "follow_events",
+        "history",
+        "usage",
+        "logs",
+        "follow_logs",
+    }
+)
 
 
 def _named(request: Any) -> str:
