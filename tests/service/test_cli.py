@@ -621,6 +621,7 @@ def test_logs_shows_a_job_s_output_and_python_in_it_runs_unbuffered_unless_asked
     for this account's own job); PYTHONUNBUFFERED=1 is in the job's environment
     unless the caller's environment sets it, so what a stopped job printed is kept."""
     printing = "env; echo READY; exec sleep 60"
+    cli.env.pop("PYTHONUNBUFFERED", None)  # as a login's environment is, whatever this test's has
     done = cli("launch", "--cards", "1", "--run-id", "envs", "--", "sh", "-c", printing)
     assert done.returncode == 0, done.stderr
     log = state_dir / "logs" / "envs.log"
