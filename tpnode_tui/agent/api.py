@@ -178,7 +178,7 @@ class Api:
 
     def route(self, ops: list[Operation[Any, Any]]) -> Handler:
         """The one handler of a path: every operation on it is read, done and
-        answered the same way; two on one path (events, and following them)
+        answered the same way; two on one path (events or a job's output, and following them)
         are told apart by the request read."""
 
         async def handle(request: web.Request) -> web.StreamResponse:

@@ -13,8 +13,9 @@ here, its request type, and its service method.
 
 Who may is the service's to decide, from the kernel's identity of the caller,
 every time; the word here (:data:`Who`) is what the docs and the audit say.
-The two streams (``views`` and ``follow_events``) are declared here too; the
-agent writes them itself, line by line, for as long as the client reads.
+The streams (``views``, ``follow_events`` and ``follow_logs``) are declared
+here too; the agent writes them itself, line by line, for as long as the
+client reads (``follow_logs`` until the job has ended).
 """
 
 from __future__ import annotations

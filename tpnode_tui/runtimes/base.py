@@ -68,10 +68,12 @@ class Runtime(Protocol):
         """Remove a job's record or container. Callers only remove exited jobs."""
         ...
 
-    async def output(self, name: str, after: Optional[str], most: int) -> JobOutput:
-        """At most ``most`` bytes of what the job wrote to its standard output and
-        error, from ``after`` (where the last page said the next starts; None: the
-        beginning), as this runtime keeps it. Never waits for more to be written."""
+    async def output(self, job: JobState, after: Optional[str], most: int) -> JobOutput:
+        """At most ``most`` bytes of what ``job`` (as ``ps()`` read it) wrote to its
+        standard output and error, from ``after`` (where the last page said the
+        next starts; None: the beginning), as this runtime keeps it; JobNotFound
+        once that job is gone, even if its name is another's now. Never waits
+        for more to be written."""
         ...
 
     async def close(self) -> None: ...

@@ -675,15 +675,15 @@ class DockerRuntime:
                     return  # gone already: nothing left to stop
                 raise self._engine_error(f"could not stop job {name!r}", e) from None
 
-    async def output(self, name: str, after: Optional[str], most: int) -> JobOutput:
+    async def output(self, job: JobState, after: Optional[str], most: int) -> JobOutput:
         """Refused: the engine keeps a container's output, and aiodocker reads it
         either whole, into memory, or followed, without an end while the container
         runs (the engine's ``until`` does not end it): a page of it cannot be read
         without the agent, root, holding as much of it as a job cares to write.
         Whoever may use the engine reads it there."""
         raise Conflict(
-            f"{name} runs in a container, whose output the Docker engine keeps; this node does not read it "
-            f"for you: an account that may use the engine reads it with docker logs {name}"
+            f"{job.name} runs in a container, whose output the Docker engine keeps; this node does not read it "
+            f"for you: an account that may use the engine reads it with docker logs {job.name}"
         )
 
     async def remove(self, name: str) -> None:

@@ -981,6 +981,14 @@ class ProcessRuntime:
                 return False
             await asyncio.sleep(_STOP_POLL_S)
 
+    def _still(self, job: JobState) -> JobRecord:
+        """The record of ``job`` as it was read (its supervisor's pid and start), or
+        JobNotFound: reclaimed since, and its name perhaps another job's now."""
+        record = self.state.read().get(job.name)
+        if record is None or (record.pid, record.started_at) != (job.pid, job.started_at):
+            raise JobNotFound(f"{job.key} is no longer recorded: it was reclaimed")
+        return record
+
     def _record(self, name: str) -> JobRecord:
         record = self.state.read().get(name)
         if record is None:
@@ -997,18 +1005,18 @@ class ProcessRuntime:
             if now.exit_code is None and note not in said:  # a second stop during the first's grace says nothing new
                 jobs[record.name] = replace(now, note="; ".join([*said, note]))
 
-    async def output(self, name: str, after: Optional[str], most: int) -> JobOutput:
+    async def output(self, job: JobState, after: Optional[str], most: int) -> JobOutput:
         """At most ``most`` bytes of the job's log from ``after`` (a byte offset;
         None: its beginning), read as whoever runs this (the agent: root) though
         the file is the job's account's. Only a regular file is read, never
         through a link, and without waiting on it: the logs directory is this
         runtime's, and nothing the account does to its file makes the reader
         block or read something else."""
-        return await asyncio.to_thread(self._output, name, after, most)
+        return await asyncio.to_thread(self._output, job, after, most)
 
-    def _output(self, name: str, after: Optional[str], most: int) -> JobOutput:
+    def _output(self, job: JobState, after: Optional[str], most: int) -> JobOutput:
         start = _offset(after)
-        record = self._record(name)  # read first: whatever a job that has ended wrote is in the file by now
+        record = self._still(job)  # read first: whatever a job that has ended wrote is in the file by now
         ended = not _job_state(record, boot_id()).live
         try:
             fd = os.open(record.log, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -1026,6 +1034,9 @@ class ProcessRuntime:
             read = os.pread(fd, most, start)
         finally:
             os.close(fd)
+        # Still this job's record after the read, so the file read was its log all along: a
+        # name is given to another job (and its log begun anew) only once this record is gone.
+        self._still(job)
         data = whole_characters(read, at_end=ended and start + len(read) >= size)
         end = start + len(data)
         return JobOutput(

@@ -22,6 +22,10 @@ from tpnode_tui.text.render import format_duration
 
 #: how often a followed job's output is looked at again when nothing new was written
 FOLLOW_EVERY_S = 0.25
+#: after how many such looks with nothing new an empty page is sent all the same: a
+#: follower that went away is then noticed (its line cannot be written), and its
+#: stream ends, instead of looking at a quiet job's log for as long as the job runs
+QUIET_LOOKS = 40
 
 
 class JobActions:
@@ -119,20 +123,28 @@ class JobActions:
         """A page of a job's output: its owner's or an operator's to read, never
         another account's; read by the node (the log file is the job's account's)."""
         job = await self._readable(caller, request.run_id)
-        return await self.allocator.runtime.output(job.name, request.after, LOG_PAGE_BYTES)
+        return await self.allocator.runtime.output(job, request.after, LOG_PAGE_BYTES)
 
     async def follow_logs(self, caller: Caller, request: LogsRequest) -> AsyncIterator[JobOutput]:
         """The job's output from ``after``, page after page, then each piece as it
         is written, until the job has ended and all of it was read (said by the
         last page's ``ended``). Who may read it is decided before the first page."""
         job = await self._readable(caller, request.run_id)
-        return self._following(job.name, request.after)
+        return self._following(job, request.after)
 
-    async def _following(self, name: str, after: Optional[str]) -> AsyncIterator[JobOutput]:
+    async def _following(self, job: JobState, after: Optional[str]) -> AsyncIterator[JobOutput]:
+        """Pages of ``job``'s output; once the job is gone (reclaimed meanwhile, its
+        run id perhaps another's since), one last empty page says it ended."""
+        quiet = 0
         while True:
-            page = await self.allocator.runtime.output(name, after, LOG_PAGE_BYTES)
+            try:
+                page = await self.allocator.runtime.output(job, after, LOG_PAGE_BYTES)
+            except JobNotFound:
+                yield JobOutput(text="", after=after or "", ended=True, log=job.log)
+                return
             done = page.ended and not page.more
-            if page.text or done:
+            quiet = 0 if page.text or done or quiet >= QUIET_LOOKS else quiet + 1
+            if quiet == 0:
                 yield page
             if done:
                 return
