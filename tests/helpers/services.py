@@ -1,4 +1,4 @@
-"""Real services for the tests: a redis-server and a dockerd of their own.
+"""Real services for the tests: a redis-server and a dockerd of their own, and promtool.
 
 Each runs on a private address (a free loopback port, a socket in a temporary
 directory) with its own data, so the tests never touch a service the machine
@@ -34,6 +34,15 @@ def unavailable(why: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and a required service is unavailable: {why}", pytrace=False)
     pytest.skip(why)
+
+
+def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Prometheus' own checker, from Debian's ``prometheus`` package (tests/run.sh
+    installs it); without it the test fails under CI and is skipped elsewhere."""
+    found = shutil.which("promtool")
+    if found is None:
+        unavailable("promtool is not installed (Debian: apt-get install --no-install-recommends prometheus)")
+    return subprocess.run([str(found), *args], input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def redis_or_unavailable(workdir: Path, password: str | None = None) -> RedisServer:

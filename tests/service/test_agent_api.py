@@ -179,6 +179,22 @@ async def test_many_clients_at_once_never_share_a_card(agent):
     assert all("no capacity" in str(r).lower() or "need 1 card" in str(r) for r in refusals), refusals
 
 
+async def test_more_cards_than_any_node_has_is_refused_as_the_node_says_it_never_queued(agent, client):
+    """A count past any node's is the same refusal as one over this node's (422,
+    exit 1, the node's count), through the door as well: it waits in no queue."""
+    from tpnode_tui.model.errors import NeverFits
+
+    for cards in (9, 10**20):
+        with pytest.raises(NeverFits) as refused:
+            await client.launch(LaunchRequest(cards=cards, command=("true",), run_id="big", queue=True))
+        assert str(refused.value) == (
+            f"big needs {cards} cards and this node has 8: no amount of waiting will place it; ask for fewer cards"
+        )
+    status, doc = await agent.post("/v1/reserve", b'{"cards": 100000000000000000000, "duration_s": 60}')
+    assert (status, doc["exit_code"], doc["kind"]) == (422, 1, "NeverFits") and "this node has 8" in doc["error"]
+    assert (await client.queued()) == () and (await client.status()).snapshot.jobs == ()
+
+
 async def test_an_agent_that_is_gone_is_said_plainly(tmp_path):
     node = AgentNode(tmp_path / "nobody.sock")
     with pytest.raises(AgentUnavailable, match=r"no agent answers at .*nobody.sock"):

@@ -93,6 +93,31 @@ def test_status_json_shows_every_card_state(cli, scene, tmp_path):
         holder.wait()
 
 
+def test_text_status_names_each_intruder_under_its_card_and_counts_them_in_the_summary(cli, scene):
+    """A process of someone other than the holder on a held card is named where the
+    card is: its account, pid, command (made printable, cut short), memory and the
+    card, as the alert on tpnode_intruders says status does; the summary counts it."""
+    command = "\x1b[2Jtrain " + "--flag " * 20
+    intruder = subprocess.Popen([command, "60"], executable="sleep")
+    try:
+        assert cli("reserve", "--cards", "1", "--for", "1h", "--owner", "alice", "--run-id", "rsv-a").returncode == 0
+        cards = [{"name": "NVIDIA H200", "memory_total_mib": 143771} for _ in range(8)]
+        cards[0].update(memory_used_mib=30720, processes=[{"pid": intruder.pid, "used_memory_mib": 30720}])
+        write_scene(scene, cards)
+        out = cli("status")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert "8 cards total, 7 free; 1 held by platform jobs; 1 with an intruder (card 0)" in lines
+        row = next(i for i, line in enumerate(lines) if line.startswith("0    reservation"))
+        named = lines[row + 1]
+        assert named.startswith(f"  ! root (pid {intruder.pid}, '\\x1b[2Jtrain --flag --flag ")
+        assert "\x1b" not in out.stdout and "..., 30.0 GiB) is using card 0, reserved by alice until " in named
+        assert len(named) < 140 and lines[row + 2].startswith("1    free")
+    finally:
+        intruder.kill()
+        intruder.wait()
+
+
 def test_human_status_is_readable(cli):
     out = cli("status")
     assert out.returncode == 0
@@ -118,6 +143,56 @@ def test_a_request_that_can_never_fit_exits_1_and_says_so(cli):
     assert "this node has 8" in proc.stderr and "no amount of waiting" in proc.stderr
 
 
+@pytest.mark.parametrize("count", ["9", "65537", "100000000000000000000"])
+@pytest.mark.parametrize("command", [["launch"], ["reserve", "--for", "1h"]])
+def test_more_cards_than_the_node_has_is_one_refusal_however_many(cli, count, command):
+    """9 cards on an 8-card node and 10^20 are the same mistake: the same words,
+    the node's count, exit 1; never a field's name, never queued."""
+    args = [*command, "--cards", count, "--run-id", "big"]
+    proc = cli(*args, *(["--", "sleep", "1"] if command[0] == "launch" else []))
+    assert proc.returncode == 1, proc
+    assert_one_clean_line(proc.stderr)
+    assert proc.stderr == (
+        f"tpnode-tui: big needs {count} cards and this node has 8: no amount of waiting will place it; "
+        "ask for fewer cards\n"
+    )
+    assert cli.status()["jobs"] == [] and cli("queue", "--json").stdout.count("big") == 0
+
+
+def test_a_reservation_says_when_it_ends_as_extend_does(cli):
+    before = time.time()
+    reserved = cli("reserve", "--cards", "1", "--for", "2h", "--run-id", "rsv-ends")
+    assert reserved.returncode == 0, reserved.stderr
+    ends = re.fullmatch(r"reserved rsv-ends on card 0 until (\d\d:\d\d:\d\d) \(left (1h59m|2h00m)\)\n", reserved.stdout)
+    assert ends, reserved.stdout
+    expires = cli.status()["jobs"][0]["expires_at"]
+    assert ends.group(1) == time.strftime("%H:%M:%S", time.localtime(expires)) and expires >= before + 7200
+    extended = cli("extend", "rsv-ends", "--for", "1h")
+    assert re.fullmatch(r"extended rsv-ends: it holds card 0 until \d\d:\d\d:\d\d \(left 2h5\dm\)\n", extended.stdout)
+    again = cli("reserve", "--cards", "1", "--for", "3h", "--run-id", "rsv-ends")
+    said = r"rsv-ends already holds card 0 until [0-9:]+ \(left 2h5\dm\); nothing new started\n"
+    assert re.fullmatch(said, again.stdout)
+
+
+def test_a_socket_named_and_not_answering_is_refused_never_served_here(cli, tmp_path):
+    """Naming a socket means that agent: the node is not served in this process
+    instead, as root or not, with a flag or the variable; the node's own socket,
+    the default or its file's, is the one auto may serve in-process without."""
+    named = tmp_path / "no-agent.sock"
+    for how in ({"args": ["--agent-socket", str(named)]}, {"env": {"TUNEPLANE_AGENT_SOCKET": str(named)}}):
+        proc = cli(*how.get("args", []), "launch", "--cards", "1", "--", "sleep", "60", env=how.get("env"))
+        assert proc.returncode == 1, proc
+        assert_one_clean_line(proc.stderr)
+        assert proc.stderr.startswith(f"tpnode-tui: no agent answers at {named}, the socket --agent-socket or ")
+        assert "give --agent off to serve it here" in proc.stderr and proc.stdout == ""
+    assert cli("--agent-socket", str(named), "--agent", "off", "status").returncode == 0
+    node_file = tmp_path / "agent.env"
+    node_file.write_text(f"TUNEPLANE_AGENT_SOCKET={named}\n")
+    served = cli("status", env={"TUNEPLANE_NODE_ENV_FILE": str(node_file)})
+    assert served.returncode == 0 and "served by this process" in served.stdout
+    assert cli.status()["jobs"] == []
+
+
 @pytest.mark.parametrize(
     "args,words",
     [
@@ -128,7 +203,18 @@ def test_a_request_that_can_never_fit_exits_1_and_says_so(cli):
         (["launch", "--cards", "1", "--run-id", "bad id; rm -rf /", "--", "true"], "is not valid"),
         (["reserve", "--cards", "1", "--for", "forever"], "'forever' is not understood"),
         (["reserve", "--cards", "1", "--for", "0s"], "at least 1s"),
-        (["frobnicate"], "invalid choice"),
+        (["frobnicate"], "'frobnicate' is not a tpnode-tui command (see tpnode-tui --help)"),
+        (["stauts"], "'stauts' is not a tpnode-tui command: did you mean status? (see tpnode-tui --help)"),
+        (["--interval", "2", "reclam"], "did you mean reclaim?"),
+        (["reserve", "--cards", "1", "--for", "30"], "argument --for: 30 has no unit: 30m or 30s?"),
+        (["reserve", "--cards", "1", "--for", "1.5"], "1.5 has no unit: 1.5m or 1.5s?"),
+        (["reserve", "--cards", "1", "--for", "-5m"], "argument --for: -5m: a duration must be positive, e.g. 5m"),
+        (["extend", "r", "--for", "30"], "argument --for: 30 has no unit: 30m or 30s?"),
+        (["extend", "r", "--for", "-1h"], "a duration must be positive, e.g. 1h"),
+        (["events", "--since", "-1h"], "argument --since: -1h: a duration must be positive"),
+        (["audit", "--since", "3600"], "3600 has no unit"),
+        (["events", "--card", "99"], "card 99 is not a card of this node (its cards: 0-7)"),
+        (["events", "--card", "8", "--follow"], "card 8 is not a card of this node (its cards: 0-7)"),
         (["launch", "--", "true"], "--cards"),
         (["usage", "--since", "yesterday"], "'yesterday' is neither a date such as 2026-12-01"),
         (["usage", "--until", "2026-13-01"], "'2026-13-01' is neither a date"),
@@ -528,6 +614,37 @@ def test_env_prints_what_the_job_itself_was_given(cli, state_dir):
     assert exported["CUDA_DEVICE_ORDER"] == inside["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     # outside the job's fence (a shell beside it) CUDA counts the node's cards
     assert exported["CUDA_VISIBLE_DEVICES"] == "3,4"
+
+
+def test_logs_shows_a_job_s_output_and_python_in_it_runs_unbuffered_unless_asked_otherwise(cli, state_dir):
+    """launch says where the output goes; logs shows it (here served in this process,
+    for this account's own job); PYTHONUNBUFFERED=1 is in the job's environment
+    unless the caller's environment sets it, so what a stopped job printed is kept."""
+    printing = "env; echo READY; exec sleep 60"
+    cli.env.pop("PYTHONUNBUFFERED", None)  # as a login's environment is, whatever this test's has
+    done = cli("launch", "--cards", "1", "--run-id", "envs", "--", "sh", "-c", printing)
+    assert done.returncode == 0, done.stderr
+    log = state_dir / "logs" / "envs.log"
+    assert (
+        done.stdout.splitlines()[1]
+        == f"its output goes to its log {log}: tpnode-tui logs envs shows it (-f follows it)"
+    )
+    own = cli("launch", "--cards", "1", "--run-id", "own", "--", "sh", "-c", printing, env={"PYTHONUNBUFFERED": ""})
+    assert own.returncode == 0, own.stderr
+    for run_id in ("envs", "own"):
+        deadline = time.monotonic() + 30
+        while "READY" not in (shown := cli("logs", run_id)).stdout:
+            assert shown.returncode == 0 and time.monotonic() < deadline, shown
+            time.sleep(0.05)
+        assert shown.stderr == "" and shown.stdout == (state_dir / "logs" / f"{run_id}.log").read_text()
+        given = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
+        assert given["PYTHONUNBUFFERED"] == ("1" if run_id == "envs" else "")
+    missing = cli("logs", "no-such-job")
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert (
+        missing.stderr
+        == "tpnode-tui: no job or reservation has run id no-such-job (a job reclaimed is no longer listed)\n"
+    )
 
 
 def test_a_command_s_warning_is_a_line_like_its_errors_and_v_keeps_the_log_line(cli, state_dir):

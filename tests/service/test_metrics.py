@@ -11,8 +11,6 @@ import asyncio
 import collections
 import json
 import re
-import shutil
-import subprocess
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -26,13 +24,14 @@ from helpers.agents import Agent, running
 from helpers.clocks import MovedClock
 from helpers.fleet import T, job, node_snapshot
 from helpers.paths import CHECKOUT
-from helpers.services import free_port, unavailable, write_scene
+from helpers.services import free_port, promtool, write_scene
 from helpers.waiting import until_async
 from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
 from tpnode_tui.model.jobs import DeviceFence, QueuedLaunch
 from tpnode_tui.model.views import Drain
 from tpnode_tui.node.remote import AgentNode
 from tpnode_tui.port.types import LaunchRequest, Reading, ReserveRequest
+from tpnode_tui.service.journal import LAUNCH_RESULTS
 from tpnode_tui.state.ledger import LedgerCounters
 
 DCGM = (
@@ -157,7 +156,7 @@ async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent)
         "UUID": "GPU-00000003-0000-4000-8000-000000000000",
         "pci_bus_id": "00000000:1B:00.0",
         "device": "nvidia3",
-        "modelName": "NVIDIA H200",
+        "model_name": "NVIDIA H200",
         "Hostname": "gpu-07",
     }
     used = {s.labels["gpu"]: s.value for s in found["DCGM_FI_DEV_FB_USED"].samples}
@@ -173,13 +172,13 @@ async def test_every_card_state_and_device_fact_with_dcgm_exporter_labels(agent)
     def value(name: str) -> float:
         return found[name].samples[0].value
 
-    assert (value("tpnode_cards_free"), value("tpnode_cards_total"), value("tpnode_probe_ok")) == (5, 8, 1)
+    assert (value("tpnode_cards_free"), value("tpnode_cards"), value("tpnode_probe_ok")) == (5, 8, 1)
     assert (value("tpnode_queue_length"), value("tpnode_lock_wait_seconds")) == (0, 0)
     assert (value("tpnode_intruders"), value("tpnode_drained_cards")) == (0, 0)
     launches = {
         s.labels["result"]: s.value for s in found["tpnode_launches"].samples if s.name == "tpnode_launches_total"
     }
-    assert launches == {"placed": 1, "no_capacity": 1}
+    assert launches == {result: 0 for result in LAUNCH_RESULTS} | {"placed": 1, "no_capacity": 1}
     assert found["tpnode_launches"].type == "counter"
 
     cards = scene_cards()
@@ -218,14 +217,6 @@ def generate(reading: Reading, clock=lambda: T + 12, results=None, ledger=None) 
 
 def collect(reading: Reading, clock=lambda: T + 12, results=None, ledger=None) -> dict:
     return families(generate(reading, clock, results, ledger))
-
-
-def promtool(*args: str, stdin: str) -> subprocess.CompletedProcess:
-    """promtool (Debian's prometheus package, which tests/run.sh installs) fed ``stdin``."""
-    found = shutil.which("promtool")
-    if found is None:
-        unavailable("promtool is not installed (Debian: apt-get install --no-install-recommends prometheus)")
-    return subprocess.run([found, *args], input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def test_lock_wait_is_the_oldest_waiting_launch_and_the_queue_counts_every_launch_not_started():
@@ -334,10 +325,18 @@ def test_an_idle_reservation_is_served_with_its_owner_and_seconds_unused():
 def test_the_ledgers_counters_per_user_and_its_last_write():
     counted = LedgerCounters({"alice": 7200.0, "bob\ud800": 60.0}, {"alice": 1800.0}, T - 30, None)
     found = collect(Reading(1, node_snapshot()), ledger=SimpleNamespace(counters=lambda: counted))
-    held = {s.labels["user"]: s.value for s in found["tpnode_card_seconds_held"].samples}
+    held = {s.labels["user"]: s.value for s in found["tpnode_card_held_seconds"].samples}
     assert held == {"alice": 7200, "bob\\ud800": 60}
-    assert found["tpnode_card_seconds_held"].type == "counter"
-    assert {s.labels["user"]: s.value for s in found["tpnode_card_seconds_idle"].samples} == {"alice": 1800}
+    assert found["tpnode_card_held_seconds"].type == "counter"
+    assert {s.labels["user"]: s.value for s in found["tpnode_card_idle_seconds"].samples} == {"alice": 1800}
+    # the names they had, served beside them until a later release, the same counts
+    renamed = {
+        "tpnode_card_seconds_held": "tpnode_card_held_seconds",
+        "tpnode_card_seconds_idle": "tpnode_card_idle_seconds",
+    }
+    for old, new in renamed.items():
+        assert [(s.labels, s.value) for s in found[old].samples] == [(s.labels, s.value) for s in found[new].samples]
+        assert found[old].documentation.startswith(f"Deprecated: {new}_total under its old name")
     assert found["tpnode_usage_ledger_last_write_timestamp_seconds"].samples[0].value == T - 30
     unwritten = LedgerCounters({}, {}, None, "cannot open the usage ledger")
     found = collect(Reading(1, node_snapshot()), ledger=SimpleNamespace(counters=lambda: unwritten))
@@ -402,7 +401,7 @@ async def test_every_metric_an_alert_reads_is_served_by_a_real_agent(tmp_path):
             agent,
             lambda f: (
                 f["tpnode_reservation_idle_seconds"].samples
-                and f["tpnode_card_seconds_idle"].samples
+                and f["tpnode_card_idle_seconds"].samples
                 and f["tpnode_usage_ledger_last_write_timestamp_seconds"].samples
             ),
         )
@@ -416,9 +415,9 @@ async def test_every_metric_an_alert_reads_is_served_by_a_real_agent(tmp_path):
     assert failed == [{"gpu": "5", "outcome": "failed"}]
     [idle] = found["tpnode_reservation_idle_seconds"].samples
     assert idle.labels == {"run_id": "rsv-idle", "owner": "root"} and idle.value >= 120
-    held = {s.labels["user"]: s.value for s in found["tpnode_card_seconds_held"].samples}
+    held = {s.labels["user"]: s.value for s in found["tpnode_card_held_seconds"].samples}
     assert set(held) == {"root"} and held["root"] > 0
-    assert found["tpnode_card_seconds_idle"].samples[0].value > 0  # nobody's process is on the reserved card
+    assert found["tpnode_card_idle_seconds"].samples[0].value > 0  # nobody's process is on the reserved card
     last_write = found["tpnode_usage_ledger_last_write_timestamp_seconds"].samples[0].value
     assert abs(last_write - clock()) <= 61  # in the agent's time, moved on: written each minute
     assert (agent.state / "usage.sqlite").exists()
@@ -448,9 +447,9 @@ def test_every_metric_the_grafana_dashboard_queries_is_served():
     assert {"tpnode_no_such_metric"} - served_names() == {"tpnode_no_such_metric"}
 
 
-async def test_each_mig_slice_has_its_memory_with_dcgm_exporters_mig_labels_and_its_own_state(agent):
-    from tpnode_tui.agent.metrics import DCGM_MIG_LABELS
-
+def mig_cards() -> list[dict]:
+    """The scene's cards with card 1 in MIG mode: two compute instances of one GPU
+    instance (one of them in use from outside) and a 1g.18gb slice."""
     cards = scene_cards()
     cards[1].update(
         mig=True,
@@ -484,6 +483,13 @@ async def test_each_mig_slice_has_its_memory_with_dcgm_exporters_mig_labels_and_
             },
         ],
     )
+    return cards
+
+
+async def test_each_mig_slice_has_its_memory_with_dcgm_exporters_mig_labels_and_its_own_state(agent):
+    from tpnode_tui.agent.metrics import DCGM_MIG_LABELS
+
+    cards = mig_cards()
     write_scene(agent.scene, cards)
     node = AgentNode(agent.socket)
     try:
@@ -524,7 +530,78 @@ async def test_each_mig_slice_has_its_memory_with_dcgm_exporters_mig_labels_and_
         "nb",
         "job",
     )
-    assert found["tpnode_slices_total"].samples[0].value == 3
+    assert found["tpnode_slices"].samples[0].value == 3
     assert found["tpnode_slices_free"].samples[0].value == 0
     states = {s.labels["gpu"]: s.labels["state"] for s in found["tpnode_card_state"].samples if s.value == 1}
     assert states["1"] == "mig"
+
+
+async def test_a_real_agents_scrape_passes_promtool_check_metrics(tmp_path):
+    """Prometheus' own lint of an exposition (promtool check metrics: a gauge never
+    ends in _total, a unit comes last, label names are snake_case), on a real
+    agent's scrape with a sample in every family: a job on a MIG slice, a
+    reservation gone idle, a card checked, a card drained by an XID, the ledger's counts."""
+    clock = MovedClock()
+    async with running(MetricsAgent(tmp_path, clock)) as agent:
+        cards = mig_cards()
+        cards[7]["xid_events"] = [{"id": "e1", "xid": 48}]
+        write_scene(agent.scene, cards)
+        node = AgentNode(agent.socket)
+        try:
+            await node.reserve(ReserveRequest(cards=1, duration_s=3600, run_id="rsv-idle"))
+            await node.launch(LaunchRequest(cards=1, command=("sleep", "60"), run_id="nb", slice="1g.18gb"))
+            await node.check(7)  # whatever it finds, the card's last check is served
+        finally:
+            await node.close()
+        await scrape_when(
+            agent, lambda f: f["tpnode_card_drain_info"].samples and f["tpnode_card_check_outcome"].samples
+        )
+        clock.advance(120)  # past TUNEPLANE_IDLE_RESERVATION_MIN, 1 here; the ledger writes each minute
+        await scrape_when(
+            agent,
+            lambda f: (
+                f["tpnode_reservation_idle_seconds"].samples
+                and f["tpnode_card_idle_seconds"].samples
+                and f["tpnode_slice_holder_info"].samples
+                and f["tpnode_usage_ledger_last_write_timestamp_seconds"].samples
+            ),
+        )
+        text = await agent.scrape()
+    assert [name for name, family in families(text).items() if not family.samples] == []
+    checked = promtool("check", "metrics", stdin=text)
+    assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
+    # and the check can fail: the gauge this agent once served as tpnode_cards_total is caught
+    old = "# HELP tpnode_cards_total Cards on this node\n# TYPE tpnode_cards_total gauge\ntpnode_cards_total 8.0\n"
+    refused = promtool("check", "metrics", stdin=old)
+    assert refused.returncode != 0 and 'non-counter metrics should not have "_total" suffix' in refused.stderr
+
+
+def test_every_launch_result_is_served_from_zero_and_documented():
+    """tpnode_launches_total's results are a closed set, each served at 0 until it
+    happens: every way the journal words a launch's end, and docs/metrics.md says
+    what each means (bad_request once was served and said nowhere)."""
+    from tpnode_tui.model.errors import (
+        BadRequest,
+        Conflict,
+        NeverFits,
+        NoCapacity,
+        NotAllowed,
+        OverLimit,
+        RuntimeUnavailable,
+        TooMany,
+        TpnodeError,
+    )
+    from tpnode_tui.port.types import Cancelled, OverQuota
+    from tpnode_tui.service.journal import result_of
+
+    kinds = (NoCapacity, TooMany, OverLimit, NotAllowed, OverQuota, BadRequest, NeverFits, Conflict, Cancelled)
+    worded = {result_of(kind("x")).replace(" ", "_") for kind in (*kinds, RuntimeUnavailable, TpnodeError, OSError)}
+    assert worded | {"placed", "queued", "abandoned", "dropped"} == set(LAUNCH_RESULTS)
+    served = collect(Reading(1, node_snapshot()))["tpnode_launches"].samples
+    assert [(s.labels["result"], s.value) for s in served] == [(result, 0) for result in LAUNCH_RESULTS]
+    [row] = [
+        line
+        for line in (CHECKOUT / "docs" / "metrics.md").read_text().splitlines()
+        if "`tpnode_launches_total`" in line and line.startswith("|")
+    ]
+    assert [result for result in LAUNCH_RESULTS if f"`{result}` (" not in row and f"`{result}`," not in row] == []

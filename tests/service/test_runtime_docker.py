@@ -21,7 +21,7 @@ import pytest
 from helpers.waiting import until_async
 from tpnode_tui.config.sections import DOCKER_GPU_MODES
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
-from tpnode_tui.model.jobs import DeviceFence, JobSpec, RunAs
+from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs
 from tpnode_tui.port.types import LaunchRequest
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.dockerfence import ENDED, NO_CARD
@@ -86,6 +86,19 @@ async def test_a_job_needs_distinct_cards():
     for gpus in ([], [1, 1], [-1]):
         with pytest.raises(BadRequest):
             await rt.create(JobSpec("a", 1, ("true",), image="x"), gpus)
+    await rt.close()
+
+
+async def test_a_containers_output_is_refused_plainly_naming_where_the_engine_keeps_it():
+    """The engine keeps a container's output and cannot give it a page at a time:
+    the node does not read it for anyone, and says who can, and how."""
+    rt = DockerRuntime(gpu_mode="none", docker_host="unix:///nonexistent/docker.sock")
+    with pytest.raises(Conflict) as refused:
+        await rt.output(JobState("tpn-train", "train", (0,), "running"), None, 65536)
+    assert str(refused.value) == (
+        "tpn-train runs in a container, whose output the Docker engine keeps; this node does not read it "
+        "for you: an account that may use the engine reads it with docker logs tpn-train"
+    )
     await rt.close()
 
 

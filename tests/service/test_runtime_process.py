@@ -159,6 +159,41 @@ async def test_exit_code_is_recorded_with_nobody_waiting_and_stays_until_removed
         await runtime.start("fails")
 
 
+async def test_a_jobs_output_is_read_from_its_own_log_only_while_it_is_that_job(runtime, state_dir):
+    """Pages of the log, none cutting a character; and once the job is reclaimed and
+    its name another job's, the output asked for the first job is not the second's."""
+    await runtime.run(job("talk", "sh", "-c", "printf 'one\\ntw\\303\\251\\n'"), [0])
+    first = await wait_for_status(runtime, "talk", "exited")
+    page = await runtime.output(first, None, 6)  # "one\ntw" and the first byte of an "é": cut before it
+    assert (page.text, page.after, page.more, page.ended) == ("one\ntw", "6", True, True)
+    rest = await runtime.output(first, page.after, 6)
+    assert (rest.text, rest.after, rest.more, rest.log) == ("é\n", "9", False, str(state_dir / "logs" / "talk.log"))
+    with pytest.raises(BadRequest, match="is not a place in a job's output"):
+        await runtime.output(first, "-1", 6)
+    await runtime.remove("talk")
+    await runtime.run(job("talk", "sh", "-c", "echo second; sleep 30"), [1])
+    with pytest.raises(JobNotFound, match="talk is no longer recorded: it was reclaimed"):
+        await runtime.output(first, None, 100)
+
+
+async def test_a_quiet_jobs_follower_gets_an_empty_page_now_and_then_so_one_gone_away_is_noticed(
+    service_node, monkeypatch
+):
+    """A follower that went away is noticed only when its next line cannot be
+    written: a job that prints nothing for hours still gets its followers an empty
+    page now and then, so the agent never looks at a log for nobody until the job ends."""
+    from helpers.callers import ROOT
+    from tpnode_tui.port.types import LaunchRequest, LogsRequest
+    from tpnode_tui.service import jobs
+
+    monkeypatch.setattr(jobs, "FOLLOW_EVERY_S", 0.001)
+    await service_node.service.launch(ROOT, LaunchRequest(cards=1, command=("sleep", "60"), run_id="quiet"))
+    pages = await service_node.service.follow_logs(ROOT, LogsRequest("quiet", follow=True))
+    first = await asyncio.wait_for(pages.__anext__(), WAIT_S)  # a bound: it comes after 40 quiet looks
+    assert (first.text, first.ended, first.more) == ("", False, False)
+    await pages.aclose()
+
+
 async def test_a_running_job_cannot_be_removed_and_a_run_id_cannot_be_reused(runtime):
     first = await runtime.run(job("busy", "sleep", "30"), [0])
     with pytest.raises(Conflict, match="still running"):

@@ -227,9 +227,12 @@ def test_a_queued_launch_survives_the_agent_killed_outright_and_starts_once_ther
 
 def test_no_agent_and_a_state_dir_this_account_cannot_use_is_one_clear_line(shared_node, accounts):
     shared_node.kill()
+    node_file = shared_node.root / "agent.env"  # the node's own socket, as every account reads it
+    node_file.write_text(f"TUNEPLANE_AGENT_SOCKET={shared_node.socket}\n")
+    node_file.chmod(0o644)
     env = accounts.bob.env(
         TUNEPLANE_STATE_DIR=str(shared_node.state),
-        TUNEPLANE_AGENT_SOCKET=str(shared_node.socket),
+        TUNEPLANE_NODE_ENV_FILE=str(node_file),
         TUNEPLANE_RUNTIME="process",
         TUNEPLANE_PROBE=f"simulated:{shared_node.scene}",
     )

@@ -35,7 +35,12 @@ def cli(dockerd, scene, state_dir):
 def test_launch_stop_reclaim_through_labels(cli, dockerd):
     out = cli("launch", "--cards", "2", "--run-id", "train-1", "--image", dockerd.image, "--", "sleep", "60")
     assert out.returncode == 0, out.stderr
-    assert "launched train-1 on cards 0,1" in out.stdout
+    assert out.stdout.splitlines() == [
+        "launched train-1 on cards 0,1",
+        "its output is kept by the Docker engine: docker logs tpn-train-1, for an account that may use it",
+    ]
+    logs = cli("logs", "train-1")
+    assert (logs.returncode, logs.stdout) == (1, "") and "docker logs tpn-train-1" in logs.stderr
     labels = json.loads(dockerd.cli("inspect", "tpn-train-1").stdout)[0]["Config"]["Labels"]
     assert labels["tuneplane.gpus"] == "0,1" and labels["tuneplane.run_id"] == "train-1"
     assert labels["tuneplane.fence"].isdigit()

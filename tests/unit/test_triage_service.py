@@ -272,7 +272,7 @@ async def test_what_an_accounts_jobs_did_is_on_its_own_shelf_seen_by_it_and_the_
     seen: dict = {ALICE.user: [], ROOT.user: []}
 
     async def follow(caller) -> None:
-        async for entry in service_node.service.follow_events(caller, EventsRequest()):
+        async for entry in await service_node.service.follow_events(caller, EventsRequest()):
             seen[caller.user].append(entry["kind"])
 
     followers = [asyncio.ensure_future(follow(c)) for c in (ALICE, ROOT)]
@@ -306,7 +306,7 @@ async def test_following_the_log_gets_the_past_then_each_new_entry_once(service_
     got: list[dict] = []
 
     async def follow():
-        async for entry in service_node.service.follow_events(BOB, EventsRequest(since_s=3600)):
+        async for entry in await service_node.service.follow_events(BOB, EventsRequest(since_s=3600)):
             got.append(entry)
 
     follower = asyncio.ensure_future(follow())

@@ -57,6 +57,7 @@ def test_since_and_until_take_a_duration_ago_or_a_local_date(text, want):
         ("", "neither a date"),
         ("400d", "at most a year"),  # settings' own words for a duration out of range
         ("7dd", "not understood"),
+        ("3600", "3600 has no unit: 3600m or 3600s?"),  # as every duration typed on the command line
     ],
 )
 def test_a_time_that_is_not_one_is_refused_in_one_line(text, says):

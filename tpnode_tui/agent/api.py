@@ -33,6 +33,8 @@ The routes, from the table (``docs/architecture.md``, "The door", has them with 
 ``GET  /v1/history``        each card's last hour (``?card=N``: one card's)
 ``GET  /v1/usage``          who used which cards (``?since=&until=``, unix seconds; ``&by=`` user, card
                             or job): the caller's own rows and the node's total (an operator, everyone's)
+``GET  /v1/logs``           a job's output, a page at a time (``?run_id=&after=``; its owner or an
+                            operator); ``&follow=true``: then each new page as it is written, until it ends
 ``POST /v1/launch``         ``{cards, command, image, run_id, owner, env, cwd, queue, slice, placement}``
 ``POST /v1/reserve``        ``{cards, duration_s, run_id, owner, slice, placement}``
 ``POST /v1/extend``         ``{run_id, duration_s}``
@@ -195,7 +197,7 @@ class Api:
 
     def route(self, ops: list[Operation[Any, Any]]) -> Handler:
         """The one handler of a path: every operation on it is read, done and
-        answered the same way; two on one path (events, and following them)
+        answered the same way; two on one path (events or a job's output, and following them)
         are told apart by the request read."""
 
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -252,16 +254,15 @@ class Api:
             head = json.dumps({"seq": r.seq, "error": r.error, "stale_since": r.stale_since, "you": asdict(view.you)})
             return f'{head[:-1]},"snapshot":{self._snapshot_text(view)}}}\n'.encode()
 
-        return await self._stream(request, self.service.stream(caller, VIEWS, asked), line)
+        return await self._stream(request, await self.service.stream(caller, VIEWS, asked), line)
 
     async def _lines(
         self, request: web.Request, caller: Caller, op: Operation[Any, Any], asked: Any
     ) -> web.StreamResponse:
         encode = op.answer.encode
         assert encode is not None
-        return await self._stream(
-            request, self.service.stream(caller, op, asked), lambda item: (json.dumps(encode(item)) + "\n").encode()
-        )
+        items = await self.service.stream(caller, op, asked)
+        return await self._stream(request, items, lambda item: (json.dumps(encode(item)) + "\n").encode())
 
     async def _stream(self, request: web.Request, items: Any, line: Callable[[Any], bytes]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})

@@ -20,7 +20,7 @@ alerts on them.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
@@ -34,14 +34,17 @@ from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.states import CARD_STATES, SLICE_STATES
 from tpnode_tui.model.views import CardView
 from tpnode_tui.service import NodeService
+from tpnode_tui.service.journal import LAUNCH_RESULTS
 from tpnode_tui.state.ledger import UsageLedger
 from tpnode_tui.text.printable import printable
 
-#: dcgm-exporter's labels, in its order
-DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+#: dcgm-exporter's labels, in its order, but for its ``modelName``, written
+#: ``model_name`` as Prometheus names a label (``promtool check metrics`` refuses
+#: camelCase); docs/metrics.md shows the relabelling that gives it back
+DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "model_name", "Hostname")
 #: dcgm-exporter's labels on a MIG instance's samples, in its order: the card's, and
 #: the GPU instance's profile and id before the host name
-DCGM_MIG_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", "Hostname")
+DCGM_MIG_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "model_name", "GPU_I_PROFILE", "GPU_I_ID", "Hostname")
 #: what names a slice in the allocator's own series: its card, dcgm-exporter's
 #: MIG labels, and the MIG device's index (two compute instances share one GPU instance)
 SLICE_LABELS = ("gpu", "GPU_I_ID", "GPU_I_PROFILE", "mig_device")
@@ -76,8 +79,9 @@ class NodeCollector(Collector):
             "Launches and reservations asked of this agent since it started, by result",
             labels=["result"],
         )
-        for result, count in sorted(self.service.launch_results.items()):
-            launches.add_metric([result], count)
+        counted = self.service.launch_results
+        for result in LAUNCH_RESULTS:  # every one from the start, at 0 until it happens
+            launches.add_metric([result], counted.get(result, 0))
         yield launches
         info = GaugeMetricFamily(
             "tpnode_node_info", "This node's name, series and agent version", labels=["node", "series", "agent_version"]
@@ -230,23 +234,36 @@ def _usage(ledger: Optional[UsageLedger]) -> Iterator[GaugeMetricFamily | Counte
     if ledger is None:  # served in-process: no ledger is kept
         return
     counted = ledger.counters()
-    for name, doc, seconds in (
-        ("tpnode_card_seconds_held", "Card-seconds each account's jobs and reservations held", counted.held_s),
+    for name, old, doc, seconds in (
         (
+            "tpnode_card_held_seconds",
+            "tpnode_card_seconds_held",
+            "Card-seconds each account's jobs and reservations held",
+            counted.held_s,
+        ),
+        (
+            "tpnode_card_idle_seconds",
             "tpnode_card_seconds_idle",
             "Of those, card-seconds with no process of the holder on the card, or under 5 % utilisation",
             counted.idle_s,
         ),
     ):
-        family = CounterMetricFamily(name, doc, labels=["user"])
-        for user, value in sorted(seconds.items()):
-            family.add_metric([_text(user)], value)
-        yield family
+        yield _per_user(name, doc, seconds)
+        # The name it had before the unit went last, as Prometheus names a counter:
+        # served beside it, the same counts, until a later release removes it.
+        yield _per_user(old, f"Deprecated: {name}_total under its old name, removed in a later release", seconds)
     yield _gauge(
         "tpnode_usage_ledger_last_write_timestamp_seconds",
         "When the usage ledger was last written (unix seconds); it writes once a minute",
         counted.last_write,
     )
+
+
+def _per_user(name: str, doc: str, seconds: Mapping[str, float]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=["user"])
+    for user, value in sorted(seconds.items()):
+        family.add_metric([_text(user)], value)
+    return family
 
 
 def _slice_states(cards: Sequence[CardView]) -> Iterator[GaugeMetricFamily]:
@@ -299,9 +316,9 @@ def _node_gauges(snap: Optional[NodeSnapshot], stale: bool, now: float) -> Itera
     """The node's counts, its probe's health and its queue; unknown (no sample) without a reading."""
     counts = _counts(snap, now) if snap is not None else {}
     probe_ok = snap is not None and not stale and snap.occupancy.external_probe_ok and snap.probe.problem is None
-    yield _gauge("tpnode_cards_total", "Cards on this node", counts.get("total"))
+    yield _gauge("tpnode_cards", "Cards on this node", counts.get("total"))
     yield _gauge("tpnode_cards_free", "Cards checked free (unverified cards are not counted)", counts.get("free"))
-    yield _gauge("tpnode_slices_total", "MIG slices on this node's cards in MIG mode", counts.get("slices_total"))
+    yield _gauge("tpnode_slices", "MIG slices on this node's cards in MIG mode", counts.get("slices_total"))
     yield _gauge(
         "tpnode_slices_free", "MIG slices checked free (unverified ones are not counted)", counts.get("slices_free")
     )

@@ -21,6 +21,14 @@ from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
 from tpnode_tui.text.render import cards_words
 
 
+def more_than_the_node(run_id: str, count: int, total: int) -> NeverFits:
+    """The refusal of a request for more cards than the node has (``total``; 0: not known)."""
+    has = f"this node has {total}" if total > 0 else "no node has that many"
+    return NeverFits(
+        f"{run_id} needs {cards_words(count)} and {has}: no amount of waiting will place it; ask for fewer cards"
+    )
+
+
 def pick_cards(
     run_id: str,
     count: int,
@@ -38,10 +46,7 @@ def pick_cards(
     when ``allow_unverified`` says so.
     """
     if count > occ.total and occ.total > 0:
-        raise NeverFits(
-            f"{run_id} needs {cards_words(count)} and this node has {occ.total}: "
-            "no amount of waiting will place it; ask for fewer cards"
-        )
+        raise more_than_the_node(run_id, count, occ.total)
     _refuse_split_cards(run_id, count, occ, reading)
     if not occ.external_probe_ok and not allow_unverified:
         raise NoCapacity(

@@ -280,14 +280,18 @@ def _quick() -> Optional[int]:
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
-    from tpnode_tui.cli.registry import COMMANDS, UsageError
+    from tpnode_tui.cli.registry import COMMANDS, UsageError, not_a_command
     from tpnode_tui.config.nodefile import node_file_environ
     from tpnode_tui.config.settings import flag_words, settings_from_flags
     from tpnode_tui.config.statedir import state_dir_exists
     from tpnode_tui.model.errors import EXIT_FAIL, EXIT_USAGE, TpnodeError, error_line, exit_code
 
-    parser = build_parser(sys.argv[1:] if argv is None else argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words)
     try:
+        named = _command_named(parser, words)
+        if named is not None and named not in COMMANDS:
+            raise not_a_command(named)
         args = parser.parse_args(argv)
         if not 0.2 <= args.interval <= 3600:
             raise UsageError(f"--interval {args.interval:g}: give seconds from 0.2 to 3600")

@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence, TypeVar
 from tpnode_tui.cli.become import become, shell_argv
 from tpnode_tui.cli.output import (
     event_line,
+    held_until,
     print_audit,
     print_check,
     print_evicted,
@@ -37,6 +38,7 @@ from tpnode_tui.cli.registry import (
     cards,
     command,
     descriptor,
+    duration,
     node_command,
     process_id,
     say,
@@ -46,7 +48,6 @@ from tpnode_tui.cli.registry import (
 )
 from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
 from tpnode_tui.config.settings import Settings
-from tpnode_tui.config.values import parse_duration
 from tpnode_tui.model.errors import BadRequest, Conflict, LockWaitTimeout, TpnodeError
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.model.views import Evicted, EvictReport
@@ -54,7 +55,6 @@ from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
 from tpnode_tui.text.render import cards_words, env_lines
-from tpnode_tui.text.status import time_left
 
 T = TypeVar("T")
 
@@ -240,7 +240,9 @@ async def _watch_wait(node: Node, run_id: str, heard: list[str]) -> None:
 
 def _reserve_arguments(parser: argparse.ArgumentParser) -> None:
     _what_arguments(parser)
-    parser.add_argument("--for", dest="duration", required=True, metavar="DURATION", help="e.g. 30m, 2h, 1d")
+    parser.add_argument(
+        "--for", dest="duration", type=duration, required=True, metavar="DURATION", help="with its unit: 30m, 2h, 1d"
+    )
     parser.add_argument("--owner", metavar="NAME", help="default: the current user")
     parser.add_argument("--run-id", metavar="ID", help="default: a generated one")
     parser.add_argument("--wait", type=seconds, metavar="SECONDS", help=WAIT_HELP)
@@ -254,7 +256,7 @@ async def _reserve(run: Run) -> None:
     run_id = _run_id(args.run_id) or new_run_id("rsv")
     request = ReserveRequest(
         cards=_what(args),
-        duration_s=parse_duration(args.duration),
+        duration_s=args.duration,
         run_id=run_id,
         owner=args.owner or "",
         placement=args.placement,
@@ -291,7 +293,7 @@ async def _stop(run: Run) -> None:
 def _extend_arguments(parser: argparse.ArgumentParser) -> None:
     _run_id_argument(parser)
     parser.add_argument(
-        "--for", dest="duration", required=True, metavar="DURATION", help="how much longer, e.g. 30m, 2h"
+        "--for", dest="duration", type=duration, required=True, metavar="DURATION", help="how much longer: 30m, 2h"
     )
     _json_flag(parser)
 
@@ -299,12 +301,11 @@ def _extend_arguments(parser: argparse.ArgumentParser) -> None:
 @node_command("extend", "hold a reservation longer (its owner or an operator)", _extend_arguments, straight=True)
 async def _extend(run: Run) -> None:
     node, args = run.node, run.args
-    job = await node.extend(args.run_id, parse_duration(args.duration))
+    job = await node.extend(args.run_id, args.duration)
     if args.json:
         print(json.dumps(job_to_json(job)))
         return
-    until = time.strftime("%H:%M:%S", time.localtime(job.expires_at or 0))
-    print(f"extended {job.key}: it holds {job.holding} until {until} ({time_left(job.expires_at, True, time.time())})")
+    print(f"extended {job.key}: it holds {job.holding} {held_until(job, time.time())}")
 
 
 @node_command(
@@ -386,6 +387,31 @@ async def _cancel(run: Run) -> None:
     print(f"cancelled {q.run_id} (queued by {q.owner or 'an unknown account'}); nothing was placed")
 
 
+def _logs_arguments(parser: argparse.ArgumentParser) -> None:
+    _run_id_argument(parser)
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing what it writes, until it ends")
+
+
+@node_command("logs", "a job's output (its owner or an operator); -f follows it", _logs_arguments, straight=True)
+async def _logs(run: Run) -> None:
+    """What the job wrote to its standard output and error, a page at a time as the
+    node bounds it; printed through this command's printable stream, so what a
+    terminal would obey in it is shown escaped."""
+    node, args = run.node, run.args
+    if args.follow:
+        async for page in node.follow_logs(args.run_id):
+            print(page.text, end="", flush=True)
+            if page.ended and not page.more:
+                return
+    after: Optional[str] = None
+    while True:  # a page at a time, each as the node bounds it
+        page = await node.logs(args.run_id, after)
+        print(page.text, end="", flush=True)
+        if not page.more:
+            return
+        after = page.after
+
+
 def _before_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--before", type=unix_time, metavar="TIME", help="only entries before TIME (unix seconds): the next older page"
@@ -399,7 +425,7 @@ def _older(command: str, entries: Sequence[dict[str, Any]], more: bool) -> None:
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
+    parser.add_argument("--since", type=duration, metavar="DURATION", help="only the last DURATION, e.g. 1h")
     _before_argument(parser)
     _json_flag(parser)
 
@@ -407,8 +433,7 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 @node_command("audit", "who asked the node for what (operators see everyone's)", _audit_arguments, straight=True)
 async def _audit(run: Run) -> None:
     args = run.args
-    since = parse_duration(args.since) if args.since else None
-    page = await run.node.audit_page(AuditRequest(since_s=since, before=args.before))
+    page = await run.node.audit_page(AuditRequest(since_s=args.since, before=args.before))
     entries, everyone = list(page.entries), page.everyone
     if args.json:
         print(json.dumps({"entries": entries, "all": everyone, "more": page.more}, indent=2))
@@ -675,7 +700,7 @@ def _ask(question: str) -> bool:
 
 
 def _events_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--since", metavar="DURATION", help="only the last DURATION, e.g. 1h")
+    parser.add_argument("--since", type=duration, metavar="DURATION", help="only the last DURATION, e.g. 1h")
     parser.add_argument("--card", type=card_list, metavar="CARD", help="only what concerns this card")
     parser.add_argument("--follow", action="store_true", help="keep printing new events as they happen")
     _before_argument(parser)
@@ -687,21 +712,20 @@ def _events_arguments(parser: argparse.ArgumentParser) -> None:
 )
 async def _events(run: Run) -> None:
     node, args = run.node, run.args
-    since = parse_duration(args.since) if args.since else None
     card = None if args.card is None else args.card[0]
 
     def show(entry: dict[str, Any]) -> None:
         print(json.dumps(entry) if args.json else event_line(entry, time.time()), flush=True)
 
     if not args.follow:
-        page = await node.events_page(EventsRequest(since_s=since, card=card, before=args.before))
+        page = await node.events_page(EventsRequest(since_s=args.since, card=card, before=args.before))
         for entry in page.entries:
             show(entry)
         _older("events", page.entries, page.more)
         return
     if args.before is not None:
         raise UsageError("--follow prints what happens from now on: it takes no --before")
-    async for entry in node.follow_events(card, since):  # until Ctrl-C
+    async for entry in node.follow_events(card, args.since):  # until Ctrl-C
         show(entry)
 
 

@@ -27,7 +27,7 @@ from tpnode_tui.text.render import (
     format_duration,
     format_mib,
 )
-from tpnode_tui.text.status import status_lines
+from tpnode_tui.text.status import status_lines, time_left
 from tpnode_tui.text.table import table
 
 
@@ -39,15 +39,32 @@ def print_status(
         print(line, file=out)
 
 
+def held_until(job: JobState, now: float) -> str:
+    """Until when a reservation holds its cards, on this machine's clock, and how long that is from now."""
+    until = time.strftime("%H:%M:%S", time.localtime(job.expires_at or 0))
+    return f"until {until} ({time_left(job.expires_at, True, now)})"
+
+
 def report_launch(result: Launched, as_json: bool, what: str) -> None:
+    job = result.job
+    until = f" {held_until(job, time.time())}" if job.expires_at is not None else ""
     if as_json:
         print(json.dumps(launched_to_json(result)))
     elif result.existing:
-        print(f"{result.job.run_id} already holds {result.holding}; nothing new started")
+        print(f"{job.run_id} already holds {result.holding}{until}; nothing new started")
     else:
-        print(f"{what} {result.job.run_id} on {result.holding}")
+        print(f"{what} {job.run_id} on {result.holding}{until}")
+        if job.kind == "job":
+            print(output_line(job))
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
+
+
+def output_line(job: JobState) -> str:
+    """Where a job's output goes, and the command that shows it to its owner and the operators."""
+    if not job.log:
+        return f"its output is kept by the Docker engine: docker logs {job.name}, for an account that may use it"
+    return f"its output goes to its log {job.log}: tpnode-tui logs {job.key} shows it (-f follows it)"
 
 
 def you_line(view: NodeView, node: Node) -> str:

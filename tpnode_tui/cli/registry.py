@@ -9,13 +9,16 @@ changing one touches one place. The parser and the dispatch are made from
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Optional
 
 from tpnode_tui.config.settings import Settings
-from tpnode_tui.config.values import decimal_number, whole_number
+from tpnode_tui.config.values import decimal_number, typed_duration, whole_number
+from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.port.node import Node
 from tpnode_tui.text.printable import printable
 
@@ -26,6 +29,13 @@ class UsageError(Exception):
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line instead of exiting on its own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A word that starts like a negative number ("-5m", "-1", "-.5") is a value,
+        # never an option none of ours is: "--for -5m" then reaches --for, which says
+        # what is wrong with it, instead of "expected one argument".
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
@@ -170,6 +180,21 @@ def card_list(text: str) -> tuple[int, ...]:
     if len(set(indices)) != len(indices):
         raise argparse.ArgumentTypeError(f"{text!r} names a card twice")
     return indices
+
+
+def duration(text: str) -> float:
+    """A length of time with its unit: 90s, 30m, 2h, 1h30m, 1d (never a bare number)."""
+    try:
+        return typed_duration(text)
+    except BadRequest as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def not_a_command(word: str) -> UsageError:
+    """A command line whose first word names no command: the nearest ones, if any is near."""
+    near = difflib.get_close_matches(word, COMMANDS, n=3, cutoff=0.6)
+    nearest = f": did you mean {' or '.join(near)}?" if near else ""
+    return UsageError(f"{word!r} is not a tpnode-tui command{nearest} (see tpnode-tui --help)")
 
 
 def seconds(text: str) -> float:

@@ -36,6 +36,8 @@ def decimal_number(text: str) -> Optional[float]:
 def parse_duration(text: str) -> float:
     """'90s', '30m', '2h', '1h30m', '1d' or plain seconds -> seconds; BadRequest otherwise."""
     raw = text.strip().lower()
+    if raw.startswith("-"):
+        raise BadRequest(f"{text.strip()}: a duration must be positive, e.g. {raw[1:].lstrip('-') or '30m'}")
     seconds = decimal_number(raw)
     if seconds is None:
         parts = _DURATION_PART.findall(raw)
@@ -45,3 +47,14 @@ def parse_duration(text: str) -> float:
     if not MIN_DURATION_S <= seconds <= MAX_DURATION_S:
         raise BadRequest(f"duration {text!r} must be at least 1s and at most a year")
     return seconds
+
+
+def typed_duration(text: str) -> float:
+    """A length of time a person types for a reservation or a look back (``--for``,
+    ``--since``, the dashboard's forms): as :func:`parse_duration`, but with its
+    unit, since a bare 30 reads as minutes to one person and seconds to another.
+    Settings keep plain seconds: a file is written once and read by a program."""
+    raw = text.strip()
+    if decimal_number(raw) is not None and not raw.startswith("-"):
+        raise BadRequest(f"{raw} has no unit: {raw}m or {raw}s?")
+    return parse_duration(raw)

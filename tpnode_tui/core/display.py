@@ -8,7 +8,6 @@ about the card is worded for that state.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
@@ -18,7 +17,7 @@ from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.occupancy import GpuOccupancy
 from tpnode_tui.model.states import CardStateName
 from tpnode_tui.model.views import INTRUDER, CardView, Drain, HolderInfo, SliceView
-from tpnode_tui.text.render import clock_time, format_mib
+from tpnode_tui.text.render import intruder_words
 
 #: who is on a card (the card's facts -> its processes, each told apart)
 CardHolders = Callable[[CardFacts], tuple[HolderInfo, ...]]
@@ -202,43 +201,3 @@ class _Views:
                 notes.append(f"{st.words()} is claimed by {len(runs)} jobs at once: {', '.join(runs)}")
             out.append(SliceView(idx, sf, st.state, st.run_id, job, hs, st.reason, "; ".join(notes) or None))
         return tuple(out)
-
-
-def intruder_words(
-    holder: HolderInfo,
-    card: int,
-    job: Optional[JobState],
-    run_id: str,
-    now: Optional[float] = None,
-    on: Optional[SliceFacts] = None,
-) -> str:
-    """ "bob (pid 4242, python train.py, 30.0 GiB) is using card 1, reserved by alice until 14:00";
-    on a slice (``on``): "... is using slice 3 (1g.18gb) of card 1, held by ..."."""
-    who = holder.user or (f"uid {holder.uid}" if holder.uid is not None else "someone")
-    where = f"card {card}" if on is None else f"slice {on.index} ({on.profile or 'profile unknown'}) of card {card}"
-    return f"{who} ({process_words(holder)}) is using {where}, {_held_words(job, run_id, now)}"
-
-
-def process_words(holder: HolderInfo) -> str:
-    """ "pid 4242, python train.py, in container web, 30.0 GiB"."""
-    what = [f"pid {holder.pid}"]
-    if holder.command:
-        command = holder.command if len(holder.command) <= 60 else holder.command[:57] + "..."
-        what.append(command)
-    if holder.container:
-        name = holder.container_name or holder.container[:12]
-        what.append(f"in container {name}")
-    if holder.used_memory_mib is not None:
-        what.append(format_mib(holder.used_memory_mib))
-    return ", ".join(what)
-
-
-def _held_words(job: Optional[JobState], run_id: str, now: Optional[float]) -> str:
-    """ "reserved by alice until 14:00", "held by nb-1 of bob"."""
-    owner = job.owner if job is not None and job.owner else None
-    if job is not None and job.kind == "reservation":
-        held = f"reserved by {owner or 'nobody recorded'}"
-        if job.expires_at is not None:
-            held += f" until {clock_time(job.expires_at, now if now is not None else time.time())}"
-        return held
-    return f"held by {run_id}" + (f" of {owner}" if owner else "")

@@ -254,6 +254,9 @@ class JobState:
     #: how many processes run in a reservation's shell (``tpnode-tui shell``): while
     #: any does, the reservation is in use and holds its cards
     shell_processes: int = 0
+    #: the file its output is kept in, which its own account may read (process
+    #: runtime); empty where the engine keeps it (docker). ``tpnode-tui logs`` shows either
+    log: str = ""
 
     @property
     def live(self) -> bool:
@@ -274,6 +277,23 @@ class JobState:
         """How the job is named and asked for: its run id, or its container or
         record name when it has none (a container labelled by hand)."""
         return self.run_id or self.name
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    """A page of what a job wrote to its standard output and error, as its runtime keeps it.
+
+    ``after`` is where the next page starts, to be given back as it is (an
+    offset into the log file, or the engine's time of the last line read);
+    ``more``: more was written already; ``ended``: the job has ended, so
+    nothing is written after what is left. ``log``: the file it is kept in
+    (empty where the engine keeps it)."""
+
+    text: str
+    after: str
+    more: bool = False
+    ended: bool = False
+    log: str = ""
 
 
 @dataclass(frozen=True)

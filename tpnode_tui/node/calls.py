@@ -14,7 +14,7 @@ import os
 from typing import Any, Optional, TypeVar
 
 from tpnode_tui.model.checks import CardCheck
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
+from tpnode_tui.model.jobs import JobOutput, JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -33,6 +33,7 @@ from tpnode_tui.port.types import (
     HistoryRequest,
     LaunchRequest,
     LaunchResult,
+    LogsRequest,
     NodeView,
     Nothing,
     NotifyAddRequest,
@@ -134,3 +135,6 @@ class Calls:
 
     async def usage(self, since: float, until: float, by: str = "user") -> UsageReport:
         return await self.call(ops.USAGE, UsageRequest(since, until, by))
+
+    async def logs(self, run_id: str, after: Optional[str] = None) -> JobOutput:
+        return await self.call(ops.LOGS, LogsRequest(run_id, after))

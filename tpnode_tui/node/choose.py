@@ -21,7 +21,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from tpnode_tui.config.settings import Settings
+from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
+from tpnode_tui.config.nodefile import read_node_file
+from tpnode_tui.config.settings import DECLARED, Settings
 from tpnode_tui.config.statedir import state_dir_exists
 from tpnode_tui.host.identity import user_name
 from tpnode_tui.port.node import Node
@@ -54,6 +56,16 @@ def _state_dir_problem(settings: Settings) -> Optional[str]:
         f"this account, {user}, cannot serve the node itself: the node's state dir {path} is not there, "
         f"and {user} may not create it"
     )
+
+
+def node_socket(settings: Settings) -> Path:
+    """The socket this node's agent is given: the node's file's (what its unit
+    reads), else the default. Only where no agent answers there may ``auto``
+    serve the node in this process; any other socket was named by whoever runs
+    the command, and means that agent."""
+    declared = DECLARED["agent_socket"]
+    given = read_node_file(settings.agent.env_file).get(declared.env, "")
+    return Path(declared.parse(declared.env, given) if given.strip() else DEFAULT_AGENT_SOCKET)
 
 
 def agent_for(settings: Settings, *, blocking: bool = False) -> AgentNode:
@@ -102,6 +114,13 @@ async def open_node(
             raise AgentUnavailable(
                 f"no agent answers at {socket} (TUNEPLANE_AGENT=on); start it "
                 "(systemctl start tpnode-tui-agent) or ask the node's operator"
+            )
+        own = node_socket(settings)
+        if socket != own:
+            raise AgentUnavailable(
+                f"no agent answers at {socket}, the socket --agent-socket or TUNEPLANE_AGENT_SOCKET names; "
+                f"this node's agent listens at {own}. A socket named means that agent or none, so the node "
+                "is not served in this process instead: correct the socket, or give --agent off to serve it here"
             )
         problem = _state_dir_problem(settings)
         if problem is not None:

@@ -16,10 +16,11 @@ from typing import Any, AsyncIterator, Callable, Optional, TypeVar
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.host.identity import Caller, this_process
 from tpnode_tui.locks import AllocationLock
+from tpnode_tui.model.jobs import JobOutput
 from tpnode_tui.node.calls import Calls
 from tpnode_tui.port import operations as ops
 from tpnode_tui.port.operations import Operation
-from tpnode_tui.port.types import EventsRequest, NodeView, Nothing
+from tpnode_tui.port.types import EventsRequest, LogsRequest, NodeView, Nothing
 from tpnode_tui.service import NodeService
 
 A = TypeVar("A")
@@ -59,7 +60,7 @@ class LocalNode(Calls):
         """Runs the service's polling for as long as someone watches."""
         self._serve()
         request = self.service.read(self.caller, ops.VIEWS, ops.VIEWS.echoed(Nothing()))
-        async for view in self.service.stream(self.caller, ops.VIEWS, request):
+        async for view in await self.service.stream(self.caller, ops.VIEWS, request):
             yield view
 
     async def follow_events(
@@ -68,11 +69,18 @@ class LocalNode(Calls):
         """Serves the node meanwhile: in-process, nothing happens that nobody polls."""
         op = ops.FOLLOW_EVENTS
         request = self.service.read(self.caller, op, op.echoed(EventsRequest(since_s=since_s, card=card, follow=True)))
+        entries = await self.service.stream(self.caller, op, request)
         self._serve()
         if opened is not None:
             opened()
-        async for entry in self.service.stream(self.caller, op, request):
+        async for entry in entries:
             yield entry
+
+    async def follow_logs(self, run_id: str, after: Optional[str] = None) -> AsyncIterator[JobOutput]:
+        op = ops.FOLLOW_LOGS
+        request = self.service.read(self.caller, op, op.echoed(LogsRequest(run_id, after, follow=True)))
+        async for page in await self.service.stream(self.caller, op, request):
+            yield page
 
     async def close(self) -> None:
         if self._running is not None:

@@ -34,6 +34,7 @@ from tpnode_tui.model.errors import (
     TooMany,
     TpnodeError,
 )
+from tpnode_tui.model.jobs import JobOutput
 from tpnode_tui.node.calls import Calls
 from tpnode_tui.node.http import Connector, HttpClient, ProtocolError, Unreachable, unix_blocking
 from tpnode_tui.port import operations as ops
@@ -44,6 +45,7 @@ from tpnode_tui.port.types import (
     EventsRequest,
     LaunchRequest,
     LaunchResult,
+    LogsRequest,
     NodeView,
     Nothing,
     OverQuota,
@@ -238,6 +240,11 @@ class AgentNode(Calls):
         """The agent's log as it is written. Raises AgentUnavailable when the
         agent cannot be reached or goes away."""
         return self._stream(ops.FOLLOW_EVENTS, EventsRequest(since_s=since_s, card=card, follow=True), opened)
+
+    def follow_logs(self, run_id: str, after: Optional[str] = None) -> AsyncIterator[JobOutput]:
+        """A job's output as it is written, until the agent says the job has ended.
+        Raises AgentUnavailable when the agent cannot be reached or goes away."""
+        return self._stream(ops.FOLLOW_LOGS, LogsRequest(run_id, after, follow=True))
 
     async def close(self) -> None:
         await self._http.close()

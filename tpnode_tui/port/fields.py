@@ -175,6 +175,17 @@ class Query:
     def _raw(self, key: str) -> Optional[str]:
         return self.items.get(key)
 
+    def text(self, key: str, most: int, *, required: bool = False) -> Optional[str]:
+        """Text a program can take, of at most ``most`` characters (None when not given, unless ``required``)."""
+        raw = self._raw(key)
+        if raw is None:
+            if required:
+                raise BadRequest(f"{self.path} needs {key}")
+            return None
+        if len(raw) > most:
+            raise BadRequest(f"{key}={shown(raw, 30)} is longer than {most} characters")
+        return valid_text(raw, key)
+
     def seconds(self, key: str) -> Optional[float]:
         """A number of seconds, 0 or more, in plain digits."""
         raw = self._raw(key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Callable, Optional, Protocol
 
 from tpnode_tui.model.checks import CardCheck
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
+from tpnode_tui.model.jobs import JobOutput, JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -143,6 +143,15 @@ class Node(Protocol):
 
     async def history(self, card: Optional[int] = None) -> dict[int, list[Sample]]:
         """Each card's (or one card's) last hour, oldest first."""
+        ...
+
+    async def logs(self, run_id: str, after: Optional[str] = None) -> JobOutput:
+        """A page of a job's output from ``after`` (None: its beginning): its owner's or an operator's to read."""
+        ...
+
+    def follow_logs(self, run_id: str, after: Optional[str] = None) -> AsyncIterator[JobOutput]:
+        """:meth:`logs` from ``after``, page after page, then each new piece as it is
+        written; the last says ``ended``, once the job has ended and all of it was read."""
         ...
 
     async def usage(self, since: float, until: float, by: str = "user") -> UsageReport:

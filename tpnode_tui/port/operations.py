@@ -13,8 +13,9 @@ here, its request type, and its service method.
 
 Who may is the service's to decide, from the kernel's identity of the caller,
 every time; the word here (:data:`Who`) is what the docs and the audit say.
-The two streams (``views`` and ``follow_events``) are declared here too; the
-agent writes them itself, line by line, for as long as the client reads.
+The streams (``views``, ``follow_events`` and ``follow_logs``) are declared
+here too; the agent writes them itself, line by line, for as long as the
+client reads (``follow_logs`` until the job has ended).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from urllib.parse import urlencode
 
 from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.errors import BadRequest
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
+from tpnode_tui.model.jobs import JobOutput, JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -45,6 +46,7 @@ from tpnode_tui.port.types import (
     LaunchRequest,
     LaunchResult,
     Limits,
+    LogsRequest,
     NodeView,
     Nothing,
     NotifyAddRequest,
@@ -78,6 +80,8 @@ from tpnode_tui.port.wire import (
     job_to_json,
     launched_from_json,
     launched_to_json,
+    output_from_json,
+    output_to_json,
     queued_from_json,
     queued_to_json,
     shell_from_json,
@@ -261,6 +265,7 @@ _EVENTS_PAGE: Answer[EventsPage] = Answer(_events_from, lambda p: {"entries": li
 _EVENT_LINES: Answer[dict[str, Any]] = Answer(event_from_json, lambda entry: entry)
 _HISTORY: Answer[dict[int, list[Sample]]] = Answer(history_from_json, history_to_json)
 _USAGE: Answer[UsageReport] = Answer(usage_from_json, usage_to_json)
+_OUTPUT: Answer[JobOutput] = Answer(output_from_json, output_to_json)
 _LAUNCHED_OR_QUEUED: Answer[LaunchResult] = Answer(
     _launch_result_from, _launch_result, lambda r: 202 if r.queued is not None else 200
 )
@@ -351,6 +356,27 @@ USAGE = Operation(
     _USAGE,
     "anyone",
     "read who used which cards over a span (their own rows and the node's total; an operator, everyone's)",
+)
+LOGS = Operation(
+    "logs",
+    "GET",
+    "/v1/logs",
+    LogsRequest,
+    _OUTPUT,
+    "owner or operator",
+    "read a job's output, a page at a time",
+    follow=False,
+)
+FOLLOW_LOGS = Operation(
+    "follow_logs",
+    "GET",
+    "/v1/logs",
+    LogsRequest,
+    _OUTPUT,
+    "owner or operator",
+    "follow a job's output as it is written (follow=true), a page of JSON each, until the job has ended",
+    stream=True,
+    follow=True,
 )
 LAUNCH = Operation(
     "launch",
@@ -449,6 +475,8 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     FOLLOW_EVENTS,
     HISTORY,
     USAGE,
+    LOGS,
+    FOLLOW_LOGS,
     LAUNCH,
     RESERVE,
     EXTEND,

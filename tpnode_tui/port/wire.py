@@ -21,7 +21,16 @@ from typing import Any, Callable, Optional, TypeVar
 from tpnode_tui.model.checks import FINDINGS, OUTCOMES, CardCheck, CommandRun, Finding
 from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts, SliceFacts
-from tpnode_tui.model.jobs import FENCE_MECHANISMS, DeviceFence, JobState, Launched, QueuedLaunch, ShellEntry, SliceRef
+from tpnode_tui.model.jobs import (
+    FENCE_MECHANISMS,
+    DeviceFence,
+    JobOutput,
+    JobState,
+    Launched,
+    QueuedLaunch,
+    ShellEntry,
+    SliceRef,
+)
 from tpnode_tui.model.occupancy import GpuOccupancy, SliceState
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.states import CARD_STATES, SLICE_STATES
@@ -235,6 +244,7 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "slices": [asdict(ref) for ref in j.slices],
         **fence_to_json(j.device_fence, prefix="fence_"),
         "shell_processes": j.shell_processes,
+        "log": j.log,
     }
 
 
@@ -562,6 +572,7 @@ def _job(r: Reader) -> JobState:
         slices=tuple(r.each("slices", _slice_ref, [])),
         device_fence=_fence(r, prefix="fence_"),
         shell_processes=r.whole("shell_processes", 0),
+        log=r.text("log", ""),
     )
 
 
@@ -750,6 +761,23 @@ def shell_from_json(doc: Any, where: str = "shell") -> ShellEntry:
         env=tuple(_pair(item, f"{where}.env[{n}]") for n, item in enumerate(r.items("env"))),
         device_fence=_fence(r),
         cgroup=r.text("cgroup", ""),
+    )
+
+
+def output_to_json(page: JobOutput) -> dict[str, Any]:
+    """A page of a job's output as the agent answers it: its text as the log holds
+    it (made printable only where it reaches a terminal)."""
+    return asdict(page)
+
+
+def output_from_json(doc: Any, where: str = "answer") -> JobOutput:
+    r = Reader(doc, where)
+    return JobOutput(
+        text=r.text("text"),
+        after=r.text("after"),
+        more=r.flag("more", False),
+        ended=r.flag("ended", False),
+        log=r.text("log", ""),
     )
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Optional, Protocol
 
 from tpnode_tui.model.errors import BadRequest
-from tpnode_tui.model.jobs import JOB_KINDS, DeviceFence, JobSpec, JobState, SliceRef
+from tpnode_tui.model.jobs import JOB_KINDS, DeviceFence, JobOutput, JobSpec, JobState, SliceRef
 from tpnode_tui.model.validation import MIG_UUID_PATTERN
 
 
@@ -80,6 +80,14 @@ class Runtime(Protocol):
         """Remove these exited jobs, as read, all at once where the runtime can (the
         agent removing each account's oldest beyond its limit); one live again, gone,
         or whose name is another job's by now, is passed over. The names removed."""
+        ...
+
+    async def output(self, job: JobState, after: Optional[str], most: int) -> JobOutput:
+        """At most ``most`` bytes of what ``job`` (as ``ps()`` read it) wrote to its
+        standard output and error, from ``after`` (where the last page said the
+        next starts; None: the beginning), as this runtime keeps it; JobNotFound
+        once that job is gone, even if its name is another's now. Never waits
+        for more to be written."""
         ...
 
     async def close(self) -> None: ...

@@ -35,7 +35,7 @@ from aiodocker.exceptions import DockerError
 
 from tpnode_tui.config.sections import DOCKER_GPU_MODES
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
-from tpnode_tui.model.jobs import LIVE_STATUSES, DeviceFence, JobSpec, JobState, SliceRef
+from tpnode_tui.model.jobs import LIVE_STATUSES, DeviceFence, JobOutput, JobSpec, JobState, SliceRef
 from tpnode_tui.model.validation import check_run_id
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
 from tpnode_tui.runtimes.dockerfence import ENDED, MECHANISM, NO_CARD, container_fence
@@ -682,6 +682,17 @@ class DockerRuntime:
                 if e.status == 404:
                     return  # gone already: nothing left to stop
                 raise self._engine_error(f"could not stop job {name!r}", e) from None
+
+    async def output(self, job: JobState, after: Optional[str], most: int) -> JobOutput:
+        """Refused: the engine keeps a container's output, and aiodocker reads it
+        either whole, into memory, or followed, without an end while the container
+        runs (the engine's ``until`` does not end it): a page of it cannot be read
+        without the agent, root, holding as much of it as a job cares to write.
+        Whoever may use the engine reads it there."""
+        raise Conflict(
+            f"{job.name} runs in a container, whose output the Docker engine keeps; this node does not read it "
+            f"for you: an account that may use the engine reads it with docker logs {job.name}"
+        )
 
     async def remove(self, name: str) -> None:
         await self._delete(name, (await self._platform_container(name))["Id"])

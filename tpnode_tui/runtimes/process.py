@@ -51,8 +51,9 @@ from tpnode_tui.devices.errors import CannotFence
 from tpnode_tui.devices.fence import ProcFiles
 from tpnode_tui.host.rerun import CLEAN_ENV, rerun_argv
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable
-from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs, ShellEntry, visible_devices
+from tpnode_tui.model.jobs import DeviceFence, JobOutput, JobSpec, JobState, RunAs, ShellEntry, visible_devices
 from tpnode_tui.model.validation import check_run_id
+from tpnode_tui.port.fields import shown
 from tpnode_tui.runtimes import jobfence, shells
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
 from tpnode_tui.runtimes.jobfence import JobFence
@@ -273,6 +274,7 @@ def _job_state(record: JobRecord, current_boot: str) -> JobState:
         slices=record.slices,
         device_fence=_device_fence(record),
         shell_processes=len(_shell_left(record)) if record.boot_id == current_boot else 0,
+        log=record.log,
     )
 
 
@@ -311,6 +313,9 @@ def _environment(spec: JobSpec, gpus: Sequence[int]) -> dict[str, str]:
         env = dict(os.environ)
     if spec.run_as is not None:
         env.update(HOME=spec.run_as.home, USER=spec.run_as.user, LOGNAME=spec.run_as.user)
+    # Python writes to a file in blocks: a job stopped (or killed) before its
+    # block filled would lose what it printed. Unbuffered, each print is in the log.
+    env.setdefault("PYTHONUNBUFFERED", "1")
     # the same variables `tpnode-tui env` prints for this job
     env.update(visible_devices(gpus, spec.slices))
     return env
@@ -372,6 +377,28 @@ def _open_log(log: Path, run_as: Optional[RunAs]) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _offset(after: Optional[str]) -> int:
+    """Where in a log file a page starts: a byte offset, as the last page said it."""
+    if after is None:
+        return 0
+    if not after.isascii() or not after.isdigit() or len(after) > 18:
+        raise BadRequest(f"{shown(after, 30)} is not a place in a job's output: give back what the last page said")
+    return int(after)
+
+
+def whole_characters(data: bytes, at_end: bool) -> bytes:
+    """``data`` without a UTF-8 character cut short at its end, which the next
+    page then starts with; all of it ``at_end``, when nothing follows to complete it."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:  # the character's first byte: it has 2, 3 or 4
+            length = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if back >= length or at_end else data[:-back]
+    return data
 
 
 #: the note a job's record gets when it is stopped (tpnode-tui stop, the dashboard,
@@ -879,6 +906,14 @@ class ProcessRuntime:
                 return False
             await asyncio.sleep(_STOP_POLL_S)
 
+    def _still(self, job: JobState) -> JobRecord:
+        """The record of ``job`` as it was read (its supervisor's pid and start), or
+        JobNotFound: reclaimed since, and its name perhaps another job's now."""
+        record = self.state.read().get(job.name)
+        if record is None or (record.pid, record.started_at) != (job.pid, job.started_at):
+            raise JobNotFound(f"{job.key} is no longer recorded: it was reclaimed")
+        return record
+
     def _record(self, name: str) -> JobRecord:
         record = self.state.read().get(name)
         if record is None:
@@ -894,6 +929,44 @@ class ProcessRuntime:
             said = [n for n in now.note.split("; ") if n]
             if now.exit_code is None and note not in said:  # a second stop during the first's grace says nothing new
                 jobs[record.name] = replace(now, note="; ".join([*said, note]))
+
+    async def output(self, job: JobState, after: Optional[str], most: int) -> JobOutput:
+        """At most ``most`` bytes of the job's log from ``after`` (a byte offset;
+        None: its beginning), read as whoever runs this (the agent: root) though
+        the file is the job's account's. Only a regular file is read, never
+        through a link, and without waiting on it: the logs directory is this
+        runtime's, and nothing the account does to its file makes the reader
+        block or read something else."""
+        return await asyncio.to_thread(self._output, job, after, most)
+
+    def _output(self, job: JobState, after: Optional[str], most: int) -> JobOutput:
+        start = _offset(after)
+        record = self._still(job)  # read first: whatever a job that has ended wrote is in the file by now
+        ended = not _job_state(record, boot_id()).live
+        try:
+            fd = os.open(record.log, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return JobOutput(text="", after="0", ended=ended, log=record.log)
+        except OSError as e:
+            raise RuntimeUnavailable(f"cannot read the log {record.log} of {record.run_id}: {e.strerror}") from None
+        try:
+            seen = os.fstat(fd)
+            if not stat.S_ISREG(seen.st_mode):
+                raise RuntimeUnavailable(f"the log {record.log} of {record.run_id} is not a file")
+            size = seen.st_size
+            if start > size:  # the file was emptied meanwhile: read it again from its beginning
+                start = 0
+            read = os.pread(fd, most, start)
+        finally:
+            os.close(fd)
+        # Still this job's record after the read, so the file read was its log all along: a
+        # name is given to another job (and its log begun anew) only once this record is gone.
+        self._still(job)
+        data = whole_characters(read, at_end=ended and start + len(read) >= size)
+        end = start + len(data)
+        return JobOutput(
+            text=data.decode("utf-8", errors="replace"), after=str(end), more=end < size, ended=ended, log=record.log
+        )
 
     async def remove(self, name: str) -> None:
         """Delete the record of an exited job, and its log."""

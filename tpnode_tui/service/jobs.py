@@ -6,19 +6,27 @@ it is decided from what it recorded: by uid where it recorded one, else by name.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import Callable, Optional
+from typing import AsyncIterator, Callable, Optional
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.locks import Holder
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed, no_running_job
-from tpnode_tui.model.jobs import JobState, ShellEntry
-from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
+from tpnode_tui.model.jobs import JobOutput, JobState, ShellEntry
+from tpnode_tui.port.types import LOG_PAGE_BYTES, ExtendRequest, LogsRequest, ReclaimRequest, ShellRequest, StopRequest
 from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED, not_a_reservation
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.text.render import format_duration
+
+#: how often a followed job's output is looked at again when nothing new was written
+FOLLOW_EVERY_S = 0.25
+#: after how many such looks with nothing new an empty page is sent all the same: a
+#: follower that went away is then noticed (its line cannot be written), and its
+#: stream ends, instead of looking at a quiet job's log for as long as the job runs
+QUIET_LOOKS = 40
 
 
 class JobActions:
@@ -112,6 +120,49 @@ class JobActions:
             return f"{caller.user} opened a shell (pid {caller.pid}) on {entry.run_id}, {how}"
 
         return await self.journal.audited(caller, "shell", run_id, work(), done)
+
+    async def logs(self, caller: Caller, request: LogsRequest) -> JobOutput:
+        """A page of a job's output: its owner's or an operator's to read, never
+        another account's; read by the node (the log file is the job's account's)."""
+        job = await self._readable(caller, request.run_id)
+        return await self.allocator.runtime.output(job, request.after, LOG_PAGE_BYTES)
+
+    async def follow_logs(self, caller: Caller, request: LogsRequest) -> AsyncIterator[JobOutput]:
+        """The job's output from ``after``, page after page, then each piece as it
+        is written, until the job has ended and all of it was read (said by the
+        last page's ``ended``). Who may read it is decided before the first page."""
+        job = await self._readable(caller, request.run_id)
+        return self._following(job, request.after)
+
+    async def _following(self, job: JobState, after: Optional[str]) -> AsyncIterator[JobOutput]:
+        """Pages of ``job``'s output; once the job is gone (reclaimed meanwhile, its
+        run id perhaps another's since), one last empty page says it ended."""
+        quiet = 0
+        while True:
+            try:
+                page = await self.allocator.runtime.output(job, after, LOG_PAGE_BYTES)
+            except JobNotFound:
+                yield JobOutput(text="", after=after or "", ended=True, log=job.log)
+                return
+            done = page.ended and not page.more
+            quiet = 0 if page.text or done or quiet >= QUIET_LOOKS else quiet + 1
+            if quiet == 0:
+                yield page
+            if done:
+                return
+            after = page.after
+            if not page.more:
+                await asyncio.sleep(FOLLOW_EVERY_S)
+
+    async def _readable(self, caller: Caller, run_id: str) -> JobState:
+        """The job ``run_id`` names (the live one where an engine keeps two), if
+        ``caller`` may read its output: its owner, or an operator."""
+        jobs = [j for j in await self.allocator.runtime.ps() if j.key == run_id]
+        if not jobs:
+            raise JobNotFound(f"no job or reservation has run id {run_id} (a job reclaimed is no longer listed)")
+        job = next((j for j in jobs if j.live), jobs[-1])
+        self.policy.check_may(caller, job, "read the output of")
+        return job
 
     async def reclaim(self, caller: Caller, request: ReclaimRequest) -> list[JobState]:
         """Remove exited jobs' records: one run id (its owner or an operator), or

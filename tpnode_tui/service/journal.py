@@ -64,6 +64,23 @@ TARGET_MOST = 80
 READERS = 1
 
 
+#: how a launch or reservation asked of the node ended, as /metrics counts them
+#: (``tpnode_launches_total``'s ``result``, docs/metrics.md): placed now or from
+#: the queue, queued, or each way a request ends without cards (:func:`result_of`'s
+#: words, written as a label), given up by its asker, or dropped from the queue
+LAUNCH_RESULTS = (
+    "placed",
+    "queued",
+    "no_capacity",
+    "over_a_limit",
+    "refused",
+    "bad_request",
+    "failed",
+    "abandoned",
+    "dropped",
+)
+
+
 def result_of(error: BaseException) -> str:
     """How a refused or failed action is logged, by its kind."""
     if isinstance(error, NoCapacity):

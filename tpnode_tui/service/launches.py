@@ -41,6 +41,7 @@ from tpnode_tui.model.errors import (
 )
 from tpnode_tui.model.jobs import JobSpec, JobState, Launched, QueuedLaunch, wanted_words
 from tpnode_tui.port.types import (
+    MOST_CARDS,
     Cancelled,
     CancelRequest,
     LaunchRequest,
@@ -201,6 +202,17 @@ class Launches:
                     "run id (or leave it out for a new one)"
                 )
 
+    async def _within_reason(self, run_id: str, cards: int) -> None:
+        """Refuse a count of cards no node has, in the words of one over this node's
+        (its count as last read, or read now): 100000000000000000000 cards is the
+        same mistake as 9 on an 8-card node, and is never queued or held."""
+        if cards <= MOST_CARDS:
+            return  # the allocator says it, under its lock, on the node just read
+        from tpnode_tui.allocator.picking import more_than_the_node  # the picking rules: a launch's, not a status's
+
+        snap = self.readings.raw or (await self.readings.poll()).snapshot
+        raise more_than_the_node(run_id, cards, snap.occupancy.total if snap is not None else 0)
+
     async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
         """Place a launch now, or (``queue``) let it wait its turn. Everything
         about it is decided inside the audited work, so every refusal (another
@@ -209,6 +221,7 @@ class Launches:
         request = replace(request, run_id=run_id)
 
         async def work() -> LaunchResult:
+            await self._within_reason(run_id, request.cards)
             spec = self._job_spec(caller, request)
             self._check_run_id(spec)
             # A launch that agrees to wait takes its place behind the ones already
@@ -246,6 +259,7 @@ class Launches:
         async def work() -> Launched:
             if not request.duration_s >= 1:
                 raise BadRequest(f"a reservation lasts at least 1 second, not {request.duration_s:g}")
+            await self._within_reason(run_id, request.cards)
             spec = self._spec(
                 caller,
                 run_id=run_id,

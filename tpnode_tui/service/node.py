@@ -22,7 +22,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import is_dataclass, replace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar, cast
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.config.sections import DEFAULT_XID_DRAIN, LimitSettings, NotifySettings
@@ -33,7 +33,7 @@ from tpnode_tui.host.identity import Caller
 from tpnode_tui.locks import AllocationLock
 from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.errors import BadRequest, Conflict, NotAllowed, RuntimeUnavailable, TpnodeError
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
+from tpnode_tui.model.jobs import JobOutput, JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
@@ -53,6 +53,7 @@ from tpnode_tui.port.types import (
     HistoryRequest,
     LaunchRequest,
     LaunchResult,
+    LogsRequest,
     NodeView,
     Nothing,
     NotifyAddRequest,
@@ -471,9 +472,11 @@ class NodeService:
         """Log ``op`` refused before its action began, as ``caller``'s, in the table's words."""
         self.journal.refused(caller, op.name, op.says, target, error)
 
-    def stream(self, caller: Caller, op: Operation[Any, A], request: Any) -> AsyncIterator[A]:
-        """``op``'s stream for ``caller``: each item as it comes, until closed."""
-        items: AsyncIterator[A] = getattr(self, op.name)(caller, request)
+    async def stream(self, caller: Caller, op: Operation[Any, A], request: Any) -> AsyncIterator[A]:
+        """``op``'s stream for ``caller``, once what it names is checked (a refusal
+        comes before the first item, as any answer's, and is logged as a read's):
+        each item as it comes, until closed."""
+        items: AsyncIterator[A] = await self.do(caller, cast("Operation[Any, AsyncIterator[A]]", op), request)
         return items
 
     # ── reading ──────────────────────────────────────────────────────────────
@@ -493,6 +496,9 @@ class NodeService:
 
     async def views(self, caller: Caller, request: Nothing) -> AsyncIterator[NodeView]:
         """Every new reading, as ``caller`` sees it."""
+        return self._views(caller)
+
+    async def _views(self, caller: Caller) -> AsyncIterator[NodeView]:
         async for reading in self.subscribe():
             yield NodeView(reading, self.you(caller, reading.snapshot))
 
@@ -536,9 +542,11 @@ class NodeService:
         return await self.journal.audit(caller, request)
 
     async def events(self, caller: Caller, request: EventsRequest) -> EventsPage:
+        await self._known_card(request.card)
         return await self.journal.events(caller, request)
 
-    def follow_events(self, caller: Caller, request: EventsRequest) -> AsyncIterator[dict[str, Any]]:
+    async def follow_events(self, caller: Caller, request: EventsRequest) -> AsyncIterator[dict[str, Any]]:
+        await self._known_card(request.card)
         return self.journal.follow_events(caller, request)
 
     # ── where each account is told what concerns it ──────────────────────────
@@ -556,6 +564,17 @@ class NodeService:
 
     async def notify_remove(self, caller: Caller, request: NotifyRemoveRequest) -> NotifyList:
         return await self._notices().remove(caller, request)
+
+    async def _known_card(self, card: Optional[int]) -> None:
+        """Refuse a card the node does not have, as drain does: a log asked about
+        card 99 of an 8-card node would otherwise answer, wrongly, that nothing
+        happened to it. The node is read first where it was not yet; while it
+        cannot be read, every card is taken (the log is still there to read)."""
+        if card is None:
+            return
+        if self.readings.raw is None:
+            await self.readings.poll()
+        self.readings.check_card(card)
 
     # ── taking cards out of service ──────────────────────────────────────────
 
@@ -596,6 +615,12 @@ class NodeService:
     async def reclaim(self, caller: Caller, request: ReclaimRequest) -> list[JobState]:
         return await self.job_actions.reclaim(caller, request)
 
+    async def logs(self, caller: Caller, request: LogsRequest) -> JobOutput:
+        return await self.job_actions.logs(caller, request)
+
+    async def follow_logs(self, caller: Caller, request: LogsRequest) -> AsyncIterator[JobOutput]:
+        return await self.job_actions.follow_logs(caller, request)
+
     async def close(self) -> None:
         await self.xids.close()
         await self.launches.close()
@@ -610,7 +635,20 @@ class NodeService:
 
 #: the operations that only read: allowed, they are not logged; refused, they are
 _READS = frozenset(
-    {"status", "views", "whoami", "queued", "audit", "events", "follow_events", "history", "usage", "notify_list"}
+    {
+        "status",
+        "views",
+        "whoami",
+        "queued",
+        "audit",
+        "events",
+        "follow_events",
+        "history",
+        "usage",
+        "logs",
+        "follow_logs",
+        "notify_list",
+    }
 )
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 from urllib.parse import quote
 
-from tpnode_tui.config.values import parse_duration
+from tpnode_tui.config.values import typed_duration
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
 from tpnode_tui.model.jobs import SliceRef
@@ -53,7 +53,7 @@ def parse_when(text: str, now: float) -> float:
         except (ValueError, OverflowError):
             continue
     if _LOOKS_LIKE_DURATION.fullmatch(raw.lower()):
-        return now - parse_duration(raw)  # its own words: "must be at least 1s and at most a year"
+        return now - typed_duration(raw)  # its own words: "must be at least 1s and at most a year", "30m or 30s?"
     raise BadRequest(
         f"{text!r} is neither a date such as 2026-12-01 or 2026-12-01 14:00 (local time) "
         "nor a duration such as 7d or 12h (that long ago)"

@@ -24,7 +24,7 @@ def free_words(snap: NodeSnapshot, stale: bool) -> str:
     return f"{len(occ.free)}/{occ.total} free"
 
 
-def intruder_words(snap: NodeSnapshot) -> str:
+def intruder_summary(snap: NodeSnapshot) -> str:
     """ "1 with an intruder (card 3)": cards someone other than their holder uses ("" for none)."""
     cards = snap.intruder_cards
     if not cards:

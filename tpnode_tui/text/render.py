@@ -7,6 +7,7 @@ import time
 from typing import Optional
 
 from tpnode_tui.model.errors import no_running_job
+from tpnode_tui.model.facts import SliceFacts
 from tpnode_tui.model.jobs import DeviceFence, JobState, holding_words, visible_devices
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, HolderInfo, SliceView
@@ -198,3 +199,43 @@ def ended_words(job: JobState, *facts: str) -> str:
     how = job.note or f"exit code {'unknown' if job.exit_code is None else job.exit_code}"
     inside = ", ".join([job.kind, *facts])
     return f"({inside}): {how}" if "(" in how else f"({inside}, {how})"
+
+
+def intruder_words(
+    holder: HolderInfo,
+    card: int,
+    job: Optional[JobState],
+    run_id: str,
+    now: Optional[float] = None,
+    on: Optional[SliceFacts] = None,
+) -> str:
+    """ "bob (pid 4242, python train.py, 30.0 GiB) is using card 1, reserved by alice until 14:00";
+    on a slice (``on``): "... is using slice 3 (1g.18gb) of card 1, held by ..."."""
+    who = holder.user or (f"uid {holder.uid}" if holder.uid is not None else "someone")
+    where = f"card {card}" if on is None else f"slice {on.index} ({on.profile or 'profile unknown'}) of card {card}"
+    return f"{who} ({process_words(holder)}) is using {where}, {_held_words(job, run_id, now)}"
+
+
+def process_words(holder: HolderInfo) -> str:
+    """ "pid 4242, python train.py, in container web, 30.0 GiB"."""
+    what = [f"pid {holder.pid}"]
+    if holder.command:
+        command = holder.command if len(holder.command) <= 60 else holder.command[:57] + "..."
+        what.append(command)
+    if holder.container:
+        name = holder.container_name or holder.container[:12]
+        what.append(f"in container {name}")
+    if holder.used_memory_mib is not None:
+        what.append(format_mib(holder.used_memory_mib))
+    return ", ".join(what)
+
+
+def _held_words(job: Optional[JobState], run_id: str, now: Optional[float]) -> str:
+    """ "reserved by alice until 14:00", "held by nb-1 of bob"."""
+    owner = job.owner if job is not None and job.owner else None
+    if job is not None and job.kind == "reservation":
+        held = f"reserved by {owner or 'nobody recorded'}"
+        if job.expires_at is not None:
+            held += f" until {clock_time(job.expires_at, now if now is not None else time.time())}"
+        return held
+    return f"held by {run_id}" + (f" of {owner}" if owner else "")

@@ -12,7 +12,8 @@ from typing import Mapping, Optional, Sequence
 
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.model.views import CardView
+from tpnode_tui.model.views import INTRUDER, CardView
+from tpnode_tui.text.header import intruder_summary
 from tpnode_tui.text.printable import printable_view
 from tpnode_tui.text.render import (
     card_summary,
@@ -20,6 +21,7 @@ from tpnode_tui.text.render import (
     fence_words,
     format_duration,
     format_mib,
+    intruder_words,
     node_fence_words,
     slice_name,
     slice_summary,
@@ -59,7 +61,8 @@ def _head_lines(snap: NodeSnapshot, note: Optional[str], you: Optional[str]) -> 
         lines.append(f"topology: {topology_words(snap.probe.topology_unknowable)}")
     if snap.queue_problem:
         lines.append(f"queue: {snap.queue_problem}")
-    lines.append(snap.explain)
+    intruders = intruder_summary(snap)
+    lines.append(f"{snap.explain}; {intruders}" if intruders else snap.explain)
     return lines
 
 
@@ -77,8 +80,25 @@ def topology_words(unknowable: Optional[str]) -> str:
     )
 
 
+def _intruder_lines(card: CardView) -> list[str]:
+    """Each process on the card (on a MIG card: on one of its slices) that is neither
+    its job's nor its reservation's owner's, named: who, pid, command cut short, memory."""
+    if card.slices:
+        named = [
+            intruder_words(h, card.index, piece.job, piece.run_id or "", on=piece.facts)
+            for piece in card.slices
+            for h in piece.holders
+            if h.belongs == INTRUDER
+        ]
+    else:
+        named = [
+            intruder_words(h, card.index, card.job, card.run_id or "") for h in card.holders if h.belongs == INTRUDER
+        ]
+    return [f"  ! {words}" for words in named]
+
+
 def _card_lines(cards: Sequence[CardView]) -> list[str]:
-    """One line per card, each MIG card's slices under it."""
+    """One line per card, each MIG card's slices under it, and the intruders on it under those."""
     lines = [f"{'CARD':<5}{'STATE':<13}{'HELD BY / WHY':<48}{'MEMORY':>22}"]
     for card in cards:
         mem = "N/A"
@@ -94,6 +114,7 @@ def _card_lines(cards: Sequence[CardView]) -> list[str]:
             if len(said) > 45:
                 said = said[:44] + "…"
             lines.append(f"  {slice_name(card.index, piece.index):<5}{piece.state:<11}{said:<47}{used:>22}")
+        lines += _intruder_lines(card)
     return lines
 
 

@@ -27,13 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from tpnode_tui.core.display import intruder_words
 from tpnode_tui.core.idle import job_idle_held
 from tpnode_tui.core.xid import APPLICATION, Verdict
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import INTRUDER, CardView, SliceView, holder_on_card, holder_on_slice
-from tpnode_tui.text.render import clock_time, format_duration
+from tpnode_tui.text.render import clock_time, format_duration, intruder_words
 from tpnode_tui.triage.history import History
 
 Record = Callable[..., Any]

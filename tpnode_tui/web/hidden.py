@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from tpnode_tui.core.display import process_words
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, HolderInfo, SliceView
+from tpnode_tui.text.render import process_words
 
 #: what a command line reads where it is hidden
 HIDDEN = "(hidden)"

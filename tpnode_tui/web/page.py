@@ -36,7 +36,7 @@ from tpnode_tui.model.usage import UsageFigures, UsageReport
 from tpnode_tui.model.views import CardView, SliceView
 from tpnode_tui.text.badges import STALE_BADGE, STATE_MEANING, badge
 from tpnode_tui.text.cards import STATE_NOTES, UNKNOWN_UNTIL_READ, drained_by, memory_words, readings, who_words
-from tpnode_tui.text.header import blind_banner, free_words, intruder_words, stale_banner
+from tpnode_tui.text.header import blind_banner, free_words, intruder_summary, stale_banner
 from tpnode_tui.text.printable import printable
 from tpnode_tui.text.render import clock_time, show_command, slice_name
 from tpnode_tui.text.render import slice_summary as slice_who
@@ -219,7 +219,7 @@ def _header(snap: NodeSnapshot, stale: bool, served: str) -> Words:
 
 def _summary(snap: NodeSnapshot, stale: bool) -> list[Words]:
     said = snap.explain
-    intruders = intruder_words(snap)
+    intruders = intruder_summary(snap)
     if not stale:
         return [_line(said)] + ([_line(intruders, "error")] if intruders else [])
     said = f"{said}; {intruders}" if intruders else said

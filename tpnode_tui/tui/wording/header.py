@@ -17,7 +17,7 @@ from rich.text import Text
 
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import You
-from tpnode_tui.text.header import blind_banner, free_words, intruder_words, stale_banner
+from tpnode_tui.text.header import blind_banner, free_words, intruder_summary, stale_banner
 from tpnode_tui.text.render import cards_words, format_duration
 from tpnode_tui.tui.wording.jobs import WAITING
 from tpnode_tui.tui.wording.marks import WARNING
@@ -179,7 +179,7 @@ def banner_lines(snap: Optional[NodeSnapshot], poll: PollState, compact: bool = 
 
 
 def summary_text(snap: NodeSnapshot, poll: PollState) -> Text:
-    intruders = intruder_words(snap)
+    intruders = intruder_summary(snap)
     if poll.stale_since is None:
         out = Text(snap.explain)
         if intruders:

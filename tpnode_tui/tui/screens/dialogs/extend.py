@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tpnode_tui.config.values import parse_duration
+from tpnode_tui.config.values import typed_duration
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.text.render import cards_words
@@ -31,7 +31,7 @@ class ExtendScreen(FormScreen[float]):
 
     def collect(self) -> Optional[float]:
         try:
-            return parse_duration(self.value("duration"))
+            return typed_duration(self.value("duration"))
         except BadRequest as e:
             self.refuse("duration", str(e))
             return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tpnode_tui.config.values import parse_duration
+from tpnode_tui.config.values import typed_duration
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.port.types import ReserveRequest
 from tpnode_tui.tui.screens.dialogs.form import Field, FormScreen
@@ -40,7 +40,7 @@ class ReserveScreen(FormScreen[ReserveRequest]):
         cards, profile = self.slice_and_cards(self.total, bool(self.slices))
         duration: Optional[float] = None
         try:
-            duration = parse_duration(self.value("duration"))
+            duration = typed_duration(self.value("duration"))
         except BadRequest as e:
             self.refuse("duration", f"{e}; a reservation always ends")
         owner = self.value("owner")
