@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 from dataclasses import asdict, replace
 from typing import Any, Optional, Sequence, TypeVar
 
-from tpnode_tui.cli.become import become, shell_argv
+from tpnode_tui.cli.become import SHELL_MARKER, become, given_command, login_shell, marked_shell
 from tpnode_tui.cli.output import (
     event_line,
     print_audit,
@@ -25,6 +25,7 @@ from tpnode_tui.cli.output import (
     print_status,
     removed_line,
     report_launch,
+    shell_line,
     time_left,
     you_line,
 )
@@ -309,7 +310,9 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
         "Run your login shell, or COMMAND, on the cards of reservation RUN_ID (yours; an operator's any), "
         "fenced to them: the node moves this very process into the reservation's cgroup, where only its "
         "cards' device files open, and everything started from there stays in it. CUDA numbers the cards "
-        "from 0 inside (CUDA_VISIBLE_DEVICES=0,1 for the node's cards 2 and 3). While anything runs there the "
+        "from 0 inside (CUDA_VISIBLE_DEVICES=0,1 for the node's cards 2 and 3). The shell opens with one line "
+        "saying so, its prompt starts with (RUN_ID), and TPNODE_SHELL=RUN_ID is set for it or COMMAND. "
+        "While anything runs there the "
         "reservation is in use; when it ends (stopped, expired, released) what still runs there is ended. "
         "TUNEPLANE_FENCE=required refuses a shell that cannot be fenced (exit 2); auto runs it unfenced and "
         "says so, and where no cgroup at all can be made (an ordinary account without the agent) it runs "
@@ -345,7 +348,7 @@ async def _shell(run: Run) -> None:
     become the shell or command there: everything it starts stays fenced."""
     if not run.node.on_this_machine:
         raise Conflict(ON_THE_NODE)
-    argv = shell_argv(run.args.argv)
+    command = given_command(run.args.argv)
     entry = await run.node.shell(run.args.run_id)
     if not entry.cgroup:
         # nothing to move it into: the node cannot tell its processes from any others
@@ -355,7 +358,12 @@ async def _shell(run: Run) -> None:
         )
     elif not entry.device_fence.fenced:
         say(f"the shell on {entry.run_id} runs without a fence: {entry.device_fence.problem}")
-    become(argv, dict(os.environ) | dict(entry.env), run.args.started_fd)
+    env = dict(os.environ) | dict(entry.env) | {SHELL_MARKER: entry.run_id}
+    if command:
+        become(command, env, run.args.started_fd)
+    argv, env = marked_shell(login_shell(), entry.run_id, env)
+    say(shell_line(entry))  # as salloc says what it granted: a bare prompt would look like nothing happened
+    become(argv, env, run.args.started_fd)
 
 
 @node_command("queue", "launches queued or waiting for the lock", _json_flag, straight=True)

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Mapping, Optional, Sequence, TextIO
 
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, EvictReport
 from tpnode_tui.port.node import Node
@@ -152,6 +152,13 @@ def report_launch(result: Launched, as_json: bool, what: str) -> None:
         print(f"{what} {result.job.run_id} on {result.holding}")
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
+
+
+def shell_line(entry: ShellEntry) -> str:
+    """What a shell on a reservation opens with: where it runs, which cards
+    and how CUDA numbers them there, and how to leave."""
+    visible = dict(entry.env).get("CUDA_VISIBLE_DEVICES", "")
+    return f"shell on {entry.run_id} ({entry.holding}: CUDA_VISIBLE_DEVICES={visible}); exit to return"
 
 
 def you_line(view: NodeView, node: Node) -> str:

@@ -681,6 +681,8 @@ def shell_to_json(entry: ShellEntry) -> dict[str, Any]:
         "run_id": entry.run_id,
         "env": [[key, value] for key, value in entry.env],
         "cgroup": entry.cgroup,
+        "gpus": list(entry.gpus),
+        "slices": [asdict(ref) for ref in entry.slices],
         **fence_to_json(entry.device_fence),
     }
 
@@ -698,6 +700,8 @@ def shell_from_json(doc: Any, where: str = "shell") -> ShellEntry:
         env=tuple(_pair(item, f"{where}.env[{n}]") for n, item in enumerate(r.items("env"))),
         device_fence=_fence(r),
         cgroup=r.text("cgroup", ""),
+        gpus=r.wholes("gpus"),
+        slices=tuple(r.each("slices", _slice_ref)),
     )
 
 

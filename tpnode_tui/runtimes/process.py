@@ -821,6 +821,8 @@ class ProcessRuntime:
             env=tuple(visible_devices(record.gpus, record.slices, fenced=fence.fenced).items()),
             device_fence=fence,
             cgroup=record.cgroup or record.devices_cgroup,
+            gpus=record.gpus,
+            slices=record.slices,
         )
 
     def _shell_cgroups(self, record: JobRecord) -> tuple[JobRecord, bool, DeviceFence]:
