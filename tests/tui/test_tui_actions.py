@@ -39,6 +39,7 @@ from helpers.services import write_scene
 from helpers.waiting import until_pilot
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.locks import make_lock
+from tpnode_tui.model.errors import NotAllowed
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
@@ -896,6 +897,39 @@ async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hear
         assert app.screen is screen
         assert "only an operator may reserve for someone else" in str(screen.query_one("#owner-error").render())
         await pilot.press("escape")
+
+
+async def test_a_key_not_offered_says_why_in_the_node_s_own_words(service_node):
+    """s and d pressed on someone else's job by an account that does not operate
+    the node: neither is in the footer, neither asks anything, and each says in
+    one line exactly what the node refuses it with; a key with nothing to act on
+    says what there is not."""
+    await service_node.place("someone-elses", 1)  # owner "tester"
+    as_bob = LocalNode(service_node.local.service, BOB)
+    with pytest.raises(NotAllowed) as stop:
+        await as_bob.stop("someone-elses")
+    with pytest.raises(NotAllowed) as drain:
+        await as_bob.drain(0, "fan")
+    app = Dashboard(as_bob, default_command=("sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        assert app.query_one(CardGrid).selected == 0 and states(app)[0] == "job"
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert not footer_keys & {"stop", "drain", "reclaim"}
+        await pilot.press("s")
+        await pilot.press("d")
+        await pilot.press("r")
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0], "a question was asked"
+        assert app.heard(str(stop.value)), app.said
+        assert str(stop.value).startswith("card 0 is held by someone-elses of tester; only tester or an operator")
+        assert app.heard(str(drain.value)) and "bob may not drain card 0: only an operator (" in str(drain.value)
+        assert app.heard("Nothing to reclaim: no job has exited.")
+        said = len(app.said)
+        await pilot.press("v")  # offered: it opens its form and says nothing
+        assert isinstance(app.screen, ReserveScreen) and len(app.said) == said
+        await pilot.press("escape")
+        assert states(app)[0] == "job"
 
 
 @SMALL

@@ -316,8 +316,9 @@ async def test_someone_who_is_not_an_operator_is_offered_no_drain_undrain_or_evi
             action()  # as if offered anyway (a palette entry kept from before): no question is asked
             await pilot.pause()
             assert app.screen is app.screen_stack[0], action.__name__
-        assert app.heard("only an operator of this node may drain a card")
-        assert app.heard("only an operator of this node may evict processes")
+        assert app.heard("bob may not drain a card: only an operator (")
+        assert app.heard("bob may not evict processes: only an operator (")
+        assert app.heard("bob may not undrain card 1: only an operator ("), "the key pressed on card 1, drained"
         # and the node refuses by itself, in its words, whatever a client offers
         with pytest.raises(NotAllowed, match="bob may not drain card 0: only an operator"):
             await app.node.drain(0, "mine now")

@@ -52,6 +52,7 @@ from tpnode_tui.model.views import Evicted, EvictReport
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
+from tpnode_tui.text.refusals import ON_THE_NODE
 from tpnode_tui.text.render import env_lines
 
 T = TypeVar("T")
@@ -328,13 +329,6 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="-- COMMAND ...",
         help="run this instead of your login shell (after --)",
     )
-
-
-#: why ``shell`` is refused through --host: the node would fence the SSH bridge, not your shell
-ON_THE_NODE = (
-    "a shell runs in the process that asks for it, and through --host that is the SSH bridge, not "
-    "your shell: log in to the node (ssh) and run tpnode-tui shell there"
-)
 
 
 @node_command(

@@ -15,8 +15,9 @@ from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed, no_running_job
 from tpnode_tui.model.jobs import JobState, ShellEntry
 from tpnode_tui.port.types import ExtendRequest, ReclaimRequest, ShellRequest, StopRequest
-from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED, not_a_reservation
+from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED
 from tpnode_tui.service.journal import Journal
+from tpnode_tui.text.refusals import no_shells, not_a_reservation
 from tpnode_tui.text.render import format_duration
 
 
@@ -93,10 +94,7 @@ class JobActions:
                 raise Conflict(FORWARDED)
             shell = getattr(self.allocator.runtime, "shell", None)
             if shell is None:
-                raise Conflict(
-                    f"this node's {self.allocator.runtime.name} runtime holds reservations in containers, and "
-                    "runs no shell on their cards; use TUNEPLANE_RUNTIME=process, or launch the work as a job"
-                )
+                raise Conflict(no_shells(self.allocator.runtime.name))
             # under the allocation lock, which the idle release takes too: either the
             # release sees the shell (and keeps the reservation), or the shell comes
             # after the end is recorded (and is refused); the two cannot cross

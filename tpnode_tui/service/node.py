@@ -429,6 +429,7 @@ class NodeService:
             operator=caller.operator,
             cards_held=sum(counted(j) for j in held_by(caller, jobs)),
             card_limit=self.policy.limits.limit_for(caller, group_names(caller.groups)),
+            operators=self.policy.operators.describe(),
         )
 
     async def audit(self, caller: Caller, request: AuditRequest) -> AuditPage:

@@ -19,6 +19,7 @@ from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.port.types import DrainRequest, EvictRequest, UndrainRequest
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.readings import Readings
+from tpnode_tui.text.refusals import drained_already, not_drained, operators_only
 from tpnode_tui.triage import evict as evicting
 
 
@@ -42,7 +43,7 @@ class OperatorActions:
 
     def _operators_only(self, caller: Caller, what: str) -> None:
         if not caller.operator:
-            raise NotAllowed(f"{caller.user} may not {what}: only an operator ({self.policy.operators.describe()}) may")
+            raise NotAllowed(operators_only(caller.user, what, self.policy.operators.describe()))
 
     async def drain(self, caller: Caller, request: DrainRequest) -> Drain:
         """Take ``card`` out of service (operators): it is never handed out again
@@ -58,7 +59,7 @@ class OperatorActions:
             drain = Drain(card=card, reason=reason.strip(), by=caller.user, at=self.clock(), source="operator")
             kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
             if not new:
-                raise Conflict(f"card {card} is drained already, by {kept.by}: {kept.reason}")
+                raise Conflict(drained_already(card, kept.by, kept.reason))
             self.journal.event(
                 "drain",
                 f"card {card} drained by {caller.user}: {kept.reason}",
@@ -86,7 +87,7 @@ class OperatorActions:
             self.readings.check_card(card)
             drains = await asyncio.to_thread(self.allocator.drains.read)
             if card not in drains:
-                raise JobNotFound(f"card {card} is not drained")
+                raise JobNotFound(not_drained(card))
             snap = await self.readings.read_now()
             view = snap.cards[card] if card < len(snap.cards) else None
             facts = view.facts if view is not None else None
@@ -103,7 +104,7 @@ class OperatorActions:
                 )
             removed = await asyncio.to_thread(self.allocator.drains.undrain, card)
             if removed is None:
-                raise JobNotFound(f"card {card} is not drained")
+                raise JobNotFound(not_drained(card))
             self.journal.event(
                 "undrain",
                 f"card {card} is back in service, undrained by {caller.user} "
