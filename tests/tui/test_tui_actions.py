@@ -12,6 +12,7 @@ and over accounts that are not operators, is in tests/tui/test_tui_agent.py.
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import socket
 import time
@@ -51,6 +52,7 @@ from tpnode_tui.tui.screens.flows.jobs import reclaim_listed
 from tpnode_tui.tui.screens.flows.launches import enqueue, submit
 from tpnode_tui.tui.terminal import ShellEnd
 from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.jobs import COLUMNS as JOB_COLUMNS
 
 #: the node as the dashboard serves one without an agent (helpers/dashboard.py)
 pytestmark = pytest.mark.service_node(dashboard=True)
@@ -534,6 +536,7 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(service_node):
         )
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmScreen)
+        assert str(app.screen.query_one(".dialog-title").render()) == "Reclaim 1 exited job?"
         listed = str(app.screen.query_one(".dialog-body").render())
         assert "done-early" in listed and "still-running" not in listed
 
@@ -648,6 +651,40 @@ async def test_the_layout_follows_each_resize_at_once_both_ways(service_node):
         await pilot.pause()
         assert on_screen(app, "#summary"), "back at 120x40 the summary stays hidden"
         assert "runtime process" in str(app.query_one("#header").render())
+
+
+@pytest.mark.service_node(cards=8)
+async def test_at_80x24_every_card_shows_and_nothing_is_cut(service_node):
+    """The smallest terminal laid out for: a line per card, every one of the
+    eight inside the grid as drawn; the header's two lines and the jobs
+    table's columns whole (a column with no room is left out, never cut to
+    "FEN"); the detail pane's facts wrapped under their own column, the PCI
+    address never split from its name."""
+    card = {"name": "NVIDIA H200", "memory_total_mib": 143771, "uuid": "GPU-3f1c2b7e-9a41-4c2d-8e5f-0a1b2c3d4e5f"}
+    write_scene(service_node.scene, [card | {"pci_bus_id": f"00000000:{0x18 + n:02X}:00.0"} for n in range(8)])
+    await service_node.place("demo-train-llama", 1)
+    await service_node.allocator.reserve(1, 7200, owner="alice", run_id="rsv-alice")
+    app = service_node.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await polled(pilot, app, 2)
+        await pilot.pause()
+        grid = app.query_one(CardGrid)
+        shown = grid.content_region
+        assert [t.region in shown for t in grid.tiles] == [True] * 8, [t.region for t in grid.tiles]
+        assert all(tile_text(app, n).startswith(str(n)) for n in range(8))
+
+        lines = header(app).splitlines()
+        assert len(lines) == 2 and "updated" in lines[0] and lines[0].rstrip().endswith(("now", "ago")), lines
+        table = app.query_one("#jobs")
+        labels = [str(column.label) for column in table.columns.values()]
+        assert set(labels) <= {label for _key, label in JOB_COLUMNS} and "RUN ID" in labels, labels
+        assert sum(column.get_render_width(table) for column in table.columns.values()) <= table.size.width
+
+        detail = str(app.query_one("#detail-text").render()).splitlines()
+        pci = next(line for line in detail if "PCI " in line)
+        assert re.search(r"PCI [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9]", pci), detail
+        assert all(len(line) <= 80 - 5 for line in detail), detail
+        assert not any(line[:1].strip() for line in detail[1:]), "a line the pane wrapped at its left edge"
 
 
 async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_table(make_node):

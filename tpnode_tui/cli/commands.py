@@ -506,7 +506,8 @@ async def _evict(run: Run) -> None:
         print_evicted(plan)
         if not plan.processes:
             return
-        if not _ask(f"send SIGTERM to {len(plan.processes)} process(es) on card {card}?"):
+        n = len(plan.processes)
+        if not _ask(f"send SIGTERM to {n} process{'es' if n != 1 else ''} on card {card}?"):
             print("nothing was signalled")
             return
         report, refused = await _evict_each(node, plan, kill=args.kill)
@@ -520,7 +521,10 @@ async def _evict(run: Run) -> None:
         and not args.kill
         and not args.yes
         and not args.json
-        and _ask(f"{len(left)} process(es) did not end on SIGTERM within {report.grace_s:g} s: SIGKILL them?")
+        and _ask(
+            f"{len(left)} process{'es' if len(left) != 1 else ''} did not end on SIGTERM within "
+            f"{report.grace_s:g} s: SIGKILL {'them' if len(left) != 1 else 'it'}?"
+        )
     ):
         killed, more = await _evict_each(node, replace(report, processes=tuple(left)), kill=True)
         print_evicted(killed)

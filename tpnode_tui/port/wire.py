@@ -60,6 +60,7 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "total": occ.total,
         "free": occ.free,
         "by_job": {str(k): v for k, v in sorted(occ.by_job.items())},
+        "reserved": sorted(occ.reserved),
         "external": sorted(occ.external),
         "unhealthy": {str(k): v for k, v in sorted(occ.unhealthy.items())},
         "drained": {str(k): v for k, v in sorted(occ.drained.items())},
@@ -607,6 +608,7 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
     occupancy = GpuOccupancy(
         total=total,
         by_job=_int_keys(r, "by_job"),
+        reserved=frozenset(r.wholes("reserved")) if "reserved" in r.doc else frozenset(),
         external=frozenset(r.wholes("external")),
         unhealthy=_int_keys(r, "unhealthy"),
         external_probe_ok=r.flag("external_probe_ok"),

@@ -121,6 +121,7 @@ class MainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(CardGrid).focus()
+        self.watch_short(self.short)
         self.query_one(DetailPane).border_title = "Selected card (enter to scroll, escape back)"
         self.query_one(JobsTable).border_title = "Jobs, reservations and launches not started yet"
         # Once a second: the header's age moves even between readings.
@@ -181,6 +182,10 @@ class MainScreen(Screen[None]):
     def _lay_out(self) -> None:
         self.short = self._short()
         self.lean = self._lean()
+
+    def watch_short(self, short: bool) -> None:
+        for grid in self.query(CardGrid):  # none before the screen is composed: on_mount sets it then
+            grid.compact = short  # a line per card: every card shows
 
     def watch_lean(self, was: bool, lean: bool) -> None:
         if was and not lean:

@@ -21,6 +21,22 @@ BADGES: dict[str, tuple[str, str]] = {
 }
 STALE_BADGE = ("?", "#4a4a4a")
 
+#: state -> a mark of one cell, where a state is shown without its word (the fleet's
+#: strips, a MIG card's slices on its tile): its shape says the state as well as its
+#: colour does, so free and drained (both greenish) and every pair are told apart
+#: without colour too
+SYMBOLS: dict[str, str] = {
+    "free": "○",
+    "job": "●",
+    "reservation": "◆",
+    "external": "▲",
+    "unhealthy": "✕",
+    "unverified": "◌",
+    "drained": "⊘",
+    "mig": "▦",
+    "shared": "◐",
+}
+
 #: text that must be dealt with: an unhealthy card, someone else's process on a held card
 ERROR = "#ef5350"
 #: text that needs attention: a problem on a card that keeps its state
@@ -32,3 +48,8 @@ DRAINED_TEXT = "#4dd0e1"
 def badge(state: str) -> tuple[str, str]:
     """A state's (badge text, colour); one this version does not know is named as it came, in grey."""
     return BADGES.get(state, (state.upper(), "grey30"))
+
+
+def symbol(state: str) -> str:
+    """A state's one-cell mark; one this version does not know is a dot."""
+    return SYMBOLS.get(state, "·")

@@ -134,7 +134,8 @@ def reclaim(desk: Desk) -> None:
 
 
 async def _ask_then_reclaim(desk: Desk, exited: list[JobState]) -> None:
-    question = ConfirmScreen(f"Reclaim {len(exited)} exited job(s)?", reclaim_question(exited), yes="Reclaim")
+    n = len(exited)
+    question = ConfirmScreen(f"Reclaim {n} exited job{'s' if n != 1 else ''}?", reclaim_question(exited), yes="Reclaim")
     if await desk.ask(question):
         await reclaim_listed(desk, exited)
 
