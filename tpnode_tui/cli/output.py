@@ -210,14 +210,16 @@ def print_evicted(report: EvictReport, out: Optional[TextIO] = None) -> None:
 
 
 def event_line(entry: dict[str, Any], now: float) -> str:
+    """One entry of the node's log: when, what kind, its cards (unless its
+    message begins with them: "card 7: XID 79" said twice reads as a doubled
+    prefix), whose, and the message."""
     shown = printable_view(entry)
     cards = shown.get("cards")
-    where = f"  {cards_words(cards)}" if isinstance(cards, list) and cards else ""
+    message = str(shown.get("message", ""))
+    named = cards_words(cards) if isinstance(cards, list) and cards else ""
+    where = f"  {named}" if named and not message.startswith((f"{named}:", f"{named} ")) else ""
     who = f"  {shown['user']}" if shown.get("user") else ""
-    return (
-        f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: "
-        f"{shown.get('message', '')}"
-    )
+    return f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: {message}"
 
 
 def removed_line(job: JobState) -> str:

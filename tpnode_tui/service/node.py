@@ -134,6 +134,7 @@ class NodeService:
             record=self.journal.event,
             started_at=clock(),
             idle_job_after_s=idle_job_after_s,
+            logged=self.journal.logged,
         )
         #: the usage ledger, written from every reading: the agent's only (see from_settings)
         self.ledger = ledger

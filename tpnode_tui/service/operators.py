@@ -75,7 +75,9 @@ class OperatorActions:
             under = f"; {job.key} keeps running on it" if job is not None else ""
             return f"{caller.user} drained card {card}: {d.reason}{under}"
 
-        return await self.journal.audited(caller, "drain", f"card {card}", work(), done, lambda d: [d.card], [card])
+        return await self.journal.audited(
+            caller, "drain", f"card {card}", work(), done, lambda d: [d.card], [card], shown_as=lambda _d: "drain"
+        )
 
     async def undrain(self, caller: Caller, request: UndrainRequest) -> Drain:
         """Put ``card`` back in service (operators); refused while the driver
@@ -123,6 +125,7 @@ class OperatorActions:
             lambda d: f"{caller.user} put card {card} back in service (drained by {d.by}: {d.reason})",
             lambda d: [d.card],
             [card],
+            shown_as=lambda _d: "undrain",
         )
 
     async def evict(self, caller: Caller, request: EvictRequest) -> EvictReport:
@@ -169,4 +172,13 @@ class OperatorActions:
             )
 
         target = f"card {card}" + (f" pid {pid}" if pid is not None else "")
-        return await self.journal.audited(caller, "evict", target, work(), said, lambda r: [r.card], [card])
+        return await self.journal.audited(
+            caller,
+            "evict",
+            target,
+            work(),
+            said,
+            lambda r: [r.card],
+            [card],
+            shown_as=lambda r: None if r.dry_run or not r.processes else "evict",
+        )
