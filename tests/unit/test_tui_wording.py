@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -245,6 +246,19 @@ def help_words(**kwargs) -> str:
     console = Console(width=100, file=io.StringIO(), record=True)
     console.print(help_text(**kwargs))
     return " ".join(console.export_text().split())
+
+
+def test_the_usage_view_shows_an_intruder_s_use_apart_and_only_where_there_was_one():
+    bob = UsageFigures(held_card_hours=8, idle_card_hours=8, intruded_card_hours=6, intruder_peak_memory_mib=30_000)
+    report = UsageReport(NOW - 86400, NOW, "user", (UsageRow(bob, user="bob", uid=2),), bob, True, 90)
+    lines = [line.plain for line in span_lines("Last 24 hours", report, 100)]
+    assert "intruded" in lines[1] and "6.00" in lines[2]
+    assert lines[-1].strip() == (
+        "intruded: someone else's process was on a held card for 6.00 card-hours, using up to 29.3 GiB; "
+        "not counted as its holder's use"
+    )
+    clean = replace(report, rows=(UsageRow(UsageFigures(held_card_hours=8), user="bob", uid=2),), total=UsageFigures(8))
+    assert not any("intruded" in line.plain for line in span_lines("Last 24 hours", clean, 100))
 
 
 def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():

@@ -35,9 +35,10 @@ def usage_lines(report: UsageReport) -> list[str]:
     if not report.everyone:
         lines.append("your own rows, and the whole node's total (an operator sees every account's)")
     slices = any(f.held_slice_hours for f in (report.total, *(r.figures for r in report.rows)))
-    header, right = _header(report.by, slices)
-    body = [[*_names(row, report.by), *_figures(row.figures, report.by, slices)] for row in report.rows]
-    total = _figures(report.total, report.by, slices)
+    intruded = intruders(report)
+    header, right = _header(report.by, slices, intruded)
+    body = [[*_names(row, report.by), *_figures(row.figures, report.by, slices, intruded)] for row in report.rows]
+    total = _figures(report.total, report.by, slices, intruded)
     body.append(["total", *[""] * (len(header) - len(total) - 1), *total])
     lines += table(header, body, right)
     if not report.rows:
@@ -47,12 +48,25 @@ def usage_lines(report: UsageReport) -> list[str]:
     if report.left_out:
         lines.append(_left_out(report))
     unit = "in card-hours (MIG slices: slice-hours)" if slices else "in card-hours"
+    theirs = (
+        " intruded: held time with someone else's process on the card; intruders' peak: the most memory "
+        "those used, never the holder's."
+        if intruded
+        else ""
+    )
     lines.append(
         f"{unit}. used: held time weighted by utilisation while the holder was on the card. "
         f"idle: no process of the holder, or under {IDLE_UTIL_PCT:g} % utilisation. "
+        f"peak memory: the most the holder's own processes used in a minute.{theirs} "
         f"The node keeps {report.kept_days} days."
     )
     return lines
+
+
+def intruders(report: UsageReport) -> bool:
+    """Whether someone else's process was on a held card in the report's span: its columns are shown then."""
+    total = report.total
+    return total.intruded_card_hours > 0 or total.intruder_peak_memory_mib is not None
 
 
 def _left_out(report: UsageReport) -> str:
@@ -63,9 +77,10 @@ def _left_out(report: UsageReport) -> str:
     )
 
 
-def _header(by: str, slices: bool) -> tuple[list[str], frozenset[int]]:
+def _header(by: str, slices: bool, intruded: bool) -> tuple[list[str], frozenset[int]]:
     names = {"user": ["USER", "UID"], "card": ["CARD"], "job": ["RUN ID", "KIND", "USER", "CARDS", "FROM", "TO"]}[by]
     figures = ["HELD", "USED", "IDLE", *(["SLICES HELD", "SLICES IDLE"] if slices else []), "PEAK MEMORY"]
+    figures += ["INTRUDED", "INTRUDERS' PEAK"] if intruded else []
     if by != "job":
         figures += ["JOBS", "RESERVATIONS"]
     header = names + figures
@@ -89,11 +104,14 @@ def _names(row: UsageRow, by: str) -> list[str]:
     ]
 
 
-def _figures(f: UsageFigures, by: str, slices: bool) -> list[str]:
+def _figures(f: UsageFigures, by: str, slices: bool, intruded: bool) -> list[str]:
     cells = [hours(f.held_card_hours), hours(f.used_card_hours), hours(f.idle_card_hours)]
     if slices:
         cells += [hours(f.held_slice_hours), hours(f.idle_slice_hours)]
     cells.append(NA if f.peak_memory_mib is None else format_mib(f.peak_memory_mib))
+    if intruded:
+        theirs = f.intruder_peak_memory_mib
+        cells += [hours(f.intruded_card_hours), "-" if theirs is None else format_mib(theirs)]
     if by != "job":  # a job's row is one job
         cells += [str(f.jobs), str(f.reservations)]
     return cells
