@@ -5,11 +5,12 @@ real allocator, real local processes, real lock), so these pictures show what
 `tpnode-tui --demo` shows: the main screen (once the demo's reservation has
 been idle for its minute and the XID has drained its card), triage of the
 reservation someone else's process sits on, the question evict asks, the
-node's log, the MIG card with its slices, and the launch dialog. The header names whoever runs this (as
+node's log, the MIG card with its slices, the launch dialog, and the main screen at 80x24,
+the smallest terminal it is laid out for. The header names whoever runs this (as
 the demo does). The fleet view is the real reader over a private redis-server
 (it needs `redis-server`) into which real publishers publish a dozen simulated
 nodes; two of them stop publishing, and two claim one name (``fleet`` makes
-only that one). Each picture is written as an SVG next to this script.
+only those, at 120x40 and at 80x24). Each picture is written as an SVG next to this script.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tpnode_tui.tui.widgets.tiles import CardGrid
 
 HERE = Path(__file__).resolve().parent
 SIZE = (120, 40)
+SHORT = (80, 24)
 INTRUDED_CARD = 2  # alice's reservation, with the demo's outside process on it
 MIG_CARD = 1  # an H200 split into five MIG slices
 XID_CARD = 7
@@ -91,12 +93,17 @@ async def main() -> int:
             await pilot.pause(0.5)
             app.save_screenshot("launch.svg", str(HERE))
             await pilot.press("escape")
+
+            app.query_one(CardGrid).select(INTRUDED_CARD)
+            await pilot.resize_terminal(*SHORT)
+            await pilot.pause(1.0)
+            app.save_screenshot("main-80x24.svg", str(HERE))
     finally:
         await scene.stop_jobs()
         await node.close()
         demo.close()
     await fleet_picture()
-    for name in ("main.svg", "mig.svg", "triage.svg", "evict.svg", "log.svg", "launch.svg", "fleet.svg"):
+    for name in PICTURES:
         print(HERE / name)
     return 0
 
@@ -167,11 +174,27 @@ async def fleet_picture() -> None:
                 await pilot.pause(0.1)
             await pilot.pause(0.5)
             app.save_screenshot("fleet.svg", str(HERE))
+            await pilot.resize_terminal(*SHORT)
+            await pilot.pause(0.5)
+            app.save_screenshot("fleet-80x24.svg", str(HERE))
 
+
+PICTURES = (
+    "main.svg",
+    "mig.svg",
+    "triage.svg",
+    "evict.svg",
+    "log.svg",
+    "launch.svg",
+    "main-80x24.svg",
+    "fleet.svg",
+    "fleet-80x24.svg",
+)
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["fleet"]:
         asyncio.run(fleet_picture())
         print(HERE / "fleet.svg")
+        print(HERE / "fleet-80x24.svg")
         sys.exit(0)
     sys.exit(asyncio.run(main()))

@@ -35,6 +35,8 @@ class Use:
     util: Optional[int] = None
     mem: Optional[int] = None
     who: Optional[str] = "none"
+    #: an intruder's process beside ``who``'s, using this much of ``mem``
+    intruder_mem: Optional[int] = None
 
 
 class Scene:
@@ -78,9 +80,14 @@ class Scene:
         del self.jobs[run_id]
 
     def set(
-        self, card: int, util: Optional[int] = None, mem: Optional[int] = None, who: Optional[str] = "holder"
+        self,
+        card: int,
+        util: Optional[int] = None,
+        mem: Optional[int] = None,
+        who: Optional[str] = "holder",
+        intruder_mem: Optional[int] = None,
     ) -> None:
-        self.use[card] = Use(util, mem, who)
+        self.use[card] = Use(util, mem, who, intruder_mem)
 
     def split(self, card: int, *slices: tuple[str, str]) -> None:
         """The card in MIG mode with these slices (uuid, profile), each unused."""
@@ -114,7 +121,7 @@ class Scene:
             memory_total_mib=143771,
             memory_used_mib=use.mem,
             utilization_pct=None if index in self.mig else use.util,
-            processes=None if use.who is None else tuple(ProcessFacts(h.pid) for h in holders),
+            processes=None if use.who is None else tuple(ProcessFacts(h.pid, h.used_memory_mib) for h in holders),
             mig_mode=index in self.mig,
             slices=tuple(self._slice_facts(index)),
         )
@@ -157,10 +164,17 @@ class Scene:
 
 
 def _holders(use: Use, pid: int) -> tuple[HolderInfo, ...]:
+    """The processes on it: ``who``'s, using what of ``mem`` the intruder beside it does not."""
     belongs = {"holder": HOLDER, "intruder": INTRUDER, "unseen": UNKNOWN}.get(use.who or "")
+    beside = (
+        ()
+        if use.intruder_mem is None
+        else (HolderInfo(pid=pid + 500, used_memory_mib=use.intruder_mem, belongs=INTRUDER),)
+    )
     if belongs is None:
-        return ()
-    return (HolderInfo(pid=pid, visible=belongs != UNKNOWN, belongs=belongs),)
+        return beside
+    mem = None if use.mem is None else use.mem - (use.intruder_mem or 0)
+    return (HolderInfo(pid=pid, used_memory_mib=mem, visible=belongs != UNKNOWN, belongs=belongs), *beside)
 
 
 def run(

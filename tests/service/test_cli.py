@@ -107,7 +107,7 @@ def test_text_status_names_each_intruder_under_its_card_and_counts_them_in_the_s
         out = cli("status")
         assert out.returncode == 0, out.stderr
         lines = out.stdout.splitlines()
-        assert "8 cards total, 7 free; 1 held by platform jobs; 1 with an intruder (card 0)" in lines
+        assert "8 cards total, 7 free; 1 held by a reservation; 1 with an intruder (card 0)" in lines
         row = next(i for i, line in enumerate(lines) if line.startswith("0    reservation"))
         named = lines[row + 1]
         assert named.startswith(f"  ! root (pid {intruder.pid}, '\\x1b[2Jtrain --flag --flag ")

@@ -545,10 +545,17 @@ def test_the_dashboard_s_shell_key_opens_her_shell_in_the_reservation_s_fence_an
         term.shows("Shell", what="the footer to offer the shell on her reservation's card")
         before = term.mark()
         term.press("S")
-        term.shows("in-the-fence$ ", before, "her login shell's prompt")
-        term.press(
-            "echo CUDA=$CUDA_VISIBLE_DEVICES NVIDIA=$NVIDIA_VISIBLE_DEVICES; cat /proc/self/cgroup; false; exit\r"
+        term.shows(
+            f"shell on r-key (card {card}: CUDA_VISIBLE_DEVICES=0); exit to return",
+            before,
+            "one line before the shell, saying where it runs",
         )
+        term.shows("(r-key) in-the-fence$ ", before, "her login shell's prompt, marked with the reservation")
+        term.press(
+            "echo CUDA=$CUDA_VISIBLE_DEVICES NVIDIA=$NVIDIA_VISIBLE_DEVICES ON=$TPNODE_SHELL; "
+            "cat /proc/self/cgroup; false; exit\r"
+        )
+        term.shows("ON=r-key", before, "the reservation named in the shell's environment")
         term.shows(f"CUDA=0 NVIDIA={card}", before, "the reservation's cards in the shell's environment")
         term.shows("tpnode-tui.r-key.", before, "the shell in the reservation's cgroup")
         term.shows("Back from the shell on r-key.", before, "the dashboard drawn again, saying so")

@@ -295,6 +295,10 @@ class TestPictures:
     def test_a_mixed_fleet(self, snap_compare):
         assert snap_compare(app_for(mixed_fleet()), terminal_size=SIZE, run_before=first_read)
 
+    def test_a_mixed_fleet_at_80x24(self, snap_compare):
+        """Each card's state by its mark as well as its colour, and every column whole."""
+        assert snap_compare(app_for(mixed_fleet()), terminal_size=(80, 24), run_before=first_read)
+
     def test_a_hundred_nodes(self, snap_compare):
         assert snap_compare(app_for(hundred_nodes()), terminal_size=SIZE, run_before=first_read)
 
@@ -305,6 +309,14 @@ class TestPictures:
             await pilot.pause(0.1)
 
         assert snap_compare(app_for(mixed_fleet()), terminal_size=SIZE, run_before=open_gpu_02)
+
+    def test_a_node_opened_at_80x24_shows_every_card(self, snap_compare):
+        async def open_gpu_02(pilot) -> None:
+            await first_read(pilot)
+            await pilot.press("down", "down", "g")
+            await pilot.pause(0.1)
+
+        assert snap_compare(app_for(mixed_fleet()), terminal_size=(80, 24), run_before=open_gpu_02)
 
     def test_an_unreachable_node_opened(self, snap_compare):
         alive = {"gpu-01": up("gpu-01", node_snapshot(jobs=(job("train", (0, 1)),)), published_at=T)}

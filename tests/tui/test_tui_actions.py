@@ -12,6 +12,7 @@ and over accounts that are not operators, is in tests/tui/test_tui_agent.py.
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import socket
 import time
@@ -39,6 +40,7 @@ from helpers.services import write_scene
 from helpers.waiting import until_pilot
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.locks import make_lock
+from tpnode_tui.model.errors import NotAllowed
 from tpnode_tui.node.local import LocalNode
 from tpnode_tui.port.types import LaunchRequest, ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
@@ -50,6 +52,7 @@ from tpnode_tui.tui.screens.flows.jobs import reclaim_listed
 from tpnode_tui.tui.screens.flows.launches import enqueue, submit
 from tpnode_tui.tui.terminal import ShellEnd
 from tpnode_tui.tui.widgets.tiles import CardGrid
+from tpnode_tui.tui.wording.jobs import COLUMNS as JOB_COLUMNS
 
 #: the node as the dashboard serves one without an agent (helpers/dashboard.py)
 pytestmark = pytest.mark.service_node(dashboard=True)
@@ -533,6 +536,7 @@ async def test_reclaim_removes_only_the_exited_jobs_it_listed(service_node):
         )
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmScreen)
+        assert str(app.screen.query_one(".dialog-title").render()) == "Reclaim 1 exited job?"
         listed = str(app.screen.query_one(".dialog-body").render())
         assert "done-early" in listed and "still-running" not in listed
 
@@ -647,6 +651,40 @@ async def test_the_layout_follows_each_resize_at_once_both_ways(service_node):
         await pilot.pause()
         assert on_screen(app, "#summary"), "back at 120x40 the summary stays hidden"
         assert "runtime process" in str(app.query_one("#header").render())
+
+
+@pytest.mark.service_node(cards=8)
+async def test_at_80x24_every_card_shows_and_nothing_is_cut(service_node):
+    """The smallest terminal laid out for: a line per card, every one of the
+    eight inside the grid as drawn; the header's two lines and the jobs
+    table's columns whole (a column with no room is left out, never cut to
+    "FEN"); the detail pane's facts wrapped under their own column, the PCI
+    address never split from its name."""
+    card = {"name": "NVIDIA H200", "memory_total_mib": 143771, "uuid": "GPU-3f1c2b7e-9a41-4c2d-8e5f-0a1b2c3d4e5f"}
+    write_scene(service_node.scene, [card | {"pci_bus_id": f"00000000:{0x18 + n:02X}:00.0"} for n in range(8)])
+    await service_node.place("demo-train-llama", 1)
+    await service_node.allocator.reserve(1, 7200, owner="alice", run_id="rsv-alice")
+    app = service_node.app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await polled(pilot, app, 2)
+        await pilot.pause()
+        grid = app.query_one(CardGrid)
+        shown = grid.content_region
+        assert [t.region in shown for t in grid.tiles] == [True] * 8, [t.region for t in grid.tiles]
+        assert all(tile_text(app, n).startswith(str(n)) for n in range(8))
+
+        lines = header(app).splitlines()
+        assert len(lines) == 2 and "updated" in lines[0] and lines[0].rstrip().endswith(("now", "ago")), lines
+        table = app.query_one("#jobs")
+        labels = [str(column.label) for column in table.columns.values()]
+        assert set(labels) <= {label for _key, label in JOB_COLUMNS} and "RUN ID" in labels, labels
+        assert sum(column.get_render_width(table) for column in table.columns.values()) <= table.size.width
+
+        detail = str(app.query_one("#detail-text").render()).splitlines()
+        pci = next(line for line in detail if "PCI " in line)
+        assert re.search(r"PCI [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9]", pci), detail
+        assert all(len(line) <= 80 - 5 for line in detail), detail
+        assert not any(line[:1].strip() for line in detail[1:]), "a line the pane wrapped at its left edge"
 
 
 async def test_a_256_card_node_names_its_cards_as_ranges_and_keeps_the_jobs_table(make_node):
@@ -896,6 +934,39 @@ async def test_someone_who_is_not_an_operator_is_offered_only_their_own_and_hear
         assert app.screen is screen
         assert "only an operator may reserve for someone else" in str(screen.query_one("#owner-error").render())
         await pilot.press("escape")
+
+
+async def test_a_key_not_offered_says_why_in_the_node_s_own_words(service_node):
+    """s and d pressed on someone else's job by an account that does not operate
+    the node: neither is in the footer, neither asks anything, and each says in
+    one line exactly what the node refuses it with; a key with nothing to act on
+    says what there is not."""
+    await service_node.place("someone-elses", 1)  # owner "tester"
+    as_bob = LocalNode(service_node.local.service, BOB)
+    with pytest.raises(NotAllowed) as stop:
+        await as_bob.stop("someone-elses")
+    with pytest.raises(NotAllowed) as drain:
+        await as_bob.drain(0, "fan")
+    app = Dashboard(as_bob, default_command=("sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        assert app.query_one(CardGrid).selected == 0 and states(app)[0] == "job"
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert not footer_keys & {"stop", "drain", "reclaim"}
+        await pilot.press("s")
+        await pilot.press("d")
+        await pilot.press("r")
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0], "a question was asked"
+        assert app.heard(str(stop.value)), app.said
+        assert str(stop.value).startswith("card 0 is held by someone-elses of tester; only tester or an operator")
+        assert app.heard(str(drain.value)) and "bob may not drain card 0: only an operator (" in str(drain.value)
+        assert app.heard("Nothing to reclaim: no job has exited.")
+        said = len(app.said)
+        await pilot.press("v")  # offered: it opens its form and says nothing
+        assert isinstance(app.screen, ReserveScreen) and len(app.said) == said
+        await pilot.press("escape")
+        assert states(app)[0] == "job"
 
 
 @SMALL

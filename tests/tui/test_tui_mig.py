@@ -59,9 +59,10 @@ async def test_a_mig_card_shows_its_slices_on_its_tile_and_in_the_detail_pane(se
         await until(
             pilot, lambda: app.follower.snapshot and app.follower.snapshot.cards[1].state == "mig", "the MIG card"
         )
+        await until(pilot, lambda: " MIG " in tile(app, 1), "its tile laid out and drawn")
         text = tile(app, 1)
         assert " MIG " in text and "5 of 5 MIG slices free" in text, text
-        assert "1c.3g 2c.3g 2g 1g 1g" in text.replace("■", ""), text
+        assert "○1c.3g ○2c.3g ○2g ○1g ○1g" in text, text  # each slice after its state's mark: free
         assert "util" not in text  # the driver reports no utilisation in MIG mode: the slices take its line
         app.main.query_one("CardGrid").select(1)
         await until(pilot, lambda: "1:3" in str(app.query_one("#detail-text").render()), "the slices listed")

@@ -37,6 +37,8 @@ from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 
 SIZE = (120, 40)
+#: the smallest terminal the dashboard is laid out for
+SHORT = (80, 24)
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
 SQUATTER, UNSEEN = 4242, 3999999
 COMMAND = ("python", "train.py", "--config", "llama-8b.yaml")
@@ -208,20 +210,22 @@ EVENTS = (
     },
     {
         "time": T - 300,
-        "kind": "xid",
-        "xid": 79,
-        "verdict": "reboot",
-        "cards": [7],
-        "message": "card 7: XID 79: GPU has fallen off the bus; reboot the node",
-    },
-    {
-        "time": T - 300,
         "kind": "drain",
         "cards": [7],
         "source": "xid",
         "xid": 79,
+        "verdict": "reboot",
+        "watcher": "nvml",
         "by": "xid",
         "message": "card 7 drained: XID 79: GPU has fallen off the bus; reboot the node",
+    },
+    {
+        "time": T - 240,
+        "kind": "xid",
+        "xid": 63,
+        "verdict": "other",
+        "cards": [5],
+        "message": "card 5: XID 63: ECC page retirement or row remapping recorded",
     },
     {
         "time": T - 60,
@@ -412,9 +416,20 @@ class TestMainScreen:
         app = frozen(frozen_snapshot(read_scene(tmp_path)))
         assert snap_compare(app, terminal_size=(70, 40), run_before=first_poll)
 
-    def test_80x24_keeps_the_jobs_table_on_screen(self, snap_compare, tmp_path):
+    def test_80x24_shows_every_card_and_keeps_the_jobs_table_on_screen(self, snap_compare, tmp_path):
+        """A compact line per card, two to a row: all eight, the header's words whole,
+        and the jobs table's columns whole (those with no room left out, never cut)."""
         app = frozen(frozen_snapshot(read_scene(tmp_path)))
-        assert snap_compare(app, terminal_size=(80, 24), run_before=first_poll)
+        assert snap_compare(app, terminal_size=SHORT, run_before=first_poll)
+
+    def test_80x24_the_detail_pane_keeps_each_fact_whole(self, snap_compare, tmp_path):
+        """The selected card's facts wrap under their own column, a uuid or a PCI address never split."""
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
+        assert snap_compare(app, terminal_size=SHORT, run_before=first_poll, press=["right", "right", "enter", "end"])
+
+    def test_80x24_the_node_s_log(self, snap_compare, tmp_path):
+        app = frozen(frozen_snapshot(read_scene(tmp_path)))
+        assert snap_compare(app, terminal_size=SHORT, run_before=first_poll, press=["e"])
 
 
 class TestFence:

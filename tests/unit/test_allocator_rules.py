@@ -496,6 +496,7 @@ async def test_reservation_is_a_job_of_kind_reservation_with_an_expiry(make_allo
     assert got.job.expires_at is not None and got.gpus == (0, 1)
     snap = await alloc.snapshot()
     assert [c.state for c in snap.cards[:3]] == ["reservation", "reservation", "free"]
+    assert snap.occupancy.reserved == {0, 1} and "2 held by reservations" in snap.explain
 
 
 async def test_waiting_for_the_lock_does_not_shorten_a_reservation(make_allocator, settings):

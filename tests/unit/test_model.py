@@ -29,6 +29,13 @@ def test_explain_names_every_kind_of_holder_in_plain_words():
     assert "1 held by processes outside the platform (card 5)" in one, one
 
 
+def test_explain_counts_reservations_as_reservations_not_as_platform_jobs():
+    occ = GpuOccupancy(total=8, by_job={0: "train", 2: "rsv-a", 3: "rsv-b"}, reserved=frozenset({2, 3}))
+    assert occ.explain() == "8 cards total, 5 free; 1 held by a platform job; 2 held by reservations"
+    alone = GpuOccupancy(total=8, by_job={3: "rsv-alice"}, reserved=frozenset({3})).explain()
+    assert alone == "8 cards total, 7 free; 1 held by a reservation", alone
+
+
 def test_explain_says_the_free_count_may_be_too_high_when_blind():
     occ = GpuOccupancy(total=4, external_probe_ok=False)
     assert occ.free == [0, 1, 2, 3]

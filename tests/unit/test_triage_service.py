@@ -10,28 +10,34 @@ and the drain file are real.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import time
 from dataclasses import replace
 
 import pytest
+from rich.console import Console
 
 from helpers.callers import ALICE, BOB, ROOT
 from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
+from tpnode_tui.cli.output import event_line
 from tpnode_tui.config.sections import DEFAULT_XID_DRAIN
 from tpnode_tui.core.xid import XidRules
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, NotAllowed, exit_code
 from tpnode_tui.model.facts import ProcessFacts
 from tpnode_tui.port import operations as ops
 from tpnode_tui.port.types import (
+    AuditRequest,
     DrainRequest,
     EventsRequest,
     HistoryRequest,
     LaunchRequest,
     ReserveRequest,
+    StopRequest,
     UndrainRequest,
 )
+from tpnode_tui.tui.wording.events import events_table
 
 
 class Clock:
@@ -143,7 +149,12 @@ async def test_xid_79_drains_its_card_saying_to_reboot_and_is_handled_once(servi
     assert (card.drain.source, card.drain.xid, card.drain.by) == ("xid", 79, "xid")
     assert card.reason == "XID 79: GPU has fallen off the bus; reboot the node"
     await asyncio.sleep(0.5)  # the watcher reads the scene again and again
-    assert len(service_node.kinds("xid")) == 1 and len(service_node.kinds("drain")) == 1
+    # one change of the card, one entry: the drain, saying which XID did it
+    assert service_node.kinds("xid") == []
+    [drain] = service_node.kinds("drain")
+    said = (drain["cards"], drain["xid"], drain["source"], drain["watcher"], drain["verdict"])
+    assert said == ([1], 79, "xid", "simulated", "reboot")
+    assert drain["message"] == "card 1 drained: XID 79: GPU has fallen off the bus; reboot the node"
     with pytest.raises(NoCapacity):
         await service_node.service.launch(ALICE, LaunchRequest(cards=4, command=("sh",), run_id="all"))
 
@@ -181,7 +192,7 @@ async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_act
     raise_xids(service_node, 2, {"id": "o", "xid": 63})
     raise_xids(service_node, 3, {"id": "i", "xid": 92})
     raise_xids(service_node, 1, {"id": "r", "xid": 13, "recovery_action": 1})
-    await until_async(lambda: len(service_node.kinds("xid")) == 3, "three XIDs in the log")
+    await until_async(lambda: len(service_node.kinds("xid")) == 2, "two XIDs in the log")
     snap = await until_async(
         lambda: (s := service_node.service.reading.snapshot) and s.cards[1].state == "drained" and s, "the drain"
     )
@@ -191,8 +202,30 @@ async def test_other_xids_are_shown_ignored_ones_only_logged_and_the_drivers_act
         "XID 13: graphics engine exception (the program on the card faulted); "
         "reset the GPU (nvidia-smi -r) once nothing runs on it"
     )
-    verdicts = {e["xid"]: e["verdict"] for e in service_node.kinds("xid")}
+    verdicts = {e["xid"]: e["verdict"] for e in service_node.kinds("xid") + service_node.kinds("drain")}
     assert verdicts == {63: "other", 92: "ignored", 13: "drain"}
+
+
+@XIDS
+async def test_an_xid_is_logged_once_across_restarts_of_the_service(make_node):
+    """The scene's XIDs are the driver's history, there at every start: one the
+    node logged before it was served again is not logged again."""
+    first = make_node()
+    first.serve()
+    await until_async(lambda: watching(first), "the XID watcher")
+    raise_xids(first, 2, {"id": "o", "xid": 63})
+    await until_async(lambda: first.kinds("xid"), "the XID in the log")
+    node = first
+    for _ in range(3):
+        await node.close()
+        node = make_node(scene_cards=dict(enumerate(node.cards)))  # the same scene, XIDs and all, and state dir
+        node.serve()
+        await until_async(lambda n=node: watching(n), "the XID watcher again")
+        await asyncio.sleep(0.5)  # it has read the scene's XIDs by now
+    assert len(node.kinds("xid")) == 1
+    raise_xids(node, 2, {"id": "p", "xid": 63})
+    await until_async(lambda: len(node.kinds("xid")) == 2, "the new XID")
+    assert [e["xid"] for e in node.kinds("xid")] == [63, 63]
 
 
 async def test_a_snapshot_says_when_xids_are_not_watched_and_why(service_node):
@@ -220,10 +253,8 @@ async def test_events_by_card_show_everyone_the_cards_and_actions_only_to_their_
         ("action", "launch"),
         ("drain", None),
     ]
-    assert [(e["kind"], e.get("action")) for e in await service_node.events(ROOT, card=3)] == [
-        ("drain", None),
-        ("action", "drain"),
-    ]
+    # the drain once: the operator's action is in the audit, the card's change in the events
+    assert [(e["kind"], e.get("action")) for e in await service_node.events(ROOT, card=3)] == [("drain", None)]
     assert [e["action"] for e in await service_node.events(ROOT, card=0)] == ["launch"]
     assert await service_node.events(ROOT, card=2) == []
 
@@ -288,6 +319,99 @@ async def test_what_an_accounts_jobs_did_is_on_its_own_shelf_seen_by_it_and_the_
     assert "ended" not in seen[ALICE.user]
 
 
+async def restarted(first: ServiceNode, make_node) -> ServiceNode:
+    """The same node served again, by a new service, as after the agent's restart:
+    the same probe and runtime, the same state dir and log."""
+    await first.close()
+    return make_node(probe=first.probe, runtime=first.runtime)
+
+
+async def test_an_intruder_is_logged_once_across_restarts_and_its_going_once(make_node):
+    first = make_node()
+    await first.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=3600, run_id="rsv-a"))
+    first.probe.set_card(0, processes=(ProcessFacts(os.getpid(), 2048),))  # root's, on alice's card
+    await first.service.read_now()
+    node = first
+    for _ in range(4):
+        node = await restarted(node, make_node)
+        await node.service.read_now()
+        await node.service.read_now()
+    assert [e["state"] for e in node.kinds("intruder")] == ["seen"]
+    node.probe.set_card(0, processes=())  # it went while the node was not served
+    node = await restarted(node, make_node)
+    await node.service.read_now()
+    node = await restarted(node, make_node)
+    await node.service.read_now()
+    assert [e["state"] for e in node.kinds("intruder")] == ["seen", "gone"]
+
+
+async def test_an_intruder_is_not_said_gone_while_nothing_moved(service_node):
+    """A reading that cannot list the card's processes, or cannot tell whose one
+    is or when it started, is no news: the intruder is still there as far as
+    anyone knows. A pid no longer listed is gone; one still listed but no longer
+    an intruder (its card no longer held) is said to be that, not gone."""
+    await service_node.service.reserve(ALICE, ReserveRequest(cards=1, duration_s=3600, run_id="rsv-a"))
+    mine = ProcessFacts(os.getpid(), 2048)
+    service_node.probe.set_card(0, processes=(mine,))
+    await service_node.service.read_now()
+    service_node.probe.set_card(0, processes=None)  # the driver's list could not be read this time
+    await service_node.service.read_now()
+    service_node.probe.set_card(0, processes=(mine,))
+    await service_node.service.read_now()
+    assert [e["state"] for e in service_node.kinds("intruder")] == ["seen"]
+    await service_node.service.stop(ALICE, StopRequest("rsv-a"))
+    await service_node.service.read_now()
+    [seen, moved] = service_node.kinds("intruder")
+    assert moved["state"] == "gone" and moved["message"] == (
+        f"root's pid {os.getpid()} is still on card 0, no longer an intruder: the card is no longer held"
+    )
+
+
+async def test_a_health_problem_is_logged_once_across_restarts(make_node):
+    first = make_node()
+    first.probe.set_card(2, health=("3 uncorrected ECC errors",))
+    await first.service.read_now()
+    node = first
+    for _ in range(3):
+        node = await restarted(node, make_node)
+        await node.service.read_now()
+    node.probe.set_card(2, health=())
+    node = await restarted(node, make_node)
+    await node.service.read_now()
+    await node.service.read_now()
+    assert [e["message"] for e in node.kinds("health")] == [
+        "card 2: 3 uncorrected ECC errors",
+        "card 2 no longer reports: 3 uncorrected ECC errors",
+    ]
+
+
+async def test_a_drain_shows_once_in_the_events_and_as_an_action_in_the_audit(service_node):
+    """The operator's drain is one change of the card: the events show it once
+    (the card's entry); the audit keeps the action."""
+    await service_node.service.drain(ROOT, DrainRequest(3, "fan"))
+    await service_node.service.undrain(ROOT, UndrainRequest(3))
+    shown = await service_node.events(ROOT, card=3)
+    assert [e["kind"] for e in shown] == ["drain", "undrain"], shown
+    audit = await service_node.service.audit(ROOT, AuditRequest())
+    assert [e["action"] for e in audit.entries] == ["drain", "undrain"]
+
+
+def test_an_entry_s_cards_are_said_once_in_the_events_command_and_pane():
+    """The line names the entry's cards; the message begins with them too
+    ("card 7: XID 79 ..."), and said twice they read as a doubled prefix."""
+    entry = {"time": time.time(), "kind": "xid", "cards": [7], "message": "card 7: XID 79: GPU has fallen off the bus"}
+    line = event_line(entry, time.time())
+    assert "card 7: card 7:" not in line and line.endswith("xid: card 7: XID 79: GPU has fallen off the bus"), line
+    console = Console(width=120, file=io.StringIO(), record=True)
+    console.print(events_table([entry]))
+    pane = console.export_text()
+    assert "card 7:" not in pane and "7 -" in pane and "XID 79: GPU has fallen off the bus" in pane, pane
+    drained = {"time": time.time(), "kind": "drain", "cards": [7], "message": "card 7 drained: XID 79"}
+    assert event_line(drained, time.time()).endswith("drain: card 7 drained: XID 79")
+    intruder = {"time": time.time(), "kind": "intruder", "cards": [2], "user": "bob", "message": "bob (pid 9) is using"}
+    assert event_line(intruder, time.time()).endswith("intruder  card 2  bob: bob (pid 9) is using")
+
+
 async def test_health_changes_are_logged_once_each_way(service_node):
     await service_node.service.read_now()
     service_node.probe.set_card(2, health=("3 uncorrected ECC errors",))
@@ -332,7 +456,7 @@ async def test_the_log_rotates_at_its_size_through_the_service(make_node):
     assert len(files) == 4  # events.jsonl and three rotated
     assert all(f.stat().st_size <= 4096 for f in files)
     entries = await n.events(ROOT)
-    assert entries[-1]["action"] == "undrain" and len(entries) < 120  # the oldest were dropped
+    assert entries[-1]["kind"] == "undrain" and len(entries) < 120  # the oldest were dropped
     assert [e["time"] for e in entries] == sorted(e["time"] for e in entries)
 
 

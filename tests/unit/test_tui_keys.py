@@ -12,12 +12,23 @@ from typing import Optional
 
 from helpers.fleet import job, node_snapshot
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
+from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, Drain, HolderInfo
+from tpnode_tui.port.types import You
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.dialogs.help import key_lines
 from tpnode_tui.tui.screens.main import MainScreen
-from tpnode_tui.tui.wording.keys import ACTIONS, APP_BINDINGS, BY_NAME, SCREEN_BINDINGS, Situation, help_lines
+from tpnode_tui.tui.wording.keys import (
+    ACTIONS,
+    APP_BINDINGS,
+    BY_NAME,
+    SCREEN_BINDINGS,
+    Situation,
+    help_lines,
+    refusal,
+)
 
+BOB = You(user="bob", uid=1002, operator=False, cards_held=0, card_limit=None, operators="root, group ops")
 SQUATTER = HolderInfo(pid=4242, used_memory_mib=1024, visible=True, user="mallory", uid=1003)
 
 
@@ -44,6 +55,13 @@ class Now:
     owns: bool = True
     #: a shell can be opened from this dashboard (a node on this machine, not the demo's)
     shells: bool = True
+    you: Optional[You] = BOB
+    snapshot: Optional[NodeSnapshot] = None
+    row: str = ""
+    jobs_focused: bool = False
+
+    def job_for_row(self) -> Optional[JobState]:
+        return None
 
     def selected_card(self) -> Optional[CardView]:
         return self.card
@@ -58,7 +76,8 @@ class Now:
         return self.job if self.job is not None and self.job.kind == "reservation" else None
 
     def shell_target(self) -> Optional[JobState]:
-        return self.extend_target() if self.shells else None
+        kind = self.snapshot.runtime_kind if self.snapshot is not None else "process"
+        return self.extend_target() if self.shells and kind == "process" else None
 
     def selected_launch(self) -> Optional[QueuedLaunch]:
         return self.launch
@@ -127,6 +146,51 @@ def test_stop_extend_and_cancel_are_offered_on_what_is_the_caller_s():
     assert "shell" not in offered(replace(now, shells=False)), "no shells over --host or in the demo"
     assert "cancel_launch" not in offered(replace(now, stale=True))
     assert "reclaim" not in offered(replace(now, stale=True)) and "reclaim" not in offered(Now())
+
+
+def test_a_key_not_offered_says_why_in_one_line_in_the_node_s_words():
+    """What the node would refuse, said as the node's rules word it (text/refusals.py);
+    what has nothing to act on, what to select; a key that is offered says nothing."""
+    now = everything_to_act_on(operator=False, owns=False)
+    rules = "only alice or an operator may {} it; the operators here: root, group ops"
+    said = {key: refusal(key, now) for key in ("s", "plus", "S", "c", "d", "k")}
+    assert said["s"] == f"card 0 is held by rsv-1 of alice; {rules.format('stop')}"
+    assert said["plus"] == f"card 0 is held by rsv-1 of alice; {rules.format('extend')}"
+    assert said["S"] == f"card 0 is held by rsv-1 of alice; {rules.format('open a shell on')}"
+    assert said["c"] == f"later was queued by alice; {rules.format('cancel')}"
+    assert said["d"] == "bob may not drain card 0: only an operator (root, group ops) may"
+    assert said["k"] == "bob may not evict processes from card 0: only an operator (root, group ops) may"
+    assert refusal("l", now) is None and refusal("e", now) is None and refusal("down", now) is None
+    assert refusal("s", replace(now, readonly=True)) == "read-only dashboard: stop is refused (started with --readonly)"
+
+    train = job("train", (2, 3))
+    assert refusal("S", replace(now, job=train, owns=True)) == (
+        "'train' is a job, not a reservation: a shell runs on a reservation's cards; "
+        "reserve cards, or launch the command as a job"
+    )
+    assert refusal("plus", replace(now, job=train, owns=True)) == (
+        "train is a job, not a reservation: it ends when its command does"
+    )
+    assert refusal("S", replace(now, shells=False, has_demo=True)) == "The demo's node is pretend: it runs no shell."
+    assert "through --host that is the SSH bridge" in refusal("S", replace(now, shells=False))
+    docker = replace(node_snapshot(1), runtime_kind="docker")
+    assert refusal("S", replace(now, snapshot=docker)).startswith("this node's docker runtime holds reservations")
+    assert refusal("s", replace(now, job=None)) == "The selected card 0 holds no running job to stop."
+    assert refusal("s", replace(now, job=None, stale=True)).startswith("Nothing can be stopped while the node")
+
+    ana = replace(now, operator=True, owns=True)
+    assert refusal("u", ana) == "card 0 is not drained"
+    drained = card(drain=Drain(card=0, reason="fan", by="ana", at=0.0))
+    assert refusal("d", replace(ana, card=drained)) == "card 0 is drained already, by ana: fan"
+    assert refusal("k", replace(ana, card=card())) == (
+        "card 0 has no process from outside the platform or of someone else to evict"
+    )
+    assert refusal("f", Now()) == "f keeps the node's log to one card: open the log first (e)."
+    assert refusal("X", Now()) == "b, x and X act on the demo's pretend node only (tpnode-tui --demo)."
+    ended = replace(job("done", (1,)), status="exited")
+    with_ended = replace(node_snapshot(2), jobs=(ended,))
+    assert refusal("r", Now(snapshot=with_ended)) == (f"done (card 1) belongs to alice; {rules.format('reclaim')}")
+    assert refusal("r", Now(snapshot=node_snapshot(1))) == "Nothing to reclaim: no job has exited."
 
 
 def test_each_key_that_does_two_things_offers_one_at_a_time():

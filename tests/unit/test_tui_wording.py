@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
+from tpnode_tui.fleet.record import FleetCard, NodeRow
 from tpnode_tui.model.facts import CardFacts, ProcessFacts
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.occupancy import GpuOccupancy
 from tpnode_tui.model.usage import UsageFigures, UsageReport, UsageRow
 from tpnode_tui.model.views import CardView, Drain, HolderInfo
 from tpnode_tui.probes.health import unseen_problem
+from tpnode_tui.text.badges import BADGES, SYMBOLS, symbol
 from tpnode_tui.text.render import card_ranges, card_summary, cards_words, show_command, unseen_use
+from tpnode_tui.tui.fleet.wording import strip
 from tpnode_tui.tui.screens.dialogs.help import help_text
 from tpnode_tui.tui.widgets.tiles import grid_columns
 from tpnode_tui.tui.wording.card import describe_card
 from tpnode_tui.tui.wording.cells import fit
-from tpnode_tui.tui.wording.tiles import moves_with_time, render_tile
+from tpnode_tui.tui.wording.tiles import moves_with_time, render_line, render_tile
 from tpnode_tui.tui.wording.usage import bar, parts, span_lines
 
 NOW = 1_700_000_000.0
@@ -234,12 +238,60 @@ def test_commands_are_shown_on_one_line_and_readable():
 
 def test_grid_columns_follow_the_terminal_width():
     assert [grid_columns(w) for w in (200, 120, 80, 60, 40)] == [4, 4, 2, 2, 1]
+    assert [grid_columns(w, compact=True) for w in (200, 120, 78, 60)] == [4, 3, 2, 1], "a line per card"
+
+
+def test_a_card_on_one_line_says_its_state_its_holder_and_its_use_within_its_width():
+    holder = HolderInfo(pid=4242, used_memory_mib=18432, visible=True, user="训练用户", command="python x.py")
+    busy = facts(2, utilization_pct=97, processes=(ProcessFacts(4242, 18432),))
+    for card in (CardView(2, "external", busy, holders=(holder,)), CardView(4, "free", facts(4))):
+        for width in (24, 36, 60):
+            line = render_line(card, width, NOW, False)
+            assert line.cell_len <= width and "\n" not in line.plain, (width, line.plain)
+    assert render_line(CardView(4, "free", facts(4)), 36, NOW, False).plain == "4   FREE  nothing holds it        0%"
+    intruder = HolderInfo(pid=4242, used_memory_mib=18432, visible=True, user="mallory", belongs="intruder")
+    rsv = JobState(name="rsv-a-long-name", run_id="rsv-a-long-name", gpus=(3,), status="running", kind="reservation")
+    held = CardView(3, "reservation", busy, run_id=rsv.run_id, job=rsv, holders=(intruder,))
+    assert render_line(held, 36, NOW, False).plain.startswith("3   RESERVED  ! intruder rsv-a-"), "first, never cut"
+    stale = render_line(CardView(2, "external", busy, holders=(holder,)), 36, NOW, True).plain
+    assert stale.startswith("2   ?  was external") and "97%" not in stale
+
+
+def test_the_detail_pane_wraps_a_fact_under_its_column_and_never_splits_one():
+    card = CardView(0, "free", facts(0, uuid="GPU-3f1c2b7e-9a41-4c2d-8e5f-0a1b2c3d4e5f"))
+    lines = describe_card(card, NOW, 512, width=75).plain.splitlines()  # the pane's at 80 columns
+    assert all(len(line) <= 75 for line in lines), lines
+    at = next(n for n, line in enumerate(lines) if line.startswith("  card "))
+    assert lines[at].endswith("· uuid GPU-3f1c2b7e-9a41-4c2d-8e5f-0a1b2c3d4e5f ·"), lines
+    assert lines[at + 1] == " " * 10 + "PCI 00000000:18:00.0", lines
+    assert describe_card(card, NOW, 512).plain.count("\n") < len(lines) - 1, "width 0 wraps nothing"
+
+
+def test_each_state_has_a_mark_of_its_own_where_its_word_has_no_room():
+    assert len(set(SYMBOLS.values())) == len(SYMBOLS) and set(SYMBOLS) >= set(BADGES)
+    assert symbol("free") != symbol("drained") and symbol("nonsense") == "·"
+    cards = tuple(FleetCard(i, state) for i, state in enumerate(("free", "drained", "job")))
+    node = NodeRow(name="n", status="up", last_seen=NOW, seen_exactly=True, total=3, cards=cards)
+    assert strip(node).plain == "○⊘●"
 
 
 def help_words(**kwargs) -> str:
     console = Console(width=100, file=io.StringIO(), record=True)
     console.print(help_text(**kwargs))
     return " ".join(console.export_text().split())
+
+
+def test_the_usage_view_shows_an_intruder_s_use_apart_and_only_where_there_was_one():
+    bob = UsageFigures(held_card_hours=8, idle_card_hours=8, intruded_card_hours=6, intruder_peak_memory_mib=30_000)
+    report = UsageReport(NOW - 86400, NOW, "user", (UsageRow(bob, user="bob", uid=2),), bob, True, 90)
+    lines = [line.plain for line in span_lines("Last 24 hours", report, 100)]
+    assert "intruded" in lines[1] and "6.00" in lines[2]
+    assert lines[-1].strip() == (
+        "intruded: someone else's process was on a held card for 6.00 card-hours, using up to 29.3 GiB; "
+        "not counted as its holder's use"
+    )
+    clean = replace(report, rows=(UsageRow(UsageFigures(held_card_hours=8), user="bob", uid=2),), total=UsageFigures(8))
+    assert not any("intruded" in line.plain for line in span_lines("Last 24 hours", clean, 100))
 
 
 def test_the_help_says_what_happens_to_a_launch_while_cards_are_unverified():

@@ -247,6 +247,49 @@ def test_a_mig_slice_is_counted_in_slice_hours_not_card_hours(tmp_path):
     assert [r.card for r in usage_report(ledger, T0, T0 + 2 * HOUR, "card", ROOT).rows] == [0, 1]
 
 
+# ── someone else's use of a held card ──────────────────────────────────────
+
+
+def test_an_intruder_s_memory_is_not_its_holder_s_and_is_shown_as_such(tmp_path):
+    """bob's reservation of card 0 is unused, and mallory's process uses 29.3 GiB
+    of it: bob is charged none of that memory, and the report says someone
+    else's process was on his card, how long and with how much. On alice's
+    card beside her job's 15,000 MiB, an intruder's 5,000 are the intruder's."""
+    clock = Clock()
+    scene = Scene(2)
+    ledger = ledger_at(tmp_path, clock)
+    scene.hold("rsv-bob", BOB, [0], kind="reservation", started_at=T0)
+    scene.set(0, util=97, mem=30_000, who="intruder")
+    scene.hold("train", ALICE, [1], started_at=T0)
+    scene.set(1, util=80, mem=20_000, who="holder", intruder_mem=5_000)
+    clock.now = run(ledger, scene, T0, T0 + HOUR, step=10)
+    got = by_user(usage_report(ledger, T0, T0 + HOUR, "user", ROOT))
+    assert got["bob"].peak_memory_mib == 0 and got["bob"].used_card_hours == 0
+    assert near(got["bob"].intruded_card_hours, 1) and got["bob"].intruder_peak_memory_mib == 30_000
+    assert got["alice"].peak_memory_mib == 15_000 and got["alice"].intruder_peak_memory_mib == 5_000
+    assert near(got["alice"].intruded_card_hours, 1)
+    [job] = usage_report(ledger, T0, T0 + HOUR, "job", BOB).rows
+    assert job.figures.peak_memory_mib == 0 and job.figures.intruder_peak_memory_mib == 30_000
+    units_equal_samples(tmp_path / "state")
+
+
+def test_memory_nobody_s_process_accounts_for_is_the_holder_s_and_an_unread_list_is_unknown(tmp_path):
+    """From inside a container the driver lists pids this machine cannot see:
+    memory no one else's process accounts for is the holder's, as the idle mark
+    counts it. A list that could not be read says nothing of whose it is."""
+    clock = Clock()
+    scene = Scene(2)
+    ledger = ledger_at(tmp_path, clock)
+    scene.hold("seen-from-a-container", ALICE, [0], started_at=T0)
+    scene.set(0, util=50, mem=12_000, who="unseen")
+    scene.hold("unread", BOB, [1], started_at=T0)
+    scene.set(1, util=50, mem=12_000, who=None)
+    clock.now = run(ledger, scene, T0, T0 + 10 * 60, step=10)
+    got = by_user(usage_report(ledger, T0, T0 + HOUR, "user", ROOT))
+    assert got["alice"].peak_memory_mib == 12_000 and got["alice"].intruded_card_hours == 0
+    assert got["bob"].peak_memory_mib is None and got["bob"].intruder_peak_memory_mib is None
+
+
 # ── counters for /metrics ──────────────────────────────────────────────────
 
 
@@ -268,6 +311,21 @@ def test_counters_and_the_last_write_for_metrics(tmp_path):
     assert counters.problem is None and counters.last_write == T0 + 720  # the last minute turned at T0+720
 
 
+def test_the_report_counts_the_minute_under_way_as_the_metrics_do(tmp_path):
+    """/metrics counts each reading as it comes; the ledger writes a minute once
+    it is over. The report adds what was read and not yet written, so the two
+    agree at any moment, not a minute apart."""
+    clock = Clock()
+    scene = Scene(1)
+    ledger = ledger_at(tmp_path, clock)
+    scene.hold("j", ALICE, [0], started_at=T0)
+    scene.set(0, util=1)  # idle: under 5 %
+    for end in (T0 + 50, T0 + 170, T0 + 185):
+        clock.now = run(ledger, scene, clock.now if end > T0 + 50 else T0, end, step=5)
+        figures = usage_report(ledger, T0, T0 + HOUR, "user", ROOT).total
+        assert figures.idle_card_hours * 3600 == pytest.approx(ledger.counters().idle_s["alice"]), end
+
+
 # ── the file ──────────────────────────────────────────────────────────────
 
 
@@ -285,6 +343,46 @@ def test_the_file_is_the_agents_own_in_wal_mode(tmp_path):
     os.chmod(path, 0o644)  # loosened by hand: made the agent's own again when opened
     run(ledger_at(tmp_path, clock), Scene(1), T0 + 70, T0 + 75)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+#: the tables a ledger of schema 1 had: before someone else's use was kept apart
+SCHEMA_1 = """
+CREATE TABLE holds (id INTEGER PRIMARY KEY, run_id BLOB NOT NULL, kind BLOB NOT NULL, user BLOB NOT NULL,
+    uid INTEGER, cards TEXT NOT NULL, slices TEXT NOT NULL, job_started REAL, started REAL NOT NULL,
+    last_seen REAL NOT NULL, ended REAL);
+CREATE TABLE samples (hold_id INTEGER NOT NULL, card INTEGER NOT NULL, slice BLOB NOT NULL, at INTEGER NOT NULL,
+    seconds REAL NOT NULL, util_pct REAL, measured_s REAL NOT NULL, used_s REAL NOT NULL, idle_s REAL NOT NULL,
+    mem_mib INTEGER, holder INTEGER, PRIMARY KEY (hold_id, card, slice, at)) WITHOUT ROWID;
+CREATE TABLE units (hold_id INTEGER NOT NULL, card INTEGER NOT NULL, slice BLOB NOT NULL, seconds REAL NOT NULL,
+    measured_s REAL NOT NULL, used_s REAL NOT NULL, idle_s REAL NOT NULL, peak_mem_mib INTEGER,
+    first_at INTEGER NOT NULL, last_at INTEGER NOT NULL, PRIMARY KEY (hold_id, card, slice)) WITHOUT ROWID;
+CREATE TABLE meta (key TEXT PRIMARY KEY, value);
+INSERT INTO holds VALUES (1, X'6f6c64', X'6a6f62', X'616c696365', 5001, '0', '[]', NULL, {t0}, {t1}, {t1});
+INSERT INTO samples VALUES (1, 0, X'', {t0}, 60, 50, 60, 30, 0, 9000, 1);
+INSERT INTO units VALUES (1, 0, X'', 60, 60, 30, 0, 9000, {t0}, {t0});
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_ledger_of_the_version_before_is_kept_and_goes_on(tmp_path):
+    """A schema 1 file gains the columns for someone else's use; what it held is reported as it was."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    conn = sqlite3.connect(state / LEDGER_FILE)
+    conn.executescript(SCHEMA_1.format(t0=T0 - HOUR, t1=T0 - HOUR + 60))
+    conn.close()
+    os.chmod(state / LEDGER_FILE, 0o600)
+    clock = Clock()
+    scene = Scene(1)
+    ledger = ledger_at(tmp_path, clock)
+    scene.hold("new", ALICE, [0], started_at=T0)
+    scene.set(0, util=80, mem=20_000, who="holder", intruder_mem=5_000)
+    clock.now = run(ledger, scene, T0, T0 + 10 * 60, step=10)
+    assert rows(state, "PRAGMA user_version") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 2
+    jobs = {r.run_id: r.figures for r in usage_report(ledger, T0 - 2 * HOUR, T0 + HOUR, "job", ROOT).rows}
+    assert jobs["old"].peak_memory_mib == 9000 and jobs["old"].intruded_card_hours == 0
+    assert jobs["new"].peak_memory_mib == 15_000 and jobs["new"].intruder_peak_memory_mib == 5_000
+    units_equal_samples(state)
 
 
 def test_a_file_that_is_not_a_ledger_is_left_alone_and_said(tmp_path, caplog):

@@ -179,6 +179,8 @@ def test_json_has_the_issues_shape_and_reads_back():
             "held_slice_hours",
             "idle_slice_hours",
             "peak_memory_mib",
+            "intruded_card_hours",
+            "intruder_peak_memory_mib",
             "jobs",
             "reservations",
         }
@@ -231,6 +233,19 @@ def test_the_text_says_the_span_and_lays_out_every_row_and_the_total():
     assert lines[-1].startswith("in card-hours. used: held time weighted by utilisation while the holder was")
     # numbers are right-aligned under their heading
     assert lines[2].index("HELD") + len("HELD") == lines[3].index("19.00") + len("19.00")
+
+
+def test_the_text_shows_an_intruder_s_use_apart_from_the_holder_s_and_only_where_there_was_one():
+    squatted = UnitUsage(2, "", 8 * H, 0, 8 * H, 0, intruded_s=6 * H, intruder_peak_mib=30_000)
+    holds = [*HOLDS[:1], hold("b", BOB, [2], NOW - 8 * H, None, kind="reservation", units=[squatted])]
+    lines = usage_lines(build_report(holds, NOW - 24 * H, NOW, "user", ROOT, NOW, 90))
+    assert "PEAK MEMORY  INTRUDED  INTRUDERS' PEAK  JOBS" in lines[1], lines[1]
+    bob = next(line.split() for line in lines if line.startswith("bob"))
+    assert bob[2:] == ["8.00", "0.00", "8.00", "0", "MiB", "6.00", "29.3", "GiB", "0", "1"], bob
+    alice = next(line.split() for line in lines if line.startswith("alice"))
+    assert alice[-4:] == ["0.00", "-", "1", "0"], alice
+    assert "intruded: held time with someone else's process on the card" in lines[-1]
+    assert "INTRUDED" not in "\n".join(usage_lines(build_report(HOLDS, NOW - 24 * H, NOW, "user", ROOT, NOW, 90)))
 
 
 def test_the_text_of_slices_jobs_and_an_empty_span():

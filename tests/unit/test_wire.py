@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from helpers.load import kill_process_jobs
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.demo.stage import start_demo
-from tpnode_tui.model.jobs import FENCE_NOT_SAID, DeviceFence, QueuedLaunch, ShellEntry
+from tpnode_tui.model.jobs import FENCE_NOT_SAID, DeviceFence, QueuedLaunch, ShellEntry, SliceRef
 from tpnode_tui.port.wire import WireError, shell_from_json, shell_to_json, snapshot_from_json, snapshot_to_json
 
 
@@ -469,8 +469,12 @@ def test_a_mig_card_and_a_slice_job_read_back_as_themselves(mig_doc):
 )
 def test_a_shells_answer_reads_back_as_itself(fence):
     """What the agent answers `shell` (the exports, and whether the caller is fenced) is what the CLI reads."""
-    entry = ShellEntry("r-1", (("CUDA_VISIBLE_DEVICES", "0,1"), ("NVIDIA_VISIBLE_DEVICES", "2,3")), fence, "/cg/x")
+    env = (("CUDA_VISIBLE_DEVICES", "0,1"), ("NVIDIA_VISIBLE_DEVICES", "2,3"))
+    entry = ShellEntry("r-1", env, fence, "/cg/x", gpus=(2, 3))
     assert shell_from_json(json.loads(json.dumps(shell_to_json(entry)))) == entry
+    sliced = ShellEntry("r-2", (), fence, "/cg/y", slices=(SliceRef(card=1, uuid="MIG-a", profile="1g.18gb"),))
+    assert shell_from_json(json.loads(json.dumps(shell_to_json(sliced)))) == sliced
+    assert (entry.holding, sliced.holding) == ("cards 2,3", "slice 1g.18gb of card 1")
 
 
 @pytest.mark.parametrize(

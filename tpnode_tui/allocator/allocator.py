@@ -46,6 +46,7 @@ from tpnode_tui.model.views import Drain
 from tpnode_tui.port.fields import days, over
 from tpnode_tui.port.types import new_run_id
 from tpnode_tui.state.drains import DrainStore
+from tpnode_tui.text.refusals import not_extended
 
 if TYPE_CHECKING:
     from tpnode_tui.probes.base import Probe
@@ -402,7 +403,7 @@ class GpuAllocator:
                 raise JobNotFound(f"no running reservation has run id {run_id}")
             job = live[0]
             if job.kind != "reservation" or job.expires_at is None:
-                raise Conflict(f"{run_id} is a job, not a reservation: it ends when its command does")
+                raise Conflict(not_extended(run_id))
             now = time.time()
             until = max(job.expires_at, now) + duration_s
             if longest_s is not None and until - now > longest_s:

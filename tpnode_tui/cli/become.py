@@ -15,10 +15,17 @@ import os
 import pwd
 import resource
 import sys
-from typing import NoReturn, Optional, Sequence
+from pathlib import Path
+from typing import Mapping, NoReturn, Optional, Sequence
 
 #: the shell of an account whose entry names none, as login(1) takes it
 DEFAULT_SHELL = "/bin/sh"
+#: names the reservation a shell or command runs on, for a prompt or a script (as Slurm's SLURM_JOB_ID)
+SHELL_MARKER = "TPNODE_SHELL"
+#: bash's start-up file in a shell on a reservation: the account's own ~/.bashrc, then the run id before the prompt
+BASH_RC = Path(__file__).with_name("shellrc.bash")
+#: shells that take their prompt from the environment: PS1 with the run id in front reaches them
+PROMPT_FROM_ENV = frozenset({"sh", "dash", "ash", "ksh", "mksh"})
 
 
 def login_shell() -> str:
@@ -31,12 +38,29 @@ def login_shell() -> str:
     return shell if shell.startswith("/") else DEFAULT_SHELL
 
 
-def shell_argv(given: Sequence[str]) -> list[str]:
-    """The command given (after ``--``, which argparse may have taken already), else the login shell."""
+def given_command(given: Sequence[str]) -> list[str]:
+    """The command given (after ``--``, which argparse may have taken already); empty for the login shell."""
     words = list(given)
     if words and words[0] == "--":
         words = words[1:]
-    return words or [login_shell()]
+    return words
+
+
+def marked_shell(shell: str, run_id: str, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The login shell ``shell`` started so that its prompt shows ``run_id``
+    first, as a virtual environment's activate does, keeping the account's own
+    prompt after it: bash reads its ~/.bashrc as always, then puts "(RUN_ID) "
+    before the prompt that left (:data:`BASH_RC`, as nix-shell starts bash with
+    an rcfile of its own); a shell that reads its prompt from the environment
+    gets PS1 with it in front. Any other (zsh, fish), or a prompt remade before
+    each line (starship), has ``TPNODE_SHELL`` to show."""
+    name = os.path.basename(shell)
+    if name == "bash" and os.access(BASH_RC, os.R_OK):  # an unreadable rcfile would skip ~/.bashrc
+        return [shell, "--rcfile", str(BASH_RC)], dict(env)
+    if name in PROMPT_FROM_ENV:
+        own = env.get("PS1") or ("# " if os.geteuid() == 0 else "$ ")
+        return [shell], {**env, "PS1": f"({run_id}) {own}"}
+    return [shell], dict(env)
 
 
 def _fd_ceiling() -> int:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable
 from dataclasses import asdict, replace
 from typing import Any, Optional, Sequence, TypeVar
 
-from tpnode_tui.cli.become import become, shell_argv
+from tpnode_tui.cli.become import SHELL_MARKER, become, given_command, login_shell, marked_shell
 from tpnode_tui.cli.output import (
     event_line,
     held_until,
@@ -29,6 +29,7 @@ from tpnode_tui.cli.output import (
     print_status,
     removed_line,
     report_launch,
+    shell_line,
     you_line,
 )
 from tpnode_tui.cli.registry import (
@@ -54,6 +55,7 @@ from tpnode_tui.model.views import Evicted, EvictReport
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
+from tpnode_tui.text.refusals import ON_THE_NODE
 from tpnode_tui.text.render import cards_words, env_lines
 
 T = TypeVar("T")
@@ -323,7 +325,9 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
         "Run your login shell, or COMMAND, on the cards of reservation RUN_ID (yours; an operator's any), "
         "fenced to them: the node moves this very process into the reservation's cgroup, where only its "
         "cards' device files open, and everything started from there stays in it. CUDA numbers the cards "
-        "from 0 inside (CUDA_VISIBLE_DEVICES=0,1 for the node's cards 2 and 3). While anything runs there the "
+        "from 0 inside (CUDA_VISIBLE_DEVICES=0,1 for the node's cards 2 and 3). The shell opens with one line "
+        "saying so, its prompt starts with (RUN_ID), and TPNODE_SHELL=RUN_ID is set for it or COMMAND. "
+        "While anything runs there the "
         "reservation is in use; when it ends (stopped, expired, released) what still runs there is ended. "
         "TUNEPLANE_FENCE=required refuses a shell that cannot be fenced (exit 2); auto runs it unfenced and "
         "says so, and where no cgroup at all can be made (an ordinary account without the agent) it runs "
@@ -341,13 +345,6 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: why ``shell`` is refused through --host: the node would fence the SSH bridge, not your shell
-ON_THE_NODE = (
-    "a shell runs in the process that asks for it, and through --host that is the SSH bridge, not "
-    "your shell: log in to the node (ssh) and run tpnode-tui shell there"
-)
-
-
 @node_command(
     "shell",
     "your shell (or -- COMMAND) on a reservation's cards, fenced to them (its owner or an operator)",
@@ -359,7 +356,7 @@ async def _shell(run: Run) -> None:
     become the shell or command there: everything it starts stays fenced."""
     if not run.node.on_this_machine:
         raise Conflict(ON_THE_NODE)
-    argv = shell_argv(run.args.argv)
+    command = given_command(run.args.argv)
     entry = await run.node.shell(run.args.run_id)
     if not entry.cgroup:
         # nothing to move it into: the node cannot tell its processes from any others
@@ -369,7 +366,12 @@ async def _shell(run: Run) -> None:
         )
     elif not entry.device_fence.fenced:
         say(f"the shell on {entry.run_id} runs without a fence: {entry.device_fence.problem}")
-    become(argv, dict(os.environ) | dict(entry.env), run.args.started_fd)
+    env = dict(os.environ) | dict(entry.env) | {SHELL_MARKER: entry.run_id}
+    if command:
+        become(command, env, run.args.started_fd)
+    argv, env = marked_shell(login_shell(), entry.run_id, env)
+    say(shell_line(entry))  # as salloc says what it granted: a bare prompt would look like nothing happened
+    become(argv, env, run.args.started_fd)
 
 
 @node_command("queue", "launches queued or waiting for the lock", _json_flag, straight=True)
@@ -641,7 +643,8 @@ async def _evict(run: Run) -> None:
         print_evicted(plan)
         if not plan.processes:
             return
-        if not _ask(f"send SIGTERM to {len(plan.processes)} process(es) on card {card}?"):
+        n = len(plan.processes)
+        if not _ask(f"send SIGTERM to {n} process{'es' if n != 1 else ''} on card {card}?"):
             print("nothing was signalled")
             return
         report, refused = await _evict_each(node, plan, kill=args.kill)
@@ -655,7 +658,10 @@ async def _evict(run: Run) -> None:
         and not args.kill
         and not args.yes
         and not args.json
-        and _ask(f"{len(left)} process(es) did not end on SIGTERM within {report.grace_s:g} s: SIGKILL them?")
+        and _ask(
+            f"{len(left)} process{'es' if len(left) != 1 else ''} did not end on SIGTERM within "
+            f"{report.grace_s:g} s: SIGKILL {'them' if len(left) != 1 else 'it'}?"
+        )
     ):
         killed, more = await _evict_each(node, replace(report, processes=tuple(left)), kill=True)
         print_evicted(killed)

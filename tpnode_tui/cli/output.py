@@ -13,7 +13,7 @@ import time
 from typing import Any, Optional, Sequence, TextIO
 
 from tpnode_tui.model.checks import CardCheck
-from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch
+from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import EvictReport
 from tpnode_tui.port.node import Node
@@ -65,6 +65,13 @@ def output_line(job: JobState) -> str:
     if not job.log:
         return f"its output is kept by the Docker engine: docker logs {job.name}, for an account that may use it"
     return f"its output goes to its log {job.log}: tpnode-tui logs {job.key} shows it (-f follows it)"
+
+
+def shell_line(entry: ShellEntry) -> str:
+    """What a shell on a reservation opens with: where it runs, which cards
+    and how CUDA numbers them there, and how to leave."""
+    visible = dict(entry.env).get("CUDA_VISIBLE_DEVICES", "")
+    return f"shell on {entry.run_id} ({entry.holding}: CUDA_VISIBLE_DEVICES={visible}); exit to return"
 
 
 def you_line(view: NodeView, node: Node) -> str:
@@ -130,14 +137,16 @@ def print_check(check: CardCheck, out: Optional[TextIO] = None) -> None:
 
 
 def event_line(entry: dict[str, Any], now: float) -> str:
+    """One entry of the node's log: when, what kind, its cards (unless its
+    message begins with them: "card 7: XID 79" said twice reads as a doubled
+    prefix), whose, and the message."""
     shown = printable_view(entry)
     cards = shown.get("cards")
-    where = f"  {cards_words(cards)}" if isinstance(cards, list) and cards else ""
+    message = str(shown.get("message", ""))
+    named = cards_words(cards) if isinstance(cards, list) and cards else ""
+    where = f"  {named}" if named and not message.startswith((f"{named}:", f"{named} ")) else ""
     who = f"  {shown['user']}" if shown.get("user") else ""
-    return (
-        f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: "
-        f"{shown.get('message', '')}"
-    )
+    return f"{clock_time(float(shown.get('time', 0)), now)}  {shown.get('kind', '?')}{where}{who}: {message}"
 
 
 def removed_line(job: JobState) -> str:

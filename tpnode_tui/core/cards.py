@@ -60,9 +60,11 @@ def compute_occupancy(
     drained = {idx: d.reason for idx, d in drains.items() if 0 <= idx < total and idx not in by_job}
     unhealthy = {idx: why for idx, why in unhealthy.items() if idx not in drained}
     mig = _not_whole(total, reading, set(by_job) | set(drained) | set(unhealthy), external)
+    reservations = {j.key for j in live if j.kind == "reservation"}
     occ = GpuOccupancy(
         total=total,
         by_job=by_job,
+        reserved=frozenset(idx for idx, key in by_job.items() if key in reservations),
         external=frozenset(external - set(drained)),
         unhealthy=unhealthy,
         external_probe_ok=reading.external_probe_ok if check_external else True,

@@ -30,6 +30,7 @@ from tpnode_tui.model.errors import NotAllowed
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.port.fields import shown
 from tpnode_tui.port.types import is_owner
+from tpnode_tui.text.refusals import not_queued_by_them, not_theirs, operators_only
 from tpnode_tui.text.render import cards_words
 
 
@@ -77,11 +78,6 @@ class Policy:
     #: glob patterns of images a job may name; empty means any image
     images: tuple[str, ...] = ()
 
-    def _who_may(self, owner: str, action: str) -> str:
-        """ "only alice or an operator may stop it; the operators here: root, group tpnode-operators"."""
-        who = f"only {owner} or an operator" if owner else "only an operator"
-        return f"{who} may {action} it; the operators here: {self.operators.describe()}"
-
     @classmethod
     def from_settings(cls, settings: Settings) -> Policy:
         return cls(
@@ -97,29 +93,18 @@ class Policy:
     def check_may(self, caller: Caller, job: JobState, action: str, *, cards: Sequence[int] = ()) -> None:
         """Refuse ``action`` (stop, reclaim, extend) on ``job`` unless the caller owns it or operates;
         ``cards``: the cards it holds, every one named in the refusal."""
-        if self.may(caller, job):
-            return
-        owner = job.owner
-        if cards:
-            verb = "is" if len(set(cards)) == 1 else "are"
-            held = f"{cards_words(cards)} {verb} held by {job.key}" + (f" of {owner}" if owner else "")
-        elif job.gpus:
-            held = f"{job.key} ({cards_words(job.gpus)})" + (
-                f" belongs to {owner}" if owner else " has no recorded owner"
-            )
-        else:
-            held = f"{job.key}" + (f" belongs to {owner}" if owner else " has no recorded owner")
-        raise NotAllowed(f"{held}; {self._who_may(owner, action)}")
+        if not self.may(caller, job):
+            raise NotAllowed(not_theirs(job, action, self.operators.describe(), cards))
 
     def check_operator(self, caller: Caller, what: str) -> None:
         """Refuse what only an operator may do (drain, undrain, evict, check a card)."""
         if not caller.operator:
-            raise NotAllowed(f"{caller.user} may not {what}: only an operator ({self.operators.describe()}) may")
+            raise NotAllowed(operators_only(caller.user, what, self.operators.describe()))
 
     def check_cancel(self, caller: Caller, run_id: str, owner: str, owner_uid: Optional[int]) -> None:
         if caller.operator or is_owner(owner_uid, owner, caller.uid, caller.user):
             return
-        raise NotAllowed(f"{run_id} was queued by {owner or 'an unknown account'}; {self._who_may(owner, 'cancel')}")
+        raise NotAllowed(not_queued_by_them(run_id, owner, self.operators.describe()))
 
     def owner_for(self, caller: Caller, requested: str) -> str:
         """The owner a new job gets: the caller, unless an operator names someone else."""

@@ -309,6 +309,13 @@ class ShellEntry:
     device_fence: DeviceFence
     #: the cgroup the caller was moved into ("" when none could be made)
     cgroup: str = ""
+    #: the reservation's cards and MIG slices, for the line the shell opens with
+    gpus: tuple[int, ...] = ()
+    slices: tuple[SliceRef, ...] = ()
+
+    @property
+    def holding(self) -> str:
+        return holding_words(self.gpus, self.slices)
 
 
 @dataclass(frozen=True)

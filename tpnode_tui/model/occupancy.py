@@ -48,6 +48,8 @@ class GpuOccupancy:
     total: int
     #: card index -> run id of the platform job that holds it
     by_job: dict[int, str] = field(default_factory=dict)
+    #: which of those a reservation holds (a person's, for a while), not a job
+    reserved: frozenset[int] = frozenset()
     #: cards in use by something the platform did not start
     external: frozenset[int] = frozenset()
     #: card index -> why it must not be handed out (never includes job-held cards:
@@ -90,9 +92,7 @@ class GpuOccupancy:
 
     def explain(self) -> str:
         """The occupancy in plain words, for refusals, the CLI and the dashboard."""
-        parts = [f"{self.total} cards total, {len(self.free)} free"]
-        if self.by_job:
-            parts.append(f"{len(self.by_job)} held by platform jobs")
+        parts = [f"{self.total} cards total, {len(self.free)} free", *self._held()]
         if self.external:
             parts.append(f"{len(self.external)} held by processes outside the platform ({cards_words(self.external)})")
         if self.unhealthy:
@@ -123,6 +123,16 @@ class GpuOccupancy:
         if not self.external_probe_ok:
             parts.append("cannot probe use from outside the platform, so the free count may be too high")
         return "; ".join(parts)
+
+    def _held(self) -> list[str]:
+        """ "2 held by platform jobs", "1 held by a reservation": what holds the held cards."""
+        jobs, reserved = len(set(self.by_job) - self.reserved), len(self.reserved)
+        said = []
+        if jobs:
+            said.append(f"{jobs} held by {'a platform job' if jobs == 1 else 'platform jobs'}")
+        if reserved:
+            said.append(f"{reserved} held by {'a reservation' if reserved == 1 else 'reservations'}")
+        return said
 
     def _explain_slices(self, split: list[int]) -> str:
         """ "card 1 in MIG mode: 5 slices, 2 free (2g.35gb, 1g.18gb)": what the

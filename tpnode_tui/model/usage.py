@@ -41,12 +41,18 @@ class UsageFigures:
     held_slice_hours: float = 0.0
     #: held slice time with no process of the holder on the slice
     idle_slice_hours: float = 0.0
-    #: the most memory in use on a held card or slice in one minute, MiB; None
-    #: when it was never read
+    #: the most memory the holder's own processes used on a held card or slice in
+    #: one minute, MiB (memory no one else's process accounts for counts as the
+    #: holder's; an intruder's never does); None when it was never read
     peak_memory_mib: Optional[int] = None
     #: jobs and reservations whose holding overlaps the span
     jobs: int = 0
     reservations: int = 0
+    #: held card time during which someone else's process was on the card
+    intruded_card_hours: float = 0.0
+    #: the most memory someone else's processes used on a held card or slice in
+    #: one minute, MiB; None when none was there, or it was not read
+    intruder_peak_memory_mib: Optional[int] = None
 
 
 @dataclass(frozen=True)

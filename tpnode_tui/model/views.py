@@ -186,6 +186,34 @@ def holder_present(
     return False
 
 
+#: whose a process is, when it is someone else's than a held card's holder
+SOMEONE_ELSES = (INTRUDER, EXTERNAL)
+
+
+def holder_memory(holders: tuple[HolderInfo, ...], listed: bool, memory_mib: Optional[int]) -> Optional[int]:
+    """How much of a held card's (or slice's) memory in use is its holder's:
+    all of it but what someone else's processes use, so that memory no one
+    else's process accounts for is the holder's, as :func:`holder_present`
+    counts it (from inside a container the driver lists pids this machine
+    cannot see, the holder's among them). None when that cannot be told: the
+    process list not read, or another's process whose memory is not given."""
+    if memory_mib is None or not listed:
+        return None
+    theirs = [h.used_memory_mib for h in holders if h.belongs in SOMEONE_ELSES]
+    if any(m is None for m in theirs):
+        return None
+    return max(0, memory_mib - sum(m or 0 for m in theirs))
+
+
+def intruders_memory(holders: tuple[HolderInfo, ...], listed: bool) -> tuple[Optional[bool], Optional[int]]:
+    """Whether someone else's process is on a held card (None: the list not read),
+    and the memory those use (None: none there, or not given)."""
+    theirs = [h.used_memory_mib for h in holders if h.belongs in SOMEONE_ELSES]
+    if not theirs:
+        return (False if listed else None), None
+    return True, None if any(m is None for m in theirs) else sum(m or 0 for m in theirs)
+
+
 def holder_on_card(card: CardView, mem_busy_mib: int) -> Optional[bool]:
     """:func:`holder_present` on a whole card; None for a card the driver did not report."""
     f = card.facts

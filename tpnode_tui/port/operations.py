@@ -188,6 +188,7 @@ def you_from_json(doc: Any) -> You:
         operator=r.flag("operator"),
         cards_held=r.whole("cards_held", 0),
         card_limit=limit,
+        operators=r.text("operators", ""),
     )
 
 

@@ -707,6 +707,8 @@ class You:
     operator: bool
     cards_held: int
     card_limit: Optional[int]
+    #: who operates the node, as its refusals name them ("root, group tpnode-operators"); "" where not said
+    operators: str = ""
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ def _figures(r: Reader) -> UsageFigures:
         held_slice_hours=r.number("held_slice_hours"),
         idle_slice_hours=r.number("idle_slice_hours"),
         peak_memory_mib=r.opt_whole("peak_memory_mib"),
+        intruded_card_hours=r.number("intruded_card_hours"),
+        intruder_peak_memory_mib=r.opt_whole("intruder_peak_memory_mib"),
         jobs=r.whole("jobs"),
         reservations=r.whole("reservations"),
     )

@@ -70,6 +70,7 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "total": occ.total,
         "free": occ.free,
         "by_job": {str(k): v for k, v in sorted(occ.by_job.items())},
+        "reserved": sorted(occ.reserved),
         "external": sorted(occ.external),
         "unhealthy": {str(k): v for k, v in sorted(occ.unhealthy.items())},
         "drained": {str(k): v for k, v in sorted(occ.drained.items())},
@@ -621,55 +622,12 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         topology_unknowable=r.opt_text("topology_unknowable"),
     )
     live = {j.key: j for j in jobs if j.live}
-    views = []
     states: list[SliceState] = []
-    for c, f, sl in zip(cards_raw, facts, slices_raw):
-        run_id = c.opt_text("run_id")
-        parts = []
-        for sf, sr in (sl or []) if f is not None else []:
-            slice_run = sr.opt_text("run_id")
-            parts.append(
-                SliceView(
-                    card=c.whole("index"),
-                    facts=sf,
-                    state=sr.state("state", SLICE_STATES),
-                    run_id=slice_run,
-                    job=live.get(slice_run) if slice_run else None,
-                    holders=tuple(sr.each("holders", _holder, [])),
-                    reason=sr.opt_text("reason"),
-                    warning=sr.opt_text("warning"),
-                )
-            )
-            states.append(
-                SliceState(
-                    card=c.whole("index"),
-                    index=sf.index,
-                    state=sr.state("state", SLICE_STATES),
-                    uuid=sf.uuid,
-                    profile=sf.profile,
-                    gpu_instance_id=sf.gpu_instance_id,
-                    run_id=slice_run,
-                    reason=sr.opt_text("reason"),
-                )
-            )
-        views.append(
-            CardView(
-                index=c.whole("index"),
-                state=c.state("state", CARD_STATES),
-                facts=f,
-                run_id=run_id,
-                job=live.get(run_id) if run_id else None,
-                holders=tuple(c.each("holders", _holder, [])),
-                reason=c.opt_text("reason"),
-                warning=c.opt_text("warning"),
-                drain=None if c.doc.get("drain") is None else _drain(Reader(c.doc["drain"], f"{c.where}.drain")),
-                slices=tuple(parts),
-                check=None if c.doc.get("check") is None else check_from_json(c.doc["check"], f"{c.where}.check"),
-            )
-        )
+    views = [_card_view(c, f, sl, live, states) for c, f, sl in zip(cards_raw, facts, slices_raw)]
     occupancy = GpuOccupancy(
         total=total,
         by_job=_int_keys(r, "by_job"),
+        reserved=frozenset(r.wholes("reserved")) if "reserved" in r.doc else frozenset(),
         external=frozenset(r.wholes("external")),
         unhealthy=_int_keys(r, "unhealthy"),
         external_probe_ok=r.flag("external_probe_ok"),
@@ -700,6 +658,53 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         xid_problem=r.opt_text("xid_problem"),
         node_fence=_node_fence(r),
         queue_problem=r.opt_text("queue_problem"),
+    )
+
+
+def _card_view(
+    c: Reader, f: Optional[CardFacts], sl: Any, live: dict[str, JobState], states: list[SliceState]
+) -> CardView:
+    """One card's view, its slices' states added to ``states`` (the occupancy's)."""
+    run_id = c.opt_text("run_id")
+    parts = []
+    for sf, sr in (sl or []) if f is not None else []:
+        slice_run = sr.opt_text("run_id")
+        parts.append(
+            SliceView(
+                card=c.whole("index"),
+                facts=sf,
+                state=sr.state("state", SLICE_STATES),
+                run_id=slice_run,
+                job=live.get(slice_run) if slice_run else None,
+                holders=tuple(sr.each("holders", _holder, [])),
+                reason=sr.opt_text("reason"),
+                warning=sr.opt_text("warning"),
+            )
+        )
+        states.append(
+            SliceState(
+                card=c.whole("index"),
+                index=sf.index,
+                state=sr.state("state", SLICE_STATES),
+                uuid=sf.uuid,
+                profile=sf.profile,
+                gpu_instance_id=sf.gpu_instance_id,
+                run_id=slice_run,
+                reason=sr.opt_text("reason"),
+            )
+        )
+    return CardView(
+        index=c.whole("index"),
+        state=c.state("state", CARD_STATES),
+        facts=f,
+        run_id=run_id,
+        job=live.get(run_id) if run_id else None,
+        holders=tuple(c.each("holders", _holder, [])),
+        reason=c.opt_text("reason"),
+        warning=c.opt_text("warning"),
+        drain=None if c.doc.get("drain") is None else _drain(Reader(c.doc["drain"], f"{c.where}.drain")),
+        slices=tuple(parts),
+        check=None if c.doc.get("check") is None else check_from_json(c.doc["check"], f"{c.where}.check"),
     )
 
 
@@ -744,6 +749,8 @@ def shell_to_json(entry: ShellEntry) -> dict[str, Any]:
         "run_id": entry.run_id,
         "env": [[key, value] for key, value in entry.env],
         "cgroup": entry.cgroup,
+        "gpus": list(entry.gpus),
+        "slices": [asdict(ref) for ref in entry.slices],
         **fence_to_json(entry.device_fence),
     }
 
@@ -761,6 +768,8 @@ def shell_from_json(doc: Any, where: str = "shell") -> ShellEntry:
         env=tuple(_pair(item, f"{where}.env[{n}]") for n, item in enumerate(r.items("env"))),
         device_fence=_fence(r),
         cgroup=r.text("cgroup", ""),
+        gpus=r.wholes("gpus"),
+        slices=tuple(r.each("slices", _slice_ref)),
     )
 
 

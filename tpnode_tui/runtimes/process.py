@@ -70,6 +70,7 @@ from tpnode_tui.runtimes.launchsheet import LaunchSheet, write_sheet
 from tpnode_tui.runtimes.runnable import check_runnable
 from tpnode_tui.runtimes.statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
 from tpnode_tui.runtimes.waiting import collect
+from tpnode_tui.text.refusals import not_a_reservation
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _STOP_POLL_S = 0.05
@@ -749,7 +750,7 @@ class ProcessRuntime:
             if record is None:
                 raise JobNotFound(f"no job named {name!r} in {self.state.path}")
             if record.kind != "reservation" or record.command:
-                raise Conflict(shells.not_a_reservation(name))
+                raise Conflict(not_a_reservation(name))
             if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
                 raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
             may(_job_state(record, current_boot))
@@ -772,6 +773,8 @@ class ProcessRuntime:
             env=tuple(visible_devices(record.gpus, record.slices, fenced=fence.fenced).items()),
             device_fence=fence,
             cgroup=record.cgroup or record.devices_cgroup,
+            gpus=record.gpus,
+            slices=record.slices,
         )
 
     def _shell_cgroups(self, record: JobRecord) -> tuple[JobRecord, bool, DeviceFence]:

@@ -43,15 +43,6 @@ from tpnode_tui.devices.errors import CannotFence, errno_words
 from tpnode_tui.model.errors import Conflict, NotAllowed
 from tpnode_tui.runtimes.jobprocs import cgroup_dir, process_stat
 
-
-def not_a_reservation(name: str) -> str:
-    """Why a shell is refused on a job: a job's cards are its command's."""
-    return (
-        f"{name!r} is a job, not a reservation: a shell runs on a reservation's cards; "
-        "reserve cards, or launch the command as a job"
-    )
-
-
 #: what the node says when the kernel cannot name the asking process (a peer in another PID namespace)
 CANNOT_TELL = (
     "the node cannot tell which process asks (it connected from another PID namespace, which the kernel "

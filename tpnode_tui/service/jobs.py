@@ -17,8 +17,9 @@ from tpnode_tui.locks import Holder
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed, no_running_job
 from tpnode_tui.model.jobs import JobOutput, JobState, ShellEntry
 from tpnode_tui.port.types import LOG_PAGE_BYTES, ExtendRequest, LogsRequest, ReclaimRequest, ShellRequest, StopRequest
-from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED, not_a_reservation
+from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED
 from tpnode_tui.service.journal import Journal
+from tpnode_tui.text.refusals import no_shells, not_a_reservation
 from tpnode_tui.text.render import format_duration
 
 #: how often a followed job's output is looked at again when nothing new was written
@@ -103,10 +104,7 @@ class JobActions:
                 raise Conflict(FORWARDED)
             shell = getattr(self.allocator.runtime, "shell", None)
             if shell is None:
-                raise Conflict(
-                    f"this node's {self.allocator.runtime.name} runtime holds reservations in containers, and "
-                    "runs no shell on their cards; use TUNEPLANE_RUNTIME=process, or launch the work as a job"
-                )
+                raise Conflict(no_shells(self.allocator.runtime.name))
             # under the allocation lock, which the idle release takes too: either the
             # release sees the shell (and keeps the reservation), or the shell comes
             # after the end is recorded (and is refused); the two cannot cross

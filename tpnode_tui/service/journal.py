@@ -254,9 +254,13 @@ class Journal:
         cards: Callable[[T], Iterable[int]] = lambda _r: (),
         asked: Iterable[int] = (),
         finish: bool = True,
+        shown_as: Callable[[T], Optional[str]] = lambda _r: None,
     ) -> T:
         """Run ``work``, and log the attempt, allowed or not, before answering.
         ``asked`` are the cards the request names, for an attempt that failed.
+        ``shown_as``: the kind of the entry ``work`` wrote of its effect on the
+        cards (a drain's "drain"), if it did: the events show that one, and the
+        action only in the audit, so one change is not shown twice.
 
         ``finish``: once asked, it is done even if the asker goes away (a drain
         half-written, or signals sent with nobody logging them, would be worse),
@@ -268,14 +272,14 @@ class Journal:
             result = await (asyncio.shield(task) if finish else task)
         except asyncio.CancelledError:
             if finish:  # logged as it ends, whenever that is
-                task.add_done_callback(lambda t: self._ended(caller, action, target, t, done, cards, asked))
+                task.add_done_callback(lambda t: self._ended(caller, action, target, t, done, cards, asked, shown_as))
             else:
                 self.record(caller, action, target, "abandoned", f"{caller.user} went away before {target} was placed")
             raise
         except Exception:
-            self._ended(caller, action, target, task, done, cards, asked)
+            self._ended(caller, action, target, task, done, cards, asked, shown_as)
             raise
-        self._ended(caller, action, target, task, done, cards, asked)
+        self._ended(caller, action, target, task, done, cards, asked, shown_as)
         return result
 
     def _ended(
@@ -287,6 +291,7 @@ class Journal:
         done: Callable[[T], str],
         cards: Callable[[T], Iterable[int]],
         asked: Iterable[int],
+        shown_as: Callable[[T], Optional[str]],
     ) -> None:
         """Log how an action ended (allowed, refused, failed), and show its effect."""
         if task.cancelled():
@@ -298,12 +303,28 @@ class Journal:
             return
         outcome = task.result()
         queued = isinstance(outcome, LaunchResult) and outcome.queued is not None
+        effect = shown_as(outcome)
         self.record(
-            caller, action, target, "ok", done(outcome), counted="queued" if queued else "placed", cards=cards(outcome)
+            caller,
+            action,
+            target,
+            "ok",
+            done(outcome),
+            counted="queued" if queued else "placed",
+            cards=cards(outcome),
+            **({"shown_as": effect} if effect else {}),
         )
         self.changes.acted()
 
     # ── reading ──────────────────────────────────────────────────────────────
+
+    def logged(self, kinds: frozenset[str]) -> Optional[list[dict[str, Any]]]:
+        """The node's own entries of ``kinds``, oldest first, from every kept file
+        of its shelf (blocking): what the service logged before it last started.
+        None where no log is kept."""
+        if self.log is None:
+            return None
+        return list(self.log.read(kinds=set(kinds), accounts=()))
 
     def _limit(self, asked: Optional[int]) -> int:
         return self.page if asked is None else max(1, min(asked, self.page))
@@ -340,6 +361,8 @@ class Journal:
                 return False
             if entry.get("kind") != "action" and entry.get("owner_uid", caller.uid) != caller.uid:
                 return False
+        if entry.get("kind") == "action" and entry.get("shown_as"):
+            return False  # its effect on the cards has its own entry: the audit has the action
         if card is not None:
             cards = entry.get("cards")
             return isinstance(cards, list) and card in cards

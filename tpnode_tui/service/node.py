@@ -163,6 +163,7 @@ class NodeService:
             idle_job_after_s=idle_job_after_s,
             ending_before_s=notify.before_end_s if notify is not None and addresses is not None else None,
             output=allocator.runtime.output_of,
+            logged=self.journal.logged,
         )
         #: the usage ledger, written from every reading: the agent's only (see from_settings)
         self.ledger = ledger
@@ -536,6 +537,7 @@ class NodeService:
             operator=caller.operator,
             cards_held=sum(counted(j) for j in held_by(caller, jobs)),
             card_limit=self.policy.limits.limit_for(caller, group_names(caller.groups)),
+            operators=self.policy.operators.describe(),
         )
 
     async def audit(self, caller: Caller, request: AuditRequest) -> AuditPage:

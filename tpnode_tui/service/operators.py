@@ -23,6 +23,7 @@ from tpnode_tui.port.types import DrainRequest, EvictRequest, UndrainRequest
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.state.checks import CheckStore
+from tpnode_tui.text.refusals import drained_already, not_drained
 from tpnode_tui.triage import evict as evicting
 
 
@@ -66,7 +67,7 @@ class OperatorActions:
             )
             kept, new = await asyncio.to_thread(self.allocator.drains.drain, drain)
             if not new:
-                raise Conflict(f"card {card} is drained already, by {kept.by}: {kept.reason}")
+                raise Conflict(drained_already(card, kept.by, kept.reason))
             self.journal.event(
                 "drain",
                 f"card {card} drained by {caller.user}: {kept.reason}",
@@ -82,7 +83,9 @@ class OperatorActions:
             under = f"; {job.key} keeps running on it" if job is not None else ""
             return f"{caller.user} drained card {card}: {d.reason}{under}"
 
-        return await self.journal.audited(caller, "drain", f"card {card}", work(), done, lambda d: [d.card], [card])
+        return await self.journal.audited(
+            caller, "drain", f"card {card}", work(), done, lambda d: [d.card], [card], shown_as=lambda _d: "drain"
+        )
 
     async def undrain(self, caller: Caller, request: UndrainRequest) -> Drain:
         """Put ``card`` back in service (operators); refused while the driver
@@ -95,7 +98,7 @@ class OperatorActions:
             self.readings.check_card(card)
             drains = await asyncio.to_thread(self.allocator.drains.read)
             if card not in drains:
-                raise JobNotFound(f"card {card} is not drained")
+                raise JobNotFound(not_drained(card))
             snap = await self.readings.read_now()
             view = snap.cards[card] if card < len(snap.cards) else None
             facts = view.facts if view is not None else None
@@ -115,7 +118,7 @@ class OperatorActions:
                 raise Conflict(held)
             removed = await asyncio.to_thread(self.allocator.drains.undrain, card)
             if removed is None:
-                raise JobNotFound(f"card {card} is not drained")
+                raise JobNotFound(not_drained(card))
             forced = " with --force" if held is not None else ""
             self.journal.event(
                 "undrain",
@@ -138,6 +141,7 @@ class OperatorActions:
             lambda d: f"{caller.user} put card {card} back in service (drained by {d.by}: {d.reason})",
             lambda d: [d.card],
             [card],
+            shown_as=lambda _d: "undrain",
         )
 
     async def _until_reboot(self, drain: Drain) -> Optional[str]:
@@ -192,4 +196,13 @@ class OperatorActions:
             )
 
         target = f"card {card}" + (f" pid {pid}" if pid is not None else "")
-        return await self.journal.audited(caller, "evict", target, work(), said, lambda r: [r.card], [card])
+        return await self.journal.audited(
+            caller,
+            "evict",
+            target,
+            work(),
+            said,
+            lambda r: [r.card],
+            [card],
+            shown_as=lambda r: None if r.dry_run or not r.processes else "evict",
+        )

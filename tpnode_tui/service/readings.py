@@ -72,6 +72,8 @@ class Readings:
         self._subscribers: set[asyncio.Queue[Reading]] = set()
         #: the count of changes the latest reading's poll began with
         self._reading_changes = 0
+        #: whether triage has read back what the node's log said before this service started
+        self._recalled = False
         self._fresh = asyncio.Condition()
 
     @property
@@ -113,6 +115,9 @@ class Readings:
             self.raw = snap
             now = self.clock()
             try:
+                if not self._recalled:
+                    self._recalled = True  # once, whatever becomes of it: a log that cannot be read is no news
+                    await asyncio.to_thread(self.triage.recall_logged)
                 self.triage.observe(snap, now)
             except Exception:  # what is learnt from a reading must never lose the reading
                 log.warning("could not compare the reading with the last one", exc_info=True)

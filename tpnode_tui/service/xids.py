@@ -83,12 +83,20 @@ class Xids:
         # service that polls: one read and closed (a command) never watches.
         from tpnode_tui.triage.watch import watcher_for
 
-        watcher, why = watcher_for(self.allocator.probe, self._card_of_pci)
+        watcher, why = await asyncio.to_thread(watcher_for, self.allocator.probe, self._card_of_pci, self._logged)
         if watcher is None:
             self._problem = why
             return
         self._watcher = watcher
         await watcher.start(self._events.put_nowait)
+
+    def _logged(self) -> list[tuple[int, str]]:
+        """The (card, event id) of the XIDs the node's log names (blocking)."""
+        return [
+            (e["cards"][0], e["event"])
+            for e in self.journal.logged(LOGGED) or ()
+            if isinstance(e.get("event"), str) and isinstance(e.get("cards"), list) and len(e["cards"]) == 1
+        ]
 
     def _card_of_pci(self, pci: str) -> Optional[int]:
         from tpnode_tui.triage.watch import card_by_pci
@@ -116,14 +124,22 @@ class Xids:
             self.last_xid[event.card] = event.xid
             self.last_xid_at[event.card] = event.at
         job = self.readings.job_on(event.card)
-        self._log(event, verdict, job)
         if verdict.drains and event.card is not None:
-            await self._drain(event, event.card, verdict)
+            # one change of the card, one entry: its drain, saying which XID did it; an XID on
+            # a card drained already is news of its own
+            try:
+                drained = await self._drain(event, event.card, verdict, job)
+            except BaseException:
+                self._log(event, verdict, job)
+                raise
+            if not drained:
+                self._log(event, verdict, job)
             self.changes.acted()
             return verdict
         if event.card is not None and event.xid is not None and verdict.kind != "ignored":
             # on a drained card it is kept with the drain: a check looks for one since
             await asyncio.to_thread(self.allocator.drains.note_xid, event.card, event.xid, event.at)
+        self._log(event, verdict, job)
         if event.card is not None and verdict.kind != "ignored":
             self.triage.note_xid(event.card, verdict, event.at, job)
             self.readings.republish()
@@ -133,23 +149,20 @@ class Xids:
     def _log(self, event: XidEvent, verdict: Verdict, job: Optional[JobState]) -> None:
         """The event in the node's log: where, what it means, whose job held the card, what to do."""
         where = f"card {event.card}" if event.card is not None else f"PCI device {event.pci}, no card here,"
-        against = f" while {job.key} of {job.owner or 'nobody recorded'} held it" if job is not None else ""
-        what = verdict.meaning if verdict.xid is None else f"XID {verdict.xid}: {verdict.meaning}"
-        then = f"; {verdict.action}" if verdict.action else ""
         self.journal.event(
             "xid",
-            f"{where}: {what}{against}{then}",
+            f"{where}: {_said(verdict, job)}",
             cards=[] if event.card is None else [event.card],
             user=job.owner if job else None,
             **_fields(event, verdict, job),
         )
 
-    async def _drain(self, event: XidEvent, card: int, verdict: Verdict) -> None:
-        """Take the card out of service for the XID, and log it when it was not already."""
-        words = verdict.words()
+    async def _drain(self, event: XidEvent, card: int, verdict: Verdict, job: Optional[JobState]) -> bool:
+        """Take the card out of service for the XID, and log it with the XID when
+        it was not already; whether it was not."""
         drain = Drain(
             card=card,
-            reason=words,
+            reason=verdict.words(),
             by="xid",
             at=event.at,
             source="xid",
@@ -162,8 +175,13 @@ class Xids:
             await asyncio.to_thread(self.allocator.drains.note_xid, card, event.xid, event.at)
         if new:
             self.journal.event(
-                "drain", f"card {card} drained: {words}", cards=[card], source="xid", xid=event.xid, by="xid"
+                "drain",
+                f"card {card} drained: {_said(verdict, job)}",
+                cards=[card],
+                user=job.owner if job else None,
+                **(_fields(event, verdict, job) | {"source": "xid", "by": "xid", "watcher": event.source}),
             )
+        return new
 
     async def close(self) -> None:
         if self._watcher is not None:
@@ -172,6 +190,18 @@ class Xids:
             self._handler.cancel()
             with contextlib.suppress(BaseException):
                 await self._handler
+
+
+#: the kinds of the node's log an XID is logged as: its own, or its card's drain
+LOGGED = frozenset({"xid", "drain"})
+
+
+def _said(verdict: Verdict, job: Optional[JobState]) -> str:
+    """What the XID means, whose job held the card, and what to do."""
+    against = f" while {job.key} of {job.owner or 'nobody recorded'} held it" if job is not None else ""
+    what = verdict.meaning if verdict.xid is None else f"XID {verdict.xid}: {verdict.meaning}"
+    then = f"; {verdict.action}" if verdict.action else ""
+    return f"{what}{against}{then}"
 
 
 def _fields(event: XidEvent, verdict: Verdict, job: Optional[JobState]) -> dict[str, Any]:
@@ -185,4 +215,6 @@ def _fields(event: XidEvent, verdict: Verdict, job: Optional[JobState]) -> dict[
         fields["driver_says"] = event.text
     if job is not None:
         fields.update(run_id=job.key, owner=job.owner)
+    if event.id is not None:
+        fields["event"] = event.id
     return fields

@@ -14,10 +14,12 @@ SQLite file in the state dir (``usage.sqlite``, 0600, the agent's own):
   removes its record (:mod:`tpnode_tui.service.exited`);
 * ``samples``: per held card or slice, one row a minute: the seconds of that
   minute it was seen held, its mean utilisation, those seconds weighted by
-  utilisation while the holder was on it (used), the most memory in use,
-  the seconds it sat idle (no process of the holder on it, or under
-  :data:`~tpnode_tui.model.usage.IDLE_UTIL_PCT` utilisation) and whether a
-  process of the holder was there;
+  utilisation while the holder was on it (used), the most memory its holder
+  used (:func:`~tpnode_tui.model.views.holder_memory`: an intruder's is not
+  the holder's), the seconds it sat idle (no process of the holder on it, or
+  under :data:`~tpnode_tui.model.usage.IDLE_UTIL_PCT` utilisation), whether a
+  process of the holder was there, and the seconds someone else's process
+  was on it with the most memory those used (an intruder's use, shown as such);
 * ``units``: each held card's or slice's samples summed, written in the same
   transaction as the samples, so a report over 90 days reads a few thousand
   rows rather than a million (see :mod:`tpnode_tui.state.usage`).
@@ -32,7 +34,9 @@ written every minute even with nothing held, so a ledger that stops is
 seen); a hold opened or closed is written at once, and then each account
 whose ended holds grew keeps only the TUNEPLANE_USAGE_HOLDS_PER_USER begun
 last, so one account's churn of quick jobs grows the file by no more than
-that. WAL mode and
+that. What was read and not yet written is given to the report too
+(:meth:`UsageLedger.unwritten`), so ``usage`` counts the minute under way as
+``/metrics`` does. WAL mode and
 ``synchronous=NORMAL``: a commit survives the process being killed (kill -9
 loses the minute under way, never the file) and costs no fsync; a power
 cut may lose the last commits too, never the file.
@@ -67,13 +71,13 @@ from typing import Callable, Iterable, Optional
 from tpnode_tui.model.jobs import JobState, SliceRef
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.usage import IDLE_UTIL_PCT
-from tpnode_tui.model.views import CardView, holder_on_card, holder_on_slice
+from tpnode_tui.model.views import CardView, holder_memory, holder_on_card, holder_on_slice, intruders_memory
 
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "usage.sqlite"
 #: PRAGMA user_version of the tables below; a file from a newer version is never written
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: TUNEPLANE_USAGE_DAYS's default: what is older is pruned
 DEFAULT_DAYS = 90
 #: TUNEPLANE_USAGE_HOLDS_PER_USER's default: an account's older ended holds are pruned
@@ -118,6 +122,8 @@ CREATE TABLE samples (
     idle_s REAL NOT NULL,
     mem_mib INTEGER,
     holder INTEGER,
+    intruded_s REAL NOT NULL DEFAULT 0,
+    intruder_mem_mib INTEGER,
     PRIMARY KEY (hold_id, card, slice, at)
 ) WITHOUT ROWID;
 CREATE TABLE units (
@@ -131,10 +137,24 @@ CREATE TABLE units (
     peak_mem_mib INTEGER,
     first_at INTEGER NOT NULL,
     last_at INTEGER NOT NULL,
+    intruded_s REAL NOT NULL DEFAULT 0,
+    intruder_peak_mib INTEGER,
     PRIMARY KEY (hold_id, card, slice)
 ) WITHOUT ROWID;
 CREATE TABLE meta (key TEXT PRIMARY KEY, value);
 PRAGMA user_version = {SCHEMA_VERSION};
+COMMIT;
+"""
+
+#: schema 1 to 2: someone else's use of a held card, kept apart from its holder's (a
+#: minute written before kept every process's memory as the holder's, and no intruder's)
+_TO_2 = """
+BEGIN;
+ALTER TABLE samples ADD COLUMN intruded_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE samples ADD COLUMN intruder_mem_mib INTEGER;
+ALTER TABLE units ADD COLUMN intruded_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE units ADD COLUMN intruder_peak_mib INTEGER;
+PRAGMA user_version = 2;
 COMMIT;
 """
 
@@ -151,8 +171,11 @@ _MAX = "MAX(COALESCE({a}, {b}), COALESCE({b}, {a}))"
 
 #: one finished minute; the same minute written twice (a restart within it) is merged
 _PUT_SAMPLE = f"""
-INSERT INTO samples (hold_id, card, slice, at, seconds, util_pct, measured_s, used_s, idle_s, mem_mib, holder)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO samples (
+    hold_id, card, slice, at, seconds, util_pct, measured_s, used_s, idle_s, mem_mib, holder,
+    intruded_s, intruder_mem_mib
+)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (hold_id, card, slice, at) DO UPDATE SET
     util_pct = CASE WHEN measured_s + excluded.measured_s > 0 THEN
         (COALESCE(util_pct, 0) * measured_s + COALESCE(excluded.util_pct, 0) * excluded.measured_s)
@@ -162,12 +185,17 @@ ON CONFLICT (hold_id, card, slice, at) DO UPDATE SET
     used_s = used_s + excluded.used_s,
     idle_s = idle_s + excluded.idle_s,
     mem_mib = {_MAX.format(a="mem_mib", b="excluded.mem_mib")},
-    holder = {_MAX.format(a="holder", b="excluded.holder")}
+    holder = {_MAX.format(a="holder", b="excluded.holder")},
+    intruded_s = intruded_s + excluded.intruded_s,
+    intruder_mem_mib = {_MAX.format(a="intruder_mem_mib", b="excluded.intruder_mem_mib")}
 """
 
 _ADD_UNIT = f"""
-INSERT INTO units (hold_id, card, slice, seconds, measured_s, used_s, idle_s, peak_mem_mib, first_at, last_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO units (
+    hold_id, card, slice, seconds, measured_s, used_s, idle_s, peak_mem_mib, first_at, last_at,
+    intruded_s, intruder_peak_mib
+)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (hold_id, card, slice) DO UPDATE SET
     seconds = seconds + excluded.seconds,
     measured_s = measured_s + excluded.measured_s,
@@ -175,13 +203,19 @@ ON CONFLICT (hold_id, card, slice) DO UPDATE SET
     idle_s = idle_s + excluded.idle_s,
     peak_mem_mib = {_MAX.format(a="peak_mem_mib", b="excluded.peak_mem_mib")},
     first_at = MIN(first_at, excluded.first_at),
-    last_at = MAX(last_at, excluded.last_at)
+    last_at = MAX(last_at, excluded.last_at),
+    intruded_s = intruded_s + excluded.intruded_s,
+    intruder_peak_mib = {_MAX.format(a="intruder_peak_mib", b="excluded.intruder_peak_mib")}
 """
 
 #: a unit's sums made again from its samples, after the oldest were pruned
 _RESUM_UNIT = """
-INSERT INTO units (hold_id, card, slice, seconds, measured_s, used_s, idle_s, peak_mem_mib, first_at, last_at)
-SELECT hold_id, card, slice, SUM(seconds), SUM(measured_s), SUM(used_s), SUM(idle_s), MAX(mem_mib), MIN(at), MAX(at)
+INSERT INTO units (
+    hold_id, card, slice, seconds, measured_s, used_s, idle_s, peak_mem_mib, first_at, last_at,
+    intruded_s, intruder_peak_mib
+)
+SELECT hold_id, card, slice, SUM(seconds), SUM(measured_s), SUM(used_s), SUM(idle_s), MAX(mem_mib), MIN(at), MAX(at),
+    SUM(intruded_s), MAX(intruder_mem_mib)
 FROM samples WHERE hold_id = ? AND card = ? AND slice = ? GROUP BY hold_id, card, slice
 """
 
@@ -232,9 +266,13 @@ class CardUse:
 
     #: utilisation, %; None where the driver does not say (MIG slices) or could not be read
     util: Optional[float]
+    #: the memory its holder uses (not an intruder's); None when that cannot be told
     memory_mib: Optional[int]
     #: whether a process of the holder is on it; None when that cannot be told
     holder: Optional[bool]
+    #: whether someone else's process is on it (None: cannot be told), and the memory those use
+    intruded: Optional[bool] = None
+    intruder_mib: Optional[int] = None
 
     @property
     def idle(self) -> Optional[bool]:
@@ -253,7 +291,9 @@ def card_use(card: Optional[CardView], mem_busy_mib: int) -> CardUse:
     if card is None or facts is None:
         return CardUse(None, None, None)
     util = None if facts.utilization_pct is None else float(facts.utilization_pct)
-    return CardUse(util, facts.memory_used_mib, holder_on_card(card, mem_busy_mib))
+    listed = facts.processes is not None
+    mine = holder_memory(card.holders, listed, facts.memory_used_mib)
+    return CardUse(util, mine, holder_on_card(card, mem_busy_mib), *intruders_memory(card.holders, listed))
 
 
 def slice_use(card: Optional[CardView], uuid: str, mem_busy_mib: int) -> CardUse:
@@ -261,7 +301,9 @@ def slice_use(card: Optional[CardView], uuid: str, mem_busy_mib: int) -> CardUse
     found = next((s for s in card.slices if s.facts.uuid == uuid), None) if card is not None else None
     if found is None:
         return CardUse(None, None, None)
-    return CardUse(None, found.facts.memory_used_mib, holder_on_slice(found, mem_busy_mib))
+    listed = found.facts.processes is not None
+    mine = holder_memory(found.holders, listed, found.facts.memory_used_mib)
+    return CardUse(None, mine, holder_on_slice(found, mem_busy_mib), *intruders_memory(found.holders, listed))
 
 
 # ── what is kept in memory between writes ──────────────────────────────────
@@ -281,6 +323,9 @@ class _Minute:
     idle_s: float = 0.0
     memory_mib: Optional[int] = None
     holder: Optional[bool] = None
+    #: seconds someone else's process was on it, and the most memory those used
+    intruded_s: float = 0.0
+    intruder_mib: Optional[int] = None
 
     def add(self, seconds: float, r: CardUse) -> None:
         self.seconds += seconds
@@ -295,6 +340,10 @@ class _Minute:
             self.memory_mib = max(self.memory_mib or 0, r.memory_mib)
         if r.holder is not None:
             self.holder = bool(self.holder) or r.holder
+        if r.intruded:
+            self.intruded_s += seconds
+        if r.intruder_mib is not None:
+            self.intruder_mib = max(self.intruder_mib or 0, r.intruder_mib)
 
 
 @dataclass(eq=False)
@@ -345,6 +394,30 @@ class _Hold:
         if job.kind != self.kind or tuple(sorted(job.gpus)) != self.cards:
             return False
         return {s.uuid for s in job.slices} == {s.uuid for s in self.slices}
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """A minute read and not yet written (the one under way, or one the file has
+    not taken yet), as the report adds it to what the file holds."""
+
+    #: its hold's row
+    hold_id: int
+    card: int
+    slice: str
+    at: int
+    seconds: float
+    used_s: float
+    idle_s: float
+    memory_mib: Optional[int]
+    intruded_s: float
+    intruder_mib: Optional[int]
+
+
+def _unwritten(hold_id: int, unit: _Unit, m: _Minute) -> Unwritten:
+    return Unwritten(
+        hold_id, unit.card, unit.slice, m.at, m.seconds, m.used_s, m.idle_s, m.memory_mib, m.intruded_s, m.intruder_mib
+    )
 
 
 @dataclass(frozen=True)
@@ -407,6 +480,8 @@ class UsageLedger:
         self._held_s: dict[str, float] = {}
         self._idle_s: dict[str, float] = {}
         self._last_write: Optional[float] = None
+        #: what was read and not yet written, as of the last reading (under the same lock)
+        self._unwritten: tuple[Unwritten, ...] = ()
 
     # ── the write side ─────────────────────────────────────────────────────
 
@@ -432,6 +507,7 @@ class UsageLedger:
                 self._minute = minute
             if turned or self._changed:
                 self._write(now)
+            self._keep_unwritten()
             return self.problem is None and not self._changed and not self._ended
 
     def close(self) -> None:
@@ -455,6 +531,7 @@ class UsageLedger:
             self._done.clear()
             self._minute = self._last_now = None
             self._exited = None
+            self._keep_unwritten()
 
     def _clock_stepped_back(self) -> None:
         """The wall clock was set back (by hand, or by a time sync after a bad start):
@@ -515,6 +592,8 @@ class UsageLedger:
                 )
             if version == 0:
                 conn.executescript(_SCHEMA)
+            elif version == 1:
+                conn.executescript(_TO_2)
             conn.executescript(_INDEXES)
         except BaseException:
             conn.close()
@@ -727,7 +806,24 @@ class UsageLedger:
             log.warning("%s", problem)
         self.problem = problem
 
+    def _keep_unwritten(self) -> None:
+        """What a report adds to the file: each minute read and not written, of a
+        hold whose row is (a hold is written as soon as it is seen)."""
+        minutes = [(h, u, m) for h, u, m in self._done]
+        minutes += [(h, u, u.minute) for h in self._holds.values() for u in h.units if u.minute is not None]
+        kept = tuple(_unwritten(h.id, u, m) for h, u, m in minutes if h.id is not None and m.seconds > 0)
+        with self._counting:
+            self._unwritten = kept
+
     # ── what is read back ──────────────────────────────────────────────────
+
+    def unwritten(self) -> tuple[Unwritten, ...]:
+        """The minutes read and not yet written: the one under way, and any the
+        file has not taken yet. ``/metrics`` counts each reading as it comes,
+        and the file a minute once it is over; a report adds these, so it says
+        what ``/metrics`` says, not what it said a minute ago."""
+        with self._counting:
+            return self._unwritten
 
     def counters(self) -> LedgerCounters:
         with self._counting:
@@ -776,6 +872,8 @@ def _sample_row(hold_id: Optional[int], unit: _Unit, m: _Minute) -> tuple[object
         m.idle_s,
         m.memory_mib,
         holder,
+        m.intruded_s,
+        m.intruder_mib,
     )
 
 
@@ -791,6 +889,8 @@ def _unit_row(hold_id: Optional[int], unit: _Unit, m: _Minute) -> tuple[object, 
         m.memory_mib,
         m.at,
         m.at,
+        m.intruded_s,
+        m.intruder_mib,
     )
 
 

@@ -198,6 +198,8 @@ def _entries(
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
                 for line in f:
+                    if kinds is not None and not any(kind in line for kind in kinds):
+                        continue  # cannot be one of them: not parsed (the service reads its kinds back at start)
                     try:
                         entry = json.loads(line)
                     except (json.JSONDecodeError, RecursionError, ValueError):

@@ -11,8 +11,12 @@ cut to the span, who may see which rows, the grouping) is a pure function,
 Held time comes from each hold's start and end, so the time a job held its
 cards while the agent was away counts as held. Used and idle time come from
 the minutes read, since nobody can say afterwards how much a card was used
-while no one looked. So held is never less than used, nor than idle; a minute
-under 5 % counts as idle and its few percent as used.
+while no one looked, the minutes the ledger has read and not yet written
+among them (the one under way: ``/metrics`` counts it too). So held is never
+less than used, nor than idle; a minute under 5 % counts as idle and its few
+percent as used. Peak memory is the holder's own; someone else's process on a
+held card is counted apart, as the time it was there and the most memory it
+used.
 
 Where the issue is silent, it gives what Slurm's sreport and sacct give an
 operator on one node: per account, per card, per job with its start and end.
@@ -24,7 +28,7 @@ import re
 import sqlite3
 import time
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Iterable, Optional
 from urllib.parse import quote
 
 from tpnode_tui.config.values import typed_duration
@@ -33,7 +37,15 @@ from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
 from tpnode_tui.model.jobs import SliceRef
 from tpnode_tui.model.usage import USAGE_BY, UsageFigures, UsageReport, UsageRow
 from tpnode_tui.port.types import is_owner
-from tpnode_tui.state.ledger import UsageLedger, cards_from_text, decoded, error_words, slices_from_text
+from tpnode_tui.state.ledger import (
+    Unwritten,
+    UsageLedger,
+    cards_from_text,
+    decoded,
+    encoded,
+    error_words,
+    slices_from_text,
+)
 
 #: --since and --until without a word: the last week, up to now
 DEFAULT_SPAN_S = 7 * 86400.0
@@ -84,7 +96,27 @@ class UnitUsage:
     seconds: float
     used_s: float
     idle_s: float
+    #: the most memory the holder used in a minute
     peak_memory_mib: Optional[int]
+    #: how long someone else's process was on it, and the most memory those used
+    intruded_s: float = 0.0
+    intruder_peak_mib: Optional[int] = None
+
+    def plus(self, m: Unwritten) -> UnitUsage:
+        """With a minute read and not yet written."""
+        return replace(
+            self,
+            seconds=self.seconds + m.seconds,
+            used_s=self.used_s + m.used_s,
+            idle_s=self.idle_s + m.idle_s,
+            peak_memory_mib=_larger(self.peak_memory_mib, m.memory_mib),
+            intruded_s=self.intruded_s + m.intruded_s,
+            intruder_peak_mib=_larger(self.intruder_peak_mib, m.intruder_mib),
+        )
+
+
+def _larger(a: Optional[int], b: Optional[int]) -> Optional[int]:
+    return b if a is None else a if b is None else max(a, b)
 
 
 @dataclass(frozen=True)
@@ -108,29 +140,39 @@ _HOLDS = (
     "WHERE started < ? AND COALESCE(ended, ?) > ? ORDER BY started, id"
 )
 _UNITS = (
-    "SELECT u.hold_id, u.card, u.slice, u.seconds, u.used_s, u.idle_s, u.peak_mem_mib, u.first_at, u.last_at "
+    "SELECT u.hold_id, u.card, u.slice, u.seconds, u.used_s, u.idle_s, u.peak_mem_mib, u.intruded_s, "
+    "u.intruder_peak_mib, u.first_at, u.last_at "
     "FROM units u JOIN holds h ON h.id = u.hold_id WHERE h.started < ? AND COALESCE(h.ended, ?) > ?"
 )
 #: one unit's minutes inside the span, for a unit the span cuts (a range of the samples' key)
 _CUT = (
     "SELECT COALESCE(SUM(seconds), 0), COALESCE(SUM(used_s), 0), COALESCE(SUM(idle_s), 0), "
-    "MAX(mem_mib) FROM samples WHERE hold_id = ? AND card = ? AND slice = ? AND at >= ? AND at < ?"
+    "MAX(mem_mib), COALESCE(SUM(intruded_s), 0), MAX(intruder_mem_mib) "
+    "FROM samples WHERE hold_id = ? AND card = ? AND slice = ? AND at >= ? AND at < ?"
 )
 
 
-def read_usage(conn: sqlite3.Connection, since: float, until: float, now: float) -> list[HoldUsage]:
-    """Every hold overlapping [since, until) and its minutes that start inside it, in one read transaction."""
+def read_usage(
+    conn: sqlite3.Connection, since: float, until: float, now: float, unwritten: Iterable[Unwritten] = ()
+) -> list[HoldUsage]:
+    """Every hold overlapping [since, until) and its minutes that start inside it,
+    in one read transaction, with those of ``unwritten`` (read, not yet written)."""
     conn.execute("BEGIN")
     try:
-        units: dict[int, list[UnitUsage]] = {}
-        for hold_id, card, piece, seconds, used, idle, peak, first, last in conn.execute(
-            _UNITS, (until, now, since)
-        ).fetchall():
+        found: dict[tuple[int, int, bytes], UnitUsage] = {}
+        for hold_id, card, piece, *figures, first, last in conn.execute(_UNITS, (until, now, since)).fetchall():
             if last < since or first >= until:
                 continue
             if not (first >= since and last < until):
-                seconds, used, idle, peak = conn.execute(_CUT, (hold_id, card, piece, since, until)).fetchone()
-            units.setdefault(hold_id, []).append(UnitUsage(card, decoded(piece), seconds, used, idle, peak))
+                figures = conn.execute(_CUT, (hold_id, card, piece, since, until)).fetchone()
+            found[(hold_id, card, piece)] = UnitUsage(card, decoded(piece), *figures)
+        for m in unwritten:
+            if since <= m.at < until:
+                key = (m.hold_id, m.card, encoded(m.slice))
+                found[key] = found.get(key, UnitUsage(m.card, m.slice, 0.0, 0.0, 0.0, None)).plus(m)
+        units: dict[int, list[UnitUsage]] = {}
+        for (hold_id, _card, _piece), unit in found.items():
+            units.setdefault(hold_id, []).append(unit)
         holds = [
             HoldUsage(
                 run_id=decoded(run_id),
@@ -163,6 +205,8 @@ class _Sum:
     held_slice_s: float = 0.0
     idle_slice_s: float = 0.0
     peak: Optional[int] = None
+    intruded_card_s: float = 0.0
+    intruder_peak: Optional[int] = None
     holds: set[int] = field(default_factory=set)
     reservations: set[int] = field(default_factory=set)
 
@@ -177,8 +221,9 @@ class _Sum:
                 self.held_card_s += held_s
                 self.used_card_s += unit.used_s
                 self.idle_card_s += unit.idle_s
-            if unit.peak_memory_mib is not None:
-                self.peak = max(self.peak or 0, unit.peak_memory_mib)
+                self.intruded_card_s += unit.intruded_s
+            self.peak = _larger(self.peak, unit.peak_memory_mib)
+            self.intruder_peak = _larger(self.intruder_peak, unit.intruder_peak_mib)
 
     def figures(self) -> UsageFigures:
         return UsageFigures(
@@ -188,6 +233,8 @@ class _Sum:
             held_slice_hours=self.held_slice_s / 3600.0,
             idle_slice_hours=self.idle_slice_s / 3600.0,
             peak_memory_mib=self.peak,
+            intruded_card_hours=self.intruded_card_s / 3600.0,
+            intruder_peak_memory_mib=self.intruder_peak,
             jobs=len(self.holds),
             reservations=len(self.reservations),
         )
@@ -302,7 +349,7 @@ def usage_report(ledger: UsageLedger, since: float, until: float, by: str, calle
         try:
             conn = sqlite3.connect(f"file:{quote(str(ledger.path))}?mode=ro", uri=True, timeout=5.0)
             try:
-                holds = read_usage(conn, since, until, now)
+                holds = read_usage(conn, since, until, now, ledger.unwritten())
             finally:
                 conn.close()
         except (sqlite3.Error, ValueError) as e:  # ValueError: a row that is not what the ledger writes

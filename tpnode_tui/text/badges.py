@@ -23,6 +23,22 @@ BADGES: dict[str, tuple[str, str]] = {
 #: a card whose state is not known now (the node not read lately): it was something, and may not be now
 STALE_BADGE = ("?", "#4a4a4a")
 
+#: state -> a mark of one cell, beside its word or where a state is shown without
+#: it (the fleet's strips, a MIG card's slices on its tile): its shape says the
+#: state as well as its colour does, so free and drained (both greenish) and every
+#: pair are told apart without colour too
+SYMBOLS: dict[str, str] = {
+    "free": "○",
+    "job": "●",
+    "reservation": "◆",
+    "external": "▲",
+    "unhealthy": "✕",
+    "unverified": "◌",
+    "drained": "⊘",
+    "mig": "▦",
+    "shared": "◐",
+}
+
 #: each state in a few words, for the detail pane and the page's legend
 STATE_MEANING = {
     "free": "nothing holds it",
@@ -40,3 +56,8 @@ STATE_MEANING = {
 def badge(state: str) -> tuple[str, str]:
     """A state's (badge text, colour); one this version does not know is named as it came, in grey."""
     return BADGES.get(state, (state.upper(), "grey30"))
+
+
+def symbol(state: str) -> str:
+    """A state's one-cell mark; one this version does not know is a dot."""
+    return SYMBOLS.get(state, "·")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from tpnode_tui.model.errors import no_running_job
 from tpnode_tui.model.facts import SliceFacts
@@ -28,6 +28,7 @@ __all__ = [
     "slice_name",
     "slice_summary",
     "env_lines",
+    "event_words",
 ]
 
 NA = "N/A"
@@ -239,3 +240,17 @@ def _held_words(job: Optional[JobState], run_id: str, now: Optional[float]) -> s
             held += f" until {clock_time(job.expires_at, now if now is not None else time.time())}"
         return held
     return f"held by {run_id}" + (f" of {owner}" if owner else "")
+
+
+def event_words(entry: Mapping[str, Any]) -> str:
+    """A log entry's message as a line that names its cards already shows it:
+    without the cards it begins with ("card 7: XID 79 ..." under card 7 reads
+    "card 7: card 7: XID 79"). The message kept in the log is whole, to be
+    read on its own."""
+    message = entry.get("message")
+    if not isinstance(message, str):
+        return ""
+    cards = entry.get("cards")
+    if isinstance(cards, list) and cards and all(isinstance(c, int) and not isinstance(c, bool) for c in cards):
+        return message.removeprefix(f"{cards_words(cards)}: ")
+    return message

@@ -35,9 +35,10 @@ def usage_lines(report: UsageReport) -> list[str]:
     if not report.everyone:
         lines.append(OWN_ROWS)
     slices = has_slices(report)
-    header, right = _header(report.by, slices)
-    body = [[*_names(row, report.by), *_figures(row.figures, report.by, slices)] for row in report.rows]
-    total = _figures(report.total, report.by, slices)
+    intruded = intruders(report)
+    header, right = _header(report.by, slices, intruded)
+    body = [[*_names(row, report.by), *_figures(row.figures, report.by, slices, intruded)] for row in report.rows]
+    total = _figures(report.total, report.by, slices, intruded)
     body.append(["total", *[""] * (len(header) - len(total) - 1), *total])
     lines += table(header, body, right)
     if not report.rows:
@@ -65,11 +66,24 @@ def nothing_held(report: UsageReport) -> str:
 def figures_explained(report: UsageReport, slices: bool) -> str:
     """What the figures count, and how long the node keeps them."""
     unit = "in card-hours (MIG slices: slice-hours)" if slices else "in card-hours"
+    theirs = (
+        " intruded: held time with someone else's process on the card; intruders' peak: the most memory "
+        "those used, never the holder's."
+        if intruders(report)
+        else ""
+    )
     return (
         f"{unit}. used: held time weighted by utilisation while the holder was on the card. "
         f"idle: no process of the holder, or under {IDLE_UTIL_PCT:g} % utilisation. "
+        f"peak memory: the most the holder's own processes used in a minute.{theirs} "
         f"The node keeps {report.kept_days} days."
     )
+
+
+def intruders(report: UsageReport) -> bool:
+    """Whether someone else's process was on a held card in the report's span: its columns are shown then."""
+    total = report.total
+    return total.intruded_card_hours > 0 or total.intruder_peak_memory_mib is not None
 
 
 def _left_out(report: UsageReport) -> str:
@@ -80,9 +94,10 @@ def _left_out(report: UsageReport) -> str:
     )
 
 
-def _header(by: str, slices: bool) -> tuple[list[str], frozenset[int]]:
+def _header(by: str, slices: bool, intruded: bool) -> tuple[list[str], frozenset[int]]:
     names = {"user": ["USER", "UID"], "card": ["CARD"], "job": ["RUN ID", "KIND", "USER", "CARDS", "FROM", "TO"]}[by]
     figures = ["HELD", "USED", "IDLE", *(["SLICES HELD", "SLICES IDLE"] if slices else []), "PEAK MEMORY"]
+    figures += ["INTRUDED", "INTRUDERS' PEAK"] if intruded else []
     if by != "job":
         figures += ["JOBS", "RESERVATIONS"]
     header = names + figures
@@ -106,11 +121,14 @@ def _names(row: UsageRow, by: str) -> list[str]:
     ]
 
 
-def _figures(f: UsageFigures, by: str, slices: bool) -> list[str]:
+def _figures(f: UsageFigures, by: str, slices: bool, intruded: bool) -> list[str]:
     cells = [hours(f.held_card_hours), hours(f.used_card_hours), hours(f.idle_card_hours)]
     if slices:
         cells += [hours(f.held_slice_hours), hours(f.idle_slice_hours)]
     cells.append(NA if f.peak_memory_mib is None else format_mib(f.peak_memory_mib))
+    if intruded:
+        theirs = f.intruder_peak_memory_mib
+        cells += [hours(f.intruded_card_hours), "-" if theirs is None else format_mib(theirs)]
     if by != "job":  # a job's row is one job
         cells += [str(f.jobs), str(f.reservations)]
     return cells

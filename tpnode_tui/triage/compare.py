@@ -8,9 +8,11 @@ has not touched its cards for 45 minutes (and, for giving it back, since when
 nobody can say they might have, nor extended it), a job whose cards have sat
 at 0 % with memory held for an hour, an XID a minute ago that killed a job and
 left no trace on the card, the last hour of a card's utilisation.
-The service keeps that here, in memory, and only for as long as it runs:
-none of it decides who holds a card (the runtime, the driver and the drain
-file do), so none of it needs to survive a restart.
+The service keeps that here, in memory: none of it decides who holds a card
+(the runtime, the driver and the drain file do). What it has logged is read
+back when it starts (``recall``), from the node's log itself, so a change is
+logged once, not again at every restart of the agent: an intruder still there
+is not seen anew, a health problem still reported has not started anew.
 
 Each change is written to the node's log through ``record(kind, message,
 cards=..., user=..., **fields)``: what a job did (its end, its expiry, its
@@ -25,13 +27,22 @@ node can tell them (service/notices.py). Each reading given out is
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from tpnode_tui.core.idle import job_idle_held
 from tpnode_tui.core.xid import APPLICATION, Verdict
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.model.views import INTRUDER, CardView, SliceView, holder_on_card, holder_on_slice
+from tpnode_tui.model.views import (
+    EXTERNAL,
+    HOLDER,
+    INTRUDER,
+    CardView,
+    HolderInfo,
+    SliceView,
+    holder_on_card,
+    holder_on_slice,
+)
 from tpnode_tui.text.render import clock_time, format_duration, intruder_words
 from tpnode_tui.triage.history import History
 
@@ -47,15 +58,23 @@ XIDS_NAMED = 3
 XIDS_KEPT = 1000
 
 
+#: the kinds of the node's log ``recall`` reads back
+RECALLED = frozenset({"intruder", "health"})
+#: what a process no longer an intruder on a card it is still on has become
+NO_LONGER = {HOLDER: "it is the holder's now", EXTERNAL: "the card is no longer held"}
+
+
 @dataclass(frozen=True)
 class _Seen:
     card: int
     pid: int
     words: str
     user: Optional[str]
-    uid: Optional[int]
+    uid: Optional[int] = None
     #: the account whose job holds where it intrudes
-    owner_uid: Optional[int]
+    owner_uid: Optional[int] = None
+    #: when the process started (None where it could not be read): a pid given to another is another intruder
+    started: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -77,12 +96,16 @@ class Triage:
         idle_job_after_s: Optional[float] = None,
         ending_before_s: Optional[float] = None,
         output: Output = lambda _job: None,
+        logged: Optional[Callable[[frozenset[str]], Optional[list[dict[str, Any]]]]] = None,
     ) -> None:
         """``idle_job_after_s``: how long a job's cards sit at 0 % with memory held
         before it is marked idle-held (TUNEPLANE_FLAG_IDLE_JOB_AFTER; None: never).
         ``ending_before_s``: how long before a reservation ends its owner is told
         (TUNEPLANE_NOTIFY_BEFORE_END; None: never, as where nobody is told).
-        ``output``: where a job's output is, for the line that says it ended."""
+        ``output``: where a job's output is, for the line that says it ended.
+        ``logged``: the node's log's entries of some kinds, oldest first (None
+        where nothing is kept), read back once before the first reading."""
+        self.logged = logged
         self.idle_after_s = idle_after_s
         self.idle_job_after_s = idle_job_after_s
         self.ending_before_s = ending_before_s
@@ -100,8 +123,8 @@ class Triage:
         self._expires: dict[str, Optional[float]] = {}
         #: live job run id -> since when its cards have sat at 0 % with memory held
         self._held_since: dict[str, float] = {}
-        #: (card, pid, process start) -> the intruder as first seen
-        self._intruders: dict[tuple[int, int, Optional[float]], _Seen] = {}
+        #: (card, pid) -> the intruder as first seen
+        self._intruders: dict[tuple[int, int], _Seen] = {}
         #: card -> the health problems it reported at the last reading (None before the first)
         self._health: Optional[dict[int, tuple[str, ...]]] = None
         #: live job key -> the job, at the last reading (None before the first)
@@ -188,22 +211,27 @@ class Triage:
         return {k: t for k, t in self._held_since.items() if now - t >= after}
 
     def _track_intruders(self, snap: NodeSnapshot) -> None:
-        now_seen: dict[tuple[int, int, Optional[float]], _Seen] = {}
-        for card in snap.cards:
-            on_slice = {h.pid: s for s in card.slices for h in s.holders}
-            for h in card.holders:
-                if h.belongs == INTRUDER:
-                    s = on_slice.get(h.pid)
-                    job = s.job if s is not None else card.job
-                    if s is not None:
-                        words = intruder_words(h, card.index, s.job, s.run_id or "", on=s.facts)
-                    else:
-                        words = intruder_words(h, card.index, card.job, card.run_id or "")
-                    owner_uid = job.uid if job is not None else None
-                    seen = _Seen(card.index, h.pid, words, h.user, h.uid, owner_uid)
-                    now_seen[(card.index, h.pid, h.started_at)] = seen
+        """Each intruder logged once as seen, and once as gone: when the card's
+        processes were read and it is not among them, or it is, no longer an
+        intruder. A reading that cannot tell (the list not read, whose it is
+        unknown) changes nothing, and neither does a start time read this time
+        and not the last."""
+        cards = {c.index: c for c in snap.cards}
+        now_seen = {(seen.card, seen.pid): seen for seen in _intruders(snap)}
+        kept: dict[tuple[int, int], _Seen] = {}
+        for key, before in self._intruders.items():
+            seen = now_seen.get(key)
+            if seen is not None and not _another(before, seen):
+                now_seen[key] = before  # the same intruder: as it was first seen
+                continue
+            gone = _gone_words(before, cards.get(before.card)) if seen is None else ""
+            if gone is None:
+                kept[key] = before  # nothing can be told of it now
+                continue
+            gone = gone or f"{before.user or 'someone'}'s pid {before.pid} is no longer on card {before.card}"
+            self.record("intruder", gone, cards=[before.card], user=before.user, pid=before.pid, state="gone")
         for key, seen in now_seen.items():
-            if key not in self._intruders:
+            if self._intruders.get(key) is not seen:
                 self.record(
                     "intruder",
                     seen.words,
@@ -211,21 +239,37 @@ class Triage:
                     user=seen.user,
                     pid=seen.pid,
                     state="seen",
+                    started=seen.started,
                     intruder_uid=seen.uid,
                     owner_uid=seen.owner_uid,
                 )
-        for key, seen in self._intruders.items():
-            if key not in now_seen:
-                who = seen.user or "someone"
-                self.record(
-                    "intruder",
-                    f"{who}'s pid {seen.pid} is no longer on card {seen.card}",
-                    cards=[seen.card],
-                    user=seen.user,
-                    pid=seen.pid,
-                    state="gone",
-                )
-        self._intruders = now_seen
+        self._intruders = {**kept, **now_seen}
+
+    def recall_logged(self) -> None:
+        """Read back what the node's log last said (blocking: a thread's work).
+        Where no log is kept, the first reading is the baseline, as before."""
+        entries = self.logged(RECALLED) if self.logged is not None else None
+        if entries is not None:
+            self.recall(entries)
+
+    def recall(self, entries: Iterable[Mapping[str, Any]]) -> None:
+        """What the node's log last said of each intruder and health problem
+        (``entries``, oldest first): an intruder last seen is one still, a
+        problem last started is reported still, as far as the log knows. The
+        next reading logs only what changed since; a problem the log never
+        named is logged once when it is first read."""
+        intruders: dict[tuple[int, int], _Seen] = {}
+        health: dict[int, list[str]] = {}
+        for entry in entries:
+            card, kind = _card_of(entry), entry.get("kind")
+            if card is None:
+                continue
+            if kind == "intruder":
+                _recall_intruder(intruders, card, entry)
+            elif kind == "health":
+                _recall_health(health, card, entry)
+        self._intruders = intruders
+        self._health = {card: tuple(problems) for card, problems in health.items()}
 
     def _track_health(self, snap: NodeSnapshot) -> None:
         health = {
@@ -236,12 +280,12 @@ class Triage:
                 before = self._health.get(index, ())
                 for problem in problems:
                     if problem not in before:
-                        self.record("health", f"card {index}: {problem}", cards=[index], state="started")
+                        said = f"card {index}: {problem}"
+                        self.record("health", said, cards=[index], state="started", problem=problem)
                 for problem in before:
                     if problem not in problems:
-                        self.record(
-                            "health", f"card {index} no longer reports: {problem}", cards=[index], state="cleared"
-                        )
+                        said = f"card {index} no longer reports: {problem}"
+                        self.record("health", said, cards=[index], state="cleared", problem=problem)
         self._health = health
 
     def _track_jobs(self, snap: NodeSnapshot, now: float) -> None:
@@ -358,6 +402,93 @@ class Triage:
             xid_watch=xid_watch,
             xid_problem=xid_problem,
         )
+
+
+def _intruders(snap: NodeSnapshot) -> Iterable[_Seen]:
+    """Every intruder on the snapshot's cards, as first seen now."""
+    for card in snap.cards:
+        on_slice = {h.pid: s for s in card.slices for h in s.holders}
+        for h in card.holders:
+            if h.belongs != INTRUDER:
+                continue
+            s = on_slice.get(h.pid)
+            job = s.job if s is not None else card.job
+            if s is not None:
+                words = intruder_words(h, card.index, s.job, s.run_id or "", on=s.facts)
+            else:
+                words = intruder_words(h, card.index, card.job, card.run_id or "")
+            owner_uid = job.uid if job is not None else None
+            yield _Seen(card.index, h.pid, words, h.user, h.uid, owner_uid, h.started_at)
+
+
+def _another(before: _Seen, now: _Seen) -> bool:
+    """Whether the process with ``before``'s pid is another now: both start times read, and not the same."""
+    return before.started is not None and now.started is not None and abs(before.started - now.started) > 1.0
+
+
+def _gone_words(seen: _Seen, card: Optional[CardView]) -> Optional[str]:
+    """What became of an intruder not among this reading's: "" when it is no
+    longer on its card, what it is now when it is there and no longer an
+    intruder, None when the reading cannot tell (its card's processes not read,
+    or whose it is unknown)."""
+    if card is None or card.facts is None or card.facts.processes is None:
+        return None
+    holder: Optional[HolderInfo] = next((h for h in card.holders if h.pid == seen.pid), None)
+    if holder is None:
+        return ""
+    became = NO_LONGER.get(holder.belongs)
+    if became is None:
+        return None
+    who = seen.user or "someone"
+    return f"{who}'s pid {seen.pid} is still on card {seen.card}, no longer an intruder: {became}"
+
+
+def _card_of(entry: Mapping[str, Any]) -> Optional[int]:
+    cards = entry.get("cards")
+    if isinstance(cards, list) and len(cards) == 1 and isinstance(cards[0], int):
+        return int(cards[0])
+    return None
+
+
+def _recall_intruder(intruders: dict[tuple[int, int], _Seen], card: int, entry: Mapping[str, Any]) -> None:
+    pid, user, started = entry.get("pid"), entry.get("user"), entry.get("started")
+    if not isinstance(pid, int):
+        return
+    if entry.get("state") == "seen":
+        words = entry.get("message")
+        uid, owner_uid = entry.get("intruder_uid"), entry.get("owner_uid")
+        intruders[(card, pid)] = _Seen(
+            card,
+            pid,
+            words if isinstance(words, str) else "",
+            user if isinstance(user, str) else None,
+            uid if isinstance(uid, int) else None,
+            owner_uid if isinstance(owner_uid, int) else None,
+            float(started) if isinstance(started, (int, float)) else None,
+        )
+    else:
+        intruders.pop((card, pid), None)
+
+
+#: how a health entry's message begins, before the problem itself (for entries that do not name it apart)
+_HEALTH_SAID = ("card {card}: ", "card {card} no longer reports: ")
+
+
+def _recall_health(health: dict[int, list[str]], card: int, entry: Mapping[str, Any]) -> None:
+    problem = entry.get("problem")
+    if not isinstance(problem, str):
+        message = entry.get("message")
+        message = message if isinstance(message, str) else ""
+        head = next((h.format(card=card) for h in _HEALTH_SAID[::-1] if message.startswith(h.format(card=card))), None)
+        if head is None:
+            return
+        problem = message[len(head) :]
+    problems = health.setdefault(card, [])
+    if entry.get("state") == "cleared":
+        if problem in problems:
+            problems.remove(problem)
+    elif problem not in problems:
+        problems.append(problem)
 
 
 def _moved_on(times: dict[str, float], key: str, now_too: bool, first: float, now: float) -> None:

@@ -32,6 +32,7 @@ import psutil
 from tpnode_tui.model.errors import Conflict, JobNotFound
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Evicted, HolderInfo
+from tpnode_tui.text.refusals import nothing_to_evict
 
 #: how often the grace period looks whether the processes have ended
 _POLL_S = 0.05
@@ -117,15 +118,12 @@ def targets(card: CardView, pid: Optional[int] = None, started_at: Optional[floa
         return [holder]
     found = [h for h in card.holders if h.belongs in (EXTERNAL, INTRUDER) and _refusal(card, h) is None]
     if not found:
-        held = f" (it is held by {card.run_id})" if card.run_id else ""
         # why each is not, in one answer: asking pid by pid would log a refusal for each
         reasons = [_refusal(card, h) or f"pid {h.pid} ({h.belongs})" for h in card.holders[:REASONS_GIVEN]]
         if len(card.holders) > REASONS_GIVEN:
             reasons.append(f"and {len(card.holders) - REASONS_GIVEN} more processes")
         said = f": {'; '.join(reasons)}" if reasons else ""
-        raise JobNotFound(
-            f"card {card.index} has no process from outside the platform or of someone else to evict{held}{said}"
-        )
+        raise JobNotFound(nothing_to_evict(card.index, card.run_id or "") + said)
     return found
 
 

@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 from tpnode_tui.core.xid import parse_kmsg, pci_key
 from tpnode_tui.probes.auto import AutoProbe
@@ -69,6 +69,9 @@ class XidEvent:
     recovery_action: Optional[int] = None
     #: the PCI address the kernel log named (for an event on no known card)
     pci: Optional[str] = None
+    #: the event's own id, where the source gives one (the simulated scene's): what the
+    #: node's log keeps, so one already logged is not delivered again after a restart
+    id: Optional[str] = None
 
 
 Deliver = Callable[[XidEvent], None]
@@ -356,7 +359,9 @@ _Stamp = tuple[int, int, int, int]
 
 
 class SimulatedXidWatcher:
-    """The scene file's ``xid_events``, looked at every ``interval_s``; each id once.
+    """The scene file's ``xid_events``, looked at every ``interval_s``; each id once,
+    across restarts too: the scene is the driver's history, there at every start,
+    so the ids the node's log already names (``logged``) are not delivered again.
 
     Looked at, not read: the whole scene is parsed (in a thread) only when a
     stat says the file changed, and at least every ``reread_s`` whatever the
@@ -368,12 +373,15 @@ class SimulatedXidWatcher:
 
     source = "simulated"
 
-    def __init__(self, path: Path, *, interval_s: float = 0.2, reread_s: float = 1.0) -> None:
+    def __init__(
+        self, path: Path, *, interval_s: float = 0.2, reread_s: float = 1.0, logged: Iterable[tuple[int, str]] = ()
+    ) -> None:
         self.path = Path(path)
         self.interval_s = interval_s
         self.reread_s = reread_s
         self.problem: Optional[str] = None
-        self._seen: set[tuple[int, str]] = set()
+        #: (card, id) of every event delivered, or logged before this watcher started
+        self._seen: set[tuple[int, str]] = set(logged)
         self._task: Optional[asyncio.Task[None]] = None
         #: the file's stamp when last parsed without a problem, and when that was
         self._read_stamp: Optional[_Stamp] = None
@@ -415,6 +423,7 @@ class SimulatedXidWatcher:
                             self.source,
                             pid=raised.pid,
                             recovery_action=raised.recovery_action,
+                            id=raised.id,
                         )
                     )
             await asyncio.sleep(self.interval_s)
@@ -428,8 +437,12 @@ class SimulatedXidWatcher:
                 pass
 
 
-def watcher_for(probe: Any, card_of: Callable[[str], Optional[int]]) -> tuple[Optional[XidWatcher], str]:
-    """The watcher that fits ``probe``, or None and why XIDs cannot be watched with it."""
+def watcher_for(
+    probe: Any, card_of: Callable[[str], Optional[int]], logged: Callable[[], Iterable[tuple[int, str]]] = tuple
+) -> tuple[Optional[XidWatcher], str]:
+    """The watcher that fits ``probe``, or None and why XIDs cannot be watched
+    with it. ``logged``: the (card, id) of the events the node's log names (read
+    for a watcher whose source replays its events at every start)."""
     if isinstance(probe, AutoProbe):
         if probe.found is None:
             return None, "XID events are not watched: no probe can read the GPUs yet"
@@ -439,7 +452,7 @@ def watcher_for(probe: Any, card_of: Callable[[str], Optional[int]]) -> tuple[Op
     if isinstance(probe, SmiProbe):
         return KmsgXidWatcher(card_of), ""
     if isinstance(probe, SimulatedProbe):
-        return SimulatedXidWatcher(probe.path), ""
+        return SimulatedXidWatcher(probe.path, logged=logged()), ""
     source = getattr(probe, "source", "this")
     return None, f"XID events are not watched: the {source} probe reports none"
 

@@ -34,28 +34,16 @@ from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.usage import UsageFigures, UsageReport
 from tpnode_tui.model.views import CardView, SliceView
-from tpnode_tui.text.badges import STALE_BADGE, STATE_MEANING, badge
+from tpnode_tui.text.badges import STALE_BADGE, STATE_MEANING, badge, symbol
 from tpnode_tui.text.cards import STATE_NOTES, UNKNOWN_UNTIL_READ, drained_by, memory_words, readings, who_words
 from tpnode_tui.text.header import blind_banner, free_words, intruder_summary, stale_banner
 from tpnode_tui.text.printable import printable
-from tpnode_tui.text.render import clock_time, show_command, slice_name
+from tpnode_tui.text.render import clock_time, format_mib, show_command, slice_name
 from tpnode_tui.text.render import slice_summary as slice_who
-from tpnode_tui.text.usage import OWN_ROWS, figures_explained, has_slices, hours, nothing_held
+from tpnode_tui.text.usage import OWN_ROWS, figures_explained, has_slices, hours, intruders, nothing_held
 
 Words = dict[str, Any]
 
-#: a mark beside each state's word, so the state reads without its colour
-SYMBOLS = {
-    "free": "○",
-    "job": "●",
-    "reservation": "◆",
-    "external": "▲",
-    "unhealthy": "✖",
-    "unverified": "◌",
-    "drained": "⊘",
-    "mig": "▦",
-    "shared": "◐",
-}
 #: a fleet node's status: its word's mark and colour (only "up" shows its cards as they are)
 STATUS_MARKS = {
     UP: ("●", "#2e7d32"),
@@ -114,7 +102,7 @@ def _mark(state: str, stale: bool = False) -> Words:
     return {
         "state": state,
         "badge": label,
-        "symbol": SYMBOLS.get(state, "?"),
+        "symbol": symbol(state),
         "colour": colour,
         "meaning": STATE_MEANING.get(state, ""),
     }
@@ -239,11 +227,15 @@ def _banners(shown: NodeShown) -> list[Words]:
     return banners
 
 
-def _figures(f: UsageFigures, slices: bool) -> list[str]:
+def _figures(f: UsageFigures, slices: bool, intruded: bool) -> list[str]:
     cells = [hours(f.held_card_hours), hours(f.used_card_hours), hours(f.idle_card_hours)]
     if slices:
         cells += [hours(f.held_slice_hours), hours(f.idle_slice_hours)]
-    return cells + [_share(f.idle_card_hours, f.held_card_hours)]
+    cells.append(_share(f.idle_card_hours, f.held_card_hours))
+    if intruded:  # someone else's use of a held card, never counted as its holder's
+        theirs = f.intruder_peak_memory_mib
+        cells += [hours(f.intruded_card_hours), "-" if theirs is None else format_mib(theirs)]
+    return cells
 
 
 def _share(part: float, whole: float) -> str:
@@ -251,14 +243,15 @@ def _share(part: float, whole: float) -> str:
 
 
 def _span(title: str, report: UsageReport) -> Words:
-    slices = has_slices(report)
+    slices, intruded = has_slices(report), intruders(report)
     head = ["account", "held", "used", "idle", *(["slices held", "slices idle"] if slices else []), "idle share"]
-    rows = [[row.user or "no owner recorded", *_figures(row.figures, slices)] for row in report.rows]
+    head += ["intruded", "intruders' peak"] if intruded else []
+    rows = [[row.user or "no owner recorded", *_figures(row.figures, slices, intruded)] for row in report.rows]
     return {
         "title": title,
         "head": head,
         "rows": rows,
-        "total": ["total", *_figures(report.total, slices)],
+        "total": ["total", *_figures(report.total, slices, intruded)],
         "notes": ([] if report.everyone else [OWN_ROWS])
         + ([nothing_held(report)] if not report.rows else [])
         + [figures_explained(report, slices)],

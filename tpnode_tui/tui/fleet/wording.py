@@ -7,8 +7,9 @@ is ``Text``, never markup.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from tpnode_tui.fleet.record import (
@@ -22,17 +23,17 @@ from tpnode_tui.fleet.record import (
     unreadable_words,
 )
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.text.badges import BADGES
+from tpnode_tui.text.badges import BADGES, symbol
 from tpnode_tui.text.printable import printable
 from tpnode_tui.text.render import format_duration
-from tpnode_tui.tui.wording.cells import fit
+from tpnode_tui.tui.wording.cells import columns_that_fit, fit
 from tpnode_tui.tui.wording.marks import DRAINED_TEXT
 
-#: a card's colour in a node's strip: the node grid's, and one of the fleet's own
-STRIP: dict[str, tuple[str, str]] = {state: ("█", colour) for state, (_, colour) in BADGES.items()}
+#: a card in a node's strip: its state's mark in its colour, the node grid's, and one of the fleet's own
+STRIP: dict[str, tuple[str, str]] = {state: (symbol(state), colour) for state, (_, colour) in BADGES.items()}
 STRIP["unknown"] = ("?", "#8a8a8a")
 #: a card in a state this version does not know
-OTHER = ("█", "#4a4a4a")
+OTHER = (symbol(""), "#8a8a8a")
 LEGEND = ("free", "job", "reservation", "external", "unhealthy", "unverified", "drained", "unknown")
 #: cards on one line of a node's strip, and lines at most: a larger node shows how many more
 STRIP_WIDTH = 16
@@ -54,6 +55,20 @@ COLUMNS = (
     ("intruders", "INTRUDED"),
     ("seen", "LAST SEEN"),
 )
+
+
+#: the columns left out, in this order, while the table is too narrow for all of them
+#: whole (80 columns): a node's strip marks its unhealthy and drained cards too
+LEFT_OUT_FIRST = ("series", "window", "drained", "unhealthy")
+
+
+def columns_shown(rows: Iterable[Sequence[Text]], width: int, padding: int) -> tuple[str, ...]:
+    """The keys of the columns a table ``width`` cells wide shows, each whole."""
+    widths = {key: len(label) for key, label in COLUMNS}
+    for cells in rows:
+        for (key, _label), cell in zip(COLUMNS, cells):
+            widths[key] = max(widths[key], max(cell_len(line) for line in cell.plain.split("\n")))
+    return columns_that_fit(widths, [key for key, _label in COLUMNS], LEFT_OUT_FIRST, width, padding)
 
 
 def strip(node: NodeRow) -> Text:

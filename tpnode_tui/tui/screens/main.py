@@ -27,7 +27,7 @@ from typing import Any, Callable, ContextManager, Coroutine, Iterable, Mapping, 
 
 from rich.text import Text
 from textual.app import ComposeResult, SystemCommand
-from textual.events import DescendantFocus
+from textual.events import DescendantFocus, Key
 from textual.geometry import Size
 from textual.reactive import var
 from textual.screen import Screen
@@ -51,7 +51,7 @@ from tpnode_tui.tui.widgets.tiles import CardGrid
 from tpnode_tui.tui.wording.card import describe_card
 from tpnode_tui.tui.wording.events import events_title
 from tpnode_tui.tui.wording.header import PollState, banner_lines, header_text, no_cards_text, summary_text
-from tpnode_tui.tui.wording.keys import ACTIONS, BY_NAME, SCREEN_BINDINGS
+from tpnode_tui.tui.wording.keys import ACTIONS, BY_NAME, SCREEN_BINDINGS, refusal
 
 #: below this many rows the screen is laid out compactly; below the second, the
 #: tiles and the detail pane have no room for the cards' history
@@ -121,6 +121,7 @@ class MainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(CardGrid).focus()
+        self.watch_short(self.short)
         self.query_one(DetailPane).border_title = "Selected card (enter to scroll, escape back)"
         self.query_one(JobsTable).border_title = "Jobs, reservations and launches not started yet"
         # Once a second: the header's age moves even between readings.
@@ -181,6 +182,10 @@ class MainScreen(Screen[None]):
     def _lay_out(self) -> None:
         self.short = self._short()
         self.lean = self._lean()
+
+    def watch_short(self, short: bool) -> None:
+        for grid in self.query(CardGrid):  # none before the screen is composed: on_mount sets it then
+            grid.compact = short  # a line per card: every card shows
 
     def watch_lean(self, was: bool, lean: bool) -> None:
         if was and not lean:
@@ -424,6 +429,13 @@ class MainScreen(Screen[None]):
         )
 
     # -- the keys -------------------------------------------------------------------------
+
+    def on_key(self, event: Key) -> None:
+        """A key not offered now (not in the footer) still says why it does nothing, in one line:
+        the node's words where the node would refuse. One that is offered runs its binding."""
+        why = refusal(event.key, self.selection())
+        if why is not None:
+            self.notify(why, severity="warning", timeout=8)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         """Whether a key shows and works now: the table of keys says when."""

@@ -21,20 +21,24 @@ from textual.widget import Widget
 from tpnode_tui.model.views import CardView
 from tpnode_tui.tui.follow.history import Recent
 from tpnode_tui.tui.wording.sparks import spark_text, squeeze, window_words
-from tpnode_tui.tui.wording.tiles import moves_with_time, render_tile
+from tpnode_tui.tui.wording.tiles import moves_with_time, render_line, render_tile
 
 #: content lines a tile needs to show its utilisation line too (dashboard.tcss gives
 #: tiles that much room when the terminal is tall enough)
 LINES_WITH_SPARK = 6
+#: fewer content lines than this: the tile is one line (a short terminal's compact grid)
+LINES_OF_A_TILE = 3
 
-#: narrowest a tile may get before the grid drops a column
+#: narrowest a tile may get before the grid drops a column; a compact one (a line)
 MIN_TILE_WIDTH = 28
+MIN_LINE_WIDTH = 38
 MAX_COLUMNS = 4
 
 
-def grid_columns(width: int) -> int:
-    """Columns for a grid this wide: 4 on a 120-column terminal, fewer when narrow."""
-    return max(1, min(MAX_COLUMNS, width // MIN_TILE_WIDTH))
+def grid_columns(width: int, compact: bool = False) -> int:
+    """Columns for a grid this wide: 4 on a 120-column terminal, fewer when narrow;
+    compact (a line per card), 2 on an 80-column terminal."""
+    return max(1, min(MAX_COLUMNS, width // (MIN_LINE_WIDTH if compact else MIN_TILE_WIDTH)))
 
 
 def spark_line(recent: Optional[Recent], width: int) -> Text:
@@ -71,8 +75,8 @@ class CardTile(Widget):
         self.held_since: Optional[float] = None
         #: the card's history as last fetched
         self.recent: Optional[Recent] = None
-        #: the size the text was last worded for: (width, room for the utilisation line)
-        self._worded_for: Optional[tuple[int, bool]] = None
+        #: the size the text was last worded for: (width, lines)
+        self._worded_for: Optional[tuple[int, int]] = None
         #: the utilisation line for (history, width), drawn once per fetch and width
         self._spark: Optional[tuple[Optional[Recent], int, Text]] = None
         #: what :meth:`show` last worded the text from: an idle poll brings the same
@@ -83,19 +87,29 @@ class CardTile(Widget):
         self.remove_class(f"state-{was}")
         self.add_class(f"state-{state}")
 
-    def _fit(self) -> tuple[int, bool]:
-        """The width the text has, and whether the tile has a line for the utilisation (not on a short terminal)."""
-        height = self.content_region.height or self.size.height
-        return self.content_region.width or self.size.width, height >= LINES_WITH_SPARK
+    def _fit(self) -> tuple[int, int]:
+        """The width and lines the text has: a line for the utilisation (not on a
+        short terminal), or one line in all (a compact grid)."""
+        return self.content_region.width or self.size.width, self.content_region.height or self.size.height
 
     def _spark_line(self, width: int) -> Text:
         if self._spark is None or self._spark[0] is not self.recent or self._spark[1] != width:
             self._spark = (self.recent, width, spark_line(self.recent, width))
         return self._spark[2]
 
-    def _words(self, fit: tuple[int, bool]) -> Text:
-        width, room = fit
-        spark = self._spark_line(width) if room else None
+    def _words(self, fit: tuple[int, int]) -> Text:
+        width, lines = fit
+        if lines < LINES_OF_A_TILE:
+            return render_line(
+                self.card,
+                width,
+                self.now,
+                self.stale,
+                self.idle_since,
+                releases_at=self.releases_at,
+                held_since=self.held_since,
+            )
+        spark = self._spark_line(width) if lines >= LINES_WITH_SPARK else None
         return render_tile(
             self.card,
             width,
@@ -177,6 +191,8 @@ class CardGrid(Container, can_focus=True):
     selected: var[int] = var(0, init=False)
     #: tiles on a line, as many as the grid's width has room for
     columns: var[int] = var(MAX_COLUMNS, init=False)
+    #: a line per card, so that every card shows on a short terminal (dashboard.tcss)
+    compact: var[bool] = var(False, toggle_class="-compact")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -190,7 +206,10 @@ class CardGrid(Container, can_focus=True):
         self.styles.grid_size_columns = columns
 
     def on_resize(self, event: Resize) -> None:
-        self.columns = grid_columns(event.size.width)
+        self.columns = grid_columns(event.size.width, self.compact)
+
+    def watch_compact(self, compact: bool) -> None:
+        self.columns = grid_columns(self.size.width, compact)
 
     def show(
         self,

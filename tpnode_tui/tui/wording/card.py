@@ -276,6 +276,50 @@ def _fact_rows(out: Text, card: CardView) -> None:
         out.append("  The probe reported nothing about this card.\n", style="grey62")
 
 
+#: where a fact is cut when it has to be: between two facts, else between two words
+BREAKS = (" · ", " ")
+
+
+def _break_at(plain: str, start: int, room: int) -> int:
+    """Where the line from ``start`` ends so that it takes at most ``room``
+    cells: after the last " · " that fits, else the last space, else at the
+    edge (one word longer than the line)."""
+    window = plain[start : start + room + 1]
+    for mark in BREAKS:
+        at = window.rfind(mark)
+        if at > 0:
+            cut = start + at + len(mark)
+            while cut < len(plain) and plain[cut] == " ":  # spaces end the line above, never start the next
+                cut += 1
+            return cut
+    return start + room
+
+
+def hang(line: Text, width: int) -> list[Text]:
+    """``line`` in lines of at most ``width`` cells, each one after the first
+    under the value column (a row's key stays alone on its left), broken
+    between two facts where it can be: a uuid, a PCI address or an export is
+    never split from its name or over two lines, as the terminal's own
+    wrapping would, back at the pane's left edge."""
+    plain = line.plain
+    indent = KEY_WIDTH if plain.startswith(" ") else 2
+    if width <= indent + 8 or cell_len(plain) <= width:
+        return [line]
+    cuts, start, room = [], 0, width
+    while cell_len(plain[start:]) > room:
+        start = _break_at(plain, start, room)
+        cuts.append(start)
+        room = width - indent
+    pieces = line.divide(cuts)
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        piece.rstrip()
+        out.append(Text(" " * indent) + piece)
+    for piece in out[:-1]:
+        piece.rstrip()
+    return out
+
+
 def describe_card(
     card: CardView,
     now: float,
@@ -308,4 +352,6 @@ def describe_card(
         slice_lines(out, card.index, piece)
     _fact_rows(out, card)
     out.rstrip()
-    return out
+    if width <= 0:
+        return out
+    return Text("\n").join(piece for line in out.split("\n") for piece in hang(line, width))

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Optional
 from rich.table import Table
 from rich.text import Text
 
-from tpnode_tui.text.render import card_ranges
+from tpnode_tui.text.render import card_ranges, event_words
 from tpnode_tui.tui.wording.cells import fit
 from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, PASSED_TEXT, WARNING
 from tpnode_tui.tui.wording.times import clock_time
@@ -83,13 +83,12 @@ def events_table(entries: Iterable[Mapping[str, Any]]) -> Table:
     table.add_column(ratio=1)
     for entry in entries:
         kind, style = _kind(entry)
-        message = entry.get("message")
         table.add_row(
             Text(_time(entry), style="grey62"),
             Text(kind, style=style),
             Text(_cards(entry)),
             Text(_user(entry), style="grey62"),
-            Text(message if isinstance(message, str) else ""),
+            Text(event_words(entry)),  # its cards are in their own column
         )
     return table
 

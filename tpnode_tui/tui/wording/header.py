@@ -121,7 +121,8 @@ def _age(snap: NodeSnapshot, now: float, stale: bool) -> str:
 def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compact: bool = False) -> Text:
     """Three lines: the node and how fresh the reading is; who you are and where
     the node is served from; its runtime, lock and whether it fences its jobs.
-    ``compact`` drops the runtime line on a short terminal, never who you are
+    ``compact``, on a short terminal: two lines that never wrap, the node's cards
+    and probe after who you are, and no runtime line; never without who you are
     or the lock waiting."""
     out = Text()
     out.append(" tpnode-tui ", style="bold white on #1e63c4")
@@ -131,16 +132,19 @@ def header_text(snap: Optional[NodeSnapshot], now: float, poll: PollState, compa
     model = snap.probe.model_name or "unknown cards"
     series = f" · series {snap.series}" if snap.series and snap.series.lower() != model.lower() else ""
     out.append(f" {snap.host} ", style="bold")
-    out.append(f"│ {model}{series} │ probe {snap.probe.source} ")
+    cards = f"{model}{series} │ probe {snap.probe.source}"
+    if not compact:
+        out.append(f"│ {cards} ")
     out.append(_free_words(snap, stale), style="bold")
     _marks(out, poll)
     out.append(_age(snap, now, stale), style="grey62")
-    if compact:  # one line fewer: the first wraps on a short terminal anyway
-        out.append(" │", style="grey62")
-        out.append_text(_who_line(poll, compact=True))
+    out.append("\n")
+    out.append_text(_who_line(poll, compact=compact))
+    if compact:
+        # Two lines that never wrap (dashboard.tcss): a phrase split over two ("updated" /
+        # "just now") reads as two facts. The cards go after who you are; a line too long ends in "…".
+        out.append(f" │ {cards}", style="grey62")
     else:
-        out.append("\n")
-        out.append_text(_who_line(poll))
         out.append("\n")
         out.append(f" runtime {snap.runtime} · lock {snap.lock} · ", style="grey62")
         out.append_text(fence_text(snap))

@@ -17,7 +17,7 @@ from rich.text import Text
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.text.render import card_ranges, format_duration
 from tpnode_tui.tui.wording.card import workload
-from tpnode_tui.tui.wording.cells import fit
+from tpnode_tui.tui.wording.cells import columns_that_fit, fit
 from tpnode_tui.tui.wording.marks import ERROR, WARNING
 from tpnode_tui.tui.wording.times import short_duration
 
@@ -32,6 +32,13 @@ COLUMNS = (
     ("fenced", "FENCED"),
     ("workload", "RUNS"),
 )
+
+#: the columns left out, in this order, while the table is too narrow for all of
+#: them whole (80 columns): a column is never cut ("FEN", "TIME LEF"), and what
+#: these say, the detail pane says of the selected card
+LEFT_OUT_FIRST = ("age", "fenced", "workload", "kind")
+#: the narrowest RUNS is drawn: narrower, it is left out
+RUNS_MIN = 12
 
 #: a row's cells as made (a string is made Text before the table gets it), and as given to the table
 Cells = tuple[Union[Text, str], ...]
@@ -192,6 +199,17 @@ def table_rows(
         if launch.state == WAITING:
             waits.add(key)
     return {key: _as_text(cells) for key, cells in made.items()}, waits
+
+
+def columns_shown(rows: Iterable[TextCells], width: int, padding: int) -> tuple[str, ...]:
+    """The keys of the columns shown in a table ``width`` cells wide, each as
+    wide as its widest cell, RUNS at least RUNS_MIN (it takes what is left)."""
+    widths = {key: len(label) for key, label in COLUMNS}
+    for cells in rows:
+        for (key, _label), cell in zip(COLUMNS[:-1], cells):
+            widths[key] = max(widths[key], cell.cell_len)
+    widths["workload"] = RUNS_MIN
+    return columns_that_fit(widths, [key for key, _label in COLUMNS], LEFT_OUT_FIRST, width, padding)
 
 
 def wrap(text: str, width: int, most: int) -> list[str]:

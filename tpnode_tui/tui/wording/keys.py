@@ -17,12 +17,11 @@ keys that act on the node, what only shows, the demo's, and moving about.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional, Protocol
+from typing import Callable, Literal, Optional
 
 from textual.binding import Binding, BindingType
 
-from tpnode_tui.model.jobs import JobState, QueuedLaunch
-from tpnode_tui.model.views import CardView
+from tpnode_tui.tui.wording.refusals import WHY_NOT, Situation, not_operator, operator_words, read_only
 
 #: node: changes jobs or cards (refused read-only); view: what is shown; demo: the
 #: demo's; move: about the screen; app: help and quit
@@ -30,50 +29,6 @@ Kind = Literal["node", "view", "demo", "move", "app"]
 
 #: (the key as the help shows it, what it does)
 HelpLine = tuple[str, str]
-
-
-class Situation(Protocol):
-    """What decides which actions are offered now, as the dashboard knows it."""
-
-    @property
-    def readonly(self) -> bool: ...
-
-    @property
-    def operator(self) -> bool: ...
-
-    @property
-    def paused(self) -> bool: ...
-
-    @property
-    def stale(self) -> bool: ...
-
-    @property
-    def has_demo(self) -> bool: ...
-
-    @property
-    def log_shown(self) -> bool: ...
-
-    @property
-    def log_card(self) -> Optional[int]: ...
-
-    @property
-    def evict_asking(self) -> bool: ...
-
-    def selected_card(self) -> Optional[CardView]: ...
-
-    def triage_card(self) -> Optional[CardView]: ...
-
-    def stop_target(self) -> Optional[JobState]: ...
-
-    def extend_target(self) -> Optional[JobState]: ...
-
-    def shell_target(self) -> Optional[JobState]: ...
-
-    def selected_launch(self) -> Optional[QueuedLaunch]: ...
-
-    def exited_jobs(self) -> list[JobState]: ...
-
-    def mine(self, owner_uid: Optional[int], owner: str) -> bool: ...
 
 
 def always(now: Situation) -> bool:
@@ -130,6 +85,15 @@ class Action:
         if self.operator_only and not now.operator:
             return False
         return self.when(now)
+
+    def why_not(self, now: Situation) -> str:
+        """Why it is not offered now, in one line: the node's words where the node would refuse."""
+        if self.kind == "node" and now.readonly:
+            return read_only(self.word)
+        if self.operator_only and not now.operator:
+            return not_operator(now, operator_words(self.name, now))
+        why = WHY_NOT.get(self.name)
+        return why(now) if why is not None else f"{self.label} is not offered now."
 
 
 # -- when each is offered --------------------------------------------------------------
@@ -513,6 +477,15 @@ BY_NAME = {action.name: action for action in ACTIONS}
 #: among them as the app's actions; and the app's own, for every other screen
 SCREEN_BINDINGS: list[BindingType] = [action.binding(on_screen=True) for action in ACTIONS]
 APP_BINDINGS: list[BindingType] = [action.binding() for action in ACTIONS if action.on_app]
+
+
+def refusal(key: str, now: Situation) -> Optional[str]:
+    """Why ``key``, pressed on the main screen, does nothing now; None when one
+    of its actions is offered (it runs), or no action has that key."""
+    actions = [action for action in ACTIONS if key in action.keys.split(",")]
+    if not actions or any(action.offered(now) for action in actions):
+        return None
+    return actions[0].why_not(now)
 
 
 def help_lines(kind: Kind, *, agent: bool = False) -> list[HelpLine]:

@@ -16,7 +16,6 @@ from tpnode_tui.model.errors import NoCapacity
 from tpnode_tui.model.jobs import JobState, wanted_words
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.text.render import cards_words, ended_words
-from tpnode_tui.tui.wording.jobs import LAUNCH_PREFIX
 
 
 def capacity_line(snap: Optional[NodeSnapshot], stale_error: Optional[str]) -> str:
@@ -100,23 +99,6 @@ def stop_question(job: JobState, where: str) -> str:
         f"{job.holding}).\n\n"
         "Stop it? Its processes are ended; its cards are free once they have exited."
     )
-
-
-def nothing_to_stop(*, stale: bool, row: Optional[str], row_job: Optional[JobState], card: Optional[int]) -> str:
-    """Why s does nothing, worded by what is selected: a row of the jobs table
-    (``row``, its key, while the table has the focus; ``row_job``, its job),
-    else a card (``card``, its index, or None)."""
-    if stale:
-        return "Nothing can be stopped while the node cannot be read: which job runs where is unknown."
-    if row is not None:
-        if row.startswith(LAUNCH_PREFIX):
-            return "The highlighted row is a launch not started yet, not a running job: c cancels it."
-        if row_job is not None:
-            return f"The highlighted row, {row_job.run_id}, has already ended: nothing to stop (r reclaims it)."
-        return "The highlighted row is not a running job: nothing to stop."
-    if card is None:
-        return "No card is selected: nothing to stop."
-    return f"The selected card {card} holds no running job to stop."
 
 
 def reclaim_question(exited: Sequence[JobState]) -> str:

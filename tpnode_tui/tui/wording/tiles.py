@@ -13,9 +13,9 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from tpnode_tui.model.views import CardView, Drain
-from tpnode_tui.text.badges import STALE_BADGE, badge
+from tpnode_tui.text.badges import STALE_BADGE, badge, symbol
 from tpnode_tui.text.cards import STATE_NOTES, UNKNOWN_UNTIL_READ, drained_by, memory_words, readings, who_words
-from tpnode_tui.text.render import format_duration
+from tpnode_tui.text.render import card_summary, format_duration
 from tpnode_tui.tui.wording.cells import fit
 from tpnode_tui.tui.wording.marks import DRAINED_TEXT, ERROR, WARNING
 from tpnode_tui.tui.wording.times import short_duration
@@ -57,13 +57,13 @@ def short_profile(profile: Optional[str]) -> str:
 
 
 def slice_strip(card: CardView, width: int, stale: bool) -> Text:
-    """A MIG card's slices on one line, each its profile after a mark in its
-    state's colour: what a tile shows in place of the card's utilisation,
-    which the driver does not report in MIG mode."""
+    """A MIG card's slices on one line, each its profile after its state's mark
+    in its state's colour: what a tile shows in place of the card's
+    utilisation, which the driver does not report in MIG mode."""
     line = Text()
     for n, piece in enumerate(card.slices):
         colour = "grey50" if stale else badge(piece.state)[1]
-        mark, profile = ("■" if n == 0 else " ■"), short_profile(piece.facts.profile)
+        mark, profile = ("" if n == 0 else " ") + symbol(piece.state), short_profile(piece.facts.profile)
         room = width - (0 if n == len(card.slices) - 1 else 2)  # what is left must take " …"
         if cell_len(line.plain) + len(mark) + cell_len(profile) > room:
             line.append(" …", style="grey62")
@@ -175,6 +175,48 @@ def moves_with_time(
     only when its card changes (tui/widgets/tiles.py); anything here that
     comes to read the clock must be named here."""
     return card.drain is not None or card.job is not None or (idle_since, releases_at, held_since) != (None, None, None)
+
+
+def render_line(
+    card: CardView,
+    width: int,
+    now: float,
+    stale: bool,
+    idle_since: Optional[float] = None,
+    *,
+    releases_at: Optional[float] = None,
+    held_since: Optional[float] = None,
+) -> Text:
+    """A card on one line, where every card must show on a short terminal: its
+    index and badge, what needs attention on it ("! intruder"), what is said of
+    its holder not using it (in its shortest words), who holds it or why it is
+    not free, and its utilisation at the right.
+    The detail pane has the rest of the selected card."""
+    head = _head(card, width, now, stale, None)
+    summary, _, warned = (card_summary(card) or ("nothing holds it" if card.state == "free" else "")).partition(" ! ")
+    if not stale:
+        # what needs attention goes first, where the holder's name cannot push it out
+        if warned:
+            head.append(f" ! {warned}", style=f"bold {ERROR}" if card.intruders else f"bold {WARNING}")
+        marks, style = unused_marks(now, idle_since, releases_at, held_since)
+        if marks and len(head) + len(marks[-1]) <= width:
+            head.append(marks[-1], style=style)
+    f = card.facts
+    util = f" {f.utilization_pct}%" if f is not None and f.utilization_pct is not None and not stale else ""
+    if stale:
+        who, style = f"was {badge(card.state)[0].lower()}" + (f": {summary}" if summary else ""), "grey62"
+    else:
+        who, style = summary, SUMMARY_STYLE.get(card.state, "")
+    room = width - len(head) - 1 - len(util)
+    out = head
+    if room > 0:
+        said = fit(who, room)
+        out.append(" ")
+        out.append(said, style=style)
+        out.append(" " * (room - cell_len(said)))
+        out.append(util, style="grey62")
+    out.truncate(width)
+    return out
 
 
 def render_tile(

@@ -17,7 +17,9 @@ from typing import Optional
 from rich.text import Text
 
 from tpnode_tui.model.usage import IDLE_UTIL_PCT, UsageFigures, UsageReport, UsageRow
-from tpnode_tui.tui.wording.marks import WARNING
+from tpnode_tui.text.render import format_mib
+from tpnode_tui.text.usage import intruders
+from tpnode_tui.tui.wording.marks import ERROR, WARNING
 
 #: (mark, colour) of each part of a bar: used, held but neither used nor idle, idle
 USED = ("█", "#4fc3f7")
@@ -28,6 +30,8 @@ NAME_MOST = 16
 #: the figures' columns: (heading, width)
 FIGURES = (("held", 9), ("used", 9), ("idle", 9))
 SLICES = ("slices", 9)
+#: shown where someone else's process was on a held card in the span
+INTRUDED = ("intruded", 10)
 COUNTS = (("jobs", 6), ("resv.", 6))
 #: the fewest columns a bar is given, however narrow the view
 BAR_LEAST = 8
@@ -80,7 +84,7 @@ def _name(row: Optional[UsageRow]) -> str:
 
 def _columns(report: UsageReport) -> tuple[tuple[str, int], ...]:
     slices = any(f.held_slice_hours for f in (report.total, *(r.figures for r in report.rows)))
-    return (*FIGURES, *((SLICES,) if slices else ()), *COUNTS)
+    return (*FIGURES, *((SLICES,) if slices else ()), *((INTRUDED,) if intruders(report) else ()), *COUNTS)
 
 
 def _numbers(figures: UsageFigures, columns: tuple[tuple[str, int], ...]) -> str:
@@ -89,6 +93,7 @@ def _numbers(figures: UsageFigures, columns: tuple[tuple[str, int], ...]) -> str
         "used": f"{figures.used_card_hours:.2f}",
         "idle": f"{figures.idle_card_hours:.2f}",
         "slices": f"{figures.held_slice_hours:.2f}",
+        "intruded": f"{figures.intruded_card_hours:.2f}",
         "jobs": str(figures.jobs),
         "resv.": str(figures.reservations),
     }
@@ -115,9 +120,22 @@ def span_lines(title: str, report: UsageReport, width: int) -> list[Text]:
         lines.insert(2, _note(f"{'nothing was held' if report.everyone else 'nothing of yours was held'} in this span"))
     if report.left_out:
         lines.append(_note(f"{report.left_out} smaller accounts are left out; the total counts them"))
+    if intruders(report):
+        lines.append(_intruded(report.total))
     for line in lines:  # cut, never wrapped: a bar broken over two lines reads as two
         line.no_wrap, line.overflow = True, "ellipsis"
     return lines
+
+
+def _intruded(total: UsageFigures) -> Text:
+    """Someone else's use of the held cards, said apart: it is never the holder's."""
+    theirs = total.intruder_peak_memory_mib
+    most = f", using up to {format_mib(theirs)}" if theirs is not None else ""
+    return Text(
+        GAP + f"intruded: someone else's process was on a held card for {total.intruded_card_hours:.2f} "
+        f"card-hours{most}; not counted as its holder's use",
+        style=f"bold {ERROR}",
+    )
 
 
 def _note(words: str) -> Text:

@@ -23,7 +23,16 @@ from tpnode_tui.fleet.record import NodeRow
 from tpnode_tui.text.printable import printable
 from tpnode_tui.tui.fleet.screens.node import NodeScreen
 from tpnode_tui.tui.fleet.ssh import DashboardOpener
-from tpnode_tui.tui.fleet.wording import COLUMNS, fleet_header, legend, row_cells, seen_text, stale_row_cells, summary
+from tpnode_tui.tui.fleet.wording import (
+    COLUMNS,
+    columns_shown,
+    fleet_header,
+    legend,
+    row_cells,
+    seen_text,
+    stale_row_cells,
+    summary,
+)
 from tpnode_tui.tui.terminal import suspended
 from tpnode_tui.tui.widgets.redraw import update
 
@@ -66,6 +75,8 @@ class FleetScreen(Screen[None]):
         #: node name -> (what its row depends on, the cells made from it)
         self._cells: dict[str, tuple[tuple[object, ...], tuple[Text, ...]]] = {}
         self._order: list[tuple[str, int]] = []
+        #: the keys of the columns shown: those the table's width has room for, whole
+        self._columns: tuple[str, ...] = ()
 
     # -- layout ---------------------------------------------------------------
 
@@ -81,16 +92,16 @@ class FleetScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
-        table.focus()
+        self.query_one(DataTable).focus()
         self.redraw()
         self.watch(self.app, "reads", self.redraw, init=False)
         self.set_interval(1.0, self._redraw_header)
 
     def on_screen_resume(self) -> None:
         self.redraw()  # a node's grid closed: catch up with the reads made meanwhile
+
+    def on_resize(self) -> None:
+        self.redraw()  # the columns the table has room for may change
 
     def watch_filter(self) -> None:
         self.redraw()
@@ -137,11 +148,17 @@ class FleetScreen(Screen[None]):
         touch only the cells that did, so an idle fleet repaints nothing."""
         table = self.query_one(DataTable)
         order = [(name, len(cells[2].plain.split("\n"))) for name, cells in rows.items()]
-        if order != self._order:
+        columns = columns_shown(rows.values(), table.scrollable_content_region.width, table.cell_padding)
+        if order != self._order or columns != self._columns:
             selected = self._selected_name()
-            table.clear()
+            table.clear(columns=columns != self._columns)
+            if columns != self._columns:
+                self._columns = columns
+                for key, label in COLUMNS:
+                    if key in columns:
+                        table.add_column(label, key=key)
             for name, height in order:
-                table.add_row(*rows[name], key=name, height=height)
+                table.add_row(*self._shown_cells(rows[name]), key=name, height=height)
             self._order, self._shown = order, dict(rows)
             names = [name for name, _ in order]
             if selected in names:
@@ -152,9 +169,12 @@ class FleetScreen(Screen[None]):
             if old is cells:
                 continue
             for (key, _), before, after in zip(COLUMNS, old or (), cells):
-                if before != after:
+                if before != after and key in self._columns:
                     table.update_cell(name, key, after, update_width=True)
             self._shown[name] = cells
+
+    def _shown_cells(self, cells: tuple[Text, ...]) -> tuple[Text, ...]:
+        return tuple(cell for (key, _label), cell in zip(COLUMNS, cells) if key in self._columns)
 
     def _selected_name(self) -> Optional[str]:
         table = self.query_one(DataTable)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tpnode_tui.fleet.follow import FleetFollower
 from tpnode_tui.tui.fleet.wording import MEM_BUSY_MIB, node_banner, node_down, node_header
+from tpnode_tui.tui.screens.main import DETAIL_FRAME, SHORT_ROWS
 from tpnode_tui.tui.widgets.detail import DetailPane
 from tpnode_tui.tui.widgets.redraw import update
 from tpnode_tui.tui.widgets.tiles import CardGrid
@@ -43,6 +45,10 @@ class NodeScreen(Screen[None]):
         self.watch(self.app, "reads", self.show, init=False)
         self.set_interval(1.0, self.show)
 
+    def on_resize(self, event: Resize) -> None:
+        """A line per card on a short terminal, as the node's own dashboard draws them: every card shows."""
+        self.query_one(CardGrid).compact = event.size.height < SHORT_ROWS
+
     def action_close(self) -> None:
         self.app.pop_screen()
 
@@ -74,4 +80,5 @@ class NodeScreen(Screen[None]):
         if snap.cards:
             card = snap.cards[min(grid.selected, len(snap.cards) - 1)]
             stale = f"the node is {node.status if node else 'gone'}" if problem is not None else None
-            detail.show(describe_card(card, now, MEM_BUSY_MIB, stale=stale))
+            width = self.size.width - DETAIL_FRAME  # each fact whole, under its own column
+            detail.show(describe_card(card, now, MEM_BUSY_MIB, stale=stale, width=width))

@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from tpnode_tui.text.badges import BADGES
+from tpnode_tui.text.badges import BADGES, STALE_BADGE, symbol
 from tpnode_tui.tui.wording.keys import HelpLine, help_lines, node_words
 
 #: the keys the help explains that are not the dashboard's actions: the grid's
@@ -76,7 +76,7 @@ STATES_HELP = [
     (
         "mig",
         "split into MIG slices: the card is never handed out whole, each slice is, on its own "
-        "(launch a slice's profile); its tile shows each slice as a mark in its state's colour, and "
+        "(launch a slice's profile); its tile shows each slice after its state's mark, and "
         "the detail pane lists them with who holds each",
     ),
     (
@@ -126,8 +126,11 @@ def help_text(demo: bool, readonly: bool, agent: bool = False) -> Group:
         keys.add_row(Text(key, style="bold #4fc3f7"), meaning)
     states = _table()
     for state, meaning in STATES_HELP:
-        label, colour = BADGES.get(state, ("?", "#4a4a4a"))
-        states.add_row(Text(f" {label:^10} ", style=f"bold white on {colour}"), meaning)
+        label, colour = BADGES.get(state, STALE_BADGE)
+        shown = Text(f"{symbol(state) if state in BADGES else label} ", style=colour) + Text(
+            f" {label:^10} ", style=f"bold white on {colour}"
+        )
+        states.add_row(shown, meaning)
     parts: list[RenderableType] = [Text("Keys", style="bold underline"), keys]
     if readonly:
         parts.append(Text(readonly_line(), style="#ffb300"))
@@ -140,11 +143,13 @@ def help_text(demo: bool, readonly: bool, agent: bool = False) -> Group:
             "The header names you as the node knows you (from the kernel, not from anything typed). "
             "Stop, extend and cancel are offered on your own jobs, reservations and launches; an "
             "operator may act on anyone's, and only an operator is offered drain, undrain and evict. "
+            "A key not offered says why when pressed, in the node's words. "
             "Anything else the node may refuse (a card limit, an "
             "image not allowed) is said in its own words. For a running job or reservation the "
             "detail pane shows the exports (env) that point CUDA at its cards, to paste into a shell."
         ),
         Text("\nCard states", style="bold underline"),
+        Text("Each state's mark stands for it where its word has no room: the fleet's strips, a MIG card's slices."),
         states,
         Text("\nOn a card", style="bold underline"),
         marks,

@@ -11,6 +11,8 @@ from textual.screen import Screen
 from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.tui.follow.selection import Selection
 from tpnode_tui.tui.follow.session import Session
+from tpnode_tui.tui.wording import refusals
+from tpnode_tui.tui.wording.refusals import read_only
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,7 @@ def refused(desk: Desk, what: str) -> bool:
     palette): a read-only dashboard, or a node that is not answering, does nothing."""
     session = desk.session
     if session.readonly:
-        desk.notify(f"read-only dashboard: {what} is refused (started with --readonly)", severity="warning")
+        desk.notify(read_only(what), severity="warning")
         return True
     not_answering = session.follower.not_answering(what)
     if not_answering is not None:
@@ -82,8 +84,8 @@ def refused(desk: Desk, what: str) -> bool:
 def not_operator(desk: Desk, what: str) -> bool:
     """The node refuses anyway; this only spares a question that cannot end well
     (an action called from the palette after the person's role changed)."""
-    you = desk.session.follower.you
-    if you is not None and you.operator:
+    now = desk.selection()
+    if now.operator:
         return False
-    desk.notify(f"only an operator of this node may {what} (the header says who you are)", severity="warning")
+    desk.notify(refusals.not_operator(now, what), severity="warning")
     return True

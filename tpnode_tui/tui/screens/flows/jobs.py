@@ -16,18 +16,18 @@ from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.dialogs.extend import ExtendScreen
 from tpnode_tui.tui.screens.flows.desk import Desk, failed, refused
 from tpnode_tui.tui.wording.jobs import WAITING
-from tpnode_tui.tui.wording.questions import nothing_to_stop, reclaim_question, stop_question
+from tpnode_tui.tui.wording.keys import BY_NAME
+from tpnode_tui.tui.wording.questions import reclaim_question, stop_question
 
 
 def extend(desk: Desk) -> None:
     """The extend key: how much longer the selected reservation holds its cards."""
     if refused(desk, "extending"):
         return
-    job = desk.selection().extend_target()
+    now = desk.selection()
+    job = now.extend_target()
     if job is None:
-        desk.notify(
-            "Select a running reservation (on its card, or in the jobs table) to extend it.", severity="warning"
-        )
+        desk.notify(BY_NAME["extend"].why_not(now), severity="warning")
         return
     desk.start(_ask_then_extend(desk, job), group="action")
 
@@ -51,9 +51,10 @@ def cancel(desk: Desk) -> None:
     """The cancel key: the launch not started yet highlighted in the jobs table."""
     if refused(desk, "cancelling"):
         return
-    launch = desk.selection().selected_launch()
+    now = desk.selection()
+    launch = now.selected_launch()
     if launch is None:
-        desk.notify("Select a queued or waiting launch in the jobs table first.", severity="warning")
+        desk.notify(BY_NAME["cancel_launch"].why_not(now), severity="warning")
         return
     desk.start(_cancel(desk, launch), group="action")
 
@@ -99,16 +100,7 @@ def stop(desk: Desk) -> None:
     now = desk.selection()
     job = now.stop_target()
     if job is None:
-        card = now.selected_card()
-        desk.notify(
-            nothing_to_stop(
-                stale=now.stale,
-                row=now.row if now.jobs_focused else None,
-                row_job=now.job_for_row(),
-                card=card.index if card is not None else None,
-            ),
-            severity="warning",
-        )
+        desk.notify(BY_NAME["stop"].why_not(now), severity="warning")
         return
     where = "Highlighted in the jobs table" if now.jobs_focused else f"On the selected card {now.card_index}"
     desk.start(_ask_then_stop(desk, job, stop_question(job, where)), group="action")
@@ -136,17 +128,14 @@ def reclaim(desk: Desk) -> None:
     now = desk.selection()
     exited = now.exited_jobs()
     if not exited:
-        desk.notify(
-            "Nothing to reclaim: no job of yours has exited."
-            if now.you and not now.you.operator
-            else "Nothing to reclaim: no job has exited."
-        )
+        desk.notify(BY_NAME["reclaim"].why_not(now))
         return
     desk.start(_ask_then_reclaim(desk, exited), group="action")
 
 
 async def _ask_then_reclaim(desk: Desk, exited: list[JobState]) -> None:
-    question = ConfirmScreen(f"Reclaim {len(exited)} exited job(s)?", reclaim_question(exited), yes="Reclaim")
+    n = len(exited)
+    question = ConfirmScreen(f"Reclaim {n} exited job{'s' if n != 1 else ''}?", reclaim_question(exited), yes="Reclaim")
     if await desk.ask(question):
         await reclaim_listed(desk, exited)
 

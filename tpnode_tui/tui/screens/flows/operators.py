@@ -17,6 +17,7 @@ from tpnode_tui.text.printable import printable_view
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.dialogs.drain import DrainScreen
 from tpnode_tui.tui.screens.flows.desk import Desk, failed, not_operator, refused
+from tpnode_tui.tui.wording.keys import BY_NAME
 from tpnode_tui.tui.wording.operators import (
     NOT_GONE,
     drain_context,
@@ -32,9 +33,10 @@ def drain(desk: Desk) -> None:
     """The drain key: why the selected card is taken out of service."""
     if refused(desk, "draining") or not_operator(desk, "drain a card"):
         return
-    card = desk.selection().triage_card()
+    now = desk.selection()
+    card = now.triage_card()
     if card is None:
-        desk.notify("Select a card that can be read to drain it.", severity="warning")
+        desk.notify(BY_NAME["drain"].why_not(now), severity="warning")
         return
     desk.start(_ask_then_drain(desk, DrainScreen(card.index, context=drain_context(card)), card.index), group="action")
 
@@ -59,9 +61,10 @@ def undrain(desk: Desk) -> None:
     """The undrain key: the selected drained card back in service, asked first."""
     if refused(desk, "undraining") or not_operator(desk, "undrain a card"):
         return
-    card = desk.selection().triage_card()
+    now = desk.selection()
+    card = now.triage_card()
     if card is None or card.drain is None:
-        desk.notify("Select a drained card to undrain it.", severity="warning")
+        desk.notify(BY_NAME["undrain"].why_not(now), severity="warning")
         return
     index = card.index
     question = undrain_question(index, card.drain, desk.session.clock())
@@ -89,9 +92,10 @@ def evict(desk: Desk) -> None:
     """The evict key: the selected card's squatters, listed by a dry run and asked about first."""
     if refused(desk, "evicting") or not_operator(desk, "evict processes") or desk.evict_asking:
         return
-    card = desk.selection().triage_card()
+    now = desk.selection()
+    card = now.triage_card()
     if card is None:
-        desk.notify("Select a card that can be read to evict from it.", severity="warning")
+        desk.notify(BY_NAME["evict"].why_not(now), severity="warning")
         return
     desk.evict_asking = True  # the key is not offered again until the dry run has answered
     desk.start(_ask_then_evict(desk, card.index), group="action")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from tpnode_tui.tui.screens.flows.desk import Desk, failed, refused
 from tpnode_tui.tui.terminal import how_it_ended
+from tpnode_tui.tui.wording.keys import BY_NAME
 
 
 def shell(desk: Desk) -> None:
@@ -21,13 +22,11 @@ def shell(desk: Desk) -> None:
     if refused(desk, "opening a shell"):
         return
     session = desk.session
-    job = desk.selection().shell_target()
+    now = desk.selection()
+    job = now.shell_target()
     open_shell = session.open_shell
     if job is None or open_shell is None:
-        desk.notify(
-            "Select a running reservation (on its card, or in the jobs table) to open a shell on its cards.",
-            severity="warning",
-        )
+        desk.notify(BY_NAME["shell"].why_not(now), severity="warning")
         return
     if session.node.in_process and session.launches.asked:
         # This process serves the node: while the shell runs it does nothing else,
