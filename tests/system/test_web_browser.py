@@ -10,6 +10,7 @@ page promises (a change shown within 2 s, without a reload) is that bound.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -151,6 +152,16 @@ def test_every_method_but_get_is_405_and_the_json_is_the_status_json(shared_node
     for method in ("PUT", "DELETE", "PATCH", "OPTIONS"):
         status, body = web.get("api/state.json", method=method)
         assert (status, body) == (405, b"tpnode-tui web is read-only: it answers GET (and HEAD) only\n"), method
+    # a HEAD of the stream is its headers, and ends: the same connection answers the next request
+    connection = http.client.HTTPConnection("127.0.0.1", web.port, timeout=10)
+    try:
+        connection.request("HEAD", "/events")
+        head = connection.getresponse()
+        assert (head.status, head.getheader("Content-Type"), head.read()) == (200, "text/event-stream", b"")
+        connection.request("GET", "/state.txt")
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
     page, cli = web.state(), shared_node.status(accounts.alice)
     assert set(page) == set(cli) - {"state_dir_note"}
     assert [c["state"] for c in page["cards"]] == [c["state"] for c in cli["cards"]]

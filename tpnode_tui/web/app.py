@@ -155,6 +155,8 @@ def make_app(hub: Union[NodeHub, FleetHub], token: Optional[str] = None) -> web.
             }
         )
         await response.prepare(request)
+        if request.method == "HEAD":
+            return response  # the headers only: a stream has no end for a HEAD to wait for
         task = asyncio.current_task()
         assert task is not None  # a handler always runs in a task
         streams.add(task)
