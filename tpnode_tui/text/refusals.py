@@ -79,6 +79,14 @@ def drained_already(card: int, by: str, reason: str) -> str:
     return f"card {card} is drained already, by {by}: {reason}"
 
 
+#: every reason undrain refuses (service/operators.py), as the help and the question say it
+UNDRAIN_REFUSES = (
+    "The node refuses while the card still reports a problem or its driver does not report it, and, for a "
+    "card drained until the node reboots, before the node has rebooted and a check of the card has passed "
+    "since; it names which"
+)
+
+
 def not_drained(card: int) -> str:
     return f"card {card} is not drained"
 

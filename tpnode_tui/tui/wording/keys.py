@@ -21,6 +21,7 @@ from typing import Callable, Literal, Optional
 
 from textual.binding import Binding, BindingType
 
+from tpnode_tui.text.refusals import UNDRAIN_REFUSES
 from tpnode_tui.tui.wording.refusals import WHY_NOT, Situation, not_operator, operator_words, read_only
 
 #: node: changes jobs or cards (refused read-only); view: what is shown; demo: the
@@ -307,11 +308,13 @@ ACTIONS: tuple[Action, ...] = (
         "node",
         when=_undrain,
         operator_only=True,
-        palette=("Undrain the selected card", "Put it back in service (operators; refused while it reports a problem)"),
+        palette=(
+            "Undrain the selected card",
+            "Put it back in service (operators; refused while it reports a problem, or awaits a reboot or a check)",
+        ),
         help=(
             "u",
-            "undrain the selected drained card: put it back in service (operators; asks first). The node "
-            "refuses while the card still reports a problem, and names it",
+            f"undrain the selected drained card: put it back in service (operators; asks first). {UNDRAIN_REFUSES}",
         ),
         word="undrain",
     ),

@@ -67,14 +67,15 @@ def undrain(desk: Desk) -> None:
         desk.notify(BY_NAME["undrain"].why_not(now), severity="warning")
         return
     index = card.index
-    question = undrain_question(index, card.drain, desk.session.clock())
+    question = undrain_question(card, card.drain, desk.session.clock(), now.snapshot)
     desk.start(
         _ask_then_undrain(desk, ConfirmScreen(f"Undrain card {index}?", question, yes="Undrain"), index), "action"
     )
 
 
 async def _ask_then_undrain(desk: Desk, question: ConfirmScreen, card: int) -> None:
-    """Refused while the card still reports a problem: the node names it."""
+    """Refused while the card still reports a problem, or a drain until a reboot
+    has not seen a reboot and a check passed since: the node says which."""
     if not await desk.ask(question):
         return
     try:
