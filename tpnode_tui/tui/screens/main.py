@@ -493,6 +493,9 @@ class MainScreen(Screen[None]):
     def action_undrain(self) -> None:
         operators.undrain(self)
 
+    def action_check(self) -> None:
+        operators.check(self)
+
     def action_evict(self) -> None:
         operators.evict(self)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Sequence
 
+from tpnode_tui.model.checks import FAILED, CardCheck
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, Drain, Evicted, EvictReport
 from tpnode_tui.text.refusals import UNDRAIN_REFUSES
@@ -101,6 +102,22 @@ def undrain_question(card: CardView, drain: Drain, now: float, snap: Optional[No
         f"Card {card.index} was drained {drain_source(drain, now, card.check, returns, boot)}.\n\n"
         f"  {drain.reason}\n\nPut it back in service? It can be handed out again at once. {UNDRAIN_REFUSES}."
     )
+
+
+def check_words(check: CardCheck) -> tuple[str, str]:
+    """A check's notice: its title ("Card 2 passed its check"), then what became of
+    the card and each criterion, one a line, with what the node did."""
+    head = (
+        "passed its check"
+        if check.passed
+        else "failed its check"
+        if check.outcome == FAILED
+        else "could not be checked"
+    )
+    lines = [f"{f.outcome}  {f.name}: {f.words}" for f in check.findings]
+    if check.effect:
+        lines.append(f"The node: {check.effect}.")
+    return f"Card {check.card} {head}", "\n".join(lines)
 
 
 def evicting_words(card: int, processes: Sequence[Evicted], kill: bool, grace_s: float) -> str:
