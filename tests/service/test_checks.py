@@ -273,6 +273,14 @@ async def drained_by(node, card: int, source: str):
     return await until_async(drained, f"card {card} drained by {source}")
 
 
+def until_words(snap, card: int) -> str:
+    """What the dashboard, status and the page say of the card's drain, from the snapshot alone."""
+    from tpnode_tui.text.cards import drain_until
+
+    view = snap.cards[card]
+    return drain_until(view.drain, view.check, snap.return_after_check, snap.boot)
+
+
 async def test_a_card_the_node_drained_goes_back_when_a_check_passes_only_when_the_operator_said_so(make_node, boot):
     node = checked_node(make_node, boot, triage_return_after_check="on")
     await watched(node)
@@ -299,7 +307,10 @@ async def test_without_the_setting_a_passing_check_leaves_the_nodes_drain_to_an_
     await drained_by(node, 2, "xid")
     check = await node.service.check(ROOT, CheckRequest(2))
     assert check.passed and "TUNEPLANE_RETURN_AFTER_CHECK" in check.effect
-    assert (await node.service.read_now()).cards[2].state == "drained" and node.kinds("undrain") == []
+    snap = await node.service.read_now()
+    assert snap.cards[2].state == "drained" and node.kinds("undrain") == []
+    assert snap.return_after_check is False and snap.boot is None, "this boot is read only for a drain until a reboot"
+    assert until_words(snap, 2).startswith("it stays out of service until an operator undrains it: a check that")
 
 
 async def test_an_xid_after_the_drain_fails_one_check_and_ecc_errors_since_the_drain_fail_every_one(make_node, boot):
@@ -330,6 +341,9 @@ async def test_xid_79_keeps_its_card_until_a_reboot_and_a_check_passed_since(mak
     raise_xid(node, 6, 79, "off-the-bus")
     drain = await drained_by(node, 6, "xid")
     assert (drain.reboot, drain.boot) == (True, "boot-a")
+    snap = await node.service.read_now()
+    assert (snap.return_after_check, snap.boot) == (True, "boot-a")
+    assert until_words(snap, 6).startswith("it stays out of service until the node has rebooted and a check has pass")
     with pytest.raises(Conflict, match="card 6 stays drained until the node has rebooted: XID 79") as refused:
         await node.service.undrain(ROOT, UndrainRequest(6))
     assert "reboot it, then check the card (tpnode-tui check 6)" in str(refused.value)
@@ -340,6 +354,9 @@ async def test_xid_79_keeps_its_card_until_a_reboot_and_a_check_passed_since(mak
     boot.write_text("boot-b\n")  # the node rebooted
     with pytest.raises(Conflict, match="no check of the card has passed since"):
         await node.service.undrain(ROOT, UndrainRequest(6))
+    assert until_words(await node.service.read_now(), 6).startswith(
+        "the node has rebooted since; it stays out of service until a check passes, which returns it; undrain refuses"
+    )
     after = await node.service.check(ROOT, CheckRequest(6))
     assert after.passed and findings(after)["reboot"] == MET and after.effect == "returned to service"
     assert (await node.service.read_now()).cards[6].state == "free"

@@ -178,6 +178,44 @@ async def test_a_card_drained_and_returned_and_an_intruder_are_told_to_the_holde
         assert not any("drained" in t for t in titles(receiver.to(bob.name)))
 
 
+async def test_an_xid_a_health_problem_and_a_failed_check_reach_an_operators_node_url_and_no_one_else(
+    accounts, receiver, spawned
+):
+    """The node's events, as the agent watches and checks real cards: an operator's URL for the
+    node's events hears each, with its card, its title and what to do; an account that is no
+    operator hears none of them at its own URL, and may not add one for the node's events."""
+    bob, carol = accounts.bob, accounts.carol
+    async with agent_in(accounts) as agent:
+        await agent.cli(carol, "notify", "add", "--node", receiver.url(carol.name))
+        await agent.cli(bob, "notify", "add", receiver.url(bob.name))
+        refused = await agent.cli(bob, "notify", "add", "--node", receiver.url("bob-node"), ok=False)
+        assert refused.returncode != 0 and "may not add a URL for the node's events" in refused.stderr
+
+        squatter = bob.spawn(["sleep", "600"], env=bob.env())
+        spawned.append(squatter)
+        cards = [{"name": "NVIDIA H200", "memory_total_mib": 143771} for _ in range(CARDS)]
+        cards[1]["xid_events"] = [{"id": "dbe", "xid": 48}]
+        cards[2]["health"] = {"row_remap_pending": True}
+        cards[3].update(memory_used_mib=2048, processes=[{"pid": squatter.pid, "used_memory_mib": 2048}])
+        write_scene(agent.scene, cards)
+
+        # an XID that drains its card is one change, one entry: told as the drain, which names the XID
+        drained = await notice(receiver, carol.name, "card 1 drained")
+        assert drained["message"].startswith("card 1 drained: XID 48") and drained["type"] == "failure", drained
+        health = await notice(receiver, carol.name, "card 2 reports a problem")
+        assert "row remapping pending" in health["message"] and health["type"] == "failure", health
+
+        checked = await agent.cli(carol, "check", "3", ok=False)
+        assert checked.returncode == 1, checked.stderr
+        failed = await notice(receiver, carol.name, "card 3 failed its check")
+        assert failed["type"] == "failure" and f"processes on it: pid {squatter.pid}" in failed["message"], failed
+        await notice(receiver, carol.name, "card 3 drained")
+        # each told once, and an ordinary account's own URL none of them, nor its would-be node URL
+        for title in ("card 1 drained", "card 2 reports a problem", "card 3 failed its check"):
+            assert titles(receiver.to(carol.name)).count(title) == 1, titles(receiver.to(carol.name))
+        assert receiver.to(bob.name) == [] and receiver.to("bob-node") == []
+
+
 async def _live_once(agent: NotifyingAgent, who: Account, run_id: str):
     return (await live(agent, who)).get(run_id)
 

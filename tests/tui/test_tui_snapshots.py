@@ -542,7 +542,14 @@ ON_ALICES = {3: (replace(MALLORY, belongs=INTRUDER),), 5: HOLDERS[5]}
 DRAINS = {
     4: Drain(card=4, reason="fan failing, replacement ordered (RMA 4411)", by="ana", at=T - 7200),
     7: Drain(
-        card=7, reason="XID 79: GPU has fallen off the bus; reboot the node", by="xid", at=T - 300, source="xid", xid=79
+        card=7,
+        reason="XID 79: GPU has fallen off the bus; reboot the node",
+        by="xid",
+        at=T - 300,
+        source="xid",
+        xid=79,
+        boot="boot-a",
+        reboot=True,
     ),
 }
 
@@ -600,8 +607,14 @@ class TestTriage:
         assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["down"])
 
     def test_a_card_an_xid_drained(self, snap_compare, tmp_path):
-        app = frozen(triage_snapshot(tmp_path, drains=DRAINS))
-        assert snap_compare(app, terminal_size=SIZE, run_before=first_poll, press=["down"] + ["right"] * 3)
+        """Until when it stays out: a reboot, a check passed since, then an operator (no return after a check)."""
+        snap = replace(triage_snapshot(tmp_path, drains=DRAINS), return_after_check=False, boot="boot-a")
+        assert snap_compare(frozen(snap), terminal_size=SIZE, run_before=first_poll, press=["down"] + ["right"] * 3)
+
+    def test_undrain_asks_naming_every_refusal(self, snap_compare, tmp_path):
+        snap = replace(triage_snapshot(tmp_path, drains=DRAINS), return_after_check=True, boot="boot-b")
+        press = ["down"] + ["right"] * 3 + ["u"]
+        assert snap_compare(frozen(snap), terminal_size=SIZE, run_before=first_poll, press=press)
 
     def test_the_node_s_log_newest_first(self, snap_compare, tmp_path):
         app = frozen(triage_snapshot(tmp_path, drains=DRAINS))

@@ -28,7 +28,7 @@ from tpnode_tui.model.errors import NotAllowed
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.views import HOLDER, INTRUDER, UNKNOWN, HolderInfo
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port.types import AgentUnavailable
+from tpnode_tui.port.types import AgentUnavailable, ReserveRequest
 from tpnode_tui.tui.follow.history import SLICES, Recent, columns
 from tpnode_tui.tui.follow.log import EVENTS_KEPT
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
@@ -134,6 +134,61 @@ async def test_undrain_is_refused_in_the_node_s_words_while_the_card_reports_a_p
         await pilot.press("y")
         await until_pilot(pilot, lambda: states(app)[2] == "free", "card 2 back in service")
         assert app.heard("Undrained: Card 2 is back in service (it was drained by root: row remapping")
+
+
+# -- check ------------------------------------------------------------------------------
+
+
+async def test_t_checks_the_selected_card_through_the_node_and_shows_each_finding(service_node):
+    """The same locked path as tpnode-tui check: the node checks the card in its own
+    process, keeps the result as the card's last check, and the dashboard says it."""
+    await service_node.local.drain(1, "fan failing")
+    service_node.edit(2, processes=[{"pid": 4242, "used_memory_mib": 4096}], memory_used_mib=4608)
+    app = service_node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await select(pilot, app, 1)
+        assert app.main.check_action("check", ()) is True and "check" in footer_actions(app)
+        await pilot.press("t")
+        await until_pilot(pilot, lambda: app.heard("Card 1 passed its check"), "the check's result")
+        assert app.heard("ok  answers: the card answers by its uuid ")
+        assert app.heard("The node: it stays drained: root drained it, and only an operator undrains it")
+        await polled(pilot, app)
+        assert "check passed at " in " ".join(detail(app).split()), detail(app)
+        assert states(app)[1] == "drained"
+        [entry] = [e for e in await app.node.events() if e.get("kind") == "check"]
+        assert entry["cards"] == [1] and entry["user"] == "root"
+
+        await select(pilot, app, 2)  # a process of no job on it: the card fails, and the node drains it
+        await pilot.press("t")
+        await until_pilot(pilot, lambda: app.heard("Card 2 failed its check"), "the failed check")
+        assert app.heard("failed  processes: processes on it: pid 4242") and app.heard("The node: drained.")
+        await until_pilot(pilot, lambda: states(app)[2] == "drained", "card 2 drained by its check")
+        assert "for a failed check; it stays out of service until an operator undrains it" in " ".join(
+            detail(app).split()
+        )
+
+
+async def test_t_on_a_card_a_job_holds_says_why_in_the_node_s_words_and_someone_else_is_refused(service_node):
+    launched = await service_node.local.reserve(ReserveRequest(cards=1, duration_s=600, run_id="rsv-held"))
+    [held] = launched.gpus
+    app = service_node.app()
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await select(pilot, app, held)
+        assert app.main.check_action("check", ()) is False and "check" not in footer_actions(app)
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.heard(f"card {held} is held by rsv-held of root: a check would disturb it")
+    app = Dashboard(LocalNode(service_node.local.service, BOB), default_command=("sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot, app)
+        await select(pilot, app, 0)
+        assert app.main.check_action("check", ()) is False and "check" not in footer_actions(app)
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.heard("bob may not check card 0: only an operator (")
+        assert not [e for e in await app.node.events() if e.get("kind") == "check"]
 
 
 # -- evict ------------------------------------------------------------------------------

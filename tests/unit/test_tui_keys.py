@@ -113,7 +113,8 @@ def test_every_action_in_the_table_is_one_the_dashboard_does_and_its_keys_are_th
 
 
 def test_read_only_refuses_exactly_what_changes_the_node():
-    node = {"launch", "reserve", "extend", "stop", "shell", "reclaim", "cancel_launch", "drain", "undrain", "evict"}
+    node = {"launch", "reserve", "extend", "stop", "shell", "reclaim", "cancel_launch", "drain", "undrain", "check"}
+    node |= {"evict"}
     assert {a.name for a in ACTIONS if a.kind == "node"} == node
     now = everything_to_act_on()
     shown = offered(now)
@@ -121,11 +122,34 @@ def test_read_only_refuses_exactly_what_changes_the_node():
     assert offered(replace(now, readonly=True)) == shown - node
 
 
-def test_only_an_operator_is_offered_drain_undrain_and_evict():
+def test_only_an_operator_is_offered_drain_undrain_check_and_evict():
     now = everything_to_act_on()
-    assert {"drain", "evict"} <= offered(now)
-    assert not offered(replace(now, operator=False)) & {"drain", "undrain", "evict"}
+    assert {"drain", "check", "evict"} <= offered(now)
+    assert not offered(replace(now, operator=False)) & {"drain", "undrain", "check", "evict"}
     assert {"launch", "stop", "extend"} <= offered(replace(now, operator=False)), "the rest stays"
+
+
+def test_check_is_offered_on_a_card_no_job_holds_and_says_why_not_in_the_node_s_words():
+    assert "check" in offered(Now(card=card(drain=Drain(card=0, reason="fan", by="ana", at=0.0))))
+    held = card(job=job("train", (0,)), run_id="train", state="job")
+    now = Now(card=held)
+    assert "check" not in offered(now)
+    assert BY_NAME["check"].why_not(now) == (
+        "card 0 is held by train of alice: a check would disturb it, and its processes would fail it; "
+        "check the card once the job has ended"
+    )
+    assert "check" not in offered(Now(card=card(), stale=True))
+
+
+def test_the_help_for_undrain_names_every_reason_the_node_refuses_it():
+    [line] = [words for key, words in help_lines("node") if key == "u"]
+    for reason in (
+        "still reports a problem",
+        "driver does not report it",
+        "has rebooted",
+        "a check of the card has passed",
+    ):
+        assert reason in line, reason
 
 
 def test_drain_and_undrain_follow_the_card_and_evict_its_processes():

@@ -109,7 +109,7 @@ def test_the_detail_pane_says_how_a_cards_last_check_ended_what_kept_it_out_and_
         CommandRun("burn GPU-4", 3, 100.0, tail=("page fault",)),
         "drained",
     )
-    text = describe_card(CardView(4, "drained", facts(4), drain=drain, check=failed), NOW, 512).plain
+    text = describe_card(CardView(4, "drained", facts(4), drain=drain, check=failed), NOW, 512, returns=True).plain
     assert "by the node, " in text and "for a failed check; it stays out of service until a check passes" in text
     assert "check   failed at " in text and "(10m00s ago), by carol; drained" in text
     assert "pcie: PCIe link x8, below its maximum width x16" in text and "answers:" not in text
@@ -117,9 +117,65 @@ def test_the_detail_pane_says_how_a_cards_last_check_ended_what_kept_it_out_and_
     passed = CardCheck(4, "GPU-4", "carol", NOW - 70, NOW - 60, "boot-b", PASSED, (), None, "returned to service")
     text = describe_card(CardView(4, "free", facts(4), check=passed), NOW, 512).plain
     assert "passed at " in text and "by carol; returned to service" in text
-    rebooting = Drain(4, "XID 79: GPU has fallen off the bus; reboot the node", "xid", NOW - 60, "xid", 79, reboot=True)
-    text = describe_card(CardView(4, "drained", facts(4), drain=rebooting), NOW, 512).plain
-    assert "until the node has rebooted and a check has passed, or an operator undrains it" in text
+
+
+def _until(drain: Drain, check=None, returns=None, boot=None) -> str:
+    """The detail pane's words on a drained card, on one line."""
+    view = CardView(drain.card, "drained", facts(drain.card), drain=drain, check=check)
+    return " ".join(describe_card(view, NOW, 512, returns=returns, boot=boot).plain.split())
+
+
+def test_the_detail_pane_says_until_when_a_card_stays_drained_as_this_node_lifts_it():
+    """Only what lifts the drain on this node: an operator's drain is lifted by an operator
+    only; a node's by a check only where TUNEPLANE_RETURN_AFTER_CHECK is on; one whose cure is
+    a reboot only after a reboot and a check passed since (core/checkup.py stays_drained)."""
+    from tpnode_tui.model.checks import PASSED, CardCheck
+
+    operator = Drain(4, "fan failing", "ana", NOW - 60, "operator", boot="boot-a")
+    text = _until(operator, returns=True)
+    assert (
+        "by ana, an operator, at " in text
+        and "(1m00s ago); it stays out of service until an operator undrains it" in text
+    )
+    assert "check" not in text, "an operator's drain is never lifted by a check"
+
+    xid = Drain(4, "XID 48: double-bit ECC error", "xid", NOW - 60, "xid", 48, boot="boot-a")
+    assert "on XID 48, at " in _until(xid, returns=True)
+    assert "it stays out of service until a check passes, or an operator undrains it" in _until(xid, returns=True)
+    off = _until(xid, returns=False)
+    assert "it stays out of service until an operator undrains it: a check that passes does not return it, as " in off
+    assert "TUNEPLANE_RETURN_AFTER_CHECK is off" in off and "until a check passes" not in off
+    older = _until(xid)  # an older agent does not say: the words name both, and which setting decides
+    assert "until an operator undrains it, or a check passes where the node returns a checked card" in older
+
+    lost = Drain(
+        4, "XID 79: GPU has fallen off the bus; reboot the node", "xid", NOW - 60, "xid", 79, boot="boot-a", reboot=True
+    )
+    before = _until(lost, returns=True, boot="boot-a")
+    assert (
+        "it stays out of service until the node has rebooted and a check has passed since, which returns it; "
+        "undrain refuses before then unless --force" in before
+    )
+    assert "or an operator undrains it" not in before, "undrain without --force refuses before a reboot"
+    assert "has passed since, and an operator undrains it; undrain refuses" in _until(
+        lost, returns=False, boot="boot-a"
+    )
+    assert "until the node has rebooted and a check has passed since; undrain refuses" in _until(lost, boot="boot-a")
+    assert "until the node has rebooted" in _until(lost, returns=True), "this boot unknown: not said to be rebooted"
+
+    after = _until(lost, returns=True, boot="boot-b")
+    assert "the node has rebooted since; it stays out of service until a check passes, which returns it; " in after
+    assert "undrain refuses before then unless --force" in after
+    assert "until a check passes, and an operator undrains it; undrain" in _until(lost, returns=False, boot="boot-b")
+    failed_before = CardCheck(4, "GPU-4", "ana", NOW - 50, NOW - 40, "boot-a", PASSED, (), None, "")
+    assert "rebooted since; it stays out of service until a check passes" in _until(
+        lost, failed_before, returns=False, boot="boot-b"
+    ), "a check passed in the boot it was drained in does not count"
+    passed = CardCheck(4, "GPU-4", "ana", NOW - 20, NOW - 10, "boot-b", PASSED, (), None, "")
+    assert (
+        "the node has rebooted and a check has passed since: it stays out of service until an operator undrains it"
+        in _until(lost, passed, returns=False, boot="boot-b")
+    )
 
 
 def test_fields_a_driver_does_not_give_show_as_na():

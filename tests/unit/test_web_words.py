@@ -79,6 +79,37 @@ def test_the_page_says_each_card_in_the_dashboards_words():
     assert page["header"]["free"] == "3/8 free" and page["banners"] == []
 
 
+def test_status_and_the_page_say_until_when_a_drained_card_stays_out_as_this_node_lifts_it():
+    """The words the detail pane says (text/cards.py drain_until), in status' lines and on the page."""
+    from tpnode_tui.model.views import Drain
+
+    snap = node_snapshot(8)
+    cards = list(snap.cards)
+    xid = Drain(1, "XID 48: double-bit ECC error", "xid", T - 60, "xid", 48, boot="boot-a")
+    lost = Drain(2, "XID 79: GPU has fallen off the bus", "xid", T - 60, "xid", 79, boot="boot-a", reboot=True)
+    cards[1] = replace(cards[1], state="drained", reason=xid.reason, drain=xid)
+    cards[2] = replace(cards[2], state="drained", reason=lost.reason, drain=lost)
+    snap = replace(snap, cards=tuple(cards), return_after_check=False, boot="boot-a")
+    lines = status_lines(snap, T)
+    at = lines.index(next(line for line in lines if line.startswith("1    drained")))
+    assert lines[at + 1] == (
+        "  drained by XID 48: it stays out of service until an operator undrains it: a check that passes "
+        "does not return it, as TUNEPLANE_RETURN_AFTER_CHECK is off"
+    )
+    assert (
+        "  drained by XID 79: it stays out of service until the node has rebooted and a check has passed since, "
+        "and an operator undrains it; undrain refuses before then unless --force"
+    ) in lines
+    page = {
+        c["index"]: c for c in node_page(NodeShown(replace(snap, return_after_check=True), served="agent"), T)["cards"]
+    }
+    assert {
+        "text": "it stays out of service until a check passes, or an operator undrains it",
+        "kind": "quiet",
+    } in page[1]["notes"]
+    assert any("which returns it; undrain refuses before then" in n.get("text", "") for n in page[2]["notes"])
+
+
 def test_while_the_agent_is_gone_every_card_is_marked_unknown_and_a_banner_says_why():
     snap = node_snapshot(8, jobs=(job("train", (0,)),))
     shown = NodeShown(snap, stale_since=T, stale_error="no agent answers", agent_gone=True, served="agent")

@@ -136,6 +136,24 @@ def test_what_the_node_says_of_cards_held_and_unused_travels_and_an_older_node_s
             snapshot_from_json(doc | {key: {"r": "soon"}})
 
 
+def test_what_lifts_a_drain_here_travels_and_an_older_node_says_not_told(demo_doc):
+    """Whether a passing check returns a card the node drained, and this boot: the
+    words of a drain are true only with both; an older agent said neither."""
+    for returns, boot in ((True, "boot-b"), (False, None), (None, None)):
+        snap = replace(demo_doc, return_after_check=returns, boot=boot)
+        doc = json.loads(json.dumps(snapshot_to_json(snap)))
+        assert (doc["return_after_check"], doc["boot"]) == (returns, boot)
+        assert snapshot_from_json(doc) == snap
+    older = snapshot_to_json(demo_doc)
+    del older["return_after_check"], older["boot"]
+    back = snapshot_from_json(older)
+    assert (back.return_after_check, back.boot) == (None, None)
+    with pytest.raises(WireError, match="snapshot.return_after_check is a string, not true, false or null"):
+        snapshot_from_json(older | {"return_after_check": "yes"})
+    with pytest.raises(WireError, match="snapshot.boot is "):
+        snapshot_from_json(older | {"boot": 7})
+
+
 def test_a_cards_last_check_and_what_its_drain_keeps_travel_and_an_older_node_says_none(demo_doc):
     from tpnode_tui.model.checks import FAILED, NOT_MET, CardCheck, CommandRun, Finding
     from tpnode_tui.model.views import Drain

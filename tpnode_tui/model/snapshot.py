@@ -57,6 +57,12 @@ class NodeSnapshot:
     #: read back and were set aside (and where), or a queue file that cannot be
     #: read at all; None while the queue is whole
     queue_problem: Optional[str] = None
+    #: TUNEPLANE_RETURN_AFTER_CHECK: a check that passes returns a card the node
+    #: drained itself; None: the node did not say (an older agent)
+    return_after_check: Optional[bool] = None
+    #: this boot's id, against which a drain until a reboot is judged; None: not
+    #: read (no card is drained until a reboot) or not readable
+    boot: Optional[str] = None
 
     @property
     def intruder_cards(self) -> tuple[int, ...]:

@@ -88,6 +88,8 @@ def snapshot_to_json(snap: NodeSnapshot) -> dict[str, Any]:
         "xid_problem": snap.xid_problem,
         "node_fence": fence_to_json(snap.node_fence),
         "queue_problem": snap.queue_problem,
+        "return_after_check": snap.return_after_check,
+        "boot": snap.boot,
     }
 
 
@@ -334,6 +336,9 @@ class Reader:
 
     def flag(self, key: str, default: Any = _REQUIRED) -> bool:
         return self._get(key, lambda v: isinstance(v, bool), "true or false", default)  # type: ignore[no-any-return]
+
+    def opt_flag(self, key: str) -> Optional[bool]:
+        return self._get(key, lambda v: v is None or isinstance(v, bool), "true, false or null", None)  # type: ignore[no-any-return]
 
     def items(self, key: str, default: Any = _REQUIRED) -> list[Any]:
         return self._get(key, lambda v: isinstance(v, list), "a list", default)  # type: ignore[no-any-return]
@@ -658,6 +663,8 @@ def snapshot_from_json(doc: Any, where: str = "snapshot") -> NodeSnapshot:
         xid_problem=r.opt_text("xid_problem"),
         node_fence=_node_fence(r),
         queue_problem=r.opt_text("queue_problem"),
+        return_after_check=r.opt_flag("return_after_check"),  # an older agent does not say
+        boot=r.opt_text("boot"),
     )
 
 

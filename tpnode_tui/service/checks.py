@@ -43,6 +43,7 @@ from tpnode_tui.service.changes import Changes
 from tpnode_tui.service.journal import MESSAGE_MOST, Journal, cut
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.state.checks import CheckStore
+from tpnode_tui.text.refusals import check_holder, held_for_check
 from tpnode_tui.text.render import clock_time
 
 if TYPE_CHECKING:
@@ -52,15 +53,6 @@ log = logging.getLogger(__name__)
 
 #: what drains a card that failed its check (Drain.by)
 BY_CHECK = "check"
-
-
-def _held(view: CardView) -> Optional[str]:
-    """Who holds the card, or any slice of it: a check does not disturb them."""
-    jobs = [view.job] if view.job is not None else [s.job for s in view.slices if s.job is not None]
-    if not jobs:
-        return None
-    job = jobs[0]
-    return f"{job.key} of {job.owner}" if job.owner else job.key
 
 
 class Checks:
@@ -161,12 +153,9 @@ class Checks:
             await self.ready()
             await self.count_ecc(snap)
             view = snap.cards[card]
-            holder = _held(view)
+            holder = check_holder(view)
             if holder is not None:
-                raise Conflict(
-                    f"card {card} is held by {holder}: a check would disturb it, and its processes would fail it; "
-                    f"check the card once the job has ended"
-                )
+                raise Conflict(held_for_check(card, holder))
             running = self._running.get(card)
             if running is not None:
                 raise Conflict(

@@ -325,7 +325,9 @@ class NodeService:
     def _as_read(self, raw: NodeSnapshot) -> NodeSnapshot:
         """The allocator's snapshot as readers get it: with the queue, idle
         reservations (and those to be released), idle-held jobs, recent XIDs,
-        whether XIDs are watched and each card's last check. A queue file
+        whether XIDs are watched, each card's last check, and what lifts a
+        drain here (a check, where the node returns cards after one; this boot,
+        read only while a card is drained until a reboot). A queue file
         that cannot be read is said in the snapshot (``queue_problem``), never
         made the whole reading's failure: the cards are still known, and
         everyone's status must still answer."""
@@ -335,7 +337,14 @@ class NodeService:
             queue, problem = self.launches.queued(), self.launches.queue.problem()
         except TpnodeError as e:
             queue, problem = (), str(e)
-        return replace(snap, queue=queue, queue_problem=problem, releases=self.idle_reservations.releases())
+        return replace(
+            snap,
+            queue=queue,
+            queue_problem=problem,
+            releases=self.idle_reservations.releases(),
+            return_after_check=self.checks.return_after,
+            boot=self.boot() if any(c.drain is not None and c.drain.reboot for c in snap.cards) else None,
+        )
 
     def _set_aside(self, record: SetAside) -> None:
         """A queued launch that could not be read back was moved aside: said

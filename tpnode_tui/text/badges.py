@@ -47,7 +47,7 @@ STATE_MEANING = {
     "external": "in use by something the platform did not start",
     "unhealthy": "must not be handed out",
     "unverified": "free as far as the platform knows, but use from outside cannot be probed",
-    "drained": "taken out of service until an operator puts it back",
+    "drained": "taken out of service until it is put back",
     "mig": "split into MIG slices: each is handed out on its own (below)",
     "shared": "its GPU instance's memory is in use through a sibling compute instance",
 }

@@ -9,9 +9,10 @@ and leaves it out where an older node did not say.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from tpnode_tui.model.jobs import JobState
+from tpnode_tui.model.views import CardView
 from tpnode_tui.model.words import cards_words
 
 
@@ -77,6 +78,31 @@ def no_shells(runtime: str) -> str:
 
 def drained_already(card: int, by: str, reason: str) -> str:
     return f"card {card} is drained already, by {by}: {reason}"
+
+
+def check_holder(view: CardView) -> Optional[str]:
+    """Who holds the card, or any slice of it ("train of alice"): a check does not disturb them."""
+    jobs = [view.job] if view.job is not None else [s.job for s in view.slices if s.job is not None]
+    if not jobs:
+        return None
+    job = jobs[0]
+    return f"{job.key} of {job.owner}" if job.owner else job.key
+
+
+def held_for_check(card: int, holder: str) -> str:
+    """Why a card a job holds is not checked (``holder``: "train of alice")."""
+    return (
+        f"card {card} is held by {holder}: a check would disturb it, and its processes would fail it; "
+        "check the card once the job has ended"
+    )
+
+
+#: every reason undrain refuses (service/operators.py), as the help and the question say it
+UNDRAIN_REFUSES = (
+    "The node refuses while the card still reports a problem or its driver does not report it, and, for a "
+    "card drained until the node reboots, before the node has rebooted and a check of the card has passed "
+    "since; it names which"
+)
 
 
 def not_drained(card: int) -> str:

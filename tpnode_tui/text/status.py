@@ -13,6 +13,7 @@ from typing import Mapping, Optional, Sequence
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import INTRUDER, CardView
+from tpnode_tui.text.cards import drain_until, drained_by
 from tpnode_tui.text.header import intruder_summary
 from tpnode_tui.text.printable import printable_view
 from tpnode_tui.text.render import (
@@ -41,7 +42,7 @@ def status_lines(snap: NodeSnapshot, now: float, note: Optional[str] = None, you
     snap = printable_view(snap)  # every field on its one line of the table
     lines = _head_lines(snap, note, you)
     if snap.occupancy.total:
-        lines += ["", *_card_lines(snap.cards)]
+        lines += ["", *_card_lines(snap)]
     if snap.jobs:
         lines += ["", *_job_lines(snap.jobs, now, snap.releases, snap.idle_held)]
     return lines
@@ -97,10 +98,11 @@ def _intruder_lines(card: CardView) -> list[str]:
     return [f"  ! {words}" for words in named]
 
 
-def _card_lines(cards: Sequence[CardView]) -> list[str]:
-    """One line per card, each MIG card's slices under it, and the intruders on it under those."""
+def _card_lines(snap: NodeSnapshot) -> list[str]:
+    """One line per card, each MIG card's slices under it, and under those who
+    drained it and until when, and the intruders on it."""
     lines = [f"{'CARD':<5}{'STATE':<13}{'HELD BY / WHY':<48}{'MEMORY':>22}"]
-    for card in cards:
+    for card in snap.cards:
         mem = "N/A"
         if card.facts:
             mem = f"{format_mib(card.facts.memory_used_mib)} / {format_mib(card.facts.memory_total_mib)}"
@@ -114,6 +116,9 @@ def _card_lines(cards: Sequence[CardView]) -> list[str]:
             if len(said) > 45:
                 said = said[:44] + "…"
             lines.append(f"  {slice_name(card.index, piece.index):<5}{piece.state:<11}{said:<47}{used:>22}")
+        if card.drain is not None:
+            until = drain_until(card.drain, card.check, snap.return_after_check, snap.boot)
+            lines.append(f"  drained by {drained_by(card.drain)}: {until}")
         lines += _intruder_lines(card)
     return lines
 

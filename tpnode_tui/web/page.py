@@ -35,7 +35,15 @@ from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.usage import UsageFigures, UsageReport
 from tpnode_tui.model.views import CardView, SliceView
 from tpnode_tui.text.badges import STALE_BADGE, STATE_MEANING, badge, symbol
-from tpnode_tui.text.cards import STATE_NOTES, UNKNOWN_UNTIL_READ, drained_by, memory_words, readings, who_words
+from tpnode_tui.text.cards import (
+    STATE_NOTES,
+    UNKNOWN_UNTIL_READ,
+    drain_until,
+    drained_by,
+    memory_words,
+    readings,
+    who_words,
+)
 from tpnode_tui.text.header import blind_banner, free_words, intruder_summary, stale_banner
 from tpnode_tui.text.printable import printable
 from tpnode_tui.text.render import clock_time, format_mib, show_command, slice_name
@@ -129,8 +137,9 @@ def _runs(job: Optional[JobState]) -> Optional[str]:
     return show_command(job.command) if job.command else None
 
 
-def _notes(card: CardView, now: float) -> list[Words]:
-    """What needs attention on the card, then its time, then what its state says in a word."""
+def _notes(card: CardView, now: float, snap: NodeSnapshot) -> list[Words]:
+    """What needs attention on the card (a drain: by whom, and until when), then its time,
+    then what its state says in a word."""
     notes: list[Words] = []
     if card.state == "unhealthy":
         notes.append(_line(STATE_NOTES["unhealthy"], "error"))
@@ -138,6 +147,8 @@ def _notes(card: CardView, now: float) -> list[Words]:
         notes.append(_line(f"! {card.warning}", "error" if card.intruders else "warning"))
     if card.drain is not None:
         notes.append(_since(f"drained by {drained_by(card.drain)}, ", card.drain.at, " ago", "drained"))
+        until = drain_until(card.drain, card.check, snap.return_after_check, snap.boot)
+        notes.append(_line(until, "quiet"))
     job = card.job
     if card.state == "reservation" and job is not None and job.expires_at:
         until = f" · until {clock_time(job.expires_at, now)}"
@@ -188,7 +199,7 @@ def _card(card: CardView, snap: NodeSnapshot, stale: bool, now: float) -> Words:
     }
     if stale:  # the banner says why
         return words | {"notes": [_line(UNKNOWN_UNTIL_READ, "quiet")], "unused": None}
-    return words | {"notes": _notes(card, now), "unused": _unused(card, snap)}
+    return words | {"notes": _notes(card, now, snap), "unused": _unused(card, snap)}
 
 
 def _header(snap: NodeSnapshot, stale: bool, served: str) -> Words:

@@ -295,6 +295,8 @@ class MainScreen(Screen[None]):
                 width,
                 releases_at=snap.releases.get(run_id) if card.state == "reservation" else None,
                 held_since=snap.idle_held.get(run_id) if card.state == "job" else None,
+                returns=snap.return_after_check,
+                boot=snap.boot,
             )
         if not same(self._detail_shown, text):
             pane.show(text)
@@ -490,6 +492,9 @@ class MainScreen(Screen[None]):
 
     def action_undrain(self) -> None:
         operators.undrain(self)
+
+    def action_check(self) -> None:
+        operators.check(self)
 
     def action_evict(self) -> None:
         operators.evict(self)

@@ -16,7 +16,7 @@ from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, UNKNOWN, CardView, Drain, HolderInfo, SliceView
 from tpnode_tui.text.badges import STALE_BADGE, STATE_MEANING, badge
-from tpnode_tui.text.cards import readings
+from tpnode_tui.text.cards import drain_until, readings
 from tpnode_tui.text.render import (
     NA,
     describe_holder,
@@ -88,16 +88,23 @@ def job_lines(job: JobState, now: float) -> list[tuple[str, str]]:
     return rows
 
 
-def drain_source(drain: Drain, now: float) -> str:
-    """Who drained the card and when: "by ana, an operator, at 10:00 (2h00m ago)"."""
+def drain_source(
+    drain: Drain,
+    now: float,
+    check: Optional[CardCheck] = None,
+    returns: Optional[bool] = None,
+    boot: Optional[str] = None,
+) -> str:
+    """Who drained the card and when, and until when it stays out of service
+    (text/cards.py drain_until): "by ana, an operator, at 10:00 (2h00m ago); it stays ..."."""
     when = f"at {moment(drain.at, now)} ({format_duration(now - drain.at)} ago)"
-    until = "until the node has rebooted and a check has passed" if drain.reboot else "until a check passes"
+    until = drain_until(drain, check, returns, boot)
     if drain.source == "xid":
         xid = f" on XID {drain.xid}" if drain.xid is not None else ""
-        return f"by the XID watcher{xid}, {when}; it stays out of service {until}, or an operator undrains it"
+        return f"by the XID watcher{xid}, {when}; {until}"
     if drain.source == "check":
-        return f"by the node, {when}, for a failed check; it stays out of service {until}, or an operator undrains it"
-    return f"by {drain.by}, an operator, {when}"
+        return f"by the node, {when}, for a failed check; {until}"
+    return f"by {drain.by}, an operator, {when}; {until}"
 
 
 #: how the pane colours a check, by how it ended
@@ -178,15 +185,15 @@ def _holding_rows(out: Text, card: CardView, now: float) -> None:
         _row(out, "run id", card.run_id, "bold")
 
 
-def _attention_rows(out: Text, card: CardView, now: float) -> None:
-    """What needs attention first: why the card is out of service, or what is wrong on it."""
+def _attention_rows(out: Text, card: CardView, now: float, returns: Optional[bool], boot: Optional[str]) -> None:
+    """What needs attention first: why the card is out of service and until when, or what is wrong on it."""
     if card.state == "unhealthy":
         _row(out, "health", f"not handed out: {card.reason}", f"bold {ERROR}")
     if card.warning:
         _row(out, "warning", card.warning, f"bold {ERROR}" if card.intruders else f"bold {WARNING}")
     if card.drain is not None:
         _row(out, "drained", card.drain.reason, f"bold {DRAINED_TEXT}")
-        _row(out, "", drain_source(card.drain, now))
+        _row(out, "", drain_source(card.drain, now, card.check, returns, boot))
     if card.check is not None:
         for key, value, style in check_rows(card.check, now):
             _row(out, key, value, style)
@@ -330,19 +337,22 @@ def describe_card(
     *,
     releases_at: Optional[float] = None,
     held_since: Optional[float] = None,
+    returns: Optional[bool] = None,
+    boot: Optional[str] = None,
 ) -> Text:
     """Everything known about ``card``: who holds it, what needs attention, whose
     each process is, then its slices and its facts. ``stale``: why it may be out
     of date; ``env``: the lines that point CUDA at the card's job, for its owner
     to copy into a shell, each on one line of the ``width`` the text gets (0: any);
     ``releases_at``: the node releases its reservation then unless used;
-    ``held_since``: its job has been idle-held since then."""
+    ``held_since``: its job has been idle-held since then; ``returns`` and ``boot``:
+    what lifts a drain on this node (the snapshot's return_after_check and boot)."""
     out = Text()
     _headline(out, card, stale)
     _holding_rows(out, card, now)
     # What needs attention first, then whose each process is: this is where
     # "who is on card 5, and why is it out of service?" is answered.
-    _attention_rows(out, card, now)
+    _attention_rows(out, card, now, returns, boot)
     if not stale:
         _unused_rows(out, card, now, releases_at, held_since)
     _process_rows(out, card, mem_busy_mib)

@@ -21,6 +21,7 @@ from typing import Callable, Literal, Optional
 
 from textual.binding import Binding, BindingType
 
+from tpnode_tui.text.refusals import UNDRAIN_REFUSES, check_holder
 from tpnode_tui.tui.wording.refusals import WHY_NOT, Situation, not_operator, operator_words, read_only
 
 #: node: changes jobs or cards (refused read-only); view: what is shown; demo: the
@@ -131,6 +132,11 @@ def _drain(now: Situation) -> bool:
 def _undrain(now: Situation) -> bool:
     card = now.triage_card()
     return card is not None and card.drain is not None
+
+
+def _check(now: Situation) -> bool:
+    card = now.triage_card()
+    return card is not None and check_holder(card) is None
 
 
 def _evict(now: Situation) -> bool:
@@ -307,13 +313,37 @@ ACTIONS: tuple[Action, ...] = (
         "node",
         when=_undrain,
         operator_only=True,
-        palette=("Undrain the selected card", "Put it back in service (operators; refused while it reports a problem)"),
+        palette=(
+            "Undrain the selected card",
+            "Put it back in service (operators; refused while it reports a problem, or awaits a reboot or a check)",
+        ),
         help=(
             "u",
-            "undrain the selected drained card: put it back in service (operators; asks first). The node "
-            "refuses while the card still reports a problem, and names it",
+            f"undrain the selected drained card: put it back in service (operators; asks first). {UNDRAIN_REFUSES}",
         ),
         word="undrain",
+    ),
+    Action(
+        "check",
+        "t",
+        "Check",
+        "check",
+        "Check the selected card before it goes back into service (operators)",
+        "node",
+        when=_check,
+        operator_only=True,
+        palette=(
+            "Check the selected card",
+            "Ask the driver whether it is fit for service, as tpnode-tui check (operators)",
+        ),
+        help=(
+            "t",
+            "check the selected card (operators), as tpnode-tui check: the driver is asked whether it is fit for "
+            "service, and the node's check command runs where one is set; the result and each finding it did not "
+            "pass are shown. A card that fails in service is drained; one the node drained goes back when it "
+            "passes, where the node returns checked cards. A card a job holds is not checked",
+        ),
+        word="check",
     ),
     Action(
         "evict",

@@ -9,9 +9,12 @@ refusal; these only lay out what it answered.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
+from tpnode_tui.model.checks import FAILED, CardCheck
+from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, Drain, Evicted, EvictReport
+from tpnode_tui.text.refusals import UNDRAIN_REFUSES
 from tpnode_tui.text.render import card_summary, cards_words, format_mib
 from tpnode_tui.tui.wording.card import drain_source
 from tpnode_tui.tui.wording.cells import fit
@@ -92,12 +95,29 @@ def drain_context(card: CardView) -> str:
     )
 
 
-def undrain_question(card: int, drain: Drain, now: float) -> str:
+def undrain_question(card: CardView, drain: Drain, now: float, snap: Optional[NodeSnapshot]) -> str:
+    """Whether to put the card back, with who drained it, why, until when, and why the node may refuse."""
+    returns, boot = (snap.return_after_check, snap.boot) if snap is not None else (None, None)
     return (
-        f"Card {card} was drained {drain_source(drain, now)}:\n\n  {drain.reason}\n\n"
-        "Put it back in service? It can be handed out again at once. The node refuses while "
-        "the card still reports a problem, and says which."
+        f"Card {card.index} was drained {drain_source(drain, now, card.check, returns, boot)}.\n\n"
+        f"  {drain.reason}\n\nPut it back in service? It can be handed out again at once. {UNDRAIN_REFUSES}."
     )
+
+
+def check_words(check: CardCheck) -> tuple[str, str]:
+    """A check's notice: its title ("Card 2 passed its check"), then what became of
+    the card and each criterion, one a line, with what the node did."""
+    head = (
+        "passed its check"
+        if check.passed
+        else "failed its check"
+        if check.outcome == FAILED
+        else "could not be checked"
+    )
+    lines = [f"{f.outcome}  {f.name}: {f.words}" for f in check.findings]
+    if check.effect:
+        lines.append(f"The node: {check.effect}.")
+    return f"Card {check.card} {head}", "\n".join(lines)
 
 
 def evicting_words(card: int, processes: Sequence[Evicted], kill: bool, grace_s: float) -> str:

@@ -18,7 +18,9 @@ from tpnode_tui.model.views import CardView
 from tpnode_tui.port.types import You
 from tpnode_tui.text.refusals import (
     ON_THE_NODE,
+    check_holder,
     drained_already,
+    held_for_check,
     no_shells,
     not_a_reservation,
     not_drained,
@@ -200,6 +202,14 @@ def _undrain(now: Situation) -> str:
     return why if card is None else not_drained(card.index)
 
 
+def _check(now: Situation) -> str:
+    card, why = _card_or(now, "check it")
+    if card is None:
+        return why
+    holder = check_holder(card)
+    return held_for_check(card.index, holder) if holder is not None else f"Card {card.index} can be checked now."
+
+
 def _evict(now: Situation) -> str:
     card, why = _card_or(now, "evict from it")
     if card is None:
@@ -230,6 +240,7 @@ WHY_NOT: dict[str, Callable[[Situation], str]] = {
     "cancel_launch": _cancel,
     "drain": _drain,
     "undrain": _undrain,
+    "check": _check,
     "evict": _evict,
     "events_card": _log_card,
     "demo_blind": _demo,
@@ -242,4 +253,5 @@ def operator_words(name: str, now: Situation) -> str:
     """What an operator's action is, for the node's refusal: "drain card 3"."""
     card = now.selected_card()
     on = f"card {card.index}" if card is not None else "a card"
-    return {"drain": f"drain {on}", "undrain": f"undrain {on}", "evict": f"evict processes from {on}"}.get(name, name)
+    words = {"drain": f"drain {on}", "undrain": f"undrain {on}", "check": f"check {on}"}
+    return (words | {"evict": f"evict processes from {on}"}).get(name, name)

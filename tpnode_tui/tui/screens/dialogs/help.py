@@ -69,8 +69,10 @@ STATES_HELP = [
     ),
     (
         "drained",
-        "taken out of service by an operator (d), or by an XID that needs a GPU reset or a "
-        "reboot, until an operator undrains it (u); the detail pane says why, by whom, when. "
+        "taken out of service by an operator (d), by an XID that needs a GPU reset or a "
+        "reboot, or by a failed check; the detail pane says why, by whom, when, and until when: "
+        "an operator undrains it (u), or a check passes where the node returns checked cards, "
+        "and an XID that needs a reboot asks a reboot first. "
         "A job already on a card keeps it; its tile carries the drain as a warning",
     ),
     (

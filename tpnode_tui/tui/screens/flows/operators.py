@@ -1,4 +1,4 @@
-"""Drain, undrain and evict: what an operator does to a card, and to the processes on it.
+"""Drain, undrain, check and evict: what an operator does to a card, and to the processes on it.
 
 Each acts on someone's work or on a card others are waiting for, so each
 asks first, and the question names exactly what will be touched: evict asks
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Sequence
 
+from tpnode_tui.model.checks import CardCheck
 from tpnode_tui.model.errors import Conflict, JobNotFound
 from tpnode_tui.model.views import Drain, Evicted, EvictReport
 from tpnode_tui.text.printable import printable_view
@@ -20,6 +21,7 @@ from tpnode_tui.tui.screens.flows.desk import Desk, failed, not_operator, refuse
 from tpnode_tui.tui.wording.keys import BY_NAME
 from tpnode_tui.tui.wording.operators import (
     NOT_GONE,
+    check_words,
     drain_context,
     evict_question,
     evicting_words,
@@ -67,14 +69,15 @@ def undrain(desk: Desk) -> None:
         desk.notify(BY_NAME["undrain"].why_not(now), severity="warning")
         return
     index = card.index
-    question = undrain_question(index, card.drain, desk.session.clock())
+    question = undrain_question(card, card.drain, desk.session.clock(), now.snapshot)
     desk.start(
         _ask_then_undrain(desk, ConfirmScreen(f"Undrain card {index}?", question, yes="Undrain"), index), "action"
     )
 
 
 async def _ask_then_undrain(desk: Desk, question: ConfirmScreen, card: int) -> None:
-    """Refused while the card still reports a problem: the node names it."""
+    """Refused while the card still reports a problem, or a drain until a reboot
+    has not seen a reboot and a check passed since: the node says which."""
     if not await desk.ask(question):
         return
     try:
@@ -86,6 +89,31 @@ async def _ask_then_undrain(desk: Desk, question: ConfirmScreen, card: int) -> N
         failed(desk, f"Could not undrain card {card}", e)
         return
     desk.notify(f"Card {card} is back in service (it was drained by {lifted.by}: {lifted.reason}).", title="Undrained")
+
+
+def check(desk: Desk) -> None:
+    """The check key: the selected card checked by the node, as tpnode-tui check does, and its result."""
+    if refused(desk, "checking") or not_operator(desk, "check a card"):
+        return
+    now = desk.selection()
+    card = now.triage_card()
+    if card is None or not BY_NAME["check"].offered(now):
+        desk.notify(BY_NAME["check"].why_not(now), severity="warning")
+        return
+    desk.start(_check(desk, card.index), group="action")
+
+
+async def _check(desk: Desk, card: int) -> None:
+    """The node decides (operators only, a card no job holds, one check at a time) and
+    words any refusal; a check may take minutes where the node runs its own test."""
+    desk.notify(f"Checking card {card}: the result comes here and in the detail pane.", title="Check")
+    try:
+        result: CardCheck = printable_view(await desk.session.node.check(card))
+    except Exception as e:
+        failed(desk, f"Card {card} was not checked", e)
+        return
+    title, said = check_words(result)
+    desk.notify(said, title=title, severity="information" if result.passed else "warning", timeout=20)
 
 
 def evict(desk: Desk) -> None:
