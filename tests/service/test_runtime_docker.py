@@ -668,7 +668,7 @@ async def test_an_extended_reservation_changes_container_but_never_lets_go_of_it
     assert extended.name != first.name and extended.name.startswith("tpnx-hold-x-")
     assert extended.expires_at == pytest.approx(first.expires_at + 3600, abs=0.001)
     assert (extended.run_id, extended.gpus, extended.status) == ("hold-x", held.gpus, "running")
-    assert (extended.owner, extended.uid, extended.fence) == ("bob", 1002, first.fence)
+    assert (extended.owner, extended.uid, extended.lease_token) == ("bob", 1002, first.lease_token)
     [now] = await runtime.ps()  # the old container is gone, not merely stopped
     assert now.name == extended.name
     labels = inspect(dockerd, now.name, ".Config.Labels")

@@ -140,16 +140,16 @@ def test_a_bad_run_id_is_refused_before_anything_is_written():
         job_labels(JobSpec("no spaces please", 1), [0])
 
 
-def test_fence_label_round_trips_and_a_bad_one_is_a_problem():
+def test_lease_token_label_round_trips_and_a_bad_one_is_a_problem():
     from tpnode_tui.model.jobs import JobSpec
-    from tpnode_tui.runtimes.labels import FENCE, job_labels, parse_labels
+    from tpnode_tui.runtimes.labels import LEASE_TOKEN, job_labels, parse_labels
 
-    labels = job_labels(JobSpec("r1", 1, ("x",), fence=1732950000123456), [0])
-    assert labels[FENCE] == "1732950000123456"
-    assert parse_labels(labels, "tpn-r1").fence == 1732950000123456
-    bad = parse_labels({**labels, FENCE: "soon"}, "tpn-r1")
-    assert bad.fence is None and any("not a fencing number" in p for p in bad.problems)
-    assert parse_labels({"tuneplane.gpus": "0"}, "hand").fence is None
+    labels = job_labels(JobSpec("r1", 1, ("x",), lease_token=1732950000123456), [0])
+    assert labels[LEASE_TOKEN] == "1732950000123456"
+    assert parse_labels(labels, "tpn-r1").lease_token == 1732950000123456
+    bad = parse_labels({**labels, LEASE_TOKEN: "soon"}, "tpn-r1")
+    assert bad.lease_token is None and any("not a lease token" in p for p in bad.problems)
+    assert parse_labels({"tuneplane.gpus": "0"}, "hand").lease_token is None
 
 
 def test_the_owners_uid_round_trips_and_a_label_that_is_not_one_is_a_problem():

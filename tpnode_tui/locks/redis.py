@@ -21,7 +21,7 @@ from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from tpnode_tui.locks.base import REDIS_KEY, LockHold, Release, Report, fence_floor, past
+from tpnode_tui.locks.base import REDIS_KEY, LockHold, Release, Report, lease_token_floor, past
 from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
 
 log = logging.getLogger("tpnode_tui.locks")  # one logger for the allocation lock, whichever backend
@@ -34,20 +34,20 @@ _OUTAGE = (RedisConnectionError, RedisTimeoutError, OSError)
 # ── Redis lease ──────────────────────────────────────────────────────────────
 
 #: Take the lease when it is free (or already ours: a retry after a lost reply),
-#: and draw the fence in the same step, so no holder ever runs without one.
-#: Returns the fence, or the current holder's token when someone else holds it.
+#: and draw the lease token in the same step, so no holder ever runs without one.
+#: Returns the lease token, or the current holder's token when someone else holds it.
 _ACQUIRE = """
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then
   return holder
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local fence = redis.call('INCR', KEYS[2])
-if fence == 1 then
-  fence = tonumber(ARGV[3])
+local lease_token = redis.call('INCR', KEYS[2])
+if lease_token == 1 then
+  lease_token = tonumber(ARGV[3])
   redis.call('SET', KEYS[2], ARGV[3])
 end
-return fence
+return lease_token
 """
 
 #: Extend the lease only if it is still ours.
@@ -103,7 +103,7 @@ class RedisLease:
         # given as ?password= (unix:// URLs take it that way).
         self._safe = self._scrub(safe_url)
         self._key = REDIS_KEY
-        self._fence_key = f"{REDIS_KEY}:fence"
+        self._token_key = f"{REDIS_KEY}:fence"
         self._lease_ms = lease_ms
         self._lease_s = lease_ms / 1000
         self._retry_s = retry_s
@@ -171,8 +171,8 @@ class RedisLease:
             started = time.monotonic()
             try:
                 answer = await self._acquire(
-                    keys=[self._key, self._fence_key],
-                    args=[token, self._lease_ms, fence_floor()],
+                    keys=[self._key, self._token_key],
+                    args=[token, self._lease_ms, lease_token_floor()],
                 )
             except asyncio.CancelledError:
                 # The lease may have been granted with the reply lost on the way.
@@ -203,7 +203,7 @@ class RedisLease:
                     raise LockWaitTimeout(why)
             await asyncio.sleep(self._retry_s)
 
-        hold = LockHold(fence=answer)
+        hold = LockHold(lease_token=answer)
         renewer = asyncio.create_task(self._keep(token, hold, started + self._lease_s))
 
         async def release() -> None:
