@@ -121,6 +121,8 @@ async def test_run_records_cards_and_sets_visible_devices_in_the_job(runtime, st
     assert seen.command == ("sh", "-c", "env; echo READY; sleep 30")
     assert seen.pid == started.pid and seen.exit_code is None and seen.kind == "job"
     assert seen.lease_token == 17
+    written = json.loads((state_dir / "jobs.json").read_text())["jobs"]["train-1"]
+    assert written["lease_token"] == 17 and "fence" not in written  # the name before, read but never written
     assert (await runtime.start("train-1")).status == "running"
     assert runtime.describe() == f"processes recorded in {state_dir / 'jobs.json'}"
 
