@@ -33,7 +33,10 @@ OWNER = "tuneplane.owner"
 EXPIRES = "tuneplane.expires"
 #: the allocation lock's lease token when the cards were picked: of two jobs
 #: found on one card (only possible if a lock was lost) the later one backs off
-LEASE_TOKEN = "tuneplane.fence"
+LEASE_TOKEN = "tuneplane.lease_token"
+#: the lease token's label on a container an earlier version made: read where
+#: the new one is missing, never written
+OLD_LEASE_TOKEN = "tuneplane.fence"
 #: the owner's uid, so that rules compare accounts, not names a label could repeat
 UID = "tuneplane.uid"
 #: uids are 32-bit: (uid_t)-1 and above name no account
@@ -210,7 +213,8 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
     unknown_end: tuple[str, ...] = ()
     if kind == "reservation" and expires_at is None and not expires_problems:
         unknown_end = (f"a reservation without {EXPIRES}: when it ends is not known",)
-    lease_token, token_problems = _parse_lease_token(labels.get(LEASE_TOKEN))
+    token_label = LEASE_TOKEN if LEASE_TOKEN in labels else OLD_LEASE_TOKEN
+    lease_token, token_problems = _parse_lease_token(token_label, labels.get(token_label))
     uid, uid_problems = _parse_uid(labels.get(UID))
     problems = held_problems + kind_problems + expires_problems + run_id_problems + unknown_end
     return LabelFacts(
@@ -243,11 +247,11 @@ def _parse_run_id(text: Optional[str], default_run_id: str) -> tuple[str, tuple[
     return run_id, ()
 
 
-def _parse_lease_token(text: Optional[str]) -> tuple[Optional[int], tuple[str, ...]]:
+def _parse_lease_token(label: str, text: Optional[str]) -> tuple[Optional[int], tuple[str, ...]]:
     token_text = (text or "").strip()
     token = int(token_text) if token_text.isascii() and token_text.isdigit() and len(token_text) <= 20 else None
     if token_text and token is None:
-        return None, (f"{LEASE_TOKEN}: {_show(token_text)} is not a lease token",)
+        return None, (f"{label}: {_show(token_text)} is not a lease token",)
     return token, ()
 
 
