@@ -266,7 +266,7 @@ async def test_a_killed_redis_holder_frees_the_lock_when_its_lease_runs_out(stat
     client = redis_sync.Redis.from_url(redis_url)
     try:
         held_token = int((await _line(holder)).split()[1])
-        token = client.get(REDIS_KEY)
+        holder_id = client.get(REDIS_KEY)
         lock = _lock(state_dir, redis_url, lease_ms)
         taker = asyncio.create_task(_take(lock))
         await until_async(lambda: lock.waiting is not None, "the lease refused while held", 5)
@@ -274,12 +274,12 @@ async def test_a_killed_redis_holder_frees_the_lock_when_its_lease_runs_out(stat
         # Longer than a lease: the holder's renewals keep it.
         await asyncio.sleep(2 * lease_ms / 1000)
         assert not taker.done()
-        assert client.get(REDIS_KEY) == token
+        assert client.get(REDIS_KEY) == holder_id
 
         holder.send_signal(signal.SIGKILL)
         await holder.wait()
         # Nobody released it: the dead holder's lease is still there, running out.
-        assert client.get(REDIS_KEY) == token
+        assert client.get(REDIS_KEY) == holder_id
         assert client.pttl(REDIS_KEY) > 0
         assert await asyncio.wait_for(taker, 10) > held_token
         assert client.get(REDIS_KEY) is None  # taken and given back by the new holder
