@@ -6,7 +6,7 @@ way is reproduced beside our allocator: under its lock, read the occupancy,
 pick the cards, create and start (``runtime.run``), so both sides share the
 runtime, the probe (NVML over the fake, which costs nothing) and the lock,
 and differ only in what runs inside it. The time is measured around the whole ``hold()``: from
-asking for the lock (uncontended) to having given it back, fence-number write
+asking for the lock (uncontended) to having given it back, lease token write
 included.
 
 Launches per second: 8 ``tpnode-tui launch`` processes started at once on the

@@ -79,7 +79,7 @@ class MemoryRuntime:
             owner=spec.owner,
             command=spec.command,
             expires_at=spec.expires_at,
-            fence=spec.fence,
+            lease_token=spec.lease_token,
             uid=spec.uid,
         )
         self.jobs[job.name] = job

@@ -4,13 +4,13 @@ Settings come from the TUNEPLANE_* environment, as for the real product.
 
     lock_worker.py count COUNTER_FILE TIMES   print "ready", wait for a line on
         stdin, then TIMES times: inside the lock read the counter, pause, write
-        counter+1 and print "<fence> <counter read>"
+        counter+1 and print "<lease token> <counter read>"
     lock_worker.py nolock COUNTER_FILE TIMES  the same without the lock (the
         control that shows the count test can see lost updates)
-    lock_worker.py hold                       take the lock, print "held <fence>",
+    lock_worker.py hold                       take the lock, print "held <lease token>",
         and keep it until killed
     lock_worker.py hold-fork                  the same, after forking a child that
-        outlives it; prints "held <fence> <child pid>"
+        outlives it; prints "held <lease token> <child pid>"
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ async def count(counter: Path, times: int, locked: bool) -> None:
                 seen = int(counter.read_text() or 0)
                 await asyncio.sleep(PAUSE_S)
                 counter.write_text(str(seen + 1))
-                print(f"{hold.fence if hold else 0} {seen}", flush=True)
+                print(f"{hold.lease_token if hold else 0} {seen}", flush=True)
     finally:
         await lock.close()
 
@@ -59,7 +59,7 @@ async def hold_forever(fork: bool) -> None:
                 time.sleep(60)
                 os._exit(0)
             child = f" {pid}"
-        print(f"held {hold.fence}{child}", flush=True)
+        print(f"held {hold.lease_token}{child}", flush=True)
         await asyncio.sleep(3600)
 
 

@@ -25,7 +25,7 @@ from helpers.services import redis_or_unavailable
 from helpers.waiting import until_async
 from tpnode_tui.config.settings import load_settings
 from tpnode_tui.locks import (
-    FENCE_FILE,
+    LEASE_TOKEN_FILE,
     LOCK_FILE,
     REDIS_KEY,
     AllocationLock,
@@ -74,11 +74,11 @@ async def _line(proc: asyncio.subprocess.Process, timeout: float = 15) -> str:
 
 async def _take(lock: AllocationLock) -> int:
     async with lock.hold() as hold:
-        return hold.fence
+        return hold.lease_token
 
 
 async def _run_counters(env: dict[str, str], counter: Path, mode: str) -> list[tuple[int, int]]:
-    """Start the workers together and return every (fence, counter read) they printed."""
+    """Start the workers together and return every (lease token, counter read) they printed."""
     counter.write_text("0")
     procs = [await _spawn(env, mode, str(counter), str(TIMES), stdin=asyncio.subprocess.PIPE) for _ in range(WORKERS)]
     try:
@@ -91,8 +91,8 @@ async def _run_counters(env: dict[str, str], counter: Path, mode: str) -> list[t
         seen = []
         for p in procs:
             for _ in range(TIMES):
-                fence, read = (await _line(p)).split()
-                seen.append((int(fence), int(read)))
+                token, read = (await _line(p)).split()
+                seen.append((int(token), int(read)))
             assert await asyncio.wait_for(p.wait(), 15) == 0
         return seen
     finally:
@@ -119,9 +119,9 @@ async def test_tasks_of_one_process_take_turns(state_dir):
 
     async def allocate(i: int) -> None:
         async with lock.hold() as hold:
-            events.append(("in", i, hold.fence))
+            events.append(("in", i, hold.lease_token))
             await asyncio.sleep(0.01)
-            events.append(("out", i, hold.fence))
+            events.append(("out", i, hold.lease_token))
 
     tasks = [asyncio.create_task(allocate(i)) for i in range(5)]
     await until_async(lambda: lock.waiting is not None, "a second task waiting", 5)
@@ -131,8 +131,8 @@ async def test_tasks_of_one_process_take_turns(state_dir):
     assert lock.waiting is None
     assert [e[0] for e in events] == ["in", "out"] * 5
     assert all(events[k][1:] == events[k + 1][1:] for k in range(0, 10, 2))
-    fences = [e[2] for e in events[::2]]
-    assert fences == sorted(set(fences))
+    tokens = [e[2] for e in events[::2]]
+    assert tokens == sorted(set(tokens))
 
 
 async def test_each_account_takes_its_turn_so_many_requests_of_one_never_queue_ahead_of_another(state_dir):
@@ -213,10 +213,10 @@ async def test_processes_never_share_the_critical_section(lock_env, tmp_path):
     seen = await _run_counters(lock_env, tmp_path / "counter", "count")
 
     assert int((tmp_path / "counter").read_text()) == WORKERS * TIMES
-    # Ordered by fence, the reads are 0, 1, 2, ...: the fences follow the order
+    # Ordered by lease token, the reads are 0, 1, 2, ...: the tokens follow the order
     # in which the processes really held the lock, and never repeat.
     assert [read for _, read in sorted(seen)] == list(range(WORKERS * TIMES))
-    assert len({fence for fence, _ in seen}) == WORKERS * TIMES
+    assert len({token for token, _ in seen}) == WORKERS * TIMES
 
 
 async def test_without_the_lock_the_counter_loses_updates(state_dir, tmp_path):
@@ -228,7 +228,7 @@ async def test_without_the_lock_the_counter_loses_updates(state_dir, tmp_path):
 async def test_a_killed_flock_holder_frees_the_lock_at_once(state_dir):
     holder = await _spawn(_env(state_dir), "hold")
     try:
-        held_fence = int((await _line(holder)).split()[1])
+        held_token = int((await _line(holder)).split()[1])
         lock = _lock(state_dir)
         taker = asyncio.create_task(_take(lock))
         await until_async(lambda: lock.waiting is not None, "the lock refused while held", 5)
@@ -236,7 +236,7 @@ async def test_a_killed_flock_holder_frees_the_lock_at_once(state_dir):
         assert not taker.done()
 
         holder.send_signal(signal.SIGKILL)
-        assert await asyncio.wait_for(taker, 5) > held_fence
+        assert await asyncio.wait_for(taker, 5) > held_token
     finally:
         if holder.returncode is None:
             holder.kill()
@@ -247,9 +247,9 @@ async def test_a_child_forked_by_the_holder_does_not_keep_the_lock(state_dir):
     holder = await _spawn(_env(state_dir), "hold-fork")
     child = None
     try:
-        _, held_fence, child = (await _line(holder)).split()
+        _, held_token, child = (await _line(holder)).split()
         holder.send_signal(signal.SIGKILL)
-        assert await asyncio.wait_for(_take(_lock(state_dir)), 5) > int(held_fence)
+        assert await asyncio.wait_for(_take(_lock(state_dir)), 5) > int(held_token)
         os.kill(int(child), 0)  # the child is still alive: it let go of its copy
     finally:
         if holder.returncode is None:
@@ -265,8 +265,8 @@ async def test_a_killed_redis_holder_frees_the_lock_when_its_lease_runs_out(stat
     holder = await _spawn(_env(state_dir, redis_url, lease_ms), "hold")
     client = redis_sync.Redis.from_url(redis_url)
     try:
-        held_fence = int((await _line(holder)).split()[1])
-        token = client.get(REDIS_KEY)
+        held_token = int((await _line(holder)).split()[1])
+        holder_id = client.get(REDIS_KEY)
         lock = _lock(state_dir, redis_url, lease_ms)
         taker = asyncio.create_task(_take(lock))
         await until_async(lambda: lock.waiting is not None, "the lease refused while held", 5)
@@ -274,14 +274,14 @@ async def test_a_killed_redis_holder_frees_the_lock_when_its_lease_runs_out(stat
         # Longer than a lease: the holder's renewals keep it.
         await asyncio.sleep(2 * lease_ms / 1000)
         assert not taker.done()
-        assert client.get(REDIS_KEY) == token
+        assert client.get(REDIS_KEY) == holder_id
 
         holder.send_signal(signal.SIGKILL)
         await holder.wait()
         # Nobody released it: the dead holder's lease is still there, running out.
-        assert client.get(REDIS_KEY) == token
+        assert client.get(REDIS_KEY) == holder_id
         assert client.pttl(REDIS_KEY) > 0
-        assert await asyncio.wait_for(taker, 10) > held_fence
+        assert await asyncio.wait_for(taker, 10) > held_token
         assert client.get(REDIS_KEY) is None  # taken and given back by the new holder
         await lock.close()
     finally:
@@ -350,7 +350,7 @@ async def test_a_lease_that_cannot_be_renewed_in_time_counts_as_lost(state_dir, 
 
 
 @pytest.mark.redis
-async def test_fences_keep_rising_when_redis_forgets_its_counter(state_dir, redis_url):
+async def test_lease_tokens_keep_rising_when_redis_forgets_its_counter(state_dir, redis_url):
     lock = _lock(state_dir, redis_url)
     client = redis_sync.Redis.from_url(redis_url)
     try:
@@ -403,14 +403,14 @@ def test_the_description_never_shows_a_redis_password(state_dir):
 # ── files, settings, safety ──────────────────────────────────────────────────
 
 
-async def test_lock_and_fence_files_are_private_and_fences_rise(tmp_path):
+async def test_lock_and_lease_token_files_are_private_and_lease_tokens_rise(tmp_path):
     state_dir = tmp_path / "new" / "state"  # created on first use
     lock = _lock(state_dir)
     first = await _take(lock)
     second = await _take(lock)
     assert stat.S_IMODE((state_dir / LOCK_FILE).stat().st_mode) == 0o600
-    assert stat.S_IMODE((state_dir / FENCE_FILE).stat().st_mode) == 0o600
-    (state_dir / FENCE_FILE).unlink()
+    assert stat.S_IMODE((state_dir / LEASE_TOKEN_FILE).stat().st_mode) == 0o600
+    (state_dir / LEASE_TOKEN_FILE).unlink()
     third = await _take(lock)
     assert first < second < third
     assert lock.description == f"flock {state_dir / LOCK_FILE}" and lock.kind == "flock"
@@ -425,12 +425,12 @@ async def test_an_unusable_state_dir_is_a_clear_error(tmp_path):
     assert "TUNEPLANE_STATE_DIR" in str(refused.value)
 
 
-async def test_a_damaged_fence_file_is_a_clear_error_and_frees_the_lock(state_dir):
-    (state_dir / FENCE_FILE).write_text("garbage")
+async def test_a_damaged_lease_token_file_is_a_clear_error_and_frees_the_lock(state_dir):
+    (state_dir / LEASE_TOKEN_FILE).write_text("garbage")
     lock = _lock(state_dir)
     with pytest.raises(ConfigError, match="delete it"):
         await _take(lock)
-    (state_dir / FENCE_FILE).unlink()
+    (state_dir / LEASE_TOKEN_FILE).unlink()
     assert await asyncio.wait_for(_take(_lock(state_dir)), 5) > 0
 
 

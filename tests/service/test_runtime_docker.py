@@ -25,7 +25,7 @@ from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs
 from tpnode_tui.port.types import LaunchRequest
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.dockerfence import ENDED, NO_CARD
-from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, OWNER, RUN_ID, UID
+from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, LEASE_TOKEN, OLD_LEASE_TOKEN, OWNER, RUN_ID, UID
 
 
 @pytest.fixture
@@ -336,6 +336,25 @@ async def test_hand_labelled_containers_count_and_a_new_instance_sees_the_same(d
         assert await by_name(restarted) == jobs
     finally:
         await restarted.close()
+
+
+@pytest.mark.docker
+async def test_a_container_an_earlier_version_labelled_with_fence_keeps_its_lease_token(dockerd, runtime):
+    """Before the lease token was called so its label was tuneplane.fence: such a
+    container is read with its number, and the container that takes over when it
+    is extended carries the new label only."""
+    expires = int(time.time()) + 60
+    labels = {GPUS: "2", RUN_ID: "old-hold", KIND: "reservation", OWNER: "ann", UID: "1001", EXPIRES: str(expires)}
+    flags = [f"--label={k}={v}" for k, v in {**labels, OLD_LEASE_TOKEN: "1732950000123456"}.items()]
+    dockerd.cli("run", "-d", "--name", "tpn-old-hold", *flags, dockerd.image, "sleep", "60")
+
+    old = (await by_name(runtime))["tpn-old-hold"]
+    assert (old.lease_token, old.problems, old.gpus) == (1732950000123456, (), (2,))
+
+    extended = await runtime.extend("tpn-old-hold", expires + 60)
+    assert extended.lease_token == 1732950000123456
+    written = inspect(dockerd, extended.name, ".Config.Labels")
+    assert written[LEASE_TOKEN] == "1732950000123456" and OLD_LEASE_TOKEN not in written
 
 
 @pytest.mark.docker
@@ -668,11 +687,12 @@ async def test_an_extended_reservation_changes_container_but_never_lets_go_of_it
     assert extended.name != first.name and extended.name.startswith("tpnx-hold-x-")
     assert extended.expires_at == pytest.approx(first.expires_at + 3600, abs=0.001)
     assert (extended.run_id, extended.gpus, extended.status) == ("hold-x", held.gpus, "running")
-    assert (extended.owner, extended.uid, extended.fence) == ("bob", 1002, first.fence)
+    assert (extended.owner, extended.uid, extended.lease_token) == ("bob", 1002, first.lease_token)
     [now] = await runtime.ps()  # the old container is gone, not merely stopped
     assert now.name == extended.name
     labels = inspect(dockerd, now.name, ".Config.Labels")
     assert float(labels[EXPIRES]) == pytest.approx(extended.expires_at, abs=0.001)
+    assert labels[LEASE_TOKEN] == str(first.lease_token) and OLD_LEASE_TOKEN not in labels
 
     await allocator.extend("hold-x", 60)  # and again: each successor has a name of its own
     [again] = await runtime.ps()

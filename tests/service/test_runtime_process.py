@@ -107,9 +107,9 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 
 async def test_run_records_cards_and_sets_visible_devices_in_the_job(runtime, state_dir):
-    spec = job("train-1", "sh", "-c", "env; echo READY; sleep 30", fence=17)
+    spec = job("train-1", "sh", "-c", "env; echo READY; sleep 30", lease_token=17)
     started = await runtime.run(spec, [1, 2])
-    assert started.status == "running" and started.gpus == (1, 2) and started.fence == 17
+    assert started.status == "running" and started.gpus == (1, 2) and started.lease_token == 17
     log = state_dir / "logs" / "train-1.log"
     env = await wait_for_log(log, "READY")
     assert "CUDA_VISIBLE_DEVICES=1,2\n" in env
@@ -120,7 +120,9 @@ async def test_run_records_cards_and_sets_visible_devices_in_the_job(runtime, st
     assert (seen.name, seen.run_id, seen.status, seen.gpus) == ("train-1", "train-1", "running", (1, 2))
     assert seen.command == ("sh", "-c", "env; echo READY; sleep 30")
     assert seen.pid == started.pid and seen.exit_code is None and seen.kind == "job"
-    assert seen.fence == 17
+    assert seen.lease_token == 17
+    written = json.loads((state_dir / "jobs.json").read_text())["jobs"]["train-1"]
+    assert written["lease_token"] == 17 and "fence" not in written  # the name before, read but never written
     assert (await runtime.start("train-1")).status == "running"
     assert runtime.describe() == f"processes recorded in {state_dir / 'jobs.json'}"
 

@@ -488,7 +488,7 @@ async def test_two_launches_racing_for_the_last_free_slice_never_both_get_it(mig
 
 async def test_with_the_lock_lost_a_slice_is_still_never_handed_out_twice(mig_node, tmp_path):
     """Two allocators whose locks do not see each other (as after a lost lease)
-    both pick the last free 1g.18gb slice; the later fence withdraws before its
+    both pick the last free 1g.18gb slice; the later lease token withdraws before its
     command runs."""
     node = mig_node()
     await node.launch("first")

@@ -43,7 +43,7 @@ def test_launch_stop_reclaim_through_labels(cli, dockerd):
     assert (logs.returncode, logs.stdout) == (1, "") and "docker logs tpn-train-1" in logs.stderr
     labels = json.loads(dockerd.cli("inspect", "tpn-train-1").stdout)[0]["Config"]["Labels"]
     assert labels["tuneplane.gpus"] == "0,1" and labels["tuneplane.run_id"] == "train-1"
-    assert labels["tuneplane.fence"].isdigit()
+    assert labels["tuneplane.lease_token"].isdigit() and "tuneplane.fence" not in labels
 
     data = cli.status()
     assert data["by_job"] == {"0": "train-1", "1": "train-1"}

@@ -114,7 +114,7 @@ def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_
         assert f"held by pid {holder.pid}" in line and "Redis lease" in line
         time.sleep(1.5)  # longer than a lease: the live holder's renewals keep it
         assert launch.poll() is None, "the launch went ahead while the lease was held"
-        token = client.get(REDIS_KEY)
+        holder_id = client.get(REDIS_KEY)
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(BOUND_S)
         [done] = finish([launch], timeout=BOUND_S)
@@ -122,7 +122,7 @@ def test_a_killed_redis_lease_holder_lets_the_cli_launch_through_when_the_lease_
         client.close()
         _kill(holder)
         _kill(launch)
-    assert token is not None  # nobody released it: it had to run out
+    assert holder_id is not None  # nobody released it: it had to run out
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["gpus"] == [0]
 

@@ -35,7 +35,7 @@ from helpers.load import (
     status,
 )
 from helpers.services import free_port, redis_or_unavailable, write_scene
-from tpnode_tui.locks import FENCE_FILE, LOCK_FILE
+from tpnode_tui.locks import LEASE_TOKEN_FILE, LOCK_FILE
 from tpnode_tui.runtimes.statefile import LOCK_FILE as STATE_LOCK_FILE
 from tpnode_tui.runtimes.statefile import STATE_FILE
 
@@ -270,7 +270,7 @@ def test_the_state_and_lock_files_are_private(scene_node):
         return stat.S_IMODE(path.stat().st_mode)
 
     assert mode(state_dir) == 0o700 and mode(state_dir / "logs") == 0o700
-    for name in (STATE_FILE, STATE_LOCK_FILE, LOCK_FILE, FENCE_FILE, "logs/j.log"):
+    for name in (STATE_FILE, STATE_LOCK_FILE, LOCK_FILE, LEASE_TOKEN_FILE, "logs/j.log"):
         assert mode(state_dir / name) == 0o600, name
 
 

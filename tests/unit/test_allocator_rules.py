@@ -400,7 +400,7 @@ async def test_launch_creates_under_the_lock_and_starts_after_releasing_it(make_
 
 async def test_a_lost_lock_never_starts_two_jobs_on_one_card(make_allocator, tmp_path):
     """Two allocators whose locks do not see each other (as after a lost lease)
-    pick the same cards; the later fence backs off before starting."""
+    pick the same cards; the later lease token backs off before starting."""
     runtime = MemoryRuntime(create_delay=0.1)
     # separate flocks: no mutual exclusion
     allocs = [make_allocator(runtime, state_dir=tmp_path / name) for name in ("a", "b")]
@@ -425,7 +425,7 @@ async def test_an_earlier_job_that_missed_our_record_keeps_its_cards(make_alloca
     class LaterStarted(MemoryRuntime):
         async def create(self, spec, gpus):
             job_ = await super().create(spec, gpus)
-            self.add(replace(job("later", gpus), fence=spec.fence + 1))
+            self.add(replace(job("later", gpus), lease_token=spec.lease_token + 1))
             return job_
 
     alloc.runtime = LaterStarted()
@@ -438,7 +438,7 @@ async def test_a_job_placed_by_hand_on_our_cards_meanwhile_makes_us_back_off(mak
     class Intruded(MemoryRuntime):
         async def create(self, spec, gpus):
             job_ = await super().create(spec, gpus)
-            self.add(job("by-hand", gpus))  # a container labelled by hand, no fence
+            self.add(job("by-hand", gpus))  # a container labelled by hand, no lease token
             return job_
 
     runtime = Intruded()

@@ -140,16 +140,30 @@ def test_a_bad_run_id_is_refused_before_anything_is_written():
         job_labels(JobSpec("no spaces please", 1), [0])
 
 
-def test_fence_label_round_trips_and_a_bad_one_is_a_problem():
+def test_lease_token_label_round_trips_and_a_bad_one_is_a_problem():
     from tpnode_tui.model.jobs import JobSpec
-    from tpnode_tui.runtimes.labels import FENCE, job_labels, parse_labels
+    from tpnode_tui.runtimes.labels import LEASE_TOKEN, job_labels, parse_labels
 
-    labels = job_labels(JobSpec("r1", 1, ("x",), fence=1732950000123456), [0])
-    assert labels[FENCE] == "1732950000123456"
-    assert parse_labels(labels, "tpn-r1").fence == 1732950000123456
-    bad = parse_labels({**labels, FENCE: "soon"}, "tpn-r1")
-    assert bad.fence is None and any("not a fencing number" in p for p in bad.problems)
-    assert parse_labels({"tuneplane.gpus": "0"}, "hand").fence is None
+    labels = job_labels(JobSpec("r1", 1, ("x",), lease_token=1732950000123456), [0])
+    assert labels[LEASE_TOKEN] == "1732950000123456"
+    assert parse_labels(labels, "tpn-r1").lease_token == 1732950000123456
+    bad = parse_labels({**labels, LEASE_TOKEN: "soon"}, "tpn-r1")
+    assert bad.lease_token is None and any("not a lease token" in p for p in bad.problems)
+    assert parse_labels({"tuneplane.gpus": "0"}, "hand").lease_token is None
+
+
+def test_the_lease_tokens_label_of_an_earlier_version_is_read_and_never_written():
+    """Containers made before the lease token was called so carry it as tuneplane.fence."""
+    from tpnode_tui.runtimes.labels import LEASE_TOKEN, OLD_LEASE_TOKEN
+
+    assert (LEASE_TOKEN, OLD_LEASE_TOKEN) == ("tuneplane.lease_token", "tuneplane.fence")
+    earlier = {"tuneplane.gpus": "0", "tuneplane.run_id": "r1", OLD_LEASE_TOKEN: "41"}
+    assert parse_labels(earlier, "tpn-r1").lease_token == 41
+    assert parse_labels({**earlier, LEASE_TOKEN: "42"}, "tpn-r1").lease_token == 42  # the new name first
+    bad = parse_labels({**earlier, OLD_LEASE_TOKEN: "soon"}, "tpn-r1")
+    assert bad.lease_token is None and bad.problems == ("tuneplane.fence: 'soon' is not a lease token",)
+    written = job_labels(JobSpec("r1", 1, ("x",), lease_token=41), [0])
+    assert written[LEASE_TOKEN] == "41" and OLD_LEASE_TOKEN not in written
 
 
 def test_the_owners_uid_round_trips_and_a_label_that_is_not_one_is_a_problem():

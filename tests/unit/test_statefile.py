@@ -79,7 +79,7 @@ def test_records_round_trip_exactly(state_dir):
         expires_at=1_700_000_600.25,
         exit_code=137,
         gpus=(),
-        fence=41,
+        lease_token=41,
         cgroup="/sys/fs/cgroup/system.slice/tpnode.service/tpnode-tui.b.0a1b2c3d",
         note="killed by SIGKILL after 10 s (it did not end on SIGTERM)",
     )
@@ -87,6 +87,21 @@ def test_records_round_trip_exactly(state_dir):
         jobs["a"] = record("a")
         jobs["b"] = hostile
     assert StateFile(state_dir).read() == {"a": record("a"), "b": hostile}
+
+
+def test_a_record_an_earlier_version_wrote_with_fence_is_read_and_rewritten_with_lease_token(state_dir):
+    """The lease token was written as "fence" before it was called so: such a
+    record still holds its number, and is written back under the new name only."""
+    earlier = _without(record("a").to_json(), "lease_token")
+    state = StateFile(state_dir)
+    state.path.write_text(json.dumps({"version": 1, "jobs": {"a": dict(earlier, fence=41)}}))
+    assert state.read() == {"a": record("a", lease_token=41)}
+    with state.transaction() as jobs:
+        jobs["b"] = record("b", lease_token=42)
+    written = json.loads(state.path.read_text())["jobs"]
+    assert (written["a"]["lease_token"], written["b"]["lease_token"]) == (41, 42)
+    assert not any("fence" in job for job in written.values())
+    assert StateFile(state_dir).read() == {"a": record("a", lease_token=41), "b": record("b", lease_token=42)}
 
 
 def test_an_error_inside_a_transaction_writes_nothing(state_dir):
@@ -119,6 +134,10 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(state_dir, mo
     assert sorted(p.name for p in state_dir.iterdir()) == ["jobs.json", "jobs.json.lock"]
 
 
+def _without(data: dict, key: str) -> dict:
+    return {k: v for k, v in data.items() if k != key}
+
+
 def _valid_document() -> bytes:
     return json.dumps({"version": 1, "jobs": {"a": record("a").to_json()}}).encode()
 
@@ -135,7 +154,13 @@ BAD_FILES = {
     "missing pid": json.dumps(
         {"version": 1, "jobs": {"a": {k: v for k, v in record("a").to_json().items() if k != "pid"}}}
     ).encode(),
-    "bad fence": json.dumps({"version": 1, "jobs": {"a": dict(record("a").to_json(), fence=-1)}}).encode(),
+    "bad lease token": json.dumps({"version": 1, "jobs": {"a": dict(record("a").to_json(), lease_token=-1)}}).encode(),
+    "bad lease token under its old name": json.dumps(
+        {"version": 1, "jobs": {"a": {**_without(record("a").to_json(), "lease_token"), "fence": -1}}}
+    ).encode(),
+    "lease token under both names": json.dumps(
+        {"version": 1, "jobs": {"a": dict(record("a").to_json(), lease_token=3, fence=3)}}
+    ).encode(),
     # stopping a job kills everything in its cgroup: only one this runtime made is taken
     "foreign cgroup": json.dumps(
         {"version": 1, "jobs": {"a": dict(record("a").to_json(), cgroup="/sys/fs/cgroup/system.slice")}}

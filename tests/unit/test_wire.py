@@ -113,6 +113,18 @@ def test_the_document_keeps_every_key_status_json_always_had(demo_doc):
     } <= set(doc["jobs"][0])
 
 
+def test_a_jobs_lease_token_travels_as_lease_token_and_an_older_agents_fence_is_read(demo_doc):
+    """Before the lease token was called so an agent sent it as "fence": a client
+    reads either, and a document written now has the new name only."""
+    assert all(j.lease_token is not None for j in demo_doc.jobs)
+    doc = json.loads(json.dumps(snapshot_to_json(demo_doc)))
+    assert [j["lease_token"] for j in doc["jobs"]] == [j.lease_token for j in demo_doc.jobs]
+    assert not any("fence" in j for j in doc["jobs"])
+    for job in doc["jobs"]:
+        job["fence"] = job.pop("lease_token")
+    assert snapshot_from_json(doc) == demo_doc
+
+
 def test_what_a_client_needs_to_offer_actions_travels_with_the_snapshot(demo_doc):
     snap = replace(demo_doc, runtime_kind="docker", allow_unverified=True, mem_busy_mib=2048)
     doc = json.loads(json.dumps(snapshot_to_json(snap)))

@@ -6,7 +6,7 @@ Every launch, from the dashboard, the CLI or the agent, goes through one
 The parts, each a module (``pyproject.toml`` says which may use which):
 
 - ``allocator``: :class:`~tpnode_tui.allocator.allocator.GpuAllocator`: the reads, the
-  lock, launch and reserve, the fence check, stop, extend and reclaim
+  lock, launch and reserve, the lease check, stop, extend and reclaim
 - ``picking``: which whole cards or which MIG slice a launch gets, and each refusal
 - ``repeats``: a launch asked again under its run id: the same request, or a Conflict
 - ``missing``: the problems of a job that names cards or MIG slices nobody can see

@@ -56,9 +56,9 @@ log = logging.getLogger(__name__)
 
 SeriesResolver = Callable[[str, str], str]
 
-#: how long a job that met a later-fenced rival on its cards waits for that
-#: rival to withdraw before withdrawing itself
-FENCE_GRACE_S = 2.0
+#: how long a job that met a rival with a later lease token on its cards waits
+#: for that rival to withdraw before withdrawing itself
+LEASE_GRACE_S = 2.0
 
 
 def raw_series(profile: str, gpu_name: str) -> str:
@@ -289,8 +289,8 @@ class GpuAllocator:
             spec, gpus = self._place(spec, occ, reading, jobs)
             if hold_for_s is not None:
                 spec = replace(spec, expires_at=time.time() + hold_for_s)
-            created = await self.runtime.create(replace(spec, fence=hold.fence), gpus)
-        await self._check_fence(created, hold.fence, hold.lost())
+            created = await self.runtime.create(replace(spec, lease_token=hold.lease_token), gpus)
+        await self._check_lease(created, hold.lease_token, hold.lost())
         job = await self.runtime.start(created.name)
         if not job.live and job.exit_code is None:
             # Ended with no exit code of its own: stopped (or killed) between
@@ -323,19 +323,19 @@ class GpuAllocator:
         refs = (SliceRef(chosen.card, chosen.uuid, chosen.profile or spec.slice),)
         return replace(spec, slices=refs, granted=device_grant(reading, (), refs)), []
 
-    async def _check_fence(self, created: JobState, fence: int, lost: bool) -> None:
+    async def _check_lease(self, created: JobState, lease_token: int, lost: bool) -> None:
         """Make sure no other live job sits on our cards before ours starts.
 
         Two jobs can only meet on a card if the lock failed (a Redis lease
         expired while its holder stalled, a key cleared by hand). Every job
-        carries the fencing number of the allocation that placed it. Meeting an
+        carries the lease token of the allocation that placed it. Meeting an
         earlier job (lower number, or placed by hand) we remove ours at once.
         Meeting a later one we give it a moment to remove itself, as it will
         when it checks; if it is still there it checked before ours existed and
         may be starting, so ours goes. Either way two jobs never start on one
         card. If the node cannot be read back, ours is removed too.
         """
-        deadline = asyncio.get_running_loop().time() + FENCE_GRACE_S
+        deadline = asyncio.get_running_loop().time() + LEASE_GRACE_S
         while True:
             try:
                 jobs = await self.runtime.ps()
@@ -345,7 +345,7 @@ class GpuAllocator:
             rivals = [j for j in jobs if j.live and j.name != created.name and claims_overlap(j, created)]
             if not rivals:
                 return
-            earlier = [j for j in rivals if j.fence is None or j.fence < fence]
+            earlier = [j for j in rivals if j.lease_token is None or j.lease_token < lease_token]
             if earlier or asyncio.get_running_loop().time() >= deadline:
                 await self._withdraw(created)
                 names = ", ".join(f"{j.run_id} ({j.holding})" for j in rivals)
@@ -353,7 +353,7 @@ class GpuAllocator:
                 log.error("withdrew %s: %s meanwhile; %s", created.run_id, why, names)
                 what = "cards were" if created.gpus or not created.slices else "its MIG slice was"
                 raise NoCapacity(f"{what} taken meanwhile by {names} ({why}); try again")
-            await asyncio.sleep(FENCE_GRACE_S / 10)
+            await asyncio.sleep(LEASE_GRACE_S / 10)
 
     async def _withdraw(self, job: JobState) -> None:
         for step in (self.runtime.stop, self.runtime.remove):

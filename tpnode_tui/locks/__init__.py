@@ -23,10 +23,10 @@ be reached) a caller waits, for as long as it allows, and
 letting an allocation through blind is exactly the over-subscription this
 exists to prevent, and waiting costs only time.
 
-Every acquisition gets a fencing number, larger than any handed out before on
+Every acquisition gets a lease token, a number larger than any handed out before on
 this node. A Redis lease can be lost while its holder still runs (Redis
 restarted, the key was cleared, the holder stalled past its lease); the holder
-learns it through :meth:`LockHold.lost` and the fence tells which of two
+learns it through :meth:`LockHold.lost` and the lease token tells which of two
 holders came later.
 
 The package: ``base`` (the lock, the hold, what a backend promises), ``flock``
@@ -42,10 +42,10 @@ from typing import Optional
 
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.locks.base import REDIS_KEY, AllocationLock, CrossProcessLock, Holder, LockHold, check_allocation_safety
-from tpnode_tui.locks.flock import FENCE_FILE, LOCK_FILE, FileLock
+from tpnode_tui.locks.flock import LEASE_TOKEN_FILE, LOCK_FILE, FileLock
 
 __all__ = [
-    "FENCE_FILE",
+    "LEASE_TOKEN_FILE",
     "LOCK_FILE",
     "REDIS_KEY",
     "AllocationLock",

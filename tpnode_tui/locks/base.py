@@ -15,7 +15,8 @@ from typing import Optional, Protocol
 from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
 from tpnode_tui.text.printable import printable
 
-#: The Redis key of the lease (and, with ":fence", of its fencing counter).
+#: The Redis key of the lease (and, with ":fence", of its lease token counter: a name
+#: from before the lease token was called so, kept so that every version counts on one).
 #: Here rather than beside the Redis backend, so that naming it never imports redis-py.
 REDIS_KEY = "tpnode:gpu-alloc"
 
@@ -24,8 +25,8 @@ REDIS_KEY = "tpnode:gpu-alloc"
 class LockHold:
     """One holding of the allocation lock, handed to the code inside it."""
 
-    #: larger than every fence handed out before it on this node, by any process
-    fence: int
+    #: larger than every lease token handed out before it on this node, by any process
+    lease_token: int
     _lost_because: Optional[str] = field(default=None, init=False, repr=False)
 
     def lost(self) -> bool:
@@ -259,14 +260,14 @@ def check_allocation_safety(lock: Optional[AllocationLock], allocating_processes
     )
 
 
-def fence_floor() -> int:
-    """Where a fence counter starts when it is missing: microseconds since the epoch.
+def lease_token_floor() -> int:
+    """Where a lease token counter starts when it is missing: microseconds since the epoch.
 
     A counter goes missing when Redis restarts without persistence, the key or
-    the fence file is deleted, or on first use. Restarting at 1 would give the
-    next holder a *smaller* fence than a holder that may still be running with a
-    lost lease, which is when fencing matters. No node takes the lock more than
-    once per microsecond, so the clock is above every fence handed out before.
+    the counter's file is deleted, or on first use. Restarting at 1 would give the
+    next holder a *smaller* lease token than a holder that may still be running with a
+    lost lease, which is when the lease token matters. No node takes the lock more than
+    once per microsecond, so the clock is above every lease token handed out before.
     (Microseconds since the epoch still fit exactly in a Lua number.)
     """
     return time.time_ns() // 1_000

@@ -18,12 +18,14 @@ from typing import Optional
 
 from tpnode_tui.config.statedir import state_dir_unusable
 from tpnode_tui.host.procinfo import describe
-from tpnode_tui.locks.base import LockHold, Release, Report, fence_floor, past
+from tpnode_tui.locks.base import LockHold, Release, Report, lease_token_floor, past
 from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
 from tpnode_tui.model.facts import ProcessFacts
 
 LOCK_FILE = "alloc.lock"
-FENCE_FILE = "alloc.fence"
+#: the last lease token handed out; named before the lease token was called so, and
+#: kept, so that a node's processes of every version count on the one file
+LEASE_TOKEN_FILE = "alloc.fence"
 
 #: the commands of tpnode-tui, to name a holder that is one ("tpnode-tui launch")
 _COMMANDS = ("status", "launch", "reserve", "reclaim", "stop")
@@ -46,7 +48,7 @@ os.register_at_fork(after_in_child=_forget_lock_fds_in_child)
 
 
 class FileLock:
-    """``flock`` on ``state_dir/alloc.lock``, fenced by ``state_dir/alloc.fence``.
+    """``flock`` on ``state_dir/alloc.lock``, its lease tokens counted in ``state_dir/alloc.fence``.
 
     The file is opened per acquisition and closed on release, so nothing stays
     open between allocations. Locking is non-blocking with a retry: a thread
@@ -59,7 +61,7 @@ class FileLock:
     def __init__(self, state_dir: Path, retry_s: float) -> None:
         self._dir = state_dir
         self._path = state_dir / LOCK_FILE
-        self._fence_path = state_dir / FENCE_FILE
+        self._token_path = state_dir / LEASE_TOKEN_FILE
         self._retry_s = retry_s
         self.description = f"flock {self._path}"
 
@@ -97,7 +99,7 @@ class FileLock:
                     if past(deadline):
                         raise LockWaitTimeout(why) from None
                 await asyncio.sleep(self._retry_s)
-            hold = LockHold(fence=self._next_fence())
+            hold = LockHold(lease_token=self._next_lease_token())
         except OSError as e:
             self._close(fd)
             raise self._unusable(e) from None
@@ -110,29 +112,29 @@ class FileLock:
 
         return hold, release
 
-    def _next_fence(self) -> int:
+    def _next_lease_token(self) -> int:
         """Read, increment and atomically replace the counter; called holding the lock."""
         try:
-            text = self._fence_path.read_text().strip()
+            text = self._token_path.read_text().strip()
         except FileNotFoundError:
-            fence = fence_floor()
+            token = lease_token_floor()
         else:
             if not text.isdigit():
                 raise ConfigError(
-                    f"{self._fence_path} should hold the last fencing number but holds "
+                    f"{self._token_path} should hold the last lease token but holds "
                     f"{text[:40]!r}; delete it (the next number then starts from the clock)"
                 )
-            fence = int(text) + 1
-        tmp = self._dir / f".{FENCE_FILE}.tmp"
+            token = int(text) + 1
+        tmp = self._dir / f".{LEASE_TOKEN_FILE}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             os.fchmod(fd, 0o600)
-            os.write(fd, f"{fence}\n".encode())
+            os.write(fd, f"{token}\n".encode())
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, self._fence_path)
-        return fence
+        os.replace(tmp, self._token_path)
+        return token
 
     async def inspect(self) -> Optional[str]:
         try:

@@ -21,7 +21,7 @@ from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from tpnode_tui.locks.base import REDIS_KEY, LockHold, Release, Report, fence_floor, past
+from tpnode_tui.locks.base import REDIS_KEY, LockHold, Release, Report, lease_token_floor, past
 from tpnode_tui.model.errors import ConfigError, LockWaitTimeout
 
 log = logging.getLogger("tpnode_tui.locks")  # one logger for the allocation lock, whichever backend
@@ -34,20 +34,20 @@ _OUTAGE = (RedisConnectionError, RedisTimeoutError, OSError)
 # ── Redis lease ──────────────────────────────────────────────────────────────
 
 #: Take the lease when it is free (or already ours: a retry after a lost reply),
-#: and draw the fence in the same step, so no holder ever runs without one.
-#: Returns the fence, or the current holder's token when someone else holds it.
+#: and draw the lease token in the same step, so no holder ever runs without one.
+#: Returns the lease token, or the current holder's id when someone else holds it.
 _ACQUIRE = """
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then
   return holder
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local fence = redis.call('INCR', KEYS[2])
-if fence == 1 then
-  fence = tonumber(ARGV[3])
+local lease_token = redis.call('INCR', KEYS[2])
+if lease_token == 1 then
+  lease_token = tonumber(ARGV[3])
   redis.call('SET', KEYS[2], ARGV[3])
 end
-return fence
+return lease_token
 """
 
 #: Extend the lease only if it is still ours.
@@ -67,7 +67,7 @@ return 0
 """
 
 
-def _new_token() -> str:
+def _new_holder_id() -> str:
     """This holding's value in the lease key: "<ms since epoch>-<pid>-<random hex>".
 
     Unique per holding, so release and renewal can tell our lease from a
@@ -77,8 +77,8 @@ def _new_token() -> str:
     return f"{time.time_ns() // 1_000_000}-{os.getpid()}-{secrets.token_hex(8)}"
 
 
-def _describe_holder(token: bytes | str) -> str:
-    text = token.decode(errors="replace") if isinstance(token, bytes) else token
+def _describe_holder(holder_id: bytes | str) -> str:
+    text = holder_id.decode(errors="replace") if isinstance(holder_id, bytes) else holder_id
     try:
         ms, pid, _ = text.split("-", 2)
         since = time.strftime("%H:%M:%S", time.localtime(int(ms) / 1000))
@@ -88,7 +88,7 @@ def _describe_holder(token: bytes | str) -> str:
 
 
 class RedisLease:
-    """A lease in Redis: ``key`` holds a token for ``lease_ms``, renewed while held.
+    """A lease in Redis: ``key`` holds its holder's id for ``lease_ms``, renewed while held.
 
     The lease, not a connection, is what holds the lock, so a holder that dies
     frees it after at most one lease. A renewer extends it every third of a lease
@@ -103,7 +103,7 @@ class RedisLease:
         # given as ?password= (unix:// URLs take it that way).
         self._safe = self._scrub(safe_url)
         self._key = REDIS_KEY
-        self._fence_key = f"{REDIS_KEY}:fence"
+        self._token_key = f"{REDIS_KEY}:fence"
         self._lease_ms = lease_ms
         self._lease_s = lease_ms / 1000
         self._retry_s = retry_s
@@ -166,17 +166,17 @@ class RedisLease:
             log.info("Redis at %s answers again", self._safe)
 
     async def acquire(self, report: Report, deadline: Optional[float]) -> tuple[LockHold, Release]:
-        token = _new_token()
+        holder_id = _new_holder_id()
         while True:
             started = time.monotonic()
             try:
                 answer = await self._acquire(
-                    keys=[self._key, self._fence_key],
-                    args=[token, self._lease_ms, fence_floor()],
+                    keys=[self._key, self._token_key],
+                    args=[holder_id, self._lease_ms, lease_token_floor()],
                 )
             except asyncio.CancelledError:
                 # The lease may have been granted with the reply lost on the way.
-                await self._give_up(token)
+                await self._give_up(holder_id)
                 raise
             except AuthenticationError as e:
                 raise self._refused(e) from None
@@ -203,18 +203,18 @@ class RedisLease:
                     raise LockWaitTimeout(why)
             await asyncio.sleep(self._retry_s)
 
-        hold = LockHold(fence=answer)
-        renewer = asyncio.create_task(self._keep(token, hold, started + self._lease_s))
+        hold = LockHold(lease_token=answer)
+        renewer = asyncio.create_task(self._keep(holder_id, hold, started + self._lease_s))
 
         async def release() -> None:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-            await self._give_up(token, hold)
+            await self._give_up(holder_id, hold)
 
         return hold, release
 
-    async def _keep(self, token: str, hold: LockHold, valid_until: float) -> None:
+    async def _keep(self, holder_id: str, hold: LockHold, valid_until: float) -> None:
         """Renew every third of a lease until cancelled, or until the lease is lost.
 
         A failed renewal is retried, because Redis blinking for a second must not
@@ -226,7 +226,7 @@ class RedisLease:
             await asyncio.sleep(delay)
             started = time.monotonic()
             try:
-                renewed = await self._renew(keys=[self._key], args=[token, self._lease_ms])
+                renewed = await self._renew(keys=[self._key], args=[holder_id, self._lease_ms])
             except (RedisError, OSError) as e:
                 if time.monotonic() >= valid_until:
                     self._lost(
@@ -238,7 +238,7 @@ class RedisLease:
                 delay = min(self._retry_s, max(0.0, valid_until - time.monotonic()))
                 continue
             if not renewed:
-                self._lost(hold, "the key expired, was deleted or now holds another token")
+                self._lost(hold, "the key expired, was deleted or now holds another holder's id")
                 return
             valid_until = started + self._lease_s
             delay = self._lease_s / 3
@@ -253,11 +253,11 @@ class RedisLease:
             why,
         )
 
-    async def _give_up(self, token: str, hold: Optional[LockHold] = None) -> None:
+    async def _give_up(self, holder_id: str, hold: Optional[LockHold] = None) -> None:
         """Compare-and-delete the lease. A failure is logged, not raised: the job
         inside the lock already exists, and the lease runs out by itself."""
         try:
-            deleted = await self._release(keys=[self._key], args=[token])
+            deleted = await self._release(keys=[self._key], args=[holder_id])
         except (RedisError, OSError) as e:
             log.warning(
                 "could not release the allocation lock lease at %s (%s); it runs out by itself within %gs",
@@ -267,7 +267,7 @@ class RedisLease:
             )
             return
         if hold is not None and not deleted and not hold.lost():
-            self._lost(hold, "it was gone or held by another token when released")
+            self._lost(hold, "it was gone or held by another holder when released")
 
     async def inspect(self) -> Optional[str]:
         try:

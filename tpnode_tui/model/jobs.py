@@ -190,8 +190,8 @@ class JobSpec:
     owner: str = ""
     #: unix seconds; reservations end then (their workload exits)
     expires_at: Optional[float] = None
-    #: the allocation lock's fencing number when the cards were picked; set by the allocator
-    fence: Optional[int] = None
+    #: the allocation lock's lease token when the cards were picked; set by the allocator
+    lease_token: Optional[int] = None
     #: the owner's uid, recorded so that rules compare accounts, not names
     uid: Optional[int] = None
     #: the command's environment and working directory (process runtime); None: the launcher's
@@ -206,7 +206,7 @@ class JobSpec:
     #: the MIG profile asked for ("1g.18gb"): the job gets one MIG slice of it
     #: instead of whole cards (``cards`` is then 1); None: whole cards
     slice: Optional[str] = None
-    #: the MIG slices it was given; set by the allocator, as ``fence`` is
+    #: the MIG slices it was given; set by the allocator, as ``lease_token`` is
     slices: tuple[SliceRef, ...] = ()
     #: its cards and slices in device numbers, for its device fence; set by the
     #: allocator from the reading it picked them from (None: not set)
@@ -234,8 +234,8 @@ class JobState:
     expires_at: Optional[float] = None
     exit_code: Optional[int] = None
     pid: Optional[int] = None
-    #: fencing number of the allocation that placed it (None: placed by hand or by an old version)
-    fence: Optional[int] = None
+    #: lease token of the allocation that placed it (None: placed by hand or by an old version)
+    lease_token: Optional[int] = None
     #: what could not be understood in its labels or record, in plain words
     problems: tuple[str, ...] = ()
     #: the owner's uid where the job recorded one

@@ -239,7 +239,7 @@ def _job_json(j: JobState) -> dict[str, Any]:
         "expires_at": j.expires_at,
         "exit_code": j.exit_code,
         "pid": j.pid,
-        "fence": j.fence,
+        "lease_token": j.lease_token,
         "problems": list(j.problems),
         "note": j.note,
         "container_id": j.container_id,
@@ -570,7 +570,7 @@ def _job(r: Reader) -> JobState:
         expires_at=r.opt_number("expires_at"),
         exit_code=r.opt_whole("exit_code"),
         pid=r.opt_whole("pid"),
-        fence=r.opt_whole("fence"),
+        lease_token=_lease_token(r),
         problems=r.texts("problems"),
         note=r.text("note", ""),
         container_id=r.opt_text("container_id"),
@@ -580,6 +580,11 @@ def _job(r: Reader) -> JobState:
         shell_processes=r.whole("shell_processes", 0),
         log=r.text("log", ""),
     )
+
+
+def _lease_token(r: Reader) -> Optional[int]:
+    """A job's lease token; an agent from before it was called so sends it as "fence"."""
+    return r.opt_whole("lease_token" if "lease_token" in r.doc else "fence")
 
 
 def _slice_ref(r: Reader) -> SliceRef:

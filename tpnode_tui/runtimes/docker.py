@@ -580,7 +580,7 @@ class DockerRuntime:
         """Move a live reservation's expiry. Called under the allocation lock.
 
         Labels cannot change, so a new holding container takes over: the same
-        run id, cards, owner, uid and fencing number, the new expiry, and a
+        run id, cards, owner, uid and lease token, the new expiry, and a
         name of its own (:func:`extension_name`). It is created and started
         while the old one still holds the cards, and only then is the old one
         removed, so the cards are held by one or both all along; two live
@@ -607,7 +607,7 @@ class DockerRuntime:
             kind="reservation",
             owner=facts.owner,
             uid=facts.uid,
-            fence=facts.fence,
+            lease_token=facts.lease_token,
             expires_at=expires_at,
             image=config.get("Image") or None,  # the image holding it now is certainly here
             slices=facts.slices,
@@ -806,7 +806,7 @@ def _job_state(item: dict[str, Any], detail: Optional[dict[str, Any]]) -> JobSta
         expires_at=facts.expires_at,
         exit_code=run.exit_code,
         pid=run.pid,
-        fence=facts.fence,
+        lease_token=facts.lease_token,
         problems=facts.problems,
         uid=facts.uid,
         container_id=str(item.get("Id") or "") or None,

@@ -31,9 +31,12 @@ RUN_ID = "tuneplane.run_id"
 KIND = "tuneplane.kind"
 OWNER = "tuneplane.owner"
 EXPIRES = "tuneplane.expires"
-#: the allocation lock's fencing number when the cards were picked: of two jobs
+#: the allocation lock's lease token when the cards were picked: of two jobs
 #: found on one card (only possible if a lock was lost) the later one backs off
-FENCE = "tuneplane.fence"
+LEASE_TOKEN = "tuneplane.lease_token"
+#: the lease token's label on a container an earlier version made: read where
+#: the new one is missing, never written
+OLD_LEASE_TOKEN = "tuneplane.fence"
 #: the owner's uid, so that rules compare accounts, not names a label could repeat
 UID = "tuneplane.uid"
 #: uids are 32-bit: (uid_t)-1 and above name no account
@@ -192,7 +195,7 @@ class LabelFacts:
     owner: str
     expires_at: Optional[float]
     problems: tuple[str, ...]
-    fence: Optional[int] = None
+    lease_token: Optional[int] = None
     uid: Optional[int] = None
     slices: tuple[SliceRef, ...] = ()
 
@@ -210,7 +213,8 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
     unknown_end: tuple[str, ...] = ()
     if kind == "reservation" and expires_at is None and not expires_problems:
         unknown_end = (f"a reservation without {EXPIRES}: when it ends is not known",)
-    fence, fence_problems = _parse_fence(labels.get(FENCE))
+    token_label = LEASE_TOKEN if LEASE_TOKEN in labels else OLD_LEASE_TOKEN
+    lease_token, token_problems = _parse_lease_token(token_label, labels.get(token_label))
     uid, uid_problems = _parse_uid(labels.get(UID))
     problems = held_problems + kind_problems + expires_problems + run_id_problems + unknown_end
     return LabelFacts(
@@ -219,8 +223,8 @@ def parse_labels(labels: Mapping[str, str], default_run_id: str) -> LabelFacts:
         kind=kind,
         owner=(labels.get(OWNER) or "").strip(),
         expires_at=expires_at,
-        problems=problems + fence_problems + uid_problems,
-        fence=fence,
+        problems=problems + token_problems + uid_problems,
+        lease_token=lease_token,
         uid=uid,
         slices=slices,
     )
@@ -243,12 +247,12 @@ def _parse_run_id(text: Optional[str], default_run_id: str) -> tuple[str, tuple[
     return run_id, ()
 
 
-def _parse_fence(text: Optional[str]) -> tuple[Optional[int], tuple[str, ...]]:
-    fence_text = (text or "").strip()
-    fence = int(fence_text) if fence_text.isascii() and fence_text.isdigit() and len(fence_text) <= 20 else None
-    if fence_text and fence is None:
-        return None, (f"{FENCE}: {_show(fence_text)} is not a fencing number",)
-    return fence, ()
+def _parse_lease_token(label: str, text: Optional[str]) -> tuple[Optional[int], tuple[str, ...]]:
+    token_text = (text or "").strip()
+    token = int(token_text) if token_text.isascii() and token_text.isdigit() and len(token_text) <= 20 else None
+    if token_text and token is None:
+        return None, (f"{label}: {_show(token_text)} is not a lease token",)
+    return token, ()
 
 
 def _parse_uid(text: Optional[str]) -> tuple[Optional[int], tuple[str, ...]]:
@@ -284,8 +288,8 @@ def job_labels(spec: JobSpec, gpus: list[int] | tuple[int, ...]) -> dict[str, st
         labels[SLICES] = slices_label(spec.slices)
     if spec.owner:
         labels[OWNER] = spec.owner
-    if spec.fence is not None:
-        labels[FENCE] = str(spec.fence)
+    if spec.lease_token is not None:
+        labels[LEASE_TOKEN] = str(spec.lease_token)
     if spec.uid is not None:
         if type(spec.uid) is not int or not 0 <= spec.uid <= _MAX_UID:
             raise BadRequest(f"uid {spec.uid!r} is not a uid")

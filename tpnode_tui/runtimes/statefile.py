@@ -69,8 +69,9 @@ class JobRecord:
     log: str
     #: ``None`` until the supervisor records how the command ended
     exit_code: Optional[int] = None
-    #: the allocation lock's fencing number when the cards were picked
-    fence: Optional[int] = None
+    #: the allocation lock's lease token when the cards were picked (read from
+    #: "fence" too, its name in a record written before; see _OLD_NAMES)
+    lease_token: Optional[int] = None
     #: True while the supervisor waits for ``start``: the job holds its cards
     #: ("created") but its command has not run yet
     gated: bool = False
@@ -203,7 +204,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "boot_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
     "log": (lambda v: isinstance(v, str), "a string"),
     "exit_code": (lambda v: v is None or _is_int(v), "a whole number or null"),
-    "fence": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
+    "lease_token": (lambda v: v is None or (_is_int(v) and v >= 0), "a whole number or null"),
     "gated": (lambda v: isinstance(v, bool), "true or false"),
     "pid_ns": (lambda v: isinstance(v, str), "a string"),
     "cgroup": (_is_own_cgroup, f'"" or the absolute path of a cgroup named {CGROUP_PREFIX}*'),
@@ -223,6 +224,20 @@ _CHECKS: dict[str, tuple[Any, str]] = {
 }
 
 
+#: A field's name in a record an earlier version wrote -> its name now. The old
+#: name is read, never written: a record rewritten is written with the new one.
+_OLD_NAMES = {"fence": "lease_token"}
+
+
+def _renamed(key: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each field an earlier version wrote under an old name under its
+    name now; ValueError for a record that has both, which no version writes."""
+    for old, new in _OLD_NAMES.items():
+        if old in data and new in data:
+            raise ValueError(f"job {key!r} has both {new!r} and its old name {old!r}")
+    return {_OLD_NAMES.get(name, name): value for name, value in data.items()}
+
+
 def record_from_json(key: str, data: Any) -> JobRecord:
     """A record from its JSON form; ValueError saying what is wrong with it.
 
@@ -232,6 +247,7 @@ def record_from_json(key: str, data: Any) -> JobRecord:
     """
     if not isinstance(data, dict):
         raise ValueError(f"job {key!r} is not a JSON object")
+    data = _renamed(key, data)
     names = {f.name for f in fields(JobRecord)}
     unknown = sorted(set(data) - names)
     if unknown:

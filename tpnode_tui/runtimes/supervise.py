@@ -40,7 +40,7 @@ and 126 when it cannot be executed.
 With ``--gate FD`` the supervisor waits for one byte on that pipe before it
 runs the command. That is the process runtime's "created" state: the record
 holds the cards while the allocator checks that no other job landed on them
-(see the allocator's fencing), and the command runs only once ``start``
+(see the allocator's lease check), and the command runs only once ``start``
 writes the byte. If the launcher goes away first, the pipe reads end-of-file
 and the command never runs (exit code 125, as Docker uses for "not started").
 
