@@ -489,8 +489,8 @@ async def _usage(run: Run) -> None:
     """The span is read here, in this machine's local time: the node is asked for
     two times, never for words. Served in-process, the node refuses (exit 1): only
     its agent keeps the ledger."""
+    from tpnode_tui.config.values import usage_span
     from tpnode_tui.port.usage import usage_to_json
-    from tpnode_tui.state.usage import usage_span
     from tpnode_tui.text.usage import usage_lines
 
     args = run.args
