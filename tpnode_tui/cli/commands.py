@@ -490,15 +490,15 @@ async def _usage(run: Run) -> None:
     two times, never for words. Served in-process, the node refuses (exit 1): only
     its agent keeps the ledger."""
     from tpnode_tui.config.values import usage_span
-    from tpnode_tui.port.usage import usage_to_json
+    from tpnode_tui.port.types import UsageRequest
     from tpnode_tui.text.usage import usage_lines
 
     args = run.args
     since, until = usage_span(args.since, args.until, time.time())
-    report = await run.node.usage(since, until, args.by)
-    if args.json:
-        print(json.dumps(usage_to_json(report), indent=2))
+    if args.json:  # handed on as the agent wrote it, as status --json is
+        print(json.dumps(await run.node.document(ops.USAGE, UsageRequest(since, until, args.by)), indent=2))
         return
+    report = await run.node.usage(since, until, args.by)
     for line in usage_lines(report):
         print(line)
 

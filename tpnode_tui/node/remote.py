@@ -173,6 +173,13 @@ class AgentNode(Node):
         path, body = op.sent(request)
         return op.answer.decode(await self._call(op.method, path, body))
 
+    async def document(self, op: Operation[Any, A], request: Any) -> dict[str, Any]:
+        """``op``'s answer exactly as the agent wrote it, once read back strictly."""
+        path, body = op.sent(request)
+        doc = await self._call(op.method, path, body)
+        op.answer.decode(doc)
+        return doc
+
     async def reach(self) -> None:
         """Ask the agent whether it answers: AgentUnavailable, saying why, when it
         does not; AgentForbidden where this account may not reach it."""

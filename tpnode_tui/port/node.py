@@ -77,6 +77,14 @@ class Node(Protocol):
         called once the node has taken the request, before any item."""
         ...
 
+    async def document(self, op: Operation[Q, A], request: Q) -> dict[str, Any]:
+        """``op``'s answer as its JSON document, for a command's ``--json`` to hand on:
+        an agent's exactly as it wrote it (read back strictly first, as every answer
+        is), a node served here's as the agent would have written it."""
+        encode = op.answer.encode
+        assert encode is not None, f"{op.name} is a stream: it has no one document"
+        return encode(await self.call(op, request))
+
     async def close(self) -> None: ...
 
     # ── the calls, each written once over call and stream ───────────────────
