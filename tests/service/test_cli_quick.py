@@ -1,6 +1,6 @@
 """``status --json`` through the agent stays a Python start: what keeps it fast, checked without a clock.
 
-The quick path (tpnode_tui/cli/quick.py) hands on the document the agent
+The quick path (tpnode_tui/node/choose.py's quick_status) hands on the document the agent
 wrote. It is fast because of what it does not import, so that is what is
 checked, from ``python -X importtime`` of a real run against a real agent:
 none of the dashboard's, the agent's or the node's libraries, and none of
@@ -34,7 +34,8 @@ NOT_IMPORTED = {
     "tpnode_tui.config.settings",
     "tpnode_tui.config.sections",
     "tpnode_tui.port",
-    "tpnode_tui.node",
+    "tpnode_tui.node.remote",
+    "tpnode_tui.node.http",
     "tpnode_tui.cli.registry",
     "tpnode_tui.cli.commands",
 }
@@ -63,7 +64,7 @@ async def test_status_json_through_the_agent_imports_none_of_the_model(agent):
     done = await asyncio.to_thread(run, agent.socket, "status", "--json", flags=("-X", "importtime"))
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = imported(done.stderr)
-    assert "tpnode_tui.cli.quick" in loaded  # the quick path was taken
+    assert "tpnode_tui.node.choose" in loaded  # the quick path was taken
     assert loaded & NOT_IMPORTED == set()
     assert not [m for m in loaded if m.split(".")[0] in NOT_IMPORTED]
     assert {m for m in loaded if m.startswith("tpnode_tui.model")} <= MODEL_ALLOWED
@@ -148,5 +149,66 @@ async def test_the_quick_path_finds_the_agent_the_node_s_file_names(agent, tmp_p
         timeout=60,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "tpnode_tui.node" not in imported(done.stderr)  # answered by the quick path, not the ordinary one
+    assert "tpnode_tui.node.remote" not in imported(done.stderr)  # answered by the quick path, not the ordinary one
     assert json.loads(done.stdout)["via"] == "agent"
+
+
+def _agent_answering(path: str, answers: dict[bytes, bytes], asked: list[bytes]) -> socket.socket:
+    """A stand-in agent at ``path``: each request's path (without its query) answered
+    200 with its JSON, on a connection kept open for as long as the client keeps it."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(8)
+
+    def talk(conn: socket.socket) -> None:
+        with conn:
+            pending = b""
+            while True:
+                while b"\r\n\r\n" not in pending:
+                    got = conn.recv(65536)
+                    if not got:
+                        return
+                    pending += got
+                head, pending = pending.split(b"\r\n\r\n", 1)
+                line = head.split(b"\r\n", 1)[0]
+                asked.append(line)
+                body = answers[line.split(b" ")[1].split(b"?")[0]]
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(body), body)
+                )
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=talk, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_usage_json_is_handed_on_exactly_as_the_agent_wrote_it(tmp_path):
+    """``usage --json`` prints the agent's document itself (read back strictly
+    first), as ``status --json`` does: not the client's model of it written out
+    again, which would put the agent's keys in the client's order."""
+    from tpnode_tui.model.usage import UsageFigures, UsageReport
+    from tpnode_tui.port.usage import usage_to_json
+
+    report = UsageReport(1_700_000_000.0, 1_700_086_400.0, "user", (), UsageFigures(held_card_hours=2.5), False, 90)
+    written = dict(reversed(usage_to_json(report).items()))  # the agent's own order, not the client's
+    you = {"user": "alice", "uid": 1000, "operator": False, "cards_held": 0, "operators": "root", "pid": 1}
+    asked: list[bytes] = []
+    path = str(tmp_path / "agent.sock")
+    server = _agent_answering(
+        path, {b"/v1/whoami": json.dumps(you).encode(), b"/v1/usage": json.dumps(written).encode()}, asked
+    )
+    try:
+        done = run(path, "usage", "--json", "--since", "2023-11-14", "--until", "2023-11-15")
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == json.dumps(written, indent=2) + "\n"
+    assert [line.split(b" ")[1].split(b"?")[0] for line in asked] == [b"/v1/whoami", b"/v1/usage"]

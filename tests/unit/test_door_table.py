@@ -11,6 +11,8 @@ accounts meeting it, in tests/system/test_door_accounts.py.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import re
 import tempfile
@@ -52,6 +54,7 @@ from tpnode_tui.port.types import (
     UsageRequest,
 )
 from tpnode_tui.service import NodeService
+from tpnode_tui.service.node import HANDLERS, handles
 from tpnode_tui.state.queue import FileQueue, QueueEntry
 
 LIMITS = LimitSettings()
@@ -103,14 +106,60 @@ def read(op, sent) -> object:
 # ── the table ────────────────────────────────────────────────────────────────
 
 
-def test_every_operation_is_a_node_call_and_a_service_method_of_its_name():
+def test_every_operation_has_one_handler_a_method_of_the_service():
     names = [op.name for op in OPERATIONS]
     assert len(set(names)) == len(names) and set(SAMPLES) == set(names)
+    assert set(HANDLERS) == set(names)
     for op in OPERATIONS:
-        assert callable(getattr(NodeService, op.name)), op.name
+        handler = HANDLERS[op.name]
+        # bound to a method of the service, and to no other operation
+        assert vars(NodeService)[handler.__name__] is handler, op.name
         assert op.who in ("anyone", "owner or operator", "operators") and op.says
-    # whoami is how a client checks that an agent answers; every other is a call of the port
-    assert set(names) - {"whoami"} <= {n for n in dir(Node) if not n.startswith("_")}
+    assert len({id(h) for h in HANDLERS.values()}) == len(names)
+
+
+def test_a_second_handler_for_an_operation_is_refused_as_the_service_loads():
+    with pytest.raises(TypeError, match="status has two handlers"):
+        handles(ops.STATUS)(NodeService.whoami)
+    assert HANDLERS["status"] is vars(NodeService)["status"]
+
+
+def test_the_service_does_an_operation_by_its_handler_not_by_a_method_of_its_name():
+    """The service is reached only through the table's bindings: a method that
+    shares an operation's name and is not its handler is never called."""
+    source = (CHECKOUT / "tpnode_tui" / "service" / "node.py").read_text()
+    tree = ast.parse(source)
+    do = next(f for f in ast.walk(tree) if isinstance(f, ast.AsyncFunctionDef) and f.name == "do")
+    called = {ast.unparse(c.func) for c in ast.walk(do) if isinstance(c, ast.Call)}
+    assert "HANDLERS[op.name]" in called and not any(name.startswith("getattr") for name in called)
+
+
+def _asked_by(cls: type) -> dict[str, set[str]]:
+    """Each method of ``cls`` and the operations of the table it names (``ops.X``)."""
+    tree = ast.parse(inspect.getsource(cls))
+    found: dict[str, set[str]] = {}
+    for f in ast.walk(tree):
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[f.name] = {
+                n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute) and ast.unparse(n.value) == "ops"
+            }
+    return found
+
+
+def test_every_operation_is_a_call_of_the_port_written_once_over_call_and_stream():
+    """The Node's calls are each one line over its generic ``call`` or ``stream``:
+    every operation is asked by exactly one of them, but for whoami (how a client
+    checks that an agent answers) and shell (asked with ``call`` by the command
+    that moves itself into a fence)."""
+    asked = _asked_by(Node)
+    constants = {name: op for name, op in vars(ops).items() if isinstance(op, ops.Operation)}
+    assert set(constants.values()) == set(OPERATIONS)
+    by_op = Counter(name for names in asked.values() for name in names)
+    assert set(by_op) == set(constants) - {"WHOAMI", "SHELL"}
+    assert all(n == 1 for n in by_op.values()), by_op
+    for method, names in asked.items():
+        for name in names:
+            assert method == constants[name].name or method.endswith("_page"), (method, name)
 
 
 def test_each_path_is_one_route_and_two_on_one_path_are_told_apart_by_the_request():

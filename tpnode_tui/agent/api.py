@@ -78,12 +78,12 @@ from tpnode_tui.model.errors import (
     error_line,
     exit_code,
 )
-from tpnode_tui.port.fields import Query, shown
+from tpnode_tui.port.fields import Query
 from tpnode_tui.port.operations import OPERATIONS, VIEWS, Operation
 from tpnode_tui.port.types import Cancelled, NodeView
 from tpnode_tui.port.wire import WireError, snapshot_to_json
 from tpnode_tui.service import NodeService
-from tpnode_tui.text.printable import printable
+from tpnode_tui.text.printable import printable, shown
 
 log = logging.getLogger(__name__)
 

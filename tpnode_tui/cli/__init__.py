@@ -35,7 +35,7 @@ atexit.register(gc.freeze)
 __all__ = ["main", "build_parser", "EXIT_PIPE"]
 
 # What the commands need is imported where it is used, not here: ``status
-# --json`` through the agent (.quick) must cost little more than a Python
+# --json`` through the agent (the quick path of tpnode_tui.node.choose) must cost little more than a Python
 # start, and the settings, the port's types and argparse take five to import.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -267,11 +267,11 @@ def _started() -> None:
 
 
 def _quick() -> Optional[int]:
-    """``status --json`` as the agent wrote it (see .quick); None: the ordinary way."""
-    from tpnode_tui.cli.quick import status_json
+    """``status --json`` as the agent wrote it (tpnode_tui.node.choose's quick path); None: the ordinary way."""
+    from tpnode_tui.node.choose import quick_status
 
     try:
-        return status_json()
+        return quick_status()
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_PIPE

@@ -52,8 +52,16 @@ from tpnode_tui.config.settings import Settings
 from tpnode_tui.model.errors import BadRequest, Conflict, LockWaitTimeout, TpnodeError
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.model.views import Evicted, EvictReport
+from tpnode_tui.port import operations as ops
 from tpnode_tui.port.node import Node
-from tpnode_tui.port.types import AuditRequest, EventsRequest, LaunchRequest, ReserveRequest, new_run_id
+from tpnode_tui.port.types import (
+    AuditRequest,
+    EventsRequest,
+    LaunchRequest,
+    ReserveRequest,
+    ShellRequest,
+    new_run_id,
+)
 from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
 from tpnode_tui.text.refusals import ON_THE_NODE
 from tpnode_tui.text.render import cards_words, env_lines
@@ -345,6 +353,15 @@ def _shell_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _this_shell(run_id: str) -> ShellRequest:
+    """The request to move this very process into ``run_id``'s fence, with what it
+    sees of itself for the node to compare with the kernel's peer."""
+    from tpnode_tui.runtimes.jobprocs import process_stat  # only a shell reads /proc; every other command is lighter
+
+    seen = process_stat(os.getpid())
+    return ShellRequest(run_id, os.getpid(), seen.ticks if seen else 0)
+
+
 @node_command(
     "shell",
     "your shell (or -- COMMAND) on a reservation's cards, fenced to them (its owner or an operator)",
@@ -357,7 +374,7 @@ async def _shell(run: Run) -> None:
     if not run.node.on_this_machine:
         raise Conflict(ON_THE_NODE)
     command = given_command(run.args.argv)
-    entry = await run.node.shell(run.args.run_id)
+    entry = await run.node.call(ops.SHELL, _this_shell(run.args.run_id))
     if not entry.cgroup:
         # nothing to move it into: the node cannot tell its processes from any others
         say(
@@ -472,16 +489,16 @@ async def _usage(run: Run) -> None:
     """The span is read here, in this machine's local time: the node is asked for
     two times, never for words. Served in-process, the node refuses (exit 1): only
     its agent keeps the ledger."""
-    from tpnode_tui.port.usage import usage_to_json
-    from tpnode_tui.state.usage import usage_span
+    from tpnode_tui.config.values import usage_span
+    from tpnode_tui.port.types import UsageRequest
     from tpnode_tui.text.usage import usage_lines
 
     args = run.args
     since, until = usage_span(args.since, args.until, time.time())
-    report = await run.node.usage(since, until, args.by)
-    if args.json:
-        print(json.dumps(usage_to_json(report), indent=2))
+    if args.json:  # handed on as the agent wrote it, as status --json is
+        print(json.dumps(await run.node.document(ops.USAGE, UsageRequest(since, until, args.by)), indent=2))
         return
+    report = await run.node.usage(since, until, args.by)
     for line in usage_lines(report):
         print(line)
 

@@ -1,4 +1,4 @@
-"""Numbers and durations as a person writes them: in settings, flags and the dashboard's forms.
+"""Numbers, durations and moments as a person writes them: in settings, flags and the dashboard's forms.
 
 Numbers are ASCII digits only: int() and float() also take "٣", "1_0" and
 "inf", and a typo read as one of those must not become a count or a time.
@@ -7,6 +7,7 @@ Numbers are ASCII digits only: int() and float() also take "٣", "1_0" and
 from __future__ import annotations
 
 import re
+import time
 from typing import Optional
 
 from tpnode_tui.model.errors import BadRequest
@@ -58,3 +59,40 @@ def typed_duration(text: str) -> float:
     if decimal_number(raw) is not None and not raw.startswith("-"):
         raise BadRequest(f"{raw} has no unit: {raw}m or {raw}s?")
     return parse_duration(raw)
+
+
+#: --since and --until without a word: the last week, up to now
+DEFAULT_SPAN_S = 7 * 86400.0
+
+#: dates and times --since and --until take, in the node's local time
+_DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S")
+_LOOKS_LIKE_DURATION = re.compile(r"[0-9.smhd]+")
+
+
+def parse_when(text: str, now: float) -> float:
+    """``--since``/``--until``: a date or time (local: ``2026-12-01``, ``2026-12-01 14:00``),
+    or a duration that long before ``now`` (``7d``, ``12h``, ``1h30m``); BadRequest otherwise."""
+    raw = text.strip()
+    for fmt in _DATE_FORMATS:
+        try:
+            return time.mktime(time.strptime(raw, fmt))
+        except (ValueError, OverflowError):
+            continue
+    if _LOOKS_LIKE_DURATION.fullmatch(raw.lower()):
+        return now - typed_duration(raw)  # its own words: "must be at least 1s and at most a year", "30m or 30s?"
+    raise BadRequest(
+        f"{text!r} is neither a date such as 2026-12-01 or 2026-12-01 14:00 (local time) "
+        "nor a duration such as 7d or 12h (that long ago)"
+    )
+
+
+def usage_span(since: Optional[str], until: Optional[str], now: float) -> tuple[float, float]:
+    """The span ``--since`` and ``--until`` name: the last week by default, up to now."""
+    end = now if until is None else parse_when(until, now)
+    start = end - DEFAULT_SPAN_S if since is None else parse_when(since, now)
+    if start >= end:
+        raise BadRequest(
+            f"--since ({time.strftime('%Y-%m-%d %H:%M', time.localtime(start))}) is not before "
+            f"--until ({time.strftime('%Y-%m-%d %H:%M', time.localtime(end))})"
+        )
+    return start, end

@@ -28,8 +28,8 @@ from tpnode_tui.config.settings import Settings
 from tpnode_tui.host.identity import Caller, Operators
 from tpnode_tui.model.errors import NotAllowed
 from tpnode_tui.model.jobs import JobState
-from tpnode_tui.port.fields import shown
-from tpnode_tui.port.types import is_owner
+from tpnode_tui.model.owners import is_owner
+from tpnode_tui.text.printable import shown
 from tpnode_tui.text.refusals import not_queued_by_them, not_theirs, operators_only
 from tpnode_tui.text.render import cards_words
 

@@ -7,9 +7,7 @@ node's service in this process (a single-account machine, the demo), and
 clients never reach inside an allocator, a runtime or a lock: what they may
 know arrives in snapshots, and what they may do is one of these calls, each
 checked by the node against who is asking.
+
+It imports nothing itself: ``status --json`` through the agent (:mod:`.choose`'s
+quick path) must cost little more than a Python start.
 """
-
-from tpnode_tui.port.node import Node
-from tpnode_tui.port.types import NodeView
-
-__all__ = ["Node", "NodeView"]

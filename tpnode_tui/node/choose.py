@@ -13,29 +13,60 @@ What serving the node here needs (the service, the allocator, the lock, the
 runtimes and probes) is imported only when it is served here: a command that
 asks the agent never loads it; and the agent's client only where one may be
 asked (``TUNEPLANE_AGENT=off`` serves the node here without it).
+
+``status --json`` through this machine's agent goes further (:func:`quick_status`):
+the agent already wrote the document (``GET /v1/snapshot``: the snapshot, who
+asks, ``via``), and the command only has to hand it on. Reading it back into
+the model to write it out again cost seven Python starts of imports (the
+settings, the port's types, dataclasses, typing), so this path asks with a
+plain socket and the standard library's JSON, and this module imports nothing
+else at its top. It takes only the plainest case: the command line exactly
+``status --json``, no ``TUNEPLANE_HOST``, ``TUNEPLANE_AGENT`` unset, ``auto``
+or ``on``, and an answer 200 with a JSON object framed by its Content-Length.
+Anything else (no agent answers, a refusal, an error, another framing) returns
+None, and the ordinary path runs as before, so every error, refusal and
+fallback to serving the node here keeps its wording and exit code; a GET
+changes nothing, so asking twice is safe. Re-encoding with :func:`json.dumps`
+(ASCII only) keeps the output printable whatever the agent's document holds,
+and as the ordinary path writes it.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+import sys
 
+#: as :mod:`tpnode_tui.config.sections` declares TUNEPLANE_AGENT_SOCKET's default
 from tpnode_tui.config.defaults import DEFAULT_AGENT_SOCKET
-from tpnode_tui.config.nodefile import read_node_file
-from tpnode_tui.config.settings import DECLARED, Settings
-from tpnode_tui.config.statedir import state_dir_exists
-from tpnode_tui.host.identity import user_name
-from tpnode_tui.port.node import Node
-from tpnode_tui.port.types import AgentUnavailable
+from tpnode_tui.config.nodefile import beneath
+from tpnode_tui.host.dial import connect_unix
+from tpnode_tui.model.errors import ConfigError
 
+TYPE_CHECKING = False  # typing is one of the imports the quick path does without
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Callable, Optional
+
+    from tpnode_tui.config.settings import Settings
     from tpnode_tui.node.remote import AgentNode
+    from tpnode_tui.port.node import Node
+
+#: the most of an answer the quick path reads (as the agent's client, tpnode_tui.node.http)
+MAX_BODY = 64 * 1024 * 1024
+#: a connection not made within this long (the agent's queue full all along) is the ordinary path's to report
+CONNECT_TIMEOUT_S = 5.0
+
+_REQUEST = b"GET /v1/snapshot HTTP/1.1\r\nHost: tpnode-agent\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
 
 
 def _state_dir_problem(settings: Settings) -> Optional[str]:
     """Why this account cannot serve the node itself; None when it can.
     A state dir that is not a directory is a ConfigError, as it is everywhere."""
+    from pathlib import Path
+
+    from tpnode_tui.config.statedir import state_dir_exists
+    from tpnode_tui.host.identity import user_name
     from tpnode_tui.runtimes import choose_runtime
 
     if choose_runtime(settings) != "process":
@@ -63,6 +94,11 @@ def node_socket(settings: Settings) -> Path:
     reads), else the default. Only where no agent answers there may ``auto``
     serve the node in this process; any other socket was named by whoever runs
     the command, and means that agent."""
+    from pathlib import Path
+
+    from tpnode_tui.config.nodefile import read_node_file
+    from tpnode_tui.config.settings import DECLARED
+
     declared = DECLARED["agent_socket"]
     given = read_node_file(settings.agent.env_file).get(declared.env, "")
     return Path(declared.parse(declared.env, given) if given.strip() else DEFAULT_AGENT_SOCKET)
@@ -102,6 +138,8 @@ async def open_node(
             await node.close()
             raise
         return node
+    from tpnode_tui.port.types import AgentUnavailable
+
     socket = settings.agent.socket
     if settings.agent.mode != "off":
         from tpnode_tui.node.remote import AgentNode
@@ -133,3 +171,70 @@ async def open_node(
 
     lock = make_lock(settings, max_wait_s=max_wait_s, on_wait=on_wait)
     return LocalNode.from_settings(settings, lock=lock, interval=interval)
+
+
+# ── the quick path: status --json as this machine's agent wrote it ──────────
+
+
+def agent_socket() -> Optional[str]:
+    """The agent's socket, where the settings would choose this machine's agent
+    first; None where they might not (another node, no agent, or a value the
+    ordinary path must read and judge)."""
+    try:
+        environ = beneath(os.environ)  # the node's own file beneath, as the settings read it
+    except ConfigError:  # a file that cannot be read: the ordinary path says so
+        return None
+    if environ.get("TUNEPLANE_HOST", "").strip():
+        return None
+    if environ.get("TUNEPLANE_AGENT", "").strip().lower() not in ("", "auto", "on"):
+        return None
+    path = environ.get("TUNEPLANE_AGENT_SOCKET", "")  # taken as written, as the settings take it
+    return os.path.expanduser(path) if path.strip() else DEFAULT_AGENT_SOCKET
+
+
+def fetch(path: str) -> Optional[bytes]:
+    """The body of the agent's 200 answer to a status, or None."""
+    try:
+        # a full queue waited on, as the agent's client does; the answer takes as long as it takes
+        sock = connect_unix(path, CONNECT_TIMEOUT_S)
+    except OSError:
+        return None
+    try:
+        sock.sendall(_REQUEST)
+        with sock.makefile("rb") as answer:
+            if not answer.readline(4096).startswith((b"HTTP/1.1 200 ", b"HTTP/1.0 200 ")):
+                return None
+            length = None
+            while (line := answer.readline(65536).strip()) != b"":
+                name, _, value = line.partition(b":")
+                name = name.strip().lower()
+                if name == b"content-length" and value.strip().isdigit():
+                    length = int(value)
+                elif name == b"transfer-encoding":
+                    return None
+            if length is None or length > MAX_BODY:
+                return None
+            body = answer.read(length)
+            return body if len(body) == length else None
+    except OSError:
+        return None
+    finally:
+        sock.close()
+
+
+def quick_status() -> Optional[int]:
+    """Print the agent's status document and return 0; None: not this way."""
+    path = agent_socket()
+    body = None if path is None else fetch(path)
+    if body is None:
+        return None
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    doc["state_dir_note"] = None  # the agent's node: this process has no state dir to speak of
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    sys.stdout.flush()
+    return 0

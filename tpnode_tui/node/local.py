@@ -16,17 +16,18 @@ from typing import Any, AsyncIterator, Callable, Optional, TypeVar
 from tpnode_tui.config.settings import Settings
 from tpnode_tui.host.identity import Caller, this_process
 from tpnode_tui.locks import AllocationLock
-from tpnode_tui.model.jobs import JobOutput
-from tpnode_tui.node.calls import Calls
 from tpnode_tui.port import operations as ops
+from tpnode_tui.port.node import Node
 from tpnode_tui.port.operations import Operation
-from tpnode_tui.port.types import EventsRequest, LogsRequest, NodeView, Nothing
 from tpnode_tui.service import NodeService
 
 A = TypeVar("A")
 
+#: the streams that poll the node while they are followed (a job's output is read from its runtime)
+_SERVED = (ops.VIEWS, ops.FOLLOW_EVENTS)
 
-class LocalNode(Calls):
+
+class LocalNode(Node):
     in_process = True
     outlives_client = False
     where = "served in-process (no agent)"
@@ -56,31 +57,20 @@ class LocalNode(Calls):
         if self._running is None:
             self._running = asyncio.ensure_future(self.service.run())
 
-    async def views(self) -> AsyncIterator[NodeView]:
-        """Runs the service's polling for as long as someone watches."""
-        self._serve()
-        request = self.service.read(self.caller, ops.VIEWS, ops.VIEWS.echoed(Nothing()))
-        async for view in await self.service.stream(self.caller, ops.VIEWS, request):
-            yield view
-
-    async def follow_events(
-        self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Serves the node meanwhile: in-process, nothing happens that nobody polls."""
-        op = ops.FOLLOW_EVENTS
-        request = self.service.read(self.caller, op, op.echoed(EventsRequest(since_s=since_s, card=card, follow=True)))
-        entries = await self.service.stream(self.caller, op, request)
-        self._serve()
+    async def stream(
+        self, op: Operation[Any, A], request: Any, opened: Optional[Callable[[], None]] = None
+    ) -> AsyncIterator[A]:
+        """``op``'s stream from the service here, its request checked as at the
+        door (a refusal comes before the first item). The readings and the
+        node's log are served meanwhile: in-process, nothing happens that nobody polls."""
+        checked = self.service.read(self.caller, op, op.echoed(request))
+        items = await self.service.stream(self.caller, op, checked)
+        if op in _SERVED:
+            self._serve()
         if opened is not None:
             opened()
-        async for entry in entries:
-            yield entry
-
-    async def follow_logs(self, run_id: str, after: Optional[str] = None) -> AsyncIterator[JobOutput]:
-        op = ops.FOLLOW_LOGS
-        request = self.service.read(self.caller, op, op.echoed(LogsRequest(run_id, after, follow=True)))
-        async for page in await self.service.stream(self.caller, op, request):
-            yield page
+        async for item in items:
+            yield item
 
     async def close(self) -> None:
         if self._running is not None:

@@ -34,19 +34,15 @@ from tpnode_tui.model.errors import (
     TooMany,
     TpnodeError,
 )
-from tpnode_tui.model.jobs import JobOutput
-from tpnode_tui.node.calls import Calls
 from tpnode_tui.node.http import Connector, HttpClient, ProtocolError, Unreachable, unix_blocking
 from tpnode_tui.port import operations as ops
+from tpnode_tui.port.node import Node
 from tpnode_tui.port.operations import Operation
 from tpnode_tui.port.types import (
     AgentUnavailable,
     Cancelled,
-    EventsRequest,
     LaunchRequest,
     LaunchResult,
-    LogsRequest,
-    NodeView,
     Nothing,
     OverQuota,
 )
@@ -99,7 +95,7 @@ def _json(text: bytes, where: str, status: int) -> Any:
         raise TpnodeError(f"the agent at {where} answered something that is not JSON (HTTP {status})") from None
 
 
-class AgentNode(Calls):
+class AgentNode(Node):
     """The node's agent at ``socket_path``; :meth:`through` reaches it by another way.
 
     ``blocking``: every call blocks, and none needs an event loop; run them
@@ -177,6 +173,13 @@ class AgentNode(Calls):
         path, body = op.sent(request)
         return op.answer.decode(await self._call(op.method, path, body))
 
+    async def document(self, op: Operation[Any, A], request: Any) -> dict[str, Any]:
+        """``op``'s answer exactly as the agent wrote it, once read back strictly."""
+        path, body = op.sent(request)
+        doc = await self._call(op.method, path, body)
+        op.answer.decode(doc)
+        return doc
+
     async def reach(self) -> None:
         """Ask the agent whether it answers: AgentUnavailable, saying why, when it
         does not; AgentForbidden where this account may not reach it."""
@@ -212,17 +215,14 @@ class AgentNode(Calls):
             raise TpnodeError(f"the agent at {self.address} sent something that is not HTTP ({e})") from None
         self._gone(Unreachable("the agent closed the stream"))
 
-    async def _stream(
+    async def stream(
         self, op: Operation[Any, A], request: Any, opened: Optional[Callable[[], None]] = None
     ) -> AsyncIterator[A]:
+        """``op``'s stream from the agent, each line read back strictly. Raises
+        AgentUnavailable when the agent cannot be reached or goes away mid-stream."""
         path, _body = op.sent(request)
         async for line in self._lines(path, opened):
             yield op.answer.decode(_json(line, self.address, 200))
-
-    def views(self) -> AsyncIterator[NodeView]:
-        """The agent's readings as it makes them. Raises AgentUnavailable when
-        the agent cannot be reached or goes away mid-stream."""
-        return self._stream(ops.VIEWS, Nothing())
 
     async def launch(self, request: LaunchRequest) -> LaunchResult:
         """A process job runs as the caller, with the environment and working
@@ -233,18 +233,6 @@ class AgentNode(Calls):
             env = request.env if request.env is not None else tuple(os.environ.items())
             request = replace(request, env=env, cwd=request.cwd or os.getcwd())
         return await super().launch(request)
-
-    def follow_events(
-        self, card: Optional[int] = None, since_s: Optional[float] = None, opened: Optional[Callable[[], None]] = None
-    ) -> AsyncIterator[dict[str, Any]]:
-        """The agent's log as it is written. Raises AgentUnavailable when the
-        agent cannot be reached or goes away."""
-        return self._stream(ops.FOLLOW_EVENTS, EventsRequest(since_s=since_s, card=card, follow=True), opened)
-
-    def follow_logs(self, run_id: str, after: Optional[str] = None) -> AsyncIterator[JobOutput]:
-        """A job's output as it is written, until the agent says the job has ended.
-        Raises AgentUnavailable when the agent cannot be reached or goes away."""
-        return self._stream(ops.FOLLOW_LOGS, LogsRequest(run_id, after, follow=True))
 
     async def close(self) -> None:
         await self._http.close()

@@ -22,20 +22,10 @@ from typing import Any, Mapping, Optional
 from tpnode_tui.config.values import decimal_number
 from tpnode_tui.model.errors import BadRequest, OverLimit
 from tpnode_tui.port.wire import Reader
-from tpnode_tui.text.printable import printable
-
-#: how much of someone else's text an error or a log line quotes
-SHOWN_CHARS = 60
+from tpnode_tui.text.printable import printable, shown
 
 #: fields that say who asks: the kernel does (SO_PEERCRED), never the request
 IDENTITY_FIELDS = frozenset({"uid", "gid", "user", "groups", "pid", "caller", "operator", "as_user"})
-
-
-def shown(text: str, most: int = SHOWN_CHARS) -> str:
-    """``text`` as an error or a log line quotes it: cut to ``most`` characters
-    and made printable, in quotes."""
-    cut = text if len(text) <= most else text[: most - 3] + "..."
-    return f"'{printable(cut)}'"
 
 
 def valid_text(text: str, where: str, *, nul: bool = False) -> str:

@@ -1,15 +1,17 @@
 """Every operation a client may ask of a node, declared once.
 
-One table (:data:`OPERATIONS`) says, for each operation: its name (the
-:class:`~tpnode_tui.port.node.Node` method a client calls, and the
-:class:`~tpnode_tui.service.NodeService` method that does it), its HTTP
-method and path at the agent, its request type (whose ``parse`` applies every
-rule and limit, :mod:`tpnode_tui.port.types`), how its answer is written and
-read back, who may ask it, and what it does in words. From it come the
-agent's routes and its one handler (agent/api.py), the agent client's one
-call (node/remote.py), the in-process node's (node/local.py), the audit of a
-refusal, and the API's list in the docs. Adding an operation is a declaration
-here, its request type, and its service method.
+One table (:data:`OPERATIONS`) says, for each operation: its name (what the
+docs, the audit and the node's log call it), its HTTP method and path at the
+agent, its request type (whose ``parse`` applies every rule and limit,
+:mod:`tpnode_tui.port.types`), how its answer is written and read back, who
+may ask it, and what it does in words. From it come the agent's routes and
+its one handler (agent/api.py), every client's one call and one stream
+(:class:`~tpnode_tui.port.node.Node`'s ``call`` and ``stream``, over the agent's
+socket or in this process), the audit of a refusal, and the API's list in the
+docs. The node's service binds each operation to the one method that does it
+(``handles`` in tpnode_tui/service/node.py). Adding an operation is a
+declaration here with its request type, its handler, and the command that
+asks it.
 
 Who may is the service's to decide, from the kernel's identity of the caller,
 every time; the word here (:data:`Who`) is what the docs and the audit say.
@@ -130,7 +132,7 @@ class Answer(Generic[A]):
 class Operation(Generic[Q, A]):
     """One thing a client may ask of a node."""
 
-    #: the Node method a client calls, and the NodeService method that does it
+    #: what the docs, the audit and the node's log call it (unique in the table)
     name: str
     method: Literal["GET", "POST"]
     path: str

@@ -40,13 +40,13 @@ from tpnode_tui.port.fields import (
     kib,
     known_fields,
     over,
-    shown,
     text,
     utf8_size,
     valid_text,
     whole,
 )
 from tpnode_tui.port.wire import Reader
+from tpnode_tui.text.printable import shown
 
 Limits = Optional[LimitSettings]
 
@@ -67,16 +67,6 @@ def new_run_id(prefix: str = "run") -> str:
     """A run id that sorts by time and does not collide between two launches in one second
     (the random part is the kernel's, as secrets.token_hex's is, without loading hashlib)."""
     return f"{prefix}-{time.strftime('%m%d-%H%M%S')}-{os.urandom(2).hex()}"
-
-
-def is_owner(owner_uid: Optional[int], owner: str, uid: int, user: str) -> bool:
-    """Whether the account ``uid``/``user`` owns what recorded ``owner_uid``
-    and ``owner``: by uid where one was recorded, else by name. The node's
-    rules are made of it, and a client (the dashboard) asks it to offer only
-    what the node would allow."""
-    if owner_uid is not None:
-        return owner_uid == uid
-    return bool(owner) and owner == user
 
 
 class OverQuota(NotAllowed):

@@ -53,7 +53,6 @@ from tpnode_tui.host.rerun import CLEAN_ENV, rerun_argv
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable
 from tpnode_tui.model.jobs import DeviceFence, JobOutput, JobSpec, JobState, RunAs, ShellEntry, visible_devices
 from tpnode_tui.model.validation import check_run_id
-from tpnode_tui.port.fields import shown
 from tpnode_tui.runtimes import jobfence, shells
 from tpnode_tui.runtimes.base import check_cards, check_kind, check_slices, hold_seconds
 from tpnode_tui.runtimes.jobfence import JobFence
@@ -70,6 +69,7 @@ from tpnode_tui.runtimes.launchsheet import LaunchSheet, write_sheet
 from tpnode_tui.runtimes.runnable import check_runnable
 from tpnode_tui.runtimes.statefile import DEFAULT_LOCK_TIMEOUT_S, JobRecord, StateFile
 from tpnode_tui.runtimes.waiting import collect
+from tpnode_tui.text.printable import shown
 from tpnode_tui.text.refusals import not_a_reservation
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")

@@ -27,8 +27,8 @@ from typing import Optional, Sequence
 
 from tpnode_tui.model.errors import Conflict, RuntimeUnavailable
 from tpnode_tui.model.jobs import RunAs
-from tpnode_tui.port.fields import shown
 from tpnode_tui.runtimes.waiting import exit_status
+from tpnode_tui.text.printable import shown
 
 #: How long the check may take. It takes milliseconds; only a hung file system
 #: (or a caller who stopped it) takes longer.

@@ -40,6 +40,7 @@ from tpnode_tui.model.errors import (
     TpnodeError,
 )
 from tpnode_tui.model.jobs import JobSpec, JobState, Launched, QueuedLaunch, wanted_words
+from tpnode_tui.model.owners import is_owner
 from tpnode_tui.port.types import (
     MOST_CARDS,
     Cancelled,
@@ -48,7 +49,6 @@ from tpnode_tui.port.types import (
     LaunchResult,
     OverQuota,
     ReserveRequest,
-    is_owner,
     new_run_id,
 )
 from tpnode_tui.service.accounts import account, group_names, run_as

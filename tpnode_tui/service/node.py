@@ -7,11 +7,11 @@ the changes every action counts so that a reading after it shows it. This
 class only puts them together and answers for them: the CLI, the agent's
 API, the dashboard, the fleet publisher and the metrics all call it.
 
-Every operation of the port's table (:mod:`tpnode_tui.port.operations`) is a
-method here of the same name, taking the caller (as the kernel named them)
-and the operation's request: the agent's door and the in-process node both
-come in through :meth:`NodeService.read` (the request read from what was
-sent, a refusal logged) and :meth:`NodeService.do`.
+Every operation of the port's table (:mod:`tpnode_tui.port.operations`) is
+done by one method here, bound to it by :func:`handles`, taking the caller (as
+the kernel named them) and the operation's request: the agent's door and the
+in-process node both come in through :meth:`NodeService.read` (the request
+read from what was sent, a refusal logged) and :meth:`NodeService.do`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import is_dataclass, replace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, TypeVar, cast
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional, TypeVar, cast
 
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.config.sections import DEFAULT_XID_DRAIN, LimitSettings, NotifySettings
@@ -38,8 +38,9 @@ from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.notify.post import Post
+from tpnode_tui.port import operations as ops
 from tpnode_tui.port.fields import Query
-from tpnode_tui.port.operations import Operation, Source
+from tpnode_tui.port.operations import Operation, Request, Source
 from tpnode_tui.port.types import (
     AuditPage,
     AuditRequest,
@@ -97,6 +98,28 @@ log = logging.getLogger(__name__)
 DEFAULT_XID_RULES = XidRules.of(DEFAULT_XID_DRAIN)
 
 A = TypeVar("A")
+Q = TypeVar("Q", bound=Request)
+
+#: what does an operation: a method of NodeService taking the caller and the request
+Handler = Callable[["NodeService", Caller, Q], Awaitable[Any]]
+
+#: each operation's handler, by the operation's name: bound by :func:`handles`, once each
+HANDLERS: dict[str, Handler[Any]] = {}
+
+
+def handles(op: Operation[Q, Any]) -> Callable[[Handler[Q]], Handler[Q]]:
+    """Bind the method below to ``op``: the one that does it, whoever asks
+    (the agent's door or an in-process node). A second handler for one
+    operation is a mistake in this module, refused as it is loaded."""
+
+    def bind(method: Handler[Q]) -> Handler[Q]:
+        if op.name in HANDLERS:
+            raise TypeError(f"{op.name} has two handlers")
+        HANDLERS[op.name] = method
+        return method
+
+    return bind
+
 
 #: the limits of a service made without settings (a test's): the settings' defaults
 DEFAULT_LIMITS = LimitSettings()
@@ -471,9 +494,9 @@ class NodeService:
         """``op`` done for ``caller``. An action logs itself, allowed or not; a
         read that is refused (a card that is not the node's) is logged here."""
         try:
-            result: A = await getattr(self, op.name)(caller, request)
+            result: A = await HANDLERS[op.name](self, caller, request)
         except (BadRequest, NotAllowed, Conflict) as e:
-            if op.name in _READS:
+            if op.method == "GET":  # a read: allowed, it is not logged; refused, it is
                 self.refused(caller, op, _named(request), e)
             raise
         return result
@@ -491,6 +514,7 @@ class NodeService:
 
     # ── reading ──────────────────────────────────────────────────────────────
 
+    @handles(ops.STATUS)
     async def status(self, caller: Caller, request: Nothing) -> NodeView:
         """The node now: the latest reading where this service polls for
         everyone (once it shows every action answered so far), else read now."""
@@ -504,6 +528,7 @@ class NodeService:
             reading = self.reading
         return NodeView(reading, self.you(caller, reading.snapshot))
 
+    @handles(ops.VIEWS)
     async def views(self, caller: Caller, request: Nothing) -> AsyncIterator[NodeView]:
         """Every new reading, as ``caller`` sees it."""
         return self._views(caller)
@@ -512,15 +537,19 @@ class NodeService:
         async for reading in self.subscribe():
             yield NodeView(reading, self.you(caller, reading.snapshot))
 
+    @handles(ops.WHOAMI)
     async def whoami(self, caller: Caller, request: Nothing) -> WhoAmI:
         return WhoAmI(self.you(caller, self.reading.snapshot), caller.pid)
 
+    @handles(ops.QUEUED)
     async def queued(self, caller: Caller, request: Nothing) -> tuple[QueuedLaunch, ...]:
         return self.launches.queued()
 
+    @handles(ops.HISTORY)
     async def history(self, caller: Caller, request: HistoryRequest) -> dict[int, list[Sample]]:
         return self.readings.card_history(request.card)
 
+    @handles(ops.USAGE)
     async def usage(self, caller: Caller, request: UsageRequest) -> UsageReport:
         """Who used which cards over the span: the caller's own rows and the node's
         total, an operator's every account's (the ledger's report decides, from the
@@ -549,13 +578,16 @@ class NodeService:
             operators=self.policy.operators.describe(),
         )
 
+    @handles(ops.AUDIT)
     async def audit(self, caller: Caller, request: AuditRequest) -> AuditPage:
         return await self.journal.audit(caller, request)
 
+    @handles(ops.EVENTS)
     async def events(self, caller: Caller, request: EventsRequest) -> EventsPage:
         await self._known_card(request.card)
         return await self.journal.events(caller, request)
 
+    @handles(ops.FOLLOW_EVENTS)
     async def follow_events(self, caller: Caller, request: EventsRequest) -> AsyncIterator[dict[str, Any]]:
         await self._known_card(request.card)
         return self.journal.follow_events(caller, request)
@@ -567,12 +599,15 @@ class NodeService:
             raise RuntimeUnavailable(NO_NOTICES)
         return self.notices
 
+    @handles(ops.NOTIFY_LIST)
     async def notify_list(self, caller: Caller, request: Nothing) -> NotifyList:
         return await self._notices().listed(caller)
 
+    @handles(ops.NOTIFY_ADD)
     async def notify_add(self, caller: Caller, request: NotifyAddRequest) -> NotifyList:
         return await self._notices().add(caller, request)
 
+    @handles(ops.NOTIFY_REMOVE)
     async def notify_remove(self, caller: Caller, request: NotifyRemoveRequest) -> NotifyList:
         return await self._notices().remove(caller, request)
 
@@ -589,46 +624,59 @@ class NodeService:
 
     # ── taking cards out of service ──────────────────────────────────────────
 
+    @handles(ops.DRAIN)
     async def drain(self, caller: Caller, request: DrainRequest) -> Drain:
         return await self.operator_actions.drain(caller, request)
 
+    @handles(ops.UNDRAIN)
     async def undrain(self, caller: Caller, request: UndrainRequest) -> Drain:
         return await self.operator_actions.undrain(caller, request)
 
+    @handles(ops.EVICT)
     async def evict(self, caller: Caller, request: EvictRequest) -> EvictReport:
         return await self.operator_actions.evict(caller, request)
 
+    @handles(ops.CHECK)
     async def check(self, caller: Caller, request: CheckRequest) -> CardCheck:
         return await self.checks.check(caller, request)
 
     # ── launching, and the queue ─────────────────────────────────────────────
 
+    @handles(ops.LAUNCH)
     async def launch(self, caller: Caller, request: LaunchRequest) -> LaunchResult:
         return await self.launches.launch(caller, request)
 
+    @handles(ops.RESERVE)
     async def reserve(self, caller: Caller, request: ReserveRequest) -> Launched:
         return await self.launches.reserve(caller, request)
 
+    @handles(ops.CANCEL)
     async def cancel(self, caller: Caller, request: CancelRequest) -> QueuedLaunch:
         return await self.launches.cancel(caller, request)
 
     # ── changing and ending jobs ─────────────────────────────────────────────
 
+    @handles(ops.STOP)
     async def stop(self, caller: Caller, request: StopRequest) -> JobState:
         return await self.job_actions.stop(caller, request)
 
+    @handles(ops.EXTEND)
     async def extend(self, caller: Caller, request: ExtendRequest) -> JobState:
         return await self.job_actions.extend(caller, request)
 
+    @handles(ops.SHELL)
     async def shell(self, caller: Caller, request: ShellRequest) -> ShellEntry:
         return await self.job_actions.shell(caller, request)
 
+    @handles(ops.RECLAIM)
     async def reclaim(self, caller: Caller, request: ReclaimRequest) -> list[JobState]:
         return await self.job_actions.reclaim(caller, request)
 
+    @handles(ops.LOGS)
     async def logs(self, caller: Caller, request: LogsRequest) -> JobOutput:
         return await self.job_actions.logs(caller, request)
 
+    @handles(ops.FOLLOW_LOGS)
     async def follow_logs(self, caller: Caller, request: LogsRequest) -> AsyncIterator[JobOutput]:
         return await self.job_actions.follow_logs(caller, request)
 
@@ -642,25 +690,6 @@ class NodeService:
         if self.ledger is not None:  # what was read of the minute under way is written
             await asyncio.to_thread(self.ledger.close)
         self.journal.close()
-
-
-#: the operations that only read: allowed, they are not logged; refused, they are
-_READS = frozenset(
-    {
-        "status",
-        "views",
-        "whoami",
-        "queued",
-        "audit",
-        "events",
-        "follow_events",
-        "history",
-        "usage",
-        "logs",
-        "follow_logs",
-        "notify_list",
-    }
-)
 
 
 def _named(request: Any) -> str:

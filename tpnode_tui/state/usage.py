@@ -24,19 +24,16 @@ operator on one node: per account, per card, per job with its start and end.
 
 from __future__ import annotations
 
-import re
 import sqlite3
-import time
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Optional
 from urllib.parse import quote
 
-from tpnode_tui.config.values import typed_duration
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
 from tpnode_tui.model.jobs import SliceRef
+from tpnode_tui.model.owners import is_owner
 from tpnode_tui.model.usage import USAGE_BY, UsageFigures, UsageReport, UsageRow
-from tpnode_tui.port.types import is_owner
 from tpnode_tui.state.ledger import (
     Unwritten,
     UsageLedger,
@@ -46,43 +43,6 @@ from tpnode_tui.state.ledger import (
     error_words,
     slices_from_text,
 )
-
-#: --since and --until without a word: the last week, up to now
-DEFAULT_SPAN_S = 7 * 86400.0
-
-#: dates and times --since and --until take, in the node's local time
-_DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S")
-_LOOKS_LIKE_DURATION = re.compile(r"[0-9.smhd]+")
-
-
-def parse_when(text: str, now: float) -> float:
-    """``--since``/``--until``: a date or time (local: ``2026-12-01``, ``2026-12-01 14:00``),
-    or a duration that long before ``now`` (``7d``, ``12h``, ``1h30m``); BadRequest otherwise."""
-    raw = text.strip()
-    for fmt in _DATE_FORMATS:
-        try:
-            return time.mktime(time.strptime(raw, fmt))
-        except (ValueError, OverflowError):
-            continue
-    if _LOOKS_LIKE_DURATION.fullmatch(raw.lower()):
-        return now - typed_duration(raw)  # its own words: "must be at least 1s and at most a year", "30m or 30s?"
-    raise BadRequest(
-        f"{text!r} is neither a date such as 2026-12-01 or 2026-12-01 14:00 (local time) "
-        "nor a duration such as 7d or 12h (that long ago)"
-    )
-
-
-def usage_span(since: Optional[str], until: Optional[str], now: float) -> tuple[float, float]:
-    """The span ``--since`` and ``--until`` name: the last week by default, up to now."""
-    end = now if until is None else parse_when(until, now)
-    start = end - DEFAULT_SPAN_S if since is None else parse_when(since, now)
-    if start >= end:
-        raise BadRequest(
-            f"--since ({time.strftime('%Y-%m-%d %H:%M', time.localtime(start))}) is not before "
-            f"--until ({time.strftime('%Y-%m-%d %H:%M', time.localtime(end))})"
-        )
-    return start, end
-
 
 # ── what the ledger says of the span ───────────────────────────────────────
 

@@ -28,12 +28,22 @@ from typing import Any, TextIO, TypeVar
 
 T = TypeVar("T")
 
+#: how much of someone else's text an error or a log line quotes
+SHOWN_CHARS = 60
+
 
 def printable(text: str) -> str:
     """``text`` on one line with every non-printable character escaped (a newline too)."""
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def shown(text: str, most: int = SHOWN_CHARS) -> str:
+    """``text`` as an error or a log line quotes it: cut to ``most`` characters
+    and made printable, in quotes."""
+    cut = text if len(text) <= most else text[: most - 3] + "..."
+    return f"'{printable(cut)}'"
 
 
 def printable_lines(text: str) -> str:
