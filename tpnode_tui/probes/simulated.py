@@ -89,6 +89,8 @@ from tpnode_tui.probes.base import blind_reading
 from tpnode_tui.probes.wiring import scene_topology, with_topology
 
 SOURCE = "simulated"
+#: a plain 4-card node for an agent on a machine without a GPU (``tpnode-tui agent --simulated``)
+SAMPLE = Path(__file__).with_name("sample-node.json")
 
 _SLOWDOWN_CAUSES = ("thermal", "power brake")
 #: the highest device minor a card's file can have (254 and 255 are the driver's control files)
