@@ -48,7 +48,7 @@ TITLE = "10. The door: another account's status while one account floods the age
 FLOODER, QUIET = 60_401, 60_402
 IN_FLIGHT = 30
 START_TIMEOUT_S = 60.0
-#: what the issue asks of the door: another account's status within about a second, the agent under 300 MB
+#: the door's goals: another account's status within about a second, the agent under 300 MB
 STATUS_S, RSS_MB = 1.0, 300.0
 
 #: the flooder: keeps IN_FLIGHT requests going until told to stop (stdin closes), then prints its tally

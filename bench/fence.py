@@ -44,7 +44,7 @@ from tpnode_tui.devices.rules import Grant, SliceGrant
 from tpnode_tui.runtimes.jobprocs import cgroup_parent
 
 TITLE = "9. The fence: its cost per job cgroup"
-#: the bound issue 21 sets on what the fence adds to a launch
+#: the most the fence may add to a launch, the goal it was built to
 TARGET_MS = 5.0
 CARD_JOB = Grant(cards=frozenset({2}))
 MIG_JOB = Grant(slices=(SliceGrant(card=2, gpu_instance=1, compute_instance=0),))

@@ -46,7 +46,7 @@ SECTIONS = (
     "web",
 )
 
-#: the keys issue 5 asks ``--json`` for, with the rows or ratio each comes from
+#: the keys ``--json`` promises, with the rows or ratio each comes from
 #: (the first that was measured: the seed's nvidia-smi route, else our SmiProbe)
 HEADLINE = {
     "occupancy_nvml_8_ms": ("nvml_occupancy_8",),

@@ -1,12 +1,12 @@
 """A hostile neighbour at the door: real accounts against a real agent run as root.
 
-Issue 20 was found this way: three ordinary accounts against a root agent
+The door's weaknesses were found this way: three ordinary accounts against a root agent
 (process runtime, simulated node) jammed, flooded and blinded it. Each test
 here does what one of those accounts did, as a real process of its own (the
 CLI, or raw HTTP written by hand, tests/helpers/door.py), and checks that the
 node now refuses it in one line, logs it as that account, and goes on
-serving everyone else. Which item of the issue each reproduces is in its name
-and its first line.
+serving everyone else. Which of those accounts' attacks each reproduces is in
+its name and its first line.
 """
 
 from __future__ import annotations

@@ -39,9 +39,9 @@ HOUR = 3600.0
 CARDS = 4
 #: the most a hold's held time may differ from the holds the test made: a minute each card
 MINUTE = 60.0
-#: what ``--json`` prints, as the issue gives it (each row also says what it counts by)
-ISSUE_KEYS = {"since", "until", "rows", "total"}
-ISSUE_FIGURES = {"held_card_hours", "used_card_hours", "idle_card_hours", "jobs", "reservations"}
+#: what ``--json`` prints in every report (each row also says what it counts by)
+REPORT_KEYS = {"since", "until", "rows", "total"}
+REPORT_FIGURES = {"held_card_hours", "used_card_hours", "idle_card_hours", "jobs", "reservations"}
 
 
 class SharedAgent(Agent):
@@ -143,11 +143,11 @@ async def test_each_account_sees_its_own_rows_and_the_total_and_an_operator_ever
     until = clock() + MINUTE
     alice_s, bob_s = 3 * (asked - held_from), bob_ended - held_from  # alice: three cards, the whole time
 
-    # alice: her own row, and the node's total, in the issue's shape
+    # alice: her own row, and the node's total, in the report's shape
     mine = await agent.usage(alice, since, until)
-    assert ISSUE_KEYS <= set(mine) and mine["everyone"] is False and mine["by"] == "user"
+    assert REPORT_KEYS <= set(mine) and mine["everyone"] is False and mine["by"] == "user"
     [row] = mine["rows"]
-    assert {"user", "uid", *ISSUE_FIGURES} <= set(row) and ISSUE_FIGURES <= set(mine["total"])
+    assert {"user", "uid", *REPORT_FIGURES} <= set(row) and REPORT_FIGURES <= set(mine["total"])
     assert (row["user"], row["uid"], row["jobs"], row["reservations"]) == (alice.name, alice.uid, 1, 1)
     assert abs(held_s(row) - alice_s) <= 3 * MINUTE
     assert abs(held_s(mine["total"]) - (alice_s + bob_s)) <= 4 * MINUTE

@@ -1,4 +1,5 @@
-"""Each rule of the reference allocator, as its own test.
+"""Each rule the allocator keeps (one lock, never a shared card, unknown is not
+none, no second copy of the truth), as its own test.
 
 The runtime and probe here are in-memory stand-ins (tests/helpers/fakes.py) so each
 rule is shown with nothing else moving; the lock is the real flock lock.

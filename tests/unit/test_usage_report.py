@@ -200,7 +200,7 @@ def test_an_answer_holds_at_most_a_page_of_rows_the_latest_jobs_and_says_how_man
     assert cut.total == whole.total and cut.total.jobs == 100  # the total counts every row
     doc = json.loads(json.dumps(usage_to_json(cut)))
     assert doc["left_out"] == 70 and usage_from_json(doc) == cut
-    assert "left_out" not in usage_to_json(whole)  # the shape, where nothing was left out
+    assert "left_out" not in usage_to_json(whole)  # the plain shape, where nothing was left out
     assert within(whole, 100) is whole
     lines = usage_lines(cut)
     assert "70 earlier jobs and reservations of this span are left out (the total counts them)" in lines[-2]

@@ -759,6 +759,30 @@ def _agent_arguments(parser: argparse.ArgumentParser) -> None:
         "by who it is. Run it as root, or let systemd run it from its unit. It serves until SIGTERM or "
         "Ctrl-C; the jobs it started keep running when it stops."
     )
+    parser.add_argument(
+        "--simulated",
+        nargs="?",
+        const=True,
+        metavar="PATH",
+        help="serve a simulated node described in PATH (the simulated probe's JSON) instead of the "
+        "driver's cards, for a machine without a GPU; without PATH, the 4-card sample that ships with tpnode-tui",
+    )
+
+
+def _simulated(given: Any, settings: Settings) -> Settings:
+    """The settings with the simulated node ``given`` as their probe: the sample
+    where no path is given. A file that is not a node is refused here, in one
+    line, rather than served as a blind node."""
+    from pathlib import Path
+
+    from tpnode_tui.probes.simulated import SAMPLE, xid_events
+
+    path = SAMPLE if given is True else Path(given).absolute()
+    try:
+        xid_events(path)  # reads and checks the whole file
+    except ValueError as e:
+        raise UsageError(f"--simulated: {e}") from None
+    return replace(settings, probe=replace(settings.probe, kind=f"simulated:{path}"))
 
 
 @command("agent", "serve this node to every account on its socket (run as root, or by systemd)", _agent_arguments)
@@ -767,6 +791,8 @@ def _agent(args: argparse.Namespace, settings: Settings) -> int:
 
     from tpnode_tui.agent.serve import serve  # aiohttp's server: only the agent needs it
 
+    if args.simulated is not None:
+        settings = _simulated(args.simulated, settings)
     return asyncio.run(serve(settings, interval=args.interval))
 
 

@@ -11,7 +11,7 @@ from tpnode_tui.config.readers import Parse
 @dataclass(frozen=True)
 class Declared:
     """How one setting is given: its variable, the flag that overrides it (if
-    any), what it does in a few words (for the README and --help), and how its
+    any), what it does in a few words (for docs/configuration.md and --help), and how its
     text is read (checked, or a ConfigError naming the variable)."""
 
     env: str

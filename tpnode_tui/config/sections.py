@@ -5,7 +5,7 @@ fleet and the web page.
 
 Each setting is declared once, in its section: its type and default, its
 TUNEPLANE_* variable, its flag, its help and its reader. The CLI's flags, the
-README's table (a test compares) and the checks are all made from these.
+table in docs/configuration.md (a test compares) and the checks are all made from these.
 """
 
 from __future__ import annotations

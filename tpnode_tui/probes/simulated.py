@@ -1,75 +1,9 @@
-"""The simulated probe: a node described in a JSON file, for the demo and tests.
+"""The simulated probe: a node described in a JSON file, for the demo, tests and an agent without a GPU.
 
-The file is read again on every read, so a demo or a test changes the node
-while the dashboard runs by rewriting it. Shape (every card key optional;
-a missing one takes its idle value)::
-
-    {"blind": false,
-     "cards": [{"name": "NVIDIA H200", "memory_total_mib": 143771, "memory_used_mib": 0,
-                "uuid": "GPU-...", "pci_bus_id": "00000000:18:00.0",
-                "utilization_pct": 0, "temperature_c": 31, "power_w": 74.4,
-                "processes": [{"pid": 4242, "used_memory_mib": 30000}],
-                "lost": false,
-                "health": {"retired_pages_pending": false, "row_remap_pending": false,
-                           "row_remap_failure": false, "ecc_uncorrected_volatile": 0,
-                           "hw_slowdown": false},
-                "xid_events": [{"id": "e1", "xid": 79}]}]}
-
-``hw_slowdown`` is true, or names its cause ("thermal", "power brake").
-Beside them ``health`` may say ``ecc_uncorrected_total``, the card's
-uncorrectable ECC errors over its life (0 unless given), and a card its
-driver's ``recovery_action`` (NVML field 230, 0 unless given: see
-``xid_events``), which makes it unhealthy as NVML's does.
-
-What only a check asks (``tpnode-tui check``, read by its own process): a
-card's PCIe link, ``"pcie": {"gen": 5, "max_gen": 5, "width": 16,
-"max_width": 16}`` (each at its maximum unless given), its performance
-state ``"pstate"`` (0 unless given; a card saving power, P8, lowers its
-link's generation), and ``"check_hang_s"``, how long its driver takes to
-answer a check (at or past the check's time-out, it does not answer).
-A card's ``minor`` is its device minor (its file is ``/dev/nvidia<minor>``),
-its index unless given (none past 253, where minors end); ``null``: the
-driver did not say.
-``null`` for a number means the driver could not say (``memory_used_mib:
-null`` makes that card unverified), ``"processes": null`` that the list
-could not be read. Fault tests may add ``"fail": "reason"`` (the driver
-cannot be read at all) or ``"hang_s": seconds`` (it answers that late; at or
-past the probe's timeout it does not answer).
-
-A card in MIG mode says ``"mig": true`` and lists its MIG devices, by index
-in the order given (``null`` for ``"mig"``: the driver could not tell;
-``"slices": null``: they could not be listed)::
-
-    {"mig": true, "memory_used_mib": 30444,
-     "slices": [{"profile": "1g.18gb", "uuid": "MIG-...", "gpu_instance_id": 9,
-                 "compute_instance_id": 0, "memory_total_mib": 16384, "memory_used_mib": 9013,
-                 "processes": [{"pid": 5151, "used_memory_mib": 9000}]}],
-     "processes": [{"pid": 777}]}
-
-A slice's ``memory_used_mib`` and ``processes`` take their idle values (0 and
-none) when missing, its uuid is made up from the card and slice, and the rest
-is ``null`` (not said). A MIG card's ``processes`` are those whose slice
-cannot be told; its process list as read is those and every slice's. Its
-``utilization_pct`` is ``null`` unless given, as drivers report none in MIG
-mode. ``"mig_pending"`` is the mode the card takes at its next reset (``true``
-on a card waiting to be split). Only a card in MIG mode may list slices.
-
-``xid_events`` are the XIDs the card reports, for the demo and tests to raise
-them: each ``id`` is handled once by each watcher that reads the file (so a
-test appends events and never has to remove them), and may also carry the
-``pid`` the driver names and the driver's ``recovery_action`` (NVML field
-230: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).
-
-A top-level ``"topology"`` describes how the cards are wired: a shape's name
-(``"nvswitch"``, ``"pcie-2x4"``, ``"cube-mesh"``) or the matrix itself (see
-:func:`~tpnode_tui.probes.wiring.scene_topology`). One that cannot be used
-leaves the topology unknown and says so; the reading is not made blind by it.
-Without a usable one, the node cannot say how its cards are linked, and no
-later poll will either (until the file is changed): a launch that needs the
-topology is refused as never fitting, not told to wait.
-
-A file that is missing or malformed gives a blind reading that names the file
-and what is wrong with it: never a traceback, never a free node.
+The file is read again on every read, so the node changes while it is served
+by rewriting it; a missing or malformed file gives a blind reading naming the
+file, never a traceback or a free node. Every key the file may hold, and what
+it stands for: docs/simulated.md, "Every key".
 """
 
 from __future__ import annotations
@@ -89,6 +23,8 @@ from tpnode_tui.probes.base import blind_reading
 from tpnode_tui.probes.wiring import scene_topology, with_topology
 
 SOURCE = "simulated"
+#: a plain 4-card node for an agent on a machine without a GPU (``tpnode-tui agent --simulated``)
+SAMPLE = Path(__file__).with_name("sample-node.json")
 
 _SLOWDOWN_CAUSES = ("thermal", "power brake")
 #: the highest device minor a card's file can have (254 and 255 are the driver's control files)

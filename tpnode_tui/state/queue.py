@@ -3,7 +3,7 @@
 A launch refused for lack of capacity is not a failure, it is "not your turn
 yet": its owner chose to wait, so the request is kept and tried again after
 every poll. The rules for trying (in :mod:`tpnode_tui.service.launches`)
-come from the reference's dequeue loop: the first request that does not fit
+are a strict first-come dequeue loop: the first request that does not fit
 stops the round, so a stream of 1-card jobs cannot starve an 8-card one; a
 request that can never fit or fails otherwise leaves the queue with its reason.
 

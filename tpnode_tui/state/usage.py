@@ -18,8 +18,8 @@ percent as used. Peak memory is the holder's own; someone else's process on a
 held card is counted apart, as the time it was there and the most memory it
 used.
 
-Where the issue is silent, it gives what Slurm's sreport and sacct give an
-operator on one node: per account, per card, per job with its start and end.
+Beyond that, it gives what Slurm's sreport and sacct give an operator on
+one node: per account, per card, per job with its start and end.
 """
 
 from __future__ import annotations
