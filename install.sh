@@ -42,6 +42,14 @@ else
 fi
 
 python=$(command -v python3 || true)
+# As root, what is installed is run by every account and by the agent: a python3
+# of root's own first on its PATH (pyenv, conda under /root) is one they may not
+# run, and the command would be "Permission denied" for all but root. The
+# system's is everyone's.
+if [ "$(id -u)" -eq 0 ] && [ -x /usr/bin/python3 ] \
+    && /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    python=/usr/bin/python3
+fi
 if [ -z "$python" ]; then
     echo "tpnode-tui install: no python3 on PATH: install it (apt-get install python3 python3-venv) and run this again" >&2
     exit 1

@@ -161,19 +161,30 @@ done
 sh "$WORK/tpnode-tui/install.sh"
 echo "link: $(readlink /usr/local/bin/tpnode-tui)"
 echo "version: $(env -i PATH=/usr/local/bin:/usr/bin:/bin tpnode-tui --version)"
+echo "python: $(readlink /opt/tpnode-tui/bin/python3)"
+echo "as $ACCOUNT: $(runuser -u "$ACCOUNT" -- env -i PATH=/usr/local/bin:/usr/bin:/bin tpnode-tui --version 2>&1)"
 """
 
 
-def test_as_root_it_installs_into_opt_with_the_command_where_the_unit_runs_it(tmp_path):
+def test_as_root_it_installs_into_opt_with_the_command_where_the_unit_runs_it(tmp_path, accounts):
+    """Root's PATH finds first a python3 only root may run (pyenv or conda under
+    /root): what is installed for every account is made from the system's."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         unavailable("installing as root is tried in a mount namespace of its own: it needs root and unshare")
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         unavailable(f"no mount namespace can be made here: {probe.stderr.strip()}")
     _copy_checkout(tmp_path)
+    own = tmp_path / "roots-own"
+    own.mkdir(mode=0o700)
+    (own / "python3").symlink_to(Path(os.path.realpath("/usr/bin/python3")))
     env = {k: v for k, v in os.environ.items() if k.startswith(_MACHINE)}
     env.update(
-        HOME=str(tmp_path), PATH="/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", LANG="C.UTF-8", WORK=str(tmp_path)
+        HOME=str(tmp_path),
+        PATH=f"{own}:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        LANG="C.UTF-8",
+        WORK=str(tmp_path),
+        ACCOUNT=accounts.alice.name,
     )
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", AS_ROOT],
@@ -185,6 +196,9 @@ def test_as_root_it_installs_into_opt_with_the_command_where_the_unit_runs_it(tm
     assert done.returncode == 0, done.stderr
     assert "link: /opt/tpnode-tui/bin/tpnode-tui" in done.stdout.splitlines()
     assert any(line.startswith("version: tpnode-tui ") for line in done.stdout.splitlines()), done.stdout
+    said = done.stdout.splitlines()
+    assert "python: /usr/bin/python3" in said, done.stdout
+    assert any(line.startswith(f"as {accounts.alice.name}: tpnode-tui ") for line in said), done.stdout
     assert "not on your PATH" not in done.stderr
     assert (tmp_path / "upper/opt/tpnode-tui/bin/tpnode-tui").exists()  # written in the overlay, not on the machine
     # pip built a copy: the checkout holds nothing of root's that would stop another account's install there
