@@ -1,55 +1,14 @@
 """The agent's door: versioned JSON over HTTP/1.1 on a Unix socket, made from the port's table.
 
-Every route is an operation of :data:`tpnode_tui.port.operations.OPERATIONS`,
-answered by one handler: the caller from the kernel (``SO_PEERCRED`` on the
-accepted socket), never from the request; the request read from the body
-(or a GET's query string) by the operation's own parse, with every rule and
-the node's limits; the service's method of the same name; the answer written
-as the table says. A body that names an owner is a request to act for
-someone, which only an operator may make; one that says who asks (``uid``,
-``user``) is refused and logged as what it is. Every refusal, here or in the
-service, is logged with the kernel's uid (service/journal.py). Every error is
-an HTTP status and the same one line the CLI would print, with the exit code
-the CLI exits with:
-
-    {"error": "card 3 is held by rsv-7 of alice; only alice or ...", "exit_code": 77, "kind": "NotAllowed"}
-
-Malformed input (not JSON, nested past reading, a number past reading, not
-UTF-8, a lone surrogate, a key given twice in one object, wrong types, unknown
-fields, over a limit) is a 4xx
-with a line saying what is wrong; nothing a client sends reaches the caller
-as a traceback, and no client can stop the agent from answering the others
-(the connections one account may hold, and open a second, are bounded: agent/gate.py).
-
-The routes, from the table (``docs/architecture.md``, "The door", has them with who may):
-
-``GET  /v1/snapshot``       the node now, exactly ``status --json`` (with ``via`` and ``you``)
-``GET  /v1/stream``         every new reading as a line of JSON (newline-delimited), as made
-``GET  /v1/whoami``         the caller as the node sees them
-``GET  /v1/queue``          launches queued or waiting
-``GET  /v1/audit``          the node's log of actions (``?since=&limit=&before=``), a page at a time
-``GET  /v1/events``         the node's log (``?since=&card=&limit=&before=``); ``&follow=true``: then
-                            each new entry as a line of JSON, as it is written
-``GET  /v1/history``        each card's last hour (``?card=N``: one card's)
-``GET  /v1/usage``          who used which cards (``?since=&until=``, unix seconds; ``&by=`` user, card
-                            or job): the caller's own rows and the node's total (an operator, everyone's)
-``GET  /v1/logs``           a job's output, a page at a time (``?run_id=&after=``; its owner or an
-                            operator); ``&follow=true``: then each new page as it is written, until it ends
-``POST /v1/launch``         ``{cards, command, image, run_id, owner, env, cwd, queue, slice, placement}``
-``POST /v1/reserve``        ``{cards, duration_s, run_id, owner, slice, placement}``
-``POST /v1/extend``         ``{run_id, duration_s}``
-``POST /v1/stop``           ``{run_id}``
-``POST /v1/shell``          ``{run_id, seen_pid, seen_start_ticks}``: the caller's own process (its pid
-                            from SO_PEERCRED, which must be the pid and start the CLI saw of itself)
-                            into the reservation's fence; answers the exports its shell runs with
-``POST /v1/reclaim``        ``{run_id}`` (null: every exited job the caller may remove)
-``POST /v1/queue/cancel``   ``{run_id}``
-``GET  /v1/notify``         the caller's notification URLs (secrets masked) and whether their terminals are told
-``POST /v1/notify/add``     ``{url, node}`` (``node``: an operator's URL for the node's events)
-``POST /v1/notify/remove``  ``{number}``, as the list numbers them
-``POST /v1/drain``          ``{card, reason}`` (operators)
-``POST /v1/undrain``        ``{card}`` (operators; refused while the card reports a problem)
-``POST /v1/evict``          ``{card, pid, kill, dry_run, started_at}`` (operators)
+The agent runs as root for accounts that do not trust each other, so every
+request passes here before anything holds, keeps or echoes it: each route is
+an operation of :data:`tpnode_tui.port.operations.OPERATIONS`, answered by one
+handler, with the caller from the kernel (``SO_PEERCRED``), never from the
+request, and the request read by the operation's own parse. Every error is an
+HTTP status and the one line the CLI would print, with its exit code:
+``{"error": ..., "exit_code": 77, "kind": "NotAllowed"}``; nothing a client
+sends comes back as a traceback. The routes, who may ask them, the limits and
+the refusals' audit: see docs/architecture.md, section 'The door'.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """Who comes in at the agent's socket: each connection counted against its account as it is accepted.
 
-Every connection costs the agent a descriptor, the memory of its request and
-answer, and its time. An account that holds thousands open, or opens a new one
-as fast as it can, would otherwise take all three, and the socket's queue of
-connections not yet accepted besides: everyone else then waits, or finds the
-queue full and is turned away. So the agent accepts its socket itself, and
-before anything else is done for a connection it is counted against the
-account the kernel names for it (``SO_PEERCRED``):
-
-- open at once: one past TUNEPLANE_MAX_CONNECTIONS_PER_USER is refused.
-  Requests on one connection are answered one after another, so this bounds
-  an account's requests in flight too;
-- new ones: each account has a bucket of TUNEPLANE_MAX_CONNECTION_RATE_PER_USER
-  connections, filled again at that many a second; one that finds it empty is
-  refused.
-
-A refused connection is answered at once with a 429 and one line, and closed:
-nothing of it is kept, and refusing it costs a few system calls, so a flood of
-new connections leaves the socket's queue as fast as it arrives and the
-others' connections behind it are reached. The queue holds
-:data:`LISTEN_BACKLOG` (or the kernel's ``net.core.somaxconn``, if lower); a
-client that finds it full all the same waits for room, for a bounded time
-(``host/dial.py``), instead of taking the agent for gone. Operators are never
-refused: they clear a stuck node, and are trusted with the agent itself.
-
-What is let in is handed to aiohttp's own protocol, through a :class:`Gate`
-that gives the account its place back when the connection ends.
+Every connection costs the agent a descriptor, memory and time, so one account
+holding thousands open, or opening them as fast as it can, would make everyone
+else wait. Before anything is done for a connection it is counted against the
+account the kernel names (``SO_PEERCRED``): one past the account's open
+connections or its rate is answered at once with a 429 and one line, and
+closed; operators are never refused. What is let in is handed to aiohttp's
+protocol through a :class:`Gate` that gives the account its place back when
+the connection ends. See docs/architecture.md, section 'The door'
+("Connections and fairness").
 """
 
 from __future__ import annotations

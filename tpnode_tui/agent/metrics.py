@@ -1,20 +1,10 @@
 """Prometheus ``/metrics``, served by the agent on an opt-in TCP address.
 
-A scrape reads the service's latest reading and nothing else: it never calls
-NVML, Docker or the state file, so a hung probe or a slow engine cannot make a
-scrape hang or pile work onto the node. (A stale reading says so:
-``tpnode_probe_ok`` is 0 and ``tpnode_reading_age_seconds`` grows.)
-
-Device facts carry dcgm-exporter's names, types and labels, so NVIDIA's
-published Grafana dashboard for dcgm-exporter works on these nodes unchanged;
-a MIG slice's memory is a sample of its own with dcgm-exporter's two MIG
-labels, ``GPU_I_PROFILE`` and ``GPU_I_ID``, beside its card's.
-The allocator's own facts are under ``tpnode_``, and so is what the usage
-ledger counted since the agent started (read from its counters in memory, so a
-scrape never waits for a write). A value the probe could not read is left
-out, never sent as 0: a missing sample reads as "unknown", a 0 would read as
-"idle". docs/metrics.md lists every metric, and contrib/prometheus/alerts.yml
-alerts on them.
+A scrape reads the service's latest reading and nothing else, so a hung probe
+or a slow engine cannot make a scrape hang; device facts carry dcgm-exporter's
+names and labels, and a value not read is left out, never sent as 0. See
+docs/architecture.md, section 'Many nodes', and docs/metrics.md for every
+metric.
 """
 
 from __future__ import annotations

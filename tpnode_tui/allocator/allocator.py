@@ -1,19 +1,10 @@
 """The node's GPU allocator: which physical cards a job gets, never one in use.
 
-Without Kubernetes' scheduler and device plugin nobody else prevents two jobs
-landing on one card; both then go OOM or crawl, at random, depending on which
-asked for memory first. Everything here exists to keep that from happening:
-
-- Occupancy is read afresh on every decision from where the truth already
-  lives (container labels or the state file for platform jobs, the driver for
-  everything else). Nothing is cached, so a restart loses nothing and a stale
-  table can never hand out a busy card.
-- "Read occupancy, pick cards, create the job" runs under one lock that spans
-  every process on the node (flock or a Redis lease), so the dashboard and a
-  shell launching at the same moment never pick the same cards.
-- A created job is already visible to every other reader (a docker container
-  in state "created" holds its cards in ``ps``), so the lock is released
-  before the slow part, starting it. A job that fails to start is removed.
+Without Kubernetes' scheduler and device plugin nobody else keeps two jobs off
+one card. So occupancy is read afresh on every decision from where the truth
+lives, "read, pick, create" runs under the one allocation lock, and the lock
+is released before the slow start, since a created job is already visible to
+every reader. See docs/architecture.md, section 'Launch, step by step'.
 """
 
 from __future__ import annotations
@@ -256,27 +247,16 @@ class GpuAllocator:
     ) -> Launched:
         """Place and start a job: pick and create under the lock, start after it.
 
-        A run id that already holds cards gets its job back unchanged when the
-        request is the same (a retry); asked for differently, it is a Conflict
-        naming the difference. A run id taken by an exited job is refused (its
-        record would be overwritten).
-        ``hold_for_s`` sets the expiry from the moment the cards are picked, so
-        time spent waiting for the lock does not shorten a reservation.
-        ``admit(jobs)`` is called under the lock with the jobs just read, before
-        any card is picked: a rule that counts what people hold (a quota) is
-        only sound there, and raising refuses the launch. Being called also
-        says the launch is past the point of cancelling: until then it has
-        picked nothing and cancelling it abandons it; from then on it picks
-        cards and creates its job, and should be left to finish. ``by`` is who
-        asks, named to anyone who waits for the lock meanwhile.
-
-        Whether the command can run at all is checked before the lock, and
-        only then: the process runtime checks in a process of the caller's,
-        which the caller can stop or slow, and nothing of theirs may keep the
-        lock from everyone else. A command that stops being runnable in
-        between fails as its job's first step, after the lock: the job is
-        recorded as ended (126 or 127, the reason in its log) and its cards
-        are free again.
+        A run id that already holds cards gets its job back when the request is the
+        same; asked for differently, or taken by an exited job, it is a Conflict.
+        ``hold_for_s`` sets the expiry from the moment the cards are picked, so the
+        wait for the lock does not shorten a reservation. ``admit(jobs)`` is called
+        under the lock with the jobs just read, before any card is picked (a quota is
+        only sound there; raising refuses the launch); once called, the launch is past
+        cancelling. ``by`` is who asks, named to whoever waits for the lock. Whether
+        the command can run is checked before the lock only: nothing of the caller's
+        runs under it (see docs/architecture.md, section 'A caller's process job runs
+        as the caller').
         """
         spec = _checked(spec)
         await self.runtime.check(spec)

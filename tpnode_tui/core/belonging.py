@@ -1,25 +1,10 @@
 """Whose is a process on a card: the card's holder, an intruder, or nobody's business.
 
 A card held by alice's reservation that bob is also using is the quiet way a
-shared node goes wrong: both runs slow down or go out of memory, and the
-card still reads "reservation (alice)". So every process the driver lists on
-a held card is told apart here:
-
-* **holder**: part of the job that holds the card, or the reservation's
-  owner. A process job's processes are the supervisor's descendants, its
-  session (the supervisor leads one, and a background process that was
-  re-parented to init keeps it) and, where the job has one, its cgroup; a
-  docker job's are the processes in its container (their cgroup names the
-  container id). A reservation's own processes are those in its shell cgroup
-  (``tpnode-tui shell``, an operator's too); beyond them, whatever its
-  owner runs on its cards is what it is for, so the owner's uid decides. The
-  owner of a job running something of their own on its card is not an
-  intruder either: it is their card.
-* **intruder**: any other process this machine can see on a held card.
-* **external**: a process on a card no platform job holds (the card's state
-  already says "external").
-* **unknown**: a pid this machine cannot look at (another PID namespace):
-  whose it is cannot be told, so it is not called anyone's.
+shared node goes wrong, while the card still reads "reservation (alice)". So
+every process on a held card is told apart: **holder**, **intruder**,
+**external** (on a card no job holds) or **unknown** (a pid this machine cannot
+look at). See docs/architecture.md, section 'Triage' ("Whose process").
 
 Reads ``/proc`` (through psutil) and, for a job's cgroup, the cgroup
 filesystem; call it off the event loop.

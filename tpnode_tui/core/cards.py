@@ -37,20 +37,11 @@ def compute_occupancy(
 ) -> GpuOccupancy:
     """Which cards are held, by whom, and which must not be handed out.
 
-    - Only live jobs hold cards: an exited one is listed until reclaimed, but
-      its memory went back to the driver when it ended.
-    - External use is what the probe sees (a process, or memory in use) on a
-      card no platform job holds.
-    - An unhealthy card a job already holds is not deducted twice: it was never
-      free. The card views still carry the warning.
-    - A card the driver no longer reports, while it reports others, cannot be
-      seen and so is never free.
-    - A drained card is never free, whatever the driver says of it; a job
-      already on it keeps it (the card counts as the job's until it ends).
-    - A card in MIG mode, or whose MIG mode changes at its next reset or cannot
-      be read, is never handed out whole (``mig``); its slices are judged one
-      by one (:func:`~tpnode_tui.core.slices.slice_states`). A live job's slice
-      on a card that is no longer in MIG mode, or no longer reported, holds that card.
+    Only live jobs hold cards; external use is what the probe sees on a card no
+    job holds; a held card is never deducted twice; a card the driver stopped
+    reporting, a drained card and a card in MIG mode are never free (a job
+    already on one keeps it). See docs/architecture.md, sections 'One look at
+    the node' and 'Cards in MIG mode, and their slices'.
     """
     live = [j for j in jobs if j.live]
     by_job = _held_cards(total, live, reading)

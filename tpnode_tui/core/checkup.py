@@ -1,21 +1,11 @@
 """Whether a card may go back into service: each criterion of a check, and what a drain for a reboot asks.
 
 Pure: what the check's own process read of the driver (:class:`CheckFacts`),
-the card's drain, this boot and the drain's, the XIDs seen since, and the
-operator's command as it ran are judged here into findings, one a criterion,
-each in words a person acts on. A criterion the card or its driver does not
-have is not asked ("n/a"); one that could not be read is not told, and keeps
-the check from passing: unknown is not fine.
-
-Tier A's criteria (NVIDIA's own field diagnosis, in the order a person reads
-them): the card answers by its uuid; its uncorrectable ECC errors have not
-risen since the drain (a count kept across reboots; without one from the
-drain, none since the driver last loaded); no row remapping is pending or
-failed; the driver asks for no recovery (a reset or a reboot keeps it
-drained, and says which); its PCIe link is at its maximum width, and
-generation (an idle card saving power lowers the generation: then only the
-width is judged); nothing runs on it. Besides them: no XID since the drain or the last
-check, and for a drain whose cure is a reboot, a reboot since.
+the drain, the boots, the XIDs since and the operator's command are judged
+into findings, one a criterion, in words a person acts on. A criterion the
+card does not have is not asked; one that could not be read is not told and
+keeps the check from passing: unknown is not fine. The criteria: see
+docs/architecture.md, section 'Checks: drain, check, return'.
 """
 
 from __future__ import annotations

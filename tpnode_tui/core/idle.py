@@ -1,20 +1,11 @@
 """Cards held and not used: a job flagged idle-held, a reservation given back.
 
-Two rules, pure, for what the node's service follows from reading to reading
-(:class:`~tpnode_tui.triage.compare.Triage` keeps the times, the service acts):
-
-* A job is **idle-held** while every one of its cards reads 0 % utilisation
-  and memory is held on them: a job that left its memory on the card and
-  stopped computing (a notebook forgotten, a deadlock). It is a mark, never a
-  stop: a job's 0 % may be its own business, so the node only says so.
-* A reservation unused for ``TUNEPLANE_RECLAIM_IDLE_AFTER`` is **warned**, and
-  **released** after ``TUNEPLANE_RECLAIM_GRACE`` unless it was used, or
-  extended, in between (then it is **kept**, and its idle time starts again).
-
-Unknown is not none: a reading that cannot say (utilisation not reported, a
-process list not read, a pid this machine cannot look at) flags nothing and
-counts as a moment the reservation may have been used, so no card is ever
-taken from someone on a guess.
+Two pure rules for what the service follows from reading to reading: a job
+whose cards all sit at 0 % with memory held is marked (never stopped), and a
+reservation unused long enough is warned, then released unless used or
+extended. A reading that cannot say flags nothing and counts as a moment of
+use, so no card is taken on a guess. See docs/architecture.md, section 'The
+usage ledger and idle cards'.
 """
 
 from __future__ import annotations

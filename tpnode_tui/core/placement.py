@@ -1,31 +1,11 @@
 """Topology-aware placement: which of the free cards a multi-card job gets. Pure: no I/O.
 
-A job on several cards spends much of its time in all-reduce, which runs at
-the speed of the slowest link between its cards: NVLink (directly, or through
-the NVSwitches of a DGX-style node), else one PCIe switch, else one NUMA
-node, else across sockets. Two cards under one switch talk several times
-faster than two on different sockets, and a scattered pick raises nothing: the
-job is simply slow.
-
-Sets are scored as NVIDIA's go-gpuallocator best-effort policy scores them: a
-set's score is the sum of its pairs' scores, and a pair scores 100 points for
-each NVLink between the two plus 50 for one PCIe switch (PIX), 40 for several
-(PXB), 30 for a host bridge (PHB), 20 within a NUMA node (NODE) and 10 across
-(SYS). ``nvidia-smi topo -m`` names a pair's NVLinks only, NVML both. A pair
-nothing is known about scores what the cards' NUMA nodes show at worst: 20
-on one NUMA node (anything from PIX to NODE), 10 on two (SYS); with neither
-known it scores nothing. So unknown is not "far": it is never promised near,
-a set whose links are known to be fast wins over one that might be, and a
-card with nothing known is still placed when no better set is free.
-
-:func:`choose` finds the best-scoring set of the free cards: exhaustively
-where the candidate sets are few (every 8-card node), otherwise on the tree
-that a hierarchical topology forms (NVLink or switch groups inside NUMA nodes
-inside the node: every real node of many cards), with any group of up to 10
-cards whose links form no hierarchy (a DGX-1's cube mesh) searched set by
-set; both exact. Only a node with a bigger such group is searched greedily.
-Without a topology it is :func:`pick_gpus`, so a node whose
-topology cannot be read loses nothing.
+A job on several cards runs its all-reduce at the speed of its slowest link,
+and a scattered pick raises nothing: the job is simply slow. Sets are scored
+as NVIDIA's go-gpuallocator scores them, an unknown link is never promised
+near, and :func:`choose` finds the best set exactly on every real node;
+without a topology it is :func:`pick_gpus`. See docs/architecture.md,
+section 'Which cards talk fastest'.
 """
 
 from __future__ import annotations
@@ -144,34 +124,17 @@ def choose(
 ) -> list[int]:
     """``count`` of the ``free`` cards that talk fastest, in order.
 
-    The best-scoring set; among equals, the one least connected to the free
-    cards it leaves (the smallest sum of its cards' points to every other free
-    card). That is the set taken from the smallest free group that fits, so
-    whole NVLink and switch groups stay free for the next job that needs one:
-    of {0,1,2,3} free under one switch and {4,5} under another, a 2-card job
-    gets 4 and 5. Among those, a run of consecutive indices, else the lowest
-    (what :func:`pick_gpus` takes; on a big node's tree, the
-    lower groups first). The same question always gets the same answer.
+    The best-scoring set; among equals the one least connected to the free cards
+    it leaves, then consecutive, then lowest; the same question always gets the
+    same answer (see docs/architecture.md, section 'Which cards talk fastest').
 
-    go-gpuallocator instead takes its set from the best partition of all the
-    free cards into sets of that size, which can hand the job asking now a
-    slower set (two NV1 cards beside a free NV2 pair) for the sake of jobs
-    that may never come. Here the job asking now gets the best set there is,
-    and fragmentation decides only between equals.
-
-    ``require``: None takes the best set free now, however scattered; with
-    ``"same-switch"`` every pair must be NVLinked or under one PCIe switch
-    (PIX or PXB); with ``"contiguous"`` the set must score what the best set of
-    ``count`` cards on this node scores when every card is free. Raises
-    :class:`NoCapacity` when no such set is free now (it may be later), or when
-    the topology is not known now (no set can be shown to be one until it is
-    read), and :class:`NeverFits` when none exists on this node. Without a topology, or with one
-    that does not cover every free card (read for another node than this
-    reading's), this is ``pick_gpus``: NoCapacity when too few are free.
-
+    ``require``: None takes the best set free now; ``"same-switch"`` needs every
+    pair NVLinked or under one PCIe switch; ``"contiguous"`` a set scoring what
+    the node's best set of ``count`` scores. Raises :class:`NoCapacity` when no
+    such set is free now or the topology is not known now, :class:`NeverFits`
+    when none exists here (or ``unknowable`` says why this node can never know).
+    Without a topology covering every free card, this is ``pick_gpus``.
     ``exhaustive_limit``: up to this many candidate sets are scored one by one.
-    ``unknowable``: why this node can never say its topology, where that is so:
-    a requirement is then :class:`NeverFits`, as waiting cannot help.
     """
     if require is not None and require not in REQUIREMENTS:
         raise BadRequest(f"{require!r} is not a placement requirement: use {' or '.join(REQUIREMENTS)}")

@@ -1,21 +1,10 @@
 """What each account may do on a shared node: pure rules, decided from kernel identities.
 
-Anyone may read everything: seeing who holds which card is the point of the
-product. Anyone may launch and reserve, as themselves. Ending or changing a
-job (stop, reclaim, extend, cancel a queued launch) is for its owner or an
-operator. A refusal names the rule, so the person refused knows whom to ask:
-
-    cards 2,3 are held by rsv-7 of alice; only alice or an operator may stop it;
-    the operators here: root, group tpnode-operators
-
-Ownership is compared by uid where the job recorded one (names can be
-renamed, reused or faked in a hand-set label) and by name otherwise. A job
-that recorded no owner at all is for operators only.
-
-Quotas count the cards of an account's live jobs and reservations, the way a
-shared node's users think of "what I hold"; a MIG slice counts as one card
-(never less: a limit must not be passed by taking slices). Operators are not
-limited: they are the ones who clear a stuck node.
+Anyone may read everything and launch or reserve as themselves; ending or
+changing a job is for its owner or an operator, and a refusal names the rule
+and whom to ask. Ownership is by uid where recorded, else by name; quotas
+count live cards, a MIG slice as one. See docs/architecture.md, section 'A
+shared node' ("Who may").
 """
 
 from __future__ import annotations

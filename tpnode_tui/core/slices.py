@@ -79,20 +79,10 @@ def slice_states(
 ) -> tuple[SliceState, ...]:
     """Each MIG slice the driver reports, in exactly one state.
 
-    A slice on a card held whole, drained or unhealthy shares its card's state.
-    On a card in MIG mode, in this order:
-
-    - job or reservation: a live platform job lists its uuid;
-    - unhealthy: the driver gave it no uuid (no job could be pointed at it),
-      or nothing about it could be read while the rest could;
-    - external: a process on it, or its memory in use that no sibling explains;
-    - shared: a compute instance whose GPU instance (and so memory) it shares
-      with a slice held or in use, named in the reason; a compute instance
-      whose GPU instance cannot be told is unverified instead;
-    - unverified: use from outside cannot be probed; or the card has a
-      process the driver put on no slice, or a live job's slice the driver no
-      longer reports (either may be on this one);
-    - free.
+    A slice on a card held whole, drained or unhealthy shares its card's state;
+    otherwise, first match wins: job or reservation, unhealthy, external, shared,
+    unverified, free. The table of when each applies: see docs/architecture.md,
+    section 'Cards in MIG mode, and their slices'.
     """
     kinds = {j.key: j.kind for j in live}
     claims = slice_claims(live)

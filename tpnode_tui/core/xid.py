@@ -1,27 +1,11 @@
 """XIDs: what the driver's error codes mean, what to do about them, and how the kernel log says them.
 
-The NVIDIA device plugin marks a card unhealthy on any XID outside a short
-ignore list, and never gives it back. Most XIDs are not the card's fault
-(13, 31, 43: the program on it crashed), and many faults that are clear
-after a reset. So each XID is classified here by NVIDIA's XID catalog
-(https://docs.nvidia.com/deploy/xid-errors/, "Immediate resolution"):
-
-* **drain** until the card is reset: the catalog says RESET_GPU or worse
-  (46, 48, 62, 64, 74, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158);
-* **reboot**: 79, the GPU has fallen off the bus; a reset cannot reach it;
-* **application**: the program on the card failed (13, 31, 43, 45, 68, 69,
-  94); the card is fine, its job's owner needs to know;
-* anything else is logged and shown for a while, never drained.
-
-``TUNEPLANE_XID_DRAIN`` and ``TUNEPLANE_XID_IGNORE`` change the lists. Where
-the driver says what it needs (NVML's recovery action, field 230), that
-wins over the catalog: it knows this card, the catalog only the code.
-
-The kernel log is where nvidia-smi nodes find XIDs (NVML has events; the
-driver's messages are the only other source). A record in ``/dev/kmsg``
-looks like::
-
-    4,1234,5678901234,-;NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s ...
+The NVIDIA device plugin marks a card unhealthy on almost any XID and never
+gives it back, though most XIDs are the program's fault and many faults
+clear after a reset. So each XID is classified by NVIDIA's catalog (drain,
+reboot, application, or only shown), the driver's own recovery action wins
+where it says one, and ``NVRM: Xid`` lines of ``/dev/kmsg`` are parsed here.
+See docs/architecture.md, section 'Triage' ("XIDs").
 """
 
 from __future__ import annotations

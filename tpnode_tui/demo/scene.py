@@ -1,19 +1,10 @@
 """The demo's pretend node as the dashboard drives it.
 
-The dashboard acts on the demo as on any node, through the :class:`Node` it
-is given, and so does everything here that the person at the dashboard could
-do. Only what a real node has and a pretend one must fake is done otherwise:
-the demo's opening job and reservation stand for work other people started
-(owners "demo" and "alice"), so they are placed by an allocator of the demo's
-own, as another account's command in another process would have placed
-them, not by the person at the dashboard; and on quitting, every job of the
-demo's temporary state dir is stopped that way, whoever it stands for. The
-card an operator drained is drained the same way, in the demo's state dir,
-before the job and the reservation are placed, and the outside process then
-joins the reservation's card. While the dashboard runs, the scene follows the
-node's readings: a card a live job holds shows the job's process working it
-(:meth:`animate`). The keys that change the scene (b, x, X) ask the node to
-read it again at once.
+The dashboard acts on the demo as on any node, through its :class:`Node`;
+only what stands for other people's work (the opening job and reservation,
+the operator's drain) is placed by the demo's own allocator, and while the
+dashboard runs each live job's process works its cards (:meth:`animate`).
+See docs/architecture.md, section 'The dashboard'.
 """
 
 from __future__ import annotations

@@ -1,30 +1,12 @@
 """The demo node: a simulated 8-card H200 machine that needs no GPU, Docker or Redis.
 
-It is the real product over a simulated probe: the scene is a JSON file in a
-temporary directory (read afresh on every poll, like a driver), jobs are real
-local processes in a temporary state dir, and every launch goes through the
-real allocator and lock. Only the cards are pretend.
-
-The scene shows every card state at once: a platform job whose process
-works its card (its utilisation rises and falls, so the sparklines move),
-a card in MIG mode split as an H200 is (two compute instances of one
-3g.71gb GPU instance, a 2g.35gb, two 1g.18gb), with a platform job on a
-1g.18gb slice and a process this machine cannot see on the 1c.3g.71gb one
-(so its sibling, which shares that memory, is not handed out either), a
-reservation on which someone else's process (a real ``sleep`` started by
-the demo) sits while its owner leaves it idle, memory in use by a process
-this machine cannot see (as host pids look from inside a container), an
-unhealthy card, a card an operator drained, one the driver's XID 79 drained,
-and a free card; keys toggle "probe-blind" to show unverified cards, put the
-outside process on a card, and raise an XID. Whoever runs the demo operates
-its node (its operators group is their own), so every key can be tried.
-
-A demo cleans up when it ends. One that was killed (``kill -9``) cannot, so
-every demo first removes what dead demos left: its temporary directory is
-named ``tpnode-demo-*`` and holds an owner file naming the demo's process by
-pid *and* start time, so a directory is touched only when that very process
-is gone, never a live demo's (whose pid, start and boot still match) and
-never one without an owner file (one being made right now, or not a demo's).
+It is the real product over a simulated probe: the scene is a JSON file read
+afresh on every poll, jobs are real local processes in a temporary state dir,
+and every launch goes through the real allocator and lock. Only the cards are
+pretend; the scene shows every card state at once. A killed demo's directory
+is cleaned up by the next demo, only once the process its owner file names
+(pid and start time) is gone. See docs/architecture.md, section 'The
+dashboard'.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """A small eBPF assembler: the few instructions a device program needs, encoded as the kernel reads them.
 
-The kernel takes a program as an array of ``struct bpf_insn`` (8 bytes each)::
-
-    struct bpf_insn {
-        __u8  code;        /* opcode: class | size/op | mode/source */
-        __u8  dst_reg:4;   /* destination register */
-        __u8  src_reg:4;   /* source register */
-        __s16 off;         /* a load's offset, a jump's distance */
-        __s32 imm;         /* an immediate operand */
-    };
-
-in the machine's own byte order. A jump's ``off`` counts instructions from the
-one after the jump, which is easy to get wrong by hand; here a jump names a
-label and :func:`assemble` works the distances out, refusing a label that is
-missing or named twice, a jump backwards (a loop, which older verifiers reject
-and a device filter never needs), a distance or an immediate that does not
-fit, and a program whose last instruction is not an exit.
-
-This is not a general assembler: it holds what :mod:`.program` uses, and a new
-instruction is added with its own test.
+The kernel takes a program as an array of 8-byte ``struct bpf_insn`` in the
+machine's byte order. A jump's offset counts from the next instruction, easy
+to get wrong by hand, so here a jump names a label and :func:`assemble` works
+the distances out, refusing a label missing or named twice, a jump backwards,
+a value that does not fit, and a program that does not end in an exit. It
+holds only what :mod:`.program` uses; a new instruction comes with its own
+test. See docs/architecture.md, section 'Which mechanism where'.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """What a runtime calls: fence a job to the device files of its cards, or say in words why it cannot.
 
-Two mechanisms, tried in this order:
-
-* **cgroup v2** (:data:`MECHANISM_V2`): where the runtime gave the job a cgroup
-  of its own, a device program is attached to it. Nothing else has to be done:
-  the job's processes join that cgroup anyway, and the program goes when the
-  runtime removes the cgroup.
-* **cgroup v1** (:data:`MECHANISM_V1`): where there is no such cgroup, or the
-  kernel refused the program, and the v1 ``devices`` controller is mounted, a
-  cgroup of that hierarchy is made for the job (:attr:`Fenced.v1_cgroup`). Its
-  processes must join it before the command runs (:func:`.v1.join`: the
-  launcher's child does, as it joins the v2 cgroup), and it is removed once
-  they have ended (:func:`.v1.remove`).
-
-A node that can do neither is not an error: :func:`fence` returns a
-:class:`Fenced` that says so, and why (no cgroup, not root, the kernel
-refused), for a policy to act on ("start it unfenced" or "refuse") and for
-people to read. :func:`node_fences` answers the same question for the node
-as a whole, by trying.
+Tried in order: a device program on the job's own cgroup v2
+(:data:`MECHANISM_V2`), else a cgroup of the v1 ``devices`` controller made
+for the job (:data:`MECHANISM_V1`, :attr:`Fenced.v1_cgroup`: its processes
+join it with :func:`.v1.join` before the command runs, and it is removed with
+:func:`.v1.remove`). A node that can do neither is not an error:
+:func:`fence` returns a :class:`Fenced` saying why, for the policy and for
+people; :func:`node_fences` asks the same of the node by trying. See
+docs/architecture.md, section 'Which mechanism where'.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """What the NVIDIA driver says about its device files: its majors, the MIG capabilities' minors, a card's minor.
 
-The device cgroup knows a device by its type, major and minor, never by its
-path, so a fence is written in those numbers. Three kinds of NVIDIA device
-files matter to a CUDA process:
-
-* major 195 (fixed by the driver): ``/dev/nvidiaN`` is 195:N for the card whose
-  *device minor* is N, ``/dev/nvidiactl`` is 195:255, ``/dev/nvidia-modeset``
-  195:254;
-* ``nvidia-uvm``, a major the kernel hands out when the module loads:
-  ``/dev/nvidia-uvm`` is minor 0, ``/dev/nvidia-uvm-tools`` minor 1;
-* ``nvidia-caps``, another dynamic major: ``/dev/nvidia-caps/nvidia-capM``, one
-  minor per MIG capability, listed in ``/proc/driver/nvidia-caps/mig-minors``.
-  Opening a MIG slice takes its card's file and the "access" capabilities of
-  its GPU instance and of its compute instance.
-
-Every file read here is under /proc and every path is a parameter, so tests
-point them at files of their own. Their text is treated as untrusted: a line
-that does not parse is skipped, a file that cannot be read is an error naming
-it, never a traceback.
+The device cgroup knows a device by type, major and minor, never by path, so
+a fence is written in those numbers (the table: docs/architecture.md, section
+'What a job may open'). Every file read here is under /proc and every path is
+a parameter, so tests point them at files of their own. Their text is
+untrusted: a line that does not parse is skipped, a file that cannot be read
+is an error naming it, never a traceback.
 """
 
 from __future__ import annotations

@@ -1,38 +1,12 @@
 """The cgroup v2 device program for a job's rules: deny the fenced majors' other minors, allow the rest.
 
 A ``BPF_PROG_TYPE_CGROUP_DEVICE`` program runs on every open and mknod of a
-device file by a process of its cgroup (and of the cgroups below it). It reads
-``struct bpf_cgroup_dev_ctx``::
-
-    struct bpf_cgroup_dev_ctx {
-        __u32 access_type;  /* (BPF_DEVCG_ACC_* << 16) | BPF_DEVCG_DEV_* */
-        __u32 major;
-        __u32 minor;
-    };
-
-and returns 1 to allow, 0 to deny (the open fails with EPERM). The shape is
-runc's device filter (``libcontainer/cgroups/devices/devicefilter.go``) and
-systemd's ``bpf-devices``, turned around: theirs allow a list and deny the
-rest, since a container's devices are all listed. This one must *allow*
-everything it does not name: with ``BPF_F_ALLOW_MULTI`` each program attached
-to the cgroup or above it must allow an access, so the programs of the
-cgroups above (systemd's, a container engine's) keep deciding for every other
-device, and this one only takes away other jobs' NVIDIA minors::
-
-        r2 = access_type & 0xffff        ; the device's type
-        r4 = major ; r5 = minor
-        if r2 != CHAR goto allow
-        if r4 != 195 goto next0          ; one block per fenced major
-        if r5 == <allowed minor> goto allow   ; one test per allowed minor
-        ...
-        goto deny
-    next0:
-        ...
-    allow:  r0 = 1 ; exit
-    deny:   r0 = 0 ; exit
-
-Any access (read, write, mknod) to a denied minor is denied, as the cgroup v1
-rule ``c 195:N rwm`` does, so the access bits are never read.
+device file in its cgroup and returns 1 to allow, 0 to deny. Its shape is
+runc's device filter turned around: it must allow what it does not name,
+because with ``BPF_F_ALLOW_MULTI`` the programs above it keep deciding for
+every other device. Any access to a denied minor is denied, so the access
+bits are never read. The program's outline: see docs/architecture.md,
+section 'Which mechanism where'.
 """
 
 from __future__ import annotations

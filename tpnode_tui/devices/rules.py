@@ -1,21 +1,11 @@
 """Which NVIDIA device files a job may open, decided from what it holds: pure, no I/O.
 
-The rule every mechanism applies: a device that is not NVIDIA's stays as it
-was (the fence takes nothing a job had before but other jobs' cards). Of
-NVIDIA's majors, a job may open
-
-* ``nvidiactl`` and ``nvidia-modeset`` (195:255, 195:254): every CUDA process
-  opens the control device; neither reaches a card by itself;
-* ``nvidia-uvm`` and ``nvidia-uvm-tools`` (minors 0 and 1 of their major):
-  unified memory, shared by all of the node's processes and tied to no card;
-* its cards' files (195:minor), and for a MIG slice its card's file plus the
-  access capabilities of its GPU instance and compute instance
-  (``nvidia-caps`` minors, from ``mig-minors``).
-
-Every other minor of those majors is denied: another card, a MIG instance
-that is not the job's, the ``config`` and ``monitor`` capabilities (making and
-destroying MIG instances, watching all of them), a minor no device has yet.
-This is what Slurm's ``task/cgroup`` with ``ConstrainDevices`` gives a job.
+The rule every mechanism applies: the fence takes nothing a job had before
+but other jobs' cards. Of NVIDIA's majors a job may open the control and
+modeset devices, unified memory, its own cards' files and, for a MIG slice,
+its instances' access capabilities; every other minor is denied, as Slurm's
+``ConstrainDevices`` does. See docs/architecture.md, section 'What a job may
+open'.
 """
 
 from __future__ import annotations

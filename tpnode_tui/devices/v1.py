@@ -1,23 +1,12 @@
 """The fence where the cgroup v1 ``devices`` controller is mounted: a job cgroup with a deny list.
 
-On a node with the v1 controller (older distributions, hybrid layouts), each
-cgroup of that hierarchy has a device list, and every open of a device file by
-one of its processes is checked against it. A new cgroup starts with its
-parent's list; where the parent allows every device (``a *:* rwm``, the usual
-case) the job's cgroup is given one ``devices.deny`` line per NVIDIA minor it
-must not open, as Slurm's ``task/cgroup`` with ``ConstrainDevices`` denies the
-devices a job was not given. The kernel takes one rule per write, and checks
-each against the list so far, so the list is kept to the minors that matter
-(see :mod:`.rules`: the capabilities of the job's own cards and the
-node-wide ones).
-
-A parent that allows only listed devices cannot be fenced this way: in such a
-list a deny line removes an allow line that matches it exactly, and cannot cut
-a minor out of a wildcard. The cgroup is refused then, with that reason.
-
-Unlike a cgroup v2, which the runtime already makes for a job, this cgroup is
-made here (:func:`make`), its processes join it (:func:`join`) and it is
-removed here once they have all ended (:func:`remove`).
+Where the parent allows every device, the job's cgroup is given one
+``devices.deny`` line per NVIDIA minor it must not open, as Slurm's
+``ConstrainDevices`` does; a parent that allows only listed devices cannot be
+fenced so (a deny line cannot cut a minor out of a wildcard) and is refused
+with that reason. Unlike a cgroup v2, this cgroup is made here
+(:func:`make`), joined (:func:`join`) and removed once empty
+(:func:`remove`). See docs/architecture.md, section 'Which mechanism where'.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The agent's side of the fleet: publish the node's latest reading to Redis.
 
-After every poll whose picture changed, and at least once a period, the
-agent sets its publication (``SET ... PX`` of three periods) and sends a
-notice, on ``notices:changed`` when its picture changed and on
-``notices:same`` when it did not: two commands, pipelined in one round trip. It
-registers itself (a field of the agents hash) when it first reaches Redis,
-again after every outage, when its series or card count changes, and every
-10 minutes. A Redis restarted between two publications loses the
-registration without the agent seeing an error, so the SET returns the
-publication it replaces (``GET``): none means the last one is gone, and the
-agent registers again. A clean stop deletes its publication and records the
-time, so readers say "stopped" at once instead of waiting out three periods.
-
-Redis is never in the allocation path: publishing runs in a task of its own
-and a failure only delays the next publication. The first failure of an
-outage is logged, later ones are not; attempts back off from 1 s to a
-period (at most 30 s), and the first success says so in the log.
+After every poll whose picture changed, and at least once a period, the agent
+sets its publication and sends a notice, pipelined; it registers itself again
+whenever Redis may have lost it. Redis is never in the allocation path:
+publishing runs in a task of its own, and a failure only delays the next
+publication. See docs/architecture.md, section 'Many nodes'.
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
 """What an agent publishes about its node, and what a reader makes of many publications. No I/O.
 
-In the fleet's Redis (names under ``tpnode:fleet:``):
-
-``agents``            a hash: agent instance id -> its registration (node name,
-                      version, publication period, host, pid, series, card count),
-                      written when the agent (re)connects, so a node whose
-                      publications stopped is still known by name
-``snapshot:<id>``     the agent's latest publication (``SET ... PX`` of three
-                      periods: it expires after 3 missed publications): a JSON
-                      envelope line, then the node's snapshot
-``notices:changed``   pub/sub: a short notice after each publication whose picture
-                      changed (readers subscribe to it to read again at once)
-``notices:same``      pub/sub: the notice of a publication that changed nothing
-                      (``PSUBSCRIBE tpnode:fleet:notices:*`` hears every one)
-
-Each agent has an instance id of its own, drawn when it starts, so two agents
-that claim one node name (a copied configuration, a re-imaged host) are both
-seen and reported, never merged into one picture.
-
-Everything read back is untrusted: any node (or anyone who can write to that
-Redis) can publish anything. A publication is decoded strictly (the snapshot
-by :func:`~tpnode_tui.port.wire.snapshot_from_json`); one that cannot be read marks
-its node *malformed*, and no card of a node that is not plainly up, alone
-under its name, with a current reading, is ever counted free.
-
-Liveness is decided here, on read, by Redis's clock alone: a node is
-unreachable when its publication key has expired (three periods after its
-last publication). The time inside a publication is the node's own clock,
-so it is shown, never compared: a node whose clock is behind the reader's
-is said to be, not taken for gone.
+Everything read back is untrusted: any node, or anyone who can write to that
+Redis, can publish anything. So a publication is decoded strictly, one that
+cannot be read marks its node malformed, liveness is decided by Redis's clock
+alone, and no card of a node that is not plainly up, alone under its name,
+with a current reading, is counted free. The keys and the rules: see
+docs/architecture.md, section 'Many nodes'.
 """
 
 from __future__ import annotations

@@ -1,37 +1,13 @@
 """Who may allocate cards right now.
 
-Launching is "read occupancy -> pick cards -> create the job", and it has to be
-atomic across every process on the node: occupancy is rebuilt from container
-labels and the process state file, so until the job exists its cards still look
-free to everyone else. Two callers inside that window hand the same card to two
-jobs, and the symptom (both go OOM, or one runs slow) says nothing about why.
-
-Concurrency comes from two places, so there are two layers:
-
-- an ``asyncio.Lock``, for tasks of one process (the dashboard's keys, a queue
-  loop): they queue on it in order instead of polling the cross-process lock
-  against each other;
-- a cross-process lock, for the CLI next to the dashboard, several dashboards,
-  a scheduler in another process. By default an ``flock`` on a file in the state
-  directory: the kernel drops it when its holder dies, even by ``kill -9``, so a
-  crash never leaves the node stuck. With ``TUNEPLANE_REDIS_URL`` set, a Redis
-  lease instead, for setups that already coordinate through Redis.
-
-While the cross-process lock cannot be taken (someone holds it, or Redis cannot
-be reached) a caller waits, for as long as it allows, and
-:attr:`AllocationLock.waiting` says why. It never goes ahead without the lock:
-letting an allocation through blind is exactly the over-subscription this
-exists to prevent, and waiting costs only time.
-
-Every acquisition gets a lease token, a number larger than any handed out before on
-this node. A Redis lease can be lost while its holder still runs (Redis
-restarted, the key was cleared, the holder stalled past its lease); the holder
-learns it through :meth:`LockHold.lost` and the lease token tells which of two
-holders came later.
-
-The package: ``base`` (the lock, the hold, what a backend promises), ``flock``
-and ``redis`` (the backends). ``redis`` is imported only when a Redis lease is
-configured, so a node on the default flock lock never loads redis-py.
+"Read occupancy, pick cards, create the job" must be atomic across every
+process on the node: until the job exists its cards still look free, and two
+callers inside that window hand one card to two jobs. So an ``asyncio.Lock``
+orders one process's tasks and a cross-process lock (``flock``, or a Redis
+lease with ``TUNEPLANE_REDIS_URL``) orders the rest; a caller waits, never
+goes ahead without it, and each hold gets a lease token larger than any
+before. ``redis`` is imported only for a Redis lease. See
+docs/architecture.md, section 'Launch, step by step'.
 """
 
 from __future__ import annotations

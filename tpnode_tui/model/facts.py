@@ -67,19 +67,12 @@ class CardFacts:
     """What a probe could read about one card. ``None`` means "not available".
 
     A card in MIG mode (``mig_mode`` True) is split into ``slices``, and its
-    whole-card fields keep their whole-card meaning:
-
-    - ``utilization_pct`` is ``None``: drivers do not report utilisation in MIG
-      mode, and a zero would read as idle;
-    - ``memory_used_mib`` is what the driver reports for the whole card, which
-      counts every slice's memory and what MIG itself sets aside, so an idle
-      MIG card may read several GiB used; each slice has its own;
-    - ``processes`` is every process the driver reports on the card, on any
-      slice. Each slice lists those of them it could be told to run on it (by
-      the slice's own list, or by the GPU and compute instance ids the card's
-      list carries); a process whose slice cannot be told is on the card's
-      list only. So the card's list is never shorter than its slices' together,
-      and a process is never dropped for not matching a slice.
+    whole-card fields keep their whole-card meaning: ``utilization_pct`` is
+    ``None`` (drivers do not report it in MIG mode, and a zero would read as
+    idle); ``memory_used_mib`` is the whole card's, counting what MIG sets aside;
+    ``processes`` is every process on the card, never shorter than its slices'
+    lists together, so a process whose slice cannot be told is never dropped.
+    See docs/architecture.md, section 'One look at the node'.
     """
 
     index: int

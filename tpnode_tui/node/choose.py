@@ -1,34 +1,14 @@
 """Which node a command talks to: the node's agent, or the node served in this process.
 
-A shared node has one agent, and every account talks to it: two accounts
-each allocating from a private state dir would be two truths about one set of
-cards, which is the failure this product exists to prevent. So ``auto`` (the
-default) uses the agent whenever its socket answers; without one it serves
-the node in this process only where this account can use the node's state
-dir (a machine one account uses, and the demo); otherwise it says, in one
-line, that no agent answers and who can start one. It never suggests another
-state dir.
-
-What serving the node here needs (the service, the allocator, the lock, the
-runtimes and probes) is imported only when it is served here: a command that
-asks the agent never loads it; and the agent's client only where one may be
-asked (``TUNEPLANE_AGENT=off`` serves the node here without it).
-
-``status --json`` through this machine's agent goes further (:func:`quick_status`):
-the agent already wrote the document (``GET /v1/snapshot``: the snapshot, who
-asks, ``via``), and the command only has to hand it on. Reading it back into
-the model to write it out again cost seven Python starts of imports (the
-settings, the port's types, dataclasses, typing), so this path asks with a
-plain socket and the standard library's JSON, and this module imports nothing
-else at its top. It takes only the plainest case: the command line exactly
-``status --json``, no ``TUNEPLANE_HOST``, ``TUNEPLANE_AGENT`` unset, ``auto``
-or ``on``, and an answer 200 with a JSON object framed by its Content-Length.
-Anything else (no agent answers, a refusal, an error, another framing) returns
-None, and the ordinary path runs as before, so every error, refusal and
-fallback to serving the node here keeps its wording and exit code; a GET
-changes nothing, so asking twice is safe. Re-encoding with :func:`json.dumps`
-(ASCII only) keeps the output printable whatever the agent's document holds,
-and as the ordinary path writes it.
+A shared node has one agent, and two accounts each allocating from a private
+state dir would be two truths about one set of cards. So ``auto`` uses the
+agent whenever its socket answers, serves the node here only where this
+account can use the node's state dir, and otherwise says in one line that no
+agent answers; it never suggests another state dir. What serving here needs
+is imported only then. :func:`quick_status` hands on the agent's
+``status --json`` with a plain socket, importing nothing else, and returns
+None for anything but the plainest case. See docs/architecture.md, section
+'Reaching the agent'.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """Just enough HTTP/1.1 to ask the node's agent, over any byte stream.
 
-A command asks the agent one question and exits, so it must start fast: a
-general client library costs more to import than the whole answer takes
-(aiohttp's client alone was 150 ms of a 370 ms ``status``). The agent's API
-is small and ours: JSON bodies with a Content-Length, and streams of JSON
-lines sent chunked. That is all this speaks.
-
-The bytes travel over a :class:`Stream`, which a *connector* opens: the
-agent's Unix socket, or a bridge to it started over SSH; each comes in two
-kinds, one for an event loop (the dashboard) and one that blocks (a command
-that asks one question, which then needs no event loop at all: see
-:func:`straight`). The HTTP is written once, as coroutines, for both.
-
-Connections are kept for the next request (a new SSH bridge per request
-would cost a login each time). A kept one is looked at before it is used: one
-the agent has closed meanwhile (it closes idle ones) reads as ended, and a new
-connection is made instead. One that breaks after the request went out is not
-asked again, unless the request was a GET: the agent may have read a POST and
-acted on it, and doing it twice (an extend, a launch) is worse than saying the
-outcome is not known. A connection to the agent's socket waits for room in its
-queue should a flood fill it (host/dial.py), and an answer that came before the
-request could be sent (a refusal at the agent's door) is read all the same.
+A command asks one question and exits, so it must start fast: a general
+client library costs more to import than the answer takes (aiohttp's client
+alone was 150 ms of a 370 ms ``status``). This speaks the agent's small API
+(JSON with a Content-Length, chunked JSON lines), written once as coroutines
+over a :class:`Stream` that blocks or not (:func:`straight` runs one with no
+event loop). A broken connection is asked again only for a GET: a POST the
+agent may have acted on is reported as not known. See docs/architecture.md,
+section 'Reaching the agent'.
 """
 
 from __future__ import annotations

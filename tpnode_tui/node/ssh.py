@@ -1,23 +1,11 @@
 """Another node's agent, reached over SSH, as ``docker -H ssh://`` reaches a daemon.
 
-Each connection runs ``ssh [user@]host tpnode-tui dial-stdio`` and speaks to
-the agent through it: ``dial-stdio`` is a bridge from its standard input and
-output to the agent's socket, run by sshd as the account SSH logged in, so
-the agent names that account from the kernel (SO_PEERCRED) exactly as it
-names one on the node. There is no authentication of our own: whoever SSH
-lets in is who they are on the node, and may do what the node lets them.
-
-Connections share one SSH login (ControlMaster, with a control socket in a
-directory only this account can enter, kept a minute after the last use):
-the dashboard opens a connection for its readings, its log and each action,
-and a login each would cost a handshake and, with a password, a prompt on a
-screen the dashboard is drawing. The first connection is made before the
-dashboard starts, so anything SSH asks is asked on a plain terminal.
-
-A job launched over SSH gets the environment and working directory of a
-login on the node (its PATH, the account's home), not this machine's, which
-would mean nothing there. What SSH prints when it cannot connect (no route,
-a host key that changed, permission denied) is the error's reason.
+Each connection runs ``ssh [user@]host tpnode-tui dial-stdio``, a bridge to
+the agent's socket run by sshd as the account SSH logged in, so the agent
+names that account from the kernel exactly as on the node: there is no
+authentication of our own. Connections share one login (ControlMaster), made
+before the dashboard draws so SSH asks on a plain terminal. See
+docs/architecture.md, section 'Reaching the agent' ("Over SSH").
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The agent's post: each notice to its account's terminals and URLs, never holding anyone up.
 
 :meth:`Post.send` only files a notice and returns: nothing the agent does
-(an answer, a poll, the allocation lock) waits for a terminal or a URL. Each
-account has its own lane, a queue of at most TUNEPLANE_NOTIFY_QUEUE notices
-(a new one pushes the oldest out, and says how many were lost), emptied by
-one task of its own, so one account whose URL hangs delays only its own
-notices. Sends are children (:mod:`tpnode_tui.notify.sender`),
-run as the account, a few at a time, each killed with its process group at
-TUNEPLANE_NOTIFY_TIMEOUT_S; terminals are written in one thread of their own,
-at once or not at all (:mod:`tpnode_tui.host.terminals`).
-
-Before it is filed a notice is counted against its account's limits: at most
-TUNEPLANE_NOTIFY_EVENT_PER_HOUR of one kind and TUNEPLANE_NOTIFY_ACCOUNT_PER_HOUR
-in all in the last hour; the rest are not sent, and the next one filed says
-how many. A URL that fails is said once in the agent's log, by its account
-and scheme alone, and again only once it has worked in between; what is known
-of it goes when it is removed, and at most as many are known failing for one
-account as it may keep (TUNEPLANE_NOTIFY_MAX_URLS).
+waits for a terminal or a URL. Each account has its own bounded lane, so one
+account whose URL hangs delays only its own notices; sends are children run
+as the account and killed at their deadline, and each account is limited per
+event and per hour. See docs/architecture.md, section 'Telling each account'.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """A notice sent to an account's URLs through Apprise, in a child process run as that account.
 
-The agent (root) starts this module in a clean interpreter
-(:mod:`tpnode_tui.host.rerun`) for one account at a time and hands it a
-sheet on standard input (JSON): the account (uid, gid, groups) and either a
-URL to check (``notify add``) or the URLs to send one notice to. It loads
-Apprise and every one of its services while still root, then becomes the
-account for good, and only then reads any URL: whatever a URL makes Apprise
-do (a file it names, a service on this machine) is done with the account's
-own rights, never root's. The agent kills it, its whole process group, at its
-deadline, so a service that never answers holds nothing of the agent's.
-
-It answers one line of JSON on standard output: ``{"shown": URL}`` (the
-URL as Apprise's privacy mode writes it, secrets masked) or ``{"refused":
-why}`` for a check, ``{"sent": [true, false, ...]}`` for a send. Apprise's
-own log is never passed on: it could quote a secret.
+The agent (root) starts this module in a clean interpreter for one account
+and hands it a JSON sheet on standard input: the account, and a URL to check
+or the URLs to send one notice to. It loads Apprise while still root, then
+becomes the account for good before reading any URL, so whatever a URL makes
+Apprise do is done with the account's rights. It answers one line of JSON:
+``{"shown": URL}`` (secrets masked) or ``{"refused": why}`` for a check,
+``{"sent": [true, false, ...]}`` for a send; Apprise's own log, which could
+quote a secret, is never passed on. See docs/architecture.md, section
+'Telling each account'.
 """
 
 from __future__ import annotations

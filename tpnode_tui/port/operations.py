@@ -1,23 +1,12 @@
 """Every operation a client may ask of a node, declared once.
 
-One table (:data:`OPERATIONS`) says, for each operation: its name (what the
-docs, the audit and the node's log call it), its HTTP method and path at the
-agent, its request type (whose ``parse`` applies every rule and limit,
-:mod:`tpnode_tui.port.types`), how its answer is written and read back, who
-may ask it, and what it does in words. From it come the agent's routes and
-its one handler (agent/api.py), every client's one call and one stream
-(:class:`~tpnode_tui.port.node.Node`'s ``call`` and ``stream``, over the agent's
-socket or in this process), the audit of a refusal, and the API's list in the
-docs. The node's service binds each operation to the one method that does it
-(``handles`` in tpnode_tui/service/node.py). Adding an operation is a
-declaration here with its request type, its handler, and the command that
-asks it.
-
-Who may is the service's to decide, from the kernel's identity of the caller,
-every time; the word here (:data:`Who`) is what the docs and the audit say.
-The streams (``views``, ``follow_events`` and ``follow_logs``) are declared
-here too; the agent writes them itself, line by line, for as long as the
-client reads (``follow_logs`` until the job has ended).
+One table (:data:`OPERATIONS`) gives each operation's name, method and path,
+request type, how its answer is written and read back, who may ask it and
+what it does; the agent's routes, every client's call and stream, the audit
+of a refusal and the docs' list are made from it, and the service binds each
+to one handler (``handles`` in tpnode_tui/service/node.py). Who may is the
+service's to decide every time; :data:`Who` is what the docs and the audit
+say. See docs/architecture.md, section 'The door' ("One table").
 """
 
 from __future__ import annotations

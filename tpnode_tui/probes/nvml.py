@@ -1,25 +1,13 @@
 """The NVML probe: the driver's own library, asked directly. The default.
 
-One library call per fact instead of one nvidia-smi process per query, and
-typed errors instead of text to parse: "not supported on this card" and "the
-GPU fell off the bus" arrive as different exceptions, so each can degrade
-exactly what it affects.
-
-A card in MIG mode is read as a whole and then MIG device by MIG device:
-each device's own handle (``nvmlDeviceGetMigDeviceHandleByIndex``) answers
-for its uuid, its name (which carries the profile), its GPU and compute
-instance ids, its memory and its processes, each a field of its own. The
-card's process list names the instances each process runs in, which places
-a process on its slice where the slice's own list could not be read.
-
-``pynvml`` (nvidia-ml-py) is imported only when a probe first runs, so the
-package imports on machines without it and tests can hand in a fake.
-
-NVML calls block inside the driver, and a wedged GPU can keep one blocked
-for minutes. So every call runs on a daemon thread of the probe's own (a
-daemon, so a stuck driver cannot stop the program from exiting), each read is
-bounded by ``timeout_s``, and while a call that overran is still stuck the
-probe answers blind at once rather than queueing more calls behind it.
+One call per fact, and typed errors instead of text to parse, so "not
+supported on this card" and "fell off the bus" each degrade only what they
+affect. A MIG card is read device by device through each MIG device's own
+handle. ``pynvml`` is imported when a probe first runs. NVML calls can block
+in a wedged driver for minutes, so each runs on the probe's daemon thread,
+bounded by ``timeout_s``, and while one that overran is stuck the probe
+answers blind at once. See docs/architecture.md, section 'One look at the
+node'.
 """
 
 from __future__ import annotations

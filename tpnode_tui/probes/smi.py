@@ -1,38 +1,12 @@
 """The nvidia-smi probe: for machines where NVML cannot be loaded from Python.
 
-nvidia-smi is run with an argument list (never a shell), its stdout captured,
-and killed when it overruns ``timeout_s``: a hung nvidia-smi makes the node
-probe-blind, never free.
-
-The deadline is kept whatever nvidia-smi does. A read is taken under the
-allocation lock, so a read that outlived it would hold every launch on the
-node. Each nvidia-smi runs in a process group of its own, and at the deadline
-the whole group is killed and the reading given up at once: nothing waits for
-the process to exit or for its pipes to close. Both can take for ever: a
-child that outlives nvidia-smi keeps its pipes open, and an nvidia-smi stuck
-in the driver cannot die until the driver lets go. Such a straggler is reaped
-at a later read; while it has not exited, no new nvidia-smi is started (each
-would hang beside it) and the node stays probe-blind, saying why.
-
-One distinction runs through this module. An nvidia-smi that could not run
-(not on PATH, non-zero exit, timeout) means "detection is broken, nobody
-knows who holds a card"; an empty answer means "asked, and nobody does".
-Reading the first as the second hands a full card out as idle, the failure
-this product exists to prevent, so the two are never merged.
-
-A card in MIG mode is read in two more answers, asked only when some card
-reports MIG on (so a node without it runs nothing more) and within what is
-left of the same deadline: ``nvidia-smi -L`` names each MIG device's profile
-and uuid, and ``nvidia-smi -q -x`` gives its GPU and compute instance ids and
-memory, and the instances each process runs in. The two are joined by the
-MIG device's index on its card, and each card is found by its uuid in both.
-The XML is the most robust of nvidia-smi's texts (a document, not a layout
-to scrape) and is read with missing elements tolerated. Either answer may
-fail alone: what it would have said is unknown (``None``), the rest stands.
-
-The parsers are pure and public. They take whatever text nvidia-smi printed
-and never raise: a line they do not understand is skipped, a field reported
-as ``[N/A]`` or ``[Not Supported]`` becomes ``None``.
+nvidia-smi runs from an argument list in a process group of its own, killed
+at ``timeout_s`` and never waited for, since a read is taken under the
+allocation lock; a hung nvidia-smi makes the node probe-blind, never free.
+An nvidia-smi that could not run ("nobody knows") is never merged with an
+empty answer ("nobody holds a card"). The parsers are pure and public and
+never raise: a line not understood is skipped, ``[N/A]`` becomes ``None``.
+See docs/architecture.md, section 'One look at the node'.
 """
 
 from __future__ import annotations

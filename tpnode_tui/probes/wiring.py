@@ -1,27 +1,11 @@
 """The node's topology as each probe reads it, and when a probe reads it again.
 
-Topology is hardware, not occupancy: it changes only when cards come or go.
-Reading it is also slow: ``nvidia-smi topo -m`` walks the whole PCIe tree
-(a second or more on a big node), and NVML needs a call for every pair of
-cards and for every NVLink of every card. So a probe reads it when it starts,
-again as soon as the number of cards it sees changes, and otherwise again
-after :data:`MAX_AGE_S` (10 minutes: a card swapped, or a driver reload that
-renumbers the cards, is noticed without a restart, and the cost is one read
-in hundreds). A read that failed is tried again after :data:`RETRY_S`.
-
-In between, every reading carries the topology last read. A failed read
-leaves it unknown, and placement then picks cards as it does without one;
-the reading says so in its problem, and is never made blind by it: who holds
-a card does not depend on how the cards are wired. A read again that fails
-for the same cards keeps the one read before (a timeout does not rewire a
-node), and says so.
-
-Each reader asks through its probe's own machinery: NVML on the probe's
-worker thread, within the probe's deadline; ``nvidia-smi topo -m`` through the
-probe's bounded runner that kills its process group; the simulated node from
-its scene file. A fact the driver does not support (NotSupported,
-FunctionNotFound, a call the binding lacks) is an unknown fact, never an
-exception out of the probe.
+Topology is hardware, not occupancy, and slow to read, so a probe reads it
+when it starts, when its card count changes and after :data:`MAX_AGE_S`; a
+failed read is tried again after :data:`RETRY_S`, leaves the topology unknown
+(or keeps the one read before for the same cards), and never blinds the
+reading. A fact the driver does not support is unknown, never an exception.
+See docs/architecture.md, section 'One look at the node'.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Whether a container can open only its own cards' device files, read from what the engine says of it.
 
-A container lives in a device cgroup of the engine's making: it may open the
-few devices every container gets and those it was given, nothing else. The
-docker runtime gives a job's container only its cards: a device request
-naming them (``docker run --gpus device=2,3``, or the MIG devices' uuids),
-from which the NVIDIA container toolkit makes just those device files and
-the engine allows just those, or, on an engine whose default runtime is
-NVIDIA's, ``NVIDIA_VISIBLE_DEVICES`` naming them. Either way Docker's own
-device cgroup is the fence (mechanism ``docker``).
-
-Whether a container is so fenced is read from the container itself
-(``HostConfig`` and ``Config.Env`` as ``docker inspect`` gives them), never
-from what the runtime meant to ask: a container made by hand with the
-platform's labels, or with ``--privileged``, is what it is. Anything that
-gives it more than its own cards (privileged, a ``/dev/nvidia*`` device, a
-device rule for NVIDIA's major, a request for every card or for a count)
-makes it "not fenced", saying which.
+Docker's own device cgroup fences a container given only its cards (a device
+request naming them, or ``NVIDIA_VISIBLE_DEVICES`` for NVIDIA's runtime).
+Whether a container is so fenced is read from ``docker inspect`` of the
+container itself, never from what the runtime meant to ask: anything that
+gives it more (privileged, a ``/dev/nvidia*`` device, a rule for NVIDIA's
+major, every card or a count) makes it "not fenced", saying which. See
+docs/architecture.md, section 'The policy, and what people see'.
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
 """Every process of one process job: those in its session, and in its cgroup when it has one.
 
-A container's processes all end with it. A process job's must too: a
-command that leaves something running in the background (``sleep 300 &``)
-would otherwise keep using the job's cards after the job was recorded as
-ended and its cards handed out again, out of reach of ``stop`` and
-``reclaim``. The supervisor therefore ends whatever is left once the command
-has ended, and the job holds its cards until nothing is left. This module
-says what "the job's processes" are.
-
-* **Its session**, always. The supervisor leads a session of its own, and the
-  command and everything it starts inherit it, including processes that move
-  to another process group (a shell's job control). A process that calls
-  ``setsid()`` (``setsid CMD``, a daemon) leaves the session and is not found
-  this way.
-* **Its devices cgroup**, where the job is fenced with cgroup v1 (see
-  :mod:`tpnode_tui.devices`): its command joins that cgroup of the v1
-  ``devices`` hierarchy before it runs, and nothing it starts can leave it
-  either; it has no ``cgroup.kill``, so each process listed is signalled.
-* **Its cgroup**, when the node lets the launcher make one: cgroup v2 with a
-  writable subtree where the launcher runs (as root, or under a systemd unit
-  with ``Delegate=yes``). The command is put into a cgroup of its own before
-  it runs, and nothing it starts can leave it, ``setsid`` or not (short of
-  moving itself into another cgroup, which takes write access there). It is
-  ended with ``cgroup.kill`` (Linux 5.14); an older kernel's cgroup has each
-  process listed signalled until none is left.
-
-A job's session id is its supervisor's pid. The kernel gives that number to
-no new process while any process of the session lives, so the members found
-are the job's even after the supervisor has gone. Each process is signalled
-through a pidfd opened before its membership is checked once more, so a pid
-that changed hands in between is never signalled.
+A container's processes all end with it; a process job's must too, or
+``sleep 300 &`` would keep using the job's cards after they were handed out
+again. This module says what "the job's processes" are: its session (the
+supervisor's pid, which the kernel gives no new process while a member
+lives), its v1 devices cgroup where it is fenced so, and its cgroup v2 where
+the launcher made one. Each is signalled through a pidfd opened before its
+membership is checked once more. See docs/architecture.md, section 'A
+process job ends when all of it has ended'.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Whether a command can be started as its account: asked of a process of that account's.
 
-Asked as root, every directory can be entered and nearly every file executed,
-and reading mode bits would miss ACLs, read-only mounts and the groups that
-grant access; so a small shell script runs as the account the command will
-run as, with its PATH and in its working directory. A person who mistyped a
-command hears about it before anything holds a card.
-
-That process is the caller's: they may stop it (SIGSTOP), trace it or keep it
-in a file system that hangs. So it is asked before the allocation lock, never
-under it, and waited for without a thread: the launcher spawns a trampoline
-as itself (root, which the caller cannot signal), which takes the account's
-identity and becomes the shell; the launcher waits for it in its event
-loop (:mod:`.waiting`), gives up after :data:`CHECK_TIMEOUT_S` and kills it. A caller who stops
-their checks wastes their own launches, and nobody else's time; one who kills
-them is refused as the launch's own failure (Conflict), never as the node's
-(a queued launch leaves the queue, and the queue goes on behind it).
+Asked as root, mode bits miss ACLs, read-only mounts and the groups that
+grant access, so a small shell script runs as the account, with its PATH and
+in its working directory. That process is the caller's to stop or slow, so it
+is asked before the allocation lock, never under it, waited for in the event
+loop (:mod:`.waiting`) and killed after :data:`CHECK_TIMEOUT_S`. See
+docs/architecture.md, section 'A caller's process job runs as the caller'.
 """
 
 from __future__ import annotations

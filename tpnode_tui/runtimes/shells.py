@@ -1,33 +1,12 @@
 """A shell on a reservation's cards: the asking process moved into the reservation's fence.
 
-``tpnode-tui shell RUN_ID`` asks the node to move the CLI's own process into
-the reservation's *shell cgroup*, and then executes the shell (or a command)
-there, as Slurm's ``salloc``/``srun --pty`` runs a shell in a job step whose
-cgroup is constrained to the allocation's devices. Everything the shell
-starts inherits the cgroup, ``setsid`` and double forks included.
-
-The shell cgroup is made the first time a shell is asked for, as a job's
-cgroup is made (a cgroup v2 under the launcher's own, with the device program
-attached, else a v1 devices cgroup with its deny list: :mod:`.jobfence`), and
-recorded on the reservation (``cgroup``, ``devices_cgroup``, and how it is
-fenced); a later shell joins the same one. Its processes are the
-reservation's own: they keep it in use (the node never gives back a
-reservation a shell of which runs), they are its holder on its cards (never
-an intruder), and when the reservation ends (stopped, released, expired) its
-supervisor ends them, SIGTERM then SIGKILL after the grace, and removes the
-cgroup once it is empty. Until they have ended, its cards stay held.
-
-Which process is moved is never what a client says: it is the peer of the
-agent's socket as the kernel names it (``SO_PEERCRED``). The CLI also sends
-the pid and start time it sees for itself; they are not trusted, only
-compared: the peer's pid must be the one sent, and the process held by a
-pidfd on it must have started at the time sent, else the one asking is not
-the one connected (a forwarder in between, ``ssh -L`` or ``socat``, whose
-process the kernel names) and nothing is moved. It must belong to the
-caller's uid, and it must not have ended before the move (the pidfd says,
-before and after the write); if it ended, or a later step fails (a v1 devices
-cgroup that cannot be joined after the v2 move), it is moved back where it
-was, so no shell is left half in a fence.
+``tpnode-tui shell RUN_ID`` has its own process moved into the reservation's
+shell cgroup, made the first time as a job's is (:mod:`.jobfence`), and then
+executes the shell there, as Slurm's ``salloc`` does. Which process is moved
+is the socket's peer as the kernel names it; the pid and start the CLI sends
+are only compared, and a process that ended, or a later step that failed, is
+moved back where it was. See docs/architecture.md, section 'A shell on a
+reservation'.
 """
 
 from __future__ import annotations

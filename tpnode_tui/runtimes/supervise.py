@@ -1,65 +1,14 @@
 """The supervisor a process job runs under: ``python -I -m tpnode_tui.runtimes.supervise``.
 
-The CLI that launches a job exits at once, so nobody would be left to
-``wait()`` for the job and its exit code would be lost. Each job therefore
-runs under this small parent, started in a session of its own so it outlives
-the launcher. It starts the command (an argv list, never a shell), passes
-SIGTERM and SIGINT on to it, waits for it, and records its exit code in the
-job's record in the state file, under the state file's lock. The supervisor's
-pid and start time are what the record names as the job.
-
-What to run comes on a launch sheet (:mod:`.launchsheet`, ``--sheet FD``): the
-command, its environment and working directory, and the account it runs as.
-The supervisor itself runs as the launcher (root, in the node's agent), with a
-clean environment and ``python -I``, so nothing a caller sends runs as root.
-The command is started in this order: it joins the job's cgroup (which only
-the launcher may write), drops to the caller's groups, gid and uid, asks for
-``PR_SET_PDEATHSIG`` (a change of identity clears it), enters its working
-directory as the caller (so a directory only root may enter is never
-entered), and then executes with the caller's ``PATH``.
-
-A reservation's sheet has no command: the supervisor holds its cards itself
-until the expiry its record holds, looking at it again when that time comes
-and every :data:`RECHECK_S` seconds (a clock stepped back or forth, an
-expiry moved earlier). ``extend`` moves the expiry in the record. The hold is
-ended only under the state file's lock, with the end recorded in the same
-hold, so an extension is either seen or refused, never lost.
-
-A job ends when all of it has ended, as a container does. When the command
-ends, whatever it left running (:mod:`.jobprocs`: its session, and its cgroup
-when it has one) gets SIGTERM, and SIGKILL after the grace (``--grace``, the
-launcher's stop timeout). Until nothing is left the supervisor lives, so the
-job counts as running and holds its cards; only then is the exit code
-recorded, and the cgroup removed. The SIGKILL, if it was needed, is noted in
-the record.
-
-Exit codes follow the shell, as Docker reports them too: the command's own
-code, ``128 + N`` when signal N ended it, 127 when the command does not exist
-and 126 when it cannot be executed.
-
-With ``--gate FD`` the supervisor waits for one byte on that pipe before it
-runs the command. That is the process runtime's "created" state: the record
-holds the cards while the allocator checks that no other job landed on them
-(see the allocator's lease check), and the command runs only once ``start``
-writes the byte. If the launcher goes away first, the pipe reads end-of-file
-and the command never runs (exit code 125, as Docker uses for "not started").
-
-With ``--cgroup DIR`` the command is moved into that (empty) cgroup before it
-runs. Should that fail, the command runs without it and the record says so,
-unless that cgroup is what fences the job to its cards (``--fence
-cgroup-v2``): then the command does not run (126), since the record already
-says it is fenced. With ``--devices-cgroup DIR`` (``--fence cgroup-v1``) it
-joins that cgroup of the v1 devices hierarchy too, or does not run; the
-supervisor removes it once every process of the job has ended. Both are
-joined before the command's identity is taken and before it runs, so it opens
-no device file before it is fenced.
-A command that cannot be started as its caller (its working directory gone
-or closed to them since the launch was checked) ends with 126 and the reason
-in its log.
-
-The command gets ``PR_SET_PDEATHSIG``: if the supervisor is killed outright
-(``kill -9``), the record can only say "exited, code unknown", and a command
-left running then would hold its cards while the platform counts them free.
+The CLI that launches a job exits at once, so nobody would ``wait()`` for the
+job and its exit code would be lost. Each job runs under this small parent,
+in a session of its own: it starts the command from its launch sheet
+(:mod:`.launchsheet`) as the caller, holds a reservation's cards until its
+expiry, ends whatever the command left running, and records the exit code in
+the state file. With ``--gate FD`` the command waits for ``start``. See
+docs/architecture.md, sections 'A caller's process job runs as the caller',
+'A process job ends when all of it has ended' and 'The supervisor's exit
+codes'.
 """
 
 from __future__ import annotations
@@ -139,20 +88,14 @@ def _child_setup(parent: int, cgroups: Cgroups, run_as: Optional[RunAs], cwd: st
     """A ``preexec_fn`` that readies the child to become the command, in the
     one order that works for a caller's job started by root.
 
-    The cgroups are joined first, while the child may still write the
-    launcher's, and before it can open any device file. Then the identity is
-    dropped: groups, gid, uid (real, effective and saved, so none can be taken
-    back). The parent-death signal is asked for only then, because a change of
-    identity clears it; a supervisor that died before it was asked for would
-    never send it, hence the check of the parent pid. Last the working
-    directory is entered, as the caller: Popen's own ``cwd`` would enter it as
-    root. Python's ``user``/``group`` arguments switch before any
-    ``preexec_fn`` runs, too late for the cgroups, so the switch is made here.
-
-    What went wrong is written to ``report`` (a pipe, closed at exec): a line
-    ``cgroup`` when its own cgroup could not be joined (the command runs
-    without it), or ``error <reason>`` before the child gives up. libc is loaded
-    before the fork, so the child does not have to.
+    The cgroups are joined first, then groups, gid and uid are dropped (real,
+    effective and saved), then the parent-death signal is asked for (a change of
+    identity clears it; hence the check of the parent pid), and last the working
+    directory is entered as the caller. Python's ``user``/``group`` switch comes
+    too late for the cgroups, so the switch is made here. What went wrong is
+    written to ``report`` (closed at exec): ``cgroup`` when its own cgroup could
+    not be joined, or ``error <reason>`` before the child gives up. See
+    docs/architecture.md, section 'A caller's process job runs as the caller'.
     """
     libc = ctypes.CDLL(None, use_errno=True)
 

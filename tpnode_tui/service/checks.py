@@ -1,26 +1,12 @@
 """Checking a card before it goes back into service, and what a check does to its drain (operators).
 
-Drain, check, return: an XID or an operator takes a card out of service;
-``tpnode-tui check CARD`` asks the driver, in a process of its own with a
-hard time-out (triage/checkup.py), whether it is fit again (tier A, NVML),
-then runs the operator's own test of it where one is set (tier B,
-``TUNEPLANE_CHECK_COMMAND``); core/checkup.py judges each criterion. Then:
-
-* a card that fails its check while in service is drained by the node
-  (source ``check``), so nobody is handed a card known to be bad;
-* a card the node drained itself (an XID, a failed check) goes back into
-  service when a check passes, if the operator turned that on
-  (``TUNEPLANE_RETURN_AFTER_CHECK``); an operator's drain is never lifted by
-  the node, and a drain for an XID whose cure is a reboot asks a reboot
-  first (its criterion fails until the boot id has changed);
-* each check is the card's last (``checks.json``, shown in every snapshot,
-  served in ``/metrics``), and its result, a drain it made and a card it put
-  back are entries of the node's log, each of its own kind.
-
-Nothing here holds the allocation lock, and a check's children are read
-from threads: the node is read, launched on and answered for meanwhile. A
-card a job or reservation holds is not checked (its processes would fail
-it, and a burn test would disturb them); a card is checked by one check at a time.
+A drain says a card must not be handed out; nothing on the card says when it
+may be again. So a check asks the driver in a process of its own (tier A),
+then runs the operator's test (tier B); a card that fails in service is
+drained, one the node drained itself may go back when it passes, and an
+operator's drain is never lifted by the node. Nothing here holds the
+allocation lock; a held card is not checked. See docs/architecture.md,
+section 'Checks: drain, check, return'.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Exited jobs kept per account up to a limit: the oldest beyond it leave the node's list for the usage ledger.
 
-An exited job holds nothing, but its record (a line of the state file, or a
-container) and its log stay until someone reclaims it, and every reading
-lists it: one account looping a job of a moment for three minutes left 700,
-a 530 KB state file, a 485 KB ``status --json`` for everyone and an idle
-agent at 84 % of a core. So the agent keeps each account's newest
-TUNEPLANE_MAX_EXITED_PER_USER exited jobs listed and removes the older ones,
-as ``reclaim`` would, with their logs.
-
-Nothing of their accounting is lost: they are removed only from a reading
-whose every hold and exited job the usage ledger has written
-(:attr:`~tpnode_tui.service.readings.Readings.recorded`), and the ledger
-keeps who ran what, on which cards, from when to when, for
-TUNEPLANE_USAGE_DAYS (an account's newest TUNEPLANE_USAGE_HOLDS_PER_USER).
-So only the agent, which alone keeps a ledger, removes them.
-
-It runs after a poll, where the node already reads them, and never under the
-allocation lock: removing a record takes the state file's lock for a moment,
-and a container's removal is one call to the engine. At most PER_ROUND go
-after one poll, so a node that kept thousands catches up over a few polls
-instead of holding one up.
+An exited job holds nothing, but its record and log stay and every reading
+lists it: one account looping quick jobs once left 700, and an idle agent at
+84 % of a core. So the agent keeps each account's newest
+TUNEPLANE_MAX_EXITED_PER_USER and removes the older ones as ``reclaim``
+would, only from a reading the usage ledger has written, after a poll, never
+under the allocation lock, at most PER_ROUND at a time. See
+docs/architecture.md, section 'The usage ledger and idle cards'.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Idle cards given back: a reservation nobody uses is warned, then released (opt-in).
 
 A reservation forgotten for days while others wait is the complaint shared
-nodes hear most. With ``TUNEPLANE_RECLAIM_IDLE_AFTER`` set, a live reservation
-whose owner has had no process on its cards (nor memory in use) for that long
-is warned: an entry in the node's log and audit naming the owner, and the
-snapshot's ``releases`` (the owner's dashboard counts down, ``status`` says
-"releases at 14:15 unless used"). Used or extended before
-``TUNEPLANE_RECLAIM_GRACE`` is out, it is kept and its idle time starts again;
-otherwise the node releases it as ``stop`` would, through the allocator, and
-logs that it did, as the node, with the owner's name.
-
-The idle time is triage's (:attr:`~tpnode_tui.triage.compare.Triage.unused_since`):
-a reading that cannot tell whether the owner is there counts as a moment they
-may have been, so nothing is released on a guess. Only the agent gives cards
-back (one process decides, and warns once); the warnings live in memory, so an
-agent restarted starts each reservation's idle time again from its own start:
-later, never sooner.
+nodes hear most. With ``TUNEPLANE_RECLAIM_IDLE_AFTER`` set, an unused
+reservation is warned, kept if used or extended within
+``TUNEPLANE_RECLAIM_GRACE``, else released as ``stop`` would. Nothing is
+released on a guess, and only the agent gives cards back. See
+docs/architecture.md, section 'The usage ledger and idle cards'.
 """
 
 from __future__ import annotations

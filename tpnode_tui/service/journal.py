@@ -1,26 +1,12 @@
 """The node's log as the service writes it: every action, allowed or not, and what happened to the cards.
 
-Every action is written to the node's log before its answer is given,
-refusals included: those the door gave (a request that could not be read,
-over a limit, naming a field that says who asks) as well as the service's own
-(not allowed, a run id someone else holds). Each entry names the caller as the
-kernel did. Every entry (an action's, or one about the cards: XIDs, drains,
-checks, intruders, health, ends, evictions) is handed at once to everyone following
-the log. Reading it back is here too, a page at a time: the audit of actions,
-the events of a card, and a follow that misses nothing in between.
-
-The log must survive the accounts it records, so:
-
-* what someone else wrote (a run id, a reason, an error that quotes a
-  command) is cut short and made printable before it is logged;
-* repeated refusals of one kind from one account fold: the first is written
-  at once, the rest of the next FOLD_S seconds become one line with their
-  count and time span;
-* an ordinary account's own actions, and what any account's jobs did (their
-  ends and expiries), go to that account's own shelf of the log
-  (:class:`~tpnode_tui.state.nodelog.NodeLog`), so however much it writes it
-  pushes out only its own older entries; the node's shelf keeps what the
-  operators and the node itself did.
+Every action is written before its answer is given, refusals included (the
+door's and the service's), naming the caller as the kernel did, and every
+entry is handed at once to whoever follows the log; reading it back (audit,
+events, follow) is here too. The log must survive the accounts it records:
+others' text is cut and made printable, repeated refusals fold (FOLD_S), and
+an ordinary account's entries go to its own shelf. See docs/architecture.md,
+section 'The door' ("Refusals and the audit").
 """
 
 from __future__ import annotations

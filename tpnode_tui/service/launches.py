@@ -1,20 +1,11 @@
 """Launches and reservations: placed now, or queued, and every one in flight listed.
 
-Launches that wait are visible: one waiting for the allocation lock, one
-placing its job, and one queued for cards are all listed in the snapshot's
-queue, and each can be cancelled by its owner or an operator until it holds
-cards. A launch whose asker goes away while it waits for the lock is dropped;
-once it holds the lock it is finished, so a job is never left half-made.
-
-The queue is tried in rounds, after every poll: in order, the first launch
-that does not fit ends the round, and one over its owner's limit waits
-without holding back the others. One that fails, however it fails, leaves the
-queue with its reason, said once: it never stops the round for the others.
-
-A run id is its owner's while it is queued, being placed, held, or not yet
-reclaimed: anyone else asking for it is refused (409) with whose it is,
-before anything is queued or placed. Operators may still act on it (stop,
-cancel, reclaim), as on anything.
+Launches that wait are visible in the snapshot's queue and can be cancelled
+until they hold cards; one whose asker goes away while it waits for the lock
+is dropped, and one that holds the lock is finished, so no job is left
+half-made. The queue is tried in rounds, first come first served; a run id
+is its owner's while queued, placed, held or listed. See
+docs/architecture.md, sections 'A shared node' and 'The door'.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """What the node tells each account of its events, and whom: one table, NOTICES.
 
-Every entry written to the node's log is heard as it is written (the
-journal's listeners). A row of :data:`NOTICES` follows entries of one kind
-(and, where it says, with some fields): it names the event, who is told
-(by role: the job's owner, whoever asked, whoever holds the cards, the
-intruder, the operators) and the title; the text is the entry's own sentence,
-with what the row adds for one role (the intruder reads what to do). So a
-new kind of event the node logs becomes a notice by one row here.
-
-Each account is told on its own terminals (where it allows messages) and at
-its own URLs (``tpnode-tui notify add``); the operators' URLs for the node's
-events hear the rows that name the operators. Sending is the post's
-(:mod:`tpnode_tui.notify.post`): bounded, rate-limited per account and per
-event, and never waited for by anything the node does. Only the agent tells
-anyone: it alone reads the node all the time and may write to others'
-terminals.
+Every entry written to the node's log is heard as it is written; a row of
+:data:`NOTICES` follows entries of one kind and names the event, who is told
+by role and the title, so a new kind of event becomes a notice by one row.
+Sending is the post's (:mod:`tpnode_tui.notify.post`), and only the agent
+tells anyone. See docs/architecture.md, section 'Telling each account'.
 """
 
 from __future__ import annotations

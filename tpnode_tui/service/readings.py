@@ -1,21 +1,12 @@
 """One poll for every reader: the latest :class:`~tpnode_tui.port.types.Reading`, its subscribers, the cards' history.
 
-However many dashboards watch, the node is read once per interval: twenty
-dashboards cost one probe and one ``ps()`` per interval, not twenty, and they
-all see the same reading. A poll already under way is joined, never doubled,
-so readers never pile probes onto a slow driver. Each reading goes to every
-subscriber through a one-slot queue, so a slow reader gets the newest and
-never a backlog; one asked for right after an action (:meth:`Readings.current`)
-waits for a poll that began after it.
-
-Each fresh snapshot is compared with the last (:class:`~tpnode_tui.triage.compare.Triage`)
-before readers get it, and each card's last hour is kept from the polls. The
-agent's usage ledger (:class:`~tpnode_tui.state.ledger.UsageLedger`) is handed
-each one too, after readers have it: in a thread, since a commit or a WAL
-checkpoint may wait on the disk, and in order, since each poll waits for the
-last one's write before it reads the node. A reading whose every hold and
-exited job the ledger has written is kept as :attr:`Readings.recorded`: its
-exited jobs may leave the node's list (:mod:`tpnode_tui.service.exited`).
+However many dashboards watch, the node is read once per interval, a poll
+under way is joined, and each reading reaches every subscriber through a
+one-slot queue, so a slow reader gets the newest and never a backlog. Each
+snapshot is compared with the last (triage) before readers get it, then
+handed to the usage ledger in order, off the loop; a reading the ledger has
+written is :attr:`Readings.recorded`. See docs/architecture.md, sections 'A
+shared node' and 'The usage ledger and idle cards'.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Cards taken out of service, kept in the state dir: ``drains.json``.
 
-A drain is a decision, not a reading: an operator's ("card 3 goes back to
-the vendor") or the XID watcher's ("XID 79: reboot the node"). Nothing on
-the card says so afterwards (a card that fell off the bus looks fine once
-the node rebooted, before anyone checked it), so the decision is written
-down where every allocator on the node reads it, under the allocation lock,
-together with the jobs and the driver's facts. It is written without that
-lock, so an XID drain never waits on a lock holder or an unreachable Redis:
-a launch that read the file a moment before keeps its card, and its job
-runs with the drain shown as a warning, as one that was there first does.
-
-The file is kept like the launch queue (:class:`~tpnode_tui.state.jsonstore.JsonStore`:
-flock, atomic replace, 0600) and read as strictly: a file that cannot be
-understood is never taken for "nothing drained", since that would hand
-out cards someone took out of service; no card can be handed out until it
-is repaired.
+A drain is a decision, not a reading: nothing on the card says so afterwards,
+so it is written down where every allocator reads it, under the allocation
+lock. It is written without that lock, so an XID drain never waits on a lock
+holder. A file that cannot be understood is never taken for "nothing
+drained". See docs/architecture.md, section 'Triage' ("Drains").
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """A small JSON document of named records in the state dir, right or loudly unreadable.
 
-The node keeps a few such documents besides the process runtime's state
-file (the agent's launch queue, the drained cards), and each has to survive
-the same accidents, so the way they are kept is written once, here:
-
-* Every change is a read-modify-write under an exclusive ``flock`` on a
-  separate lock file (the data file is replaced on every write, and a lock on
-  a replaced file guards nothing), so two writers never lose each other's change.
-* A write goes to a temporary file in the same directory, is fsynced, then
-  renamed over the old one: a crash or a full disk leaves the old document or
-  the new one, never half of each. Files are 0600.
-* A document that cannot be understood (cut short, edited badly, written by a
-  newer version) raises :class:`RuntimeUnavailable` and is never written over:
-  read as empty, a queue would drop people's launches and a drain list would
-  hand out cards an operator took out of service.
-* One record that cannot be understood is, where the document allows it
-  (``set_aside``: the launch queue, whose records are independent wishes),
-  moved to a file beside it, with why, and the rest are read: one bad record
-  must never stop everyone else's. Where records decide together (the
-  drains: which cards are out of service), one bad record still stops the
-  whole document, as above.
+The launch queue, the drains and the checks must each survive the same
+accidents, so the way they are kept is written once: a read-modify-write
+under ``flock`` on a separate lock file, an atomic replace (0600), a document
+that cannot be understood raising :class:`RuntimeUnavailable` and never
+written over, and, with ``set_aside``, one bad record moved beside it. See
+docs/architecture.md, section 'The state dir's documents'.
 """
 
 from __future__ import annotations

@@ -1,57 +1,14 @@
 """The usage ledger: every hold of the node's cards, and each held card's minutes, in SQLite.
 
-Who used how much is asked after the fact ("statistics for billing", "who
-sat on four cards all week"), and nothing else on the node remembers it:
-a job's labels and state-file record go when the job is reclaimed. So the
-agent writes it down as it goes, from the readings it takes anyway, in one
-SQLite file in the state dir (``usage.sqlite``, 0600, the agent's own):
-
-* ``holds``: one row per job, reservation or MIG-slice job, with its run id,
-  kind, owner (name and uid), cards and slices, and when it began and ended
-  (``ended`` NULL while it still holds them); a job no reading saw live (it
-  began and ended between two) gets one too, ended at the reading that found
-  it exited, so every job the runtime listed is here before the agent
-  removes its record (:mod:`tpnode_tui.service.exited`);
-* ``samples``: per held card or slice, one row a minute: the seconds of that
-  minute it was seen held, its mean utilisation, those seconds weighted by
-  utilisation while the holder was on it (used), the most memory its holder
-  used (:func:`~tpnode_tui.model.views.holder_memory`: an intruder's is not
-  the holder's), the seconds it sat idle (no process of the holder on it, or
-  under :data:`~tpnode_tui.model.usage.IDLE_UTIL_PCT` utilisation), whether a
-  process of the holder was there, and the seconds someone else's process
-  was on it with the most memory those used (an intruder's use, shown as such);
-* ``units``: each held card's or slice's samples summed, written in the same
-  transaction as the samples, so a report over 90 days reads a few thousand
-  rows rather than a million (see :mod:`tpnode_tui.state.usage`).
-
-The write side is a function of readings: :meth:`UsageLedger.update` takes
-one :class:`~tpnode_tui.model.snapshot.NodeSnapshot` (the time is its
-``taken_at``), opens a hold for each job it has not seen, closes the holds of
-jobs gone or exited, and adds the reading to each held card's minute in
-memory. A finished minute is written at the first reading after it, in one
-transaction with the holds' ``last_seen`` and the time of the write (``meta``,
-written every minute even with nothing held, so a ledger that stops is
-seen); a hold opened or closed is written at once, and then each account
-whose ended holds grew keeps only the TUNEPLANE_USAGE_HOLDS_PER_USER begun
-last, so one account's churn of quick jobs grows the file by no more than
-that. What was read and not yet written is given to the report too
-(:meth:`UsageLedger.unwritten`), so ``usage`` counts the minute under way as
-``/metrics`` does. WAL mode and
-``synchronous=NORMAL``: a commit survives the process being killed (kill -9
-loses the minute under way, never the file) and costs no fsync; a power
-cut may lose the last commits too, never the file.
-
-After a restart the holds left open are matched against the first reading:
-the runtime knows which jobs still live. A job that still runs keeps its
-hold (the time the agent was away counts as held, with no samples: nobody
-read its cards then). A hold whose job is gone is closed at its
-``last_seen``, the last moment anyone saw it held.
-
-It records history only: allocation never reads it, and a ledger that
-cannot be written never stops a poll. It says why (:attr:`UsageLedger.problem`,
-logged once), keeps what it read in memory, tries again a minute later, and
-the time of its last successful write stops moving, which is what the alert
-"the usage ledger is not writing" watches.
+Who used how much is asked after the fact, and nothing else on the node
+remembers it once jobs are reclaimed. So the agent writes it down from the
+readings it takes anyway (:meth:`UsageLedger.update`), in ``usage.sqlite``:
+``holds`` (one row a job), ``samples`` (one row a held card's minute) and
+``units`` (the samples summed, so a report reads thousands of rows, not a
+million). What was read and not yet written is :meth:`UsageLedger.unwritten`.
+It records history only: a ledger that cannot write never stops a poll
+(:attr:`UsageLedger.problem`). See docs/architecture.md, section 'The usage
+ledger and idle cards'.
 """
 
 from __future__ import annotations

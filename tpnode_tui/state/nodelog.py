@@ -1,34 +1,13 @@
 """The node's log: who did what, and what happened to the cards, as JSON lines.
 
-Append-only files in the state dir, written by whoever serves the node (the
-agent, or an in-process allocator). Every action asked of the node is
-appended before its answer is sent, allowed or not, so the log never misses
-an attempt whose effect someone may have seen. Each line is one JSON object
-with at least ``time``, ``kind`` and ``message``, a plain sentence.
-
-The log is kept on shelves, each rotated on its own by size (``.1`` ...
-``.N``, the oldest dropped, as logrotate would):
-
-* ``events.jsonl``: what the operators and the node itself did or saw
-  (health, XIDs, drains, checks and cards put back after them, intruders,
-  evictions, idle reservations given back);
-* ``accounts/<uid>.jsonl``: each ordinary account's own actions, allowed or
-  refused, and what any account's jobs did (their ends and expiries), rotated
-  at a smaller size (TUNEPLANE_LOG_ACCOUNT_MB).
-
-So what one account writes or makes happen, however much, only ever pushes
-that account's own older entries out: a flood of refused launches (800 with
-a 64 KiB command once rotated 40 MB in 15 s), or of jobs that end at once
-(600 once left no trace of an operator's drain), cannot push another
-account's job, an operator's drain, an intruder seen or an XID out of the
-log. Reading merges the shelves by time; an ordinary account reads only its
-own shelf and the node's.
-
-Times are unique and rising within a process, so "the entries before T" is
-exact and a page of the log can be asked for again from where the last one
-ended (``before``), whichever shelves it spans.
-
-The log is evidence, not truth: nothing decides who holds a card from it.
+Append-only files in the state dir; every action is appended before its
+answer, so the log never misses an attempt someone may have seen. Each line
+has at least ``time``, ``kind`` and ``message``. It is kept on shelves, the
+node's (``events.jsonl``) and each ordinary account's
+(``accounts/<uid>.jsonl``), each rotated on its own, so one account's flood
+pushes out only its own entries. Times are unique and rising, so a page ends
+exactly where the next begins. The log is evidence, not truth. See
+docs/architecture.md, section 'The door' ("Refusals and the audit").
 """
 
 from __future__ import annotations

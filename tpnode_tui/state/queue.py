@@ -1,30 +1,12 @@
 """Launches waiting for cards, in the order they were asked for.
 
-A launch refused for lack of capacity is not a failure, it is "not your turn
-yet": its owner chose to wait, so the request is kept and tried again after
-every poll. The rules for trying (in :mod:`tpnode_tui.service.launches`)
-are a strict first-come dequeue loop: the first request that does not fit
-stops the round, so a stream of 1-card jobs cannot starve an 8-card one; a
-request that can never fit or fails otherwise leaves the queue with its reason.
-
-The queue is a list of wishes, not of holdings (the runtime says who holds
-what), but a wish someone waits on must not vanish: the agent keeps it in the
-state dir (``queue.json``, 0600, written like the state file), so it survives
-the dashboard that queued it closing and the agent restarting. Each record is
-the request as the door accepted it, the caller as the kernel named them, and
-when it was queued; it is read back with the very parse the door used
-(:meth:`LaunchRequest.parse <tpnode_tui.port.types.LaunchRequest.parse>`), so
-nothing the door took can fail to load later. It holds what the launch needs
-to run as its owner later (environment included), which is why only the
-agent reads it; what everyone sees of it is :class:`QueuedLaunch`.
-
-Should a record still not be understood (a file edited by hand, or written
-by another version), it is set aside in ``queue.rejected.json`` beside it,
-said once in the node's log, counted in every snapshot, and the rest of the
-queue goes on. How many may wait is bounded, per account and in all
-(TUNEPLANE_MAX_QUEUED_PER_USER, TUNEPLANE_MAX_QUEUED), checked as a launch is
-added, under the file's lock. An in-process dashboard keeps its queue in
-memory, and asks before quitting.
+A launch refused for lack of capacity is "not your turn yet", and a wish
+someone waits on must not vanish: the agent keeps the queue in
+``queue.json``, each record the request as the door accepted it, read back
+with the very parse the door used; a record that still cannot be read is set
+aside in ``queue.rejected.json``. How many may wait is bounded per account
+and in all. An in-process dashboard keeps its queue in memory. See
+docs/architecture.md, section 'The door' ("One parse").
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """The usage report: ``usage [--since 7d|2026-12-01] [--until ...] [--by user|card|job]``, from the ledger.
 
-Beside the ledger (:mod:`tpnode_tui.state.ledger`) because it reads the
-ledger's file, and reading it is where the time goes: 90 days of 8 cards are
-a million minutes. A hold whose minutes all lie inside the span is taken
-from its summed row (``units``), so only the few holds cut by the span's
-edges have their minutes read; what is made of those figures (held time
-cut to the span, who may see which rows, the grouping) is a pure function,
-:func:`build_report`, tested apart from SQLite.
-
-Held time comes from each hold's start and end, so the time a job held its
-cards while the agent was away counts as held. Used and idle time come from
-the minutes read, since nobody can say afterwards how much a card was used
-while no one looked, the minutes the ledger has read and not yet written
-among them (the one under way: ``/metrics`` counts it too). So held is never
-less than used, nor than idle; a minute under 5 % counts as idle and its few
-percent as used. Peak memory is the holder's own; someone else's process on a
-held card is counted apart, as the time it was there and the most memory it
-used.
-
-Beyond that, it gives what Slurm's sreport and sacct give an operator on
-one node: per account, per card, per job with its start and end.
+Beside the ledger because it reads the ledger's file, and reading is where
+the time goes: a hold whose minutes all lie inside the span is taken from its
+summed row, so only holds cut by the span's edges have their minutes read.
+What is made of the figures is a pure function, :func:`build_report`. Held
+is never less than used, nor than idle. See docs/architecture.md, section
+'The usage ledger and idle cards'.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Untrusted text made safe to put on a terminal, at the one place it crosses over.
 
-Almost every string this product shows was written by somebody else: a
-process's name and command line (any local user picks them: ``exec -a``), a
-container's labels and name, a reservation's owner, an image, the card name the
-driver reports, the error text of Docker, Redis or NVML. Printed raw, a
-control sequence in one of them is obeyed by the operator's terminal: it can
-clear the screen, retitle the window, recolour what follows or, with a bidi
-override (U+202E), make a line read backwards, so the screen shows something
-other than the truth. A lone surrogate (a command line that is not valid UTF-8)
-cannot even be encoded, and would end the program that tries.
-
-So untrusted text is escaped where it crosses to a person, never where it
-enters: ``status --json`` keeps the real value (the JSON encoder escapes it),
-and the CLI's text output and the dashboard both show the escaped form. Every
-character Python does not call printable (C0 and C1 controls, DEL, format
-characters such as bidi overrides and zero-width joiners, line and paragraph
-separators, unassigned and private-use code points, surrogates) is shown as
-its escape, ``\\x1b`` or ``\\u202e``. Escaping is idempotent, so text escaped
-twice reads the same as text escaped once.
+Almost every string this product shows was written by somebody else, and a
+control sequence in one, printed raw, is obeyed by the operator's terminal;
+a lone surrogate cannot even be encoded. So such text is escaped where it
+crosses to a person, never where it enters: every character Python does not
+call printable is shown as its escape. Escaping is idempotent. See
+docs/architecture.md, section 'Other people's words on the operator's
+screen'.
 """
 
 from __future__ import annotations

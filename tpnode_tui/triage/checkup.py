@@ -1,20 +1,12 @@
 """Running a card's check: its NVML reading in a child with a hard deadline, then the operator's command.
 
-Both are processes of their own, started with a clean environment in ``/``,
-in a session of their own, with no descriptor of this process but their
-pipes (so never the allocation lock's), and read from a thread: nothing here
-holds the lock or blocks the event loop, and the agent answers everyone else
-while a check runs for half an hour. At its deadline a child's whole process
-group is killed and the check goes on without waiting for it, neither for
-its exit nor for its pipes: a process stuck in the driver cannot die until
-the driver lets go. Such a straggler is looked at again before the next
-check, and while it has not exited no other check starts a child (each would
-hang beside it), as the nvidia-smi probe does (probes/smi.py).
-
-What a command says is read as it comes and only its end is kept (the last
-:data:`TAIL_BYTES`, then the last :data:`TAIL_LINES` lines, each cut to
-:data:`LINE_MOST` characters and made printable), so a burn test that prints
-for an hour costs a few KiB.
+Both run as processes of their own, with a clean environment and no
+descriptor of this process but their pipes, read from a thread, so nothing
+here holds the lock or blocks the event loop. At its deadline a child's
+process group is killed and not waited for; while a straggler has not
+exited no other check starts one. Only a command's end is kept
+(:data:`TAIL_BYTES`, :data:`TAIL_LINES`, :data:`LINE_MOST`). See
+docs/architecture.md, section 'Checks: drain, check, return'.
 """
 
 from __future__ import annotations

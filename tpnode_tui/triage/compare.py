@@ -1,27 +1,12 @@
 """What the service learns by comparing one reading with the ones before it.
 
 A snapshot says what is true now; some things a person needs are about
-change: an intruder who has just appeared (or gone), a card that has just
-started reporting a fault, a reservation whose hour ran out or is about to,
-a job that ended (how, after how long, where its output is), one whose owner
-has not touched its cards for 45 minutes (and, for giving it back, since when
-nobody can say they might have, nor extended it), a job whose cards have sat
-at 0 % with memory held for an hour, an XID a minute ago that killed a job and
-left no trace on the card, the last hour of a card's utilisation.
-The service keeps that here, in memory: none of it decides who holds a card
-(the runtime, the driver and the drain file do). What it has logged is read
-back when it starts (``recall``), from the node's log itself, so a change is
-logged once, not again at every restart of the agent: an intruder still there
-is not seen anew, a health problem still reported has not started anew.
-
-Each change is written to the node's log through ``record(kind, message,
-cards=..., user=..., **fields)``: what a job did (its end, its expiry, its
-coming end) on its owner's own shelf (``account``, the uid it recorded), so one
-account's thousand quick jobs push out only its own older entries, never an
-operator's drain or an intruder seen; the rest on the node's. Each entry names
-the uids of the accounts it concerns (``owner_uid``, ``intruder_uid``) so the
-node can tell them (service/notices.py). Each reading given out is
-``decorate``-d with what the readers should see of it.
+change (an intruder appearing, a fault starting, a job ending, a reservation
+unused). The service keeps that here, in memory, deciding nothing about who
+holds a card; what it logged is read back at start (``recall``) so a change
+is logged once. Changes go to the node's log through ``record``; each
+reading given out is ``decorate``-d. See docs/architecture.md, section
+'Triage' ("Change between readings").
 """
 
 from __future__ import annotations

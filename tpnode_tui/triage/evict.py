@@ -1,23 +1,11 @@
 """Evicting a squatter: SIGTERM to a process that is on a card without being its holder.
 
-A process from outside the platform on a free card, or someone else's on a
-held one, costs its rightful users memory and speed, and nothing in the
-platform ends it: ``stop`` ends platform jobs only. An operator can evict it.
-What may be evicted is decided from the card as the node just read it:
-
-* the card's external processes (nobody holds the card), or its intruders
-  (someone else's on a held card), or the one pid named; on a card in MIG
-  mode, each process is judged on its slice (external on a free slice, an
-  intruder on a held one), so evicting a squatter leaves every slice's own
-  job alone;
-* never a platform job's own processes (that is ``stop``), nor a
-  reservation owner's on their own card, nor a pid this machine cannot
-  see, nor pid 1, nor the serving process itself.
-
-A process is signalled only while it is still the process that was read
-(same pid *and* start time): a pid that changed hands is not touched.
-SIGTERM first, a grace period, then, if asked, SIGKILL; what became of each
-process is said in plain words and written to the node's log.
+``stop`` ends platform jobs only, so an operator evicts what squats on a
+card: its external processes, its intruders, or the one pid named, judged on
+the card as just read (on a MIG card, each on its slice); never a platform
+job's, a reservation owner's, an unseen pid, pid 1 or this process. A pid is
+signalled only while it is the process that was read. See
+docs/architecture.md, section 'Triage' ("Evict").
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Watching for XIDs as they happen: NVML events, the kernel log, or the simulated node.
 
-Polling cannot see an XID: it is an event, and a card whose program died of
-XID 13 reads as idle a second later. So whoever serves the node (the agent,
-or an in-process dashboard) runs one watcher beside its polls, chosen by the
-probe in use:
-
-* NVML: every card is registered for critical XIDs, double-bit ECC errors
-  and, where the card supports it, "GPU unavailable"; a thread waits with
-  ``nvmlEventSetWait_v2`` and a timeout (a timeout is the normal answer, and
-  lets the thread notice it should stop). A wait that says the GPU is lost
-  names no card, so each registered card is asked which one it was. After
-  any other driver error the set is freed and registered afresh.
-* nvidia-smi: the driver's ``NVRM: Xid`` lines in ``/dev/kmsg``, read from
-  the end (an XID older than the watcher is not replayed on every restart).
-  Reading it needs root (or CAP_SYSLOG where dmesg is restricted).
-* simulated: the ``xid_events`` of the scene file, each id once.
-
-A watcher that cannot watch says why (:attr:`XidWatcher.problem`), and the
-snapshot carries it: "not watched" must never look like "no XIDs".
-Events are handed to the service on its event loop, in the order they came.
+Polling cannot see an XID: a card whose program died of XID 13 reads as
+idle a second later. So whoever serves the node runs one watcher beside its
+polls, chosen by the probe; a watcher that cannot watch says why
+(:attr:`XidWatcher.problem`), since "not watched" must never look like "no
+XIDs". Events reach the service's loop in order. See docs/architecture.md,
+section 'Triage' ("XIDs").
 """
 
 from __future__ import annotations

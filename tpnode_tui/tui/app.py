@@ -1,23 +1,11 @@
 """The dashboard app: shows the node as it reads, turns keys into calls on the node.
 
-It holds no truth of its own and talks to nothing but a :class:`Node`: the
-readings arrive from ``node.views()`` (the node's service polls, once for
-every reader), and every action is one call on the node, checked there
-against who asks, exactly as the CLI's are, so a dashboard and a shell can
-never hand out one card twice. The queue and the launches under way are the
-node's too, listed in each snapshot. The only state kept here is
-presentation (the selection, a paused flag) and which of the launches this
-dashboard asked for, so that it can say what became of them.
-
-The app puts the session together (tui/follow/session.py: the node, the
-plain objects that follow it, the launches asked for from here) and keeps
-what is app-wide: help, quit (which asks first when it would drop launches),
-the command palette, and the demo's scene. The main screen
-(tui/screens/main.py) lays out and draws the picture, follows the node while
-it shows, and holds the keys that act on what is selected; each of those is
-a flow (tui/screens/flows/) run in a worker of its own, so a launch waiting
-on the allocation lock (forever while Redis is down) never stops the
-operator from seeing the node, and why it waits, meanwhile.
+It holds no truth of its own and talks to nothing but a :class:`Node`, so a
+dashboard and a shell can never hand out one card twice; it keeps only
+presentation and which launches it asked for. The app puts the session
+together (tui/follow/session.py) and keeps what is app-wide: help, quit, the
+command palette, the demo's scene; each key's action is a flow run in a
+worker of its own. See docs/architecture.md, section 'The dashboard'.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """The main screen: the node's picture, the selection, and the keys that act on what is selected.
 
-The header (where the data comes from, how fresh, who you are), the banners
-over the grid, the summary, one tile per card, the selected card's detail,
-and the jobs table or, in its place, the node's log. It draws what the
-dashboard knows (the followers' state, the cards' history as fetched) and
-follows the node while it shows: its readings (unless paused), its cards'
-history, and its log while the events pane is open. Redraws are held back
-while a dialog is open (a grid changing under a form is distracting) and
-caught up when it closes.
-
-The keys live here, next to the selection they act on: which are offered is
-the table of keys' to say (tui/wording/keys.py) from what is selected now
-(:class:`~tpnode_tui.tui.follow.selection.Selection`), and each key that acts
-on the node is one flow (tui/screens/flows/), from the key to the node's
-answer, run at this screen as its desk. Help and quit are the app's.
-
-Every poll sets the header, the summary, the detail pane and every tile,
-mostly to what they already show, so each part is compared before it is
-given anything (tpnode_tui/tui/widgets/redraw.py), and the footer is rebuilt
-only when a key's state changed.
+It draws what the dashboard knows and follows the node while it shows;
+redraws wait while a dialog is open. The keys live here, beside the
+selection: which are offered is the table of keys' to say
+(tui/wording/keys.py), and each key that acts is one flow
+(tui/screens/flows/) with this screen as its desk. Each part is compared
+before it is redrawn (tui/widgets/redraw.py). See docs/architecture.md,
+section 'The dashboard'.
 """
 
 from __future__ import annotations
