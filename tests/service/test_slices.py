@@ -637,7 +637,7 @@ async def test_a_slice_on_a_card_the_node_lacks_is_said_and_its_job_still_listed
     """A record written by hand (or by a node with more cards) naming a slice of card 9."""
     from tpnode_tui.model.jobs import SliceRef
     from tpnode_tui.runtimes.jobprocs import process_stat
-    from tpnode_tui.runtimes.process import boot_id, pid_namespace
+    from tpnode_tui.runtimes.liveness import boot_id, pid_namespace
     from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
     node = mig_node()

@@ -333,7 +333,7 @@ class NodeService:
 
     def boot(self) -> Optional[str]:
         """This boot's id (TUNEPLANE_BOOT_ID); None when it cannot be read."""
-        from tpnode_tui.runtimes.process import boot_id  # the process runtime's reader, loaded only to drain or check
+        from tpnode_tui.runtimes.liveness import boot_id  # the process runtime's reader, loaded only to drain or check
 
         try:
             return boot_id(self.allocator.settings.triage.boot_id) or None
