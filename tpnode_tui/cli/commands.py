@@ -62,7 +62,8 @@ from tpnode_tui.port.types import (
     ShellRequest,
     new_run_id,
 )
-from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
+from tpnode_tui.port.wire.jobs import job_to_json, queued_to_json
+from tpnode_tui.port.wire.snapshot import snapshot_to_json
 from tpnode_tui.text.refusals import ON_THE_NODE
 from tpnode_tui.text.render import cards_words, env_lines
 
@@ -622,7 +623,7 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
 async def _check(run: Run) -> None:
     """One card after the other (a card's own test may take minutes, and two at
     once on one node may disturb each other); exit 1 when any did not pass."""
-    from tpnode_tui.port.wire import check_to_json
+    from tpnode_tui.port.wire.checks import check_to_json
 
     args = run.args
     not_passed = []

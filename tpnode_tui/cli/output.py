@@ -18,7 +18,7 @@ from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import EvictReport
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.types import NodeView, NotifyList
-from tpnode_tui.port.wire import launched_to_json
+from tpnode_tui.port.wire.jobs import launched_to_json
 from tpnode_tui.text.printable import printable_view
 from tpnode_tui.text.render import (
     cards_words,

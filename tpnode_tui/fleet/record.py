@@ -20,7 +20,7 @@ seen and reported, never merged into one picture.
 
 Everything read back is untrusted: any node (or anyone who can write to that
 Redis) can publish anything. A publication is decoded strictly (the snapshot
-by :func:`~tpnode_tui.port.wire.snapshot_from_json`); one that cannot be read marks
+by :func:`~tpnode_tui.port.wire.snapshot.snapshot_from_json`); one that cannot be read marks
 its node *malformed*, and no card of a node that is not plainly up, alone
 under its name, with a current reading, is ever counted free.
 
@@ -43,7 +43,8 @@ from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.model.errors import ConfigError
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.types import Reading
-from tpnode_tui.port.wire import Reader, WireError, snapshot_from_json, snapshot_to_json
+from tpnode_tui.port.wire.reader import Reader, WireError
+from tpnode_tui.port.wire.snapshot import snapshot_from_json, snapshot_to_json
 from tpnode_tui.text.render import format_duration
 
 PREFIX = "tpnode:fleet"
@@ -124,7 +125,7 @@ def registration(
 class Encoded:
     """A publication as stored: a short envelope line, then the node's snapshot.
 
-    The snapshot is the ``status --json`` document (:func:`~tpnode_tui.port.wire.snapshot_to_json`)
+    The snapshot is the ``status --json`` document (:func:`~tpnode_tui.port.wire.snapshot.snapshot_to_json`)
     with its ``taken_at`` moved into the envelope: a node that publishes the same
     picture again writes the same snapshot text, so a reader sees that it did
     by comparing bytes, without decoding it again.

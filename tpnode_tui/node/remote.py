@@ -46,7 +46,7 @@ from tpnode_tui.port.types import (
     Nothing,
     OverQuota,
 )
-from tpnode_tui.port.wire import WireError
+from tpnode_tui.port.wire.reader import WireError
 
 A = TypeVar("A")
 

@@ -45,7 +45,7 @@ from tpnode_tui.port.fields import (
     valid_text,
     whole,
 )
-from tpnode_tui.port.wire import Reader
+from tpnode_tui.port.wire.reader import Reader
 from tpnode_tui.text.printable import shown
 
 Limits = Optional[LimitSettings]
