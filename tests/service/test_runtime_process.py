@@ -186,7 +186,7 @@ async def test_a_quiet_jobs_follower_gets_an_empty_page_now_and_then_so_one_gone
     written: a job that prints nothing for hours still gets its followers an empty
     page now and then, so the agent never looks at a log for nobody until the job ends."""
     from helpers.callers import ROOT
-    from tpnode_tui.port.types import LaunchRequest, LogsRequest
+    from tpnode_tui.port.types.jobs import LaunchRequest, LogsRequest
     from tpnode_tui.service import jobs
 
     monkeypatch.setattr(jobs, "FOLLOW_EVERY_S", 0.001)

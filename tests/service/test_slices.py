@@ -34,7 +34,7 @@ from tpnode_tui.host.identity import Operators
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NeverFits, NoCapacity, NotAllowed
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, Drain
-from tpnode_tui.port.types import EvictRequest
+from tpnode_tui.port.types.operators import EvictRequest
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService

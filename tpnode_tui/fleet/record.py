@@ -42,7 +42,7 @@ from typing import Any, Iterable, Optional
 from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.model.errors import ConfigError
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.port.types import Reading
+from tpnode_tui.port.types.readings import Reading
 from tpnode_tui.port.wire.reader import Reader, WireError
 from tpnode_tui.port.wire.snapshot import snapshot_from_json, snapshot_to_json
 from tpnode_tui.text.render import format_duration

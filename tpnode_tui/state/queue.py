@@ -13,7 +13,7 @@ state dir (``queue.json``, 0600, written like the state file), so it survives
 the dashboard that queued it closing and the agent restarting. Each record is
 the request as the door accepted it, the caller as the kernel named them, and
 when it was queued; it is read back with the very parse the door used
-(:meth:`LaunchRequest.parse <tpnode_tui.port.types.LaunchRequest.parse>`), so
+(:meth:`LaunchRequest.parse <tpnode_tui.port.types.jobs.LaunchRequest.parse>`), so
 nothing the door took can fail to load later. It holds what the launch needs
 to run as its owner later (environment included), which is why only the
 agent reads it; what everyone sees of it is :class:`QueuedLaunch`.
@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional, Protocol
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, TooMany, TpnodeError
 from tpnode_tui.model.jobs import QueuedLaunch
-from tpnode_tui.port.types import LaunchRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
 from tpnode_tui.port.wire.reader import Reader
 from tpnode_tui.state.jsonstore import JsonStore, SetAside
 
