@@ -438,7 +438,7 @@ def _in_the_ledger(state: Path, count: int) -> None:
 def _listed(state: Path, count: int) -> None:
     """``count`` exited jobs of the churner in the process runtime's state file, as
     they piled up before a limit removed them."""
-    from tpnode_tui.runtimes.process import boot_id
+    from tpnode_tui.runtimes.liveness import boot_id
     from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
     state.mkdir(mode=0o700, exist_ok=True)

@@ -137,7 +137,7 @@ def _many_nodes(url: str, window_s: float, section: Section) -> None:
 
 
 def _fake_service(cards: int) -> SimpleNamespace:
-    from tpnode_tui.port.types import Reading
+    from tpnode_tui.port.types.readings import Reading
 
     held = tuple(range(cards // 2))
     snap = node_snapshot(cards, jobs=(job("train", held),), external=(cards - 1,))

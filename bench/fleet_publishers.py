@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 import common  # noqa: F401  (puts tests/ and the checkout on sys.path)
 from helpers.fleet import job, node_snapshot
 from tpnode_tui.fleet.publisher import FleetPublisher
-from tpnode_tui.port.types import Reading
+from tpnode_tui.port.types.readings import Reading
 
 
 class Node:

@@ -31,7 +31,7 @@ from pathlib import Path
 #: the event loop, the settings, the snapshot's model, and the port's types and codec
 FLOOR = (
     "import asyncio, json, tpnode_tui.config.settings, tpnode_tui.model.snapshot, tpnode_tui.model.views, "
-    "tpnode_tui.model.jobs, tpnode_tui.port.types, tpnode_tui.port.wire"
+    "tpnode_tui.model.jobs, tpnode_tui.port.types.jobs, tpnode_tui.port.types.readings, tpnode_tui.port.wire.snapshot"
 )
 
 

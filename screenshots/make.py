@@ -138,7 +138,7 @@ async def published_fleet() -> AsyncIterator[str]:
     from helpers.fleet import node_snapshot
     from helpers.services import RedisServer, free_port
     from tpnode_tui.fleet.publisher import FleetPublisher
-    from tpnode_tui.port.types import Reading
+    from tpnode_tui.port.types.readings import Reading
 
     workdir = Path(tempfile.mkdtemp(prefix="tpn-shot-"))
     server = RedisServer(port=free_port(), workdir=workdir)

@@ -21,7 +21,7 @@ from tpnode_tui.fleet import record
 from tpnode_tui.model.facts import CardFacts, ProbeReading, ProcessFacts
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.port.types import Reading
+from tpnode_tui.port.types.readings import Reading
 
 T = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
 

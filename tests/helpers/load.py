@@ -273,7 +273,7 @@ def kill_process_jobs(state_dir: Path) -> None:
     from tpnode_tui.devices.errors import CannotFence
     from tpnode_tui.model.errors import TpnodeError
     from tpnode_tui.runtimes.jobprocs import JobProcesses, remove_cgroup
-    from tpnode_tui.runtimes.process import boot_id, liveness
+    from tpnode_tui.runtimes.liveness import boot_id, liveness
     from tpnode_tui.runtimes.statefile import StateFile
 
     try:

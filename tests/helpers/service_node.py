@@ -53,7 +53,8 @@ from tpnode_tui.core.policy import CardLimits, Policy
 from tpnode_tui.host.identity import Caller, Operators
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port.types import EventsRequest, LaunchRequest
+from tpnode_tui.port.types.events import EventsRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService

@@ -22,7 +22,9 @@ from helpers.waiting import until_async
 from tpnode_tui.model.errors import JobNotFound
 from tpnode_tui.node.http import straight
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port.types import AgentUnavailable, LaunchRequest, ReserveRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.refusals import AgentUnavailable
+from tpnode_tui.port.types.reservations import ReserveRequest
 
 
 async def test_the_socket_is_connectable_by_every_account(agent):

@@ -20,7 +20,7 @@ from helpers.clocks import MovedClock
 from helpers.waiting import until_async
 from tpnode_tui.model.errors import RuntimeUnavailable, exit_code
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port.types import ReserveRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.state.ledger import LEDGER_FILE
 
 

@@ -22,7 +22,10 @@ from helpers.callers import ALICE, BOB, ROOT
 from helpers.waiting import until, until_async
 from tpnode_tui.model.checks import FAILED, MET, PASSED, UNKNOWN, UNTOLD
 from tpnode_tui.model.errors import Conflict, NotAllowed, exit_code
-from tpnode_tui.port.types import CheckRequest, DrainRequest, LaunchRequest, Nothing, UndrainRequest
+from tpnode_tui.port.types.checks import CheckRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.operators import DrainRequest, UndrainRequest
+from tpnode_tui.port.types.readings import Nothing
 from tpnode_tui.state.checks import CheckStore
 
 pytestmark = pytest.mark.service_node(probe="scene", runtime="memory", cards=8)

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from helpers.agents import WAIT_S
 from tpnode_tui.port.operations import OPERATIONS
-from tpnode_tui.port.types import AuditRequest, LaunchRequest, ReserveRequest
+from tpnode_tui.port.types.events import AuditRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.text.printable import printable
 
 

@@ -18,7 +18,7 @@ from helpers.services import free_port
 from helpers.waiting import until_async
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.publisher import FleetPublisher
-from tpnode_tui.port.types import Reading
+from tpnode_tui.port.types.readings import Reading
 
 pytestmark = pytest.mark.redis
 

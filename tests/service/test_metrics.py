@@ -30,7 +30,9 @@ from tpnode_tui.agent.metrics import CARD_STATES, DCGM_LABELS, NodeCollector
 from tpnode_tui.model.jobs import DeviceFence, QueuedLaunch
 from tpnode_tui.model.views import Drain
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port.types import LaunchRequest, Reading, ReserveRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.readings import Reading
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.service.journal import LAUNCH_RESULTS
 from tpnode_tui.state.ledger import LedgerCounters
 
@@ -591,7 +593,7 @@ def test_every_launch_result_is_served_from_zero_and_documented():
         TooMany,
         TpnodeError,
     )
-    from tpnode_tui.port.types import Cancelled, OverQuota
+    from tpnode_tui.port.types.refusals import Cancelled, OverQuota
     from tpnode_tui.service.journal import result_of
 
     kinds = (NoCapacity, TooMany, OverLimit, NotAllowed, OverQuota, BadRequest, NeverFits, Conflict, Cancelled)

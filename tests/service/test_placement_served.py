@@ -20,7 +20,8 @@ from tpnode_tui import NeverFits
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port.types import LaunchRequest, ReserveRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from helpers.waiting import until_async
 from tpnode_tui.config.sections import DOCKER_GPU_MODES
 from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFound, RuntimeUnavailable, TpnodeError
 from tpnode_tui.model.jobs import DeviceFence, JobSpec, JobState, RunAs
-from tpnode_tui.port.types import LaunchRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
 from tpnode_tui.runtimes.docker import DockerRuntime
 from tpnode_tui.runtimes.dockerfence import ENDED, NO_CARD
 from tpnode_tui.runtimes.labels import EXPIRES, GPUS, KIND, LEASE_TOKEN, OLD_LEASE_TOKEN, OWNER, RUN_ID, UID

@@ -22,7 +22,8 @@ from tpnode_tui.model.errors import BadRequest, ConfigError, Conflict, JobNotFou
 from tpnode_tui.model.jobs import DeviceFence, DeviceGrant, JobSpec, RunAs
 from tpnode_tui.runtimes import jobfence
 from tpnode_tui.runtimes.jobprocs import cgroup_parent, process_stat
-from tpnode_tui.runtimes.process import ProcessRuntime, boot_id
+from tpnode_tui.runtimes.liveness import boot_id
+from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
 WAIT_S = 20.0
@@ -185,7 +186,7 @@ async def test_a_quiet_jobs_follower_gets_an_empty_page_now_and_then_so_one_gone
     written: a job that prints nothing for hours still gets its followers an empty
     page now and then, so the agent never looks at a log for nobody until the job ends."""
     from helpers.callers import ROOT
-    from tpnode_tui.port.types import LaunchRequest, LogsRequest
+    from tpnode_tui.port.types.jobs import LaunchRequest, LogsRequest
     from tpnode_tui.service import jobs
 
     monkeypatch.setattr(jobs, "FOLLOW_EVERY_S", 0.001)
@@ -646,11 +647,11 @@ async def test_a_killed_supervisor_leaves_the_job_running_while_its_processes_ar
 
 async def test_a_cgroup_the_command_cannot_join_is_dropped_and_said(state_dir, tmp_path, monkeypatch):
     """The record never claims a cgroup the job is not in: it runs without, and says so."""
-    import tpnode_tui.runtimes.process as process_module
+    import tpnode_tui.runtimes.launching as launching_module
 
     not_a_cgroup = tmp_path / "tpnode-tui.nojoin.00000000"  # a plain directory: no cgroup.procs
     not_a_cgroup.mkdir()
-    monkeypatch.setattr(process_module, "make_cgroup", lambda name: not_a_cgroup)
+    monkeypatch.setattr(launching_module, "make_cgroup", lambda name: not_a_cgroup)
     rt = ProcessRuntime(state_dir, stop_timeout_s=0.5)
     created = await rt.create(job("nojoin", "sh", "-c", "sleep 0.3; exit 4"), [0])
     assert recorded(state_dir, "nojoin").cgroup == str(not_a_cgroup)
@@ -788,7 +789,7 @@ async def test_the_supervisor_starts_clean_and_the_callers_environment_reaches_o
     accounts, root_runtime, shared_state
 ):
     """A caller's PYTHONPATH or LD_PRELOAD in the supervisor would run their code as root."""
-    from tpnode_tui.runtimes.process import SUPERVISOR_ENV
+    from tpnode_tui.runtimes.launching import SUPERVISOR_ENV
 
     alice = accounts.alice
     planted = owned_dir(alice, alice.home / "planted")

@@ -34,7 +34,7 @@ from tpnode_tui.host.identity import Operators
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NeverFits, NoCapacity, NotAllowed
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.model.views import EXTERNAL, HOLDER, INTRUDER, Drain
-from tpnode_tui.port.types import EvictRequest
+from tpnode_tui.port.types.operators import EvictRequest
 from tpnode_tui.probes import SimulatedProbe
 from tpnode_tui.runtimes.process import ProcessRuntime
 from tpnode_tui.service import NodeService
@@ -637,7 +637,7 @@ async def test_a_slice_on_a_card_the_node_lacks_is_said_and_its_job_still_listed
     """A record written by hand (or by a node with more cards) naming a slice of card 9."""
     from tpnode_tui.model.jobs import SliceRef
     from tpnode_tui.runtimes.jobprocs import process_stat
-    from tpnode_tui.runtimes.process import boot_id, pid_namespace
+    from tpnode_tui.runtimes.liveness import boot_id, pid_namespace
     from tpnode_tui.runtimes.statefile import JobRecord, StateFile
 
     node = mig_node()

@@ -72,7 +72,7 @@ def test_an_operator_may_name_another_owner_but_does_not_become_them(shared_node
         # the CLI names other owners for reservations only; the API takes one for any launch
         client = (
             f"import asyncio, sys; from pathlib import Path; from tpnode_tui.node.remote import AgentNode; "
-            f"from tpnode_tui.port.types import LaunchRequest\n"
+            f"from tpnode_tui.port.types.jobs import LaunchRequest\n"
             f"async def main():\n"
             f"    node = AgentNode(Path({str(shared_node.socket)!r}))\n"
             f"    try:\n"

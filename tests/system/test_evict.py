@@ -19,7 +19,9 @@ from helpers.service_node import ServiceNode
 from helpers.waiting import until_async
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import Conflict, JobNotFound, NotAllowed, exit_code
-from tpnode_tui.port.types import EvictRequest, LaunchRequest, ReserveRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.operators import EvictRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.triage.evict import ENDED, KILLED, LISTED, RUNNING
 
 #: ignores SIGTERM: an ignored signal stays ignored across exec, so the sleep ignores it too

@@ -25,7 +25,7 @@ from helpers.services import write_scene
 from helpers.waiting import until
 from tpnode_tui.fleet.reader import FleetReader, read_once
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port.types import LaunchRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
 
 pytestmark = pytest.mark.redis
 WAIT_S = 30.0

@@ -19,7 +19,7 @@ from helpers.fleet import T, job, node_snapshot, publication_bytes, registration
 from helpers.waiting import until_pilot
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.reader import FleetUnavailable
-from tpnode_tui.port.wire import WireError
+from tpnode_tui.port.wire.reader import WireError
 from tpnode_tui.tui.fleet.app import FleetApp
 from tpnode_tui.tui.fleet.screens.node import NodeScreen
 from tpnode_tui.tui.widgets.tiles import CardGrid

@@ -42,7 +42,8 @@ from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model.errors import NotAllowed
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port.types import LaunchRequest, ReserveRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.dialogs.extend import ExtendScreen

@@ -16,7 +16,8 @@ import sys
 
 from helpers.dashboard import SIZE, Dashboard, fill, header, polled, queued, states, tile_text
 from helpers.waiting import until_async, until_pilot
-from tpnode_tui.port.types import LaunchRequest, ReserveRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
 from tpnode_tui.tui.screens.flows.launches import enqueue

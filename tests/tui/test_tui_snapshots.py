@@ -30,7 +30,8 @@ from tpnode_tui.model.jobs import DeviceFence, JobState, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
 from tpnode_tui.model.usage import UsageFigures, UsageReport, UsageRow
 from tpnode_tui.model.views import EXTERNAL, INTRUDER, UNKNOWN, Drain, Evicted, EvictReport, HolderInfo
-from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
+from tpnode_tui.port.types.readings import NodeView, Reading, You
+from tpnode_tui.port.types.refusals import AgentUnavailable
 from tpnode_tui.probes.simulated import SimulatedProbe
 from tpnode_tui.service.node import NO_LEDGER
 from tpnode_tui.tui.app import NodeDashboard

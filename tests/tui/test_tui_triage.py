@@ -28,7 +28,8 @@ from tpnode_tui.model.errors import NotAllowed
 from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.views import HOLDER, INTRUDER, UNKNOWN, HolderInfo
 from tpnode_tui.node.local import LocalNode
-from tpnode_tui.port.types import AgentUnavailable, ReserveRequest
+from tpnode_tui.port.types.refusals import AgentUnavailable
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.tui.follow.history import SLICES, Recent, columns
 from tpnode_tui.tui.follow.log import EVENTS_KEPT
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen

@@ -14,7 +14,7 @@ import asyncio
 
 from helpers.dashboard import SIZE, Dashboard, polled
 from helpers.waiting import until_async, until_pilot
-from tpnode_tui.port.types import ReserveRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.state.ledger import LEDGER_FILE
 from tpnode_tui.tui.screens.dialogs.usage import UsageScreen
 from tpnode_tui.tui.widgets.usage import UsageChart

@@ -37,7 +37,8 @@ from tpnode_tui.model.checks import (
 )
 from tpnode_tui.model.errors import RuntimeUnavailable
 from tpnode_tui.model.views import Drain
-from tpnode_tui.port.wire import WireError, check_from_json, check_to_json
+from tpnode_tui.port.wire.checks import check_from_json, check_to_json
+from tpnode_tui.port.wire.reader import WireError
 from tpnode_tui.probes.checkup import facts_from_json, facts_to_json, nvml_facts
 from tpnode_tui.probes.simulated import SimulatedProbe, check_facts
 from tpnode_tui.state.checks import CheckStore

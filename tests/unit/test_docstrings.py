@@ -16,15 +16,6 @@ PACKAGE = CHECKOUT / "tpnode_tui"
 ARCHITECTURE = CHECKOUT / "docs" / "architecture.md"
 MOST_LINES = 15
 
-# Files being split in two; each is taken off this list once it is split.
-LONG_DOCSTRINGS_ALLOWED = frozenset(
-    {
-        "tpnode_tui/port/types.py",
-        "tpnode_tui/port/wire.py",
-        "tpnode_tui/runtimes/process.py",
-    }
-)
-
 # A section's name is quoted; an apostrophe inside it is followed by a letter.
 NAME = r"'((?:[^']|'(?=\w))+)'"
 POINTER = re.compile(rf"architecture\.md,\s+sections?\s+{NAME}(?:(?:,|,?\s+and)\s+{NAME})*")
@@ -38,8 +29,6 @@ def _long_docstrings() -> list[str]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(CHECKOUT).as_posix()
-        if name in LONG_DOCSTRINGS_ALLOWED:
-            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, DOCUMENTED):
                 continue
@@ -53,10 +42,6 @@ def _long_docstrings() -> list[str]:
 
 def test_no_docstring_is_longer_than_fifteen_lines() -> None:
     assert _long_docstrings() == []
-
-
-def test_the_allowed_files_exist() -> None:
-    assert [name for name in LONG_DOCSTRINGS_ALLOWED if not (CHECKOUT / name).exists()] == []
 
 
 def test_every_pointer_names_a_section_of_the_architecture() -> None:

@@ -32,27 +32,13 @@ from tpnode_tui.port import operations as ops
 from tpnode_tui.port.fields import Query
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.operations import OPERATIONS
-from tpnode_tui.port.types import (
-    AuditRequest,
-    CancelRequest,
-    CheckRequest,
-    DrainRequest,
-    EventsRequest,
-    EvictRequest,
-    ExtendRequest,
-    HistoryRequest,
-    LaunchRequest,
-    LogsRequest,
-    Nothing,
-    NotifyAddRequest,
-    NotifyRemoveRequest,
-    ReclaimRequest,
-    ReserveRequest,
-    ShellRequest,
-    StopRequest,
-    UndrainRequest,
-    UsageRequest,
-)
+from tpnode_tui.port.types.checks import CheckRequest
+from tpnode_tui.port.types.events import AuditRequest, EventsRequest
+from tpnode_tui.port.types.jobs import CancelRequest, LaunchRequest, LogsRequest, ReclaimRequest, StopRequest
+from tpnode_tui.port.types.notify import NotifyAddRequest, NotifyRemoveRequest
+from tpnode_tui.port.types.operators import DrainRequest, EvictRequest, UndrainRequest
+from tpnode_tui.port.types.readings import HistoryRequest, Nothing, UsageRequest
+from tpnode_tui.port.types.reservations import ExtendRequest, ReserveRequest, ShellRequest
 from tpnode_tui.service import NodeService
 from tpnode_tui.service.node import HANDLERS, handles
 from tpnode_tui.state.queue import FileQueue, QueueEntry

@@ -21,7 +21,7 @@ from tpnode_tui import NoCapacity
 from tpnode_tui.model.errors import RuntimeUnavailable
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.model.views import Drain
-from tpnode_tui.port.wire import snapshot_from_json, snapshot_to_json
+from tpnode_tui.port.wire.snapshot import snapshot_from_json, snapshot_to_json
 from tpnode_tui.state.drains import DrainStore
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from helpers.fleet import T, job, node_snapshot, publication_bytes, publication_parts, registration_bytes, stored
 from tpnode_tui.fleet import record
-from tpnode_tui.port.wire import WireError
+from tpnode_tui.port.wire.reader import WireError
 
 PERIOD = 10.0
 

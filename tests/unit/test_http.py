@@ -30,7 +30,7 @@ from tpnode_tui.node.http import (
     unix_blocking,
 )
 from tpnode_tui.node.remote import AgentNode
-from tpnode_tui.port.types import AgentUnavailable
+from tpnode_tui.port.types.refusals import AgentUnavailable
 
 WAIT_S = 15.0
 

@@ -24,7 +24,9 @@ from tpnode_tui.core.idle import KEEP, RELEASE, WARN, IdleWarning, job_idle_held
 from tpnode_tui.model.facts import CardFacts, ProcessFacts
 from tpnode_tui.model.jobs import JobState, SliceRef
 from tpnode_tui.model.views import CardView
-from tpnode_tui.port.types import AuditRequest, EventsRequest, ExtendRequest, LaunchRequest, ReserveRequest
+from tpnode_tui.port.types.events import AuditRequest, EventsRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.types.reservations import ExtendRequest, ReserveRequest
 from tpnode_tui.text.render import clock_time
 
 pytestmark = pytest.mark.service_node(probe="static", runtime="memory")

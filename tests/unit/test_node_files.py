@@ -16,7 +16,7 @@ import pytest
 
 from helpers.callers import ALICE
 from tpnode_tui.model.errors import BadRequest, RuntimeUnavailable
-from tpnode_tui.port.types import LaunchRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
 from tpnode_tui.state.nodelog import LOG_FILE, NodeLog
 from tpnode_tui.state.queue import QUEUE_FILE, REJECTED_FILE, FileQueue, MemoryQueue, QueueEntry
 

@@ -18,7 +18,8 @@ from tpnode_tui import NeverFits, NoCapacity
 from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.model.jobs import JobSpec, JobState
 from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
-from tpnode_tui.port.wire import WireError, snapshot_from_json, snapshot_to_json
+from tpnode_tui.port.wire.reader import WireError
+from tpnode_tui.port.wire.snapshot import snapshot_from_json, snapshot_to_json
 from tpnode_tui.probes.shapes import nvswitch, pcie
 
 

@@ -20,16 +20,10 @@ from tpnode_tui.core.policy import CardLimits
 from tpnode_tui.locks import make_lock
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, NotAllowed
 from tpnode_tui.port import operations as ops
-from tpnode_tui.port.types import (
-    Cancelled,
-    CancelRequest,
-    DrainRequest,
-    ExtendRequest,
-    LaunchRequest,
-    ReclaimRequest,
-    ReserveRequest,
-    StopRequest,
-)
+from tpnode_tui.port.types.jobs import CancelRequest, LaunchRequest, ReclaimRequest, StopRequest
+from tpnode_tui.port.types.operators import DrainRequest
+from tpnode_tui.port.types.refusals import Cancelled
+from tpnode_tui.port.types.reservations import ExtendRequest, ReserveRequest
 
 WAIT_S = 10.0
 

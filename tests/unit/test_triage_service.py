@@ -27,16 +27,11 @@ from tpnode_tui.core.xid import XidRules
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NoCapacity, NotAllowed, exit_code
 from tpnode_tui.model.facts import ProcessFacts
 from tpnode_tui.port import operations as ops
-from tpnode_tui.port.types import (
-    AuditRequest,
-    DrainRequest,
-    EventsRequest,
-    HistoryRequest,
-    LaunchRequest,
-    ReserveRequest,
-    StopRequest,
-    UndrainRequest,
-)
+from tpnode_tui.port.types.events import AuditRequest, EventsRequest
+from tpnode_tui.port.types.jobs import LaunchRequest, StopRequest
+from tpnode_tui.port.types.operators import DrainRequest, UndrainRequest
+from tpnode_tui.port.types.readings import HistoryRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.tui.wording.events import events_table
 
 

@@ -17,7 +17,8 @@ import pytest
 from helpers.fleet import T, job, node_snapshot
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.node.follow import RECONNECT_FIRST_S, RECONNECT_MOST_S, Backoff
-from tpnode_tui.port.types import AgentUnavailable, NodeView, Reading, You
+from tpnode_tui.port.types.readings import NodeView, Reading, You
+from tpnode_tui.port.types.refusals import AgentUnavailable
 from tpnode_tui.tui.follow.log import EVENTS_KEPT, LogFollower
 from tpnode_tui.tui.follow.readings import NodeFollower
 

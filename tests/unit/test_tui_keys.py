@@ -14,7 +14,7 @@ from helpers.fleet import job, node_snapshot
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, Drain, HolderInfo
-from tpnode_tui.port.types import You
+from tpnode_tui.port.types.readings import You
 from tpnode_tui.tui.app import NodeDashboard
 from tpnode_tui.tui.screens.dialogs.help import key_lines
 from tpnode_tui.tui.screens.main import MainScreen

@@ -15,7 +15,7 @@ from typing import Awaitable, TypeVar
 from helpers.fleet import T, job, node_snapshot
 from tpnode_tui.model.errors import NoCapacity, NotAllowed
 from tpnode_tui.model.jobs import QueuedLaunch
-from tpnode_tui.port.types import Cancelled
+from tpnode_tui.port.types.refusals import Cancelled
 from tpnode_tui.tui.follow.launches import (
     LEFT_QUEUE_READINGS,
     LaunchTracker,

@@ -18,7 +18,7 @@ from tpnode_tui.model.errors import BadRequest
 from tpnode_tui.model.jobs import SliceRef
 from tpnode_tui.model.usage import UsageFigures, UsageReport, UsageRow
 from tpnode_tui.port.usage import usage_from_json, usage_to_json
-from tpnode_tui.port.wire import WireError
+from tpnode_tui.port.wire.reader import WireError
 from tpnode_tui.state.usage import HoldUsage, UnitUsage, build_report, within
 from tpnode_tui.text.usage import usage_lines
 

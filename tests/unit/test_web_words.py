@@ -10,7 +10,7 @@ from dataclasses import replace
 from helpers.fleet import T, job, node_snapshot
 from tpnode_tui.model.jobs import QueuedLaunch
 from tpnode_tui.model.views import INTRUDER, HolderInfo
-from tpnode_tui.port.wire import snapshot_to_json
+from tpnode_tui.port.wire.snapshot import snapshot_to_json
 from tpnode_tui.text.render import intruder_words
 from tpnode_tui.text.status import status_lines
 from tpnode_tui.web.hidden import HIDDEN, hide_others

@@ -20,7 +20,9 @@ from helpers.load import kill_process_jobs
 from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.demo.stage import start_demo
 from tpnode_tui.model.jobs import FENCE_NOT_SAID, DeviceFence, QueuedLaunch, ShellEntry, SliceRef
-from tpnode_tui.port.wire import WireError, shell_from_json, shell_to_json, snapshot_from_json, snapshot_to_json
+from tpnode_tui.port.wire.jobs import shell_from_json, shell_to_json
+from tpnode_tui.port.wire.reader import WireError
+from tpnode_tui.port.wire.snapshot import snapshot_from_json, snapshot_to_json
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +212,7 @@ def test_a_cards_last_check_and_what_its_drain_keeps_travel_and_an_older_node_sa
 
 def check_to_json_with(**changed):
     from tpnode_tui.model.checks import PASSED, CardCheck
-    from tpnode_tui.port.wire import check_to_json
+    from tpnode_tui.port.wire.checks import check_to_json
 
     return check_to_json(CardCheck(2, None, "root", 1.0, 2.0, None, PASSED, ())) | changed
 

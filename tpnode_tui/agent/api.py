@@ -39,8 +39,10 @@ from tpnode_tui.model.errors import (
 )
 from tpnode_tui.port.fields import Query
 from tpnode_tui.port.operations import OPERATIONS, VIEWS, Operation
-from tpnode_tui.port.types import Cancelled, NodeView
-from tpnode_tui.port.wire import WireError, snapshot_to_json
+from tpnode_tui.port.types.readings import NodeView
+from tpnode_tui.port.types.refusals import Cancelled
+from tpnode_tui.port.wire.reader import WireError
+from tpnode_tui.port.wire.snapshot import snapshot_to_json
 from tpnode_tui.service import NodeService
 from tpnode_tui.text.printable import printable, shown
 

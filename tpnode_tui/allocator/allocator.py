@@ -35,7 +35,7 @@ from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.validation import check_profile, check_run_id
 from tpnode_tui.model.views import Drain
 from tpnode_tui.port.fields import days, over
-from tpnode_tui.port.types import new_run_id
+from tpnode_tui.port.types.jobs import new_run_id
 from tpnode_tui.state.drains import DrainStore
 from tpnode_tui.text.refusals import not_extended
 

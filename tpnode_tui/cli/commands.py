@@ -54,15 +54,11 @@ from tpnode_tui.model.topology import CONTIGUOUS, SAME_SWITCH
 from tpnode_tui.model.views import Evicted, EvictReport
 from tpnode_tui.port import operations as ops
 from tpnode_tui.port.node import Node
-from tpnode_tui.port.types import (
-    AuditRequest,
-    EventsRequest,
-    LaunchRequest,
-    ReserveRequest,
-    ShellRequest,
-    new_run_id,
-)
-from tpnode_tui.port.wire import job_to_json, queued_to_json, snapshot_to_json
+from tpnode_tui.port.types.events import AuditRequest, EventsRequest
+from tpnode_tui.port.types.jobs import LaunchRequest, new_run_id
+from tpnode_tui.port.types.reservations import ReserveRequest, ShellRequest
+from tpnode_tui.port.wire.jobs import job_to_json, queued_to_json
+from tpnode_tui.port.wire.snapshot import snapshot_to_json
 from tpnode_tui.text.refusals import ON_THE_NODE
 from tpnode_tui.text.render import cards_words, env_lines
 
@@ -490,7 +486,7 @@ async def _usage(run: Run) -> None:
     two times, never for words. Served in-process, the node refuses (exit 1): only
     its agent keeps the ledger."""
     from tpnode_tui.config.values import usage_span
-    from tpnode_tui.port.types import UsageRequest
+    from tpnode_tui.port.types.readings import UsageRequest
     from tpnode_tui.text.usage import usage_lines
 
     args = run.args
@@ -534,7 +530,7 @@ def _url_from_input() -> str:
     they can): typed without being shown, or the first line of what is piped in."""
     import getpass
 
-    from tpnode_tui.port.types import URL_MOST
+    from tpnode_tui.port.types.notify import URL_MOST
 
     try:
         url = getpass.getpass("URL (not shown): ") if sys.stdin.isatty() else sys.stdin.readline(URL_MOST + 2)
@@ -622,7 +618,7 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
 async def _check(run: Run) -> None:
     """One card after the other (a card's own test may take minutes, and two at
     once on one node may disturb each other); exit 1 when any did not pass."""
-    from tpnode_tui.port.wire import check_to_json
+    from tpnode_tui.port.wire.checks import check_to_json
 
     args = run.args
     not_passed = []

@@ -17,8 +17,9 @@ from tpnode_tui.model.jobs import JobState, Launched, QueuedLaunch, ShellEntry
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import EvictReport
 from tpnode_tui.port.node import Node
-from tpnode_tui.port.types import NodeView, NotifyList
-from tpnode_tui.port.wire import launched_to_json
+from tpnode_tui.port.types.notify import NotifyList
+from tpnode_tui.port.types.readings import NodeView
+from tpnode_tui.port.wire.jobs import launched_to_json
 from tpnode_tui.text.printable import printable_view
 from tpnode_tui.text.render import (
     cards_words,

@@ -35,8 +35,9 @@ from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.jobs import JobSpec
 from tpnode_tui.model.views import Drain
 from tpnode_tui.runtimes.jobprocs import process_stat
-from tpnode_tui.runtimes.process import boot_id, end_abandoned, liveness, pid_namespace
+from tpnode_tui.runtimes.liveness import boot_id, liveness, pid_namespace
 from tpnode_tui.runtimes.statefile import StateFile
+from tpnode_tui.runtimes.stopping import end_abandoned
 
 log = logging.getLogger(__name__)
 

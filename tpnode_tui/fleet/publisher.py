@@ -24,8 +24,8 @@ from redis.exceptions import RedisError
 from tpnode_tui import __version__
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.connect import open_client, scrub
-from tpnode_tui.port.types import Reading
-from tpnode_tui.port.wire import WireError
+from tpnode_tui.port.types.readings import Reading
+from tpnode_tui.port.wire.reader import WireError
 from tpnode_tui.service import NodeService
 
 log = logging.getLogger("tpnode_tui.fleet")

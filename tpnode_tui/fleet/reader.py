@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from tpnode_tui.fleet import record
 from tpnode_tui.fleet.connect import open_client, scrub
 from tpnode_tui.model.errors import TpnodeError
-from tpnode_tui.port.wire import WireError
+from tpnode_tui.port.wire.reader import WireError
 
 
 class FleetUnavailable(TpnodeError):

@@ -19,8 +19,9 @@ from typing import Any, Iterable, Optional
 from tpnode_tui.config.ssh import SshTarget
 from tpnode_tui.model.errors import ConfigError
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.port.types import Reading
-from tpnode_tui.port.wire import Reader, WireError, snapshot_from_json, snapshot_to_json
+from tpnode_tui.port.types.readings import Reading
+from tpnode_tui.port.wire.reader import Reader, WireError
+from tpnode_tui.port.wire.snapshot import snapshot_from_json, snapshot_to_json
 from tpnode_tui.text.render import format_duration
 
 PREFIX = "tpnode:fleet"
@@ -101,7 +102,7 @@ def registration(
 class Encoded:
     """A publication as stored: a short envelope line, then the node's snapshot.
 
-    The snapshot is the ``status --json`` document (:func:`~tpnode_tui.port.wire.snapshot_to_json`)
+    The snapshot is the ``status --json`` document (:func:`~tpnode_tui.port.wire.snapshot.snapshot_to_json`)
     with its ``taken_at`` moved into the envelope: a node that publishes the same
     picture again writes the same snapshot text, so a reader sees that it did
     by comparing bytes, without decoding it again.

@@ -118,7 +118,7 @@ async def open_node(
             await node.close()
             raise
         return node
-    from tpnode_tui.port.types import AgentUnavailable
+    from tpnode_tui.port.types.refusals import AgentUnavailable
 
     socket = settings.agent.socket
     if settings.agent.mode != "off":

@@ -19,7 +19,8 @@ from typing import Awaitable, Callable, Optional
 from tpnode_tui.model.errors import TpnodeError
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.port.node import Node
-from tpnode_tui.port.types import AgentUnavailable, NodeView, You
+from tpnode_tui.port.types.readings import NodeView, You
+from tpnode_tui.port.types.refusals import AgentUnavailable
 from tpnode_tui.text.printable import printable_view
 
 log = logging.getLogger(__name__)

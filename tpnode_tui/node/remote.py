@@ -38,15 +38,10 @@ from tpnode_tui.node.http import Connector, HttpClient, ProtocolError, Unreachab
 from tpnode_tui.port import operations as ops
 from tpnode_tui.port.node import Node
 from tpnode_tui.port.operations import Operation
-from tpnode_tui.port.types import (
-    AgentUnavailable,
-    Cancelled,
-    LaunchRequest,
-    LaunchResult,
-    Nothing,
-    OverQuota,
-)
-from tpnode_tui.port.wire import WireError
+from tpnode_tui.port.types.jobs import LaunchRequest, LaunchResult
+from tpnode_tui.port.types.readings import Nothing
+from tpnode_tui.port.types.refusals import AgentUnavailable, Cancelled, OverQuota
+from tpnode_tui.port.wire.reader import WireError
 
 A = TypeVar("A")
 

@@ -2,7 +2,7 @@
 
 A request comes from an account that need not trust the agent's other users,
 so each field is checked before anything holds, keeps or echoes it: its type
-(:class:`~tpnode_tui.port.wire.Reader`, for a JSON body), that it is text a
+(:class:`~tpnode_tui.port.wire.reader.Reader`, for a JSON body), that it is text a
 program can take (no lone surrogate, which cannot be encoded and ended the
 queue's pass and a job's supervisor; no NUL, which no program can receive),
 and its size against the node's limits (:class:`OverLimit`, naming the limit
@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional
 
 from tpnode_tui.config.values import decimal_number
 from tpnode_tui.model.errors import BadRequest, OverLimit
-from tpnode_tui.port.wire import Reader
+from tpnode_tui.port.wire.reader import Reader
 from tpnode_tui.text.printable import printable, shown
 
 #: fields that say who asks: the kernel does (SO_PEERCRED), never the request

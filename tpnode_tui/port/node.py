@@ -19,31 +19,20 @@ from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.port import operations as ops
 from tpnode_tui.port.operations import Operation, Request
-from tpnode_tui.port.types import (
-    AuditPage,
-    AuditRequest,
+from tpnode_tui.port.types.checks import CheckRequest
+from tpnode_tui.port.types.events import AuditPage, AuditRequest, EventsPage, EventsRequest
+from tpnode_tui.port.types.jobs import (
     CancelRequest,
-    CheckRequest,
-    DrainRequest,
-    EventsPage,
-    EventsRequest,
-    EvictRequest,
-    ExtendRequest,
-    HistoryRequest,
     LaunchRequest,
     LaunchResult,
     LogsRequest,
-    NodeView,
-    Nothing,
-    NotifyAddRequest,
-    NotifyList,
-    NotifyRemoveRequest,
     ReclaimRequest,
-    ReserveRequest,
     StopRequest,
-    UndrainRequest,
-    UsageRequest,
 )
+from tpnode_tui.port.types.notify import NotifyAddRequest, NotifyList, NotifyRemoveRequest
+from tpnode_tui.port.types.operators import DrainRequest, EvictRequest, UndrainRequest
+from tpnode_tui.port.types.readings import HistoryRequest, NodeView, Nothing, UsageRequest
+from tpnode_tui.port.types.reservations import ExtendRequest, ReserveRequest
 
 Q = TypeVar("Q", bound=Request)
 A = TypeVar("A")

@@ -23,50 +23,28 @@ from tpnode_tui.model.snapshot import Sample
 from tpnode_tui.model.usage import UsageReport
 from tpnode_tui.model.views import Drain, EvictReport
 from tpnode_tui.port.fields import Query, query_of
-from tpnode_tui.port.types import (
-    AuditPage,
-    AuditRequest,
+from tpnode_tui.port.types.checks import CheckRequest
+from tpnode_tui.port.types.events import AuditPage, AuditRequest, EventsPage, EventsRequest
+from tpnode_tui.port.types.jobs import (
     CancelRequest,
-    CheckRequest,
-    DrainRequest,
-    EventsPage,
-    EventsRequest,
-    EvictRequest,
-    ExtendRequest,
-    HistoryRequest,
     LaunchRequest,
     LaunchResult,
-    Limits,
     LogsRequest,
-    NodeView,
-    Nothing,
-    NotifyAddRequest,
-    NotifyList,
-    NotifyRemoveRequest,
-    NotifyUrl,
-    Reading,
     ReclaimRequest,
-    ReserveRequest,
-    ShellRequest,
     StopRequest,
-    UndrainRequest,
-    UsageRequest,
-    WhoAmI,
-    You,
 )
+from tpnode_tui.port.types.notify import NotifyAddRequest, NotifyList, NotifyRemoveRequest, NotifyUrl
+from tpnode_tui.port.types.operators import DrainRequest, EvictRequest, UndrainRequest
+from tpnode_tui.port.types.parsing import Limits
+from tpnode_tui.port.types.readings import HistoryRequest, NodeView, Nothing, Reading, UsageRequest, WhoAmI, You
+from tpnode_tui.port.types.reservations import ExtendRequest, ReserveRequest, ShellRequest
 from tpnode_tui.port.usage import usage_from_json, usage_to_json
-from tpnode_tui.port.wire import (
-    Reader,
-    WireError,
-    check_from_json,
-    check_to_json,
-    drain_from_json,
-    drain_to_json,
-    event_from_json,
-    evict_from_json,
-    evict_to_json,
-    history_from_json,
-    history_to_json,
+from tpnode_tui.port.wire.checks import check_from_json, check_to_json
+from tpnode_tui.port.wire.drains import drain_from_json, drain_to_json
+from tpnode_tui.port.wire.events import event_from_json
+from tpnode_tui.port.wire.evictions import evict_from_json, evict_to_json
+from tpnode_tui.port.wire.history import history_from_json, history_to_json
+from tpnode_tui.port.wire.jobs import (
     job_from_json,
     job_to_json,
     launched_from_json,
@@ -77,9 +55,9 @@ from tpnode_tui.port.wire import (
     queued_to_json,
     shell_from_json,
     shell_to_json,
-    snapshot_from_json,
-    snapshot_to_json,
 )
+from tpnode_tui.port.wire.reader import Reader, WireError
+from tpnode_tui.port.wire.snapshot import snapshot_from_json, snapshot_to_json
 
 Q = TypeVar("Q", bound="Request")
 Q_co = TypeVar("Q_co", bound="Request", covariant=True)

@@ -8,7 +8,7 @@ gives them, and ``left_out`` only where the node left rows out of its answer
 ``uid``), ``cards``, ``slices`` and ``start``/``end`` (``end`` null while it
 still holds them).
 
-Read back as strictly as a snapshot (:mod:`tpnode_tui.port.wire`): a
+Read back as strictly as a snapshot (:mod:`tpnode_tui.port.wire.snapshot`): a
 document that is not what this module writes raises WireError naming the
 first thing wrong.
 """
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from tpnode_tui.model.jobs import SliceRef
 from tpnode_tui.model.usage import USAGE_BY, UsageFigures, UsageReport, UsageRow
-from tpnode_tui.port.wire import Reader
+from tpnode_tui.port.wire.reader import Reader
 
 _FIGURES = tuple(UsageFigures.__dataclass_fields__)
 _NAMES = {

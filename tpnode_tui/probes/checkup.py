@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from tpnode_tui.model.checks import CheckFacts
-from tpnode_tui.port.wire import Reader, WireError
+from tpnode_tui.port.wire.reader import Reader, WireError
 from tpnode_tui.probes import health
 from tpnode_tui.probes.nvml import _ecc_total, _init_problem, _recovery_action
 from tpnode_tui.probes.simulated import check_facts

@@ -11,16 +11,24 @@ reservation'.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import select
+from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from tpnode_tui.devices import v1
 from tpnode_tui.devices.errors import CannotFence, errno_words
-from tpnode_tui.model.errors import Conflict, NotAllowed
-from tpnode_tui.runtimes.jobprocs import cgroup_dir, process_stat
+from tpnode_tui.model.errors import ConfigError, Conflict, JobNotFound, NotAllowed, RuntimeUnavailable
+from tpnode_tui.model.jobs import DeviceFence, JobState, ShellEntry, visible_devices
+from tpnode_tui.runtimes import jobfence
+from tpnode_tui.runtimes.jobprocs import cgroup_dir, make_cgroup, process_stat, remove_cgroup
+from tpnode_tui.runtimes.liveness import RecordedJobs, boot_id, cgroup_of, device_fence, devices_of, job_state, liveness
+from tpnode_tui.runtimes.statefile import JobRecord
+from tpnode_tui.runtimes.stopping import remove_devices
+from tpnode_tui.text.refusals import not_a_reservation
 
 #: what the node says when the kernel cannot name the asking process (a peer in another PID namespace)
 CANNOT_TELL = (
@@ -130,3 +138,105 @@ def move(pid: int, uid: int, start_ticks: int, cgroup: Optional[Path], devices: 
             raise
     finally:
         os.close(pidfd)
+
+
+#: what a reservation says of its fence when a shell on it could not be fenced
+SHELL_UNFENCED = "its shell cannot be fenced: "
+
+
+class ReservationShells(RecordedJobs):
+    """A shell on a reservation: the process runtime's part that moves a caller's process into its shell cgroup."""
+
+    async def shell(
+        self, name: str, pid: int, uid: int, start_ticks: int, may: Callable[[JobState], None]
+    ) -> ShellEntry:
+        """Move process ``pid`` (the caller's own, of ``uid``, as the kernel named
+        it; started at ``start_ticks``, as the caller says) into live reservation
+        ``name``'s shell cgroup, fenced to its cards as the node's policy says
+        (:mod:`.shells`); the exports its shell runs with.
+
+        ``may`` refuses (raises) when the caller may not open a shell on the
+        reservation as the record reads now, inside the state file's lock: a run
+        id checked on an earlier reading may have ended and been reserved again,
+        by someone else, before the move."""
+        return await asyncio.to_thread(self._shell, name, pid, uid, start_ticks, may)
+
+    def _shell(self, name: str, pid: int, uid: int, start_ticks: int, may: Callable[[JobState], None]) -> ShellEntry:
+        current_boot = boot_id()
+        with self.state.transaction() as jobs:
+            record = jobs.get(name)
+            if record is None:
+                raise JobNotFound(f"no job named {name!r} in {self.state.path}")
+            if record.kind != "reservation" or record.command:
+                raise Conflict(not_a_reservation(name))
+            if record.exit_code is not None or liveness(record, current_boot)[0] == "exited":
+                raise Conflict(f"reservation {name!r} has ended; reserve the cards again")
+            may(job_state(record, current_boot))
+            record, made, fence = self._shell_cgroups(record)
+            jobs[name] = record  # written only if the move succeeds: the transaction drops it on an error
+            try:
+                try:
+                    move(pid, uid, start_ticks, cgroup_of(record), devices_of(record))
+                except CannotFence as e:
+                    raise RuntimeUnavailable(f"the shell of reservation {name!r} cannot be fenced: {e}") from None
+            except BaseException:
+                if made:  # nothing joined them
+                    remove_cgroup(cgroup_of(record))
+                    remove_devices(record)
+                raise
+        if not fence.fenced:  # the caller is told why, not what the reservation says of it
+            fence = DeviceFence.missing(fence.problem.removeprefix(SHELL_UNFENCED))
+        return ShellEntry(
+            run_id=record.run_id,
+            env=tuple(visible_devices(record.gpus, record.slices, fenced=fence.fenced).items()),
+            device_fence=fence,
+            cgroup=record.cgroup or record.devices_cgroup,
+            gpus=record.gpus,
+            slices=record.slices,
+        )
+
+    def _shell_cgroups(self, record: JobRecord) -> tuple[JobRecord, bool, DeviceFence]:
+        """The reservation's record with its shell cgroups, made now (True) unless
+        an earlier shell made them, and the shell's fence; under ``required``,
+        ConfigError when the shell cannot be fenced. Where no cgroup at all can be
+        made, the record is left as it was: such a shell is no part of the
+        reservation, so the reservation says nothing of its fence. Called under
+        the state file's lock."""
+        mine = [p for p in (cgroup_of(record), devices_of(record)) if p is not None]
+        if mine and all(p.is_dir() for p in mine):
+            if self.fence_policy == jobfence.REQUIRED and not device_fence(record).fenced:
+                # made by an earlier shell under auto or off: joining it would run this one unfenced
+                raise ConfigError(
+                    f"a shell on reservation {record.run_id!r} would join its shell cgroup, which is not fenced "
+                    f"to its cards ({device_fence(record).problem.removeprefix(SHELL_UNFENCED)}), and "
+                    "TUNEPLANE_FENCE=required starts no shell that is not; stop and reserve again under required"
+                )
+            return record, False, device_fence(record)
+        cgroup = make_cgroup(record.name) if self.cgroups else None
+        made = jobfence.fence_job(
+            self.fence_policy,
+            record.granted,
+            name=record.name,
+            cgroup=cgroup,
+            runs_command=True,
+            files=self.fence_files,
+        )
+        if self.fence_policy == jobfence.REQUIRED and not made.fence.fenced:
+            remove_cgroup(cgroup)
+            jobfence.undo(made)
+            raise ConfigError(
+                f"a shell on reservation {record.run_id!r} cannot be fenced to its cards ({made.fence.problem}), "
+                "and TUNEPLANE_FENCE=required starts no shell that is not; ask through the node's agent, "
+                "or ask an operator about the node's cgroups"
+            )
+        fence = made.fence if made.fence.fenced else DeviceFence.missing(SHELL_UNFENCED + made.fence.problem)
+        if cgroup is None and made.v1_cgroup is None:
+            return record, False, fence
+        updated = replace(
+            record,
+            cgroup=str(cgroup or ""),
+            devices_cgroup=str(made.v1_cgroup or ""),
+            fence_mechanism=fence.mechanism,
+            fence_problem=fence.problem,
+        )
+        return updated, True, fence

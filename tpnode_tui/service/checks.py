@@ -24,7 +24,7 @@ from tpnode_tui.model.checks import FAILED, NOT_MET, PASSED, UNTOLD, CardCheck, 
 from tpnode_tui.model.errors import Conflict, TpnodeError
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView, Drain
-from tpnode_tui.port.types import CheckRequest
+from tpnode_tui.port.types.checks import CheckRequest
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.service.journal import MESSAGE_MOST, Journal, cut
 from tpnode_tui.service.readings import Readings

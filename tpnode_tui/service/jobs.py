@@ -16,7 +16,8 @@ from tpnode_tui.host.identity import Caller
 from tpnode_tui.locks import Holder
 from tpnode_tui.model.errors import BadRequest, Conflict, JobNotFound, NotAllowed, no_running_job
 from tpnode_tui.model.jobs import JobOutput, JobState, ShellEntry
-from tpnode_tui.port.types import LOG_PAGE_BYTES, ExtendRequest, LogsRequest, ReclaimRequest, ShellRequest, StopRequest
+from tpnode_tui.port.types.jobs import LOG_PAGE_BYTES, LogsRequest, ReclaimRequest, StopRequest
+from tpnode_tui.port.types.reservations import ExtendRequest, ShellRequest
 from tpnode_tui.runtimes.shells import CANNOT_TELL, FORWARDED
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.text.refusals import no_shells, not_a_reservation

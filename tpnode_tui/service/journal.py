@@ -23,7 +23,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, 
 
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, NoCapacity, NotAllowed, TooMany, TpnodeError
-from tpnode_tui.port.types import AuditPage, AuditRequest, EventsPage, EventsRequest, LaunchResult
+from tpnode_tui.port.types.events import AuditPage, AuditRequest, EventsPage, EventsRequest
+from tpnode_tui.port.types.jobs import LaunchResult
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.state.nodelog import NodeLog
 from tpnode_tui.text.printable import printable

@@ -32,16 +32,10 @@ from tpnode_tui.model.errors import (
 )
 from tpnode_tui.model.jobs import JobSpec, JobState, Launched, QueuedLaunch, wanted_words
 from tpnode_tui.model.owners import is_owner
-from tpnode_tui.port.types import (
-    MOST_CARDS,
-    Cancelled,
-    CancelRequest,
-    LaunchRequest,
-    LaunchResult,
-    OverQuota,
-    ReserveRequest,
-    new_run_id,
-)
+from tpnode_tui.port.types.jobs import CancelRequest, LaunchRequest, LaunchResult, new_run_id
+from tpnode_tui.port.types.parsing import MOST_CARDS
+from tpnode_tui.port.types.refusals import Cancelled, OverQuota
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.service.accounts import account, group_names, run_as
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.service.journal import Journal
@@ -126,7 +120,7 @@ class Launches:
         """The job ``caller`` asks for, as the node's rules make it: whose it is
         (another owner: operators only), the image allowed, whom it runs as.
         The request itself was read and checked at the door
-        (:meth:`LaunchRequest.parse <tpnode_tui.port.types.LaunchRequest.parse>`)."""
+        (:meth:`LaunchRequest.parse <tpnode_tui.port.types.jobs.LaunchRequest.parse>`)."""
         owner = self.policy.owner_for(caller, owner)
         self.policy.check_image(image)
         named = caller if owner == caller.user else account(owner)

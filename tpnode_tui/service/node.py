@@ -41,35 +41,20 @@ from tpnode_tui.notify.post import Post
 from tpnode_tui.port import operations as ops
 from tpnode_tui.port.fields import Query
 from tpnode_tui.port.operations import Operation, Request, Source
-from tpnode_tui.port.types import (
-    AuditPage,
-    AuditRequest,
+from tpnode_tui.port.types.checks import CheckRequest
+from tpnode_tui.port.types.events import AuditPage, AuditRequest, EventsPage, EventsRequest
+from tpnode_tui.port.types.jobs import (
     CancelRequest,
-    CheckRequest,
-    DrainRequest,
-    EventsPage,
-    EventsRequest,
-    EvictRequest,
-    ExtendRequest,
-    HistoryRequest,
     LaunchRequest,
     LaunchResult,
     LogsRequest,
-    NodeView,
-    Nothing,
-    NotifyAddRequest,
-    NotifyList,
-    NotifyRemoveRequest,
-    Reading,
     ReclaimRequest,
-    ReserveRequest,
-    ShellRequest,
     StopRequest,
-    UndrainRequest,
-    UsageRequest,
-    WhoAmI,
-    You,
 )
+from tpnode_tui.port.types.notify import NotifyAddRequest, NotifyList, NotifyRemoveRequest
+from tpnode_tui.port.types.operators import DrainRequest, EvictRequest, UndrainRequest
+from tpnode_tui.port.types.readings import HistoryRequest, NodeView, Nothing, Reading, UsageRequest, WhoAmI, You
+from tpnode_tui.port.types.reservations import ExtendRequest, ReserveRequest, ShellRequest
 from tpnode_tui.service.accounts import group_names
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.service.checks import Checks
@@ -333,7 +318,7 @@ class NodeService:
 
     def boot(self) -> Optional[str]:
         """This boot's id (TUNEPLANE_BOOT_ID); None when it cannot be read."""
-        from tpnode_tui.runtimes.process import boot_id  # the process runtime's reader, loaded only to drain or check
+        from tpnode_tui.runtimes.liveness import boot_id  # the process runtime's reader, loaded only to drain or check
 
         try:
             return boot_id(self.allocator.settings.triage.boot_id) or None

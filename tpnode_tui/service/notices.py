@@ -22,7 +22,7 @@ from tpnode_tui.model.jobs import RunAs
 from tpnode_tui.model.words import cards_words
 from tpnode_tui.notify.post import Notice, Post, Recipient
 from tpnode_tui.notify.sender import scheme
-from tpnode_tui.port.types import NotifyAddRequest, NotifyList, NotifyRemoveRequest, NotifyUrl
+from tpnode_tui.port.types.notify import NotifyAddRequest, NotifyList, NotifyRemoveRequest, NotifyUrl
 from tpnode_tui.service.accounts import account_of
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.readings import Readings

@@ -19,7 +19,7 @@ from tpnode_tui.core.policy import Policy
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import Conflict, JobNotFound
 from tpnode_tui.model.views import Drain, EvictReport
-from tpnode_tui.port.types import DrainRequest, EvictRequest, UndrainRequest
+from tpnode_tui.port.types.operators import DrainRequest, EvictRequest, UndrainRequest
 from tpnode_tui.service.journal import Journal
 from tpnode_tui.service.readings import Readings
 from tpnode_tui.state.checks import CheckStore

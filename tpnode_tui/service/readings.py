@@ -1,4 +1,5 @@
-"""One poll for every reader: the latest :class:`~tpnode_tui.port.types.Reading`, its subscribers, the cards' history.
+"""One poll for every reader: the latest :class:`~tpnode_tui.port.types.readings.Reading`, its subscribers,
+the cards' history.
 
 However many dashboards watch, the node is read once per interval, a poll
 under way is joined, and each reading reaches every subscriber through a
@@ -21,7 +22,7 @@ from tpnode_tui.allocator.allocator import GpuAllocator
 from tpnode_tui.model.errors import BadRequest, TpnodeError
 from tpnode_tui.model.jobs import JobState
 from tpnode_tui.model.snapshot import NodeSnapshot, Sample
-from tpnode_tui.port.types import Reading
+from tpnode_tui.port.types.readings import Reading
 from tpnode_tui.service.changes import Changes
 from tpnode_tui.triage.compare import Triage
 from tpnode_tui.triage.history import History

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tpnode_tui.model.errors import BadRequest, TooMany
-from tpnode_tui.port.types import URL_MOST
+from tpnode_tui.port.types.notify import URL_MOST
 from tpnode_tui.state.jsonstore import JsonStore
 
 ADDRESS_FILE = "notify.json"

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tpnode_tui.model.checks import CardCheck
-from tpnode_tui.port.wire import WireError, check_from_json, check_to_json
+from tpnode_tui.port.wire.checks import check_from_json, check_to_json
+from tpnode_tui.port.wire.reader import WireError
 from tpnode_tui.state.jsonstore import JsonStore
 
 CHECK_FILE = "checks.json"

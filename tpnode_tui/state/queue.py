@@ -19,8 +19,8 @@ from typing import Any, Callable, Optional, Protocol
 from tpnode_tui.host.identity import Caller
 from tpnode_tui.model.errors import BadRequest, TooMany, TpnodeError
 from tpnode_tui.model.jobs import QueuedLaunch
-from tpnode_tui.port.types import LaunchRequest
-from tpnode_tui.port.wire import Reader
+from tpnode_tui.port.types.jobs import LaunchRequest
+from tpnode_tui.port.wire.reader import Reader
 from tpnode_tui.state.jsonstore import JsonStore, SetAside
 
 QUEUE_FILE = "queue.json"

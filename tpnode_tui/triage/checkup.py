@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 
 from tpnode_tui.host.rerun import rerun_argv
 from tpnode_tui.model.checks import CheckFacts, CommandRun
-from tpnode_tui.port.wire import WireError
+from tpnode_tui.port.wire.reader import WireError
 from tpnode_tui.probes.auto import AutoProbe
 from tpnode_tui.probes.checkup import facts_from_json
 from tpnode_tui.probes.nvml import NvmlProbe

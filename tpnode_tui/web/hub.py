@@ -25,7 +25,7 @@ from tpnode_tui.model.errors import TpnodeError, error_line
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.node.follow import Follower
 from tpnode_tui.port.node import Node
-from tpnode_tui.port.wire import snapshot_to_json
+from tpnode_tui.port.wire.snapshot import snapshot_to_json
 from tpnode_tui.text.printable import printable, printable_view
 from tpnode_tui.text.status import status_lines
 from tpnode_tui.web.hidden import hide_others

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Iterable, Literal, Mapping, Optional, Sequenc
 from tpnode_tui.model.errors import NoCapacity
 from tpnode_tui.model.jobs import QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.port.types import Cancelled
+from tpnode_tui.port.types.refusals import Cancelled
 from tpnode_tui.tui.wording.jobs import WAITING
 
 #: readings to wait for a launch that left the queue to show as a job, before

@@ -16,7 +16,7 @@ from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.model.owners import is_owner
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView
-from tpnode_tui.port.types import You
+from tpnode_tui.port.types.readings import You
 from tpnode_tui.tui.wording.jobs import JOB_PREFIX, LAUNCH_PREFIX
 
 

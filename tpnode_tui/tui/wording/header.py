@@ -16,7 +16,7 @@ from typing import Optional
 from rich.text import Text
 
 from tpnode_tui.model.snapshot import NodeSnapshot
-from tpnode_tui.port.types import You
+from tpnode_tui.port.types.readings import You
 from tpnode_tui.text.header import blind_banner, free_words, intruder_summary, stale_banner
 from tpnode_tui.text.render import cards_words, format_duration
 from tpnode_tui.tui.wording.jobs import WAITING

@@ -15,7 +15,7 @@ from typing import Callable, Optional, Protocol
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
 from tpnode_tui.model.snapshot import NodeSnapshot
 from tpnode_tui.model.views import CardView
-from tpnode_tui.port.types import You
+from tpnode_tui.port.types.readings import You
 from tpnode_tui.text.refusals import (
     ON_THE_NODE,
     check_holder,

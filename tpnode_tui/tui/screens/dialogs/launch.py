@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Optional
 
-from tpnode_tui.port.types import LaunchRequest
+from tpnode_tui.port.types.jobs import LaunchRequest
 from tpnode_tui.text.render import show_command
 from tpnode_tui.tui.screens.dialogs.form import Field, FormScreen
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 from tpnode_tui.config.values import typed_duration
 from tpnode_tui.model.errors import BadRequest
-from tpnode_tui.port.types import ReserveRequest
+from tpnode_tui.port.types.reservations import ReserveRequest
 from tpnode_tui.tui.screens.dialogs.form import Field, FormScreen
 
 

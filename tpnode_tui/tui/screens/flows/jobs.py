@@ -10,7 +10,7 @@ import time
 
 from tpnode_tui.model.errors import Conflict, JobNotFound, NotAllowed, TpnodeError
 from tpnode_tui.model.jobs import JobState, QueuedLaunch
-from tpnode_tui.port.types import AgentUnavailable
+from tpnode_tui.port.types.refusals import AgentUnavailable
 from tpnode_tui.text.render import format_duration
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.dialogs.extend import ExtendScreen

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from tpnode_tui.model.errors import NoCapacity, TpnodeError
 from tpnode_tui.model.jobs import Launched
-from tpnode_tui.port.types import LaunchRequest, LaunchResult, new_run_id
+from tpnode_tui.port.types.jobs import LaunchRequest, LaunchResult, new_run_id
 from tpnode_tui.tui.follow.launches import LeftQueue, Refused, Started, left_queue_notice
 from tpnode_tui.tui.screens.dialogs.confirm import ConfirmScreen
 from tpnode_tui.tui.screens.dialogs.launch import LaunchScreen
