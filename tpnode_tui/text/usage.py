@@ -86,6 +86,12 @@ def intruders(report: UsageReport) -> bool:
     return total.intruded_card_hours > 0 or total.intruder_peak_memory_mib is not None
 
 
+def intruder_cells(f: UsageFigures) -> list[str]:
+    """Someone else's use of a held card: its card-hours and the most memory it used, never the holder's."""
+    theirs = f.intruder_peak_memory_mib
+    return [hours(f.intruded_card_hours), "-" if theirs is None else format_mib(theirs)]
+
+
 def _left_out(report: UsageReport) -> str:
     which = {"job": "earlier jobs and reservations", "user": "smaller accounts", "card": "more cards"}[report.by]
     return (
@@ -127,8 +133,7 @@ def _figures(f: UsageFigures, by: str, slices: bool, intruded: bool) -> list[str
         cells += [hours(f.held_slice_hours), hours(f.idle_slice_hours)]
     cells.append(NA if f.peak_memory_mib is None else format_mib(f.peak_memory_mib))
     if intruded:
-        theirs = f.intruder_peak_memory_mib
-        cells += [hours(f.intruded_card_hours), "-" if theirs is None else format_mib(theirs)]
+        cells += intruder_cells(f)
     if by != "job":  # a job's row is one job
         cells += [str(f.jobs), str(f.reservations)]
     return cells

@@ -46,9 +46,17 @@ from tpnode_tui.text.cards import (
 )
 from tpnode_tui.text.header import blind_banner, free_words, intruder_summary, stale_banner
 from tpnode_tui.text.printable import printable
-from tpnode_tui.text.render import clock_time, format_mib, show_command, slice_name
+from tpnode_tui.text.render import clock_time, show_command, slice_name
 from tpnode_tui.text.render import slice_summary as slice_who
-from tpnode_tui.text.usage import OWN_ROWS, figures_explained, has_slices, hours, intruders, nothing_held
+from tpnode_tui.text.usage import (
+    OWN_ROWS,
+    figures_explained,
+    has_slices,
+    hours,
+    intruder_cells,
+    intruders,
+    nothing_held,
+)
 
 Words = dict[str, Any]
 
@@ -243,9 +251,8 @@ def _figures(f: UsageFigures, slices: bool, intruded: bool) -> list[str]:
     if slices:
         cells += [hours(f.held_slice_hours), hours(f.idle_slice_hours)]
     cells.append(_share(f.idle_card_hours, f.held_card_hours))
-    if intruded:  # someone else's use of a held card, never counted as its holder's
-        theirs = f.intruder_peak_memory_mib
-        cells += [hours(f.intruded_card_hours), "-" if theirs is None else format_mib(theirs)]
+    if intruded:
+        cells += intruder_cells(f)
     return cells
 
 
